@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up everything compactmq needs on a fresh machine, idempotently:
+#   - Java 17 for Spark (from the system package manager, only when `java` is missing)
+#   - a virtualenv in .venv with compactmq and its test dependencies
+# Re-running is cheap: pip is skipped while pyproject.toml is unchanged.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+if ! command -v java >/dev/null 2>&1; then
+    say "java not found: installing OpenJDK 17 for Spark (apt-get)"
+    if ! command -v apt-get >/dev/null 2>&1; then
+        say "no apt-get here: install Java 17 yourself and put it on PATH, then re-run"; exit 1
+    fi
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    say "creating virtualenv .venv with $($python --version)"
+    "$python" -m venv .venv
+fi
+
+stamp=".venv/.compactmq-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "installing compactmq and its dependencies into .venv (pyspark is large: about a minute on first run)"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e ".[test,fast]"
+    echo "$want" > "$stamp"
+fi
+say "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

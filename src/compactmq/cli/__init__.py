@@ -1,0 +1,1 @@
+"""The ``compactmq`` command line: thin, each command parses, calls a service, renders."""
