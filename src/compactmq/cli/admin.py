@@ -1,0 +1,349 @@
+"""``compactmq topics|namespaces|tenants ...``: a pulsar-admin-shaped client of the admin REST API.
+
+Thin by design: each command turns its arguments into one REST call (Pulsar admin v2 paths),
+then hands the response to ``Output``. Global options come first, as with pulsar-admin::
+
+    compactmq --admin-url http://127.0.0.1:8080 --output json topics compaction-status persistent://public/default/t
+
+The REST API answers errors as ``{"reason": "..."}``; the CLI prints that reason on one line
+and exits 1.
+
+Policies (compaction threshold, retention, compaction strategy, retain-null-key) exist for
+topics and namespaces alike, so they are declared once in ``POLICIES`` and each gets
+``set-``, ``get-`` and ``remove-`` commands under both ``topics`` and ``namespaces``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import CompactMQError, InvalidInput
+from ..naming import TopicName
+from .output import Output
+from .units import format_bytes, parse_duration_seconds, parse_size
+
+
+class AdminRequestError(CompactMQError):
+    """The admin API refused a request (its reason is the message) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class AdminClient:
+    """Minimal HTTP client for the admin REST API (stdlib only: the CLI must start fast)."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raise AdminRequestError(f"{_reason(e)} (HTTP {e.code})", e.code) from None
+        except urllib.error.URLError as e:
+            raise AdminRequestError(
+                f"cannot reach the admin API at {self.base_url} ({e.reason}); "
+                "is the broker running? (set --admin-url)"
+            ) from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+
+def _reason(e: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(e.read() or b"{}")
+        if isinstance(body, dict) and body.get("reason"):
+            return str(body["reason"])
+    except ValueError:
+        pass
+    return e.reason or "request failed"
+
+
+# --- paths -------------------------------------------------------------------------------------
+
+
+def topic_path(name: str) -> str:
+    t = TopicName.parse(name)
+    local = urllib.parse.quote(t.local_name, safe="")
+    return f"/admin/v2/{t.domain}/{t.tenant}/{t.namespace}/{local}"
+
+
+def namespace_path(name: str) -> str:
+    parts = name.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise InvalidInput(f"invalid namespace {name!r}: expected tenant/namespace")
+    return f"/admin/v2/namespaces/{parts[0]}/{parts[1]}"
+
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy settable on topics and namespaces alike."""
+
+    command: str  # e.g. "compaction-threshold" -> set-/get-/remove-compaction-threshold
+    path: str  # REST path suffix
+    add_value_args: Callable[[argparse.ArgumentParser], None]
+    body_from_args: Callable[[argparse.Namespace], Any]
+    render: Callable[[Any], str]
+    topic_set_method: str = "POST"  # Pulsar sets topic policies with POST
+    namespace_set_method: str = "POST"
+
+
+def _threshold_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-t", "--threshold", required=True,
+                   help="backlog size that triggers compaction, e.g. 100M (0 disables)")
+
+
+def _retention_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", required=True, help="retention size, e.g. 10G (-1: no limit, 0: none)")
+    p.add_argument("--time", required=True, help="retention time, e.g. 3h or 7d (-1: forever, 0: none)")
+
+
+def _retention_body(a: argparse.Namespace) -> dict:
+    size = parse_size(a.size)
+    seconds = parse_duration_seconds(a.time)
+    return {
+        "retentionSizeInMB": size if size == -1 else size // (1024 * 1024),
+        "retentionTimeInMinutes": seconds if seconds == -1 else seconds // 60,
+    }
+
+
+def _render_retention(body: Any) -> str:
+    if not body:
+        return "no retention policy set"
+    return (f"retentionTimeInMinutes={body.get('retentionTimeInMinutes')} "
+            f"retentionSizeInMB={body.get('retentionSizeInMB')}")
+
+
+def _render_threshold(body: Any) -> str:
+    if body is None:
+        return "no compaction threshold set"
+    return f"{body} bytes ({format_bytes(int(body))})" if int(body) > 0 else "0 (automatic compaction disabled)"
+
+
+def _strategy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-s", "--strategy", required=True,
+                   help="keep-latest, keep-first, event-time, or a dotted class name")
+
+
+def _null_key_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--retain", required=True, choices=("true", "false"),
+                   help="keep keyless messages in the compacted view")
+
+
+POLICIES = (
+    Policy("compaction-threshold", "compactionThreshold", _threshold_args,
+           lambda a: parse_size(a.threshold), _render_threshold, namespace_set_method="PUT"),
+    Policy("retention", "retention", _retention_args, _retention_body, _render_retention),
+    Policy("compaction-strategy", "compactionStrategy", _strategy_args, lambda a: a.strategy,
+           lambda b: b if b else "no compaction strategy set"),
+    Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
+           lambda a: a.retain == "true", lambda b: "not set" if b is None else str(b).lower()),
+)
+
+
+def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
+    set_method_attr = "topic_set_method" if target == "topic" else "namespace_set_method"
+    for pol in POLICIES:
+        p = sub.add_parser(f"set-{pol.command}", help=f"set the {pol.command} policy of a {target}")
+        p.add_argument(target)
+        pol.add_value_args(p)
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
+            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{pol.path}",
+                      pol.body_from_args(a)),
+            o.done(f"{pol.command} set on {getattr(a, target)}"))))
+        p = sub.add_parser(f"get-{pol.command}", help=f"show the {pol.command} policy of a {target}")
+        p.add_argument(target)
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol: o.result(
+            c.request("GET", f"{path_of(getattr(a, target))}/{pol.path}"), pol.render)))
+        p = sub.add_parser(f"remove-{pol.command}", help=f"remove the {pol.command} policy of a {target}")
+        p.add_argument(target)
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
+            c.request("DELETE", f"{path_of(getattr(a, target))}/{pol.path}"),
+            o.done(f"{pol.command} removed from {getattr(a, target)}"))))
+
+
+# --- compaction status with a live progress bar -----------------------------------------------
+
+
+def render_progress(status: dict, width: int = 30) -> str:
+    """One line for a compaction status, with a bar when the broker reports progress."""
+    state = status.get("status", "?")
+    prog = status.get("progress") or {}
+    if state != "RUNNING" or not prog:
+        return state if not status.get("lastError") else f"{state}: {status['lastError']}"
+    done = int(prog.get("entriesProcessed", 0))
+    total = int(prog.get("entriesTotal", 0) or 0)
+    phase = prog.get("phase", "")
+    if total > 0:
+        frac = min(1.0, done / total)
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        eta = prog.get("etaSeconds")
+        tail = f"  eta {eta:.0f}s" if isinstance(eta, (int, float)) else ""
+        return f"RUNNING {phase:<10} [{bar}] {done:,}/{total:,} entries ({frac:.0%}){tail}"
+    return f"RUNNING {phase:<10} {done:,} entries"
+
+
+def wait_for_compaction(client: AdminClient, topic: str, out: Output, poll_seconds: float = 0.5,
+                        stream=sys.stderr) -> dict:
+    """Poll the status until it leaves RUNNING, drawing progress on ``stream``; return the final status."""
+    path = f"{topic_path(topic)}/compaction"
+    live = hasattr(stream, "isatty") and stream.isatty()
+    last = None
+    while True:
+        status = client.request("GET", path) or {}
+        line = render_progress(status)
+        if not out.json and line != last:
+            stream.write(("\r\033[K" + line) if live else line + "\n")
+            stream.flush()
+            last = line
+        if status.get("status") != "RUNNING":
+            if live and not out.json:
+                stream.write("\n")
+            return status
+        time.sleep(poll_seconds)
+
+
+def _finish_status(status: dict, out: Output) -> int:
+    out.result(status, render_progress)
+    if status.get("status") == "ERROR":
+        if not out.json:
+            print(f"compactmq: error: compaction failed: {status.get('lastError') or 'no reason given'}",
+                  file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compact(a, c: AdminClient, out: Output) -> int:
+    c.request("PUT", f"{topic_path(a.topic)}/compaction")
+    if not a.wait:
+        out.done(f"compaction triggered for {a.topic}")
+        return 0
+    return _finish_status(wait_for_compaction(c, a.topic, out), out)
+
+
+def _compaction_status(a, c: AdminClient, out: Output) -> int:
+    if a.wait_complete:
+        return _finish_status(wait_for_compaction(c, a.topic, out), out)
+    return _finish_status(c.request("GET", f"{topic_path(a.topic)}/compaction") or {}, out)
+
+
+# --- wiring ------------------------------------------------------------------------------------
+
+
+def _run(fn: Callable[[argparse.Namespace, AdminClient, Output], Any]):
+    def run(args: argparse.Namespace) -> int:
+        result = fn(args, AdminClient(args.admin_url), Output(args.output))
+        return result if isinstance(result, int) else 0
+    return run
+
+
+def _namespace_of_topics_arg(ns: str) -> str:
+    return namespace_path(ns).replace("/admin/v2/namespaces/", "/admin/v2/persistent/")
+
+
+def add_parser(subparsers) -> None:
+    topics = subparsers.add_parser("topics", help="manage topics and their compaction").add_subparsers(
+        dest="topics_command", metavar="SUBCOMMAND", required=True)
+
+    p = topics.add_parser("create", help="create a non-partitioned topic")
+    p.add_argument("topic")
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", topic_path(a.topic)),
+                                              o.done(f"created {a.topic}"))))
+    p = topics.add_parser("create-partitioned-topic", help="create a partitioned topic")
+    p.add_argument("topic")
+    p.add_argument("-p", "--partitions", type=int, required=True)
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("PUT", f"{topic_path(a.topic)}/partitions", a.partitions),
+        o.done(f"created {a.topic} with {a.partitions} partitions"))))
+    p = topics.add_parser("list", help="list the topics of a namespace")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", _namespace_of_topics_arg(a.namespace)))))
+    p = topics.add_parser("list-partitioned-topics", help="list the partitioned topics of a namespace")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(
+        c.request("GET", _namespace_of_topics_arg(a.namespace) + "/partitioned"))))
+    p = topics.add_parser("delete", help="delete a topic")
+    p.add_argument("topic")
+    p.add_argument("-f", "--force", action="store_true", help="delete even with producers/consumers attached")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("DELETE", topic_path(a.topic), query={"force": "true"} if a.force else None),
+        o.done(f"deleted {a.topic}"))))
+    p = topics.add_parser("delete-partitioned-topic", help="delete a partitioned topic and its partitions")
+    p.add_argument("topic")
+    p.add_argument("-f", "--force", action="store_true")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("DELETE", f"{topic_path(a.topic)}/partitions", query={"force": "true"} if a.force else None),
+        o.done(f"deleted {a.topic}"))))
+    p = topics.add_parser("stats", help="show a topic's stats, including compaction")
+    p.add_argument("topic")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/stats"))))
+    p = topics.add_parser("internal-stats", aliases=["stats-internal"],
+                          help="show ledgers, cursors, compacted ledger and horizon")
+    p.add_argument("topic")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/internalStats"))))
+    p = topics.add_parser("compact", help="trigger compaction of a topic")
+    p.add_argument("topic")
+    p.add_argument("-w", "--wait", action="store_true", help="wait for it to finish, showing progress")
+    p.set_defaults(func=_run(_compact))
+    p = topics.add_parser("compaction-status", help="show the status of the last compaction")
+    p.add_argument("topic")
+    p.add_argument("-w", "--wait-complete", action="store_true",
+                   help="wait while it runs, showing progress; exit 1 if it fails")
+    p.set_defaults(func=_run(_compaction_status))
+    _add_policy_commands(topics, "topic", topic_path)
+
+    namespaces = subparsers.add_parser("namespaces", help="manage namespaces and their policies").add_subparsers(
+        dest="namespaces_command", metavar="SUBCOMMAND", required=True)
+    p = namespaces.add_parser("create", help="create a namespace")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", namespace_path(a.namespace)),
+                                              o.done(f"created {a.namespace}"))))
+    p = namespaces.add_parser("list", help="list the namespaces of a tenant")
+    p.add_argument("tenant")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/namespaces/{a.tenant}"))))
+    p = namespaces.add_parser("delete", help="delete an empty namespace")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
+                                              o.done(f"deleted {a.namespace}"))))
+    _add_policy_commands(namespaces, "namespace", namespace_path)
+
+    tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
+        dest="tenants_command", metavar="SUBCOMMAND", required=True)
+    p = tenants.add_parser("list", help="list tenants")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", "/admin/v2/tenants"))))
+    p = tenants.add_parser("create", help="create a tenant")
+    p.add_argument("tenant")
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", f"/admin/v2/tenants/{a.tenant}", {}),
+                                              o.done(f"created {a.tenant}"))))
+    p = tenants.add_parser("delete", help="delete a tenant with no namespaces")
+    p.add_argument("tenant")
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", f"/admin/v2/tenants/{a.tenant}"),
+                                              o.done(f"deleted {a.tenant}"))))
