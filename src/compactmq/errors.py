@@ -123,6 +123,15 @@ class ProtocolError(InvalidInput):
     """The peer broke the framing or the command grammar; the connection is closed."""
 
 
+class MalformedEntry(ProtocolError):
+    """One entry's bytes cannot be decoded (metadata, batch layout or compressed payload).
+
+    Concerns that entry alone: the broker answers it (SEND_ERROR) and keeps the connection;
+    the compactor reports it. Raised by protocol.frames.parse_entry, protocol.batch and
+    protocol.compression, never by the frame decoder.
+    """
+
+
 class StorageError(CompactMQError):
     """Storage failed (I/O error, corruption that cannot be repaired)."""
 
