@@ -153,3 +153,19 @@ class CompactionError(CompactMQError):
 class ServiceNotReady(CompactMQError):
     server_error = ServerError.ServiceNotReady
     http_status = 503
+
+
+class ConsumerAssignError(CompactMQError):
+    """A Key_Shared consumer declared hash ranges that overlap another consumer's."""
+
+    server_error = ServerError.ConsumerAssignError
+    http_status = 409
+    peer_fault = True
+
+
+class IncompatibleSchema(CompactMQError):
+    """A producer or consumer schema that the topic's stored schemas do not accept."""
+
+    server_error = ServerError.IncompatibleSchema
+    http_status = 409
+    peer_fault = True
