@@ -1,0 +1,423 @@
+"""Pulsar frames and entries: bytes in, frames out; commands in, bytes out. No I/O.
+
+Wire layout (all integers big-endian)::
+
+    simple command    [total_size u32][command_size u32][BaseCommand]
+    with an entry     [total_size u32][command_size u32][BaseCommand][entry]
+
+``total_size`` counts every byte after itself. Only SEND (client to broker) and MESSAGE (broker
+to client) carry an entry. An *entry* is::
+
+    [magic 0x0e01 u16][crc32c u32][metadata_size u32][MessageMetadata][payload]
+
+where the CRC32C covers everything after the crc field. A client may omit magic and crc
+(``[metadata_size][MessageMetadata][payload]``); :func:`ensure_checksummed` adds them, so every
+stored entry starts with the magic. A broker may put ``[magic 0x0e02 u16][size u32]
+[BrokerEntryMetadata]`` in front of an entry for clients that asked for it; compactmq never
+stores that prefix, and :func:`parse_entry` skips it when present.
+
+Who checks what:
+
+* :class:`FrameDecoder` checks the framing: sizes within the limit, a BaseCommand that parses,
+  a known type with its command set and complete, an entry exactly where one belongs. Any
+  failure is a :class:`~compactmq.errors.ProtocolError` (the stream can no longer be trusted,
+  the connection closes) and the decoder stays failed.
+* It does not verify entry checksums by default: the broker calls :func:`ensure_checksummed` on
+  each SEND entry, so a corrupt message gets a SEND_ERROR (ChecksumError) while the connection
+  stays up, which is how Pulsar brokers answer it and how the client expects it.
+* :func:`parse_entry`, :func:`ensure_checksummed` raise ChecksumError / MalformedEntry about one
+  entry.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+from google.protobuf.message import DecodeError, EncodeError
+
+from compactmq.errors import ChecksumError, MalformedEntry, ProtocolError, ServerError
+from compactmq.protocol import pulsar_pb2 as pb
+
+BaseCommand = pb.BaseCommand
+MessageMetadata = pb.MessageMetadata
+
+MAGIC = 0x0E01
+"""First two bytes of a checksummed entry."""
+
+BROKER_ENTRY_METADATA_MAGIC = 0x0E02
+"""First two bytes of the optional broker-entry-metadata prefix of a delivered entry."""
+
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+"""Pulsar's default ``maxMessageSize``: the largest payload a producer may send."""
+
+FRAME_HEADROOM = 64 * 1024
+"""Bytes allowed on top of ``maxMessageSize`` for the command, checksum and MessageMetadata.
+
+Clients bound the *payload* by the ``max_message_size`` the broker announces in CONNECTED, but
+the metadata (properties, keys, encryption keys) travels in the same frame; 64 KiB of headroom
+admits any reasonable metadata while a frame still cannot grow without bound.
+"""
+
+DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MESSAGE_SIZE + FRAME_HEADROOM
+"""Largest ``total_size`` accepted by default. A hostile peer announcing a larger frame is
+refused before any of it is buffered."""
+
+_U32 = struct.Struct(">I")
+_SIZES = struct.Struct(">II")
+_MAGIC_CRC = struct.Struct(">HI")
+_MAGIC_SIZE = struct.Struct(">HI")
+
+_HEADER_SIZE = 4  # the total_size field itself
+_MIN_TOTAL_SIZE = 4  # a frame holds at least command_size
+
+# BaseCommand.Type value -> name of the BaseCommand field holding that command (the field
+# number equals the type value).
+_FIELD_FOR_TYPE: dict[int, str] = {
+    f.number: f.name for f in BaseCommand.DESCRIPTOR.fields if f.name != "type"
+}
+
+# Commands followed by an entry.
+_TYPES_WITH_ENTRY = frozenset({BaseCommand.SEND, BaseCommand.MESSAGE})
+
+
+def max_frame_size_for(max_message_size: int) -> int:
+    """Frame limit that goes with a ``maxMessageSize`` setting (config key of that name)."""
+    return max_message_size + FRAME_HEADROOM
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame.
+
+    ``entry`` holds the bytes after the command for SEND and MESSAGE (starting at the magic
+    when the sender checksummed them), and is None for every other command.
+    """
+
+    command: pb.BaseCommand
+    entry: bytes | None = None
+
+    @property
+    def type(self) -> int:
+        return self.command.type
+
+    @property
+    def type_name(self) -> str:
+        return BaseCommand.Type.Name(self.command.type)
+
+    def body(self):
+        """The command message inside the envelope (e.g. the CommandSend of a SEND)."""
+        return getattr(self.command, _FIELD_FOR_TYPE[self.command.type])
+
+
+def _protocol_error(
+    message: str,
+    *,
+    command: pb.BaseCommand | None = None,
+    command_type: int | None = None,
+    cls: type[ProtocolError] = ProtocolError,
+    server_error: ServerError | None = None,
+    peer_fault: bool = True,
+) -> ProtocolError:
+    err = cls(message)
+    err.command = command  # the parsed command when there was one (its request_id helps answer)
+    err.command_type = command_type
+    err.peer_fault = peer_fault
+    if server_error is not None:
+        err.server_error = server_error
+    return err
+
+
+class FrameDecoder:
+    """Split a byte stream into :class:`Frame` objects.
+
+    ``feed(data)`` appends bytes and returns every frame they complete, in order; a partial
+    frame waits for more bytes. After a ProtocolError the decoder is broken: every further
+    ``feed`` raises the same error, so a caller cannot accidentally carry on mid-stream.
+
+    Args:
+        max_frame_size: largest ``total_size`` accepted; see :data:`DEFAULT_MAX_FRAME_SIZE` and
+            :func:`max_frame_size_for`.
+        verify_checksums: also verify the CRC of every checksummed entry and raise
+            ChecksumError (fatal, like any decoder error). Off by default; see the module notes.
+    """
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, verify_checksums: bool = False):
+        if max_frame_size < 8:
+            raise ValueError("max_frame_size must leave room for the size fields")
+        self.max_frame_size = max_frame_size
+        self.verify_checksums = verify_checksums
+        self._buffer = bytearray()
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        if self._error is not None:
+            raise self._error
+        buf = self._buffer
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        try:
+            while end - pos >= _HEADER_SIZE:
+                (total,) = _U32.unpack_from(buf, pos)
+                if total > self.max_frame_size:
+                    raise _protocol_error(
+                        f"frame of {total} bytes exceeds the limit of {self.max_frame_size} bytes",
+                        server_error=ServerError.NotAllowedError,
+                    )
+                if total < _MIN_TOTAL_SIZE:
+                    raise _protocol_error(f"frame size {total} is too small to hold a command")
+                if end - pos - _HEADER_SIZE < total:
+                    break  # wait for the rest of the frame
+                start = pos + _HEADER_SIZE
+                frames.append(self._decode_frame(memoryview(buf)[start : start + total]))
+                pos = start + total
+        except ProtocolError as err:
+            # Frames decoded before the bad one are dropped with the stream: the connection
+            # is closing and nothing after a framing error can be trusted.
+            self._error = err
+            self._buffer = bytearray()
+            raise
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def _decode_frame(self, frame: memoryview) -> Frame:
+        try:
+            (cmd_size,) = _U32.unpack_from(frame, 0)
+            if cmd_size > len(frame) - 4:
+                raise _protocol_error(
+                    f"command size {cmd_size} exceeds its frame ({len(frame) - 4} bytes left)"
+                )
+            command = decode_command(frame[4 : 4 + cmd_size])
+            rest = frame[4 + cmd_size :]
+            if command.type in _TYPES_WITH_ENTRY:
+                if not len(rest):
+                    raise _protocol_error(
+                        f"{BaseCommand.Type.Name(command.type)} frame without an entry",
+                        command=command, command_type=command.type,
+                    )
+                entry = bytes(rest)
+                if self.verify_checksums:
+                    _verify_if_checksummed(entry, command)
+                return Frame(command, entry)
+            if len(rest):
+                raise _protocol_error(
+                    f"{BaseCommand.Type.Name(command.type)} frame carries {len(rest)} unexpected "
+                    "bytes after the command",
+                    command=command, command_type=command.type,
+                )
+            return Frame(command, None)
+        finally:
+            frame.release()
+
+
+def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
+    """Parse and validate one BaseCommand (without the size prefixes).
+
+    Raises:
+        ProtocolError: undecodable protobuf, a missing or unknown type, the command for the type
+            absent, or required fields missing. ``err.command_type`` carries the type number
+            when one was read (also for types we do not know); ``err.command`` the parsed
+            command when there was one.
+    """
+    command = BaseCommand()
+    try:
+        command.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise _protocol_error(f"undecodable command: {exc}") from exc
+    if not command.HasField("type"):
+        unknown = _unknown_type_number(command)
+        if unknown is not None:
+            raise _protocol_error(
+                f"unknown command type {unknown}", command_type=unknown,
+                server_error=ServerError.UnsupportedVersionError,
+            )
+        raise _protocol_error("command without a type")
+    ctype = command.type
+    field = _FIELD_FOR_TYPE.get(ctype)
+    if field is None:  # a Type value declared without its field: a bug in our .proto
+        raise _protocol_error(f"command type {ctype} has no field", command_type=ctype, peer_fault=False)
+    if not command.HasField(field):
+        body = getattr(command, field)
+        if not body.IsInitialized():
+            raise _protocol_error(
+                f"{BaseCommand.Type.Name(ctype)} without its command",
+                command=command, command_type=ctype,
+            )
+        # PING and PONG have empty commands; a sender may leave them out entirely.
+        body.SetInParent()
+    if not command.IsInitialized():
+        missing = ", ".join(command.FindInitializationErrors())
+        raise _protocol_error(
+            f"{BaseCommand.Type.Name(ctype)} lacks required fields: {missing}",
+            command=command, command_type=ctype,
+        )
+    return command
+
+
+def _unknown_type_number(command: pb.BaseCommand) -> int | None:
+    """The value of field 1 when it held a Type we do not know (kept as an unknown field)."""
+    try:
+        from google.protobuf import unknown_fields
+    except ImportError:  # pragma: no cover - older protobuf runtimes
+        return None
+    for field in unknown_fields.UnknownFieldSet(command):
+        if field.field_number == 1 and field.wire_type == 0:
+            return field.data
+    return None
+
+
+def encode_command(command: pb.BaseCommand) -> bytes:
+    """Frame a command that carries no entry."""
+    data = _serialize(command)
+    return _SIZES.pack(len(data) + 4, len(data)) + data
+
+
+def encode_with_entry(command: pb.BaseCommand, entry: bytes) -> bytes:
+    """Frame a SEND or MESSAGE command followed by ``entry`` (sent as it is)."""
+    data = _serialize(command)
+    return b"".join((_SIZES.pack(len(data) + 4 + len(entry), len(data)), data, entry))
+
+
+def _serialize(command: pb.BaseCommand) -> bytes:
+    try:
+        return command.SerializeToString()
+    except EncodeError as exc:
+        # We built an incomplete command: our bug, not the peer's.
+        raise _protocol_error(f"cannot encode command: {exc}", peer_fault=False,
+                              server_error=ServerError.UnknownError) from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries
+# ---------------------------------------------------------------------------------------------
+
+
+def crc32c(data: bytes | memoryview) -> int:
+    """CRC32C (Castagnoli), the checksum Pulsar entries carry."""
+    return _crc32c.crc32c(data)
+
+
+def build_entry(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    """``[magic][crc32c][metadata_size][metadata][payload]`` for ``metadata`` and ``payload``."""
+    md = metadata.SerializeToString()
+    body = b"".join((_U32.pack(len(md)), md, payload))
+    return _MAGIC_CRC.pack(MAGIC, _crc32c.crc32c(body)) + body
+
+
+def is_checksummed(entry: bytes) -> bool:
+    # Without the magic an entry starts with metadata_size; a size starting 0x0e01 would be
+    # over 235 MB, far above any frame limit, so the two layouts cannot be confused.
+    return len(entry) >= 2 and entry[0] == 0x0E and entry[1] == 0x01
+
+
+def ensure_checksummed(entry: bytes) -> bytes:
+    """Return ``entry`` with magic and CRC: verified when present, added when absent.
+
+    Raises:
+        ChecksumError: the entry carries a CRC that does not match its bytes.
+        MalformedEntry: the entry is too short to hold its header.
+    """
+    if is_checksummed(entry):
+        _verify(entry)
+        return entry
+    if len(entry) < 4:
+        raise MalformedEntry(f"entry of {len(entry)} bytes is too short for a metadata size")
+    return _MAGIC_CRC.pack(MAGIC, _crc32c.crc32c(entry)) + bytes(entry)
+
+
+def verify_checksum(entry: bytes) -> bool:
+    """True if the entry carries magic and a matching CRC; False if it carries no checksum.
+
+    Raises:
+        ChecksumError: the CRC does not match.
+    """
+    if not is_checksummed(entry):
+        return False
+    _verify(entry)
+    return True
+
+
+def _verify(entry: bytes) -> None:
+    if len(entry) < 6:
+        raise MalformedEntry(f"checksummed entry of {len(entry)} bytes is too short")
+    (expected,) = _U32.unpack_from(entry, 2)
+    actual = _crc32c.crc32c(memoryview(entry)[6:])
+    if actual != expected:
+        raise ChecksumError(f"entry checksum mismatch: carried {expected:#010x}, computed {actual:#010x}")
+
+
+def _verify_if_checksummed(entry: bytes, command: pb.BaseCommand) -> None:
+    try:
+        if is_checksummed(entry):
+            _verify(entry)
+    except (ChecksumError, MalformedEntry) as err:
+        err.command = command
+        err.command_type = command.type
+        raise
+
+
+def strip_broker_entry_metadata(entry: bytes) -> tuple[pb.BrokerEntryMetadata | None, bytes]:
+    """Split off a ``0x0e02`` broker-entry-metadata prefix, if the entry has one."""
+    if len(entry) >= 2 and entry[0] == 0x0E and entry[1] == 0x02:
+        if len(entry) < 6:
+            raise MalformedEntry("truncated broker entry metadata")
+        (size,) = _U32.unpack_from(entry, 2)
+        if size > len(entry) - 6:
+            raise MalformedEntry(f"broker entry metadata of {size} bytes exceeds the entry")
+        bem = pb.BrokerEntryMetadata()
+        try:
+            bem.ParseFromString(memoryview(entry)[6 : 6 + size])
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            raise MalformedEntry(f"undecodable broker entry metadata: {exc}") from exc
+        return bem, bytes(memoryview(entry)[6 + size :])
+    return None, entry
+
+
+def parse_entry(entry: bytes, verify_checksum: bool = True) -> tuple[pb.MessageMetadata, bytes]:
+    """Split an entry into its MessageMetadata and its (still compressed) payload.
+
+    Accepts checksummed and unchecksummed entries, and skips a broker-entry-metadata prefix.
+    Pass ``verify_checksum=False`` when the CRC was already checked (e.g. right after
+    :func:`ensure_checksummed`), to spare a second pass over the bytes.
+
+    Raises:
+        ChecksumError: ``verify_checksum`` and the CRC does not match.
+        MalformedEntry: truncated, sizes out of range, or metadata that does not decode or
+            lacks required fields.
+    """
+    _, entry = strip_broker_entry_metadata(entry)
+    view = memoryview(entry)
+    offset = 0
+    if is_checksummed(entry):
+        if verify_checksum:
+            _verify(entry)
+        offset = 6
+    if len(view) - offset < 4:
+        raise MalformedEntry("entry too short for its metadata size")
+    (md_size,) = _U32.unpack_from(view, offset)
+    offset += 4
+    if md_size > len(view) - offset:
+        raise MalformedEntry(f"metadata size {md_size} exceeds the entry ({len(view) - offset} bytes left)")
+    metadata = pb.MessageMetadata()
+    try:
+        metadata.ParseFromString(view[offset : offset + md_size])
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise MalformedEntry(f"undecodable message metadata: {exc}") from exc
+    if not metadata.IsInitialized():
+        missing = ", ".join(metadata.FindInitializationErrors())
+        raise MalformedEntry(f"message metadata lacks required fields: {missing}")
+    return metadata, bytes(view[offset + md_size :])
+
+
+def parse_metadata(entry: bytes) -> pb.MessageMetadata:
+    """Just the MessageMetadata of an entry, without checking its CRC."""
+    return parse_entry(entry, verify_checksum=False)[0]
