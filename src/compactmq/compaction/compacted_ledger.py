@@ -1,0 +1,338 @@
+"""The compacted ledger: surviving entries, each stored next to its original id.
+
+File layout (all integers big-endian)::
+
+    header   b"CMQCLED1"
+    records  n x  [u32 length][i64 ledger_id][i64 entry_id][entry bytes (length)]
+    index    n x  [i64 ledger_id][i64 entry_id][u64 record offset][u32 length]     (28 bytes each)
+    trailer  [u64 index offset][u64 n][u32 crc32c of the index][u32 0][b"CMQCLEND"]  (32 bytes)
+
+Records are in strictly increasing id order, so a reader binary-searches the index for the first
+id >= a position. The id travels with every record as well, so the file can be rebuilt from its
+records alone. A file is complete only once its trailer is written and flushed; a file without a
+valid trailer was left by a crashed run and is never read (the metadata store never named it).
+
+Files are read through ``pyarrow.fs`` so a Spark executor on another machine can read a compacted
+ledger from shared storage. The records of a file may be produced as separate *parts* (one per
+phase-two task) and concatenated by the driver in id order, see ``concatenate_parts``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+from urllib.parse import quote
+
+import numpy as np
+
+from ..errors import StorageError
+
+HEADER = b"CMQCLED1"
+TRAILER_MAGIC = b"CMQCLEND"
+RECORD_HEADER = struct.Struct(">Iqq")  # length, ledger_id, entry_id
+TRAILER = struct.Struct(">QQII8s")
+INDEX_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("offset", ">u8"), ("length", ">u4")])
+SUFFIX = ".cled"
+_NAME = re.compile(r"^(\d+)\.cled$")
+
+
+def _crc32c(data) -> int:
+    import crc32c
+
+    return crc32c.crc32c(data)
+
+
+def _position(ledger_id: int, entry_id: int):
+    try:
+        from ..storage import Position
+    except ImportError:  # storage not importable: positions are plain tuples
+        return (ledger_id, entry_id)
+    return Position(ledger_id, entry_id)
+
+
+# --- where files live ------------------------------------------------------------------------
+
+
+def topic_dir(data_dir, topic: str) -> str:
+    """Directory of a topic's compacted ledgers: ``{data_dir}/compacted/{quoted topic}``."""
+    return os.path.join(str(data_dir), "compacted", quote(topic, safe=""))
+
+
+def compacted_ledger_path(data_dir, topic: str, ledger_id: int) -> str:
+    """Path of compacted ledger ``ledger_id`` of ``topic`` (what the broker opens by id)."""
+    return os.path.join(topic_dir(data_dir, topic), f"{ledger_id}{SUFFIX}")
+
+
+def list_compacted_ledgers(data_dir, topic: str) -> list[int]:
+    d = topic_dir(data_dir, topic)
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return []
+    return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
+
+
+def _filesystem(path: str):
+    """``(pyarrow FileSystem, path inside it)``; plain paths use the local filesystem."""
+    from pyarrow import fs
+
+    if "://" in path:
+        return fs.FileSystem.from_uri(path)
+    return fs.LocalFileSystem(use_mmap=True), path
+
+
+def read_file_bytes(path: str):
+    """Whole file as a ``pyarrow.Buffer`` read through ``pyarrow.fs`` (memory-mapped locally)."""
+    filesystem, p = _filesystem(path)
+    with filesystem.open_input_file(p) as f:
+        return f.read_buffer()
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+class CompactedLedgerWriter:
+    """Writes one compacted ledger file. ``finish()`` writes index and trailer, then fsyncs.
+
+    Local paths only for writing (``fsync`` is what makes the commit that follows safe).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._f = open(path, "wb")
+        self._f.write(HEADER)
+        self._offset = len(HEADER)
+        self._index: list[np.ndarray] = []
+        self._pending: list[tuple] = []
+        self._last: Optional[tuple] = None
+        self.count = 0
+
+    def append(self, ledger_id: int, entry_id: int, data: bytes) -> None:
+        pos = (ledger_id, entry_id)
+        if self._last is not None and pos <= self._last:
+            raise StorageError(f"compacted ledger ids must increase: {pos} after {self._last}")
+        self._last = pos
+        self._f.write(RECORD_HEADER.pack(len(data), ledger_id, entry_id))
+        self._f.write(data)
+        self._pending.append((ledger_id, entry_id, self._offset, len(data)))
+        self._offset += RECORD_HEADER.size + len(data)
+        self.count += 1
+
+    def append_part(self, records_path: str, index: np.ndarray) -> None:
+        """Append a part written by ``PartWriter``: its records are copied as they are, its index
+        (offsets relative to the part) is shifted to this file."""
+        if len(index) == 0:
+            return
+        self._flush_pending()
+        first = (int(index["ledger_id"][0]), int(index["entry_id"][0]))
+        if self._last is not None and first <= self._last:
+            raise StorageError(f"compacted ledger ids must increase: {first} after {self._last}")
+        self._f.flush()
+        with open(records_path, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            _copy_range(src.fileno(), self._f.fileno(), size)
+        shifted = index.copy()
+        shifted["offset"] = shifted["offset"].astype(np.uint64) + np.uint64(self._offset)
+        self._index.append(shifted)
+        self._offset += size
+        self._f.seek(self._offset)
+        self.count += len(index)
+        self._last = (int(index["ledger_id"][-1]), int(index["entry_id"][-1]))
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            self._index.append(np.array(self._pending, dtype=INDEX_DTYPE))
+            self._pending = []
+
+    def finish(self) -> None:
+        """Write index and trailer and make the file durable (flush, fsync file and directory)."""
+        self._flush_pending()
+        index = np.concatenate(self._index) if self._index else np.zeros(0, INDEX_DTYPE)
+        raw = index.tobytes()
+        self._f.write(raw)
+        self._f.write(TRAILER.pack(self._offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        _fsync_dir(os.path.dirname(self.path) or ".")
+
+    def abort(self) -> None:
+        self._f.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _copy_range(src_fd: int, dst_fd: int, size: int) -> None:
+    copied = 0
+    while copied < size:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, size - copied)
+        except (AttributeError, OSError):
+            n = 0
+        if n == 0:  # fall back to a plain copy
+            os.lseek(src_fd, copied, os.SEEK_SET)
+            while True:
+                chunk = os.read(src_fd, 1 << 22)
+                if not chunk:
+                    return
+                os.write(dst_fd, chunk)
+        copied += n
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartWriter:
+    """Records of a contiguous id range, written by one phase-two task (no header, no trailer).
+    The index goes next to them as ``<path>.idx`` (raw ``INDEX_DTYPE`` rows, offsets relative to
+    the part)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._f = open(path, "wb", buffering=1 << 20)
+        self._offset = 0
+        self._rows: list[tuple] = []
+
+    def append(self, ledger_id: int, entry_id: int, data) -> None:
+        n = len(data)
+        self._f.write(RECORD_HEADER.pack(n, ledger_id, entry_id))
+        self._f.write(data)
+        self._rows.append((ledger_id, entry_id, self._offset, n))
+        self._offset += RECORD_HEADER.size + n
+
+    def append_many(self, ledger_ids, entry_ids, blobs: list) -> None:
+        for lid, eid, data in zip(ledger_ids, entry_ids, blobs):
+            self.append(int(lid), int(eid), data)
+
+    def close(self) -> int:
+        index = np.array(self._rows, dtype=INDEX_DTYPE) if self._rows else np.zeros(0, INDEX_DTYPE)
+        self._f.close()
+        with open(self.path + ".idx", "wb") as f:
+            f.write(index.tobytes())
+        return len(index)
+
+
+def read_part_index(path: str) -> np.ndarray:
+    with open(path + ".idx", "rb") as f:
+        return np.frombuffer(f.read(), dtype=INDEX_DTYPE)
+
+
+def concatenate_parts(path: str, parts: Iterable[str]) -> int:
+    """Build compacted ledger ``path`` from part files given in id order; returns the entry count."""
+    writer = CompactedLedgerWriter(path)
+    try:
+        for part in parts:
+            writer.append_part(part, read_part_index(part))
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.count
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class CompactedLedgerReader:
+    """Reads a finished compacted ledger. Thread-safe for reads (the buffer is immutable)."""
+
+    def __init__(self, path: str, buffer=None):
+        self.path = path
+        self._buf = buffer if buffer is not None else read_file_bytes(path)
+        data = memoryview(self._buf)
+        if len(data) < len(HEADER) + TRAILER.size or bytes(data[: len(HEADER)]) != HEADER:
+            raise StorageError(f"{path}: not a compacted ledger")
+        index_offset, n, crc, _, magic = TRAILER.unpack_from(data, len(data) - TRAILER.size)
+        if magic != TRAILER_MAGIC or index_offset + n * INDEX_DTYPE.itemsize != len(data) - TRAILER.size:
+            raise StorageError(f"{path}: compacted ledger is incomplete (no valid trailer)")
+        raw = data[index_offset : index_offset + n * INDEX_DTYPE.itemsize]
+        if _crc32c(raw) != crc:
+            raise StorageError(f"{path}: compacted ledger index checksum mismatch")
+        self._data = data
+        self.index = np.frombuffer(raw, dtype=INDEX_DTYPE)
+        self.ledger_ids = self.index["ledger_id"].astype(np.int64)
+        self.entry_ids = self.index["entry_id"].astype(np.int64)
+        self.offsets = self.index["offset"].astype(np.int64) + RECORD_HEADER.size
+        self.lengths = self.index["length"].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def buffer(self):
+        return self._buf
+
+    def position_at(self, i: int):
+        return _position(int(self.ledger_ids[i]), int(self.entry_ids[i]))
+
+    def entry_at(self, i: int) -> bytes:
+        o = int(self.offsets[i])
+        return bytes(self._data[o : o + int(self.lengths[i])])
+
+    def find(self, position) -> int:
+        """Index of the first entry with id >= ``position`` (``len(self)`` when none)."""
+        ledger_id, entry_id = int(position[0]), int(position[1])
+        lo = int(np.searchsorted(self.ledger_ids, ledger_id, side="left"))
+        hi = int(np.searchsorted(self.ledger_ids, ledger_id, side="right"))
+        return lo + int(np.searchsorted(self.entry_ids[lo:hi], entry_id, side="left"))
+
+    def read(self, start_position, n: int) -> list:
+        """Up to ``n`` ``(Position, bytes)`` with id >= ``start_position``."""
+        i = self.find(start_position)
+        return [(self.position_at(j), self.entry_at(j)) for j in range(i, min(i + max(n, 0), len(self)))]
+
+    def last(self):
+        if not len(self):
+            return None
+        return (self.position_at(len(self) - 1), self.entry_at(len(self) - 1))
+
+    def __iter__(self) -> Iterator[tuple]:
+        for j in range(len(self)):
+            yield (self.position_at(j), self.entry_at(j))
+
+    def distinct_ledger_ids(self) -> np.ndarray:
+        return np.unique(self.ledger_ids)
+
+
+def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:
+    """Delete this topic's compacted-ledger files and parts other than ledger ``keep``.
+
+    Call it only while holding the topic's compaction lock: a file not named by the metadata store
+    then belongs to no running compaction. Returns the ledger ids removed.
+    """
+    d = topic_dir(data_dir, topic)
+    removed: list[int] = []
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        full = os.path.join(d, name)
+        m = _NAME.match(name)
+        if m and keep is not None and int(m.group(1)) == keep:
+            continue
+        if m or name.endswith(".tmp") or name.startswith("run-"):
+            if os.path.isdir(full):
+                import shutil
+
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(full)
+                except FileNotFoundError:
+                    pass
+            if m:
+                removed.append(int(m.group(1)))
+    return sorted(removed)
