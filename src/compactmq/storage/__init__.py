@@ -1,0 +1,101 @@
+"""Storage: durable managed ledgers on local disk, cursors, and the SQLite metadata store.
+
+A topic is a *managed ledger*: an ordered list of *ledgers*, each an append-only file of
+entries. An entry holds the bytes a producer sent, untouched (see the contract: magic, CRC,
+metadata size, MessageMetadata, payload), so batches, compression and encryption survive.
+An entry is addressed by ``Position(ledger_id, entry_id)``; ledger ids are unique in a data
+directory (shared with compacted ledgers: ``MetadataStore.allocate_ledger_id``) and entry ids
+count from 0 in each ledger.
+
+On-disk layout
+--------------
+::
+
+    data_dir/
+      LOCK                      flock'ed by the one read-write Storage of this directory
+      metadata.db (+ -wal, -shm) SQLite in WAL mode: topics, ledgers, cursors, policies,
+                                tenants/namespaces, partitioned topics, compaction state
+      ledgers/<domain>/<tenant>/<namespace>/<topic>/
+        000000000042.log        ledger file: header, then one CRC32C-checked record per entry
+        000000000042.idx        entry index (record offsets + publish times), written at close
+      compacted/<domain>/<tenant>/<namespace>/<topic>/
+                                compacted ledgers (owned by the compaction layer)
+
+Name parts are percent-encoded (dots too), so any valid topic name is one safe directory.
+The byte formats are documented at the top of ``ledger_file.py``, whose functions are pure
+(bytes and file objects in, arrays out) so Spark tasks read ledgers without a ``Storage``.
+
+Durability rules
+----------------
+* An append returns only once its entry is durable: with ``managedLedgerSyncData=true`` (the
+  default) after ``fdatasync``; concurrent appends and ``append_many`` share one sync (group
+  commit, waiting at most ``managedLedgerGroupCommitMaxDelayMicros`` for writers mid-write).
+  With ``false``, after the write reached the page cache (safe from a process crash only).
+* Readers see only durable entries, so nothing a reader saw can vanish in a crash.
+* A ledger is closed by: fsync its file, write its index (tmp + fsync + rename), then ONE
+  metadata transaction marks it CLOSED and records the next ledger OPEN; then the next file is
+  created and fsynced with its directory. Ledger rows commit with ``synchronous=FULL``.
+* Every metadata change that spans rows is one SQLite transaction (rollover, topic deletion,
+  ``commit_compaction`` which swaps the compacted ledger, its horizon and the ``__compaction``
+  cursor together). Cursor updates commit without waiting for the WAL fsync: after a power
+  cut a cursor may step back (messages are redelivered), never forward.
+
+Crash recovery (``Storage.open_managed_ledger``)
+------------------------------------------------
+Every ledger the metadata store still records OPEN is scanned from its header; the first
+record that is short, out of sequence or fails its CRC32C marks the torn tail, which is cut
+off (``ftruncate`` + fsync). Records before it were all written completely, so every
+acknowledged entry survives and no damaged or half-written one is ever returned. The ledger
+gets its index and is recorded CLOSED; empty ledgers and files unknown to the metadata store
+(a crash between the file step and the metadata step) are deleted; a damaged or missing
+index of a CLOSED ledger is rebuilt from its file. A new ledger is then opened for appends.
+
+Retention follows Pulsar: see ``ManagedLedger.trim_to_retention``.
+
+Public API: ``Storage``, ``ManagedLedger``, ``Cursor``, ``MetadataStore``, ``Position``,
+``LedgerInfo``, ``CompactionState`` and the policy-key constants.
+"""
+
+from .cursor import Cursor
+from .engine import Storage
+from .managed_ledger import ManagedLedger
+from .metadata import (
+    COMPACTION_CURSOR,
+    COMPACTION_RETENTION_MODE,
+    COMPACTION_STRATEGY,
+    COMPACTION_THRESHOLD,
+    ERROR,
+    NOT_RUN,
+    RETAIN_NULL_KEY,
+    RETENTION_SIZE_MB,
+    RETENTION_TIME_MINUTES,
+    RUNNING,
+    SUCCESS,
+    CompactionState,
+    MetadataStore,
+)
+from .position import EARLIEST, LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
+
+__all__ = [
+    "COMPACTION_CURSOR",
+    "COMPACTION_RETENTION_MODE",
+    "COMPACTION_STRATEGY",
+    "COMPACTION_THRESHOLD",
+    "CompactionState",
+    "Cursor",
+    "EARLIEST",
+    "ERROR",
+    "LEDGER_CLOSED",
+    "LEDGER_OPEN",
+    "LedgerInfo",
+    "ManagedLedger",
+    "MetadataStore",
+    "NOT_RUN",
+    "Position",
+    "RETAIN_NULL_KEY",
+    "RETENTION_SIZE_MB",
+    "RETENTION_TIME_MINUTES",
+    "RUNNING",
+    "SUCCESS",
+    "Storage",
+]

@@ -1,0 +1,162 @@
+"""Storage: the entry point to a data directory (ledgers, compacted ledgers, metadata.db)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+from urllib.parse import quote
+
+from ..config import Config, load_config
+from ..errors import StorageError, TopicNotFound
+from ..naming import TopicName, canonical
+from .managed_ledger import ManagedLedger
+from .metadata import MetadataStore
+
+LOCK_FILE = "LOCK"
+METADATA_FILE = "metadata.db"
+LEDGERS_DIR = "ledgers"
+COMPACTED_DIR = "compacted"
+
+
+def _path_component(text: str) -> str:
+    """A name part as one safe directory name: percent-encoded (dots too, so '.' and '..'
+    cannot escape), and shortened with a hash when it would pass filesystem limits."""
+    enc = quote(text, safe="-_=:").replace(".", "%2E")
+    if len(enc) > 200:
+        enc = enc[:150] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    return enc
+
+
+def topic_relpath(topic: str) -> str:
+    """``persistent://t/ns/x`` -> ``persistent/t/ns/x`` (each part encoded)."""
+    tn = TopicName.parse(topic)
+    return os.path.join(*(_path_component(p) for p in (tn.domain, tn.tenant, tn.namespace, tn.local_name)))
+
+
+class Storage:
+    """One data directory. One read-write ``Storage`` per directory at a time (a lock file
+    enforces it); ``read_only=True`` opens it beside the writer (a ``compact-topic`` job):
+    ledgers are read as they are, nothing is recovered or deleted, appends are refused,
+    while the metadata store stays writable (compaction commits go through it).
+
+    ``clock`` returns milliseconds since the epoch (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        config: Config | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        read_only: bool = False,
+    ):
+        self.data_dir = Path(data_dir)
+        self.config = config if config is not None else load_config()
+        self.read_only = read_only
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._lock = threading.RLock()
+        self._mls: dict[str, ManagedLedger] = {}
+        self._lock_fd: int | None = None
+        self._closed = False
+        try:
+            (self.data_dir / LEDGERS_DIR).mkdir(parents=True, exist_ok=True)
+            (self.data_dir / COMPACTED_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create data directory {self.data_dir}: {e}") from e
+        if not read_only:
+            self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise StorageError(f"data directory {self.data_dir} is in use by another process") from None
+        self.metadata = MetadataStore(self.data_dir / METADATA_FILE, clock=self._clock)
+        self.metadata.add_listener(self._on_metadata_event)
+
+    # --- paths -----------------------------------------------------------------------------
+
+    def topic_dir(self, topic: str) -> str:
+        return str(self.data_dir / LEDGERS_DIR / topic_relpath(canonical(topic)))
+
+    def compacted_dir(self, topic: str) -> str:
+        """Where a topic's compacted ledgers may live (storage never deletes files here)."""
+        return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
+
+    def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
+        return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
+
+    # --- managed ledgers -------------------------------------------------------------------
+
+    def open_managed_ledger(self, topic: str, create: bool = True) -> ManagedLedger:
+        """The managed ledger of ``topic`` (one object per topic per Storage).
+
+        ``TopicNotFound`` when it does not exist and ``create`` is False (or read-only)."""
+        name = canonical(topic)
+        with self._lock:
+            if self._closed:
+                raise StorageError("storage is closed")
+            ml = self._mls.get(name)
+            if ml is not None:
+                return ml
+            if not self.metadata.topic_exists(name):
+                if not create or self.read_only:
+                    raise TopicNotFound(f"topic {name} does not exist")
+                self.metadata.create_topic(name)
+            ml = ManagedLedger(name, self.topic_dir(name), self.metadata, self.config, self._clock,
+                               read_only=self.read_only, on_close=self._forget)
+            self._mls[name] = ml
+            return ml
+
+    def topics(self) -> list[str]:
+        return self.metadata.topics()
+
+    def delete_managed_ledger(self, topic: str) -> None:
+        """Delete a topic: its metadata in one transaction, then its files. ``TopicNotFound``
+        when absent. (Callers check for subscriptions first; this deletes them too.)"""
+        name = canonical(topic)
+        with self._lock:
+            ml = self._mls.pop(name, None)
+        if ml is not None:
+            ml.close()
+        self.metadata.delete_topic(name)
+        for d in (self.topic_dir(name), self.compacted_dir(name)):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _forget(self, ml: ManagedLedger) -> None:
+        with self._lock:
+            if self._mls.get(ml.topic) is ml:
+                del self._mls[ml.topic]
+
+    def _on_metadata_event(self, event: str, topic: str) -> None:
+        if event == "compaction_committed":
+            with self._lock:
+                ml = self._mls.get(topic)
+            if ml is not None and not ml.closed:
+                ml._on_compaction_committed()
+
+    def close(self) -> None:
+        """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            mls = list(self._mls.values())
+        for ml in mls:
+            ml.close()
+        self.metadata.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,373 @@
+"""The ledger file format, as pure functions over bytes and file objects.
+
+Nothing here needs a ``Storage``: a Spark task on another machine can open a ledger file through
+``pyarrow.fs`` (or any file object), read its bytes and call ``scan_entries`` / ``read_entry_at``.
+
+Ledger file ``<ledger_id>.log``
+-------------------------------
+All integers are big-endian, like the Pulsar wire format::
+
+    file header (24 bytes)
+        magic        8 bytes  b"CMQLEDG1"
+        version      u16      1
+        reserved     u16      0
+        ledger_id    u64
+        header_crc   u32      CRC32C of the 20 bytes before it
+
+    record, once per entry, entry ids 0, 1, 2 ... with no gaps
+        length       u32      number of entry bytes (``data``)
+        crc          u32      CRC32C of entry_id + publish_time_ms + data
+        entry_id     u64
+        publish_ms   i64      publish time in ms since the epoch (-1 when unknown)
+        data         length bytes, exactly what the producer sent (see contract: magic, crc,
+                              metadata size, MessageMetadata, payload) -- never touched
+
+The CRC covers the record's id and time as well as its bytes, so a torn or zero-filled tail
+(an append cut short by a crash, or blocks the filesystem extended but never wrote) fails
+the check. A reader walks records from the header and stops at the first record that is
+short, fails its CRC or carries an unexpected entry id: that is the torn tail. The writer
+truncates the file there when it reopens the ledger; a reader of a file that is still being
+written simply sees the entries that are complete.
+
+Index file ``<ledger_id>.idx`` (written once, when the ledger is closed)
+-------------------------------------------------------------------------
+::
+
+    header (44 bytes)
+        magic        8 bytes  b"CMQLIDX1"
+        version      u16      1
+        reserved     u16      0
+        ledger_id    u64
+        entry_count  u64      n
+        data_end     u64      file offset just past the last record
+        body_crc     u32      CRC32C of the body
+        header_crc   u32      CRC32C of the 40 bytes before it
+    body
+        offsets      n x u64  file offset of each record (its length field)
+        publish_ms   n x i64  publish time of each entry
+
+With the index a whole ledger is scanned with a handful of numpy operations (no per-entry
+Python); without it (the ledger still open, or the index lost) ``scan_entries`` walks the
+records one by one. An index that does not match its ledger file is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from typing import BinaryIO, NamedTuple, Union
+
+import numpy as np
+from crc32c import crc32c
+
+from ..errors import StorageError
+
+FILE_MAGIC = b"CMQLEDG1"
+INDEX_MAGIC = b"CMQLIDX1"
+FORMAT_VERSION = 1
+
+_FILE_HEADER = struct.Struct(">8sHHQ")  # + crc u32
+FILE_HEADER_SIZE = _FILE_HEADER.size + 4  # 24
+
+_RECORD_HEADER = struct.Struct(">IIQq")
+RECORD_HEADER_SIZE = _RECORD_HEADER.size  # 24
+# the CRC covers the record from entry_id on: skip length and crc
+_CRC_START = 8
+
+_INDEX_HEADER = struct.Struct(">8sHHQQQI")  # + header crc u32
+INDEX_HEADER_SIZE = _INDEX_HEADER.size + 4  # 44
+
+# A record longer than this is certainly garbage (a torn length field): Pulsar's largest frame
+# is a few MiB; we allow generous headroom rather than trusting 4 GiB from a torn header.
+MAX_ENTRY_SIZE = 256 * 1024 * 1024
+
+Source = Union[bytes, bytearray, memoryview, BinaryIO, int]
+
+
+class LedgerScan(NamedTuple):
+    """Everything a scan learns. Offsets point at records; an entry's bytes start at
+    ``offset + RECORD_HEADER_SIZE`` and are ``length`` long."""
+
+    entry_ids: np.ndarray  # int64
+    offsets: np.ndarray  # int64, record start
+    lengths: np.ndarray  # int64, entry bytes
+    publish_times: np.ndarray  # int64
+    valid_end: int  # offset just past the last good record
+    torn: bool  # bytes after valid_end (a torn tail, or a file still being written)
+
+
+class LedgerIndex(NamedTuple):
+    ledger_id: int
+    offsets: np.ndarray  # int64
+    publish_times: np.ndarray  # int64
+    data_end: int
+
+
+# --- file header ---------------------------------------------------------------------------
+
+
+def encode_file_header(ledger_id: int) -> bytes:
+    head = _FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, 0, ledger_id)
+    return head + struct.pack(">I", crc32c(head))
+
+
+def decode_file_header(buf: bytes | memoryview) -> int:
+    """The ledger id in a file header; ``StorageError`` when the header is not ours or damaged."""
+    if len(buf) < FILE_HEADER_SIZE:
+        raise StorageError(f"ledger file too short for a header ({len(buf)} bytes)")
+    head = bytes(buf[: _FILE_HEADER.size])
+    magic, version, _, ledger_id = _FILE_HEADER.unpack(head)
+    (crc,) = struct.unpack_from(">I", buf, _FILE_HEADER.size)
+    if magic != FILE_MAGIC or crc != crc32c(head):
+        raise StorageError("not a compactmq ledger file (bad magic or header checksum)")
+    if version != FORMAT_VERSION:
+        raise StorageError(f"ledger file format version {version} is not supported")
+    return ledger_id
+
+
+# --- records -------------------------------------------------------------------------------
+
+
+def encode_record(entry_id: int, publish_time_ms: int, data: bytes | memoryview) -> bytes:
+    tail = struct.pack(">Qq", entry_id, publish_time_ms)
+    crc = crc32c(data, crc32c(tail))
+    return struct.pack(">II", len(data), crc) + tail + bytes(data)
+
+
+def encode_record_header(entry_id: int, publish_time_ms: int, data: bytes | memoryview) -> bytes:
+    """The 24 bytes that go before ``data`` (so a writer can ``pwritev`` without copying data)."""
+    tail = struct.pack(">Qq", entry_id, publish_time_ms)
+    return struct.pack(">II", len(data), crc32c(data, crc32c(tail))) + tail
+
+
+def record_size(data_length: int) -> int:
+    return RECORD_HEADER_SIZE + data_length
+
+
+def _empty_scan(valid_end: int, torn: bool) -> LedgerScan:
+    z = np.zeros(0, dtype=np.int64)
+    return LedgerScan(z, z.copy(), z.copy(), z.copy(), valid_end, torn)
+
+
+def scan_records(
+    buf: bytes | bytearray | memoryview,
+    *,
+    index: bytes | memoryview | LedgerIndex | None = None,
+    verify_crc: bool = True,
+    start_offset: int = FILE_HEADER_SIZE,
+    first_entry_id: int = 0,
+) -> LedgerScan:
+    """Scan the records of a whole ledger file held in ``buf``.
+
+    ``buf`` starts at the file header (checked when ``start_offset`` is the header size).
+    With ``index`` (the ``.idx`` bytes or a decoded ``LedgerIndex``) the scan is vectorised;
+    an index that disagrees with ``buf`` is ignored. Stops at the torn tail, never raises for it.
+    """
+    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+    if start_offset == FILE_HEADER_SIZE and first_entry_id == 0:
+        decode_file_header(mv)
+    if index is not None:
+        scan = _scan_with_index(mv, index, verify_crc)
+        if scan is not None:
+            return scan
+    return _walk(mv, verify_crc, start_offset, first_entry_id)
+
+
+def scan_entries(
+    buf: bytes | bytearray | memoryview,
+    *,
+    index: bytes | memoryview | LedgerIndex | None = None,
+    verify_crc: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(entry_ids, offsets, lengths)`` of every complete entry in a ledger file's bytes.
+
+    Offsets point at records; the entry bytes are ``buf[o + RECORD_HEADER_SIZE : ... + length]``
+    (``entry_bytes`` does the slicing).
+    """
+    scan = scan_records(buf, index=index, verify_crc=verify_crc)
+    return scan.entry_ids, scan.offsets, scan.lengths
+
+
+def entry_bytes(buf: bytes | memoryview, offset: int, length: int) -> bytes:
+    start = int(offset) + RECORD_HEADER_SIZE
+    return bytes(buf[start : start + int(length)])
+
+
+def _walk(mv: memoryview, verify_crc: bool, offset: int, entry_id: int) -> LedgerScan:
+    end = len(mv)
+    unpack = _RECORD_HEADER.unpack_from
+    ids: list[int] = []
+    offs: list[int] = []
+    lens: list[int] = []
+    pts: list[int] = []
+    while offset + RECORD_HEADER_SIZE <= end:
+        length, crc, eid, pt = unpack(mv, offset)
+        stop = offset + RECORD_HEADER_SIZE + length
+        if eid != entry_id or length > MAX_ENTRY_SIZE or stop > end:
+            break
+        if verify_crc and crc32c(mv[offset + _CRC_START : stop]) != crc:
+            break
+        ids.append(eid)
+        offs.append(offset)
+        lens.append(length)
+        pts.append(pt)
+        entry_id += 1
+        offset = stop
+    return LedgerScan(
+        np.asarray(ids, dtype=np.int64),
+        np.asarray(offs, dtype=np.int64),
+        np.asarray(lens, dtype=np.int64),
+        np.asarray(pts, dtype=np.int64),
+        offset,
+        offset != end,
+    )
+
+
+def _gather_be(arr: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian unsigned integers of ``width`` bytes at each position of a uint8 array."""
+    idx = positions[:, None] + np.arange(width, dtype=np.int64)
+    raw = np.ascontiguousarray(arr[idx])
+    return raw.view(f">u{width}").reshape(-1).astype(np.int64)
+
+
+def _scan_with_index(mv: memoryview, index, verify_crc: bool) -> LedgerScan | None:
+    try:
+        idx = index if isinstance(index, LedgerIndex) else decode_index(index)
+    except StorageError:
+        return None
+    n = len(idx.offsets)
+    if idx.data_end > len(mv):
+        return None
+    if n == 0:
+        return _empty_scan(idx.data_end, idx.data_end != len(mv))
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    offsets = idx.offsets
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = offsets[1:]
+    ends[-1] = idx.data_end
+    lengths = ends - offsets - RECORD_HEADER_SIZE
+    if offsets[0] != FILE_HEADER_SIZE or (lengths < 0).any():
+        return None
+    # the index must agree with the length and entry-id fields of every record
+    if not np.array_equal(_gather_be(arr, offsets, 4), lengths):
+        return None
+    ids = np.arange(n, dtype=np.int64)
+    if not np.array_equal(_gather_be(arr, offsets + 8, 8), ids):
+        return None
+    if verify_crc:
+        crcs = _gather_be(arr, offsets + 4, 4)
+        for i in range(n):
+            o = int(offsets[i])
+            if crc32c(mv[o + _CRC_START : int(ends[i])]) != crcs[i]:
+                raise StorageError(f"ledger {idx.ledger_id}: entry {i} fails its CRC32C")
+    return LedgerScan(ids, offsets.copy(), lengths, idx.publish_times.copy(), idx.data_end,
+                      idx.data_end != len(mv))
+
+
+def read_entry_at(src: Source, offset: int, verify_crc: bool = True) -> tuple[int, int, bytes]:
+    """``(entry_id, publish_time_ms, data)`` of the record at ``offset``.
+
+    ``src`` is the file's bytes, a seekable binary file object (e.g. a ``pyarrow`` input
+    file) or an OS file descriptor (read with ``pread``, safe from many threads).
+    ``StorageError`` when the record is incomplete or fails its CRC.
+    """
+    head = _read(src, offset, RECORD_HEADER_SIZE)
+    if len(head) < RECORD_HEADER_SIZE:
+        raise StorageError(f"no complete record at offset {offset}")
+    length, crc, eid, pt = _RECORD_HEADER.unpack(head)
+    if length > MAX_ENTRY_SIZE:
+        raise StorageError(f"record at offset {offset} has an impossible length {length}")
+    data = _read(src, offset + RECORD_HEADER_SIZE, length)
+    if len(data) < length:
+        raise StorageError(f"record at offset {offset} is truncated")
+    if verify_crc and crc32c(data, crc32c(head[_CRC_START:])) != crc:
+        raise StorageError(f"entry {eid} at offset {offset} fails its CRC32C")
+    return eid, pt, data
+
+
+def read_records(src: Source, start: int, end: int) -> bytes:
+    """The raw bytes ``[start, end)`` of a ledger file (a run of whole records)."""
+    return _read(src, start, end - start)
+
+
+def parse_records(
+    blob: bytes | memoryview, base_offset: int, offsets, first_entry_id: int, verify_crc: bool = True
+) -> list[tuple[int, int, bytes]]:
+    """Split a run of records read in one go (``read_records``) into ``(entry_id, publish_ms,
+    data)``; ``offsets`` are the file offsets of those records."""
+    mv = memoryview(blob)
+    out = []
+    unpack = _RECORD_HEADER.unpack_from
+    for i, off in enumerate(offsets):
+        o = int(off) - base_offset
+        if o + RECORD_HEADER_SIZE > len(mv):
+            raise StorageError(f"record at offset {off} is truncated")
+        length, crc, eid, pt = unpack(mv, o)
+        stop = o + RECORD_HEADER_SIZE + length
+        if stop > len(mv) or eid != first_entry_id + i:
+            raise StorageError(f"record at offset {off} is truncated or out of place")
+        if verify_crc and crc32c(mv[o + _CRC_START : stop]) != crc:
+            raise StorageError(f"entry {eid} at offset {off} fails its CRC32C")
+        out.append((eid, pt, bytes(mv[o + RECORD_HEADER_SIZE : stop])))
+    return out
+
+
+def _read(src: Source, offset: int, n: int) -> bytes:
+    if isinstance(src, int):
+        chunks = []
+        while n > 0:
+            chunk = os.pread(src, n, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            n -= len(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src[offset : offset + n])
+    src.seek(offset)
+    return src.read(n)
+
+
+def read_file(src: BinaryIO) -> bytes:
+    """All bytes of an open file object (e.g. ``pyarrow.fs.FileSystem.open_input_file``)."""
+    src.seek(0, io.SEEK_SET)
+    return src.read()
+
+
+# --- index ---------------------------------------------------------------------------------
+
+
+def encode_index(ledger_id: int, offsets, publish_times, data_end: int) -> bytes:
+    offs = np.asarray(offsets, dtype=np.int64).astype(">u8")
+    pts = np.asarray(publish_times, dtype=np.int64).astype(">i8")
+    if len(offs) != len(pts):
+        raise ValueError("offsets and publish_times differ in length")
+    body = offs.tobytes() + pts.tobytes()
+    head = _INDEX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, 0, ledger_id, len(offs), data_end, crc32c(body))
+    return head + struct.pack(">I", crc32c(head)) + body
+
+
+def decode_index(buf: bytes | memoryview) -> LedgerIndex:
+    """``StorageError`` when the bytes are not a complete, intact index."""
+    mv = memoryview(buf).cast("B")
+    if len(mv) < INDEX_HEADER_SIZE:
+        raise StorageError("index file too short")
+    head = bytes(mv[: _INDEX_HEADER.size])
+    magic, version, _, ledger_id, n, data_end, body_crc = _INDEX_HEADER.unpack(head)
+    (head_crc,) = struct.unpack_from(">I", mv, _INDEX_HEADER.size)
+    if magic != INDEX_MAGIC or head_crc != crc32c(head) or version != FORMAT_VERSION:
+        raise StorageError("not a compactmq ledger index (bad magic, version or checksum)")
+    body = mv[INDEX_HEADER_SIZE:]
+    if len(body) != 16 * n or crc32c(body) != body_crc:
+        raise StorageError(f"index of ledger {ledger_id} is damaged")
+    offsets = np.frombuffer(body, dtype=">u8", count=n).astype(np.int64)
+    pts = np.frombuffer(body, dtype=">i8", count=n, offset=8 * n).astype(np.int64)
+    return LedgerIndex(ledger_id, offsets, pts, data_end)
+
+
+def index_path_for(ledger_path: str) -> str:
+    """``.../000000000042.log`` -> ``.../000000000042.idx``."""
+    root, _ = os.path.splitext(ledger_path)
+    return root + ".idx"

@@ -1,0 +1,908 @@
+"""ManagedLedger: one topic's entries, as an ordered list of ledger files plus cursors.
+
+Writing (one writer per topic per data directory; the Storage holds a lock file):
+
+* ``append``/``append_many`` write each entry's record into the current ledger file with one
+  ``pwritev`` under the ledger's lock, then wait until it is durable. Durable means: fdatasync
+  returned after the record was written (``managedLedgerSyncData=true``), else written to the
+  page cache (survives a process crash, not a power cut).
+* Group commit: the first appender that finds no sync in progress becomes the leader; it
+  waits for appenders that are part-way through writing (at most
+  ``managedLedgerGroupCommitMaxDelayMicros``), then one fdatasync covers every record written
+  before it started. Appenders that arrive while it syncs are covered by the next leader.
+* Readers see an entry only once it is durable (the "last confirmed" entry, as BookKeeper's
+  LAC), so no reader sees an entry that a crash could take back.
+* Rollover (entries, size or age past the config limits; checked before each append): fsync
+  the file, write its index, then in ONE metadata transaction record it CLOSED and the next
+  ledger OPEN; then create the new file (header fsynced, directory fsynced).
+
+Opening a managed ledger recovers it: every ledger still OPEN in the metadata store (the
+broker stopped without closing it) is scanned, its torn tail (a record that is short or fails
+its CRC) cut off with ``ftruncate`` + fsync, its index written and the ledger recorded CLOSED.
+Empty ledgers and files the metadata store does not know (a crash between steps) are removed.
+Then a new ledger is opened for writing, as Pulsar does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from array import array
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import NotAllowed, NotFound, StorageError
+from . import ledger_file as lf
+from .cursor import Cursor, RangeSet
+from .metadata import COMPACTION_CURSOR, RETENTION_SIZE_MB, RETENTION_TIME_MINUTES, MetadataStore
+from .position import EARLIEST, LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+
+MiB = 1024 * 1024
+# Read file descriptors kept open per managed ledger (closed ledgers are opened on demand).
+MAX_OPEN_READ_FDS = 32
+# pwritev takes at most IOV_MAX buffers per call.
+_IOV_MAX = 1024
+
+
+class _Ledger:
+    """In-memory state of one ledger. ``offsets``/``publish_times`` are loaded lazily for
+    closed ledgers (from the ``.idx`` file) and grow in place for the current one."""
+
+    __slots__ = ("ledger_id", "path", "state", "created_ms", "closed_ms", "count", "size",
+                 "first_pt", "last_pt", "offsets", "publish_times", "data_end", "write_fd",
+                 "read_fd", "seq_base")
+
+    def __init__(self, ledger_id: int, path: str, state: str, created_ms: int, closed_ms: int | None = None,
+                 count: int = 0, size: int = 0, first_pt: int | None = None, last_pt: int | None = None):
+        self.ledger_id = ledger_id
+        self.path = path
+        self.state = state
+        self.created_ms = created_ms
+        self.closed_ms = closed_ms
+        self.count = count
+        self.size = size
+        self.first_pt = first_pt
+        self.last_pt = last_pt
+        self.offsets: Any = None
+        self.publish_times: Any = None
+        self.data_end = lf.FILE_HEADER_SIZE
+        self.write_fd: int | None = None
+        self.read_fd: int | None = None
+        self.seq_base = 0
+
+    def end_of(self, k: int) -> int:
+        """File offset just past entry ``k``'s record."""
+        return int(self.offsets[k + 1]) if k + 1 < self.count else self.data_end
+
+    def bytes_between(self, lo: int, hi: int) -> int:
+        """Entry bytes (framing excluded) of entries ``[lo, hi)``."""
+        if hi <= lo:
+            return 0
+        return self.end_of(hi - 1) - int(self.offsets[lo]) - lf.RECORD_HEADER_SIZE * (hi - lo)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwritev_all(fd: int, buffers: list[bytes], offset: int) -> None:
+    i = 0
+    while i < len(buffers):
+        chunk = buffers[i : i + _IOV_MAX]
+        want = sum(len(b) for b in chunk)
+        done = os.pwritev(fd, chunk, offset)
+        if done < want:  # short write: finish the rest the slow way
+            rest = b"".join(chunk)[done:]
+            while rest:
+                n = os.pwrite(fd, rest, offset + done)
+                if n <= 0:
+                    raise OSError("short write")
+                rest = rest[n:]
+                done += n
+        offset += want
+        i += _IOV_MAX
+
+
+def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
+    """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _pwritev_all(fd, [data], 0)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        _fsync_dir(os.path.dirname(path))
+
+
+class ManagedLedger:
+    """A topic's log. Obtain from ``Storage.open_managed_ledger``. Thread-safe."""
+
+    def __init__(
+        self,
+        topic: str,
+        directory: str,
+        store: MetadataStore,
+        config: "Config",
+        clock: Callable[[], int],
+        read_only: bool = False,
+        on_close: Callable[["ManagedLedger"], None] | None = None,
+    ):
+        self.topic = topic
+        self.directory = directory
+        self._store = store
+        self._clock = clock
+        self._read_only = read_only
+        self._on_close = on_close
+        self._max_entries = max(1, int(config["managedLedgerMaxEntriesPerLedger"]))
+        self._max_bytes = max(1, int(config["managedLedgerMaxSizePerLedgerMbytes"])) * MiB
+        self._max_age_ms = int(config["managedLedgerMaxLedgerRolloverTimeMinutes"]) * 60_000
+        self._sync_data = bool(config["managedLedgerSyncData"])
+        self._group_delay_s = max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
+        self._default_retention_minutes = int(config["defaultRetentionTimeInMinutes"])
+        self._default_retention_mb = int(config["defaultRetentionSizeInMB"])
+
+        self._lock = threading.RLock()  # ledger list, current ledger, writes, reads
+        self._sync_lock = threading.Lock()  # an fsync vs closing the fd it syncs
+        self._sync_cond = threading.Condition()  # group commit bookkeeping below
+        self._syncing = False
+        self._writers_in_flight = 0
+        self._written_seq = 0  # records written since open
+        self._durable_seq = 0  # records known durable
+        self._fenced: BaseException | None = None
+        self._closed = False
+
+        self._ledgers: list[_Ledger] = []
+        self._by_id: dict[int, _Ledger] = {}
+        self._current: _Ledger | None = None
+        self._read_fds: OrderedDict[int, None] = OrderedDict()
+        self._cursors: dict[str, Cursor] = {}
+
+        if read_only:
+            self._load_read_only()
+        else:
+            os.makedirs(directory, exist_ok=True)
+            self._recover()
+        for rec in store.load_cursors(topic):
+            self._cursors[rec.name] = Cursor(self, rec.name, True, rec.mark_delete,
+                                             RangeSet.from_bytes(rec.acked_ranges), rec.properties)
+
+    # --- paths -----------------------------------------------------------------------------
+
+    def ledger_path(self, ledger_id: int) -> str:
+        """Path of a ledger file (the ``.idx`` beside it: ``ledger_file.index_path_for``)."""
+        return os.path.join(self.directory, f"{ledger_id:012d}.log")
+
+    # --- opening ---------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        now = self._clock()
+        infos = self._store.ledgers(self.topic)
+        self._remove_orphans({i.ledger_id for i in infos})
+        gone: list[int] = []
+        closing: list[LedgerInfo] = []
+        for info in infos:
+            path = self.ledger_path(info.ledger_id)
+            if info.state == LEDGER_OPEN:
+                led = self._recover_open_ledger(info, path, now)
+                if led is None:
+                    gone.append(info.ledger_id)
+                    continue
+                closing.append(self._info(led, led.count))
+            else:
+                led = _Ledger(info.ledger_id, path, LEDGER_CLOSED, info.created_ms, info.closed_ms,
+                              info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms)
+                if info.entry_count == 0:
+                    gone.append(info.ledger_id)
+                    continue
+            self._add(led)
+        # one transaction: recovered ledgers CLOSED, empty ones gone, a new ledger OPEN
+        with self._store.transaction():
+            for info in closing:
+                self._store.close_ledger(info)
+            if gone:
+                self._store.delete_ledgers(self.topic, gone)
+            new_id = self._store.add_ledger(self.topic, now)
+        for ledger_id in gone:
+            self._unlink_ledger_files(ledger_id)
+        self._start_ledger(new_id, now)
+
+    def _recover_open_ledger(self, info: LedgerInfo, path: str, now: int) -> _Ledger | None:
+        """Scan a ledger left OPEN, cut its torn tail, write its index; None when empty."""
+        try:
+            with open(path, "rb") as f:
+                buf = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"{self.topic}: cannot read ledger {path}: {e}") from e
+        try:
+            lf.decode_file_header(buf)
+        except StorageError:
+            # a crash before the header reached the disk: nothing was ever acknowledged here
+            return None
+        scan = lf.scan_records(buf, verify_crc=True)
+        if len(scan.entry_ids) == 0:
+            return None
+        if scan.torn:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, scan.valid_end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        led = _Ledger(info.ledger_id, path, LEDGER_CLOSED, info.created_ms, now,
+                      len(scan.entry_ids), int(scan.lengths.sum()),
+                      int(scan.publish_times[0]), int(scan.publish_times[-1]))
+        led.offsets, led.publish_times, led.data_end = scan.offsets, scan.publish_times, scan.valid_end
+        write_file_atomically(lf.index_path_for(path),
+                              lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end))
+        return led
+
+    def _remove_orphans(self, known: set[int]) -> None:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if ext in ("log", "idx", "idx.tmp", "log.tmp") and stem.isdigit():
+                if ext.endswith("tmp") or int(stem) not in known:
+                    try:
+                        os.unlink(os.path.join(self.directory, name))
+                    except FileNotFoundError:
+                        pass
+
+    def _load_read_only(self) -> None:
+        """Another process writes this topic: take CLOSED ledgers as recorded and read the
+        OPEN one up to its last complete record, touching nothing."""
+        ledgers: list[_Ledger] = []
+        for info in self._store.ledgers(self.topic):
+            path = self.ledger_path(info.ledger_id)
+            led = _Ledger(info.ledger_id, path, info.state, info.created_ms, info.closed_ms,
+                          info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms)
+            if info.state == LEDGER_OPEN:
+                try:
+                    with open(path, "rb") as f:
+                        buf = f.read()
+                    scan = lf.scan_records(buf, verify_crc=True)
+                except (OSError, StorageError):
+                    continue
+                led.count = len(scan.entry_ids)
+                led.size = int(scan.lengths.sum())
+                led.offsets, led.publish_times, led.data_end = scan.offsets, scan.publish_times, scan.valid_end
+                if led.count:
+                    led.first_pt, led.last_pt = int(scan.publish_times[0]), int(scan.publish_times[-1])
+            if led.count:
+                ledgers.append(led)
+        with self._lock:
+            for fd_owner in self._ledgers:
+                self._close_read_fd(fd_owner)
+            self._ledgers, self._by_id = [], {}
+            for led in ledgers:
+                self._add(led)
+
+    def refresh(self) -> None:
+        """Read-only ledgers: pick up what the writing process has added since."""
+        if self._read_only:
+            self._load_read_only()
+
+    def _add(self, led: _Ledger) -> None:
+        self._ledgers.append(led)
+        self._by_id[led.ledger_id] = led
+
+    def _start_ledger(self, ledger_id: int, now: int) -> None:
+        """Create the file of a ledger already recorded OPEN, and make it current."""
+        path = self.ledger_path(ledger_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _pwritev_all(fd, [lf.encode_file_header(ledger_id)], 0)
+            os.fsync(fd)
+            _fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        led = _Ledger(ledger_id, path, LEDGER_OPEN, now)
+        led.offsets, led.publish_times = array("q"), array("q")
+        led.write_fd = fd
+        led.seq_base = self._written_seq
+        self._add(led)
+        self._current = led
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def append(self, data: bytes, publish_time_ms: int | None = None) -> Position:
+        """Append one entry; returns once it is durable. ``publish_time_ms`` defaults to now."""
+        return self._append([data], [publish_time_ms])[0]
+
+    def append_many(self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
+                    ) -> list[Position]:
+        """Append entries in order with one write and one sync; all land in one ledger."""
+        if not entries:
+            return []
+        if publish_times_ms is None:
+            publish_times_ms = [None] * len(entries)
+        elif len(publish_times_ms) != len(entries):
+            raise ValueError("append_many: one publish time per entry")
+        return self._append(list(entries), list(publish_times_ms))
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise NotAllowed(f"{self.topic} is open read-only in this process")
+        if self._closed:
+            raise StorageError(f"managed ledger {self.topic} is closed")
+        if self._fenced is not None:
+            raise StorageError(f"managed ledger {self.topic} failed earlier and must be reopened: {self._fenced}")
+
+    def _fence(self, err: BaseException) -> None:
+        self._fenced = err
+        with self._sync_cond:
+            self._sync_cond.notify_all()
+
+    def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
+        with self._sync_cond:
+            self._writers_in_flight += 1
+        try:
+            with self._lock:
+                self._check_writable()
+                now = self._clock()
+                self._maybe_rollover_locked(now)
+                led = self._current
+                assert led is not None
+                first = led.count
+                times = [now if p is None else int(p) for p in pts]
+                buffers: list[bytes] = []
+                offsets: list[int] = []
+                off = led.data_end
+                total = 0
+                for i, data in enumerate(datas):
+                    buffers.append(lf.encode_record_header(first + i, times[i], data))
+                    buffers.append(data)
+                    offsets.append(off)
+                    off += lf.RECORD_HEADER_SIZE + len(data)
+                    total += len(data)
+                try:
+                    _pwritev_all(led.write_fd, buffers, led.data_end)
+                except OSError as e:
+                    try:
+                        os.ftruncate(led.write_fd, led.data_end)
+                    except OSError as e2:
+                        self._fence(e2)
+                    raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
+                led.offsets.extend(offsets)
+                led.publish_times.extend(times)
+                led.data_end = off
+                if led.count == 0:
+                    led.first_pt = times[0]
+                led.last_pt = times[-1]
+                led.count += len(datas)
+                led.size += total
+                self._written_seq += len(datas)
+                seq = self._written_seq
+                positions = [Position(led.ledger_id, first + i) for i in range(len(datas))]
+        finally:
+            with self._sync_cond:
+                self._writers_in_flight -= 1
+                if self._writers_in_flight == 0:
+                    self._sync_cond.notify_all()
+        self._make_durable(seq)
+        return positions
+
+    def _make_durable(self, seq: int) -> None:
+        cond = self._sync_cond
+        with cond:
+            if not self._sync_data:
+                if seq > self._durable_seq:
+                    self._durable_seq = seq
+                return
+            while self._durable_seq < seq:
+                if self._fenced is not None:
+                    raise StorageError(f"{self.topic}: sync failed, entry not durable: {self._fenced}")
+                if self._syncing:
+                    cond.wait()
+                    continue
+                # Leader. Let appenders that are mid-write join this sync (bounded wait).
+                self._syncing = True
+                if self._group_delay_s > 0 and self._writers_in_flight:
+                    deadline = time.monotonic() + self._group_delay_s
+                    while self._writers_in_flight:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        cond.wait(remaining)
+                ok, target = False, 0
+                cond.release()
+                try:
+                    with self._lock:
+                        target, led = self._written_seq, self._current
+                    with self._sync_lock:
+                        # a ledger sealed meanwhile was fsynced by the rollover itself
+                        if led is not None and led.write_fd is not None:
+                            os.fdatasync(led.write_fd)
+                    ok = True
+                except OSError as e:
+                    self._fenced = e
+                finally:
+                    cond.acquire()
+                    self._syncing = False
+                    if ok and target > self._durable_seq:
+                        self._durable_seq = target
+                    cond.notify_all()
+
+    def _maybe_rollover_locked(self, now: int) -> None:
+        led = self._current
+        if led is None or led.count == 0:
+            return
+        if (led.count >= self._max_entries or led.size >= self._max_bytes
+                or now - led.created_ms >= self._max_age_ms):
+            self._rollover_locked(now)
+
+    def maybe_rollover(self) -> bool:
+        """Roll the current ledger if it is past a limit (the broker calls this on a timer so
+        that an idle topic's ledger still closes by age). True when it rolled."""
+        with self._lock:
+            self._check_writable()
+            before = self._current
+            self._maybe_rollover_locked(self._clock())
+            return self._current is not before
+
+    def _seal_locked(self, now: int) -> LedgerInfo:
+        """fsync + close the current ledger's file and write its index (not yet in metadata)."""
+        led = self._current
+        assert led is not None
+        with self._sync_lock:
+            try:
+                os.fsync(led.write_fd)
+            finally:
+                os.close(led.write_fd)
+                led.write_fd = None
+        with self._sync_cond:
+            self._durable_seq = max(self._durable_seq, self._written_seq)
+            self._sync_cond.notify_all()
+        led.offsets = np.frombuffer(led.offsets, dtype=np.int64).copy() if len(led.offsets) else np.zeros(0, np.int64)
+        led.publish_times = (np.frombuffer(led.publish_times, dtype=np.int64).copy()
+                             if len(led.publish_times) else np.zeros(0, np.int64))
+        if led.count:
+            write_file_atomically(lf.index_path_for(led.path),
+                                  lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end))
+        led.state = LEDGER_CLOSED
+        led.closed_ms = now
+        self._current = None
+        return self._info(led, led.count)
+
+    def _rollover_locked(self, now: int) -> None:
+        try:
+            info = self._seal_locked(now)
+            new_id = self._store.add_ledger(self.topic, now, close=info)
+            self._start_ledger(new_id, now)
+        except BaseException as e:
+            self._fence(e)
+            if isinstance(e, (OSError,)):
+                raise StorageError(f"{self.topic}: ledger rollover failed: {e}") from e
+            raise
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _visible(self, led: _Ledger) -> int:
+        """Entries of ``led`` a reader may see: all of a closed ledger, the durable ones of
+        the current ledger."""
+        if led is not self._current:
+            return led.count
+        return max(0, min(led.count, self._durable_seq - led.seq_base))
+
+    def _ensure_index(self, led: _Ledger) -> None:
+        if led.offsets is not None:
+            return
+        idx_path = lf.index_path_for(led.path)
+        index = None
+        try:
+            with open(idx_path, "rb") as f:
+                index = lf.decode_index(f.read())
+            if index.ledger_id != led.ledger_id or len(index.offsets) != led.count:
+                index = None
+        except (OSError, StorageError):
+            index = None
+        if index is None:
+            # lost or damaged index: rebuild it from the ledger file
+            try:
+                with open(led.path, "rb") as f:
+                    scan = lf.scan_records(f.read(), verify_crc=True)
+            except OSError as e:
+                raise StorageError(f"{self.topic}: ledger {led.ledger_id} unreadable: {e}") from e
+            if len(scan.entry_ids) < led.count:
+                raise StorageError(
+                    f"{self.topic}: ledger {led.ledger_id} holds {len(scan.entry_ids)} intact entries, "
+                    f"the metadata store recorded {led.count}"
+                )
+            n = led.count
+            end = int(scan.offsets[n]) if n < len(scan.offsets) else scan.valid_end
+            index = lf.LedgerIndex(led.ledger_id, scan.offsets[:n], scan.publish_times[:n], end)
+            if not self._read_only:
+                write_file_atomically(idx_path, lf.encode_index(*index))
+        led.offsets, led.publish_times, led.data_end = index.offsets, index.publish_times, index.data_end
+
+    def _read_fd(self, led: _Ledger) -> int:
+        if led.read_fd is None:
+            try:
+                led.read_fd = os.open(led.path, os.O_RDONLY)
+            except OSError as e:
+                raise StorageError(f"{self.topic}: cannot open ledger {led.ledger_id}: {e}") from e
+            self._read_fds[led.ledger_id] = None
+            while len(self._read_fds) > MAX_OPEN_READ_FDS:
+                old_id, _ = self._read_fds.popitem(last=False)
+                old = self._by_id.get(old_id)
+                if old is not None and old is not led:
+                    self._close_read_fd(old)
+        else:
+            self._read_fds.move_to_end(led.ledger_id)
+        return led.read_fd
+
+    def _close_read_fd(self, led: _Ledger) -> None:
+        if led.read_fd is not None:
+            try:
+                os.close(led.read_fd)
+            except OSError:
+                pass
+            led.read_fd = None
+        self._read_fds.pop(led.ledger_id, None)
+
+    def read_entry(self, position: Position) -> bytes:
+        """The bytes of one entry; ``NotFound`` when there is no such (durable) entry."""
+        ledger_id, entry_id = position
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            if led is None or entry_id < 0 or entry_id >= self._visible(led):
+                raise NotFound(f"{self.topic}: no entry at {ledger_id}:{entry_id}")
+            self._ensure_index(led)
+            _, _, data = lf.read_entry_at(self._read_fd(led), int(led.offsets[entry_id]))
+            return data
+
+    def _locate(self, start: Position) -> tuple[int, int]:
+        """(index into ``_ledgers``, entry id) of the first place at or after ``start``."""
+        ledger_id, entry_id = start
+        for i, led in enumerate(self._ledgers):
+            if led.ledger_id == ledger_id:
+                return i, max(entry_id, 0)
+            if led.ledger_id > ledger_id:
+                return i, 0
+        return len(self._ledgers), 0
+
+    def read_entries(self, start: Position, max_entries: int, max_bytes: int | None = None
+                     ) -> list[tuple[Position, bytes]]:
+        """Up to ``max_entries`` entries from the first one at or after ``start``, crossing
+        ledgers; stops before ``max_bytes`` of entry bytes (always returns at least one entry
+        when one exists)."""
+        out: list[tuple[Position, bytes]] = []
+        budget = max_bytes
+        with self._lock:
+            i, e = self._locate(Position(*start))
+            while len(out) < max_entries and i < len(self._ledgers):
+                led = self._ledgers[i]
+                avail = self._visible(led)
+                if e >= avail:
+                    i, e = i + 1, 0
+                    continue
+                self._ensure_index(led)
+                n = min(max_entries - len(out), avail - e)
+                if budget is not None:
+                    take, used = 0, 0
+                    while take < n:
+                        size = led.end_of(e + take) - int(led.offsets[e + take]) - lf.RECORD_HEADER_SIZE
+                        if used + size > budget and (take > 0 or out):
+                            break
+                        used += size
+                        take += 1
+                    n = take
+                    budget -= used
+                if n == 0:
+                    break
+                lo = int(led.offsets[e])
+                hi = led.end_of(e + n - 1)
+                blob = lf.read_records(self._read_fd(led), lo, hi)
+                for eid, _, data in lf.parse_records(blob, lo, led.offsets[e : e + n], e):
+                    out.append((Position(led.ledger_id, eid), data))
+                if budget is not None and budget <= 0:
+                    break
+                i, e = i + 1, 0
+        return out
+
+    # --- positions -------------------------------------------------------------------------
+
+    def first_position(self) -> Position | None:
+        with self._lock:
+            for led in self._ledgers:
+                if self._visible(led):
+                    return Position(led.ledger_id, 0)
+            return None
+
+    def last_position(self) -> Position | None:
+        """The last durable entry (Pulsar's last confirmed entry), or None when empty."""
+        with self._lock:
+            for led in reversed(self._ledgers):
+                n = self._visible(led)
+                if n:
+                    return Position(led.ledger_id, n - 1)
+            return None
+
+    def next_position(self, position: Position) -> Position:
+        """The first entry after ``position``; past the end, the position the next append
+        will take (so a cursor parked there reads new entries as they come)."""
+        ledger_id, entry_id = position
+        with self._lock:
+            for led in self._ledgers:
+                if led.ledger_id < ledger_id:
+                    continue
+                e = entry_id + 1 if led.ledger_id == ledger_id else 0
+                if e < self._visible(led):
+                    return Position(led.ledger_id, e)
+            if self._current is not None:
+                return Position(self._current.ledger_id, self._visible(self._current))
+            if self._ledgers:
+                last = self._ledgers[-1]
+                if last.ledger_id >= ledger_id:
+                    return Position(last.ledger_id, self._visible(last))
+            return Position(ledger_id, entry_id + 1)
+
+    @staticmethod
+    def previous_position(position: Position) -> Position:
+        """A position whose ``next_position`` is the first entry at or after ``position``."""
+        ledger_id, entry_id = position
+        return Position(ledger_id, entry_id - 1) if entry_id > 0 else Position(ledger_id, -1)
+
+    def find_position_by_publish_time(self, ts_ms: int) -> Position:
+        """The first entry published at or after ``ts_ms`` (ledgers are skipped by their last
+        publish time, then searched); past the end, the next position to be written."""
+        with self._lock:
+            for led in self._ledgers:
+                n = self._visible(led)
+                if n == 0 or (led.state == LEDGER_CLOSED and led.last_pt is not None and led.last_pt < ts_ms
+                              and led is not self._current):
+                    continue
+                self._ensure_index(led)
+                pts = np.asarray(led.publish_times[:n], dtype=np.int64) if not isinstance(
+                    led.publish_times, np.ndarray) else led.publish_times[:n]
+                hits = np.flatnonzero(pts >= ts_ms)
+                if len(hits):
+                    return Position(led.ledger_id, int(hits[0]))
+            last = self.last_position()
+            return self.next_position(last) if last is not None else self.next_position(EARLIEST)
+
+    # --- sizes -----------------------------------------------------------------------------
+
+    def _info(self, led: _Ledger, visible: int) -> LedgerInfo:
+        size = led.size if visible == led.count else (led.bytes_between(0, visible) if led.offsets is not None else 0)
+        return LedgerInfo(led.ledger_id, visible, size, led.first_pt if visible else None,
+                          (int(led.publish_times[visible - 1]) if visible != led.count else led.last_pt)
+                          if visible else None, led.state, led.created_ms, led.closed_ms)
+
+    def ledgers(self) -> list[LedgerInfo]:
+        with self._lock:
+            return [self._info(led, self._visible(led)) for led in self._ledgers]
+
+    def entries_after(self, position: Position) -> int:
+        """How many durable entries come after ``position``."""
+        ledger_id, entry_id = position
+        total = 0
+        with self._lock:
+            for led in self._ledgers:
+                n = self._visible(led)
+                if led.ledger_id > ledger_id:
+                    total += n
+                elif led.ledger_id == ledger_id:
+                    total += max(0, n - (entry_id + 1))
+        return total
+
+    def size_after(self, position: Position) -> int:
+        """Entry bytes after ``position`` (the backlog size of a cursor there)."""
+        ledger_id, entry_id = position
+        total = 0
+        with self._lock:
+            for led in self._ledgers:
+                n = self._visible(led)
+                if led.ledger_id > ledger_id:
+                    total += led.size if n == led.count else led.bytes_between(0, n)
+                elif led.ledger_id == ledger_id and entry_id + 1 < n:
+                    self._ensure_index(led)
+                    total += led.bytes_between(max(entry_id + 1, 0), n)
+        return total
+
+    def total_size(self) -> int:
+        with self._lock:
+            return sum(led.size if self._visible(led) == led.count else led.bytes_between(0, self._visible(led))
+                       for led in self._ledgers)
+
+    def entry_count(self) -> int:
+        with self._lock:
+            return sum(self._visible(led) for led in self._ledgers)
+
+    # --- cursors ---------------------------------------------------------------------------
+
+    def open_cursor(self, name: str, durable: bool = True, initial_position: str | Position = "earliest"
+                    ) -> Cursor:
+        """Open (or create) a cursor. A durable cursor that exists keeps its position;
+        a new one starts before the first entry ("earliest"), after the last ("latest"), or
+        at a given position (the next entry it reads is the first at or after it)."""
+        with self._lock:
+            existing = self._cursors.get(name)
+            if existing is not None:
+                return existing
+            if isinstance(initial_position, str):
+                if initial_position == "earliest":
+                    first = self._ledgers[0].ledger_id if self._ledgers else -1
+                    mark_delete = Position(first, -1)
+                elif initial_position == "latest":
+                    last = self.last_position()
+                    mark_delete = last if last is not None else self.previous_position(
+                        self.next_position(EARLIEST))
+                else:
+                    raise ValueError(f"initial_position must be 'earliest', 'latest' or a Position, "
+                                     f"not {initial_position!r}")
+            else:
+                mark_delete = self.previous_position(Position(*initial_position))
+            cursor = Cursor(self, name, durable, mark_delete)
+            if durable:
+                self._save_cursor(cursor)
+            self._cursors[name] = cursor
+            return cursor
+
+    def get_cursor(self, name: str) -> Cursor | None:
+        with self._lock:
+            return self._cursors.get(name)
+
+    def cursors(self) -> list[Cursor]:
+        with self._lock:
+            return list(self._cursors.values())
+
+    def delete_cursor(self, name: str) -> None:
+        with self._lock:
+            cursor = self._cursors.pop(name, None)
+            if cursor is not None:
+                cursor._deleted = True
+            self._store.delete_cursor(self.topic, name)
+
+    def _save_cursor(self, cursor: Cursor) -> None:
+        mark_delete, blob, props = cursor._snapshot()
+        self._store.save_cursor(self.topic, cursor.name, mark_delete, blob, props)
+
+    def _load_cursor_record(self, name: str):
+        return self._store.get_cursor(self.topic, name)
+
+    def _on_compaction_committed(self) -> None:
+        """The metadata store moved ``__compaction`` forward (maybe from another process)."""
+        with self._lock:
+            cursor = self._cursors.get(COMPACTION_CURSOR)
+            if cursor is None:
+                rec = self._store.get_cursor(self.topic, COMPACTION_CURSOR)
+                if rec is not None:
+                    self._cursors[COMPACTION_CURSOR] = Cursor(
+                        self, rec.name, True, rec.mark_delete, RangeSet.from_bytes(rec.acked_ranges), rec.properties)
+                return
+        cursor.reload()
+
+    # --- retention -------------------------------------------------------------------------
+
+    def retention_policy(self) -> tuple[int, int]:
+        """(minutes, MB) in force: topic policy, else namespace policy, else broker config."""
+        minutes = self._store.effective_policy(self.topic, RETENTION_TIME_MINUTES, self._default_retention_minutes)
+        mb = self._store.effective_policy(self.topic, RETENTION_SIZE_MB, self._default_retention_mb)
+        return int(minutes), int(mb)
+
+    def trim_to_retention(self, now_ms: int | None = None, retention_time_minutes: int | None = None,
+                          retention_size_mb: int | None = None) -> list[int]:
+        """Delete whole ledgers that retention no longer keeps (Pulsar's rules):
+
+        * a ledger holding any entry that some durable cursor (``__compaction`` included)
+          has not acknowledged up to its mark-delete position stays;
+        * of the fully acknowledged ledgers, oldest first, a ledger goes when it is past the
+          time limit (closed longer ago than the retention time) OR the topic is over the
+          size limit without it; the first ledger that is within both limits stops the trim;
+        * -1 means no limit for that dimension (-1/-1 keeps everything forever), 0 none;
+        * the ledger being written is never deleted.
+
+        Limits default to the topic's policies (``retention_policy()``). Returns deleted ids.
+        """
+        if self._read_only:
+            raise NotAllowed(f"{self.topic} is open read-only in this process")
+        now = self._clock() if now_ms is None else now_ms
+        minutes, mb = self.retention_policy()
+        if retention_time_minutes is not None:
+            minutes = retention_time_minutes
+        if retention_size_mb is not None:
+            mb = retention_size_mb
+        if minutes < 0 and mb < 0:
+            return []
+        compaction = self._cursors.get(COMPACTION_CURSOR)
+        if compaction is not None:
+            compaction.reload()
+        with self._lock:
+            durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
+            if durable:
+                boundary = self.next_position(min(durable)).ledger_id
+            else:
+                boundary = self._current.ledger_id if self._current is not None else (
+                    self._ledgers[-1].ledger_id if self._ledgers else 0)
+            total = sum(led.size for led in self._ledgers)
+            victims: list[_Ledger] = []
+            freed = 0
+            for led in self._ledgers:
+                if led.ledger_id >= boundary or led is self._current:
+                    break
+                stamp = led.closed_ms if led.closed_ms is not None else (led.last_pt or led.created_ms)
+                expired = minutes >= 0 and now - stamp >= minutes * 60_000
+                over_quota = mb >= 0 and total - freed > mb * MiB
+                if not (expired or over_quota):
+                    break
+                victims.append(led)
+                freed += led.size
+            if not victims:
+                return []
+            ids = [led.ledger_id for led in victims]
+            self._store.delete_ledgers(self.topic, ids)
+            for led in victims:
+                self._close_read_fd(led)
+                self._ledgers.remove(led)
+                del self._by_id[led.ledger_id]
+        for ledger_id in ids:
+            self._unlink_ledger_files(ledger_id)
+        return ids
+
+    def _unlink_ledger_files(self, ledger_id: int) -> None:
+        path = self.ledger_path(ledger_id)
+        for p in (path, lf.index_path_for(path)):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the current ledger (so the next open needs no recovery) and release files."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                led = self._current
+                if led is not None and self._fenced is None and not self._read_only:
+                    now = self._clock()
+                    if led.count == 0:
+                        with self._sync_lock:
+                            os.close(led.write_fd)
+                            led.write_fd = None
+                        self._current = None
+                        self._store.delete_ledgers(self.topic, [led.ledger_id])
+                        self._ledgers.remove(led)
+                        del self._by_id[led.ledger_id]
+                        self._unlink_ledger_files(led.ledger_id)
+                    else:
+                        self._store.close_ledger(self._seal_locked(now))
+                elif led is not None and led.write_fd is not None:
+                    with self._sync_lock:
+                        os.close(led.write_fd)
+                        led.write_fd = None
+            finally:
+                for led in self._ledgers:
+                    self._close_read_fd(led)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"ManagedLedger({self.topic!r}, ledgers={[l.ledger_id for l in self._ledgers]})"
