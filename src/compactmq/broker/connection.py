@@ -1,0 +1,199 @@
+"""The asyncio protocol of one client connection: only an adapter between socket and codec.
+
+Bytes in: ``FrameDecoder`` (sans-I/O) turns them into frames, the connection state table checks
+each is allowed now, ``CommandHandler`` acts on it. Commands out: encoded by the protocol
+package and written in one batch per event-loop turn (many MESSAGEs and SEND_RECEIPTs become
+one ``write``).
+
+Backpressure both ways sits in ``flow``: published bytes not yet persisted pause *reading* this
+socket (``ReadPauser``); when the transport's own write buffer is full (``pause_writing``) the
+connection stops being ``writable`` and dispatchers skip its consumers until
+``resume_writing``.
+
+A framing error (ProtocolError) ends the connection with an ERROR on the wire where a request
+id is known; errors of single commands are answered by the handler and the connection stays.
+Keep-alive: a PING every ``keepAliveIntervalSeconds``; a peer silent for twice that is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import CompactMQError, ProtocolError, ServerError
+from ..protocol import commands, frames
+from ..protocol.connection import BrokerConnectionState
+from .flow import ReadPauser
+from .handlers import CommandHandler
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..storage.position import Position
+    from .producers import Producer
+    from .server import BrokerService
+    from .subscriptions import Consumer
+
+log = logging.getLogger(__name__)
+
+_BROKER_REQUEST_ID = commands.to_unsigned64(-1)  # broker-initiated CLOSE_* carry no request
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, service: "BrokerService") -> None:
+        self.service = service
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.decoder = frames.FrameDecoder(frames.max_frame_size_for(service.config["maxMessageSize"]))
+        self.state = BrokerConnectionState()
+        self.handler = CommandHandler(self)
+        self.reads: ReadPauser | None = None
+        self.writable = True
+        self.closed = False
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._loop = asyncio.get_event_loop()
+        self.last_seen = 0.0
+        self._keepalive_handle: asyncio.TimerHandle | None = None
+
+    # --- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.reads = ReadPauser(transport, self.service.config["maxPendingPublishBytesPerConnection"])
+        self.last_seen = self._loop.time()
+        self.service.state.add_connection(self)
+        self._schedule_keepalive()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_seen = self._loop.time()
+        try:
+            frames_in = self.decoder.feed(data)
+        except ProtocolError as err:
+            self._protocol_failure(err)
+            return
+        for frame in frames_in:
+            if self.closed:
+                return
+            try:
+                self.state.receive(frame.type)
+            except ProtocolError as err:
+                self._protocol_failure(err, frame.command)
+                return
+            self.handler.handle(frame)
+
+    def eof_received(self):
+        return False  # close our side too
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self._keepalive_handle is not None:
+            self._keepalive_handle.cancel()
+        self.state.close()
+        self.handler.connection_closed()
+        self.service.state.remove_connection(self)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        self.handler.wake_consumers()
+
+    # --- output ------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and not self.closed and not self.transport.is_closing():
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def send_command(self, cmd) -> None:
+        self.write(frames.encode_command(cmd))
+
+    def send_message(self, consumer_id: int, position: "Position", partition: int, redelivery_count: int,
+                     ack_set, entry: bytes) -> None:
+        cmd = commands.message(
+            consumer_id, (position[0], position[1], partition),
+            redelivery_count=redelivery_count, ack_set=ack_set,
+        )
+        self.write(frames.encode_with_entry(cmd, entry))
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        self.send_command(commands.active_consumer_change(consumer_id, is_active))
+
+    def close_producer_by_broker(self, producer: "Producer") -> None:
+        """Detach a producer and tell the client to reconnect it (topic closing, fencing)."""
+        self.handler.forget_producer(producer)
+        self.send_command(commands.close_producer(producer.producer_id, _BROKER_REQUEST_ID))
+
+    def close_consumer_by_broker(self, consumer: "Consumer") -> None:
+        """Detach a consumer and tell the client to subscribe again (seek, topic closing)."""
+        self.handler.forget_consumer(consumer)
+        self.send_command(commands.close_consumer(consumer.consumer_id, _BROKER_REQUEST_ID))
+
+    def close(self) -> None:
+        """Flush what is queued, then close the socket."""
+        if self.transport is None or self.closed:
+            return
+        self._flush()
+        self.closed = True
+        self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+    # --- failures and keep-alive -------------------------------------------------------------
+
+    def _protocol_failure(self, err: ProtocolError, command=None) -> None:
+        command = command if command is not None else getattr(err, "command", None)
+        log.warning("closing connection from %s: %s", self.peer, err)
+        request_id = _request_id_of(command)
+        code = getattr(err, "server_error", ServerError.UnknownError)
+        self.send_command(commands.error(request_id if request_id is not None else _BROKER_REQUEST_ID,
+                                         code, str(err)))
+        self.close()
+
+    def _schedule_keepalive(self) -> None:
+        interval = self.service.config["keepAliveIntervalSeconds"]
+        if interval > 0 and not self.closed:
+            self._keepalive_handle = self._loop.call_later(interval, self._keepalive)
+
+    def _keepalive(self) -> None:
+        interval = self.service.config["keepAliveIntervalSeconds"]
+        if self.closed:
+            return
+        if self._loop.time() - self.last_seen > 2 * interval:
+            log.info("dropping %s: silent for more than %ss", self.peer, 2 * interval)
+            self.abort()
+            return
+        if self.state.connected:
+            self.send_command(commands.ping())
+        self._schedule_keepalive()
+
+
+def _request_id_of(command) -> int | None:
+    if command is None:
+        return None
+    try:
+        for desc, value in command.ListFields():
+            if desc.name != "type" and hasattr(value, "request_id") and value.HasField("request_id"):
+                return value.request_id
+    except Exception:  # pragma: no cover - a malformed command: no request id then
+        return None
+    return None
+
+
+def error_code(exc: BaseException) -> int:
+    return exc.server_error if isinstance(exc, CompactMQError) else ServerError.UnknownError

@@ -1,0 +1,431 @@
+"""Dispatchers: move entries from an ``EntrySource`` to the consumers of one subscription.
+
+One dispatcher per subscription. It keeps the subscription's *read position* (the next entry
+to read from the source), a *replay set* (entries to send again: negatively acknowledged,
+redelivery requested, or held back for a busy Key_Shared consumer) and the *pending* map
+(entry -> the consumer it was sent to and not yet acknowledged).
+
+A dispatch pass runs as one task at a time (``wake()`` starts it or marks it dirty): replay
+first, then new entries from the source, as long as some consumer can take a message (permits
+left, socket writable). When the source has nothing more, the pass ends; the topic wakes the
+dispatchers of its subscriptions after each append, a FLOW or an ACK wakes this one.
+
+``rewind()`` / ``seek()`` bump an *epoch*: a pass that awaited a read started before the bump
+drops what it read, so a seek never leaks entries from the old position.
+
+Delivery rules per subscription type (the pure choice of a consumer lives in ``selectors``):
+
+- ``SingleActiveDispatcher`` (Exclusive, Failover): only the active consumer gets entries, in
+  order. Redelivery cannot send single entries without breaking order, so it rewinds to the
+  first unacknowledged entry (Pulsar does the same; the client drops its queue first). When the
+  active Failover consumer changes, the old one gets ACTIVE_CONSUMER_CHANGE(false), the new one
+  (true), and dispatch rewinds so the new one starts at the first unacknowledged entry.
+- ``SharedDispatcher``: round robin; redelivered entries go to whoever has permits.
+- ``KeySharedDispatcher``: one consumer per key. An entry whose consumer has no permit goes to
+  the replay set, and so does every later entry with the same key hash until the older ones are
+  sent, so a key stays in order. A consumer that joins while entries are pending only receives
+  entries older than its join position until everything before that position is acknowledged
+  (otherwise a key moved to it could overtake its own unacknowledged past).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import struct
+
+from ..protocol import pulsar_pb2
+from ..storage.position import Position
+from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
+from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .subscriptions import Consumer, Subscription
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"\x0e\x01"
+_U32 = struct.Struct(">I")
+_MessageMetadata = pulsar_pb2.MessageMetadata
+
+# A replay set this large stops reading new entries: a consumer that takes nothing cannot make
+# the broker hold the whole topic in memory.
+MAX_REPLAY = 10_000
+
+
+def next_position(position: Position) -> Position:
+    """The smallest position after ``position`` (storage maps it to the next real entry)."""
+    return Position(position[0], position[1] + 1)
+
+
+def entry_info(entry: bytes) -> tuple[int, bytes]:
+    """(messages in the entry, routing key) read from its metadata.
+
+    Stored entries always start with magic + CRC (the contract); only the metadata is parsed,
+    the payload is never copied: this runs for every entry dispatched.
+    """
+    offset = 6 if entry[:2] == _MAGIC else 0
+    (size,) = _U32.unpack_from(entry, offset)
+    md = _MessageMetadata()
+    md.ParseFromString(memoryview(entry)[offset + 4 : offset + 4 + size])
+    n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+    if md.HasField("ordering_key"):
+        key = md.ordering_key
+    elif md.HasField("partition_key"):
+        key = md.partition_key.encode()
+    else:
+        key = b""
+    return n, key
+
+
+class Dispatcher:
+    """Common machinery; subclasses decide who gets an entry."""
+
+    def __init__(self, subscription: "Subscription", source: EntrySource, read_position: Position) -> None:
+        self.subscription = subscription
+        self.source = source
+        self.read_position = read_position
+        self.consumers: list[Consumer] = []
+        self.pending: dict[Position, Consumer] = {}
+        self.replay: dict[Position, int] = {}  # position -> key hash (Key_Shared) or 0
+        self.epoch = 0
+        self._task: asyncio.Task | None = None
+        self._dirty = False
+        self.closed = False
+
+    # --- consumers ---------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: "Consumer") -> None:
+        self.consumers.append(consumer)
+
+    def remove_consumer(self, consumer: "Consumer") -> None:
+        """The consumer left: what it had not acknowledged is delivered again."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self._reclaim(consumer, [p for p, c in self.pending.items() if c is consumer])
+
+    def _reclaim(self, consumer: "Consumer", positions) -> None:
+        for p in positions:
+            if self.pending.get(p) is consumer:
+                del self.pending[p]
+                self.replay[p] = 0
+                self.subscription.count_redelivery(p)
+        self.wake()
+
+    # --- acknowledgements and redelivery -----------------------------------------------------
+
+    def acknowledged(self, positions) -> None:
+        for p in positions:
+            self.pending.pop(p, None)
+            self.replay.pop(p, None)
+
+    def acknowledged_up_to(self, position: Position) -> None:
+        for p in [p for p in self.pending if p <= position]:
+            del self.pending[p]
+        for p in [p for p in self.replay if p <= position]:
+            del self.replay[p]
+        if self.read_position <= position:
+            self.read_position = next_position(position)
+
+    def redeliver(self, consumer: "Consumer", positions: list[Position] | None) -> None:
+        if positions is None:
+            positions = [p for p, c in self.pending.items() if c is consumer]
+        self._reclaim(consumer, positions)
+
+    def rewind(self, position: Position) -> None:
+        """Restart reading at ``position``; everything pending is forgotten (it is re-read)."""
+        self.epoch += 1
+        self.pending.clear()
+        self.replay.clear()
+        self.read_position = position
+        self.wake()
+
+    # --- the dispatch pass -------------------------------------------------------------------
+
+    def wake(self) -> None:
+        if self.closed:
+            return
+        self._dirty = True
+        if self._task is None:
+            self._task = self.subscription.spawn(self._run())
+
+    def close(self) -> None:
+        self.closed = True
+        self.epoch += 1
+
+    async def _run(self) -> None:
+        try:
+            while not self.closed:
+                self._dirty = False
+                delivered = await self._pass()
+                if not delivered and not self._dirty:
+                    break
+        except Exception:  # an error boundary per dispatcher: log, keep the broker up
+            log.exception("dispatcher of %s failed", self.subscription)
+        finally:
+            self._task = None
+
+    def _can_take(self, consumer: "Consumer") -> bool:
+        return consumer.can_take()
+
+    def _any_consumer_ready(self) -> bool:
+        return any(c.can_take() for c in self.consumers)
+
+    async def _pass(self) -> int:
+        """One round: replay, then new entries. Returns how many entries were sent."""
+        if not self._any_consumer_ready():
+            return 0
+        sent = 0
+        if self.replay:
+            sent += await self._replay_pass()
+            if not self._any_consumer_ready():
+                return sent
+        if len(self.replay) >= MAX_REPLAY:
+            return sent
+        epoch = self.epoch
+        want = self._read_size()
+        entries = await self.source.read(self.read_position, want)
+        if epoch != self.epoch or self.closed:
+            return sent + 1  # state changed under us: go round again
+        if not entries:
+            return sent
+        sent += self._deliver_new(entries)
+        return sent
+
+    def _read_size(self) -> int:
+        permits = sum(max(0, c.permits.available) for c in self.consumers if c.can_take())
+        return max(1, min(permits, MAX_ENTRIES_PER_READ))
+
+    async def _replay_pass(self) -> int:
+        sent = 0
+        epoch = self.epoch
+        blocked_hashes: set[int] = set()
+        for position in sorted(self.replay):
+            h = self.replay.get(position)
+            if h is None or h in blocked_hashes:
+                continue
+            if self.subscription.is_acknowledged(position):
+                self.replay.pop(position, None)
+                continue
+            entry = await self.source.read_one(position)
+            if epoch != self.epoch or self.closed:
+                return sent + 1
+            if position not in self.replay:
+                continue
+            if entry is None:  # trimmed by retention meanwhile
+                del self.replay[position]
+                continue
+            n, key = entry_info(entry)
+            consumer = self._choose(position, key)
+            if consumer is None:
+                if not self._any_consumer_ready():
+                    break
+                blocked_hashes.add(h)
+                continue
+            del self.replay[position]
+            self._send(consumer, position, entry, n, self._hash_of(key))
+            sent += 1
+        return sent
+
+    def _deliver_new(self, entries) -> int:
+        """Deliver freshly read entries; subclasses override when order forbids skipping."""
+        sent = 0
+        for position, entry in entries:
+            self.read_position = next_position(position)
+            if self.subscription.is_acknowledged(position):
+                continue
+            n, key = entry_info(entry)
+            consumer = self._choose(position, key)
+            if consumer is None:
+                self.replay[position] = self._hash_of(key)
+                continue
+            self._send(consumer, position, entry, n)
+            sent += 1
+        return sent
+
+    def _hash_of(self, key: bytes) -> int:
+        return 0
+
+    def _choose(self, position: Position, key: bytes) -> "Consumer | None":
+        raise NotImplementedError
+
+    def _send(self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0) -> None:
+        self.pending[position] = consumer
+        consumer.deliver(position, entry, messages, self.subscription.redelivery_count(position),
+                         self.subscription.ack_set_of(position))
+
+
+class SingleActiveDispatcher(Dispatcher):
+    """Exclusive and Failover: one active consumer receives everything, in order."""
+
+    def __init__(self, subscription, source, read_position, partition_index: int = -1, failover: bool = False):
+        super().__init__(subscription, source, read_position)
+        self.selector: FailoverSelector = FailoverSelector(partition_index)
+        self.failover = failover
+        self.active: Consumer | None = None
+
+    def add_consumer(self, consumer) -> None:
+        super().add_consumer(consumer)
+        self._pick_active(newcomer=consumer)
+
+    def remove_consumer(self, consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        had_pending = any(c is consumer for c in self.pending.values())
+        if consumer is self.active:
+            self.active = None
+            self._pick_active()
+            if had_pending:
+                self.rewind(self.subscription.first_unacked_position())
+        self.wake()
+
+    def _pick_active(self, newcomer=None) -> None:
+        new = self.selector.active(self.consumers)
+        old = self.active
+        if new is old:
+            if newcomer is not None and newcomer is not new and self.failover:
+                newcomer.notify_active(False)
+            return
+        self.active = new
+        if self.failover:
+            if old is not None:
+                old.notify_active(False)
+            for c in self.consumers:
+                c.notify_active(c is new)
+        if old is not None and any(c is old for c in self.pending.values()):
+            # the old active consumer may still hold entries: the new one starts from the
+            # first unacknowledged entry, as Pulsar's failover does
+            self.rewind(self.subscription.first_unacked_position())
+
+    def redeliver(self, consumer, positions) -> None:
+        # Single entries cannot be redelivered without breaking order: rewind (Pulsar does too).
+        for p, c in self.pending.items():
+            if c is consumer:
+                self.subscription.count_redelivery(p)
+        self.rewind(self.subscription.first_unacked_position())
+
+    def _any_consumer_ready(self) -> bool:
+        return self.active is not None and self.active.can_take()
+
+    def _read_size(self) -> int:
+        return max(1, min(self.active.permits.available if self.active else 1, MAX_ENTRIES_PER_READ))
+
+    def _choose(self, position, key):
+        a = self.active
+        return a if a is not None and a.can_take() else None
+
+    def _deliver_new(self, entries) -> int:
+        sent = 0
+        for position, entry in entries:
+            if self.subscription.is_acknowledged(position):
+                self.read_position = next_position(position)
+                continue
+            consumer = self._choose(position, b"")
+            if consumer is None:
+                break  # keep order: resume from this entry when permits come back
+            self.read_position = next_position(position)
+            n, _ = entry_info(entry)
+            self._send(consumer, position, entry, n)
+            sent += 1
+        return sent
+
+
+class SharedDispatcher(Dispatcher):
+    def __init__(self, subscription, source, read_position):
+        super().__init__(subscription, source, read_position)
+        self.selector: RoundRobinSelector = RoundRobinSelector()
+
+    def _choose(self, position, key):
+        return self.selector.select(self.consumers, self._can_take)
+
+
+class KeySharedDispatcher(Dispatcher):
+    def __init__(self, subscription, source, read_position, sticky: bool = False):
+        super().__init__(subscription, source, read_position)
+        self.sticky = sticky
+        self.selector = StickyRangeSelector() if sticky else HashRingSelector()
+        # consumer -> position it joined at, while older entries are still unacknowledged
+        self.joined_at: dict[Consumer, Position] = {}
+        self.hashes: dict[Position, int] = {}  # key hash of each pending entry
+
+    def add_consumer(self, consumer) -> None:
+        self.selector.add(consumer)  # raises ConsumerAssignError before anything changes
+        super().add_consumer(consumer)
+        if self.pending or self.replay:
+            self.joined_at[consumer] = self.read_position
+
+    def remove_consumer(self, consumer) -> None:
+        self.selector.remove(consumer)
+        self.joined_at.pop(consumer, None)
+        super().remove_consumer(consumer)
+
+    def _release_joined(self) -> None:
+        if not self.joined_at:
+            return
+        oldest = min(list(self.pending) + list(self.replay), default=None)
+        for consumer, at in list(self.joined_at.items()):
+            if oldest is None or oldest >= at:
+                del self.joined_at[consumer]
+                self.wake()
+
+    def _hash_of(self, key: bytes) -> int:
+        return key_hash(key)
+
+    def _choose(self, position, key):
+        consumer = self.selector.select(key)
+        if consumer is None or not consumer.can_take():
+            return None
+        at = self.joined_at.get(consumer)
+        if at is not None and position >= at:
+            return None
+        return consumer
+
+    def _deliver_new(self, entries) -> int:
+        sent = 0
+        waiting = set(self.replay.values())
+        for position, entry in entries:
+            self.read_position = next_position(position)
+            if self.subscription.is_acknowledged(position):
+                continue
+            n, key = entry_info(entry)
+            h = key_hash(key)
+            # an older entry of this key waits in the replay set: this one waits behind it
+            consumer = None if h in waiting else self._choose(position, key)
+            if consumer is None:
+                self.replay[position] = h
+                waiting.add(h)
+                continue
+            self._send(consumer, position, entry, n, h)
+            sent += 1
+        return sent
+
+    def _send(self, consumer, position, entry, messages, h=0) -> None:
+        self.hashes[position] = h
+        super()._send(consumer, position, entry, messages)
+
+    def acknowledged(self, positions) -> None:
+        positions = list(positions)
+        for p in positions:
+            self.hashes.pop(p, None)
+        super().acknowledged(positions)
+        self._release_joined()
+
+    def acknowledged_up_to(self, position) -> None:
+        for p in [p for p in self.hashes if p <= position]:
+            del self.hashes[p]
+        super().acknowledged_up_to(position)
+        self._release_joined()
+
+    def rewind(self, position) -> None:
+        self.hashes.clear()
+        super().rewind(position)
+
+    def _reclaim(self, consumer, positions) -> None:
+        for p in positions:
+            if self.pending.get(p) is consumer:
+                del self.pending[p]
+                self.replay[p] = self.hashes.pop(p, 0)
+                self.subscription.count_redelivery(p)
+        self.wake()

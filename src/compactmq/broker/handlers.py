@@ -1,0 +1,463 @@
+"""What the broker does with each client command of one connection.
+
+``CommandHandler.handle(frame)`` looks the command type up in ``_HANDLERS``. Quick commands
+(SEND, FLOW, ACK, PING, ...) run inline, in arrival order. Commands that wait for storage or
+for a topic to load (PRODUCER, SUBSCRIBE, LOOKUP, SEEK, ...) run as tasks registered with the
+server state, so one slow topic never stalls the other producers and consumers sharing the
+connection (the official client multiplexes them all on one socket).
+
+Every command has its own error boundary: a ``CompactMQError`` becomes the wire answer that
+command expects (ERROR with its ServerError code, SEND_ERROR, a *_RESPONSE with an error
+field); anything else is logged and answered UnknownError. The connection stays up; only
+framing errors close it (see ``connection``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    CompactMQError,
+    ConsumerBusy,
+    InvalidInput,
+    NotAllowed,
+    NotFound,
+    ServerError,
+)
+from ..naming import TopicName
+from ..protocol import commands, frames
+from ..protocol import pulsar_pb2 as pb
+from ..storage.position import Position
+from .producers import Producer
+from .subscriptions import Consumer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import ServerConnection
+
+log = logging.getLogger(__name__)
+
+T = pb.BaseCommand.Type
+_INT64_MAX = (1 << 63) - 1
+
+_producer_names = itertools.count()
+
+
+class CommandHandler:
+    def __init__(self, connection: "ServerConnection") -> None:
+        self.conn = connection
+        self.service = connection.service
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.protocol_version = 0
+        self.client_version = ""
+
+    # --- dispatch and error boundary ---------------------------------------------------------
+
+    def handle(self, frame: frames.Frame) -> None:
+        entry = _HANDLERS.get(frame.type)
+        if entry is None:
+            self._unsupported(frame)
+            return
+        method, is_async = entry
+        body = frame.body()
+        if is_async:
+            self.service.state.spawn(self._guarded(method, body, frame))
+            return
+        try:
+            method(self, body, frame)
+        except Exception as exc:  # noqa: BLE001 - error boundary of one command
+            self._answer_error(frame, body, exc)
+
+    async def _guarded(self, method, body, frame) -> None:
+        try:
+            await method(self, body, frame)
+        except Exception as exc:  # noqa: BLE001 - error boundary of one command
+            self._answer_error(frame, body, exc)
+
+    def _answer_error(self, frame, body, exc: BaseException) -> None:
+        if isinstance(exc, CompactMQError):
+            code, text = exc.server_error, str(exc) or type(exc).__name__
+            log.info("%s from %s failed: %s", frame.type_name, self.conn.peer, text)
+        else:
+            code, text = ServerError.UnknownError, f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("%s from %s failed", frame.type_name, self.conn.peer)
+        t = frame.type
+        if t == T.SEND:
+            self.conn.send_command(commands.send_error(body.producer_id, body.sequence_id, code, text))
+        elif t == T.LOOKUP:
+            self.conn.send_command(commands.lookup_error(body.request_id, code, text))
+        elif t == T.PARTITIONED_METADATA:
+            self.conn.send_command(commands.partitioned_metadata_error(body.request_id, code, text))
+        elif t == T.GET_SCHEMA:
+            self.conn.send_command(commands.get_schema_response(body.request_id, server_error=code, message=text))
+        elif t == T.GET_OR_CREATE_SCHEMA:
+            self.conn.send_command(
+                commands.get_or_create_schema_response(body.request_id, server_error=code, message=text)
+            )
+        elif t == T.ACK:
+            if body.HasField("request_id"):
+                self.conn.send_command(commands.ack_response(body.consumer_id, body.request_id, code, text))
+        elif t == T.CONSUMER_STATS:
+            self.conn.send_command(commands.consumer_stats_error(body.request_id, code, text))
+        elif hasattr(body, "request_id"):
+            self.conn.send_command(commands.error(body.request_id, code, text))
+        # FLOW, REDELIVER, PING...: no answer exists on the wire; logged above
+
+    def _unsupported(self, frame) -> None:
+        body = frame.body()
+        text = f"{frame.type_name} is not supported by compactmq"
+        if frame.type == T.TC_CLIENT_CONNECT_REQUEST:
+            self.conn.send_command(
+                commands.tc_client_connect_response(body.request_id, ServerError.NotAllowedError, text)
+            )
+        elif hasattr(body, "request_id"):
+            self.conn.send_command(commands.error(body.request_id, ServerError.NotAllowedError, text))
+        else:
+            log.info("ignoring %s from %s", frame.type_name, self.conn.peer)
+
+    # --- connection --------------------------------------------------------------------------
+
+    def on_connect(self, cmd: pb.CommandConnect, frame) -> None:
+        self.client_version = cmd.client_version
+        self.protocol_version = commands.negotiated_version(cmd.protocol_version)
+        self.conn.state.send(T.CONNECTED)
+        self.conn.send_command(
+            commands.connected(self.protocol_version, max_message_size=self.service.config["maxMessageSize"])
+        )
+
+    def on_ping(self, cmd, frame) -> None:
+        self.conn.send_command(commands.pong())
+
+    def on_pong(self, cmd, frame) -> None:
+        pass  # last_seen was updated when the bytes arrived
+
+    async def on_partitioned_metadata(self, cmd: pb.CommandPartitionedTopicMetadata, frame) -> None:
+        auto = cmd.metadata_auto_creation_enabled if cmd.HasField("metadata_auto_creation_enabled") else True
+        n = await self.service.topics.partitions(cmd.topic, auto_create=auto)
+        self.conn.send_command(commands.partitioned_metadata_response(cmd.request_id, n))
+
+    async def on_lookup(self, cmd: pb.CommandLookupTopic, frame) -> None:
+        TopicName.parse(cmd.topic)  # InvalidTopicName -> a Failed lookup
+        self.conn.send_command(
+            commands.lookup_response(cmd.request_id, self.service.broker_url, authoritative=True)
+        )
+
+    async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
+        topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        self.conn.send_command(commands.get_topics_of_namespace_response(cmd.request_id, topics))
+
+    # --- producers ---------------------------------------------------------------------------
+
+    async def on_producer(self, cmd: pb.CommandProducer, frame) -> None:
+        existing = self.producers.get(cmd.producer_id)
+        if existing is not None and not existing.closed:
+            if existing.topic.name == str(TopicName.parse(cmd.topic)):
+                # the client retried a request that already succeeded: same answer again
+                self.conn.send_command(commands.producer_success(
+                    cmd.request_id, existing.name,
+                    last_sequence_id=existing.topic.last_sequence_ids.get(existing.name, -1),
+                    schema_version=existing.schema_version,
+                ))
+                return
+            raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
+        topic = await self.service.topics.get_topic(cmd.topic, create=True)
+        schema_version = b""
+        if cmd.HasField("schema"):
+            schema_version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
+        if cmd.HasField("producer_name") and cmd.producer_name:
+            name = cmd.producer_name
+        else:
+            name = f"{self.service.cluster_name}-{self.service.instance_id}-{next(_producer_names)}"
+        producer = Producer(topic, self.conn, cmd.producer_id, name, cmd.producer_access_mode, schema_version)
+        if self.conn.closed:
+            return
+        topic.add_producer(producer)
+        self.producers[cmd.producer_id] = producer
+        self.conn.send_command(commands.producer_success(
+            cmd.request_id, name,
+            last_sequence_id=topic.last_sequence_ids.get(name, -1),
+            schema_version=schema_version,
+            topic_epoch=0 if producer.exclusive else None,
+        ))
+
+    def on_send(self, cmd: pb.CommandSend, frame) -> None:
+        producer = self.producers.get(cmd.producer_id)
+        if producer is None or producer.closed:
+            raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
+        entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
+        metadata = frames.parse_metadata(entry)
+        publish_time = metadata.publish_time or int(time.time() * 1000)
+        num = cmd.num_messages if cmd.HasField("num_messages") else 1
+        last_seq = cmd.highest_sequence_id if cmd.highest_sequence_id > 0 else cmd.sequence_id + max(num, 1) - 1
+        producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
+        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None
+        size = len(entry)
+        conn = self.conn
+        topic = producer.topic
+        partition = topic.partition_index
+        conn.reads.add(size)
+        producer.messages_in += num
+        producer.bytes_in += size
+
+        def persisted(position: Position | None, exc: BaseException | None) -> None:
+            conn.reads.release(size)
+            if exc is not None:
+                conn.send_command(commands.send_error(
+                    producer_id, sequence_id,
+                    exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
+                    str(exc),
+                ))
+                return
+            seqs = topic.last_sequence_ids
+            if seqs.get(producer.name, -1) < last_seq:
+                seqs[producer.name] = last_seq
+            conn.send_command(commands.send_receipt(
+                producer_id, sequence_id, position[0], position[1],
+                partition=partition, highest_sequence_id=highest,
+            ))
+
+        topic.publish(entry, publish_time, persisted)
+
+    def on_close_producer(self, cmd: pb.CommandCloseProducer, frame) -> None:
+        producer = self.producers.pop(cmd.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        self.conn.send_command(commands.success(cmd.request_id))
+
+    def forget_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+        producer.topic.remove_producer(producer)
+
+    # --- consumers ---------------------------------------------------------------------------
+
+    async def on_subscribe(self, cmd: pb.CommandSubscribe, frame) -> None:
+        existing = self.consumers.get(cmd.consumer_id)
+        if existing is not None and not existing.closed:
+            if existing.subscription.topic.name == str(TopicName.parse(cmd.topic)) \
+                    and existing.subscription.name == cmd.subscription:
+                self.conn.send_command(commands.success(cmd.request_id))
+                return
+            raise InvalidInput(f"consumer id {cmd.consumer_id} is already used on this connection")
+        if cmd.subType not in (0, 1, 2, 3):
+            raise InvalidInput(f"unknown subscription type {cmd.subType}")
+        if cmd.read_compacted and cmd.subType in (1, 3):
+            raise NotAllowed("read compacted is only allowed on Exclusive and Failover subscriptions")
+        create = cmd.force_topic_creation if cmd.HasField("force_topic_creation") else True
+        topic = await self.service.topics.get_topic(cmd.topic, create=create)
+        if cmd.HasField("schema"):
+            await self.service.schemas.get_or_create(topic.name, cmd.schema)
+        durable = cmd.durable if cmd.HasField("durable") else True
+        initial = _initial_position(cmd, durable)
+        sticky = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY
+        ranges = tuple((r.start, r.end) for r in cmd.keySharedMeta.hashRanges) if sticky else ()
+        conn = self.conn
+
+        def make_consumer(sub) -> Consumer:
+            return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
+                            cmd.priority_level, ranges, bool(cmd.read_compacted))
+
+        consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky)
+        if self.conn.closed:
+            consumer.subscription.remove_consumer(consumer)
+            return
+        self.consumers[cmd.consumer_id] = consumer
+        self.conn.send_command(commands.success(cmd.request_id))
+        if cmd.subType == 2:  # Failover: tell this consumer whether it is the active one
+            dispatcher = consumer.subscription.dispatcher
+            consumer.notify_active(getattr(dispatcher, "active", None) is consumer)
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise _ConsumerNotFound(f"consumer {consumer_id} is not attached on this connection")
+        return consumer
+
+    def on_flow(self, cmd: pb.CommandFlow, frame) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is not None:  # FLOW for a consumer closed meanwhile: nothing to do
+            consumer.flow(cmd.messagePermits)
+
+    def on_ack(self, cmd: pb.CommandAck, frame) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is not None:
+            sub = consumer.subscription
+            if cmd.ack_type == pb.CommandAck.Cumulative:
+                if cmd.message_id:
+                    mid = cmd.message_id[0]
+                    sub.ack_cumulative(_position(mid), list(mid.ack_set) or None)
+            else:
+                sub.ack_individual([(_position(m), list(m.ack_set) or None) for m in cmd.message_id])
+        if cmd.HasField("request_id"):
+            self.conn.send_command(commands.ack_response(cmd.consumer_id, cmd.request_id))
+
+    def on_redeliver(self, cmd: pb.CommandRedeliverUnacknowledgedMessages, frame) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        ids = [_position(m) for m in cmd.message_ids] if cmd.message_ids else None
+        consumer.subscription.redeliver(consumer, ids)
+
+    def on_close_consumer(self, cmd: pb.CommandCloseConsumer, frame) -> None:
+        consumer = self.consumers.pop(cmd.consumer_id, None)
+        if consumer is not None:
+            consumer.subscription.remove_consumer(consumer)
+        self.conn.send_command(commands.success(cmd.request_id))
+
+    def forget_consumer(self, consumer: Consumer) -> None:
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+        consumer.subscription.remove_consumer(consumer)
+
+    async def on_unsubscribe(self, cmd: pb.CommandUnsubscribe, frame) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        others = [c for c in sub.consumers if c is not consumer]
+        if others:
+            raise ConsumerBusy(f"subscription {sub.name!r} has {len(others)} other consumer(s) attached")
+        self.consumers.pop(cmd.consumer_id, None)
+        sub.remove_consumer(consumer)
+        await sub.topic.unsubscribe(sub)
+        self.conn.send_command(commands.success(cmd.request_id))
+
+    async def on_seek(self, cmd: pb.CommandSeek, frame) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        topic = sub.topic
+        if cmd.HasField("message_publish_time"):
+            position = await self.service.run_blocking(
+                topic.ledger.find_position_by_publish_time, cmd.message_publish_time
+            )
+            if position is None:  # every entry is older: the end of the topic
+                last = topic.last_position
+                position = Position(last[0], last[1] + 1) if last is not None else Position(0, 0)
+        elif cmd.HasField("message_id"):
+            mid = commands.message_id_tuple(cmd.message_id)
+            if mid.ledger_id < 0 or mid.entry_id < 0:
+                position = Position(-1, -1)  # earliest
+            elif mid.ledger_id >= _INT64_MAX:
+                last = topic.last_position
+                position = Position(last[0], last[1] + 1) if last is not None else Position(0, 0)
+            else:
+                position = Position(mid.ledger_id, mid.entry_id)
+        else:
+            raise InvalidInput("SEEK needs a message id or a publish time")
+        await sub.seek(Position(*position))
+        self.conn.send_command(commands.success(cmd.request_id))
+
+    def on_get_last_message_id(self, cmd: pb.CommandGetLastMessageId, frame) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        topic = sub.topic
+        last = sub.source.last_position()
+        if last is None:
+            last = topic.last_message_id()
+        md = sub.mark_delete_position()
+        p = topic.partition_index
+        self.conn.send_command(commands.get_last_message_id_response(
+            cmd.request_id, (last[0], last[1], p), consumer_mark_delete_position=(md[0], md[1], p),
+        ))
+
+    def on_consumer_stats(self, cmd: pb.CommandConsumerStats, frame) -> None:
+        consumer = self._consumer(cmd.consumer_id)
+        sub = consumer.subscription
+        self.conn.send_command(commands.consumer_stats_response(
+            cmd.request_id,
+            consumerName=consumer.name,
+            availablePermits=max(0, consumer.permits.available),
+            unackedMessages=sum(1 for c in sub.dispatcher.pending.values() if c is consumer),
+            address=self.conn.peer,
+            type={0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}.get(sub.sub_type, ""),
+        ))
+
+    def wake_consumers(self) -> None:
+        for consumer in list(self.consumers.values()):
+            d = consumer.subscription.dispatcher
+            if d is not None:
+                d.wake()
+
+    # --- schemas -----------------------------------------------------------------------------
+
+    async def on_get_schema(self, cmd: pb.CommandGetSchema, frame) -> None:
+        version = cmd.schema_version if cmd.HasField("schema_version") else None
+        found = await self.service.schemas.get(str(TopicName.parse(cmd.topic)), version)
+        if found is None:
+            self.conn.send_command(commands.get_schema_response(
+                cmd.request_id, server_error=ServerError.TopicNotFound, message="schema not found"))
+            return
+        schema, schema_version = found
+        self.conn.send_command(commands.get_schema_response(cmd.request_id, schema, schema_version))
+
+    async def on_get_or_create_schema(self, cmd: pb.CommandGetOrCreateSchema, frame) -> None:
+        topic = await self.service.topics.get_topic(cmd.topic, create=True)
+        version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
+        self.conn.send_command(commands.get_or_create_schema_response(cmd.request_id, version))
+
+    # --- end of the connection ---------------------------------------------------------------
+
+    def connection_closed(self) -> None:
+        for producer in list(self.producers.values()):
+            producer.topic.remove_producer(producer)
+        self.producers.clear()
+        for consumer in list(self.consumers.values()):
+            try:
+                consumer.subscription.remove_consumer(consumer)
+            except Exception:  # pragma: no cover - keep cleaning up the others
+                log.exception("removing %s failed", consumer)
+        self.consumers.clear()
+
+
+class _ConsumerNotFound(NotFound):
+    server_error = ServerError.ConsumerNotFound
+
+
+def _position(mid: pb.MessageIdData) -> Position:
+    m = commands.message_id_tuple(mid)
+    return Position(m.ledger_id, m.entry_id)
+
+
+def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
+    """Where a new cursor starts: "earliest", "latest", or the position of its first entry.
+
+    A reader's start_message_id (L, E) delivers from entry E itself; the client drops it when
+    the reader is not inclusive (Pulsar's brokers step back one entry the same way, because
+    the id may point inside a batch). (-1, -1) is the earliest position, ids past the end
+    (the client's "latest" is INT64_MAX) the latest.
+    """
+    if not durable and cmd.HasField("start_message_id"):
+        m = commands.message_id_tuple(cmd.start_message_id)
+        if m.ledger_id < 0 or m.entry_id < 0:
+            return "earliest"
+        if m.ledger_id >= _INT64_MAX:
+            return "latest"
+        return Position(m.ledger_id, m.entry_id)
+    if cmd.initialPosition == pb.CommandSubscribe.Earliest:
+        return "earliest"
+    return "latest"
+
+
+_HANDLERS: dict[int, tuple[Any, bool]] = {
+    T.CONNECT: (CommandHandler.on_connect, False),
+    T.PING: (CommandHandler.on_ping, False),
+    T.PONG: (CommandHandler.on_pong, False),
+    T.PARTITIONED_METADATA: (CommandHandler.on_partitioned_metadata, True),
+    T.LOOKUP: (CommandHandler.on_lookup, True),
+    T.GET_TOPICS_OF_NAMESPACE: (CommandHandler.on_get_topics_of_namespace, True),
+    T.PRODUCER: (CommandHandler.on_producer, True),
+    T.SEND: (CommandHandler.on_send, False),
+    T.CLOSE_PRODUCER: (CommandHandler.on_close_producer, False),
+    T.SUBSCRIBE: (CommandHandler.on_subscribe, True),
+    T.FLOW: (CommandHandler.on_flow, False),
+    T.ACK: (CommandHandler.on_ack, False),
+    T.REDELIVER_UNACKNOWLEDGED_MESSAGES: (CommandHandler.on_redeliver, False),
+    T.CLOSE_CONSUMER: (CommandHandler.on_close_consumer, False),
+    T.UNSUBSCRIBE: (CommandHandler.on_unsubscribe, True),
+    T.SEEK: (CommandHandler.on_seek, True),
+    T.GET_LAST_MESSAGE_ID: (CommandHandler.on_get_last_message_id, False),
+    T.CONSUMER_STATS: (CommandHandler.on_consumer_stats, False),
+    T.GET_SCHEMA: (CommandHandler.on_get_schema, True),
+    T.GET_OR_CREATE_SCHEMA: (CommandHandler.on_get_or_create_schema, True),
+}

@@ -1,0 +1,189 @@
+"""The broker process: one ``BrokerService`` (state shared by every connection) and one
+``BrokerServer`` (sockets and the shutdown order).
+
+``ServerState`` registers every connection and every background task, so shutdown finds them.
+Shutdown runs in a fixed order (``BrokerServer.shutdown``):
+
+1. stop accepting connections (binary port, then the web port);
+2. close producers and consumers with CLOSE_PRODUCER / CLOSE_CONSUMER, so clients reconnect
+   to whoever serves the topic next, and persist what producers already sent;
+3. flush acknowledgements to the cursors;
+4. close the connections, finish in-flight tasks (bounded wait);
+5. close storage (seals ledgers, closes the metadata store), stop the thread pool.
+
+Storage is synchronous: every call goes through ``run_blocking`` (a thread pool executor),
+never on the event loop.
+
+The web service (admin REST API and /metrics, issue 6) plugs in at ``start_web``: it is given
+the ``BrokerService`` (topics, storage, config) and the host/port to bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..config import Config
+from ..errors import StorageError
+from .connection import ServerConnection
+from .schemas import SchemaRegistry
+from .topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+# Threads for storage calls: appends of different topics, reads and cursor writes run side by
+# side; SQLite and fsync release the GIL.
+STORAGE_THREADS = 8
+# How long shutdown waits for in-flight work before closing storage anyway.
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class ServerState:
+    """Every connection and background task of the broker."""
+
+    def __init__(self) -> None:
+        self.connections: set[ServerConnection] = set()
+        self.tasks: set[asyncio.Task] = set()
+
+    def add_connection(self, conn: ServerConnection) -> None:
+        self.connections.add(conn)
+
+    def remove_connection(self, conn: ServerConnection) -> None:
+        self.connections.discard(conn)
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+
+class BrokerService:
+    """What every connection shares: config, storage, topics, schemas, the thread pool."""
+
+    def __init__(self, config: Config, storage: Any, broker_url: str, web_url: str | None = None) -> None:
+        self.config = config
+        self.storage = storage
+        self.broker_url = broker_url
+        self.web_url = web_url
+        self.cluster_name = "standalone"
+        self.instance_id = f"{os.getpid() % 100000}"
+        self.tail_cache_bytes = 32 * 1024 * 1024
+        self.state = ServerState()
+        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
+        self.topics = TopicManager(self)
+        self.schemas = SchemaRegistry(self)
+        self.shutting_down = False
+        self.started_ms = int(time.time() * 1000)
+
+    def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
+        """Run a blocking (storage) call in the thread pool."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self.executor, functools.partial(fn, *args))
+
+
+class BrokerServer:
+    """Listens on the binary port (and hands the web port to the web service)."""
+
+    def __init__(self, config: Config, *, storage: Any = None, host: str | None = None,
+                 port: int | None = None, web_port: int | None = None) -> None:
+        self.config = config
+        self.host = host or config["bindAddress"]
+        self.port = config["brokerServicePort"] if port is None else port
+        self.web_port = config["webServicePort"] if web_port is None else web_port
+        self._storage = storage
+        self.service: BrokerService | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._web: Any = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._storage is None:
+            from ..storage import Storage
+
+            loop = asyncio.get_running_loop()
+            self._storage = await loop.run_in_executor(None, Storage, self.config.data_dir, self.config)
+        advertised = self.config["advertisedAddress"] or self.host
+        if advertised in ("0.0.0.0", "::", ""):
+            advertised = "127.0.0.1"
+        loop = asyncio.get_running_loop()
+        service = BrokerService(self.config, self._storage, "", None)
+        self.service = service
+        try:
+            self._server = await loop.create_server(
+                lambda: ServerConnection(service), self.host, self.port, reuse_address=True, backlog=1024
+            )
+        except OSError as e:
+            await loop.run_in_executor(None, self._storage.close)
+            raise StorageError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        service.broker_url = f"pulsar://{advertised}:{self.port}"
+        service.web_url = f"http://{advertised}:{self.web_port}"
+        await self.start_web()
+
+    async def start_web(self) -> None:
+        """Start the web service (admin REST API, /metrics) when it is built.
+
+        The plug: a module ``compactmq.admin.server`` with ``async def start(service, host,
+        port)`` returning an object with ``async close()``. Until it exists the broker runs
+        without a web port.
+        """
+        try:
+            module = importlib.import_module("compactmq.admin.server")
+        except ModuleNotFoundError as e:
+            if e.name not in ("compactmq.admin.server",):
+                raise
+            log.info("web service not available yet; serving the binary protocol only")
+            return
+        self._web = await module.start(self.service, self.host, self.web_port)
+
+    @property
+    def urls(self) -> tuple[str, str]:
+        return self.service.broker_url, self.service.web_url
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    async def shutdown(self) -> None:
+        """The fixed shutdown order (see the module notes)."""
+        service = self.service
+        if service is None or service.shutting_down:
+            return
+        service.shutting_down = True
+        loop = asyncio.get_running_loop()
+        # 1. stop accepting
+        if self._server is not None:
+            self._server.close()
+        if self._web is not None:
+            try:
+                await self._web.close()
+            except Exception:  # pragma: no cover
+                log.exception("closing the web service failed")
+        # 2 + 3. producers and consumers are told to reconnect; queued SENDs persist; acks flush
+        try:
+            await asyncio.wait_for(service.topics.close_all(), SHUTDOWN_GRACE_SECONDS)
+        except asyncio.TimeoutError:
+            log.warning("topics did not close within %ss", SHUTDOWN_GRACE_SECONDS)
+        # 4. close connections, let in-flight tasks finish
+        for conn in list(service.state.connections):
+            conn.close()
+        pending = [t for t in service.state.tasks if t is not asyncio.current_task()]
+        if pending:
+            done, still = await asyncio.wait(pending, timeout=2.0)
+            for t in still:
+                t.cancel()
+        # 5. storage last
+        await loop.run_in_executor(None, service.storage.close)
+        service.executor.shutdown(wait=True)
+        self._stopped.set()

@@ -1,0 +1,296 @@
+"""Subscriptions and their consumers.
+
+A ``Subscription`` is a named cursor on a topic plus the consumers attached to it and one
+dispatcher (chosen by the subscription type when the first consumer arrives; it can change
+type only while no consumer is attached, as in Pulsar). Durable subscriptions keep their
+cursor in the metadata store; non-durable ones (readers) live only while a consumer is
+attached.
+
+Acknowledgements are applied to the broker's view at once (so nothing acknowledged is sent
+again) and written to the cursor in the thread pool, coalesced: while one write runs, the next
+ones pile up and go together. ``close()`` waits for the last write, so a clean shutdown loses
+no acknowledgement.
+
+Batch-index acknowledgements (``ack_set``: a bitset whose set bits are the messages of a batch
+*not yet* acknowledged) are kept here per entry; an entry whose set becomes empty is
+acknowledged as a whole. A redelivered batch carries its remaining set so the client skips the
+acknowledged messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConsumerBusy
+from ..storage.position import Position
+from .dispatchers import (
+    Dispatcher,
+    KeySharedDispatcher,
+    SharedDispatcher,
+    SingleActiveDispatcher,
+    next_position,
+)
+from .entry_source import EntrySource
+from .flow import PermitWindow
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .topics import Topic
+
+log = logging.getLogger(__name__)
+
+EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
+SUB_TYPE_NAMES = {EXCLUSIVE: "Exclusive", SHARED: "Shared", FAILOVER: "Failover", KEY_SHARED: "Key_Shared"}
+
+_serials = itertools.count()
+
+
+class Consumer:
+    """One consumer of a subscription, on one client connection."""
+
+    def __init__(
+        self,
+        subscription: "Subscription",
+        connection: Any,
+        consumer_id: int,
+        name: str,
+        priority_level: int = 0,
+        hash_ranges: tuple[tuple[int, int], ...] = (),
+        read_compacted: bool = False,
+    ) -> None:
+        self.subscription = subscription
+        self.connection = connection
+        self.consumer_id = consumer_id
+        self.name = name
+        self.priority_level = priority_level
+        self.hash_ranges = hash_ranges
+        self.read_compacted = read_compacted
+        self.serial = next(_serials)
+        self.permits = PermitWindow()
+        self.closed = False
+        self.messages_out = 0
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, id={self.consumer_id}, sub={self.subscription.name!r})"
+
+    def can_take(self) -> bool:
+        return self.permits.available > 0 and not self.closed and self.connection.writable
+
+    def flow(self, permits: int) -> None:
+        self.permits.grant(permits)
+        self.subscription.dispatcher.wake()
+
+    def deliver(self, position: Position, entry: bytes, messages: int, redelivery_count: int,
+                ack_set: list[int] | None) -> None:
+        self.permits.consume(messages)
+        self.messages_out += messages
+        self.connection.send_message(
+            self.consumer_id, position, self.subscription.topic.partition_index,
+            redelivery_count, ack_set, entry,
+        )
+
+    def notify_active(self, is_active: bool) -> None:
+        if not self.closed:
+            self.connection.send_active_consumer_change(self.consumer_id, is_active)
+
+
+class Subscription:
+    def __init__(self, topic: "Topic", name: str, cursor: Any, durable: bool,
+                 source: EntrySource | None = None) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.source = source or topic.source
+        self.sub_type: int | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.redeliveries: dict[Position, int] = {}
+        self.batch_remaining: dict[Position, list[int]] = {}
+        # acknowledgements not yet written to the cursor
+        self._acked: set[Position] = set()
+        self._acked_up_to: Position | None = None
+        self._flush_task: asyncio.Task | None = None
+        self._keep_on_empty = False  # a seek disconnects consumers; a reader comes back
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.topic.name}, {self.name!r})"
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers if self.dispatcher else []
+
+    def spawn(self, coro) -> asyncio.Task:
+        return self.topic.spawn(coro)
+
+    # --- consumers ---------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: int, key_shared_sticky: bool = False) -> None:
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if sub_type != self.sub_type:
+                raise ConsumerBusy(
+                    f"subscription {self.name!r} is {SUB_TYPE_NAMES[self.sub_type]}, "
+                    f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}"
+                )
+            if sub_type == EXCLUSIVE:
+                raise ConsumerBusy(f"exclusive consumer is already connected to subscription {self.name!r}")
+        if self.dispatcher is None or self.sub_type != sub_type or (
+            sub_type == KEY_SHARED and not self.dispatcher.consumers
+            and getattr(self.dispatcher, "sticky", None) != key_shared_sticky
+        ):
+            start = self.dispatcher.read_position if self.dispatcher else self.first_unacked_position()
+            if self.dispatcher is not None:
+                self.dispatcher.close()
+            self.dispatcher = self._make_dispatcher(sub_type, start, key_shared_sticky)
+            self.sub_type = sub_type
+        self.dispatcher.add_consumer(consumer)
+        self._keep_on_empty = False
+
+    def _make_dispatcher(self, sub_type: int, start: Position, sticky: bool) -> Dispatcher:
+        if sub_type == SHARED:
+            return SharedDispatcher(self, self.source, start)
+        if sub_type == KEY_SHARED:
+            return KeySharedDispatcher(self, self.source, start, sticky=sticky)
+        return SingleActiveDispatcher(
+            self, self.source, start, self.topic.partition_index, failover=(sub_type == FAILOVER)
+        )
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+        if not self.consumers and not self.durable and not self._keep_on_empty:
+            self.topic.drop_subscription(self)
+
+    # --- acknowledgements --------------------------------------------------------------------
+
+    def is_acknowledged(self, position: Position) -> bool:
+        if position in self._acked:
+            return True
+        if self._acked_up_to is not None and position <= self._acked_up_to:
+            return True
+        return self.cursor.is_acknowledged(position)
+
+    def mark_delete_position(self) -> Position:
+        md = Position(*self.cursor.mark_delete_position)
+        if self._acked_up_to is not None and self._acked_up_to > md:
+            return self._acked_up_to
+        return md
+
+    def first_unacked_position(self) -> Position:
+        return next_position(self.mark_delete_position())
+
+    def ack_individual(self, acks: list[tuple[Position, list[int] | None]]) -> None:
+        whole = []
+        for position, ack_set in acks:
+            if ack_set:
+                remaining = self.batch_remaining.get(position)
+                merged = list(ack_set) if remaining is None else [
+                    a & b for a, b in itertools.zip_longest(remaining, ack_set, fillvalue=0)
+                ]
+                if any(merged):
+                    self.batch_remaining[position] = merged
+                    continue
+            self.batch_remaining.pop(position, None)
+            whole.append(position)
+        if not whole:
+            return
+        self._acked.update(whole)
+        for p in whole:
+            self.redeliveries.pop(p, None)
+        if self.dispatcher is not None:
+            self.dispatcher.acknowledged(whole)
+        self._schedule_flush()
+
+    def ack_cumulative(self, position: Position, ack_set: list[int] | None = None) -> None:
+        if ack_set and any(ack_set):
+            # the batch at `position` is acknowledged up to a batch index: the entries
+            # before it completely, this one partly
+            self.batch_remaining[position] = list(ack_set)
+            if position[1] == 0:
+                return
+            position = Position(position[0], position[1] - 1)
+        if self._acked_up_to is not None and position <= self._acked_up_to:
+            return
+        self._acked_up_to = position
+        for p in [p for p in self.redeliveries if p <= position]:
+            del self.redeliveries[p]
+        for p in [p for p in self.batch_remaining if p <= position]:
+            del self.batch_remaining[p]
+        if self.dispatcher is not None:
+            self.dispatcher.acknowledged_up_to(position)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_task is None:
+            self._flush_task = self.spawn(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self._acked or self._acked_up_to is not None:
+                individual = sorted(self._acked)
+                up_to = self._acked_up_to
+                try:
+                    await self.topic.run_blocking(self._write_acks, individual, up_to)
+                except Exception:
+                    log.exception("writing acknowledgements of %s failed; will retry", self)
+                    await asyncio.sleep(1.0)
+                    continue
+                self._acked.difference_update(individual)
+                if self._acked_up_to == up_to:
+                    self._acked_up_to = None
+        finally:
+            self._flush_task = None
+
+    def _write_acks(self, individual: list[Position], up_to: Position | None) -> None:
+        # runs in the thread pool
+        if up_to is not None:
+            self.cursor.ack_cumulative(up_to)
+        if individual:
+            self.cursor.ack_individual(individual)
+
+    async def flush(self) -> None:
+        """Wait until every acknowledgement so far is written to the cursor."""
+        while self._flush_task is not None:
+            await asyncio.shield(self._flush_task)
+
+    # --- redelivery bookkeeping (used by dispatchers) ------------------------------------
+
+    def redelivery_count(self, position: Position) -> int:
+        return self.redeliveries.get(position, 0)
+
+    def count_redelivery(self, position: Position) -> None:
+        self.redeliveries[position] = self.redeliveries.get(position, 0) + 1
+
+    def ack_set_of(self, position: Position) -> list[int] | None:
+        return self.batch_remaining.get(position)
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.redeliver(consumer, positions)
+
+    # --- seek --------------------------------------------------------------------------------
+
+    async def seek(self, position: Position) -> None:
+        """Reset the subscription so that ``position`` is the next entry delivered.
+
+        Pulsar's order: the attached consumers are disconnected first (CLOSE_CONSUMER; the
+        client clears its queue and subscribes again), then the cursor moves.
+        """
+        self._keep_on_empty = True
+        for consumer in list(self.consumers):
+            consumer.connection.close_consumer_by_broker(consumer)
+        await self.flush()
+        self._acked.clear()
+        self._acked_up_to = None
+        self.redeliveries.clear()
+        self.batch_remaining.clear()
+        await self.topic.run_blocking(self.cursor.reset, position)
+        if self.dispatcher is not None:
+            self.dispatcher.rewind(position)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self.dispatcher is not None:
+            self.dispatcher.close()

@@ -1,0 +1,334 @@
+"""Topics: the managed ledger of one topic, its producers, its subscriptions.
+
+How a topic object is found: ``BrokerService.topics`` is the one ``TopicManager``;
+``await topics.get_topic(name, create=...)`` returns the loaded ``Topic`` (opening the managed
+ledger in the thread pool on first use, once even when many requests race), ``topics.loaded``
+maps canonical names to the topics already open. Partitions are ordinary topics named
+``<base>-partition-<i>``; the number of partitions of a base topic lives in the metadata store.
+
+Publishing is group commit on two levels: every SEND that arrives while an append is running
+waits in the topic's queue, and the next append takes the whole queue in one
+``ManagedLedger.append_many`` call (one write, one fsync); appends of one topic never overlap,
+so positions follow arrival order and SEND_RECEIPTs go out in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
+from ..naming import TopicName
+from ..storage.position import Position
+from .entry_source import LedgerEntrySource, TailCache
+from .producers import Producer, check_access
+from .subscriptions import Consumer, Subscription
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import BrokerService
+
+log = logging.getLogger(__name__)
+
+# One append_many call takes at most this much: bounds the latency of the entries behind it.
+MAX_APPEND_BATCH_ENTRIES = 2000
+MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
+
+PublishCallback = Callable[[Position | None, BaseException | None], None]
+
+
+class Topic:
+    def __init__(self, service: "BrokerService", name: TopicName, ledger: Any) -> None:
+        self.service = service
+        self.topic_name = name
+        self.name = str(name)
+        self.partition_index = name.partition_index
+        self.ledger = ledger
+        self.producers: dict[int, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.tail_cache = TailCache(service.tail_cache_bytes)
+        last = ledger.last_position()
+        self.last_position: Position | None = Position(*last) if last is not None else None
+        self.source = LedgerEntrySource(self, service.run_blocking)
+        self.last_sequence_ids: dict[str, int] = {}
+        self._queue: list[tuple[bytes, int, PublishCallback]] = []
+        self._append_task: asyncio.Task | None = None
+        self._sub_lock = asyncio.Lock()
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name})"
+
+    def spawn(self, coro) -> asyncio.Task:
+        return self.service.state.spawn(coro)
+
+    def run_blocking(self, fn, *args):
+        return self.service.run_blocking(fn, *args)
+
+    # --- publishing --------------------------------------------------------------------------
+
+    def publish(self, entry: bytes, publish_time_ms: int, callback: PublishCallback) -> None:
+        if self.closed:
+            callback(None, StorageError(f"topic {self.name} is closing"))
+            return
+        self._queue.append((entry, publish_time_ms, callback))
+        if self._append_task is None:
+            self._append_task = self.spawn(self._append_loop())
+
+    async def _append_loop(self) -> None:
+        try:
+            while self._queue:
+                batch = self._take_batch()
+                entries = [e for e, _, _ in batch]
+                times = [t for _, t, _ in batch]
+                try:
+                    positions = await self.run_blocking(self.ledger.append_many, entries, times)
+                except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+                    err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
+                    log.error("append to %s failed: %s", self.name, exc)
+                    for _, _, cb in batch:
+                        cb(None, err)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for (entry, _, cb), pos in zip(batch, positions):
+                    pos = Position(*pos)
+                    self.tail_cache.append(pos, entry)
+                    self.last_position = pos
+                    cb(pos, None)
+                for sub in list(self.subscriptions.values()):
+                    if sub.dispatcher is not None:
+                        sub.dispatcher.wake()
+        finally:
+            self._append_task = None
+
+    def _take_batch(self) -> list:
+        n = 0
+        size = 0
+        for entry, _, _ in self._queue:
+            if n and (n >= MAX_APPEND_BATCH_ENTRIES or size + len(entry) > MAX_APPEND_BATCH_BYTES):
+                break
+            n += 1
+            size += len(entry)
+        batch = self._queue[:n]
+        del self._queue[:n]
+        return batch
+
+    async def drain(self) -> None:
+        """Wait until every queued SEND is persisted (or failed)."""
+        while self._append_task is not None:
+            await asyncio.shield(self._append_task)
+
+    # --- producers ---------------------------------------------------------------------------
+
+    def add_producer(self, producer: Producer) -> None:
+        if self.closed:
+            raise StorageError(f"topic {self.name} is closing")
+        for fenced in check_access(list(self.producers.values()), producer.access_mode, producer.name):
+            fenced.connection.close_producer_by_broker(fenced)
+        self.producers[producer.serial] = producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        producer.closed = True
+        self.producers.pop(producer.serial, None)
+
+    # --- subscriptions -----------------------------------------------------------------------
+
+    async def subscribe(self, name: str, durable: bool, initial_position: Any,
+                        make_consumer: Callable[[Subscription], Consumer], sub_type: int,
+                        key_shared_sticky: bool = False) -> Consumer:
+        """Find or create the subscription and attach a consumer to it."""
+        if self.closed:
+            raise StorageError(f"topic {self.name} is closing")
+        async with self._sub_lock:
+            sub = self.subscriptions.get(name)
+            created = False
+            if sub is None:
+                if not name:
+                    raise NotAllowed("subscription name is empty")
+                cursor = await self.run_blocking(self.ledger.open_cursor, name, durable, initial_position)
+                sub = Subscription(self, name, cursor, durable)
+                self.subscriptions[name] = sub
+                created = True
+            elif sub.durable != durable:
+                raise NotAllowed(
+                    f"subscription {name!r} is {'durable' if sub.durable else 'non-durable'}; "
+                    "cannot attach a consumer of the other kind"
+                )
+            consumer = make_consumer(sub)
+            try:
+                sub.add_consumer(consumer, sub_type, key_shared_sticky)
+            except BaseException:
+                if created and not durable:
+                    self.drop_subscription(sub)
+                raise
+        sub.dispatcher.wake()
+        return consumer
+
+    def drop_subscription(self, sub: Subscription) -> None:
+        """Forget a subscription whose last reader left (non-durable ones)."""
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+        if sub.dispatcher is not None:
+            sub.dispatcher.close()
+        if not sub.durable:
+            self.spawn(self._delete_cursor(sub.name, quiet=True))
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        await sub.close()
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+        await self._delete_cursor(sub.name)
+
+    async def _delete_cursor(self, name: str, quiet: bool = False) -> None:
+        try:
+            await self.run_blocking(self.ledger.delete_cursor, name)
+        except Exception:
+            if not quiet:
+                raise
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def last_message_id(self) -> Position:
+        """Last entry's position; for an empty topic (current ledger, -1), as Pulsar answers."""
+        if self.last_position is not None:
+            return self.last_position
+        try:
+            ledgers = self.ledger.ledgers()
+            ledger_id = ledgers[-1].ledger_id if ledgers else -1
+        except Exception:  # pragma: no cover - defensive
+            ledger_id = -1
+        return Position(ledger_id, -1)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def close(self, disconnect_clients: bool = True) -> None:
+        """Stop taking SENDs, tell clients to reconnect, persist what is queued, flush acks."""
+        self.closed = True
+        if disconnect_clients:
+            for producer in list(self.producers.values()):
+                producer.connection.close_producer_by_broker(producer)
+            for sub in list(self.subscriptions.values()):
+                for consumer in list(sub.consumers):
+                    consumer.connection.close_consumer_by_broker(consumer)
+        await self.drain()
+        for sub in list(self.subscriptions.values()):
+            try:
+                await sub.close()
+            except Exception:
+                log.exception("closing %s failed", sub)
+
+
+class TopicManager:
+    """Every loaded topic of the broker, and the partitioned-topic metadata."""
+
+    def __init__(self, service: "BrokerService") -> None:
+        self.service = service
+        self.loaded: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+
+    @property
+    def config(self):
+        return self.service.config
+
+    @property
+    def metadata(self):
+        return self.service.storage.metadata
+
+    async def get_topic(self, name: str, create: bool = True) -> Topic:
+        """The loaded topic ``name``; opened on first use.
+
+        ``create``: whether the client's request may create it (auto topic creation); a
+        partition of an existing partitioned topic is always created.
+        """
+        tn = TopicName.parse(name)
+        if not tn.persistent:
+            raise NotAllowed(f"non-persistent topics are not supported: {tn}")
+        key = str(tn)
+        topic = self.loaded.get(key)
+        if topic is not None and not topic.closed:
+            return topic
+        fut = self._loading.get(key)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._loading[key] = fut
+            try:
+                topic = await self._load(tn, create)
+            except BaseException as exc:
+                fut.set_exception(exc)
+                fut.exception()  # consumed here; other waiters re-raise it
+                raise
+            else:
+                self.loaded[key] = topic
+                fut.set_result(topic)
+                return topic
+            finally:
+                del self._loading[key]
+        return await asyncio.shield(fut)
+
+    async def _load(self, tn: TopicName, create: bool) -> Topic:
+        if self.service.shutting_down:
+            raise StorageError("broker is shutting down")
+        storage = self.service.storage
+        allowed = create and bool(self.config["allowAutoTopicCreation"])
+        base = tn.partitioned_base
+        if tn.partition_index >= 0:
+            partitions = await self.service.run_blocking(self.metadata.get_partitions, str(base))
+            if partitions is not None:
+                if tn.partition_index >= partitions:
+                    raise TopicNotFound(f"topic {tn}: {base} has only {partitions} partitions")
+                allowed = True
+        else:
+            partitions = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+            if partitions is not None:
+                raise NotAllowed(f"{tn} is a partitioned topic: use its partitions")
+        try:
+            ledger = await self.service.run_blocking(storage.open_managed_ledger, str(tn), allowed)
+        except TopicNotFound:
+            raise TopicNotFound(f"topic {tn} does not exist (allowAutoTopicCreation is off)") from None
+        return Topic(self.service, tn, ledger)
+
+    async def partitions(self, name: str, auto_create: bool = True) -> int:
+        """Number of partitions of ``name`` (0: not partitioned), for PARTITIONED_METADATA.
+
+        With automatic creation of type ``partitioned``, an unknown topic becomes a partitioned
+        topic of ``defaultNumPartitions`` partitions here, as Pulsar does.
+        """
+        tn = TopicName.parse(name)
+        if tn.partition_index >= 0:
+            return 0
+        n = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+        if n is not None:
+            return n
+        cfg = self.config
+        if (
+            auto_create
+            and cfg["allowAutoTopicCreation"]
+            and cfg["allowAutoTopicCreationType"] == "partitioned"
+            and str(tn) not in self.loaded
+        ):
+            exists = await self.service.run_blocking(self.metadata.topic_exists, str(tn))
+            if not exists:
+                return await self.create_partitioned_topic(str(tn), int(cfg["defaultNumPartitions"]))
+        return 0
+
+    async def create_partitioned_topic(self, name: str, partitions: int) -> int:
+        """Create a partitioned topic's metadata (the admin API calls this too)."""
+        tn = TopicName.parse(name)
+        if tn.partition_index >= 0:
+            raise InvalidTopicName(f"{tn} is a partition name; a partitioned topic cannot be one")
+        try:
+            await self.service.run_blocking(self.metadata.create_partitioned_topic, str(tn), partitions)
+        except CompactMQError as exc:
+            if type(exc).__name__ != "AlreadyExists":
+                raise
+        return await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+
+    async def unload(self, name: str) -> None:
+        topic = self.loaded.pop(str(TopicName.parse(name)), None)
+        if topic is not None:
+            await topic.close()
+
+    async def close_all(self) -> None:
+        topics = list(self.loaded.values())
+        await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)

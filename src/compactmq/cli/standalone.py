@@ -1,0 +1,85 @@
+"""``compactmq standalone``: the broker with embedded defaults on one machine.
+
+Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config FILE`` <
+``--config-override KEY=VALUE``); the dedicated flags (--data-dir, --bind, --broker-port,
+--web-port) are overrides too, applied last. An unknown key or a bad value is a one-line error
+before anything starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
+with its URLs, uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from ..config import load_config, parse_override
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "standalone",
+        help="run the broker (binary protocol and web service) with embedded defaults",
+        description="Run a standalone compactmq broker: files under the data directory, SQLite "
+        "metadata, Spark in local mode started when first needed.",
+    )
+    p.add_argument("--data-dir", help="directory for ledgers and metadata (config key dataDir)")
+    p.add_argument("--bind", help="address to listen on (default 127.0.0.1; bindAddress)")
+    p.add_argument("--broker-port", type=int, help="Pulsar binary protocol port (default 6650)")
+    p.add_argument("--web-port", type=int, help="admin REST API and /metrics port (default 8080)")
+    p.add_argument("--config", metavar="FILE", help="broker.conf-style file of key=value lines")
+    p.add_argument(
+        "--config-override", metavar="KEY=VALUE", action="append", default=[],
+        help="override one config key (repeatable), e.g. keepAliveIntervalSeconds=10",
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace):
+    overrides: dict[str, str] = {}
+    for item in args.config_override:
+        key, value = parse_override(item)
+        overrides[key] = value
+    flags = {
+        "dataDir": args.data_dir,
+        "bindAddress": args.bind,
+        "brokerServicePort": args.broker_port,
+        "webServicePort": args.web_port,
+    }
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    return load_config(args.config, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(args)  # InvalidConfiguration -> one line from cli.main
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop  # optional: the "fast" extra
+    except ImportError:
+        uvloop = None
+    runner = uvloop.run if uvloop is not None else asyncio.run
+    return runner(_serve(config)) or 0
+
+
+async def _serve(config) -> int:
+    from ..broker.server import BrokerServer
+
+    server = BrokerServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    broker_url, web_url = server.urls
+    print(f"compactmq standalone ready: broker {broker_url} web {web_url} data {config.data_dir}",
+          flush=True)
+    await stop.wait()
+    print("compactmq standalone: shutting down", file=sys.stderr, flush=True)
+    await server.shutdown()
+    return 0

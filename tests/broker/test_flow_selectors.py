@@ -1,0 +1,157 @@
+"""Pure parts of the broker: permit window, read pausing, consumer selection, tail cache."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from compactmq.broker.entry_source import TailCache
+from compactmq.broker.flow import MAX_PERMITS, PermitWindow, ReadPauser
+from compactmq.broker.selectors import (
+    FailoverSelector,
+    HashRingSelector,
+    RoundRobinSelector,
+    StickyRangeSelector,
+    key_hash,
+)
+from compactmq.errors import ConsumerAssignError, InvalidInput
+from compactmq.storage.position import Position
+
+
+@dataclass(eq=False)
+class C:
+    name: str
+    serial: int
+    priority_level: int = 0
+    hash_ranges: tuple = field(default_factory=tuple)
+    ok: bool = True
+
+
+def test_permit_window_counts_messages_and_may_overdraw_by_one_entry():
+    w = PermitWindow()
+    assert not w.is_open
+    w.grant(3)
+    assert w.is_open
+    w.consume(1)
+    w.consume(10)  # a batch of 10 with 2 permits left: sent, window goes negative
+    assert w.available == -8 and not w.is_open
+    w.grant(10)
+    assert w.available == 2
+    w.restore(2)
+    assert w.available == 4
+
+
+def test_permit_window_rejects_negative_and_caps():
+    w = PermitWindow()
+    with pytest.raises(InvalidInput):
+        w.grant(-1)
+    w.grant(MAX_PERMITS)
+    w.grant(MAX_PERMITS)
+    assert w.available == MAX_PERMITS
+
+
+class FakeTransport:
+    def __init__(self):
+        self.paused = False
+        self.calls = []
+
+    def pause_reading(self):
+        self.paused = True
+        self.calls.append("pause")
+
+    def resume_reading(self):
+        self.paused = False
+        self.calls.append("resume")
+
+    def is_closing(self):
+        return False
+
+
+def test_read_pauser_pauses_above_high_water_and_resumes_at_half():
+    t = FakeTransport()
+    r = ReadPauser(t, high_water=100)
+    r.add(60)
+    assert not t.paused
+    r.add(60)
+    assert t.paused
+    r.add(10)
+    assert t.calls == ["pause"]
+    r.release(60)  # 70 pending > 50
+    assert t.paused
+    r.release(30)  # 40 pending
+    assert not t.paused
+    assert t.calls == ["pause", "resume"]
+
+
+def test_failover_picks_by_priority_then_name_and_spreads_partitions():
+    a, b, c = C("b", 0), C("a", 1), C("c", 2, priority_level=-1)
+    assert FailoverSelector().active([a, b]) is b
+    assert FailoverSelector().active([a, b, c]) is c
+    sel = [FailoverSelector(i).active([a, b]) for i in range(4)]
+    assert sel == [b, a, b, a]
+    assert FailoverSelector().active([]) is None
+
+
+def test_round_robin_skips_unavailable_and_prefers_priority():
+    a, b, c = C("a", 0), C("b", 1), C("c", 2)
+    rr = RoundRobinSelector()
+    avail = lambda x: x.ok  # noqa: E731
+    picks = [rr.select([a, b, c], avail).name for _ in range(6)]
+    assert picks == ["a", "b", "c", "a", "b", "c"]
+    b.ok = False
+    picks = [rr.select([a, b, c], avail).name for _ in range(4)]
+    assert "b" not in picks and set(picks) == {"a", "c"}
+    hi = C("hi", 3, priority_level=-5)
+    assert rr.select([a, hi, c], avail) is hi
+    for x in (a, hi, c):
+        x.ok = False
+    assert rr.select([a, hi, c], avail) is None
+
+
+def test_hash_ring_keeps_keys_on_one_consumer_and_moves_few_on_join():
+    a, b = C("a", 0), C("b", 1)
+    ring = HashRingSelector()
+    ring.add(a)
+    ring.add(b)
+    keys = [f"key-{i}".encode() for i in range(2000)]
+    first = {k: ring.select(k) for k in keys}
+    assert all(ring.select(k) is first[k] for k in keys)  # stable
+    share = sum(1 for k in keys if first[k] is a) / len(keys)
+    assert 0.25 < share < 0.75
+    c = C("c", 2)
+    ring.add(c)
+    moved = [k for k in keys if ring.select(k) is not first[k]]
+    assert all(ring.select(k) is c for k in moved)  # only keys that went to the newcomer move
+    ring.remove(c)
+    assert all(ring.select(k) is first[k] for k in keys)
+
+
+def test_sticky_ranges_route_and_refuse_overlaps():
+    a = C("a", 0, hash_ranges=((0, 32767),))
+    b = C("b", 1, hash_ranges=((32768, 65535),))
+    sel = StickyRangeSelector()
+    sel.add(a)
+    sel.add(b)
+    for k in (b"x", b"y", b"zz", b""):
+        assert sel.select(k) is (a if key_hash(k) <= 32767 else b)
+    with pytest.raises(ConsumerAssignError):
+        sel.add(C("c", 2, hash_ranges=((100, 200),)))
+    sel.remove(a)
+    assert all(sel.select(k) in (b, None) for k in (b"x", b"y"))
+
+
+def test_tail_cache_reads_from_position_and_trims_oldest():
+    cache = TailCache(max_bytes=10)
+    assert not cache.covers(Position(1, 0))
+    for i in range(5):
+        cache.append(Position(1, i), b"ab")
+    assert cache.covers(Position(1, 0))
+    assert [p for p, _ in cache.read(Position(1, 2), 10)] == [Position(1, 2), Position(1, 3), Position(1, 4)]
+    assert cache.read(Position(1, 9), 10) == []
+    cache.append(Position(2, 0), b"abcd")  # over 10 bytes: the oldest go
+    assert not cache.covers(Position(1, 0))
+    assert cache.first_position() > Position(1, 0)
+    assert cache.get(Position(2, 0)) == b"abcd"
+    assert cache.get(Position(1, 0)) is None
+    for i in range(3000):
+        cache.append(Position(3, i), b"x")
+    assert len(cache) <= 10 and cache.get(Position(3, 2999)) == b"x"
