@@ -149,3 +149,16 @@ def test_batch_with_corrupt_compression():
     md.uncompressed_size = 100
     with pytest.raises(MalformedEntry):
         B.decode_batch(md, b"\xff\xff\xff")
+
+
+def test_delivery_ack_set_hides_compacted_out_records():
+    items = _items(4)
+    assert B.delivery_ack_set(items) is None
+    items[1] = B.compacted_out(items[1].meta)
+    # Observed with pulsar-client 3.13: MESSAGE ack_set [0b1101] delivers indexes 0, 2, 3 only.
+    assert B.delivery_ack_set(items) == [0b1101]
+    assert B.delivery_ack_set([B.compacted_out(i.meta) for i in _items(2)]) == [0]
+    big = _items(70)
+    big[69] = B.compacted_out(big[69].meta)
+    words = B.delivery_ack_set(big)
+    assert len(words) == 2 and words[0] == -1 and words[1] == (1 << 5) - 1

@@ -113,3 +113,36 @@ def test_negotiated_version():
     assert C.negotiated_version(20) == 20
     assert C.negotiated_version(25) == C.PROTOCOL_VERSION
     assert C.negotiated_version(6) == 6
+
+
+# A batch-index ACK as pulsar-client 3.13.0 sent it (batch_index_ack_enabled, 4-message batch
+# at (7, 0), acknowledging index 1 only), captured from the wire.
+REAL_BATCH_INDEX_ACK = bytes.fromhex("0000001400000010080a520c080110001a0608071000280d")
+
+
+def test_real_batch_index_ack_clears_the_acked_bit():
+    (frame,) = F.FrameDecoder().feed(REAL_BATCH_INDEX_ACK)
+    ack = frame.command.ack
+    assert ack.ack_type == pb.CommandAck.Individual
+    (mid,) = ack.message_id
+    assert (mid.ledgerId, mid.entryId, list(mid.ack_set)) == (7, 0, [0b1101])
+    assert not mid.HasField("batch_index")
+    assert C.indexes_from_ack_set(mid.ack_set) == {0, 2, 3}  # still unacked
+    assert C.ack_set_from_indexes([0, 2, 3], 4) == [0b1101]
+    # The client leaves partition out; proto2 repeated int64 travels unpacked (tag 0x28).
+    mid = pb.MessageIdData(ledgerId=7, entryId=0, ack_set=C.ack_set_from_indexes([0, 2, 3], 4))
+    assert F.encode_command(C.ack(1, [mid])) == REAL_BATCH_INDEX_ACK
+
+
+@pytest.mark.parametrize("indexes,size", [([], 1), ([0], 1), ([63], 64), ([64], 65), (list(range(130)), 130), ([5, 100, 127], 128)])
+def test_ack_set_round_trip(indexes, size):
+    words = C.ack_set_from_indexes(indexes, size)
+    assert len(words) == (size + 63) // 64
+    assert all(-(2**63) <= w < 2**63 for w in words)
+    assert C.indexes_from_ack_set(words) == set(indexes)
+    pb.CommandMessage(consumer_id=0, message_id=C.message_id(1, 1), ack_set=words)  # fits int64
+
+
+def test_ack_set_rejects_indexes_outside_the_batch():
+    with pytest.raises(ValueError):
+        C.ack_set_from_indexes([4], 4)

@@ -7,7 +7,9 @@ A producer with batching on sends one entry whose MessageMetadata has
 
 Each message of the batch is addressed as (ledger, entry, batch_index) with batch_index 0..N-1.
 Compaction keeps a batch's layout: a dropped message stays as a record with ``compacted_out``
-set and an empty payload, so the batch indexes of the survivors do not change.
+set and an empty payload, so the batch indexes of the survivors do not change. The official
+C++-based client delivers such records as empty messages unless the MESSAGE command's
+``ack_set`` clears their bits: see :func:`delivery_ack_set`.
 
 An entry without ``num_messages_in_batch`` is a single message; :func:`decode_batch` presents it
 as a one-item list (its SingleMessageMetadata derived from the MessageMetadata) so that callers
@@ -24,6 +26,7 @@ from google.protobuf.message import DecodeError
 from compactmq.errors import MalformedEntry
 from compactmq.protocol import compression
 from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.protocol.commands import ack_set_from_indexes
 
 _U32 = struct.Struct(">I")
 
@@ -139,6 +142,21 @@ def encode_batch_payload(metadata: pb.MessageMetadata, items: list[BatchItem]) -
         return raw
     metadata.uncompressed_size = len(raw)
     return compression.compress(metadata.compression, raw)
+
+
+def delivery_ack_set(items: list[BatchItem]) -> list[int] | None:
+    """The CommandMessage ``ack_set`` that hides a batch's ``compacted_out`` records.
+
+    pulsar-client 3.13 (C++ 4.2) does not skip ``compacted_out`` records by itself: it hands
+    them to the application as empty messages. It does skip records whose bit is clear in the
+    MESSAGE command's ``ack_set``, so the broker sends this with every rewritten batch.
+    Returns None when no record is compacted out (send no ack_set). A batch with no survivor at
+    all gives ``[0]`` (skip everything); better not to dispatch such an entry.
+    """
+    if not any(item.meta.compacted_out for item in items):
+        return None
+    live = [i for i, item in enumerate(items) if not item.meta.compacted_out]
+    return ack_set_from_indexes(live, len(items))
 
 
 def single_metadata_of(metadata: pb.MessageMetadata, payload_size: int) -> pb.SingleMessageMetadata:
