@@ -18,7 +18,7 @@ from compactmq.errors import CompactMQError, ServerError
 from compactmq.protocol import pulsar_pb2 as pb
 
 BaseCommand = pb.BaseCommand
-T = pb.BaseCommand.Type
+T = pb.BaseCommand  # its class attributes are the Type values (faster than the enum wrapper)
 
 SERVER_VERSION = "compactmq-0.1.0"
 PROTOCOL_VERSION = 20
@@ -158,14 +158,19 @@ def send_receipt(
     partition: int = -1,
     highest_sequence_id: int | None = None,
 ) -> pb.BaseCommand:
-    body = pb.CommandSendReceipt(
-        producer_id=producer_id,
-        sequence_id=sequence_id,
-        message_id=message_id(ledger_id, entry_id, partition),
-    )
+    # Filled in place rather than through constructors: one SEND_RECEIPT per message, and
+    # nested constructors copy each sub-message (about 4x slower).
+    cmd = BaseCommand(type=T.SEND_RECEIPT)
+    body = cmd.send_receipt
+    body.producer_id = producer_id
+    body.sequence_id = sequence_id
+    mid = body.message_id
+    mid.ledgerId = ledger_id & _MASK64
+    mid.entryId = entry_id & _MASK64
+    mid.partition = partition
     if highest_sequence_id is not None:
         body.highest_sequence_id = highest_sequence_id
-    return BaseCommand(type=T.SEND_RECEIPT, send_receipt=body)
+    return cmd
 
 
 def send_error(producer_id: int, sequence_id: int, server_error: int, message: str) -> pb.BaseCommand:
@@ -206,15 +211,21 @@ def message(
     ack_set: Iterable[int] | None = None,
     consumer_epoch: int | None = None,
 ) -> pb.BaseCommand:
-    """MESSAGE; frame it with ``encode_with_entry(cmd, stored_entry_bytes)``."""
-    body = pb.CommandMessage(
-        consumer_id=consumer_id, message_id=_as_message_id(msg_id), redelivery_count=redelivery_count
-    )
+    """MESSAGE; frame it with ``encode_with_entry(cmd, stored_entry_bytes)``.
+
+    ``ack_set``: for a batch, the records to deliver (see :func:`ack_set_from_indexes` and
+    :func:`compactmq.protocol.batch.delivery_ack_set`).
+    """
+    cmd = BaseCommand(type=T.MESSAGE)  # filled in place: this is the dispatch hot path
+    body = cmd.message
+    body.consumer_id = consumer_id
+    _fill_message_id(body.message_id, msg_id)
+    body.redelivery_count = redelivery_count
     if ack_set:
         body.ack_set.extend(ack_set)
     if consumer_epoch is not None:
         body.consumer_epoch = consumer_epoch
-    return BaseCommand(type=T.MESSAGE, message=body)
+    return cmd
 
 
 def lookup_response(
@@ -546,3 +557,13 @@ def _as_message_id(value: pb.MessageIdData | MessageId | tuple) -> pb.MessageIdD
         return value
     return message_id(*value)
 
+
+def _fill_message_id(target: pb.MessageIdData, value: pb.MessageIdData | MessageId | tuple) -> None:
+    if isinstance(value, pb.MessageIdData):
+        target.CopyFrom(value)
+        return
+    target.ledgerId = value[0] & _MASK64
+    target.entryId = value[1] & _MASK64
+    target.partition = value[2] if len(value) > 2 else -1
+    if len(value) > 3 and value[3] is not None and value[3] >= 0:
+        target.batch_index = value[3]
