@@ -24,7 +24,6 @@ import re
 import struct
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
-from urllib.parse import quote
 
 import numpy as np
 
@@ -35,8 +34,8 @@ TRAILER_MAGIC = b"CMQCLEND"
 RECORD_HEADER = struct.Struct(">Iqq")  # length, ledger_id, entry_id
 TRAILER = struct.Struct(">QQII8s")
 INDEX_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("offset", ">u8"), ("length", ">u4")])
-SUFFIX = ".cled"
-_NAME = re.compile(r"^(\d+)\.cled$")
+SUFFIX = ".compacted"
+_NAME = re.compile(r"^(\d+)\.compacted$")
 
 
 def _crc32c(data) -> int:
@@ -57,13 +56,18 @@ def _position(ledger_id: int, entry_id: int):
 
 
 def topic_dir(data_dir, topic: str) -> str:
-    """Directory of a topic's compacted ledgers: ``{data_dir}/compacted/{quoted topic}``."""
-    return os.path.join(str(data_dir), "compacted", quote(topic, safe=""))
+    """Directory of a topic's compacted ledgers (the storage layout:
+    ``{data_dir}/compacted/<domain>/<tenant>/<namespace>/<topic>``)."""
+    from ..naming import canonical
+    from ..storage.engine import COMPACTED_DIR, topic_relpath
+
+    return os.path.join(str(data_dir), COMPACTED_DIR, topic_relpath(canonical(topic)))
 
 
 def compacted_ledger_path(data_dir, topic: str, ledger_id: int) -> str:
-    """Path of compacted ledger ``ledger_id`` of ``topic`` (what the broker opens by id)."""
-    return os.path.join(topic_dir(data_dir, topic), f"{ledger_id}{SUFFIX}")
+    """Path of compacted ledger ``ledger_id`` of ``topic`` (what the broker opens by id; the same
+    as ``Storage.compacted_ledger_path``)."""
+    return os.path.join(topic_dir(data_dir, topic), f"{ledger_id:012d}{SUFFIX}")
 
 
 def list_compacted_ledgers(data_dir, topic: str) -> list[int]:
@@ -151,7 +155,8 @@ class CompactedLedgerWriter:
     def finish(self) -> None:
         """Write index and trailer and make the file durable (flush, fsync file and directory)."""
         self._flush_pending()
-        index = np.concatenate(self._index) if self._index else np.zeros(0, INDEX_DTYPE)
+        # (np.concatenate returns native byte order: convert back to the big-endian layout)
+        index = np.concatenate(self._index).astype(INDEX_DTYPE) if self._index else np.zeros(0, INDEX_DTYPE)
         raw = index.tobytes()
         self._f.write(raw)
         self._f.write(TRAILER.pack(self._offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))

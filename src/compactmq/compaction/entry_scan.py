@@ -440,41 +440,43 @@ _PLACEHOLDER_TAIL = bytes([SM_PAYLOAD_SIZE << 3, 0, SM_COMPACTED_OUT << 3, 1])  
 _U32 = struct.Struct(">I")
 
 
-def rebuild_entries(buf: np.ndarray, offsets, lengths, survivors: list) -> list:
-    """New bytes for each entry ``i`` given the set of surviving batch indexes ``survivors[i]``
-    (None: keep the entry as it is). Batched entries with dropped messages are rewritten: each
-    dropped message becomes a ``compacted_out`` placeholder with an empty payload, the batch is
-    re-compressed with its codec, and ``uncompressed_size`` and the checksum are updated.
-    Returns, per entry, bytes or None when no message survives (the entry is not written)."""
+def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -> list:
+    """New bytes for each candidate entry ``buf[offsets[i] : offsets[i] + lengths[i]]``, given the
+    surviving messages as pairs ``(surv_entry[k], surv_batch[k])`` (candidate index, batch index).
+
+    A non-batched or encrypted entry is returned as it is (a memoryview of ``buf``). A batch whose
+    messages all survive is too; otherwise each dropped message becomes a ``compacted_out``
+    placeholder with an empty payload, the batch is re-compressed with its codec, and
+    ``uncompressed_size`` and the checksum are updated (the entry keeps its id). An entry with no
+    surviving message gives None (it is not written)."""
     import crc32c as _crc
 
     offsets = np.asarray(offsets, np.int64)
     lengths = np.asarray(lengths, np.int64)
+    surv_entry = np.asarray(surv_entry, np.int64)
+    surv_batch = np.asarray(surv_batch, np.int64)
     n = len(offsets)
-    out: list = [None] * n
     info = scan_entry_metadata(buf, offsets, lengths)
     raw = memoryview(buf.data if buf.flags.c_contiguous else buf.tobytes()).cast("B")
-    rewrite = []
-    for i in range(n):
-        s = survivors[i]
-        o, ln = int(offsets[i]), int(lengths[i])
-        if s is None or not info.batched[i] or info.encrypted[i]:
-            out[i] = raw[o : o + ln]
-        else:
-            rewrite.append(i)
-    if not rewrite:
+    has_survivor = np.bincount(surv_entry, minlength=n) > 0
+    is_batch = info.batched & ~info.encrypted
+    out: list = [None] * n
+    for i in np.flatnonzero(has_survivor & ~is_batch).tolist():
+        o = int(offsets[i])
+        out[i] = raw[o : o + int(lengths[i])]
+    sel = np.flatnonzero(has_survivor & is_batch)
+    if not sel.size:
         return out
-    sel = np.asarray(rewrite, np.int64)
+    rewrite = sel.tolist()
     bbuf, bstart, bend = batch_payloads(buf, info, sel)
     sub = scan_batches(bbuf, bstart, bend, info.num_messages[sel])
-    # which sub-messages survive
-    keep = sub.compacted_out.copy()
-    surv_lists = [survivors[i] for i in rewrite]
-    flat_b = np.concatenate([np.full(len(s), j, np.int64) for j, s in enumerate(surv_lists)]) if surv_lists else np.zeros(0, np.int64)
-    flat_i = np.concatenate([np.asarray(sorted(s), np.int64) for s in surv_lists]) if surv_lists else np.zeros(0, np.int64)
+    # candidate index -> position in the selection
+    where = np.full(n, -1, np.int64)
+    where[sel] = np.arange(len(sel))
+    m_surv = where[surv_entry] >= 0
+    key_surv = where[surv_entry[m_surv]] * (MAX_BATCH + 1) + surv_batch[m_surv]
     key_sub = sub.batch * (MAX_BATCH + 1) + sub.index
-    key_surv = flat_b * (MAX_BATCH + 1) + flat_i
-    keep |= np.isin(key_sub, key_surv)
+    keep = sub.compacted_out | np.isin(key_sub, key_surv)
     live_msgs = ~sub.compacted_out
     any_live_kept = np.bincount(sub.batch[keep & live_msgs], minlength=len(sel)) > 0
     all_kept = np.bincount(sub.batch[~keep], minlength=len(sel)) == 0

@@ -94,12 +94,12 @@ def resolve_strategy(name: Optional[str]) -> TopicCompactionStrategy:
     return strategy
 
 
-def fold(messages, strategy: TopicCompactionStrategy, is_tombstone) -> Optional[object]:
-    """The survivor of one key's messages (in id order), or None. Plain Python; used by the user
-    strategy path and by the tests' reference model."""
+def fold(messages, strategy: TopicCompactionStrategy):
+    """The survivor of one key's messages (given in id order), or None when a tombstone ends
+    them. Plain Python: the user-strategy path and the tests' reference model use it."""
     state = None
     for cur in messages:
-        if is_tombstone(cur):
+        if len(cur.payload) == 0:  # a tombstone
             state = None
         elif state is None or not strategy.should_keep_left(state, cur):
             state = cur

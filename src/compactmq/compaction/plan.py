@@ -1,0 +1,90 @@
+"""The plan of one compaction run: what to read, how positions are packed, how work is split.
+
+Plain, picklable Python built on the driver and shipped to every task; nothing here touches
+Spark. A *segment* is one ledger id read from one source: either the previous compacted ledger
+(only the ids it holds for that ledger) or the live ledger file (only entries after the previous
+horizon, up to the new horizon). Segments are numbered by *ordinal* in id order, so a packed
+position ``(ordinal, entry_id, batch_index)`` orders exactly like the message id. The horizon's
+ledger may appear twice: its compacted part (ids <= old horizon) gets the smaller ordinal.
+
+A *group* is a run of consecutive segments of one kind, about ``target`` entries big: one task
+parses a group in phase one, and one task copies its survivors in phase two, into one part file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+COMPACTED, LIVE = "compacted", "live"
+
+
+@dataclass(frozen=True)
+class Segment:
+    ordinal: int
+    ledger_id: int
+    kind: str  # COMPACTED or LIVE
+    path: str  # the ledger file, or the previous compacted ledger
+    index_path: Optional[str]  # a live ledger's .idx file (may not exist)
+    entry_lo: int  # first entry id to read (inclusive)
+    entry_hi: int  # last entry id to read (inclusive)
+    est_entries: int
+
+
+@dataclass
+class RunPlan:
+    topic: str
+    segments: list[Segment]
+    groups: list[list[int]]  # ordinals per group, ascending, contiguous
+    run_dir: str  # where phase-two tasks write their part files
+    strategy: str  # native strategy name, or "user"
+    strategy_class: Optional[str] = None  # dotted name for a user strategy
+    retain_null_key: bool = False
+    new_horizon: Optional[tuple] = None
+    estimated_entries: int = 0
+    fault_points: tuple = ()  # test hook: (point, marker file) pairs, see tasks.fault
+    extra: dict = field(default_factory=dict)
+
+    def group_of_ordinal(self) -> list[int]:
+        table = [0] * len(self.segments)
+        for g, ords in enumerate(self.groups):
+            for o in ords:
+                table[o] = g
+        return table
+
+    def part_path(self, group: int) -> str:
+        return os.path.join(self.run_dir, f"part-{group:06d}")
+
+
+def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]:
+    """Number segments in id order. ``compacted`` = {"path", "ledgers": {ledger_id: (count, first
+    entry id to read)}};
+    ``live`` = [{"ledger_id", "path", "index_path", "lo", "hi", "count"}]."""
+    keyed = []
+    if compacted:
+        for lid, (count, lo) in compacted["ledgers"].items():
+            keyed.append(((lid, 0), dict(ledger_id=lid, kind=COMPACTED, path=compacted["path"], index_path=None,
+                                         entry_lo=lo, entry_hi=(1 << 62), est_entries=count)))
+    for led in live:
+        keyed.append(((led["ledger_id"], 1), dict(ledger_id=led["ledger_id"], kind=LIVE, path=led["path"],
+                                                  index_path=led.get("index_path"), entry_lo=led["lo"],
+                                                  entry_hi=led["hi"], est_entries=led["count"])))
+    keyed.sort(key=lambda kv: kv[0])
+    return [Segment(ordinal=i, **kw) for i, (_, kw) in enumerate(keyed)]
+
+
+def build_groups(segments: list[Segment], parallelism: int, min_group: int = 20_000) -> list[list[int]]:
+    """Consecutive segments of one kind, about total / (3 x parallelism) entries each."""
+    total = sum(s.est_entries for s in segments)
+    target = max(min_group, total // max(1, 3 * parallelism) + 1)
+    groups: list[list[int]] = []
+    size = 0
+    for s in segments:
+        if groups and size + s.est_entries <= target and segments[groups[-1][-1]].kind == s.kind:
+            groups[-1].append(s.ordinal)
+            size += s.est_entries
+        else:
+            groups.append([s.ordinal])
+            size = s.est_entries
+    return groups

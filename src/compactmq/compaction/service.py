@@ -1,0 +1,299 @@
+"""One compaction run from start to commit, and the read side of the compacted view.
+
+``CompactionRunner`` does everything that is not the two phases: the per-topic lock, orphan
+cleanup, the plan, building the compacted ledger from part files, the one-transaction commit and
+the clean-up after it. The phases come from an *engine* (``SparkEngine`` by default) with one
+method, ``run(plan, strategy, progress) -> list of part descriptions``.
+
+``LedgerCompactionService`` implements the read half of ``TopicCompactionService`` over the
+compacted ledger the metadata store names; it notices a new one (committed by this process or
+by a ``compact-topic`` job) by the compaction state's ``version``.
+
+Abort hook: ``abort_hook(point)`` is called at each named point (``ABORT_POINTS``); tests make it
+raise or kill the process to show that every point leaves the old view or the new one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import CompactionError, CompactMQError, Conflict
+from . import CompactionProgress, CompactionResult, ProgressCallback, TopicCompactionService
+from .compacted_ledger import (
+    CompactedLedgerReader,
+    compacted_ledger_path,
+    concatenate_parts,
+    remove_orphans,
+    topic_dir,
+)
+from .plan import RunPlan, build_groups, build_segments
+from ..storage.position import Position
+from .strategies import resolve_strategy
+
+ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
+
+RETENTION_BOUNDED = "retention-bounded"
+KEEP_UNTIL_TOMBSTONE = "keep-until-tombstone"
+
+
+def topic_settings(storage, topic: str, config) -> dict:
+    """Strategy, retain-null-key and retention mode of a topic: its policy (or its namespace's),
+    else the broker config."""
+    from ..storage import COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
+
+    meta = storage.metadata
+    mode = meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
+    mode = mode or RETENTION_BOUNDED
+    if mode not in (RETENTION_BOUNDED, KEEP_UNTIL_TOMBSTONE):
+        raise CompactionError(f"unknown compaction retention mode {mode!r}")
+    retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
+    if isinstance(retain, str):
+        retain = retain.strip().lower() in ("true", "1", "yes", "on")
+    return {
+        "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
+        "retain_null_key": bool(retain),
+        "retention_mode": mode,
+    }
+
+
+class _TopicLock:
+    """An exclusive flock on the topic's compacted directory: one run per topic at a time, across
+    processes; released by the kernel if the process dies."""
+
+    def __init__(self, directory: str):
+        os.makedirs(directory, exist_ok=True)
+        self.fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise Conflict("a compaction of this topic is already running") from None
+
+    def release(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+class CompactionRunner:
+    def __init__(self, storage, topic: str, config, engine, *, abort_hook: Optional[Callable[[str], None]] = None,
+                 clock: Callable[[], float] = time.time, fault_points: tuple = ()):
+        from ..naming import canonical
+
+        self.storage = storage
+        self.topic = canonical(topic)
+        self.config = config
+        self.engine = engine
+        self.abort_hook = abort_hook or (lambda point: None)
+        self.clock = clock
+        self.fault_points = fault_points
+
+    @property
+    def data_dir(self) -> str:
+        return str(self.storage.data_dir)
+
+    def run(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
+        report = progress or (lambda p: None)
+        t0 = self.clock()
+        lock = _TopicLock(topic_dir(self.data_dir, self.topic))
+        meta = self.storage.metadata
+        final_path = None
+        plan = None
+        try:
+            state = meta.get_compaction_state(self.topic)
+            if state.compacted_ledger_id is None and self._topic_is_empty():
+                return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, int((self.clock() - t0) * 1000))
+            # files of a crashed run (or a previous ledger whose deletion was cut short)
+            remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
+            running = meta.mark_compaction_running(self.topic, expected_version=state.version)
+            self.abort_hook("start")
+            try:
+                settings = topic_settings(self.storage, self.topic, self.config)
+                strategy = resolve_strategy(settings["strategy"])
+                new_id = meta.allocate_ledger_id()
+                plan = self._plan(state, settings, strategy, new_id)
+                report(CompactionProgress("start", 0, plan.estimated_entries))
+                self.abort_hook("planned")
+                parts = self.engine.run(plan, strategy, report)
+                self.abort_hook("parts-written")
+                report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
+                final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
+                # flush the new ledger (concatenate_parts fsyncs file and directory), then swap
+                written = concatenate_parts(final_path, [p["path"] for p in parts if p["entries"]])
+                kept = sum(p["messages"] for p in parts)
+                read = int(self.engine.last_stats.get("messages_read", 0))
+                duration = int((self.clock() - t0) * 1000)
+                stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
+                self.abort_hook("before-commit")
+                previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
+                                                  expected_version=running.version)
+            except BaseException as e:
+                if final_path and os.path.exists(final_path):
+                    os.unlink(final_path)
+                if plan is not None:
+                    shutil.rmtree(plan.run_dir, ignore_errors=True)
+                message = f"{type(e).__name__}: {e}"
+                try:
+                    meta.record_compaction_failure(self.topic, message, duration_ms=int((self.clock() - t0) * 1000))
+                except Exception:
+                    pass
+                if isinstance(e, CompactMQError) or not isinstance(e, Exception):
+                    raise
+                raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
+            # committed: the new view is in force; what follows is clean-up an orphan sweep redoes
+            self.abort_hook("after-commit")
+            shutil.rmtree(plan.run_dir, ignore_errors=True)
+            if previous is not None and previous != new_id:
+                try:
+                    os.unlink(compacted_ledger_path(self.data_dir, self.topic, previous))
+                except FileNotFoundError:
+                    pass
+            report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
+            return CompactionResult(
+                topic=self.topic, compacted_ledger_id=new_id, horizon=plan.new_horizon,
+                entries_read=plan.estimated_entries, messages_read=read, entries_written=written,
+                messages_kept=kept, removed_event_count=stats["removed_event_count"], duration_ms=duration,
+                previous_ledger_id=previous,
+            )
+        finally:
+            lock.release()
+
+    def _managed_ledger(self):
+        ml = self.storage.open_managed_ledger(self.topic, create=False)
+        refresh = getattr(ml, "refresh", None)
+        if refresh:
+            refresh()
+        return ml
+
+    def _topic_is_empty(self) -> bool:
+        return self._managed_ledger().last_position() is None
+
+    def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
+        from ..storage.ledger_file import index_path_for
+
+        ml = self._managed_ledger()
+        last = ml.last_position()
+        first = ml.first_position()
+        prev_h = state.horizon
+        new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h
+        live = []
+        if last is not None:
+            for info in ml.ledgers():
+                lid = info.ledger_id
+                if lid > last[0] or (prev_h is not None and lid < prev_h[0]):
+                    continue
+                lo = prev_h[1] + 1 if prev_h is not None and lid == prev_h[0] else 0
+                hi = last[1] if lid == last[0] else max(info.entry_count - 1, 0)
+                if lid != last[0] and info.entry_count == 0:
+                    continue
+                if lo > hi:
+                    continue
+                path = ml.ledger_path(lid)
+                live.append({"ledger_id": lid, "path": path, "index_path": index_path_for(path),
+                             "lo": lo, "hi": hi if lid == last[0] else (1 << 40), "count": hi - lo + 1})
+        compacted = None
+        if state.compacted_ledger_id is not None:
+            path = compacted_ledger_path(self.data_dir, self.topic, state.compacted_ledger_id)
+            reader = CompactedLedgerReader(path)
+            start = 0
+            bound = None
+            if settings["retention_mode"] == RETENTION_BOUNDED:
+                # a message retention removed from the topic leaves the compacted view too
+                bound = first if first is not None else new_horizon_next(new_horizon)
+                start = reader.find(bound)
+            lids, counts = np.unique(reader.ledger_ids[start:], return_counts=True)
+            los = {int(l): 0 for l in lids}
+            if bound is not None and int(bound[0]) in los:
+                los[int(bound[0])] = int(bound[1])
+            compacted = {"path": path, "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)}}
+        segments = build_segments(compacted, live)
+        parallelism = max(1, int(getattr(self.engine, "parallelism", 2)))
+        groups = build_groups(segments, parallelism)
+        run_dir = os.path.join(topic_dir(self.data_dir, self.topic), f"run-{new_id}")
+        os.makedirs(run_dir, exist_ok=True)
+        native = getattr(strategy, "native", None)
+        return RunPlan(
+            topic=self.topic, segments=segments, groups=groups, run_dir=run_dir,
+            strategy=native or "user", retain_null_key=settings["retain_null_key"],
+            new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
+            fault_points=tuple(self.fault_points),
+        )
+
+
+def new_horizon_next(pos):
+    """A position just after ``pos`` (everything at or before it is gone)."""
+    return (pos[0], pos[1] + 1)
+
+
+class LedgerCompactionService(TopicCompactionService):
+    """The read side over the compacted ledger named by the metadata store, plus ``compact()``
+    through a ``CompactionRunner`` with the engine a subclass provides."""
+
+    def __init__(self, storage, topic: str, config, *, abort_hook=None, fault_points: tuple = ()):
+        from ..naming import canonical
+
+        self.storage = storage
+        self.topic = canonical(topic)
+        self.config = config
+        self.abort_hook = abort_hook
+        self.fault_points = fault_points
+        self._lock = threading.Lock()
+        self._reader: Optional[CompactedLedgerReader] = None
+        self._reader_id: Optional[int] = None
+
+    def engine(self):  # pragma: no cover - subclasses
+        raise NotImplementedError
+
+    def compact(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
+        runner = CompactionRunner(self.storage, self.topic, self.config, self.engine(),
+                                  abort_hook=self.abort_hook, fault_points=self.fault_points)
+        return runner.run(progress)
+
+    def compacted_ledger(self) -> Optional[CompactedLedgerReader]:
+        """The reader of the compacted ledger in force (re-opened when a new one lands)."""
+        state = self.storage.metadata.get_compaction_state(self.topic)
+        with self._lock:
+            if state.compacted_ledger_id != self._reader_id:
+                self._reader = None
+                if state.compacted_ledger_id is not None:
+                    path = compacted_ledger_path(self.storage.data_dir, self.topic, state.compacted_ledger_id)
+                    self._reader = CompactedLedgerReader(path)
+                self._reader_id = state.compacted_ledger_id
+            return self._reader
+
+    def _retention_floor(self):
+        if topic_settings(self.storage, self.topic, self.config)["retention_mode"] != RETENTION_BOUNDED:
+            return None
+        try:
+            ml = self.storage.open_managed_ledger(self.topic, create=False)
+        except CompactMQError:
+            return None
+        return ml.first_position()
+
+    def read_compacted_entries(self, start_position, n: int) -> list:
+        reader = self.compacted_ledger()
+        if reader is None:
+            return []
+        floor = self._retention_floor()
+        if floor is not None and tuple(start_position) < tuple(floor):
+            start_position = floor
+        return reader.read(start_position, n)
+
+    def read_last_compacted_entry(self):
+        reader = self.compacted_ledger()
+        if reader is None:
+            return None
+        last = reader.last()
+        floor = self._retention_floor()
+        if last is not None and floor is not None and tuple(last[0]) < tuple(floor):
+            return None
+        return last
+
+    def get_last_compacted_position(self):
+        return self.storage.metadata.get_compaction_state(self.topic).horizon

@@ -1,0 +1,170 @@
+"""The Spark side of a compaction run: ``DataFrame -> DataFrame`` functions and two thin jobs.
+
+Phase one reads rows ``(key, pos, flags[, et])`` produced by Python workers (``mapInArrow`` over
+one input row per group, so each task parses its own ledger files), hashes keys in the JVM and
+finds the surviving position per key with Spark's own operators:
+
+* keep-latest: ``max((pos << 1) | tombstone)`` per key -- one long, so Spark plans a hash
+  aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0;
+* keep-first / event-time: per key, the last tombstone (a window aggregate), then the first
+  (resp. the newest event time, then latest) of the values after it;
+* a user strategy: rows sorted by key within partitions, folded in Python workers.
+
+Keys are grouped by two 64-bit xxhash64 values with different seeds (a 128-bit key hash, as
+Kafka's cleaner does with MD5): for n distinct keys the chance that any two share both hashes is
+about n^2 / 2^129 (1e-20 for a billion keys). A keyless message that is retained gets a group of
+its own (its position stands in for the hash).
+
+Phase two shuffles the surviving positions (longs, never payloads) to one task per group, sorted
+by position; each task re-reads its own ledger files and writes a part file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import entry_scan as es
+from .. import tasks
+from ..plan import RunPlan
+
+KEY_SEED = "compactmq-key-hash-2"
+KEYLESS_MARK = -0x3C6EF372FE94F82B  # h2 of retained keyless rows (h1 = their position)
+_POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
+
+
+def read_rows(spark, plan: RunPlan, counter=None):
+    """Phase-one rows of every group, parsed in Python workers (one task per group). ``counter``
+    (a Spark accumulator) adds up the messages parsed."""
+    with_et = plan.strategy == "event-time"
+    schema = "key binary, pos long, flags byte" + (", et long" if with_et else "")
+
+    def parse(batches):
+        for batch in batches:
+            for group in batch.column(0).to_pylist():
+                for rows in tasks.group_rows(plan, group):
+                    if counter is not None:
+                        counter.add(len(rows))
+                    yield tasks.rows_to_arrow(rows, with_et)
+
+    n = len(plan.groups)
+    return spark.range(0, n, 1, n).mapInArrow(parse, schema)
+
+
+def with_key_hash(rows):
+    """Add ``h1, h2`` (128-bit key hash; a retained keyless row gets a unique pair) and ``tomb``."""
+    from pyspark.sql import functions as F
+
+    keyless = (F.col("flags").bitwiseAND(F.lit(es.FLAG_KEYLESS))) != 0
+    return rows.select(
+        F.when(keyless, F.col("pos")).otherwise(F.xxhash64("key")).alias("h1"),
+        F.when(keyless, F.lit(KEYLESS_MARK)).otherwise(F.xxhash64(F.lit(KEY_SEED), "key")).alias("h2"),
+        "pos",
+        (F.col("flags").bitwiseAND(F.lit(es.FLAG_TOMBSTONE)) != 0).alias("tomb"),
+        *([F.col("et")] if "et" in rows.columns else []),
+    )
+
+
+def keep_latest(keyed):
+    """Survivors ``pos`` of keep-latest: the last message per key, unless it is a tombstone."""
+    from pyspark.sql import functions as F
+
+    p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
+    return (
+        keyed.groupBy("h1", "h2")
+        .agg(F.max(p2).alias("p2"))
+        .where(F.col("p2").bitwiseAND(F.lit(1)) == 0)
+        .select(F.shiftright("p2", 1).alias("pos"))
+    )
+
+
+def _after_last_tombstone(keyed):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("h1", "h2")
+    last_tomb = F.max(F.when(F.col("tomb"), F.col("pos"))).over(w)
+    return keyed.withColumn("t", last_tomb).where(~F.col("tomb") & (F.col("pos") > F.coalesce("t", F.lit(-1))))
+
+
+def keep_first(keyed):
+    """Survivors of keep-first (PIP-215): the first value after the key's last tombstone."""
+    from pyspark.sql import functions as F
+
+    return _after_last_tombstone(keyed).groupBy("h1", "h2").agg(F.min("pos").alias("pos")).select("pos")
+
+
+def event_time(keyed):
+    """Survivors of event-time: after the last tombstone, the newest ``et``, then the latest."""
+    from pyspark.sql import functions as F
+
+    return (
+        _after_last_tombstone(keyed)
+        .groupBy("h1", "h2")
+        .agg(F.max(F.struct("et", "pos")).alias("w"))
+        .select(F.col("w.pos").alias("pos"))
+    )
+
+
+def user_strategy(keyed, plan: RunPlan, strategy):
+    """Survivors of a user strategy: rows of one key side by side, folded in Python workers."""
+    def fold(batches):
+        import pyarrow as pa
+
+        cols = {"h1": [], "h2": [], "pos": [], "tomb": []}
+        for b in batches:
+            for name in cols:
+                cols[name].append(b.column(name).to_numpy(zero_copy_only=False))
+        if not cols["pos"]:
+            return
+        h1, h2, pos, tomb = (np.concatenate(cols[c]) for c in ("h1", "h2", "pos", "tomb"))
+        flags = np.where(tomb, es.FLAG_TOMBSTONE, 0)
+        out = tasks.fold_user(plan, strategy, h1, h2, pos, flags)
+        yield pa.RecordBatch.from_arrays([pa.array(out, pa.int64())], names=["pos"])
+
+    return keyed.repartition("h1", "h2").sortWithinPartitions("h1", "h2", "pos").mapInArrow(fold, "pos long")
+
+
+def survivors(spark, plan: RunPlan, strategy, counter=None):
+    """Phase one: the packed positions of the surviving messages."""
+    keyed = with_key_hash(read_rows(spark, plan, counter))
+    if plan.strategy == "keep-latest":
+        return keep_latest(keyed)
+    if plan.strategy == "keep-first":
+        return keep_first(keyed)
+    if plan.strategy == "event-time":
+        return event_time(keyed)
+    return user_strategy(keyed, plan, strategy)
+
+
+def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
+    """Phase two: survivors to their group's task, in position order; each writes a part file."""
+    from pyspark.sql import functions as F
+
+    table = plan.group_of_ordinal()
+    group = F.element_at(F.array(*[F.lit(g) for g in table]), (F.shiftright("pos", _POS_SHIFT) + 1).cast("int"))
+
+    def copy(batches):
+        import pyarrow as pa
+
+        grp, pos = [], []
+        for b in batches:
+            grp.append(b.column("grp").to_numpy(zero_copy_only=False))
+            pos.append(b.column("pos").to_numpy(zero_copy_only=False))
+        if not pos:
+            return
+        grp, pos = np.concatenate(grp), np.concatenate(pos)
+        order = np.argsort(pos, kind="stable")  # already sorted; cheap insurance
+        grp, pos = grp[order], pos[order]
+        out = [tasks.copy_group(plan, int(g), pos[grp == g]) for g in np.unique(grp).tolist()]
+        yield pa.RecordBatch.from_pylist(out, schema=pa.schema(
+            [("group", pa.int32()), ("path", pa.string()), ("entries", pa.int64()), ("messages", pa.int64())]))
+
+    n = max(1, len(plan.groups))
+    parts = (
+        survivors_df.select(group.alias("grp"), "pos")
+        .repartition(n, "grp")
+        .sortWithinPartitions("pos")
+        .mapInArrow(copy, "group int, path string, entries long, messages long")
+        .collect()
+    )
+    return sorted((r.asDict() for r in parts), key=lambda d: d["group"])

@@ -1,0 +1,224 @@
+"""What compaction tasks do inside Python workers: parse a group of segments into phase-one rows,
+fold a user strategy, copy the survivors of a group into a part file.
+
+Plain functions of a ``RunPlan`` and numpy arrays, with no Spark in them, so the Spark job stays a
+thin shell and the tests can call them directly. Files are read through ``pyarrow.fs`` (memory
+mapped when local), never through a broker's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterator, Optional
+
+import numpy as np
+
+from ..errors import CompactionError
+from . import entry_scan as es
+from .compacted_ledger import CompactedLedgerReader, PartWriter, read_file_bytes
+from .plan import COMPACTED, RunPlan, Segment
+
+# readers of compacted ledgers opened by this worker process (worker processes are reused)
+_compacted_cache: dict[str, CompactedLedgerReader] = {}
+
+
+def _compacted(path: str) -> CompactedLedgerReader:
+    reader = _compacted_cache.get(path)
+    if reader is None:
+        _compacted_cache.clear()
+        reader = _compacted_cache[path] = CompactedLedgerReader(path)
+    return reader
+
+
+def load_segment(seg: Segment):
+    """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers."""
+    if seg.kind == COMPACTED:
+        r = _compacted(seg.path)
+        lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
+        hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
+        eids = r.entry_ids[lo:hi]
+        m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
+        buf = np.frombuffer(r.buffer, np.uint8)
+        return buf, eids[m], r.offsets[lo:hi][m], r.lengths[lo:hi][m]
+    from ..storage import ledger_file as lf
+
+    buf = read_file_bytes(seg.path)
+    index = None
+    if seg.index_path and os.path.exists(seg.index_path):
+        index = read_file_bytes(seg.index_path)
+    ids, offs, lens = lf.scan_entries(buf, index=index, verify_crc=False)
+    m = (ids >= seg.entry_lo) & (ids <= seg.entry_hi)
+    return np.frombuffer(buf, np.uint8), ids[m], offs[m] + lf.RECORD_HEADER_SIZE, lens[m]
+
+
+def group_rows(plan: RunPlan, group: int) -> Iterator[es.Rows]:
+    """Phase-one rows of every segment of a group (keyless rows only when they are retained)."""
+    for ordinal in plan.groups[group]:
+        seg = plan.segments[ordinal]
+        buf, eids, offs, lens = load_segment(seg)
+        if not len(eids):
+            continue
+        rows = es.entry_rows(buf, eids, offs, lens, ordinal)
+        if not plan.retain_null_key:
+            keep = (rows.flags & es.FLAG_KEYLESS) == 0
+            if not keep.all():
+                rows = _select(rows, keep)
+        else:  # a keyless message is never a tombstone
+            rows.flags = np.where(rows.flags & es.FLAG_KEYLESS, es.FLAG_KEYLESS, rows.flags).astype(np.int8)
+        yield rows
+
+
+def _select(rows: es.Rows, mask: np.ndarray) -> es.Rows:
+    idx = np.flatnonzero(mask)
+    starts, ends = rows.key_offsets[:-1][idx], rows.key_offsets[1:][idx]
+    data = es.gather_ranges(rows.key_data, starts, ends - starts)
+    offs = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(ends - starts, out=offs[1:])
+    return es.Rows(data, offs, rows.pos[idx], rows.flags[idx], rows.event_time[idx])
+
+
+def rows_to_arrow(rows: es.Rows, with_event_time: bool):
+    """One Arrow record batch ``key binary (null when keyless), pos long, flags byte[, et long]``."""
+    import pyarrow as pa
+
+    n = len(rows)
+    valid = (rows.flags & es.FLAG_KEYLESS) == 0
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+    keys = pa.Array.from_buffers(
+        pa.binary(), n,
+        [bitmap, pa.py_buffer(rows.key_offsets.astype(np.int32).tobytes()), pa.py_buffer(rows.key_data.tobytes())],
+    )
+    cols = [keys, pa.array(rows.pos, pa.int64()), pa.array(rows.flags, pa.int8())]
+    names = ["key", "pos", "flags"]
+    if with_event_time:
+        cols.append(pa.array(rows.event_time, pa.int64()))
+        names.append("et")
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+# --- user strategies ------------------------------------------------------------------------
+
+
+def decode_messages(entry: bytes, ledger_id: int, entry_id: int) -> list:
+    """Every message of a stored entry as ``strategies.Message`` (protobuf; the slow path)."""
+    from ..protocol import pulsar_pb2 as pb
+    from ..protocol.compression import decompress
+    from .strategies import Message
+
+    off = 6 if entry[:2] == b"\x0e\x01" else 0
+    (size,) = struct.unpack_from(">I", entry, off)
+    md = pb.MessageMetadata()
+    md.ParseFromString(entry[off + 4 : off + 4 + size])
+    payload = entry[off + 4 + size :]
+    props = {kv.key: kv.value for kv in md.properties}
+    if not md.HasField("num_messages_in_batch") or len(md.encryption_keys):
+        key = md.partition_key if md.HasField("partition_key") else None
+        return [Message(key, bytes(payload), (ledger_id, entry_id, 0), md.publish_time, md.event_time, props)]
+    if md.compression:
+        payload = decompress(md.compression, payload, md.uncompressed_size)
+    out, p = [], 0
+    for i in range(md.num_messages_in_batch):
+        (n,) = struct.unpack_from(">I", payload, p)
+        smm = pb.SingleMessageMetadata()
+        smm.ParseFromString(payload[p + 4 : p + 4 + n])
+        data = bytes(payload[p + 4 + n : p + 4 + n + smm.payload_size])
+        p += 4 + n + smm.payload_size
+        key = smm.partition_key if smm.HasField("partition_key") else None
+        out.append(Message(key, data, (ledger_id, entry_id, i), md.publish_time, smm.event_time,
+                           {kv.key: kv.value for kv in smm.properties}))
+    return out
+
+
+def load_messages(plan: RunPlan, positions: np.ndarray) -> dict:
+    """``{packed position: Message}`` for the given positions."""
+    ords, eids, bidx = es.unpack_positions(positions)
+    out = {}
+    for o in np.unique(ords).tolist():
+        m = ords == o
+        seg = plan.segments[o]
+        buf, seg_eids, offs, lens = load_segment(seg)
+        raw = memoryview(buf.data if buf.flags.c_contiguous else buf.tobytes()).cast("B")
+        want = np.unique(eids[m])
+        at = np.searchsorted(seg_eids, want)
+        decoded = {}
+        for e, i in zip(want.tolist(), at.tolist()):
+            if i >= len(seg_eids) or seg_eids[i] != e:
+                raise CompactionError(f"entry {seg.ledger_id}:{e} vanished during compaction")
+            blob = bytes(raw[int(offs[i]) : int(offs[i] + lens[i])])
+            decoded[e] = decode_messages(blob, seg.ledger_id, e)
+        for p, e, b in zip(positions[m].tolist(), eids[m].tolist(), bidx[m].tolist()):
+            out[p] = decoded[e][b]
+    return out
+
+
+def fold_user(plan: RunPlan, strategy, h1: np.ndarray, h2: np.ndarray, pos: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """Survivors of rows sorted by (h1, h2, pos), folding ``strategy`` over each key in Python.
+    Messages are loaded only for keys with more than one message; within a hash group the real
+    keys are compared, so a hash collision cannot merge two keys."""
+    from .strategies import fold
+
+    n = len(pos)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    brk = np.ones(n, bool)
+    brk[1:] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
+    starts = np.flatnonzero(brk)
+    ends = np.append(starts[1:], n)
+    sizes = ends - starts
+    single = starts[sizes == 1]
+    keep = [pos[single][(flags[single] & es.FLAG_TOMBSTONE) == 0]]
+    multi = [(int(s), int(e)) for s, e in zip(starts[sizes > 1], ends[sizes > 1])]
+    if multi:
+        idx = np.concatenate([np.arange(s, e) for s, e in multi])
+        messages = load_messages(plan, pos[idx])
+        extra = []
+        for s, e in multi:
+            by_key: dict = {}
+            for p in pos[s:e].tolist():
+                by_key.setdefault(messages[p].key, []).append(p)
+            for ps in by_key.values():
+                winner = fold([messages[p] for p in ps], strategy)
+                if winner is not None:
+                    extra.append(next(p for p in ps if messages[p] is winner))
+        keep.append(np.asarray(extra, np.int64))
+    return np.concatenate(keep)
+
+
+# --- phase two --------------------------------------------------------------------------------
+
+
+def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
+    """Copy the surviving messages ``positions`` (sorted, all in ``group``) into the group's part
+    file: per segment in id order, raw bytes of each surviving entry, batches rewritten."""
+    fault(plan, "phase-two-task")
+    path = plan.part_path(group)
+    writer = PartWriter(path)
+    ords, eids, bidx = es.unpack_positions(positions)
+    entries = messages = 0
+    for o in plan.groups[group]:
+        m = ords == o
+        if not m.any():
+            continue
+        seg = plan.segments[o]
+        buf, seg_eids, offs, lens = load_segment(seg)
+        cand, inverse = np.unique(eids[m], return_inverse=True)
+        at = np.searchsorted(seg_eids, cand)
+        if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
+            raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
+        blobs = es.rebuild_entries(buf, offs[at], lens[at], inverse, bidx[m])
+        written = [i for i, b in enumerate(blobs) if b is not None]
+        writer.append_many([seg.ledger_id] * len(written), cand[written].tolist(), [blobs[i] for i in written])
+        entries += len(written)
+        messages += int(m.sum())
+    writer.close()
+    return {"group": group, "path": path, "entries": entries, "messages": messages}
+
+
+# --- fault injection (tests) ------------------------------------------------------------------
+
+
+def fault(plan: RunPlan, point: str) -> None:
+    """Kill this process at ``point`` when the plan says so (the crash tests' hook)."""
+    if point in plan.fault_points:
+        os.kill(os.getpid(), 9)
