@@ -113,3 +113,230 @@ def test_concurrent_appenders_all_land(open_storage):
     for k, ps in results.items():
         assert ps == sorted(ps)
         assert [by_pos[p] for p in ps] == [b"%d-%d" % (k, i) for i in range(100)]
+
+
+def test_group_commit_shares_syncs(open_storage, monkeypatch):
+    import os
+    import time
+
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=100_000).open_managed_ledger("t")
+    calls = []
+    real = os.fdatasync
+
+    def slow_sync(fd):
+        calls.append(fd)
+        time.sleep(0.002)  # a disk that takes 2 ms per sync
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_sync)
+    threads = [threading.Thread(target=lambda: [ml.append(b"e") for _ in range(25)]) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ml.entry_count() == 200
+    assert len(calls) < 100, f"{len(calls)} syncs for 200 appends from 8 threads"
+    calls.clear()
+    ml.append_many([b"m"] * 50)
+    assert len(calls) == 1
+
+
+def test_sync_every_append_when_alone(open_storage, monkeypatch):
+    import os
+
+    ml = open_storage().open_managed_ledger("t")
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    for _ in range(5):
+        ml.append(b"e")
+    assert len(calls) == 5
+
+
+def test_no_sync_when_sync_data_is_off(open_storage, monkeypatch):
+    import os
+
+    ml = open_storage(managedLedgerSyncData=False).open_managed_ledger("t")
+    calls = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append(fd))
+    ps = [ml.append(b"e") for _ in range(5)]
+    assert calls == [] and ml.last_position() == ps[-1]
+
+
+def test_read_entries_byte_limit(open_storage):
+    ml = open_storage().open_managed_ledger("t")
+    ps = [ml.append(b"x" * 100) for _ in range(10)]
+    assert len(ml.read_entries(ps[0], 100, max_bytes=350)) == 3
+    assert len(ml.read_entries(ps[0], 100, max_bytes=10)) == 1  # at least one entry
+    assert [p for p, _ in ml.read_entries(ps[8], 100, max_bytes=10_000)] == ps[8:]
+
+
+def test_reads_start_at_first_entry_at_or_after_position(open_storage):
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=2).open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(5)]
+    assert ml.read_entries(Position(ps[1].ledger_id, 5), 1)[0][0] == ps[2]
+    assert ml.read_entries(Position(ps[2].ledger_id, -1), 1)[0][0] == ps[2]
+    assert ml.next_position(ps[1]) == ps[2] and ml.next_position(ps[-1]) == Position(ps[-1].ledger_id, 1)
+    assert ml.previous_position(ps[2]) == Position(ps[2].ledger_id, -1)
+
+
+def test_find_position_by_publish_time(open_storage):
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=3).open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i, publish_time_ms=1000 + 10 * i) for i in range(8)]
+    assert ml.find_position_by_publish_time(0) == ps[0]
+    assert ml.find_position_by_publish_time(1000) == ps[0]
+    assert ml.find_position_by_publish_time(1001) == ps[1]
+    assert ml.find_position_by_publish_time(1030) == ps[3]
+    assert ml.find_position_by_publish_time(1070) == ps[7]
+    assert ml.find_position_by_publish_time(5000) == ml.next_position(ps[7])
+
+
+def test_sizes_and_backlog_helpers(open_storage):
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=3).open_managed_ledger("t")
+    ps = [ml.append(b"y" * (i + 1)) for i in range(7)]  # sizes 1..7
+    assert ml.total_size() == 28 and ml.entry_count() == 7
+    assert ml.entries_after(ps[2]) == 4 and ml.size_after(ps[2]) == 4 + 5 + 6 + 7
+    assert ml.entries_after(ps[4]) == 2 and ml.size_after(ps[4]) == 13
+    assert ml.entries_after(Position(ps[0].ledger_id, -1)) == 7
+    assert ml.size_after(ps[6]) == 0
+    assert sum(i.size for i in ml.ledgers()) == 28
+
+
+def test_lost_index_is_rebuilt(open_storage):
+    import os
+
+    from compactmq.storage import ledger_file as lf
+
+    st = open_storage(managedLedgerMaxEntriesPerLedger=3)
+    ml = st.open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(5)]
+    idx = lf.index_path_for(ml.ledger_path(ps[0].ledger_id))
+    st.close()
+    os.unlink(idx)
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=3).open_managed_ledger("t")
+    assert ml.read_entry(ps[1]) == b"1"
+    assert os.path.exists(idx)
+
+
+def test_damaged_closed_ledger_is_an_error_not_silence(open_storage):
+    from compactmq.errors import StorageError
+
+    st = open_storage(managedLedgerMaxEntriesPerLedger=3)
+    ml = st.open_managed_ledger("t")
+    ps = [ml.append(b"entry-%d" % i) for i in range(4)]
+    path = ml.ledger_path(ps[0].ledger_id)
+    st.close()
+    with open(path, "r+b") as f:
+        f.seek(-1, 2)
+        f.write(b"!")
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=3).open_managed_ledger("t")
+    assert ml.read_entry(ps[0]) == b"entry-0"
+    with pytest.raises(StorageError):
+        ml.read_entry(ps[2])
+
+
+def test_orphan_files_are_removed_on_open(open_storage):
+    import os
+
+    st = open_storage()
+    ml = st.open_managed_ledger("t")
+    ml.append(b"a")
+    orphan = ml.ledger_path(424242)
+    st.close()
+    with open(orphan, "wb") as f:
+        f.write(b"left by a crash")
+    open_storage().open_managed_ledger("t")
+    assert not os.path.exists(orphan)
+
+
+def test_data_dir_is_locked_by_one_writer(open_storage):
+    from compactmq.errors import StorageError
+
+    open_storage()
+    with pytest.raises(StorageError):
+        open_storage()
+    open_storage(read_only=True)  # a compaction job beside the broker is fine
+
+
+def test_read_only_storage_sees_the_writers_entries(open_storage):
+    writer = open_storage(managedLedgerMaxEntriesPerLedger=3)
+    ml = writer.open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(5)]
+    reader = open_storage(read_only=True)
+    ro = reader.open_managed_ledger("t", create=False)
+    assert [d for _, d in ro.read_entries(Position(0, 0), 10)] == [b"%d" % i for i in range(5)]
+    assert ro.last_position() == ps[-1]
+    with pytest.raises(Exception):
+        ro.append(b"no")
+    ps.append(ml.append(b"5"))
+    ro.refresh()
+    assert ro.last_position() == ps[-1]
+    with pytest.raises(TopicNotFound):
+        reader.open_managed_ledger("other")
+    # the read-only side changed nothing
+    assert [i.entry_count for i in ml.ledgers()] == [3, 3]
+
+
+def test_compaction_commit_from_another_process_moves_the_cursor(open_storage):
+    from compactmq.storage import COMPACTION_CURSOR
+
+    writer = open_storage()
+    ml = writer.open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(5)]
+    job = open_storage(read_only=True)
+    job.metadata.commit_compaction(ml.topic, job.metadata.allocate_ledger_id(), ps[2])
+    assert ml.get_cursor(COMPACTION_CURSOR) is None  # learnt at the next retention check
+    ml.trim_to_retention(retention_time_minutes=-1, retention_size_mb=-1)
+    writer.metadata.commit_compaction(ml.topic, writer.metadata.allocate_ledger_id(), ps[3])
+    assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == ps[3]  # same process: at once
+
+
+def test_delete_managed_ledger(open_storage):
+    import os
+
+    st = open_storage()
+    ml = st.open_managed_ledger("t")
+    ml.append(b"a")
+    ml.open_cursor("s")
+    d = st.topic_dir("t")
+    st.delete_managed_ledger("t")
+    assert not os.path.exists(d) and st.topics() == []
+    with pytest.raises(TopicNotFound):
+        st.delete_managed_ledger("t")
+    ml = st.open_managed_ledger("t")
+    assert ml.last_position() is None and ml.cursors() == []
+
+
+def test_topic_dirs_are_safe_for_any_name(open_storage):
+    st = open_storage()
+    for name in ("persistent://../../x", "persistent://a/b/..", "persistent://a/b/c%2F:="):
+        d = st.topic_dir(name)
+        assert d.startswith(str(st.data_dir / "ledgers")) and "/../" not in d and not d.endswith("/..")
+    ml = st.open_managed_ledger("persistent://public/default/..")
+    ml.append(b"ok")
+    assert ml.read_entry(ml.last_position()) == b"ok"
+
+
+def test_unacknowledged_writes_are_invisible_until_durable(open_storage, monkeypatch):
+    """Readers never see an entry a crash could take back (the LAC rule)."""
+    import os
+
+    ml = open_storage().open_managed_ledger("t")
+    first = ml.append(b"a")
+    gate = threading.Event()
+    entered = threading.Event()
+    real = os.fdatasync
+
+    def held_sync(fd):
+        entered.set()
+        gate.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held_sync)
+    t = threading.Thread(target=ml.append, args=(b"b",))
+    t.start()
+    assert entered.wait(5)
+    assert ml.last_position() == first and len(ml.read_entries(first, 10)) == 1
+    gate.set()
+    t.join()
+    assert len(ml.read_entries(first, 10)) == 2

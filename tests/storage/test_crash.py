@@ -1,0 +1,214 @@
+"""Crash safety: a writer process killed with SIGKILL mid-append, many times.
+
+Every entry whose append returned (the child reports it through a pipe only after ``append``
+or ``append_many`` returns) must read back intact after recovery, in order; the only other
+entries allowed are the few that were being appended when the kill landed (written, not yet
+acknowledged), and those must be complete and correct too -- never a torn, altered,
+duplicated or invented entry.
+"""
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import struct
+import threading
+import time
+
+import pytest
+
+from compactmq.config import load_config
+from compactmq.storage import Position, Storage
+from compactmq.storage import ledger_file as lf
+
+TOPIC = "persistent://public/default/crash"
+ROUNDS = 32
+THREADS = 3  # thread 0 uses append_many, the others append
+BATCH = 8
+MAX_PER_THREAD = 150  # per round, so the data (and the test) stays small
+OVERRIDES = {"managedLedgerMaxEntriesPerLedger": 97, "managedLedgerGroupCommitMaxDelayMicros": 200}
+_ACK = struct.Struct(">HHI")
+
+
+def payload(round_no: int, thread: int, i: int) -> bytes:
+    key = struct.pack(">HHI", round_no, thread, i)
+    digest = hashlib.blake2b(key).digest()
+    # mostly small; one in eight up to 1 MiB, so that kills land inside long writes and tear them
+    n = (digest[0] + 1) * 4096 if digest[1] < 32 else digest[0] * 4
+    return key + (digest * (n // 64 + 1))[:n]
+
+
+def _child(data_dir: str, round_no: int, ack_fd: int) -> None:
+    try:
+        st = Storage(data_dir, load_config(overrides=OVERRIDES))
+        ml = st.open_managed_ledger(TOPIC)
+
+        def worker(t: int) -> None:
+            i = 0
+            while i < MAX_PER_THREAD:
+                if t == 0:
+                    ml.append_many([payload(round_no, t, i + k) for k in range(BATCH)])
+                    i += BATCH
+                else:
+                    ml.append(payload(round_no, t, i))
+                    i += 1
+                os.write(ack_fd, _ACK.pack(round_no, t, i))  # acknowledged: the first i entries
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        time.sleep(60)  # wait for the kill
+    finally:
+        os._exit(0)
+
+
+def _read_acks(fd: int) -> list[tuple[int, int, int]]:
+    data = b""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    n = len(data) // _ACK.size
+    return [_ACK.unpack_from(data, k * _ACK.size) for k in range(n)]
+
+
+def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = Position(0, 0),
+            first_round: int = 0) -> dict[int, Position]:
+    """Open (recovering) and check every entry from ``start`` (the first entry of round
+    ``first_round``; earlier rounds sit in closed ledgers that nothing rewrites). Returns the
+    first position of each round seen."""
+    with Storage(data_dir, load_config(overrides=OVERRIDES)) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        seen: dict[tuple[int, int], int] = {}
+        firsts: dict[int, Position] = {}
+        last_round = first_round
+        pos = start
+        while True:
+            batch = ml.read_entries(pos, 2000)
+            if not batch:
+                break
+            for p, data in batch:
+                r, t, i = struct.unpack_from(">HHI", data)
+                assert data == payload(r, t, i), f"entry {p} altered"
+                assert r >= last_round, f"entry {p} of round {r} after round {last_round}"
+                last_round = r
+                firsts.setdefault(r, p)
+                assert i == seen.get((r, t), 0), f"entry {p}: ({r},{t}) expected #{seen.get((r, t), 0)}, got #{i}"
+                seen[(r, t)] = i + 1
+            pos = ml.next_position(batch[-1][0])
+        for key, n in acked.items():
+            if key[0] < first_round:
+                continue
+            got = seen.get(key, 0)
+            assert got >= n, f"acknowledged entries lost for (round, thread) {key}: {got} < {n}"
+            assert got <= n + (BATCH if key[1] == 0 else 1), f"{key}: {got} entries, only {n} acknowledged"
+        for key, got in seen.items():
+            assert key in acked or got <= (BATCH if key[1] == 0 else 1), f"{key}: {got} entries, none acknowledged"
+        return firsts
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
+    data_dir = str(tmp_path / "data")
+    rng = random.Random(20261121)
+    acked: dict[tuple[int, int], int] = {}
+    rounds_with_acks = 0
+    firsts: dict[int, Position] = {}
+    t0 = time.monotonic()
+    for r in range(ROUNDS):
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            os.close(rfd)
+            _child(data_dir, r, wfd)
+        os.close(wfd)
+        time.sleep(rng.uniform(0.01, 0.12))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        acks = _read_acks(rfd)
+        os.close(rfd)
+        for rr, t, n in acks:
+            acked[(rr, t)] = max(acked.get((rr, t), 0), n)
+        rounds_with_acks += bool(acks)
+        # recover and check what this round and the last one that wrote anything wrote
+        # (older ledgers are closed and never rewritten)
+        earlier = [k for k in firsts if k < r]
+        start_round = max(earlier) if earlier else 0
+        firsts.update(_verify(data_dir, acked, firsts.get(start_round, Position(0, 0)), start_round))
+        if time.monotonic() - t0 > 25:  # keep the suite fast on a slow machine
+            break
+    _verify(data_dir, acked)  # and everything, once more, at the end
+    assert r + 1 >= 10, "too few rounds ran"
+    assert rounds_with_acks >= (r + 1) // 2, "the writer rarely got going before the kill"
+    shutil.rmtree(data_dir)  # a few hundred MB; pytest keeps old tmp dirs around
+
+
+def _write_and_exit(data_dir: str, n: int) -> None:
+    """Append ``n`` entries in a child that then dies without closing anything."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            st = Storage(data_dir, load_config())
+            ml = st.open_managed_ledger(TOPIC)
+            for i in range(n):
+                ml.append(b"entry-%d" % i * (i + 1))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _open_ledger_file(data_dir: str) -> str:
+    with Storage(data_dir, load_config(), read_only=True) as st:
+        ml = st.open_managed_ledger(TOPIC, create=False)
+        return ml.ledger_path(ml.ledgers()[-1].ledger_id)
+
+
+@pytest.mark.parametrize("cut", [1, 5, 23, 24, 30, -1])
+def test_torn_tail_is_cut_back_to_last_good_entry(tmp_path, cut):
+    data_dir = str(tmp_path / "data")
+    _write_and_exit(data_dir, 5)
+    path = _open_ledger_file(data_dir)
+    size = os.path.getsize(path)
+    last_len = len(b"entry-4" * 5) + lf.RECORD_HEADER_SIZE
+    with open(path, "r+b") as f:
+        if cut == -1:  # a whole record of garbage (zeros) after the last one
+            f.seek(size)
+            f.write(b"\0" * 64)
+        else:  # the last record cut short
+            f.truncate(size - last_len + cut)
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        got = [d for _, d in ml.read_entries(Position(0, 0), 100)]
+    want = [b"entry-%d" % i * (i + 1) for i in range(5 if cut == -1 else 4)]
+    assert got == want
+    assert os.path.getsize(path) == (size if cut == -1 else size - last_len)
+
+
+def test_flipped_bit_in_last_record_is_treated_as_torn(tmp_path):
+    data_dir = str(tmp_path / "data")
+    _write_and_exit(data_dir, 3)
+    path = _open_ledger_file(data_dir)
+    with open(path, "r+b") as f:
+        f.seek(-2, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-2, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0x10]))
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        assert [d for _, d in ml.read_entries(Position(0, 0), 100)] == [b"entry-0", b"entry-1" * 2]
+
+
+def test_recovered_ledger_is_closed_and_appends_continue_in_a_new_one(tmp_path):
+    data_dir = str(tmp_path / "data")
+    _write_and_exit(data_dir, 3)
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        infos = ml.ledgers()
+        assert [(i.entry_count, i.state) for i in infos] == [(3, "CLOSED"), (0, "OPEN")]
+        p = ml.append(b"after")
+        assert p == Position(infos[1].ledger_id, 0)
+        assert os.path.exists(lf.index_path_for(ml.ledger_path(infos[0].ledger_id)))
