@@ -1,0 +1,185 @@
+"""Broker lifecycle with the official client: restarts (clean and killed), ordered shutdown,
+keep-alive, partitioned topics, backpressure, configuration errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+
+from .conftest import ROOT, BrokerProcess, make_client  # noqa: E402
+from .test_broker_client import RawClient, drain  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+Earliest = pulsar.InitialPosition.Earliest
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("lifecycle") / "data", {
+        "allowAutoTopicCreationType": "partitioned",
+        "defaultNumPartitions": "3",
+        "keepAliveIntervalSeconds": "1",
+        # small on purpose: producers hit the high-water mark and get their socket paused
+        "maxPendingPublishBytesPerConnection": "65536",
+    })
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_restart_loses_no_acknowledged_message(broker, topic):
+    c = make_client(broker.url)
+    producer = c.create_producer(topic + "-partition-0", batching_enabled=False)  # not partitioned
+    sent = [producer.send(b"r%d" % i) for i in range(200)]
+    consumer = c.subscribe(topic + "-partition-0", "s", initial_position=Earliest)
+    for _ in range(50):
+        consumer.acknowledge(consumer.receive(5000))
+    consumer.close()
+    c.close()
+    broker.restart()
+    c = make_client(broker.url)
+    consumer = c.subscribe(topic + "-partition-0", "s", initial_position=Earliest)
+    rest = drain(consumer, 1000)
+    assert [m.data() for m in rest] == [b"r%d" % i for i in range(50, 200)]
+    last = rest[-1].message_id()
+    assert (last.ledger_id(), last.entry_id()) == (sent[-1].ledger_id(), sent[-1].entry_id())
+    c.close()
+
+
+def test_killed_broker_keeps_every_receipted_message(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    producer = c.create_producer(name, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                 block_if_queue_full=True)
+    receipted = []
+    for i in range(2000):
+        producer.send_async(b"k%d" % i, lambda res, mid, i=i: res == pulsar.Result.Ok and receipted.append(i))
+    producer.flush()
+    deadline = time.time() + 10
+    while len(receipted) < 2000 and time.time() < deadline:
+        time.sleep(0.01)  # callbacks run on the client's listener thread
+    c.close()
+    assert len(receipted) == 2000
+    broker.stop(signal.SIGKILL)
+    broker.start()
+    c = make_client(broker.url)
+    reader = c.create_reader(name, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(5000).data())
+    assert got == [b"k%d" % i for i in range(2000)]
+    c.close()
+
+
+def test_shutdown_closes_consumers_and_clients_reconnect(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    consumer = c.subscribe(name, "s", initial_position=Earliest)
+    producer = c.create_producer(name, batching_enabled=False)
+    producer.send(b"before")
+    m = consumer.receive(5000)
+    consumer.acknowledge(m)
+    time.sleep(0.3)  # the client groups acks for 100 ms before sending them
+    broker.restart()
+    producer.send(b"after")  # the client reconnects its producer by itself
+    assert consumer.receive(15000).data() == b"after"  # and its consumer
+    c.close()
+
+
+def test_partitioned_topic(broker, topic):
+    c = make_client(broker.url)
+    assert len(c.get_topic_partitions(topic)) == 3
+    consumer = c.subscribe(topic, "s", initial_position=Earliest)
+    producer = c.create_producer(topic, batching_enabled=False)
+    partitions = set()
+    for i in range(30):
+        mid = producer.send(b"p%d" % i, partition_key=f"key{i}")
+        partitions.add(mid.partition())
+    assert partitions == {0, 1, 2}
+    got = sorted(m.data() for m in drain(consumer, 1000))
+    assert got == sorted(b"p%d" % i for i in range(30))
+    # each partition is its own topic
+    reader = c.create_reader(topic + "-partition-1", pulsar.MessageId.earliest)
+    assert reader.has_message_available()
+    c.close()
+
+
+def test_producer_faster_than_storage_is_paused_not_buffered(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    producer = c.create_producer(name, batching_enabled=False, max_pending_messages=2000,
+                                 block_if_queue_full=True)
+    payload = b"x" * 8192
+    errors = []
+    for i in range(3000):  # 24 MiB against a 64 KiB high-water mark
+        producer.send_async(payload, lambda res, mid: res == pulsar.Result.Ok or errors.append(res))
+    producer.flush()
+    assert errors == []
+    reader = c.create_reader(name, pulsar.MessageId.earliest, receiver_queue_size=100)
+    n = 0
+    while reader.has_message_available():
+        reader.read_next(5000)
+        n += 1
+    assert n == 3000
+    c.close()
+
+
+def test_keepalive_pings_and_drops_a_silent_peer(broker):
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    wire = RawClient(broker.port)
+    assert wire.expect(pb.BaseCommand.PING) is not None  # keepAliveIntervalSeconds=1
+    wire.sock.settimeout(6)
+    start = time.monotonic()
+    with pytest.raises((ConnectionError, ConnectionResetError)):
+        while True:
+            wire.recv()  # never answer PONG
+    assert time.monotonic() - start < 6
+    wire.close()
+    assert broker.alive()
+
+
+def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
+    from compactmq.protocol import commands, frames
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    producer = c.create_producer(name, batching_enabled=False)
+    for i in range(10):
+        producer.send(b"f%d" % i)
+    wire = RawClient(broker.port)
+    wire.send(commands.subscribe(name, "raw", 7, 1, initial_position=pb.CommandSubscribe.Earliest))
+    wire.expect(pb.BaseCommand.SUCCESS)
+    wire.send(commands.flow(7, 3))
+    got = [wire.expect(pb.BaseCommand.MESSAGE) for _ in range(3)]
+    assert [(m.message.message_id.entryId) for m in got] == [0, 1, 2]
+    wire.sock.settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        while True:
+            cmd = wire.recv()
+            assert cmd.type != pb.BaseCommand.MESSAGE
+    wire.close()
+    c.close()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--config-override", "noSuchKey=1"], "unknown config key"),
+    (["--config-override", "brokerServicePort=abc"], "expected an integer"),
+])
+def test_bad_config_is_a_one_line_error(tmp_path, args, needle):
+    proc = subprocess.run(
+        [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path), *args],
+        capture_output=True, text=True, timeout=30, cwd=ROOT,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
