@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CompactMQError, ProtocolError, ServerError
 from ..protocol import commands, frames
+from ..protocol import pulsar_pb2 as pb
 from ..protocol.connection import BrokerConnectionState
 from .flow import ReadPauser
 from .handlers import CommandHandler
@@ -36,6 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 _BROKER_REQUEST_ID = commands.to_unsigned64(-1)  # broker-initiated CLOSE_* carry no request
+_T = pb.BaseCommand
+# Client commands the state table allows in every CONNECTED state (it is checked otherwise).
+_CONNECTED_FAST_PATH = frozenset({_T.SEND, _T.FLOW, _T.ACK, _T.PING, _T.PONG})
 
 
 class ServerConnection(asyncio.Protocol):
@@ -73,14 +77,17 @@ class ServerConnection(asyncio.Protocol):
         except ProtocolError as err:
             self._protocol_failure(err)
             return
+        state = self.state
         for frame in frames_in:
             if self.closed:
                 return
-            try:
-                self.state.receive(frame.type)
-            except ProtocolError as err:
-                self._protocol_failure(err, frame.command)
-                return
+            # Once connected, the common commands need no trip through the state table.
+            if not (state.connected and frame.type in _CONNECTED_FAST_PATH):
+                try:
+                    state.receive(frame.type)
+                except ProtocolError as err:
+                    self._protocol_failure(err, frame.command)
+                    return
             self.handler.handle(frame)
 
     def eof_received(self):

@@ -60,16 +60,23 @@ def next_position(position: Position) -> Position:
     return Position(position[0], position[1] + 1)
 
 
-def entry_info(entry: bytes) -> tuple[int, bytes]:
-    """(messages in the entry, routing key) read from its metadata.
+def peek_metadata(entry: bytes) -> pulsar_pb2.MessageMetadata:
+    """The MessageMetadata of a stored or received entry, without copying its payload.
 
-    Stored entries always start with magic + CRC (the contract); only the metadata is parsed,
-    the payload is never copied: this runs for every entry dispatched.
+    Runs for every entry published and every entry dispatched, so it reads the metadata in
+    place (``frames.parse_entry`` also slices the payload out, which this path never needs).
+    The CRC is checked elsewhere (``frames.ensure_checksummed`` on SEND).
     """
     offset = 6 if entry[:2] == _MAGIC else 0
     (size,) = _U32.unpack_from(entry, offset)
     md = _MessageMetadata()
     md.ParseFromString(memoryview(entry)[offset + 4 : offset + 4 + size])
+    return md
+
+
+def entry_info(entry: bytes) -> tuple[int, bytes]:
+    """(messages in the entry, routing key) read from its metadata."""
+    md = peek_metadata(entry)
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     if md.HasField("ordering_key"):
         key = md.ordering_key
@@ -232,9 +239,10 @@ class Dispatcher:
     def _deliver_new(self, entries) -> int:
         """Deliver freshly read entries; subclasses override when order forbids skipping."""
         sent = 0
+        horizon = self.subscription.ack_horizon()
         for position, entry in entries:
             self.read_position = next_position(position)
-            if self.subscription.is_acknowledged(position):
+            if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
             n, key = entry_info(entry)
             consumer = self._choose(position, key)
@@ -318,8 +326,9 @@ class SingleActiveDispatcher(Dispatcher):
 
     def _deliver_new(self, entries) -> int:
         sent = 0
+        horizon = self.subscription.ack_horizon()
         for position, entry in entries:
-            if self.subscription.is_acknowledged(position):
+            if position <= horizon and self.subscription.is_acknowledged(position):
                 self.read_position = next_position(position)
                 continue
             consumer = self._choose(position, b"")
@@ -385,9 +394,10 @@ class KeySharedDispatcher(Dispatcher):
     def _deliver_new(self, entries) -> int:
         sent = 0
         waiting = set(self.replay.values())
+        horizon = self.subscription.ack_horizon()
         for position, entry in entries:
             self.read_position = next_position(position)
-            if self.subscription.is_acknowledged(position):
+            if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
             n, key = entry_info(entry)
             h = key_hash(key)

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 import time
 from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
 
 from ..errors import (
     CompactMQError,
     ConsumerBusy,
     InvalidInput,
+    MalformedEntry,
     NotAllowed,
     NotFound,
     ServerError,
@@ -31,6 +35,7 @@ from ..naming import TopicName
 from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
+from .dispatchers import peek_metadata
 from .producers import Producer
 from .subscriptions import Consumer
 
@@ -188,8 +193,10 @@ class CommandHandler:
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
         entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
-        metadata = frames.parse_metadata(entry)
-        publish_time = metadata.publish_time or int(time.time() * 1000)
+        try:
+            publish_time = peek_metadata(entry).publish_time or int(time.time() * 1000)
+        except (DecodeError, struct.error, ValueError) as exc:
+            raise MalformedEntry(f"undecodable message metadata: {exc}") from None
         num = cmd.num_messages if cmd.HasField("num_messages") else 1
         last_seq = cmd.highest_sequence_id if cmd.highest_sequence_id > 0 else cmd.sequence_id + max(num, 1) - 1
         producer_id, sequence_id = cmd.producer_id, cmd.sequence_id

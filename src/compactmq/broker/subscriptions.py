@@ -172,6 +172,18 @@ class Subscription:
             return True
         return self.cursor.is_acknowledged(position)
 
+    def ack_horizon(self) -> Position:
+        """The highest position that may be acknowledged: entries after it need no check."""
+        horizon = Position(*self.cursor.mark_delete_position)
+        ranges = self.cursor.individually_acked_ranges()
+        if ranges and ranges[-1][1] > horizon:
+            horizon = Position(*ranges[-1][1])
+        if self._acked:
+            horizon = max(horizon, max(self._acked))
+        if self._acked_up_to is not None and self._acked_up_to > horizon:
+            horizon = self._acked_up_to
+        return horizon
+
     def mark_delete_position(self) -> Position:
         md = Position(*self.cursor.mark_delete_position)
         if self._acked_up_to is not None and self._acked_up_to > md:

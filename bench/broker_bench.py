@@ -1,0 +1,174 @@
+"""Broker throughput with the official client, and the broker's CPU cost per message.
+
+Starts ``compactmq standalone`` as a subprocess on free ports with a fresh data directory,
+then, per scenario, drives it with ``pulsar-client``:
+
+- ``publish_nobatch`` / ``publish_batch``: one producer, ``send_async`` of N messages of
+  ``--size`` bytes, until every SEND_RECEIPT is back (fsync per group commit, the default);
+- ``consume_nobatch`` / ``consume_batch``: one Exclusive consumer reads the topic written by
+  the matching publish scenario from the earliest position and acknowledges every message.
+
+For each phase: wall time, messages/s, MiB/s, and the broker process's CPU time (user +
+system, from ``/proc/<pid>/stat``) divided by the messages: microseconds of broker CPU per
+message. Client and broker share the machine, so throughput is a lower bound of what the
+broker alone can do; the CPU figure is the broker's own.
+
+    .venv/bin/python bench/broker_bench.py            # 200,000 messages per scenario
+    .venv/bin/python bench/broker_bench.py --quick    # 20,000
+Writes bench/results/broker.json (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc/<pid>/stat (fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class Broker:
+    def __init__(self, data_dir: str, overrides: list[str]) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
+               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
+        for o in overrides:
+            cmd += ["--config-override", o]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        if b"ready" not in line:
+            raise RuntimeError(f"broker did not start: {line!r}")
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def measure(broker: Broker, name: str, messages: int, size: int, fn) -> dict:
+    cpu0, t0 = broker.cpu(), time.perf_counter()
+    fn()
+    secs = time.perf_counter() - t0
+    cpu = broker.cpu() - cpu0
+    result = {
+        "scenario": name,
+        "messages": messages,
+        "message_bytes": size,
+        "seconds": round(secs, 3),
+        "msgs_per_s": round(messages / secs),
+        "mib_per_s": round(messages * size / secs / 2**20, 2),
+        "broker_cpu_seconds": round(cpu, 3),
+        "broker_cpu_us_per_msg": round(cpu / messages * 1e6, 2),
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def publish(client, topic: str, n: int, size: int, batching: bool):
+    import pulsar
+
+    producer = client.create_producer(
+        topic, batching_enabled=batching, batching_max_messages=1000, batching_max_publish_delay_ms=5,
+        max_pending_messages=10000, block_if_queue_full=True,
+    )
+    payload = b"x" * size
+    failures = []
+
+    def done(res, _mid):
+        if res != pulsar.Result.Ok:
+            failures.append(res)
+
+    def run():
+        for _ in range(n):
+            producer.send_async(payload, done)
+        producer.flush()
+
+    return producer, run, failures
+
+
+def consume(client, topic: str, n: int):
+    import pulsar
+
+    def run():
+        consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest,
+                                    receiver_queue_size=5000)
+        for _ in range(n):
+            consumer.acknowledge(consumer.receive(30_000))
+        consumer.close()
+
+    return run
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="20,000 messages per scenario")
+    ap.add_argument("--messages", type=int, help="messages per scenario (default 200,000)")
+    ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "broker.json"))
+    ap.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    n = args.messages or (20_000 if args.quick else 200_000)
+
+    import pulsar
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="compactmq-bench-") as tmp:
+        broker = Broker(os.path.join(tmp, "data"), args.config_override)
+        try:
+            client = pulsar.Client(broker.url, operation_timeout_seconds=60,
+                                   logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+            for batching in (False, True):
+                label = "batch" if batching else "nobatch"
+                topic = f"bench-{label}-{time.monotonic_ns()}"
+                producer, run, failures = publish(client, topic, n, args.size, batching)
+                results.append(measure(broker, f"publish_{label}", n, args.size, run))
+                producer.close()
+                if failures:
+                    raise SystemExit(f"{len(failures)} sends failed: {failures[:3]}")
+                results.append(measure(broker, f"consume_{label}", n, args.size, consume(client, topic, n)))
+            client.close()
+        finally:
+            broker.stop()
+
+    out = {
+        "benchmark": "broker",
+        "quick": args.quick,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "client": f"pulsar-client {pulsar.__version__}" if hasattr(pulsar, "__version__") else "pulsar-client",
+        "config_overrides": args.config_override,
+        "notes": "client and broker share the machine; broker CPU from /proc/<pid>/stat (user+system)",
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+"""Compaction inside the broker: runs on demand and the periodic threshold check.
+
+One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It owns:
+
+* **Runs.** ``trigger(topic)`` starts one compaction of a topic in a worker thread (the
+  ``TopicCompactionService`` from the configured factory blocks for the whole run; the default
+  one starts a local SparkSession on its first run, one JVM per broker). At most one run per
+  topic: a second trigger while one is queued or running is a ``Conflict`` (HTTP 409). At most
+  ``compactionMaxConcurrentRuns`` run at once; triggers beyond that wait their turn in the
+  worker pool and report the phase ``queued``.
+* **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
+  lives in the metadata store's compaction state, written by the compaction run itself, so it
+  survives a restart (unlike Pulsar, whose status is in broker memory). While a run is in this
+  process its live progress (phase, entries processed, estimated total, an ETA) is added.
+  A run cut short by a crash leaves RUNNING in the store: at start the monitor turns such a
+  state into ERROR, unless another process (a ``compact-topic`` job) holds the topic's lock.
+* **The periodic check**, every ``brokerServiceCompactionMonitorIntervalInSeconds``: for each
+  persistent topic with a threshold (topic policy, else namespace policy, else
+  ``brokerServiceCompactionThresholdInBytes``; 0 disables), estimate the backlog since the
+  horizon -- the bytes after the horizon, or, for a topic never compacted (typically read only
+  by readers, with no cursor to measure), its total size -- and trigger a run when it exceeds
+  the threshold. A failed run is recorded as ERROR with its reason; the next check retries it
+  when the backlog is still over the threshold. The check also makes sure every topic with a
+  threshold has the ``__compaction`` cursor, so retention keeps what compaction has not read.
+* **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
+  per run: entries read, kept, removed, bytes in and out, duration.
+
+State of one topic, as this monitor sees it::
+
+    idle --trigger--> queued --worker free--> running --ok--> idle (SUCCESS persisted)
+                                                      \\--fail--> idle (ERROR persisted)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
+from ..naming import TopicName
+from ..storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, ERROR, RUNNING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import BrokerService
+
+log = logging.getLogger(__name__)
+
+# How long broker shutdown waits for running compactions to stop after their Spark jobs are
+# cancelled (they record ERROR and release the topic lock on the way out).
+SHUTDOWN_WAIT_SECONDS = 20.0
+
+
+@dataclass
+class RunProgress:
+    """One queued or running compaction in this process."""
+
+    topic: str
+    reason: str
+    queued_at: float
+    phase: str = "queued"
+    entries_processed: int = 0
+    entries_total: int = 0
+    phase_started: float = 0.0
+    started_at: float | None = None
+
+    def update(self, phase: str, processed: int, total: int, now: float) -> None:
+        if phase != self.phase:
+            self.phase_started = now
+        self.phase = phase
+        self.entries_processed = int(processed)
+        self.entries_total = int(total)
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        eta = None
+        done, total = self.entries_processed, self.entries_total
+        if self.started_at is not None and 0 < done < total:
+            elapsed = now - self.started_at
+            eta = round(elapsed * (total - done) / done, 1)
+        elif total and done >= total:
+            eta = 0.0
+        return {"phase": self.phase, "entriesProcessed": done, "entriesTotal": total, "etaSeconds": eta}
+
+
+@dataclass
+class TopicCompactionStats:
+    """Counters of one topic since the broker started (Prometheus counters reset on restart)."""
+
+    removed_event_count: int = 0
+    succeed_count: int = 0
+    failed_count: int = 0
+    duration_ms_total: int = 0
+    read_throughput: float = 0.0  # bytes/s of the last successful run
+    write_throughput: float = 0.0
+    last_summary: dict[str, Any] = field(default_factory=dict)
+
+
+def compacted_ledger_entry_count(path: str) -> int:
+    """Entries in a finished compacted ledger, from its trailer alone (no full read)."""
+    from ..compaction.compacted_ledger import TRAILER, TRAILER_MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(-TRAILER.size, os.SEEK_END)
+            _, n, _, _, magic = TRAILER.unpack(f.read(TRAILER.size))
+    except (OSError, struct.error):
+        return 0
+    return int(n) if magic == TRAILER_MAGIC else 0
+
+
+class CompactionMonitor:
+    """Runs compactions for the broker; see the module notes."""
+
+    def __init__(self, service: "BrokerService", clock: Callable[[], float] = time.time) -> None:
+        self.service = service
+        self.config = service.config
+        self.storage = service.storage
+        self.clock = clock
+        self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
+        self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
+        self.default_threshold = int(self.config["brokerServiceCompactionThresholdInBytes"])
+        self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
+        self._runs: dict[str, RunProgress] = {}
+        self._futures: set[asyncio.Future] = set()
+        self.stats: dict[str, TopicCompactionStats] = {}
+        self._factory = None
+        self._factory_lock = threading.Lock()
+        self._check_task: asyncio.Task | None = None
+        self._closing = False
+        self.checks = 0  # periodic checks done (tests and metrics)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.service.run_blocking(self._reconcile_interrupted_runs)
+        if self.interval > 0:
+            self._check_task = asyncio.get_running_loop().create_task(self._check_loop())
+
+    async def close(self) -> None:
+        """Stop checking, cancel running Spark jobs, wait (bounded) for runs to record their end."""
+        self._closing = True
+        if self._check_task is not None:
+            self._check_task.cancel()
+            try:
+                await self._check_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._futures:
+            _cancel_spark_jobs()
+            done, pending = await asyncio.wait(list(self._futures), timeout=SHUTDOWN_WAIT_SECONDS)
+            if pending:
+                log.warning("%d compaction(s) still running at shutdown", len(pending))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._factory is not None:
+            try:
+                self._factory.close()
+            except Exception:  # pragma: no cover - best effort at shutdown
+                log.exception("closing the compaction service factory failed")
+
+    def _reconcile_interrupted_runs(self) -> None:
+        """RUNNING in the store with nobody holding the topic's lock: the process that ran it died."""
+        from ..compaction.compacted_ledger import topic_dir
+        from ..compaction.service import _TopicLock
+
+        meta = self.storage.metadata
+        for topic, state in meta.compaction_states().items():
+            if state.status != RUNNING:
+                continue
+            try:
+                lock = _TopicLock(topic_dir(str(self.storage.data_dir), topic))
+            except Conflict:
+                continue  # a compact-topic job is running it right now
+            try:
+                meta.record_compaction_failure(topic, "interrupted: the process running this compaction stopped")
+                log.warning("compaction of %s was interrupted by a restart; recorded as ERROR", topic)
+            finally:
+                lock.release()
+
+    # --- triggering ----------------------------------------------------------------------------
+
+    def is_running(self, topic: str) -> bool:
+        return topic in self._runs
+
+    @property
+    def running_topics(self) -> list[str]:
+        return list(self._runs)
+
+    async def trigger(self, name: str, reason: str = "manual") -> None:
+        """Queue one compaction of ``name``.
+
+        Raises:
+            InvalidTopicName: ``name`` is not a topic name.
+            NotAllowed: a non-persistent topic (nothing is stored to compact).
+            TopicNotFound: no such topic.
+            Conflict: a compaction of this topic is already queued or running.
+            ServiceNotReady: the broker is shutting down.
+        """
+        tn = TopicName.parse(name)
+        if not tn.persistent:
+            raise NotAllowed(f"{tn}: compaction is only for persistent topics")
+        topic = str(tn)
+        if self._closing:
+            raise ServiceNotReady("the broker is shutting down")
+        if topic in self._runs:
+            raise Conflict(f"a compaction of {topic} is already running")
+        exists = await self.service.run_blocking(self.storage.metadata.topic_exists, topic)
+        if not exists:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        if topic in self._runs:  # another trigger got in while we looked
+            raise Conflict(f"a compaction of {topic} is already running")
+        run = RunProgress(topic, reason, queued_at=self.clock())
+        self._runs[topic] = run
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._executor, self._run_blocking, run)
+        self._futures.add(fut)
+        fut.add_done_callback(lambda f, topic=topic: self._run_done(topic, f))
+
+    def _run_done(self, topic: str, fut: asyncio.Future) -> None:
+        self._futures.discard(fut)
+        self._runs.pop(topic, None)
+        if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
+            pass
+
+    # --- one run (worker thread) ----------------------------------------------------------------
+
+    def factory(self):
+        with self._factory_lock:
+            if self._factory is None:
+                from ..compaction import load_factory
+
+                self._factory = load_factory(self.config, self.storage)
+            return self._factory
+
+    def _run_blocking(self, run: RunProgress) -> None:
+        from ..compaction import CompactionProgress  # noqa: F401 - the callback's argument type
+        from ..compaction.compacted_ledger import compacted_ledger_path
+
+        topic = run.topic
+        meta = self.storage.metadata
+        stats = self.stats.setdefault(topic, TopicCompactionStats())
+        run.started_at = self.clock()
+        run.update("start", 0, 0, run.started_at)
+        before = meta.get_compaction_state(topic)
+        service = None
+        try:
+            if self._closing:
+                raise ServiceNotReady("the broker is shutting down")
+            ml = self.storage.open_managed_ledger(topic, create=False)
+            prev_h = before.horizon
+            prev_file = (compacted_ledger_path(str(self.storage.data_dir), topic, before.compacted_ledger_id)
+                         if before.compacted_ledger_id is not None else None)
+            prev_size = _file_size(prev_file)
+            live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
+            service = self.factory().new_service(topic)
+            result = service.compact(
+                progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock()))
+        except BaseException as e:
+            elapsed_ms = int((self.clock() - run.started_at) * 1000)
+            stats.failed_count += 1
+            stats.duration_ms_total += elapsed_ms
+            reason = str(e) or type(e).__name__
+            after = meta.get_compaction_state(topic)
+            if after.version == before.version and not isinstance(e, Conflict):
+                # failed before the run could record anything (factory, storage): record it here
+                try:
+                    meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
+                except CompactMQError:
+                    log.exception("recording the failed compaction of %s failed", topic)
+            log.error("compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason)
+            return
+        finally:
+            if service is not None:
+                try:
+                    service.close()
+                except Exception:  # pragma: no cover
+                    log.exception("closing the compaction service of %s failed", topic)
+        # what the run read (previous compacted ledger + live entries up to the new horizon)
+        # and what it wrote (the new compacted ledger)
+        live_after = ml.size_after(result.horizon) if result.horizon is not None else 0
+        bytes_in = prev_size + max(0, live_before - live_after)
+        new_file = (compacted_ledger_path(str(self.storage.data_dir), topic, result.compacted_ledger_id)
+                    if result.compacted_ledger_id is not None else None)
+        bytes_out = _file_size(new_file)
+        seconds = max(result.duration_ms / 1000, 1e-3)
+        stats.succeed_count += 1
+        stats.removed_event_count += result.removed_event_count
+        stats.duration_ms_total += result.duration_ms
+        stats.read_throughput = bytes_in / seconds
+        stats.write_throughput = bytes_out / seconds
+        stats.last_summary = {
+            "entriesRead": result.entries_read, "messagesRead": result.messages_read,
+            "entriesKept": result.entries_written, "messagesKept": result.messages_kept,
+            "messagesRemoved": result.removed_event_count, "bytesIn": bytes_in, "bytesOut": bytes_out,
+            "durationMs": result.duration_ms,
+        }
+        log.info(
+            "compaction of %s (%s) done: entries read %d (messages %d), kept %d (messages %d), "
+            "removed %d messages, bytes in %d, bytes out %d, duration %.2fs, horizon %s",
+            topic, run.reason, result.entries_read, result.messages_read, result.entries_written,
+            result.messages_kept, result.removed_event_count, bytes_in, bytes_out, result.duration_ms / 1000,
+            _pos(result.horizon),
+        )
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def status_blocking(self, topic: str) -> dict[str, Any]:
+        """The body of ``GET .../compaction`` (call from a worker thread: it reads the store)."""
+        state = self.storage.metadata.get_compaction_state(topic)
+        run = self._runs.get(topic)
+        body: dict[str, Any] = {"status": state.status, "lastError": state.last_error or ""}
+        if run is not None:
+            body["status"] = RUNNING
+            body["progress"] = run.as_json(self.clock())
+        elif state.status == RUNNING:
+            # running in another process (a compact-topic job): no live progress from here
+            body["progress"] = {"phase": "external", "entriesProcessed": 0, "entriesTotal": 0, "etaSeconds": None}
+        if state.status == ERROR and run is None:
+            body["lastError"] = state.last_error or "unknown error"
+        return body
+
+    # --- the periodic check ---------------------------------------------------------------------
+
+    async def _check_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.check_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("compaction threshold check failed")
+
+    async def check_once(self) -> list[str]:
+        """Trigger every topic whose backlog since the horizon exceeds its threshold; returns them."""
+        if self._closing or self.service.shutting_down:
+            return []
+        busy = set(self._runs)
+        due = await self.service.run_blocking(self._due_topics, busy)
+        self.checks += 1
+        triggered = []
+        for topic, backlog, threshold in due:
+            try:
+                await self.trigger(topic, reason=f"backlog {backlog} B > threshold {threshold} B")
+                triggered.append(topic)
+            except Conflict:
+                continue
+            except CompactMQError as e:
+                log.warning("automatic compaction of %s not started: %s", topic, e)
+        return triggered
+
+    def threshold_of(self, topic: str) -> int:
+        value = self.storage.metadata.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
+        try:
+            return int(value or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    def _due_topics(self, busy: set[str]) -> list[tuple[str, int, int]]:
+        meta = self.storage.metadata
+        due = []
+        for topic in meta.topics():
+            try:
+                if not TopicName.parse(topic).persistent or topic in busy:
+                    continue
+                threshold = self.threshold_of(topic)
+                if threshold <= 0:
+                    continue
+                ml = self.storage.open_managed_ledger(topic, create=False)
+                ensure_compaction_cursor(ml)
+                horizon = meta.get_compaction_state(topic).horizon
+                backlog = ml.size_after(horizon) if horizon is not None else ml.total_size()
+                if backlog > threshold:
+                    due.append((topic, backlog, threshold))
+            except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
+                log.debug("threshold check of %s skipped: %s", topic, e)
+        return due
+
+
+def ensure_compaction_cursor(ml) -> None:
+    """Create the ``__compaction`` durable cursor at the earliest position when it is missing:
+    from then on retention keeps every entry until a compaction has read it."""
+    if ml.get_cursor(COMPACTION_CURSOR) is None:
+        ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
+
+
+def _cancel_spark_jobs() -> None:
+    """Cancel the Spark jobs of this process, if a SparkContext was ever started."""
+    try:
+        import sys
+
+        if "pyspark" not in sys.modules:
+            return
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        if sc is not None:
+            sc.cancelAllJobs()
+    except Exception:  # pragma: no cover - best effort at shutdown
+        log.exception("cancelling Spark jobs failed")
+
+
+def _file_size(path: Optional[str]) -> int:
+    if not path:
+        return 0
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _pos(p) -> str:
+    return "none" if p is None else f"{p[0]}:{p[1]}"
