@@ -301,6 +301,32 @@ def test_key_shared_never_splits_a_key(client, topic):
     assert all(v == sorted(v) for v in order.values())  # in order per key
 
 
+def test_key_shared_newcomer_waits_until_older_messages_are_acked(client, topic):
+    a = client.subscribe(topic, "ksj", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="a")
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(30)]
+    for i in range(60):
+        producer.send_async(b"%d" % i, None, partition_key=keys[i % 30])
+    producer.flush()
+    first = [a.receive(5000) for _ in range(60)]  # all to a, nothing acknowledged yet
+    b = client.subscribe(topic, "ksj", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="b")
+    for i in range(60, 120):
+        producer.send_async(b"%d" % i, None, partition_key=keys[i % 30])
+    producer.flush()
+    # keys that moved to b must not overtake a's unacknowledged messages of the same key
+    assert drain(b, 500) == []
+    later_a = drain(a, 300)
+    for m in first + later_a:
+        a.acknowledge(m)
+    later_b = drain(b, 2000)
+    later_a += drain(a, 300)
+    assert later_b, "some keys should have moved to the newcomer"
+    got = sorted(int(m.data()) for m in first + later_a + later_b)
+    assert got == list(range(120))
+    keys_b = {m.partition_key() for m in later_b}
+    assert not keys_b & {m.partition_key() for m in later_a}
+
+
 def test_unsubscribe_forgets_the_subscription(client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
     consumer = client.subscribe(topic, "gone", initial_position=Earliest)

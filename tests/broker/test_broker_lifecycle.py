@@ -183,3 +183,17 @@ def test_bad_config_is_a_one_line_error(tmp_path, args, needle):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
+
+
+def test_last_sequence_id_survives_a_restart(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    p = c.create_producer(name, producer_name="durable-seq", batching_enabled=False)
+    for i in range(5):
+        p.send(b"s", sequence_id=100 + i)
+    c.close()
+    broker.restart()
+    c = make_client(broker.url)
+    p = c.create_producer(name, producer_name="durable-seq")
+    assert p.last_sequence_id() == 104
+    c.close()

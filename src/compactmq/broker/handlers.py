@@ -267,7 +267,8 @@ class CommandHandler:
             return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                             cmd.priority_level, ranges, bool(cmd.read_compacted))
 
-        consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky)
+        consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky,
+                                         read_compacted=bool(cmd.read_compacted))
         if self.conn.closed:
             consumer.subscription.remove_consumer(consumer)
             return

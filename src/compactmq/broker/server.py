@@ -84,6 +84,8 @@ class BrokerService:
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
+        # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
+        self.compacted_source_factory: Callable[[Any], Any] | None = None
         self.shutting_down = False
         self.started_ms = int(time.time() * 1000)
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..storage.position import Position
-from .entry_source import LedgerEntrySource, TailCache
+from .entry_source import EntrySource, LedgerEntrySource, TailCache
+from .dispatchers import peek_metadata
 from .producers import Producer, check_access
 from .subscriptions import Consumer, Subscription
 
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
+
+# Entries read back when a topic loads, to recover producers' last sequence ids.
+SEQUENCE_RECOVERY_ENTRIES = 1000
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
@@ -134,9 +138,18 @@ class Topic:
 
     # --- subscriptions -----------------------------------------------------------------------
 
+    def entry_source_for(self, read_compacted: bool) -> EntrySource:
+        """Where a new subscription reads: the topic itself, or (read compacted) whatever
+        ``BrokerService.compacted_source_factory`` builds: the compacted ledger up to the
+        horizon, then this topic (issue 5 plugs in there)."""
+        factory = self.service.compacted_source_factory
+        if read_compacted and factory is not None:
+            return factory(self)
+        return self.source
+
     async def subscribe(self, name: str, durable: bool, initial_position: Any,
                         make_consumer: Callable[[Subscription], Consumer], sub_type: int,
-                        key_shared_sticky: bool = False) -> Consumer:
+                        key_shared_sticky: bool = False, read_compacted: bool = False) -> Consumer:
         """Find or create the subscription and attach a consumer to it."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
@@ -147,7 +160,7 @@ class Topic:
                 if not name:
                     raise NotAllowed("subscription name is empty")
                 cursor = await self.run_blocking(self.ledger.open_cursor, name, durable, initial_position)
-                sub = Subscription(self, name, cursor, durable)
+                sub = Subscription(self, name, cursor, durable, self.entry_source_for(read_compacted))
                 self.subscriptions[name] = sub
                 created = True
             elif sub.durable != durable:
@@ -219,6 +232,30 @@ class Topic:
                 log.exception("closing %s failed", sub)
 
 
+def recover_sequence_ids(ledger: Any, window: int = SEQUENCE_RECOVERY_ENTRIES) -> dict[str, int]:
+    """Last sequence id per producer name, from the newest entries of the topic.
+
+    A producer that reconnects after a broker restart learns its ``last_sequence_id`` from
+    this (runs in the thread pool when the topic loads). Only the last ``window`` entries of
+    the current ledger are read, so the cost is bounded; an older producer starts from -1.
+    """
+    last = ledger.last_position()
+    if last is None:
+        return {}
+    start = Position(last[0], max(0, last[1] - window + 1))
+    out: dict[str, int] = {}
+    for _, entry in ledger.read_entries(start, window):
+        try:
+            md = peek_metadata(entry)
+        except Exception:  # noqa: BLE001 - a damaged entry only costs its producer's number
+            continue
+        n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+        seq = md.highest_sequence_id if md.highest_sequence_id > 0 else md.sequence_id + max(n, 1) - 1
+        if out.get(md.producer_name, -1) < seq:
+            out[md.producer_name] = seq
+    return out
+
+
 class TopicManager:
     """Every loaded topic of the broker, and the partitioned-topic metadata."""
 
@@ -286,7 +323,9 @@ class TopicManager:
             ledger = await self.service.run_blocking(storage.open_managed_ledger, str(tn), allowed)
         except TopicNotFound:
             raise TopicNotFound(f"topic {tn} does not exist (allowAutoTopicCreation is off)") from None
-        return Topic(self.service, tn, ledger)
+        topic = Topic(self.service, tn, ledger)
+        topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
+        return topic
 
     async def partitions(self, name: str, auto_create: bool = True) -> int:
         """Number of partitions of ``name`` (0: not partitioned), for PARTITIONED_METADATA.
