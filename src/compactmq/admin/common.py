@@ -1,0 +1,54 @@
+"""What admin handlers share: the request context, body parsing, the 412 error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import InvalidInput
+
+
+class PreconditionFailed(InvalidInput):
+    """A well-formed request whose value is not acceptable (Pulsar answers 412)."""
+
+    http_status = 412
+
+
+class Context:
+    """What handlers share: the broker service, its compaction monitor, the traffic sampler."""
+
+    def __init__(self, service: Any, sampler: Any) -> None:
+        self.service = service
+        self.sampler = sampler
+
+    @property
+    def storage(self):
+        return self.service.storage
+
+    @property
+    def metadata(self):
+        return self.service.storage.metadata
+
+    @property
+    def monitor(self):
+        return self.service.compaction_monitor
+
+    def run_blocking(self, fn, *args):
+        return self.service.run_blocking(fn, *args)
+
+
+async def read_json(request: web.Request, what: str) -> Any:
+    """The request body as JSON; ``InvalidInput`` (400) when it is missing or not JSON."""
+    raw = await request.read()
+    if not raw.strip():
+        raise InvalidInput(f"a request body is required: {what}")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise InvalidInput(f"the request body is not JSON: expected {what}") from None
+
+
+def query_flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").strip().lower() in ("true", "1", "yes")

@@ -1,0 +1,285 @@
+"""Prometheus ``/metrics``: Pulsar's metric names for compaction and the basic broker metrics.
+
+Labels follow Pulsar's topic-level metrics: ``cluster``, ``namespace``, ``topic``.
+
+Broker metrics: ``pulsar_topics_count`` (per namespace), and per topic
+``pulsar_producers_count``, ``pulsar_consumers_count``, ``pulsar_subscriptions_count``,
+``pulsar_rate_in`` / ``pulsar_rate_out`` (messages/s), ``pulsar_throughput_in`` /
+``pulsar_throughput_out`` (bytes/s), ``pulsar_in_messages_total`` / ``pulsar_in_bytes_total`` /
+``pulsar_out_messages_total``, ``pulsar_storage_size`` (bytes), ``pulsar_msg_backlog``.
+
+Compaction metrics (per topic): ``pulsar_compaction_removed_event_count``,
+``pulsar_compaction_succeed_count``, ``pulsar_compaction_failed_count``,
+``pulsar_compaction_duration_time_in_mills`` (total time spent compacting),
+``pulsar_compaction_read_throughput`` / ``pulsar_compaction_write_throughput`` (bytes/s of the
+last run), ``pulsar_compaction_compacted_entries_count`` / ``..._size`` (the compacted ledger in
+force). Run counters start at zero when the broker starts, like any Prometheus counter; the
+compacted-ledger figures come from the files and are right after a restart too.
+
+Message counts come from the producers' and consumers' own counters, which ``TrafficSampler``
+adds up per topic (a producer's count survives its producer in the topic's total); rates are
+the difference between two samples ``RATE_INTERVAL_SECONDS`` apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..naming import TopicName
+
+RATE_INTERVAL_SECONDS = 5.0
+
+
+@dataclass
+class TopicTraffic:
+    msg_in: int = 0
+    bytes_in: int = 0
+    msg_out: int = 0
+    bytes_out: int = 0
+    rate_in: float = 0.0
+    throughput_in: float = 0.0
+    rate_out: float = 0.0
+    throughput_out: float = 0.0
+    _last: tuple[int, int, int, int] = (0, 0, 0, 0)
+    _producer_rates: dict[int, float] = field(default_factory=dict)
+
+    def producer_rate(self, serial: int) -> float:
+        return self._producer_rates.get(serial, 0.0)
+
+
+class TrafficSampler:
+    """Per-topic message and byte counters and rates, from the live producers and consumers."""
+
+    def __init__(self, service: Any, clock=time.monotonic) -> None:
+        self.service = service
+        self.clock = clock
+        self._topics: dict[str, TopicTraffic] = {}
+        self._seen: dict[tuple[str, int], tuple[int, int]] = {}  # (kind, serial) -> (msgs, bytes)
+        self._producer_last: dict[int, int] = {}
+        self._last_rate_at = clock()
+        self._lock = threading.Lock()
+        self._task: asyncio.Task | None = None
+
+    def topic(self, name: str) -> TopicTraffic:
+        with self._lock:
+            return self._topics.setdefault(name, TopicTraffic())
+
+    def topics(self) -> dict[str, TopicTraffic]:
+        with self._lock:
+            return dict(self._topics)
+
+    def refresh(self) -> None:
+        """Fold what producers and consumers counted since the last call into the topic totals
+        (call on the event loop: it walks the broker's live objects)."""
+        loaded = dict(getattr(self.service.topics, "loaded", {}))
+        present: set[tuple[str, int]] = set()
+        with self._lock:
+            for name, topic in loaded.items():
+                t = self._topics.setdefault(name, TopicTraffic())
+                for p in list(topic.producers.values()):
+                    key = ("p", p.serial)
+                    present.add(key)
+                    msgs, nbytes = self._seen.get(key, (0, 0))
+                    t.msg_in += p.messages_in - msgs
+                    t.bytes_in += p.bytes_in - nbytes
+                    self._seen[key] = (p.messages_in, p.bytes_in)
+                for sub in list(topic.subscriptions.values()):
+                    for c in list(sub.consumers):
+                        key = ("c", c.serial)
+                        present.add(key)
+                        out_bytes = int(getattr(c, "bytes_out", 0))
+                        msgs, nbytes = self._seen.get(key, (0, 0))
+                        t.msg_out += c.messages_out - msgs
+                        t.bytes_out += out_bytes - nbytes
+                        self._seen[key] = (c.messages_out, out_bytes)
+            for key in [k for k in self._seen if k not in present]:
+                del self._seen[key]
+
+    def sample_rates(self) -> None:
+        self.refresh()
+        now = self.clock()
+        loaded = dict(getattr(self.service.topics, "loaded", {}))
+        with self._lock:
+            elapsed = max(now - self._last_rate_at, 1e-6)
+            self._last_rate_at = now
+            for name, t in self._topics.items():
+                m_in, b_in, m_out, b_out = t._last
+                t.rate_in = (t.msg_in - m_in) / elapsed
+                t.throughput_in = (t.bytes_in - b_in) / elapsed
+                t.rate_out = (t.msg_out - m_out) / elapsed
+                t.throughput_out = (t.bytes_out - b_out) / elapsed
+                t._last = (t.msg_in, t.bytes_in, t.msg_out, t.bytes_out)
+                rates = {}
+                topic = loaded.get(name)
+                if topic is not None:
+                    for p in topic.producers.values():
+                        prev = self._producer_last.get(p.serial, p.messages_in)
+                        rates[p.serial] = (p.messages_in - prev) / elapsed
+                        self._producer_last[p.serial] = p.messages_in
+                t._producer_rates = rates
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._topics.pop(name, None)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(RATE_INTERVAL_SECONDS)
+            self.sample_rates()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+class _Family:
+    def __init__(self, name: str, kind: str, help_: str) -> None:
+        self.name, self.kind, self.help = name, kind, help_
+        self.samples: list[tuple[dict[str, str], float]] = []
+
+    def add(self, labels: dict[str, str], value: float) -> None:
+        self.samples.append((labels, value))
+
+    def render(self) -> str:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for labels, value in self.samples:
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            lines.append(f"{self.name}{{{text}}} {_number(value)}")
+        return "\n".join(lines)
+
+
+def _escape(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(v: float) -> str:
+    if isinstance(v, int) or float(v).is_integer():
+        return str(int(v))
+    return repr(float(v))
+
+
+BROKER_FAMILIES = (
+    ("pulsar_producers_count", "gauge", "producers attached to the topic"),
+    ("pulsar_consumers_count", "gauge", "consumers attached to the topic"),
+    ("pulsar_subscriptions_count", "gauge", "subscriptions of the topic (durable cursors and readers)"),
+    ("pulsar_rate_in", "gauge", "messages per second published to the topic"),
+    ("pulsar_rate_out", "gauge", "messages per second dispatched from the topic"),
+    ("pulsar_throughput_in", "gauge", "bytes per second published to the topic"),
+    ("pulsar_throughput_out", "gauge", "bytes per second dispatched from the topic"),
+    ("pulsar_in_messages_total", "counter", "messages published to the topic since the broker started"),
+    ("pulsar_in_bytes_total", "counter", "bytes published to the topic since the broker started"),
+    ("pulsar_out_messages_total", "counter", "messages dispatched from the topic since the broker started"),
+    ("pulsar_storage_size", "gauge", "bytes the topic's ledgers hold"),
+    ("pulsar_msg_backlog", "gauge", "entries not yet acknowledged, summed over durable subscriptions"),
+)
+
+COMPACTION_FAMILIES = (
+    ("pulsar_compaction_removed_event_count", "counter", "messages compaction removed"),
+    ("pulsar_compaction_succeed_count", "counter", "successful compactions"),
+    ("pulsar_compaction_failed_count", "counter", "failed compactions"),
+    ("pulsar_compaction_duration_time_in_mills", "counter", "milliseconds spent compacting"),
+    ("pulsar_compaction_read_throughput", "gauge", "bytes per second the last compaction read"),
+    ("pulsar_compaction_write_throughput", "gauge", "bytes per second the last compaction wrote"),
+    ("pulsar_compaction_compacted_entries_count", "gauge", "entries in the compacted ledger in force"),
+    ("pulsar_compaction_compacted_entries_size", "gauge", "bytes of the compacted ledger in force"),
+)
+
+
+def render_metrics(ctx: Any) -> str:
+    """The Prometheus text exposition of every family (runs in a worker thread)."""
+    from ..broker.compaction_monitor import compacted_ledger_entry_count
+    from ..compaction.compacted_ledger import compacted_ledger_path
+
+    service = ctx.service
+    meta = ctx.metadata
+    cluster = getattr(service, "cluster_name", "standalone")
+    traffic = ctx.sampler.topics()  # refreshed by the caller, on the event loop
+    loaded = dict(service.topics.loaded)
+    families = {name: _Family(name, kind, h) for name, kind, h in BROKER_FAMILIES + COMPACTION_FAMILIES}
+
+    topics = meta.topics()
+    per_namespace: dict[str, int] = {}
+    for name in topics:
+        ns = TopicName.parse(name).namespace_name
+        per_namespace[ns] = per_namespace.get(ns, 0) + 1
+    topics_count = _Family("pulsar_topics_count", "gauge", "topics of the namespace")
+    for ns in meta.namespaces():
+        topics_count.add({"cluster": cluster, "namespace": ns}, per_namespace.get(ns, 0))
+
+    for name in topics:
+        labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
+        topic = loaded.get(name)
+        t = traffic.get(name)
+        producers = [p for p in list(topic.producers.values()) if not p.closed] if topic is not None else []
+        consumers = [c for s in list(topic.subscriptions.values()) for c in list(s.consumers)] if topic is not None else []
+        backlog = 0
+        subs = set(topic.subscriptions) if topic is not None else set()
+        if topic is not None:
+            cursors = topic.ledger.cursors()
+            subs |= {c.name for c in cursors}
+            backlog = sum(c.backlog() for c in cursors if c.durable)
+            size = topic.ledger.total_size()
+        else:
+            size = sum(li.size for li in meta.ledgers(name))
+        f = families
+        f["pulsar_producers_count"].add(labels, len(producers))
+        f["pulsar_consumers_count"].add(labels, len(consumers))
+        f["pulsar_subscriptions_count"].add(labels, len(subs))
+        f["pulsar_rate_in"].add(labels, t.rate_in if t else 0)
+        f["pulsar_rate_out"].add(labels, t.rate_out if t else 0)
+        f["pulsar_throughput_in"].add(labels, t.throughput_in if t else 0)
+        f["pulsar_throughput_out"].add(labels, t.throughput_out if t else 0)
+        f["pulsar_in_messages_total"].add(labels, t.msg_in if t else 0)
+        f["pulsar_in_bytes_total"].add(labels, t.bytes_in if t else 0)
+        f["pulsar_out_messages_total"].add(labels, t.msg_out if t else 0)
+        f["pulsar_storage_size"].add(labels, size)
+        f["pulsar_msg_backlog"].add(labels, backlog)
+
+    monitor = ctx.monitor
+    run_stats = dict(monitor.stats) if monitor is not None else {}
+    states = meta.compaction_states()
+    data_dir = str(ctx.storage.data_dir)
+    for name in sorted(set(run_stats) | set(states)):
+        labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
+        s = run_stats.get(name)
+        st = states.get(name)
+        entries = size = 0
+        if st is not None and st.compacted_ledger_id is not None:
+            path = compacted_ledger_path(data_dir, name, st.compacted_ledger_id)
+            entries = compacted_ledger_entry_count(path)
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = 0
+        f = families
+        f["pulsar_compaction_removed_event_count"].add(labels, s.removed_event_count if s else 0)
+        f["pulsar_compaction_succeed_count"].add(labels, s.succeed_count if s else 0)
+        f["pulsar_compaction_failed_count"].add(labels, s.failed_count if s else 0)
+        f["pulsar_compaction_duration_time_in_mills"].add(labels, s.duration_ms_total if s else 0)
+        f["pulsar_compaction_read_throughput"].add(labels, s.read_throughput if s else 0)
+        f["pulsar_compaction_write_throughput"].add(labels, s.write_throughput if s else 0)
+        f["pulsar_compaction_compacted_entries_count"].add(labels, entries)
+        f["pulsar_compaction_compacted_entries_size"].add(labels, size)
+
+    running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
+    running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)
+    checks = _Family("compactmq_compaction_monitor_checks_total", "counter",
+                     "periodic compaction threshold checks done")
+    checks.add({"cluster": cluster}, monitor.checks if monitor is not None else 0)
+    out = [topics_count.render()] + [fam.render() for fam in families.values()] + [running.render(), checks.render()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,174 @@
+"""Tenant and namespace paths: ``/admin/v2/tenants[/{tenant}]`` and
+``/admin/v2/namespaces/{tenant}[/{namespace}[/{policy}]]``.
+
+``public/default`` exists from the start (the metadata store bootstraps it). A namespace policy
+applies to every topic of the namespace that has no topic policy of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
+from ..naming import _NAMED_ENTITY
+from ..storage import COMPACTION_THRESHOLD
+from .common import Context, read_json
+from .policies import POLICIES, Policy, applied_values
+from .router import Router
+from .topics import ensure_compaction_cursors
+
+NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+
+
+def add_routes(router: Router) -> None:
+    router.add("GET", "/admin/v2/tenants", list_tenants, "list tenants")
+    router.add("GET", "/admin/v2/tenants/{tenant}", get_tenant, "a tenant's info")
+    router.add("PUT", "/admin/v2/tenants/{tenant}", create_tenant, "create a tenant", body="object", ok=204)
+    router.add("POST", "/admin/v2/tenants/{tenant}", update_tenant, "update a tenant's info", body="object", ok=204)
+    router.add("DELETE", "/admin/v2/tenants/{tenant}", delete_tenant, "delete a tenant with no namespaces", ok=204)
+    router.add("GET", "/admin/v2/clusters", list_clusters, "clusters (always the one standalone cluster)")
+    router.add("GET", "/admin/v2/namespaces/{tenant}", list_namespaces, "list the namespaces of a tenant")
+    router.add("GET", NS, get_namespace_policies, "every policy of a namespace")
+    router.add("PUT", NS, create_namespace, "create a namespace", ok=204)
+    router.add("DELETE", NS, delete_namespace, "delete an empty namespace", ok=204)
+    for policy in POLICIES:
+        _add_policy_routes(router, policy)
+
+
+def _check_name(what: str, name: str) -> None:
+    if not _NAMED_ENTITY.match(name):
+        from .common import PreconditionFailed
+
+        raise PreconditionFailed(f"invalid {what} name {name!r}: only letters, digits and - _ = : . are allowed")
+
+
+# --- tenants --------------------------------------------------------------------------------------
+
+
+async def list_clusters(ctx: Context, request: web.Request) -> Any:
+    return [getattr(ctx.service, "cluster_name", "standalone")]
+
+
+async def list_tenants(ctx: Context, request: web.Request) -> Any:
+    return await ctx.run_blocking(ctx.metadata.tenants)
+
+
+async def get_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
+    info = await ctx.run_blocking(ctx.metadata.get_tenant, tenant)
+    if info is None:
+        raise NotFound(f"tenant {tenant} does not exist")
+    info.setdefault("adminRoles", [])
+    info.setdefault("allowedClusters", [getattr(ctx.service, "cluster_name", "standalone")])
+    return info
+
+
+async def _tenant_info(request: web.Request) -> dict:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    body = await read_json(request, "the tenant info object")
+    if not isinstance(body, dict):
+        raise InvalidInput("the tenant info must be a JSON object")
+    return body
+
+
+async def create_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
+    _check_name("tenant", tenant)
+    info = await _tenant_info(request)
+    await ctx.run_blocking(ctx.metadata.create_tenant, tenant, info)
+    return None
+
+
+async def update_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
+    info = await _tenant_info(request)
+    await ctx.run_blocking(ctx.metadata.update_tenant, tenant, info)
+    return None
+
+
+async def delete_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
+    await ctx.run_blocking(ctx.metadata.delete_tenant, tenant)
+    return None
+
+
+# --- namespaces -----------------------------------------------------------------------------------
+
+
+async def list_namespaces(ctx: Context, request: web.Request, tenant: str) -> Any:
+    if await ctx.run_blocking(ctx.metadata.get_tenant, tenant) is None:
+        raise NotFound(f"tenant {tenant} does not exist")
+    return await ctx.run_blocking(ctx.metadata.namespaces, tenant)
+
+
+async def _require(ctx: Context, namespace: str) -> None:
+    if not await ctx.run_blocking(ctx.metadata.namespace_exists, namespace):
+        raise NotFound(f"namespace {namespace} does not exist")
+
+
+async def create_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+    _check_name("namespace", namespace)
+    name = f"{tenant}/{namespace}"
+    if await ctx.run_blocking(ctx.metadata.get_tenant, tenant) is None:
+        raise NotFound(f"tenant {tenant} does not exist")
+    if await ctx.run_blocking(ctx.metadata.namespace_exists, name):
+        raise AlreadyExists(f"namespace {name} already exists")
+    await ctx.run_blocking(ctx.metadata.create_namespace, name)
+    return None
+
+
+async def delete_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+    name = f"{tenant}/{namespace}"
+    await _require(ctx, name)
+    partitioned = await ctx.run_blocking(ctx.metadata.partitioned_topics, name)
+    if partitioned:
+        raise Conflict(f"namespace {name} still has partitioned topics: {', '.join(partitioned)}")
+    await ctx.run_blocking(ctx.metadata.delete_namespace, name)
+    return None
+
+
+async def get_namespace_policies(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+    name = f"{tenant}/{namespace}"
+    await _require(ctx, name)
+    own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
+    return {p.path: p.render(own) for p in POLICIES}
+
+
+def _add_policy_routes(router: Router, policy: Policy) -> None:
+    async def get_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+        name = f"{tenant}/{namespace}"
+        await _require(ctx, name)
+        own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
+        if request.query.get("applied", "false").lower() == "true":
+            return policy.render(applied_values(policy, own, None, ctx.service.config))
+        return policy.render(own)
+
+    async def set_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+        name = f"{tenant}/{namespace}"
+        await _require(ctx, name)
+        values = policy.parse(await read_json(request, policy.summary))
+        await ctx.run_blocking(_set_namespace_policies, ctx, name, values)
+        return None
+
+    async def remove_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+        name = f"{tenant}/{namespace}"
+        await _require(ctx, name)
+        await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {k: None for k in policy.keys})
+        return None
+
+    for fn, verb in ((get_policy, "get"), (set_policy, "set"), (remove_policy, "remove")):
+        fn.__name__ = f"{verb}_namespace_{policy.path}"
+    pattern = f"{NS}/{policy.path}"
+    router.add("GET", pattern, get_policy, f"namespace policy: {policy.summary}")
+    router.add("PUT", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)
+    router.add("POST", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)
+    router.add("DELETE", pattern, remove_policy, f"remove the namespace policy: {policy.summary}", ok=204)
+
+
+def _set_namespace_policies(ctx: Context, namespace: str, values: dict[str, Any]) -> None:
+    ctx.metadata.set_policies("namespace", namespace, values)
+    if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
+        default = ctx.service.config["brokerServiceCompactionThresholdInBytes"]
+        topics = [t for t in ctx.metadata.topics(namespace)
+                  if (ctx.metadata.effective_policy(t, COMPACTION_THRESHOLD, default) or 0) > 0]
+        ensure_compaction_cursors(ctx, topics)

@@ -1,0 +1,136 @@
+"""Topic and namespace policies: one table, used by both the topic and the namespace paths.
+
+Each policy is a path suffix (Pulsar's name where Pulsar has one), the metadata-store keys it
+sets, a validator that turns the request body into those keys' values, a renderer that turns
+stored values back into the body Pulsar answers (``null`` when unset), and the broker-config
+default that ``?applied=true`` falls back to (topic policy, else namespace policy, else config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..errors import InvalidConfiguration, InvalidInput
+from ..storage import (
+    COMPACTION_RETENTION_MODE,
+    COMPACTION_STRATEGY,
+    COMPACTION_THRESHOLD,
+    RETAIN_NULL_KEY,
+    RETENTION_SIZE_MB,
+    RETENTION_TIME_MINUTES,
+)
+from .common import PreconditionFailed
+
+RETENTION_MODES = ("retention-bounded", "keep-until-tombstone")
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: str
+    keys: tuple[str, ...]
+    parse: Callable[[Any], dict[str, Any]]
+    render: Callable[[Mapping[str, Any]], Any]
+    config_defaults: Mapping[str, str]  # metadata key -> broker config key (for ?applied=true)
+    body_type: str  # JSON schema type, for the OpenAPI document
+    summary: str
+
+
+def _int_body(body: Any, what: str) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        if isinstance(body, str) and body.strip().lstrip("-").isdigit():
+            return int(body)
+        raise InvalidInput(f"{what} must be a JSON integer, not {body!r}")
+    return body
+
+
+def _threshold(body: Any) -> dict[str, Any]:
+    value = _int_body(body, "compactionThreshold")
+    if value < 0:
+        raise PreconditionFailed(f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}")
+    return {COMPACTION_THRESHOLD: value}
+
+
+def _retention(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidInput('retention must be a JSON object {"retentionTimeInMinutes": int, "retentionSizeInMB": int}')
+    out = {}
+    for field, key in (("retentionTimeInMinutes", RETENTION_TIME_MINUTES), ("retentionSizeInMB", RETENTION_SIZE_MB)):
+        if field not in body:
+            raise InvalidInput(f"retention: {field} is missing")
+        value = _int_body(body[field], field)
+        if value < -1:
+            raise PreconditionFailed(f"retention: {field} must be -1 (unlimited), 0 or more, not {value}")
+        out[key] = value
+    return out
+
+
+def _render_retention(values: Mapping[str, Any]) -> Any:
+    if RETENTION_TIME_MINUTES not in values and RETENTION_SIZE_MB not in values:
+        return None
+    return {"retentionTimeInMinutes": values.get(RETENTION_TIME_MINUTES, 0),
+            "retentionSizeInMB": values.get(RETENTION_SIZE_MB, 0)}
+
+
+def _strategy(body: Any) -> dict[str, Any]:
+    if not isinstance(body, str) or not body.strip():
+        raise InvalidInput("compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "
+                           "or a dotted class name")
+    from ..compaction.strategies import resolve_strategy
+
+    try:
+        resolve_strategy(body)
+    except InvalidConfiguration as e:
+        raise PreconditionFailed(str(e)) from None
+    return {COMPACTION_STRATEGY: body.strip()}
+
+
+def _retain_null_key(body: Any) -> dict[str, Any]:
+    if isinstance(body, str) and body.strip().lower() in ("true", "false"):
+        body = body.strip().lower() == "true"
+    if not isinstance(body, bool):
+        raise InvalidInput(f"compactionRetainNullKey must be a JSON boolean, not {body!r}")
+    return {RETAIN_NULL_KEY: body}
+
+
+def _retention_mode(body: Any) -> dict[str, Any]:
+    if body not in RETENTION_MODES:
+        raise PreconditionFailed(f"compactionRetentionMode must be one of {', '.join(RETENTION_MODES)}, not {body!r}")
+    return {COMPACTION_RETENTION_MODE: body}
+
+
+def _single(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda values: values.get(key)
+
+
+POLICIES: tuple[Policy, ...] = (
+    Policy("compactionThreshold", (COMPACTION_THRESHOLD,), _threshold, _single(COMPACTION_THRESHOLD),
+           {COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"}, "integer",
+           "backlog size in bytes that triggers automatic compaction (0 disables)"),
+    Policy("retention", (RETENTION_TIME_MINUTES, RETENTION_SIZE_MB), _retention, _render_retention,
+           {RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes", RETENTION_SIZE_MB: "defaultRetentionSizeInMB"},
+           "object", "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB"),
+    Policy("compactionStrategy", (COMPACTION_STRATEGY,), _strategy, _single(COMPACTION_STRATEGY),
+           {COMPACTION_STRATEGY: "topicCompactionStrategy"}, "string",
+           "compaction strategy: keep-latest, keep-first, event-time or a dotted class name"),
+    Policy("compactionRetainNullKey", (RETAIN_NULL_KEY,), _retain_null_key, _single(RETAIN_NULL_KEY),
+           {RETAIN_NULL_KEY: "topicCompactionRetainNullKey"}, "boolean",
+           "whether compaction keeps keyless messages"),
+    Policy("compactionRetentionMode", (COMPACTION_RETENTION_MODE,), _retention_mode,
+           _single(COMPACTION_RETENTION_MODE), {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
+           "string", "retention-bounded or keep-until-tombstone"),
+)
+
+
+def applied_values(policy: Policy, own: Mapping[str, Any], namespace: Mapping[str, Any] | None,
+                   config: Mapping[str, Any]) -> dict[str, Any]:
+    """The values in force for ``policy``: own, else the namespace's, else the broker config."""
+    out = {}
+    for key in policy.keys:
+        if key in own:
+            out[key] = own[key]
+        elif namespace is not None and key in namespace:
+            out[key] = namespace[key]
+        else:
+            out[key] = config[policy.config_defaults[key]]
+    return out
