@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from ..config import Config
 from ..errors import StorageError
+from . import compacted_source
 from .connection import ServerConnection
 from .schemas import SchemaRegistry
 from .topics import TopicManager
@@ -85,8 +86,9 @@ class BrokerService:
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
-        self.compacted_source_factory: Callable[[Any], Any] | None = None
+        self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False
+        self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -132,6 +134,10 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         service.broker_url = f"pulsar://{advertised}:{self.port}"
         service.web_url = f"http://{advertised}:{self.web_port}"
+        from .compaction_monitor import CompactionMonitor
+
+        service.compaction_monitor = CompactionMonitor(service)
+        await service.compaction_monitor.start()
         await self.start_web()
 
     async def start_web(self) -> None:
@@ -185,6 +191,9 @@ class BrokerServer:
             done, still = await asyncio.wait(pending, timeout=2.0)
             for t in still:
                 t.cancel()
+        # compactions stop (their Spark jobs cancelled, ERROR recorded) while storage is still open
+        if service.compaction_monitor is not None:
+            await service.compaction_monitor.close()
         # 5. storage last
         await loop.run_in_executor(None, service.storage.close)
         service.executor.shutdown(wait=True)
