@@ -1,0 +1,276 @@
+"""Dispatchers and subscriptions with fake entries, cursor and connections (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from compactmq.broker.entry_source import EntrySource
+from compactmq.broker.subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Consumer, Subscription
+from compactmq.errors import ConsumerBusy
+from compactmq.protocol import frames
+from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.storage.position import Position
+
+
+def entry(i: int, key: str | None = None) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i)
+    if key is not None:
+        md.partition_key = key
+    return frames.build_entry(md, b"%d" % i)
+
+
+class ListSource(EntrySource):
+    def __init__(self, entries):
+        self.entries = [(Position(1, i), e) for i, e in enumerate(entries)]
+
+    async def read(self, start, max_entries):
+        return [(p, e) for p, e in self.entries if p >= start][:max_entries]
+
+    async def read_one(self, position):
+        return next((e for p, e in self.entries if p == position), None)
+
+    def last_position(self):
+        return self.entries[-1][0] if self.entries else None
+
+
+class FakeCursor:
+    def __init__(self):
+        self.mark_delete_position = Position(1, -1)
+        self.acked: set[Position] = set()
+
+    def is_acknowledged(self, p):
+        return p <= self.mark_delete_position or p in self.acked
+
+    def individually_acked_ranges(self):
+        return [(p, p) for p in sorted(self.acked)]
+
+    def ack_individual(self, ps):
+        self.acked.update(ps)
+        while Position(1, self.mark_delete_position[1] + 1) in self.acked:
+            self.mark_delete_position = Position(1, self.mark_delete_position[1] + 1)
+            self.acked.discard(self.mark_delete_position)
+
+    def ack_cumulative(self, p):
+        if p > self.mark_delete_position:
+            self.mark_delete_position = p
+        self.acked = {a for a in self.acked if a > p}
+
+    def reset(self, p):
+        self.mark_delete_position = Position(p[0], p[1] - 1)
+        self.acked.clear()
+
+
+class FakeTopic:
+    name = "persistent://public/default/fake"
+    partition_index = -1
+
+    def __init__(self, source):
+        self.source = source
+        self.tasks = []
+
+    def spawn(self, coro):
+        t = asyncio.get_running_loop().create_task(coro)
+        self.tasks.append(t)
+        return t
+
+    async def run_blocking(self, fn, *args):
+        return fn(*args)
+
+    def drop_subscription(self, sub):
+        pass
+
+
+class FakeConnection:
+    def __init__(self):
+        self.writable = True
+        self.sent: list[tuple[int, Position, int, list | None]] = []
+        self.active_changes: list[tuple[int, bool]] = []
+        self.closed_consumers: list[int] = []
+
+    def send_message(self, consumer_id, position, partition, redelivery_count, ack_set, data):
+        self.sent.append((consumer_id, position, redelivery_count, ack_set, data))
+
+    def send_active_consumer_change(self, consumer_id, is_active):
+        self.active_changes.append((consumer_id, is_active))
+
+    def close_consumer_by_broker(self, consumer):
+        self.closed_consumers.append(consumer.consumer_id)
+        consumer.subscription.remove_consumer(consumer)
+
+
+async def settle(topic):
+    for _ in range(20):
+        await asyncio.sleep(0)
+        pending = [t for t in topic.tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=1)
+
+
+def setup(entries, sub_type, n_consumers=1, permits=0):
+    source = ListSource(entries)
+    topic = FakeTopic(source)
+    sub = Subscription(topic, "s", FakeCursor(), durable=True, source=source)
+    conns, consumers = [], []
+    for i in range(n_consumers):
+        conn = FakeConnection()
+        c = Consumer(sub, conn, i, f"c{i}")
+        sub.add_consumer(c, sub_type)
+        if permits:
+            c.flow(permits)
+        conns.append(conn)
+        consumers.append(c)
+    return topic, sub, consumers, conns
+
+
+def positions(conn):
+    return [s[1][1] for s in conn.sent]
+
+
+def test_exclusive_gets_no_more_than_its_permits_then_more_after_flow():
+    async def run():
+        topic, sub, (c,), (conn,) = setup([entry(i) for i in range(10)], EXCLUSIVE, permits=3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2]
+        c.flow(4)
+        await settle(topic)
+        assert positions(conn) == list(range(7))
+
+    asyncio.run(run())
+
+
+def test_second_exclusive_consumer_is_busy():
+    async def run():
+        topic, sub, _, _ = setup([entry(0)], EXCLUSIVE)
+        with pytest.raises(ConsumerBusy):
+            sub.add_consumer(Consumer(sub, FakeConnection(), 9, "other"), EXCLUSIVE)
+        with pytest.raises(ConsumerBusy):
+            sub.add_consumer(Consumer(sub, FakeConnection(), 9, "other"), SHARED)
+
+    asyncio.run(run())
+
+
+def test_shared_round_robin_and_redelivery_with_count():
+    async def run():
+        topic, sub, (a, b), (ca, cb) = setup([entry(i) for i in range(6)], SHARED, 2, permits=2)
+        await settle(topic)
+        assert sorted(positions(ca) + positions(cb)) == [0, 1, 2, 3]
+        assert positions(ca) and positions(cb)
+        first_of_a = Position(1, positions(ca)[0])
+        sub.ack_individual([(Position(1, p), None) for p in positions(cb)])
+        sub.redeliver(a, [first_of_a])
+        b.flow(1)
+        await settle(topic)
+        redelivered = [s for s in cb.sent if s[1] == first_of_a]
+        assert redelivered and redelivered[0][2] == 1  # redelivery count
+
+    asyncio.run(run())
+
+
+def test_consumer_leaving_shared_hands_its_messages_to_the_others():
+    async def run():
+        topic, sub, (a, b), (ca, cb) = setup([entry(i) for i in range(4)], SHARED, 2, permits=2)
+        await settle(topic)
+        given_to_a = positions(ca)
+        sub.remove_consumer(a)
+        b.flow(10)
+        await settle(topic)
+        assert set(given_to_a) <= set(positions(cb))
+
+    asyncio.run(run())
+
+
+def test_single_active_redeliver_rewinds_to_first_unacked():
+    async def run():
+        topic, sub, (c,), (conn,) = setup([entry(i) for i in range(5)], EXCLUSIVE, permits=100)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 3, 4]
+        sub.ack_cumulative(Position(1, 1))
+        sub.ack_individual([(Position(1, 3), None)])
+        await settle(topic)
+        sub.redeliver(c, None)
+        await settle(topic)
+        assert positions(conn)[5:] == [2, 4]  # acknowledged entries are not sent again
+
+    asyncio.run(run())
+
+
+def test_failover_standby_takes_over_from_first_unacked():
+    async def run():
+        topic, sub, (a, b), (ca, cb) = setup([entry(i) for i in range(4)], FAILOVER, 2, permits=10)
+        await settle(topic)
+        assert positions(ca) == [0, 1, 2, 3] and positions(cb) == []
+        assert (0, True) in ca.active_changes and (1, False) in cb.active_changes
+        sub.ack_cumulative(Position(1, 1))
+        sub.remove_consumer(a)
+        await settle(topic)
+        assert positions(cb) == [2, 3]
+        assert cb.active_changes[-1] == (1, True)
+
+    asyncio.run(run())
+
+
+def test_key_shared_keeps_order_when_a_consumer_is_out_of_permits():
+    async def run():
+        entries = [entry(i, key=f"k{i % 4}") for i in range(16)]
+        topic, sub, (a, b), (ca, cb) = setup(entries, KEY_SHARED, 2, permits=0)
+        a.flow(2)
+        b.flow(100)
+        await settle(topic)
+        sent_a = positions(ca)
+        assert len(sent_a) == 2
+        a.flow(100)
+        await settle(topic)
+        by_key: dict[str, list[int]] = {}
+        owner: dict[str, set] = {}
+        for conn, name in ((ca, "a"), (cb, "b")):
+            for s in conn.sent:
+                k = f"k{s[1][1] % 4}"
+                by_key.setdefault(k, []).append(s[1][1])
+                owner.setdefault(k, set()).add(name)
+        assert sorted(p for v in by_key.values() for p in v) == list(range(16))
+        assert all(len(o) == 1 for o in owner.values())
+        # per key, the order of sending equals the order of positions
+        for conn in (ca, cb):
+            per_key: dict[int, list[int]] = {}
+            for s in conn.sent:
+                per_key.setdefault(s[1][1] % 4, []).append(s[1][1])
+            assert all(v == sorted(v) for v in per_key.values())
+
+    asyncio.run(run())
+
+
+def test_seek_disconnects_consumers_and_restarts_at_the_position():
+    async def run():
+        topic, sub, (c,), (conn,) = setup([entry(i) for i in range(6)], EXCLUSIVE, permits=100)
+        await settle(topic)
+        sub.ack_cumulative(Position(1, 5))
+        await settle(topic)
+        await sub.seek(Position(1, 2))
+        assert conn.closed_consumers == [0]
+        again = Consumer(sub, conn, 0, "c0")
+        sub.add_consumer(again, EXCLUSIVE)
+        again.flow(100)
+        await settle(topic)
+        assert positions(conn)[6:] == [2, 3, 4, 5]
+
+    asyncio.run(run())
+
+
+def test_batch_index_acks_until_the_batch_is_complete():
+    async def run():
+        topic, sub, (c,), (conn,) = setup([entry(0)], SHARED, permits=10)
+        await settle(topic)
+        p = Position(1, 0)
+        sub.ack_individual([(p, [0b1100])])  # messages 2 and 3 of the batch still unacked
+        assert sub.ack_set_of(p) == [0b1100] and not sub.is_acknowledged(p)
+        sub.ack_individual([(p, [0b0110])])
+        assert sub.ack_set_of(p) == [0b0100]
+        sub.redeliver(c, None)
+        await settle(topic)
+        assert conn.sent[-1][3] == [0b0100]  # the redelivered batch carries what is left
+        sub.ack_individual([(p, [0])])
+        assert sub.is_acknowledged(p)
+
+    asyncio.run(run())
