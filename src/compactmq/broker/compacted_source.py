@@ -1,0 +1,456 @@
+"""The read-compacted ``EntrySource``: a topic's compacted view as one consumer sees it.
+
+A compacted view is the compacted ledger (surviving entries, original ids, ids <= horizon)
+followed by the live topic after the horizon. ``CompactedEntrySource`` serves it to the
+dispatcher of one subscription:
+
+* below or at the horizon, entries come from the compacted ledger: a binary search finds the
+  first id >= the read position; then reading continues from the live topic right after the
+  horizon, so there is no gap and no duplicate (ids only grow);
+* a batch with ``compacted_out`` placeholders is delivered with an ``ack_set`` that clears their
+  bits (the official client hands them to the application as empty messages otherwise): the
+  source records that bitset as the entry's "not yet acknowledged" set in the subscription, so
+  the dispatcher sends it, partial acknowledgements are ANDed into it, and the placeholders
+  count as acknowledged when the consumer acknowledges the survivors.
+
+Which view a consumer reads
+---------------------------
+A consumer *pins* the view in force when it first reads at or below that view's horizon, and
+keeps it until it has read past that horizon; from then on it reads the live topic only, even
+when newer compactions land. That is what makes "a view switch never loses a delete" hold: a
+newer view no longer holds the tombstones of keys the consumer already saw, the live topic
+after the old horizon still does. A consumer that first reads above every horizon (or before
+any compaction) reads the live topic from then on. A SEEK starts over: the next read pins the
+view in force then.
+
+Keeping an old view readable: the compacted ledger file is memory-mapped when a view is
+opened (``CompactedLedgerReader`` maps it through ``pyarrow.fs``), and a mapping keeps the
+file's data alive after the compactor unlinks the file, in this process or in a ``compact-topic``
+process alike. So the compaction service may delete the previous ledger as soon as it commits
+the next one; a consumer that pinned it keeps reading it until it passes its horizon, and the
+data goes when the last source that holds it lets go. Opening a view races with such a delete:
+a view whose file vanished before it was opened is simply looked up again.
+
+Durable subscriptions store the id and horizon of their pinned view in a cursor property. After
+a broker restart the old file may be gone: a subscription that was part-way through a view that
+is no longer the one in force resumes from the live topic (which still holds every tombstone),
+not from the newer view. Readers are not durable; a reader that reconnects with the same
+subscription name within ``PIN_MEMORY_SECONDS`` gets its pinned view back.
+
+The broker learns of new compactions from the metadata store (the compactor may be another
+process): the compaction state is read whenever a consumer has no pinned view yet.
+
+Retention (``topicCompactionRetentionMode``): in ``retention-bounded`` mode compacted entries
+below the topic's first retained entry are not served; in ``keep-until-tombstone`` mode a
+consumer at the start of the topic reads the compacted ledger from its first entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import TYPE_CHECKING, Callable, Optional
+
+from ..compaction.compacted_ledger import CompactedLedgerReader, compacted_ledger_path
+from ..errors import StorageError
+from ..protocol import batch as batch_codec
+from ..protocol import frames
+from ..storage.position import EARLIEST, Position
+from .entry_source import Entry, EntrySource
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .subscriptions import Subscription
+    from .topics import Topic
+
+log = logging.getLogger(__name__)
+
+#: cursor property holding [ledger id, horizon ledger, horizon entry] of the pinned view
+PIN_PROPERTY = "compactmq.compactedView"
+#: how long a dropped (non-durable) subscription's pinned view is remembered for a reconnect
+PIN_MEMORY_SECONDS = 300.0
+#: how long retention settings of a topic are cached
+SETTINGS_TTL_SECONDS = 2.0
+RETENTION_BOUNDED = "retention-bounded"
+
+_ON_LIVE = "live"  # pin memo value: the consumer had passed its view
+
+
+class CompactedView:
+    """One compacted ledger, opened (memory-mapped), and the horizon it summarises."""
+
+    def __init__(self, ledger_id: int, horizon: Position, reader: CompactedLedgerReader) -> None:
+        self.ledger_id = ledger_id
+        self.horizon = Position(*horizon)
+        self.reader = reader
+        self._last: Optional[tuple] = None
+        self._last_done = False
+
+    def __repr__(self) -> str:
+        return f"CompactedView(ledger={self.ledger_id}, horizon={self.horizon}, entries={len(self.reader)})"
+
+    def read(self, start: Position, n: int) -> list[Entry]:
+        out = []
+        for pos, data in self.reader.read(start, n):
+            pos = Position(*pos)
+            if pos > self.horizon:
+                break
+            out.append((pos, data))
+        return out
+
+    def get(self, position: Position) -> Optional[bytes]:
+        i = self.reader.find(position)
+        if i < len(self.reader) and Position(*self.reader.position_at(i)) == position:
+            return self.reader.entry_at(i)
+        return None
+
+    def last_message(self) -> Optional[tuple[int, int, int]]:
+        """(ledger, entry, batch index) of the last message a consumer receives from this view."""
+        if not self._last_done:
+            last = self.reader.last()
+            if last is not None:
+                pos, entry = last
+                self._last = (pos[0], pos[1], last_batch_index(entry))
+            self._last_done = True
+        return self._last
+
+
+def delivery_mask(entry: bytes) -> Optional[list[int]]:
+    """The ack_set that hides the ``compacted_out`` records of a batch entry (None: no such record)."""
+    metadata, payload = frames.parse_entry(entry, verify_checksum=False)
+    if not batch_codec.is_batch(metadata):
+        return None
+    items = batch_codec.decode_batch(metadata, payload)
+    return batch_codec.delivery_ack_set(items)
+
+
+def last_batch_index(entry: bytes) -> int:
+    """Batch index of the last message of ``entry`` that a consumer receives (-1: not a batch)."""
+    metadata, payload = frames.parse_entry(entry, verify_checksum=False)
+    if not batch_codec.is_batch(metadata):
+        return -1
+    items = batch_codec.decode_batch(metadata, payload)
+    for i in range(len(items) - 1, -1, -1):
+        if not items[i].meta.compacted_out:
+            return i
+    return -1
+
+
+class TopicViews:
+    """The compacted view in force for one topic, looked up in the metadata store (shared by
+    the topic's read-compacted subscriptions), plus pins remembered for reconnecting readers."""
+
+    def __init__(self, topic: "Topic") -> None:
+        self.topic = topic
+        self._view: Optional[CompactedView] = None
+        self._settings: Optional[dict] = None
+        self._settings_at = 0.0
+        self._pins: dict[str, tuple[float, object]] = {}
+
+    @property
+    def storage(self):
+        return self.topic.service.storage
+
+    # --- the view in force (blocking: run in the thread pool) ------------------------------
+
+    def current_blocking(self) -> Optional[CompactedView]:
+        meta = self.storage.metadata
+        for _ in range(5):
+            state = meta.get_compaction_state(self.topic.name)
+            if state.compacted_ledger_id is None or state.horizon is None:
+                return None
+            view = self._view
+            if view is not None and view.ledger_id == state.compacted_ledger_id:
+                return view
+            path = compacted_ledger_path(self.storage.data_dir, self.topic.name, state.compacted_ledger_id)
+            try:
+                reader = CompactedLedgerReader(path)
+            except (FileNotFoundError, OSError, StorageError) as e:
+                # a newer compaction replaced it between the lookup and the open: look again
+                log.debug("compacted ledger %s of %s not readable (%s); looking again",
+                          state.compacted_ledger_id, self.topic.name, e)
+                time.sleep(0.01)
+                continue
+            view = CompactedView(state.compacted_ledger_id, state.horizon, reader)
+            self._view = view
+            return view
+        raise StorageError(f"cannot open the compacted ledger of {self.topic.name}")
+
+    def open_blocking(self, ledger_id: int, horizon: Position) -> Optional[CompactedView]:
+        """A specific view (a durable subscription's pin after a restart), None when gone."""
+        view = self.current_blocking()
+        if view is not None and view.ledger_id == ledger_id:
+            return view
+        path = compacted_ledger_path(self.storage.data_dir, self.topic.name, ledger_id)
+        try:
+            return CompactedView(ledger_id, horizon, CompactedLedgerReader(path))
+        except (FileNotFoundError, OSError, StorageError):
+            return None
+
+    def settings_blocking(self) -> dict:
+        now = time.monotonic()
+        if self._settings is None or now - self._settings_at > SETTINGS_TTL_SECONDS:
+            from ..compaction.service import topic_settings
+
+            try:
+                self._settings = topic_settings(self.storage, self.topic.name, self.topic.service.config)
+            except Exception:  # a bad policy must not stop reads: default mode
+                log.exception("reading compaction settings of %s failed", self.topic.name)
+                self._settings = {"retention_mode": RETENTION_BOUNDED}
+            self._settings_at = now
+        return self._settings
+
+    def read_blocking(self, view: CompactedView, start: Position, n: int) -> list[Entry]:
+        """Entries of ``view`` >= ``start`` that retention lets a consumer see."""
+        first = self.topic.ledger.first_position()
+        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
+            if first is None:
+                return []  # retention removed everything the view summarises
+            if start < first:
+                start = Position(*first)
+        elif first is None or start <= first:
+            start = EARLIEST  # the consumer is at the start of what the topic retains
+        return view.read(start, n)
+
+    def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
+        last = view.last_message()
+        if last is None:
+            return None
+        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
+            first = self.topic.ledger.first_position()
+            if first is None or Position(last[0], last[1]) < first:
+                return None
+        return last
+
+    # --- pins of subscriptions that went away ----------------------------------------------
+
+    def remember(self, name: str, pin) -> None:
+        now = time.monotonic()
+        self._pins = {k: v for k, v in self._pins.items() if now - v[0] < PIN_MEMORY_SECONDS}
+        self._pins[name] = (now, pin)
+
+    def recall(self, name: str):
+        item = self._pins.pop(name, None)
+        if item is None or time.monotonic() - item[0] >= PIN_MEMORY_SECONDS:
+            return None
+        return item[1]
+
+
+_views: "weakref.WeakKeyDictionary[Topic, TopicViews]" = weakref.WeakKeyDictionary()
+
+
+def views_of(topic: "Topic") -> TopicViews:
+    views = _views.get(topic)
+    if views is None:
+        views = _views[topic] = TopicViews(topic)
+    return views
+
+
+class CompactedEntrySource(EntrySource):
+    """The compacted view for one subscription (see the module notes)."""
+
+    def __init__(self, topic: "Topic", live: EntrySource | None = None,
+                 subscription: "Subscription | None" = None) -> None:
+        self.topic = topic
+        self.live = live if live is not None else topic.source
+        self.views = views_of(topic)
+        self._run: Callable = topic.run_blocking
+        self._subscription = subscription
+        self.view: Optional[CompactedView] = None  # the pinned view
+        self.on_live = False  # passed its view (or started above every horizon)
+        self._restored = False
+
+    @property
+    def subscription(self) -> "Subscription":
+        """The subscription reading through this source (the topic builds the source before
+        the subscription, so it is found on first use)."""
+        sub = self._subscription
+        if sub is None:
+            for candidate in list(self.topic.subscriptions.values()):
+                if candidate.source is self:
+                    self._subscription = sub = candidate
+                    break
+            else:
+                raise StorageError(f"{self.topic.name}: compacted source used by no subscription")
+        return sub
+
+    def __repr__(self) -> str:
+        return f"CompactedEntrySource({self.subscription!r}, view={self.view}, live={self.on_live})"
+
+    # --- who wants the compacted view ------------------------------------------------------
+
+    def wanted(self) -> bool:
+        dispatcher = self.subscription.dispatcher
+        if dispatcher is None:
+            return True
+        active = getattr(dispatcher, "active", None)
+        if active is not None:
+            return bool(active.read_compacted)
+        consumers = dispatcher.consumers
+        return not consumers or any(c.read_compacted for c in consumers)
+
+    # --- choosing the view -----------------------------------------------------------------
+
+    async def _restore(self) -> None:
+        """First use: a pin kept by a durable cursor or by a reader that reconnects."""
+        self._restored = True
+        pin = self.views.recall(self.subscription.name)
+        if pin is _ON_LIVE:
+            self.on_live = True
+            return
+        if isinstance(pin, CompactedView):
+            self.view = pin
+            return
+        if not self.subscription.durable:
+            return
+        stored = self.subscription.cursor.properties.get(PIN_PROPERTY)
+        if not stored:
+            return
+        try:
+            ledger_id, h_ledger, h_entry = (int(x) for x in stored)
+        except (TypeError, ValueError):
+            return
+        horizon = Position(h_ledger, h_entry)
+        start = self.subscription.first_unacked_position()
+        if start > horizon:
+            self.on_live = True  # it had read its whole view
+            return
+        view = await self._run(self.views.open_blocking, ledger_id, horizon)
+        if view is not None:
+            self.view = view
+        else:
+            # part-way through a view whose file is gone: the live topic still has every
+            # tombstone after this position, a newer view would not
+            log.info("%s: compacted view %s is gone; resuming from the topic", self.subscription, ledger_id)
+            self.on_live = True
+
+    async def _view_for(self, start: Position) -> Optional[CompactedView]:
+        if not self._restored:
+            await self._restore()
+        if self.view is not None or self.on_live:
+            return self.view
+        view = await self._run(self.views.current_blocking)
+        if view is not None and start <= view.horizon:
+            self.view = view
+            if self.subscription.durable:
+                self.topic.spawn(self._store_pin(view))
+            else:
+                self._remember()
+        return self.view
+
+    async def _store_pin(self, view: CompactedView) -> None:
+        try:
+            await self._run(self.subscription.cursor.set_property, PIN_PROPERTY,
+                            [view.ledger_id, view.horizon[0], view.horizon[1]])
+        except Exception:  # best effort: only matters across a restart
+            log.exception("storing the compacted view of %s failed", self.subscription)
+
+    def reset(self) -> None:
+        """A SEEK: the next read pins the view in force then."""
+        self.view = None
+        self.on_live = False
+        self._restored = True
+
+    def _went_live(self) -> None:
+        self.on_live = True
+        self._remember()
+
+    def _remember(self) -> None:
+        """Readers are not durable: remember the pin for one that reconnects (same name)."""
+        if not self.subscription.durable:
+            self.views.remember(self.subscription.name, _ON_LIVE if self.on_live else self.view)
+
+    # --- EntrySource -----------------------------------------------------------------------
+
+    async def read(self, start: Position, max_entries: int) -> list[Entry]:
+        if not self.wanted():
+            return await self.live.read(start, max_entries)
+        view = await self._view_for(start)
+        if view is not None and not self.on_live:
+            if start <= view.horizon:
+                entries = await self._run(self.views.read_blocking, view, start, max_entries)
+                if entries:
+                    self._mark_placeholders(entries)
+                    return entries
+            # the view is exhausted: the topic after its horizon, for good
+            self._went_live()
+            start = max(start, Position(view.horizon[0], view.horizon[1] + 1))
+        entries = await self.live.read(start, max_entries)
+        if entries and view is None:
+            self._went_live()
+        return entries
+
+    async def read_one(self, position: Position) -> bytes | None:
+        view = self.view
+        if view is not None and position <= view.horizon and self.wanted():
+            entry = view.get(position)
+            if entry is not None:
+                self._mark_placeholders([(position, entry)])
+            return entry
+        return await self.live.read_one(position)
+
+    def last_position(self) -> Position | None:
+        """Synchronous best effort (the live topic's); see ``last_message_id`` for the answer
+        GET_LAST_MESSAGE_ID gives a read-compacted consumer."""
+        return self.live.last_position()
+
+    async def last_message_id(self) -> Optional[tuple[int, int, int]]:
+        """(ledger, entry, batch index) of the last message this consumer can receive; None
+        when it can receive none (the caller answers ``entry_id = -1`` then)."""
+        if not self._restored:
+            await self._restore()
+        view = self.view
+        if view is None and not self.on_live:
+            view = await self._run(self.views.current_blocking)
+        topic_last = self.topic.last_position
+        if view is None or (topic_last is not None and topic_last > view.horizon):
+            if topic_last is None:
+                return None
+            entry = await self.live.read_one(topic_last)
+            index = last_batch_index(entry) if entry is not None else -1
+            return (topic_last[0], topic_last[1], index)
+        return await self._run(self.views.last_message_blocking, view)
+
+    # --- batches with placeholders ---------------------------------------------------------
+
+    def _mark_placeholders(self, entries: list[Entry]) -> None:
+        """Record the delivery bitset of compacted batches as their not-yet-acknowledged set."""
+        remaining = self.subscription.batch_remaining
+        for position, entry in entries:
+            try:
+                mask = delivery_mask(entry)
+            except Exception:  # a damaged entry is the client's to report, not ours
+                log.exception("%s: cannot read batch %s", self.subscription, position)
+                continue
+            if mask is None:
+                continue
+            current = remaining.get(position)
+            if current is None:
+                remaining[position] = mask
+            else:
+                remaining[position] = [a & b for a, b in zip(current, mask)]
+
+
+def attach(subscription: "Subscription") -> CompactedEntrySource:
+    """Make ``subscription`` read the compacted view (idempotent); its dispatcher follows."""
+    source = subscription.source
+    if isinstance(source, CompactedEntrySource):
+        return source
+    source = CompactedEntrySource(subscription.topic, subscription=subscription)
+    subscription.source = source
+    if subscription.dispatcher is not None:
+        subscription.dispatcher.source = source
+    return source
+
+
+def factory(topic: "Topic") -> CompactedEntrySource:
+    """``BrokerService.compacted_source_factory``: the source of a new read-compacted
+    subscription of ``topic``."""
+    return CompactedEntrySource(topic)
+
+
+def reset(subscription: "Subscription") -> None:
+    """A SEEK on ``subscription``: forget its pinned view."""
+    source = subscription.source
+    if isinstance(source, CompactedEntrySource):
+        source.reset()
