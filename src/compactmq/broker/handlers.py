@@ -35,6 +35,7 @@ from ..naming import TopicName
 from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
+from . import compacted_source
 from .dispatchers import peek_metadata
 from .producers import Producer
 from .subscriptions import Consumer
@@ -353,20 +354,31 @@ class CommandHandler:
                 position = Position(mid.ledger_id, mid.entry_id)
         else:
             raise InvalidInput("SEEK needs a message id or a publish time")
+        compacted_source.reset(sub)  # a read-compacted consumer starts over on the view in force
         await sub.seek(Position(*position))
         self.conn.send_command(commands.success(cmd.request_id))
 
-    def on_get_last_message_id(self, cmd: pb.CommandGetLastMessageId, frame) -> None:
+    async def on_get_last_message_id(self, cmd: pb.CommandGetLastMessageId, frame) -> None:
         consumer = self._consumer(cmd.consumer_id)
         sub = consumer.subscription
         topic = sub.topic
-        last = sub.source.last_position()
-        if last is None:
-            last = topic.last_message_id()
-        md = sub.mark_delete_position()
         p = topic.partition_index
+        source = sub.source
+        if consumer.read_compacted and isinstance(source, compacted_source.CompactedEntrySource):
+            # the last message this consumer can receive (batch index included): tombstones and
+            # keyless messages compaction dropped at the tail must not count
+            last = await source.last_message_id()
+            if last is None:  # nothing to receive: entry id -1 makes has_message_available false
+                last = (topic.last_message_id()[0], -1, -1)
+            last_id = (last[0], last[1], p, last[2])
+        else:
+            last = source.last_position()
+            if last is None:
+                last = topic.last_message_id()
+            last_id = (last[0], last[1], p)
+        md = sub.mark_delete_position()
         self.conn.send_command(commands.get_last_message_id_response(
-            cmd.request_id, (last[0], last[1], p), consumer_mark_delete_position=(md[0], md[1], p),
+            cmd.request_id, last_id, consumer_mark_delete_position=(md[0], md[1], p),
         ))
 
     def on_consumer_stats(self, cmd: pb.CommandConsumerStats, frame) -> None:
@@ -464,7 +476,7 @@ _HANDLERS: dict[int, tuple[Any, bool]] = {
     T.CLOSE_CONSUMER: (CommandHandler.on_close_consumer, False),
     T.UNSUBSCRIBE: (CommandHandler.on_unsubscribe, True),
     T.SEEK: (CommandHandler.on_seek, True),
-    T.GET_LAST_MESSAGE_ID: (CommandHandler.on_get_last_message_id, False),
+    T.GET_LAST_MESSAGE_ID: (CommandHandler.on_get_last_message_id, True),
     T.CONSUMER_STATS: (CommandHandler.on_consumer_stats, False),
     T.GET_SCHEMA: (CommandHandler.on_get_schema, True),
     T.GET_OR_CREATE_SCHEMA: (CommandHandler.on_get_or_create_schema, True),
