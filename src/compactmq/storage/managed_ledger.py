@@ -2,8 +2,8 @@
 
 Writing (one writer per topic per data directory; the Storage holds a lock file):
 
-* ``append``/``append_many`` write each entry's record into the current ledger file with one
-  ``pwritev`` under the ledger's lock, then wait until it is durable. Durable means: fdatasync
+* ``append``/``append_many`` write their records into the current ledger file with one
+  ``pwrite`` under the ledger's lock, then wait until it is durable. Durable means: fdatasync
   returned after the record was written (``managedLedgerSyncData=true``), else written to the
   page cache (survives a process crash, not a power cut).
 * Group commit: the first appender that finds no sync in progress becomes the leader; it
@@ -44,10 +44,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
 
 MiB = 1024 * 1024
+# fdatasync calls allowed at once per managed ledger. Each covers every record written before
+# it started; letting a second start while one runs keeps the disk busy (filesystems merge
+# concurrent syncs of one file into one journal commit), and the limit keeps a crowd of
+# appenders from issuing a sync each.
+MAX_CONCURRENT_SYNCS = 2
 # Read file descriptors kept open per managed ledger (closed ledgers are opened on demand).
 MAX_OPEN_READ_FDS = 32
-# pwritev takes at most IOV_MAX buffers per call.
-_IOV_MAX = 1024
 
 
 class _Ledger:
@@ -56,7 +59,7 @@ class _Ledger:
 
     __slots__ = ("ledger_id", "path", "state", "created_ms", "closed_ms", "count", "size",
                  "first_pt", "last_pt", "offsets", "publish_times", "data_end", "write_fd",
-                 "read_fd", "seq_base")
+                 "read_fd", "seq_base", "sync_users", "fd_to_close")
 
     def __init__(self, ledger_id: int, path: str, state: str, created_ms: int, closed_ms: int | None = None,
                  count: int = 0, size: int = 0, first_pt: int | None = None, last_pt: int | None = None):
@@ -75,6 +78,8 @@ class _Ledger:
         self.write_fd: int | None = None
         self.read_fd: int | None = None
         self.seq_base = 0
+        self.sync_users = 0  # syncs running on write_fd (it is closed after the last)
+        self.fd_to_close: int | None = None
 
     def end_of(self, k: int) -> int:
         """File offset just past entry ``k``'s record."""
@@ -87,6 +92,15 @@ class _Ledger:
         return self.end_of(hi - 1) - int(self.offsets[lo]) - lf.RECORD_HEADER_SIZE * (hi - lo)
 
 
+_new_tuple = tuple.__new__
+
+
+def _position(ledger_id: int, entry_id: int) -> Position:
+    # Position(...) goes through a Python-level __new__; this is the same tuple, 3x cheaper,
+    # and reads build one per entry
+    return _new_tuple(Position, (ledger_id, entry_id))
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -95,22 +109,18 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _pwritev_all(fd: int, buffers: list[bytes], offset: int) -> None:
-    i = 0
-    while i < len(buffers):
-        chunk = buffers[i : i + _IOV_MAX]
-        want = sum(len(b) for b in chunk)
-        done = os.pwritev(fd, chunk, offset)
-        if done < want:  # short write: finish the rest the slow way
-            rest = b"".join(chunk)[done:]
-            while rest:
-                n = os.pwrite(fd, rest, offset + done)
-                if n <= 0:
-                    raise OSError("short write")
-                rest = rest[n:]
-                done += n
-        offset += want
-        i += _IOV_MAX
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """One ``pwrite`` of joined bytes: measured 2.5x cheaper per call than ``pwritev`` of
+    header + entry buffers, and the join costs less than the difference for entry sizes up
+    to megabytes."""
+    done = os.pwrite(fd, data, offset)
+    if done < len(data):  # short write (disk full, signal): finish or fail
+        view = memoryview(data)
+        while done < len(data):
+            n = os.pwrite(fd, view[done:], offset + done)
+            if n <= 0:
+                raise OSError("short write")
+            done += n
 
 
 def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
@@ -118,7 +128,7 @@ def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _pwritev_all(fd, [data], 0)
+        _pwrite_all(fd, data, 0)
         if sync:
             os.fsync(fd)
     finally:
@@ -156,9 +166,9 @@ class ManagedLedger:
         self._default_retention_mb = int(config["defaultRetentionSizeInMB"])
 
         self._lock = threading.RLock()  # ledger list, current ledger, writes, reads
-        self._sync_lock = threading.Lock()  # an fsync vs closing the fd it syncs
         self._sync_cond = threading.Condition()  # group commit bookkeeping below
-        self._syncing = False
+        self._syncs_in_flight = 0
+        self._sync_target = 0  # highest record a running or finished sync covers
         self._writers_in_flight = 0
         self._written_seq = 0  # records written since open
         self._durable_seq = 0  # records known durable
@@ -309,7 +319,7 @@ class ManagedLedger:
         path = self.ledger_path(ledger_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _pwritev_all(fd, [lf.encode_file_header(ledger_id)], 0)
+            _pwrite_all(fd, lf.encode_file_header(ledger_id), 0)
             os.fsync(fd)
             _fsync_dir(self.directory)
         except BaseException:
@@ -353,8 +363,10 @@ class ManagedLedger:
             self._sync_cond.notify_all()
 
     def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
-        with self._sync_cond:
-            self._writers_in_flight += 1
+        track = self._sync_data and self._group_delay_s > 0
+        if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
+            with self._sync_cond:
+                self._writers_in_flight += 1
         try:
             with self._lock:
                 self._check_writable()
@@ -363,45 +375,49 @@ class ManagedLedger:
                 led = self._current
                 assert led is not None
                 first = led.count
-                times = [now if p is None else int(p) for p in pts]
-                buffers: list[bytes] = []
-                offsets: list[int] = []
-                off = led.data_end
+                start = off = led.data_end
+                parts: list[bytes] = []
+                offsets = led.offsets
+                times = led.publish_times
+                header = lf.encode_record_header
                 total = 0
                 for i, data in enumerate(datas):
-                    buffers.append(lf.encode_record_header(first + i, times[i], data))
-                    buffers.append(data)
+                    pt = now if pts[i] is None else int(pts[i])
+                    parts.append(header(first + i, pt, data))
+                    parts.append(data)
                     offsets.append(off)
+                    times.append(pt)
                     off += lf.RECORD_HEADER_SIZE + len(data)
                     total += len(data)
                 try:
-                    _pwritev_all(led.write_fd, buffers, led.data_end)
+                    _pwrite_all(led.write_fd, b"".join(parts), start)
                 except OSError as e:
+                    del offsets[first:], times[first:]
                     try:
-                        os.ftruncate(led.write_fd, led.data_end)
+                        os.ftruncate(led.write_fd, start)
                     except OSError as e2:
                         self._fence(e2)
                     raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
-                led.offsets.extend(offsets)
-                led.publish_times.extend(times)
                 led.data_end = off
-                if led.count == 0:
+                if first == 0:
                     led.first_pt = times[0]
                 led.last_pt = times[-1]
-                led.count += len(datas)
+                led.count = first + len(datas)
                 led.size += total
                 self._written_seq += len(datas)
                 seq = self._written_seq
-                positions = [Position(led.ledger_id, first + i) for i in range(len(datas))]
+                lid = led.ledger_id
         finally:
-            with self._sync_cond:
-                self._writers_in_flight -= 1
-                if self._writers_in_flight == 0:
-                    self._sync_cond.notify_all()
+            if track:
+                with self._sync_cond:
+                    self._writers_in_flight -= 1
+                    if self._writers_in_flight == 0:
+                        self._sync_cond.notify_all()
         self._make_durable(seq)
-        return positions
+        return [Position(lid, first + i) for i in range(len(datas))]
 
     def _make_durable(self, seq: int) -> None:
+        """Return once record ``seq`` is durable (group commit; see the module docstring)."""
         cond = self._sync_cond
         with cond:
             if not self._sync_data:
@@ -411,11 +427,12 @@ class ManagedLedger:
             while self._durable_seq < seq:
                 if self._fenced is not None:
                     raise StorageError(f"{self.topic}: sync failed, entry not durable: {self._fenced}")
-                if self._syncing:
-                    cond.wait()
+                if seq <= self._sync_target or self._syncs_in_flight >= MAX_CONCURRENT_SYNCS:
+                    cond.wait()  # a running sync covers us, or enough are running
                     continue
-                # Leader. Let appenders that are mid-write join this sync (bounded wait).
-                self._syncing = True
+                # Leader of a new sync: take the slot first (others may run while we wait), then
+                # let appenders that are mid-write join this sync (bounded wait).
+                self._syncs_in_flight += 1
                 if self._group_delay_s > 0 and self._writers_in_flight:
                     deadline = time.monotonic() + self._group_delay_s
                     while self._writers_in_flight:
@@ -423,24 +440,51 @@ class ManagedLedger:
                         if remaining <= 0:
                             break
                         cond.wait(remaining)
-                ok, target = False, 0
+                # Everything written up to here is covered: records before `target` are in the
+                # ledger current below, or in one sealed (fsynced) before it became current.
+                target = self._written_seq
+                self._sync_target = max(self._sync_target, target)
+                ok = False
                 cond.release()
                 try:
-                    with self._lock:
-                        target, led = self._written_seq, self._current
-                    with self._sync_lock:
-                        # a ledger sealed meanwhile was fsynced by the rollover itself
-                        if led is not None and led.write_fd is not None:
-                            os.fdatasync(led.write_fd)
-                    ok = True
+                    ok = self._sync_current()
                 except OSError as e:
                     self._fenced = e
                 finally:
                     cond.acquire()
-                    self._syncing = False
+                    self._syncs_in_flight -= 1
                     if ok and target > self._durable_seq:
                         self._durable_seq = target
                     cond.notify_all()
+
+    def _sync_current(self) -> bool:
+        """fdatasync the current ledger; False when it cannot be trusted (fenced)."""
+        with self._lock:
+            led = self._current
+            if led is None or led.write_fd is None:
+                # sealed (and fsynced) by close(), or fenced by a failed rollover
+                return self._fenced is None
+            fd = led.write_fd
+            led.sync_users += 1
+        try:
+            os.fdatasync(fd)
+        finally:
+            with self._lock:
+                led.sync_users -= 1
+                if led.write_fd is None and led.sync_users == 0 and led.fd_to_close is not None:
+                    os.close(led.fd_to_close)
+                    led.fd_to_close = None
+        return True
+
+    def _close_write_fd_locked(self, led: _Ledger) -> None:
+        """Close a ledger's write fd now, or when the last sync using it finishes."""
+        fd, led.write_fd = led.write_fd, None
+        if fd is None:
+            return
+        if led.sync_users:
+            led.fd_to_close = fd
+        else:
+            os.close(fd)
 
     def _maybe_rollover_locked(self, now: int) -> None:
         led = self._current
@@ -463,12 +507,10 @@ class ManagedLedger:
         """fsync + close the current ledger's file and write its index (not yet in metadata)."""
         led = self._current
         assert led is not None
-        with self._sync_lock:
-            try:
-                os.fsync(led.write_fd)
-            finally:
-                os.close(led.write_fd)
-                led.write_fd = None
+        try:
+            os.fsync(led.write_fd)
+        finally:
+            self._close_write_fd_locked(led)
         with self._sync_cond:
             self._durable_seq = max(self._durable_seq, self._written_seq)
             self._sync_cond.notify_all()
@@ -612,8 +654,9 @@ class ManagedLedger:
                 lo = int(led.offsets[e])
                 hi = led.end_of(e + n - 1)
                 blob = lf.read_records(self._read_fd(led), lo, hi)
-                for eid, _, data in lf.parse_records(blob, lo, led.offsets[e : e + n], e):
-                    out.append((Position(led.ledger_id, eid), data))
+                datas = lf.split_records(blob, lo, led.offsets[e : e + n], hi, e)
+                lid = led.ledger_id
+                out.extend(zip([_position(lid, k) for k in range(e, e + n)], datas))
                 if budget is not None and budget <= 0:
                     break
                 i, e = i + 1, 0
@@ -880,9 +923,7 @@ class ManagedLedger:
                 if led is not None and self._fenced is None and not self._read_only:
                     now = self._clock()
                     if led.count == 0:
-                        with self._sync_lock:
-                            os.close(led.write_fd)
-                            led.write_fd = None
+                        self._close_write_fd_locked(led)
                         self._current = None
                         self._store.delete_ledgers(self.topic, [led.ledger_id])
                         self._ledgers.remove(led)
@@ -890,10 +931,8 @@ class ManagedLedger:
                         self._unlink_ledger_files(led.ledger_id)
                     else:
                         self._store.close_ledger(self._seal_locked(now))
-                elif led is not None and led.write_fd is not None:
-                    with self._sync_lock:
-                        os.close(led.write_fd)
-                        led.write_fd = None
+                elif led is not None:
+                    self._close_write_fd_locked(led)
             finally:
                 for led in self._ledgers:
                     self._close_read_fd(led)
