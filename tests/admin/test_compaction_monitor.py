@@ -1,0 +1,276 @@
+"""The broker's compaction monitor with a fake compaction service (no Spark, no sockets):
+one run per topic, the concurrency limit, live progress, failures and retries, the threshold
+check (topic, namespace, broker default; never-compacted topics by total size), the summary log
+line, and RUNNING states left by a dead process."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from compactmq.broker.compaction_monitor import CompactionMonitor, RunProgress
+from compactmq.compaction import CompactionProgress, CompactionResult, CompactionServiceFactory, TopicCompactionService
+from compactmq.config import load_config
+from compactmq.errors import CompactionError, Conflict, NotAllowed, TopicNotFound
+from compactmq.storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS, Storage
+
+T1 = "persistent://public/default/t1"
+T2 = "persistent://public/default/t2"
+
+
+class FakeService:
+    def __init__(self, storage, config):
+        self.storage = storage
+        self.config = config
+        self.shutting_down = False
+        self.executor = ThreadPoolExecutor(4)
+
+    def run_blocking(self, fn, *args):
+        return asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+
+
+class FakeCompaction(TopicCompactionService):
+    """Marks RUNNING, reports progress, waits for ``release`` (or fails), commits."""
+
+    def __init__(self, factory, topic):
+        self.factory = factory
+        self.topic = topic
+
+    def compact(self, progress=None):
+        meta = self.factory.storage.metadata
+        st = meta.mark_compaction_running(self.topic)
+        self.factory.started.append(self.topic)
+        progress(CompactionProgress("phase-one", 5, 10))
+        self.factory.release.wait(10)
+        if self.topic in self.factory.fail:
+            meta.record_compaction_failure(self.topic, "boom")
+            raise CompactionError(f"compaction of {self.topic} failed: boom")
+        ml = self.factory.storage.open_managed_ledger(self.topic, create=False)
+        horizon = ml.last_position()
+        meta.commit_compaction(self.topic, meta.allocate_ledger_id(), horizon,
+                               {"duration_ms": 7, "removed_event_count": 3}, expected_version=st.version)
+        return CompactionResult(self.topic, 99, horizon, 10, 12, 4, 9, 3, 7)
+
+    def read_compacted_entries(self, start_position, n):
+        return []
+
+    def read_last_compacted_entry(self):
+        return None
+
+    def get_last_compacted_position(self):
+        return None
+
+
+class FakeFactory(CompactionServiceFactory):
+    def __init__(self, storage):
+        self.storage = storage
+        self.release = threading.Event()
+        self.started: list[str] = []
+        self.fail: set[str] = set()
+
+    def new_service(self, topic):
+        return FakeCompaction(self, topic)
+
+
+@pytest.fixture
+def env(tmp_path):
+    def make(**overrides):
+        config = load_config(overrides={"dataDir": str(tmp_path / "data"), **overrides})
+        storage = Storage(tmp_path / "data", config)
+        service = FakeService(storage, config)
+        monitor = CompactionMonitor(service)
+        factory = FakeFactory(storage)
+        monitor._factory = factory
+        made.append((storage, service))
+        return service, monitor, factory
+
+    made = []
+    yield make
+    for storage, service in made:
+        service.executor.shutdown(wait=True)
+        storage.close()
+
+
+def publish(storage, topic, n, size=100):
+    ml = storage.open_managed_ledger(topic)
+    ml.append_many([b"x" * size for _ in range(n)])
+    return ml
+
+
+async def wait_idle(monitor, topic, timeout=10.0):
+    for _ in range(int(timeout / 0.02)):
+        if not monitor.is_running(topic):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{topic} still running")
+
+
+def test_one_run_per_topic_conflict_and_live_progress(env):
+    service, monitor, factory = env()
+    publish(service.storage, T1, 5)
+
+    async def run():
+        await monitor.trigger(T1)
+        with pytest.raises(Conflict):
+            await monitor.trigger(T1)
+        for _ in range(200):
+            if factory.started:
+                break
+            await asyncio.sleep(0.01)
+        body = monitor.status_blocking(T1)
+        assert body["status"] == RUNNING
+        assert body["progress"]["phase"] == "phase-one"
+        assert body["progress"]["entriesProcessed"] == 5 and body["progress"]["entriesTotal"] == 10
+        factory.release.set()
+        await wait_idle(monitor, T1)
+        body = monitor.status_blocking(T1)
+        assert body == {"status": SUCCESS, "lastError": ""}
+        assert monitor.stats[T1].succeed_count == 1 and monitor.stats[T1].removed_event_count == 3
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_unknown_and_non_persistent_topics_are_refused(env):
+    service, monitor, factory = env()
+
+    async def run():
+        with pytest.raises(TopicNotFound):
+            await monitor.trigger("persistent://public/default/nope")
+        with pytest.raises(NotAllowed):
+            await monitor.trigger("non-persistent://public/default/x")
+        await monitor.close()
+
+    asyncio.run(run())
+    assert monitor.status_blocking("persistent://public/default/nope")["status"] == NOT_RUN
+
+
+def test_concurrency_limit_queues_the_extra_run(env):
+    service, monitor, factory = env(compactionMaxConcurrentRuns=1)
+    publish(service.storage, T1, 3)
+    publish(service.storage, T2, 3)
+
+    async def run():
+        await monitor.trigger(T1)
+        await monitor.trigger(T2)
+        await asyncio.sleep(0.3)
+        assert factory.started == [T1]  # the second waits for a free worker
+        assert monitor.status_blocking(T2)["progress"]["phase"] == "queued"
+        factory.release.set()
+        await wait_idle(monitor, T1)
+        await wait_idle(monitor, T2)
+        assert factory.started == [T1, T2]
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_failure_is_recorded_as_error_and_counted(env, caplog):
+    service, monitor, factory = env()
+    publish(service.storage, T1, 3)
+    factory.fail.add(T1)
+    factory.release.set()
+
+    async def run():
+        await monitor.trigger(T1)
+        await wait_idle(monitor, T1)
+        await monitor.close()
+
+    with caplog.at_level(logging.ERROR, logger="compactmq.broker.compaction_monitor"):
+        asyncio.run(run())
+    body = monitor.status_blocking(T1)
+    assert body["status"] == ERROR and "boom" in body["lastError"]
+    assert monitor.stats[T1].failed_count == 1
+    assert any("failed" in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
+
+
+def test_summary_log_line(env, caplog):
+    service, monitor, factory = env()
+    publish(service.storage, T1, 3)
+    factory.release.set()
+
+    async def run():
+        await monitor.trigger(T1)
+        await wait_idle(monitor, T1)
+        await monitor.close()
+
+    with caplog.at_level(logging.INFO, logger="compactmq.broker.compaction_monitor"):
+        asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if "done" in r.getMessage()]
+    assert len(lines) == 1
+    line = lines[0]
+    for part in ("entries read 10", "kept 4", "removed 3 messages", "bytes in", "bytes out", "duration"):
+        assert part in line, line
+
+
+def test_threshold_check_topic_namespace_default_and_retry(env):
+    service, monitor, factory = env(brokerServiceCompactionThresholdInBytes=0)
+    meta = service.storage.metadata
+    publish(service.storage, T1, 20, size=100)  # ~2 KB
+    publish(service.storage, T2, 20, size=100)
+    factory.release.set()
+
+    async def run():
+        assert await monitor.check_once() == []  # no threshold anywhere: nothing to do
+        meta.set_namespace_policy("public/default", COMPACTION_THRESHOLD, 1000)
+        meta.set_topic_policy(T2, COMPACTION_THRESHOLD, 0)  # the topic policy wins: disabled
+        factory.fail.add(T1)
+        assert await monitor.check_once() == [T1]
+        await wait_idle(monitor, T1)
+        assert monitor.status_blocking(T1)["status"] == ERROR
+        # the cursor that holds retention back until compaction has read the entries
+        assert service.storage.open_managed_ledger(T1).get_cursor(COMPACTION_CURSOR) is not None
+        factory.fail.clear()
+        assert await monitor.check_once() == [T1]  # retried on the next check
+        await wait_idle(monitor, T1)
+        assert monitor.status_blocking(T1)["status"] == SUCCESS
+        # backlog since the new horizon is 0 now: not due
+        assert await monitor.check_once() == []
+        publish(service.storage, T1, 20, size=100)
+        assert await monitor.check_once() == [T1]
+        await wait_idle(monitor, T1)
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_broker_default_threshold_applies_to_topics_without_policy(env):
+    service, monitor, factory = env(brokerServiceCompactionThresholdInBytes=500)
+    publish(service.storage, T1, 10, size=100)
+    publish(service.storage, T2, 2, size=100)
+    factory.release.set()
+
+    async def run():
+        assert await monitor.check_once() == [T1]  # T2 (200 B) is under the threshold
+        await wait_idle(monitor, T1)
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_running_state_left_by_a_dead_process_becomes_error_at_start(env):
+    service, monitor, factory = env()
+    publish(service.storage, T1, 1)
+    service.storage.metadata.mark_compaction_running(T1)
+
+    async def run():
+        await monitor.start()
+        await monitor.close()
+
+    asyncio.run(run())
+    body = monitor.status_blocking(T1)
+    assert body["status"] == ERROR and "interrupted" in body["lastError"]
+
+
+def test_progress_eta():
+    run = RunProgress("t", "manual", queued_at=0.0)
+    run.started_at = 0.0
+    run.update("phase-one", 25, 100, now=10.0)
+    body = run.as_json(now=10.0)
+    assert body["etaSeconds"] == pytest.approx(30.0)
+    assert RunProgress("t", "manual", 0.0).as_json(1.0)["etaSeconds"] is None
