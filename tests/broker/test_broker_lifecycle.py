@@ -197,3 +197,34 @@ def test_last_sequence_id_survives_a_restart(broker, topic):
     p = c.create_producer(name, producer_name="durable-seq")
     assert p.last_sequence_id() == 104
     c.close()
+
+
+def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
+    b = BrokerProcess(tmp_path / "data", {
+        "retentionCheckIntervalInSeconds": "1",
+        "managedLedgerMaxEntriesPerLedger": "10",
+        "defaultRetentionTimeInMinutes": "0",
+        "defaultRetentionSizeInMB": "0",
+    })
+    b.start()
+    try:
+        c = make_client(b.url)
+        consumer = c.subscribe("retained", "s", initial_position=Earliest)
+        producer = c.create_producer("retained", batching_enabled=False)
+        ids = [producer.send(b"%d" % i) for i in range(35)]
+        assert len({m.ledger_id() for m in ids}) >= 3  # rolled every 10 entries
+        for _ in range(35):
+            consumer.acknowledge(consumer.receive(5000))
+        deadline = time.time() + 10
+        first = None
+        while time.time() < deadline:
+            reader = c.create_reader("retained", pulsar.MessageId.earliest)
+            first = reader.read_next(5000).message_id()
+            reader.close()
+            if first.ledger_id() != ids[0].ledger_id():
+                break
+            time.sleep(0.5)
+        assert first.ledger_id() != ids[0].ledger_id()  # acknowledged ledgers were deleted
+        c.close()
+    finally:
+        b.stop()

@@ -7,8 +7,8 @@ Shutdown runs in a fixed order (``BrokerServer.shutdown``):
 1. stop accepting connections (binary port, then the web port);
 2. close producers and consumers with CLOSE_PRODUCER / CLOSE_CONSUMER, so clients reconnect
    to whoever serves the topic next, and persist what producers already sent;
-3. flush acknowledgements to the cursors;
-4. close the connections, finish in-flight tasks (bounded wait);
+3. flush acknowledgements to the cursors; stop the housekeeping timer;
+4. close the connections, finish in-flight tasks (bounded wait), stop compactions;
 5. close storage (seals ledgers, closes the metadata store), stop the thread pool.
 
 Storage is synchronous: every call goes through ``run_blocking`` (a thread pool executor),
@@ -70,6 +70,46 @@ class ServerState:
             log.error("background task failed", exc_info=task.exception())
 
 
+class Housekeeping:
+    """Periodic storage chores of the loaded topics, every ``retentionCheckIntervalInSeconds``:
+    roll a ledger that is past its age limit (so an idle topic's ledger still closes), then
+    delete the ledgers retention no longer keeps. Runs in the thread pool, one topic at a time.
+    """
+
+    def __init__(self, service: "BrokerService") -> None:
+        self.service = service
+        self.interval = max(1, int(service.config["retentionCheckIntervalInSeconds"]))
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = self.service.state.spawn(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.run_once()
+
+    async def run_once(self) -> None:
+        for topic in list(self.service.topics.loaded.values()):
+            if topic.closed or self.service.shutting_down:
+                continue
+            try:
+                await self.service.run_blocking(topic.ledger.maybe_rollover)
+                deleted = await self.service.run_blocking(topic.ledger.trim_to_retention)
+                if deleted:
+                    log.info("retention deleted ledgers %s of %s", deleted, topic.name)
+            except Exception:  # noqa: BLE001 - one topic's failure must not stop the others
+                log.exception("housekeeping of %s failed", topic.name)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
 class BrokerService:
     """What every connection shares: config, storage, topics, schemas, the thread pool."""
 
@@ -89,6 +129,7 @@ class BrokerService:
         self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False
         self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
+        self.housekeeping = Housekeeping(self)
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -138,6 +179,7 @@ class BrokerServer:
 
         service.compaction_monitor = CompactionMonitor(service)
         await service.compaction_monitor.start()
+        service.housekeeping.start()
         await self.start_web()
 
     async def start_web(self) -> None:
@@ -183,6 +225,7 @@ class BrokerServer:
             await asyncio.wait_for(service.topics.close_all(), SHUTDOWN_GRACE_SECONDS)
         except asyncio.TimeoutError:
             log.warning("topics did not close within %ss", SHUTDOWN_GRACE_SECONDS)
+        await service.housekeeping.close()
         # 4. close connections, let in-flight tasks finish
         for conn in list(service.state.connections):
             conn.close()
