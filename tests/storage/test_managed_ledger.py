@@ -340,3 +340,53 @@ def test_unacknowledged_writes_are_invisible_until_durable(open_storage, monkeyp
     gate.set()
     t.join()
     assert len(ml.read_entries(first, 10)) == 2
+
+
+def test_failed_sync_fences_and_reopen_recovers(open_storage, monkeypatch):
+    import os
+
+    from compactmq.errors import StorageError
+
+    st = open_storage()
+    ml = st.open_managed_ledger("t")
+    good = ml.append(b"good")
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(StorageError):
+        ml.append(b"unsure")
+    assert ml.fenced
+    with pytest.raises(StorageError):
+        ml.append(b"refused")
+    assert ml.read_entry(good) == b"good"  # reads go on
+    monkeypatch.undo()
+    ml2 = st.open_managed_ledger("t")  # reopened and recovered
+    assert ml2 is not ml and not ml2.fenced
+    assert ml2.read_entry(good) == b"good"
+    p = ml2.append(b"again")
+    assert ml2.read_entry(p) == b"again"
+
+
+def test_oversized_entry_is_refused(open_storage, monkeypatch):
+    from compactmq.errors import InvalidInput
+    from compactmq.storage import ledger_file as lf
+
+    ml = open_storage().open_managed_ledger("t")
+    monkeypatch.setattr(lf, "MAX_ENTRY_SIZE", 10)
+    with pytest.raises(InvalidInput):
+        ml.append(b"x" * 11)
+    assert ml.append(b"x" * 10).entry_id == 0
+
+
+def test_closed_ledger_indexes_are_evicted_and_reloaded(open_storage, monkeypatch):
+    from compactmq.storage import managed_ledger as mlmod
+
+    monkeypatch.setattr(mlmod, "MAX_LOADED_INDEXES", 2)
+    ml = open_storage(managedLedgerMaxEntriesPerLedger=2).open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(12)]
+    loaded = [led for led in ml._ledgers if led.offsets is not None and led is not ml._current]
+    assert len(loaded) <= 2
+    assert [d for _, d in ml.read_entries(ps[0], 100)] == [b"%d" % i for i in range(12)]
+    assert ml.find_position_by_publish_time(0) == ps[0]

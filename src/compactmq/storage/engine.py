@@ -103,8 +103,10 @@ class Storage:
             if self._closed:
                 raise StorageError("storage is closed")
             ml = self._mls.get(name)
-            if ml is not None:
+            if ml is not None and not ml.fenced:
                 return ml
+            if ml is not None:  # a write or sync failed: reopen, which recovers the ledger
+                ml.close()
             if not self.metadata.topic_exists(name):
                 if not create or self.read_only:
                     raise TopicNotFound(f"topic {name} does not exist")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import NotAllowed, NotFound, StorageError
+from ..errors import InvalidInput, NotAllowed, NotFound, StorageError
 from . import ledger_file as lf
 from .cursor import Cursor, RangeSet
 from .metadata import COMPACTION_CURSOR, RETENTION_SIZE_MB, RETENTION_TIME_MINUTES, MetadataStore
@@ -51,6 +51,9 @@ MiB = 1024 * 1024
 MAX_CONCURRENT_SYNCS = 2
 # Read file descriptors kept open per managed ledger (closed ledgers are opened on demand).
 MAX_OPEN_READ_FDS = 32
+# Indexes of closed ledgers kept in memory per managed ledger (16 bytes per entry each; a
+# 50000-entry ledger is 800 KB), least recently used dropped first.
+MAX_LOADED_INDEXES = 16
 
 
 class _Ledger:
@@ -179,6 +182,7 @@ class ManagedLedger:
         self._by_id: dict[int, _Ledger] = {}
         self._current: _Ledger | None = None
         self._read_fds: OrderedDict[int, None] = OrderedDict()
+        self._loaded_indexes: OrderedDict[int, None] = OrderedDict()
         self._cursors: dict[str, Cursor] = {}
 
         if read_only:
@@ -212,6 +216,7 @@ class ManagedLedger:
                     gone.append(info.ledger_id)
                     continue
                 closing.append(self._info(led, led.count))
+                self._touch_index(led)
             else:
                 led = _Ledger(info.ledger_id, path, LEDGER_CLOSED, info.created_ms, info.closed_ms,
                               info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms)
@@ -363,6 +368,10 @@ class ManagedLedger:
             self._sync_cond.notify_all()
 
     def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
+        for data in datas:
+            if len(data) > lf.MAX_ENTRY_SIZE:
+                raise InvalidInput(f"{self.topic}: entry of {len(data)} bytes is larger than the "
+                                   f"{lf.MAX_ENTRY_SIZE} bytes a ledger record may hold")
         track = self._sync_data and self._group_delay_s > 0
         if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
             with self._sync_cond:
@@ -414,7 +423,7 @@ class ManagedLedger:
                     if self._writers_in_flight == 0:
                         self._sync_cond.notify_all()
         self._make_durable(seq)
-        return [Position(lid, first + i) for i in range(len(datas))]
+        return [_position(lid, first + i) for i in range(len(datas))]
 
     def _make_durable(self, seq: int) -> None:
         """Return once record ``seq`` is durable (group commit; see the module docstring)."""
@@ -523,6 +532,7 @@ class ManagedLedger:
         led.state = LEDGER_CLOSED
         led.closed_ms = now
         self._current = None
+        self._touch_index(led)
         return self._info(led, led.count)
 
     def _rollover_locked(self, now: int) -> None:
@@ -545,7 +555,20 @@ class ManagedLedger:
             return led.count
         return max(0, min(led.count, self._durable_seq - led.seq_base))
 
+    def _touch_index(self, led: _Ledger) -> None:
+        """Mark a closed ledger's in-memory index as just used; drop the least recently used
+        ones past ``MAX_LOADED_INDEXES`` (they reload from their ``.idx`` file)."""
+        self._loaded_indexes[led.ledger_id] = None
+        self._loaded_indexes.move_to_end(led.ledger_id)
+        while len(self._loaded_indexes) > MAX_LOADED_INDEXES:
+            old_id, _ = self._loaded_indexes.popitem(last=False)
+            old = self._by_id.get(old_id)
+            if old is not None and old is not self._current and old is not led:
+                old.offsets = old.publish_times = None
+
     def _ensure_index(self, led: _Ledger) -> None:
+        if led is not self._current:
+            self._touch_index(led)
         if led.offsets is not None:
             return
         idx_path = lf.index_path_for(led.path)
@@ -942,6 +965,12 @@ class ManagedLedger:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def fenced(self) -> bool:
+        """A write or sync failed: appends refuse until the topic is reopened (reads go on).
+        ``Storage.open_managed_ledger`` reopens a fenced ledger, recovering it."""
+        return self._fenced is not None
 
     def __repr__(self) -> str:
         return f"ManagedLedger({self.topic!r}, ledgers={[l.ledger_id for l in self._ledgers]})"
