@@ -59,6 +59,7 @@ class Topic:
         self._append_task: asyncio.Task | None = None
         self._sub_lock = asyncio.Lock()
         self.closed = False
+        self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -134,7 +135,10 @@ class Topic:
 
     def remove_producer(self, producer: Producer) -> None:
         producer.closed = True
-        self.producers.pop(producer.serial, None)
+        if self.producers.pop(producer.serial, None) is not None:
+            # what a closed producer published still counts in the topic's totals (stats, /metrics)
+            self.closed_producers_in[0] += producer.messages_in
+            self.closed_producers_in[1] += producer.bytes_in
 
     # --- subscriptions -----------------------------------------------------------------------
 
