@@ -73,8 +73,8 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
             return error_response(500, f"internal error: {type(e).__name__}: {e}")
         if isinstance(body, web.StreamResponse):
             return body
-        if body is None:
-            return web.Response(status=204)
+        if body is None and request.method != "GET":
+            return web.Response(status=204)  # a change with nothing to say; a GET answers null
         return web.Response(status=route.ok, text=json.dumps(body), content_type=JSON)
 
     async def openapi_json(request: web.Request) -> web.Response:

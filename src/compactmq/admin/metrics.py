@@ -16,9 +16,10 @@ last run), ``pulsar_compaction_compacted_entries_count`` / ``..._size`` (the com
 force). Run counters start at zero when the broker starts, like any Prometheus counter; the
 compacted-ledger figures come from the files and are right after a restart too.
 
-Message counts come from the producers' and consumers' own counters, which ``TrafficSampler``
-adds up per topic (a producer's count survives its producer in the topic's total); rates are
-the difference between two samples ``RATE_INTERVAL_SECONDS`` apart.
+Messages in are the topic's exact count (its live producers' counters plus what its closed
+producers published); messages out add up consumers' counters, sampled (what a consumer sent
+after the last sample and before it left is not counted). Rates are the difference between two
+samples ``RATE_INTERVAL_SECONDS`` apart.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from ..naming import TopicName
 
-RATE_INTERVAL_SECONDS = 5.0
+RATE_INTERVAL_SECONDS = 2.0
 
 
 @dataclass
@@ -81,13 +82,11 @@ class TrafficSampler:
         with self._lock:
             for name, topic in loaded.items():
                 t = self._topics.setdefault(name, TopicTraffic())
-                for p in list(topic.producers.values()):
-                    key = ("p", p.serial)
-                    present.add(key)
-                    msgs, nbytes = self._seen.get(key, (0, 0))
-                    t.msg_in += p.messages_in - msgs
-                    t.bytes_in += p.bytes_in - nbytes
-                    self._seen[key] = (p.messages_in, p.bytes_in)
+                # exact: the topic keeps what its closed producers published
+                closed_msgs, closed_bytes = getattr(topic, "closed_producers_in", (0, 0))
+                live = list(topic.producers.values())
+                t.msg_in = closed_msgs + sum(p.messages_in for p in live)
+                t.bytes_in = closed_bytes + sum(p.bytes_in for p in live)
                 for sub in list(topic.subscriptions.values()):
                     for c in list(sub.consumers):
                         key = ("c", c.serial)

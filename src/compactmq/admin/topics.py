@@ -124,6 +124,7 @@ async def _delete_one(ctx: Context, topic: str, force: bool) -> None:
     await ctx.run_blocking(ctx.storage.delete_managed_ledger, topic)
     if monitor is not None:
         monitor.stats.pop(topic, None)
+    ctx.sampler.forget(topic)
 
 
 async def delete_topic(ctx: Context, request: web.Request, **path: str) -> Any:
