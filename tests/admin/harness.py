@@ -15,6 +15,7 @@ from typing import Any
 from broker.conftest import BrokerProcess, make_client  # tests/ is on sys.path (pytest rootdir-less import)
 
 MONITOR_INTERVAL_SECONDS = 2
+ROOT_DIR = Path(__file__).resolve().parents[2]
 
 # the compaction test profile (compaction/spark/session.py TEST_CONF), passed to the broker
 SPARK_TEST_OVERRIDES = {

@@ -1,0 +1,172 @@
+"""The ``compactmq`` CLI as a subprocess against a running standalone broker (one broker, one JVM,
+for the module): pulsar-admin-shaped commands with global options first, ``--output json``,
+sizes and durations with units, errors as one line with exit status 1, ``compact --wait`` and
+``compaction-status -w`` with progress, 409 on a concurrent trigger, automatic compaction."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pulsar")
+
+from admin.harness import ROOT_DIR, poke_policy, publish, start_broker, web_url  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+NS = "public/default"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = start_broker(tmp_path_factory.mktemp("cli") / "data")
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def cli(broker):
+    def run(*args: str, output: str | None = None, url: str | None = None) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", url or web_url(broker)]
+        if output:
+            cmd += ["--output", output]
+        return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
+
+    return run
+
+
+def ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, (proc.args, proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+def fails(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 1, (proc.args, proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("compactmq: error: "), proc.stderr
+    for f in fragments:
+        assert f in proc.stderr, (f, proc.stderr)
+    return proc.stderr
+
+
+def as_json(proc: subprocess.CompletedProcess):
+    return json.loads(ok(proc))
+
+
+@pytest.mark.spark
+def test_compact_twice_is_409_then_status_waits_with_progress(broker, cli):
+    topic = "persistent://public/default/cli-compact"
+    publish(broker, topic, 3000, keys=30)
+    assert "compaction triggered" in ok(cli("topics", "compact", topic))
+    fails(cli("topics", "compact", topic), "already running", "HTTP 409")
+    proc = cli("topics", "compaction-status", "-w", topic)
+    assert ok(proc).strip() == "SUCCESS"
+    assert "RUNNING" in proc.stderr  # the progress lines, one per change (stderr is not a tty)
+    status = as_json(cli("topics", "compaction-status", topic, output="json"))
+    assert status == {"status": "SUCCESS", "lastError": ""}
+    stats = as_json(cli("topics", "stats", topic, output="json"))
+    assert stats["compaction"]["lastCompactionRemovedEventCount"] == 3000 - 30
+    internal = as_json(cli("topics", "internal-stats", topic, output="json"))
+    assert internal["compactedLedger"]["ledgerId"] > 0
+    # compact --wait on the next round: progress on stderr, the final status on stdout
+    publish(broker, topic, 300, keys=30, prefix="w")
+    assert ok(cli("topics", "compact", "--wait", topic)).strip() == "SUCCESS"
+
+
+@pytest.mark.spark
+def test_threshold_set_by_cli_compacts_automatically(broker, cli):
+    topic = "persistent://public/default/cli-auto"
+    publish(broker, topic, 500, keys=5)
+    ok(cli("topics", "set-compaction-threshold", topic, "--threshold", "1K"))
+    assert as_json(cli("topics", "get-compaction-threshold", topic, output="json")) == 1024
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = as_json(cli("topics", "compaction-status", topic, output="json"))
+        if status["status"] == "SUCCESS":
+            break
+        time.sleep(0.5)
+    assert status["status"] == "SUCCESS"
+    assert "__compaction" in as_json(cli("topics", "internal-stats", topic, output="json"))["cursors"]
+
+
+def test_failed_compaction_exits_1_with_the_reason(broker, cli):
+    topic = "persistent://public/default/cli-failing"
+    publish(broker, topic, 20, keys=2)
+    poke_policy(broker.data_dir, "topic", topic, "compactionRetentionMode", "bogus")
+    fails(cli("topics", "compact", "--wait", topic), "compaction failed", "bogus")
+    proc = cli("topics", "compaction-status", topic, output="json")
+    assert proc.returncode == 1
+    body = json.loads(proc.stdout)
+    assert body["status"] == "ERROR" and "bogus" in body["lastError"]
+
+
+def test_tenants_namespaces_and_topics(cli):
+    ok(cli("tenants", "create", "clitenant"))
+    assert "clitenant" in as_json(cli("tenants", "list", output="json"))
+    ok(cli("namespaces", "create", "clitenant/ns1"))
+    assert as_json(cli("namespaces", "list", "clitenant", output="json")) == ["clitenant/ns1"]
+    t = "persistent://clitenant/ns1/orders"
+    assert ok(cli("topics", "create", t)).strip() == f"created {t}"
+    assert as_json(cli("topics", "create", t + "-x", output="json"))["result"] == "ok"
+    assert ok(cli("topics", "list", "clitenant/ns1")).split() == [t, t + "-x"]
+    ok(cli("topics", "create-partitioned-topic", t + "-p", "-p", "2"))
+    assert as_json(cli("topics", "list-partitioned-topics", "clitenant/ns1", output="json")) == [t + "-p"]
+    stats = as_json(cli("topics", "stats", t, output="json"))
+    assert set(stats["compaction"]) == {"lastCompactionRemovedEventCount", "lastCompactionSucceedTimestamp",
+                                       "lastCompactionFailedTimestamp", "lastCompactionDurationTimeInMills"}
+    assert "ledgers" in as_json(cli("topics", "stats-internal", t, output="json"))
+    fails(cli("namespaces", "delete", "clitenant/ns1"), "HTTP 409")
+    ok(cli("topics", "delete", t))
+    ok(cli("topics", "delete", t + "-x", "--force"))
+    ok(cli("topics", "delete-partitioned-topic", t + "-p"))
+    ok(cli("namespaces", "delete", "clitenant/ns1"))
+    ok(cli("tenants", "delete", "clitenant"))
+    assert "clitenant" not in as_json(cli("tenants", "list", output="json"))
+
+
+def test_policies_with_units(cli):
+    ok(cli("namespaces", "create", "public/clipol"))
+    ok(cli("namespaces", "set-compaction-threshold", "public/clipol", "--threshold", "100M"))
+    assert as_json(cli("namespaces", "get-compaction-threshold", "public/clipol", output="json")) == 100 * 1024**2
+    assert "100.0 MiB" in ok(cli("namespaces", "get-compaction-threshold", "public/clipol"))
+    ok(cli("namespaces", "remove-compaction-threshold", "public/clipol"))
+    assert ok(cli("namespaces", "get-compaction-threshold", "public/clipol")).strip() == "no compaction threshold set"
+    ok(cli("namespaces", "set-retention", "public/clipol", "--size", "10G", "--time", "3h"))
+    assert as_json(cli("namespaces", "get-retention", "public/clipol", output="json")) == {
+        "retentionSizeInMB": 10240, "retentionTimeInMinutes": 180}
+    ok(cli("namespaces", "set-compaction-strategy", "public/clipol", "-s", "keep-first"))
+    assert as_json(cli("namespaces", "get-compaction-strategy", "public/clipol", output="json")) == "keep-first"
+    ok(cli("namespaces", "set-retain-null-key", "public/clipol", "--retain", "true"))
+    assert ok(cli("namespaces", "get-retain-null-key", "public/clipol")).strip() == "true"
+
+    t = "persistent://public/clipol/t"
+    ok(cli("topics", "create", t))
+    ok(cli("topics", "set-retention", t, "--size", "-1", "--time", "1d"))
+    assert as_json(cli("topics", "get-retention", t, output="json")) == {
+        "retentionSizeInMB": -1, "retentionTimeInMinutes": 1440}
+    ok(cli("topics", "set-compaction-strategy", t, "-s", "event-time"))
+    ok(cli("topics", "remove-compaction-strategy", t))
+    assert ok(cli("topics", "get-compaction-strategy", t)).strip() == "no compaction strategy set"
+    fails(cli("topics", "set-compaction-strategy", t, "-s", "nonsense"), "unknown compaction strategy", "HTTP 412")
+    ok(cli("topics", "delete", t))
+    ok(cli("namespaces", "delete", "public/clipol"))
+
+
+def test_errors_are_one_line_with_exit_status_1(broker, cli):
+    missing = "persistent://public/default/cli-missing"
+    fails(cli("topics", "compaction-status", missing), "does not exist", "HTTP 404")
+    fails(cli("topics", "compact", missing), "HTTP 404")
+    fails(cli("topics", "compact", "non-persistent://public/default/x"), "HTTP 405")
+    fails(cli("topics", "stats", missing), "HTTP 404")
+    fails(cli("namespaces", "create", "nosuchtenant/ns"), "HTTP 404")
+    fails(cli("tenants", "create", "public"), "HTTP 409")
+    fails(cli("namespaces", "set-compaction-threshold", NS, "--threshold", "12Q"), "invalid size")
+    fails(cli("topics", "set-retention", missing, "--size", "1G", "--time", "soon"), "invalid duration")
+    fails(cli("topics", "create", "persistent://public/default/a/b/c"), "invalid")
+    fails(cli("tenants", "list", url="http://127.0.0.1:9"), "cannot reach the admin API")
+    proc = cli("topics", "nosuchcommand")
+    assert proc.returncode == 2  # usage errors, as argparse
