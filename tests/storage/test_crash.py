@@ -10,6 +10,7 @@ duplicated or invented entry.
 import hashlib
 import os
 import random
+import select
 import shutil
 import signal
 import struct
@@ -29,6 +30,7 @@ BATCH = 8
 MAX_PER_THREAD = 150  # per round, so the data (and the test) stays small
 OVERRIDES = {"managedLedgerMaxEntriesPerLedger": 97, "managedLedgerGroupCommitMaxDelayMicros": 200}
 _ACK = struct.Struct(">HHI")
+READY = (0xFFFF, 0, 0)
 
 
 def payload(round_no: int, thread: int, i: int) -> bytes:
@@ -55,6 +57,7 @@ def _child(data_dir: str, round_no: int, ack_fd: int) -> None:
                     i += 1
                 os.write(ack_fd, _ACK.pack(round_no, t, i))  # acknowledged: the first i entries
 
+        os.write(ack_fd, _ACK.pack(*READY))  # recovered and open: start the kill timer
         threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
         for th in threads:
             th.start()
@@ -63,6 +66,21 @@ def _child(data_dir: str, round_no: int, ack_fd: int) -> None:
         time.sleep(60)  # wait for the kill
     finally:
         os._exit(0)
+
+
+def _wait_ready(fd: int, timeout: float = 20.0) -> None:
+    """Block until the child says it is open (a busy machine can take a while to recover);
+    the marker is the first record it writes, so no ack is consumed here."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < _ACK.size:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise AssertionError("the writer never opened its storage")
+        chunk = os.read(fd, _ACK.size - len(data))
+        if not chunk:
+            raise AssertionError("the writer died before opening its storage")
+        data += chunk
+    assert _ACK.unpack(data) == READY
 
 
 def _read_acks(fd: int) -> list[tuple[int, int, int]]:
@@ -126,7 +144,8 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
             os.close(rfd)
             _child(data_dir, r, wfd)
         os.close(wfd)
-        time.sleep(rng.uniform(0.01, 0.12))
+        _wait_ready(rfd)
+        time.sleep(rng.uniform(0.005, 0.1))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         acks = _read_acks(rfd)
@@ -143,7 +162,7 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
             break
     _verify(data_dir, acked)  # and everything, once more, at the end
     assert r + 1 >= 10, "too few rounds ran"
-    assert rounds_with_acks >= (r + 1) // 2, "the writer rarely got going before the kill"
+    assert rounds_with_acks >= (r + 1) // 3, "the writer rarely got going before the kill"
     shutil.rmtree(data_dir)  # a few hundred MB; pytest keeps old tmp dirs around
 
 

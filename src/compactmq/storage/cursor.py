@@ -162,6 +162,11 @@ class Cursor:
         with self._lock:
             return max(0, self._ml.entries_after(self._mark_delete) - self._acked.count())
 
+    def backlog_size(self) -> int:
+        """Entry bytes after the mark-delete position (individual acks not subtracted, as
+        Pulsar's backlogSize)."""
+        return self._ml.size_after(self._mark_delete)
+
     # --- acknowledgement -----------------------------------------------------------------------
 
     def ack_individual(self, positions: Iterable[Position]) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from ..config import Config, load_config
-from ..errors import StorageError, TopicNotFound
+from ..errors import CompactMQError, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
@@ -130,6 +130,26 @@ class Storage:
         self.metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             shutil.rmtree(d, ignore_errors=True)
+
+    def run_maintenance(self) -> dict[str, list[int]]:
+        """Roll ledgers past their age and trim every open topic to its retention; the broker
+        calls this every ``retentionCheckIntervalInSeconds``. Returns deleted ledger ids per
+        topic. A topic that fails is skipped (its error surfaces on its next append/read)."""
+        if self.read_only:
+            return {}
+        with self._lock:
+            mls = [ml for ml in self._mls.values() if not ml.closed]
+        deleted: dict[str, list[int]] = {}
+        for ml in mls:
+            try:
+                if not ml.fenced:
+                    ml.maybe_rollover()
+                ids = ml.trim_to_retention()
+            except CompactMQError:
+                continue
+            if ids:
+                deleted[ml.topic] = ids
+        return deleted
 
     def _forget(self, ml: ManagedLedger) -> None:
         with self._lock:
