@@ -228,3 +228,35 @@ def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
         c.close()
     finally:
         b.stop()
+
+
+def test_a_dead_connection_does_not_keep_a_producer_name_or_an_exclusive_subscription(broker, topic):
+    from compactmq.protocol import commands
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    name = topic + "-partition-0"
+    wire = RawClient(broker.port)  # answers nothing from now on: a client whose host vanished
+    wire.send(commands.producer(name, 1, 1, producer_name="sticky-name"))
+    wire.expect(pb.BaseCommand.PRODUCER_SUCCESS)
+    wire.send(commands.subscribe(name, "excl", 2, 2))
+    wire.expect(pb.BaseCommand.SUCCESS)
+    c = make_client(broker.url)
+    start = time.monotonic()
+    p = c.create_producer(name, producer_name="sticky-name")  # the broker pings, gets nothing, evicts
+    consumer = c.subscribe(name, "excl")
+    assert time.monotonic() - start < 8
+    p.send(b"mine now")
+    assert consumer.receive(5000).data() == b"mine now"
+    c.close()
+    wire.close()
+
+
+def test_a_live_connection_keeps_its_producer_name(broker, topic):
+    name = topic + "-partition-0"
+    c1 = make_client(broker.url)
+    c1.create_producer(name, producer_name="taken")
+    c2 = make_client(broker.url)
+    with pytest.raises(pulsar.ProducerBusy):
+        c2.create_producer(name, producer_name="taken")
+    c2.close()
+    c1.close()

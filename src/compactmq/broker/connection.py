@@ -58,6 +58,7 @@ class ServerConnection(asyncio.Protocol):
         self._loop = asyncio.get_event_loop()
         self.last_seen = 0.0
         self._keepalive_handle: asyncio.TimerHandle | None = None
+        self._liveness: list[asyncio.Future] = []
 
     # --- asyncio.Protocol --------------------------------------------------------------------
 
@@ -72,6 +73,11 @@ class ServerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_seen = self._loop.time()
+        if self._liveness:
+            for fut in self._liveness:
+                if not fut.done():
+                    fut.set_result(True)
+            self._liveness.clear()
         try:
             frames_in = self.decoder.feed(data)
         except ProtocolError as err:
@@ -160,6 +166,22 @@ class ServerConnection(asyncio.Protocol):
         if self.transport is not None:
             self.closed = True
             self.transport.abort()
+            # detach producers and consumers now rather than on the next loop turn, so a
+            # caller that evicted this connection can take over its names at once
+            self.handler.connection_closed()
+
+    async def is_alive(self, timeout: float) -> bool:
+        """PING the peer and wait for any bytes back (Pulsar's connection liveness check)."""
+        if self.closed:
+            return False
+        fut = self._loop.create_future()
+        self._liveness.append(fut)
+        self.send_command(commands.ping())
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     # --- failures and keep-alive -------------------------------------------------------------
 

@@ -50,6 +50,10 @@ _INT64_MAX = (1 << 63) - 1
 
 _producer_names = itertools.count()
 
+# How long a connection holding a producer name or an exclusive subscription may take to answer
+# a PING before a newcomer that claims the same is given it (Pulsar checks liveness the same way).
+LIVENESS_TIMEOUT_SECONDS = 5.0
+
 
 class CommandHandler:
     def __init__(self, connection: "ServerConnection") -> None:
@@ -178,6 +182,12 @@ class CommandHandler:
         else:
             name = f"{self.service.cluster_name}-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(topic, self.conn, cmd.producer_id, name, cmd.producer_access_mode, schema_version)
+        # a producer of that name (or an exclusive one) on another connection may be a client
+        # that reconnected before the broker noticed its old socket died: check, evict if dead
+        await self._evict_dead_peers(
+            p.connection for p in list(topic.producers.values())
+            if p.name == name or p.exclusive or producer.exclusive
+        )
         if self.conn.closed:
             return
         topic.add_producer(producer)
@@ -263,6 +273,9 @@ class CommandHandler:
         sticky = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY
         ranges = tuple((r.start, r.end) for r in cmd.keySharedMeta.hashRanges) if sticky else ()
         conn = self.conn
+        existing_sub = topic.subscriptions.get(cmd.subscription)
+        if existing_sub is not None and cmd.subType == 0:  # Exclusive: same reasoning as producers
+            await self._evict_dead_peers(c.connection for c in list(existing_sub.consumers))
 
         def make_consumer(sub) -> Consumer:
             return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
@@ -278,6 +291,13 @@ class CommandHandler:
         if cmd.subType == 2:  # Failover: tell this consumer whether it is the active one
             dispatcher = consumer.subscription.dispatcher
             consumer.notify_active(getattr(dispatcher, "active", None) is consumer)
+
+    async def _evict_dead_peers(self, connections) -> None:
+        timeout = min(LIVENESS_TIMEOUT_SECONDS, max(1, self.service.config["keepAliveIntervalSeconds"]))
+        for conn in {c for c in connections if c is not self.conn and not c.closed}:
+            if not await conn.is_alive(timeout):
+                log.info("evicting %s: no answer to a liveness PING within %ss", conn.peer, timeout)
+                conn.abort()
 
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
