@@ -1,0 +1,94 @@
+"""Kill a compaction at many points (in a child process) and show the old view intact, then a
+rerun succeeding with the expected view and no leftover files."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from compactmq.compaction import compacted_ledger as cl
+from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.config import load_config
+from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.storage import Storage
+
+from . import entries as E
+from .reference import ReferenceCompactor
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOPIC = "persistent://public/default/crash"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (mode, arg, does the new view land?)
+KILLS = [
+    ("point", "planned", False),
+    ("timer", "0.4", None),  # somewhere in phase one / two / commit: either view, never a mix
+    ("task", "-", False),
+    ("point", "parts-written", False),
+    ("point", "before-commit", False),
+    ("point", "after-commit", True),
+]
+
+
+def _view(service):
+    return [(tuple(p), E.decode(b)[1]) for p, b in service.read_compacted_entries((-1, -1), 10**9)], (
+        tuple(service.get_last_compacted_position() or ()))
+
+
+def _history(rng, n):
+    out = []
+    for _ in range(n):
+        k = f"k{rng.randrange(40)}"
+        if rng.random() < 0.3:
+            out.append(E.batch([(f"k{rng.randrange(40)}", b"v%d" % rng.randrange(99), 0) for _ in range(3)],
+                               codec=rng.choice([pb.NONE, pb.LZ4, pb.ZSTD])))
+        else:
+            out.append(E.single(k, b"" if rng.random() < 0.1 else b"x%d" % rng.randrange(999)))
+    return out
+
+
+def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
+    rng = random.Random(7)
+    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": 500, "managedLedgerSyncData": False})
+    storage = Storage(str(tmp_path), cfg)
+    try:
+        ml = storage.open_managed_ledger(TOPIC)
+        service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=TEST_CONF)
+        model = ReferenceCompactor()
+
+        def compact_here():
+            model.compact([(tuple(p), b) for p, b in ml.read_entries(ml.first_position(), 10**7)],
+                          tuple(ml.first_position()))
+            service.compact()
+            assert _view(service)[0] == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
+
+        ml.append_many(_history(rng, 2000))
+        compact_here()
+        for mode, arg, lands in KILLS:
+            ml.append_many(_history(rng, 1000))
+            before = _view(service)
+            child = subprocess.run(
+                [sys.executable, "-m", "tests.compaction.crash_child", str(tmp_path), TOPIC, mode, arg],
+                cwd=ROOT, capture_output=True, timeout=240,
+            )
+            assert child.returncode != 0, child.stderr.decode()[-2000:]
+            after = _view(service)
+            if lands is False:
+                assert after == before, (mode, arg)
+            elif lands is True:
+                assert after != before and after[1] > before[1], (mode, arg)
+            else:
+                assert after == before or after[1] > before[1], (mode, arg)
+            # a rerun sweeps the dead run's files and lands the expected view
+            compact_here()
+            state = storage.metadata.get_compaction_state(TOPIC)
+            assert cl.list_compacted_ledgers(tmp_path, TOPIC) == [state.compacted_ledger_id]
+            assert not [n for n in os.listdir(cl.topic_dir(tmp_path, TOPIC)) if n.startswith("run-")]
+    finally:
+        storage.close()

@@ -1,0 +1,109 @@
+"""Property: the Spark service and the reference model give the same compacted view for random
+histories (batched and not, every codec, tombstones, keyless messages, markers, encrypted entries,
+several incremental runs, retention trims, every strategy, both retention modes)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from compactmq.config import load_config
+from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.storage import COMPACTION_STRATEGY, Storage
+
+from . import entries as E
+from . import user_strategy
+from .reference import ReferenceCompactor
+
+pytestmark = pytest.mark.spark
+
+TOPIC = "persistent://public/default/parity"
+USER = "tests.compaction.user_strategy.LongestPayloadWins"
+CODECS = [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY]
+
+keys = st.sampled_from(["a", "b", "c", "dd", "a", "b", None])
+payloads = st.one_of(st.just(b""), st.binary(min_size=1, max_size=5), st.binary(min_size=1, max_size=5))
+message = st.tuples(keys, payloads, st.integers(0, 3))
+entry = st.one_of(
+    st.builds(lambda m: E.single(m[0], m[1], event_time=m[2]), message),
+    st.builds(lambda m: E.single(m[0], m[1], event_time=m[2]), message),
+    st.builds(lambda ms, c: E.batch(ms, codec=c), st.lists(message, min_size=1, max_size=4), st.sampled_from(CODECS)),
+    st.builds(lambda k: E.single(k, b"", marker=True), keys),
+    st.builds(lambda k: E.single(k, b"sealed", encrypted=True), keys),
+)
+appends = st.tuples(st.just("append"), st.lists(entry, min_size=1, max_size=8))
+step = st.one_of(
+    appends, appends, appends,
+    st.just(("compact",)),
+    st.just(("trim",)),
+)
+
+
+def _actual_view(service):
+    out = []
+    for pos, blob in service.read_compacted_entries((-1, -1), 10**9):
+        out.append((tuple(pos), E.decode(blob)[1]))
+    return out
+
+
+def _expected(model, first):
+    return [(tuple(p), m) for p, m in model.view(first)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _user_strategy_by_value():
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(user_strategy)
+    yield
+    cloudpickle.unregister_pickle_by_value(user_strategy)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    strategy=st.sampled_from(["keep-latest", "keep-first", "event-time", "longest"]),
+    retain=st.booleans(),
+    mode=st.sampled_from(["retention-bounded", "keep-until-tombstone"]),
+    per_ledger=st.integers(2, 5),
+    by_policy=st.booleans(),
+    steps=st.lists(step, min_size=3, max_size=8),
+)
+def test_spark_service_matches_reference(spark, strategy, retain, mode, per_ledger, by_policy, steps):
+    from compactmq.compaction.spark import SparkCompactionService
+
+    name = USER if strategy == "longest" else strategy
+    overrides = {
+        "managedLedgerMaxEntriesPerLedger": per_ledger, "managedLedgerSyncData": False,
+        "topicCompactionRetainNullKey": retain, "topicCompactionRetentionMode": mode,
+    }
+    if not by_policy:
+        overrides["topicCompactionStrategy"] = name
+    cfg = load_config(overrides=overrides)
+    data_dir = tempfile.mkdtemp(prefix="cmq-parity-")
+    storage = Storage(data_dir, cfg)
+    try:
+        ml = storage.open_managed_ledger(TOPIC)
+        if by_policy:  # the topic policy chooses the strategy
+            storage.metadata.set_topic_policy(TOPIC, COMPACTION_STRATEGY, name)
+        service = SparkCompactionService(storage, TOPIC, cfg)
+        model = ReferenceCompactor(strategy, retain, mode)
+        for s in [*steps, ("compact",)]:
+            if s[0] == "append":
+                ml.append_many(s[1])
+            elif s[0] == "trim":
+                ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0)
+            else:
+                everything = ml.read_entries(ml.first_position(), 10**6) if ml.first_position() else []
+                first = ml.first_position()
+                model.compact([(tuple(p), b) for p, b in everything], first and tuple(first))
+                service.compact()
+                first = ml.first_position()
+                assert _actual_view(service) == _expected(model, first and tuple(first))
+                h = service.get_last_compacted_position()
+                assert (tuple(h) if h else None) == model.horizon
+    finally:
+        storage.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
