@@ -298,6 +298,23 @@ def test_openapi_document(http):
 
 
 @pytest.mark.spark
+def test_stock_ticker_example(broker):
+    """examples/stock_ticker.py end to end (small): its own checks fail it when a view is wrong."""
+    import subprocess
+    import sys
+
+    from .harness import ROOT_DIR
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT_DIR / "examples" / "stock_ticker.py"), "--service-url", broker.url,
+         "--admin-url", web_url(broker), "--symbols", "40", "--ticks", "4000", "--late-ticks", "50"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rebuilt three ways (all agree)" in proc.stdout
+    assert re.search(r"the compacted rewind was [\d.]+x faster", proc.stdout)
+
+
+@pytest.mark.spark
 def test_status_survives_restart(broker, http, topic):
     path = topic_path(topic)
     publish(broker, topic, 300, keys=3)
