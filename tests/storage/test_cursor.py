@@ -137,3 +137,32 @@ def test_new_appends_become_readable_to_a_caught_up_cursor(ml):
     assert c.read_entries(10) == []
     p = ml.append(b"new")
     assert c.read_entries(10) == [(p, b"new")]
+
+
+def test_rangeset_matches_a_set_model():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["add", "range", "drop"]), st.integers(0, 60), st.integers(0, 8)),
+                    max_size=40))
+    def check(ops):
+        rs, model = RangeSet(), set()
+        for op, a, w in ops:
+            if op == "add":
+                rs.add_many([a])
+                model.add(a)
+            elif op == "range":
+                rs.add_range(a, a + w)
+                model.update(range(a, a + w + 1))
+            else:
+                rs.remove_through(a)
+                model = {k for k in model if k > a}
+            pairs = rs.pairs()
+            assert all(b >= a for a, b in pairs)
+            assert all(pairs[i][1] + 1 < pairs[i + 1][0] for i in range(len(pairs) - 1))  # merged
+            assert {k for a, b in pairs for k in range(a, b + 1)} == model
+            assert rs.count() == len(model)
+            assert all(rs.contains(k) == (k in model) for k in range(-1, 72))
+
+    check()

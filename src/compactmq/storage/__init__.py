@@ -28,8 +28,9 @@ The byte formats are documented at the top of ``ledger_file.py``, whose function
 Durability rules
 ----------------
 * An append returns only once its entry is durable: with ``managedLedgerSyncData=true`` (the
-  default) after ``fdatasync``; concurrent appends and ``append_many`` share one sync (group
-  commit, waiting at most ``managedLedgerGroupCommitMaxDelayMicros`` for writers mid-write).
+  default) after an ``fdatasync`` that started after its record was written; concurrent
+  appends and ``append_many`` share syncs (group commit: one sync covers every record written
+  before it, waiting at most ``managedLedgerGroupCommitMaxDelayMicros`` for writers mid-write).
   With ``false``, after the write reached the page cache (safe from a process crash only).
 * Readers see only durable entries, so nothing a reader saw can vanish in a crash.
 * A ledger is closed by: fsync its file, write its index (tmp + fsync + rename), then ONE

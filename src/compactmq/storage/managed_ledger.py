@@ -6,10 +6,10 @@ Writing (one writer per topic per data directory; the Storage holds a lock file)
   ``pwrite`` under the ledger's lock, then wait until it is durable. Durable means: fdatasync
   returned after the record was written (``managedLedgerSyncData=true``), else written to the
   page cache (survives a process crash, not a power cut).
-* Group commit: the first appender that finds no sync in progress becomes the leader; it
-  waits for appenders that are part-way through writing (at most
-  ``managedLedgerGroupCommitMaxDelayMicros``), then one fdatasync covers every record written
-  before it started. Appenders that arrive while it syncs are covered by the next leader.
+* Group commit: an appender whose record no running sync covers starts one (if fewer than
+  ``MAX_CONCURRENT_SYNCS`` run), after waiting at most ``managedLedgerGroupCommitMaxDelayMicros``
+  for appenders that are part-way through writing; one fdatasync then covers every record
+  written before it started, and every appender waiting on those records returns with it.
 * Readers see an entry only once it is durable (the "last confirmed" entry, as BookKeeper's
   LAC), so no reader sees an entry that a crash could take back.
 * Rollover (entries, size or age past the config limits; checked before each append): fsync
