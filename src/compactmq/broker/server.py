@@ -73,7 +73,7 @@ class ServerState:
 class Housekeeping:
     """Periodic storage chores of the loaded topics, every ``retentionCheckIntervalInSeconds``:
     roll a ledger that is past its age limit (so an idle topic's ledger still closes), then
-    delete the ledgers retention no longer keeps. Runs in the thread pool, one topic at a time.
+    delete the ledgers retention no longer keeps (``Storage.run_maintenance``, in the pool).
     """
 
     def __init__(self, service: "BrokerService") -> None:
@@ -90,16 +90,15 @@ class Housekeeping:
             await self.run_once()
 
     async def run_once(self) -> None:
-        for topic in list(self.service.topics.loaded.values()):
-            if topic.closed or self.service.shutting_down:
-                continue
-            try:
-                await self.service.run_blocking(topic.ledger.maybe_rollover)
-                deleted = await self.service.run_blocking(topic.ledger.trim_to_retention)
-                if deleted:
-                    log.info("retention deleted ledgers %s of %s", deleted, topic.name)
-            except Exception:  # noqa: BLE001 - one topic's failure must not stop the others
-                log.exception("housekeeping of %s failed", topic.name)
+        if self.service.shutting_down:
+            return
+        try:
+            deleted = await self.service.run_blocking(self.service.storage.run_maintenance)
+        except Exception:  # noqa: BLE001 - the timer keeps going; storage logs per topic
+            log.exception("storage maintenance failed")
+            return
+        for topic, ids in deleted.items():
+            log.info("retention deleted ledgers %s of %s", ids, topic)
 
     async def close(self) -> None:
         if self._task is not None:
