@@ -166,3 +166,12 @@ def test_rangeset_matches_a_set_model():
             assert all(rs.contains(k) == (k in model) for k in range(-1, 72))
 
     check()
+
+
+def test_pack_orders_like_positions():
+    from compactmq.storage.position import unpack
+
+    ps = [Position(1, -1), Position(1, 0), Position(1, 5), Position(2, -1), Position(2, 0)]
+    keys = [pack(p) for p in ps]
+    assert keys == sorted(keys) and pack(Position(1, 0)) == pack(Position(1, -1)) + 1
+    assert unpack(pack(Position(7, 9))) == Position(7, 9)

@@ -189,7 +189,7 @@ class Cursor:
             if position <= self._mark_delete:
                 return
             self._mark_delete = position
-            self._acked.remove_through(pack(position) if position.entry_id >= 0 else pack(position) - 1)
+            self._acked.remove_through(pack(position))
             self._advance()
             self._persist()
 
@@ -276,6 +276,5 @@ class Cursor:
         with self._lock:
             if rec.mark_delete > self._mark_delete:
                 self._mark_delete = rec.mark_delete
-                self._acked.remove_through(pack(rec.mark_delete) if rec.mark_delete.entry_id >= 0
-                                           else pack(rec.mark_delete) - 1)
+                self._acked.remove_through(pack(rec.mark_delete))
                 self._advance()

@@ -55,9 +55,9 @@ def pack(position: Position) -> int:
     """One int64 per position (ledger in the high 32 bits), so ranges of acks are int pairs.
 
     Consecutive entries of one ledger map to consecutive integers; the next ledger never does,
-    because entry ids stay below 2**32.
+    because entry ids stay below 2**32. ``(L, -1)`` maps to the integer just before ``(L, 0)``.
     """
-    return (position[0] << 32) | position[1]
+    return (position[0] << 32) + position[1]
 
 
 def unpack(key: int) -> Position:
