@@ -231,3 +231,19 @@ def test_recovered_ledger_is_closed_and_appends_continue_in_a_new_one(tmp_path):
         p = ml.append(b"after")
         assert p == Position(infos[1].ledger_id, 0)
         assert os.path.exists(lf.index_path_for(ml.ledger_path(infos[0].ledger_id)))
+
+
+def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path):
+    """A compaction job opening the data dir beside a (here: dead) writer sees the complete
+    entries of the open ledger and leaves the half-written one alone."""
+    data_dir = str(tmp_path / "data")
+    _write_and_exit(data_dir, 3)
+    path = _open_ledger_file(data_dir)
+    with open(path, "ab") as f:
+        f.write(lf.encode_record(3, 0, b"half written")[:-4])
+    size = os.path.getsize(path)
+    with Storage(data_dir, load_config(), read_only=True) as st:
+        ml = st.open_managed_ledger(TOPIC, create=False)
+        assert [d for _, d in ml.read_entries(Position(0, 0), 10)] == [b"entry-%d" % i * (i + 1) for i in range(3)]
+        assert ml.ledgers()[-1].state == "OPEN"
+    assert os.path.getsize(path) == size
