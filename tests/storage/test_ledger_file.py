@@ -56,7 +56,12 @@ def test_scan_stops_at_corruption_and_at_zero_fill():
     buf, offsets, _ = build(ENTRIES)
     bad = bytearray(buf)
     bad[offsets[2] + lf.RECORD_HEADER_SIZE + 10] ^= 1
-    assert len(lf.scan_records(bytes(bad)).entry_ids) == 2
+    scan = lf.scan_records(bytes(bad))
+    assert len(scan.entry_ids) == 2 and scan.valid_end == offsets[2] and scan.torn
+    first_bad = bytearray(buf)
+    first_bad[offsets[0] + lf.RECORD_HEADER_SIZE] ^= 1
+    scan = lf.scan_records(bytes(first_bad))
+    assert len(scan.entry_ids) == 0 and scan.valid_end == lf.FILE_HEADER_SIZE
     zero_tail = buf + b"\0" * 100
     scan = lf.scan_records(zero_tail)
     assert len(scan.entry_ids) == 4 and scan.torn and scan.valid_end == len(buf)

@@ -198,30 +198,35 @@ def entry_bytes(buf: bytes | memoryview, offset: int, length: int) -> bytes:
 
 
 def _walk(mv: memoryview, verify_crc: bool, offset: int, entry_id: int) -> LedgerScan:
+    # Pass one follows the length fields (the only sequential part); pass two checks CRCs in a
+    # comprehension and cuts the scan at the first record that fails, like a torn tail.
     end = len(mv)
+    start_offset, first_id = offset, entry_id
     unpack = _RECORD_HEADER.unpack_from
-    ids: list[int] = []
-    offs: list[int] = []
-    lens: list[int] = []
-    pts: list[int] = []
-    while offset + RECORD_HEADER_SIZE <= end:
+    hs = RECORD_HEADER_SIZE
+    recs: list[tuple[int, int, int, int]] = []  # (offset, length, crc, publish_ms)
+    append = recs.append
+    while offset + hs <= end:
         length, crc, eid, pt = unpack(mv, offset)
-        stop = offset + RECORD_HEADER_SIZE + length
+        stop = offset + hs + length
         if eid != entry_id or length > MAX_ENTRY_SIZE or stop > end:
             break
-        if verify_crc and crc32c(mv[offset + _CRC_START : stop]) != crc:
-            break
-        ids.append(eid)
-        offs.append(offset)
-        lens.append(length)
-        pts.append(pt)
+        append((offset, length, crc, pt))
         entry_id += 1
         offset = stop
+    if verify_crc and recs:
+        good = [crc32c(mv[o + _CRC_START : o + hs + n]) == c for o, n, c, _ in recs]
+        if not all(good):
+            recs = recs[: good.index(False)]
+            offset = recs[-1][0] + hs + recs[-1][1] if recs else start_offset
+    if not recs:
+        return _empty_scan(offset, offset != end)
+    arr = np.asarray(recs, dtype=np.int64)
     return LedgerScan(
-        np.asarray(ids, dtype=np.int64),
-        np.asarray(offs, dtype=np.int64),
-        np.asarray(lens, dtype=np.int64),
-        np.asarray(pts, dtype=np.int64),
+        np.arange(first_id, first_id + len(arr), dtype=np.int64),
+        arr[:, 0].copy(),
+        arr[:, 1].copy(),
+        arr[:, 3].copy(),
         offset,
         offset != end,
     )
@@ -259,11 +264,11 @@ def _scan_with_index(mv: memoryview, index, verify_crc: bool) -> LedgerScan | No
     if not np.array_equal(_gather_be(arr, offsets + 8, 8), ids):
         return None
     if verify_crc:
-        crcs = _gather_be(arr, offsets + 4, 4)
-        for i in range(n):
-            o = int(offsets[i])
-            if crc32c(mv[o + _CRC_START : int(ends[i])]) != crcs[i]:
-                raise StorageError(f"ledger {idx.ledger_id}: entry {i} fails its CRC32C")
+        crcs = _gather_be(arr, offsets + 4, 4).tolist()
+        checked = [crc32c(mv[a:b]) for a, b in zip((offsets + _CRC_START).tolist(), ends.tolist())]
+        if checked != crcs:
+            bad = next(i for i, (x, y) in enumerate(zip(checked, crcs)) if x != y)
+            raise StorageError(f"ledger {idx.ledger_id}: entry {bad} fails its CRC32C")
     return LedgerScan(ids, offsets.copy(), lengths, idx.publish_times.copy(), idx.data_end,
                       idx.data_end != len(mv))
 
