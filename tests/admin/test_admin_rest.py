@@ -331,3 +331,30 @@ def test_status_survives_restart(broker, http, topic):
     assert http.ok("GET", path + "/compaction") == {"status": "SUCCESS", "lastError": ""}
     assert http.ok("GET", path + "/stats")["compaction"] == before
     assert http.ok("GET", topic_path(failing) + "/compaction") == error
+
+
+@pytest.mark.spark
+def test_run_cut_short_by_a_crash_is_error_after_restart(broker, http, topic):
+    """SIGKILL while a compaction runs leaves RUNNING in the store; the restarted broker finds
+    nobody holding the topic's lock and records the run as ERROR (the old view stays in force)."""
+    import signal
+
+    path = topic_path(topic)
+    publish(broker, topic, 20_000, keys=10_000)
+    http.ok("PUT", path + "/compaction")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        body = http.ok("GET", path + "/compaction")
+        if body["status"] != "RUNNING" or body["progress"]["phase"] in ("phase-one", "phase-two", "commit"):
+            break
+        time.sleep(0.05)
+    if body["status"] != "RUNNING":
+        pytest.skip(f"the compaction ended before the broker could be killed: {body}")
+    broker.stop(signal.SIGKILL)
+    broker.start(timeout=60)
+    body = http.ok("GET", path + "/compaction")
+    assert body["status"] == "ERROR" and "interrupted" in body["lastError"], body
+    assert http.ok("GET", path + "/internalStats")["compactedLedger"]["ledgerId"] == -1
+    # and a new run succeeds
+    http.ok("PUT", path + "/compaction")
+    wait_status(http, topic, "SUCCESS")

@@ -151,12 +151,13 @@ class CompactionMonitor:
                 await self._check_task
             except (asyncio.CancelledError, Exception):
                 pass
+        # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
+        self._executor.shutdown(wait=False, cancel_futures=True)
         if self._futures:
             _cancel_spark_jobs()
             done, pending = await asyncio.wait(list(self._futures), timeout=SHUTDOWN_WAIT_SECONDS)
             if pending:
                 log.warning("%d compaction(s) still running at shutdown", len(pending))
-        self._executor.shutdown(wait=False, cancel_futures=True)
         if self._factory is not None:
             try:
                 self._factory.close()
@@ -266,7 +267,7 @@ class CompactionMonitor:
             stats.duration_ms_total += elapsed_ms
             reason = str(e) or type(e).__name__
             after = meta.get_compaction_state(topic)
-            if after.version == before.version and not isinstance(e, Conflict):
+            if after.version == before.version and not isinstance(e, (Conflict, ServiceNotReady)):
                 # failed before the run could record anything (factory, storage): record it here
                 try:
                     meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
