@@ -73,9 +73,6 @@ PIN_MEMORY_SECONDS = 300.0
 SETTINGS_TTL_SECONDS = 2.0
 RETENTION_BOUNDED = "retention-bounded"
 
-_ON_LIVE = "live"  # pin memo value: the consumer had passed its view
-
-
 class CompactedView:
     """One compacted ledger, opened (memory-mapped), and the horizon it summarises."""
 
@@ -257,7 +254,9 @@ class CompactedEntrySource(EntrySource):
         self._run: Callable = topic.run_blocking
         self._subscription = subscription
         self.view: Optional[CompactedView] = None  # the pinned view
-        self.on_live = False  # passed its view (or started above every horizon)
+        self.on_live = False  # pins no new view: it passed its view, or started on the topic
+        self.floor: Optional[Position] = None  # reads of the topic start here (a released view)
+        self.floor_last: Optional[tuple] = None  # last message of the released view
         self._restored = False
 
     @property
@@ -295,11 +294,8 @@ class CompactedEntrySource(EntrySource):
         """First use: a pin kept by a durable cursor or by a reader that reconnects."""
         self._restored = True
         pin = self.views.recall(self.subscription.name)
-        if pin is _ON_LIVE:
-            self.on_live = True
-            return
-        if isinstance(pin, CompactedView):
-            self.view = pin
+        if pin is not None:
+            self.view, self.on_live, self.floor, self.floor_last = pin
             return
         if not self.subscription.durable:
             return
@@ -313,7 +309,8 @@ class CompactedEntrySource(EntrySource):
         horizon = Position(h_ledger, h_entry)
         start = self.subscription.first_unacked_position()
         if start > horizon:
-            self.on_live = True  # it had read its whole view
+            # it had read its whole view
+            self.on_live, self.floor = True, Position(horizon[0], horizon[1] + 1)
             return
         view = await self._run(self.views.open_blocking, ledger_id, horizon)
         if view is not None:
@@ -349,16 +346,26 @@ class CompactedEntrySource(EntrySource):
         """A SEEK: the next read pins the view in force then."""
         self.view = None
         self.on_live = False
+        self.floor = self.floor_last = None
         self._restored = True
 
     def _went_live(self) -> None:
+        if not self.on_live:
+            self.on_live = True
+            self._remember()
+
+    def _release(self, view: CompactedView) -> None:
+        """Everything of ``view`` is acknowledged: no rewind can need it again."""
+        self.view = None
         self.on_live = True
+        self.floor = Position(view.horizon[0], view.horizon[1] + 1)
+        self.floor_last = view.last_message()
         self._remember()
 
     def _remember(self) -> None:
         """Readers are not durable: remember the pin for one that reconnects (same name)."""
         if not self.subscription.durable:
-            self.views.remember(self.subscription.name, _ON_LIVE if self.on_live else self.view)
+            self.views.remember(self.subscription.name, (self.view, self.on_live, self.floor, self.floor_last))
 
     # --- EntrySource -----------------------------------------------------------------------
 
@@ -366,15 +373,21 @@ class CompactedEntrySource(EntrySource):
         if not self.wanted():
             return await self.live.read(start, max_entries)
         view = await self._view_for(start)
-        if view is not None and not self.on_live:
+        if view is not None and self.subscription.mark_delete_position() >= view.horizon:
+            self._release(view)
+            view = None
+        if view is not None:
+            # the pinned view serves every read at or below its horizon (a rewind included)
             if start <= view.horizon:
                 entries = await self._run(self.views.read_blocking, view, start, max_entries)
                 if entries:
                     self._mark_placeholders(entries)
                     return entries
-            # the view is exhausted: the topic after its horizon, for good
+            # past the view: the topic after its horizon, and no newer view, for good
             self._went_live()
             start = max(start, Position(view.horizon[0], view.horizon[1] + 1))
+        elif self.floor is not None:
+            start = max(start, self.floor)
         entries = await self.live.read(start, max_entries)
         if entries and view is None:
             self._went_live()
@@ -403,6 +416,8 @@ class CompactedEntrySource(EntrySource):
         if view is None and not self.on_live:
             view = await self._run(self.views.current_blocking)
         topic_last = self.topic.last_position
+        if view is None and self.floor is not None and (topic_last is None or topic_last < self.floor):
+            return self.floor_last  # nothing after the released view yet
         if view is None or (topic_last is not None and topic_last > view.horizon):
             if topic_last is None:
                 return None
