@@ -391,12 +391,17 @@ class CommandHandler:
             if last is None:  # nothing to receive: entry id -1 makes has_message_available false
                 last = (topic.last_message_id()[0], -1, -1)
             last_id = (last[0], last[1], p, last[2])
+            md = sub.mark_delete_position()
+            if last[1] >= 0 and md > (last[0], last[1]):
+                # ids after the last receivable one are not in this consumer's view: a reader at
+                # "latest, inclusive" compares its mark-delete with the last id (must be <=)
+                md = Position(last[0], last[1])
         else:
             last = source.last_position()
             if last is None:
                 last = topic.last_message_id()
             last_id = (last[0], last[1], p)
-        md = sub.mark_delete_position()
+            md = sub.mark_delete_position()
         self.conn.send_command(commands.get_last_message_id_response(
             cmd.request_id, last_id, consumer_mark_delete_position=(md[0], md[1], p),
         ))
