@@ -1,0 +1,588 @@
+"""Read-compacted consumers and readers over the wire, with the official pulsar-client.
+
+One standalone broker per module (``broker`` from conftest); compaction runs in this process
+against the broker's data directory (a read-only ``Storage`` beside the broker, as the
+``compact-topic`` job does) on the session's one SparkSession. The broker learns of each new
+compacted ledger from the metadata store.
+
+Every behaviour of issue 5 is one test, most with batching on and off, plus the failure cases
+Pulsar is known for (tail tombstone, batch with one tombstone, empty topic, all keys deleted,
+compaction between two reads, reconnect after acks in the compacted range, reader at latest
+inclusive).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+
+from .conftest import make_client  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+Earliest = pulsar.InitialPosition.Earliest
+BATCHING = pytest.mark.parametrize("batching", [False, True], ids=["nobatch", "batch"])
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def compact(broker, topic: str):
+    """One compaction of ``topic`` run here, committed through the broker's metadata store."""
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    config = load_config()
+    storage = Storage(broker.data_dir, config, read_only=True)
+    try:
+        return SparkCompactionService(storage, topic, config).compact()
+    finally:
+        storage.close()
+
+
+def compaction_state(broker, topic: str):
+    from compactmq.storage.metadata import MetadataStore
+
+    store = MetadataStore(broker.data_dir / "metadata.db")
+    try:
+        return store.get_compaction_state(topic)
+    finally:
+        store.close()
+
+
+def produce(client, topic: str, items, batching: bool, max_batch: int = 1000) -> list:
+    """Send ``items`` = [(key or None, value bytes)] in order; b"" is a tombstone. Returns ids."""
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=50,
+                                      batching_max_messages=max_batch, block_if_queue_full=True)
+    ids: list = [None] * len(items)
+
+    def done(i):
+        def cb(res, mid):
+            assert res == pulsar.Result.Ok, res
+            ids[i] = mid
+        return cb
+
+    for i, (key, value) in enumerate(items):
+        kw = {"partition_key": key} if key is not None else {}
+        if batching:
+            producer.send_async(value, done(i), **kw)
+        else:
+            ids[i] = producer.send(value, **kw)
+    producer.flush()
+    producer.close()
+    return ids
+
+
+def latest(items) -> dict:
+    """Latest value per key: what a compacted view (plus tail) must leave a consumer with."""
+    out: dict = {}
+    for key, value in items:
+        if key is None:
+            continue
+        if value == b"":
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def mid_tuple(mid) -> tuple:
+    return (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+
+
+def read_available(reader, timeout_ms: int = 5000) -> list:
+    """Read while has_message_available(): a lie (True, then nothing comes) fails the test."""
+    out = []
+    while reader.has_message_available():
+        try:
+            msg = reader.read_next(timeout_ms)
+        except pulsar.Timeout:
+            pytest.fail(f"has_message_available() was True but nothing came after {len(out)} messages")
+        out.append(msg)
+    return out
+
+
+def as_records(msgs) -> list:
+    return [(mid_tuple(m.message_id()), m.partition_key() or None, m.data()) for m in msgs]
+
+
+def apply(state: dict, msgs) -> dict:
+    for m in msgs:
+        key = m.partition_key()
+        if not key:
+            continue
+        if m.data() == b"":
+            state.pop(key, None)
+        else:
+            state[key] = m.data()
+    return state
+
+
+def compacted_reader(client, topic, start=None, **kw):
+    return client.create_reader(topic, start if start is not None else pulsar.MessageId.earliest,
+                                is_read_compacted=True, **kw)
+
+
+def drain(consumer, timeout_ms=500) -> list:
+    out = []
+    while True:
+        try:
+            out.append(consumer.receive(timeout_ms))
+        except pulsar.Timeout:
+            return out
+
+
+def assert_increasing(records) -> None:
+    ids = [r[0] for r in records]
+    assert ids == sorted(set(ids)), f"ids not strictly increasing (gap/duplicate/reorder): {ids}"
+
+
+@pytest.fixture
+def spark_ready(spark):
+    """The session's SparkSession (compaction reuses it through getOrCreate)."""
+    return spark
+
+
+def kv(n_keys: int, rounds: int, prefix: str = "k") -> list:
+    return [(f"{prefix}{i}", b"r%d-v%d" % (r, i)) for r in range(rounds) for i in range(n_keys)]
+
+
+# --- subscribe ----------------------------------------------------------------------------------
+
+
+@BATCHING
+def test_read_compacted_accepted_for_exclusive_failover_and_readers(broker, client, topic, spark_ready, batching):
+    items = kv(3, 2)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    want = latest(items)
+    for sub_type in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover):
+        c = client.subscribe(topic, f"s-{sub_type}", consumer_type=sub_type, initial_position=Earliest,
+                             is_read_compacted=True)
+        got = drain(c)
+        assert {m.partition_key(): m.data() for m in got} == want
+        assert len(got) == len(want)
+        c.close()
+    reader = compacted_reader(client, topic)
+    assert apply({}, read_available(reader)) == want
+
+
+def test_read_compacted_refused_for_shared_and_key_shared(broker, client, topic):
+    # the official client refuses by itself, before any SUBSCRIBE goes out ...
+    for sub_type in (pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared):
+        with pytest.raises(pulsar.InvalidConfiguration):
+            client.subscribe(topic, "s", consumer_type=sub_type, is_read_compacted=True)
+    # ... and the broker refuses other clients with a clear error
+    from compactmq.protocol import commands
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    from .test_broker_client import RawClient
+
+    wire = RawClient(broker.port)
+    try:
+        for i, sub_type in enumerate((pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared)):
+            cmd = commands.subscribe(topic, "raw", i + 1, 100 + i, sub_type=sub_type, read_compacted=True)
+            wire.send(cmd)
+            reply = wire.recv()
+            assert reply.type == pb.BaseCommand.ERROR, reply
+            assert reply.error.error == pb.NotAllowedError
+            assert "Exclusive and Failover" in reply.error.message
+        # Exclusive with read_compacted is fine on the same connection
+        wire.send(commands.subscribe(topic, "raw", 9, 109, read_compacted=True))
+        assert wire.recv().type == pb.BaseCommand.SUCCESS
+        # not on a non-persistent topic
+        np_topic = topic.replace("persistent://", "non-persistent://")
+        wire.send(commands.subscribe(np_topic, "raw", 10, 110, read_compacted=True))
+        reply = wire.recv()
+        assert reply.type == pb.BaseCommand.ERROR and reply.error.error == pb.NotAllowedError
+    finally:
+        wire.close()
+
+
+# --- compacted ledger then topic ----------------------------------------------------------------
+
+
+@BATCHING
+def test_compacted_view_then_topic_without_gap_or_duplicate(broker, client, topic, spark_ready, batching):
+    before = kv(20, 5)
+    produce(client, topic, before, batching)
+    result = compact(broker, topic)
+    after = kv(5, 2, prefix="k1")  # keys k10..k14 again, and new ones
+    produce(client, topic, after, batching)
+    got = as_records(read_available(compacted_reader(client, topic)))
+    assert_increasing(got)
+    horizon = tuple(result.horizon)
+    below = [r for r in got if r[0][:2] <= horizon]
+    above = [r for r in got if r[0][:2] > horizon]
+    # below the horizon: exactly the latest value per key as of the horizon, original ids
+    assert {k: v for _, k, v in below} == latest(before) and len(below) == len(latest(before))
+    # above it: every message published after the compaction, in order
+    assert [(k, v) for _, k, v in above] == after
+    # the compacted part keeps the original ids: each equals the id the producer got
+    full = as_records(read_available(client.create_reader(topic, pulsar.MessageId.earliest)))
+    by_id = {r[0]: r for r in full}
+    for r in below:
+        assert by_id[r[0]] == r
+
+
+@BATCHING
+def test_reader_from_an_id_inside_the_compacted_range(broker, client, topic, spark_ready, batching):
+    items = kv(30, 3)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    view = as_records(read_available(compacted_reader(client, topic)))
+    assert len(view) == 30
+    pick = view[11]
+    # the reader's start id is one the compacted ledger holds: binary search lands on it
+    start = pulsar.MessageId(-1, pick[0][0], pick[0][1], pick[0][2])
+    after = as_records(read_available(compacted_reader(client, topic, start)))
+    assert after == view[12:]
+    inclusive = as_records(read_available(compacted_reader(client, topic, start, start_message_id_inclusive=True)))
+    assert inclusive == view[11:]
+
+
+@BATCHING
+def test_consumer_without_read_compacted_reads_the_full_backlog(broker, client, topic, spark_ready, batching):
+    items = kv(4, 5) + [("k0", b"")]
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    assert compaction_state(broker, topic).compacted_ledger_id is not None
+    c = client.subscribe(topic, "plain", initial_position=Earliest)
+    got = drain(c)
+    assert [(m.partition_key(), m.data()) for m in got] == items
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [(m.partition_key(), m.data()) for m in read_available(reader)] == items
+    # and GET_LAST_MESSAGE_ID for it is the topic's own last id (the tombstone)
+    assert mid_tuple(c.get_last_message_id())[:2] == mid_tuple(got[-1].message_id())[:2]
+
+
+# --- GET_LAST_MESSAGE_ID / has_message_available -------------------------------------------------
+
+
+@BATCHING
+def test_tail_tombstone_after_compaction(broker, client, topic, spark_ready, batching):
+    items = kv(3, 2) + [("k2", b""), ("k1", b"")]
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    reader = compacted_reader(client, topic)
+    got = read_available(reader)
+    assert apply({}, got) == {"k0": b"r1-v0"} and len(got) == 1
+    # the last id the broker reports is the last message this reader can receive
+    last = reader.get_last_message_id() if hasattr(reader, "get_last_message_id") else None
+    if last is not None:
+        assert mid_tuple(last) == mid_tuple(got[-1].message_id())
+    assert not reader.has_message_available()
+    with pytest.raises(pulsar.Timeout):
+        reader.read_next(300)
+
+
+@BATCHING
+def test_tail_keyless_messages_do_not_count(broker, client, topic, spark_ready, batching):
+    items = kv(2, 2) + [(None, b"keyless-1"), (None, b"keyless-2")]
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    got = drain(c)
+    assert {m.partition_key(): m.data() for m in got} == latest(items) and len(got) == 2
+    last = c.get_last_message_id()
+    assert mid_tuple(last) == mid_tuple(got[-1].message_id())
+    reader = compacted_reader(client, topic)
+    assert len(read_available(reader)) == 2
+
+
+def test_batch_with_one_tombstone(broker, client, topic, spark_ready):
+    # one batch: values for k0..k4 and a tombstone for k2 in the middle
+    items = [("k0", b"a"), ("k1", b"b"), ("k2", b"c"), ("k3", b"d"), ("k2", b""), ("k4", b"e")]
+    ids = produce(client, topic, items, batching=True)
+    assert len({(m.ledger_id(), m.entry_id()) for m in ids}) == 1, "the test wants one batch"
+    compact(broker, topic)
+    reader = compacted_reader(client, topic)
+    got = read_available(reader)
+    # no empty placeholder reaches the application, survivors keep their batch indexes
+    assert [(m.partition_key(), m.data(), m.message_id().batch_index()) for m in got] == [
+        ("k0", b"a", 0), ("k1", b"b", 1), ("k3", b"d", 3), ("k4", b"e", 5)]
+    # a durable consumer acks all of them; reconnecting gets nothing back
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    got = drain(c)
+    assert [m.data() for m in got] == [b"a", b"b", b"d", b"e"]
+    c.acknowledge_cumulative(got[-1])
+    c.close()
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    assert drain(c) == []
+
+
+def test_batch_whose_tail_is_compacted_out(broker, client, topic, spark_ready):
+    # the last message of the batch is deleted by the next one: last receivable index is 1
+    items = [("k0", b"a"), ("k1", b"b"), ("k2", b"c"), ("k2", b"")]
+    produce(client, topic, items, batching=True)
+    compact(broker, topic)
+    reader = compacted_reader(client, topic)
+    got = read_available(reader)
+    assert [(m.partition_key(), m.message_id().batch_index()) for m in got] == [("k0", 0), ("k1", 1)]
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    assert mid_tuple(c.get_last_message_id()) == mid_tuple(got[-1].message_id())
+
+
+def test_empty_topic(broker, client, topic, spark_ready):
+    client.create_producer(topic).close()  # the topic exists, with nothing in it
+    result = compact(broker, topic)
+    assert result.compacted_ledger_id is None
+    reader = compacted_reader(client, topic)
+    assert not reader.has_message_available()
+    with pytest.raises(pulsar.Timeout):
+        reader.read_next(300)
+    # a message published afterwards arrives
+    produce(client, topic, [("k", b"v")], batching=False)
+    assert reader.read_next(5000).data() == b"v"
+
+
+@BATCHING
+def test_all_keys_deleted(broker, client, topic, spark_ready, batching):
+    items = kv(5, 2) + [(f"k{i}", b"") for i in range(5)]
+    produce(client, topic, items, batching)
+    result = compact(broker, topic)
+    assert result.messages_kept == 0
+    reader = compacted_reader(client, topic)
+    assert read_available(reader) == []
+    with pytest.raises(pulsar.Timeout):
+        reader.read_next(300)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    assert drain(c, 300) == []
+    assert c.get_last_message_id().entry_id() == -1 or mid_tuple(c.get_last_message_id())[1] < 0
+    # new data after the horizon is served from the topic
+    produce(client, topic, [("k9", b"new")], batching)
+    assert reader.read_next(5000).data() == b"new"
+
+
+# --- seek ---------------------------------------------------------------------------------------
+
+
+@BATCHING
+def test_seek_by_id_below_the_horizon_lands_in_the_compacted_ledger(broker, client, topic, spark_ready,
+                                                                     batching):
+    items = kv(10, 3)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    produce(client, topic, [("t0", b"tail")], batching)
+    reader = compacted_reader(client, topic)
+    view = as_records(read_available(reader))
+    assert len(view) == 11
+    target = view[4]
+    reader.seek(pulsar.MessageId(-1, target[0][0], target[0][1], target[0][2]))
+    time.sleep(0.3)
+    again = as_records(read_available(reader))
+    # the reader excludes the id it seeks to, as readers do; what follows is the compacted view
+    assert again in (view[5:], view[4:])
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    drain(c)
+    c.seek(pulsar.MessageId.earliest)
+    time.sleep(0.3)
+    assert as_records(drain(c)) == view
+
+
+@BATCHING
+def test_seek_by_time_below_the_horizon_lands_in_the_compacted_ledger(broker, client, topic, spark_ready,
+                                                                       batching):
+    first = kv(10, 2)
+    produce(client, topic, first, batching)
+    time.sleep(0.05)
+    t_mid = int(time.time() * 1000)
+    time.sleep(0.05)
+    second = kv(10, 1, prefix="x")
+    produce(client, topic, second, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    everything = as_records(drain(c))
+    assert len(everything) == 20
+    c.seek(t_mid)
+    time.sleep(0.3)
+    got = as_records(drain(c))
+    # only the compacted entries published after t_mid: the "x" keys, from the compacted ledger
+    assert [k for _, k, _ in got] == [k for k, _ in second]
+    assert got == everything[10:]
+
+
+@BATCHING
+def test_reader_at_latest_inclusive_gets_the_last_compacted_message(broker, client, topic, spark_ready,
+                                                                    batching):
+    items = kv(4, 2) + [("k1", b""), (None, b"keyless")]
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    view = as_records(read_available(compacted_reader(client, topic)))
+    reader = client.create_reader(topic, pulsar.MessageId.latest, is_read_compacted=True,
+                                  start_message_id_inclusive=True)
+    # the client resolves "latest, inclusive" in has_message_available(): GET_LAST_MESSAGE_ID,
+    # then a SEEK to that id, which must be the last message of the compacted view
+    assert reader.has_message_available()
+    msg = reader.read_next(5000)
+    assert as_records([msg]) == [view[-1]]
+    assert not reader.has_message_available()
+
+
+# --- a compaction lands while a consumer reads ---------------------------------------------------
+
+
+@BATCHING
+def test_compaction_between_two_reads_misses_no_delete(broker, client, topic, spark_ready, batching):
+    keys = 200
+    items = kv(keys, 2)
+    produce(client, topic, items, batching)
+    first = compact(broker, topic)
+    reader = compacted_reader(client, topic, receiver_queue_size=5)
+    seen = [reader.read_next(5000) for _ in range(60)]
+    state = apply({}, seen)
+    # deletes and updates of keys the reader already saw (and of some it has not), then a new view
+    more = [(f"k{i}", b"") for i in range(0, 60, 3)] + [(f"k{i}", b"new%d" % i) for i in range(1, 200, 7)] \
+        + [(f"k{i}", b"") for i in range(150, 160)]
+    produce(client, topic, more, batching)
+    second = compact(broker, topic)
+    assert second.compacted_ledger_id != first.compacted_ledger_id
+    from compactmq.compaction.compacted_ledger import compacted_ledger_path
+
+    # the compactor deleted the first view's file; the reader keeps reading it
+    assert not os.path.exists(compacted_ledger_path(broker.data_dir, topic, first.compacted_ledger_id))
+    rest = read_available(reader)
+    records = as_records(seen + rest)
+    assert_increasing(records)
+    assert apply(state, rest) == latest(items + more)
+    # a reader that starts now reads the new view only
+    fresh = read_available(compacted_reader(client, topic))
+    assert apply({}, fresh) == latest(items + more)
+    assert len(fresh) == len(latest(items + more))
+
+
+@BATCHING
+def test_durable_consumer_across_a_new_compaction_misses_no_delete(broker, client, topic, spark_ready,
+                                                                   batching):
+    items = kv(100, 2)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True, receiver_queue_size=5,
+                         batch_index_ack_enabled=batching)
+    seen = [c.receive(5000) for _ in range(40)]
+    for m in seen:
+        c.acknowledge(m)
+    c.close()  # the subscription stays, with its pinned view
+    more = [(f"k{i}", b"") for i in range(0, 40, 2)] + [("k99", b"")]
+    produce(client, topic, more, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    rest = drain(c)
+    records = as_records(seen + rest)
+    assert_increasing(records)
+    assert apply(apply({}, seen), rest) == latest(items + more)
+
+
+# --- acknowledgements ---------------------------------------------------------------------------
+
+
+@BATCHING
+def test_reconnect_after_acks_in_the_compacted_range(broker, client, topic, spark_ready, batching):
+    items = kv(20, 3)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    got = drain(c)
+    assert len(got) == 20
+    acked = got[::2]  # individual acks with gaps, all inside the compacted range
+    for m in acked:
+        c.acknowledge(m)
+    c.close()
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    again = drain(c)
+    assert as_records(again) == as_records(got[1::2])
+    for m in again:
+        c.acknowledge(m)
+    c.close()
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    assert drain(c, 300) == []
+
+
+@BATCHING
+def test_reconnect_after_cumulative_ack_in_the_compacted_range(broker, client, topic, spark_ready, batching):
+    # (a cumulative ack in the middle of a batch reaches the broker only with batch-index acks)
+    items = kv(20, 3)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    got = drain(c)
+    c.acknowledge_cumulative(got[9])
+    c.close()
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
+                         batch_index_ack_enabled=batching)
+    assert as_records(drain(c)) == as_records(got[10:])
+
+
+# --- restart ------------------------------------------------------------------------------------
+
+
+@BATCHING
+def test_restart_keeps_the_view_and_horizon(broker, topic, spark_ready, batching):
+    client = make_client(broker.url)
+    items = kv(30, 3) + [("k3", b"")]
+    # batches of 10: the cumulative ack below ends an entry (partial batch acks live in memory)
+    produce(client, topic, items, batching, max_batch=10)
+    result = compact(broker, topic)
+    tail = [("k4", b"tail"), ("k5", b"")]
+    produce(client, topic, tail, batching)
+    view = as_records(read_available(compacted_reader(client, topic)))
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    got = drain(c)
+    # acknowledge up to the end of an entry near the middle
+    cut = next(i for i in range(len(got) // 2, len(got) - 1)
+               if got[i].message_id().entry_id() != got[i + 1].message_id().entry_id())
+    c.acknowledge_cumulative(got[cut])
+    c.close()
+    client.close()
+
+    broker.restart()
+    state = compaction_state(broker, topic)
+    assert state.compacted_ledger_id == result.compacted_ledger_id and state.horizon == result.horizon
+    client = make_client(broker.url)
+    try:
+        assert as_records(read_available(compacted_reader(client, topic))) == view
+        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+        assert as_records(drain(c)) == view[cut + 1:]
+        # a reader resuming from an id inside the compacted range
+        mid = view[5][0]
+        start = pulsar.MessageId(-1, mid[0], mid[1], mid[2])
+        assert as_records(read_available(compacted_reader(client, topic, start))) == view[6:]
+    finally:
+        client.close()
+
+
+def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_topic(broker, topic,
+                                                                                       spark_ready):
+    """After a restart the pinned view's file is gone if a newer compaction replaced it: the
+    subscription resumes from the topic (every tombstone is still there), not the newer view."""
+    client = make_client(broker.url)
+    items = kv(50, 2)
+    produce(client, topic, items, False)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True, receiver_queue_size=3)
+    seen = [c.receive(5000) for _ in range(20)]
+    c.acknowledge_cumulative(seen[-1])
+    c.close()
+    more = [(f"k{i}", b"") for i in range(0, 20, 2)]
+    produce(client, topic, more, False)
+    compact(broker, topic)
+    client.close()
+    broker.restart()
+    client = make_client(broker.url)
+    try:
+        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+        rest = drain(c)
+        assert_increasing(as_records(seen + rest))
+        assert apply(apply({}, seen), rest) == latest(items + more)
+    finally:
+        client.close()
+
