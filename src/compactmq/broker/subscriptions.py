@@ -9,7 +9,9 @@ attached.
 Acknowledgements are applied to the broker's view at once (so nothing acknowledged is sent
 again) and written to the cursor in the thread pool, coalesced: while one write runs, the next
 ones pile up and go together. ``close()`` waits for the last write, so a clean shutdown loses
-no acknowledgement.
+no acknowledgement. The event loop never calls the cursor (its lock may be held by a thread
+writing SQLite): it reads a ``CursorView``, a snapshot taken in the pool after each write,
+plus the acknowledgements not yet written.
 
 Batch-index acknowledgements (``ack_set``: a bitset whose set bits are the messages of a batch
 *not yet* acknowledged) are kept here per entry; an entry whose set becomes empty is
@@ -20,6 +22,7 @@ acknowledged messages.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -45,6 +48,33 @@ EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = 0, 1, 2, 3
 SUB_TYPE_NAMES = {EXCLUSIVE: "Exclusive", SHARED: "Shared", FAILOVER: "Failover", KEY_SHARED: "Key_Shared"}
 
 _serials = itertools.count()
+
+
+class CursorView:
+    """A snapshot of a cursor (mark-delete position and individually acknowledged ranges),
+    taken in the thread pool, read on the event loop."""
+
+    __slots__ = ("mark_delete", "starts", "ends")
+
+    def __init__(self, mark_delete: Position, ranges=()) -> None:
+        self.mark_delete = Position(*mark_delete)
+        self.starts = [Position(*a) for a, _ in ranges]
+        self.ends = [Position(*b) for _, b in ranges]
+
+    @classmethod
+    def of(cls, cursor: Any) -> "CursorView":
+        """Blocking: call in the thread pool."""
+        return cls(cursor.mark_delete_position, cursor.individually_acked_ranges())
+
+    def is_acknowledged(self, position: Position) -> bool:
+        if position <= self.mark_delete:
+            return True
+        i = bisect.bisect_right(self.starts, position) - 1
+        return i >= 0 and position <= self.ends[i]
+
+    @property
+    def horizon(self) -> Position:
+        return self.ends[-1] if self.ends and self.ends[-1] > self.mark_delete else self.mark_delete
 
 
 class Consumer:
@@ -98,10 +128,12 @@ class Consumer:
 
 class Subscription:
     def __init__(self, topic: "Topic", name: str, cursor: Any, durable: bool,
-                 source: EntrySource | None = None) -> None:
+                 source: EntrySource | None = None, view: CursorView | None = None) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
+        # what the loop knows of the cursor; refreshed from the pool after every write
+        self.view = view if view is not None else CursorView.of(cursor)
         self.durable = durable
         self.source = source or topic.source
         self.sub_type: int | None = None
@@ -170,14 +202,11 @@ class Subscription:
             return True
         if self._acked_up_to is not None and position <= self._acked_up_to:
             return True
-        return self.cursor.is_acknowledged(position)
+        return self.view.is_acknowledged(position)
 
     def ack_horizon(self) -> Position:
         """The highest position that may be acknowledged: entries after it need no check."""
-        horizon = Position(*self.cursor.mark_delete_position)
-        ranges = self.cursor.individually_acked_ranges()
-        if ranges and ranges[-1][1] > horizon:
-            horizon = Position(*ranges[-1][1])
+        horizon = self.view.horizon
         if self._acked:
             horizon = max(horizon, max(self._acked))
         if self._acked_up_to is not None and self._acked_up_to > horizon:
@@ -185,7 +214,7 @@ class Subscription:
         return horizon
 
     def mark_delete_position(self) -> Position:
-        md = Position(*self.cursor.mark_delete_position)
+        md = self.view.mark_delete
         if self._acked_up_to is not None and self._acked_up_to > md:
             return self._acked_up_to
         return md
@@ -244,7 +273,7 @@ class Subscription:
                 individual = sorted(self._acked)
                 up_to = self._acked_up_to
                 try:
-                    await self.topic.run_blocking(self._write_acks, individual, up_to)
+                    self.view = await self.topic.run_blocking(self._write_acks, individual, up_to)
                 except Exception:
                     log.exception("writing acknowledgements of %s failed; will retry", self)
                     await asyncio.sleep(1.0)
@@ -255,12 +284,18 @@ class Subscription:
         finally:
             self._flush_task = None
 
-    def _write_acks(self, individual: list[Position], up_to: Position | None) -> None:
+    def _write_acks(self, individual: list[Position], up_to: Position | None) -> CursorView:
         # runs in the thread pool
         if up_to is not None:
             self.cursor.ack_cumulative(up_to)
         if individual:
             self.cursor.ack_individual(individual)
+        return CursorView.of(self.cursor)
+
+    def _reset_cursor(self, position: Position) -> CursorView:
+        # runs in the thread pool
+        self.cursor.reset(position)
+        return CursorView.of(self.cursor)
 
     async def flush(self) -> None:
         """Wait until every acknowledgement so far is written to the cursor."""
@@ -298,7 +333,7 @@ class Subscription:
         self._acked_up_to = None
         self.redeliveries.clear()
         self.batch_remaining.clear()
-        await self.topic.run_blocking(self.cursor.reset, position)
+        self.view = await self.topic.run_blocking(self._reset_cursor, position)
         if self.dispatcher is not None:
             self.dispatcher.rewind(position)
 

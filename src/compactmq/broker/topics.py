@@ -24,7 +24,7 @@ from ..storage.position import Position
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .dispatchers import peek_metadata
 from .producers import Producer, check_access
-from .subscriptions import Consumer, Subscription
+from .subscriptions import Consumer, CursorView, Subscription
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
@@ -42,7 +42,8 @@ PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 class Topic:
-    def __init__(self, service: "BrokerService", name: TopicName, ledger: Any) -> None:
+    def __init__(self, service: "BrokerService", name: TopicName, ledger: Any,
+                 last_position: Position | None = None, newest_ledger_id: int = -1) -> None:
         self.service = service
         self.topic_name = name
         self.name = str(name)
@@ -51,8 +52,9 @@ class Topic:
         self.producers: dict[int, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.tail_cache = TailCache(service.tail_cache_bytes)
-        last = ledger.last_position()
-        self.last_position: Position | None = Position(*last) if last is not None else None
+        # kept here so the loop never asks the ledger (whose lock an appending thread may hold)
+        self.last_position: Position | None = last_position
+        self.newest_ledger_id = newest_ledger_id
         self.source = LedgerEntrySource(self, service.run_blocking)
         self.last_sequence_ids: dict[str, int] = {}
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
@@ -163,8 +165,8 @@ class Topic:
             if sub is None:
                 if not name:
                     raise NotAllowed("subscription name is empty")
-                cursor = await self.run_blocking(self.ledger.open_cursor, name, durable, initial_position)
-                sub = Subscription(self, name, cursor, durable, self.entry_source_for(read_compacted))
+                cursor, view = await self.run_blocking(_open_cursor, self.ledger, name, durable, initial_position)
+                sub = Subscription(self, name, cursor, durable, self.entry_source_for(read_compacted), view)
                 self.subscriptions[name] = sub
                 created = True
             elif sub.durable != durable:
@@ -210,12 +212,7 @@ class Topic:
         """Last entry's position; for an empty topic (current ledger, -1), as Pulsar answers."""
         if self.last_position is not None:
             return self.last_position
-        try:
-            ledgers = self.ledger.ledgers()
-            ledger_id = ledgers[-1].ledger_id if ledgers else -1
-        except Exception:  # pragma: no cover - defensive
-            ledger_id = -1
-        return Position(ledger_id, -1)
+        return Position(self.newest_ledger_id, -1)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -234,6 +231,19 @@ class Topic:
                 await sub.close()
             except Exception:
                 log.exception("closing %s failed", sub)
+
+
+def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
+    # runs in the thread pool: the cursor and the first snapshot of it
+    cursor = ledger.open_cursor(name, durable, initial_position)
+    return cursor, CursorView.of(cursor)
+
+
+def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
+    """(last position, id of the newest ledger or -1): read in the pool when a topic loads."""
+    last = ledger.last_position()
+    ledgers = ledger.ledgers()
+    return (Position(*last) if last is not None else None), (ledgers[-1].ledger_id if ledgers else -1)
 
 
 def recover_sequence_ids(ledger: Any, window: int = SEQUENCE_RECOVERY_ENTRIES) -> dict[str, int]:
@@ -327,7 +337,8 @@ class TopicManager:
             ledger = await self.service.run_blocking(storage.open_managed_ledger, str(tn), allowed)
         except TopicNotFound:
             raise TopicNotFound(f"topic {tn} does not exist (allowAutoTopicCreation is off)") from None
-        topic = Topic(self.service, tn, ledger)
+        last, newest = await self.service.run_blocking(_topic_facts, ledger)
+        topic = Topic(self.service, tn, ledger, last, newest)
         topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
         return topic
 
