@@ -45,6 +45,19 @@ STORAGE_THREADS = 8
 SHUTDOWN_GRACE_SECONDS = 10.0
 
 
+def _wildcard_advertised_host() -> str:
+    """Host name to advertise when bound to every interface: this machine's name when it
+    resolves (remote clients need it in lookup answers), else the loopback address."""
+    import socket
+
+    name = socket.gethostname()
+    try:
+        socket.gethostbyname(name)
+        return name
+    except OSError:
+        return "127.0.0.1"
+
+
 class ServerState:
     """Every connection and background task of the broker."""
 
@@ -160,7 +173,7 @@ class BrokerServer:
             self._storage = await loop.run_in_executor(None, Storage, self.config.data_dir, self.config)
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
-            advertised = "127.0.0.1"
+            advertised = _wildcard_advertised_host()
         loop = asyncio.get_running_loop()
         service = BrokerService(self.config, self._storage, "", None)
         self.service = service
