@@ -1,0 +1,224 @@
+"""Rewinding a keyed topic: a read-compacted reader against a plain reader, official client.
+
+Starts ``compactmq standalone`` on free ports with a fresh data directory and, per mode
+(batching off, batching on):
+
+1. publishes ``--messages`` messages of ``--size`` bytes over ``--keys`` keys (key ``i % keys``,
+   so every key is overwritten ``messages / keys`` times) with one producer;
+2. compacts the topic once, in this process, against the broker's data directory (a read-only
+   ``Storage`` beside the broker, as ``compact-topic`` does) on a local Spark session;
+3. times, from ``MessageId.earliest`` to the end (``has_message_available()`` false):
+   a plain reader (the whole history) and a reader with ``is_read_compacted=True`` (the
+   compacted ledger, then the topic after the horizon), each on a fresh client connection.
+
+Reported per mode: seconds and messages/s of each reader, messages each received, and
+``speedup`` = plain seconds / compacted seconds, next to ``keys_per_message`` (the fraction of
+the history a compacted reader has to read). The compaction's own duration is reported too,
+but is not part of either reader's time.
+
+    .venv/bin/python bench/read_compacted_bench.py            # 1,000,000 messages, 10,000 keys
+    .venv/bin/python bench/read_compacted_bench.py --quick    # 100,000 messages, 1,000 keys
+Writes bench/results/read_compacted.json (read_compacted_quick.json with --quick; --out to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    """``compactmq standalone`` as a subprocess (stdout says "ready" when it listens)."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
+               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        if b"ready" not in line:
+            raise RuntimeError(f"broker did not start: {line!r}")
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def client(url: str):
+    import pulsar
+
+    return pulsar.Client(url, operation_timeout_seconds=60,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def publish(url: str, topic: str, messages: int, keys: int, size: int, batching: bool) -> float:
+    import pulsar
+
+    c = client(url)
+    producer = c.create_producer(topic, batching_enabled=batching, batching_max_messages=1000,
+                                 batching_max_publish_delay_ms=10, max_pending_messages=10000,
+                                 block_if_queue_full=True)
+    errors = []
+
+    def done(res, _mid):
+        if res != pulsar.Result.Ok:
+            errors.append(res)
+
+    pad = b"x" * max(0, size - 12)
+    keys_text = [f"key-{k}" for k in range(keys)]
+    t0 = time.perf_counter()
+    for i in range(messages):
+        producer.send_async(b"%011d|" % i + pad, done, partition_key=keys_text[i % keys])
+    producer.flush()
+    secs = time.perf_counter() - t0
+    producer.close()
+    c.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} publish errors, first {errors[0]}")
+    return secs
+
+
+def compact(data_dir: str, topic: str) -> dict:
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    config = load_config()
+    storage = Storage(data_dir, config, read_only=True)
+    try:
+        t0 = time.perf_counter()
+        result = SparkCompactionService(storage, topic, config).compact()
+        secs = time.perf_counter() - t0
+    finally:
+        storage.close()
+    return {"seconds": round(secs, 3), "entries_read": result.entries_read,
+            "messages_read": result.messages_read, "messages_kept": result.messages_kept}
+
+
+def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int, dict]:
+    """Seconds and messages from earliest until has_message_available() is false, and the
+    latest value seen per key (to check both readers agree on the end state)."""
+    import pulsar
+
+    c = client(url)
+    reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=compacted,
+                             receiver_queue_size=5000)
+    n = 0
+    state: dict = {}
+    t0 = time.perf_counter()
+    while reader.has_message_available():
+        msg = reader.read_next(60_000)
+        state[msg.partition_key()] = msg.data()[:11]
+        n += 1
+    secs = time.perf_counter() - t0
+    reader.close()
+    c.close()
+    return secs, n, state
+
+
+def run_mode(work: str, messages: int, keys: int, size: int, batching: bool) -> dict:
+    data_dir = os.path.join(work, f"data-{'batch' if batching else 'nobatch'}")
+    broker = Broker(data_dir)
+    topic = f"persistent://public/default/rewind-{'batch' if batching else 'nobatch'}"
+    try:
+        publish_secs = publish(broker.url, topic, messages, keys, size, batching)
+        compaction = compact(data_dir, topic)
+        plain_secs, plain_n, plain_state = read_to_end(broker.url, topic, compacted=False)
+        comp_secs, comp_n, comp_state = read_to_end(broker.url, topic, compacted=True)
+    finally:
+        broker.stop()
+    if plain_state != comp_state:
+        raise RuntimeError("the compacted reader ended with a different value per key than the plain one")
+    return {
+        "mode": "batch" if batching else "nobatch",
+        "messages": messages,
+        "keys": keys,
+        "message_bytes": size,
+        "keys_per_message": round(keys / messages, 6),
+        "publish_seconds": round(publish_secs, 3),
+        "compaction": compaction,
+        "plain_reader": {"seconds": round(plain_secs, 3), "messages": plain_n,
+                         "msgs_per_s": round(plain_n / plain_secs) if plain_secs else None},
+        "compacted_reader": {"seconds": round(comp_secs, 3), "messages": comp_n,
+                             "msgs_per_s": round(comp_n / comp_secs) if comp_secs else None},
+        "speedup": round(plain_secs / comp_secs, 2) if comp_secs else None,
+        "time_ratio_compacted_over_plain": round(comp_secs / plain_secs, 5) if plain_secs else None,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="100,000 messages over 1,000 keys")
+    p.add_argument("--messages", type=int)
+    p.add_argument("--keys", type=int)
+    p.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
+    p.add_argument("--modes", default="nobatch,batch", help="comma-separated: nobatch, batch")
+    p.add_argument("--out", help="result file (default bench/results/read_compacted[_quick].json)")
+    a = p.parse_args(argv)
+    messages = a.messages or (100_000 if a.quick else 1_000_000)
+    keys = a.keys or (1_000 if a.quick else 10_000)
+    out = Path(a.out) if a.out else ROOT / "bench" / "results" / (
+        "read_compacted_quick.json" if a.quick else "read_compacted.json")
+    sys.path.insert(0, str(ROOT / "src"))
+    import pulsar  # noqa: F401  (fail early when the client is missing)
+    from compactmq.compaction.spark.session import get_session
+
+    spark = get_session({"spark.master": "local[2]", "spark.ui.enabled": "false",
+                         "spark.ui.showConsoleProgress": "false"})
+    work = tempfile.mkdtemp(prefix="cmq-rc-bench-")
+    results = []
+    try:
+        for mode in [m.strip() for m in a.modes.split(",") if m.strip()]:
+            r = run_mode(work, messages, keys, a.size, batching=(mode == "batch"))
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+    doc = {
+        "benchmark": "read_compacted",
+        "quick": bool(a.quick),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "client": "pulsar-client " + _client_version(),
+        "notes": ("time from MessageId.earliest until has_message_available() is false, one reader each on a "
+                  "fresh connection; compaction (Spark local[2], in-process) is not included in either time; "
+                  "speedup = plain seconds / compacted seconds; client and broker share the machine"),
+        "results": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+def _client_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pulsar-client")
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
