@@ -136,6 +136,7 @@ def main(argv=None) -> int:
     import pulsar
 
     results = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="compactmq-bench-") as tmp:
         broker = Broker(os.path.join(tmp, "data"), args.config_override)
         try:
@@ -158,7 +159,11 @@ def main(argv=None) -> int:
         "benchmark": "broker",
         "quick": args.quick,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            # other work on the machine lowers throughput; the CPU-per-message figures hold up
+            "loadavg_1m_before": round(load_before[0], 2), "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        },
         "client": f"pulsar-client {pulsar.__version__}" if hasattr(pulsar, "__version__") else "pulsar-client",
         "config_overrides": args.config_override,
         "notes": "client and broker share the machine; broker CPU from /proc/<pid>/stat (user+system)",

@@ -1,0 +1,121 @@
+"""The connection adapter with a fake transport: handshake, publish backpressure, bad frames."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from compactmq.broker.connection import ServerConnection
+from compactmq.broker.producers import Producer
+from compactmq.broker.server import ServerState
+from compactmq.config import load_config
+from compactmq.protocol import commands, frames
+from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.storage.position import Position
+
+
+class FakeTransport:
+    def __init__(self):
+        self.out = bytearray()
+        self.paused = False
+        self.closed = False
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 1234)
+
+    def write(self, data):
+        self.out += data
+
+    def pause_reading(self):
+        self.paused = True
+
+    def resume_reading(self):
+        self.paused = False
+
+    def is_closing(self):
+        return self.closed
+
+    def close(self):
+        self.closed = True
+
+    def abort(self):
+        self.closed = True
+
+
+class FakeTopic:
+    name = "persistent://public/default/t"
+    partition_index = -1
+
+    def __init__(self):
+        self.waiting = []
+        self.last_sequence_ids = {}
+
+    def publish(self, entry, publish_time, callback):
+        self.waiting.append(callback)
+
+    def remove_producer(self, producer):
+        pass
+
+
+def make_connection(high_water=1000):
+    cfg = load_config(overrides={"maxPendingPublishBytesPerConnection": high_water,
+                                 "keepAliveIntervalSeconds": 0})
+    service = SimpleNamespace(config=cfg, state=ServerState())
+    conn = ServerConnection(service)
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def replies(transport):
+    out = frames.FrameDecoder().feed(bytes(transport.out))
+    transport.out.clear()
+    return [f.command for f in out]
+
+
+def test_publish_backpressure_pauses_and_resumes_the_socket():
+    async def run():
+        conn, transport = make_connection(high_water=1000)
+        conn.data_received(frames.encode_command(commands.connect()))
+        await asyncio.sleep(0)
+        assert [c.type for c in replies(transport)] == [pb.BaseCommand.CONNECTED]
+        topic = FakeTopic()
+        conn.handler.producers[1] = Producer(topic, conn, 1, "p")
+        md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+        entry = frames.build_entry(md, b"x" * 600)
+        conn.data_received(frames.encode_with_entry(commands.send(1, 0), entry))
+        assert not transport.paused
+        conn.data_received(frames.encode_with_entry(commands.send(1, 1), entry))
+        assert transport.paused  # > 1000 bytes wait for storage: stop reading this socket
+        topic.waiting.pop(0)(Position(5, 0), None)
+        assert transport.paused  # ~620 bytes still pending: above half the mark
+        topic.waiting.pop(0)(Position(5, 1), None)
+        assert not transport.paused  # everything persisted: reading resumes
+        await asyncio.sleep(0)
+        receipts = replies(transport)
+        assert [(r.send_receipt.sequence_id, r.send_receipt.message_id.entryId) for r in receipts] == [(0, 0), (1, 1)]
+        assert topic.last_sequence_ids == {"p": 1}
+
+    asyncio.run(run())
+
+
+def test_command_before_connect_is_a_protocol_error_that_closes():
+    async def run():
+        conn, transport = make_connection()
+        conn.data_received(frames.encode_command(commands.partitioned_metadata("t", 1)))
+        await asyncio.sleep(0)
+        assert transport.closed
+        out = frames.FrameDecoder().feed(bytes(transport.out))
+        assert out and out[0].command.type == pb.BaseCommand.ERROR
+
+    asyncio.run(run())
+
+
+def test_garbage_closes_only_this_connection():
+    async def run():
+        conn, transport = make_connection()
+        conn.data_received(b"\x00\x00\x00\x08\x00\x00\x00\x04\xde\xad\xbe\xef")
+        await asyncio.sleep(0)
+        assert transport.closed and conn.closed
+
+    asyncio.run(run())
