@@ -14,7 +14,7 @@ from aiohttp import web
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
-from .common import Context, read_json
+from .common import Context, PreconditionFailed, read_json
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
 from .topics import ensure_compaction_cursors
@@ -39,8 +39,6 @@ def add_routes(router: Router) -> None:
 
 def _check_name(what: str, name: str) -> None:
     if not _NAMED_ENTITY.match(name):
-        from .common import PreconditionFailed
-
         raise PreconditionFailed(f"invalid {what} name {name!r}: only letters, digits and - _ = : . are allowed")
 
 

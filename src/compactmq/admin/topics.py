@@ -158,8 +158,12 @@ async def create_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 
 def _create_partitions(ctx: Context, topic: str, first: int, n: int) -> None:
+    """Partitions ``first..n-1`` as topics, with the policies set on the partitioned topic."""
+    policies = ctx.metadata.get_topic_policies(topic)
     for name in _partition_names(topic, n)[first:]:
         ctx.metadata.create_topic(name)
+        if policies:
+            ctx.metadata.set_policies("topic", name, policies)
 
 
 async def update_partitioned_topic(ctx: Context, request: web.Request, **path: str) -> Any:

@@ -239,7 +239,6 @@ class CompactionMonitor:
             return self._factory
 
     def _run_blocking(self, run: RunProgress) -> None:
-        from ..compaction import CompactionProgress  # noqa: F401 - the callback's argument type
         from ..compaction.compacted_ledger import compacted_ledger_path
 
         topic = run.topic
