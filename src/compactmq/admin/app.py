@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 OPENAPI_PATH = "/admin/v2/openapi.json"
 _pkg = "compactmq"
+CONTEXT = web.AppKey("context", Context)
 
 
 def build_router() -> Router:
@@ -94,7 +95,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
         return error_response(404, f"no such path: {request.rel_url.path}")
 
     app = web.Application(client_max_size=1024 * 1024)
-    app["context"] = ctx
+    app[CONTEXT] = ctx
     app.router.add_get(OPENAPI_PATH, openapi_json)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
