@@ -1,21 +1,23 @@
 """Crash safety: a writer process killed with SIGKILL mid-append, many times.
 
-Every entry whose append returned (the child reports it through a pipe only after ``append``
+Every entry whose append returned (the child reports it in an ack file only after ``append``
 or ``append_many`` returns) must read back intact after recovery, in order; the only other
 entries allowed are the few that were being appended when the kill landed (written, not yet
 acknowledged), and those must be complete and correct too -- never a torn, altered,
 duplicated or invented entry.
 """
 
-import hashlib
+import json
 import os
 import random
 import select
 import shutil
 import signal
 import struct
-import threading
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,75 +25,78 @@ from compactmq.config import load_config
 from compactmq.storage import Position, Storage
 from compactmq.storage import ledger_file as lf
 
-TOPIC = "persistent://public/default/crash"
+from . import crash_writer as cw
+from .crash_writer import BATCH, OVERRIDES, TOPIC, payload
+
 ROUNDS = 32
-THREADS = 3  # thread 0 uses append_many, the others append
-BATCH = 8
-MAX_PER_THREAD = 150  # per round, so the data (and the test) stays small
-OVERRIDES = {"managedLedgerMaxEntriesPerLedger": 97, "managedLedgerGroupCommitMaxDelayMicros": 200}
-_ACK = struct.Struct(">HHI")
-READY = (0xFFFF, 0, 0)
 
 
-def payload(round_no: int, thread: int, i: int) -> bytes:
-    key = struct.pack(">HHI", round_no, thread, i)
-    digest = hashlib.blake2b(key).digest()
-    # mostly small; one in eight up to 1 MiB, so that kills land inside long writes and tear them
-    n = (digest[0] + 1) * 4096 if digest[1] < 32 else digest[0] * 4
-    return key + (digest * (n // 64 + 1))[:n]
+class ForkServer:
+    """Starts ``crash_writer.serve`` in a fresh interpreter and talks to it line by line."""
+
+    def __init__(self):
+        pkg_root = Path(cw.__file__).parents[len(cw.__name__.split(".")) - 1]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg_root), *sys.path]))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"from {cw.__name__} import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )
+        self._buf = b""
+        self._lines: list[str] = []
+
+    def start(self, function: str, *args) -> int:
+        self.proc.stdin.write(f"{function} {json.dumps(args)}\n".encode())
+        self.proc.stdin.flush()
+        return int(self.expect("pid").split()[1])
+
+    def expect(self, word: str, timeout: float = 30.0) -> str:
+        """The next line starting with ``word``. Lines may come in either order: a child
+        can say ``ready`` before the server has written its ``pid``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, text in enumerate(self._lines):
+                if text.split()[0] == word:
+                    return self._lines.pop(i)
+                if text.split()[0] == "failed":
+                    raise AssertionError("the writer failed (its traceback is in the captured stderr)")
+            fd = self.proc.stdout.fileno()
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise AssertionError(f"fork server: no {word!r} within {timeout} s (got {self._lines})")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise AssertionError("fork server died")
+            self._buf += chunk
+            *lines, self._buf = self._buf.split(b"\n")
+            self._lines.extend(line.decode() for line in lines)
+
+    def run_to_end(self, function: str, *args) -> None:
+        self.start(function, *args)
+        self.expect("exit")
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # a test failed with a writer still running
+            self.proc.kill()
+            self.proc.wait()
 
 
-def _child(data_dir: str, round_no: int, ack_fd: int) -> None:
+@pytest.fixture
+def fork_server():
+    server = ForkServer()
+    yield server
+    server.close()
+
+
+def _read_acks(path: str) -> list[tuple[int, int, int]]:
     try:
-        st = Storage(data_dir, load_config(overrides=OVERRIDES))
-        ml = st.open_managed_ledger(TOPIC)
-
-        def worker(t: int) -> None:
-            i = 0
-            while i < MAX_PER_THREAD:
-                if t == 0:
-                    ml.append_many([payload(round_no, t, i + k) for k in range(BATCH)])
-                    i += BATCH
-                else:
-                    ml.append(payload(round_no, t, i))
-                    i += 1
-                os.write(ack_fd, _ACK.pack(round_no, t, i))  # acknowledged: the first i entries
-
-        os.write(ack_fd, _ACK.pack(*READY))  # recovered and open: start the kill timer
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        time.sleep(60)  # wait for the kill
-    finally:
-        os._exit(0)
-
-
-def _wait_ready(fd: int, timeout: float = 20.0) -> None:
-    """Block until the child says it is open (a busy machine can take a while to recover);
-    the marker is the first record it writes, so no ack is consumed here."""
-    data = b""
-    deadline = time.monotonic() + timeout
-    while len(data) < _ACK.size:
-        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            raise AssertionError("the writer never opened its storage")
-        chunk = os.read(fd, _ACK.size - len(data))
-        if not chunk:
-            raise AssertionError("the writer died before opening its storage")
-        data += chunk
-    assert _ACK.unpack(data) == READY
-
-
-def _read_acks(fd: int) -> list[tuple[int, int, int]]:
-    data = b""
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        data += chunk
-    n = len(data) // _ACK.size
-    return [_ACK.unpack_from(data, k * _ACK.size) for k in range(n)]
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    n = len(data) // cw.ACK.size  # a record cut by the kill is ignored
+    return [cw.ACK.unpack_from(data, k * cw.ACK.size) for k in range(n)]
 
 
 def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = Position(0, 0),
@@ -130,7 +135,7 @@ def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = 
 
 
 @pytest.mark.timeout(120)
-def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
+def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path, fork_server):
     data_dir = str(tmp_path / "data")
     rng = random.Random(20261121)
     acked: dict[tuple[int, int], int] = {}
@@ -138,18 +143,13 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
     firsts: dict[int, Position] = {}
     t0 = time.monotonic()
     for r in range(ROUNDS):
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            os.close(rfd)
-            _child(data_dir, r, wfd)
-        os.close(wfd)
-        _wait_ready(rfd)
+        ack_path = str(tmp_path / f"acks-{r}")
+        pid = fork_server.start("run", data_dir, r, ack_path)
+        fork_server.expect("ready")
         time.sleep(rng.uniform(0.005, 0.1))
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        acks = _read_acks(rfd)
-        os.close(rfd)
+        fork_server.expect("exit")
+        acks = _read_acks(ack_path)
         for rr, t, n in acks:
             acked[(rr, t)] = max(acked.get((rr, t), 0), n)
         rounds_with_acks += bool(acks)
@@ -166,20 +166,6 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path):
     shutil.rmtree(data_dir)  # a few hundred MB; pytest keeps old tmp dirs around
 
 
-def _write_and_exit(data_dir: str, n: int) -> None:
-    """Append ``n`` entries in a child that then dies without closing anything."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        try:
-            st = Storage(data_dir, load_config())
-            ml = st.open_managed_ledger(TOPIC)
-            for i in range(n):
-                ml.append(b"entry-%d" % i * (i + 1))
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-
-
 def _open_ledger_file(data_dir: str) -> str:
     with Storage(data_dir, load_config(), read_only=True) as st:
         ml = st.open_managed_ledger(TOPIC, create=False)
@@ -187,9 +173,9 @@ def _open_ledger_file(data_dir: str) -> str:
 
 
 @pytest.mark.parametrize("cut", [1, 5, 23, 24, 30, -1])
-def test_torn_tail_is_cut_back_to_last_good_entry(tmp_path, cut):
+def test_torn_tail_is_cut_back_to_last_good_entry(tmp_path, cut, fork_server):
     data_dir = str(tmp_path / "data")
-    _write_and_exit(data_dir, 5)
+    fork_server.run_to_end("write_and_exit", data_dir, 5)
     path = _open_ledger_file(data_dir)
     size = os.path.getsize(path)
     last_len = len(b"entry-4" * 5) + lf.RECORD_HEADER_SIZE
@@ -207,9 +193,9 @@ def test_torn_tail_is_cut_back_to_last_good_entry(tmp_path, cut):
     assert os.path.getsize(path) == (size if cut == -1 else size - last_len)
 
 
-def test_flipped_bit_in_last_record_is_treated_as_torn(tmp_path):
+def test_flipped_bit_in_last_record_is_treated_as_torn(tmp_path, fork_server):
     data_dir = str(tmp_path / "data")
-    _write_and_exit(data_dir, 3)
+    fork_server.run_to_end("write_and_exit", data_dir, 3)
     path = _open_ledger_file(data_dir)
     with open(path, "r+b") as f:
         f.seek(-2, os.SEEK_END)
@@ -221,9 +207,9 @@ def test_flipped_bit_in_last_record_is_treated_as_torn(tmp_path):
         assert [d for _, d in ml.read_entries(Position(0, 0), 100)] == [b"entry-0", b"entry-1" * 2]
 
 
-def test_recovered_ledger_is_closed_and_appends_continue_in_a_new_one(tmp_path):
+def test_recovered_ledger_is_closed_and_appends_continue_in_a_new_one(tmp_path, fork_server):
     data_dir = str(tmp_path / "data")
-    _write_and_exit(data_dir, 3)
+    fork_server.run_to_end("write_and_exit", data_dir, 3)
     with Storage(data_dir, load_config()) as st:
         ml = st.open_managed_ledger(TOPIC)
         infos = ml.ledgers()
@@ -233,11 +219,11 @@ def test_recovered_ledger_is_closed_and_appends_continue_in_a_new_one(tmp_path):
         assert os.path.exists(lf.index_path_for(ml.ledger_path(infos[0].ledger_id)))
 
 
-def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path):
+def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path, fork_server):
     """A compaction job opening the data dir beside a (here: dead) writer sees the complete
     entries of the open ledger and leaves the half-written one alone."""
     data_dir = str(tmp_path / "data")
-    _write_and_exit(data_dir, 3)
+    fork_server.run_to_end("write_and_exit", data_dir, 3)
     path = _open_ledger_file(data_dir)
     with open(path, "ab") as f:
         f.write(lf.encode_record(3, 0, b"half written")[:-4])
