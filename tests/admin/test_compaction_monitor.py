@@ -274,3 +274,27 @@ def test_progress_eta():
     body = run.as_json(now=10.0)
     assert body["etaSeconds"] == pytest.approx(30.0)
     assert RunProgress("t", "manual", 0.0).as_json(1.0)["etaSeconds"] is None
+
+
+def test_a_run_in_another_process_is_a_conflict(env):
+    """A compact-topic job holds the topic's lock and has marked it RUNNING: 409 here."""
+    from compactmq.compaction.compacted_ledger import topic_dir
+    from compactmq.compaction.service import _TopicLock
+
+    service, monitor, factory = env()
+    publish(service.storage, T1, 1)
+    lock = _TopicLock(topic_dir(str(service.storage.data_dir), T1))
+    service.storage.metadata.mark_compaction_running(T1)
+
+    async def run():
+        await monitor.start()  # the lock is held: the RUNNING state is left alone
+        with pytest.raises(Conflict, match="another process"):
+            await monitor.trigger(T1)
+        await monitor.close()
+
+    try:
+        asyncio.run(run())
+        body = monitor.status_blocking(T1)
+        assert body["status"] == RUNNING and body["progress"]["phase"] == "external"
+    finally:
+        lock.release()

@@ -213,6 +213,8 @@ class CompactionMonitor:
         exists = await self.service.run_blocking(self.storage.metadata.topic_exists, topic)
         if not exists:
             raise TopicNotFound(f"topic {topic} does not exist")
+        if await self.service.run_blocking(self._running_elsewhere, topic):
+            raise Conflict(f"a compaction of {topic} is already running in another process")
         if topic in self._runs:  # another trigger got in while we looked
             raise Conflict(f"a compaction of {topic} is already running")
         run = RunProgress(topic, reason, queued_at=self.clock())
@@ -221,6 +223,19 @@ class CompactionMonitor:
         fut = loop.run_in_executor(self._executor, self._run_blocking, run)
         self._futures.add(fut)
         fut.add_done_callback(lambda f, topic=topic: self._run_done(topic, f))
+
+    def _running_elsewhere(self, topic: str) -> bool:
+        """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
+        if self.storage.metadata.get_compaction_state(topic).status != RUNNING:
+            return False
+        from ..compaction.compacted_ledger import topic_dir
+        from ..compaction.service import _TopicLock
+
+        try:
+            _TopicLock(topic_dir(str(self.storage.data_dir), topic)).release()
+        except Conflict:
+            return True
+        return False
 
     def _run_done(self, topic: str, fut: asyncio.Future) -> None:
         self._futures.discard(fut)
@@ -260,13 +275,16 @@ class CompactionMonitor:
             service = self.factory().new_service(topic)
             result = service.compact(
                 progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock()))
+        except Conflict as e:  # another process got the topic's lock first: not a failure of ours
+            log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
+            return
         except BaseException as e:
             elapsed_ms = int((self.clock() - run.started_at) * 1000)
             stats.failed_count += 1
             stats.duration_ms_total += elapsed_ms
             reason = str(e) or type(e).__name__
             after = meta.get_compaction_state(topic)
-            if after.version == before.version and not isinstance(e, (Conflict, ServiceNotReady)):
+            if after.version == before.version and not isinstance(e, ServiceNotReady):
                 # failed before the run could record anything (factory, storage): record it here
                 try:
                     meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
