@@ -155,3 +155,18 @@ def test_tail_cache_reads_from_position_and_trims_oldest():
     for i in range(3000):
         cache.append(Position(3, i), b"x")
     assert len(cache) <= 10 and cache.get(Position(3, 2999)) == b"x"
+
+
+def test_tail_caches_share_a_broker_wide_budget():
+    from compactmq.broker.entry_source import CacheBudget
+
+    budget = CacheBudget(limit=10)
+    a, b = TailCache(100, budget), TailCache(100, budget)
+    for i in range(4):
+        a.append(Position(1, i), b"xx")
+    assert budget.used == 8
+    for i in range(3):
+        b.append(Position(2, i), b"xx")  # over the shared limit: b drops its own oldest
+    assert budget.used <= 10 and len(a) == 4
+    a.clear()
+    assert budget.used == b.size

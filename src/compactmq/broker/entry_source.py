@@ -47,11 +47,25 @@ class EntrySource(abc.ABC):
         """Position of the last entry this source can deliver, None when there is none."""
 
 
+class CacheBudget:
+    """Bytes all tail caches of a broker may hold together (so a thousand partitions do not
+    mean a thousand full caches). A cache that appends while the broker is over budget drops
+    its own oldest entries: busy topics recycle their space, nothing is ever read from disk
+    that a consumer keeping up would need."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+
 class TailCache:
     """The most recently appended entries of a topic, bounded in bytes (pure, no I/O)."""
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024, budget: CacheBudget | None = None) -> None:
         self.max_bytes = max_bytes
+        self.budget = budget
         self._positions: list[Position] = []
         self._entries: list[bytes] = []
         self._head = 0  # index of the oldest live element (trimmed lazily)
@@ -64,8 +78,16 @@ class TailCache:
         self._positions.append(position)
         self._entries.append(entry)
         self.size += len(entry)
-        while self.size > self.max_bytes and self._head < len(self._positions):
-            self.size -= len(self._entries[self._head])
+        budget = self.budget
+        if budget is not None:
+            budget.used += len(entry)
+        while self._head < len(self._positions) and (
+            self.size > self.max_bytes or (budget is not None and budget.used > budget.limit)
+        ):
+            n = len(self._entries[self._head])
+            self.size -= n
+            if budget is not None:
+                budget.used -= n
             self._entries[self._head] = b""
             self._head += 1
         # Compact the lists once the dead prefix is as large as the live part.
@@ -94,6 +116,8 @@ class TailCache:
         return None
 
     def clear(self) -> None:
+        if self.budget is not None:
+            self.budget.used -= self.size
         self._positions.clear()
         self._entries.clear()
         self._head = 0

@@ -33,6 +33,7 @@ from ..config import Config
 from ..errors import StorageError
 from . import compacted_source
 from .connection import ServerConnection
+from .entry_source import CacheBudget
 from .schemas import SchemaRegistry
 from .topics import TopicManager
 
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
+# Recently published entries kept in memory for consumers that keep up: per topic and in all.
+TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
+TAIL_CACHE_BYTES_TOTAL = 256 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
 
@@ -132,7 +136,8 @@ class BrokerService:
         self.web_url = web_url
         self.cluster_name = "standalone"
         self.instance_id = f"{os.getpid() % 100000}"
-        self.tail_cache_bytes = 32 * 1024 * 1024
+        self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
+        self.tail_cache_budget = CacheBudget(TAIL_CACHE_BYTES_TOTAL)
         self.state = ServerState()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         self.topics = TopicManager(self)

@@ -51,7 +51,7 @@ class Topic:
         self.ledger = ledger
         self.producers: dict[int, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.tail_cache = TailCache(service.tail_cache_bytes)
+        self.tail_cache = TailCache(service.tail_cache_bytes, getattr(service, "tail_cache_budget", None))
         # kept here so the loop never asks the ledger (whose lock an appending thread may hold)
         self.last_position: Position | None = last_position
         self.newest_ledger_id = newest_ledger_id
@@ -231,6 +231,7 @@ class Topic:
                 await sub.close()
             except Exception:
                 log.exception("closing %s failed", sub)
+        self.tail_cache.clear()  # give its bytes back to the broker-wide budget
 
 
 def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
