@@ -340,8 +340,58 @@ class ManagedLedger:
     # --- writing ---------------------------------------------------------------------------
 
     def append(self, data: bytes, publish_time_ms: int | None = None) -> Position:
-        """Append one entry; returns once it is durable. ``publish_time_ms`` defaults to now."""
-        return self._append([data], [publish_time_ms])[0]
+        """Append one entry; returns once it is durable. ``publish_time_ms`` defaults to now.
+
+        The same steps as ``append_many`` for one entry, without its lists (this is the
+        broker's hot path: measured about 2x less Python per call)."""
+        if len(data) > lf.MAX_ENTRY_SIZE:
+            return self._append([data], [publish_time_ms])[0]  # raises
+        track = self._sync_data and self._group_delay_s > 0
+        if track:
+            with self._sync_cond:
+                self._writers_in_flight += 1
+        try:
+            with self._lock:
+                if self._fenced is not None or self._closed or self._read_only:
+                    self._check_writable()
+                now = self._clock()
+                self._maybe_rollover_locked(now)
+                led = self._current
+                entry_id = led.count
+                pt = now if publish_time_ms is None else int(publish_time_ms)
+                start = led.data_end
+                try:
+                    _pwrite_all(led.write_fd, lf.encode_record_header(entry_id, pt, data) + data, start)
+                except OSError as e:
+                    self._undo_write_locked(led, entry_id, start)
+                    raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
+                led.offsets.append(start)
+                led.publish_times.append(pt)
+                led.data_end = start + lf.RECORD_HEADER_SIZE + len(data)
+                if entry_id == 0:
+                    led.first_pt = pt
+                led.last_pt = pt
+                led.count = entry_id + 1
+                led.size += len(data)
+                self._written_seq += 1
+                seq = self._written_seq
+                lid = led.ledger_id
+        finally:
+            if track:
+                with self._sync_cond:
+                    self._writers_in_flight -= 1
+                    if self._writers_in_flight == 0:
+                        self._sync_cond.notify_all()
+        self._make_durable(seq)
+        return _new_tuple(Position, (lid, entry_id))
+
+    def _undo_write_locked(self, led: _Ledger, first: int, start: int) -> None:
+        """A write failed part-way: cut the file back so no partial record stays."""
+        del led.offsets[first:], led.publish_times[first:]
+        try:
+            os.ftruncate(led.write_fd, start)
+        except OSError as e:
+            self._fence(e)
 
     def append_many(self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
                     ) -> list[Position]:
@@ -401,11 +451,7 @@ class ManagedLedger:
                 try:
                     _pwrite_all(led.write_fd, b"".join(parts), start)
                 except OSError as e:
-                    del offsets[first:], times[first:]
-                    try:
-                        os.ftruncate(led.write_fd, start)
-                    except OSError as e2:
-                        self._fence(e2)
+                    self._undo_write_locked(led, first, start)
                     raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
                 led.data_end = off
                 if first == 0:
