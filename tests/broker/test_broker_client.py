@@ -421,6 +421,35 @@ class RawClient:
         self.sock.close()
 
 
+def test_get_schema_and_get_or_create_schema_on_the_wire(broker, topic):
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    wire = RawClient(broker.port)
+    B = pb.BaseCommand
+
+    def get_schema(request_id, version=None):
+        body = pb.CommandGetSchema(request_id=request_id, topic=topic)
+        if version is not None:
+            body.schema_version = version
+        wire.send(B(type=B.GET_SCHEMA, getSchema=body))
+        return wire.recv().getSchemaResponse
+
+    assert get_schema(1).error_code == pb.TopicNotFound  # no schema yet (bytes)
+    string = pb.Schema(name="s", type=pb.Schema.String, schema_data=b"")
+    wire.send(B(type=B.GET_OR_CREATE_SCHEMA,
+                getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=2, topic=topic, schema=string)))
+    v0 = wire.recv().getOrCreateSchemaResponse
+    assert not v0.HasField("error_code") and len(v0.schema_version) == 8
+    got = get_schema(3)
+    assert got.schema.type == pb.Schema.String and got.schema_version == v0.schema_version
+    assert get_schema(4, b"\x00" * 7 + b"\x09").HasField("error_code")  # unknown version
+    json_schema = pb.Schema(name="j", type=pb.Schema.Json, schema_data=b"{}")
+    wire.send(B(type=B.GET_OR_CREATE_SCHEMA,
+                getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=5, topic=topic, schema=json_schema)))
+    assert wire.recv().getOrCreateSchemaResponse.error_code == pb.IncompatibleSchema
+    wire.close()
+
+
 # --- robustness -----------------------------------------------------------------------------
 
 
