@@ -21,6 +21,14 @@ broker stopped without closing it) is scanned, its torn tail (a record that is s
 its CRC) cut off with ``ftruncate`` + fsync, its index written and the ledger recorded CLOSED.
 Empty ledgers and files the metadata store does not know (a crash between steps) are removed.
 Then a new ledger is opened for writing, as Pulsar does.
+
+A write or sync that fails *fences* the managed ledger: appends refuse (reads go on) until it
+is reopened, which recovers the file; ``Storage.open_managed_ledger`` does that.
+
+Locks, always taken in this order (never the reverse):
+    Cursor._lock  ->  ManagedLedger._lock  ->  MetadataStore lock
+``_sync_cond`` (group-commit bookkeeping) is never held while waiting for ``_lock``; the
+fdatasync itself runs holding neither, so appends and reads go on during a sync.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
