@@ -135,7 +135,8 @@ class BrokerService:
         self.broker_url = broker_url
         self.web_url = web_url
         self.cluster_name = "standalone"
-        self.instance_id = f"{os.getpid() % 100000}"
+        # part of generated producer names: unique per broker run (a restart must not reuse them)
+        self.instance_id = os.urandom(3).hex()
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
         self.tail_cache_budget = CacheBudget(TAIL_CACHE_BYTES_TOTAL)
         self.state = ServerState()

@@ -98,8 +98,7 @@ class Topic:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     continue
-                for (entry, _, cb), pos in zip(batch, positions):
-                    pos = Position(*pos)
+                for (entry, _, cb), pos in zip(batch, positions):  # storage returns Positions
                     self.tail_cache.append(pos, entry)
                     self.last_position = pos
                     cb(pos, None)
