@@ -339,8 +339,9 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
             "markDeletePosition": str(c.mark_delete_position),
             "readPosition": str(c.read_position),
             "messagesBacklog": c.backlog(),
+            # acknowledged ranges after the mark-delete position, both ends included
             "individuallyDeletedMessages": "[" + ",".join(
-                f"({a}..{b}]" for a, b in c.individually_acked_ranges()) + "]",
+                f"[{a}..{b}]" for a, b in c.individually_acked_ranges()) + "]",
             "properties": c.properties,
             "state": "Open",
         }
