@@ -31,10 +31,11 @@ the next one; a consumer that pinned it keeps reading it until it passes its hor
 data goes when the last source that holds it lets go. Opening a view races with such a delete:
 a view whose file vanished before it was opened is simply looked up again.
 
-Durable subscriptions store the id and horizon of their pinned view in a cursor property. After
-a broker restart the old file may be gone: a subscription that was part-way through a view that
-is no longer the one in force resumes from the live topic (which still holds every tombstone),
-not from the newer view. Readers are not durable; a reader that reconnects with the same
+Durable subscriptions store the id and horizon of their pinned view (or that they read the
+topic itself) in a cursor property. After a broker restart the old file may be gone: a
+subscription that was part-way through a view that is no longer the one in force resumes from
+the live topic (which still holds every tombstone), not from the newer view; one that read the
+topic itself keeps doing so. Readers are not durable; a reader that reconnects with the same
 subscription name within ``PIN_MEMORY_SECONDS`` gets its pinned view back.
 
 The broker learns of new compactions from the metadata store (the compactor may be another
@@ -65,8 +66,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-#: cursor property holding [ledger id, horizon ledger, horizon entry] of the pinned view
+#: cursor property holding [ledger id, horizon ledger, horizon entry] of the pinned view, or
+#: ``LIVE_PIN`` for a subscription that reads the topic itself
 PIN_PROPERTY = "compactmq.compactedView"
+LIVE_PIN = "live"
 #: how long a dropped (non-durable) subscription's pinned view is remembered for a reconnect
 PIN_MEMORY_SECONDS = 300.0
 #: how long retention settings of a topic are cached
@@ -302,6 +305,9 @@ class CompactedEntrySource(EntrySource):
         stored = self.subscription.cursor.properties.get(PIN_PROPERTY)
         if not stored:
             return
+        if stored == LIVE_PIN:
+            self.on_live = True
+            return
         try:
             ledger_id, h_ledger, h_entry = (int(x) for x in stored)
         except (TypeError, ValueError):
@@ -335,10 +341,10 @@ class CompactedEntrySource(EntrySource):
                 self._remember()
         return self.view
 
-    async def _store_pin(self, view: CompactedView) -> None:
+    async def _store_pin(self, view: Optional[CompactedView]) -> None:
+        value = LIVE_PIN if view is None else [view.ledger_id, view.horizon[0], view.horizon[1]]
         try:
-            await self._run(self.subscription.cursor.set_property, PIN_PROPERTY,
-                            [view.ledger_id, view.horizon[0], view.horizon[1]])
+            await self._run(self.subscription.cursor.set_property, PIN_PROPERTY, value)
         except Exception:  # best effort: only matters across a restart
             log.exception("storing the compacted view of %s failed", self.subscription)
 
@@ -352,6 +358,9 @@ class CompactedEntrySource(EntrySource):
     def _went_live(self) -> None:
         if not self.on_live:
             self.on_live = True
+            if self.subscription.durable and self.view is None:
+                # it reads the topic itself: after a restart it must not switch to a view
+                self.topic.spawn(self._store_pin(None))
             self._remember()
 
     def _release(self, view: CompactedView) -> None:
