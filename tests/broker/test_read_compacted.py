@@ -586,3 +586,29 @@ def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_
     finally:
         client.close()
 
+
+
+def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_restart(broker, topic,
+                                                                                   spark_ready):
+    """Subscribed before any compaction, it reads the topic itself; a compaction and a restart
+    later it must not jump into the compacted view (which lacks the tombstones it needs)."""
+    client = make_client(broker.url)
+    items = kv(20, 2)
+    produce(client, topic, items, False)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True, receiver_queue_size=3)
+    seen = [c.receive(5000) for _ in range(25)]
+    c.acknowledge_cumulative(seen[-1])
+    c.close()
+    more = [(f"k{i}", b"") for i in range(5)]
+    produce(client, topic, more, False)
+    compact(broker, topic)
+    client.close()
+    broker.restart()
+    client = make_client(broker.url)
+    try:
+        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+        rest = drain(c)
+        assert_increasing(as_records(seen + rest))
+        assert apply(apply({}, seen), rest) == latest(items + more)
+    finally:
+        client.close()
