@@ -260,3 +260,20 @@ def test_a_live_connection_keeps_its_producer_name(broker, topic):
         c2.create_producer(name, producer_name="taken")
     c2.close()
     c1.close()
+
+
+@pytest.mark.parametrize("which", ["--broker-port", "--web-port"])
+def test_a_taken_port_is_a_one_line_error(tmp_path, which):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        other = "--web-port" if which == "--broker-port" else "--broker-port"
+        proc = subprocess.run(
+            [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path),
+             which, str(port), other, "0"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot listen" in lines[0], proc.stderr

@@ -196,9 +196,14 @@ class BrokerServer:
         from .compaction_monitor import CompactionMonitor
 
         service.compaction_monitor = CompactionMonitor(service)
-        await service.compaction_monitor.start()
-        service.housekeeping.start()
-        await self.start_web()
+        try:
+            await service.compaction_monitor.start()
+            service.housekeeping.start()
+            await self.start_web()
+        except BaseException:
+            # e.g. the web port is taken: undo what started (close storage cleanly), then report
+            await self.shutdown()
+            raise
 
     async def start_web(self) -> None:
         """Start the web service (admin REST API, /metrics) when it is built.
