@@ -27,8 +27,10 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
+        self.extra_args = list(extra_args or [])
         self.port = free_port()
         self.web_port = free_port()
         self.overrides = dict(overrides or {})
@@ -47,6 +49,7 @@ class BrokerProcess:
         ]
         for k, v in self.overrides.items():
             cmd += ["--config-override", f"{k}={v}"]
+        cmd += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=ROOT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})

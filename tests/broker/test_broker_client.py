@@ -525,10 +525,12 @@ def test_bad_checksum_gets_send_error_and_connection_stays(broker):
     wire.close()
 
 
-def test_topic_not_found_when_auto_creation_is_off(tmp_path):
+def test_topic_not_found_when_auto_creation_is_off_in_a_config_file(tmp_path):
     from .conftest import BrokerProcess
 
-    b = BrokerProcess(tmp_path / "data", {"allowAutoTopicCreation": "false"})
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# broker.conf syntax\nallowAutoTopicCreation=false\n")
+    b = BrokerProcess(tmp_path / "data", extra_args=["--config", str(conf)])
     b.start()
     try:
         c = make_client(b.url)

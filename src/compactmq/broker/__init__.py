@@ -1,0 +1,26 @@
+"""The asyncio broker: Pulsar's binary protocol served over compactmq's storage.
+
+How the pieces fit (one arrow = "owns" or "calls")::
+
+    BrokerServer (server)          listening socket, web-service plug, the shutdown order
+      BrokerService                config, Storage, thread pool (run_blocking), ServerState
+        ServerState                every connection and background task
+        TopicManager (topics)      loaded Topics by canonical name; partitioned metadata
+          Topic                    ManagedLedger, producers, subscriptions, group-commit
+                                   appends, TailCache, LedgerEntrySource
+            Producer (producers)   access modes (Shared / Exclusive)
+            Subscription           cursor (+ CursorView snapshot), acks, redelivery counts,
+              (subscriptions)      batch-index acks, seek; one Dispatcher
+              Dispatcher           read position, replay set, pending entries; delivery
+                (dispatchers)      rules per subscription type, choosing with selectors
+                EntrySource        where entries come from (entry_source): the live topic,
+                                   or the compacted view (compacted_source, read compacted)
+              Consumer             permits (flow.PermitWindow), its connection
+        SchemaRegistry (schemas)   stored schemas per topic
+        Housekeeping (server)      ledger rollover by age, retention
+    ServerConnection (connection)  asyncio protocol: socket <-> protocol.frames, output
+      CommandHandler (handlers)    one method per client command, each its own error boundary
+
+Storage is synchronous: the broker calls it only through ``BrokerService.run_blocking`` (a
+thread pool), never on the event loop.
+"""
