@@ -22,14 +22,18 @@ def _concat(blobs):
     return buf, offs, lens
 
 
-def _rows_as_set(rows):
+def _rows_as_set(rows, keys):
+    """Rows as (entry, batch index, key, tombstone, event time); keys found back by their hash."""
+    by_hash = {es.hash_key_py(k.encode()): k for k in keys if k is not None}
     ordinal, entry, bidx = es.unpack_positions(rows.pos)
+    assert list(rows.pos) == sorted(rows.pos)
     out = set()
     for i in range(len(rows)):
-        key = bytes(rows.key_data[rows.key_offsets[i] : rows.key_offsets[i + 1]])
         keyless = bool(rows.flags[i] & es.FLAG_KEYLESS)
-        out.add((int(entry[i]), int(bidx[i]), None if keyless else key.decode(),
-                 bool(rows.flags[i] & es.FLAG_TOMBSTONE), int(rows.event_time[i])))
+        if keyless:
+            assert rows.h1[i] == rows.pos[i] and rows.h2[i] == es.KEYLESS_MARK
+        key = None if keyless else by_hash[(int(rows.h1[i]), int(rows.h2[i]))]
+        out.add((int(entry[i]), int(bidx[i]), key, bool(rows.flags[i] & es.FLAG_TOMBSTONE), int(rows.event_time[i])))
     return out
 
 
@@ -42,7 +46,7 @@ def _expected(blobs):
         for bidx, key, payload, et, co in msgs:
             if co:
                 continue
-            out.add((eid, bidx, key, len(payload) == 0, et))
+            out.add((eid, bidx, key, key is not None and len(payload) == 0, et))
     return out
 
 
@@ -63,7 +67,8 @@ entry = st.one_of(
 def test_rows_match_protobuf(blobs):
     buf, offs, lens = _concat(blobs)
     rows = es.entry_rows(buf, np.arange(len(blobs)), offs, lens, 3)
-    assert _rows_as_set(rows) == _expected(blobs)
+    keys = {m[1] for b in blobs for m in E.decode(b)[1]}
+    assert _rows_as_set(rows, keys) == _expected(blobs)
     assert (es.unpack_positions(rows.pos)[0] == 3).all()
 
 
@@ -112,3 +117,31 @@ def test_rebuild_batch_with_placeholders(codec):
                                                         (3, b"", True), (4, b"C" * 50, False)]
     # all survive: the bytes are untouched
     assert bytes(es.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0]) == blobs[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=20))
+def test_vectorised_key_hash_matches_reference(keys):
+    buf = np.frombuffer(b"".join(keys) + b"tail", np.uint8)
+    lens = np.array([len(k) for k in keys], np.int64)
+    offs = np.zeros(len(keys), np.int64)
+    np.cumsum(lens[:-1], out=offs[1:])
+    h1, h2 = es.hash_keys(buf, offs, lens)
+    assert [(int(a), int(b)) for a, b in zip(h1, h2)] == [es.hash_key_py(k) for k in keys]
+
+
+def test_key_hash_separates_similar_keys():
+    keys = [b"", b"\0", b"\0\0", b"a", b"a\0", b"key-0000001", b"key-0000002", b"x" * 8, b"x" * 9]
+    assert len({es.hash_key_py(k) for k in keys}) == len(keys)
+
+
+def test_combine_latest_keeps_the_last_row_per_key_in_position_order():
+    h1 = np.array([5, 7, 5, 5, 9, 7], np.int64)
+    h2 = np.array([1, 1, 2, 1, 1, 1], np.int64)  # (5, 2) shares h1 with (5, 1): a collision
+    rows = es.Rows(h1, h2, np.arange(6, dtype=np.int64) * 10, np.array([0, 0, 0, 1, 0, 0], np.int8), np.zeros(6, np.int64))
+    out = es.combine_latest(rows)
+    # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50; the row at 0 is kept too
+    # because the collision interleaves (5,1) and (5,2) -- extra rows are harmless, the final
+    # aggregate discards them
+    assert out.pos.tolist() == [0, 20, 30, 40, 50]
+    assert out.flags.tolist() == [0, 0, 1, 0, 0]

@@ -368,16 +368,89 @@ def scan_batches(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: 
     return SubMessages(*cols[:11], (cols[11], cols[12]))
 
 
+# --- key hashes -------------------------------------------------------------------------------
+#
+# Keys are grouped by a 128-bit hash (two independent 64-bit hashes), computed here with numpy so
+# that only fixed-width longs travel to the JVM. Each 64-bit hash reads the key in 8-byte
+# little-endian words (the last one zero-padded), mixes every word with its own seed through the
+# MurmurHash3 64-bit finaliser and folds it in with a multiply; the length is mixed in first, so
+# keys that differ only by trailing zero bytes differ. For n distinct keys the chance that two of
+# them share both hashes is about n^2 / 2^129 if the hashes behave as independent random
+# functions (1.5e-21 for a billion keys). A user strategy compares the real keys anyway.
+
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_SEEDS = (
+    (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD6E8FEB86659FD93)),
+    (np.uint64(0xA0761D6478BD642F), np.uint64(0xE7037ED1A0B428DB)),
+)
+KEYLESS_MARK = -0x3C6EF372FE94F82B  # h2 of a retained keyless row (its h1 is its position)
+
+
+def _fmix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(33))
+    h = h * _M1
+    h = h ^ (h >> np.uint64(33))
+    h = h * _M2
+    return h ^ (h >> np.uint64(33))
+
+
+def hash_keys(buf: np.ndarray, off: np.ndarray, ln: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two 64-bit hashes (as int64) of the keys ``buf[off[i] : off[i] + ln[i]]``."""
+    off = np.asarray(off, np.int64)
+    ln = np.maximum(np.asarray(ln, np.int64), 0)
+    n = len(off)
+    lu = ln.astype(np.uint64)
+    hs = [_fmix(lu ^ s0) for s0, _ in _SEEDS]
+    last = max(len(buf) - 1, 0)
+    words = int((ln.max() + 7) // 8) if n else 0
+    lanes = np.arange(8, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for j in range(words):
+            live = ln > 8 * j
+            idx = np.flatnonzero(live)
+            pos = off[idx, None] + 8 * j + lanes
+            raw = np.take(buf, np.minimum(pos, last)) if len(buf) else np.zeros(pos.shape, np.uint8)
+            raw = np.where(lanes < (ln[idx, None] - 8 * j), raw, 0).astype(np.uint8)
+            w = np.ascontiguousarray(raw).view("<u8").reshape(-1)
+            for k, (s0, s1) in enumerate(_SEEDS):
+                h = hs[k]
+                h[idx] = (h[idx] ^ _fmix(w ^ s1)) * _M1 + s0
+    return tuple(_fmix(h).view(np.int64) for h in hs)
+
+
+def hash_key_py(key: bytes) -> tuple[int, int]:
+    """The same hashes for one key, in plain Python (the tests check the vectorised version)."""
+    mask = (1 << 64) - 1
+
+    def fmix(h):
+        h ^= h >> 33
+        h = (h * 0xFF51AFD7ED558CCD) & mask
+        h ^= h >> 33
+        h = (h * 0xC4CEB9FE1A85EC53) & mask
+        return h ^ (h >> 33)
+
+    out = []
+    for s0, s1 in _SEEDS:
+        s0, s1 = int(s0), int(s1)
+        h = fmix(len(key) ^ s0)
+        for j in range(0, len(key), 8):
+            w = int.from_bytes(key[j : j + 8].ljust(8, b"\0"), "little")
+            h = (((h ^ fmix(w ^ s1)) * 0xFF51AFD7ED558CCD) + s0) & mask
+        h = fmix(h)
+        out.append(h - (1 << 64) if h >= 1 << 63 else h)
+    return out[0], out[1]
+
+
 # --- rows for phase one -----------------------------------------------------------------------
 
 
 @dataclass
 class Rows:
-    """Phase-one rows of one source: key bytes (concatenated, with offsets), packed positions,
-    flags, event times."""
+    """Phase-one rows of one source: key hash, packed position, flags, event time; in position
+    order. A keyless row has ``h1 = pos``, ``h2 = KEYLESS_MARK`` (a group of its own)."""
 
-    key_data: np.ndarray
-    key_offsets: np.ndarray  # int32, n + 1
+    h1: np.ndarray
+    h2: np.ndarray
     pos: np.ndarray
     flags: np.ndarray  # int8
     event_time: np.ndarray
@@ -385,21 +458,30 @@ class Rows:
     def __len__(self):
         return len(self.pos)
 
+    def take(self, idx) -> "Rows":
+        return Rows(self.h1[idx], self.h2[idx], self.pos[idx], self.flags[idx], self.event_time[idx])
 
-def _keys(buf: np.ndarray, off: np.ndarray, ln: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ln = np.maximum(ln, 0)
-    data = gather_ranges(buf, off, ln)
-    offsets = np.zeros(len(ln) + 1, np.int64)
-    np.cumsum(ln, out=offsets[1:])
-    return data, offsets
+    @staticmethod
+    def concat(parts: list) -> "Rows":
+        return Rows(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("h1", "h2", "pos", "flags", "event_time")))
+
+
+def _rows(buf, key_off, key_len, pos, tomb, et) -> Rows:
+    h1, h2 = hash_keys(buf, key_off, key_len)
+    keyless = key_len < 0
+    flags = np.where(keyless, FLAG_KEYLESS, 0) | np.where(tomb & ~keyless, FLAG_TOMBSTONE, 0)
+    h1 = np.where(keyless, pos, h1)
+    h2 = np.where(keyless, KEYLESS_MARK, h2)
+    return Rows(h1, h2, pos, flags.astype(np.int8), et)
 
 
 def entry_rows(buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, ordinal) -> Rows:
-    """Phase-one rows for the entries of one source (``ordinal`` per entry or one for all).
+    """Phase-one rows for the entries of one source (``ordinal`` per entry or one for all), in
+    position order.
 
     Non-batched and encrypted entries give one row (batch index 0) keyed by the outer
     ``partition_key``; a batch gives one row per sub-message that is not already a
-    ``compacted_out`` placeholder; markers give none.
+    ``compacted_out`` placeholder; markers give none. A keyless message is never a tombstone.
     """
     entry_ids = np.asarray(entry_ids, np.int64)
     ordinal = np.broadcast_to(np.asarray(ordinal, np.int64), entry_ids.shape)
@@ -407,31 +489,37 @@ def entry_rows(buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, leng
     live = ~info.marker
     single = np.flatnonzero(live & (~info.batched | info.encrypted))
     batch = np.flatnonzero(live & info.batched & ~info.encrypted)
-
-    # single messages
-    s_keylen = info.key_len[single]
-    s_flags = np.where(s_keylen < 0, FLAG_KEYLESS, 0) | np.where(info.end[single] == info.md_end[single], FLAG_TOMBSTONE, 0)
     s_pos = pack_positions(ordinal[single], entry_ids[single], np.zeros(len(single), np.int64))
-    s_kd, s_ko = _keys(buf, info.key_off[single], s_keylen)
-
+    rows = _rows(buf, info.key_off[single], info.key_len[single], s_pos,
+                 info.end[single] == info.md_end[single], info.event_time[single])
     if not batch.size:
-        return Rows(s_kd, s_ko, s_pos, s_flags.astype(np.int8), info.event_time[single])
-
+        return rows
     bbuf, bstart, bend = batch_payloads(buf, info, batch)
     sub = scan_batches(bbuf, bstart, bend, info.num_messages[batch])
-    keep = ~sub.compacted_out
+    keep = np.flatnonzero(~sub.compacted_out)
     e = batch[sub.batch[keep]]
-    b_keylen = sub.key_len[keep]
-    b_flags = np.where(b_keylen < 0, FLAG_KEYLESS, 0) | np.where(sub.payload_size[keep] == 0, FLAG_TOMBSTONE, 0)
     b_pos = pack_positions(ordinal[e], entry_ids[e], sub.index[keep])
-    b_kd, b_ko = _keys(bbuf, sub.key_off[keep], b_keylen)
-    # row order does not matter to phase one
-    pos = np.concatenate([s_pos, b_pos])
-    flags = np.concatenate([s_flags, b_flags]).astype(np.int8)
-    et = np.concatenate([info.event_time[single], sub.event_time[keep]])
-    kd = np.concatenate([s_kd, b_kd])
-    ko = np.concatenate([s_ko, b_ko[1:] + s_ko[-1]])
-    return Rows(kd, ko, pos, flags, et)
+    brows = _rows(bbuf, sub.key_off[keep], sub.key_len[keep], b_pos, sub.payload_size[keep] == 0,
+                  sub.event_time[keep])
+    if not len(rows):
+        return brows
+    both = Rows.concat([rows, brows])
+    return both.take(np.argsort(both.pos, kind="stable"))
+
+
+def combine_latest(rows: Rows) -> Rows:
+    """Map-side combiner for keep-latest: of the rows of one key in this batch keep only the last
+    (rows must be in position order). Like Spark's partial aggregation, it only removes rows the
+    final aggregate would discard anyway; a tombstone that is a key's last row here is kept, so it
+    still deletes that key's earlier rows elsewhere."""
+    if len(rows) < 2:
+        return rows
+    order = np.argsort(rows.h1, kind="stable")  # stable: position order within equal h1
+    h1, h2 = rows.h1[order], rows.h2[order]
+    last = np.ones(len(order), bool)
+    last[:-1] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
+    keep = np.sort(order[last])
+    return rows.take(keep)
 
 
 # --- rewriting batches in phase two -----------------------------------------------------------

@@ -41,6 +41,7 @@ class RunPlan:
     strategy: str  # native strategy name, or "user"
     strategy_class: Optional[str] = None  # dotted name for a user strategy
     retain_null_key: bool = False
+    combine: bool = False  # keep-latest: map-side combiner in the parsing task (see tasks.group_rows)
     new_horizon: Optional[tuple] = None
     estimated_entries: int = 0
     fault_points: tuple = ()  # test hook: (point, marker file) pairs, see tasks.fault
@@ -74,10 +75,15 @@ def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]
     return [Segment(ordinal=i, **kw) for i, (_, kw) in enumerate(keyed)]
 
 
-def build_groups(segments: list[Segment], parallelism: int, min_group: int = 20_000) -> list[list[int]]:
-    """Consecutive segments of one kind, about total / (3 x parallelism) entries each."""
+MAX_GROUP_ENTRIES = 4_000_000
+
+
+def build_groups(segments: list[Segment], parallelism: int, min_group: int = 20_000,
+                 max_group: int = MAX_GROUP_ENTRIES) -> list[list[int]]:
+    """Consecutive segments of one kind, about total / parallelism entries each (at most
+    ``max_group``): few large groups give the keep-latest combiner the most to remove."""
     total = sum(s.est_entries for s in segments)
-    target = max(min_group, total // max(1, 3 * parallelism) + 1)
+    target = min(max_group, max(min_group, -(-total // max(1, parallelism))))
     groups: list[list[int]] = []
     size = 0
     for s in segments:

@@ -83,7 +83,7 @@ class _TopicLock:
 
 class CompactionRunner:
     def __init__(self, storage, topic: str, config, engine, *, abort_hook: Optional[Callable[[str], None]] = None,
-                 clock: Callable[[], float] = time.time, fault_points: tuple = ()):
+                 clock: Callable[[], float] = time.time, fault_points: tuple = (), combine: bool = True):
         from ..naming import canonical
 
         self.storage = storage
@@ -93,6 +93,7 @@ class CompactionRunner:
         self.abort_hook = abort_hook or (lambda point: None)
         self.clock = clock
         self.fault_points = fault_points
+        self.combine = combine
 
     @property
     def data_dir(self) -> str:
@@ -221,6 +222,7 @@ class CompactionRunner:
         return RunPlan(
             topic=self.topic, segments=segments, groups=groups, run_dir=run_dir,
             strategy=native or "user", retain_null_key=settings["retain_null_key"],
+            combine=native == "keep-latest" and self.combine,
             new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
             fault_points=tuple(self.fault_points),
         )

@@ -52,45 +52,43 @@ def load_segment(seg: Segment):
     return np.frombuffer(buf, np.uint8), ids[m], offs[m] + lf.RECORD_HEADER_SIZE, lens[m]
 
 
-def group_rows(plan: RunPlan, group: int) -> Iterator[es.Rows]:
-    """Phase-one rows of every segment of a group (keyless rows only when they are retained)."""
+def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Iterator[es.Rows]:
+    """Phase-one rows of every segment of a group. Keyless rows are dropped unless retained;
+    for keep-latest the whole group goes through the map-side combiner (``combine_latest``).
+    ``stats["messages"]`` adds up the messages parsed."""
+    parts = []
     for ordinal in plan.groups[group]:
         seg = plan.segments[ordinal]
         buf, eids, offs, lens = load_segment(seg)
         if not len(eids):
             continue
         rows = es.entry_rows(buf, eids, offs, lens, ordinal)
+        if stats is not None:
+            stats["messages"] = stats.get("messages", 0) + len(rows)
         if not plan.retain_null_key:
             keep = (rows.flags & es.FLAG_KEYLESS) == 0
             if not keep.all():
-                rows = _select(rows, keep)
-        else:  # a keyless message is never a tombstone
-            rows.flags = np.where(rows.flags & es.FLAG_KEYLESS, es.FLAG_KEYLESS, rows.flags).astype(np.int8)
-        yield rows
+                rows = rows.take(np.flatnonzero(keep))
+        if plan.combine:
+            parts.append(rows)
+        else:
+            yield rows
+    if parts:
+        rows = es.combine_latest(es.Rows.concat(parts))
+        for start in range(0, len(rows), ARROW_BATCH_ROWS):
+            yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
 
 
-def _select(rows: es.Rows, mask: np.ndarray) -> es.Rows:
-    idx = np.flatnonzero(mask)
-    starts, ends = rows.key_offsets[:-1][idx], rows.key_offsets[1:][idx]
-    data = es.gather_ranges(rows.key_data, starts, ends - starts)
-    offs = np.zeros(len(idx) + 1, np.int64)
-    np.cumsum(ends - starts, out=offs[1:])
-    return es.Rows(data, offs, rows.pos[idx], rows.flags[idx], rows.event_time[idx])
+ARROW_BATCH_ROWS = 1 << 20
 
 
 def rows_to_arrow(rows: es.Rows, with_event_time: bool):
-    """One Arrow record batch ``key binary (null when keyless), pos long, flags byte[, et long]``."""
+    """One Arrow record batch ``h1 long, h2 long, pos long, flags byte[, et long]``."""
     import pyarrow as pa
 
-    n = len(rows)
-    valid = (rows.flags & es.FLAG_KEYLESS) == 0
-    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    keys = pa.Array.from_buffers(
-        pa.binary(), n,
-        [bitmap, pa.py_buffer(rows.key_offsets.astype(np.int32).tobytes()), pa.py_buffer(rows.key_data.tobytes())],
-    )
-    cols = [keys, pa.array(rows.pos, pa.int64()), pa.array(rows.flags, pa.int8())]
-    names = ["key", "pos", "flags"]
+    cols = [pa.array(rows.h1, pa.int64()), pa.array(rows.h2, pa.int64()), pa.array(rows.pos, pa.int64()),
+            pa.array(rows.flags, pa.int8())]
+    names = ["h1", "h2", "pos", "flags"]
     if with_event_time:
         cols.append(pa.array(rows.event_time, pa.int64()))
         names.append("et")

@@ -1,8 +1,9 @@
 """The Spark side of a compaction run: ``DataFrame -> DataFrame`` functions and two thin jobs.
 
-Phase one reads rows ``(key, pos, flags[, et])`` produced by Python workers (``mapInArrow`` over
-one input row per group, so each task parses its own ledger files), hashes keys in the JVM and
-finds the surviving position per key with Spark's own operators:
+Phase one reads rows ``(h1, h2, pos, flags[, et])`` -- a 128-bit key hash, the packed position,
+tombstone/keyless flags -- produced by Python workers (``mapInArrow`` over one input row per
+group, so each task parses its own ledger files) and finds the surviving position per key with
+Spark's own operators:
 
 * keep-latest: ``max((pos << 1) | tombstone)`` per key -- one long, so Spark plans a hash
   aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0;
@@ -10,10 +11,12 @@ finds the surviving position per key with Spark's own operators:
   (resp. the newest event time, then latest) of the values after it;
 * a user strategy: rows sorted by key within partitions, folded in Python workers.
 
-Keys are grouped by two 64-bit xxhash64 values with different seeds (a 128-bit key hash, as
-Kafka's cleaner does with MD5): for n distinct keys the chance that any two share both hashes is
-about n^2 / 2^129 (1e-20 for a billion keys). A keyless message that is retained gets a group of
-its own (its position stands in for the hash).
+Keys are grouped by a 128-bit hash (``entry_scan.hash_keys``; Kafka's cleaner groups by an MD5 of
+the key for the same reason): for n distinct keys the chance that two share it is about
+n^2 / 2^129 (1.5e-21 for a billion keys). A retained keyless message gets a group of its own (its
+position stands in for the hash). For keep-latest each parsing task first drops the rows that a
+later row of the same key in its own group supersedes (a map-side combiner, as Spark's partial
+aggregation would), which cuts the rows handed to the JVM several-fold on skewed or long topics.
 
 Phase two shuffles the surviving positions (longs, never payloads) to one task per group, sorted
 by position; each task re-reads its own ledger files and writes a part file.
@@ -27,8 +30,6 @@ from .. import entry_scan as es
 from .. import tasks
 from ..plan import RunPlan
 
-KEY_SEED = "compactmq-key-hash-2"
-KEYLESS_MARK = -0x3C6EF372FE94F82B  # h2 of retained keyless rows (h1 = their position)
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
 
 
@@ -36,29 +37,27 @@ def read_rows(spark, plan: RunPlan, counter=None):
     """Phase-one rows of every group, parsed in Python workers (one task per group). ``counter``
     (a Spark accumulator) adds up the messages parsed."""
     with_et = plan.strategy == "event-time"
-    schema = "key binary, pos long, flags byte" + (", et long" if with_et else "")
+    schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
 
     def parse(batches):
         for batch in batches:
             for group in batch.column(0).to_pylist():
-                for rows in tasks.group_rows(plan, group):
-                    if counter is not None:
-                        counter.add(len(rows))
+                stats: dict = {}
+                for rows in tasks.group_rows(plan, group, stats):
                     yield tasks.rows_to_arrow(rows, with_et)
+                if counter is not None:
+                    counter.add(stats.get("messages", 0))
 
     n = len(plan.groups)
     return spark.range(0, n, 1, n).mapInArrow(parse, schema)
 
 
 def with_key_hash(rows):
-    """Add ``h1, h2`` (128-bit key hash; a retained keyless row gets a unique pair) and ``tomb``."""
+    """``h1, h2, pos, tomb[, et]``: the rows as the strategies consume them."""
     from pyspark.sql import functions as F
 
-    keyless = (F.col("flags").bitwiseAND(F.lit(es.FLAG_KEYLESS))) != 0
     return rows.select(
-        F.when(keyless, F.col("pos")).otherwise(F.xxhash64("key")).alias("h1"),
-        F.when(keyless, F.lit(KEYLESS_MARK)).otherwise(F.xxhash64(F.lit(KEY_SEED), "key")).alias("h2"),
-        "pos",
+        "h1", "h2", "pos",
         (F.col("flags").bitwiseAND(F.lit(es.FLAG_TOMBSTONE)) != 0).alias("tomb"),
         *([F.col("et")] if "et" in rows.columns else []),
     )

@@ -1,0 +1,438 @@
+"""Compaction benchmark: N 100-byte messages, K keys, 1 % tombstones, batched and non-batched.
+
+For each layout it measures, on a data directory built once and cached under --work-dir:
+
+* a full compaction (the topic's first) through ``SparkCompactionService.compact()`` -- JVM start
+  excluded (the session is started and measured separately); the first run in a fresh session is
+  reported as "cold", the following ones as "warm" (median of --repeat);
+* an incremental run after 1 % new messages (median of --repeat successive increments);
+* peak memory: this driver process, the JVM, and the Python workers (sampled from /proc);
+* baselines on the same data: a plain single-process Python two-pass dict dedup (protobuf
+  parsing, then a second pass writing survivors), and the time to read the input bytes once.
+
+Results go to bench/results/compaction.json (or --out). ``--quick``: 1 M messages, 100 k keys.
+
+    .venv/bin/python bench/compaction_bench.py [--quick] [--messages N] [--keys K] [--layouts a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import struct
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+TOPIC = "persistent://public/default/bench"
+PAYLOAD = 100
+BATCH = 100  # messages per batch in the batched layout
+PER_LEDGER = 50_000
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def make_messages(n: int, keys: int, tombstone_rate: float, seed: int):
+    """(key ids, tombstone flags) for n messages: keys uniform over `keys`, 1 % tombstones."""
+    rng = np.random.default_rng(seed)
+    key_ids = rng.integers(0, keys, n)
+    tomb = rng.random(n) < tombstone_rate
+    return key_ids, tomb
+
+
+def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0) -> list[bytes]:
+    """Stored entries (magic, crc32c, metadata, payload) built by hand for speed; the protobuf
+    layout is checked against pulsar_pb2 in a self-test at start."""
+    import crc32c
+
+    rng = random.Random(seed)
+    payload = bytes(rng.randrange(256) for _ in range(PAYLOAD))
+    out = []
+    now = 1_700_000_000_000
+    if not batched:
+        for i, (k, t) in enumerate(zip(key_ids.tolist(), tomb.tolist())):
+            key = b"key-%07d" % k
+            md = (b"\x0a\x05bench\x10" + _varint(seq0 + i) + b"\x18" + _varint(now) + b"\x32" + bytes([len(key)]) + key)
+            body = struct.pack(">I", len(md)) + md + (b"" if t else payload)
+            out.append(struct.pack(">HI", 0x0E01, crc32c.crc32c(body)) + body)
+        return out
+    n = len(key_ids)
+    kl, tl = key_ids.tolist(), tomb.tolist()
+    for b0 in range(0, n, BATCH):
+        parts = []
+        for k, t in zip(kl[b0 : b0 + BATCH], tl[b0 : b0 + BATCH]):
+            key = b"key-%07d" % k
+            p = b"" if t else payload
+            smm = b"\x12" + bytes([len(key)]) + key + b"\x18" + _varint(len(p))
+            parts.append(struct.pack(">I", len(smm)) + smm + p)
+        count = len(parts)
+        md = (b"\x0a\x05bench\x10" + _varint(seq0 + b0) + b"\x18" + _varint(now) + b"\x58" + _varint(count))
+        body = struct.pack(">I", len(md)) + md + b"".join(parts)
+        out.append(struct.pack(">HI", 0x0E01, crc32c.crc32c(body)) + body)
+    return out
+
+
+def self_test() -> None:
+    from compactmq.protocol.frames import parse_entry
+    from compactmq.protocol.batch import decode_batch
+
+    k, t = np.array([3, 4]), np.array([False, True])
+    md, payload = parse_entry(build_entries(k, t, False, 1)[1])
+    assert md.partition_key == "key-0000004" and payload == b""
+    md, payload = parse_entry(build_entries(k, t, True, 1)[0])
+    items = decode_batch(md, payload)
+    assert md.num_messages_in_batch == 2 and [i.meta.partition_key for i in items] == ["key-0000003", "key-0000004"]
+
+
+def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int) -> str:
+    """Data directory with N messages of `layout`; built once, cached (with a metadata snapshot
+    from before any compaction, restored before each full run)."""
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    d = os.path.join(work_dir, f"{layout}-{n}-{keys}")
+    if os.path.exists(os.path.join(d, "READY")):
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    storage = Storage(os.path.join(d, "data"), cfg)
+    ml = storage.open_managed_ledger(TOPIC)
+    key_ids, tomb = make_messages(n, keys, 0.01, seed)
+    chunk = PER_LEDGER if layout == "nonbatched" else PER_LEDGER * BATCH
+    t0 = time.time()
+    for c in range(0, n, chunk):
+        entries = build_entries(key_ids[c : c + chunk], tomb[c : c + chunk], layout == "batched", seed, c)
+        for e0 in range(0, len(entries), PER_LEDGER):
+            ml.append_many(entries[e0 : e0 + PER_LEDGER])
+        log(f"prepare {layout}: {min(c + chunk, n)}/{n} messages ({time.time() - t0:.0f}s)")
+    storage.close()
+    snapshot_metadata(d)
+    open(os.path.join(d, "READY"), "w").close()
+    return d
+
+
+def snapshot_metadata(d: str) -> None:
+    import sqlite3
+
+    db = os.path.join(d, "data", "metadata.db")
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    shutil.copyfile(db, os.path.join(d, "metadata.snapshot"))
+
+
+def restore_metadata(d: str) -> None:
+    db = os.path.join(d, "data", "metadata.db")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.unlink(db + suffix)
+    shutil.copyfile(os.path.join(d, "metadata.snapshot"), db)
+    shutil.rmtree(os.path.join(d, "data", "compacted"), ignore_errors=True)
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+class MemorySampler:
+    """Peak RSS of the driver, the JVM and the JVM's descendants (Python workers), from /proc."""
+
+    def __init__(self, jvm_pid: int | None, period: float = 0.1):
+        self.jvm_pid = jvm_pid
+        self.period = period
+        self.peak = {"driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0, "total_mb": 0.0}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _rss(pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    @staticmethod
+    def _children() -> dict[int, list[int]]:
+        kids: dict[int, list[int]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    kids.setdefault(ppid, []).append(int(name))
+                except (OSError, IndexError, ValueError):
+                    pass
+        return kids
+
+    def sample(self) -> None:
+        driver = self._rss(os.getpid())
+        jvm = workers = 0.0
+        if self.jvm_pid:
+            jvm = self._rss(self.jvm_pid)
+            kids = self._children()
+            stack = list(kids.get(self.jvm_pid, []))
+            while stack:
+                p = stack.pop()
+                workers += self._rss(p)
+                stack.extend(kids.get(p, []))
+        for k, v in (("driver_mb", driver), ("jvm_mb", jvm), ("python_workers_mb", workers),
+                     ("total_mb", driver + jvm + workers)):
+            self.peak[k] = max(self.peak[k], round(v, 1))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.sample()
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.sample()
+
+
+# --- baselines --------------------------------------------------------------------------------
+
+
+def ledger_files(data_dir: str) -> list[str]:
+    out = []
+    for root, _, files in os.walk(os.path.join(data_dir, "ledgers")):
+        out.extend(os.path.join(root, f) for f in files if f.endswith(".log"))
+    return sorted(out)
+
+
+def read_once(data_dir: str) -> dict:
+    t0 = time.perf_counter()
+    total = 0
+    for p in ledger_files(data_dir):
+        with open(p, "rb") as f:
+            while True:
+                b = f.read(1 << 24)
+                if not b:
+                    break
+                total += len(b)
+    return {"seconds": round(time.perf_counter() - t0, 3), "bytes": total}
+
+
+def python_dict_dedup(data_dir: str, out_path: str) -> dict:
+    """Two passes in one Python process: (1) key -> latest (ledger, entry, index) by parsing
+    metadata with pulsar_pb2; (2) re-read and write the entries holding survivors."""
+    from compactmq.protocol import pulsar_pb2 as pb
+    from compactmq.storage import ledger_file as lf
+
+    def messages(buf, offs, lens):
+        mv = memoryview(buf)
+        for o, ln in zip(offs.tolist(), lens.tolist()):
+            o += lf.RECORD_HEADER_SIZE
+            (size,) = struct.unpack_from(">I", mv, o + 6)
+            md = pb.MessageMetadata()
+            md.ParseFromString(mv[o + 10 : o + 10 + size])
+            payload = mv[o + 10 + size : o + ln]
+            if not md.HasField("num_messages_in_batch"):
+                yield o, ln, 0, md.partition_key, len(payload) == 0
+                continue
+            p = 0
+            for i in range(md.num_messages_in_batch):
+                (n,) = struct.unpack_from(">I", payload, p)
+                smm = pb.SingleMessageMetadata()
+                smm.ParseFromString(payload[p + 4 : p + 4 + n])
+                p += 4 + n + smm.payload_size
+                yield o, ln, i, smm.partition_key, smm.payload_size == 0
+
+    files = ledger_files(data_dir)
+    t0 = time.perf_counter()
+    latest: dict = {}
+    for fi, path in enumerate(files):
+        with open(path, "rb") as f:
+            buf = f.read()
+        ids, offs, lens = lf.scan_entries(buf, verify_crc=False)
+        for o, ln, i, key, tomb in messages(buf, offs, lens):
+            latest[key] = None if tomb else (fi, o, i)
+    t1 = time.perf_counter()
+    keep = {v[:2] for v in latest.values() if v is not None}
+    written = 0
+    with open(out_path, "wb") as out:
+        for fi, path in enumerate(files):
+            with open(path, "rb") as f:
+                buf = f.read()
+            ids, offs, lens = lf.scan_entries(buf, verify_crc=False)
+            for o, ln in zip(offs.tolist(), lens.tolist()):
+                if (fi, o + lf.RECORD_HEADER_SIZE) in keep:
+                    out.write(buf[o : o + lf.RECORD_HEADER_SIZE + ln])
+                    written += 1
+    t2 = time.perf_counter()
+    os.unlink(out_path)
+    return {"seconds": round(t2 - t0, 3), "pass1_seconds": round(t1 - t0, 3), "pass2_seconds": round(t2 - t1, 3),
+            "keys_alive": len(keep) and sum(1 for v in latest.values() if v is not None), "entries_written": written}
+
+
+# --- the runs ---------------------------------------------------------------------------------
+
+
+def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    storage = Storage(os.path.join(d, "data"), cfg)
+    try:
+        service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=spark_conf)
+        last = [0.0]
+
+        def progress(p):
+            now = time.perf_counter()
+            if now - last[0] > 2 or p.phase in ("commit", "done"):
+                last[0] = now
+                log(f"  {p.phase:<9} {p.entries_processed}/{p.entries_total} entries")
+
+        with MemorySampler(sampler_pid) as mem:
+            t0 = time.perf_counter()
+            result = service.compact(progress)
+            secs = time.perf_counter() - t0
+        return {"seconds": round(secs, 3), "messages_read": result.messages_read,
+                "messages_kept": result.messages_kept, "entries_written": result.entries_written,
+                "peak_memory": mem.peak}, storage
+    except BaseException:
+        storage.close()
+        raise
+
+
+def incremental(d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, batched: bool, seed: int) -> dict:
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    storage = Storage(os.path.join(d, "data"), cfg)
+    try:
+        ml = storage.open_managed_ledger(TOPIC)
+        key_ids, tomb = make_messages(n_new, keys, 0.01, seed)
+        entries = build_entries(key_ids, tomb, batched, seed, 10**9 + seed)
+        for e0 in range(0, len(entries), PER_LEDGER):
+            ml.append_many(entries[e0 : e0 + PER_LEDGER])
+        service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=spark_conf)
+        with MemorySampler(sampler_pid) as mem:
+            t0 = time.perf_counter()
+            result = service.compact()
+            secs = time.perf_counter() - t0
+        return {"seconds": round(secs, 3), "messages_read": result.messages_read, "new_messages": n_new,
+                "messages_kept": result.messages_kept, "peak_memory": mem.peak}
+    finally:
+        storage.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 M messages, 100 k keys")
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--layouts", default="nonbatched,batched")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baselines", default="yes", choices=("yes", "no"))
+    ap.add_argument("--work-dir", default="/tmp/compactmq-bench")
+    ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction.json"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.messages, args.keys = 1_000_000, 100_000
+    self_test()
+    spark_conf = {"spark.master": args.spark_master, "spark.ui.enabled": "false",
+                  "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
+    from compactmq.compaction.spark.session import get_session
+
+    t0 = time.perf_counter()
+    spark = get_session(spark_conf)
+    jvm_start = time.perf_counter() - t0
+    jvm_pid = getattr(getattr(spark.sparkContext._gateway, "proc", None), "pid", None)
+    log(f"Spark session up in {jvm_start:.1f}s (JVM pid {jvm_pid})")
+    report = {
+        "benchmark": "compaction",
+        "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
+        "params": {"messages": args.messages, "keys": args.keys, "payload_bytes": PAYLOAD,
+                   "tombstone_rate": 0.01, "batch_size": BATCH, "entries_per_ledger": PER_LEDGER,
+                   "spark_master": args.spark_master, "repeat": args.repeat},
+        "jvm_and_session_start_seconds": round(jvm_start, 2),
+        "layouts": {},
+    }
+    for layout in args.layouts.split(","):
+        d = prepare(args.work_dir, layout, args.messages, args.keys, seed=11)
+        res: dict = {}
+        runs = []
+        for rep in range(args.repeat + 1):
+            restore_metadata(d)
+            log(f"{layout}: full compaction run {rep + 1}/{args.repeat + 1}")
+            run, storage = compact_once(d, spark_conf, jvm_pid)
+            storage.close()
+            run["messages_per_second"] = round(args.messages / run["seconds"])
+            log(f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}")
+            runs.append(run)
+        res["full_cold"] = runs[0]
+        warm = runs[1:] or runs
+        res["full_runs"] = warm
+        res["full_median_seconds"] = statistics.median(r["seconds"] for r in warm)
+        res["full_median_messages_per_second"] = round(args.messages / res["full_median_seconds"])
+        incs = []
+        for rep in range(args.repeat):
+            log(f"{layout}: incremental run {rep + 1}/{args.repeat} after 1 % new messages")
+            inc = incremental(d, spark_conf, jvm_pid, args.messages // 100, args.keys, layout == "batched", 100 + rep)
+            log(f"{layout}: incremental {inc['seconds']}s")
+            incs.append(inc)
+        res["incremental_runs"] = incs
+        res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)
+        res["peak_memory_mb"] = {k: max(r["peak_memory"][k] for r in runs + incs) for k in runs[0]["peak_memory"]}
+        restore_metadata(d)  # leave the cached data dir as built (appended increments stay; harmless)
+        if args.baselines == "yes":
+            res["read_input_once"] = read_once(os.path.join(d, "data"))
+            log(f"{layout}: read input once {res['read_input_once']}")
+            log(f"{layout}: plain Python two-pass dict dedup ...")
+            res["python_dict_dedup"] = python_dict_dedup(os.path.join(d, "data"), os.path.join(d, "dedup.out"))
+            log(f"{layout}: python dict {res['python_dict_dedup']}")
+            res["ratios"] = {
+                "python_dict_over_spark": round(res["python_dict_dedup"]["seconds"] / res["full_median_seconds"], 2),
+                "spark_over_read_once": round(res["full_median_seconds"] / max(1e-9, res["read_input_once"]["seconds"]), 1),
+            }
+        report["layouts"][layout] = res
+    report["machine"]["load_average_at_end"] = os.getloadavg()
+    report["driver_max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    log(f"wrote {args.out}")
+    print(json.dumps({k: {kk: v.get(kk) for kk in ("full_median_messages_per_second", "incremental_median_seconds")}
+                      for k, v in report["layouts"].items()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
