@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 T = pb.BaseCommand.Type
 _INT64_MAX = (1 << 63) - 1
+_SIGN_BIT = 1 << 63
+_U64 = 1 << 64
 
 _producer_names = itertools.count()
 
@@ -460,8 +462,13 @@ class _ConsumerNotFound(NotFound):
 
 
 def _position(mid: pb.MessageIdData) -> Position:
-    m = commands.message_id_tuple(mid)
-    return Position(m.ledger_id, m.entry_id)
+    # one call per acknowledged id: the signed conversion of commands.message_id_tuple, inline
+    ledger_id, entry_id = mid.ledgerId, mid.entryId
+    if ledger_id >= _SIGN_BIT:
+        ledger_id -= _U64
+    if entry_id >= _SIGN_BIT:
+        entry_id -= _U64
+    return Position(ledger_id, entry_id)
 
 
 def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
