@@ -34,7 +34,7 @@ from ..errors import (
 from ..naming import TopicName
 from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
-from ..storage.position import Position
+from ..storage.position import EARLIEST, Position
 from . import compacted_source
 from .dispatchers import peek_metadata
 from .producers import Producer
@@ -472,7 +472,11 @@ def _position(mid: pb.MessageIdData) -> Position:
 
 
 def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
-    """Where a new cursor starts: "earliest", "latest", or the position of its first entry.
+    """Where a new cursor starts: EARLIEST, "latest", or the position of its first entry.
+
+    EARLIEST is (-1, -1) rather than storage's "earliest" (just before the first *retained*
+    ledger): a read-compacted consumer at the start may be served compacted entries from
+    ledgers retention already deleted, and those must not look acknowledged.
 
     A reader's start_message_id (L, E) delivers from entry E itself; the client drops it when
     the reader is not inclusive (Pulsar's brokers step back one entry the same way, because
@@ -482,12 +486,12 @@ def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
     if not durable and cmd.HasField("start_message_id"):
         m = commands.message_id_tuple(cmd.start_message_id)
         if m.ledger_id < 0 or m.entry_id < 0:
-            return "earliest"
+            return EARLIEST
         if m.ledger_id >= _INT64_MAX:
             return "latest"
         return Position(m.ledger_id, m.entry_id)
     if cmd.initialPosition == pb.CommandSubscribe.Earliest:
-        return "earliest"
+        return EARLIEST
     return "latest"
 
 
