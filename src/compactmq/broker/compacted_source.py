@@ -200,16 +200,40 @@ class TopicViews:
             self._settings_at = now
         return self._settings
 
-    def read_blocking(self, view: CompactedView, start: Position, n: int) -> list[Entry]:
-        """Entries of ``view`` >= ``start`` that retention lets a consumer see."""
-        first = self.topic.ledger.first_position()
+    @property
+    def keep_mode(self) -> bool:
+        """keep-until-tombstone (as last read; settings are read in the thread pool)."""
+        settings = self._settings
+        return settings is not None and settings.get("retention_mode") != RETENTION_BOUNDED
+
+    def at_beginning(self, start: Position) -> bool:
+        """keep-until-tombstone: ``start`` is at (or before) the first entry retention kept, so
+        the compacted entries below it are still ahead of the consumer."""
         if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
+            return False
+        first = self.topic.ledger.first_position()
+        return first is None or start <= first
+
+    def pin_candidate_blocking(self, start: Position) -> Optional[CompactedView]:
+        """The view in force if a consumer reading from ``start`` should pin it."""
+        view = self.current_blocking()
+        if view is not None and (start <= view.horizon or self.at_beginning(start)):
+            return view
+        return None
+
+    def read_blocking(self, view: CompactedView, start: Position, n: int, progress: bool = False) -> list[Entry]:
+        """Entries of ``view`` >= ``start`` that retention lets a consumer see. ``progress``:
+        ``start`` continues what this consumer read from the view (not a start or a rewind)."""
+        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
+            first = self.topic.ledger.first_position()
             if first is None:
                 return []  # retention removed everything the view summarises
             if start < first:
                 start = Position(*first)
-        elif first is None or start <= first:
-            start = EARLIEST  # the consumer is at the start of what the topic retains
+        elif not progress and self.at_beginning(start):
+            start = EARLIEST  # every compacted entry is still ahead of this consumer
+        if start > view.horizon:
+            return []
         return view.read(start, n)
 
     def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
@@ -260,6 +284,7 @@ class CompactedEntrySource(EntrySource):
         self.on_live = False  # pins no new view: it passed its view, or started on the topic
         self.floor: Optional[Position] = None  # reads of the topic start here (a released view)
         self.floor_last: Optional[tuple] = None  # last message of the released view
+        self._returned: Optional[tuple[Position, Position]] = None  # span of the last view read
         self._restored = False
 
     @property
@@ -332,8 +357,8 @@ class CompactedEntrySource(EntrySource):
             await self._restore()
         if self.view is not None or self.on_live:
             return self.view
-        view = await self._run(self.views.current_blocking)
-        if view is not None and start <= view.horizon:
+        view = await self._run(self.views.pin_candidate_blocking, start)
+        if view is not None:
             self.view = view
             if self.subscription.durable:
                 self.topic.spawn(self._store_pin(view))
@@ -353,6 +378,7 @@ class CompactedEntrySource(EntrySource):
         self.view = None
         self.on_live = False
         self.floor = self.floor_last = None
+        self._returned = None
         self._restored = True
 
     def _went_live(self) -> None:
@@ -382,14 +408,20 @@ class CompactedEntrySource(EntrySource):
         if not self.wanted():
             return await self.live.read(start, max_entries)
         view = await self._view_for(start)
-        if view is not None and self.subscription.mark_delete_position() >= view.horizon:
+        if view is not None and self.on_live and self.subscription.mark_delete_position() >= view.horizon:
+            # read past and acknowledged (a cursor cannot sit below retention, so "acknowledged"
+            # alone would release a view a keep-until-tombstone reader has not read yet)
             self._release(view)
             view = None
         if view is not None:
             # the pinned view serves every read at or below its horizon (a rewind included)
-            if start <= view.horizon:
-                entries = await self._run(self.views.read_blocking, view, start, max_entries)
+            if start <= view.horizon or self.views.keep_mode:
+                span = self._returned
+                progress = span is not None and span[0] <= start <= span[1]
+                entries = await self._run(self.views.read_blocking, view, start, max_entries, progress)
                 if entries:
+                    last = entries[-1][0]
+                    self._returned = (entries[0][0], Position(last[0], last[1] + 1))
                     self._mark_placeholders(entries)
                     return entries
             # past the view: the topic after its horizon, and no newer view, for good
