@@ -1,0 +1,105 @@
+"""What a read-compacted reader sees once retention has deleted ledgers under the compacted view.
+
+``topicCompactionRetentionMode``: ``retention-bounded`` (default) hides compacted entries below
+the topic's first retained entry; ``keep-until-tombstone`` keeps serving every key of the
+compacted ledger until a tombstone deletes it. The broker here rolls a ledger every 4 entries
+and applies retention (0: acknowledged data goes) every second.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+
+from .conftest import BrokerProcess, make_client  # noqa: E402
+from .test_read_compacted import compact, compacted_reader, kv, latest, produce, read_available  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("broker-retention") / "data", {
+        "managedLedgerMaxEntriesPerLedger": "4",
+        "retentionCheckIntervalInSeconds": "1",
+        "defaultRetentionTimeInMinutes": "0",
+        "defaultRetentionSizeInMB": "0",
+    })
+    b.start()
+    yield b
+    b.stop()
+
+
+def ledgers_of(broker, topic: str) -> list:
+    from compactmq.storage.metadata import MetadataStore
+
+    store = MetadataStore(broker.data_dir / "metadata.db")
+    try:
+        return [info.ledger_id for info in store.ledgers(topic)]
+    finally:
+        store.close()
+
+
+def set_mode(broker, topic: str, mode: str) -> None:
+    from compactmq.storage import COMPACTION_RETENTION_MODE
+    from compactmq.storage.metadata import MetadataStore
+
+    store = MetadataStore(broker.data_dir / "metadata.db")
+    try:
+        store.set_topic_policy(topic, COMPACTION_RETENTION_MODE, mode)
+    finally:
+        store.close()
+
+
+def trimmed_compacted_topic(broker, client, topic):
+    """10 keys written twice over 5 ledgers, compacted, then everything acknowledged and the
+    closed ledgers deleted by retention. Returns the items."""
+    hold = client.subscribe(topic, "hold", initial_position=pulsar.InitialPosition.Earliest)
+    items = kv(10, 2)
+    produce(client, topic, items, batching=False)
+    assert len(ledgers_of(broker, topic)) >= 4
+    compact(broker, topic)
+    for _ in items:
+        hold.acknowledge_cumulative(hold.receive(5000))
+    hold.close()
+    before = ledgers_of(broker, topic)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(ledgers_of(broker, topic)) > 1:
+        time.sleep(0.2)
+    after = ledgers_of(broker, topic)
+    if len(after) >= len(before):
+        pytest.skip(f"retention deleted no ledger ({before} -> {after})")
+    return items
+
+
+def test_retention_bounded_hides_compacted_entries_retention_removed(broker, topic, spark):
+    client = make_client(broker.url)
+    try:
+        trimmed_compacted_topic(broker, client, topic)
+        got = read_available(compacted_reader(client, topic))
+        # whatever the reader gets lies in ledgers retention kept
+        kept = set(ledgers_of(broker, topic))
+        assert all(m.message_id().ledger_id() in kept for m in got)
+        assert len(got) < 10
+        # new messages after the horizon still arrive
+        produce(client, topic, [("z", b"new")], batching=False)
+        assert compacted_reader(client, topic).read_next(5000).data() in {m.data() for m in got} | {b"new"}
+    finally:
+        client.close()
+
+
+def test_keep_until_tombstone_serves_every_key_retention_removed(broker, topic, spark):
+    set_mode(broker, topic, "keep-until-tombstone")
+    client = make_client(broker.url)
+    try:
+        items = trimmed_compacted_topic(broker, client, topic)
+        time.sleep(2.1)  # the broker caches a topic's compaction settings for 2 s
+        reader = compacted_reader(client, topic)
+        got = read_available(reader)
+        assert {m.partition_key(): m.data() for m in got} == latest(items)
+        assert len(got) == 10
+    finally:
+        client.close()
