@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compactmq.compaction import entry_scan as es
 from compactmq.protocol import pulsar_pb2 as pb
@@ -62,9 +62,21 @@ entry = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.fixture(params=["native", "numpy"])
+def path(request, monkeypatch):
+    """Run a test with the C accelerator and with numpy only."""
+    from compactmq.compaction import native
+
+    if request.param == "numpy":
+        monkeypatch.setenv("COMPACTMQ_NATIVE", "0")
+    elif native.library() is None:
+        pytest.skip("no C compiler here: the numpy path is the only one")
+    return request.param
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(entry, min_size=1, max_size=8))
-def test_rows_match_protobuf(blobs):
+def test_rows_match_protobuf(path, blobs):
     buf, offs, lens = _concat(blobs)
     rows = es.entry_rows(buf, np.arange(len(blobs)), offs, lens, 3)
     keys = {m[1] for b in blobs for m in E.decode(b)[1]}
@@ -72,7 +84,7 @@ def test_rows_match_protobuf(blobs):
     assert (es.unpack_positions(rows.pos)[0] == 3).all()
 
 
-def test_metadata_fields_match_protobuf():
+def test_metadata_fields_match_protobuf(path):
     blobs = [E.single("k", b"v", event_time=77, publish_time=123456789), E.batch([("a", b"1", 5)], codec=pb.LZ4),
              E.single(None, b"", marker=True)]
     buf, offs, lens = _concat(blobs)
@@ -94,7 +106,7 @@ def test_position_packing_roundtrip_and_limits():
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_rebuild_batch_with_placeholders(codec):
+def test_rebuild_batch_with_placeholders(path, codec):
     msgs = [("a", b"A1", 1), ("b", b"B1", 2), (None, b"N", 0), ("a", b"", 0), ("c", b"C" * 50, 3)]
     blobs = [E.batch(msgs, codec=codec), E.single("x", b"y"), E.batch([("q", b"1", 0)], codec=codec)]
     buf, offs, lens = _concat(blobs)
@@ -119,9 +131,9 @@ def test_rebuild_batch_with_placeholders(codec):
     assert bytes(es.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0]) == blobs[0]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=20))
-def test_vectorised_key_hash_matches_reference(keys):
+def test_vectorised_key_hash_matches_reference(path, keys):
     buf = np.frombuffer(b"".join(keys) + b"tail", np.uint8)
     lens = np.array([len(k) for k in keys], np.int64)
     offs = np.zeros(len(keys), np.int64)
@@ -145,3 +157,39 @@ def test_combine_latest_keeps_the_last_row_per_key_in_position_order():
     # aggregate discards them
     assert out.pos.tolist() == [0, 20, 30, 40, 50]
     assert out.flags.tolist() == [0, 0, 1, 0, 0]
+
+
+def test_native_and_numpy_scans_agree_on_malformed_input(monkeypatch):
+    from compactmq.compaction import native
+
+    if native.library() is None:
+        pytest.skip("no C compiler")
+    good = E.batch([("a", b"1", 0), ("b", b"22", 0)])
+    for cut in range(12, len(good)):
+        bad = good[:cut]
+        buf, offs, lens = _concat([bad])
+        outcomes = []
+        for flag in ("1", "0"):
+            monkeypatch.setenv("COMPACTMQ_NATIVE", flag)
+            try:
+                rows = es.entry_rows(buf, np.arange(1), offs, lens, 0)
+                outcomes.append(("ok", rows.pos.tolist()))
+            except es.CompactionError:
+                outcomes.append(("error", None))
+        assert outcomes[0] == outcomes[1], cut
+
+
+def test_copy_ranges_and_part_writer_ranges(path, tmp_path):
+    from compactmq.compaction import compacted_ledger as cl
+
+    src = np.frombuffer(bytes(range(200)), np.uint8)
+    dst = np.zeros(50, np.uint8)
+    es.copy_ranges(dst, [0, 10, 30], src, [5, 100, 0], [3, 0, 4])
+    assert dst[:3].tolist() == [5, 6, 7] and dst[30:34].tolist() == [0, 1, 2, 3] and not dst[3:30].any()
+    w = cl.PartWriter(str(tmp_path / "p"))
+    extra = np.frombuffer(b"XYZ", np.uint8)
+    assert w.append_ranges(7, [1, 2, 3, 4], src, [10, 0, 0, 20], [2, -1, 3, 1], extra, [-1, -1, 0, -1]) == 3
+    w.close()
+    cl.concatenate_parts(str(tmp_path / "c"), [str(tmp_path / "p")])
+    got = [(tuple(p), d) for p, d in cl.CompactedLedgerReader(str(tmp_path / "c"))]
+    assert got == [((7, 1), bytes([10, 11])), ((7, 3), b"XYZ"), ((7, 4), bytes([20]))]

@@ -208,21 +208,55 @@ class PartWriter:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._f = open(path, "wb", buffering=1 << 20)
         self._offset = 0
-        self._rows: list[tuple] = []
+        self._blocks: list[np.ndarray] = []
 
     def append(self, ledger_id: int, entry_id: int, data) -> None:
         n = len(data)
         self._f.write(RECORD_HEADER.pack(n, ledger_id, entry_id))
         self._f.write(data)
-        self._rows.append((ledger_id, entry_id, self._offset, n))
+        self._blocks.append(np.array([(ledger_id, entry_id, self._offset, n)], dtype=INDEX_DTYPE))
         self._offset += RECORD_HEADER.size + n
 
     def append_many(self, ledger_ids, entry_ids, blobs: list) -> None:
         for lid, eid, data in zip(ledger_ids, entry_ids, blobs):
             self.append(int(lid), int(eid), data)
 
+    def append_ranges(self, ledger_id: int, entry_ids, buf: np.ndarray, src, lens, extra: np.ndarray, extra_off) -> int:
+        """Append, in one write, the entries whose bytes are ``buf[src[i]:+lens[i]]`` or (when
+        ``extra_off[i] >= 0``) ``extra[extra_off[i]:+lens[i]]``; entries with ``lens[i] < 0`` are
+        skipped. Returns how many were written."""
+        from .entry_scan import copy_ranges
+
+        keep = np.flatnonzero(np.asarray(lens) >= 0)
+        if not keep.size:
+            return 0
+        eids = np.asarray(entry_ids, np.int64)[keep]
+        ln = np.asarray(lens, np.int64)[keep]
+        src = np.asarray(src, np.int64)[keep]
+        xo = np.asarray(extra_off, np.int64)[keep]
+        hsize = RECORD_HEADER.size
+        rec = hsize + ln
+        starts = np.zeros(len(keep), np.int64)
+        np.cumsum(rec[:-1], out=starts[1:])
+        out = np.empty(int(rec.sum()), np.uint8)
+        hdr = np.empty(len(keep), dtype=[("length", ">u4"), ("ledger_id", ">i8"), ("entry_id", ">i8")])
+        hdr["length"], hdr["ledger_id"], hdr["entry_id"] = ln, ledger_id, eids
+        out[starts[:, None] + np.arange(hsize)] = hdr.view(np.uint8).reshape(-1, hsize)
+        in_buf = xo < 0
+        copy_ranges(out, starts[in_buf] + hsize, buf, src[in_buf], ln[in_buf])
+        copy_ranges(out, starts[~in_buf] + hsize, extra, xo[~in_buf], ln[~in_buf])
+        self._f.write(out.data)
+        rows = np.empty(len(keep), INDEX_DTYPE)
+        rows["ledger_id"], rows["entry_id"] = ledger_id, eids
+        rows["offset"], rows["length"] = starts + self._offset, ln
+        self._blocks.append(rows)
+        self._offset += len(out)
+        return len(keep)
+
     def close(self) -> int:
-        index = np.array(self._rows, dtype=INDEX_DTYPE) if self._rows else np.zeros(0, INDEX_DTYPE)
+        blocks = self._blocks  # in file order
+        # (np.concatenate returns native byte order: convert back to the big-endian layout)
+        index = np.concatenate(blocks).astype(INDEX_DTYPE) if blocks else np.zeros(0, INDEX_DTYPE)
         self._f.close()
         with open(self.path + ".idx", "wb") as f:
             f.write(index.tobytes())

@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import CompactionError
+from . import native
 
 MAGIC = 0x0E01
 
@@ -214,6 +215,22 @@ class EntryInfo:
 
 def scan_entry_metadata(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> EntryInfo:
     """The outer metadata of the entries ``buf[offsets[i] : offsets[i] + lengths[i]]``."""
+    lib = native.library()
+    if lib is None:
+        return scan_entry_metadata_np(buf, offsets, lengths)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    o = native.scan_md(lib, buf, offsets, lengths)
+    bits = o[:, 4]
+    return EntryInfo(
+        md_start=o[:, 0], md_end=o[:, 1], end=offsets + np.asarray(lengths, np.int64), key_off=o[:, 2],
+        key_len=o[:, 3], batched=(bits & 1) != 0, num_messages=o[:, 5], compression=o[:, 6],
+        uncompressed_size=o[:, 7], encrypted=(bits & 2) != 0, marker=(bits & 4) != 0, event_time=o[:, 8],
+        publish_time=o[:, 9], uncompressed_span=(o[:, 10], o[:, 11]),
+    )
+
+
+def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> EntryInfo:
+    """``scan_entry_metadata`` in numpy only (the reference for the C path)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ends = offsets + np.asarray(lengths, dtype=np.int64)
     if (ends - offsets < 4).any():
@@ -286,6 +303,26 @@ def batch_payloads(buf: np.ndarray, info: EntryInfo, sel: np.ndarray) -> tuple[n
     return np.frombuffer(b"".join(pieces), np.uint8), new_starts, new_starts + lens
 
 
+def copy_ranges(dst: np.ndarray, dst_starts, src: np.ndarray, src_starts, lens) -> None:
+    """``dst[dst_starts[i] : + lens[i]] = src[src_starts[i] : + lens[i]]`` for all i, vectorised."""
+    lib = native.library()
+    if lib is not None and len(src):
+        native.copy_ranges(lib, dst, dst_starts, src, src_starts, lens)
+        return
+    lens = np.asarray(lens, np.int64)
+    nz = lens > 0
+    lens = lens[nz]
+    total = int(lens.sum())
+    if not total:
+        return
+    d = np.asarray(dst_starts, np.int64)[nz]
+    s_ = np.asarray(src_starts, np.int64)[nz]
+    cum = np.zeros(len(lens), np.int64)
+    np.cumsum(lens[:-1], out=cum[1:])
+    di = np.repeat(d - cum, lens) + np.arange(total, dtype=np.int64)
+    dst[di] = src[di + np.repeat(s_ - d, lens)]
+
+
 def gather_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenate ``buf[starts[i] : starts[i] + lens[i]]`` for all i, vectorised."""
     lens = np.asarray(lens, dtype=np.int64)
@@ -319,8 +356,17 @@ class SubMessages:
 
 
 def scan_batches(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> SubMessages:
-    """Walk ``counts[i]`` sub-messages in each batch payload ``buf[starts[i]:ends[i]]``,
-    all batches in lockstep (one round per batch index)."""
+    """Walk ``counts[i]`` sub-messages in each batch payload ``buf[starts[i]:ends[i]]``."""
+    lib = native.library()
+    if lib is None:
+        return scan_batches_np(buf, starts, ends, counts)
+    o = native.scan_batches(lib, buf, starts, ends, counts)
+    return SubMessages(o[:, 0], o[:, 1], o[:, 2], o[:, 3], o[:, 4], o[:, 5], o[:, 6], o[:, 7], o[:, 8],
+                       o[:, 9] != 0, o[:, 10], (o[:, 11], o[:, 12]))
+
+
+def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> SubMessages:
+    """``scan_batches`` in numpy: all batches in lockstep, one round per batch index."""
     nb = len(starts)
     cur = np.asarray(starts, np.int64).copy()
     ends = np.asarray(ends, np.int64)
@@ -394,8 +440,19 @@ def _fmix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(33))
 
 
+_SEED_ARRAY = np.array([v for pair in _SEEDS for v in pair], np.uint64)
+
+
 def hash_keys(buf: np.ndarray, off: np.ndarray, ln: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two 64-bit hashes (as int64) of the keys ``buf[off[i] : off[i] + ln[i]]``."""
+    lib = native.library()
+    if lib is not None:
+        return native.hash_keys(lib, buf, off, ln, _SEED_ARRAY)
+    return hash_keys_np(buf, off, ln)
+
+
+def hash_keys_np(buf: np.ndarray, off: np.ndarray, ln: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``hash_keys`` in numpy only."""
     off = np.asarray(off, np.int64)
     ln = np.maximum(np.asarray(ln, np.int64), 0)
     n = len(off)
@@ -529,14 +586,31 @@ _U32 = struct.Struct(">I")
 
 
 def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -> list:
-    """New bytes for each candidate entry ``buf[offsets[i] : offsets[i] + lengths[i]]``, given the
-    surviving messages as pairs ``(surv_entry[k], surv_batch[k])`` (candidate index, batch index).
+    """``rebuild_ranges`` as a list: bytes (or a memoryview of ``buf``) per candidate entry, None
+    for an entry that is not written."""
+    src, lens, extra, extra_off = rebuild_ranges(buf, offsets, lengths, surv_entry, surv_batch)
+    raw = memoryview(buf.data if buf.flags.c_contiguous else buf.tobytes()).cast("B")
+    ext = memoryview(extra.tobytes())
+    out: list = []
+    for s_, l_, e_ in zip(src.tolist(), lens.tolist(), extra_off.tolist()):
+        out.append(None if l_ < 0 else (raw[s_ : s_ + l_] if e_ < 0 else ext[e_ : e_ + l_]))
+    return out
 
-    A non-batched or encrypted entry is returned as it is (a memoryview of ``buf``). A batch whose
-    messages all survive is too; otherwise each dropped message becomes a ``compacted_out``
-    placeholder with an empty payload, the batch is re-compressed with its codec, and
-    ``uncompressed_size`` and the checksum are updated (the entry keeps its id). An entry with no
-    surviving message gives None (it is not written)."""
+
+def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
+    """Where the new bytes of each candidate entry ``buf[offsets[i] : offsets[i] + lengths[i]]``
+    come from, given the surviving messages as pairs ``(surv_entry[k], surv_batch[k])``
+    (candidate index, batch index).
+
+    A non-batched or encrypted entry is kept as it is, so is a batch whose messages all survive:
+    its bytes are ``buf[src[i] : src[i] + lens[i]]``. Otherwise each dropped message of a batch
+    becomes a ``compacted_out`` placeholder with an empty payload, the batch is re-compressed with
+    its codec, and ``uncompressed_size`` and the checksum are updated (the entry keeps its id): its
+    bytes are ``extra[extra_off[i] : extra_off[i] + lens[i]]``. An entry with no surviving message
+    is not written: ``lens[i] == -1``.
+
+    Returns ``(src, lens, extra, extra_off)``; ``extra_off[i] == -1`` when the bytes are in ``buf``.
+    """
     import crc32c as _crc
 
     offsets = np.asarray(offsets, np.int64)
@@ -545,16 +619,15 @@ def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -
     surv_batch = np.asarray(surv_batch, np.int64)
     n = len(offsets)
     info = scan_entry_metadata(buf, offsets, lengths)
-    raw = memoryview(buf.data if buf.flags.c_contiguous else buf.tobytes()).cast("B")
     has_survivor = np.bincount(surv_entry, minlength=n) > 0
     is_batch = info.batched & ~info.encrypted
-    out: list = [None] * n
-    for i in np.flatnonzero(has_survivor & ~is_batch).tolist():
-        o = int(offsets[i])
-        out[i] = raw[o : o + int(lengths[i])]
+    src = offsets.copy()
+    lens = np.where(has_survivor, lengths, -1)
+    extra_off = np.full(n, -1, np.int64)
     sel = np.flatnonzero(has_survivor & is_batch)
     if not sel.size:
-        return out
+        return src, lens, np.zeros(0, np.uint8), extra_off
+    raw = memoryview(buf.data if buf.flags.c_contiguous else buf.tobytes()).cast("B")
     rewrite = sel.tolist()
     bbuf, bstart, bend = batch_payloads(buf, info, sel)
     sub = scan_batches(bbuf, bstart, bend, info.num_messages[sel])
@@ -584,21 +657,21 @@ def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -
     first = np.zeros(m, np.int64)
     np.cumsum(npieces[:-1], out=first[1:])
     total = int(npieces.sum())
-    src = np.zeros(total, np.int64)
+    piece = np.zeros(total, np.int64)
     ln = np.zeros(total, np.int64)
     k = np.flatnonzero(keep)
-    src[first[k]] = sub.seg_start[k]
+    piece[first[k]] = sub.seg_start[k]
     ln[first[k]] = sub.payload_end[k] - sub.seg_start[k]
     d0 = first[drop]
-    src[d0] = base_h + 4 * np.arange(len(drop), dtype=np.int64)
+    piece[d0] = base_h + 4 * np.arange(len(drop), dtype=np.int64)
     ln[d0] = 4
-    src[d0 + 1] = sub.smm_start[drop]
+    piece[d0 + 1] = sub.smm_start[drop]
     ln[d0 + 1] = fs - sub.smm_start[drop]
-    src[d0 + 2] = fe
+    piece[d0 + 2] = fe
     ln[d0 + 2] = sub.smm_end[drop] - fe
-    src[d0 + 3] = base_c
+    piece[d0 + 3] = base_c
     ln[d0 + 3] = len(_PLACEHOLDER_TAIL)
-    body = gather_ranges(ext, src, ln)
+    body = gather_ranges(ext, piece, ln)
     # per batch output range
     seg_len = sub.payload_end - sub.seg_start
     seg_len[drop] = 4 + new_smm_size
@@ -608,13 +681,13 @@ def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -
     body_b = body.tobytes()
     from ..protocol.compression import compress
 
+    blobs: list = []
+    at = 0
     for j, i in enumerate(rewrite):
-        o, ln_i = int(offsets[i]), int(lengths[i])
         if not any_live_kept[j]:
-            out[i] = None
+            lens[i] = -1
             continue
         if all_kept[j]:
-            out[i] = raw[o : o + ln_i]
             continue
         payload = body_b[int(bstarts[j]) : int(bstarts[j] + batch_len[j])]
         codec = int(info.compression[i])
@@ -627,5 +700,10 @@ def rebuild_entries(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch) -
             md += bytes([MD_UNCOMPRESSED_SIZE << 3]) + encode_varint(len(payload))
         data = compress(codec, payload) if codec else payload
         tail = _U32.pack(len(md)) + md + data
-        out[i] = struct.pack(">HI", MAGIC, _crc.crc32c(tail)) + tail
-    return out
+        blob = struct.pack(">HI", MAGIC, _crc.crc32c(tail)) + tail
+        blobs.append(blob)
+        extra_off[i] = at
+        lens[i] = len(blob)
+        at += len(blob)
+    extra = np.frombuffer(b"".join(blobs), np.uint8) if blobs else np.zeros(0, np.uint8)
+    return src, lens, extra, extra_off

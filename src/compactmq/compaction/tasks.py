@@ -204,10 +204,8 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
         at = np.searchsorted(seg_eids, cand)
         if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        blobs = es.rebuild_entries(buf, offs[at], lens[at], inverse, bidx[m])
-        written = [i for i, b in enumerate(blobs) if b is not None]
-        writer.append_many([seg.ledger_id] * len(written), cand[written].tolist(), [blobs[i] for i in written])
-        entries += len(written)
+        src, new_lens, extra, extra_off = es.rebuild_ranges(buf, offs[at], lens[at], inverse, bidx[m])
+        entries += writer.append_ranges(seg.ledger_id, cand, buf, src, new_lens, extra, extra_off)
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
