@@ -277,3 +277,22 @@ def test_a_taken_port_is_a_one_line_error(tmp_path, which):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot listen" in lines[0], proc.stderr
+
+
+def test_individual_acks_out_of_order_survive_a_restart(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    producer = c.create_producer(name, batching_enabled=False)
+    for i in range(20):
+        producer.send(b"%d" % i)
+    consumer = c.subscribe(name, "holes", consumer_type=pulsar.ConsumerType.Shared, initial_position=Earliest)
+    for m in drain(consumer, 300, until=20):
+        if int(m.data()) % 2 == 0:
+            consumer.acknowledge(m)
+    time.sleep(0.3)  # grouped acks reach the broker
+    c.close()
+    broker.restart()
+    c = make_client(broker.url)
+    consumer = c.subscribe(name, "holes", consumer_type=pulsar.ConsumerType.Shared, initial_position=Earliest)
+    assert sorted(int(m.data()) for m in drain(consumer, 500, until=10)) == list(range(1, 20, 2))
+    c.close()
