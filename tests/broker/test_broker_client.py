@@ -163,6 +163,26 @@ def test_reader_start_message_id_inclusive_and_exclusive(client, topic):
     assert latest.read_next(5000).data() == b"after"
 
 
+def test_reader_latest_inclusive_and_inside_a_batch(client, topic):
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(b"%d" % i)
+    latest_inclusive = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    assert latest_inclusive.has_message_available()
+    assert latest_inclusive.read_next(5000).data() == b"2"
+    batched = client.create_producer(topic + "-b", batching_enabled=True, batching_max_publish_delay_ms=50)
+    ids = []
+    for i in range(5):
+        batched.send_async(b"b%d" % i, lambda res, mid: ids.append(mid))
+    batched.flush()
+    deadline = time.time() + 5
+    while len(ids) < 5 and time.time() < deadline:
+        time.sleep(0.01)
+    ids.sort(key=lambda m: (m.ledger_id(), m.entry_id(), m.batch_index()))
+    assert client.create_reader(topic + "-b", ids[2], start_message_id_inclusive=True).read_next(5000).data() == b"b2"
+    assert client.create_reader(topic + "-b", ids[2]).read_next(5000).data() == b"b3"
+
+
 def test_seek_to_earliest_to_an_id_and_to_a_time(client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
     ids = []
