@@ -274,3 +274,18 @@ def test_batch_index_acks_until_the_batch_is_complete():
         assert sub.is_acknowledged(p)
 
     asyncio.run(run())
+
+
+def test_key_shared_newcomer_waits_unless_it_allows_out_of_order():
+    async def run():
+        entries = [entry(i, key=f"k{i % 8}") for i in range(8)]
+        topic, sub, (a,), (ca,) = setup(entries, KEY_SHARED, 1, permits=100)
+        await settle(topic)
+        assert len(ca.sent) == 8  # all pending on a
+        waiting = Consumer(sub, FakeConnection(), 1, "waiting")
+        sub.add_consumer(waiting, KEY_SHARED)
+        eager = Consumer(sub, FakeConnection(), 2, "eager", allow_out_of_order=True)
+        sub.add_consumer(eager, KEY_SHARED)
+        assert waiting in sub.dispatcher.joined_at and eager not in sub.dispatcher.joined_at
+
+    asyncio.run(run())

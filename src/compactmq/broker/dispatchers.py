@@ -362,7 +362,7 @@ class KeySharedDispatcher(Dispatcher):
     def add_consumer(self, consumer) -> None:
         self.selector.add(consumer)  # raises ConsumerAssignError before anything changes
         super().add_consumer(consumer)
-        if self.pending or self.replay:
+        if (self.pending or self.replay) and not getattr(consumer, "allow_out_of_order", False):
             self.joined_at[consumer] = self.read_position
 
     def remove_consumer(self, consumer) -> None:

@@ -279,9 +279,11 @@ class CommandHandler:
         if existing_sub is not None and cmd.subType == 0:  # Exclusive: same reasoning as producers
             await self._evict_dead_peers(c.connection for c in list(existing_sub.consumers))
 
+        out_of_order = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.allowOutOfOrderDelivery
+
         def make_consumer(sub) -> Consumer:
             return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
-                            cmd.priority_level, ranges, bool(cmd.read_compacted))
+                            cmd.priority_level, ranges, bool(cmd.read_compacted), out_of_order)
 
         consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky,
                                          read_compacted=bool(cmd.read_compacted))

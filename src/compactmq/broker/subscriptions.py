@@ -89,8 +89,11 @@ class Consumer:
         priority_level: int = 0,
         hash_ranges: tuple[tuple[int, int], ...] = (),
         read_compacted: bool = False,
+        allow_out_of_order: bool = False,
     ) -> None:
         self.subscription = subscription
+        # Key_Shared: the consumer accepts keys out of order, so it need not wait when joining
+        self.allow_out_of_order = allow_out_of_order
         self.connection = connection
         self.consumer_id = consumer_id
         self.name = name
