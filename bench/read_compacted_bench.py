@@ -9,9 +9,10 @@ Starts ``compactmq standalone`` on free ports with a fresh data directory and, p
    ``Storage`` beside the broker, as ``compact-topic`` does) on a local Spark session;
 3. times, from ``MessageId.earliest`` to the end (``has_message_available()`` false):
    a plain reader (the whole history) and a reader with ``is_read_compacted=True`` (the
-   compacted ledger, then the topic after the horizon), each on a fresh client connection.
+   compacted ledger, then the topic after the horizon), each on a fresh client connection,
+   ``--repeat`` times each (median reported, every run listed).
 
-Reported per mode: seconds and messages/s of each reader, messages each received, and
+Reported per mode: median seconds and messages/s of each reader, messages each received, and
 ``speedup`` = plain seconds / compacted seconds, next to ``keys_per_message`` (the fraction of
 the history a compacted reader has to read). The compaction's own duration is reported too,
 but is not part of either reader's time.
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RETENTION_OVERRIDES = ["defaultRetentionTimeInMinutes=-1", "defaultRetentionSizeInMB=-1"]
 
 
 def free_port() -> int:
@@ -52,6 +54,10 @@ class Broker:
         self.port = free_port()
         cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
                "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
+        # infinite retention: with no subscription, retention 0 would let the housekeeping timer
+        # delete the history the plain reader is timed on
+        for override in RETENTION_OVERRIDES:
+            cmd += ["--config-override", override]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
         line = self.proc.stdout.readline()
         if b"ready" not in line:
@@ -135,15 +141,29 @@ def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int, dict
     return secs, n, state
 
 
-def run_mode(work: str, messages: int, keys: int, size: int, batching: bool) -> dict:
+def timed_reads(url: str, topic: str, compacted: bool, repeat: int) -> tuple[list, int, dict]:
+    runs, n, state = [], 0, {}
+    for _ in range(repeat):
+        secs, n, state = read_to_end(url, topic, compacted)
+        runs.append(round(secs, 3))
+    return runs, n, state
+
+
+def reader_result(runs: list, n: int) -> dict:
+    median = sorted(runs)[len(runs) // 2]
+    return {"seconds": median, "runs_seconds": runs, "messages": n,
+            "msgs_per_s": round(n / median) if median else None}
+
+
+def run_mode(work: str, messages: int, keys: int, size: int, batching: bool, repeat: int) -> dict:
     data_dir = os.path.join(work, f"data-{'batch' if batching else 'nobatch'}")
     broker = Broker(data_dir)
     topic = f"persistent://public/default/rewind-{'batch' if batching else 'nobatch'}"
     try:
         publish_secs = publish(broker.url, topic, messages, keys, size, batching)
         compaction = compact(data_dir, topic)
-        plain_secs, plain_n, plain_state = read_to_end(broker.url, topic, compacted=False)
-        comp_secs, comp_n, comp_state = read_to_end(broker.url, topic, compacted=True)
+        plain_runs, plain_n, plain_state = timed_reads(broker.url, topic, False, repeat)
+        comp_runs, comp_n, comp_state = timed_reads(broker.url, topic, True, repeat)
     finally:
         broker.stop()
     if plain_state != comp_state:
@@ -156,10 +176,13 @@ def run_mode(work: str, messages: int, keys: int, size: int, batching: bool) -> 
         "keys_per_message": round(keys / messages, 6),
         "publish_seconds": round(publish_secs, 3),
         "compaction": compaction,
-        "plain_reader": {"seconds": round(plain_secs, 3), "messages": plain_n,
-                         "msgs_per_s": round(plain_n / plain_secs) if plain_secs else None},
-        "compacted_reader": {"seconds": round(comp_secs, 3), "messages": comp_n,
-                             "msgs_per_s": round(comp_n / comp_secs) if comp_secs else None},
+        "plain_reader": reader_result(plain_runs, plain_n),
+        "compacted_reader": reader_result(comp_runs, comp_n),
+    } | _ratios(reader_result(plain_runs, plain_n)["seconds"], reader_result(comp_runs, comp_n)["seconds"])
+
+
+def _ratios(plain_secs: float, comp_secs: float) -> dict:
+    return {
         "speedup": round(plain_secs / comp_secs, 2) if comp_secs else None,
         "time_ratio_compacted_over_plain": round(comp_secs / plain_secs, 5) if plain_secs else None,
     }
@@ -172,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--keys", type=int)
     p.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
     p.add_argument("--modes", default="nobatch,batch", help="comma-separated: nobatch, batch")
+    p.add_argument("--repeat", type=int, default=3, help="reads per reader; the median is reported")
     p.add_argument("--out", help="result file (default bench/results/read_compacted[_quick].json)")
     a = p.parse_args(argv)
     messages = a.messages or (100_000 if a.quick else 1_000_000)
@@ -188,7 +212,7 @@ def main(argv=None) -> int:
     results = []
     try:
         for mode in [m.strip() for m in a.modes.split(",") if m.strip()]:
-            r = run_mode(work, messages, keys, a.size, batching=(mode == "batch"))
+            r = run_mode(work, messages, keys, a.size, batching=(mode == "batch"), repeat=max(1, a.repeat))
             print(json.dumps(r), flush=True)
             results.append(r)
     finally:
@@ -200,6 +224,7 @@ def main(argv=None) -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "client": "pulsar-client " + _client_version(),
+        "config_overrides": RETENTION_OVERRIDES,
         "notes": ("time from MessageId.earliest until has_message_available() is false, one reader each on a "
                   "fresh connection; compaction (Spark local[2], in-process) is not included in either time; "
                   "speedup = plain seconds / compacted seconds; client and broker share the machine"),
