@@ -17,7 +17,9 @@ Which view a consumer reads
 ---------------------------
 A consumer *pins* the view in force when it first reads at or below that view's horizon, and
 keeps it until it has read past that horizon; from then on it reads the live topic only, even
-when newer compactions land. That is what makes "a view switch never loses a delete" hold: a
+when newer compactions land. Reads at or below the horizon (a rewind for redelivery after a
+reconnect) keep coming from the pinned view until the subscription has acknowledged up to the
+horizon; then the view is released. That is what makes "a view switch never loses a delete" hold: a
 newer view no longer holds the tombstones of keys the consumer already saw, the live topic
 after the old horizon still does. A consumer that first reads above every horizon (or before
 any compaction) reads the live topic from then on. A SEEK starts over: the next read pins the
