@@ -217,6 +217,22 @@ def test_reader_seek(client, topic):
     assert reader.read_next(5000).data() in (b"q2", b"q3")
 
 
+def test_last_message_id_of_a_batch_names_its_last_message(client, topic):
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                      batching_max_publish_delay_ms=100)
+    for i in range(10):
+        producer.send_async(b"%d" % i, None)
+    producer.flush()
+    consumer = client.subscribe(topic, "s", initial_position=Earliest)
+    last = consumer.get_last_message_id()
+    assert last.batch_index() == 9
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(5000).data())
+    assert got == [b"%d" % i for i in range(10)]  # has_message_available never stops inside it
+
+
 def test_get_last_message_id(client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
     last = [producer.send(b"l%d" % i) for i in range(3)][-1]
@@ -519,6 +535,20 @@ def test_bad_frames_close_the_connection_not_the_broker(broker, client, topic, p
     assert broker.alive()
     p = client.create_producer(topic)
     p.send(b"alive")
+
+
+def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
+    from compactmq.protocol import commands, frames
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    wire = RawClient(broker.port)
+    # the client timed out waiting and closes the consumer it asked for: both in one packet
+    wire.sock.sendall(frames.encode_command(commands.subscribe(topic, "excl", 1, 1))
+                      + frames.encode_command(commands.close_consumer(1, 2)))
+    assert wire.expect(pb.BaseCommand.SUCCESS).success.request_id == 2
+    wire.send(commands.subscribe(topic, "excl", 3, 3))  # no ConsumerBusy: nothing leaked
+    assert wire.expect(pb.BaseCommand.SUCCESS).success.request_id == 3
+    wire.close()
 
 
 def test_bad_checksum_gets_send_error_and_connection_stays(broker):

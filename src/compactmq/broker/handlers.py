@@ -64,6 +64,12 @@ class CommandHandler:
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self.protocol_version = 0
+        # ids whose PRODUCER / SUBSCRIBE is still running: a CLOSE for one of them (the client
+        # gave up waiting) cancels it when it completes instead of leaking a producer/consumer
+        self._creating_producers: set[int] = set()
+        self._creating_consumers: set[int] = set()
+        self._cancelled_producers: set[int] = set()
+        self._cancelled_consumers: set[int] = set()
         self.client_version = ""
 
     # --- dispatch and error boundary ---------------------------------------------------------
@@ -76,6 +82,11 @@ class CommandHandler:
         method, is_async = entry
         body = frame.body()
         if is_async:
+            # marked before the task starts, so a CLOSE right behind it finds the creation
+            if frame.type == T.SUBSCRIBE:
+                self._creating_consumers.add(body.consumer_id)
+            elif frame.type == T.PRODUCER:
+                self._creating_producers.add(body.producer_id)
             self.service.state.spawn(self._guarded(method, body, frame))
             return
         try:
@@ -164,6 +175,13 @@ class CommandHandler:
     # --- producers ---------------------------------------------------------------------------
 
     async def on_producer(self, cmd: pb.CommandProducer, frame) -> None:
+        try:
+            await self._create_producer(cmd)
+        finally:
+            self._creating_producers.discard(cmd.producer_id)
+            self._cancelled_producers.discard(cmd.producer_id)
+
+    async def _create_producer(self, cmd: pb.CommandProducer) -> None:
         existing = self.producers.get(cmd.producer_id)
         if existing is not None and not existing.closed:
             if existing.topic.name == str(TopicName.parse(cmd.topic)):
@@ -190,7 +208,7 @@ class CommandHandler:
             p.connection for p in list(topic.producers.values())
             if p.name == name or p.exclusive or producer.exclusive
         )
-        if self.conn.closed:
+        if self.conn.closed or cmd.producer_id in self._cancelled_producers:
             return
         topic.add_producer(producer)
         self.producers[cmd.producer_id] = producer
@@ -245,6 +263,8 @@ class CommandHandler:
         producer = self.producers.pop(cmd.producer_id, None)
         if producer is not None:
             producer.topic.remove_producer(producer)
+        elif cmd.producer_id in self._creating_producers:
+            self._cancelled_producers.add(cmd.producer_id)
         self.conn.send_command(commands.success(cmd.request_id))
 
     def forget_producer(self, producer: Producer) -> None:
@@ -255,6 +275,13 @@ class CommandHandler:
     # --- consumers ---------------------------------------------------------------------------
 
     async def on_subscribe(self, cmd: pb.CommandSubscribe, frame) -> None:
+        try:
+            await self._create_consumer(cmd)
+        finally:
+            self._creating_consumers.discard(cmd.consumer_id)
+            self._cancelled_consumers.discard(cmd.consumer_id)
+
+    async def _create_consumer(self, cmd: pb.CommandSubscribe) -> None:
         existing = self.consumers.get(cmd.consumer_id)
         if existing is not None and not existing.closed:
             if existing.subscription.topic.name == str(TopicName.parse(cmd.topic)) \
@@ -287,7 +314,7 @@ class CommandHandler:
 
         consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky,
                                          read_compacted=bool(cmd.read_compacted))
-        if self.conn.closed:
+        if self.conn.closed or cmd.consumer_id in self._cancelled_consumers:
             consumer.subscription.remove_consumer(consumer)
             return
         self.consumers[cmd.consumer_id] = consumer
@@ -338,6 +365,8 @@ class CommandHandler:
         consumer = self.consumers.pop(cmd.consumer_id, None)
         if consumer is not None:
             consumer.subscription.remove_consumer(consumer)
+        elif cmd.consumer_id in self._creating_consumers:
+            self._cancelled_consumers.add(cmd.consumer_id)
         self.conn.send_command(commands.success(cmd.request_id))
 
     def forget_consumer(self, consumer: Consumer) -> None:
@@ -404,7 +433,10 @@ class CommandHandler:
             last = source.last_position()
             if last is None:
                 last = topic.last_message_id()
-            last_id = (last[0], last[1], p)
+            # the id of the last *message*: inside a batch, its last index (Pulsar answers the
+            # same; a client comparing (entry, -1) with a message it dequeued from that batch
+            # would think the rest of the batch is not there and stop reading)
+            last_id = (last[0], last[1], p, await topic.last_batch_index(Position(*last)))
             md = sub.mark_delete_position()
         self.conn.send_command(commands.get_last_message_id_response(
             cmd.request_id, last_id, consumer_mark_delete_position=(md[0], md[1], p),

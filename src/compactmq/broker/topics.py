@@ -60,6 +60,7 @@ class Topic:
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
         self._sub_lock = asyncio.Lock()
+        self._last_batch_memo: tuple[Position, int] | None = None
         self.closed = False
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
 
@@ -212,6 +213,22 @@ class Topic:
         if self.last_position is not None:
             return self.last_position
         return Position(self.newest_ledger_id, -1)
+
+    async def last_batch_index(self, position: Position) -> int:
+        """Index of the last message of the entry at ``position`` (-1: not a batch, or none)."""
+        if position[1] < 0:
+            return -1
+        memo = self._last_batch_memo
+        if memo is not None and memo[0] == position:
+            return memo[1]
+        entry = await self.source.read_one(position)
+        index = -1
+        if entry is not None:
+            md = peek_metadata(entry)
+            if md.HasField("num_messages_in_batch"):
+                index = md.num_messages_in_batch - 1
+        self._last_batch_memo = (position, index)
+        return index
 
     # --- lifecycle ---------------------------------------------------------------------------
 
