@@ -126,6 +126,20 @@ def delivery_mask(entry: bytes) -> Optional[list[int]]:
     return batch_codec.delivery_ack_set(items)
 
 
+def placeholder_masks(entries: list[Entry]) -> dict:
+    """position -> delivery bitset, for the entries that are batches with placeholders."""
+    masks = {}
+    for position, entry in entries:
+        try:
+            mask = delivery_mask(entry)
+        except Exception:  # a damaged entry is the client's to report, not ours
+            log.exception("cannot read the batch at %s", position)
+            continue
+        if mask is not None:
+            masks[position] = mask
+    return masks
+
+
 def last_batch_index(entry: bytes) -> int:
     """Batch index of the last message of ``entry`` that a consumer receives (-1: not a batch)."""
     metadata, payload = frames.parse_entry(entry, verify_checksum=False)
@@ -237,6 +251,13 @@ class TopicViews:
         if start > view.horizon:
             return []
         return view.read(start, n)
+
+    def read_with_masks_blocking(self, view: CompactedView, start: Position, n: int,
+                                 progress: bool = False) -> tuple[list[Entry], dict]:
+        """``read_blocking`` plus the delivery bitset of each batch with placeholders (decoding
+        batches is CPU work: it stays off the event loop)."""
+        entries = self.read_blocking(view, start, n, progress)
+        return entries, placeholder_masks(entries)
 
     def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
         last = view.last_message()
@@ -420,11 +441,12 @@ class CompactedEntrySource(EntrySource):
             if start <= view.horizon or self.views.keep_mode:
                 span = self._returned
                 progress = span is not None and span[0] <= start <= span[1]
-                entries = await self._run(self.views.read_blocking, view, start, max_entries, progress)
+                entries, masks = await self._run(self.views.read_with_masks_blocking, view, start,
+                                                 max_entries, progress)
                 if entries:
                     last = entries[-1][0]
                     self._returned = (entries[0][0], Position(last[0], last[1] + 1))
-                    self._mark_placeholders(entries)
+                    self._mark_placeholders(masks)
                     return entries
             # past the view: the topic after its horizon, and no newer view, for good
             self._went_live()
@@ -441,7 +463,7 @@ class CompactedEntrySource(EntrySource):
         if view is not None and position <= view.horizon and self.wanted():
             entry = view.get(position)
             if entry is not None:
-                self._mark_placeholders([(position, entry)])
+                self._mark_placeholders(placeholder_masks([(position, entry)]))
             return entry
         return await self.live.read_one(position)
 
@@ -471,17 +493,10 @@ class CompactedEntrySource(EntrySource):
 
     # --- batches with placeholders ---------------------------------------------------------
 
-    def _mark_placeholders(self, entries: list[Entry]) -> None:
+    def _mark_placeholders(self, masks: dict) -> None:
         """Record the delivery bitset of compacted batches as their not-yet-acknowledged set."""
         remaining = self.subscription.batch_remaining
-        for position, entry in entries:
-            try:
-                mask = delivery_mask(entry)
-            except Exception:  # a damaged entry is the client's to report, not ours
-                log.exception("%s: cannot read batch %s", self.subscription, position)
-                continue
-            if mask is None:
-                continue
+        for position, mask in masks.items():
             current = remaining.get(position)
             if current is None:
                 remaining[position] = mask
