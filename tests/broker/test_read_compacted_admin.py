@@ -1,0 +1,92 @@
+"""Read compacted with compaction run by the broker itself (admin REST ``PUT .../compaction``).
+
+Here the compactor and the readers share one process: the broker deletes the previous
+compacted ledger right after committing the next one while a reader still has it pinned. The
+module's Spark JVM is the broker's (nothing compacts in the test process).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+
+from .test_read_compacted import (  # noqa: E402
+    apply,
+    as_records,
+    assert_increasing,
+    compacted_reader,
+    drain,
+    kv,
+    latest,
+    produce,
+    read_available,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def admin(broker, method: str, path: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        raw = resp.read()
+        return resp.status, (json.loads(raw) if raw else None)
+
+
+def rest_path(topic: str) -> str:
+    return "/admin/v2/" + topic.replace("://", "/")
+
+
+def compact_in_broker(broker, topic: str, timeout: float = 180.0) -> dict:
+    status, _ = admin(broker, "PUT", rest_path(topic) + "/compaction")
+    assert status == 204
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, body = admin(broker, "GET", rest_path(topic) + "/compaction")
+        if body["status"] == "SUCCESS":
+            return body
+        assert body["status"] != "ERROR", body
+        time.sleep(0.2)
+    pytest.fail(f"compaction of {topic} did not finish in {timeout}s")
+
+
+def test_compaction_in_the_broker_between_two_reads(broker, client, topic):
+    items = kv(150, 2)
+    produce(client, topic, items, batching=False)
+    compact_in_broker(broker, topic)
+    reader = compacted_reader(client, topic, receiver_queue_size=5)
+    seen = [reader.read_next(5000) for _ in range(50)]
+    more = [(f"k{i}", b"") for i in range(0, 50, 2)] + [("k120", b"changed"), ("k149", b"")]
+    produce(client, topic, more, batching=False)
+    compact_in_broker(broker, topic)  # commits the new view, deletes the old file in the broker
+    rest = read_available(reader)
+    assert_increasing(as_records(seen + rest))
+    assert apply(apply({}, seen), rest) == latest(items + more)
+    fresh = read_available(compacted_reader(client, topic))
+    assert apply({}, fresh) == latest(items + more) and len(fresh) == len(latest(items + more))
+
+
+def test_partitioned_topic_read_compacted(broker, client, topic):
+    status, _ = admin(broker, "PUT", rest_path(topic) + "/partitions", 3)
+    assert status == 204
+    items = kv(60, 3) + [(f"k{i}", b"") for i in range(0, 60, 6)]
+    produce(client, topic, items, batching=True)
+    compact_in_broker(broker, topic)  # fans out to the partitions
+    for i in range(3):
+        deadline = time.monotonic() + 180
+        while True:
+            _, body = admin(broker, "GET", rest_path(f"{topic}-partition-{i}") + "/compaction")
+            if body["status"] == "SUCCESS" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert body["status"] == "SUCCESS", body
+    c = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True)
+    got = drain(c, 1000)
+    assert {m.partition_key(): m.data() for m in got} == latest(items)
+    assert len(got) == len(latest(items))
