@@ -25,6 +25,7 @@ import resource
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -111,7 +112,7 @@ def self_test() -> None:
     assert md.num_messages_in_batch == 2 and [i.meta.partition_key for i in items] == ["key-0000003", "key-0000004"]
 
 
-def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int) -> str:
+def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int, in_child: bool = False) -> str:
     """Data directory with N messages of `layout`; built once, cached (with a metadata snapshot
     from before any compaction, restored before each full run)."""
     from compactmq.config import load_config
@@ -119,6 +120,11 @@ def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int) -> str:
 
     d = os.path.join(work_dir, f"{layout}-{n}-{keys}")
     if os.path.exists(os.path.join(d, "READY")):
+        return d
+    if not in_child:
+        # build in a child process, so this process's peak memory is the compaction driver's only
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--prepare-only", layout, "--messages", str(n),
+                        "--keys", str(keys), "--work-dir", work_dir], check=True)
         return d
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -135,6 +141,8 @@ def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int) -> str:
         log(f"prepare {layout}: {min(c + chunk, n)}/{n} messages ({time.time() - t0:.0f}s)")
     storage.close()
     snapshot_metadata(d)
+    with open(os.path.join(d, "ledgers.txt"), "w") as f:
+        f.write("\n".join(ledger_files(os.path.join(d, "data"))))
     open(os.path.join(d, "READY"), "w").close()
     return d
 
@@ -156,6 +164,14 @@ def restore_metadata(d: str) -> None:
             os.unlink(db + suffix)
     shutil.copyfile(os.path.join(d, "metadata.snapshot"), db)
     shutil.rmtree(os.path.join(d, "data", "compacted"), ignore_errors=True)
+    # ledgers appended by incremental runs are unknown to the snapshot: remove them
+    with open(os.path.join(d, "ledgers.txt")) as f:
+        keep = set(f.read().split("\n"))
+    for p in ledger_files(os.path.join(d, "data")):
+        if p not in keep:
+            for q in (p, p[:-4] + ".idx"):
+                if os.path.exists(q):
+                    os.unlink(q)
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -395,7 +411,11 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default="/tmp/compactmq-bench")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction.json"))
+    ap.add_argument("--prepare-only", metavar="LAYOUT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.prepare_only:
+        prepare(args.work_dir, args.prepare_only, args.messages, args.keys, seed=11, in_child=True)
+        return 0
     if args.quick:
         args.messages, args.keys = 1_000_000, 100_000
     self_test()

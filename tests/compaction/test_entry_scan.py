@@ -147,16 +147,17 @@ def test_key_hash_separates_similar_keys():
     assert len({es.hash_key_py(k) for k in keys}) == len(keys)
 
 
-def test_combine_latest_keeps_the_last_row_per_key_in_position_order():
+def test_combine_latest_keeps_the_last_row_per_key_in_position_order(path):
     h1 = np.array([5, 7, 5, 5, 9, 7], np.int64)
     h2 = np.array([1, 1, 2, 1, 1, 1], np.int64)  # (5, 2) shares h1 with (5, 1): a collision
     rows = es.Rows(h1, h2, np.arange(6, dtype=np.int64) * 10, np.array([0, 0, 0, 1, 0, 0], np.int8), np.zeros(6, np.int64))
     out = es.combine_latest(rows)
-    # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50; the row at 0 is kept too
-    # because the collision interleaves (5,1) and (5,2) -- extra rows are harmless, the final
-    # aggregate discards them
-    assert out.pos.tolist() == [0, 20, 30, 40, 50]
-    assert out.flags.tolist() == [0, 0, 1, 0, 0]
+    # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50. The numpy path also
+    # keeps the row at 0, because the collision interleaves (5,1) and (5,2); such extra rows are
+    # harmless (the final aggregate discards them); the C path keeps exactly the last rows
+    expected = [20, 30, 40, 50] if path == "native" else [0, 20, 30, 40, 50]
+    assert out.pos.tolist() == expected
+    assert out.flags.tolist() == ([0, 1, 0, 0] if path == "native" else [0, 0, 1, 0, 0])
 
 
 def test_native_and_numpy_scans_agree_on_malformed_input(monkeypatch):
@@ -193,3 +194,18 @@ def test_copy_ranges_and_part_writer_ranges(path, tmp_path):
     cl.concatenate_parts(str(tmp_path / "c"), [str(tmp_path / "p")])
     got = [(tuple(p), d) for p, d in cl.CompactedLedgerReader(str(tmp_path / "c"))]
     assert got == [((7, 1), bytes([10, 11])), ((7, 3), b"XYZ"), ((7, 4), bytes([20]))]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), max_size=60))
+def test_combiner_never_drops_a_key_s_last_row(path, keys):
+    h1 = np.array([k for k, _ in keys], np.int64)
+    h2 = np.array([k2 for _, k2 in keys], np.int64)
+    n = len(keys)
+    rows = es.Rows(h1, h2, np.arange(n, dtype=np.int64), np.zeros(n, np.int8), np.zeros(n, np.int64))
+    out = es.combine_latest(rows)
+    last = {}
+    for i, k in enumerate(keys):
+        last[k] = i
+    assert set(last.values()) <= set(out.pos.tolist())
+    assert out.pos.tolist() == sorted(out.pos.tolist())

@@ -45,9 +45,12 @@ A run
 1. *Start*: take the topic's lock, delete compacted-ledger files of this topic that the metadata
    store does not name (left by a crashed run), note the last entry of the topic: the new horizon.
 2. *Phase one* (Spark): read the previous compacted ledger and the entries after the previous
-   horizon up to the new horizon. Python workers turn entries into rows of
-   ``(key hash, packed position, flags)`` in Arrow batches; Spark's own engine then finds, per key,
-   the surviving position. Only keys and positions are shuffled.
+   horizon up to the new horizon. Python workers read ledger files through ``pyarrow.fs`` and
+   turn entries into rows of ``(128-bit key hash, packed position, flags)`` in Arrow batches
+   (reading the few protobuf fields needed without a protobuf parser, see ``entry_scan``; for
+   keep-latest they first drop rows superseded within their own share of the input, as a
+   map-side combiner). Spark's own engine then finds, per key, the surviving position. Only key
+   hashes and positions are shuffled.
 3. *Phase two* (Spark): group the surviving positions by source ledger, and copy the raw bytes of
    the surviving entries, in id order, into a new compacted ledger (rewriting batches as above).
    Payload bytes never cross a shuffle: each task re-reads its own source ledgers.

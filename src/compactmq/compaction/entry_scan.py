@@ -571,6 +571,9 @@ def combine_latest(rows: Rows) -> Rows:
     still deletes that key's earlier rows elsewhere."""
     if len(rows) < 2:
         return rows
+    lib = native.library()
+    if lib is not None:  # a hash table in C: exact, and no sort
+        return rows.take(np.flatnonzero(native.last_per_key(lib, rows.h1, rows.h2)))
     order = np.argsort(rows.h1, kind="stable")  # stable: position order within equal h1
     h1, h2 = rows.h1[order], rows.h2[order]
     last = np.ones(len(order), bool)
@@ -635,9 +638,15 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     where = np.full(n, -1, np.int64)
     where[sel] = np.arange(len(sel))
     m_surv = where[surv_entry] >= 0
-    key_surv = where[surv_entry[m_surv]] * (MAX_BATCH + 1) + surv_batch[m_surv]
-    key_sub = sub.batch * (MAX_BATCH + 1) + sub.index
-    keep = sub.compacted_out | np.isin(key_sub, key_surv)
+    # sub-messages of selected batch j are rows first[j] .. first[j] + count[j] - 1, with batch
+    # indexes 0, 1, ... in order, so a survivor (j, i) is row first[j] + i when i < count[j]
+    count = np.bincount(sub.batch, minlength=len(sel))
+    first = np.zeros(len(sel), np.int64)
+    np.cumsum(count[:-1], out=first[1:])
+    sj, si = where[surv_entry[m_surv]], surv_batch[m_surv]
+    ok = si < count[sj]
+    keep = sub.compacted_out.copy()
+    keep[first[sj[ok]] + si[ok]] = True
     live_msgs = ~sub.compacted_out
     any_live_kept = np.bincount(sub.batch[keep & live_msgs], minlength=len(sel)) > 0
     all_kept = np.bincount(sub.batch[~keep], minlength=len(sel)) == 0
@@ -692,27 +701,39 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
 
     blobs: list = []
     at = 0
-    for j, i in enumerate(rewrite):
-        if not any_live_kept[j]:
-            lens[i] = -1
-            continue
-        if all_kept[j]:
-            continue
-        payload = body_b[int(bstarts[j]) : int(bstarts[j] + batch_len[j])]
-        codec = int(info.compression[i])
-        md = bytes(raw[int(info.md_start[i]) : int(info.md_end[i])])
-        us, ue = int(info.uncompressed_span[0][i]), int(info.uncompressed_span[1][i])
-        if us >= 0:
-            rel_s, rel_e = us - int(info.md_start[i]), ue - int(info.md_start[i])
-            md = md[:rel_s] + md[rel_e:]
+    crc = _crc.crc32c
+    pack_u32, pack_head = _U32.pack, struct.Struct(">HI").pack
+    tag9 = bytes([MD_UNCOMPRESSED_SIZE << 3])
+    todo = [j for j in range(len(rewrite)) if any_live_kept[j] and not all_kept[j]]
+    for j in np.flatnonzero(~any_live_kept).tolist():
+        lens[rewrite[j]] = -1
+    rows_i = [rewrite[j] for j in todo]
+    bs = bstarts[todo].tolist()
+    bl = batch_len[todo].tolist()
+    codecs = info.compression[rows_i].tolist()
+    ms = info.md_start[rows_i].tolist()
+    me = info.md_end[rows_i].tolist()
+    us_ = info.uncompressed_span[0][rows_i].tolist()
+    ue_ = info.uncompressed_span[1][rows_i].tolist()
+    new_off, new_len = [], []
+    for k, i in enumerate(rows_i):
+        payload = body_b[bs[k] : bs[k] + bl[k]]
+        codec = codecs[k]
+        m0 = ms[k]
+        md = raw[m0 : me[k]].tobytes()
+        us = us_[k]
+        if us >= 0:  # drop the old uncompressed_size, append the new one (last value wins anyway)
+            md = md[: us - m0] + md[ue_[k] - m0 :]
         if us >= 0 or codec:
-            md += bytes([MD_UNCOMPRESSED_SIZE << 3]) + encode_varint(len(payload))
-        data = compress(codec, payload) if codec else payload
-        tail = _U32.pack(len(md)) + md + data
-        blob = struct.pack(">HI", MAGIC, _crc.crc32c(tail)) + tail
+            md += tag9 + encode_varint(len(payload))
+        tail = pack_u32(len(md)) + md + (compress(codec, payload) if codec else payload)
+        blob = pack_head(MAGIC, crc(tail)) + tail
         blobs.append(blob)
-        extra_off[i] = at
-        lens[i] = len(blob)
+        new_off.append(at)
+        new_len.append(len(blob))
         at += len(blob)
+    if rows_i:
+        extra_off[rows_i] = new_off
+        lens[rows_i] = new_len
     extra = np.frombuffer(b"".join(blobs), np.uint8) if blobs else np.zeros(0, np.uint8)
     return src, lens, extra, extra_off

@@ -146,6 +146,24 @@ void cmq_copy_ranges(uint8_t *dst, const int64_t *ds, const uint8_t *src, const 
         if (len[i] > 0) memcpy(dst + ds[i], src + ss[i], (size_t)len[i]);
 }
 
+/* keep[i] = 1 when row i is the last row of its key (h1, h2) in input order: an open-addressing
+   table of row indexes (cap a power of two > n, filled with -1 by the caller), probed from the
+   last row backwards. returns the number of rows kept */
+int64_t cmq_last_per_key(const uint64_t *h1, const uint64_t *h2, int64_t n, uint8_t *keep,
+                         int64_t *table, int64_t cap) {
+    int64_t kept = 0, mask = cap - 1;
+    for (int64_t i = n - 1; i >= 0; i--) {
+        int64_t s = (int64_t)(h1[i] & (uint64_t)mask);
+        for (;;) {
+            int64_t j = table[s];
+            if (j < 0) { table[s] = i; keep[i] = 1; kept++; break; }
+            if (h1[j] == h1[i] && h2[j] == h2[i]) { keep[i] = 0; break; }
+            s = (s + 1) & mask;
+        }
+    }
+    return kept;
+}
+
 /* the two key hashes of entry_scan.hash_keys */
 void cmq_hash_keys(const uint8_t *b, const int64_t *off, const int64_t *len, int64_t n,
                    const uint64_t *seeds, uint64_t *h1, uint64_t *h2) {
@@ -206,6 +224,8 @@ def _build() -> Optional[ctypes.CDLL]:
     lib.cmq_hash_keys.restype = None
     lib.cmq_copy_ranges.argtypes = [p, p, p, p, p, i64]
     lib.cmq_copy_ranges.restype = None
+    lib.cmq_last_per_key.argtypes = [p, p, i64, p, p, i64]
+    lib.cmq_last_per_key.restype = i64
     return lib
 
 
@@ -288,3 +308,15 @@ def copy_ranges(lib, dst: np.ndarray, dst_starts, src: np.ndarray, src_starts, l
     if not (dst.flags.c_contiguous and dst.dtype == np.uint8 and dst.flags.writeable):
         raise ValueError("dst must be a writable contiguous uint8 array")
     lib.cmq_copy_ranges(_ptr(dst), _ptr(ds), _ptr(src), _ptr(ss), _ptr(ln), len(ln))
+
+
+def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Mask of the rows that are the last of their key (h1, h2)."""
+    a = np.ascontiguousarray(h1, np.int64)
+    b = np.ascontiguousarray(h2, np.int64)
+    n = len(a)
+    cap = 1 << max(4, int(2 * n).bit_length())
+    table = np.full(cap, -1, np.int64)
+    keep = np.zeros(n, np.uint8)
+    lib.cmq_last_per_key(_ptr(a), _ptr(b), n, _ptr(keep), _ptr(table), cap)
+    return keep.view(bool)
