@@ -296,3 +296,26 @@ def test_individual_acks_out_of_order_survive_a_restart(broker, topic):
     consumer = c.subscribe(name, "holes", consumer_type=pulsar.ConsumerType.Shared, initial_position=Earliest)
     assert sorted(int(m.data()) for m in drain(consumer, 500, until=10)) == list(range(1, 20, 2))
     c.close()
+
+
+def test_batch_index_acks_survive_a_restart(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    producer = c.create_producer(name, batching_enabled=True, batching_max_messages=10,
+                                 batching_max_publish_delay_ms=100)
+    for i in range(10):
+        producer.send_async(b"b%d" % i, None)
+    producer.flush()
+    consumer = c.subscribe(name, "bia", consumer_type=pulsar.ConsumerType.Shared,
+                           initial_position=Earliest, batch_index_ack_enabled=True)
+    for m in drain(consumer, 300, until=10):
+        if int(m.data()[1:]) < 6:
+            consumer.acknowledge(m)
+    time.sleep(0.3)
+    c.close()
+    broker.restart()
+    c = make_client(broker.url)
+    consumer = c.subscribe(name, "bia", consumer_type=pulsar.ConsumerType.Shared,
+                           initial_position=Earliest, batch_index_ack_enabled=True)
+    assert sorted(m.data() for m in drain(consumer, 500, until=4)) == [b"b6", b"b7", b"b8", b"b9"]
+    c.close()

@@ -61,6 +61,11 @@ class FakeCursor:
         self.mark_delete_position = Position(p[0], p[1] - 1)
         self.acked.clear()
 
+    properties: dict = {}
+
+    def set_property(self, key, value):
+        self.properties = {**self.properties, key: value}
+
 
 class FakeTopic:
     name = "persistent://public/default/fake"

@@ -50,21 +50,30 @@ SUB_TYPE_NAMES = {EXCLUSIVE: "Exclusive", SHARED: "Shared", FAILOVER: "Failover"
 _serials = itertools.count()
 
 
+# Cursor property holding the batch-index acknowledgements: {"ledger:entry": [ack_set words]}.
+BATCH_ACKS_PROPERTY = "batchIndexAcks"
+
+
 class CursorView:
-    """A snapshot of a cursor (mark-delete position and individually acknowledged ranges),
-    taken in the thread pool, read on the event loop."""
+    """A snapshot of a cursor (mark-delete position, individually acknowledged ranges and the
+    stored batch-index acknowledgements), taken in the thread pool, read on the event loop."""
 
-    __slots__ = ("mark_delete", "starts", "ends")
+    __slots__ = ("mark_delete", "starts", "ends", "batch_acks")
 
-    def __init__(self, mark_delete: Position, ranges=()) -> None:
+    def __init__(self, mark_delete: Position, ranges=(), batch_acks=None) -> None:
         self.mark_delete = Position(*mark_delete)
         self.starts = [Position(*a) for a, _ in ranges]
         self.ends = [Position(*b) for _, b in ranges]
+        self.batch_acks: dict[Position, list[int]] = dict(batch_acks or {})
 
     @classmethod
-    def of(cls, cursor: Any) -> "CursorView":
+    def of(cls, cursor: Any, with_batch_acks: bool = False) -> "CursorView":
         """Blocking: call in the thread pool."""
-        return cls(cursor.mark_delete_position, cursor.individually_acked_ranges())
+        batch = None
+        if with_batch_acks:
+            stored = (getattr(cursor, "properties", None) or {}).get(BATCH_ACKS_PROPERTY) or {}
+            batch = {Position.parse(k): list(v) for k, v in stored.items()}
+        return cls(cursor.mark_delete_position, cursor.individually_acked_ranges(), batch)
 
     def is_acknowledged(self, position: Position) -> bool:
         if position <= self.mark_delete:
@@ -136,13 +145,17 @@ class Subscription:
         self.name = name
         self.cursor = cursor
         # what the loop knows of the cursor; refreshed from the pool after every write
-        self.view = view if view is not None else CursorView.of(cursor)
+        self.view = view if view is not None else CursorView.of(cursor, with_batch_acks=True)
         self.durable = durable
         self.source = source or topic.source
         self.sub_type: int | None = None
         self.dispatcher: Dispatcher | None = None
         self.redeliveries: dict[Position, int] = {}
-        self.batch_remaining: dict[Position, list[int]] = {}
+        # partly acknowledged batches: position -> ack_set (set bits: messages not yet acked)
+        self.batch_remaining: dict[Position, list[int]] = dict(self.view.batch_acks)
+        # the ones clients acknowledged (kept in the cursor, so a restart keeps them too)
+        self._batch_acked: set[Position] = set(self.view.batch_acks)
+        self._batch_dirty = False
         # acknowledgements not yet written to the cursor
         self._acked: set[Position] = set()
         self._acked_up_to: Position | None = None
@@ -235,10 +248,17 @@ class Subscription:
                 ]
                 if any(merged):
                     self.batch_remaining[position] = merged
+                    self._batch_acked.add(position)
+                    self._batch_dirty = True
                     continue
             self.batch_remaining.pop(position, None)
+            if position in self._batch_acked:
+                self._batch_acked.discard(position)
+                self._batch_dirty = True
             whole.append(position)
         if not whole:
+            if self._batch_dirty:
+                self._schedule_flush()
             return
         self._acked.update(whole)
         for p in whole:
@@ -252,7 +272,10 @@ class Subscription:
             # the batch at `position` is acknowledged up to a batch index: the entries
             # before it completely, this one partly
             self.batch_remaining[position] = list(ack_set)
+            self._batch_acked.add(position)
+            self._batch_dirty = True
             if position[1] == 0:
+                self._schedule_flush()
                 return
             position = Position(position[0], position[1] - 1)
         if self._acked_up_to is not None and position <= self._acked_up_to:
@@ -262,6 +285,9 @@ class Subscription:
             del self.redeliveries[p]
         for p in [p for p in self.batch_remaining if p <= position]:
             del self.batch_remaining[p]
+            if p in self._batch_acked:
+                self._batch_acked.discard(p)
+                self._batch_dirty = True
         if self.dispatcher is not None:
             self.dispatcher.acknowledged_up_to(position)
         self._schedule_flush()
@@ -272,13 +298,19 @@ class Subscription:
 
     async def _flush(self) -> None:
         try:
-            while self._acked or self._acked_up_to is not None:
+            while self._acked or self._acked_up_to is not None or self._batch_dirty:
                 individual = sorted(self._acked)
                 up_to = self._acked_up_to
+                batch = None
+                if self._batch_dirty:
+                    self._batch_dirty = False
+                    batch = {str(p): self.batch_remaining[p] for p in self._batch_acked if p in self.batch_remaining}
                 try:
-                    self.view = await self.topic.run_blocking(self._write_acks, individual, up_to)
+                    self.view = await self.topic.run_blocking(self._write_acks, individual, up_to, batch)
                 except Exception:
                     log.exception("writing acknowledgements of %s failed; will retry", self)
+                    if batch is not None:
+                        self._batch_dirty = True
                     await asyncio.sleep(1.0)
                     continue
                 self._acked.difference_update(individual)
@@ -287,12 +319,15 @@ class Subscription:
         finally:
             self._flush_task = None
 
-    def _write_acks(self, individual: list[Position], up_to: Position | None) -> CursorView:
+    def _write_acks(self, individual: list[Position], up_to: Position | None,
+                    batch: dict[str, list[int]] | None = None) -> CursorView:
         # runs in the thread pool
         if up_to is not None:
             self.cursor.ack_cumulative(up_to)
         if individual:
             self.cursor.ack_individual(individual)
+        if batch is not None:
+            self.cursor.set_property(BATCH_ACKS_PROPERTY, batch)
         return CursorView.of(self.cursor)
 
     def _reset_cursor(self, position: Position) -> CursorView:
@@ -336,7 +371,12 @@ class Subscription:
         self._acked_up_to = None
         self.redeliveries.clear()
         self.batch_remaining.clear()
+        if self._batch_acked:
+            self._batch_acked.clear()
+            self._batch_dirty = True
         self.view = await self.topic.run_blocking(self._reset_cursor, position)
+        if self._batch_dirty:
+            self._schedule_flush()  # forget the stored batch-index acks too
         if self.dispatcher is not None:
             self.dispatcher.rewind(position)
 

@@ -253,7 +253,7 @@ class Topic:
 def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
     # runs in the thread pool: the cursor and the first snapshot of it
     cursor = ledger.open_cursor(name, durable, initial_position)
-    return cursor, CursorView.of(cursor)
+    return cursor, CursorView.of(cursor, with_batch_acks=True)
 
 
 def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
