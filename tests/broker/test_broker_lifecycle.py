@@ -174,6 +174,8 @@ def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
 @pytest.mark.parametrize("args,needle", [
     (["--config-override", "noSuchKey=1"], "unknown config key"),
     (["--config-override", "brokerServicePort=abc"], "expected an integer"),
+    (["--config-override", "keepAliveIntervalSeconds=5", "allowAutoTopicCreation=maybe"], "expected true or false"),
+    (["--config", "/no/such/broker.conf"], "cannot read config file"),
 ])
 def test_bad_config_is_a_one_line_error(tmp_path, args, needle):
     proc = subprocess.run(

@@ -31,8 +31,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--web-port", type=int, help="admin REST API and /metrics port (default 8080)")
     p.add_argument("--config", metavar="FILE", help="broker.conf-style file of key=value lines")
     p.add_argument(
-        "--config-override", metavar="KEY=VALUE", action="append", default=[],
-        help="override one config key (repeatable), e.g. keepAliveIntervalSeconds=10",
+        "--config-override", metavar="KEY=VALUE", action="extend", nargs="+", default=[],
+        help="override config keys (several after one flag, or the flag repeated), "
+        "e.g. keepAliveIntervalSeconds=10 allowAutoTopicCreation=false",
     )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     p.set_defaults(func=run)
