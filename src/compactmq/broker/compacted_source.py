@@ -11,7 +11,8 @@ dispatcher of one subscription:
   bits (the official client hands them to the application as empty messages otherwise): the
   source records that bitset as the entry's "not yet acknowledged" set in the subscription, so
   the dispatcher sends it, partial acknowledgements are ANDed into it, and the placeholders
-  count as acknowledged when the consumer acknowledges the survivors.
+  count as acknowledged when the consumer acknowledges the survivors. Placeholders at the end
+  of a batch are cut off before delivery (see ``for_delivery``).
 
 Which view a consumer reads
 ---------------------------
@@ -59,6 +60,7 @@ from ..compaction.compacted_ledger import CompactedLedgerReader, compacted_ledge
 from ..errors import StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
+from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from .entry_source import Entry, EntrySource
 
@@ -126,18 +128,44 @@ def delivery_mask(entry: bytes) -> Optional[list[int]]:
     return batch_codec.delivery_ack_set(items)
 
 
-def placeholder_masks(entries: list[Entry]) -> dict:
-    """position -> delivery bitset, for the entries that are batches with placeholders."""
+def for_delivery(entry: bytes) -> tuple[bytes, Optional[list[int]]]:
+    """A compacted entry as it goes to a consumer, and its delivery bitset (None: none needed).
+
+    Placeholders at the *end* of a batch are cut off (the survivors keep their indexes): the
+    official client acknowledges a batch only once every index of it is acknowledged, and it
+    never delivers a placeholder, so a cumulative ack on the last survivor could otherwise
+    never complete the batch (the consumer would get it again after a reconnect).
+    Placeholders before a survivor stay, hidden by the bitset.
+    """
+    metadata, payload = frames.parse_entry(entry, verify_checksum=False)
+    if not batch_codec.is_batch(metadata) or metadata.encryption_keys:
+        return entry, None
+    items = batch_codec.decode_batch(metadata, payload)
+    keep = len(items)
+    while keep > 1 and items[keep - 1].meta.compacted_out:
+        keep -= 1
+    if keep < len(items):
+        items = items[:keep]
+        trimmed = pb.MessageMetadata()
+        trimmed.CopyFrom(metadata)
+        entry = frames.build_entry(trimmed, batch_codec.encode_batch_payload(trimmed, items))
+    return entry, batch_codec.delivery_ack_set(items)
+
+
+def prepare_for_delivery(entries: list[Entry]) -> tuple[list[Entry], dict]:
+    """``for_delivery`` over entries: (entries to send, position -> delivery bitset)."""
+    out: list[Entry] = []
     masks = {}
     for position, entry in entries:
         try:
-            mask = delivery_mask(entry)
+            entry, mask = for_delivery(entry)
         except Exception:  # a damaged entry is the client's to report, not ours
             log.exception("cannot read the batch at %s", position)
-            continue
+            mask = None
+        out.append((position, entry))
         if mask is not None:
             masks[position] = mask
-    return masks
+    return out, masks
 
 
 def last_batch_index(entry: bytes) -> int:
@@ -256,8 +284,7 @@ class TopicViews:
                                  progress: bool = False) -> tuple[list[Entry], dict]:
         """``read_blocking`` plus the delivery bitset of each batch with placeholders (decoding
         batches is CPU work: it stays off the event loop)."""
-        entries = self.read_blocking(view, start, n, progress)
-        return entries, placeholder_masks(entries)
+        return prepare_for_delivery(self.read_blocking(view, start, n, progress))
 
     def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
         last = view.last_message()
@@ -463,7 +490,9 @@ class CompactedEntrySource(EntrySource):
         if view is not None and position <= view.horizon and self.wanted():
             entry = view.get(position)
             if entry is not None:
-                self._mark_placeholders(placeholder_masks([(position, entry)]))
+                prepared, masks = prepare_for_delivery([(position, entry)])
+                entry = prepared[0][1]
+                self._mark_placeholders(masks)
             return entry
         return await self.live.read_one(position)
 
