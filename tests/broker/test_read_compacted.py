@@ -612,3 +612,20 @@ def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_rest
         assert apply(apply({}, seen), rest) == latest(items + more)
     finally:
         client.close()
+
+
+def test_cumulative_ack_of_a_batch_whose_tail_is_compacted_out_acknowledges_it(broker, client, topic,
+                                                                                spark_ready):
+    """Without batch-index acks the client acknowledges a batch only when every index of it is
+    acknowledged; placeholders at the end of a compacted batch are never delivered, so the broker
+    trims them before delivery and a cumulative ack on the last survivor completes the batch."""
+    items = [("k0", b"a"), ("k1", b"b"), ("k2", b"c"), ("k3", b"d"), ("k2", b""), ("k3", b"")]
+    produce(client, topic, items, batching=True)
+    compact(broker, topic)
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    got = drain(c)
+    assert [(m.data(), m.message_id().batch_index()) for m in got] == [(b"a", 0), (b"b", 1)]
+    c.acknowledge_cumulative(got[-1])
+    c.close()
+    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+    assert drain(c, 500) == []
