@@ -43,11 +43,14 @@ class ForkServer:
         )
         self._buf = b""
         self._lines: list[str] = []
+        self.running: int | None = None  # the writer started last, until its exit is seen
 
     def start(self, function: str, *args) -> int:
         self.proc.stdin.write(f"{function} {json.dumps(args)}\n".encode())
         self.proc.stdin.flush()
-        return int(self.expect("pid").split()[1])
+        pid = int(self.expect("pid").split()[1])
+        self.running = pid
+        return pid
 
     def expect(self, word: str, timeout: float = 30.0) -> str:
         """The next line starting with ``word``. Lines may come in either order: a child
@@ -71,15 +74,25 @@ class ForkServer:
 
     def run_to_end(self, function: str, *args) -> None:
         self.start(function, *args)
+        self.wait_exit()
+
+    def wait_exit(self) -> None:
         self.expect("exit")
+        self.running = None
 
     def close(self) -> None:
+        if self.running is not None:  # a test failed mid-round: do not leave a writer behind
+            try:
+                os.kill(self.running, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.stdin.close()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:  # a test failed with a writer still running
             self.proc.kill()
             self.proc.wait()
+        self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -148,7 +161,7 @@ def test_sigkill_mid_append_loses_no_acknowledged_entry(tmp_path, fork_server):
         fork_server.expect("ready")
         time.sleep(rng.uniform(0.005, 0.1))
         os.kill(pid, signal.SIGKILL)
-        fork_server.expect("exit")
+        fork_server.wait_exit()
         acks = _read_acks(ack_path)
         for rr, t, n in acks:
             acked[(rr, t)] = max(acked.get((rr, t), 0), n)

@@ -860,6 +860,7 @@ class ManagedLedger:
             if existing is not None:
                 return existing
             if isinstance(initial_position, str):
+                initial_position = initial_position.lower()
                 if initial_position == "earliest":
                     first = self._ledgers[0].ledger_id if self._ledgers else -1
                     mark_delete = Position(first, -1)
