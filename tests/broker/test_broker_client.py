@@ -406,6 +406,27 @@ def test_exclusive_producer_access_mode(client, topic):
     client.create_producer(topic).send(b"ok")
 
 
+def test_wait_for_exclusive_producer_queues_until_the_topic_is_free(client, topic):
+    import threading
+
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    created = []
+
+    def wait_for_it():
+        created.append(client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive))
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.5)
+    assert created == []  # queued behind the exclusive producer
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)  # shared producers are refused while one waits
+    first.close()
+    waiter.join(10)
+    assert len(created) == 1
+    created[0].send(b"mine now")
+
+
 def test_producer_name_generated_and_user_given(client, topic):
     generated = client.create_producer(topic)
     assert generated.producer_name()

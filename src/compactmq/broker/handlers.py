@@ -37,7 +37,7 @@ from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source
 from .dispatchers import peek_metadata
-from .producers import Producer
+from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -210,7 +210,22 @@ class CommandHandler:
         )
         if self.conn.closed or cmd.producer_id in self._cancelled_producers:
             return
-        topic.add_producer(producer)
+        try:
+            topic.add_producer(producer)
+        except MustWait:
+            # WaitForExclusive: "queued" now, a ready PRODUCER_SUCCESS when the topic is free
+            self.producers[cmd.producer_id] = producer
+            self.conn.send_command(commands.producer_success(
+                cmd.request_id, name, schema_version=schema_version, producer_ready=False))
+            try:
+                await topic.wait_for_exclusive(producer)
+            except BaseException:
+                if self.producers.get(cmd.producer_id) is producer:
+                    del self.producers[cmd.producer_id]
+                raise
+            if producer.closed or self.conn.closed:
+                topic.remove_producer(producer)
+                return
         self.producers[cmd.producer_id] = producer
         self.conn.send_command(commands.producer_success(
             cmd.request_id, name,

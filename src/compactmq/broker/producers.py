@@ -2,9 +2,9 @@
 
 Pulsar's access modes: *Shared* producers coexist; an *Exclusive* producer is refused while any
 other producer is attached, and while it is attached every other producer is refused
-(ProducerBusy, which clients do not retry). WaitForExclusive is treated like Exclusive (a
-client then gets ProducerBusy instead of waiting: compactmq never queues producers).
-ExclusiveWithFencing is accepted like Exclusive after closing the others.
+(ProducerBusy, which clients do not retry). *WaitForExclusive* queues instead: the client gets
+PRODUCER_SUCCESS with ``producer_ready=false`` at once and a second one, ready, when the topic
+is free (first come, first served). *ExclusiveWithFencing* closes the others and takes over.
 """
 
 from __future__ import annotations
@@ -45,8 +45,13 @@ class Producer:
         return self.access_mode != SHARED
 
 
+class MustWait(Exception):
+    """A WaitForExclusive producer has to queue (not an error: it is told to wait)."""
+
+
 def check_access(existing: list[Producer], access_mode: int, name: str) -> list[Producer]:
-    """Raise ProducerBusy when a producer in ``access_mode`` may not join ``existing``.
+    """Raise ProducerBusy when a producer in ``access_mode`` may not join ``existing``
+    (MustWait for a WaitForExclusive producer that has to queue).
 
     Returns the producers to fence (close) first: only ExclusiveWithFencing fences.
     """
@@ -56,6 +61,8 @@ def check_access(existing: list[Producer], access_mode: int, name: str) -> list[
     live = [p for p in existing if not p.closed]
     if access_mode == EXCLUSIVE_WITH_FENCING:
         return live
+    if access_mode == WAIT_FOR_EXCLUSIVE and live:
+        raise MustWait()
     if access_mode != SHARED and live:
         raise ProducerBusy(
             f"topic has {len(live)} producer(s) attached; {ACCESS_MODE_NAMES[access_mode]} access refused"

@@ -18,12 +18,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
+from ..errors import CompactMQError, InvalidTopicName, NotAllowed, ProducerBusy, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..storage.position import Position
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .dispatchers import peek_metadata
-from .producers import Producer, check_access
+from .producers import EXCLUSIVE_WITH_FENCING, WAIT_FOR_EXCLUSIVE, MustWait, Producer, check_access
 from .subscriptions import Consumer, CursorView, Subscription
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +61,7 @@ class Topic:
         self._append_task: asyncio.Task | None = None
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
+        self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
         self.closed = False
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
 
@@ -129,11 +130,35 @@ class Topic:
     # --- producers ---------------------------------------------------------------------------
 
     def add_producer(self, producer: Producer) -> None:
+        """Attach a producer; ProducerBusy when its access mode forbids it now, MustWait for
+        a WaitForExclusive producer that joins the queue (see ``wait_for_exclusive``)."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
+        if self._exclusive_waiters and producer.access_mode != EXCLUSIVE_WITH_FENCING:
+            if producer.access_mode == WAIT_FOR_EXCLUSIVE:
+                raise MustWait()  # behind the ones already waiting
+            raise ProducerBusy(f"producers are waiting for exclusive access to {self.name}")
         for fenced in check_access(list(self.producers.values()), producer.access_mode, producer.name):
             fenced.connection.close_producer_by_broker(fenced)
         self.producers[producer.serial] = producer
+
+    async def wait_for_exclusive(self, producer: Producer) -> None:
+        """Queue a WaitForExclusive producer; returns once it is attached as the only one."""
+        fut = asyncio.get_running_loop().create_future()
+        self._exclusive_waiters.append((producer, fut))
+        try:
+            await fut
+        except BaseException:
+            self._exclusive_waiters = [(p, f) for p, f in self._exclusive_waiters if f is not fut]
+            raise
+
+    def _grant_exclusive(self) -> None:
+        while self._exclusive_waiters and not any(not p.closed for p in self.producers.values()):
+            producer, fut = self._exclusive_waiters.pop(0)
+            if fut.done() or producer.closed or producer.connection.closed:
+                continue
+            self.producers[producer.serial] = producer
+            fut.set_result(None)
 
     def remove_producer(self, producer: Producer) -> None:
         producer.closed = True
@@ -141,6 +166,12 @@ class Topic:
             # what a closed producer published still counts in the topic's totals (stats, /metrics)
             self.closed_producers_in[0] += producer.messages_in
             self.closed_producers_in[1] += producer.bytes_in
+        if self._exclusive_waiters:
+            for waiting, fut in self._exclusive_waiters:
+                if waiting is producer and not fut.done():
+                    fut.cancel()  # it gave up waiting (closed, or its connection went)
+            self._exclusive_waiters = [(p, f) for p, f in self._exclusive_waiters if not f.done()]
+            self._grant_exclusive()
 
     # --- subscriptions -----------------------------------------------------------------------
 
@@ -235,6 +266,10 @@ class Topic:
     async def close(self, disconnect_clients: bool = True) -> None:
         """Stop taking SENDs, tell clients to reconnect, persist what is queued, flush acks."""
         self.closed = True
+        for _, fut in self._exclusive_waiters:
+            if not fut.done():
+                fut.set_exception(StorageError(f"topic {self.name} is closing"))
+        self._exclusive_waiters.clear()
         if disconnect_clients:
             for producer in list(self.producers.values()):
                 producer.connection.close_producer_by_broker(producer)
