@@ -458,3 +458,24 @@ def test_appends_reads_acks_and_trims_at_once(open_storage):
         assert ps == sorted(ps) and len(set(ps)) == len(ps)
     ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0)
     assert len(ml.ledgers()) <= 2
+
+
+def test_io_errors_surface_as_storage_errors(open_storage, monkeypatch):
+    import os
+
+    from compactmq.errors import StorageError
+
+    st = open_storage(managedLedgerMaxEntriesPerLedger=2)
+    ml = st.open_managed_ledger("t")
+    ps = [ml.append(b"%d" % i) for i in range(3)]
+
+    def eio(*a, **k):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "pread", eio)
+    with pytest.raises(StorageError):
+        ml.read_entries(ps[0], 10)
+    with pytest.raises(StorageError):
+        ml.read_entry(ps[0])
+    monkeypatch.undo()
+    assert ml.read_entry(ps[0]) == b"0"

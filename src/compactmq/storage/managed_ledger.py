@@ -33,6 +33,7 @@ fdatasync itself runs holding neither, so appends and reads go on during a sync.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -62,6 +63,20 @@ MAX_OPEN_READ_FDS = 32
 # Indexes of closed ledgers kept in memory per managed ledger (16 bytes per entry each; a
 # 50000-entry ledger is 800 KB), least recently used dropped first.
 MAX_LOADED_INDEXES = 16
+
+
+def _os_errors_as_storage_errors(method):
+    """An I/O failure reaches callers as ``StorageError`` (the broker maps that to
+    PersistenceError on the wire), never as a bare ``OSError``."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            raise StorageError(f"{self.topic}: {method.__name__} failed: {e}") from e
+
+    return wrapper
 
 
 class _Ledger:
@@ -152,6 +167,7 @@ def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
 class ManagedLedger:
     """A topic's log. Obtain from ``Storage.open_managed_ledger``. Thread-safe."""
 
+    @_os_errors_as_storage_errors
     def __init__(
         self,
         topic: str,
@@ -557,6 +573,7 @@ class ManagedLedger:
                 or now - led.created_ms >= self._max_age_ms):
             self._rollover_locked(now)
 
+    @_os_errors_as_storage_errors
     def maybe_rollover(self) -> bool:
         """Roll the current ledger if it is past a limit (the broker calls this on a timer so
         that an idle topic's ledger still closes by age). True when it rolled."""
@@ -678,6 +695,7 @@ class ManagedLedger:
             led.read_fd = None
         self._read_fds.pop(led.ledger_id, None)
 
+    @_os_errors_as_storage_errors
     def read_entry(self, position: Position) -> bytes:
         """The bytes of one entry; ``NotFound`` when there is no such (durable) entry."""
         ledger_id, entry_id = position
@@ -699,6 +717,7 @@ class ManagedLedger:
                 return i, 0
         return len(self._ledgers), 0
 
+    @_os_errors_as_storage_errors
     def read_entries(self, start: Position, max_entries: int, max_bytes: int | None = None
                      ) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` entries from the first one at or after ``start``, crossing
@@ -782,6 +801,7 @@ class ManagedLedger:
         ledger_id, entry_id = position
         return Position(ledger_id, entry_id - 1) if entry_id > 0 else Position(ledger_id, -1)
 
+    @_os_errors_as_storage_errors
     def find_position_by_publish_time(self, ts_ms: int) -> Position:
         """The first entry published at or after ``ts_ms`` (ledgers are skipped by their last
         publish time, then searched); past the end, the next position to be written."""
@@ -825,6 +845,7 @@ class ManagedLedger:
                     total += max(0, n - (entry_id + 1))
         return total
 
+    @_os_errors_as_storage_errors
     def size_after(self, position: Position) -> int:
         """Entry bytes after ``position`` (the backlog size of a cursor there)."""
         ledger_id, entry_id = position
@@ -921,6 +942,7 @@ class ManagedLedger:
         mb = self._store.effective_policy(self.topic, RETENTION_SIZE_MB, self._default_retention_mb)
         return int(minutes), int(mb)
 
+    @_os_errors_as_storage_errors
     def trim_to_retention(self, now_ms: int | None = None, retention_time_minutes: int | None = None,
                           retention_size_mb: int | None = None) -> list[int]:
         """Delete whole ledgers that retention no longer keeps (Pulsar's rules):
@@ -990,6 +1012,7 @@ class ManagedLedger:
 
     # --- closing ---------------------------------------------------------------------------
 
+    @_os_errors_as_storage_errors
     def close(self) -> None:
         """Seal the current ledger (so the next open needs no recovery) and release files."""
         with self._lock:
