@@ -51,10 +51,31 @@ gets its index and is recorded CLOSED; empty ledgers and files unknown to the me
 (a crash between the file step and the metadata step) are deleted; a damaged or missing
 index of a CLOSED ledger is rebuilt from its file. A new ledger is then opened for appends.
 
-Retention follows Pulsar: see ``ManagedLedger.trim_to_retention``.
+A write or sync that fails *fences* the managed ledger (appends refuse, reads go on);
+``Storage.open_managed_ledger`` then reopens it, which runs the recovery above.
+
+Retention follows Pulsar: see ``ManagedLedger.trim_to_retention``; the broker calls
+``Storage.run_maintenance()`` every ``retentionCheckIntervalInSeconds`` (it also rolls idle
+ledgers by age).
+
+Using it (synchronous and thread-safe; the broker calls it from a thread pool)::
+
+    storage = Storage(data_dir, load_config())        # takes data_dir/LOCK
+    ml = storage.open_managed_ledger("my-topic")       # recovers, opens a new ledger
+    pos = ml.append(entry_bytes)                       # durable when it returns
+    sub = ml.open_cursor("sub", initial_position="earliest")
+    for pos, data in sub.read_entries(100): ...
+    sub.ack_individual([pos])                          # persisted in metadata.db
+    storage.close()                                    # seals current ledgers
+
+A compaction job beside the broker opens ``Storage(data_dir, cfg, read_only=True)``: it reads
+ledgers as they are, repairs and deletes nothing, and commits through ``storage.metadata``.
 
 Public API: ``Storage``, ``ManagedLedger``, ``Cursor``, ``MetadataStore``, ``Position``,
-``LedgerInfo``, ``CompactionState`` and the policy-key constants.
+``LedgerInfo``, ``CompactionState`` and the policy-key constants; the file format in
+``ledger_file``. Errors are ``compactmq.errors`` classes: ``StorageError`` (I/O, damage,
+fenced), ``MetadataError``, ``TopicNotFound``, ``NotFound`` (no such entry), ``Conflict``
+(compaction version moved), ``AlreadyExists``, ``InvalidInput`` (entry too large).
 """
 
 from .cursor import Cursor
