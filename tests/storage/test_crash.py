@@ -246,3 +246,37 @@ def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path, fork_se
         assert [d for _, d in ml.read_entries(Position(0, 0), 10)] == [b"entry-%d" % i * (i + 1) for i in range(3)]
         assert ml.ledgers()[-1].state == "OPEN"
     assert os.path.getsize(path) == size
+
+
+def test_crash_between_ledger_row_and_its_file(tmp_path):
+    """Rollover records the next ledger OPEN, then creates its file: a crash in between
+    leaves a row without a file, which recovery drops (nothing was ever appended there)."""
+    data_dir = str(tmp_path / "data")
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        p = ml.append(b"kept")
+    with Storage(data_dir, load_config()) as st:
+        ghost = st.metadata.add_ledger(TOPIC, 0)  # as if the process died right after
+        st.close()
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        assert ghost not in [i.ledger_id for i in ml.ledgers()]
+        assert [d for _, d in ml.read_entries(Position(0, 0), 10)] == [b"kept"]
+        assert ml.append(b"next") > p
+
+
+def test_crash_after_sealing_before_the_metadata_says_closed(tmp_path):
+    """A ledger fsynced and indexed but still OPEN in the metadata store is recovered like
+    any open ledger: same entries, recorded CLOSED."""
+    data_dir = str(tmp_path / "data")
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        ps = [ml.append(b"%d" % i) for i in range(4)]
+    with Storage(data_dir, load_config()) as st:
+        with st.metadata.transaction() as db:  # roll the CLOSED back to OPEN, keep the .idx
+            db.execute("UPDATE ledgers SET state = 'OPEN', entry_count = 0 WHERE ledger_id = ?", (ps[0].ledger_id,))
+    with Storage(data_dir, load_config()) as st:
+        ml = st.open_managed_ledger(TOPIC)
+        info = [i for i in ml.ledgers() if i.ledger_id == ps[0].ledger_id][0]
+        assert (info.state, info.entry_count) == ("CLOSED", 4)
+        assert [d for _, d in ml.read_entries(ps[0], 10)] == [b"0", b"1", b"2", b"3"]
