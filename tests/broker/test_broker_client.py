@@ -383,6 +383,19 @@ def test_pattern_and_multi_topic_subscriptions(client, topic):
     assert sorted(m.data() for m in drain(multi, 300, until=2)) == [b"a", b"b"]
 
 
+def test_delayed_delivery_on_shared(client, topic):
+    from datetime import timedelta
+
+    consumer = client.subscribe(topic, "d", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent_at = time.time()
+    producer.send(b"later", deliver_after=timedelta(milliseconds=800))
+    producer.send(b"now")
+    assert consumer.receive(5000).data() == b"now"
+    m = consumer.receive(5000)
+    assert m.data() == b"later" and time.time() - sent_at >= 0.7
+
+
 def test_unsubscribe_forgets_the_subscription(client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
     consumer = client.subscribe(topic, "gone", initial_position=Earliest)

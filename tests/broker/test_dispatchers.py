@@ -14,10 +14,12 @@ from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage.position import Position
 
 
-def entry(i: int, key: str | None = None) -> bytes:
+def entry(i: int, key: str | None = None, deliver_at: int = 0) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i)
     if key is not None:
         md.partition_key = key
+    if deliver_at:
+        md.deliver_at_time = deliver_at
     return frames.build_entry(md, b"%d" % i)
 
 
@@ -292,5 +294,35 @@ def test_key_shared_newcomer_waits_unless_it_allows_out_of_order():
         eager = Consumer(sub, FakeConnection(), 2, "eager", allow_out_of_order=True)
         sub.add_consumer(eager, KEY_SHARED)
         assert waiting in sub.dispatcher.joined_at and eager not in sub.dispatcher.joined_at
+
+    asyncio.run(run())
+
+
+def test_delayed_messages_wait_on_shared_but_not_on_exclusive():
+    async def run():
+        import time as _time
+
+        later = int(_time.time() * 1000) + 300
+        entries = [entry(0, deliver_at=later), entry(1), entry(2)]
+        topic, sub, (c,), (conn,) = setup(entries, SHARED, permits=10)
+        await settle(topic)
+        assert positions(conn) == [1, 2]
+        await asyncio.sleep(0.4)
+        await settle(topic)
+        assert positions(conn) == [1, 2, 0]
+        topic2, sub2, (c2,), (conn2,) = setup(entries, EXCLUSIVE, permits=10)
+        await settle(topic2)
+        assert positions(conn2) == [0, 1, 2]
+
+    asyncio.run(run())
+
+
+def test_a_read_of_only_acknowledged_entries_does_not_stall_dispatch():
+    async def run():
+        topic, sub, (c,), (conn,) = setup([entry(i) for i in range(800)], EXCLUSIVE)
+        sub.ack_individual([(Position(1, i), None) for i in range(600)])
+        c.flow(1000)
+        await settle(topic)
+        assert positions(conn) == list(range(600, 800))
 
     asyncio.run(run())

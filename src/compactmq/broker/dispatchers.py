@@ -5,6 +5,10 @@ to read from the source), a *replay set* (entries to send again: negatively ackn
 redelivery requested, or held back for a busy Key_Shared consumer) and the *pending* map
 (entry -> the consumer it was sent to and not yet acknowledged).
 
+Delayed delivery (``deliver_at_time``, PIP-26): Shared and Key_Shared dispatchers park an
+entry that is not due yet in ``delayed`` and a timer moves it to the replay set when it is;
+Exclusive and Failover deliver at once (Pulsar does the same).
+
 A dispatch pass runs as one task at a time (``wake()`` starts it or marks it dirty): replay
 first, then new entries from the source, as long as some consumer can take a message (permits
 left, socket writable). When the source has nothing more, the pass ends; the topic wakes the
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import struct
@@ -55,6 +60,10 @@ _MessageMetadata = pulsar_pb2.MessageMetadata
 MAX_REPLAY = 10_000
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def next_position(position: Position) -> Position:
     """The smallest position after ``position`` (storage maps it to the next real entry)."""
     return Position(position[0], position[1] + 1)
@@ -74,8 +83,8 @@ def peek_metadata(entry: bytes) -> pulsar_pb2.MessageMetadata:
     return md
 
 
-def entry_info(entry: bytes) -> tuple[int, bytes]:
-    """(messages in the entry, routing key) read from its metadata."""
+def entry_info(entry: bytes) -> tuple[int, bytes, int]:
+    """(messages in the entry, routing key, deliver-at time in ms or 0) from its metadata."""
     md = peek_metadata(entry)
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     if md.HasField("ordering_key"):
@@ -84,7 +93,7 @@ def entry_info(entry: bytes) -> tuple[int, bytes]:
         key = md.partition_key.encode()
     else:
         key = b""
-    return n, key
+    return n, key, (md.deliver_at_time if md.HasField("deliver_at_time") else 0)
 
 
 class Dispatcher:
@@ -101,6 +110,9 @@ class Dispatcher:
         self._task: asyncio.Task | None = None
         self._dirty = False
         self.closed = False
+        # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
+        self.delayed: dict[Position, tuple[int, int]] = {}
+        self._delay_timer: asyncio.TimerHandle | None = None
 
     # --- consumers ---------------------------------------------------------------------------
 
@@ -127,12 +139,15 @@ class Dispatcher:
         for p in positions:
             self.pending.pop(p, None)
             self.replay.pop(p, None)
+            self.delayed.pop(p, None)
 
     def acknowledged_up_to(self, position: Position) -> None:
         for p in [p for p in self.pending if p <= position]:
             del self.pending[p]
         for p in [p for p in self.replay if p <= position]:
             del self.replay[p]
+        for p in [p for p in self.delayed if p <= position]:
+            del self.delayed[p]
         if self.read_position <= position:
             self.read_position = next_position(position)
 
@@ -146,6 +161,7 @@ class Dispatcher:
         self.epoch += 1
         self.pending.clear()
         self.replay.clear()
+        self.delayed.clear()  # re-read entries are delayed again if still not due
         self.read_position = position
         self.wake()
 
@@ -161,6 +177,37 @@ class Dispatcher:
     def close(self) -> None:
         self.closed = True
         self.epoch += 1
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+
+    # --- delayed delivery (PIP-26: deliver_at_time) ------------------------------------------
+
+    delays_delivery = False  # Exclusive and Failover deliver at once, as Pulsar does
+
+    def _delay(self, position: Position, deliver_at_ms: int, h: int) -> None:
+        self.delayed[position] = (deliver_at_ms, h)
+        self._arm_delay_timer()
+
+    def _arm_delay_timer(self) -> None:
+        if self._delay_timer is not None:
+            self._delay_timer.cancel()
+            self._delay_timer = None
+        if not self.delayed or self.closed:
+            return
+        due = min(t for t, _ in self.delayed.values())
+        delay_s = max(0.0, (due - _now_ms()) / 1000.0)
+        self._delay_timer = asyncio.get_running_loop().call_later(delay_s, self._release_due)
+
+    def _release_due(self) -> None:
+        self._delay_timer = None
+        now = _now_ms()
+        for p, (t, h) in list(self.delayed.items()):
+            if t <= now:
+                del self.delayed[p]
+                self.replay[p] = h
+        self._arm_delay_timer()
+        self.wake()
 
     async def _run(self) -> None:
         try:
@@ -198,8 +245,11 @@ class Dispatcher:
             return sent + 1  # state changed under us: go round again
         if not entries:
             return sent
+        before = self.read_position
         sent += self._deliver_new(entries)
-        return sent
+        # entries skipped (acknowledged, delayed, parked for a busy Key_Shared consumer) are
+        # progress too: the next read starts after them, so keep going
+        return sent + (1 if self.read_position != before else 0)
 
     def _read_size(self) -> int:
         permits = sum(max(0, c.permits.available) for c in self.consumers if c.can_take())
@@ -224,7 +274,7 @@ class Dispatcher:
             if entry is None:  # trimmed by retention meanwhile
                 del self.replay[position]
                 continue
-            n, key = entry_info(entry)
+            n, key, _ = entry_info(entry)  # replayed entries are due: no delay check
             consumer = self._choose(position, key)
             if consumer is None:
                 if not self._any_consumer_ready():
@@ -244,7 +294,10 @@ class Dispatcher:
             self.read_position = next_position(position)
             if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
-            n, key = entry_info(entry)
+            n, key, deliver_at = entry_info(entry)
+            if deliver_at and self.delays_delivery and deliver_at > _now_ms():
+                self._delay(position, deliver_at, self._hash_of(key))
+                continue
             consumer = self._choose(position, key)
             if consumer is None:
                 self.replay[position] = self._hash_of(key)
@@ -335,13 +388,15 @@ class SingleActiveDispatcher(Dispatcher):
             if consumer is None:
                 break  # keep order: resume from this entry when permits come back
             self.read_position = next_position(position)
-            n, _ = entry_info(entry)
+            n, _, _ = entry_info(entry)  # Exclusive/Failover ignore delays, as in Pulsar
             self._send(consumer, position, entry, n)
             sent += 1
         return sent
 
 
 class SharedDispatcher(Dispatcher):
+    delays_delivery = True
+
     def __init__(self, subscription, source, read_position):
         super().__init__(subscription, source, read_position)
         self.selector: RoundRobinSelector = RoundRobinSelector()
@@ -351,6 +406,8 @@ class SharedDispatcher(Dispatcher):
 
 
 class KeySharedDispatcher(Dispatcher):
+    delays_delivery = True
+
     def __init__(self, subscription, source, read_position, sticky: bool = False):
         super().__init__(subscription, source, read_position)
         self.sticky = sticky
@@ -399,8 +456,11 @@ class KeySharedDispatcher(Dispatcher):
             self.read_position = next_position(position)
             if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
-            n, key = entry_info(entry)
+            n, key, deliver_at = entry_info(entry)
             h = key_hash(key)
+            if deliver_at and deliver_at > _now_ms():
+                self._delay(position, deliver_at, h)
+                continue
             # an older entry of this key waits in the replay set: this one waits behind it
             consumer = None if h in waiting else self._choose(position, key)
             if consumer is None:
