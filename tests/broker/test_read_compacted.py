@@ -629,3 +629,28 @@ def test_cumulative_ack_of_a_batch_whose_tail_is_compacted_out_acknowledges_it(b
     c.close()
     c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
     assert drain(c, 500) == []
+
+
+@BATCHING
+def test_failover_takeover_redelivers_from_the_compacted_view(broker, client, topic, spark_ready, batching):
+    items = kv(30, 3)
+    produce(client, topic, items, batching)
+    compact(broker, topic)
+    failover = pulsar.ConsumerType.Failover
+    first = client.subscribe(topic, "s", consumer_type=failover, consumer_name="a", initial_position=Earliest,
+                             is_read_compacted=True, batch_index_ack_enabled=batching)
+    second = client.subscribe(topic, "s", consumer_type=failover, consumer_name="b", initial_position=Earliest,
+                              is_read_compacted=True, batch_index_ack_enabled=batching)
+    from_first, from_second = drain(first), drain(second)
+    active, got_a = (first, from_first) if from_first else (second, from_second)
+    assert len(got_a) == 30
+    for m in got_a[:10]:
+        active.acknowledge(m)
+    time.sleep(0.3)
+    first.close()
+    second.close()
+    again = client.subscribe(topic, "s", consumer_type=failover, consumer_name="c", initial_position=Earliest,
+                             is_read_compacted=True, batch_index_ack_enabled=batching)
+    rest = drain(again)
+    # what was not acknowledged comes again from the compacted view, not from the raw topic
+    assert as_records(rest) == as_records(got_a[10:])
