@@ -29,6 +29,8 @@ def broker(tmp_path_factory):
         "keepAliveIntervalSeconds": "1",
         # small on purpose: producers hit the high-water mark and get their socket paused
         "maxPendingPublishBytesPerConnection": "65536",
+        # announced in CONNECTED: larger messages must be chunked by the client
+        "maxMessageSize": "262144",
     })
     b.start()
     yield b
@@ -320,4 +322,18 @@ def test_batch_index_acks_survive_a_restart(broker, topic):
     consumer = c.subscribe(name, "bia", consumer_type=pulsar.ConsumerType.Shared,
                            initial_position=Earliest, batch_index_ack_enabled=True)
     assert sorted(m.data() for m in drain(consumer, 500, until=4)) == [b"b6", b"b7", b"b8", b"b9"]
+    c.close()
+
+
+def test_chunked_messages_over_max_message_size(broker, topic):
+    name = topic + "-partition-0"
+    c = make_client(broker.url)
+    consumer = c.subscribe(name, "s", initial_position=Earliest)
+    big = bytes(range(256)) * 3000  # 768000 bytes: three to four chunks of 256 KiB
+    producer = c.create_producer(name, batching_enabled=False, chunking_enabled=True)
+    producer.send(big)
+    got = consumer.receive(10000)
+    assert got.data() == big
+    with pytest.raises(pulsar.MessageTooBig):
+        c.create_producer(name, batching_enabled=False).send(big)
     c.close()
