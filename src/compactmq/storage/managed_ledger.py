@@ -400,13 +400,16 @@ class ManagedLedger:
                 self._written_seq += 1
                 seq = self._written_seq
                 lid = led.ledger_id
+                if not self._sync_data:  # nothing to wait for: visible as soon as written
+                    self._durable_seq = seq
         finally:
             if track:
                 with self._sync_cond:
                     self._writers_in_flight -= 1
                     if self._writers_in_flight == 0:
                         self._sync_cond.notify_all()
-        self._make_durable(seq)
+        if self._sync_data:
+            self._make_durable(seq)
         return _new_tuple(Position, (lid, entry_id))
 
     def _undo_write_locked(self, led: _Ledger, first: int, start: int) -> None:
@@ -486,23 +489,22 @@ class ManagedLedger:
                 self._written_seq += len(datas)
                 seq = self._written_seq
                 lid = led.ledger_id
+                if not self._sync_data:  # nothing to wait for: visible as soon as written
+                    self._durable_seq = seq
         finally:
             if track:
                 with self._sync_cond:
                     self._writers_in_flight -= 1
                     if self._writers_in_flight == 0:
                         self._sync_cond.notify_all()
-        self._make_durable(seq)
+        if self._sync_data:
+            self._make_durable(seq)
         return [_position(lid, first + i) for i in range(len(datas))]
 
     def _make_durable(self, seq: int) -> None:
         """Return once record ``seq`` is durable (group commit; see the module docstring)."""
         cond = self._sync_cond
         with cond:
-            if not self._sync_data:
-                if seq > self._durable_seq:
-                    self._durable_seq = seq
-                return
             while self._durable_seq < seq:
                 if self._fenced is not None:
                     raise StorageError(f"{self.topic}: sync failed, entry not durable: {self._fenced}")
