@@ -479,3 +479,16 @@ def test_io_errors_surface_as_storage_errors(open_storage, monkeypatch):
         ml.read_entry(ps[0])
     monkeypatch.undo()
     assert ml.read_entry(ps[0]) == b"0"
+
+
+def test_close_whose_final_sync_fails_is_reported(open_storage, monkeypatch):
+    import os
+
+    from compactmq.errors import StorageError
+
+    ml = open_storage().open_managed_ledger("t")
+    ml.append(b"a")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(StorageError):
+        ml.close()
+    assert ml.fenced and ml.closed

@@ -1036,6 +1036,11 @@ class ManagedLedger:
                         self._store.close_ledger(self._seal_locked(now))
                 elif led is not None:
                     self._close_write_fd_locked(led)
+            except BaseException as e:
+                # the final sync may not have happened: appenders still waiting must not be
+                # told their entries are durable
+                self._fence(e)
+                raise
             finally:
                 for led in self._ledgers:
                     self._close_read_fd(led)
