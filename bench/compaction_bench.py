@@ -365,7 +365,7 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
             secs = time.perf_counter() - t0
             c1 = mem.cpu_seconds()
         return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
-                "messages_read": result.messages_read,
+                "step_seconds": result.step_seconds, "messages_read": result.messages_read,
                 "messages_kept": result.messages_kept, "entries_written": result.entries_written,
                 "peak_memory": mem.peak}, storage
     except BaseException:
@@ -394,7 +394,7 @@ def incremental(d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, ba
             secs = time.perf_counter() - t0
             c1 = mem.cpu_seconds()
         return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
-                "messages_read": result.messages_read, "new_messages": n_new,
+                "step_seconds": result.step_seconds, "messages_read": result.messages_read, "new_messages": n_new,
                 "messages_kept": result.messages_kept, "peak_memory": mem.peak}
     finally:
         storage.close()
@@ -410,6 +410,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baselines", default="yes", choices=("yes", "no"))
     ap.add_argument("--work-dir", default="/tmp/compactmq-bench")
     ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction.json"))
     ap.add_argument("--prepare-only", metavar="LAYOUT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -420,7 +421,8 @@ def main(argv=None) -> int:
         args.messages, args.keys = 1_000_000, 100_000
     self_test()
     spark_conf = {"spark.master": args.spark_master, "spark.ui.enabled": "false",
-                  "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4"}
+                  "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4",
+                  **dict(kv.split("=", 1) for kv in args.spark_conf)}
     from compactmq.compaction.spark.session import get_session
 
     t0 = time.perf_counter()
@@ -448,7 +450,7 @@ def main(argv=None) -> int:
             storage.close()
             run["messages_per_second"] = round(args.messages / run["seconds"])
             log(f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}, "
-                f"cpu {run['cpu_seconds']}, load {os.getloadavg()[0]:.1f}")
+                f"cpu {run['cpu_seconds']}, steps {run['step_seconds']}, load {os.getloadavg()[0]:.1f}")
             runs.append(run)
         res["full_cold"] = runs[0]
         warm = runs[1:] or runs
@@ -463,7 +465,7 @@ def main(argv=None) -> int:
         for rep in range(args.repeat):
             log(f"{layout}: incremental run {rep + 1}/{args.repeat} after 1 % new messages")
             inc = incremental(d, spark_conf, jvm_pid, args.messages // 100, args.keys, layout == "batched", 100 + rep)
-            log(f"{layout}: incremental {inc['seconds']}s")
+            log(f"{layout}: incremental {inc['seconds']}s, cpu {inc['cpu_seconds']}, steps {inc['step_seconds']}")
             incs.append(inc)
         res["incremental_runs"] = incs
         res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)

@@ -123,6 +123,7 @@ class CompactionResult:
     removed_event_count: int
     duration_ms: int
     previous_ledger_id: Optional[int] = None
+    step_seconds: Optional[dict] = None  # wall time of plan / spark / build / commit / cleanup
 
 
 class TopicCompactionService(abc.ABC):

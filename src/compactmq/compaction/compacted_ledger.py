@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 import numpy as np

@@ -118,15 +118,27 @@ class CompactionRunner:
                 settings = topic_settings(self.storage, self.topic, self.config)
                 strategy = resolve_strategy(settings["strategy"])
                 new_id = meta.allocate_ledger_id()
+                steps: dict = {}
+                mark = time.perf_counter()
+
+                def step(name: str) -> None:
+                    nonlocal mark
+                    now = time.perf_counter()
+                    steps[name] = round(now - mark, 3)
+                    mark = now
+
                 plan = self._plan(state, settings, strategy, new_id)
+                step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
                 self.abort_hook("planned")
                 parts = self.engine.run(plan, strategy, report)
+                step("spark")
                 self.abort_hook("parts-written")
                 report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
                 final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
                 # flush the new ledger (concatenate_parts fsyncs file and directory), then swap
                 written = concatenate_parts(final_path, [p["path"] for p in parts if p["entries"]])
+                step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
                 duration = int((self.clock() - t0) * 1000)
@@ -134,6 +146,7 @@ class CompactionRunner:
                 self.abort_hook("before-commit")
                 previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
                                                   expected_version=running.version)
+                step("commit")
             except BaseException as e:
                 if final_path and os.path.exists(final_path):
                     os.unlink(final_path)
@@ -155,12 +168,13 @@ class CompactionRunner:
                     os.unlink(compacted_ledger_path(self.data_dir, self.topic, previous))
                 except FileNotFoundError:
                     pass
+            step("cleanup")
             report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
             return CompactionResult(
                 topic=self.topic, compacted_ledger_id=new_id, horizon=plan.new_horizon,
                 entries_read=plan.estimated_entries, messages_read=read, entries_written=written,
                 messages_kept=kept, removed_event_count=stats["removed_event_count"], duration_ms=duration,
-                previous_ledger_id=previous,
+                previous_ledger_id=previous, step_seconds=steps,
             )
         finally:
             lock.release()
@@ -299,3 +313,7 @@ class LedgerCompactionService(TopicCompactionService):
 
     def get_last_compacted_position(self):
         return self.storage.metadata.get_compaction_state(self.topic).horizon
+
+
+#: the per-topic compaction lock, for callers outside this module (the broker's monitor)
+TopicLock = _TopicLock
