@@ -26,6 +26,10 @@ class FakeTransport:
     def write(self, data):
         self.out += data
 
+    def writelines(self, chunks):
+        for c in chunks:
+            self.out += c
+
     def pause_reading(self):
         self.paused = True
 
