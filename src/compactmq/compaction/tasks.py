@@ -60,19 +60,18 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
     for ordinal in plan.groups[group]:
         seg = plan.segments[ordinal]
         buf, eids, offs, lens = load_segment(seg)
-        if not len(eids):
-            continue
-        rows = es.entry_rows(buf, eids, offs, lens, ordinal)
-        if stats is not None:
-            stats["messages"] = stats.get("messages", 0) + len(rows)
-        if not plan.retain_null_key:
-            keep = (rows.flags & es.FLAG_KEYLESS) == 0
-            if not keep.all():
-                rows = rows.take(np.flatnonzero(keep))
-        if plan.combine:
-            parts.append(rows)
-        else:
-            yield rows
+        for lo, hi in chunks(lens):
+            rows = es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], ordinal)
+            if stats is not None:
+                stats["messages"] = stats.get("messages", 0) + len(rows)
+            if not plan.retain_null_key:
+                keep = (rows.flags & es.FLAG_KEYLESS) == 0
+                if not keep.all():
+                    rows = rows.take(np.flatnonzero(keep))
+            if plan.combine:
+                parts.append(rows)
+            else:
+                yield rows
     if parts:
         rows = es.combine_latest(es.Rows.concat(parts))
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
@@ -80,6 +79,26 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
 
 
 ARROW_BATCH_ROWS = 1 << 20
+# entries are scanned this many bytes at a time: per-message scratch arrays (13 longs per message
+# of a batch) then stay small whatever the size of a ledger or of its batches
+CHUNK_BYTES = 16 << 20
+
+
+def chunks(lengths: np.ndarray, limit: Optional[int] = None):
+    """``(lo, hi)`` index ranges of consecutive entries holding about ``limit`` bytes each."""
+    limit = CHUNK_BYTES if limit is None else limit
+    n = len(lengths)
+    if not n:
+        return []
+    ends = np.cumsum(np.asarray(lengths, np.int64))
+    out, lo = [], 0
+    while lo < n:
+        base = ends[lo - 1] if lo else 0
+        hi = int(np.searchsorted(ends, base + limit, side="right"))
+        hi = max(hi, lo + 1)
+        out.append((lo, min(hi, n)))
+        lo = hi
+    return out
 
 
 def rows_to_arrow(rows: es.Rows, with_event_time: bool):
@@ -204,8 +223,12 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
         at = np.searchsorted(seg_eids, cand)
         if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        src, new_lens, extra, extra_off = es.rebuild_ranges(buf, offs[at], lens[at], inverse, bidx[m])
-        entries += writer.append_ranges(seg.ledger_id, cand, buf, src, new_lens, extra, extra_off)
+        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
+        for lo, hi in chunks(c_lens):
+            sel = (inverse >= lo) & (inverse < hi)
+            src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo,
+                                                                c_bidx[sel])
+            entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
