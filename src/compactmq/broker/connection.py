@@ -13,6 +13,8 @@ connection stops being ``writable`` and dispatchers skip its consumers until
 A framing error (ProtocolError) ends the connection with an ERROR on the wire where a request
 id is known; errors of single commands are answered by the handler and the connection stays.
 Keep-alive: a PING every ``keepAliveIntervalSeconds``; a peer silent for twice that is dropped.
+``is_alive`` PINGs on demand: a newcomer claiming a producer name or an exclusive subscription
+held by this connection gets it if nothing comes back in time (see ``handlers``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ writing SQLite): it reads a ``CursorView``, a snapshot taken in the pool after e
 plus the acknowledgements not yet written.
 
 Batch-index acknowledgements (``ack_set``: a bitset whose set bits are the messages of a batch
-*not yet* acknowledged) are kept here per entry; an entry whose set becomes empty is
-acknowledged as a whole. A redelivered batch carries its remaining set so the client skips the
-acknowledged messages.
+*not yet* acknowledged) are kept here per entry, and in a cursor property so a restart keeps
+them; an entry whose set becomes empty is acknowledged as a whole. A redelivered batch carries
+its remaining set so the client skips the acknowledged messages.
 """
 
 from __future__ import annotations
