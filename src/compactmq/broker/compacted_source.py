@@ -324,7 +324,7 @@ class CompactedEntrySource(EntrySource):
     """The compacted view for one subscription (see the module notes)."""
 
     def __init__(self, topic: "Topic", live: EntrySource | None = None,
-                 subscription: "Subscription | None" = None) -> None:
+                 subscription: "Subscription | None" = None, late: bool = False) -> None:
         self.topic = topic
         self.live = live if live is not None else topic.source
         self.views = views_of(topic)
@@ -336,6 +336,7 @@ class CompactedEntrySource(EntrySource):
         self.floor_last: Optional[tuple] = None  # last message of the released view
         self._returned: Optional[tuple[Position, Position]] = None  # span of the last view read
         self._restored = False
+        self._late = late  # the subscription read the topic itself before this source
 
     @property
     def subscription(self) -> "Subscription":
@@ -376,9 +377,13 @@ class CompactedEntrySource(EntrySource):
             self.view, self.on_live, self.floor, self.floor_last = pin
             return
         if not self.subscription.durable:
+            if self._late:
+                await self._check_progress()
             return
         stored = self.subscription.cursor.properties.get(PIN_PROPERTY)
         if not stored:
+            if self._late:
+                await self._check_progress()
             return
         if stored == LIVE_PIN:
             self.on_live = True
@@ -401,6 +406,13 @@ class CompactedEntrySource(EntrySource):
             # tombstone after this position, a newer view would not
             log.info("%s: compacted view %s is gone; resuming from the topic", self.subscription, ledger_id)
             self.on_live = True
+
+    async def _check_progress(self) -> None:
+        """A subscription that has already consumed part of the raw topic keeps reading the topic:
+        a compacted view would lack the tombstones of keys it has seen."""
+        first = await self._run(self.topic.ledger.first_position)
+        if first is not None and self.subscription.mark_delete_position() >= first:
+            self._went_live()
 
     async def _view_for(self, start: Position) -> Optional[CompactedView]:
         if not self._restored:
@@ -534,11 +546,13 @@ class CompactedEntrySource(EntrySource):
 
 
 def attach(subscription: "Subscription") -> CompactedEntrySource:
-    """Make ``subscription`` read the compacted view (idempotent); its dispatcher follows."""
+    """Make an existing ``subscription`` read compacted (a read-compacted consumer joins one that
+    was created without it; idempotent). Its dispatcher follows. If it has already consumed part
+    of the topic it keeps reading the topic (see ``_check_progress``)."""
     source = subscription.source
     if isinstance(source, CompactedEntrySource):
         return source
-    source = CompactedEntrySource(subscription.topic, subscription=subscription)
+    source = CompactedEntrySource(subscription.topic, subscription=subscription, late=True)
     subscription.source = source
     if subscription.dispatcher is not None:
         subscription.dispatcher.source = source
