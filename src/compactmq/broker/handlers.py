@@ -324,6 +324,8 @@ class CommandHandler:
         out_of_order = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.allowOutOfOrderDelivery
 
         def make_consumer(sub) -> Consumer:
+            if cmd.read_compacted:  # the subscription may exist from consumers that did not ask
+                compacted_source.attach(sub)
             return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                             cmd.priority_level, ranges, bool(cmd.read_compacted), out_of_order)
 
