@@ -654,3 +654,24 @@ def test_failover_takeover_redelivers_from_the_compacted_view(broker, client, to
     rest = drain(again)
     # what was not acknowledged comes again from the compacted view, not from the raw topic
     assert as_records(rest) == as_records(got_a[10:])
+
+
+def test_read_compacted_consumer_joining_an_existing_subscription(broker, client, topic, spark_ready):
+    items = kv(10, 3) + [("k0", b"")]
+    produce(client, topic, items, batching=False)
+    compact(broker, topic)
+    # created by a consumer that did not ask for compaction, nothing consumed: compacted view
+    plain = client.subscribe(topic, "fresh", initial_position=Earliest)
+    plain.close()
+    c = client.subscribe(topic, "fresh", initial_position=Earliest, is_read_compacted=True)
+    got = drain(c)
+    assert apply({}, got) == latest(items) and len(got) == len(latest(items))
+    c.close()
+    # one that already consumed part of the raw topic keeps reading the raw topic
+    plain = client.subscribe(topic, "used", initial_position=Earliest, receiver_queue_size=1)
+    seen = [plain.receive(5000) for _ in range(5)]
+    plain.acknowledge_cumulative(seen[-1])
+    plain.close()
+    c = client.subscribe(topic, "used", initial_position=Earliest, is_read_compacted=True)
+    rest = drain(c)
+    assert [(m.partition_key(), m.data()) for m in rest] == items[5:]
