@@ -75,17 +75,19 @@ class CommandHandler:
     # --- dispatch and error boundary ---------------------------------------------------------
 
     def handle(self, frame: frames.Frame) -> None:
-        entry = _HANDLERS.get(frame.type)
+        command = frame.command
+        ctype = command.type
+        entry = _HANDLERS.get(ctype)
         if entry is None:
             self._unsupported(frame)
             return
-        method, is_async = entry
-        body = frame.body()
+        method, is_async, field = entry
+        body = getattr(command, field)  # the command inside the envelope (frame.body(), inlined)
         if is_async:
             # marked before the task starts, so a CLOSE right behind it finds the creation
-            if frame.type == T.SUBSCRIBE:
+            if ctype == T.SUBSCRIBE:
                 self._creating_consumers.add(body.consumer_id)
-            elif frame.type == T.PRODUCER:
+            elif ctype == T.PRODUCER:
                 self._creating_producers.add(body.producer_id)
             self.service.state.spawn(self._guarded(method, body, frame))
             return
@@ -243,10 +245,10 @@ class CommandHandler:
             publish_time = peek_metadata(entry).publish_time or int(time.time() * 1000)
         except (DecodeError, struct.error, ValueError) as exc:
             raise MalformedEntry(f"undecodable message metadata: {exc}") from None
-        num = cmd.num_messages if cmd.HasField("num_messages") else 1
-        last_seq = cmd.highest_sequence_id if cmd.highest_sequence_id > 0 else cmd.sequence_id + max(num, 1) - 1
+        num = cmd.num_messages  # default 1
         producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
-        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else None
+        highest = cmd.highest_sequence_id or None  # 0 = not sent
+        last_seq = highest if highest is not None else sequence_id + max(num, 1) - 1
         size = len(entry)
         conn = self.conn
         topic = producer.topic
@@ -546,7 +548,7 @@ def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
     return "latest"
 
 
-_HANDLERS: dict[int, tuple[Any, bool]] = {
+_HANDLER_TABLE: dict[int, tuple[Any, bool]] = {
     T.CONNECT: (CommandHandler.on_connect, False),
     T.PING: (CommandHandler.on_ping, False),
     T.PONG: (CommandHandler.on_pong, False),
@@ -567,4 +569,10 @@ _HANDLERS: dict[int, tuple[Any, bool]] = {
     T.CONSUMER_STATS: (CommandHandler.on_consumer_stats, False),
     T.GET_SCHEMA: (CommandHandler.on_get_schema, True),
     T.GET_OR_CREATE_SCHEMA: (CommandHandler.on_get_or_create_schema, True),
+}
+
+# type -> (method, runs as a task, name of the command field in BaseCommand)
+_HANDLERS: dict[int, tuple[Any, bool, str]] = {
+    t: (method, is_async, pb.BaseCommand.DESCRIPTOR.fields_by_number[t].name)
+    for t, (method, is_async) in _HANDLER_TABLE.items()
 }
