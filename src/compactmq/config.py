@@ -52,6 +52,9 @@ SETTINGS: dict[str, Setting] = {
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
+    "managedLedgerCacheSizeMB": _s(
+        int, 256, "memory for recently published entries served to consumers that keep up (all topics)"
+    ),
     "managedLedgerMaxSizePerLedgerMbytes": _s(int, 2048, "roll a ledger after this many MiB"),
     "managedLedgerMaxLedgerRolloverTimeMinutes": _s(int, 240, "roll a ledger after this age"),
     "managedLedgerSyncData": _s(bool, True, "fsync before acknowledging an append (journalSyncData)"),
