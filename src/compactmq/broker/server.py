@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
-# Recently published entries kept in memory for consumers that keep up: per topic and in all.
+# Recently published entries kept in memory for consumers that keep up: per topic, and in all
+# unless managedLedgerCacheSizeMB says otherwise.
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
 TAIL_CACHE_BYTES_TOTAL = 256 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
@@ -138,7 +139,8 @@ class BrokerService:
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
-        self.tail_cache_budget = CacheBudget(TAIL_CACHE_BYTES_TOTAL)
+        cache_mb = config.get("managedLedgerCacheSizeMB", TAIL_CACHE_BYTES_TOTAL >> 20)
+        self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
         self.state = ServerState()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         self.topics = TopicManager(self)
