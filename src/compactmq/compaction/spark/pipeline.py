@@ -139,8 +139,15 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
     """Phase two: survivors to their group's task, in position order; each writes a part file."""
     from pyspark.sql import functions as F
 
+    n = max(1, len(plan.groups))
     table = plan.group_of_ordinal()
-    group = F.element_at(F.array(*[F.lit(g) for g in table]), (F.shiftright("pos", _POS_SHIFT) + 1).cast("int"))
+    ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
+    group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
+    # Hash partitioning by the group number would put several groups in one task (0 and 1 both
+    # land in partition 1 of 2), serialising phase two. Instead each group gets a key that
+    # Spark's own hash partitioning sends to a partition of its own.
+    keys = partition_keys(survivors_df.sparkSession, n)
+    route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
 
     def copy(batches):
         import pyarrow as pa
@@ -158,12 +165,24 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
         yield pa.RecordBatch.from_pylist(out, schema=pa.schema(
             [("group", pa.int32()), ("path", pa.string()), ("entries", pa.int64()), ("messages", pa.int64())]))
 
-    n = max(1, len(plan.groups))
     parts = (
-        survivors_df.select(group.alias("grp"), "pos")
-        .repartition(n, "grp")
+        survivors_df.select(group.alias("grp"), route.alias("route"), "pos")
+        .repartition(n, "route")
         .sortWithinPartitions("pos")
         .mapInArrow(copy, "group int, path string, entries long, messages long")
         .collect()
     )
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
+
+
+def partition_keys(spark, n: int) -> list[int]:
+    """For each partition p < n, an int key that ``repartition(n, key)`` sends to partition p
+    (found by asking Spark's own hash, so it holds whatever the hash function)."""
+    from pyspark.sql import functions as F
+
+    k = F.col("id").cast("int")
+    rows = spark.range(0, 64 * n + 64).select(k.alias("k"), F.pmod(F.hash(k), F.lit(n)).alias("p")).collect()
+    found: dict[int, int] = {}
+    for r in rows:
+        found.setdefault(r.p, r.k)
+    return [found.get(p, p) for p in range(n)]
