@@ -183,7 +183,8 @@ class MemorySampler:
     def __init__(self, jvm_pid: int | None, period: float = 0.1):
         self.jvm_pid = jvm_pid
         self.period = period
-        self.peak = {"driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0, "total_mb": 0.0}
+        self.peak = {"driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0, "total_mb": 0.0,
+                     "driver_anon_mb": 0.0, "jvm_anon_mb": 0.0, "python_workers_anon_mb": 0.0, "total_anon_mb": 0.0}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -194,6 +195,19 @@ class MemorySampler:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
         except (OSError, IndexError, ValueError):
             return 0.0
+
+    @staticmethod
+    def _anon(pid: int) -> float:
+        """Anonymous resident memory: RSS without file pages (ledger files are memory-mapped, and
+        their page-cache pages count in RSS although they are shared and reclaimable)."""
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1]) / 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return 0.0
 
     @staticmethod
     def _children() -> dict[int, list[int]]:
@@ -209,18 +223,21 @@ class MemorySampler:
         return kids
 
     def sample(self) -> None:
-        driver = self._rss(os.getpid())
-        jvm = workers = 0.0
+        me = os.getpid()
+        driver, driver_a = self._rss(me), self._anon(me)
+        jvm = workers = jvm_a = workers_a = 0.0
         if self.jvm_pid:
-            jvm = self._rss(self.jvm_pid)
+            jvm, jvm_a = self._rss(self.jvm_pid), self._anon(self.jvm_pid)
             kids = self._children()
             stack = list(kids.get(self.jvm_pid, []))
             while stack:
                 p = stack.pop()
                 workers += self._rss(p)
+                workers_a += self._anon(p)
                 stack.extend(kids.get(p, []))
         for k, v in (("driver_mb", driver), ("jvm_mb", jvm), ("python_workers_mb", workers),
-                     ("total_mb", driver + jvm + workers)):
+                     ("total_mb", driver + jvm + workers), ("driver_anon_mb", driver_a), ("jvm_anon_mb", jvm_a),
+                     ("python_workers_anon_mb", workers_a), ("total_anon_mb", driver_a + jvm_a + workers_a)):
             self.peak[k] = max(self.peak[k], round(v, 1))
 
     def _run(self) -> None:
