@@ -279,11 +279,11 @@ def test_progress_eta():
 def test_a_run_in_another_process_is_a_conflict(env):
     """A compact-topic job holds the topic's lock and has marked it RUNNING: 409 here."""
     from compactmq.compaction.compacted_ledger import topic_dir
-    from compactmq.compaction.service import _TopicLock
+    from compactmq.compaction.service import TopicLock
 
     service, monitor, factory = env()
     publish(service.storage, T1, 1)
-    lock = _TopicLock(topic_dir(str(service.storage.data_dir), T1))
+    lock = TopicLock(topic_dir(str(service.storage.data_dir), T1))
     service.storage.metadata.mark_compaction_running(T1)
 
     async def run():

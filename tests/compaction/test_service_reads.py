@@ -39,3 +39,20 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
         assert len(service.read_compacted_entries(Position(0, 0), 10)) == 5
     finally:
         storage.close()
+
+
+def test_compacting_an_empty_topic_records_success_without_a_view(tmp_path):
+    """Pulsar leaves this at NOT_RUN; an operator who triggered it should see that it ran."""
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.storage import SUCCESS
+
+    cfg = load_config(overrides={"managedLedgerSyncData": False})
+    storage = Storage(str(tmp_path), cfg)
+    try:
+        storage.open_managed_ledger(TOPIC)
+        result = SparkCompactionService(storage, TOPIC, cfg).compact()  # returns before Spark starts
+        assert result.compacted_ledger_id is None and result.horizon is None
+        state = storage.metadata.get_compaction_state(TOPIC)
+        assert state.status == SUCCESS and state.compacted_ledger_id is None and state.horizon is None
+    finally:
+        storage.close()

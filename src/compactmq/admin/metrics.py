@@ -201,7 +201,7 @@ COMPACTION_FAMILIES = (
 
 def render_metrics(ctx: Any) -> str:
     """The Prometheus text exposition of every family (runs in a worker thread)."""
-    from ..broker.compaction_monitor import compacted_ledger_entry_count
+    from ..compaction.compacted_ledger import entry_count as compacted_ledger_entry_count
     from ..compaction.compacted_ledger import compacted_ledger_path
 
     service = ctx.service

@@ -326,7 +326,7 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
 
 def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     from ..compaction.compacted_ledger import compacted_ledger_path
-    from ..broker.compaction_monitor import compacted_ledger_entry_count
+    from ..compaction.compacted_ledger import entry_count as compacted_ledger_entry_count
     import os
 
     ml = ctx.storage.open_managed_ledger(topic, create=False)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -101,19 +100,6 @@ class TopicCompactionStats:
     last_summary: dict[str, Any] = field(default_factory=dict)
 
 
-def compacted_ledger_entry_count(path: str) -> int:
-    """Entries in a finished compacted ledger, from its trailer alone (no full read)."""
-    from ..compaction.compacted_ledger import TRAILER, TRAILER_MAGIC
-
-    try:
-        with open(path, "rb") as f:
-            f.seek(-TRAILER.size, os.SEEK_END)
-            _, n, _, _, magic = TRAILER.unpack(f.read(TRAILER.size))
-    except (OSError, struct.error):
-        return 0
-    return int(n) if magic == TRAILER_MAGIC else 0
-
-
 class CompactionMonitor:
     """Runs compactions for the broker; see the module notes."""
 
@@ -167,14 +153,14 @@ class CompactionMonitor:
     def _reconcile_interrupted_runs(self) -> None:
         """RUNNING in the store with nobody holding the topic's lock: the process that ran it died."""
         from ..compaction.compacted_ledger import topic_dir
-        from ..compaction.service import _TopicLock
+        from ..compaction.service import TopicLock
 
         meta = self.storage.metadata
         for topic, state in meta.compaction_states().items():
             if state.status != RUNNING:
                 continue
             try:
-                lock = _TopicLock(topic_dir(str(self.storage.data_dir), topic))
+                lock = TopicLock(topic_dir(str(self.storage.data_dir), topic))
             except Conflict:
                 continue  # a compact-topic job is running it right now
             try:
@@ -229,10 +215,10 @@ class CompactionMonitor:
         if self.storage.metadata.get_compaction_state(topic).status != RUNNING:
             return False
         from ..compaction.compacted_ledger import topic_dir
-        from ..compaction.service import _TopicLock
+        from ..compaction.service import TopicLock
 
         try:
-            _TopicLock(topic_dir(str(self.storage.data_dir), topic)).release()
+            TopicLock(topic_dir(str(self.storage.data_dir), topic)).release()
         except Conflict:
             return True
         return False

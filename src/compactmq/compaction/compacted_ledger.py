@@ -283,6 +283,17 @@ def concatenate_parts(path: str, parts: Iterable[str]) -> int:
 # --- reading ----------------------------------------------------------------------------------
 
 
+def entry_count(path: str) -> int:
+    """Entries in a finished compacted ledger, from its trailer alone; 0 when unreadable or unfinished."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-TRAILER.size, os.SEEK_END)
+            _, n, _, _, magic = TRAILER.unpack(f.read(TRAILER.size))
+    except (OSError, struct.error):
+        return 0
+    return int(n) if magic == TRAILER_MAGIC else 0
+
+
 class CompactedLedgerReader:
     """Reads a finished compacted ledger. Thread-safe for reads (the buffer is immutable)."""
 

@@ -63,7 +63,7 @@ def topic_settings(storage, topic: str, config) -> dict:
     }
 
 
-class _TopicLock:
+class TopicLock:
     """An exclusive flock on the topic's compacted directory: one run per topic at a time, across
     processes; released by the kernel if the process dies."""
 
@@ -102,14 +102,16 @@ class CompactionRunner:
     def run(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
         report = progress or (lambda p: None)
         t0 = self.clock()
-        lock = _TopicLock(topic_dir(self.data_dir, self.topic))
+        lock = TopicLock(topic_dir(self.data_dir, self.topic))
         meta = self.storage.metadata
         final_path = None
         plan = None
         try:
             state = meta.get_compaction_state(self.topic)
             if state.compacted_ledger_id is None and self._topic_is_empty():
-                return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, int((self.clock() - t0) * 1000))
+                duration = int((self.clock() - t0) * 1000)
+                meta.record_empty_compaction(self.topic, duration_ms=duration)
+                return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
             # files of a crashed run (or a previous ledger whose deletion was cut short)
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
@@ -316,4 +318,3 @@ class LedgerCompactionService(TopicCompactionService):
 
 
 #: the per-topic compaction lock, for callers outside this module (the broker's monitor)
-TopicLock = _TopicLock

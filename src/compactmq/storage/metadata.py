@@ -647,6 +647,19 @@ class MetadataStore:
             self._write_compaction_state(db, st)
             return st
 
+    def record_empty_compaction(self, topic: str, duration_ms: int | None = None) -> CompactionState:
+        """A run found nothing to compact (an empty topic never compacted): SUCCESS, no view yet.
+
+        Pulsar leaves such a topic at NOT_RUN, which reads as "never triggered"; an operator who
+        triggered it should see that it ran.
+        """
+        with self.transaction() as db:
+            st = self.get_compaction_state(topic)
+            st = replace(st, status=SUCCESS, last_error=None, last_success_ms=self.now_ms(),
+                         last_duration_ms=duration_ms, removed_event_count=0, version=st.version + 1)
+            self._write_compaction_state(db, st)
+            return st
+
     def commit_compaction(
         self,
         topic: str,
