@@ -150,7 +150,7 @@ def test_keepalive_pings_and_drops_a_silent_peer(broker):
 
 
 def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     name = topic + "-partition-0"

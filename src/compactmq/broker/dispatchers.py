@@ -39,9 +39,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import struct
-
-from ..protocol import pulsar_pb2
+from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
 from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
@@ -50,10 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .subscriptions import Consumer, Subscription
 
 log = logging.getLogger(__name__)
-
-_MAGIC = b"\x0e\x01"
-_U32 = struct.Struct(">I")
-_MessageMetadata = pulsar_pb2.MessageMetadata
 
 # A replay set this large stops reading new entries: a consumer that takes nothing cannot make
 # the broker hold the whole topic in memory.
@@ -69,23 +63,9 @@ def next_position(position: Position) -> Position:
     return Position(position[0], position[1] + 1)
 
 
-def peek_metadata(entry: bytes) -> pulsar_pb2.MessageMetadata:
-    """The MessageMetadata of a stored or received entry, without copying its payload.
-
-    Runs for every entry published and every entry dispatched, so it reads the metadata in
-    place (``frames.parse_entry`` also slices the payload out, which this path never needs).
-    The CRC is checked elsewhere (``frames.ensure_checksummed`` on SEND).
-    """
-    offset = 6 if entry[:2] == _MAGIC else 0
-    (size,) = _U32.unpack_from(entry, offset)
-    md = _MessageMetadata()
-    md.ParseFromString(memoryview(entry)[offset + 4 : offset + 4 + size])
-    return md
-
-
 def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     """(messages in the entry, routing key, deliver-at time in ms or 0) from its metadata."""
-    md = peek_metadata(entry)
+    md = parse_metadata(entry)
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     if md.HasField("ordering_key"):
         key = md.ordering_key

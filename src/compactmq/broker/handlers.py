@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import struct
 import time
 from typing import TYPE_CHECKING, Any
-
-from google.protobuf.message import DecodeError
 
 from ..errors import (
     CompactMQError,
     ConsumerBusy,
     InvalidInput,
-    MalformedEntry,
     NotAllowed,
     NotFound,
     ServerError,
@@ -36,7 +32,6 @@ from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source
-from .dispatchers import peek_metadata
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -241,10 +236,8 @@ class CommandHandler:
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
         entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
-        try:
-            publish_time = peek_metadata(entry).publish_time or int(time.time() * 1000)
-        except (DecodeError, struct.error, ValueError) as exc:
-            raise MalformedEntry(f"undecodable message metadata: {exc}") from None
+        # MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
+        publish_time = frames.parse_metadata(entry).publish_time or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
         producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
         highest = cmd.highest_sequence_id or None  # 0 = not sent

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, ProducerBusy, StorageError, TopicNotFound
 from ..naming import TopicName
+from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
-from .dispatchers import peek_metadata
 from .producers import EXCLUSIVE_WITH_FENCING, WAIT_FOR_EXCLUSIVE, MustWait, Producer, check_access
 from .subscriptions import Consumer, CursorView, Subscription
 
@@ -255,7 +255,7 @@ class Topic:
         entry = await self.source.read_one(position)
         index = -1
         if entry is not None:
-            md = peek_metadata(entry)
+            md = parse_metadata(entry)
             if md.HasField("num_messages_in_batch"):
                 index = md.num_messages_in_batch - 1
         self._last_batch_memo = (position, index)
@@ -312,7 +312,7 @@ def recover_sequence_ids(ledger: Any, window: int = SEQUENCE_RECOVERY_ENTRIES) -
     out: dict[str, int] = {}
     for _, entry in ledger.read_entries(start, window):
         try:
-            md = peek_metadata(entry)
+            md = parse_metadata(entry)
         except Exception:  # noqa: BLE001 - a damaged entry only costs its producer's number
             continue
         n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1

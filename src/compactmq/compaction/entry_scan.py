@@ -366,7 +366,6 @@ def scan_batches(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: 
 
 def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> SubMessages:
     """``scan_batches`` in numpy: all batches in lockstep, one round per batch index."""
-    nb = len(starts)
     cur = np.asarray(starts, np.int64).copy()
     ends = np.asarray(ends, np.int64)
     counts = np.asarray(counts, np.int64)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from compactmq.errors import CompactMQError, ServerError
+from compactmq.errors import CompactMQError
 from compactmq.protocol import pulsar_pb2 as pb
 
 BaseCommand = pb.BaseCommand

@@ -382,18 +382,8 @@ def strip_broker_entry_metadata(entry: bytes) -> tuple[pb.BrokerEntryMetadata | 
     return None, entry
 
 
-def parse_entry(entry: bytes, verify_checksum: bool = True) -> tuple[pb.MessageMetadata, bytes]:
-    """Split an entry into its MessageMetadata and its (still compressed) payload.
-
-    Accepts checksummed and unchecksummed entries, and skips a broker-entry-metadata prefix.
-    Pass ``verify_checksum=False`` when the CRC was already checked (e.g. right after
-    :func:`ensure_checksummed`), to spare a second pass over the bytes.
-
-    Raises:
-        ChecksumError: ``verify_checksum`` and the CRC does not match.
-        MalformedEntry: truncated, sizes out of range, or metadata that does not decode or
-            lacks required fields.
-    """
+def _split_entry(entry: bytes, verify_checksum: bool) -> tuple[pb.MessageMetadata, memoryview, int]:
+    """The MessageMetadata of an entry, a view of the entry and where its payload starts."""
     _, entry = strip_broker_entry_metadata(entry)
     view = memoryview(entry)
     offset = 0
@@ -415,9 +405,29 @@ def parse_entry(entry: bytes, verify_checksum: bool = True) -> tuple[pb.MessageM
     if not metadata.IsInitialized():
         missing = ", ".join(metadata.FindInitializationErrors())
         raise MalformedEntry(f"message metadata lacks required fields: {missing}")
-    return metadata, bytes(view[offset + md_size :])
+    return metadata, view, offset + md_size
+
+
+def parse_entry(entry: bytes, verify_checksum: bool = True) -> tuple[pb.MessageMetadata, bytes]:
+    """Split an entry into its MessageMetadata and its (still compressed) payload.
+
+    Accepts checksummed and unchecksummed entries, and skips a broker-entry-metadata prefix.
+    Pass ``verify_checksum=False`` when the CRC was already checked (e.g. right after
+    :func:`ensure_checksummed`), to spare a second pass over the bytes.
+
+    Raises:
+        ChecksumError: ``verify_checksum`` and the CRC does not match.
+        MalformedEntry: truncated, sizes out of range, or metadata that does not decode or
+            lacks required fields.
+    """
+    metadata, view, payload_at = _split_entry(entry, verify_checksum)
+    return metadata, bytes(view[payload_at:])
 
 
 def parse_metadata(entry: bytes) -> pb.MessageMetadata:
-    """Just the MessageMetadata of an entry, without checking its CRC."""
-    return parse_entry(entry, verify_checksum=False)[0]
+    """Just the MessageMetadata of an entry, read in place (no payload copy, no CRC check).
+
+    The broker calls this for every entry published and dispatched, so it copies nothing; the
+    CRC is checked once, on SEND (:func:`ensure_checksummed`).
+    """
+    return _split_entry(entry, verify_checksum=False)[0]
