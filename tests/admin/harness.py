@@ -12,26 +12,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from compactmq.compaction.spark.session import TEST_CONF
+
 from broker.conftest import BrokerProcess, make_client  # tests/ is on sys.path (pytest rootdir-less import)
 
 MONITOR_INTERVAL_SECONDS = 2
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
-# the compaction test profile (compaction/spark/session.py TEST_CONF), passed to the broker
-SPARK_TEST_OVERRIDES = {
-    "spark.master": "local[2]",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "2",
-    "spark.driver.memory": "1g",
-}
-
-
 def start_broker(data_dir: Path, **overrides: str) -> BrokerProcess:
     b = BrokerProcess(data_dir, {
         "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
-        **SPARK_TEST_OVERRIDES,
+        **TEST_CONF,  # the compaction test profile, as config overrides
         **overrides,
     })
     b.start(timeout=60)

@@ -392,13 +392,18 @@ def _monitor(ctx: Context):
     return monitor
 
 
-async def trigger_compaction(ctx: Context, request: web.Request, domain: str, **path: str) -> Any:
+async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int]:
+    """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
         raise NotAllowed(f"{tn}: compaction is only possible on persistent topics")
     topic = str(tn)
     monitor = _monitor(ctx)
-    n = await _kind(ctx, topic)
+    return topic, monitor, await _kind(ctx, topic)
+
+
+async def trigger_compaction(ctx: Context, request: web.Request, domain: str, **path: str) -> Any:
+    topic, monitor, n = await _compaction_target(ctx, domain, path)
     if not n:
         await monitor.trigger(topic)
         return None
@@ -416,12 +421,7 @@ async def trigger_compaction(ctx: Context, request: web.Request, domain: str, **
 
 
 async def compaction_status(ctx: Context, request: web.Request, domain: str, **path: str) -> Any:
-    tn = topic_name(domain, **path)
-    if not tn.persistent:
-        raise NotAllowed(f"{tn}: compaction is only possible on persistent topics")
-    topic = str(tn)
-    monitor = _monitor(ctx)
-    n = await _kind(ctx, topic)
+    topic, monitor, n = await _compaction_target(ctx, domain, path)
     if not n:
         return await ctx.run_blocking(monitor.status_blocking, topic)
     per = {}

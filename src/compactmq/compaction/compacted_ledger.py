@@ -27,6 +27,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from ..errors import StorageError
+from ..storage.managed_ledger import fsync_dir
 
 HEADER = b"CMQCLED1"
 TRAILER_MAGIC = b"CMQCLEND"
@@ -162,7 +163,7 @@ class CompactedLedgerWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
-        _fsync_dir(os.path.dirname(self.path) or ".")
+        fsync_dir(os.path.dirname(self.path) or ".")
 
     def abort(self) -> None:
         self._f.close()
@@ -187,14 +188,6 @@ def _copy_range(src_fd: int, dst_fd: int, size: int) -> None:
                     return
                 os.write(dst_fd, chunk)
         copied += n
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartWriter:

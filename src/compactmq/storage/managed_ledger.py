@@ -127,7 +127,8 @@ def _position(ledger_id: int, entry_id: int) -> Position:
     return _new_tuple(Position, (ledger_id, entry_id))
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (a created, renamed or deleted file) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -161,7 +162,7 @@ def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
         os.close(fd)
     os.replace(tmp, path)
     if sync:
-        _fsync_dir(os.path.dirname(path))
+        fsync_dir(os.path.dirname(path))
 
 
 class ManagedLedger:
@@ -350,7 +351,7 @@ class ManagedLedger:
         try:
             _pwrite_all(fd, lf.encode_file_header(ledger_id), 0)
             os.fsync(fd)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -404,10 +405,7 @@ class ManagedLedger:
                     self._durable_seq = seq
         finally:
             if track:
-                with self._sync_cond:
-                    self._writers_in_flight -= 1
-                    if self._writers_in_flight == 0:
-                        self._sync_cond.notify_all()
+                self._writer_left()
         if self._sync_data:
             self._make_durable(seq)
         return _new_tuple(Position, (lid, entry_id))
@@ -493,13 +491,17 @@ class ManagedLedger:
                     self._durable_seq = seq
         finally:
             if track:
-                with self._sync_cond:
-                    self._writers_in_flight -= 1
-                    if self._writers_in_flight == 0:
-                        self._sync_cond.notify_all()
+                self._writer_left()
         if self._sync_data:
             self._make_durable(seq)
         return [_position(lid, first + i) for i in range(len(datas))]
+
+    def _writer_left(self) -> None:
+        """A tracked writer finished its write; a sync waiting for in-flight writers may go."""
+        with self._sync_cond:
+            self._writers_in_flight -= 1
+            if self._writers_in_flight == 0:
+                self._sync_cond.notify_all()
 
     def _make_durable(self, seq: int) -> None:
         """Return once record ``seq`` is durable (group commit; see the module docstring)."""
