@@ -24,49 +24,13 @@ import argparse
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc/<pid>/stat (fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-class Broker:
-    def __init__(self, data_dir: str, overrides: list[str]) -> None:
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
-               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
-        for o in overrides:
-            cmd += ["--config-override", o]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
-        line = self.proc.stdout.readline()
-        if b"ready" not in line:
-            raise RuntimeError(f"broker did not start: {line!r}")
-        self.url = f"pulsar://127.0.0.1:{self.port}"
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.proc.pid)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from standalone import ROOT, StandaloneBroker as Broker  # noqa: E402
 
 
 def measure(broker: Broker, name: str, messages: int, size: int, fn) -> dict:

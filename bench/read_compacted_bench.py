@@ -29,44 +29,17 @@ import json
 import os
 import platform
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from standalone import ROOT, StandaloneBroker  # noqa: E402
+
+# infinite retention: with no subscription, retention 0 would let the housekeeping timer
+# delete the history the plain reader is timed on
 RETENTION_OVERRIDES = ["defaultRetentionTimeInMinutes=-1", "defaultRetentionSizeInMB=-1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Broker:
-    """``compactmq standalone`` as a subprocess (stdout says "ready" when it listens)."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
-               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
-        # infinite retention: with no subscription, retention 0 would let the housekeeping timer
-        # delete the history the plain reader is timed on
-        for override in RETENTION_OVERRIDES:
-            cmd += ["--config-override", override]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
-        line = self.proc.stdout.readline()
-        if b"ready" not in line:
-            raise RuntimeError(f"broker did not start: {line!r}")
-        self.url = f"pulsar://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
 
 
 def client(url: str):
@@ -158,7 +131,7 @@ def reader_result(runs: list, n: int) -> dict:
 def run_mode(work: str, messages: int, keys: int, size: int, batching: bool, repeat: int) -> dict:
     data_dir = os.path.join(work, f"data-{'batch' if batching else 'nobatch'}")
     load_before = round(os.getloadavg()[0], 2)
-    broker = Broker(data_dir)
+    broker = StandaloneBroker(data_dir, RETENTION_OVERRIDES)
     topic = f"persistent://public/default/rewind-{'batch' if batching else 'nobatch'}"
     try:
         publish_secs = publish(broker.url, topic, messages, keys, size, batching)

@@ -1,0 +1,53 @@
+"""What the client-driven benchmarks share: ``compactmq standalone`` as a subprocess.
+
+The broker listens on free loopback ports with the given data directory and config overrides;
+its stdout says "ready" once it accepts connections. ``cpu()`` reads the broker process's
+user + system CPU seconds from ``/proc/<pid>/stat`` (fields 14 and 15).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class StandaloneBroker:
+    def __init__(self, data_dir: str, overrides: Iterable[str] = ()) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
+               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
+        for override in overrides:
+            cmd += ["--config-override", override]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        if b"ready" not in line:
+            raise RuntimeError(f"broker did not start: {line!r}")
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self, timeout: float = 60) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout)
