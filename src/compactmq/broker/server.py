@@ -14,20 +14,21 @@ Shutdown runs in a fixed order (``BrokerServer.shutdown``):
 Storage is synchronous: every call goes through ``run_blocking`` (a thread pool executor),
 never on the event loop.
 
-The web service (admin REST API and /metrics, issue 6) plugs in at ``start_web``: it is given
-the ``BrokerService`` (topics, storage, config) and the host/port to bind.
+The web service (admin REST API and /metrics) is an adapter one layer up, so the broker never
+imports it: the entry point (``cli/standalone.py``) hands ``BrokerServer`` a *web-service
+starter*, ``async start(service, host, port, ssl_context=None)`` returning an object with
+``async close()``. Without one the broker serves the binary protocol only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ..config import Config
 from ..errors import StorageError
@@ -48,6 +49,9 @@ TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
 TAIL_CACHE_BYTES_TOTAL = 256 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
+
+# async start(service, host, port, ssl_context=None) -> object with async close()
+WebServiceStarter = Callable[..., Awaitable[Any]]
 
 
 def _wildcard_advertised_host() -> str:
@@ -159,10 +163,11 @@ class BrokerService:
 
 
 class BrokerServer:
-    """Listens on the binary port (and hands the web port to the web service)."""
+    """Listens on the binary port (and hands the web port to the web service, when given one)."""
 
     def __init__(self, config: Config, *, storage: Any = None, host: str | None = None,
-                 port: int | None = None, web_port: int | None = None) -> None:
+                 port: int | None = None, web_port: int | None = None,
+                 web_service: WebServiceStarter | None = None) -> None:
         self.config = config
         self.host = host or config["bindAddress"]
         self.port = config["brokerServicePort"] if port is None else port
@@ -170,6 +175,7 @@ class BrokerServer:
         self._storage = storage
         self.service: BrokerService | None = None
         self._server: asyncio.AbstractServer | None = None
+        self._web_service = web_service
         self._web: Any = None
         self._stopped = asyncio.Event()
 
@@ -208,20 +214,11 @@ class BrokerServer:
             raise
 
     async def start_web(self) -> None:
-        """Start the web service (admin REST API, /metrics) when it is built.
-
-        The plug: a module ``compactmq.admin.server`` with ``async def start(service, host,
-        port)`` returning an object with ``async close()``. Until it exists the broker runs
-        without a web port.
-        """
-        try:
-            module = importlib.import_module("compactmq.admin.server")
-        except ModuleNotFoundError as e:
-            if e.name not in ("compactmq.admin.server",):
-                raise
-            log.info("web service not available yet; serving the binary protocol only")
+        """Start the web service (admin REST API, /metrics) the entry point handed in, if any."""
+        if self._web_service is None:
+            log.info("no web service given; serving the binary protocol only")
             return
-        self._web = await module.start(self.service, self.host, self.web_port)
+        self._web = await self._web_service(self.service, self.host, self.web_port)
 
     @property
     def urls(self) -> tuple[str, str]:

@@ -69,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config) -> int:
+    from ..admin.server import start as start_web  # the web adapter, wired in here (layers)
     from ..broker.server import BrokerServer
 
-    server = BrokerServer(config)
+    server = BrokerServer(config, web_service=start_web)
     await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
