@@ -1,6 +1,6 @@
 import pytest
 
-from compactmq.config import load_config, parse_override
+from compactmq.config import config_list, load_config, parse_override
 from compactmq.errors import InvalidConfiguration
 
 
@@ -42,3 +42,81 @@ def test_parse_override():
     assert parse_override("a=b=c") == ("a", "b=c")
     with pytest.raises(InvalidConfiguration):
         parse_override("novalue")
+
+
+PULSAR_STYLE_CONF = """\
+### --- General broker settings --- ###
+metadataStoreUrl=
+brokerServicePort=6650
+brokerServicePortTls=
+webServicePort=8080
+bindAddress=127.0.0.1
+clusterName=standalone
+managedLedgerCacheSizeMB=
+maxUnackedMessagesPerSubscriptionOnBrokerBlocked=0.16
+bookkeeperClientTimeoutInSeconds=30
+bookkeeperSomeSettingOfANewerRelease=1
+loadBalancerEnabled=false
+zookeeperServers=
+authenticationEnabled=true
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken, \
+org.apache.pulsar.broker.authentication.AuthenticationProviderTls
+superUserRoles=admin,  ops ,
+tokenAuthClaim=
+tokenSecretKey=data:;base64,c2VjcmV0
+"""
+
+
+def test_pulsar_conf_accepted_with_ignored_keys_reported(tmp_path):
+    conf = tmp_path / "standalone.conf"
+    conf.write_text(PULSAR_STYLE_CONF.replace("\\\n", ""))
+    cfg = load_config(conf, {"functionsWorkerEnabled": "false"})
+    # implemented keys take effect; empty values mean the default
+    assert cfg["authenticationEnabled"] is True
+    assert cfg["managedLedgerCacheSizeMB"] == 256
+    assert cfg["tokenAuthClaim"] == "sub"
+    assert cfg["brokerServicePortTls"] is None
+    assert config_list(cfg, "superUserRoles") == ["admin", "ops"]
+    assert config_list(cfg, "authenticationProviders")[1].endswith("AuthenticationProviderTls")
+    # parts we do not have: accepted, listed once in the order seen (prefix match for new names)
+    assert cfg.ignored_keys == (
+        "metadataStoreUrl",
+        "clusterName",
+        "maxUnackedMessagesPerSubscriptionOnBrokerBlocked",
+        "bookkeeperClientTimeoutInSeconds",
+        "bookkeeperSomeSettingOfANewerRelease",
+        "loadBalancerEnabled",
+        "zookeeperServers",
+        "functionsWorkerEnabled",
+    )
+    # a misspelled key is still an error, in a Pulsar-style file too
+    conf.write_text(PULSAR_STYLE_CONF.replace("\\\n", "") + "authenticationEnable=true\n")
+    with pytest.raises(InvalidConfiguration, match="unknown config key 'authenticationEnable'"):
+        load_config(conf)
+
+
+def test_security_defaults_are_pulsars():
+    cfg = load_config()
+    assert cfg["authenticationEnabled"] is False and cfg["authorizationEnabled"] is False
+    assert cfg["authenticationRefreshCheckSeconds"] == 60
+    assert cfg["tokenPublicAlg"] == "RS256" and cfg["tokenAuthClaim"] == "sub"
+    assert cfg["tokenAllowedClockSkewSeconds"] == 0
+    assert cfg["authenticateMetricsEndpoint"] is False
+    assert cfg["brokerServicePortTls"] is None and cfg["webServicePortTls"] is None
+    assert cfg.ignored_keys == ()
+    assert config_list(cfg, "superUserRoles") == []
+
+
+def test_tls_ports_and_deprecated_tls_enabled():
+    assert load_config(overrides={"brokerServicePortTls": "0"})["brokerServicePortTls"] == 0
+    with pytest.raises(InvalidConfiguration, match="brokerServicePortTls.*expected an integer"):
+        load_config(overrides={"brokerServicePortTls": "tls"})
+    cfg = load_config(overrides={"tlsEnabled": "true"})
+    assert (cfg["brokerServicePortTls"], cfg["webServicePortTls"]) == (6651, 8443)
+    cfg = load_config(overrides={"tlsEnabled": "true", "brokerServicePortTls": "7651"})
+    assert (cfg["brokerServicePortTls"], cfg["webServicePortTls"]) == (7651, None)
+
+
+def test_secrets_are_not_in_repr():
+    cfg = load_config(overrides={"tokenSecretKey": "data:;base64,c3VwZXJzZWNyZXQ=", "basicAuthConf": "x"})
+    assert "c3VwZXJzZWNyZXQ" not in repr(cfg) and "'basicAuthConf': '***'" in repr(cfg)

@@ -6,21 +6,58 @@
 
 Every key is declared once in ``SETTINGS`` with its type, default and a line of help. An
 unknown key or a value of the wrong type is a one-line ``InvalidConfiguration``. Keys that start
-with ``spark.`` pass through untouched to the Spark session builder.
+with ``spark.`` pass through untouched to the Spark session builder. An empty value (``key=``,
+as Pulsar's shipped files are full of) means the default.
+
+A Pulsar ``broker.conf``/``standalone.conf`` is accepted as is: keys of parts compactmq does not
+have (BookKeeper, ZooKeeper, the load balancer, functions, ...) are known by name
+(``pulsar_conf_keys.txt``, or a prefix in ``IGNORED_PREFIXES``), accepted, and collected in
+``Config.ignored_keys`` so that the broker can list them once at start. Relative paths in the
+file are left relative: they resolve against the current directory, as in Pulsar.
 
 Nothing is read at import time: tests pass plain dicts as ``overrides``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import InvalidConfiguration
 
 SPARK_PREFIX = "spark."
+
+# Pulsar class names accepted in authenticationProviders / authorizationProvider.
+PROVIDER_TOKEN = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+PROVIDER_TLS = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
+PROVIDER_BASIC = "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic"
+PULSAR_AUTHORIZATION_PROVIDER = "org.apache.pulsar.broker.authorization.PulsarAuthorizationProvider"
+
+# Ports that are off unless set: Pulsar's Optional<Integer> brokerServicePortTls/webServicePortTls.
+# The deprecated ``tlsEnabled=true`` turns both on at Pulsar's historical defaults.
+DEFAULT_BROKER_PORT_TLS = 6651
+DEFAULT_WEB_PORT_TLS = 8443
+
+# Key prefixes of Pulsar parts compactmq does not have; such keys are ignored even when newer
+# Pulsar releases add names that pulsar_conf_keys.txt does not list yet.
+IGNORED_PREFIXES = (
+    "bookkeeper", "bookie", "dbStorage_", "journal", "zooKeeper", "zookeeper", "metadataStore",
+    "configurationMetadataStore", "loadBalancer", "functionsWorker", "transaction", "webSocket",
+    "replicat", "managedLedgerOffload", "s3ManagedLedgerOffload", "gcsManagedLedgerOffload",
+    "packages", "brokerClient",
+)
+
+# Values never printed (repr, logs): token keys, htpasswd content, passwords of ignored parts.
+_SECRET_MARKERS = ("secret", "password", "authenticationparameters", "basicauthconf")
+
+
+class OptionalInt:
+    """Setting type: an integer, or ``None`` when unset/empty (a listener that is off)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +124,41 @@ SETTINGS: dict[str, Setting] = {
         "retention-bounded (a message trimmed by retention leaves the compacted view too) "
         "or keep-until-tombstone (keys stay until deleted)",
     ),
+    # --- authentication (Pulsar's keys and defaults) -----------------------------------
+    "authenticationEnabled": _s(bool, False, "authenticate every client connection and request"),
+    "authenticationProviders": _s(
+        str, "", "comma list of Pulsar provider class names (AuthenticationProviderToken, ...Tls, ...Basic)"
+    ),
+    "authenticationRefreshCheckSeconds": _s(
+        int, 60, "how often connections are checked for expired credentials (AUTH_CHALLENGE)"
+    ),
+    "anonymousUserRole": _s(str, "", "role given to clients without credentials; empty refuses them"),
+    "authenticateMetricsEndpoint": _s(bool, False, "require authentication on /metrics"),
+    "tokenSecretKey": _s(str, "", "HS256 secret: file:///path, data:;base64,..., or the base64 text"),
+    "tokenPublicKey": _s(str, "", "public key for RS256/ES256 tokens: file:///path or data:;base64,..."),
+    "tokenPublicAlg": _s(str, "RS256", "signature algorithm of tokenPublicKey (RS256, ES256, ...)"),
+    "tokenAuthClaim": _s(str, "sub", "token claim that holds the role"),
+    "tokenAudienceClaim": _s(str, "", "token claim holding the audience; empty: audience not checked"),
+    "tokenAudience": _s(str, "", "audience this broker accepts (in tokenAudienceClaim)"),
+    "tokenAllowedClockSkewSeconds": _s(int, 0, "leeway for exp/nbf/iat checks, in seconds"),
+    "basicAuthConf": _s(str, "", "htpasswd file for basic auth: a path, or its content in base64"),
+    # --- authorization -----------------------------------------------------------------
+    "authorizationEnabled": _s(bool, False, "check each role's permissions (Pulsar's model)"),
+    "authorizationProvider": _s(
+        str, PULSAR_AUTHORIZATION_PROVIDER, "only Pulsar's default provider is implemented"
+    ),
+    "superUserRoles": _s(str, "", "comma list of roles that may do everything"),
+    # --- TLS ---------------------------------------------------------------------------
+    "brokerServicePortTls": _s(OptionalInt, None, "binary protocol over TLS; empty: off, 0: a free port"),
+    "webServicePortTls": _s(OptionalInt, None, "admin REST API over HTTPS; empty: off, 0: a free port"),
+    "tlsEnabled": _s(bool, False, "deprecated: turns on brokerServicePortTls/webServicePortTls (6651/8443)"),
+    "tlsCertificateFilePath": _s(str, "", "PEM certificate (chain) of the broker"),
+    "tlsKeyFilePath": _s(str, "", "PEM private key of the broker (PKCS#8 or PKCS#1)"),
+    "tlsTrustCertsFilePath": _s(str, "", "PEM CA certificates that client certificates are verified with"),
+    "tlsAllowInsecureConnection": _s(bool, False, "accept client certificates that do not verify"),
+    "tlsRequireTrustedClientCertOnConnect": _s(bool, False, "refuse TLS clients without a trusted cert"),
+    "tlsProtocols": _s(str, "", "comma list of TLS versions, e.g. TLSv1.3,TLSv1.2; empty: the default"),
+    "tlsCiphers": _s(str, "", "comma list of cipher suites; empty: the default"),
 }
 
 SPARK_DEFAULTS: dict[str, str] = {
@@ -111,6 +183,10 @@ def _coerce(key: str, value: Any) -> Any:
         if text in _FALSE:
             return False
         raise InvalidConfiguration(f"config {key}={value!r}: expected true or false")
+    if setting.type is OptionalInt:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        setting = Setting(int, None, "")
     if setting.type is int:
         if isinstance(value, bool):
             raise InvalidConfiguration(f"config {key}={value!r}: expected an integer")
@@ -121,12 +197,38 @@ def _coerce(key: str, value: Any) -> Any:
     return str(value).strip() if not isinstance(value, str) else value.strip()
 
 
-class Config(Mapping[str, Any]):
-    """Merged, validated configuration. Read with ``cfg["key"]``; Spark settings in ``cfg.spark``."""
+def is_secret_key(key: str) -> bool:
+    low = key.lower()
+    return any(marker in low for marker in _SECRET_MARKERS)
 
-    def __init__(self, values: dict[str, Any], spark: dict[str, str]):
+
+@functools.cache
+def pulsar_conf_keys() -> frozenset[str]:
+    """Key names of Pulsar's broker.conf/standalone.conf (read once, when first needed)."""
+    text = resources.files(__package__).joinpath("pulsar_conf_keys.txt").read_text()
+    return frozenset(
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
+    )
+
+
+def is_ignored_pulsar_key(key: str) -> bool:
+    """A Pulsar key of a part compactmq does not have: accepted, reported, without effect."""
+    return key not in SETTINGS and (key in pulsar_conf_keys() or key.startswith(IGNORED_PREFIXES))
+
+
+class Config(Mapping[str, Any]):
+    """Merged, validated configuration. Read with ``cfg["key"]``; Spark settings in ``cfg.spark``.
+
+    ``ignored_keys`` lists, in the order first seen, the Pulsar keys that were accepted without
+    effect (see the module docstring); the broker logs them once at start.
+    """
+
+    def __init__(
+        self, values: dict[str, Any], spark: dict[str, str], ignored_keys: tuple[str, ...] = ()
+    ):
         self._values = values
         self.spark = spark
+        self.ignored_keys = ignored_keys
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -137,15 +239,22 @@ class Config(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "Config":
-        return _merge(dict(self._values), dict(self.spark), overrides, "override")
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+        merged = _merge(dict(self._values), dict(self.spark), list(self.ignored_keys), overrides, "override")
+        return Config(_apply_aliases(dict(merged)), merged.spark, merged.ignored_keys)
 
     @property
     def data_dir(self) -> Path:
         return Path(self["dataDir"])
 
     def __repr__(self) -> str:
-        return f"Config({self._values!r}, spark={self.spark!r})"
+        shown = {k: ("***" if v and is_secret_key(k) else v) for k, v in self._values.items()}
+        return f"Config({shown!r}, spark={self.spark!r})"
+
+
+def config_list(config: Mapping[str, Any], key: str) -> list[str]:
+    """A comma-list setting (``superUserRoles=a, b``) as its non-empty, stripped items."""
+    return [item.strip() for item in str(config[key] or "").split(",") if item.strip()]
 
 
 def parse_conf_text(text: str, source: str) -> dict[str, str]:
@@ -170,29 +279,51 @@ def parse_override(item: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _merge(values: dict[str, Any], spark: dict[str, str], layer: Mapping[str, Any], source: str) -> Config:
+def _merge(
+    values: dict[str, Any],
+    spark: dict[str, str],
+    ignored: list[str],
+    layer: Mapping[str, Any],
+    source: str,
+) -> Config:
     for key, value in layer.items():
         if key.startswith(SPARK_PREFIX):
             spark[key] = str(value)
         elif key in SETTINGS:
-            values[key] = _coerce(key, value)
+            empty = value is None or (isinstance(value, str) and not value.strip())
+            values[key] = SETTINGS[key].default if empty else _coerce(key, value)
+        elif is_ignored_pulsar_key(key):
+            if key not in ignored:
+                ignored.append(key)
         else:
             raise InvalidConfiguration(f"unknown config key {key!r} (from {source})")
-    return Config(values, spark)
+    return Config(values, spark, tuple(ignored))
+
+
+def _apply_aliases(values: dict[str, Any]) -> dict[str, Any]:
+    """``tlsEnabled=true`` (deprecated in Pulsar) opens both TLS ports at their old defaults,
+    unless a TLS port is set explicitly."""
+    no_port = values["brokerServicePortTls"] is None and values["webServicePortTls"] is None
+    if values.get("tlsEnabled") and no_port:
+        return dict(
+            values, brokerServicePortTls=DEFAULT_BROKER_PORT_TLS, webServicePortTls=DEFAULT_WEB_PORT_TLS
+        )
+    return values
 
 
 def load_config(
     file: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Config:
     """Merge defaults, an optional broker.conf-style file and overrides into a ``Config``."""
-    cfg = Config({k: s.default for k, s in SETTINGS.items()}, dict(SPARK_DEFAULTS))
+    values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
+    spark, ignored = dict(SPARK_DEFAULTS), []
     if file is not None:
         path = Path(file)
         try:
             text = path.read_text()
         except OSError as e:
             raise InvalidConfiguration(f"cannot read config file {path}: {e.strerror}") from None
-        cfg = cfg.with_overrides(parse_conf_text(text, str(path))) if text else cfg
+        _merge(values, spark, ignored, parse_conf_text(text, str(path)), str(path))
     if overrides:
-        cfg = cfg.with_overrides(overrides)
-    return cfg
+        _merge(values, spark, ignored, overrides, "override")
+    return Config(_apply_aliases(values), spark, tuple(ignored))

@@ -169,3 +169,23 @@ class IncompatibleSchema(CompactMQError):
     server_error = ServerError.IncompatibleSchema
     http_status = 409
     peer_fault = True
+
+
+class AuthenticationFailed(CompactMQError):
+    """The peer's credentials are missing, malformed, expired or wrong.
+
+    The message says why in words a client can act on and never contains the credential itself.
+    On the wire the connection gets ``AuthenticationError`` and is closed; over HTTP it is a 401.
+    """
+
+    server_error = ServerError.AuthenticationError
+    http_status = 401
+    peer_fault = True
+
+
+class AuthorizationFailed(CompactMQError):
+    """The peer is authenticated, but its role lacks the permission the operation needs."""
+
+    server_error = ServerError.AuthorizationError
+    http_status = 403
+    peer_fault = True
