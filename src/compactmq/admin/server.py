@@ -1,10 +1,15 @@
-"""The web service on the broker's web port: ``start(service, host, port)`` is the plug
-``BrokerServer.start_web`` calls; the object it returns is closed first at shutdown (the broker
-stops accepting HTTP before it closes its topics)."""
+"""The web service on the broker's web port(s): ``start(service, host, port, ssl_context=None,
+tls_port=None)`` is the web-service starter the entry point (``cli/standalone.py``) hands to
+``BrokerServer``. One aiohttp application serves the plain port and, when the broker has a TLS
+context and ``webServicePortTls``, the same application over HTTPS on the TLS port (the admin
+app reads a verified client certificate from the request's transport). The object it returns
+is closed first at shutdown (the broker stops accepting HTTP before it closes its topics).
+"""
 
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 from aiohttp import web
@@ -17,28 +22,46 @@ log = logging.getLogger(__name__)
 
 
 class WebService:
-    def __init__(self, runner: web.AppRunner, sampler: TrafficSampler, url: str) -> None:
+    def __init__(self, runner: web.AppRunner, sampler: TrafficSampler, port: int,
+                 tls_port: int | None) -> None:
         self.runner = runner
         self.sampler = sampler
-        self.url = url
+        self.port = port
+        self.tls_port = tls_port
 
     async def close(self) -> None:
         await self.sampler.stop()
         await self.runner.cleanup()
 
 
-async def start(service: Any, host: str, port: int) -> WebService:
+async def _start_site(runner: web.AppRunner, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    known = len(runner.addresses)
+    try:
+        await site.start()
+    except OSError as e:
+        what = "TLS port " if ssl_context is not None else ""
+        raise StorageError(f"cannot listen on {what}{host}:{port} for the web service: {e.strerror}") from None
+    added = runner.addresses[known:]  # the port bound (a requested 0 means any free port)
+    return added[0][1] if added else port
+
+
+async def start(service: Any, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
+                tls_port: int | None = None) -> WebService:
     sampler = TrafficSampler(service)
     app = build_app(service, sampler)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
-        await site.start()
-    except OSError as e:
+        port = await _start_site(runner, host, port, None)
+        if ssl_context is not None and tls_port is not None:
+            tls_port = await _start_site(runner, host, tls_port, ssl_context)
+        else:
+            tls_port = None
+    except BaseException:
         await runner.cleanup()
-        raise StorageError(f"cannot listen on {host}:{port} for the web service: {e.strerror}") from None
+        raise
     sampler.start()
-    url = f"http://{host}:{port}"
-    log.info("web service (admin REST API, /metrics) on %s", url)
-    return WebService(runner, sampler, url)
+    log.info("web service (admin REST API, /metrics) on %s:%s%s", host, port,
+             f" and https on {tls_port}" if tls_port is not None else "")
+    return WebService(runner, sampler, port, tls_port)

@@ -161,9 +161,11 @@ class CommandHandler:
 
     async def on_lookup(self, cmd: pb.CommandLookupTopic, frame) -> None:
         TopicName.parse(cmd.topic)  # InvalidTopicName -> a Failed lookup
-        self.conn.send_command(
-            commands.lookup_response(cmd.request_id, self.service.broker_url, authoritative=True)
-        )
+        # both URLs: a client picks brokerServiceUrlTls when its own service URL is pulsar+ssl://
+        self.conn.send_command(commands.lookup_response(
+            cmd.request_id, self.service.broker_url, broker_service_url_tls=self.service.broker_url_tls,
+            authoritative=True,
+        ))
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)

@@ -26,10 +26,12 @@ import asyncio
 import functools
 import logging
 import os
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
+from ..auth import tls
 from ..config import Config
 from ..errors import StorageError
 from . import compacted_source
@@ -139,6 +141,9 @@ class BrokerService:
         self.storage = storage
         self.broker_url = broker_url
         self.web_url = web_url
+        # the TLS twins (pulsar+ssl://, https://), None while a TLS port is off
+        self.broker_url_tls: str | None = None
+        self.web_url_tls: str | None = None
         self.cluster_name = "standalone"
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
@@ -163,7 +168,8 @@ class BrokerService:
 
 
 class BrokerServer:
-    """Listens on the binary port (and hands the web port to the web service, when given one)."""
+    """Listens on the binary port, and on its TLS twin when ``brokerServicePortTls`` is set; hands
+    the web port(s) to the web service, when given one."""
 
     def __init__(self, config: Config, *, storage: Any = None, host: str | None = None,
                  port: int | None = None, web_port: int | None = None,
@@ -172,14 +178,19 @@ class BrokerServer:
         self.host = host or config["bindAddress"]
         self.port = config["brokerServicePort"] if port is None else port
         self.web_port = config["webServicePort"] if web_port is None else web_port
+        self.port_tls = tls.broker_port_tls(config)
+        self.web_port_tls = tls.web_port_tls(config)
         self._storage = storage
         self.service: BrokerService | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._web_service = web_service
         self._web: Any = None
+        self._ssl_context: ssl.SSLContext | None = None
         self._stopped = asyncio.Event()
 
     async def start(self) -> None:
+        # bad TLS keys or files are a one-line error before storage opens
+        self._ssl_context = tls.server_context(self.config)
         if self._storage is None:
             from ..storage import Storage
 
@@ -188,18 +199,20 @@ class BrokerServer:
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
-        loop = asyncio.get_running_loop()
         service = BrokerService(self.config, self._storage, "", None)
         self.service = service
         try:
-            self._server = await loop.create_server(
-                lambda: ServerConnection(service), self.host, self.port, reuse_address=True, backlog=1024
-            )
-        except OSError as e:
-            await loop.run_in_executor(None, self._storage.close)
-            raise StorageError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
-        self.port = self._server.sockets[0].getsockname()[1]
+            self.port = await self._listen(self.port, None)
+            if self.port_tls is not None:
+                self.port_tls = await self._listen(self.port_tls, self._ssl_context)
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            await asyncio.get_running_loop().run_in_executor(None, self._storage.close)
+            raise
         service.broker_url = f"pulsar://{advertised}:{self.port}"
+        if self.port_tls is not None:
+            service.broker_url_tls = f"pulsar+ssl://{advertised}:{self.port_tls}"
         service.web_url = f"http://{advertised}:{self.web_port}"
         from .compaction_monitor import CompactionMonitor
 
@@ -212,17 +225,47 @@ class BrokerServer:
             # e.g. the web port is taken: undo what started (close storage cleanly), then report
             await self.shutdown()
             raise
+        service.web_url = f"http://{advertised}:{self.web_port}"  # the port bound, if 0 was asked
+        if self.web_port_tls is not None and self._web is not None:
+            service.web_url_tls = f"https://{advertised}:{self.web_port_tls}"
+
+    async def _listen(self, port: int, ssl_context: ssl.SSLContext | None) -> int:
+        """Listen for binary-protocol clients (over TLS with a context); the port bound."""
+        service = self.service
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: ServerConnection(service), self.host, port, ssl=ssl_context,
+                reuse_address=True, backlog=1024,
+            )
+        except OSError as e:
+            what = "TLS port " if ssl_context is not None else ""
+            raise StorageError(f"cannot listen on {what}{self.host}:{port}: {e.strerror}") from None
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     async def start_web(self) -> None:
-        """Start the web service (admin REST API, /metrics) the entry point handed in, if any."""
+        """Start the web service (admin REST API, /metrics) the entry point handed in, if any:
+        the plain port, and the TLS port when ``webServicePortTls`` is set."""
         if self._web_service is None:
             log.info("no web service given; serving the binary protocol only")
             return
-        self._web = await self._web_service(self.service, self.host, self.web_port)
+        if self.web_port_tls is None:
+            self._web = await self._web_service(self.service, self.host, self.web_port)
+        else:
+            self._web = await self._web_service(self.service, self.host, self.web_port,
+                                                ssl_context=self._ssl_context, tls_port=self.web_port_tls)
+        # the ports bound (a configured 0 means any free port)
+        self.web_port = getattr(self._web, "port", self.web_port)
+        self.web_port_tls = getattr(self._web, "tls_port", self.web_port_tls)
 
     @property
     def urls(self) -> tuple[str, str]:
         return self.service.broker_url, self.service.web_url
+
+    @property
+    def tls_urls(self) -> tuple[str | None, str | None]:
+        """``pulsar+ssl://`` and ``https://`` URLs; None for a TLS port that is off."""
+        return self.service.broker_url_tls, self.service.web_url_tls
 
     async def serve_forever(self) -> None:
         await self._stopped.wait()
@@ -235,8 +278,8 @@ class BrokerServer:
         service.shutting_down = True
         loop = asyncio.get_running_loop()
         # 1. stop accepting
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._web is not None:
             try:
                 await self._web.close()

@@ -2,9 +2,9 @@
 
 Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config FILE`` <
 ``--config-override KEY=VALUE``); the dedicated flags (--data-dir, --bind, --broker-port,
---web-port) are overrides too, applied last. An unknown key or a bad value is a one-line error
+--web-port, --broker-port-tls, --web-port-tls) are overrides too, applied last. An unknown key or a bad value is a one-line error
 before anything starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
-with its URLs, uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
+with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--bind", help="address to listen on (default 127.0.0.1; bindAddress)")
     p.add_argument("--broker-port", type=int, help="Pulsar binary protocol port (default 6650)")
     p.add_argument("--web-port", type=int, help="admin REST API and /metrics port (default 8080)")
+    p.add_argument("--broker-port-tls", type=int,
+                   help="binary protocol over TLS, pulsar+ssl:// (brokerServicePortTls; default off)")
+    p.add_argument("--web-port-tls", type=int,
+                   help="admin REST API over HTTPS (webServicePortTls; default off)")
     p.add_argument("--config", metavar="FILE", help="broker.conf-style file of key=value lines")
     p.add_argument(
         "--config-override", metavar="KEY=VALUE", action="extend", nargs="+", default=[],
@@ -49,6 +53,8 @@ def build_config(args: argparse.Namespace):
         "bindAddress": args.bind,
         "brokerServicePort": args.broker_port,
         "webServicePort": args.web_port,
+        "brokerServicePortTls": args.broker_port_tls,
+        "webServicePortTls": args.web_port_tls,
     }
     overrides.update({k: v for k, v in flags.items() if v is not None})
     return load_config(args.config, overrides)
@@ -79,7 +85,9 @@ async def _serve(config) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     broker_url, web_url = server.urls
-    print(f"compactmq standalone ready: broker {broker_url} web {web_url} data {config.data_dir}",
+    broker_tls, web_tls = server.tls_urls
+    tls_part = (f" broker-tls {broker_tls}" if broker_tls else "") + (f" web-tls {web_tls}" if web_tls else "")
+    print(f"compactmq standalone ready: broker {broker_url} web {web_url}{tls_part} data {config.data_dir}",
           flush=True)
     await stop.wait()
     print("compactmq standalone: shutting down", file=sys.stderr, flush=True)
