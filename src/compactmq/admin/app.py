@@ -4,6 +4,11 @@ Thin by design: each handler parses the path and body, calls the broker's servic
 store, storage, topic manager, compaction monitor) and returns a JSON-able body. Storage is
 synchronous, so every storage call goes through ``service.run_blocking``, never on the loop.
 
+Access, in one place (the ``admin`` dispatcher, see ``access``): every request is authenticated
+first (401), then the matched route's requirement is checked for the caller's role (403); no
+handler checks anything itself. ``/metrics`` authenticates only when
+``authenticateMetricsEndpoint`` is true, as in Pulsar.
+
 Errors, in one place (``error_response``): a ``CompactMQError`` answers its ``http_status``
 with ``{"reason": str(err)}``; an unknown path 404, a known path with another method 405; any
 other exception 500 (logged with its traceback). One failing request never affects another.
@@ -22,8 +27,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..errors import CompactMQError
-from . import namespaces, topics
+from ..errors import AuthenticationFailed, CompactMQError
+from . import namespaces, permissions, topics
+from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
 from .router import NoRoute, Router, openapi_document
@@ -40,6 +46,7 @@ def build_router() -> Router:
     router = Router()
     topics.add_routes(router)
     namespaces.add_routes(router)
+    permissions.add_routes(router)
     return router
 
 
@@ -54,6 +61,9 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     openapi = openapi_document(router, "compactmq admin API", _version())
 
     async def admin(request: web.Request) -> web.StreamResponse:
+        principal, denied = _authenticate(ctx, request)
+        if denied is not None:
+            return denied
         try:
             route, captures = router.match(request.method, request.rel_url.raw_path)
         except NoRoute as e:
@@ -62,6 +72,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
                                            f"(allowed: {', '.join(e.allowed)})", {"Allow": ", ".join(e.allowed)})
             return error_response(404, f"no such admin path: {request.rel_url.path}")
         try:
+            await _authorize(ctx, principal, route.requires, captures)
             body = await route.handler(ctx, request, **captures)
         except CompactMQError as e:
             if e.http_status >= 500:
@@ -79,9 +90,13 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
         return web.Response(status=route.ok, text=json.dumps(body), content_type=JSON)
 
     async def openapi_json(request: web.Request) -> web.Response:
-        return web.json_response(openapi)
+        return _authenticate(ctx, request)[1] or web.json_response(openapi)
 
     async def metrics(request: web.Request) -> web.Response:
+        if service.config.get("authenticateMetricsEndpoint", False):
+            denied = _authenticate(ctx, request)[1]
+            if denied is not None:
+                return denied
         try:
             sampler.refresh()
             text = await service.run_blocking(render_metrics, ctx)
@@ -102,6 +117,39 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     app.router.add_route("*", "/admin/v2/{tail:.*}", admin)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
+
+
+def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Response | None]:
+    """(the caller's principal, None), or (None, a 401 response) when its credentials are missing
+    or wrong. Fast and CPU-bound (no I/O), so it runs on the loop. Never echoes the credentials."""
+    authentication = ctx.authentication
+    if authentication is None:
+        return None, None
+    try:
+        return authentication.authenticate_http(request.headers.get("Authorization"),
+                                                _peer_certificate(request)), None
+    except AuthenticationFailed as e:
+        return None, error_response(401, str(e) or "authentication required",
+                                    {"WWW-Authenticate": www_authenticate(authentication)})
+    except Exception as e:  # a fault of ours: refuse (never let the request through), say so
+        log.exception("authenticating %s %s failed", request.method, request.rel_url.path)
+        return None, error_response(500, f"internal error while authenticating: {type(e).__name__}")
+
+
+async def _authorize(ctx: Context, principal: Any, requires, captures: dict[str, str]) -> None:
+    """Raise ``AuthorizationFailed`` (403) unless the caller's role meets ``requires``."""
+    authorization = getattr(ctx.service, "authorization", None)  # none built: nothing to enforce
+    if authorization is None or not authorization.enabled or requires is AUTHENTICATED:
+        return
+    await ctx.run_blocking(requires, authorization, getattr(principal, "role", None), captures)
+
+
+def _peer_certificate(request: web.Request) -> dict | None:
+    """The client certificate the TLS handshake verified (None over plain HTTP or without one)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    return transport.get_extra_info("peercert") or None
 
 
 def _version() -> str:

@@ -15,6 +15,7 @@ from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
 from .common import Context, PreconditionFailed, read_json
+from .permissions import grant_creation_permissions, namespace_creation_grants, tenant_info
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
 from .topics import ensure_compaction_cursors
@@ -74,13 +75,13 @@ async def _tenant_info(request: web.Request) -> dict:
 
 async def create_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
     _check_name("tenant", tenant)
-    info = await _tenant_info(request)
+    info = tenant_info(ctx, await _tenant_info(request))
     await ctx.run_blocking(ctx.metadata.create_tenant, tenant, info)
     return None
 
 
 async def update_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
-    info = await _tenant_info(request)
+    info = tenant_info(ctx, await _tenant_info(request))
     await ctx.run_blocking(ctx.metadata.update_tenant, tenant, info)
     return None
 
@@ -111,7 +112,11 @@ async def create_namespace(ctx: Context, request: web.Request, tenant: str, name
         raise NotFound(f"tenant {tenant} does not exist")
     if await ctx.run_blocking(ctx.metadata.namespace_exists, name):
         raise AlreadyExists(f"namespace {name} already exists")
+    raw = await request.read()  # optional: a Pulsar Policies object
+    grants = namespace_creation_grants(await read_json(request, "the namespace policies") if raw.strip() else None)
     await ctx.run_blocking(ctx.metadata.create_namespace, name)
+    if grants:
+        await ctx.run_blocking(grant_creation_permissions, ctx, name, grants)
     return None
 
 

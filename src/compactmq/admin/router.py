@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
 from ..naming import DOMAINS
+from .access import default_requirement, requirement_name
 
 Handler = Callable[..., Awaitable[Any]]
 
@@ -30,6 +31,7 @@ class Route:
     summary: str
     body: str | None = None  # JSON schema type of the request body, for the OpenAPI document
     ok: int = 200  # the success status the handler answers
+    requires: Any = None  # who may call it: an ``access.Requirement`` or a check callable
 
     @property
     def segments(self) -> list[str]:
@@ -47,8 +49,12 @@ class Router:
         self.routes: list[Route] = []
 
     def add(self, method: str, pattern: str, handler: Handler, summary: str, *, body: str | None = None,
-            ok: int = 200) -> None:
-        self.routes.append(Route(method, pattern, handler, summary, body, ok))
+            ok: int = 200, requires: Any = None) -> None:
+        """``requires``: what the caller's role needs (``access``); by default it follows from the
+        path (``access.default_requirement``)."""
+        if requires is None:
+            requires = default_requirement(method, pattern)
+        self.routes.append(Route(method, pattern, handler, summary, body, ok, requires))
 
     def match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         """The route for ``method raw_path`` and its decoded captures; ``NoRoute`` lists the
@@ -97,9 +103,11 @@ def openapi_document(router: Router, title: str, version: str) -> dict[str, Any]
             "parameters": params,
             "responses": {
                 str(route.ok): {"description": "success"},
-                "400": error_ref, "404": error_ref, "405": error_ref, "409": error_ref,
-                "412": error_ref, "500": error_ref,
+                "400": error_ref, "401": error_ref, "403": error_ref, "404": error_ref, "405": error_ref,
+                "409": error_ref, "412": error_ref, "500": error_ref,
             },
+            # who may call it when authorizationEnabled is true (superuser, tenant-admin, lookup)
+            "x-requires": requirement_name(route.requires),
         }
         if route.body:
             op["requestBody"] = {

@@ -14,6 +14,7 @@ from aiohttp import web
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from .access import LOOKUP
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
@@ -31,7 +32,8 @@ def add_routes(router: Router) -> None:
                body="integer", ok=204)
     router.add("POST", TOPIC + "/partitions", update_partitioned_topic, "add partitions to a partitioned topic",
                body="integer", ok=204)
-    router.add("GET", TOPIC + "/partitions", get_partitioned_metadata, "number of partitions of a topic")
+    router.add("GET", TOPIC + "/partitions", get_partitioned_metadata, "number of partitions of a topic",
+               requires=LOOKUP)  # the HTTP half of a client's lookup: what a lookup needs
     router.add("DELETE", TOPIC + "/partitions", delete_partitioned_topic,
                "delete a partitioned topic and its partitions", ok=204)
     router.add("GET", TOPIC + "/stats", topic_stats, "topic stats, with a compaction object")
