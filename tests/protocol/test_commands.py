@@ -146,3 +146,18 @@ def test_ack_set_round_trip(indexes, size):
 def test_ack_set_rejects_indexes_outside_the_batch():
     with pytest.raises(ValueError):
         C.ack_set_from_indexes([4], 4)
+
+
+def test_auth_challenge_and_response_round_trip():
+    challenge = C.auth_challenge("token", 20)
+    decoded = F.FrameDecoder().feed(F.encode_command(challenge))[0].command
+    assert decoded.type == pb.BaseCommand.AUTH_CHALLENGE
+    assert decoded.authChallenge.challenge.auth_method_name == "token"
+    assert decoded.authChallenge.challenge.auth_data == b"refresh"
+    assert decoded.authChallenge.protocol_version == 20
+
+    response = C.auth_response("token", b"jwt-bytes")
+    decoded = F.FrameDecoder().feed(F.encode_command(response))[0].command
+    assert decoded.type == pb.BaseCommand.AUTH_RESPONSE
+    assert (decoded.authResponse.response.auth_method_name, decoded.authResponse.response.auth_data) == (
+        "token", b"jwt-bytes")

@@ -392,6 +392,20 @@ def get_or_create_schema_response(
     return BaseCommand(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, getOrCreateSchemaResponse=body)
 
 
+# The challenge data Pulsar's brokers send to ask a connected client for fresh credentials.
+AUTH_REFRESH_DATA = b"refresh"
+
+
+def auth_challenge(auth_method_name: str, protocol_version: int, data: bytes = AUTH_REFRESH_DATA,
+                   *, server_version: str = SERVER_VERSION) -> pb.BaseCommand:
+    """AUTH_CHALLENGE: the broker asks for credentials again (refresh of an expiring token)."""
+    body = pb.CommandAuthChallenge(
+        server_version=server_version, protocol_version=protocol_version,
+        challenge=pb.AuthData(auth_method_name=auth_method_name, auth_data=data),
+    )
+    return BaseCommand(type=T.AUTH_CHALLENGE, authChallenge=body)
+
+
 def tc_client_connect_response(request_id: int, server_error: int | None = None, message: str | None = None):
     """Refusal (or acceptance) of a transaction-coordinator connect; compactmq refuses."""
     body = pb.CommandTcClientConnectResponse(request_id=request_id)
@@ -422,6 +436,16 @@ def connect(
     if feature_flags is not None:
         body.feature_flags.CopyFrom(feature_flags)
     return BaseCommand(type=T.CONNECT, connect=body)
+
+
+def auth_response(auth_method_name: str, auth_data: bytes, *, client_version: str = "Pulsar-CPP-v4.2.0",
+                  protocol_version: int = PROTOCOL_VERSION) -> pb.BaseCommand:
+    """AUTH_RESPONSE: the client's answer to an AUTH_CHALLENGE (its current credentials)."""
+    body = pb.CommandAuthResponse(
+        client_version=client_version, protocol_version=protocol_version,
+        response=pb.AuthData(auth_method_name=auth_method_name, auth_data=auth_data),
+    )
+    return BaseCommand(type=T.AUTH_RESPONSE, authResponse=body)
 
 
 def partitioned_metadata(topic: str, request_id: int) -> pb.BaseCommand:
