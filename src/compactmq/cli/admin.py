@@ -6,7 +6,9 @@ then hands the response to ``Output``. Global options come first, as with pulsar
     compactmq --admin-url http://127.0.0.1:8080 --output json topics compaction-status persistent://public/default/t
 
 The REST API answers errors as ``{"reason": "..."}``; the CLI prints that reason on one line
-and exits 1.
+and exits 1 (for 401 and 403 with what to do next). A broker with security on is reached with
+pulsar-admin's global options (``--auth-plugin``, ``--auth-params``, ``--tls-*``, an ``https://``
+``--admin-url``; see ``admin_auth``).
 
 Policies (compaction threshold, retention, compaction strategy, retain-null-key) exist for
 topics and namespaces alike, so they are declared once in ``POLICIES`` and each gets
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import time
 import urllib.error
@@ -27,6 +30,7 @@ from typing import Any, Callable
 
 from ..errors import CompactMQError, InvalidInput
 from ..naming import TopicName
+from .admin_auth import ClientAuth, client_auth, ssl_context
 from .output import Output
 from .units import format_bytes, parse_duration_seconds, parse_size
 
@@ -42,9 +46,25 @@ class AdminRequestError(CompactMQError):
 class AdminClient:
     """Minimal HTTP client for the admin REST API (stdlib only: the CLI must start fast)."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0):
+    def __init__(self, base_url: str, timeout: float = 30.0, auth: ClientAuth | None = None,
+                 tls: ssl.SSLContext | None = None):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.auth = auth or ClientAuth()
+        self.tls = tls
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AdminClient:
+        """The client the global options describe (admin URL, credentials, TLS)."""
+        auth = client_auth(getattr(args, "auth_plugin", None), getattr(args, "auth_params", None),
+                           getattr(args, "tls_cert_file", None), getattr(args, "tls_key_file", None))
+        tls = None
+        if args.admin_url.lower().startswith("https://"):
+            tls = ssl_context(getattr(args, "tls_trust_cert_path", None), getattr(args, "tls_allow_insecure", False),
+                              getattr(args, "tls_enable_hostname_verification", False), auth)
+        elif auth.method == "tls":
+            raise InvalidInput("TLS authentication needs an https:// --admin-url (the broker's webServicePortTls)")
+        return cls(args.admin_url, auth=auth, tls=tls)
 
     def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
         url = self.base_url + path
@@ -52,26 +72,50 @@ class AdminClient:
             url += "?" + urllib.parse.urlencode(query)
         data = None
         headers = {"Accept": "application/json"}
+        if self.auth.authorization:
+            headers["Authorization"] = self.auth.authorization
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.tls) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            raise AdminRequestError(f"{_reason(e)} (HTTP {e.code})", e.code) from None
+            raise AdminRequestError(f"{_reason(e)} (HTTP {e.code}){self._next_step(e.code)}", e.code) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLError):
+                raise AdminRequestError(
+                    f"TLS with the admin API at {self.base_url} failed ({_tls_reason(e.reason)}); "
+                    "pass the broker's CA with --tls-trust-cert-path (or --tls-allow-insecure)") from None
             raise AdminRequestError(
                 f"cannot reach the admin API at {self.base_url} ({e.reason}); "
                 "is the broker running? (set --admin-url)"
             ) from None
+        except ssl.SSLError as e:
+            raise AdminRequestError(f"TLS with the admin API at {self.base_url} failed ({_tls_reason(e)})") from None
         if not raw:
             return None
         try:
             return json.loads(raw)
         except ValueError:
             return raw.decode(errors="replace")
+
+
+    def _next_step(self, status: int) -> str:
+        """What to do after a 401 or 403, appended to the broker's reason."""
+        if status == 401 and self.auth.method is None:
+            return ("; the broker requires authentication: pass --auth-plugin token --auth-params "
+                    "token:<jwt> (or file:///path), basic, or tls with a client certificate")
+        if status == 401:
+            return f"; check the {self.auth.method} credentials given with --auth-params"
+        if status == 403:
+            return "; this needs a role with more rights (the tenant's admin role or a superuser)"
+        return ""
+
+
+def _tls_reason(e: ssl.SSLError) -> str:
+    return getattr(e, "verify_message", None) or getattr(e, "reason", None) or type(e).__name__
 
 
 def _reason(e: urllib.error.HTTPError) -> str:
@@ -190,6 +234,72 @@ def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> Non
             o.done(f"{pol.command} removed from {getattr(a, target)}"))))
 
 
+# --- permissions (namespaces and topics alike) ------------------------------------------------
+
+
+def _actions(text: str) -> list[str]:
+    actions = _comma_list(text)
+    if not actions:
+        raise InvalidInput("--actions needs at least one action, e.g. produce,consume")
+    return actions
+
+
+def _render_permissions(body: Any) -> str:
+    if not body:
+        return "no permissions granted"
+    return "\n".join(f"{role}: {', '.join(actions) or '(no actions)'}" for role, actions in sorted(body.items()))
+
+
+def _add_permission_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
+    """pulsar-admin's ``grant-permission``, ``revoke-permission`` and ``permissions``."""
+    def role_path(a) -> str:
+        return f"{path_of(getattr(a, target))}/permissions/{urllib.parse.quote(a.role, safe='')}"
+
+    p = sub.add_parser("grant-permission", help=f"grant a role actions on a {target}")
+    p.add_argument(target)
+    p.add_argument("--role", required=True, help="the role (a token's subject, a user, a certificate's CN)")
+    p.add_argument("--actions", required=True, help="comma list: produce, consume (functions, packages, sinks, "
+                                                    "sources are stored too)")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("POST", role_path(a), _actions(a.actions)),
+        o.done(f"granted {a.role} {','.join(_actions(a.actions))} on {getattr(a, target)}"))))
+    p = sub.add_parser("revoke-permission", help=f"revoke a role's permissions on a {target}")
+    p.add_argument(target)
+    p.add_argument("--role", required=True)
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("DELETE", role_path(a)), o.done(f"revoked {a.role} on {getattr(a, target)}"))))
+    p = sub.add_parser("permissions", help=f"show the permissions of a {target}")
+    p.add_argument(target)
+    p.set_defaults(func=_run(lambda a, c, o: o.result(
+        c.request("GET", f"{path_of(getattr(a, target))}/permissions"), _render_permissions)))
+
+
+# --- tenants -----------------------------------------------------------------------------------
+
+
+def _tenant_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tenant")
+    p.add_argument("-r", "--admin-roles", default="", help="comma list of the roles that administer the tenant")
+    p.add_argument("-c", "--allowed-clusters", default="",
+                   help="comma list of clusters the tenant may use (default: every cluster)")
+
+
+def _comma_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _tenant_body(a) -> dict:
+    body: dict = {"adminRoles": _comma_list(a.admin_roles)}
+    if _comma_list(a.allowed_clusters):
+        body["allowedClusters"] = _comma_list(a.allowed_clusters)
+    return body
+
+
+def _render_tenant(body: Any) -> str:
+    return (f"adminRoles: {', '.join(body.get('adminRoles') or []) or '(none)'}\n"
+            f"allowedClusters: {', '.join(body.get('allowedClusters') or []) or '(none)'}")
+
+
 # --- compaction status with a live progress bar -----------------------------------------------
 
 
@@ -260,7 +370,7 @@ def _compaction_status(a, c: AdminClient, out: Output) -> int:
 
 def _run(fn: Callable[[argparse.Namespace, AdminClient, Output], Any]):
     def run(args: argparse.Namespace) -> int:
-        result = fn(args, AdminClient(args.admin_url), Output(args.output))
+        result = fn(args, AdminClient.from_args(args), Output(args.output))
         return result if isinstance(result, int) else 0
     return run
 
@@ -319,6 +429,7 @@ def add_parser(subparsers) -> None:
                    help="wait while it runs, showing progress; exit 1 if it fails")
     p.set_defaults(func=_run(_compaction_status))
     _add_policy_commands(topics, "topic", topic_path)
+    _add_permission_commands(topics, "topic", topic_path)
 
     namespaces = subparsers.add_parser("namespaces", help="manage namespaces and their policies").add_subparsers(
         dest="namespaces_command", metavar="SUBCOMMAND", required=True)
@@ -334,15 +445,24 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
                                               o.done(f"deleted {a.namespace}"))))
     _add_policy_commands(namespaces, "namespace", namespace_path)
+    _add_permission_commands(namespaces, "namespace", namespace_path)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True)
     p = tenants.add_parser("list", help="list tenants")
     p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", "/admin/v2/tenants"))))
     p = tenants.add_parser("create", help="create a tenant")
-    p.add_argument("tenant")
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", f"/admin/v2/tenants/{a.tenant}", {}),
+    _tenant_args(p)
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
                                               o.done(f"created {a.tenant}"))))
+    p = tenants.add_parser("update", help="replace a tenant's admin roles and allowed clusters")
+    _tenant_args(p)
+    p.set_defaults(func=_run(lambda a, c, o: (c.request("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
+                                              o.done(f"updated {a.tenant}"))))
+    p = tenants.add_parser("get", help="show a tenant's admin roles and allowed clusters")
+    p.add_argument("tenant")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/tenants/{a.tenant}"),
+                                                      _render_tenant)))
     p = tenants.add_parser("delete", help="delete a tenant with no namespaces")
     p.add_argument("tenant")
     p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", f"/admin/v2/tenants/{a.tenant}"),
