@@ -5,15 +5,21 @@ metadata store stays writable), runs the same Spark pipeline as the broker's in-
 (on ``--spark-master``, local by default), and commits through the metadata store: a running
 broker picks the new compacted ledger up from there. Progress goes to stderr as one line that
 updates in place; the result goes to stdout (``--output json`` for a JSON document).
+
+It needs no network credentials (it talks to no broker), but it refuses to start when it
+cannot read the data directory (``check_data_dir``), with one line saying why.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 from ..config import load_config, parse_override
+from ..errors import InvalidConfiguration
 from .output import Output
 
 
@@ -43,6 +49,37 @@ def build_config(args: argparse.Namespace):
     if args.spark_master is not None:
         overrides["spark.master"] = args.spark_master
     return load_config(args.config, overrides)
+
+
+# The first bytes of every SQLite database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_data_dir(data_dir: Path, topic: str) -> None:
+    """Refuse to start unless ``data_dir`` is a broker data directory this process can read.
+
+    compact-topic needs no network credentials: it reads the ledgers and commits through the
+    metadata store directly, so file permissions are its access control. Checking by reading
+    (not ``os.access``) gives the operator one clear line instead of a Spark stack trace, and
+    keeps the job from creating a fresh, empty data directory where it was pointed by mistake.
+    """
+    where = f"cannot compact {topic}: data directory {data_dir}"
+    if not data_dir.exists():
+        raise InvalidConfiguration(f"{where} does not exist (give the broker's dataDir with --data-dir)")
+    if not data_dir.is_dir():
+        raise InvalidConfiguration(f"{where} is not a directory")
+    try:
+        os.listdir(data_dir)
+        with open(data_dir / "metadata.db", "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except FileNotFoundError:
+        raise InvalidConfiguration(f"{where} has no metadata.db: not a broker's data directory") from None
+    except (PermissionError, IsADirectoryError) as e:
+        raise InvalidConfiguration(
+            f"{where} cannot be read ({e.strerror}: {e.filename}); run as the broker's user"
+        ) from None
+    if head != _SQLITE_MAGIC:
+        raise InvalidConfiguration(f"{where}: metadata.db is not a SQLite database")
 
 
 class ProgressLine:
@@ -81,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     topic = canonical(args.topic)
+    check_data_dir(config.data_dir, topic)
     storage = Storage(config.data_dir, config, read_only=True)
     progress = ProgressLine(topic, enabled=not args.quiet)
     try:
