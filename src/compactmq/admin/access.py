@@ -14,7 +14,8 @@ Authorization follows Pulsar's rules for the admin API:
   permissions, creating and deleting -- needs an admin role of the tenant (``adminRoles``) or a
   superuser;
 * a topic's partitioned metadata (``GET .../partitions``, the HTTP side of a lookup) needs what a
-  lookup needs: ``produce`` or ``consume`` on the topic, or tenant admin.
+  lookup needs: ``produce`` or ``consume`` on the topic, or tenant admin; listing a namespace's
+  topics needs a namespace grant of ``produce`` or ``consume``, or tenant admin.
 
 A route states its requirement with ``Router.add(..., requires=...)``; a route that does not is
 given one by ``default_requirement`` from its path: a path under ``/admin/v2/tenants`` or
@@ -28,7 +29,8 @@ raises ``AuthorizationFailed``; the checks read SQLite, so the dispatcher runs t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..naming import TopicName
 
@@ -52,9 +54,11 @@ def _topic(captures: Mapping[str, str]) -> str:
 
 
 def _lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:
-    if authorization.is_tenant_admin(role, captures["tenant"]):
-        return
     authorization.check_lookup(role, _topic(captures))
+
+
+def _namespace_lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:
+    authorization.check_namespace_lookup(role, f"{captures['tenant']}/{captures['namespace']}")
 
 
 AUTHENTICATED = Requirement("authenticated", lambda authorization, role, captures: None)
@@ -62,6 +66,7 @@ SUPERUSER = Requirement("superuser", lambda authorization, role, captures: autho
 TENANT_ADMIN = Requirement(
     "tenant-admin", lambda authorization, role, captures: authorization.check_tenant_admin(role, captures["tenant"]))
 LOOKUP = Requirement("lookup", _lookup)
+NAMESPACE_LOOKUP = Requirement("namespace-lookup", _namespace_lookup)
 
 _SUPERUSER_PREFIXES = ("/admin/v2/tenants", "/admin/v2/clusters")
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.tls import peer_certificate
 from ..errors import AuthenticationFailed, CompactMQError
 from . import namespaces, permissions, topics
 from .access import AUTHENTICATED, www_authenticate
@@ -146,10 +147,7 @@ async def _authorize(ctx: Context, principal: Any, requires, captures: dict[str,
 
 def _peer_certificate(request: web.Request) -> dict | None:
     """The client certificate the TLS handshake verified (None over plain HTTP or without one)."""
-    transport = request.transport
-    if transport is None:
-        return None
-    return transport.get_extra_info("peercert") or None
+    return peer_certificate(request.transport)
 
 
 def _version() -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.authorization import ACTIONS
 from ..errors import InvalidInput, NotFound
 from ..naming import TopicName
 from .access import TENANT_ADMIN
@@ -32,10 +33,6 @@ from .router import Router
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
-
-# Pulsar's AuthAction values; only produce and consume mean something to compactmq, the others
-# are accepted and stored so a Pulsar operator's grants survive a round trip.
-AUTH_ACTIONS = ("produce", "consume", "functions", "packages", "sinks", "sources")
 
 
 def add_routes(router: Router) -> None:
@@ -59,10 +56,12 @@ def add_routes(router: Router) -> None:
 def parse_actions(body: Any) -> list[str]:
     """A JSON list of Pulsar auth actions (400 otherwise: Pulsar fails to read such a body)."""
     if not isinstance(body, list) or not all(isinstance(a, str) for a in body):
-        raise InvalidInput(f"the permissions must be a JSON list of actions ({', '.join(AUTH_ACTIONS)})")
-    unknown = sorted({a for a in body if a not in AUTH_ACTIONS})
+        raise InvalidInput(f"the permissions must be a JSON list of actions ({', '.join(ACTIONS)})")
+    # Pulsar's AuthAction values; only produce and consume mean something to compactmq, the others
+    # are stored so that a Pulsar operator's grants survive a round trip
+    unknown = sorted({a for a in body if a not in ACTIONS})
     if unknown:
-        raise InvalidInput(f"unknown action(s) {', '.join(unknown)}: expected {', '.join(AUTH_ACTIONS)}")
+        raise InvalidInput(f"unknown action(s) {', '.join(unknown)}: expected {', '.join(ACTIONS)}")
     return sorted(set(body))
 
 
@@ -170,17 +169,6 @@ async def revoke_topic_permission(ctx: Context, request: web.Request, role: str,
 
 def _revoke_topic(ctx: Context, topic: str, role: str) -> None:
     authorization = ctx.authorization
-    own = authorization.topic_permissions(topic, include_namespace=False) \
-        if _takes_include_namespace(authorization) else None
-    if own is not None and role not in own:
-        raise PreconditionFailed("Permissions are not set at the topic level")
+    if role not in authorization.topic_permissions(topic, include_namespace=False):
+        raise PreconditionFailed("Permissions are not set at the topic level")  # Pulsar's answer
     authorization.revoke_topic_permission(topic, role)
-
-
-def _takes_include_namespace(authorization: Any) -> bool:
-    import inspect
-
-    try:
-        return "include_namespace" in inspect.signature(authorization.topic_permissions).parameters
-    except (TypeError, ValueError):
-        return False

@@ -14,7 +14,7 @@ from aiohttp import web
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
-from .access import LOOKUP
+from .access import LOOKUP, NAMESPACE_LOOKUP
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
@@ -24,8 +24,10 @@ NAMESPACE = "/admin/v2/{domain}/{tenant}/{namespace}"
 
 
 def add_routes(router: Router) -> None:
-    router.add("GET", NAMESPACE, list_topics, "list the topics of a namespace (partitions included)")
-    router.add("GET", NAMESPACE + "/partitioned", list_partitioned_topics, "list the partitioned topics of a namespace")
+    router.add("GET", NAMESPACE, list_topics, "list the topics of a namespace (partitions included)",
+               requires=NAMESPACE_LOOKUP)
+    router.add("GET", NAMESPACE + "/partitioned", list_partitioned_topics, "list the partitioned topics of a namespace",
+               requires=NAMESPACE_LOOKUP)
     router.add("PUT", TOPIC, create_topic, "create a non-partitioned topic", ok=204)
     router.add("DELETE", TOPIC, delete_topic, "delete a topic (?force=true closes its clients)", ok=204)
     router.add("PUT", TOPIC + "/partitions", create_partitioned_topic, "create a partitioned topic",
