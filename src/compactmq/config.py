@@ -316,7 +316,8 @@ def load_config(
 ) -> Config:
     """Merge defaults, an optional broker.conf-style file and overrides into a ``Config``."""
     values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
-    spark, ignored = dict(SPARK_DEFAULTS), []
+    spark = dict(SPARK_DEFAULTS)
+    ignored: list[str] = []
     if file is not None:
         path = Path(file)
         try:

@@ -144,7 +144,9 @@ class CertificateAuthority:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
         stem = stem or f"{self.name}.{common_name}.{key_format}"
-        files = CertFiles(self.directory / f"{stem}.cert.pem", self.directory / f"{stem}.key.pem", common_name)
+        files = CertFiles(
+            self.directory / f"{stem}.cert.pem", self.directory / f"{stem}.key.pem", common_name
+        )
         files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(files.key, key, key_format)
         return files
