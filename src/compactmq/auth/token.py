@@ -96,24 +96,7 @@ class TokenAuthenticationProvider:
             token = bytes(data).decode("ascii").strip()
         except UnicodeDecodeError:
             raise AuthenticationFailed("malformed token: not ASCII") from None
-        if not token:
-            raise AuthenticationFailed("no token given")
-        try:
-            claims = verify_token(token, self._key, algorithms=self.algorithms, leeway=self.leeway_seconds)
-        except jwt.ExpiredSignatureError:
-            raise AuthenticationFailed(f"token expired{_expired_at(token)}") from None
-        except jwt.ImmatureSignatureError:
-            raise AuthenticationFailed("token is not valid yet (nbf/iat in the future)") from None
-        except jwt.InvalidAlgorithmError:
-            raise AuthenticationFailed(
-                f"token signed with {_alg(token)}; this broker accepts {', '.join(self.algorithms)}"
-            ) from None
-        except jwt.InvalidSignatureError:
-            raise AuthenticationFailed("token signature does not verify with the broker's key") from None
-        except jwt.DecodeError:
-            raise AuthenticationFailed("malformed token: not a signed JWT") from None
-        except jwt.InvalidTokenError as e:
-            raise AuthenticationFailed(f"invalid token: {type(e).__name__}") from None
+        claims = check_token(token, self._key, self.algorithms, self.leeway_seconds)
         self._check_audience(claims)
         role = claims.get(self.role_claim)
         if not isinstance(role, str) or not role:
@@ -130,6 +113,32 @@ class TokenAuthenticationProvider:
             raise AuthenticationFailed(
                 f"token audience ({self.audience_claim!r} claim) does not include this broker's audience"
             )
+
+
+def check_token(
+    token: str, key: bytes | Any, algorithms: tuple[str, ...] | None = None, leeway_seconds: float = 0
+) -> dict[str, Any]:
+    """The verified claims of ``token``; ``AuthenticationFailed`` saying why not (never the token).
+    ``key`` is a secret (bytes) or a public key; ``algorithms`` default to the key's family."""
+    if not token:
+        raise AuthenticationFailed("no token given")
+    try:
+        return verify_token(token, key, algorithms=algorithms, leeway=leeway_seconds)
+    except jwt.ExpiredSignatureError:
+        raise AuthenticationFailed(f"token expired{_expired_at(token)}") from None
+    except jwt.ImmatureSignatureError:
+        raise AuthenticationFailed("token is not valid yet (nbf/iat in the future)") from None
+    except jwt.InvalidAlgorithmError:
+        accepted = algorithms or (HMAC_ALGORITHMS if isinstance(key, bytes) else algorithms_for_key(key))
+        raise AuthenticationFailed(
+            f"token signed with {_alg(token)}; the key accepts {', '.join(accepted)}"
+        ) from None
+    except jwt.InvalidSignatureError:
+        raise AuthenticationFailed("token signature does not verify with the key") from None
+    except jwt.DecodeError:
+        raise AuthenticationFailed("malformed token: not a signed JWT") from None
+    except jwt.InvalidTokenError as e:
+        raise AuthenticationFailed(f"invalid token: {type(e).__name__}") from None
 
 
 def _expired_at(token: str) -> str:
