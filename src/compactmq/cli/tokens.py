@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..auth.token import check_token
 from ..auth.tokens import (
     EC_ALGORITHMS,
     HMAC_ALGORITHMS,
@@ -46,9 +47,8 @@ from ..auth.tokens import (
     parse_relative_time,
     read_key_data,
     split_token,
-    verify_token,
 )
-from ..errors import AuthenticationFailed, InvalidConfiguration, InvalidInput
+from ..errors import InvalidConfiguration, InvalidInput
 
 ALGORITHMS = HMAC_ALGORITHMS + KEY_PAIR_ALGORITHMS
 
@@ -165,7 +165,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             kind = "an EC" if algorithms == EC_ALGORITHMS else "an RSA"
             raise InvalidInput(f"--signature-algorithm {args.signature_algorithm} does not match the public key "
                                f"({kind} key)")
-    claims = _verified_claims(token, key, algorithms)
+    claims = check_token(token, key, algorithms)  # the broker's own reasons for a refusal
     print(_java_map(claims))
     return 0
 
@@ -213,34 +213,6 @@ def _read_token(args: argparse.Namespace) -> str:
         raise InvalidInput("the token needs to be passed as an argument, with --stdin or --token-file, "
                            "or in the TOKEN environment variable")
     return token.strip()
-
-
-def _verified_claims(token: str, key: Any, algorithms: tuple[str, ...]) -> dict[str, Any]:
-    """The claims of ``token`` verified with ``key``; one line saying why not (never the token)."""
-    import jwt
-
-    try:
-        return verify_token(token, key, algorithms=algorithms)
-    except jwt.ExpiredSignatureError:
-        raise AuthenticationFailed("token expired") from None
-    except jwt.ImmatureSignatureError:
-        raise AuthenticationFailed("token is not valid yet (nbf/iat in the future)") from None
-    except jwt.InvalidAlgorithmError:
-        raise AuthenticationFailed(
-            f"token signed with {_alg(token)}; the key accepts {', '.join(algorithms)}") from None
-    except jwt.InvalidSignatureError:
-        raise AuthenticationFailed("token signature does not verify with the key") from None
-    except jwt.DecodeError:
-        raise AuthenticationFailed("malformed token: not a signed JWT") from None
-    except jwt.InvalidTokenError as e:
-        raise AuthenticationFailed(f"invalid token: {type(e).__name__}") from None
-
-
-def _alg(token: str) -> str:
-    try:
-        return str(split_token(token)[0].get("alg"))
-    except InvalidInput:
-        return "an unknown algorithm"
 
 
 def _java_map(claims: dict[str, Any]) -> str:
