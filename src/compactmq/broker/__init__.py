@@ -18,7 +18,10 @@ How the pieces fit (one arrow = "owns" or "calls")::
               Consumer             permits (flow.PermitWindow), its connection
         SchemaRegistry (schemas)   stored schemas per topic
         Housekeeping (server)      ledger rollover by age, retention
-    ServerConnection (connection)  asyncio protocol: socket <-> protocol.frames, output
+        authentication,            compactmq.auth: who a client is, what its role may do;
+        authorization              asked at CONNECT and before topic commands (security),
+        CredentialRefresher        AUTH_CHALLENGE for expired credentials (security)
+    ServerConnection (connection)  asyncio protocol: socket (plain or TLS) <-> protocol.frames
       CommandHandler (handlers)    one method per client command, each its own error boundary
 
 Storage is synchronous: the broker calls it only through ``BrokerService.run_blocking`` (a

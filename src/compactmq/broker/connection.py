@@ -61,6 +61,10 @@ class ServerConnection(asyncio.Protocol):
         self.last_seen = 0.0
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._liveness: list[asyncio.Future] = []
+        # who the client is (auth.Principal, set at CONNECT) and the refresh state (security)
+        self.principal = None
+        self.supports_auth_refresh = False
+        self.auth_refresh_pending = False
 
     # --- asyncio.Protocol --------------------------------------------------------------------
 

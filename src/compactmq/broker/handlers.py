@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    AuthenticationFailed,
     CompactMQError,
     ConsumerBusy,
     InvalidInput,
@@ -31,7 +32,7 @@ from ..naming import TopicName
 from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
-from . import compacted_source
+from . import compacted_source, security
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -143,10 +144,22 @@ class CommandHandler:
     def on_connect(self, cmd: pb.CommandConnect, frame) -> None:
         self.client_version = cmd.client_version
         self.protocol_version = commands.negotiated_version(cmd.protocol_version)
+        try:
+            self.conn.principal = security.authenticate_connect(self.conn, cmd)
+        except AuthenticationFailed as exc:
+            self.conn.state.send(T.ERROR)
+            security.refuse(self.conn, exc)
+            return
         self.conn.state.send(T.CONNECTED)
-        self.conn.send_command(
-            commands.connected(self.protocol_version, max_message_size=self.service.config["maxMessageSize"])
-        )
+        flags = None
+        if self.conn.principal is not security.UNAUTHENTICATED:
+            flags = pb.FeatureFlags(supports_auth_refresh=True)  # the broker can AUTH_CHALLENGE
+        self.conn.send_command(commands.connected(
+            self.protocol_version, max_message_size=self.service.config["maxMessageSize"], feature_flags=flags,
+        ))
+
+    def on_auth_response(self, cmd: pb.CommandAuthResponse, frame) -> None:
+        security.on_auth_response(self.conn, cmd)
 
     def on_ping(self, cmd, frame) -> None:
         self.conn.send_command(commands.pong())
@@ -155,12 +168,14 @@ class CommandHandler:
         pass  # last_seen was updated when the bytes arrived
 
     async def on_partitioned_metadata(self, cmd: pb.CommandPartitionedTopicMetadata, frame) -> None:
+        await security.authorize(self.conn, "lookup", cmd.topic)
         auto = cmd.metadata_auto_creation_enabled if cmd.HasField("metadata_auto_creation_enabled") else True
         n = await self.service.topics.partitions(cmd.topic, auto_create=auto)
         self.conn.send_command(commands.partitioned_metadata_response(cmd.request_id, n))
 
     async def on_lookup(self, cmd: pb.CommandLookupTopic, frame) -> None:
         TopicName.parse(cmd.topic)  # InvalidTopicName -> a Failed lookup
+        await security.authorize(self.conn, "lookup", cmd.topic)
         # both URLs: a client picks brokerServiceUrlTls when its own service URL is pulsar+ssl://
         self.conn.send_command(commands.lookup_response(
             cmd.request_id, self.service.broker_url, broker_service_url_tls=self.service.broker_url_tls,
@@ -168,6 +183,7 @@ class CommandHandler:
         ))
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
+        await security.authorize_namespace(self.conn, cmd.namespace)
         topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
         self.conn.send_command(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
@@ -181,6 +197,7 @@ class CommandHandler:
             self._cancelled_producers.discard(cmd.producer_id)
 
     async def _create_producer(self, cmd: pb.CommandProducer) -> None:
+        await security.authorize(self.conn, "produce", cmd.topic)
         existing = self.producers.get(cmd.producer_id)
         if existing is not None and not existing.closed:
             if existing.topic.name == str(TopicName.parse(cmd.topic)):
@@ -294,6 +311,7 @@ class CommandHandler:
             self._cancelled_consumers.discard(cmd.consumer_id)
 
     async def _create_consumer(self, cmd: pb.CommandSubscribe) -> None:
+        await security.authorize(self.conn, "consume", cmd.topic)  # consumers, readers, TableView
         existing = self.consumers.get(cmd.consumer_id)
         if existing is not None and not existing.closed:
             if existing.subscription.topic.name == str(TopicName.parse(cmd.topic)) \
@@ -477,6 +495,7 @@ class CommandHandler:
     # --- schemas -----------------------------------------------------------------------------
 
     async def on_get_schema(self, cmd: pb.CommandGetSchema, frame) -> None:
+        await security.authorize(self.conn, "lookup", cmd.topic)
         version = cmd.schema_version if cmd.HasField("schema_version") else None
         found = await self.service.schemas.get(str(TopicName.parse(cmd.topic)), version)
         if found is None:
@@ -487,6 +506,7 @@ class CommandHandler:
         self.conn.send_command(commands.get_schema_response(cmd.request_id, schema, schema_version))
 
     async def on_get_or_create_schema(self, cmd: pb.CommandGetOrCreateSchema, frame) -> None:
+        await security.authorize(self.conn, "produce", cmd.topic)
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
         version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
         self.conn.send_command(commands.get_or_create_schema_response(cmd.request_id, version))
@@ -546,6 +566,7 @@ def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
 _HANDLER_TABLE: dict[int, tuple[Any, bool]] = {
     T.CONNECT: (CommandHandler.on_connect, False),
     T.PING: (CommandHandler.on_ping, False),
+    T.AUTH_RESPONSE: (CommandHandler.on_auth_response, False),
     T.PONG: (CommandHandler.on_pong, False),
     T.PARTITIONED_METADATA: (CommandHandler.on_partitioned_metadata, True),
     T.LOOKUP: (CommandHandler.on_lookup, True),

@@ -31,10 +31,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
-from ..auth import tls
+from ..auth import AuthenticationService, tls
+from ..auth.authorization import AuthorizationService
 from ..config import Config
 from ..errors import StorageError
-from . import compacted_source
+from . import compacted_source, security
 from .connection import ServerConnection
 from .entry_source import CacheBudget
 from .schemas import SchemaRegistry
@@ -159,6 +160,11 @@ class BrokerService:
         self.shutting_down = False
         self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
         self.housekeeping = Housekeeping(self)
+        # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
+        # None (a service built by hand in tests) means no authentication and no checks.
+        self.authentication: Any = None
+        self.authorization: Any = None
+        self.credential_refresher: Any = None  # security.CredentialRefresher
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -189,8 +195,9 @@ class BrokerServer:
         self._stopped = asyncio.Event()
 
     async def start(self) -> None:
-        # bad TLS keys or files are a one-line error before storage opens
+        # bad TLS or authentication keys and files are a one-line error before storage opens
         self._ssl_context = tls.server_context(self.config)
+        authentication = AuthenticationService.from_config(self.config)
         if self._storage is None:
             from ..storage import Storage
 
@@ -200,6 +207,9 @@ class BrokerServer:
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
         service = BrokerService(self.config, self._storage, "", None)
+        service.authentication = authentication
+        service.authorization = AuthorizationService(self.config, self._storage.metadata)
+        service.credential_refresher = security.CredentialRefresher(service)
         self.service = service
         try:
             self.port = await self._listen(self.port, None)
@@ -220,6 +230,7 @@ class BrokerServer:
         try:
             await service.compaction_monitor.start()
             service.housekeeping.start()
+            service.credential_refresher.start()
             await self.start_web()
         except BaseException:
             # e.g. the web port is taken: undo what started (close storage cleanly), then report
@@ -291,6 +302,8 @@ class BrokerServer:
         except asyncio.TimeoutError:
             log.warning("topics did not close within %ss", SHUTDOWN_GRACE_SECONDS)
         await service.housekeeping.close()
+        if service.credential_refresher is not None:
+            await service.credential_refresher.close()
         # 4. close connections, let in-flight tasks finish
         for conn in list(service.state.connections):
             conn.close()

@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    ignored = config.ignored_keys
+    if ignored:  # a Pulsar broker.conf/standalone.conf: keys of parts compactmq does not have
+        logging.getLogger(__name__).warning(
+            "ignoring %d Pulsar config keys compactmq has no part for: %s", len(ignored), ", ".join(ignored))
     try:
         import uvloop  # optional: the "fast" extra
     except ImportError:

@@ -1,0 +1,240 @@
+"""TLS on the binary port and the web port, beside the plain ports, with the official client.
+
+The broker runs as ``compactmq standalone`` with Pulsar's keys (``brokerServicePortTls``,
+``webServicePortTls``, ``tlsCertificateFilePath``, ...) and certificates made by
+``helpers`` for this run. What must hold: a client that trusts the broker's CA produces and
+consumes over ``pulsar+ssl://`` (its lookup is answered with the TLS URL, or the client would
+fail), the plain port keeps working, HTTPS serves the admin API, a client that does not trust
+the CA cannot connect, client certificates are required when the operator says so, and a bad
+TLS key or file stops the broker at start with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pulsar
+import pytest
+
+from broker.conftest import ROOT, BrokerProcess, free_port, make_client  # tests/ is on sys.path
+
+from .helpers import KEY_PKCS1
+
+
+def tls_overrides(pki, *, key_format: str = "pkcs8", **extra: str) -> dict[str, str]:
+    server = pki.server_pkcs1 if key_format == KEY_PKCS1 else pki.server
+    return {
+        "brokerServicePortTls": str(free_port()),
+        "webServicePortTls": str(free_port()),
+        "tlsCertificateFilePath": str(server.cert),
+        "tlsKeyFilePath": str(server.key),
+        "tlsTrustCertsFilePath": str(pki.ca.cert_path),
+        **extra,
+    }
+
+
+def tls_url(broker: BrokerProcess) -> str:
+    return f"pulsar+ssl://localhost:{broker.overrides['brokerServicePortTls']}"
+
+
+def https_url(broker: BrokerProcess) -> str:
+    return f"https://localhost:{broker.overrides['webServicePortTls']}"
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory, pki):
+    # PKCS#1 key ("BEGIN RSA PRIVATE KEY"): the other format is covered by the mTLS broker below
+    b = BrokerProcess(tmp_path_factory.mktemp("tls") / "data", tls_overrides(pki, key_format=KEY_PKCS1))
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def topic(request):
+    return f"persistent://public/default/{request.node.name}-{time.monotonic_ns()}"
+
+
+def produce_and_consume(client: pulsar.Client, topic: str, n: int = 5) -> list[bytes]:
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic)
+    for i in range(n):
+        producer.send(f"m{i}".encode())
+    got = []
+    for _ in range(n):
+        msg = consumer.receive(10_000)
+        consumer.acknowledge(msg)
+        got.append(msg.data())
+    producer.close()
+    consumer.close()
+    return got
+
+
+def test_produce_consume_and_read_over_tls_with_hostname_validation(tls_broker, pki, topic):
+    client = make_client(tls_url(tls_broker), tls_trust_certs_file_path=str(pki.ca.cert_path),
+                         tls_validate_hostname=True)
+    try:
+        assert produce_and_consume(client, topic) == [f"m{i}".encode() for i in range(5)]
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        assert reader.read_next(10_000).data() == b"m0"
+        reader.close()
+    finally:
+        client.close()
+
+
+def test_plain_port_serves_beside_the_tls_port(tls_broker, topic):
+    client = make_client(tls_broker.url)
+    try:
+        assert produce_and_consume(client, topic, 2) == [b"m0", b"m1"]
+    finally:
+        client.close()
+
+
+def test_table_view_over_tls(tls_broker, pki, topic):
+    client = make_client(tls_url(tls_broker), tls_trust_certs_file_path=str(pki.ca.cert_path))
+    try:
+        producer = client.create_producer(topic)
+        producer.send(b"v1", partition_key="k")
+        producer.send(b"v2", partition_key="k")
+        view = client.create_table_view(topic)
+        deadline = time.monotonic() + 10
+        while view.get("k") != b"v2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert view.get("k") == b"v2"
+        view.close()
+    finally:
+        client.close()
+
+
+def test_https_admin_api_with_the_broker_ca(tls_broker, pki):
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+    with urllib.request.urlopen(https_url(tls_broker) + "/admin/v2/clusters", context=ctx, timeout=10) as r:
+        assert json.loads(r.read()) == ["standalone"]
+    # a client that does not trust the broker's CA refuses the server
+    with pytest.raises(urllib.error.URLError) as e:
+        urllib.request.urlopen(https_url(tls_broker) + "/admin/v2/clusters",
+                               context=ssl.create_default_context(cafile=str(pki.untrusted_ca.cert_path)),
+                               timeout=10)
+    assert isinstance(e.value.reason, ssl.SSLCertVerificationError)
+
+
+def test_client_that_does_not_trust_the_broker_cannot_connect(tls_broker, pki, topic):
+    client = make_client(tls_url(tls_broker), tls_trust_certs_file_path=str(pki.untrusted_ca.cert_path),
+                         operation_timeout_seconds=3)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(topic)
+    finally:
+        client.close()
+
+
+def test_ready_line_and_lookup_name_the_tls_urls(tls_broker, pki):
+    # the official client over TLS follows brokerServiceUrlTls from the lookup answer; check the
+    # answer itself with the sans-I/O codec over a raw TLS socket
+    from compactmq.protocol import commands, frames
+
+    port = int(tls_broker.overrides["brokerServicePortTls"])
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        s.sendall(frames.encode_command(commands.connect()))
+        s.sendall(frames.encode_command(commands.lookup("persistent://public/default/x", 1)))
+        decoder, got = frames.FrameDecoder(), []
+        while len(got) < 2:
+            got += decoder.feed(s.recv(65536))
+    lookup = got[1].command.lookupTopicResponse
+    assert lookup.brokerServiceUrl == f"pulsar://127.0.0.1:{tls_broker.port}"
+    assert lookup.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{port}"
+
+
+# --- client certificates required ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(tmp_path_factory, pki):
+    b = BrokerProcess(tmp_path_factory.mktemp("mtls") / "data",
+                      tls_overrides(pki, tlsRequireTrustedClientCertOnConnect="true",
+                                    tlsProtocols="TLSv1.3",
+                                    tlsCiphers="TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384"))
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_required_client_certificate(mtls_broker, pki, topic):
+    ca = str(pki.ca.cert_path)
+    good = pki.client("app")
+    client = make_client(tls_url(mtls_broker), tls_trust_certs_file_path=ca,
+                         tls_certificate_file_path=str(good.cert), tls_private_key_file_path=str(good.key))
+    try:
+        assert produce_and_consume(client, topic, 1) == [b"m0"]
+    finally:
+        client.close()
+    for cert in (None, pki.untrusted_client("app")):
+        kw = {} if cert is None else {"tls_certificate_file_path": str(cert.cert),
+                                      "tls_private_key_file_path": str(cert.key)}
+        client = make_client(tls_url(mtls_broker), tls_trust_certs_file_path=ca, operation_timeout_seconds=3, **kw)
+        try:
+            with pytest.raises(pulsar.PulsarException):
+                client.create_producer(topic)
+        finally:
+            client.close()
+
+
+def _handshake(port: int, pki, max_version: ssl.TLSVersion) -> str:
+    good = pki.client("app")
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+    ctx.load_cert_chain(str(good.cert), str(good.key))
+    ctx.maximum_version = max_version
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        return s.version()
+
+
+def test_tls_protocols_are_enforced(tls_broker, mtls_broker, pki):
+    # a TLS 1.2 client is fine by default, refused where tlsProtocols=TLSv1.3
+    assert _handshake(int(tls_broker.overrides["brokerServicePortTls"]), pki, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    mtls_port = int(mtls_broker.overrides["brokerServicePortTls"])
+    assert _handshake(mtls_port, pki, ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        _handshake(mtls_port, pki, ssl.TLSVersion.TLSv1_2)
+
+
+# --- bad configuration: one line at start ---------------------------------------------------
+
+
+def start_fails(tmp_path, overrides: dict[str, str]) -> str:
+    cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path / "data"),
+           "--broker-port", str(free_port()), "--web-port", str(free_port())]
+    for k, v in overrides.items():
+        cmd += ["--config-override", f"{k}={v}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr
+    assert lines[-1].startswith("compactmq: error: "), proc.stderr
+    return lines[-1]
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"tlsKeyFilePath": "/nonexistent/broker.key"}, "tlsKeyFilePath /nonexistent/broker.key: no such file"),
+    ({"tlsCertificateFilePath": ""}, "tlsCertificateFilePath is empty"),
+    ({"tlsKeyFilePath": "CA"}, "no PEM private key"),
+    ({"tlsKeyFilePath": "OTHER_KEY"}, "matching the certificate"),
+    ({"tlsTrustCertsFilePath": "KEY"}, "no PEM certificate"),
+    ({"tlsProtocols": "TLSv1.3,SSLv3"}, "tlsProtocols: unknown protocol 'SSLv3'"),
+    ({"tlsCiphers": "TLS_NOPE_WITH_NOTHING"}, "tlsCiphers: cipher 'TLS_NOPE_WITH_NOTHING'"),
+    ({"tlsTrustCertsFilePath": "", "tlsRequireTrustedClientCertOnConnect": "true"}, "needs tlsTrustCertsFilePath"),
+])
+def test_bad_tls_configuration_is_one_line_at_start(tmp_path, pki, change, expected):
+    subst = {"CA": str(pki.ca.cert_path), "KEY": str(pki.server.key), "OTHER_KEY": str(pki.client("other").key)}
+    overrides = tls_overrides(pki)
+    overrides.update({k: subst.get(v, v) for k, v in change.items()})
+    line = start_fails(tmp_path, overrides)
+    assert expected in line, line
