@@ -1,4 +1,5 @@
-"""The aiohttp application of the web port: Pulsar admin v2 REST paths, /metrics, OpenAPI.
+"""The aiohttp application of the web port: Pulsar admin v2 REST paths, the HTTP lookup path
+(``/lookup/v2``), /metrics, OpenAPI.
 
 Thin by design: each handler parses the path and body, calls the broker's services (metadata
 store, storage, topic manager, compaction monitor) and returns a JSON-able body. Storage is
@@ -29,7 +30,7 @@ from aiohttp import web
 
 from ..auth.tls import peer_certificate
 from ..errors import AuthenticationFailed, CompactMQError
-from . import namespaces, permissions, topics
+from . import lookup, namespaces, permissions, topics
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -48,6 +49,7 @@ def build_router() -> Router:
     topics.add_routes(router)
     namespaces.add_routes(router)
     permissions.add_routes(router)
+    lookup.add_routes(router)
     return router
 
 
@@ -116,6 +118,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
     app.router.add_route("*", "/admin/v2/{tail:.*}", admin)
+    app.router.add_route("*", lookup.PREFIX + "/{tail:.*}", admin)  # the HTTP lookup path, same rules
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 

@@ -185,6 +185,10 @@ async def update_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = _persistent(topic_name(**path))
+    if query_flag(request, "checkAllowAutoCreation") and ctx.service.config["allowAutoTopicCreation"]:
+        # a client's lookup over HTTP (http:// service URL): a topic it may auto-create is answered
+        # as the binary PARTITIONED_METADATA answers it (0, or a new partitioned topic by type)
+        return {"partitions": await ctx.service.topics.partitions(topic, auto_create=True)}
     n = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
     if n is None and not await ctx.run_blocking(ctx.metadata.topic_exists, topic):
         raise TopicNotFound(f"topic {topic} does not exist")
