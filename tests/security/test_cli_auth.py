@@ -164,10 +164,19 @@ def test_compaction_trigger_and_status_need_tenant_admin(cli, sb):
     finally:
         client.close()
     fails(cli("topics", "compact", topic, as_=("token", "sensor")), "HTTP 403", "more rights")
+    fails(cli("topics", "compact", topic, as_=("tls", "sensor")), "HTTP 403")  # over https, a client cert
+    fails(cli("topics", "compact", topic), "HTTP 401")
+    expired = sb.token("plant-admin", expires_in=-60)
+    fails(run("--auth-plugin", TOKEN, "--auth-params", f"token:{expired}", "topics", "compact", topic,
+              url=sb.http_url), "HTTP 401")
     fails(cli("topics", "compaction-status", topic, as_=("token", "sensor")), "HTTP 403")
     fails(cli("topics", "set-compaction-threshold", topic, "-t", "1M", as_=("token", "sensor")), "HTTP 403")
     out = ok(cli("topics", "compact", topic, "--wait", as_=("token", "plant-admin")))
     assert "SUCCESS" in out
     status = json.loads(ok(cli("topics", "compaction-status", topic, as_=("token", "plant-admin"), output="json")))
     assert status["status"] == "SUCCESS"
+    # the tenant admin's certificate over https (pulsar-admin's --tls-* options) works the same
+    over_tls = json.loads(ok(cli("topics", "compaction-status", topic, as_=("tls", "plant-admin"), output="json")))
+    assert over_tls["status"] == "SUCCESS"
+    ok(cli("topics", "compact", topic, "--wait", as_=("tls", "plant-admin")))
     ok(cli("topics", "set-compaction-threshold", topic, "-t", "1M", as_=("token", "plant-admin")))
