@@ -8,6 +8,14 @@ then, per scenario, drives it with ``pulsar-client``:
 - ``consume_nobatch`` / ``consume_batch``: one Exclusive consumer reads the topic written by
   the matching publish scenario from the earliest position and acknowledges every message.
 
+- ``publish_*_auth_off`` / ``publish_*_token_auth``: the cost of security on the publish path.
+  A second broker runs with token authentication (HS256) and authorization on, the client
+  connects with ``AuthenticationToken``; both brokers are published to alternately
+  (``--auth-trials`` rounds each), so load on the shared machine hits both alike. Auth is
+  checked at CONNECT and PRODUCER only, so the two should not differ beyond noise;
+  ``auth_overhead`` gives, per mode, the ratio of the median throughputs and the median
+  broker CPU per message of each (the steadier figure when the machine is busy).
+
 For each phase: wall time, messages/s, MiB/s, and the broker process's CPU time (user +
 system, from ``/proc/<pid>/stat``) divided by the messages: microseconds of broker CPU per
 message. Client and broker share the machine, so throughput is a lower bound of what the
@@ -87,6 +95,70 @@ def consume(client, topic: str, n: int):
     return run
 
 
+def token_auth_overrides(secret: bytes, role: str) -> list[str]:
+    """A broker that authenticates tokens signed with ``secret`` and authorizes ``role``."""
+    import base64
+
+    return [
+        "authenticationEnabled=true",
+        "authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey=data:;base64," + base64.b64encode(secret).decode(),
+        "authorizationEnabled=true",
+        f"superUserRoles={role}",
+    ]
+
+
+def auth_comparison(tmp: str, overrides: list[str], n: int, size: int, trials: int) -> tuple[list, dict]:
+    """Publish to a broker without auth and to one with token auth, alternately."""
+    import statistics
+
+    import jwt
+    import pulsar
+
+    secret = os.urandom(32)
+    token = jwt.encode({"sub": "bench"}, secret, algorithm="HS256")
+    plain = Broker(os.path.join(tmp, "auth-off"), overrides)
+    secured = Broker(os.path.join(tmp, "auth-on"), overrides + token_auth_overrides(secret, "bench"))
+    results: list[dict] = []
+    ratios: dict[str, dict] = {}
+    try:
+        clients = {
+            "auth_off": (plain, pulsar.Client(plain.url, operation_timeout_seconds=60,
+                                              logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))),
+            "token_auth": (secured, pulsar.Client(secured.url, operation_timeout_seconds=60,
+                                                  authentication=pulsar.AuthenticationToken(token),
+                                                  logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))),
+        }
+        for batching in (False, True):
+            label = "batch" if batching else "nobatch"
+            rates: dict[str, list[float]] = {k: [] for k in clients}
+            cpu: dict[str, list[float]] = {k: [] for k in clients}
+            for _ in range(trials):
+                for mode, (broker, client) in clients.items():
+                    topic = f"bench-{mode}-{label}-{time.monotonic_ns()}"
+                    producer, run, failures = publish(client, topic, n, size, batching)
+                    r = measure(broker, f"publish_{label}_{mode}", n, size, run)
+                    producer.close()
+                    if failures:
+                        raise SystemExit(f"{len(failures)} sends failed ({mode}): {failures[:3]}")
+                    results.append(r)
+                    rates[mode].append(r["msgs_per_s"])
+                    cpu[mode].append(r["broker_cpu_us_per_msg"])
+            ratios[f"publish_{label}"] = {
+                # throughput is noisy on a shared machine; the broker's CPU per message is not
+                "msgs_per_s_ratio": round(
+                    statistics.median(rates["token_auth"]) / statistics.median(rates["auth_off"]), 3),
+                "median_msgs_per_s": {mode: statistics.median(v) for mode, v in rates.items()},
+                "median_broker_cpu_us_per_msg": {mode: statistics.median(v) for mode, v in cpu.items()},
+            }
+        for _, client in clients.values():
+            client.close()
+    finally:
+        plain.stop()
+        secured.stop()
+    return results, ratios
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="20,000 messages per scenario")
@@ -94,6 +166,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "broker.json"))
     ap.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--auth-trials", type=int, default=3,
+                    help="publish rounds per broker in the auth on/off comparison (default 3; 0 skips it)")
     args = ap.parse_args(argv)
     n = args.messages or (20_000 if args.quick else 200_000)
 
@@ -118,6 +192,11 @@ def main(argv=None) -> int:
             client.close()
         finally:
             broker.stop()
+        auth_overhead: dict[str, dict] = {}
+        if args.auth_trials > 0:
+            auth_results, auth_overhead = auth_comparison(tmp, args.config_override, n, args.size,
+                                                          args.auth_trials)
+            results.extend(auth_results)
 
     out = {
         "benchmark": "broker",
@@ -132,6 +211,8 @@ def main(argv=None) -> int:
         "config_overrides": args.config_override,
         "notes": "client and broker share the machine; broker CPU from /proc/<pid>/stat (user+system)",
         "results": results,
+        # per mode: median msgs/s with token auth on / off, and median broker CPU us/msg of each
+        "auth_overhead": auth_overhead,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
