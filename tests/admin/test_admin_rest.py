@@ -115,6 +115,27 @@ def test_partitioned_topic_lifecycle(http, topic):
     http.error("DELETE", path + "/partitions", 404)
 
 
+def test_http_lookup_path(broker, http, topic):
+    """What a client with an http:// service URL asks: /lookup/v2 and partitioned metadata."""
+    import pulsar
+
+    name = topic.split("://", 1)[1]
+    found = http.ok("GET", f"/lookup/v2/topic/persistent/{name}")
+    assert found["brokerUrl"] == broker.url and found["httpUrl"] == web_url(broker)
+    assert found["brokerUrlTls"] == ""  # no TLS port here
+    http.error("GET", "/lookup/v2/topic/persistent/bad%20tenant/default/t", 412)  # invalid name
+    http.error("GET", topic_path(topic) + "/partitions", 404)  # an admin asking about a topic that is not there
+    assert http.ok("GET", topic_path(topic) + "/partitions?checkAllowAutoCreation=true") == {"partitions": 0}
+    client = pulsar.Client(web_url(broker), operation_timeout_seconds=15)
+    try:
+        producer = client.create_producer(topic)
+        producer.send(b"via-http-lookup")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        assert reader.read_next(10_000).data() == b"via-http-lookup"
+    finally:
+        client.close()
+
+
 def test_delete_with_attached_producer_needs_force(broker, http, topic):
     from broker.conftest import make_client
 
