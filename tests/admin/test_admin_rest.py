@@ -132,6 +132,15 @@ def test_http_lookup_path(broker, http, topic):
         producer.send(b"via-http-lookup")
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         assert reader.read_next(10_000).data() == b"via-http-lookup"
+        # a pattern subscription lists the namespace's topics over HTTP too
+        assert topic in http.ok("GET", f"{NS}/public/default/topics")
+        assert topic in http.ok("GET", f"{NS}/public/default/topics?mode=ALL")
+        assert topic not in http.ok("GET", f"{NS}/public/default/topics?mode=NON_PERSISTENT")
+        http.error("GET", f"{NS}/public/default/topics?mode=SOME", 400)
+        http.error("GET", f"{NS}/public/nowhere/topics", 404)
+        pattern = client.subscribe(re.compile(re.escape(topic) + ".*"), "pat",
+                                   initial_position=pulsar.InitialPosition.Earliest)
+        assert pattern.receive(10_000).data() == b"via-http-lookup"
     finally:
         client.close()
 

@@ -414,6 +414,10 @@ def test_lookup_path_checks_the_topic_permission(standalone, tenant, tokens):
     assert "stranger" in reason
     partitions = f"/admin/v2/persistent/{NS}/looked-up/partitions"
     assert standalone.http(standalone.bearer(tokens["stranger"])).error("GET", partitions, 403)
+    # the topic list of a pattern subscription: a namespace grant (or tenant admin) is needed
+    listing = f"/admin/v2/namespaces/{NS}/topics"
+    assert isinstance(standalone.http(standalone.bearer(tokens["app-token"])).ok("GET", listing), list)
+    assert standalone.http(standalone.bearer(tokens["stranger"])).error("GET", listing, 403)
 
 
 def test_grants_limit_what_each_role_does(standalone, tenant, tokens):

@@ -4,11 +4,15 @@ A client given an ``http://``/``https://`` service URL (``pulsar.Client("http://
 finds a topic's broker over HTTP instead of the binary LOOKUP command: this path answers
 Pulsar's ``LookupData`` body with the broker's URLs (one broker: always this one), and the
 client then opens its binary connection there. Its partitioned metadata comes from
-``GET /admin/v2/{domain}/.../{topic}/partitions`` (``topics``).
+``GET /admin/v2/{domain}/.../{topic}/partitions`` (``topics``), and a pattern (regex)
+subscription lists a namespace's topics with ``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``
+(``?mode=PERSISTENT``, ``NON_PERSISTENT`` or ``ALL``; also ``pulsar-admin namespaces topics``).
 
-Both need what the binary LOOKUP needs (``access.LOOKUP``): ``produce`` or ``consume`` on the
-topic, or tenant admin -- a role that may not use a topic does not learn where it lives. As with
-the binary command, a lookup does not create the topic; producing or subscribing does.
+They need what the binary commands need: a lookup ``produce`` or ``consume`` on the topic, or
+tenant admin (``access.LOOKUP``) -- a role that may not use a topic does not learn where it lives;
+the topic list a namespace grant or tenant admin (``access.NAMESPACE_LOOKUP``, as
+GET_TOPICS_OF_NAMESPACE). As with the binary command, a lookup does not create the topic;
+producing or subscribing does.
 """
 
 from __future__ import annotations
@@ -17,17 +21,24 @@ from typing import Any
 
 from aiohttp import web
 
+from ..errors import InvalidInput, NotFound
 from ..naming import TopicName
-from .access import LOOKUP
+from .access import LOOKUP, NAMESPACE_LOOKUP
 from .common import Context
 from .router import Router
 
 PREFIX = "/lookup/v2"
+# Pulsar's CommandGetTopicsOfNamespace.Mode names -> the topic name prefixes they select
+MODES = {"PERSISTENT": ("persistent://",), "NON_PERSISTENT": ("non-persistent://",),
+         "ALL": ("persistent://", "non-persistent://")}
 
 
 def add_routes(router: Router) -> None:
     router.add("GET", PREFIX + "/topic/{domain}/{tenant}/{namespace}/{topic}", lookup_topic,
                "the broker that serves a topic (Pulsar's LookupData)", requires=LOOKUP)
+    router.add("GET", "/admin/v2/namespaces/{tenant}/{namespace}/topics", namespace_topics,
+               "the topics of a namespace, partitions included (?mode=PERSISTENT|NON_PERSISTENT|ALL)",
+               requires=NAMESPACE_LOOKUP)
 
 
 async def lookup_topic(ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str,
@@ -41,3 +52,14 @@ async def lookup_topic(ctx: Context, request: web.Request, domain: str, tenant: 
         "httpUrlTls": getattr(service, "web_url_tls", None) or "",
         "nativeUrl": service.broker_url,
     }
+
+
+async def namespace_topics(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+    mode = request.query.get("mode", "PERSISTENT").strip().upper()
+    if mode not in MODES:
+        raise InvalidInput(f"unknown mode {mode!r}: expected {', '.join(MODES)}")
+    ns = f"{tenant}/{namespace}"
+    if not await ctx.run_blocking(ctx.metadata.namespace_exists, ns):
+        raise NotFound(f"namespace {ns} does not exist")
+    names = await ctx.run_blocking(ctx.metadata.topics, ns)
+    return [n for n in names if n.startswith(MODES[mode])]
