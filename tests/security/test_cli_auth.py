@@ -113,6 +113,8 @@ def test_superuser_sets_up_a_tenant_and_grants(cli):
     # the tenant admin (basic user "ops") runs the tenant's namespaces and grants
     ops = ("basic", "ops")
     ok(cli("namespaces", "create", "shop/orders", as_=ops))
+    assert json.loads(ok(cli("namespaces", "topics", "shop/orders", as_=ops, output="json"))) == []
+    fails(cli("namespaces", "topics", "shop/orders", "--mode", "ALL", as_=("token", "nobody")), "HTTP 403")
     out = ok(cli("namespaces", "grant-permission", "shop/orders", "--role", "worker", "--actions",
                  "produce,consume", as_=ops))
     assert "granted worker" in out

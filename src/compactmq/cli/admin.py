@@ -440,6 +440,11 @@ def add_parser(subparsers) -> None:
     p = namespaces.add_parser("list", help="list the namespaces of a tenant")
     p.add_argument("tenant")
     p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/namespaces/{a.tenant}"))))
+    p = namespaces.add_parser("topics", help="list the topics of a namespace (every domain with --mode ALL)")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-m", "--mode", default="PERSISTENT", choices=("PERSISTENT", "NON_PERSISTENT", "ALL"))
+    p.set_defaults(func=_run(lambda a, c, o: o.result(
+        c.request("GET", f"{namespace_path(a.namespace)}/topics", query={"mode": a.mode}))))
     p = namespaces.add_parser("delete", help="delete an empty namespace")
     p.add_argument("namespace", help="tenant/namespace")
     p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
