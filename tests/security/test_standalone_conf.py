@@ -404,6 +404,14 @@ def test_basic_through_the_https_lookup_path(standalone, tenant):
     round_trip(standalone.client(url, auth), f"persistent://{NS}/basic-https-lookup")
 
 
+def test_tls_certificate_through_the_https_lookup_path(standalone, tenant):
+    """The client certificate is the credential of the HTTPS lookup and of the TLS broker port."""
+    url = f"https://localhost:{standalone.ports['web_port_tls']}"
+    cert = standalone.pki.client("app-cert")
+    round_trip(standalone.client(url, pulsar.AuthenticationTLS(str(cert.cert), str(cert.key))),
+               f"persistent://{NS}/cert-https-lookup")
+
+
 def test_lookup_path_checks_the_topic_permission(standalone, tenant, tokens):
     path = f"/lookup/v2/topic/persistent/{NS}/looked-up"
     found = standalone.http(standalone.bearer(tokens["app-token"])).ok("GET", path)
