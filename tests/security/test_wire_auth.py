@@ -279,6 +279,49 @@ def test_lookup_is_refused_on_the_wire(secured):
     assert by_type[T.PARTITIONED_METADATA_RESPONSE].partitionMetadataResponse.error == pb.AuthorizationError
 
 
+def test_subscription_reserved_for_other_roles_is_refused(tmp_path):
+    """A namespace's ``subscription_auth_roles`` reserve a subscription name: a role with
+    ``consume`` still cannot attach to a subscription reserved for others."""
+    from compactmq.auth.authorization import AuthorizationService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    secret = secret_key()
+    (tmp_path / "secret.key").write_bytes(secret)
+    broker = BrokerProcess(tmp_path / "data", {
+        "authenticationEnabled": "true",
+        "authorizationEnabled": "true",
+        "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "tokenSecretKey": file_url(tmp_path / "secret.key"),
+    })
+    broker.start()  # makes the data directory and public/default
+    broker.stop()
+    config = load_config(overrides={"authorizationEnabled": True})
+    storage = Storage(tmp_path / "data", config)
+    try:
+        authz = AuthorizationService(config, storage.metadata)
+        for role in ("alice", "bob"):
+            authz.grant_namespace_permission("public/default", role, ["consume"])
+        authz.set_subscription_roles("public/default", "billing", ["alice"])
+    finally:
+        storage.close()
+    broker.start()
+    topic = f"persistent://public/default/reserved-{time.monotonic_ns()}"
+    try:
+        bob = make_client(broker.url, authentication=pulsar.AuthenticationToken(mint_token("bob", secret)))
+        alice = make_client(broker.url, authentication=pulsar.AuthenticationToken(mint_token("alice", secret)))
+        try:
+            with pytest.raises(pulsar.AuthorizationError):
+                bob.subscribe(topic, "billing")
+            bob.subscribe(topic, "audit").close()  # not reserved
+            alice.subscribe(topic, "billing").close()
+        finally:
+            bob.close()
+            alice.close()
+    finally:
+        broker.stop()
+
+
 # --- RS256 with an audience -----------------------------------------------------------------
 
 

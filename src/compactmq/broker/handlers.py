@@ -311,7 +311,7 @@ class CommandHandler:
             self._cancelled_consumers.discard(cmd.consumer_id)
 
     async def _create_consumer(self, cmd: pb.CommandSubscribe) -> None:
-        await security.authorize(self.conn, "consume", cmd.topic)  # consumers, readers, TableView
+        await security.authorize(self.conn, "consume", cmd.topic, cmd.subscription)  # readers, TableView too
         existing = self.consumers.get(cmd.consumer_id)
         if existing is not None and not existing.closed:
             if existing.subscription.topic.name == str(TopicName.parse(cmd.topic)) \

@@ -21,7 +21,7 @@ still unanswered at the next check closes the connection.
 **Authorization.** Before a command acts on a topic the handler asks
 ``AuthorizationService.check_*`` (SQLite behind it, so through ``run_blocking``): PRODUCER and
 GET_OR_CREATE_SCHEMA need ``produce``; SUBSCRIBE (consumers, readers, TableView) needs
-``consume``; LOOKUP, PARTITIONED_METADATA, GET_SCHEMA and GET_TOPICS_OF_NAMESPACE need what
+``consume`` on a subscription not reserved for other roles (``subscription_auth_roles``); LOOKUP, PARTITIONED_METADATA, GET_SCHEMA and GET_TOPICS_OF_NAMESPACE need what
 a lookup needs (produce or consume). A refusal is ``AuthorizationFailed``, answered by the
 command's own error boundary with ``AuthorizationError``. With ``authorizationEnabled=false``
 no check runs and no thread is used.
@@ -140,9 +140,10 @@ class CredentialRefresher:
                 pass
 
 
-async def authorize(conn: "ServerConnection", action: str, topic: str) -> None:
+async def authorize(conn: "ServerConnection", action: str, topic: str, subscription: str | None = None) -> None:
     """Raise ``AuthorizationFailed`` unless the connection's role may ``action`` (produce,
-    consume, lookup) on ``topic``."""
+    consume, lookup) on ``topic``; ``consume`` also honours a subscription reserved for other
+    roles (the namespace's ``subscription_auth_roles``)."""
     authorization: Any = getattr(conn.service, "authorization", None)
     if authorization is None or not authorization.enabled:
         return
@@ -153,7 +154,10 @@ async def authorize(conn: "ServerConnection", action: str, topic: str) -> None:
         "lookup": authorization.check_lookup,
     }[action]
     role = conn.principal.role if conn.principal is not None else None
-    await conn.service.run_blocking(check, role, name)
+    if subscription is not None:
+        await conn.service.run_blocking(check, role, name, subscription)
+    else:
+        await conn.service.run_blocking(check, role, name)
 
 
 async def authorize_namespace(conn: "ServerConnection", namespace: str) -> None:
