@@ -3,7 +3,8 @@
 One broker runs the token (HS256), basic and TLS providers with authorization on and the TLS
 binary port beside the plain one; ``admin`` is the superuser and grants, through the REST API,
 ``alice`` produce+consume, ``bob`` consume only and ``carol`` produce only on
-``public/default``. A second broker checks RS256 tokens with an audience. A third, checking
+``public/default``. A second broker checks RS256 tokens with an audience (and lets a client
+without credentials in as its ``anonymousUserRole``). A third, checking
 credentials every second, shows the refresh: AUTH_CHALLENGE for an expired token, a fresh token
 keeps the connection, none (or a bad one) closes it. The refresh tests speak the protocol
 through the sans-I/O codec over a raw socket so that each frame can be asserted.
@@ -336,6 +337,7 @@ def rs256(tmp_path_factory):
         "tokenPublicKey": file_url(public),
         "tokenAudienceClaim": "aud",
         "tokenAudience": "compactmq-test",
+        "anonymousUserRole": "guest",
     })
     b.start()
     yield b, pair
@@ -346,6 +348,16 @@ def test_rs256_token_with_the_right_audience(rs256, topic):
     broker, pair = rs256
     token = mint_token("alice", pair, claims={"aud": "compactmq-test"})
     client = make_client(broker.url, authentication=pulsar.AuthenticationToken(token))
+    try:
+        round_trip(client, topic)
+    finally:
+        client.close()
+
+
+def test_anonymous_role_for_a_client_without_credentials(rs256, topic):
+    # anonymousUserRole lets a client that sends nothing in; a bad token is still refused
+    broker, _ = rs256
+    client = make_client(broker.url)
     try:
         round_trip(client, topic)
     finally:
