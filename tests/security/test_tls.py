@@ -214,7 +214,7 @@ def start_fails(tmp_path, overrides: dict[str, str]) -> str:
            "--broker-port", str(free_port()), "--web-port", str(free_port())]
     for k, v in overrides.items():
         cmd += ["--config-override", f"{k}={v}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr

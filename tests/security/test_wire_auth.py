@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import bcrypt
 import pulsar
 import pytest
 
@@ -31,6 +32,9 @@ from .helpers import file_url, mint_token, rsa_key_pair, secret_key, write_htpas
 PROVIDERS = ",".join(f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}"
                      for p in ("Token", "Basic", "Tls"))
 PASSWORDS = {"alice": "alice-pw-1", "bob": "bob-pw-2", "carol": "carol-pw-3"}
+# bcrypt cost 13: a few hundred milliseconds per check, long enough to see whether the broker
+# keeps serving other connections meanwhile (htpasswd -B -C 13)
+SLOW_PASSWORD, SLOW_COST = "slow-pw-4", 13
 GRANTS = {"alice": ["produce", "consume"], "bob": ["consume"], "carol": ["produce"]}
 T = pb.BaseCommand
 
@@ -42,7 +46,7 @@ class Secured:
         self.pki = pki
         self.secret = secret_key()
         (directory / "secret.key").write_bytes(self.secret)
-        htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
+        self.htpasswd = htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
         self.tls_port = free_port()
         self.broker = BrokerProcess(directory / "data", {
             "authenticationEnabled": "true",
@@ -83,6 +87,8 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory, pki):
     s = Secured(tmp_path_factory.mktemp("wire-auth"), pki)
+    with open(s.htpasswd, "a") as f:  # a hash that takes a noticeable time to check (see SLOW_COST)
+        f.write("slow:" + bcrypt.hashpw(SLOW_PASSWORD.encode(), bcrypt.gensalt(rounds=SLOW_COST)).decode() + "\n")
     s.broker.start()
     for role, actions in GRANTS.items():
         s.rest("POST", f"/admin/v2/namespaces/public/default/permissions/{role}", actions)
@@ -222,6 +228,37 @@ def test_untrusted_client_certificate_is_refused(secured, pki, topic):
 def test_tls_method_without_a_certificate_is_refused(secured):
     # over the plain port there is no certificate to take a role from
     refused_on_the_wire(secured.broker.port, "tls", b"")
+
+
+def test_password_checks_do_not_stall_other_connections(secured):
+    """A basic CONNECT is checked on a thread: a PING on another connection is answered while
+    a slow hash is being checked, and commands sent right behind the CONNECT wait for it."""
+    token = secured.token("alice").encode()
+    with socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as other, \
+            socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as slow:
+        other.sendall(frames.encode_command(commands.connect(auth_method_name="token", auth_data=token)))
+        assert [f.type for f in read_frames(other, 1, 10)] == [T.CONNECTED]
+        slow.sendall(frames.encode_command(commands.connect(
+            auth_method_name="basic", auth_data=f"slow:{SLOW_PASSWORD}".encode()))
+            + frames.encode_command(commands.lookup("persistent://public/default/slow", 1))
+            + frames.encode_command(commands.ping()))
+        other.sendall(frames.encode_command(commands.ping()))
+        assert [f.type for f in read_frames(other, 1, 10)] == [T.PONG]
+        slow.settimeout(0)
+        with pytest.raises(BlockingIOError):  # the hash is still being checked
+            slow.recv(65536)
+        slow.settimeout(10)
+        got = read_frames(slow, 3, 20)
+    # CONNECTED first, then the answers to what was queued behind it (a lookup is a task of its
+    # own, so its answer may come after the PONG)
+    assert got[0].type == T.CONNECTED
+    assert sorted(f.type for f in got[1:]) == sorted([T.LOOKUP_RESPONSE, T.PONG])
+    lookup = next(f for f in got if f.type == T.LOOKUP_RESPONSE)
+    assert lookup.command.lookupTopicResponse.error == pb.AuthorizationError  # slow has no grants
+
+
+def test_wrong_password_checked_off_the_loop_is_refused(secured):
+    refused_on_the_wire(secured.broker.port, "basic", b"slow:wrong")
 
 
 # --- grants: AuthorizationError -------------------------------------------------------------
@@ -409,7 +446,7 @@ def read_until_closed(s: socket.socket, timeout: float) -> tuple[list, bool]:
         s.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data = s.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except ConnectionResetError:
             return got, True

@@ -65,6 +65,8 @@ class ServerConnection(asyncio.Protocol):
         self.principal = None
         self.supports_auth_refresh = False
         self.auth_refresh_pending = False
+        # frames that arrived while CONNECT was being authenticated off the loop (security)
+        self._held: list | None = None
 
     # --- asyncio.Protocol --------------------------------------------------------------------
 
@@ -89,18 +91,36 @@ class ServerConnection(asyncio.Protocol):
         except ProtocolError as err:
             self._protocol_failure(err)
             return
+        self._handle_frames(frames_in)
+
+    def _handle_frames(self, frames_in: list) -> None:
         state = self.state
         for frame in frames_in:
             if self.closed:
                 return
             # Once connected, the common commands need no trip through the state table.
             if not (state.connected and frame.type in _CONNECTED_FAST_PATH):
+                if self._held is not None:  # CONNECT still being authenticated: keep the order
+                    self._held.append(frame)
+                    continue
                 try:
                     state.receive(frame.type)
                 except ProtocolError as err:
                     self._protocol_failure(err, frame.command)
                     return
             self.handler.handle(frame)
+
+    def hold_input(self) -> None:
+        """Stop handling input until ``release_input`` (CONNECT is being authenticated on a
+        thread); what already arrived is kept, in order, and reading pauses."""
+        self._held = []
+        self.transport.pause_reading()
+
+    def release_input(self) -> None:
+        held, self._held = self._held or [], None
+        if not self.transport.is_closing() and not (self.reads is not None and self.reads.paused):
+            self.transport.resume_reading()
+        self._handle_frames(held)
 
     def eof_received(self):
         return False  # close our side too

@@ -20,7 +20,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    AuthenticationFailed,
     CompactMQError,
     ConsumerBusy,
     InvalidInput,
@@ -144,12 +143,10 @@ class CommandHandler:
     def on_connect(self, cmd: pb.CommandConnect, frame) -> None:
         self.client_version = cmd.client_version
         self.protocol_version = commands.negotiated_version(cmd.protocol_version)
-        try:
-            self.conn.principal = security.authenticate_connect(self.conn, cmd)
-        except AuthenticationFailed as exc:
-            self.conn.state.send(T.ERROR)
-            security.refuse(self.conn, exc)
-            return
+        security.connect(self.conn, cmd, self._connected)
+
+    def _connected(self, principal) -> None:
+        self.conn.principal = principal
         self.conn.state.send(T.CONNECTED)
         flags = None
         if self.conn.principal is not security.UNAUTHENTICATED:

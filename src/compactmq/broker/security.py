@@ -7,7 +7,9 @@ moments and puts the answers on the wire.
 comes from the transport. ``AuthenticationService.authenticate_connect`` turns them into a
 ``Principal`` (role, method, expiry) or raises ``AuthenticationFailed``: the broker answers
 ERROR ``AuthenticationError`` (request id -1, as Pulsar) and closes the connection. The role
-stays with the connection; nothing is checked per message after that.
+stays with the connection; nothing is checked per message after that. Tokens and
+certificates take microseconds and are checked on the event loop; a password hash is slow on
+purpose, so ``basic`` is checked on a thread while the connection's later input waits.
 
 **Refresh.** A credential can expire while its connection lives (a token's ``exp``). Every
 ``authenticationRefreshCheckSeconds`` the ``CredentialRefresher`` looks at each connection
@@ -30,7 +32,10 @@ no check runs and no thread is used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..auth import Principal, tls
@@ -50,31 +55,69 @@ T = pb.BaseCommand
 NO_REQUEST_ID = commands.to_unsigned64(-1)
 # The principal of connections to a broker without authentication.
 UNAUTHENTICATED = Principal(None, "none", None)
+# Methods whose check is slow by design (password hashes: bcrypt, crypt, apr1): checked on a
+# thread so that one CONNECT (or a stream of wrong passwords) does not stall every connection.
+SLOW_METHODS = frozenset({"basic"})
 
 
-def _peer_certificate(conn: "ServerConnection") -> dict | None:
+def _peer_certificate(conn: ServerConnection) -> dict | None:
     return tls.peer_certificate(conn.transport)
 
 
-def authenticate_connect(conn: "ServerConnection", cmd: pb.CommandConnect) -> Principal:
-    """The principal of a CONNECT; raises ``AuthenticationFailed``."""
+def connect(conn: ServerConnection, cmd: pb.CommandConnect, accept: Callable[[Principal], None]) -> None:
+    """Authenticate a CONNECT: ``accept(principal)`` answers CONNECTED; a failure is refused
+    here (ERROR AuthenticationError, close). Tokens and certificates are checked at once;
+    passwords off the event loop (see ``SLOW_METHODS``), the connection's input held meanwhile."""
     authentication = getattr(conn.service, "authentication", None)
     if authentication is None or not authentication.enabled:
-        return UNAUTHENTICATED
-    method = cmd.auth_method_name or "none"
-    principal = authentication.authenticate_connect(method, bytes(cmd.auth_data), _peer_certificate(conn))
+        accept(UNAUTHENTICATED)
+        return
     conn.supports_auth_refresh = cmd.feature_flags.supports_auth_refresh
-    return principal
+    method = cmd.auth_method_name or "none"
+    check = functools.partial(authentication.authenticate_connect, method, bytes(cmd.auth_data),
+                              _peer_certificate(conn))
+    if method not in SLOW_METHODS:
+        try:
+            principal = check()
+        except AuthenticationFailed as exc:
+            refuse(conn, exc)
+            return
+        accept(principal)
+        return
+    conn.hold_input()  # commands behind CONNECT wait for its answer, in order
+    conn.service.state.spawn(_connect_off_loop(conn, check, accept))
 
 
-def refuse(conn: "ServerConnection", exc: AuthenticationFailed, request_id: int = NO_REQUEST_ID) -> None:
+async def _connect_off_loop(conn: ServerConnection, check: Callable[[], Principal],
+                            accept: Callable[[Principal], None]) -> None:
+    try:
+        # the loop's default executor: storage's threads are not taken by password hashing
+        principal = await asyncio.get_running_loop().run_in_executor(None, check)
+    except AuthenticationFailed as exc:
+        refuse(conn, exc)
+        return
+    except Exception as exc:
+        log.exception("authentication of %s failed", conn.peer)
+        refuse(conn, AuthenticationFailed(f"internal error: {type(exc).__name__}"))
+        return
+    if conn.closed:
+        return
+    accept(principal)
+    conn.release_input()
+
+
+def refuse(conn: ServerConnection, exc: AuthenticationFailed, request_id: int = NO_REQUEST_ID) -> None:
     """Answer ERROR AuthenticationError and close (the reason, never the credential)."""
+    if conn.closed:
+        return
     log.info("authentication of %s failed: %s", conn.peer, exc)
+    if not conn.state.connected:
+        conn.state.send(T.ERROR)  # CONNECTING -> CLOSED
     conn.send_command(commands.error(request_id, ServerError.AuthenticationError, str(exc)))
     conn.close()
 
 
-def on_auth_response(conn: "ServerConnection", cmd: pb.CommandAuthResponse) -> None:
+def on_auth_response(conn: ServerConnection, cmd: pb.CommandAuthResponse) -> None:
     """A client's fresh credential after AUTH_CHALLENGE: keep the connection or close it."""
     authentication = getattr(conn.service, "authentication", None)
     if authentication is None or not authentication.enabled:
@@ -96,7 +139,7 @@ class CredentialRefresher:
     """Every ``authenticationRefreshCheckSeconds``: challenge or close connections whose
     credential expired (see the module notes)."""
 
-    def __init__(self, service: "BrokerService") -> None:
+    def __init__(self, service: BrokerService) -> None:
         self.service = service
         self.interval = max(1, int(service.config["authenticationRefreshCheckSeconds"]))
         self._task: asyncio.Task | None = None
@@ -109,7 +152,10 @@ class CredentialRefresher:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception:  # the checks go on: a bug here must not end them all
+                log.exception("credential refresh check failed")
 
     def run_once(self, now: float | None = None) -> None:
         authentication = self.service.authentication
@@ -134,13 +180,11 @@ class CredentialRefresher:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
 
 
-async def authorize(conn: "ServerConnection", action: str, topic: str, subscription: str | None = None) -> None:
+async def authorize(conn: ServerConnection, action: str, topic: str, subscription: str | None = None) -> None:
     """Raise ``AuthorizationFailed`` unless the connection's role may ``action`` (produce,
     consume, lookup) on ``topic``; ``consume`` also honours a subscription reserved for other
     roles (the namespace's ``subscription_auth_roles``)."""
@@ -160,7 +204,7 @@ async def authorize(conn: "ServerConnection", action: str, topic: str, subscript
         await conn.service.run_blocking(check, role, name)
 
 
-async def authorize_namespace(conn: "ServerConnection", namespace: str) -> None:
+async def authorize_namespace(conn: ServerConnection, namespace: str) -> None:
     """GET_TOPICS_OF_NAMESPACE: listing needs what a lookup of a topic there would need."""
     authorization: Any = getattr(conn.service, "authorization", None)
     if authorization is None or not authorization.enabled:
