@@ -65,6 +65,16 @@ class FakeCompaction(TopicCompactionService):
     def get_last_compacted_position(self):
         return None
 
+    def try_lock(self):
+        """The real per-topic lock (a compact-topic job in another process takes the same one)."""
+        from compactmq.compaction.compacted_ledger import topic_dir
+        from compactmq.compaction.service import TopicLock
+
+        try:
+            return TopicLock(topic_dir(str(self.factory.storage.data_dir), self.topic))
+        except Conflict:
+            return None
+
 
 class FakeFactory(CompactionServiceFactory):
     def __init__(self, storage):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.broker.compacted_source import CompactedView, for_delivery, last_batch_index
+from compactmq.broker.compacted_source import for_delivery, last_batch_index
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
+from compactmq.compaction.service import LedgerView
 from compactmq.protocol import batch as batch_codec
 from compactmq.protocol import frames
 from compactmq.protocol import pulsar_pb2 as pb
@@ -84,7 +85,7 @@ def test_view_reads_stop_at_the_horizon_and_find_by_binary_search(tmp_path):
         w.append(7, eid, single(f"k{eid}", b"v%d" % eid))
     w.append(8, 0, single("late", b"x"))
     w.finish()
-    view = CompactedView(1, Position(7, 20), CompactedLedgerReader(path))
+    view = LedgerView(1, Position(7, 20), CompactedLedgerReader(path))
     assert [p for p, _ in view.read(Position(-1, -1), 10)] == [(7, 2), (7, 5), (7, 9), (7, 14)]
     assert [p for p, _ in view.read(Position(7, 6), 10)] == [(7, 9), (7, 14)]
     assert view.read(Position(7, 15), 10) == []

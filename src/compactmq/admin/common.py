@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..config import parse_bool
 from ..errors import InvalidInput
 
 
@@ -38,6 +39,15 @@ class Context:
     def run_blocking(self, fn, *args):
         return self.service.run_blocking(fn, *args)
 
+    def compaction_stats(self, topic: str):
+        """``CompactionStats`` of ``topic``'s compacted view, from its compaction service (blocking)."""
+        monitor = self.monitor
+        if monitor is None:
+            from ..compaction import CompactionStats
+
+            return CompactionStats()
+        return monitor.service_of(topic).stats()
+
 
 async def read_json(request: web.Request, what: str) -> Any:
     """The request body as JSON; ``InvalidInput`` (400) when it is missing or not JSON."""
@@ -51,4 +61,4 @@ async def read_json(request: web.Request, what: str) -> Any:
 
 
 def query_flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "false").strip().lower() in ("true", "1", "yes")
+    return parse_bool(request.query.get(name, "false"), default=False)
