@@ -192,8 +192,7 @@ def test_namespace_policies_and_applied_values(http, topic):
 # --- compaction -----------------------------------------------------------------------------------
 
 
-@pytest.mark.spark
-def test_compaction_on_demand_409_stats_and_metrics(broker, http, topic):
+def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, http, topic):
     path = topic_path(topic)
     http.error("PUT", path + "/compaction", 404)  # unknown topic
     http.error("GET", path + "/compaction", 404)
@@ -242,8 +241,7 @@ def test_compaction_on_demand_409_stats_and_metrics(broker, http, topic):
     assert re.search(r'^pulsar_topics_count\{cluster="standalone",namespace="public/default"\} \d+$', text, re.M)
 
 
-@pytest.mark.spark
-def test_partitioned_compaction_fans_out(broker, http, topic):
+def test_partitioned_compaction_fans_out(spark_in_broker, broker, http, topic):
     path = topic_path(topic)
     http.ok("PUT", path + "/partitions", 2)
     publish(broker, topic, 400, keys=20)
@@ -255,8 +253,7 @@ def test_partitioned_compaction_fans_out(broker, http, topic):
     assert stats["compaction"]["lastCompactionRemovedEventCount"] == 400 - 20
 
 
-@pytest.mark.spark
-def test_automatic_compaction_failure_then_retry(broker, http, topic):
+def test_automatic_compaction_failure_then_retry(spark_in_broker, broker, http, topic):
     """A threshold policy triggers compaction on the monitor's check; a failing run is ERROR with
     its reason and is retried on a later check once the cause is gone."""
     path = topic_path(topic)
@@ -277,8 +274,7 @@ def test_automatic_compaction_failure_then_retry(broker, http, topic):
     assert http.ok("GET", path + "/stats")["compaction"]["lastCompactionSucceedTimestamp"] == first
 
 
-@pytest.mark.spark
-def test_namespace_threshold_triggers_compaction(broker, http):
+def test_namespace_threshold_triggers_compaction(spark_in_broker, broker, http):
     http.ok("PUT", f"{NS}/public/auto")
     topic = "persistent://public/auto/ticks"
     publish(broker, topic, 600, keys=6)
@@ -297,8 +293,7 @@ def test_openapi_document(http):
     assert compaction["put"]["responses"]["409"]["$ref"] == "#/components/responses/Error"
 
 
-@pytest.mark.spark
-def test_stock_ticker_example(broker):
+def test_stock_ticker_example(spark_in_broker, broker):
     """examples/stock_ticker.py end to end (small): its own checks fail it when a view is wrong."""
     import subprocess
     import sys
@@ -314,8 +309,7 @@ def test_stock_ticker_example(broker):
     assert re.search(r"the compacted rewind was [\d.]+x faster", proc.stdout)
 
 
-@pytest.mark.spark
-def test_status_survives_restart(broker, http, topic):
+def test_status_survives_restart(spark_in_broker, broker, http, topic):
     path = topic_path(topic)
     publish(broker, topic, 300, keys=3)
     http.ok("PUT", path + "/compaction")
@@ -333,8 +327,7 @@ def test_status_survives_restart(broker, http, topic):
     assert http.ok("GET", topic_path(failing) + "/compaction") == error
 
 
-@pytest.mark.spark
-def test_run_cut_short_by_a_crash_is_error_after_restart(broker, http, topic):
+def test_run_cut_short_by_a_crash_is_error_after_restart(spark_in_broker, broker, http, topic):
     """SIGKILL while a compaction runs leaves RUNNING in the store; the restarted broker finds
     nobody holding the topic's lock and records the run as ERROR (the old view stays in force)."""
     import signal

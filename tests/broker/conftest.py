@@ -3,6 +3,10 @@
 ``broker`` is module-scoped (one broker per test module); ``BrokerProcess.restart()`` stops it
 with SIGTERM (the ordered shutdown) and starts it again on the same port and data dir.
 ``client`` is a pulsar.Client with the C++ client's logging turned down to warnings.
+
+``compaction_factory`` is the ``compactionServiceFactoryClassName`` the module's broker runs with
+(the default). A module that imports ``compaction_factory`` from ``factories`` runs every test
+against each factory: the default (Spark) one and a deliberately different one kept in tests.
 """
 
 from __future__ import annotations
@@ -86,8 +90,15 @@ class BrokerProcess:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+def compaction_factory():
+    """The compaction service factory of the module's broker (None: the configured default)."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, compaction_factory):
+    overrides = {"compactionServiceFactoryClassName": compaction_factory} if compaction_factory else {}
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides)
     b.start()
     yield b
     b.stop()
