@@ -22,6 +22,10 @@ from .errors import InvalidConfiguration
 
 SPARK_PREFIX = "spark."
 
+#: compactmq's version: the one place it is written (pyproject.toml reads it from here; the wire
+#: ``server_version``, the admin API and ``compactmq --version`` derive from it)
+VERSION = "0.1.0"
+
 #: ``topicCompactionRetentionMode`` values (compaction's ``RetentionFilter`` explains them)
 RETENTION_BOUNDED = "retention-bounded"
 KEEP_UNTIL_TOMBSTONE = "keep-until-tombstone"

@@ -293,7 +293,7 @@ def test_failover_active_consumer_and_takeover(client, topic):
 
 
 def test_failover_sends_active_consumer_change(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)
@@ -478,7 +478,8 @@ class RawClient:
     """A connected socket speaking frames directly, for what the official client hides."""
 
     def __init__(self, port: int) -> None:
-        from compactmq.protocol import commands, frames
+        from compactmq.protocol import frames
+        from tests.protocol import client_commands as commands
 
         self._frames = frames
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -572,7 +573,8 @@ def test_bad_frames_close_the_connection_not_the_broker(broker, client, topic, p
 
 
 def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import frames
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)
@@ -586,7 +588,8 @@ def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
 
 
 def test_bad_checksum_gets_send_error_and_connection_stays(broker):
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import frames
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)

@@ -150,7 +150,7 @@ def test_keepalive_pings_and_drops_a_silent_peer(broker):
 
 
 def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     name = topic + "-partition-0"
@@ -235,7 +235,7 @@ def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
 
 
 def test_a_dead_connection_does_not_keep_a_producer_name_or_an_exclusive_subscription(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     name = topic + "-partition-0"

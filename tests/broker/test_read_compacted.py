@@ -186,7 +186,7 @@ def test_read_compacted_refused_for_shared_and_key_shared(broker, client, topic)
         with pytest.raises(pulsar.InvalidConfiguration):
             client.subscribe(topic, "s", consumer_type=sub_type, is_read_compacted=True)
     # ... and the broker refuses other clients with a clear error
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     from .test_broker_client import RawClient

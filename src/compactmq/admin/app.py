@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..config import VERSION
 from ..errors import CompactMQError
 from . import namespaces, topics
 from .common import Context
@@ -32,7 +33,6 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 OPENAPI_PATH = "/admin/v2/openapi.json"
-_pkg = "compactmq"
 CONTEXT = web.AppKey("context", Context)
 
 
@@ -105,9 +105,4 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(_pkg)
-    except Exception:
-        return "0"
+    return VERSION

@@ -8,13 +8,9 @@ from typing import Any
 from aiohttp import web
 
 from ..config import parse_bool
-from ..errors import InvalidInput
+from ..errors import InvalidInput, PreconditionFailed
 
-
-class PreconditionFailed(InvalidInput):
-    """A well-formed request whose value is not acceptable (Pulsar answers 412)."""
-
-    http_status = 412
+__all__ = ["Context", "PreconditionFailed", "query_flag", "read_json"]
 
 
 class Context:

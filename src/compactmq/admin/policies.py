@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..errors import InvalidConfiguration, InvalidInput
+from ..config import RETENTION_MODES
 from ..storage import (
     COMPACTION_RETENTION_MODE,
     COMPACTION_STRATEGY,
@@ -21,9 +22,6 @@ from ..storage import (
     RETENTION_TIME_MINUTES,
 )
 from .common import PreconditionFailed
-
-RETENTION_MODES = ("retention-bounded", "keep-until-tombstone")
-
 
 @dataclass(frozen=True)
 class Policy:

@@ -62,7 +62,7 @@ from ..errors import StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
 from ..protocol import pulsar_pb2 as pb
-from ..storage.position import EARLIEST, Position
+from ..storage.position import Position
 from .entry_source import Entry, EntrySource
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..config import Config
+from ..config import SETTINGS, Config
 from ..errors import StorageError
 from . import compacted_source
 from .connection import ServerConnection
@@ -42,10 +42,9 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
-# Recently published entries kept in memory for consumers that keep up: per topic, and in all
-# unless managedLedgerCacheSizeMB says otherwise.
+# Recently published entries kept in memory for consumers that keep up, per topic (in all:
+# managedLedgerCacheSizeMB, whose default is in config).
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
-TAIL_CACHE_BYTES_TOTAL = 256 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
 
@@ -139,7 +138,7 @@ class BrokerService:
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
-        cache_mb = config.get("managedLedgerCacheSizeMB", TAIL_CACHE_BYTES_TOTAL >> 20)
+        cache_mb = config.get("managedLedgerCacheSizeMB", SETTINGS["managedLedgerCacheSizeMB"].default)
         self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
         self.state = ServerState()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")

@@ -25,18 +25,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import CompactMQError, InvalidInput
+from ..errors import AdminRequestError, InvalidInput
 from ..naming import TopicName
 from .output import Output
 from .units import format_bytes, parse_duration_seconds, parse_size
-
-
-class AdminRequestError(CompactMQError):
-    """The admin API refused a request (its reason is the message) or could not be reached."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
 
 
 class AdminClient:
