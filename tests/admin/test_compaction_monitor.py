@@ -168,7 +168,10 @@ def test_concurrency_limit_queues_the_extra_run(env):
     async def run():
         await monitor.trigger(T1)
         await monitor.trigger(T2)
-        await asyncio.sleep(0.3)
+        for _ in range(500):  # until the one worker runs T1 (it then blocks on factory.release)
+            if factory.started:
+                break
+            await asyncio.sleep(0.02)
         assert factory.started == [T1]  # the second waits for a free worker
         assert monitor.status_blocking(T2)["progress"]["phase"] == "queued"
         factory.release.set()

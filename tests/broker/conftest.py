@@ -11,12 +11,14 @@ against each factory: the default (Spark) one and a deliberately different one k
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,22 @@ def broker(tmp_path_factory, compaction_factory):
     b.start()
     yield b
     b.stop()
+
+
+def subscription_backlog(broker: "BrokerProcess", topic: str, subscription: str) -> int:
+    """The subscription's msgBacklog (entries) from the broker's admin stats."""
+    path = topic.replace("://", "/", 1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.web_port}/admin/v2/{path}/stats", timeout=10) as r:
+        return json.loads(r.read())["subscriptions"][subscription]["msgBacklog"]
+
+
+def wait_backlog(broker: "BrokerProcess", topic: str, subscription: str, backlog: int,
+                 timeout: float = 15.0) -> None:
+    """Wait until the broker has the subscription's acknowledgements (the client groups them)."""
+    deadline = time.monotonic() + timeout
+    while (got := subscription_backlog(broker, topic, subscription)) != backlog:
+        assert time.monotonic() < deadline, f"backlog of {subscription} is {got}, not {backlog}, after {timeout} s"
+        time.sleep(0.05)
 
 
 def make_client(url: str, **kw):

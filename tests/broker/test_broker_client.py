@@ -11,7 +11,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import make_client  # noqa: E402
+from .conftest import make_client, wait_backlog  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -275,7 +275,7 @@ def test_shared_spreads_without_duplicates(client, topic):
     assert sorted(got_a + got_b) == sorted(b"%d" % i for i in range(40))
 
 
-def test_failover_active_consumer_and_takeover(client, topic):
+def test_failover_active_consumer_and_takeover(broker, client, topic):
     a = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="A")
     b = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="B")
     producer = client.create_producer(topic, batching_enabled=False)
@@ -286,7 +286,7 @@ def test_failover_active_consumer_and_takeover(client, topic):
     assert drain(b, 200) == []
     for m in got_a[:5]:
         a.acknowledge(m)
-    time.sleep(0.3)
+    wait_backlog(broker, topic, "fo", 5)
     a.close()
     got_b = drain(b, 1500, until=5)
     assert [m.data() for m in got_b] == [b"f%d" % i for i in range(5, 10)]
