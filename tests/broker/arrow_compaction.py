@@ -12,6 +12,9 @@ the default service except the interface:
 * its view handles hold the whole table in memory (so a pinned view outlives its file), and its
   stats count keys.
 
+``COMPACTMQ_TEST_COMPACTION_GATE`` (a file path) holds every run after its first read until the
+file exists, so a test can act while a run is certainly in progress (kill the broker, say).
+
 If the broker reached compacted data any other way than through ``TopicCompactionService`` the
 read-compacted tests would fail against it. It supports keep-latest only (what those tests use),
 ``topicCompactionRetainNullKey`` and both retention modes.
@@ -49,6 +52,18 @@ from compactmq.storage.position import EARLIEST, Position
 
 FORMAT = b"compactmq-test-arrow-view/1"
 SCHEMA = pa.schema([("ledger_id", pa.int64()), ("entry_id", pa.int64()), ("entry", pa.binary())])
+
+
+#: a test that must catch a run part-way names a file here (in the broker's environment): every
+#: run then stops after its first read until that file exists (or 120 s pass)
+GATE_ENV = "COMPACTMQ_TEST_COMPACTION_GATE"
+
+
+def wait_for_gate() -> None:
+    gate = os.environ.get(GATE_ENV)
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a stand-in for a long run, not test synchronisation
 
 
 def view_dir(data_dir, topic: str) -> str:
@@ -215,6 +230,7 @@ class ArrowCompactionService(TopicCompactionService):
                 new.extend(got)
                 pos = Position(got[-1][0][0], got[-1][0][1] + 1)
                 report(CompactionProgress("phase-one", len(new), len(new)))
+                wait_for_gate()
         new_horizon = last if horizon is None or (last is not None and last > horizon) else horizon
         inputs = previous + new
         latest: dict = {}
