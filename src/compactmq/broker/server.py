@@ -137,6 +137,9 @@ class BrokerService:
         self.cluster_name = "standalone"
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
+        # monotonic seconds for the broker's TTLs (read-compacted settings, reader pins); tests
+        # that need time to pass replace it rather than sleep
+        self.clock: Callable[[], float] = time.monotonic
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
         cache_mb = config.get("managedLedgerCacheSizeMB", SETTINGS["managedLedgerCacheSizeMB"].default)
         self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
