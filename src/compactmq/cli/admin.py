@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..config import parse_bool
 from ..errors import AdminRequestError, InvalidInput
 from ..naming import TopicName
 from .output import Output
@@ -157,7 +158,7 @@ POLICIES = (
     Policy("compaction-strategy", "compactionStrategy", _strategy_args, lambda a: a.strategy,
            lambda b: b if b else "no compaction strategy set"),
     Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
-           lambda a: a.retain == "true", lambda b: "not set" if b is None else str(b).lower()),
+           lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
 )
 
 

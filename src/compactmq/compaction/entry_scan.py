@@ -24,9 +24,8 @@ import numpy as np
 
 from ..errors import CompactionError, UnreadableEntry
 from ..protocol.commands import to_signed64
+from ..protocol.frames import MAGIC
 from . import native
-
-MAGIC = 0x0E01
 
 # MessageMetadata field numbers (our pulsar.proto)
 MD_PUBLISH_TIME = 3

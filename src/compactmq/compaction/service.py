@@ -29,7 +29,6 @@ import numpy as np
 from ..config import parse_bool
 from ..errors import CompactionError, CompactMQError, Conflict, StorageError
 from . import (
-    RETENTION_BOUNDED,
     CompactedView,
     CompactionProgress,
     CompactionResult,
@@ -47,7 +46,7 @@ from .compacted_ledger import (
     topic_dir,
 )
 from .plan import RunPlan, build_groups, build_segments
-from ..storage.position import Position
+from ..storage.position import EARLIEST, Position
 from .strategies import resolve_strategy
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
@@ -226,9 +225,11 @@ class CompactionRunner:
             reader = CompactedLedgerReader(path)
             start = 0
             bound = None
-            if settings["retention_mode"] == RETENTION_BOUNDED:
-                # a message retention removed from the topic leaves the compacted view too
-                bound = first if first is not None else new_horizon_next(new_horizon)
+            keep = RetentionFilter(settings["retention_mode"], first)
+            if keep.bounded:
+                # a message retention removed from the topic leaves the compacted view too (what
+                # readers already skip through the same filter); nothing visible: drop them all
+                bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
                 start = reader.find(bound)
             lids, counts = np.unique(reader.ledger_ids[start:], return_counts=True)
             los = {int(l): 0 for l in lids}
