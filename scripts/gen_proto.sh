@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate src/compactmq/protocol/pulsar_pb2.py (and its .pyi stub) from our pulsar.proto.
+# Regenerate src/compactmq/protocol/pulsar_pb2.py from our pulsar.proto (no .pyi stub: protoc writes
+# an enum member named `None` into it, which is not Python, so mypy could not read it).
 # The generated module is committed so that running compactmq needs only the protobuf runtime;
 # this script needs grpcio-tools (the `test` extra), which bundles a protoc.
 # Run it after every edit of pulsar.proto and commit the .proto and the outputs together.
@@ -8,7 +9,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
 proto_dir="$root/src/compactmq/protocol"
 cd "$proto_dir"
-"$python" -m grpc_tools.protoc -I. --python_out=. --pyi_out=. pulsar.proto
+"$python" -m grpc_tools.protoc -I. --python_out=. pulsar.proto
 # protoc emits a plain top-level module; nothing else imports it by another name.
 "$python" - <<'PY'
 from compactmq.protocol import pulsar_pb2

@@ -1,8 +1,23 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the rule that marks Spark tests.
+
+A test that needs Spark says so by depending on a fixture: ``spark`` (the in-process
+SparkSession) or ``spark_in_broker`` (the broker subprocess it talks to compacts with Spark, so
+a JVM starts there). ``pytest_collection_modifyitems`` marks every such test ``spark``, directly
+or through other fixtures, so ``-m "not spark"`` starts no JVM without anyone remembering a mark.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+#: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
+SPARK_FIXTURES = ("spark", "spark_in_broker")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in SPARK_FIXTURES):
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +29,9 @@ def spark():
     session = testing_session()
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark_in_broker():
+    """Declares that the test makes its broker subprocess compact with Spark (marks it ``spark``)."""
+    return None

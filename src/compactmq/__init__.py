@@ -11,4 +11,6 @@ Layers, each importing only the ones below it (see the folder names)::
 ``errors``, ``naming`` and ``config`` are shared by every layer.
 """
 
-__version__ = "0.1.0"
+from .config import VERSION as __version__
+
+__all__ = ["__version__"]

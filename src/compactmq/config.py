@@ -32,6 +32,15 @@ from .errors import InvalidConfiguration
 
 SPARK_PREFIX = "spark."
 
+#: compactmq's version: the one place it is written (pyproject.toml reads it from here; the wire
+#: ``server_version``, the admin API and ``compactmq --version`` derive from it)
+VERSION = "0.1.0"
+
+#: ``topicCompactionRetentionMode`` values (compaction's ``RetentionFilter`` explains them)
+RETENTION_BOUNDED = "retention-bounded"
+KEEP_UNTIL_TOMBSTONE = "keep-until-tombstone"
+RETENTION_MODES = (RETENTION_BOUNDED, KEEP_UNTIL_TOMBSTONE)
+
 # Pulsar class names accepted in authenticationProviders / authorizationProvider.
 PROVIDER_TOKEN = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 PROVIDER_TLS = "org.apache.pulsar.broker.authentication.AuthenticationProviderTls"
@@ -120,7 +129,7 @@ SETTINGS: dict[str, Setting] = {
     ),
     "topicCompactionRetentionMode": _s(
         str,
-        "retention-bounded",
+        RETENTION_BOUNDED,
         "retention-bounded (a message trimmed by retention leaves the compacted view too) "
         "or keep-until-tombstone (keys stay until deleted)",
     ),
@@ -172,17 +181,28 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
+def parse_bool(value: Any, default: bool | None = None) -> bool:
+    """The one reading of a boolean from config files, policies and query strings: true/1/yes/on
+    and false/0/no/off, any case. Anything else is ``default``, or ``ValueError`` without one."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if default is not None:
+        return default
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def _coerce(key: str, value: Any) -> Any:
     setting = SETTINGS[key]
     if setting.type is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise InvalidConfiguration(f"config {key}={value!r}: expected true or false")
+        try:
+            return parse_bool(value)
+        except ValueError:
+            raise InvalidConfiguration(f"config {key}={value!r}: expected true or false") from None
     if setting.type is OptionalInt:
         if value is None or (isinstance(value, str) and not value.strip()):
             return None

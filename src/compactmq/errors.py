@@ -144,10 +144,28 @@ class MetadataError(CompactMQError):
     http_status = 500
 
 
+class PreconditionFailed(InvalidInput):
+    """A well-formed request whose value is not acceptable (Pulsar answers 412)."""
+
+    http_status = 412
+
+
 class CompactionError(CompactMQError):
     """A compaction run failed; the previous compacted view stays in force."""
 
     http_status = 500
+
+
+class UnreadableEntry(CompactionError):
+    """An entry compaction's scanner cannot read (its protobuf fields run past their bounds)."""
+
+
+class AdminRequestError(CompactMQError):
+    """The admin API refused a request (its reason is the message) or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class ServiceNotReady(CompactMQError):

@@ -63,6 +63,26 @@ class Http:
         return out["reason"]
 
 
+def monitor_checks(http: Http) -> int:
+    """How many periodic compaction checks the broker's monitor has done (from /metrics)."""
+    status, text = http.call("GET", "/metrics")
+    assert status == 200, status
+    for line in text.splitlines():
+        if line.startswith("compactmq_compaction_monitor_checks_total{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("no compactmq_compaction_monitor_checks_total in /metrics")
+
+
+def wait_monitor_checks(http: Http, n: int, timeout: float = 60.0) -> None:
+    """Wait until the monitor has done ``n`` more complete checks (each then triggered what it
+    found due), so a test can assert that a check did NOT trigger a run."""
+    target = monitor_checks(http) + n
+    deadline = time.monotonic() + timeout
+    while monitor_checks(http) < target:
+        assert time.monotonic() < deadline, f"the compaction monitor did not check {n} times in {timeout} s"
+        time.sleep(0.1)
+
+
 def web_url(broker: BrokerProcess) -> str:
     return f"http://127.0.0.1:{broker.web_port}"
 

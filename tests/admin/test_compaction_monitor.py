@@ -65,6 +65,16 @@ class FakeCompaction(TopicCompactionService):
     def get_last_compacted_position(self):
         return None
 
+    def try_lock(self):
+        """The real per-topic lock (a compact-topic job in another process takes the same one)."""
+        from compactmq.compaction.compacted_ledger import topic_dir
+        from compactmq.compaction.service import TopicLock
+
+        try:
+            return TopicLock(topic_dir(str(self.factory.storage.data_dir), self.topic))
+        except Conflict:
+            return None
+
 
 class FakeFactory(CompactionServiceFactory):
     def __init__(self, storage):
@@ -158,7 +168,10 @@ def test_concurrency_limit_queues_the_extra_run(env):
     async def run():
         await monitor.trigger(T1)
         await monitor.trigger(T2)
-        await asyncio.sleep(0.3)
+        for _ in range(500):  # until the one worker runs T1 (it then blocks on factory.release)
+            if factory.started:
+                break
+            await asyncio.sleep(0.02)
         assert factory.started == [T1]  # the second waits for a free worker
         assert monitor.status_blocking(T2)["progress"]["phase"] == "queued"
         factory.release.set()

@@ -3,16 +3,22 @@
 ``broker`` is module-scoped (one broker per test module); ``BrokerProcess.restart()`` stops it
 with SIGTERM (the ordered shutdown) and starts it again on the same port and data dir.
 ``client`` is a pulsar.Client with the C++ client's logging turned down to warnings.
+
+``compaction_factory`` is the ``compactionServiceFactoryClassName`` the module's broker runs with
+(the default). A module that imports ``compaction_factory`` from ``factories`` runs every test
+against each factory: the default (Spark) one and a deliberately different one kept in tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -86,11 +92,34 @@ class BrokerProcess:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+def compaction_factory():
+    """The compaction service factory of the module's broker (None: the configured default)."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, compaction_factory):
+    overrides = {"compactionServiceFactoryClassName": compaction_factory} if compaction_factory else {}
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides)
     b.start()
     yield b
     b.stop()
+
+
+def subscription_backlog(broker: "BrokerProcess", topic: str, subscription: str) -> int:
+    """The subscription's msgBacklog (entries) from the broker's admin stats."""
+    path = topic.replace("://", "/", 1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.web_port}/admin/v2/{path}/stats", timeout=10) as r:
+        return json.loads(r.read())["subscriptions"][subscription]["msgBacklog"]
+
+
+def wait_backlog(broker: "BrokerProcess", topic: str, subscription: str, backlog: int,
+                 timeout: float = 15.0) -> None:
+    """Wait until the broker has the subscription's acknowledgements (the client groups them)."""
+    deadline = time.monotonic() + timeout
+    while (got := subscription_backlog(broker, topic, subscription)) != backlog:
+        assert time.monotonic() < deadline, f"backlog of {subscription} is {got}, not {backlog}, after {timeout} s"
+        time.sleep(0.05)
 
 
 def make_client(url: str, **kw):

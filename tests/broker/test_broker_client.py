@@ -11,7 +11,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import make_client  # noqa: E402
+from .conftest import make_client, wait_backlog  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -275,7 +275,7 @@ def test_shared_spreads_without_duplicates(client, topic):
     assert sorted(got_a + got_b) == sorted(b"%d" % i for i in range(40))
 
 
-def test_failover_active_consumer_and_takeover(client, topic):
+def test_failover_active_consumer_and_takeover(broker, client, topic):
     a = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="A")
     b = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="B")
     producer = client.create_producer(topic, batching_enabled=False)
@@ -286,14 +286,14 @@ def test_failover_active_consumer_and_takeover(client, topic):
     assert drain(b, 200) == []
     for m in got_a[:5]:
         a.acknowledge(m)
-    time.sleep(0.3)
+    wait_backlog(broker, topic, "fo", 5)
     a.close()
     got_b = drain(b, 1500, until=5)
     assert [m.data() for m in got_b] == [b"f%d" % i for i in range(5, 10)]
 
 
 def test_failover_sends_active_consumer_change(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)
@@ -478,7 +478,8 @@ class RawClient:
     """A connected socket speaking frames directly, for what the official client hides."""
 
     def __init__(self, port: int) -> None:
-        from compactmq.protocol import commands, frames
+        from compactmq.protocol import frames
+        from tests.protocol import client_commands as commands
 
         self._frames = frames
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -572,7 +573,8 @@ def test_bad_frames_close_the_connection_not_the_broker(broker, client, topic, p
 
 
 def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import frames
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)
@@ -586,7 +588,8 @@ def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
 
 
 def test_bad_checksum_gets_send_error_and_connection_stays(broker):
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import frames
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     wire = RawClient(broker.port)

@@ -13,7 +13,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import ROOT, BrokerProcess, make_client  # noqa: E402
+from .conftest import ROOT, BrokerProcess, make_client, wait_backlog  # noqa: E402
 from .test_broker_client import RawClient, drain  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def test_shutdown_closes_consumers_and_clients_reconnect(broker, topic):
     producer.send(b"before")
     m = consumer.receive(5000)
     consumer.acknowledge(m)
-    time.sleep(0.3)  # the client groups acks for 100 ms before sending them
+    wait_backlog(broker, name, "s", 0)  # the client groups acks for 100 ms before sending them
     broker.restart()
     producer.send(b"after")  # the client reconnects its producer by itself
     assert consumer.receive(15000).data() == b"after"  # and its consumer
@@ -150,7 +150,7 @@ def test_keepalive_pings_and_drops_a_silent_peer(broker):
 
 
 def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     name = topic + "-partition-0"
@@ -235,7 +235,7 @@ def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
 
 
 def test_a_dead_connection_does_not_keep_a_producer_name_or_an_exclusive_subscription(broker, topic):
-    from compactmq.protocol import commands
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     name = topic + "-partition-0"
@@ -293,7 +293,7 @@ def test_individual_acks_out_of_order_survive_a_restart(broker, topic):
     for m in drain(consumer, 300, until=20):
         if int(m.data()) % 2 == 0:
             consumer.acknowledge(m)
-    time.sleep(0.3)  # grouped acks reach the broker
+    wait_backlog(broker, name, "holes", 10)  # the grouped acks reached the broker
     c.close()
     broker.restart()
     c = make_client(broker.url)

@@ -9,7 +9,8 @@ from compactmq.broker.connection import ServerConnection
 from compactmq.broker.producers import Producer
 from compactmq.broker.server import ServerState
 from compactmq.config import load_config
-from compactmq.protocol import commands, frames
+from compactmq.protocol import frames
+from tests.protocol import client_commands as commands
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage.position import Position
 

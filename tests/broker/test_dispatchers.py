@@ -300,14 +300,20 @@ def test_key_shared_newcomer_waits_unless_it_allows_out_of_order():
 
 def test_delayed_messages_wait_on_shared_but_not_on_exclusive():
     async def run():
-        import time as _time
-
-        later = int(_time.time() * 1000) + 300
+        now = [1_000_000]  # the dispatcher's clock (ms), moved by the test
+        later = now[0] + 300
         entries = [entry(0, deliver_at=later), entry(1), entry(2)]
-        topic, sub, (c,), (conn,) = setup(entries, SHARED, permits=10)
+        topic, sub, (c,), (conn,) = setup(entries, SHARED, permits=0)
+        sub.dispatcher.now_ms = lambda: now[0]
+        c.flow(10)
         await settle(topic)
         assert positions(conn) == [1, 2]
-        await asyncio.sleep(0.4)
+        now[0] = later - 1
+        sub.dispatcher.release_due()
+        await settle(topic)
+        assert positions(conn) == [1, 2]  # not yet
+        now[0] = later
+        sub.dispatcher.release_due()
         await settle(topic)
         assert positions(conn) == [1, 2, 0]
         topic2, sub2, (c2,), (conn2,) = setup(entries, EXCLUSIVE, permits=10)

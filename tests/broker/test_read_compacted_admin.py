@@ -27,6 +27,8 @@ from .test_read_compacted import (  # noqa: E402
     read_available,
 )
 
+from .factories import compaction_factory  # noqa: E402,F401 - the broker runs each factory
+
 pytestmark = pytest.mark.integration
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.broker.compacted_source import CompactedView, for_delivery, last_batch_index
+from compactmq.broker.compacted_source import for_delivery, last_batch_index
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
+from compactmq.compaction.service import LedgerView
 from compactmq.protocol import batch as batch_codec
 from compactmq.protocol import frames
 from compactmq.protocol import pulsar_pb2 as pb
@@ -84,8 +85,80 @@ def test_view_reads_stop_at_the_horizon_and_find_by_binary_search(tmp_path):
         w.append(7, eid, single(f"k{eid}", b"v%d" % eid))
     w.append(8, 0, single("late", b"x"))
     w.finish()
-    view = CompactedView(1, Position(7, 20), CompactedLedgerReader(path))
+    view = LedgerView(1, Position(7, 20), CompactedLedgerReader(path))
     assert [p for p, _ in view.read(Position(-1, -1), 10)] == [(7, 2), (7, 5), (7, 9), (7, 14)]
     assert [p for p, _ in view.read(Position(7, 6), 10)] == [(7, 9), (7, 14)]
     assert view.read(Position(7, 15), 10) == []
     assert view.get(Position(7, 9)) is not None and view.get(Position(7, 8)) is None
+
+
+# --- the settings cache and reader pins follow the broker's clock ------------------------------
+
+
+class _Filter:
+    def __init__(self, mode):
+        self.mode = mode
+
+
+class _Service:
+    """A compaction service that answers only what TopicViews asks for the retention mode."""
+
+    def __init__(self):
+        self.mode = "retention-bounded"
+        self.asked = 0
+
+    def retention_filter(self):
+        self.asked += 1
+        return _Filter(self.mode)
+
+
+class _Broker:
+    def __init__(self, clock, service):
+        self.clock = clock
+        self.compaction_monitor = self
+        self._service = service
+
+    def service_of(self, topic):
+        return self._service
+
+
+class _Ledger:
+    def first_position(self):
+        return Position(1, 0)
+
+
+class _Topic:
+    name = "persistent://public/default/clocked"
+
+    def __init__(self, broker):
+        self.service = broker
+        self.ledger = _Ledger()
+
+
+def test_retention_mode_is_cached_for_the_ttl_of_the_brokers_clock():
+    from compactmq.broker.compacted_source import SETTINGS_TTL_SECONDS, TopicViews
+
+    now = [1000.0]
+    service = _Service()
+    views = TopicViews(_Topic(_Broker(lambda: now[0], service)))
+    assert views.retention_blocking().mode == "retention-bounded"
+    service.mode = "keep-until-tombstone"
+    now[0] += SETTINGS_TTL_SECONDS  # at the TTL: still cached
+    assert views.retention_blocking().mode == "retention-bounded" and service.asked == 1
+    now[0] += 0.001
+    assert views.retention_blocking().mode == "keep-until-tombstone" and service.asked == 2
+    assert views.keep_mode
+
+
+def test_a_readers_pin_is_remembered_for_pin_memory_seconds_of_the_brokers_clock():
+    from compactmq.broker.compacted_source import PIN_MEMORY_SECONDS, TopicViews
+
+    now = [50.0]
+    views = TopicViews(_Topic(_Broker(lambda: now[0], _Service())))
+    views.remember("r1", "pin-1")
+    views.remember("r2", "pin-2")
+    now[0] += PIN_MEMORY_SECONDS - 0.001
+    assert views.recall("r1") == "pin-1"
+    assert views.recall("r1") is None  # recalled once
+    now[0] += 0.001
+    assert views.recall("r2") is None  # forgotten

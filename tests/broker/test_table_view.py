@@ -13,6 +13,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from .factories import compaction_factory, compactor  # noqa: E402,F401 - every test runs on each factory
 from .test_read_compacted import BATCHING, compact, kv, latest, produce  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def test_table_view_on_an_empty_topic(client, topic):
         view.close()
 
 
-def test_table_view_on_an_empty_compacted_topic(broker, client, topic, spark):
+def test_table_view_on_an_empty_compacted_topic(broker, client, topic, compactor):
     items = kv(5, 2) + [(f"k{i}", b"") for i in range(5)]
     produce(client, topic, items, batching=False)
     compact(broker, topic)
@@ -56,7 +57,7 @@ def test_table_view_on_an_empty_compacted_topic(broker, client, topic, spark):
 
 
 @BATCHING
-def test_table_view_on_a_compacted_topic(broker, client, topic, spark, batching):
+def test_table_view_on_a_compacted_topic(broker, client, topic, compactor, batching):
     items = kv(50, 4) + [(f"k{i}", b"") for i in range(0, 50, 5)] + [(None, b"keyless")]
     produce(client, topic, items, batching)
     compact(broker, topic)
@@ -71,7 +72,7 @@ def test_table_view_on_a_compacted_topic(broker, client, topic, spark, batching)
 
 
 @BATCHING
-def test_table_view_on_a_compacted_topic_with_a_tail_and_deletes(broker, client, topic, spark, batching):
+def test_table_view_on_a_compacted_topic_with_a_tail_and_deletes(broker, client, topic, compactor, batching):
     before = kv(40, 3)
     produce(client, topic, before, batching)
     compact(broker, topic)
@@ -90,7 +91,7 @@ def test_table_view_on_a_compacted_topic_with_a_tail_and_deletes(broker, client,
         view.close()
 
 
-def test_table_view_after_a_second_compaction(broker, client, topic, spark):
+def test_table_view_after_a_second_compaction(broker, client, topic, compactor):
     first = kv(30, 2)
     produce(client, topic, first, batching=False)
     compact(broker, topic)

@@ -57,8 +57,7 @@ def as_json(proc: subprocess.CompletedProcess):
     return json.loads(ok(proc))
 
 
-@pytest.mark.spark
-def test_compact_twice_is_409_then_status_waits_with_progress(broker, cli):
+def test_compact_twice_is_409_then_status_waits_with_progress(spark_in_broker, broker, cli):
     topic = "persistent://public/default/cli-compact"
     publish(broker, topic, 3000, keys=30)
     assert "compaction triggered" in ok(cli("topics", "compact", topic))
@@ -77,8 +76,7 @@ def test_compact_twice_is_409_then_status_waits_with_progress(broker, cli):
     assert ok(cli("topics", "compact", "--wait", topic)).strip() == "SUCCESS"
 
 
-@pytest.mark.spark
-def test_threshold_set_by_cli_compacts_automatically(broker, cli):
+def test_threshold_set_by_cli_compacts_automatically(spark_in_broker, broker, cli):
     topic = "persistent://public/default/cli-auto"
     publish(broker, topic, 500, keys=5)
     ok(cli("topics", "set-compaction-threshold", topic, "--threshold", "1K"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compactmq.errors import ConsumerBusy, ServerError
-from compactmq.protocol import commands as C
+from tests.protocol import client_commands as C
 from compactmq.protocol import frames as F
 from compactmq.protocol import pulsar_pb2 as pb
 

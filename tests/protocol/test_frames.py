@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from compactmq.errors import ChecksumError, MalformedEntry, ProtocolError, ServerError
-from compactmq.protocol import commands as C
+from tests.protocol import client_commands as C
 from compactmq.protocol import frames as F
 from compactmq.protocol import pulsar_pb2 as pb
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from compactmq.errors import ChecksumError, ProtocolError
 from compactmq.protocol import batch as B
-from compactmq.protocol import commands as C
+from tests.protocol import client_commands as C
 from compactmq.protocol import compression as Z
 from compactmq.protocol import frames as F
 from compactmq.protocol import pulsar_pb2 as pb

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-pulsar = pytest.importorskip("pulsar")
-
 from broker.conftest import free_port, make_client  # tests/ is on sys.path
 
 from .adminhttp import HttpAs
 from .helpers import write_htpasswd
+
+pulsar = pytest.importorskip("pulsar")
 
 pytestmark = pytest.mark.integration
 

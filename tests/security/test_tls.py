@@ -137,7 +137,8 @@ def test_client_that_does_not_trust_the_broker_cannot_connect(tls_broker, pki, t
 def test_ready_line_and_lookup_name_the_tls_urls(tls_broker, pki):
     # the official client over TLS follows brokerServiceUrlTls from the lookup answer; check the
     # answer itself with the sans-I/O codec over a raw TLS socket
-    from compactmq.protocol import commands, frames
+    from compactmq.protocol import frames
+    from tests.protocol import client_commands as commands
 
     port = int(tls_broker.overrides["brokerServicePortTls"])
     ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))

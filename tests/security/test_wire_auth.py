@@ -22,7 +22,8 @@ import bcrypt
 import pulsar
 import pytest
 
-from compactmq.protocol import commands, frames
+from compactmq.protocol import frames
+from tests.protocol import client_commands as commands
 from compactmq.protocol import pulsar_pb2 as pb
 
 from broker.conftest import BrokerProcess, free_port, make_client  # tests/ is on sys.path

@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from ..auth.tls import peer_certificate
+from ..config import VERSION
 from ..errors import AuthenticationFailed, CompactMQError
 from . import lookup, namespaces, permissions, topics
 from .access import AUTHENTICATED, www_authenticate
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 OPENAPI_PATH = "/admin/v2/openapi.json"
-_pkg = "compactmq"
 CONTEXT = web.AppKey("context", Context)
 
 
@@ -154,9 +154,4 @@ def _peer_certificate(request: web.Request) -> dict | None:
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(_pkg)
-    except Exception:
-        return "0"
+    return VERSION

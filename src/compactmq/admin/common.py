@@ -7,13 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
-from ..errors import InvalidInput
+from ..config import parse_bool
+from ..errors import InvalidInput, PreconditionFailed
 
-
-class PreconditionFailed(InvalidInput):
-    """A well-formed request whose value is not acceptable (Pulsar answers 412)."""
-
-    http_status = 412
+__all__ = ["Context", "PreconditionFailed", "query_flag", "read_json"]
 
 
 class Context:
@@ -58,6 +55,15 @@ class Context:
     def run_blocking(self, fn, *args):
         return self.service.run_blocking(fn, *args)
 
+    def compaction_stats(self, topic: str):
+        """``CompactionStats`` of ``topic``'s compacted view, from its compaction service (blocking)."""
+        monitor = self.monitor
+        if monitor is None:
+            from ..compaction import CompactionStats
+
+            return CompactionStats()
+        return monitor.service_of(topic).stats()
+
 
 async def read_json(request: web.Request, what: str) -> Any:
     """The request body as JSON; ``InvalidInput`` (400) when it is missing or not JSON."""
@@ -71,4 +77,4 @@ async def read_json(request: web.Request, what: str) -> Any:
 
 
 def query_flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "false").strip().lower() in ("true", "1", "yes")
+    return parse_bool(request.query.get(name, "false"), default=False)

@@ -25,12 +25,12 @@ samples ``RATE_INTERVAL_SECONDS`` apart.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CompactMQError
 from ..naming import TopicName
 
 RATE_INTERVAL_SECONDS = 2.0
@@ -201,9 +201,6 @@ COMPACTION_FAMILIES = (
 
 def render_metrics(ctx: Any) -> str:
     """The Prometheus text exposition of every family (runs in a worker thread)."""
-    from ..compaction.compacted_ledger import entry_count as compacted_ledger_entry_count
-    from ..compaction.compacted_ledger import compacted_ledger_path
-
     service = ctx.service
     meta = ctx.metadata
     cluster = getattr(service, "cluster_name", "standalone")
@@ -252,19 +249,17 @@ def render_metrics(ctx: Any) -> str:
     monitor = ctx.monitor
     run_stats = dict(monitor.stats) if monitor is not None else {}
     states = meta.compaction_states()
-    data_dir = str(ctx.storage.data_dir)
     for name in sorted(set(run_stats) | set(states)):
         labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
         s = run_stats.get(name)
         st = states.get(name)
         entries = size = 0
-        if st is not None and st.compacted_ledger_id is not None:
-            path = compacted_ledger_path(data_dir, name, st.compacted_ledger_id)
-            entries = compacted_ledger_entry_count(path)
+        if st is not None and st.horizon is not None:
             try:
-                size = os.path.getsize(path)
-            except OSError:
-                size = 0
+                view = ctx.compaction_stats(name)
+                entries, size = view.entries, max(0, view.size_bytes)
+            except CompactMQError:  # a topic deleted meanwhile
+                pass
         f = families
         f["pulsar_compaction_removed_event_count"].add(labels, s.removed_event_count if s else 0)
         f["pulsar_compaction_succeed_count"].add(labels, s.succeed_count if s else 0)

@@ -14,7 +14,7 @@ from aiohttp import web
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
-from .common import Context, PreconditionFailed, read_json
+from .common import Context, PreconditionFailed, query_flag, read_json
 from .permissions import grant_creation_permissions, namespace_creation_grants, tenant_info
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
@@ -142,7 +142,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
         own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
-        if request.query.get("applied", "false").lower() == "true":
+        if query_flag(request, "applied"):
             return policy.render(applied_values(policy, own, None, ctx.service.config))
         return policy.render(own)
 

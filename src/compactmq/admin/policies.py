@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..errors import InvalidConfiguration, InvalidInput
+from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
     COMPACTION_RETENTION_MODE,
     COMPACTION_STRATEGY,
@@ -21,9 +22,6 @@ from ..storage import (
     RETENTION_TIME_MINUTES,
 )
 from .common import PreconditionFailed
-
-RETENTION_MODES = ("retention-bounded", "keep-until-tombstone")
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -86,8 +84,11 @@ def _strategy(body: Any) -> dict[str, Any]:
 
 
 def _retain_null_key(body: Any) -> dict[str, Any]:
-    if isinstance(body, str) and body.strip().lower() in ("true", "false"):
-        body = body.strip().lower() == "true"
+    if isinstance(body, str):
+        try:
+            body = parse_bool(body)
+        except ValueError:
+            pass  # refused below
     if not isinstance(body, bool):
         raise InvalidInput(f"compactionRetainNullKey must be a JSON boolean, not {body!r}")
     return {RETAIN_NULL_KEY: body}

@@ -128,6 +128,7 @@ async def _delete_one(ctx: Context, topic: str, force: bool) -> None:
     await ctx.run_blocking(ctx.storage.delete_managed_ledger, topic)
     if monitor is not None:
         monitor.stats.pop(topic, None)
+        monitor.forget(topic)
     ctx.sampler.forget(topic)
 
 
@@ -333,10 +334,6 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
 
 
 def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
-    from ..compaction.compacted_ledger import compacted_ledger_path
-    from ..compaction.compacted_ledger import entry_count as compacted_ledger_entry_count
-    import os
-
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     state = ctx.metadata.get_compaction_state(topic)
     ledgers = ml.ledgers()
@@ -354,14 +351,10 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
             "state": "Open",
         }
     compacted = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
-    if state.compacted_ledger_id is not None:
-        path = compacted_ledger_path(str(ctx.storage.data_dir), topic, state.compacted_ledger_id)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            size = -1
-        compacted = {"ledgerId": state.compacted_ledger_id, "entries": compacted_ledger_entry_count(path),
-                     "size": size, "offloaded": False, "underReplicated": False}
+    view = ctx.compaction_stats(topic)
+    if view.view_id is not None:
+        compacted = {"ledgerId": view.view_id, "entries": view.entries, "size": view.size_bytes,
+                     "offloaded": False, "underReplicated": False}
     current = ledgers[-1] if ledgers else None
     return {
         "entriesAddedCounter": ml.entry_count(),

@@ -26,13 +26,12 @@ after the old horizon still does. A consumer that first reads above every horizo
 any compaction) reads the live topic from then on. A SEEK starts over: the next read pins the
 view in force then.
 
-Keeping an old view readable: the compacted ledger file is memory-mapped when a view is
-opened (``CompactedLedgerReader`` maps it through ``pyarrow.fs``), and a mapping keeps the
-file's data alive after the compactor unlinks the file, in this process or in a ``compact-topic``
-process alike. So the compaction service may delete the previous ledger as soon as it commits
-the next one; a consumer that pinned it keeps reading it until it passes its horizon, and the
-data goes when the last source that holds it lets go. Opening a view races with such a delete:
-a view whose file vanished before it was opened is simply looked up again.
+Keeping an old view readable: views come from the topic's ``TopicCompactionService`` (the
+configured factory's; the broker never opens compacted data itself). ``open_view()`` returns a
+handle that keeps its view readable until it is dropped, even after the compactor (in this
+process or a ``compact-topic`` process) committed a newer view and deleted the old one's
+storage. So a consumer that pinned a view keeps reading it until it passes its horizon, and the
+data goes when the last source that holds the handle lets go.
 
 Durable subscriptions store the id and horizon of their pinned view (or that they read the
 topic itself) in a cursor property. After a broker restart the old file may be gone: a
@@ -44,9 +43,11 @@ subscription name within ``PIN_MEMORY_SECONDS`` gets its pinned view back.
 The broker learns of new compactions from the metadata store (the compactor may be another
 process): the compaction state is read whenever a consumer has no pinned view yet.
 
-Retention (``topicCompactionRetentionMode``): in ``retention-bounded`` mode compacted entries
-below the topic's first retained entry are not served; in ``keep-until-tombstone`` mode a
-consumer at the start of the topic reads the compacted ledger from its first entry.
+Retention (``topicCompactionRetentionMode``): every read goes through the compaction layer's
+``RetentionFilter``: in ``retention-bounded`` mode compacted entries below the topic's first
+retained entry are not served; in ``keep-until-tombstone`` mode a consumer at the start of the
+topic reads the compacted view from its first entry. The topic's mode is cached for
+``SETTINGS_TTL_SECONDS`` (by the broker's clock); the first retained entry is read live.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..compaction.compacted_ledger import CompactedLedgerReader, compacted_ledger_path
+from ..compaction import RETENTION_BOUNDED, CompactedView, RetentionFilter, TopicCompactionService
 from ..errors import StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
 from ..protocol import pulsar_pb2 as pb
-from ..storage.position import EARLIEST, Position
+from ..storage.position import Position
 from .entry_source import Entry, EntrySource
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,47 +77,17 @@ PIN_PROPERTY = "compactmq.compactedView"
 LIVE_PIN = "live"
 #: how long a dropped (non-durable) subscription's pinned view is remembered for a reconnect
 PIN_MEMORY_SECONDS = 300.0
-#: how long retention settings of a topic are cached
+#: how long the retention mode of a topic is cached
 SETTINGS_TTL_SECONDS = 2.0
-RETENTION_BOUNDED = "retention-bounded"
 
-class CompactedView:
-    """One compacted ledger, opened (memory-mapped), and the horizon it summarises."""
 
-    def __init__(self, ledger_id: int, horizon: Position, reader: CompactedLedgerReader) -> None:
-        self.ledger_id = ledger_id
-        self.horizon = Position(*horizon)
-        self.reader = reader
-        self._last: Optional[tuple] = None
-        self._last_done = False
-
-    def __repr__(self) -> str:
-        return f"CompactedView(ledger={self.ledger_id}, horizon={self.horizon}, entries={len(self.reader)})"
-
-    def read(self, start: Position, n: int) -> list[Entry]:
-        out = []
-        for pos, data in self.reader.read(start, n):
-            pos = Position(*pos)
-            if pos > self.horizon:
-                break
-            out.append((pos, data))
-        return out
-
-    def get(self, position: Position) -> Optional[bytes]:
-        i = self.reader.find(position)
-        if i < len(self.reader) and Position(*self.reader.position_at(i)) == position:
-            return self.reader.entry_at(i)
+def last_message(view: CompactedView) -> Optional[tuple[int, int, int]]:
+    """(ledger, entry, batch index) of the last message a consumer receives from ``view``."""
+    last = view.last()
+    if last is None:
         return None
-
-    def last_message(self) -> Optional[tuple[int, int, int]]:
-        """(ledger, entry, batch index) of the last message a consumer receives from this view."""
-        if not self._last_done:
-            last = self.reader.last()
-            if last is not None:
-                pos, entry = last
-                self._last = (pos[0], pos[1], last_batch_index(entry))
-            self._last_done = True
-        return self._last
+    pos, entry = last
+    return (pos[0], pos[1], last_batch_index(entry))
 
 
 def delivery_mask(entry: bytes) -> Optional[list[int]]:
@@ -181,104 +152,75 @@ def last_batch_index(entry: bytes) -> int:
 
 
 class TopicViews:
-    """The compacted view in force for one topic, looked up in the metadata store (shared by
-    the topic's read-compacted subscriptions), plus pins remembered for reconnecting readers."""
+    """The compacted view in force for one topic, asked of the topic's compaction service
+    (shared by the topic's read-compacted subscriptions), plus pins remembered for reconnecting
+    readers. ``clock`` (monotonic seconds) is the broker's, so tests can move time."""
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
-        self._view: Optional[CompactedView] = None
-        self._settings: Optional[dict] = None
-        self._settings_at = 0.0
+        self.clock: Callable[[], float] = getattr(topic.service, "clock", None) or time.monotonic
+        self._service: Optional[TopicCompactionService] = None
+        self._mode: Optional[str] = None
+        self._mode_at = 0.0
         self._pins: dict[str, tuple[float, object]] = {}
 
     @property
-    def storage(self):
-        return self.topic.service.storage
+    def service(self) -> TopicCompactionService:
+        """The topic's ``TopicCompactionService`` (from the compaction monitor's factory)."""
+        if self._service is None:
+            broker = self.topic.service
+            monitor = getattr(broker, "compaction_monitor", None)
+            if monitor is not None:
+                self._service = monitor.service_of(self.topic.name)
+            else:  # a broker service built without a monitor (unit tests)
+                from ..compaction import load_factory
+
+                self._service = load_factory(broker.config, broker.storage).new_service(self.topic.name)
+        return self._service
 
     # --- the view in force (blocking: run in the thread pool) ------------------------------
 
     def current_blocking(self) -> Optional[CompactedView]:
-        meta = self.storage.metadata
-        for _ in range(5):
-            state = meta.get_compaction_state(self.topic.name)
-            if state.compacted_ledger_id is None or state.horizon is None:
-                return None
-            view = self._view
-            if view is not None and view.ledger_id == state.compacted_ledger_id:
-                return view
-            path = compacted_ledger_path(self.storage.data_dir, self.topic.name, state.compacted_ledger_id)
-            try:
-                reader = CompactedLedgerReader(path)
-            except (FileNotFoundError, OSError, StorageError) as e:
-                # a newer compaction replaced it between the lookup and the open: look again
-                log.debug("compacted ledger %s of %s not readable (%s); looking again",
-                          state.compacted_ledger_id, self.topic.name, e)
-                time.sleep(0.01)
-                continue
-            view = CompactedView(state.compacted_ledger_id, state.horizon, reader)
-            self._view = view
-            return view
-        raise StorageError(f"cannot open the compacted ledger of {self.topic.name}")
+        return self.service.open_view()
 
-    def open_blocking(self, ledger_id: int, horizon: Position) -> Optional[CompactedView]:
+    def open_blocking(self, view_id: int, horizon: Position) -> Optional[CompactedView]:
         """A specific view (a durable subscription's pin after a restart), None when gone."""
-        view = self.current_blocking()
-        if view is not None and view.ledger_id == ledger_id:
-            return view
-        path = compacted_ledger_path(self.storage.data_dir, self.topic.name, ledger_id)
         try:
-            return CompactedView(ledger_id, horizon, CompactedLedgerReader(path))
-        except (FileNotFoundError, OSError, StorageError):
+            return self.service.open_view(view_id, horizon)
+        except StorageError:
             return None
 
-    def settings_blocking(self) -> dict:
-        now = time.monotonic()
-        if self._settings is None or now - self._settings_at > SETTINGS_TTL_SECONDS:
-            from ..compaction.service import topic_settings
-
+    def retention_blocking(self) -> RetentionFilter:
+        """The topic's retention filter: its mode (cached), the first retained entry (live)."""
+        now = self.clock()
+        if self._mode is None or now - self._mode_at > SETTINGS_TTL_SECONDS:
             try:
-                self._settings = topic_settings(self.storage, self.topic.name, self.topic.service.config)
+                self._mode = self.service.retention_filter().mode
             except Exception:  # a bad policy must not stop reads: default mode
                 log.exception("reading compaction settings of %s failed", self.topic.name)
-                self._settings = {"retention_mode": RETENTION_BOUNDED}
-            self._settings_at = now
-        return self._settings
+                self._mode = RETENTION_BOUNDED
+            self._mode_at = now
+        return RetentionFilter(self._mode, self.topic.ledger.first_position())
 
     @property
     def keep_mode(self) -> bool:
         """keep-until-tombstone (as last read; settings are read in the thread pool)."""
-        settings = self._settings
-        return settings is not None and settings.get("retention_mode") != RETENTION_BOUNDED
-
-    def at_beginning(self, start: Position) -> bool:
-        """keep-until-tombstone: ``start`` is at (or before) the first entry retention kept, so
-        the compacted entries below it are still ahead of the consumer."""
-        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
-            return False
-        first = self.topic.ledger.first_position()
-        return first is None or start <= first
+        return self._mode is not None and self._mode != RETENTION_BOUNDED
 
     def pin_candidate_blocking(self, start: Position) -> Optional[CompactedView]:
         """The view in force if a consumer reading from ``start`` should pin it."""
         view = self.current_blocking()
-        if view is not None and (start <= view.horizon or self.at_beginning(start)):
+        if view is not None and (start <= view.horizon or self.retention_blocking().at_beginning(start)):
             return view
         return None
 
     def read_blocking(self, view: CompactedView, start: Position, n: int, progress: bool = False) -> list[Entry]:
         """Entries of ``view`` >= ``start`` that retention lets a consumer see. ``progress``:
         ``start`` continues what this consumer read from the view (not a start or a rewind)."""
-        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
-            first = self.topic.ledger.first_position()
-            if first is None:
-                return []  # retention removed everything the view summarises
-            if start < first:
-                start = Position(*first)
-        elif not progress and self.at_beginning(start):
-            start = EARLIEST  # every compacted entry is still ahead of this consumer
-        if start > view.horizon:
+        begin = self.retention_blocking().start(start, progress)
+        if begin is None or begin > view.horizon:
             return []
-        return view.read(start, n)
+        return view.read(begin, n)
 
     def read_with_masks_blocking(self, view: CompactedView, start: Position, n: int,
                                  progress: bool = False) -> tuple[list[Entry], dict]:
@@ -287,25 +229,21 @@ class TopicViews:
         return prepare_for_delivery(self.read_blocking(view, start, n, progress))
 
     def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
-        last = view.last_message()
-        if last is None:
+        last = last_message(view)
+        if last is None or not self.retention_blocking().visible((last[0], last[1])):
             return None
-        if self.settings_blocking().get("retention_mode") == RETENTION_BOUNDED:
-            first = self.topic.ledger.first_position()
-            if first is None or Position(last[0], last[1]) < first:
-                return None
         return last
 
     # --- pins of subscriptions that went away ----------------------------------------------
 
     def remember(self, name: str, pin) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self._pins = {k: v for k, v in self._pins.items() if now - v[0] < PIN_MEMORY_SECONDS}
         self._pins[name] = (now, pin)
 
     def recall(self, name: str):
         item = self._pins.pop(name, None)
-        if item is None or time.monotonic() - item[0] >= PIN_MEMORY_SECONDS:
+        if item is None or self.clock() - item[0] >= PIN_MEMORY_SECONDS:
             return None
         return item[1]
 
@@ -389,7 +327,7 @@ class CompactedEntrySource(EntrySource):
             self.on_live = True
             return
         try:
-            ledger_id, h_ledger, h_entry = (int(x) for x in stored)
+            view_id, h_ledger, h_entry = (int(x) for x in stored)
         except (TypeError, ValueError):
             return
         horizon = Position(h_ledger, h_entry)
@@ -398,13 +336,13 @@ class CompactedEntrySource(EntrySource):
             # it had read its whole view
             self.on_live, self.floor = True, Position(horizon[0], horizon[1] + 1)
             return
-        view = await self._run(self.views.open_blocking, ledger_id, horizon)
+        view = await self._run(self.views.open_blocking, view_id, horizon)
         if view is not None:
             self.view = view
         else:
             # part-way through a view whose file is gone: the live topic still has every
             # tombstone after this position, a newer view would not
-            log.info("%s: compacted view %s is gone; resuming from the topic", self.subscription, ledger_id)
+            log.info("%s: compacted view %s is gone; resuming from the topic", self.subscription, view_id)
             self.on_live = True
 
     async def _check_progress(self) -> None:
@@ -429,7 +367,7 @@ class CompactedEntrySource(EntrySource):
         return self.view
 
     async def _store_pin(self, view: Optional[CompactedView]) -> None:
-        value = LIVE_PIN if view is None else [view.ledger_id, view.horizon[0], view.horizon[1]]
+        value = LIVE_PIN if view is None else [view.view_id, view.horizon[0], view.horizon[1]]
         try:
             await self._run(self.subscription.cursor.set_property, PIN_PROPERTY, value)
         except Exception:  # best effort: only matters across a restart
@@ -456,7 +394,7 @@ class CompactedEntrySource(EntrySource):
         self.view = None
         self.on_live = True
         self.floor = Position(view.horizon[0], view.horizon[1] + 1)
-        self.floor_last = view.last_message()
+        self.floor_last = last_message(view)
         self._remember()
 
     def _remember(self) -> None:
@@ -500,7 +438,7 @@ class CompactedEntrySource(EntrySource):
     async def read_one(self, position: Position) -> bytes | None:
         view = self.view
         if view is not None and position <= view.horizon and self.wanted():
-            entry = view.get(position)
+            entry = await self._run(view.get, position)
             if entry is not None:
                 prepared, masks = prepare_for_delivery([(position, entry)])
                 entry = prepared[0][1]

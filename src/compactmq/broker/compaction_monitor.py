@@ -24,6 +24,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   threshold has the ``__compaction`` cursor, so retention keeps what compaction has not read.
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
   per run: entries read, kept, removed, bytes in and out, duration.
+* **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
+  broker and the admin adapter read the compacted view and its stats through; everything this
+  monitor knows of compacted data (sizes, locks, cancellation) it also asks the service.
 
 State of one topic, as this monitor sees it::
 
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +47,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, ERROR, RUNNING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..compaction import CompactionServiceFactory, TopicCompactionService
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
@@ -115,8 +120,10 @@ class CompactionMonitor:
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
         self.stats: dict[str, TopicCompactionStats] = {}
-        self._factory = None
+        self._factory: Optional["CompactionServiceFactory"] = None
         self._factory_lock = threading.Lock()
+        self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
+        self._running: dict[str, "TopicCompactionService"] = {}  # compact() in progress
         self._check_task: asyncio.Task | None = None
         self._closing = False
         self.checks = 0  # periodic checks done (tests and metrics)
@@ -140,10 +147,20 @@ class CompactionMonitor:
         # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._futures:
-            _cancel_spark_jobs()
+            for service in list(self._running.values()):
+                try:
+                    service.cancel()
+                except Exception:  # pragma: no cover - best effort at shutdown
+                    log.exception("cancelling a compaction failed")
             done, pending = await asyncio.wait(list(self._futures), timeout=SHUTDOWN_WAIT_SECONDS)
             if pending:
                 log.warning("%d compaction(s) still running at shutdown", len(pending))
+        for service in list(self._services.values()):
+            try:
+                service.close()
+            except Exception:  # pragma: no cover - best effort at shutdown
+                log.exception("closing a compaction service failed")
+        self._services.clear()
         if self._factory is not None:
             try:
                 self._factory.close()
@@ -152,16 +169,12 @@ class CompactionMonitor:
 
     def _reconcile_interrupted_runs(self) -> None:
         """RUNNING in the store with nobody holding the topic's lock: the process that ran it died."""
-        from ..compaction.compacted_ledger import topic_dir
-        from ..compaction.service import TopicLock
-
         meta = self.storage.metadata
         for topic, state in meta.compaction_states().items():
             if state.status != RUNNING:
                 continue
-            try:
-                lock = TopicLock(topic_dir(str(self.storage.data_dir), topic))
-            except Conflict:
+            lock = self.service_of(topic).try_lock()
+            if lock is None:
                 continue  # a compact-topic job is running it right now
             try:
                 meta.record_compaction_failure(topic, "interrupted: the process running this compaction stopped")
@@ -214,13 +227,10 @@ class CompactionMonitor:
         """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
         if self.storage.metadata.get_compaction_state(topic).status != RUNNING:
             return False
-        from ..compaction.compacted_ledger import topic_dir
-        from ..compaction.service import TopicLock
-
-        try:
-            TopicLock(topic_dir(str(self.storage.data_dir), topic)).release()
-        except Conflict:
+        lock = self.service_of(topic).try_lock()
+        if lock is None:
             return True
+        lock.release()
         return False
 
     def _run_done(self, topic: str, fut: asyncio.Future) -> None:
@@ -239,9 +249,22 @@ class CompactionMonitor:
                 self._factory = load_factory(self.config, self.storage)
             return self._factory
 
-    def _run_blocking(self, run: RunProgress) -> None:
-        from ..compaction.compacted_ledger import compacted_ledger_path
+    def service_of(self, topic: str) -> "TopicCompactionService":
+        """The topic's compaction service for reads, stats and locks (one per topic, kept)."""
+        service = self._services.get(topic)
+        if service is None:
+            service = self.factory().new_service(topic)
+            with self._factory_lock:
+                service = self._services.setdefault(topic, service)
+        return service
 
+    def forget(self, topic: str) -> None:
+        """A deleted topic: drop its service."""
+        service = self._services.pop(topic, None)
+        if service is not None:
+            service.close()
+
+    def _run_blocking(self, run: RunProgress) -> None:
         topic = run.topic
         meta = self.storage.metadata
         stats = self.stats.setdefault(topic, TopicCompactionStats())
@@ -254,11 +277,12 @@ class CompactionMonitor:
                 raise ServiceNotReady("the broker is shutting down")
             ml = self.storage.open_managed_ledger(topic, create=False)
             prev_h = before.horizon
-            prev_file = (compacted_ledger_path(str(self.storage.data_dir), topic, before.compacted_ledger_id)
-                         if before.compacted_ledger_id is not None else None)
-            prev_size = _file_size(prev_file)
+            prev_size = max(0, self.service_of(topic).stats().size_bytes)
             live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
             service = self.factory().new_service(topic)
+            self._running[topic] = service
+            if self._closing:
+                raise ServiceNotReady("the broker is shutting down")
             result = service.compact(
                 progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock()))
         except Conflict as e:  # another process got the topic's lock first: not a failure of ours
@@ -279,6 +303,7 @@ class CompactionMonitor:
             log.error("compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason)
             return
         finally:
+            self._running.pop(topic, None)
             if service is not None:
                 try:
                     service.close()
@@ -288,9 +313,10 @@ class CompactionMonitor:
         # and what it wrote (the new compacted ledger)
         live_after = ml.size_after(result.horizon) if result.horizon is not None else 0
         bytes_in = prev_size + max(0, live_before - live_after)
-        new_file = (compacted_ledger_path(str(self.storage.data_dir), topic, result.compacted_ledger_id)
-                    if result.compacted_ledger_id is not None else None)
-        bytes_out = _file_size(new_file)
+        try:
+            bytes_out = max(0, self.service_of(topic).stats().size_bytes) if result.horizon is not None else 0
+        except CompactMQError:
+            bytes_out = 0
         seconds = max(result.duration_ms / 1000, 1e-3)
         stats.succeed_count += 1
         stats.removed_event_count += result.removed_event_count
@@ -391,31 +417,6 @@ def ensure_compaction_cursor(ml) -> None:
     from then on retention keeps every entry until a compaction has read it."""
     if ml.get_cursor(COMPACTION_CURSOR) is None:
         ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
-
-
-def _cancel_spark_jobs() -> None:
-    """Cancel the Spark jobs of this process, if a SparkContext was ever started."""
-    try:
-        import sys
-
-        if "pyspark" not in sys.modules:
-            return
-        from pyspark import SparkContext
-
-        sc = SparkContext._active_spark_context
-        if sc is not None:
-            sc.cancelAllJobs()
-    except Exception:  # pragma: no cover - best effort at shutdown
-        log.exception("cancelling Spark jobs failed")
-
-
-def _file_size(path: Optional[str]) -> int:
-    if not path:
-        return 0
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _pos(p) -> str:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
@@ -164,6 +164,9 @@ class Dispatcher:
     # --- delayed delivery (PIP-26: deliver_at_time) ------------------------------------------
 
     delays_delivery = False  # Exclusive and Failover deliver at once, as Pulsar does
+    #: the wall clock deliver_at_time is compared with (ms); a test replaces it on an instance and
+    #: calls ``release_due()`` after moving it, instead of waiting for the timer
+    now_ms: Callable[[], int] = staticmethod(_now_ms)
 
     def _delay(self, position: Position, deliver_at_ms: int, h: int) -> None:
         self.delayed[position] = (deliver_at_ms, h)
@@ -176,12 +179,13 @@ class Dispatcher:
         if not self.delayed or self.closed:
             return
         due = min(t for t, _ in self.delayed.values())
-        delay_s = max(0.0, (due - _now_ms()) / 1000.0)
-        self._delay_timer = asyncio.get_running_loop().call_later(delay_s, self._release_due)
+        delay_s = max(0.0, (due - self.now_ms()) / 1000.0)
+        self._delay_timer = asyncio.get_running_loop().call_later(delay_s, self.release_due)
 
-    def _release_due(self) -> None:
+    def release_due(self) -> None:
+        """Move the delayed entries whose time has come (by ``now_ms``) to the replay set."""
         self._delay_timer = None
-        now = _now_ms()
+        now = self.now_ms()
         for p, (t, h) in list(self.delayed.items()):
             if t <= now:
                 del self.delayed[p]
@@ -275,7 +279,7 @@ class Dispatcher:
             if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
             n, key, deliver_at = entry_info(entry)
-            if deliver_at and self.delays_delivery and deliver_at > _now_ms():
+            if deliver_at and self.delays_delivery and deliver_at > self.now_ms():
                 self._delay(position, deliver_at, self._hash_of(key))
                 continue
             consumer = self._choose(position, key)
@@ -438,7 +442,7 @@ class KeySharedDispatcher(Dispatcher):
                 continue
             n, key, deliver_at = entry_info(entry)
             h = key_hash(key)
-            if deliver_at and deliver_at > _now_ms():
+            if deliver_at and deliver_at > self.now_ms():
                 self._delay(position, deliver_at, h)
                 continue
             # an older entry of this key waits in the replay set: this one waits behind it

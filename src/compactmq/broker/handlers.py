@@ -41,9 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 T = pb.BaseCommand.Type
-_INT64_MAX = (1 << 63) - 1
-_SIGN_BIT = 1 << 63
-_U64 = 1 << 64
 
 _producer_names = itertools.count()
 
@@ -429,7 +426,7 @@ class CommandHandler:
             mid = commands.message_id_tuple(cmd.message_id)
             if mid.ledger_id < 0 or mid.entry_id < 0:
                 position = Position(-1, -1)  # earliest
-            elif mid.ledger_id >= _INT64_MAX:
+            elif mid.ledger_id >= commands.INT64_MAX:
                 last = topic.last_position
                 position = Position(last[0], last[1] + 1) if last is not None else Position(0, 0)
             else:
@@ -527,13 +524,7 @@ class _ConsumerNotFound(NotFound):
 
 
 def _position(mid: pb.MessageIdData) -> Position:
-    # one call per acknowledged id: the signed conversion of commands.message_id_tuple, inline
-    ledger_id, entry_id = mid.ledgerId, mid.entryId
-    if ledger_id >= _SIGN_BIT:
-        ledger_id -= _U64
-    if entry_id >= _SIGN_BIT:
-        entry_id -= _U64
-    return Position(ledger_id, entry_id)
+    return Position(commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
 
 
 def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
@@ -552,7 +543,7 @@ def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:
         m = commands.message_id_tuple(cmd.start_message_id)
         if m.ledger_id < 0 or m.entry_id < 0:
             return EARLIEST
-        if m.ledger_id >= _INT64_MAX:
+        if m.ledger_id >= commands.INT64_MAX:
             return "latest"
         return Position(m.ledger_id, m.entry_id)
     if cmd.initialPosition == pb.CommandSubscribe.Earliest:

@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
-from ..config import Config
+from ..config import SETTINGS, Config
 from ..errors import StorageError
 from . import compacted_source, security
 from .connection import ServerConnection
@@ -46,10 +46,9 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
-# Recently published entries kept in memory for consumers that keep up: per topic, and in all
-# unless managedLedgerCacheSizeMB says otherwise.
+# Recently published entries kept in memory for consumers that keep up, per topic (in all:
+# managedLedgerCacheSizeMB, whose default is in config).
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
-TAIL_CACHE_BYTES_TOTAL = 256 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
 
@@ -148,8 +147,11 @@ class BrokerService:
         self.cluster_name = "standalone"
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
+        # monotonic seconds for the broker's TTLs (read-compacted settings, reader pins); tests
+        # that need time to pass replace it rather than sleep
+        self.clock: Callable[[], float] = time.monotonic
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
-        cache_mb = config.get("managedLedgerCacheSizeMB", TAIL_CACHE_BYTES_TOTAL >> 20)
+        cache_mb = config.get("managedLedgerCacheSizeMB", SETTINGS["managedLedgerCacheSizeMB"].default)
         self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
         self.state = ServerState()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")

@@ -28,19 +28,12 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import CompactMQError, InvalidInput
+from ..config import parse_bool
+from ..errors import AdminRequestError, InvalidInput
 from ..naming import TopicName
 from .admin_auth import ClientAuth, client_auth, ssl_context
 from .output import Output
 from .units import format_bytes, parse_duration_seconds, parse_size
-
-
-class AdminRequestError(CompactMQError):
-    """The admin API refused a request (its reason is the message) or could not be reached."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
 
 
 class AdminClient:
@@ -209,7 +202,7 @@ POLICIES = (
     Policy("compaction-strategy", "compactionStrategy", _strategy_args, lambda a: a.strategy,
            lambda b: b if b else "no compaction strategy set"),
     Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
-           lambda a: a.retain == "true", lambda b: "not set" if b is None else str(b).lower()),
+           lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
 )
 
 

@@ -79,19 +79,40 @@ Pluggability (PIP-278)
 one per topic; ``load_factory(config)`` instantiates the factory named by the config key
 ``compactionServiceFactoryClassName`` (default
 ``compactmq.compaction.spark.SparkCompactionServiceFactory``).
+
+The interface is the whole seam, write side and read side: the broker and the admin adapter
+never open a compacted-ledger file, build its path or import pyspark. Besides PIP-278's four
+operations (``compact``, ``read_compacted_entries``, ``read_last_compacted_entry``,
+``get_last_compacted_position``) a service offers:
+
+* ``open_view(view_id=None)``: a ``CompactedView`` handle on the view in force (or on an older
+  one, by id, while it still exists). A handle stays readable after a newer compaction
+  replaced and deleted its view, until it is dropped: that is how the broker pins a view for a
+  consumer part-way through it without knowing where views are kept;
+* ``retention_filter()``: the one ``RetentionFilter`` of the topic (mode and first retained
+  position), which every read of the compacted view goes through;
+* ``stats()``: a ``CompactionStats`` (view id, horizon, entries, bytes, keys, last run's timings);
+* ``cancel()``: stop a running ``compact()`` (it then fails with ``CompactionError``);
+* ``try_lock()``: the topic's cross-process compaction lock, to tell a run in another process
+  from one a crash interrupted.
+
+Only ``compact`` and the four reads are abstract: the other methods have defaults built on them,
+so a minimal service still serves read-compacted consumers (without pinning older views).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from ..errors import InvalidConfiguration
+from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES
+from ..errors import CompactionError, InvalidConfiguration
+from ..storage.metadata import COMPACTION_CURSOR
+from ..storage.position import EARLIEST, Position
 
 DEFAULT_FACTORY = "compactmq.compaction.spark.SparkCompactionServiceFactory"
-COMPACTION_CURSOR = "__compaction"
 
 #: phases reported to a progress callback, in order
 PHASES = ("start", "phase-one", "phase-two", "commit", "done")
@@ -124,6 +145,135 @@ class CompactionResult:
     duration_ms: int
     previous_ledger_id: Optional[int] = None
     step_seconds: Optional[dict] = None  # wall time of plan / spark / build / commit / cleanup
+
+
+#: an entry of a compacted view: its original position and its bytes
+Entry = tuple  # (Position, bytes)
+
+
+@dataclass(frozen=True)
+class RetentionFilter:
+    """Which compacted entries retention lets a consumer see (``topicCompactionRetentionMode``).
+
+    In ``retention-bounded`` mode an entry below the topic's first retained position is hidden
+    (all are, when retention emptied the topic); in ``keep-until-tombstone`` mode none is, and a
+    consumer at (or before) the first retained entry starts at the first compacted entry.
+    """
+
+    mode: str = RETENTION_BOUNDED
+    first: Optional[Position] = None  # the topic's first retained entry (None: it holds none)
+
+    @property
+    def bounded(self) -> bool:
+        return self.mode == RETENTION_BOUNDED
+
+    def visible(self, position) -> bool:
+        """Whether the compacted entry at ``position`` may be served."""
+        if not self.bounded:
+            return True
+        return self.first is not None and tuple(position) >= tuple(self.first)
+
+    def at_beginning(self, start) -> bool:
+        """keep-until-tombstone: ``start`` is at or before the first retained entry, so every
+        compacted entry below it is still ahead of the consumer."""
+        return not self.bounded and (self.first is None or tuple(start) <= tuple(self.first))
+
+    def start(self, start, progress: bool = False) -> Optional[Position]:
+        """Where a read of the compacted view asked at ``start`` really begins; None: nothing is
+        visible. ``progress``: ``start`` continues what the reader already got (not a rewind)."""
+        if self.bounded:
+            if self.first is None:
+                return None
+            return Position(*max(tuple(start), tuple(self.first)))
+        if not progress and self.at_beginning(start):
+            return EARLIEST
+        return Position(*start)
+
+
+def retention_mode(value) -> str:
+    """A configured retention mode, checked (None/empty: the default)."""
+    mode = value or RETENTION_BOUNDED
+    if mode not in RETENTION_MODES:
+        raise CompactionError(f"unknown compaction retention mode {mode!r}")
+    return mode
+
+
+class CompactedView(abc.ABC):
+    """A handle on one committed compacted view: the surviving entries with ids <= ``horizon``.
+
+    A handle keeps its view readable after a newer compaction replaced it (and its storage was
+    deleted) until the handle is dropped. Reads are thread-safe. ``view_id`` names the view
+    (for the default service, the compacted ledger's id); ids of successive views differ.
+    """
+
+    view_id: int
+    horizon: Position
+
+    @abc.abstractmethod
+    def read(self, start, n: int) -> list:
+        """Up to ``n`` ``(Position, bytes)`` with ``start`` <= id <= horizon, in id order."""
+
+    @abc.abstractmethod
+    def get(self, position) -> Optional[bytes]:
+        """The entry at exactly ``position``, or None."""
+
+    @abc.abstractmethod
+    def last(self) -> Optional[tuple]:
+        """The last ``(Position, bytes)`` of the view, or None when it is empty."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Entries in the view."""
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the view occupies where it is kept (-1: unknown)."""
+        return -1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.view_id}, horizon={self.horizon}, entries={len(self)})"
+
+
+@dataclass(frozen=True)
+class CompactionStats:
+    """What the admin API and the metrics report of a topic's compacted view and last run."""
+
+    view_id: Optional[int] = None  # Pulsar's "compacted ledger id"; None: no view
+    horizon: Optional[Position] = None
+    entries: int = 0
+    size_bytes: int = 0
+    keys: int = -1  # distinct keys in the view (-1: the service does not count them)
+    last_run_duration_ms: Optional[int] = None
+    last_run_steps: dict = field(default_factory=dict)  # seconds per step of the last run here
+
+
+class _NoLock:
+    def release(self) -> None:
+        pass
+
+
+class _ServiceView(CompactedView):
+    """The default view handle: the service's current view through its four PIP-278 reads (it
+    cannot keep an older view readable)."""
+
+    def __init__(self, service: "TopicCompactionService", horizon) -> None:
+        self.service = service
+        self.horizon = Position(*horizon)
+        self.view_id = hash(tuple(self.horizon)) & 0x7FFFFFFFFFFF
+
+    def read(self, start, n: int) -> list:
+        return [(Position(*p), d) for p, d in self.service.read_compacted_entries(start, n)
+                if tuple(p) <= tuple(self.horizon)]
+
+    def get(self, position) -> Optional[bytes]:
+        got = self.service.read_compacted_entries(position, 1)
+        return got[0][1] if got and tuple(got[0][0]) == tuple(position) else None
+
+    def last(self) -> Optional[tuple]:
+        return self.service.read_last_compacted_entry()
+
+    def __len__(self) -> int:
+        return len(self.service.read_compacted_entries(EARLIEST, 1 << 62))
 
 
 class TopicCompactionService(abc.ABC):
@@ -161,6 +311,41 @@ class TopicCompactionService(abc.ABC):
     @abc.abstractmethod
     def get_last_compacted_position(self):
         """The horizon (a ``Position``) of the last successful compaction, or None."""
+
+    # --- beyond PIP-278's four operations (defaults built on them) ---------------------------
+
+    def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[CompactedView]:
+        """A handle on the view in force (``view_id`` None) or on the view ``view_id`` while it
+        still exists; None when there is no such view (or no compaction committed yet).
+
+        ``horizon``: for an older view, the horizon the caller recorded when it pinned it (the
+        service is asked only for the horizon of the view in force); without it an older view is
+        not opened."""
+        horizon = self.get_last_compacted_position()
+        if horizon is None:
+            return None
+        view = _ServiceView(self, horizon)
+        return view if view_id is None or view_id == view.view_id else None
+
+    def retention_filter(self) -> RetentionFilter:
+        """The topic's retention filter as of now (the default shows everything)."""
+        return RetentionFilter(KEEP_UNTIL_TOMBSTONE)
+
+    def stats(self) -> CompactionStats:
+        """Statistics of the view in force."""
+        view = self.open_view()
+        if view is None:
+            return CompactionStats()
+        return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes)
+
+    def cancel(self) -> None:
+        """Ask a ``compact()`` running in another thread to stop (best effort; the default
+        cannot)."""
+
+    def try_lock(self):
+        """The topic's compaction lock (an object with ``release()``), or None when a run in
+        this or another process holds it. The default has no lock."""
+        return _NoLock()
 
     def close(self) -> None:
         """Release what the service holds (open files). The default holds nothing."""
@@ -223,10 +408,17 @@ def load_class(name: str, what: str):
 __all__ = [
     "COMPACTION_CURSOR",
     "DEFAULT_FACTORY",
+    "KEEP_UNTIL_TOMBSTONE",
     "PHASES",
+    "RETENTION_BOUNDED",
+    "RETENTION_MODES",
+    "CompactedView",
     "CompactionProgress",
     "CompactionResult",
     "CompactionServiceFactory",
+    "CompactionStats",
+    "RetentionFilter",
+    "retention_mode",
     "ProgressCallback",
     "TopicCompactionService",
     "load_class",

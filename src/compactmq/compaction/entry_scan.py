@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CompactionError
+from ..errors import CompactionError, UnreadableEntry
+from ..protocol.commands import to_signed64
+from ..protocol.frames import MAGIC
 from . import native
-
-MAGIC = 0x0E01
 
 # MessageMetadata field numbers (our pulsar.proto)
 MD_PUBLISH_TIME = 3
@@ -79,10 +79,6 @@ def unpack_positions(pos):
     )
 
 
-class Malformed(CompactionError):
-    """An entry the scanner cannot read."""
-
-
 def _take(buf: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take(buf, idx, mode="clip")
 
@@ -96,7 +92,7 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     shift = 7
     while todo.size:
         if shift > 63:
-            raise Malformed("varint longer than 10 bytes")
+            raise UnreadableEntry("varint longer than 10 bytes")
         bb = _take(buf, nxt[todo]).astype(np.uint64)
         val[todo] |= (bb & np.uint64(0x7F)) << np.uint64(shift)
         nxt[todo] += 1
@@ -156,10 +152,10 @@ def scan_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: d
         m5 = wt == 5
         newp[m5] = p[m5] + 4
         if not (m | m1 | m2 | m5).all():
-            raise Malformed("unsupported protobuf wire type in entry metadata")
+            raise UnreadableEntry("unsupported protobuf wire type in entry metadata")
         e = ends[active]
         if (newp > e).any():
-            raise Malformed("protobuf field runs past the end of its message")
+            raise UnreadableEntry("protobuf field runs past the end of its message")
         for f, kind in wanted.items():
             hit = number == f
             if not hit.any():
@@ -233,7 +229,7 @@ def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.nda
     offsets = np.asarray(offsets, dtype=np.int64)
     ends = offsets + np.asarray(lengths, dtype=np.int64)
     if (ends - offsets < 4).any():
-        raise Malformed("entry shorter than its header")
+        raise UnreadableEntry("entry shorter than its header")
     head = read_u32(buf, offsets)
     magic = (head >> 16) == MAGIC
     size_at = np.where(magic, offsets + 6, offsets)
@@ -241,7 +237,7 @@ def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.nda
     md_start = size_at + 4
     md_end = md_start + md_size
     if (md_end > ends).any():
-        raise Malformed("metadata size runs past the end of the entry")
+        raise UnreadableEntry("metadata size runs past the end of the entry")
     f = scan_fields(
         buf, md_start, md_end,
         {
@@ -375,12 +371,12 @@ def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, count
     while active.size:
         p = cur[active]
         if (p + 4 > ends[active]).any():
-            raise Malformed("batch ends inside a sub-message header")
+            raise UnreadableEntry("batch ends inside a sub-message header")
         size = read_u32(buf, p)
         s0 = p + 4
         s1 = s0 + size
         if (s1 > ends[active]).any():
-            raise Malformed("sub-message metadata runs past the end of its batch")
+            raise UnreadableEntry("sub-message metadata runs past the end of its batch")
         f = scan_fields(
             buf, s0, s1,
             {SM_PARTITION_KEY: BYTES, SM_PAYLOAD_SIZE: VARINT, SM_COMPACTED_OUT: VARINT, SM_EVENT_TIME: VARINT},
@@ -388,7 +384,7 @@ def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, count
         psize = f[SM_PAYLOAD_SIZE].value.astype(np.int64)
         pend = s1 + psize
         if (pend > ends[active]).any():
-            raise Malformed("sub-message payload runs past the end of its batch")
+            raise UnreadableEntry("sub-message payload runs past the end of its batch")
         k = f[SM_PARTITION_KEY]
         parts.append((
             active, np.full(len(active), i, np.int64), p, s0, s1, pend,
@@ -400,7 +396,7 @@ def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, count
         cur[active] = pend
         i += 1
         if i > MAX_BATCH + 1:
-            raise Malformed("batch with too many messages")
+            raise UnreadableEntry("batch with too many messages")
         keep = (pend < ends[active]) & (i < counts[active])
         active = active[keep]
     if not parts:
@@ -492,7 +488,7 @@ def hash_key_py(key: bytes) -> tuple[int, int]:
             w = int.from_bytes(key[j : j + 8].ljust(8, b"\0"), "little")
             h = (((h ^ fmix(w ^ s1)) * 0xFF51AFD7ED558CCD) + s0) & mask
         h = fmix(h)
-        out.append(h - (1 << 64) if h >= 1 << 63 else h)
+        out.append(to_signed64(h))
     return out[0], out[1]
 
 

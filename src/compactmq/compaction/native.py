@@ -2,18 +2,32 @@
 
 The numpy code in ``entry_scan`` is the reference and always works. Where a C compiler is at
 hand (``cc``), the first use in a process compiles the small C source below into a shared
-library cached by the hash of its source (``$COMPACTMQ_NATIVE_CACHE``, else ``~/.cache/compactmq``)
-and loads it with ctypes; each function then walks the protobuf fields of one record at a time
-in C, which is about ten times cheaper than numpy's lockstep rounds. Results are identical (the
-tests compare both paths); set ``COMPACTMQ_NATIVE=0`` to use numpy only. A Spark executor without
-a compiler simply uses numpy.
+library cached by the hash of its source (``$COMPACTMQ_NATIVE_CACHE``, else ``~/.cache/compactmq``,
+else ``$TMPDIR/compactmq-native-<uid>``) and loads it with ctypes; each function then walks the
+protobuf fields of one record at a time in C, which is about ten times cheaper than numpy's
+lockstep rounds. Results are identical (the tests compare both paths); set ``COMPACTMQ_NATIVE=0``
+to use numpy only. A Spark executor without a compiler simply uses numpy.
+
+Loading a shared object runs its code in the broker, so the cache directory must be one only
+this user can write: the loader creates it with mode 0700 and, before building or loading,
+checks it with ``lstat`` (a real directory, not a symlink, owned by this uid, no group or other
+permission bits; one only others could read, as older releases made it, is tightened to
+0700) and checks the library file the same way (a regular file owned by this uid,
+writable by nobody else). Anything else (say a directory another local user planted in
+``/tmp``) turns the fast path off. The compiler is ``cc`` from ``PATH``; ``$CC`` is ignored
+unless ``COMPACTMQ_NATIVE_USE_CC=true`` asks for it. When the fast path is unavailable the
+reason is logged once per process.
+
+This is a stopgap until the accelerator becomes a build-time extension.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
+import stat
 import subprocess
 import tempfile
 import threading
@@ -183,9 +197,15 @@ void cmq_hash_keys(const uint8_t *b, const int64_t *off, const int64_t *len, int
 }
 """
 
+log = logging.getLogger(__name__)
+
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 _tried = False
+
+
+class NativeUnavailable(Exception):
+    """Why the fast path is off (logged once; callers then use numpy)."""
 
 
 def _cache_dir() -> str:
@@ -198,21 +218,62 @@ def _cache_dir() -> str:
     return d
 
 
-def _build() -> Optional[ctypes.CDLL]:
+def _private_dir(d: str) -> str:
+    """``d``, created 0700 when missing; raises NativeUnavailable unless it is a real directory
+    (not a symlink) owned by this user with no group/other permissions."""
+    parent = os.path.dirname(os.path.abspath(d))
+    os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise NativeUnavailable(f"{d} is not a directory (a symlink is never followed)")
+    if st.st_uid != os.getuid():
+        raise NativeUnavailable(f"{d} is owned by uid {st.st_uid}, not by this user ({os.getuid()})")
+    if st.st_mode & 0o022:
+        raise NativeUnavailable(f"{d} has mode {stat.S_IMODE(st.st_mode):o}: others may have written "
+                                "to it; it must be 700")
+    if st.st_mode & 0o077:  # ours, and nobody else could write to it (an older release made it 755)
+        os.chmod(d, 0o700)
+    return d
+
+
+def _check_library(so: str) -> None:
+    st = os.lstat(so)
+    if not stat.S_ISREG(st.st_mode):
+        raise NativeUnavailable(f"{so} is not a regular file (a symlink is never followed)")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise NativeUnavailable(f"{so} is not owned by this user or is writable by others")
+
+
+def _compiler() -> str:
+    from ..config import parse_bool
+
+    if parse_bool(os.environ.get("COMPACTMQ_NATIVE_USE_CC"), False) and os.environ.get("CC"):
+        return os.environ["CC"]
+    return "cc"
+
+
+def _build() -> ctypes.CDLL:
     digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
-    d = _cache_dir()
+    d = _private_dir(_cache_dir())
     so = os.path.join(d, f"cmq_scan_{digest}.so")
-    if not os.path.exists(so):
-        os.makedirs(d, exist_ok=True)
+    if not os.path.lexists(so):
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             src = os.path.join(tmp, "cmq_scan.c")
             with open(src, "w") as f:
                 f.write(SOURCE)
             out = os.path.join(tmp, "cmq_scan.so")
-            cc = os.environ.get("CC", "cc")
-            subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src], check=True, capture_output=True,
-                           timeout=60)
+            try:
+                subprocess.run([_compiler(), "-O2", "-shared", "-fPIC", "-o", out, src], check=True,
+                               capture_output=True, timeout=60)
+            except (OSError, subprocess.SubprocessError) as e:
+                raise NativeUnavailable(f"no usable C compiler ({e})") from None
+            os.chmod(out, 0o700)
             os.replace(out, so)  # atomic: concurrent workers never load a half-written file
+    _check_library(so)
     lib = ctypes.CDLL(so)
     p = ctypes.c_void_p
     i64 = ctypes.c_int64
@@ -230,7 +291,8 @@ def _build() -> Optional[ctypes.CDLL]:
 
 
 def library() -> Optional[ctypes.CDLL]:
-    """The compiled library, or None (disabled, or no compiler): callers then use numpy."""
+    """The compiled library, or None (disabled, unsafe cache directory, or no compiler): callers
+    then use numpy. The first call decides for the whole process and logs why when it is None."""
     global _lib, _tried
     if os.environ.get("COMPACTMQ_NATIVE", "1") == "0":
         return None
@@ -240,8 +302,9 @@ def library() -> Optional[ctypes.CDLL]:
         if not _tried:
             try:
                 _lib = _build()
-            except Exception:
+            except Exception as e:  # noqa: BLE001 - any failure means: use numpy
                 _lib = None
+                log.warning("native scan accelerator unavailable, using numpy: %s", e)
             _tried = True
     return _lib
 

@@ -7,7 +7,9 @@ method, ``run(plan, strategy, progress) -> list of part descriptions``.
 
 ``LedgerCompactionService`` implements the read half of ``TopicCompactionService`` over the
 compacted ledger the metadata store names; it notices a new one (committed by this process or
-by a ``compact-topic`` job) by the compaction state's ``version``.
+by a ``compact-topic`` job) by the compaction state's ``version``. Its view handles
+(``LedgerView``) hold the compacted ledger's bytes (a memory map: the data outlives the file's
+deletion), so a handle pinned by a consumer stays readable after a newer compaction.
 
 Abort hook: ``abort_hook(point)`` is called at each named point (``ABORT_POINTS``); tests make it
 raise or kill the process to show that every point leaves the old view or the new one.
@@ -24,8 +26,18 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import CompactionError, CompactMQError, Conflict
-from . import CompactionProgress, CompactionResult, ProgressCallback, TopicCompactionService
+from ..config import parse_bool
+from ..errors import CompactionError, CompactMQError, Conflict, StorageError
+from . import (
+    CompactedView,
+    CompactionProgress,
+    CompactionResult,
+    CompactionStats,
+    ProgressCallback,
+    RetentionFilter,
+    TopicCompactionService,
+    retention_mode,
+)
 from .compacted_ledger import (
     CompactedLedgerReader,
     compacted_ledger_path,
@@ -34,13 +46,10 @@ from .compacted_ledger import (
     topic_dir,
 )
 from .plan import RunPlan, build_groups, build_segments
-from ..storage.position import Position
+from ..storage.position import EARLIEST, Position
 from .strategies import resolve_strategy
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
-
-RETENTION_BOUNDED = "retention-bounded"
-KEEP_UNTIL_TOMBSTONE = "keep-until-tombstone"
 
 
 def topic_settings(storage, topic: str, config) -> dict:
@@ -49,16 +58,12 @@ def topic_settings(storage, topic: str, config) -> dict:
     from ..storage import COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
 
     meta = storage.metadata
-    mode = meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
-    mode = mode or RETENTION_BOUNDED
-    if mode not in (RETENTION_BOUNDED, KEEP_UNTIL_TOMBSTONE):
-        raise CompactionError(f"unknown compaction retention mode {mode!r}")
+    mode = retention_mode(meta.effective_policy(topic, COMPACTION_RETENTION_MODE,
+                                                config.get("topicCompactionRetentionMode")))
     retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
-    if isinstance(retain, str):
-        retain = retain.strip().lower() in ("true", "1", "yes", "on")
     return {
         "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
-        "retain_null_key": bool(retain),
+        "retain_null_key": parse_bool(retain or False, default=False),
         "retention_mode": mode,
     }
 
@@ -220,9 +225,11 @@ class CompactionRunner:
             reader = CompactedLedgerReader(path)
             start = 0
             bound = None
-            if settings["retention_mode"] == RETENTION_BOUNDED:
-                # a message retention removed from the topic leaves the compacted view too
-                bound = first if first is not None else new_horizon_next(new_horizon)
+            keep = RetentionFilter(settings["retention_mode"], first)
+            if keep.bounded:
+                # a message retention removed from the topic leaves the compacted view too (what
+                # readers already skip through the same filter); nothing visible: drop them all
+                bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
                 start = reader.find(bound)
             lids, counts = np.unique(reader.ledger_ids[start:], return_counts=True)
             los = {int(l): 0 for l in lids}
@@ -249,6 +256,41 @@ def new_horizon_next(pos):
     return (pos[0], pos[1] + 1)
 
 
+class LedgerView(CompactedView):
+    """A handle on one compacted ledger (see ``CompactedView``)."""
+
+    def __init__(self, view_id: int, horizon, reader: CompactedLedgerReader) -> None:
+        self.view_id = view_id
+        self.horizon = Position(*horizon)
+        self.reader = reader
+
+    def read(self, start, n: int) -> list:
+        out = []
+        for pos, data in self.reader.read(start, n):
+            pos = Position(*pos)
+            if pos > self.horizon:
+                break
+            out.append((pos, data))
+        return out
+
+    def get(self, position) -> Optional[bytes]:
+        i = self.reader.find(position)
+        if i < len(self.reader) and tuple(self.reader.position_at(i)) == tuple(position):
+            return self.reader.entry_at(i)
+        return None
+
+    def last(self) -> Optional[tuple]:
+        last = self.reader.last()
+        return None if last is None else (Position(*last[0]), last[1])
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    @property
+    def size_bytes(self) -> int:
+        return len(memoryview(self.reader.buffer))
+
+
 class LedgerCompactionService(TopicCompactionService):
     """The read side over the compacted ledger named by the metadata store, plus ``compact()``
     through a ``CompactionRunner`` with the engine a subclass provides."""
@@ -262,59 +304,112 @@ class LedgerCompactionService(TopicCompactionService):
         self.abort_hook = abort_hook
         self.fault_points = fault_points
         self._lock = threading.Lock()
-        self._reader: Optional[CompactedLedgerReader] = None
-        self._reader_id: Optional[int] = None
+        self._view: Optional[LedgerView] = None
+        self._engine = None
+        self._cancelled = threading.Event()
+        self._last_steps: dict = {}
 
     def engine(self):  # pragma: no cover - subclasses
         raise NotImplementedError
 
     def compact(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
-        runner = CompactionRunner(self.storage, self.topic, self.config, self.engine(),
-                                  abort_hook=self.abort_hook, fault_points=self.fault_points)
-        return runner.run(progress)
+        self._cancelled.clear()
+        self._engine = self.engine()
+        runner = CompactionRunner(self.storage, self.topic, self.config, self._engine,
+                                  abort_hook=self._check_cancelled, fault_points=self.fault_points)
+        try:
+            result = runner.run(progress)
+        finally:
+            self._engine = None
+        self._last_steps = dict(result.step_seconds or {})
+        return result
+
+    def _check_cancelled(self, point: str) -> None:
+        if self._cancelled.is_set() and point != "after-commit":
+            raise CompactionError(f"compaction of {self.topic} cancelled")
+        if self.abort_hook is not None:
+            self.abort_hook(point)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        cancel = getattr(self._engine, "cancel", None)
+        if cancel is not None:
+            cancel()
+
+    def try_lock(self):
+        try:
+            return TopicLock(topic_dir(self.storage.data_dir, self.topic))
+        except Conflict:
+            return None
+
+    # --- the read side -----------------------------------------------------------------------
+
+    def _open(self, view_id: int, horizon) -> Optional[LedgerView]:
+        path = compacted_ledger_path(self.storage.data_dir, self.topic, view_id)
+        try:
+            return LedgerView(view_id, horizon, CompactedLedgerReader(path))
+        except (OSError, StorageError):  # gone: a newer compaction replaced it
+            return None
+
+    def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[LedgerView]:
+        meta = self.storage.metadata
+        for _ in range(5):
+            state = meta.get_compaction_state(self.topic)
+            if state.compacted_ledger_id is None or state.horizon is None:
+                current = None
+            else:
+                with self._lock:
+                    current = self._view
+                if current is None or current.view_id != state.compacted_ledger_id:
+                    current = self._open(state.compacted_ledger_id, state.horizon)
+                    if current is None:
+                        continue  # replaced between the lookup and the open: look again
+                    with self._lock:
+                        self._view = current
+            if view_id is None or (current is not None and current.view_id == view_id):
+                return current
+            return None if horizon is None else self._open(view_id, horizon)
+        raise StorageError(f"cannot open the compacted ledger of {self.topic}")
 
     def compacted_ledger(self) -> Optional[CompactedLedgerReader]:
-        """The reader of the compacted ledger in force (re-opened when a new one lands)."""
-        state = self.storage.metadata.get_compaction_state(self.topic)
-        with self._lock:
-            if state.compacted_ledger_id != self._reader_id:
-                self._reader = None
-                if state.compacted_ledger_id is not None:
-                    path = compacted_ledger_path(self.storage.data_dir, self.topic, state.compacted_ledger_id)
-                    self._reader = CompactedLedgerReader(path)
-                self._reader_id = state.compacted_ledger_id
-            return self._reader
+        """The reader of the compacted ledger in force (tests and tools)."""
+        view = self.open_view()
+        return view.reader if view is not None else None
 
-    def _retention_floor(self):
-        if topic_settings(self.storage, self.topic, self.config)["retention_mode"] != RETENTION_BOUNDED:
-            return None
+    def retention_filter(self) -> RetentionFilter:
+        mode = topic_settings(self.storage, self.topic, self.config)["retention_mode"]
         try:
-            ml = self.storage.open_managed_ledger(self.topic, create=False)
+            first = self.storage.open_managed_ledger(self.topic, create=False).first_position()
         except CompactMQError:
-            return None
-        return ml.first_position()
+            first = None
+        return RetentionFilter(mode, None if first is None else Position(*first))
 
     def read_compacted_entries(self, start_position, n: int) -> list:
-        reader = self.compacted_ledger()
-        if reader is None:
+        view = self.open_view()
+        if view is None:
             return []
-        floor = self._retention_floor()
-        if floor is not None and tuple(start_position) < tuple(floor):
-            start_position = floor
-        return reader.read(start_position, n)
+        start = self.retention_filter().start(start_position, progress=True)
+        return [] if start is None else view.read(start, n)
 
     def read_last_compacted_entry(self):
-        reader = self.compacted_ledger()
-        if reader is None:
-            return None
-        last = reader.last()
-        floor = self._retention_floor()
-        if last is not None and floor is not None and tuple(last[0]) < tuple(floor):
+        view = self.open_view()
+        last = view.last() if view is not None else None
+        if last is not None and not self.retention_filter().visible(last[0]):
             return None
         return last
 
     def get_last_compacted_position(self):
         return self.storage.metadata.get_compaction_state(self.topic).horizon
 
+    def stats(self) -> CompactionStats:
+        view = self.open_view()
+        state = self.storage.metadata.get_compaction_state(self.topic)
+        if view is None:
+            return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=self._last_steps)
+        return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes,
+                               keys=-1, last_run_duration_ms=state.last_duration_ms,
+                               last_run_steps=dict(self._last_steps))
 
-#: the per-topic compaction lock, for callers outside this module (the broker's monitor)
+    def close(self) -> None:
+        with self._lock:
+            self._view = None

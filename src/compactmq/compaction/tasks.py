@@ -9,7 +9,6 @@ mapped when local), never through a broker's memory.
 from __future__ import annotations
 
 import os
-import struct
 from typing import Iterator, Optional
 
 import numpy as np
@@ -118,32 +117,23 @@ def rows_to_arrow(rows: es.Rows, with_event_time: bool):
 
 
 def decode_messages(entry: bytes, ledger_id: int, entry_id: int) -> list:
-    """Every message of a stored entry as ``strategies.Message`` (protobuf; the slow path)."""
-    from ..protocol import pulsar_pb2 as pb
-    from ..protocol.compression import decompress
+    """Every message of a stored entry as ``strategies.Message`` (the protocol package's own
+    decoder; the slow path). An encrypted entry cannot be opened: it is one message, as stored."""
+    from ..protocol import batch as batch_codec
+    from ..protocol import frames
     from .strategies import Message
 
-    off = 6 if entry[:2] == b"\x0e\x01" else 0
-    (size,) = struct.unpack_from(">I", entry, off)
-    md = pb.MessageMetadata()
-    md.ParseFromString(entry[off + 4 : off + 4 + size])
-    payload = entry[off + 4 + size :]
-    props = {kv.key: kv.value for kv in md.properties}
-    if not md.HasField("num_messages_in_batch") or len(md.encryption_keys):
+    md, payload = frames.parse_entry(entry, verify_checksum=False)
+    if len(md.encryption_keys):
         key = md.partition_key if md.HasField("partition_key") else None
+        props = {kv.key: kv.value for kv in md.properties}
         return [Message(key, bytes(payload), (ledger_id, entry_id, 0), md.publish_time, md.event_time, props)]
-    if md.compression:
-        payload = decompress(md.compression, payload, md.uncompressed_size)
-    out, p = [], 0
-    for i in range(md.num_messages_in_batch):
-        (n,) = struct.unpack_from(">I", payload, p)
-        smm = pb.SingleMessageMetadata()
-        smm.ParseFromString(payload[p + 4 : p + 4 + n])
-        data = bytes(payload[p + 4 + n : p + 4 + n + smm.payload_size])
-        p += 4 + n + smm.payload_size
-        key = smm.partition_key if smm.HasField("partition_key") else None
-        out.append(Message(key, data, (ledger_id, entry_id, i), md.publish_time, smm.event_time,
-                           {kv.key: kv.value for kv in smm.properties}))
+    out = []
+    for i, item in enumerate(batch_codec.decode_batch(md, payload)):
+        m = item.meta
+        key = m.partition_key if m.HasField("partition_key") else None
+        out.append(Message(key, bytes(item.payload), (ledger_id, entry_id, i), md.publish_time, m.event_time,
+                           {kv.key: kv.value for kv in m.properties}))
     return out
 
 

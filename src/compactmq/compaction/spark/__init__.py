@@ -24,6 +24,7 @@ class SparkEngine:
         self.poll_seconds = poll_seconds
         self.last_stats: dict = {}
         self._spark = None
+        self._group: Optional[str] = None
 
     @property
     def spark(self):
@@ -42,6 +43,7 @@ class SparkEngine:
         counter = sc.accumulator(0)
         group = f"compactmq-{uuid.uuid4().hex[:12]}"
         sc.setJobGroup(group, f"compaction of {plan.topic}", interruptOnCancel=True)
+        self._group = group
         stop = threading.Event()
         poller = threading.Thread(target=self._poll, args=(sc, group, plan, report, stop), daemon=True)
         poller.start()
@@ -50,12 +52,19 @@ class SparkEngine:
             survivors = pipeline.survivors(self.spark, plan, strategy, counter=counter)
             parts = pipeline.copy_survivors(survivors, plan)
         finally:
+            self._group = None
             stop.set()
             poller.join()
             sc.setLocalProperty("spark.jobGroup.id", None)
         self.last_stats = {"messages_read": counter.value}
         report(CompactionProgress("phase-two", plan.estimated_entries, plan.estimated_entries))
         return parts
+
+    def cancel(self) -> None:
+        """Cancel this run's Spark jobs (from another thread); the run then fails."""
+        group = self._group
+        if group is not None and self._spark is not None:
+            self._spark.sparkContext.cancelJobGroup(group)
 
     def _poll(self, sc, group, plan, report, stop) -> None:
         """Progress from Spark's status tracker: the parse stage (one task per group) is phase one,
