@@ -50,6 +50,14 @@ SETTINGS: dict[str, Setting] = {
         int, 16 * 1024 * 1024, "unpersisted bytes per connection above which its socket is paused"
     ),
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
+    # --- deduplication, producers, consumers, schemas, listeners (issue 12) ---------------
+    "brokerDeduplicationEnabled": _s(bool, False, "drop messages whose sequence id a producer already published"),
+    "brokerDeduplicationEntriesInterval": _s(
+        int, 1000, "entries between two snapshots of the deduplication state"
+    ),
+    "brokerDeduplicationSnapshotIntervalSeconds": _s(
+        int, 120, "seconds between two snapshots of the deduplication state"
+    ),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(

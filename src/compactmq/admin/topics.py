@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..broker.dedup import DEDUP_CURSOR
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
@@ -228,7 +229,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
                 "accessMode": _access_mode(p), "msgInCounter": p.messages_in, "bytesInCounter": p.bytes_in,
                 "msgRateIn": traffic.producer_rate(p.serial), "address": _address(p.connection),
             })
-    names = {c.name for c in ml.cursors()} | set(live_subs)
+    names = {c.name for c in ml.cursors() if c.name != DEDUP_CURSOR} | set(live_subs)
     for name in sorted(names):
         cursor = ml.get_cursor(name)
         sub = live_subs.get(name)
@@ -471,6 +472,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         values = policy.parse(await read_json(request, policy.summary))
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, values)
+        await ctx.service.topics.policies_changed(topic)
         return None
 
     async def remove_policy(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -478,6 +480,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         n = await _kind(ctx, topic)
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, {k: None for k in policy.keys})
+        await ctx.service.topics.policies_changed(topic)
         return None
 
     for fn, verb in ((get_policy, "get"), (set_policy, "set"), (remove_policy, "remove")):

@@ -191,6 +191,7 @@ class CommandHandler:
                 return
             raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
+        await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
         schema_version = b""
         if cmd.HasField("schema"):
             schema_version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
@@ -246,6 +247,10 @@ class CommandHandler:
         conn = self.conn
         topic = producer.topic
         partition = topic.partition_index
+        dedup = topic.dedup
+        if dedup.enabled and dedup.check(producer.name, last_seq) != "new":
+            self._answer_duplicate(producer, sequence_id, highest, last_seq)
+            return
         conn.reads.add(size)
         producer.messages_in += num
         producer.bytes_in += size
@@ -253,6 +258,7 @@ class CommandHandler:
         def persisted(position: Position | None, exc: BaseException | None) -> None:
             conn.reads.release(size)
             if exc is not None:
+                dedup.failed(producer.name)
                 conn.send_command(commands.send_error(
                     producer_id, sequence_id,
                     exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
@@ -262,12 +268,30 @@ class CommandHandler:
             seqs = topic.last_sequence_ids
             if seqs.get(producer.name, -1) < last_seq:
                 seqs[producer.name] = last_seq
+            dedup.entry_persisted(position)
             conn.send_command(commands.send_receipt(
                 producer_id, sequence_id, position[0], position[1],
                 partition=partition, highest_sequence_id=highest,
             ))
 
         topic.publish(entry, publish_time, persisted)
+
+    def _answer_duplicate(self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int) -> None:
+        """A message deduplication recognised: a receipt with -1:-1 (Pulsar's answer) once
+        every earlier SEND of the topic is answered; a SEND_ERROR if the original failed."""
+        conn, topic = self.conn, producer.topic
+
+        def answer(position, exc) -> None:
+            if topic.dedup.is_persisted(producer.name, last_seq):
+                conn.send_command(commands.send_receipt(
+                    producer.producer_id, sequence_id, -1, -1,
+                    partition=topic.partition_index, highest_sequence_id=highest))
+            else:
+                conn.send_command(commands.send_error(
+                    producer.producer_id, sequence_id, ServerError.PersistenceError,
+                    "the message this one duplicates was not persisted; send it again"))
+
+        topic.publish_marker(answer)
 
     def on_close_producer(self, cmd: pb.CommandCloseProducer, frame) -> None:
         producer = self.producers.pop(cmd.producer_id, None)

@@ -22,6 +22,7 @@ from ..errors import CompactMQError, InvalidTopicName, NotAllowed, ProducerBusy,
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
+from .dedup import Deduplication
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .producers import EXCLUSIVE_WITH_FENCING, WAIT_FOR_EXCLUSIVE, MustWait, Producer, check_access
 from .subscriptions import Consumer, CursorView, Subscription
@@ -57,6 +58,7 @@ class Topic:
         self.newest_ledger_id = newest_ledger_id
         self.source = LedgerEntrySource(self, service.run_blocking)
         self.last_sequence_ids: dict[str, int] = {}
+        self.dedup = Deduplication(self)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
         self._sub_lock = asyncio.Lock()
@@ -84,14 +86,25 @@ class Topic:
         if self._append_task is None:
             self._append_task = self.spawn(self._append_loop())
 
+    def publish_marker(self, callback: PublishCallback) -> None:
+        """Call ``callback(None, None)`` once every SEND queued before it is persisted or
+        failed: the answer to a duplicate of a message still being written keeps its place in
+        the order of receipts (see ``dedup``)."""
+        if self._append_task is None and not self._queue:
+            callback(None, None)
+            return
+        self._queue.append((None, 0, callback))  # type: ignore[arg-type]
+        if self._append_task is None:
+            self._append_task = self.spawn(self._append_loop())
+
     async def _append_loop(self) -> None:
         try:
             while self._queue:
                 batch = self._take_batch()
-                entries = [e for e, _, _ in batch]
-                times = [t for _, t, _ in batch]
+                entries = [e for e, _, _ in batch if e is not None]
+                times = [t for e, t, _ in batch if e is not None]
                 try:
-                    positions = await self.run_blocking(self.ledger.append_many, entries, times)
+                    positions = await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
@@ -100,7 +113,12 @@ class Topic:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     continue
-                for (entry, _, cb), pos in zip(batch, positions):  # storage returns Positions
+                stored = iter(positions)  # storage returns Positions
+                for entry, _, cb in batch:
+                    if entry is None:  # a marker (publish_marker)
+                        cb(None, None)
+                        continue
+                    pos = next(stored)
                     self.tail_cache.append(pos, entry)
                     self.last_position = pos
                     cb(pos, None)
@@ -114,6 +132,9 @@ class Topic:
         n = 0
         size = 0
         for entry, _, _ in self._queue:
+            if entry is None:
+                n += 1
+                continue
             if n and (n >= MAX_APPEND_BATCH_ENTRIES or size + len(entry) > MAX_APPEND_BATCH_BYTES):
                 break
             n += 1
@@ -277,6 +298,7 @@ class Topic:
                 for consumer in list(sub.consumers):
                     consumer.connection.close_consumer_by_broker(consumer)
         await self.drain()
+        await self.dedup.close()
         for sub in list(self.subscriptions.values()):
             try:
                 await sub.close()
@@ -392,6 +414,7 @@ class TopicManager:
         last, newest = await self.service.run_blocking(_topic_facts, ledger)
         topic = Topic(self.service, tn, ledger, last, newest)
         topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
+        await topic.dedup.load()
         return topic
 
     async def partitions(self, name: str, auto_create: bool = True) -> int:
@@ -429,6 +452,19 @@ class TopicManager:
             if type(exc).__name__ != "AlreadyExists":
                 raise
         return await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+
+    async def policies_changed(self, name: str) -> None:
+        """A topic or namespace policy changed (admin API): loaded topics it covers re-read
+        the policies they keep in memory (deduplication)."""
+        for topic in list(self.loaded.values()):
+            if topic.closed:
+                continue
+            base = str(topic.topic_name.partitioned_base)
+            if name in (topic.name, base, topic.topic_name.namespace_name):
+                try:
+                    await topic.dedup.refresh()
+                except Exception:  # noqa: BLE001 - the policy is stored; the next load applies it
+                    log.exception("applying the policies of %s failed", topic.name)
 
     async def unload(self, name: str) -> None:
         topic = self.loaded.pop(str(TopicName.parse(name)), None)

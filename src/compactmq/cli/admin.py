@@ -114,6 +114,7 @@ class Policy:
     render: Callable[[Any], str]
     topic_set_method: str = "POST"  # Pulsar sets topic policies with POST
     namespace_set_method: str = "POST"
+    namespace_path: str | None = None  # where Pulsar names the namespace path differently
 
 
 def _threshold_args(p: argparse.ArgumentParser) -> None:
@@ -158,6 +159,12 @@ def _null_key_args(p: argparse.ArgumentParser) -> None:
                    help="keep keyless messages in the compacted view")
 
 
+def _dedup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("-e", "--enable", action="store_true", help="enable message deduplication")
+    g.add_argument("-d", "--disable", action="store_true", help="disable message deduplication")
+
+
 POLICIES = (
     Policy("compaction-threshold", "compactionThreshold", _threshold_args,
            lambda a: parse_size(a.threshold), _render_threshold, namespace_set_method="PUT"),
@@ -166,27 +173,30 @@ POLICIES = (
            lambda b: b if b else "no compaction strategy set"),
     Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
            lambda a: a.retain == "true", lambda b: "not set" if b is None else str(b).lower()),
+    Policy("deduplication", "deduplicationEnabled", _dedup_args, lambda a: bool(a.enable),
+           lambda b: "not set" if b is None else str(b).lower(), namespace_path="deduplication"),
 )
 
 
 def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
     set_method_attr = "topic_set_method" if target == "topic" else "namespace_set_method"
     for pol in POLICIES:
+        suffix = pol.namespace_path if target == "namespace" and pol.namespace_path else pol.path
         p = sub.add_parser(f"set-{pol.command}", help=f"set the {pol.command} policy of a {target}")
         p.add_argument(target)
         pol.add_value_args(p)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
-            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{pol.path}",
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
+            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{suffix}",
                       pol.body_from_args(a)),
             o.done(f"{pol.command} set on {getattr(a, target)}"))))
         p = sub.add_parser(f"get-{pol.command}", help=f"show the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: o.result(
-            c.request("GET", f"{path_of(getattr(a, target))}/{pol.path}"), pol.render)))
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: o.result(
+            c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), pol.render)))
         p = sub.add_parser(f"remove-{pol.command}", help=f"remove the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
-            c.request("DELETE", f"{path_of(getattr(a, target))}/{pol.path}"),
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
+            c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
             o.done(f"{pol.command} removed from {getattr(a, target)}"))))
 
 
