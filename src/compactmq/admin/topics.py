@@ -265,6 +265,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         "publishers": publishers, "subscriptions": subscriptions,
         "compaction": _compaction_stats(state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
+        "topicEpoch": loaded.epoch if loaded is not None and loaded.epoch >= 0 else None,
     }
 
 

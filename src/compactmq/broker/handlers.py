@@ -200,6 +200,8 @@ class CommandHandler:
         else:
             name = f"{self.service.cluster_name}-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(topic, self.conn, cmd.producer_id, name, cmd.producer_access_mode, schema_version)
+        if cmd.HasField("topic_epoch"):  # a reconnecting exclusive producer: the epoch it was given
+            producer.topic_epoch = cmd.topic_epoch
         # a producer of that name (or an exclusive one) on another connection may be a client
         # that reconnected before the broker noticed its old socket died: check, evict if dead
         await self._evict_dead_peers(
@@ -225,11 +227,13 @@ class CommandHandler:
                 topic.remove_producer(producer)
                 return
         self.producers[cmd.producer_id] = producer
+        if producer.exclusive:
+            await topic.save_epoch()
         self.conn.send_command(commands.producer_success(
             cmd.request_id, name,
             last_sequence_id=topic.last_sequence_ids.get(name, -1),
             schema_version=schema_version,
-            topic_epoch=0 if producer.exclusive else None,
+            topic_epoch=producer.topic_epoch if producer.exclusive else None,
         ))
 
     def on_send(self, cmd: pb.CommandSend, frame) -> None:

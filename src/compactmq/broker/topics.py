@@ -18,13 +18,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CompactMQError, InvalidTopicName, NotAllowed, ProducerBusy, StorageError, TopicNotFound
+from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .dedup import Deduplication
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
-from .producers import EXCLUSIVE_WITH_FENCING, WAIT_FOR_EXCLUSIVE, MustWait, Producer, check_access
+from .producers import EXCLUSIVE_WITH_FENCING, MustWait, Producer, ProducerFenced, check_access, check_epoch
 from .subscriptions import Consumer, CursorView, Subscription
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +66,7 @@ class Topic:
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
         self.closed = False
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
+        self.epoch = -1  # topic epoch (see producers): -1 until an exclusive producer takes the topic
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -151,17 +152,36 @@ class Topic:
     # --- producers ---------------------------------------------------------------------------
 
     def add_producer(self, producer: Producer) -> None:
-        """Attach a producer; ProducerBusy when its access mode forbids it now, MustWait for
-        a WaitForExclusive producer that joins the queue (see ``wait_for_exclusive``)."""
+        """Attach a producer; ProducerBusy / ProducerFenced when its access mode forbids it now,
+        MustWait for a WaitForExclusive producer that joins the queue (see
+        ``wait_for_exclusive``). An exclusive producer is given the next topic epoch
+        (``producer.topic_epoch``; the caller persists it with ``save_epoch``)."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
-        if self._exclusive_waiters and producer.access_mode != EXCLUSIVE_WITH_FENCING:
-            if producer.access_mode == WAIT_FOR_EXCLUSIVE:
-                raise MustWait()  # behind the ones already waiting
-            raise ProducerBusy(f"producers are waiting for exclusive access to {self.name}")
-        for fenced in check_access(list(self.producers.values()), producer.access_mode, producer.name):
-            fenced.connection.close_producer_by_broker(fenced)
+        fenced = check_access(list(self.producers.values()), producer.access_mode, producer.name,
+                              bool(self._exclusive_waiters))
+        if producer.exclusive:
+            check_epoch(producer, self.epoch)
+        if producer.access_mode == EXCLUSIVE_WITH_FENCING:
+            waiters, self._exclusive_waiters = self._exclusive_waiters, []
+            for waiting, fut in waiters:
+                if not fut.done():
+                    fut.set_exception(ProducerFenced("Fenced out"))
+        for old in fenced:
+            old.connection.close_producer_by_broker(old)
+        self._take_epoch(producer)
         self.producers[producer.serial] = producer
+
+    def _take_epoch(self, producer: Producer) -> None:
+        if producer.exclusive:
+            # the epoch the client brings back when it reconnects, else the next one
+            given = producer.topic_epoch
+            self.epoch = given if given is not None and given >= self.epoch else self.epoch + 1
+            producer.topic_epoch = self.epoch
+
+    async def save_epoch(self) -> None:
+        """Persist the topic epoch (in the topic's properties) before the producer hears of it."""
+        await self.run_blocking(_save_epoch, self.service.storage.metadata, self.name, self.epoch)
 
     async def wait_for_exclusive(self, producer: Producer) -> None:
         """Queue a WaitForExclusive producer; returns once it is attached as the only one."""
@@ -178,6 +198,12 @@ class Topic:
             producer, fut = self._exclusive_waiters.pop(0)
             if fut.done() or producer.closed or producer.connection.closed:
                 continue
+            try:
+                check_epoch(producer, self.epoch)
+            except ProducerFenced as exc:
+                fut.set_exception(exc)
+                continue
+            self._take_epoch(producer)
             self.producers[producer.serial] = producer
             fut.set_result(None)
 
@@ -313,6 +339,24 @@ def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
     return cursor, CursorView.of(cursor, with_batch_acks=True)
 
 
+EPOCH_PROPERTY = "topicEpoch"
+
+
+def _load_epoch(metadata: Any, topic: str) -> int:
+    try:
+        return int(metadata.topic_properties(topic).get(EPOCH_PROPERTY, -1))
+    except TopicNotFound:
+        return -1
+
+
+def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
+    with metadata.transaction():
+        props = metadata.topic_properties(topic)
+        if int(props.get(EPOCH_PROPERTY, -1)) < epoch:
+            props[EPOCH_PROPERTY] = epoch
+            metadata.set_topic_properties(topic, props)
+
+
 def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
     """(last position, id of the newest ledger or -1): read in the pool when a topic loads."""
     last = ledger.last_position()
@@ -414,6 +458,7 @@ class TopicManager:
         last, newest = await self.service.run_blocking(_topic_facts, ledger)
         topic = Topic(self.service, tn, ledger, last, newest)
         topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
+        topic.epoch = await self.service.run_blocking(_load_epoch, self.service.storage.metadata, str(tn))
         await topic.dedup.load()
         return topic
 
