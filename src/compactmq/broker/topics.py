@@ -24,6 +24,7 @@ from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .dedup import Deduplication
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
+from .namespaces import check_namespace
 from .producers import EXCLUSIVE_WITH_FENCING, MustWait, Producer, ProducerFenced, check_access, check_epoch
 from .subscriptions import Consumer, CursorView, Subscription
 
@@ -439,7 +440,8 @@ class TopicManager:
         if self.service.shutting_down:
             raise StorageError("broker is shutting down")
         storage = self.service.storage
-        allowed = create and bool(self.config["allowAutoTopicCreation"])
+        auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
+        allowed = create and auto.allowed
         base = tn.partitioned_base
         if tn.partition_index >= 0:
             partitions = await self.service.run_blocking(self.metadata.get_partitions, str(base))
@@ -465,25 +467,21 @@ class TopicManager:
     async def partitions(self, name: str, auto_create: bool = True) -> int:
         """Number of partitions of ``name`` (0: not partitioned), for PARTITIONED_METADATA.
 
-        With automatic creation of type ``partitioned``, an unknown topic becomes a partitioned
+        With automatic creation of type ``partitioned`` (broker settings or the namespace's
+        ``autoTopicCreation`` policy, see ``namespaces``), an unknown topic becomes a partitioned
         topic of ``defaultNumPartitions`` partitions here, as Pulsar does.
         """
         tn = TopicName.parse(name)
+        auto = await check_namespace(self.service, tn)  # NamespaceNotFound, as Pulsar answers
         if tn.partition_index >= 0:
             return 0
         n = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
         if n is not None:
             return n
-        cfg = self.config
-        if (
-            auto_create
-            and cfg["allowAutoTopicCreation"]
-            and cfg["allowAutoTopicCreationType"] == "partitioned"
-            and str(tn) not in self.loaded
-        ):
+        if auto_create and auto.allowed and auto.partitioned and str(tn) not in self.loaded:
             exists = await self.service.run_blocking(self.metadata.topic_exists, str(tn))
             if not exists:
-                return await self.create_partitioned_topic(str(tn), int(cfg["defaultNumPartitions"]))
+                return await self.create_partitioned_topic(str(tn), auto.partitions)
         return 0
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> int:

@@ -200,6 +200,47 @@ def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> Non
             o.done(f"{pol.command} removed from {getattr(a, target)}"))))
 
 
+def _auto_topic_creation_body(a: argparse.Namespace) -> dict:
+    body: dict[str, Any] = {"allowAutoTopicCreation": bool(a.enable), "topicType": a.type}
+    if a.num_partitions is not None:
+        body["defaultNumPartitions"] = a.num_partitions
+    return body
+
+
+def _render_auto_topic_creation(body: Any) -> str:
+    if not body:
+        return "not set (the broker settings apply)"
+    if not body.get("allowAutoTopicCreation"):
+        return "disabled"
+    if body.get("topicType") == "partitioned":
+        return f"enabled: partitioned, {body.get('defaultNumPartitions')} partitions"
+    return f"enabled: {body.get('topicType', 'non-partitioned')}"
+
+
+def _add_auto_topic_creation_commands(sub) -> None:
+    """``namespaces set-|get-|remove-auto-topic-creation`` (pulsar-admin's verbs and flags)."""
+    suffix = "autoTopicCreation"
+    p = sub.add_parser("set-auto-topic-creation", help="allow or forbid creating topics by using them")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-e", "--enable", action="store_true", help="allow automatic topic creation (default: forbid)")
+    p.add_argument("-t", "--type", default="non-partitioned", choices=("partitioned", "non-partitioned"),
+                   help="type of the topics created")
+    p.add_argument("-n", "--num-partitions", type=int, default=None,
+                   help="partitions of an auto-created partitioned topic")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("POST", f"{namespace_path(a.namespace)}/{suffix}", _auto_topic_creation_body(a)),
+        o.done(f"auto-topic-creation set on {a.namespace}"))))
+    p = sub.add_parser("get-auto-topic-creation", help="show the automatic topic creation policy")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(
+        c.request("GET", f"{namespace_path(a.namespace)}/{suffix}"), _render_auto_topic_creation)))
+    p = sub.add_parser("remove-auto-topic-creation", help="remove the policy (the broker settings apply)")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("DELETE", f"{namespace_path(a.namespace)}/{suffix}"),
+        o.done(f"auto-topic-creation removed from {a.namespace}"))))
+
+
 # --- compaction status with a live progress bar -----------------------------------------------
 
 
@@ -344,6 +385,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
                                               o.done(f"deleted {a.namespace}"))))
     _add_policy_commands(namespaces, "namespace", namespace_path)
+    _add_auto_topic_creation_commands(namespaces)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True)
