@@ -39,6 +39,10 @@ SETTINGS: dict[str, Setting] = {
     "dataDir": _s(str, "data", "directory holding ledgers, compacted ledgers and metadata.db"),
     "bindAddress": _s(str, "127.0.0.1", "address the broker and web service listen on"),
     "advertisedAddress": _s(str, "", "host name put in lookup answers; empty means bindAddress"),
+    "advertisedListeners": _s(
+        str, "", "named addresses answered by lookups: name:pulsar://host:port,name:pulsar+ssl://host:port,..."
+    ),
+    "internalListenerName": _s(str, "", "listener answered when a client names none (default: the first)"),
     "brokerServicePort": _s(int, 6650, "Pulsar binary protocol port"),
     "webServicePort": _s(int, 8080, "admin REST API and /metrics port"),
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),

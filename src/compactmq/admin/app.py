@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import CompactMQError
-from . import auto_topic_creation, namespaces, topics
+from . import auto_topic_creation, lookup, namespaces, topics
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
 from .router import NoRoute, Router, openapi_document
@@ -41,6 +41,7 @@ def build_router() -> Router:
     topics.add_routes(router)
     namespaces.add_routes(router)
     auto_topic_creation.add_routes(router)
+    lookup.add_routes(router)
     return router
 
 
@@ -101,6 +102,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/metrics/", metrics)
     app.router.add_route("*", "/admin/v2/{tail:.*}", admin)
+    app.router.add_route("*", "/lookup/v2/{tail:.*}", admin)  # HTTP topic lookup (see ``lookup``)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app
 

@@ -181,6 +181,10 @@ async def update_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 
 async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: str) -> Any:
+    if query_flag(request, "checkAllowAutoCreation"):
+        # the official client's HTTP lookup asks this first: answered as PARTITIONED_METADATA is
+        # on the wire (namespace checked, partitioned auto-creation applied, 0 for a new topic)
+        return {"partitions": await ctx.service.topics.partitions(str(topic_name(**path)), auto_create=True)}
     topic = _persistent(topic_name(**path))
     n = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
     if n is None and not await ctx.run_blocking(ctx.metadata.topic_exists, topic):

@@ -32,6 +32,7 @@ from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source
+from .lookup import lookup_topic
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -160,10 +161,11 @@ class CommandHandler:
         self.conn.send_command(commands.partitioned_metadata_response(cmd.request_id, n))
 
     async def on_lookup(self, cmd: pb.CommandLookupTopic, frame) -> None:
-        TopicName.parse(cmd.topic)  # InvalidTopicName -> a Failed lookup
-        self.conn.send_command(
-            commands.lookup_response(cmd.request_id, self.service.broker_url, authoritative=True)
-        )
+        # InvalidTopicName, namespace not found, unknown listener -> a Failed lookup
+        answer = await lookup_topic(self.service, cmd.topic, cmd.advertised_listener_name or None)
+        self.conn.send_command(commands.lookup_response(
+            cmd.request_id, answer.broker_url, broker_service_url_tls=answer.broker_url_tls or None,
+            authoritative=True))
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)

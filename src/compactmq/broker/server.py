@@ -34,6 +34,7 @@ from ..errors import StorageError
 from . import compacted_source
 from .connection import ServerConnection
 from .entry_source import CacheBudget
+from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
 
@@ -135,6 +136,7 @@ class BrokerService:
         self.storage = storage
         self.broker_url = broker_url
         self.web_url = web_url
+        self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
         self.cluster_name = "standalone"
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
@@ -179,6 +181,7 @@ class BrokerServer:
 
             loop = asyncio.get_running_loop()
             self._storage = await loop.run_in_executor(None, Storage, self.config.data_dir, self.config)
+        listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
@@ -195,6 +198,7 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         service.broker_url = f"pulsar://{advertised}:{self.port}"
         service.web_url = f"http://{advertised}:{self.web_port}"
+        service.listeners = listeners_from_config(self.config, service.broker_url, service.web_url)
         from .compaction_monitor import CompactionMonitor
 
         service.compaction_monitor = CompactionMonitor(service)
