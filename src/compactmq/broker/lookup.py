@@ -9,8 +9,9 @@ of its addresses*. Pulsar's settings, with Pulsar's rules:
   (also ``http://``/``https://`` entries), for clients that reach the broker through different
   networks. A client names the one it wants (``listener_name`` in the official client: the
   LOOKUP's ``advertised_listener_name``, or ``listenerName`` / ``X-Pulsar-ListenerName`` over
-  HTTP); a name the broker does not have is refused with ServiceNotReady and Pulsar's message
-  "the broker do not have NAME listener".
+  HTTP); a name the broker does not have is refused with Pulsar's message "the broker do not
+  have NAME listener" and MetadataError (older Pulsar brokers answered ServiceNotReady; the
+  official client retries both until its operation timeout, then reports a timeout).
 * ``internalListenerName``: the listener answered when the client names none (default: the
   first one listed). ``advertisedListeners`` and ``advertisedAddress`` must not both be set.
 
@@ -37,7 +38,7 @@ _SCHEMES = {"pulsar": "broker_url", "pulsar+ssl": "broker_url_tls", "http": "htt
 class ListenerNotFound(CompactMQError):
     """The client asked for an advertised listener this broker does not have."""
 
-    server_error = ServerError.ServiceNotReady
+    server_error = ServerError.MetadataError
     http_status = 404
 
 
