@@ -62,6 +62,15 @@ SETTINGS: dict[str, Setting] = {
     "brokerDeduplicationSnapshotIntervalSeconds": _s(
         int, 120, "seconds between two snapshots of the deduplication state"
     ),
+    "maxProducersPerTopic": _s(int, 0, "producers a topic accepts at once (0: no limit)"),
+    "maxConsumersPerTopic": _s(int, 0, "consumers a topic accepts at once (0: no limit)"),
+    "maxConsumersPerSubscription": _s(int, 0, "consumers a subscription accepts at once (0: no limit)"),
+    "maxUnackedMessagesPerConsumer": _s(
+        int, 50000, "Shared/Key_Shared: a consumer holding this many unacknowledged messages gets no more (0: off)"
+    ),
+    "maxUnackedMessagesPerSubscription": _s(
+        int, 200000, "Shared/Key_Shared: a subscription with this many unacknowledged messages stops (0: off)"
+    ),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(

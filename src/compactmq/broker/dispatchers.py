@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
+from .limits import PendingAcks, unacked_limits
 from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +85,8 @@ class Dispatcher:
         self.source = source
         self.read_position = read_position
         self.consumers: list[Consumer] = []
-        self.pending: dict[Position, Consumer] = {}
+        # entry -> consumer, counting unacknowledged messages against the limits (see ``limits``)
+        self.pending: PendingAcks = PendingAcks(*self._unacked_limits(subscription), on_unblock=self.wake)
         self.replay: dict[Position, int] = {}  # position -> key hash (Key_Shared) or 0
         self.epoch = 0
         self._task: asyncio.Task | None = None
@@ -93,6 +95,12 @@ class Dispatcher:
         # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
         self.delayed: dict[Position, tuple[int, int]] = {}
         self._delay_timer: asyncio.TimerHandle | None = None
+
+    counts_unacked = False  # Shared and Key_Shared stop at maxUnackedMessages*, as Pulsar's do
+
+    def _unacked_limits(self, subscription) -> tuple[int, int]:
+        config = getattr(getattr(getattr(subscription, "topic", None), "service", None), "config", None)
+        return unacked_limits(config) if self.counts_unacked and config is not None else (0, 0)
 
     # --- consumers ---------------------------------------------------------------------------
 
@@ -202,10 +210,10 @@ class Dispatcher:
             self._task = None
 
     def _can_take(self, consumer: "Consumer") -> bool:
-        return consumer.can_take()
+        return consumer.can_take() and not self.pending.blocked
 
     def _any_consumer_ready(self) -> bool:
-        return any(c.can_take() for c in self.consumers)
+        return not self.pending.blocked and any(c.can_take() for c in self.consumers)
 
     async def _pass(self) -> int:
         """One round: replay, then new entries. Returns how many entries were sent."""
@@ -232,8 +240,9 @@ class Dispatcher:
         return sent + (1 if self.read_position != before else 0)
 
     def _read_size(self) -> int:
-        permits = sum(max(0, c.permits.available) for c in self.consumers if c.can_take())
-        return max(1, min(permits, MAX_ENTRIES_PER_READ))
+        pending = self.pending
+        permits = sum(min(max(0, c.permits.available), pending.room(c)) for c in self.consumers if c.can_take())
+        return max(1, min(permits, pending.room(), MAX_ENTRIES_PER_READ))
 
     async def _replay_pass(self) -> int:
         sent = 0
@@ -293,7 +302,7 @@ class Dispatcher:
         raise NotImplementedError
 
     def _send(self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0) -> None:
-        self.pending[position] = consumer
+        self.pending.add(position, consumer, messages)
         consumer.deliver(position, entry, messages, self.subscription.redelivery_count(position),
                          self.subscription.ack_set_of(position))
 
@@ -376,6 +385,7 @@ class SingleActiveDispatcher(Dispatcher):
 
 class SharedDispatcher(Dispatcher):
     delays_delivery = True
+    counts_unacked = True
 
     def __init__(self, subscription, source, read_position):
         super().__init__(subscription, source, read_position)
@@ -387,6 +397,7 @@ class SharedDispatcher(Dispatcher):
 
 class KeySharedDispatcher(Dispatcher):
     delays_delivery = True
+    counts_unacked = True
 
     def __init__(self, subscription, source, read_position, sticky: bool = False):
         super().__init__(subscription, source, read_position)
@@ -421,7 +432,7 @@ class KeySharedDispatcher(Dispatcher):
 
     def _choose(self, position, key):
         consumer = self.selector.select(key)
-        if consumer is None or not consumer.can_take():
+        if consumer is None or not self._can_take(consumer):
             return None
         at = self.joined_at.get(consumer)
         if at is not None and position >= at:

@@ -24,6 +24,7 @@ from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .dedup import Deduplication
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
+from .limits import check_consumers, check_producers
 from .namespaces import check_namespace
 from .producers import EXCLUSIVE_WITH_FENCING, MustWait, Producer, ProducerFenced, check_access, check_epoch
 from .subscriptions import Consumer, CursorView, Subscription
@@ -159,6 +160,7 @@ class Topic:
         (``producer.topic_epoch``; the caller persists it with ``save_epoch``)."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
+        check_producers(self.service.config, self.name, len(self.producers))
         fenced = check_access(list(self.producers.values()), producer.access_mode, producer.name,
                               bool(self._exclusive_waiters))
         if producer.exclusive:
@@ -253,8 +255,10 @@ class Topic:
                     f"subscription {name!r} is {'durable' if sub.durable else 'non-durable'}; "
                     "cannot attach a consumer of the other kind"
                 )
-            consumer = make_consumer(sub)
             try:
+                check_consumers(self.service.config, sum(len(s.consumers) for s in self.subscriptions.values()),
+                                len(sub.consumers))
+                consumer = make_consumer(sub)
                 sub.add_consumer(consumer, sub_type, key_shared_sticky)
             except BaseException:
                 if created and not durable:
