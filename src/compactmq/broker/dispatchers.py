@@ -35,6 +35,7 @@ Delivery rules per subscription type (the pure choice of a consumer lives in ``s
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -64,16 +65,29 @@ def next_position(position: Position) -> Position:
     return Position(position[0], position[1] + 1)
 
 
+# Pulsar's sticky key of a message with neither ordering key nor partition key (Key_Shared)
+NONE_KEY = b"NONE_KEY"
+
+
 def entry_info(entry: bytes) -> tuple[int, bytes, int]:
-    """(messages in the entry, routing key, deliver-at time in ms or 0) from its metadata."""
+    """(messages in the entry, sticky key, deliver-at time in ms or 0) from its metadata.
+
+    The sticky key is Pulsar's: the ordering key, else the partition key (base64-decoded when
+    the producer marked it so), else ``NONE_KEY``.
+    """
     md = parse_metadata(entry)
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     if md.HasField("ordering_key"):
         key = md.ordering_key
     elif md.HasField("partition_key"):
         key = md.partition_key.encode()
+        if md.partition_key_b64_encoded:
+            try:
+                key = base64.b64decode(key)
+            except ValueError:
+                pass  # not base64 after all: route on the text, as given
     else:
-        key = b""
+        key = NONE_KEY
     return n, key, (md.deliver_at_time if md.HasField("deliver_at_time") else 0)
 
 
