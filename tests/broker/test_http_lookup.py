@@ -58,8 +58,8 @@ def test_lookup_answers_lookup_data(broker, topic):
     assert ok(rest(broker, "GET", path + "?checkAllowAutoCreation=true")) == {"partitions": 0}
     status, body = rest(broker, "GET", "/lookup/v2/topic/persistent/nosuch-tenant/ns/t")
     assert status == 404 and "Namespace not found" in body["reason"]
-    assert rest(broker, "GET", "/admin/v2/persistent/nosuch-tenant/ns/t/partitions?checkAllowAutoCreation=true")[0] \
-        == 404
+    path = "/admin/v2/persistent/nosuch-tenant/ns/t/partitions?checkAllowAutoCreation=true"
+    assert rest(broker, "GET", path)[0] == 404
 
 
 def test_http_client_refused_for_an_unknown_namespace(http_client):

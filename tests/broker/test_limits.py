@@ -12,6 +12,7 @@ import pytest
 pulsar = pytest.importorskip("pulsar")
 
 from .conftest import BrokerProcess, make_client  # noqa: E402
+from .rest import ok, rest  # noqa: E402
 
 pytestmark = pytest.mark.integration
 Shared = pulsar.ConsumerType.Shared
@@ -56,11 +57,18 @@ def drain(consumers, quiet=1.0):
     return [got[id(c)] for c in consumers]
 
 
-def test_consumer_stops_at_its_unacked_limit_until_acks_arrive(client, topic):
+def sub_stats(broker, topic):
+    return ok(rest(broker, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"))["subscriptions"]["s"]
+
+
+def test_consumer_stops_at_its_unacked_limit_until_acks_arrive(broker, client, topic):
     consumer = client.subscribe(topic, "s", consumer_type=Shared)
     publish(client, topic, 30)
     (first,) = drain([consumer])
     assert len(first) == 10  # the receive queue has room for 1000: the broker stopped at 10
+    stats = sub_stats(broker, topic)
+    assert stats["consumers"][0]["unackedMessages"] == 10
+    assert stats["consumers"][0]["blockedConsumerOnUnackedMsgs"] is True
     for msg in first[:4]:
         consumer.acknowledge(msg)
     assert drain([consumer]) == [[]]  # 6 unacknowledged: still above half the limit
@@ -74,13 +82,15 @@ def test_consumer_stops_at_its_unacked_limit_until_acks_arrive(client, topic):
     assert sorted(int(m.data()) for m in first + second + rest) == list(range(25))
 
 
-def test_subscription_stops_at_its_unacked_limit(client, topic):
+def test_subscription_stops_at_its_unacked_limit(broker, client, topic):
     a = client.subscribe(topic, "s", consumer_type=Shared, consumer_name="a")
     b = client.subscribe(topic, "s", consumer_type=Shared, consumer_name="b")
     publish(client, topic, 40)
     got_a, got_b = drain([a, b])
     assert len(got_a) + len(got_b) == 16  # the subscription's limit, though each may hold 10
     assert len(got_a) < 10 and len(got_b) < 10
+    stats = sub_stats(broker, topic)
+    assert stats["unackedMessages"] == 16 and stats["blockedSubscriptionOnUnackedMsgs"] is True
     held = [(a, m) for m in got_a] + [(b, m) for m in got_b]
     for consumer, msg in held[:8]:  # 8 left: not below half yet
         consumer.acknowledge(msg)

@@ -247,6 +247,9 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
                     "availablePermits": getattr(c.permits, "available", 0),
                     "readCompacted": bool(getattr(c, "read_compacted", False)),
                     "address": _address(c.connection),
+                    # counted on Shared and Key_Shared subscriptions (see broker/limits.py)
+                    "unackedMessages": getattr(c, "unacked_messages", 0),
+                    "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked_on_unacked", False)),
                 })
         backlog = cursor.backlog() if cursor is not None else 0
         subscriptions[name] = {
@@ -254,6 +257,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
             "msgBacklog": backlog, "consumers": consumers,
             "markDeletePosition": str(cursor.mark_delete_position) if cursor is not None else None,
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
+            **_unacked_stats(sub),
         }
     size = ml.total_size()
     entries = ml.entry_count()
@@ -290,6 +294,13 @@ def _sub_type(sub) -> str | None:
 def _address(conn) -> str | None:
     peer = getattr(conn, "peer", None) or getattr(conn, "remote_address", None)
     return str(peer) if peer else None
+
+
+def _unacked_stats(sub: Any) -> dict[str, Any]:
+    """A subscription's unacknowledged messages and whether they stopped its dispatcher."""
+    pending = getattr(getattr(sub, "dispatcher", None), "pending", None)
+    return {"unackedMessages": getattr(pending, "total", 0),
+            "blockedSubscriptionOnUnackedMsgs": bool(getattr(pending, "blocked", False))}
 
 
 async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:

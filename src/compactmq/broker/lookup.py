@@ -86,12 +86,14 @@ def parse_advertised_listeners(text: str) -> dict[str, Listener]:
         slot = _SCHEMES[parts.scheme]
         mine = urls.setdefault(name, {})
         if slot in mine:
-            raise InvalidConfiguration(f"advertisedListeners: listener {name!r} has two {parts.scheme}:// addresses")
+            raise InvalidConfiguration(
+                f"advertisedListeners: listener {name!r} has two {parts.scheme}:// addresses")
         mine[slot] = url.strip()
     out = {}
     for name, mine in urls.items():
         if "broker_url" not in mine and "broker_url_tls" not in mine:
-            raise InvalidConfiguration(f"advertisedListeners: listener {name!r} has no pulsar:// or pulsar+ssl:// address")
+            raise InvalidConfiguration(
+                f"advertisedListeners: listener {name!r} has no pulsar:// or pulsar+ssl:// address")
         out[name] = Listener(name, **mine)
     return out
 

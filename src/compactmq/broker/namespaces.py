@@ -71,7 +71,8 @@ def validate_override(body: Any) -> dict[str, Any]:
             if partitions <= 0:
                 raise InvalidOverride("[defaultNumPartitions] cannot be less than 1 for partition type.")
         elif partitions is not None:
-            raise InvalidOverride("[defaultNumPartitions] is not allowed to be set when the type is non-partition.")
+            raise InvalidOverride(
+                "[defaultNumPartitions] is not allowed to be set when the type is non-partition.")
     out: dict[str, Any] = {"allowAutoTopicCreation": allow}
     if topic_type is not None:
         out["topicType"] = topic_type
