@@ -56,7 +56,11 @@ class PendingAcks(dict):
 
     ``add`` records a sent entry; removing it in any way (``del``, ``pop``, ``clear``) gives its
     messages back. ``on_unblock`` is called when a consumer or the subscription may receive
-    again (the dispatcher wakes up). With both limits 0 nothing is ever blocked.
+    again (the dispatcher wakes up). With both limits 0 nothing is ever blocked. Consumers carry
+    ``unacked_messages`` and ``blocked_on_unacked`` (``subscriptions.Consumer``).
+
+    This runs twice per dispatched entry, so it is written for speed: ``counts`` only holds
+    entries of more than one message (a batch); every other entry counts one.
     """
 
     def __init__(self, per_consumer: int = 0, per_subscription: int = 0,
@@ -65,7 +69,7 @@ class PendingAcks(dict):
         self.per_consumer = per_consumer
         self.per_subscription = per_subscription
         self.on_unblock = on_unblock
-        self.counts: dict[Any, int] = {}  # position -> messages in that entry
+        self.counts: dict[Any, int] = {}  # position -> messages, for entries of more than one
         self.total = 0
         self.blocked = False  # the subscription's dispatcher is stopped
 
@@ -73,13 +77,15 @@ class PendingAcks(dict):
         if position in self:
             self._forget(position)
         dict.__setitem__(self, position, consumer)
-        n = max(1, messages)
-        self.counts[position] = n
-        self.total += n
-        consumer.unacked_messages = getattr(consumer, "unacked_messages", 0) + n
-        if self.per_consumer > 0 and consumer.unacked_messages >= self.per_consumer:
+        if messages > 1:
+            self.counts[position] = messages
+        else:
+            messages = 1
+        total = self.total = self.total + messages
+        unacked = consumer.unacked_messages = consumer.unacked_messages + messages
+        if self.per_consumer and unacked >= self.per_consumer:
             consumer.blocked_on_unacked = True
-        if self.per_subscription > 0 and self.total >= self.per_subscription:
+        if self.per_subscription and total >= self.per_subscription:
             self.blocked = True
 
     def room(self, consumer: Any = None) -> int:
@@ -88,16 +94,17 @@ class PendingAcks(dict):
         if self.per_subscription > 0:
             room = max(0, self.per_subscription - self.total)
         if consumer is not None and self.per_consumer > 0:
-            room = min(room, max(0, self.per_consumer - getattr(consumer, "unacked_messages", 0)))
+            room = min(room, max(0, self.per_consumer - consumer.unacked_messages))
         return room
 
     def _forget(self, position: Any) -> Any:
         consumer = dict.pop(self, position)
-        n = self.counts.pop(position, 1)
+        n = self.counts.pop(position, 1) if self.counts else 1
         self.total -= n
-        consumer.unacked_messages = max(0, getattr(consumer, "unacked_messages", 0) - n)
+        unacked = consumer.unacked_messages - n
+        consumer.unacked_messages = unacked if unacked > 0 else 0
         woke = False
-        if getattr(consumer, "blocked_on_unacked", False) and consumer.unacked_messages <= self.per_consumer // 2:
+        if consumer.blocked_on_unacked and unacked <= self.per_consumer // 2:
             consumer.blocked_on_unacked = False
             woke = True
         if self.blocked and self.total < self.per_subscription // 2:
@@ -116,11 +123,11 @@ class PendingAcks(dict):
         self._forget(position)
 
     def pop(self, position: Any, *default: Any) -> Any:
-        if position not in self:
-            if default:
-                return default[0]
-            raise KeyError(position)
-        return self._forget(position)
+        if position in self:
+            return self._forget(position)
+        if default:
+            return default[0]
+        raise KeyError(position)
 
     def clear(self) -> None:
         for position in list(self):
