@@ -85,6 +85,10 @@ SETTINGS: dict[str, Setting] = {
     "dataDir": _s(str, "data", "directory holding ledgers, compacted ledgers and metadata.db"),
     "bindAddress": _s(str, "127.0.0.1", "address the broker and web service listen on"),
     "advertisedAddress": _s(str, "", "host name put in lookup answers; empty means bindAddress"),
+    "advertisedListeners": _s(
+        str, "", "named addresses answered by lookups: name:pulsar://host:port,name:pulsar+ssl://host:port,..."
+    ),
+    "internalListenerName": _s(str, "", "listener answered when a client names none (default: the first)"),
     "brokerServicePort": _s(int, 6650, "Pulsar binary protocol port"),
     "webServicePort": _s(int, 8080, "admin REST API and /metrics port"),
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
@@ -96,6 +100,23 @@ SETTINGS: dict[str, Setting] = {
         int, 16 * 1024 * 1024, "unpersisted bytes per connection above which its socket is paused"
     ),
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
+    # --- deduplication, producers, consumers, schemas, listeners (issue 12) ---------------
+    "brokerDeduplicationEnabled": _s(bool, False, "drop messages whose sequence id a producer already published"),
+    "brokerDeduplicationEntriesInterval": _s(
+        int, 1000, "entries between two snapshots of the deduplication state"
+    ),
+    "brokerDeduplicationSnapshotIntervalSeconds": _s(
+        int, 120, "seconds between two snapshots of the deduplication state"
+    ),
+    "maxProducersPerTopic": _s(int, 0, "producers a topic accepts at once (0: no limit)"),
+    "maxConsumersPerTopic": _s(int, 0, "consumers a topic accepts at once (0: no limit)"),
+    "maxConsumersPerSubscription": _s(int, 0, "consumers a subscription accepts at once (0: no limit)"),
+    "maxUnackedMessagesPerConsumer": _s(
+        int, 50000, "Shared/Key_Shared: a consumer holding this many unacknowledged messages gets no more (0: off)"
+    ),
+    "maxUnackedMessagesPerSubscription": _s(
+        int, 200000, "Shared/Key_Shared: a subscription with this many unacknowledged messages stops (0: off)"
+    ),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(

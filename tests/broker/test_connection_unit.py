@@ -54,6 +54,7 @@ class FakeTopic:
     def __init__(self):
         self.waiting = []
         self.last_sequence_ids = {}
+        self.dedup = SimpleNamespace(enabled=False, failed=lambda name: None, entry_persisted=lambda pos: None)
 
     def publish(self, entry, publish_time, callback):
         self.waiting.append(callback)

@@ -31,7 +31,7 @@ from aiohttp import web
 from ..auth.tls import peer_certificate
 from ..config import VERSION
 from ..errors import AuthenticationFailed, CompactMQError
-from . import lookup, namespaces, permissions, topics
+from . import auto_topic_creation, lookup, namespaces, permissions, topics
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -49,6 +49,7 @@ def build_router() -> Router:
     topics.add_routes(router)
     namespaces.add_routes(router)
     permissions.add_routes(router)
+    auto_topic_creation.add_routes(router)
     lookup.add_routes(router)
     return router
 

@@ -10,6 +10,9 @@ subscription lists a namespace's topics with ``GET /admin/v2/namespaces/{tenant}
 
 They need what the binary commands need: a lookup ``produce`` or ``consume`` on the topic, or
 tenant admin (``access.LOOKUP``) -- a role that may not use a topic does not learn where it lives;
+then the binary LOOKUP's own rule (``broker.lookup``): the namespace must exist, and a listener
+named by the ``listenerName`` query parameter or the ``X-Pulsar-ListenerName`` header must be one
+of the broker's ``advertisedListeners``;
 the topic list a namespace grant or tenant admin (``access.NAMESPACE_LOOKUP``, as
 GET_TOPICS_OF_NAMESPACE). As with the binary command, a lookup does not create the topic;
 producing or subscribing does.
@@ -21,13 +24,14 @@ from typing import Any
 
 from aiohttp import web
 
+from ..broker.lookup import lookup_topic as broker_lookup
 from ..errors import InvalidInput, NotFound
-from ..naming import TopicName
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from .common import Context
 from .router import Router
 
 PREFIX = "/lookup/v2"
+LISTENER_HEADER = "X-Pulsar-ListenerName"
 # Pulsar's CommandGetTopicsOfNamespace.Mode names -> the topic name prefixes they select
 MODES = {"PERSISTENT": ("persistent://",), "NON_PERSISTENT": ("non-persistent://",),
          "ALL": ("persistent://", "non-persistent://")}
@@ -43,15 +47,9 @@ def add_routes(router: Router) -> None:
 
 async def lookup_topic(ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str,
                        topic: str) -> Any:
-    TopicName.parse(f"{domain}://{tenant}/{namespace}/{topic}")  # a bad name is 412, as elsewhere
-    service = ctx.service
-    return {
-        "brokerUrl": service.broker_url,
-        "brokerUrlTls": getattr(service, "broker_url_tls", None) or "",
-        "httpUrl": getattr(service, "web_url", None) or "",
-        "httpUrlTls": getattr(service, "web_url_tls", None) or "",
-        "nativeUrl": service.broker_url,
-    }
+    listener = request.query.get("listenerName") or request.headers.get(LISTENER_HEADER) or None
+    answer = await broker_lookup(ctx.service, f"{domain}://{tenant}/{namespace}/{topic}", listener)
+    return answer.as_lookup_data()
 
 
 async def namespace_topics(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:

@@ -228,7 +228,7 @@ def render_metrics(ctx: Any) -> str:
         if topic is not None:
             cursors = topic.ledger.cursors()
             subs |= {c.name for c in cursors}
-            backlog = sum(c.backlog() for c in cursors if c.durable)
+            backlog = sum(c.backlog() for c in cursors if c.durable and c.name != "pulsar.dedup")
             size = topic.ledger.total_size()
         else:
             size = sum(li.size for li in meta.ledgers(name))

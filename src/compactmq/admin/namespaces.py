@@ -134,7 +134,7 @@ async def get_namespace_policies(ctx: Context, request: web.Request, tenant: str
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
     own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
-    return {p.path: p.render(own) for p in POLICIES}
+    return {p.namespace_path or p.path: p.render(own) for p in POLICIES}
 
 
 def _add_policy_routes(router: Router, policy: Policy) -> None:
@@ -151,17 +151,19 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         await _require(ctx, name)
         values = policy.parse(await read_json(request, policy.summary))
         await ctx.run_blocking(_set_namespace_policies, ctx, name, values)
+        await ctx.service.topics.policies_changed(name)
         return None
 
     async def remove_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
         await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {k: None for k in policy.keys})
+        await ctx.service.topics.policies_changed(name)
         return None
 
     for fn, verb in ((get_policy, "get"), (set_policy, "set"), (remove_policy, "remove")):
         fn.__name__ = f"{verb}_namespace_{policy.path}"
-    pattern = f"{NS}/{policy.path}"
+    pattern = f"{NS}/{policy.namespace_path or policy.path}"
     router.add("GET", pattern, get_policy, f"namespace policy: {policy.summary}")
     router.add("PUT", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)
     router.add("POST", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)

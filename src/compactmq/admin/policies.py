@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..broker.dedup import POLICY_KEY as DEDUP_KEY
 from ..errors import InvalidConfiguration, InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
@@ -32,6 +33,7 @@ class Policy:
     config_defaults: Mapping[str, str]  # metadata key -> broker config key (for ?applied=true)
     body_type: str  # JSON schema type, for the OpenAPI document
     summary: str
+    namespace_path: str | None = None  # where Pulsar names the namespace path differently
 
 
 def _int_body(body: Any, what: str) -> int:
@@ -100,6 +102,16 @@ def _retention_mode(body: Any) -> dict[str, Any]:
     return {COMPACTION_RETENTION_MODE: body}
 
 
+def _bool_body(key: str, what: str) -> Callable[[Any], dict[str, Any]]:
+    def parse(body: Any) -> dict[str, Any]:
+        if isinstance(body, str) and body.strip().lower() in ("true", "false"):
+            body = body.strip().lower() == "true"
+        if not isinstance(body, bool):
+            raise InvalidInput(f"{what} must be a JSON boolean, not {body!r}")
+        return {key: body}
+    return parse
+
+
 def _single(key: str) -> Callable[[Mapping[str, Any]], Any]:
     return lambda values: values.get(key)
 
@@ -120,6 +132,9 @@ POLICIES: tuple[Policy, ...] = (
     Policy("compactionRetentionMode", (COMPACTION_RETENTION_MODE,), _retention_mode,
            _single(COMPACTION_RETENTION_MODE), {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
            "string", "retention-bounded or keep-until-tombstone"),
+    Policy("deduplicationEnabled", (DEDUP_KEY,), _bool_body(DEDUP_KEY, "deduplication"), _single(DEDUP_KEY),
+           {DEDUP_KEY: "brokerDeduplicationEnabled"}, "boolean",
+           "message deduplication by producer name and sequence id", namespace_path="deduplication"),
 )
 
 

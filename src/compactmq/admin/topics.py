@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..broker.dedup import DEDUP_CURSOR
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
@@ -185,6 +186,10 @@ async def update_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 
 async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: str) -> Any:
+    if query_flag(request, "checkAllowAutoCreation"):
+        # the official client's HTTP lookup asks this first: answered as PARTITIONED_METADATA is
+        # on the wire (namespace checked, partitioned auto-creation applied, 0 for a new topic)
+        return {"partitions": await ctx.service.topics.partitions(str(topic_name(**path)), auto_create=True)}
     topic = _persistent(topic_name(**path))
     if query_flag(request, "checkAllowAutoCreation") and ctx.service.config["allowAutoTopicCreation"]:
         # a client's lookup over HTTP (http:// service URL): a topic it may auto-create is answered
@@ -237,7 +242,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
                 "accessMode": _access_mode(p), "msgInCounter": p.messages_in, "bytesInCounter": p.bytes_in,
                 "msgRateIn": traffic.producer_rate(p.serial), "address": _address(p.connection),
             })
-    names = {c.name for c in ml.cursors()} | set(live_subs)
+    names = {c.name for c in ml.cursors() if c.name != DEDUP_CURSOR} | set(live_subs)
     for name in sorted(names):
         cursor = ml.get_cursor(name)
         sub = live_subs.get(name)
@@ -251,6 +256,9 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
                     "availablePermits": getattr(c.permits, "available", 0),
                     "readCompacted": bool(getattr(c, "read_compacted", False)),
                     "address": _address(c.connection),
+                    # counted on Shared and Key_Shared subscriptions (see broker/limits.py)
+                    "unackedMessages": getattr(c, "unacked_messages", 0),
+                    "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked_on_unacked", False)),
                 })
         backlog = cursor.backlog() if cursor is not None else 0
         subscriptions[name] = {
@@ -258,6 +266,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
             "msgBacklog": backlog, "consumers": consumers,
             "markDeletePosition": str(cursor.mark_delete_position) if cursor is not None else None,
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
+            **_unacked_stats(sub),
         }
     size = ml.total_size()
     entries = ml.entry_count()
@@ -273,6 +282,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         "publishers": publishers, "subscriptions": subscriptions,
         "compaction": _compaction_stats(state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
+        "topicEpoch": loaded.epoch if loaded is not None and loaded.epoch >= 0 else None,
     }
 
 
@@ -293,6 +303,13 @@ def _sub_type(sub) -> str | None:
 def _address(conn) -> str | None:
     peer = getattr(conn, "peer", None) or getattr(conn, "remote_address", None)
     return str(peer) if peer else None
+
+
+def _unacked_stats(sub: Any) -> dict[str, Any]:
+    """A subscription's unacknowledged messages and whether they stopped its dispatcher."""
+    pending = getattr(getattr(sub, "dispatcher", None), "pending", None)
+    return {"unackedMessages": getattr(pending, "total", 0),
+            "blockedSubscriptionOnUnackedMsgs": bool(getattr(pending, "blocked", False))}
 
 
 async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -472,6 +489,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         values = policy.parse(await read_json(request, policy.summary))
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, values)
+        await ctx.service.topics.policies_changed(topic)
         return None
 
     async def remove_policy(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -479,6 +497,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         n = await _kind(ctx, topic)
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, {k: None for k in policy.keys})
+        await ctx.service.topics.policies_changed(topic)
         return None
 
     for fn, verb in ((get_policy, "get"), (set_policy, "set"), (remove_policy, "remove")):

@@ -35,6 +35,7 @@ Delivery rules per subscription type (the pure choice of a consumer lives in ``s
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from typing import TYPE_CHECKING, Callable
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Callable
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
+from .limits import PendingAcks, unacked_limits
 from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,16 +65,29 @@ def next_position(position: Position) -> Position:
     return Position(position[0], position[1] + 1)
 
 
+# Pulsar's sticky key of a message with neither ordering key nor partition key (Key_Shared)
+NONE_KEY = b"NONE_KEY"
+
+
 def entry_info(entry: bytes) -> tuple[int, bytes, int]:
-    """(messages in the entry, routing key, deliver-at time in ms or 0) from its metadata."""
+    """(messages in the entry, sticky key, deliver-at time in ms or 0) from its metadata.
+
+    The sticky key is Pulsar's: the ordering key, else the partition key (base64-decoded when
+    the producer marked it so), else ``NONE_KEY``.
+    """
     md = parse_metadata(entry)
     n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
     if md.HasField("ordering_key"):
         key = md.ordering_key
     elif md.HasField("partition_key"):
         key = md.partition_key.encode()
+        if md.partition_key_b64_encoded:
+            try:
+                key = base64.b64decode(key)
+            except ValueError:
+                pass  # not base64 after all: route on the text, as given
     else:
-        key = b""
+        key = NONE_KEY
     return n, key, (md.deliver_at_time if md.HasField("deliver_at_time") else 0)
 
 
@@ -84,7 +99,8 @@ class Dispatcher:
         self.source = source
         self.read_position = read_position
         self.consumers: list[Consumer] = []
-        self.pending: dict[Position, Consumer] = {}
+        # entry -> consumer, counting unacknowledged messages against the limits (see ``limits``)
+        self.pending: PendingAcks = PendingAcks(*self._unacked_limits(subscription), on_unblock=self.wake)
         self.replay: dict[Position, int] = {}  # position -> key hash (Key_Shared) or 0
         self.epoch = 0
         self._task: asyncio.Task | None = None
@@ -93,6 +109,12 @@ class Dispatcher:
         # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
         self.delayed: dict[Position, tuple[int, int]] = {}
         self._delay_timer: asyncio.TimerHandle | None = None
+
+    counts_unacked = False  # Shared and Key_Shared stop at maxUnackedMessages*, as Pulsar's do
+
+    def _unacked_limits(self, subscription) -> tuple[int, int]:
+        config = getattr(getattr(getattr(subscription, "topic", None), "service", None), "config", None)
+        return unacked_limits(config) if self.counts_unacked and config is not None else (0, 0)
 
     # --- consumers ---------------------------------------------------------------------------
 
@@ -206,10 +228,10 @@ class Dispatcher:
             self._task = None
 
     def _can_take(self, consumer: "Consumer") -> bool:
-        return consumer.can_take()
+        return consumer.can_take() and not self.pending.blocked
 
     def _any_consumer_ready(self) -> bool:
-        return any(c.can_take() for c in self.consumers)
+        return not self.pending.blocked and any(c.can_take() for c in self.consumers)
 
     async def _pass(self) -> int:
         """One round: replay, then new entries. Returns how many entries were sent."""
@@ -236,8 +258,9 @@ class Dispatcher:
         return sent + (1 if self.read_position != before else 0)
 
     def _read_size(self) -> int:
-        permits = sum(max(0, c.permits.available) for c in self.consumers if c.can_take())
-        return max(1, min(permits, MAX_ENTRIES_PER_READ))
+        pending = self.pending
+        permits = sum(min(max(0, c.permits.available), pending.room(c)) for c in self.consumers if c.can_take())
+        return max(1, min(permits, pending.room(), MAX_ENTRIES_PER_READ))
 
     async def _replay_pass(self) -> int:
         sent = 0
@@ -297,7 +320,7 @@ class Dispatcher:
         raise NotImplementedError
 
     def _send(self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0) -> None:
-        self.pending[position] = consumer
+        self.pending.add(position, consumer, messages)
         consumer.deliver(position, entry, messages, self.subscription.redelivery_count(position),
                          self.subscription.ack_set_of(position))
 
@@ -380,6 +403,7 @@ class SingleActiveDispatcher(Dispatcher):
 
 class SharedDispatcher(Dispatcher):
     delays_delivery = True
+    counts_unacked = True
 
     def __init__(self, subscription, source, read_position):
         super().__init__(subscription, source, read_position)
@@ -391,6 +415,7 @@ class SharedDispatcher(Dispatcher):
 
 class KeySharedDispatcher(Dispatcher):
     delays_delivery = True
+    counts_unacked = True
 
     def __init__(self, subscription, source, read_position, sticky: bool = False):
         super().__init__(subscription, source, read_position)
@@ -425,7 +450,7 @@ class KeySharedDispatcher(Dispatcher):
 
     def _choose(self, position, key):
         consumer = self.selector.select(key)
-        if consumer is None or not consumer.can_take():
+        if consumer is None or not self._can_take(consumer):
             return None
         at = self.joined_at.get(consumer)
         if at is not None and position >= at:

@@ -32,6 +32,7 @@ from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source, security
+from .lookup import lookup_topic
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -168,13 +169,14 @@ class CommandHandler:
         self.conn.send_command(commands.partitioned_metadata_response(cmd.request_id, n))
 
     async def on_lookup(self, cmd: pb.CommandLookupTopic, frame) -> None:
-        TopicName.parse(cmd.topic)  # InvalidTopicName -> a Failed lookup
+        # InvalidTopicName, no permission, namespace not found, unknown listener -> a Failed lookup
+        TopicName.parse(cmd.topic)
         await security.authorize(self.conn, "lookup", cmd.topic)
         # both URLs: a client picks brokerServiceUrlTls when its own service URL is pulsar+ssl://
+        answer = await lookup_topic(self.service, cmd.topic, cmd.advertised_listener_name or None)
         self.conn.send_command(commands.lookup_response(
-            cmd.request_id, self.service.broker_url, broker_service_url_tls=self.service.broker_url_tls,
-            authoritative=True,
-        ))
+            cmd.request_id, answer.broker_url, broker_service_url_tls=answer.broker_url_tls or None,
+            authoritative=True))
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         await security.authorize_namespace(self.conn, cmd.namespace)
@@ -204,6 +206,7 @@ class CommandHandler:
                 return
             raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
+        await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
         schema_version = b""
         if cmd.HasField("schema"):
             schema_version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
@@ -212,6 +215,8 @@ class CommandHandler:
         else:
             name = f"{self.service.cluster_name}-{self.service.instance_id}-{next(_producer_names)}"
         producer = Producer(topic, self.conn, cmd.producer_id, name, cmd.producer_access_mode, schema_version)
+        if cmd.HasField("topic_epoch"):  # a reconnecting exclusive producer: the epoch it was given
+            producer.topic_epoch = cmd.topic_epoch
         # a producer of that name (or an exclusive one) on another connection may be a client
         # that reconnected before the broker noticed its old socket died: check, evict if dead
         await self._evict_dead_peers(
@@ -237,11 +242,13 @@ class CommandHandler:
                 topic.remove_producer(producer)
                 return
         self.producers[cmd.producer_id] = producer
+        if producer.exclusive:
+            await topic.save_epoch()
         self.conn.send_command(commands.producer_success(
             cmd.request_id, name,
             last_sequence_id=topic.last_sequence_ids.get(name, -1),
             schema_version=schema_version,
-            topic_epoch=0 if producer.exclusive else None,
+            topic_epoch=producer.topic_epoch if producer.exclusive else None,
         ))
 
     def on_send(self, cmd: pb.CommandSend, frame) -> None:
@@ -259,6 +266,10 @@ class CommandHandler:
         conn = self.conn
         topic = producer.topic
         partition = topic.partition_index
+        dedup = topic.dedup
+        if dedup.enabled and dedup.check(producer.name, last_seq) != "new":
+            self._answer_duplicate(producer, sequence_id, highest, last_seq)
+            return
         conn.reads.add(size)
         producer.messages_in += num
         producer.bytes_in += size
@@ -266,6 +277,7 @@ class CommandHandler:
         def persisted(position: Position | None, exc: BaseException | None) -> None:
             conn.reads.release(size)
             if exc is not None:
+                dedup.failed(producer.name)
                 conn.send_command(commands.send_error(
                     producer_id, sequence_id,
                     exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
@@ -275,12 +287,30 @@ class CommandHandler:
             seqs = topic.last_sequence_ids
             if seqs.get(producer.name, -1) < last_seq:
                 seqs[producer.name] = last_seq
+            dedup.entry_persisted(position)
             conn.send_command(commands.send_receipt(
                 producer_id, sequence_id, position[0], position[1],
                 partition=partition, highest_sequence_id=highest,
             ))
 
         topic.publish(entry, publish_time, persisted)
+
+    def _answer_duplicate(self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int) -> None:
+        """A message deduplication recognised: a receipt with -1:-1 (Pulsar's answer) once
+        every earlier SEND of the topic is answered; a SEND_ERROR if the original failed."""
+        conn, topic = self.conn, producer.topic
+
+        def answer(position, exc) -> None:
+            if topic.dedup.is_persisted(producer.name, last_seq):
+                conn.send_command(commands.send_receipt(
+                    producer.producer_id, sequence_id, -1, -1,
+                    partition=topic.partition_index, highest_sequence_id=highest))
+            else:
+                conn.send_command(commands.send_error(
+                    producer.producer_id, sequence_id, ServerError.PersistenceError,
+                    "the message this one duplicates was not persisted; send it again"))
+
+        topic.publish_marker(answer)
 
     def on_close_producer(self, cmd: pb.CommandCloseProducer, frame) -> None:
         producer = self.producers.pop(cmd.producer_id, None)

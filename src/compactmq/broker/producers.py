@@ -1,10 +1,21 @@
-"""Producers attached to a topic, and the access-mode rule (Shared / Exclusive).
+"""Producers attached to a topic, and the access-mode rule (PIP-68, as Pulsar answers).
 
-Pulsar's access modes: *Shared* producers coexist; an *Exclusive* producer is refused while any
-other producer is attached, and while it is attached every other producer is refused
-(ProducerBusy, which clients do not retry). *WaitForExclusive* queues instead: the client gets
-PRODUCER_SUCCESS with ``producer_ready=false`` at once and a second one, ready, when the topic
-is free (first come, first served). *ExclusiveWithFencing* closes the others and takes over.
+* *Shared* producers coexist; one is refused with ProducerBusy while an exclusive producer is
+  attached or waiting.
+* *Exclusive* is refused with ProducerFenced while any other producer is attached (exclusive:
+  "Topic has an existing exclusive producer", shared: "Topic has existing shared producers")
+  or waiting. The official clients do not retry ProducerFenced.
+* *WaitForExclusive* queues: PRODUCER_SUCCESS with ``producer_ready=false`` at once and a
+  second one, ready, when the topic is free (first come, first served).
+* *ExclusiveWithFencing* takes over: the producers attached are closed by the broker and the
+  waiting ones fail with ProducerFenced. A closed producer reconnects, is refused with
+  ProducerFenced and from then on fails every send with ProducerFenced.
+
+Topic epochs. Each time an exclusive producer (any of the three exclusive modes) takes the
+topic, the topic's epoch grows by one; PRODUCER_SUCCESS carries it and the client sends it back
+when it reconnects. A producer that comes back with an epoch older than the topic's has been
+replaced meanwhile and is fenced. The epoch is kept in the topic's properties in the metadata
+store, so it only grows, across restarts too.
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ProducerBusy
+from ..errors import CompactMQError, ProducerBusy, ServerError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topics import Topic
@@ -32,6 +43,7 @@ class Producer:
         self.name = name
         self.access_mode = access_mode
         self.schema_version = schema_version
+        self.topic_epoch: int | None = None  # the epoch the client knew (request), then granted
         self.serial = next(_serials)
         self.closed = False
         self.messages_in = 0
@@ -45,13 +57,23 @@ class Producer:
         return self.access_mode != SHARED
 
 
+class ProducerFenced(CompactMQError):
+    """A newer exclusive producer owns the topic (wire code ProducerFenced)."""
+
+    server_error = ServerError.ProducerFenced
+    http_status = 409
+    peer_fault = True
+
+
 class MustWait(Exception):
     """A WaitForExclusive producer has to queue (not an error: it is told to wait)."""
 
 
-def check_access(existing: list[Producer], access_mode: int, name: str) -> list[Producer]:
-    """Raise ProducerBusy when a producer in ``access_mode`` may not join ``existing``
-    (MustWait for a WaitForExclusive producer that has to queue).
+def check_access(existing: list[Producer], access_mode: int, name: str, others_waiting: bool = False
+                 ) -> list[Producer]:
+    """Raise when a producer in ``access_mode`` may not join ``existing`` now: ProducerBusy or
+    ProducerFenced as Pulsar answers, MustWait for a WaitForExclusive producer that has to
+    queue. ``others_waiting``: WaitForExclusive producers are queued already.
 
     Returns the producers to fence (close) first: only ExclusiveWithFencing fences.
     """
@@ -59,15 +81,28 @@ def check_access(existing: list[Producer], access_mode: int, name: str) -> list[
         if p.name == name and not p.closed:
             raise ProducerBusy(f"producer with name {name!r} is already connected to topic {p.topic.name}")
     live = [p for p in existing if not p.closed]
+    exclusive = next((p for p in live if p.exclusive), None)
     if access_mode == EXCLUSIVE_WITH_FENCING:
         return live
-    if access_mode == WAIT_FOR_EXCLUSIVE and live:
-        raise MustWait()
-    if access_mode != SHARED and live:
-        raise ProducerBusy(
-            f"topic has {len(live)} producer(s) attached; {ACCESS_MODE_NAMES[access_mode]} access refused"
-        )
-    for p in live:
-        if p.exclusive:
-            raise ProducerBusy(f"topic has an exclusive producer {p.name!r}")
+    if access_mode == WAIT_FOR_EXCLUSIVE:
+        if live or others_waiting:
+            raise MustWait()
+        return []
+    if access_mode == EXCLUSIVE:
+        if exclusive is not None or others_waiting:
+            owner = exclusive.name if exclusive is not None else "(waiting)"
+            raise ProducerFenced(f"Topic has an existing exclusive producer: {owner}")
+        if live:
+            raise ProducerFenced("Topic has existing shared producers")
+        return []
+    if exclusive is not None or others_waiting:
+        owner = exclusive.name if exclusive is not None else "(waiting)"
+        raise ProducerBusy(f"Topic has an existing exclusive producer: {owner}")
     return []
+
+
+def check_epoch(producer: Producer, topic_epoch: int) -> None:
+    """An exclusive producer that reconnects with an epoch older than the topic's was replaced."""
+    if producer.topic_epoch is not None and producer.topic_epoch < topic_epoch:
+        raise ProducerFenced(f"Topic epoch has already moved. Current epoch: {topic_epoch}, "
+                             f"Producer epoch: {producer.topic_epoch}")

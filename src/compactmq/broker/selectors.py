@@ -11,10 +11,15 @@ dispatcher (permits left and socket writable).
   first, partition ``i`` of a partitioned topic uses consumer ``i mod n`` so partitions spread
   over the consumers.
 - Shared: round robin over the consumers that can take a message, highest priority first.
-- Key_Shared: a key always maps to one consumer. AUTO_SPLIT mode places every consumer at
-  many points of a hash ring (consistent hashing: a joining or leaving consumer moves only the
-  keys next to its points); STICKY mode uses the hash ranges the consumers declared, which
-  must not overlap.
+- Key_Shared: a key always maps to one consumer, through its *slot*, computed as Pulsar does
+  so a key lands in the same slot as on a Pulsar broker: Murmur3 32-bit (x86 variant, seed 0)
+  of the sticky key, sign bit cleared, modulo 65,536, slot 0 moved to 1 (Pulsar reserves 0).
+  AUTO_SPLIT mode places every consumer at 100 points of a ring of slots (consistent hashing,
+  Pulsar's default): the point of ``name\0index\0i`` is its slot, ``index`` telling consumers
+  of the same name apart; a key goes to the first point at or after its slot, wrapping around,
+  and a later point that collides replaces the earlier one, as on Pulsar. A joining or leaving
+  consumer moves only the keys next to its points. STICKY mode uses the hash ranges the
+  consumers declared, which must not overlap.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
-import crc32c
+import mmh3
 
 from ..errors import ConsumerAssignError
 
@@ -30,18 +35,17 @@ C = TypeVar("C")
 
 # Pulsar's Key_Shared hash space: ranges are declared over [0, 65535].
 HASH_RANGE_SIZE = 1 << 16
-# Points per consumer on the AUTO_SPLIT ring: more points spread keys more evenly.
+# Points per consumer on the AUTO_SPLIT ring (Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints).
 RING_POINTS_PER_CONSUMER = 100
-
-
 
 def sort_key(consumer) -> tuple:
     return (consumer.priority_level, consumer.name, consumer.serial)
 
 
 def key_hash(key: bytes) -> int:
-    """Stable hash of a message key into the Key_Shared hash space."""
-    return crc32c.crc32c(key) % HASH_RANGE_SIZE
+    """The Key_Shared slot of a sticky key, in [1, 65535], as Pulsar computes it."""
+    slot = (mmh3.hash(key, 0, signed=False) & 0x7FFFFFFF) % HASH_RANGE_SIZE
+    return slot or 1
 
 
 class FailoverSelector(Generic[C]):
@@ -83,30 +87,43 @@ class RoundRobinSelector(Generic[C]):
 
 
 class HashRingSelector(Generic[C]):
-    """Key_Shared AUTO_SPLIT: consistent hashing of keys onto consumers."""
+    """Key_Shared AUTO_SPLIT: consistent hashing of key slots onto consumers (see above)."""
 
     def __init__(self, points_per_consumer: int = RING_POINTS_PER_CONSUMER) -> None:
         self._points_per_consumer = points_per_consumer
-        self._ring: list[int] = []
-        self._owners: list[C] = []
+        self._ring: list[int] = []  # sorted slots
+        self._owners: list[C] = []  # the consumer of each slot
+        self._name_index: dict[C, int] = {}
+
+    def _points(self, consumer: C, index: int) -> list[int]:
+        name = consumer.name  # type: ignore[attr-defined]
+        return [key_hash(f"{name}\0{index}\0{i}".encode()) for i in range(self._points_per_consumer)]
 
     def add(self, consumer: C) -> None:
-        for i in range(self._points_per_consumer):
-            point = crc32c.crc32c(f"{consumer.name}\x00{consumer.serial}\x00{i}".encode())
+        used = {i for c, i in self._name_index.items() if c.name == consumer.name}  # type: ignore[attr-defined]
+        index = next(i for i in range(len(used) + 1) if i not in used)
+        self._name_index[consumer] = index
+        for point in self._points(consumer, index):
             at = bisect.bisect_left(self._ring, point)
-            self._ring.insert(at, point)
-            self._owners.insert(at, consumer)
+            if at < len(self._ring) and self._ring[at] == point:
+                self._owners[at] = consumer  # a collision: the newcomer takes the point
+            else:
+                self._ring.insert(at, point)
+                self._owners.insert(at, consumer)
 
     def remove(self, consumer: C) -> None:
+        self._name_index.pop(consumer, None)
         keep = [(p, c) for p, c in zip(self._ring, self._owners) if c is not consumer]
         self._ring = [p for p, _ in keep]
         self._owners = [c for _, c in keep]
 
     def select(self, key: bytes) -> C | None:
+        return self.select_slot(key_hash(key))
+
+    def select_slot(self, slot: int) -> C | None:
         if not self._ring:
             return None
-        point = crc32c.crc32c(key)
-        at = bisect.bisect_left(self._ring, point)
+        at = bisect.bisect_left(self._ring, slot)
         return self._owners[at % len(self._ring)]
 
 

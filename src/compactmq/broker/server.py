@@ -38,6 +38,7 @@ from ..errors import StorageError
 from . import compacted_source, security
 from .connection import ServerConnection
 from .entry_source import CacheBudget
+from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
 
@@ -144,6 +145,7 @@ class BrokerService:
         # the TLS twins (pulsar+ssl://, https://), None while a TLS port is off
         self.broker_url_tls: str | None = None
         self.web_url_tls: str | None = None
+        self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
         self.cluster_name = "standalone"
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
@@ -205,6 +207,7 @@ class BrokerServer:
 
             loop = asyncio.get_running_loop()
             self._storage = await loop.run_in_executor(None, Storage, self.config.data_dir, self.config)
+        listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
@@ -226,6 +229,8 @@ class BrokerServer:
         if self.port_tls is not None:
             service.broker_url_tls = f"pulsar+ssl://{advertised}:{self.port_tls}"
         service.web_url = f"http://{advertised}:{self.web_port}"
+        service.listeners = listeners_from_config(self.config, service.broker_url, service.web_url,
+                                                  service.broker_url_tls)
         from .compaction_monitor import CompactionMonitor
 
         service.compaction_monitor = CompactionMonitor(service)
@@ -241,6 +246,9 @@ class BrokerServer:
         service.web_url = f"http://{advertised}:{self.web_port}"  # the port bound, if 0 was asked
         if self.web_port_tls is not None and self._web is not None:
             service.web_url_tls = f"https://{advertised}:{self.web_port_tls}"
+        # again, now that the web ports are bound (the first call validated the settings early)
+        service.listeners = listeners_from_config(self.config, service.broker_url, service.web_url,
+                                                  service.broker_url_tls, service.web_url_tls)
 
     async def _listen(self, port: int, ssl_context: ssl.SSLContext | None) -> int:
         """Listen for binary-protocol clients (over TLS with a context); the port bound."""

@@ -113,12 +113,16 @@ class Consumer:
         self.permits = PermitWindow()
         self.closed = False
         self.messages_out = 0
+        # messages sent and not acknowledged, and whether that reached the limit (``limits``)
+        self.unacked_messages = 0
+        self.blocked_on_unacked = False
 
     def __repr__(self) -> str:
         return f"Consumer({self.name!r}, id={self.consumer_id}, sub={self.subscription.name!r})"
 
     def can_take(self) -> bool:
-        return self.permits.available > 0 and not self.closed and self.connection.writable
+        return (self.permits.available > 0 and not self.closed and self.connection.writable
+                and not self.blocked_on_unacked)
 
     def flow(self, permits: int) -> None:
         self.permits.grant(permits)

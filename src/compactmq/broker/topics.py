@@ -18,12 +18,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CompactMQError, InvalidTopicName, NotAllowed, ProducerBusy, StorageError, TopicNotFound
+from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
+from .dedup import Deduplication
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
-from .producers import EXCLUSIVE_WITH_FENCING, WAIT_FOR_EXCLUSIVE, MustWait, Producer, check_access
+from .limits import check_consumers, check_producers
+from .namespaces import check_namespace
+from .producers import EXCLUSIVE_WITH_FENCING, Producer, ProducerFenced, check_access, check_epoch
 from .subscriptions import Consumer, CursorView, Subscription
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +60,7 @@ class Topic:
         self.newest_ledger_id = newest_ledger_id
         self.source = LedgerEntrySource(self, service.run_blocking)
         self.last_sequence_ids: dict[str, int] = {}
+        self.dedup = Deduplication(self)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
         self._sub_lock = asyncio.Lock()
@@ -64,6 +68,7 @@ class Topic:
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
         self.closed = False
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
+        self.epoch = -1  # topic epoch (see producers): -1 until an exclusive producer takes the topic
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -84,14 +89,25 @@ class Topic:
         if self._append_task is None:
             self._append_task = self.spawn(self._append_loop())
 
+    def publish_marker(self, callback: PublishCallback) -> None:
+        """Call ``callback(None, None)`` once every SEND queued before it is persisted or
+        failed: the answer to a duplicate of a message still being written keeps its place in
+        the order of receipts (see ``dedup``)."""
+        if self._append_task is None and not self._queue:
+            callback(None, None)
+            return
+        self._queue.append((None, 0, callback))  # type: ignore[arg-type]
+        if self._append_task is None:
+            self._append_task = self.spawn(self._append_loop())
+
     async def _append_loop(self) -> None:
         try:
             while self._queue:
                 batch = self._take_batch()
-                entries = [e for e, _, _ in batch]
-                times = [t for _, t, _ in batch]
+                entries = [e for e, _, _ in batch if e is not None]
+                times = [t for e, t, _ in batch if e is not None]
                 try:
-                    positions = await self.run_blocking(self.ledger.append_many, entries, times)
+                    positions = await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
@@ -100,7 +116,12 @@ class Topic:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     continue
-                for (entry, _, cb), pos in zip(batch, positions):  # storage returns Positions
+                stored = iter(positions)  # storage returns Positions
+                for entry, _, cb in batch:
+                    if entry is None:  # a marker (publish_marker)
+                        cb(None, None)
+                        continue
+                    pos = next(stored)
                     self.tail_cache.append(pos, entry)
                     self.last_position = pos
                     cb(pos, None)
@@ -114,6 +135,9 @@ class Topic:
         n = 0
         size = 0
         for entry, _, _ in self._queue:
+            if entry is None:
+                n += 1
+                continue
             if n and (n >= MAX_APPEND_BATCH_ENTRIES or size + len(entry) > MAX_APPEND_BATCH_BYTES):
                 break
             n += 1
@@ -130,17 +154,37 @@ class Topic:
     # --- producers ---------------------------------------------------------------------------
 
     def add_producer(self, producer: Producer) -> None:
-        """Attach a producer; ProducerBusy when its access mode forbids it now, MustWait for
-        a WaitForExclusive producer that joins the queue (see ``wait_for_exclusive``)."""
+        """Attach a producer; ProducerBusy / ProducerFenced when its access mode forbids it now,
+        MustWait for a WaitForExclusive producer that joins the queue (see
+        ``wait_for_exclusive``). An exclusive producer is given the next topic epoch
+        (``producer.topic_epoch``; the caller persists it with ``save_epoch``)."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
-        if self._exclusive_waiters and producer.access_mode != EXCLUSIVE_WITH_FENCING:
-            if producer.access_mode == WAIT_FOR_EXCLUSIVE:
-                raise MustWait()  # behind the ones already waiting
-            raise ProducerBusy(f"producers are waiting for exclusive access to {self.name}")
-        for fenced in check_access(list(self.producers.values()), producer.access_mode, producer.name):
-            fenced.connection.close_producer_by_broker(fenced)
+        check_producers(self.service.config, self.name, len(self.producers))
+        fenced = check_access(list(self.producers.values()), producer.access_mode, producer.name,
+                              bool(self._exclusive_waiters))
+        if producer.exclusive:
+            check_epoch(producer, self.epoch)
+        if producer.access_mode == EXCLUSIVE_WITH_FENCING:
+            waiters, self._exclusive_waiters = self._exclusive_waiters, []
+            for waiting, fut in waiters:
+                if not fut.done():
+                    fut.set_exception(ProducerFenced("Fenced out"))
+        for old in fenced:
+            old.connection.close_producer_by_broker(old)
+        self._take_epoch(producer)
         self.producers[producer.serial] = producer
+
+    def _take_epoch(self, producer: Producer) -> None:
+        if producer.exclusive:
+            # the epoch the client brings back when it reconnects, else the next one
+            given = producer.topic_epoch
+            self.epoch = given if given is not None and given >= self.epoch else self.epoch + 1
+            producer.topic_epoch = self.epoch
+
+    async def save_epoch(self) -> None:
+        """Persist the topic epoch (in the topic's properties) before the producer hears of it."""
+        await self.run_blocking(_save_epoch, self.service.storage.metadata, self.name, self.epoch)
 
     async def wait_for_exclusive(self, producer: Producer) -> None:
         """Queue a WaitForExclusive producer; returns once it is attached as the only one."""
@@ -157,6 +201,12 @@ class Topic:
             producer, fut = self._exclusive_waiters.pop(0)
             if fut.done() or producer.closed or producer.connection.closed:
                 continue
+            try:
+                check_epoch(producer, self.epoch)
+            except ProducerFenced as exc:
+                fut.set_exception(exc)
+                continue
+            self._take_epoch(producer)
             self.producers[producer.serial] = producer
             fut.set_result(None)
 
@@ -205,8 +255,10 @@ class Topic:
                     f"subscription {name!r} is {'durable' if sub.durable else 'non-durable'}; "
                     "cannot attach a consumer of the other kind"
                 )
-            consumer = make_consumer(sub)
             try:
+                check_consumers(self.service.config, sum(len(s.consumers) for s in self.subscriptions.values()),
+                                len(sub.consumers))
+                consumer = make_consumer(sub)
                 sub.add_consumer(consumer, sub_type, key_shared_sticky)
             except BaseException:
                 if created and not durable:
@@ -277,6 +329,7 @@ class Topic:
                 for consumer in list(sub.consumers):
                     consumer.connection.close_consumer_by_broker(consumer)
         await self.drain()
+        await self.dedup.close()
         for sub in list(self.subscriptions.values()):
             try:
                 await sub.close()
@@ -289,6 +342,24 @@ def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
     # runs in the thread pool: the cursor and the first snapshot of it
     cursor = ledger.open_cursor(name, durable, initial_position)
     return cursor, CursorView.of(cursor, with_batch_acks=True)
+
+
+EPOCH_PROPERTY = "topicEpoch"
+
+
+def _load_epoch(metadata: Any, topic: str) -> int:
+    try:
+        return int(metadata.topic_properties(topic).get(EPOCH_PROPERTY, -1))
+    except TopicNotFound:
+        return -1
+
+
+def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
+    with metadata.transaction():
+        props = metadata.topic_properties(topic)
+        if int(props.get(EPOCH_PROPERTY, -1)) < epoch:
+            props[EPOCH_PROPERTY] = epoch
+            metadata.set_topic_properties(topic, props)
 
 
 def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
@@ -373,7 +444,8 @@ class TopicManager:
         if self.service.shutting_down:
             raise StorageError("broker is shutting down")
         storage = self.service.storage
-        allowed = create and bool(self.config["allowAutoTopicCreation"])
+        auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
+        allowed = create and auto.allowed
         base = tn.partitioned_base
         if tn.partition_index >= 0:
             partitions = await self.service.run_blocking(self.metadata.get_partitions, str(base))
@@ -392,30 +464,28 @@ class TopicManager:
         last, newest = await self.service.run_blocking(_topic_facts, ledger)
         topic = Topic(self.service, tn, ledger, last, newest)
         topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
+        topic.epoch = await self.service.run_blocking(_load_epoch, self.service.storage.metadata, str(tn))
+        await topic.dedup.load()
         return topic
 
     async def partitions(self, name: str, auto_create: bool = True) -> int:
         """Number of partitions of ``name`` (0: not partitioned), for PARTITIONED_METADATA.
 
-        With automatic creation of type ``partitioned``, an unknown topic becomes a partitioned
+        With automatic creation of type ``partitioned`` (broker settings or the namespace's
+        ``autoTopicCreation`` policy, see ``namespaces``), an unknown topic becomes a partitioned
         topic of ``defaultNumPartitions`` partitions here, as Pulsar does.
         """
         tn = TopicName.parse(name)
+        auto = await check_namespace(self.service, tn)  # NamespaceNotFound, as Pulsar answers
         if tn.partition_index >= 0:
             return 0
         n = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
         if n is not None:
             return n
-        cfg = self.config
-        if (
-            auto_create
-            and cfg["allowAutoTopicCreation"]
-            and cfg["allowAutoTopicCreationType"] == "partitioned"
-            and str(tn) not in self.loaded
-        ):
+        if auto_create and auto.allowed and auto.partitioned and str(tn) not in self.loaded:
             exists = await self.service.run_blocking(self.metadata.topic_exists, str(tn))
             if not exists:
-                return await self.create_partitioned_topic(str(tn), int(cfg["defaultNumPartitions"]))
+                return await self.create_partitioned_topic(str(tn), auto.partitions)
         return 0
 
     async def create_partitioned_topic(self, name: str, partitions: int) -> int:
@@ -429,6 +499,19 @@ class TopicManager:
             if type(exc).__name__ != "AlreadyExists":
                 raise
         return await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+
+    async def policies_changed(self, name: str) -> None:
+        """A topic or namespace policy changed (admin API): loaded topics it covers re-read
+        the policies they keep in memory (deduplication)."""
+        for topic in list(self.loaded.values()):
+            if topic.closed:
+                continue
+            base = str(topic.topic_name.partitioned_base)
+            if name in (topic.name, base, topic.topic_name.namespace_name):
+                try:
+                    await topic.dedup.refresh()
+                except Exception:  # noqa: BLE001 - the policy is stored; the next load applies it
+                    log.exception("applying the policies of %s failed", topic.name)
 
     async def unload(self, name: str) -> None:
         topic = self.loaded.pop(str(TopicName.parse(name)), None)

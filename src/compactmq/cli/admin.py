@@ -151,6 +151,7 @@ class Policy:
     render: Callable[[Any], str]
     topic_set_method: str = "POST"  # Pulsar sets topic policies with POST
     namespace_set_method: str = "POST"
+    namespace_path: str | None = None  # where Pulsar names the namespace path differently
 
 
 def _threshold_args(p: argparse.ArgumentParser) -> None:
@@ -195,6 +196,12 @@ def _null_key_args(p: argparse.ArgumentParser) -> None:
                    help="keep keyless messages in the compacted view")
 
 
+def _dedup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("-e", "--enable", action="store_true", help="enable message deduplication")
+    g.add_argument("-d", "--disable", action="store_true", help="disable message deduplication")
+
+
 POLICIES = (
     Policy("compaction-threshold", "compactionThreshold", _threshold_args,
            lambda a: parse_size(a.threshold), _render_threshold, namespace_set_method="PUT"),
@@ -203,27 +210,30 @@ POLICIES = (
            lambda b: b if b else "no compaction strategy set"),
     Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
            lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
+    Policy("deduplication", "deduplicationEnabled", _dedup_args, lambda a: bool(a.enable),
+           lambda b: "not set" if b is None else str(b).lower(), namespace_path="deduplication"),
 )
 
 
 def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
     set_method_attr = "topic_set_method" if target == "topic" else "namespace_set_method"
     for pol in POLICIES:
+        suffix = pol.namespace_path if target == "namespace" and pol.namespace_path else pol.path
         p = sub.add_parser(f"set-{pol.command}", help=f"set the {pol.command} policy of a {target}")
         p.add_argument(target)
         pol.add_value_args(p)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
-            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{pol.path}",
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
+            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{suffix}",
                       pol.body_from_args(a)),
             o.done(f"{pol.command} set on {getattr(a, target)}"))))
         p = sub.add_parser(f"get-{pol.command}", help=f"show the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: o.result(
-            c.request("GET", f"{path_of(getattr(a, target))}/{pol.path}"), pol.render)))
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: o.result(
+            c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), pol.render)))
         p = sub.add_parser(f"remove-{pol.command}", help=f"remove the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol: (
-            c.request("DELETE", f"{path_of(getattr(a, target))}/{pol.path}"),
+        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
+            c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
             o.done(f"{pol.command} removed from {getattr(a, target)}"))))
 
 
@@ -291,6 +301,47 @@ def _tenant_body(a) -> dict:
 def _render_tenant(body: Any) -> str:
     return (f"adminRoles: {', '.join(body.get('adminRoles') or []) or '(none)'}\n"
             f"allowedClusters: {', '.join(body.get('allowedClusters') or []) or '(none)'}")
+
+
+def _auto_topic_creation_body(a: argparse.Namespace) -> dict:
+    body: dict[str, Any] = {"allowAutoTopicCreation": bool(a.enable), "topicType": a.type}
+    if a.num_partitions is not None:
+        body["defaultNumPartitions"] = a.num_partitions
+    return body
+
+
+def _render_auto_topic_creation(body: Any) -> str:
+    if not body:
+        return "not set (the broker settings apply)"
+    if not body.get("allowAutoTopicCreation"):
+        return "disabled"
+    if body.get("topicType") == "partitioned":
+        return f"enabled: partitioned, {body.get('defaultNumPartitions')} partitions"
+    return f"enabled: {body.get('topicType', 'non-partitioned')}"
+
+
+def _add_auto_topic_creation_commands(sub) -> None:
+    """``namespaces set-|get-|remove-auto-topic-creation`` (pulsar-admin's verbs and flags)."""
+    suffix = "autoTopicCreation"
+    p = sub.add_parser("set-auto-topic-creation", help="allow or forbid creating topics by using them")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-e", "--enable", action="store_true", help="allow automatic topic creation (default: forbid)")
+    p.add_argument("-t", "--type", default="non-partitioned", choices=("partitioned", "non-partitioned"),
+                   help="type of the topics created")
+    p.add_argument("-n", "--num-partitions", type=int, default=None,
+                   help="partitions of an auto-created partitioned topic")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("POST", f"{namespace_path(a.namespace)}/{suffix}", _auto_topic_creation_body(a)),
+        o.done(f"auto-topic-creation set on {a.namespace}"))))
+    p = sub.add_parser("get-auto-topic-creation", help="show the automatic topic creation policy")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: o.result(
+        c.request("GET", f"{namespace_path(a.namespace)}/{suffix}"), _render_auto_topic_creation)))
+    p = sub.add_parser("remove-auto-topic-creation", help="remove the policy (the broker settings apply)")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("DELETE", f"{namespace_path(a.namespace)}/{suffix}"),
+        o.done(f"auto-topic-creation removed from {a.namespace}"))))
 
 
 # --- compaction status with a live progress bar -----------------------------------------------
@@ -444,6 +495,7 @@ def add_parser(subparsers) -> None:
                                               o.done(f"deleted {a.namespace}"))))
     _add_policy_commands(namespaces, "namespace", namespace_path)
     _add_permission_commands(namespaces, "namespace", namespace_path)
+    _add_auto_topic_creation_commands(namespaces)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True)
