@@ -58,6 +58,12 @@ SETTINGS: dict[str, Setting] = {
     "brokerDeduplicationSnapshotIntervalSeconds": _s(
         int, 120, "seconds between two snapshots of the deduplication state"
     ),
+    "schemaCompatibilityStrategy": _s(
+        str, "FULL", "schema changes a topic accepts when neither it nor its namespace says: ALWAYS_COMPATIBLE, "
+        "ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL or a *_TRANSITIVE form"
+    ),
+    "isAllowAutoUpdateSchemaEnabled": _s(bool, True, "producers may register new schema versions"),
+    "isSchemaValidationEnforced": _s(bool, False, "refuse producers without a schema on topics that have one"),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(

@@ -192,9 +192,8 @@ class CommandHandler:
             raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
         await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
-        schema_version = b""
-        if cmd.HasField("schema"):
-            schema_version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
+        schema_version = await self.service.schemas.get_or_create(
+            topic.name, cmd.schema if cmd.HasField("schema") else None)
         if cmd.HasField("producer_name") and cmd.producer_name:
             name = cmd.producer_name
         else:
@@ -334,7 +333,7 @@ class CommandHandler:
         create = cmd.force_topic_creation if cmd.HasField("force_topic_creation") else True
         topic = await self.service.topics.get_topic(cmd.topic, create=create)
         if cmd.HasField("schema"):
-            await self.service.schemas.get_or_create(topic.name, cmd.schema)
+            await self.service.schemas.get_or_create(topic.name, cmd.schema, consumer=True)
         durable = cmd.durable if cmd.HasField("durable") else True
         initial = _initial_position(cmd, durable)
         sticky = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY
