@@ -15,6 +15,7 @@ from ..broker.dedup import DEDUP_CURSOR
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
@@ -84,6 +85,8 @@ def _partition_names(topic: str, n: int) -> list[str]:
 async def list_topics(ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str) -> Any:
     ns = f"{tenant}/{namespace}"
     await _require_namespace(ctx, ns)
+    if domain == "non-persistent":
+        return nonpersistent.names(ctx, ns)
     names = await ctx.run_blocking(ctx.metadata.topics, ns)
     return [n for n in names if n.startswith(f"{domain}://")]
 
@@ -289,7 +292,10 @@ def _address(conn) -> str | None:
 
 
 async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
-    topic = _persistent(topic_name(**path))
+    tn = topic_name(**path)
+    if not tn.persistent:
+        return nonpersistent.topic_stats(ctx, str(tn))
+    topic = _persistent(tn)
     if await _kind(ctx, topic):
         raise NotFound(f"{topic} is a partitioned topic: use partitioned-stats")
     ctx.sampler.refresh()
@@ -398,7 +404,7 @@ async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str
     """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
-        raise NotAllowed(f"{tn}: compaction is only possible on persistent topics")
+        raise NotAllowed(f"{tn}: compaction applies only to persistent topics (a non-persistent topic stores nothing)")
     topic = str(tn)
     monitor = _monitor(ctx)
     return topic, monitor, await _kind(ctx, topic)

@@ -32,6 +32,7 @@ from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source
+from .nonpersistent import topics_of_namespace
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -166,7 +167,9 @@ class CommandHandler:
         )
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
-        topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        persistent = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        # the client's RegexSubscriptionMode: persistent only (default), non-persistent only, all
+        topics = topics_of_namespace(persistent, self.service.topics.non_persistent.names(cmd.namespace), cmd.mode)
         self.conn.send_command(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # --- producers ---------------------------------------------------------------------------

@@ -81,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     topic = canonical(args.topic)
+    if not topic.startswith("persistent://"):
+        from ..errors import NotAllowed
+
+        raise NotAllowed(f"{topic}: compaction applies only to persistent topics (a non-persistent topic "
+                         "stores nothing)")
     storage = Storage(config.data_dir, config, read_only=True)
     progress = ProgressLine(topic, enabled=not args.quiet)
     try:
