@@ -188,3 +188,18 @@ def test_cli_and_restart(broker, tmp_path):
     assert cli(broker, "schemas", "delete", topic).returncode == 0
     r = cli(broker, "schemas", "get", topic)
     assert r.returncode == 1 and "Schema not found" in r.stderr
+
+
+def test_deleting_a_topic_deletes_its_schema(broker):
+    topic = f"persistent://public/default/{unique('del')}"
+    client = make_client(broker.url)
+    try:
+        client.create_producer(topic, schema=AvroSchema(V1)).close()
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic, schema=AvroSchema(V2))
+        ok(rest(broker, "DELETE", "/admin/v2/" + topic.replace("://", "/")))
+        assert rest(broker, "GET", schema_url(topic) + "/schema")[0] == 404
+        client.create_producer(topic, schema=AvroSchema(V2)).send(V2(a="fresh"))  # a new topic, a new history
+        assert ok(rest(broker, "GET", schema_url(topic) + "/schema"))["data"] == AvroSchema(V2).schema_info().schema()
+    finally:
+        client.close()

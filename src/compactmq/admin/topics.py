@@ -136,6 +136,7 @@ async def delete_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     if await _kind(ctx, topic):
         raise Conflict(f"{topic} is a partitioned topic: delete it with DELETE .../partitions")
     await _delete_one(ctx, topic, query_flag(request, "force"))
+    await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
     return None
 
 
@@ -201,6 +202,7 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
         if await ctx.run_blocking(ctx.metadata.topic_exists, name):
             await _delete_one(ctx, name, force)
     await ctx.run_blocking(ctx.metadata.delete_partitioned_topic, topic)
+    await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
     return None
 
 

@@ -197,6 +197,12 @@ class SchemaRegistry:
             return False, strategy, str(e)
         return True, strategy, ""
 
+    def topic_deleted(self, topic: str) -> None:
+        """A topic was deleted: its schema goes with it (a deletion marker), as on Pulsar, so a
+        topic created again under that name starts with no schema."""
+        self._versions(topic)
+        self.storage.delete(schema_id(topic))
+
     def delete(self, topic: str, force: bool = False) -> int:
         self._versions(topic)  # moves a legacy schema into the table first
         version = self.storage.delete(schema_id(topic), force)
