@@ -160,3 +160,39 @@ def test_regex_consumer_sees_a_topic_created_after_it_subscribed(broker):
         assert seen == {later}
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("sub_type", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
+def test_shared_and_key_shared_spread_messages_over_connected_consumers(broker, sub_type):
+    topic = f"non-persistent://public/default/{unique('spread')}"
+    client = make_client(broker.url)
+    try:
+        a = client.subscribe(topic, "s", consumer_type=sub_type, consumer_name="a")
+        b = client.subscribe(topic, "s", consumer_type=sub_type, consumer_name="b")
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(40):
+            producer.send(f"m{i}".encode(), partition_key=f"k{i % 8}")
+        got_a, got_b = drain(a, 1000), drain(b, 1000)
+        assert sorted(got_a + got_b) == sorted(f"m{i}".encode() for i in range(40))  # each once
+        assert got_a and got_b
+        if sub_type == pulsar.ConsumerType.KeyShared:  # a key goes to one consumer only
+            keys_a = {int(m[1:]) % 8 for m in got_a}
+            keys_b = {int(m[1:]) % 8 for m in got_b}
+            assert not keys_a & keys_b
+    finally:
+        client.close()
+
+
+def test_rate_meter_counts_within_its_window():
+    from compactmq.broker.nonpersistent import RateMeter
+
+    now = [100.0]
+    meter = RateMeter(window=10, clock=lambda: now[0])
+    meter.add(5)
+    now[0] += 3
+    meter.add(15)
+    assert meter.rate == 2.0 and meter.total == 20
+    now[0] += 8  # the first bucket left the window
+    assert meter.rate == 1.5
+    now[0] += 10
+    assert meter.rate == 0 and meter.total == 20

@@ -138,6 +138,8 @@ class SchemaRegistry:
 
     async def get_or_create(self, topic: str, schema: pb.Schema | None, consumer: bool = False) -> bytes:
         """The version for a producer's (or, ``consumer``, a consumer's) schema; b"" for none."""
+        if schema is None or schema.type == 0:  # reads only: no need to queue behind registrations
+            return await self.service.run_blocking(self._get_or_create_blocking, topic, None, consumer)
         async with self._lock:
             return await self.service.run_blocking(self._get_or_create_blocking, topic, schema, consumer)
 
