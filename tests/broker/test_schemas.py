@@ -89,6 +89,9 @@ def test_rest_paths_and_bodies(broker):
     assert [v["version"] for v in versions] == [0, 1] and versions[1]["data"] == S_ADD_DEFAULT
     assert ok(rest(broker, "GET", url + "/schema/0"))["data"] == S1
     assert rest(broker, "GET", url + "/schema/7")[0] == 404
+    spaced = json.dumps(json.loads(S_ADD_DEFAULT), indent=2)  # the same schema, spelt otherwise
+    assert ok(rest(broker, "POST", url + "/version", {"type": "AVRO", "schema": spaced})) == {"version": 1}
+    assert rest(broker, "POST", url + "/version", {"type": "AVRO", "schema": S_ADD_REQUIRED})[0] == 404
 
     # delete: nothing in force, and the next schema starts a new history
     assert ok(rest(broker, "DELETE", url + "/schema")) == {"version": 2}

@@ -7,6 +7,7 @@ GET    .../schemas         every version in force: ``{"getSchemaResponses": [...
 POST   .../schema          register a schema (PostSchemaPayload); 409 when incompatible
 DELETE .../schema          delete the schema (``?force=true``: erase its history too)
 POST   .../compatibility   test a schema: ``{"compatibility": bool, "schemaCompatibilityStrategy": s}``
+POST   .../version         the version holding a schema: ``{"version": n}``; 404 when none does
 =========================  ==========================================================================
 
 Bodies are Pulsar's: PostSchemaPayload ``{"type": "AVRO", "schema": "<definition>", "properties":
@@ -38,6 +39,8 @@ def add_routes(router: Router) -> None:
     router.add("GET", BASE + "/schemas", get_all_schemas, "every schema version in force of a topic")
     router.add("POST", BASE + "/schema", post_schema, "register a schema version (PostSchemaPayload)", body="object")
     router.add("DELETE", BASE + "/schema", delete_schema, "delete a topic's schema (?force=true erases history)")
+    router.add("POST", BASE + "/version", get_version_by_schema,
+               "the version that holds a schema (PostSchemaPayload)", body="object")
     router.add("POST", BASE + "/compatibility", test_compatibility,
                "test a schema against the topic's compatibility strategy", body="object")
 
@@ -94,6 +97,14 @@ async def post_schema(ctx: Context, request: web.Request, tenant: str, namespace
     version = await ctx.run_blocking(ctx.service.schemas.upload, _topic(tenant, namespace, topic),
                                      type_name, data, props)
     return {"version": {"version": version}}
+
+
+async def get_version_by_schema(ctx: Context, request: web.Request, tenant: str, namespace: str,
+                                topic: str) -> Any:
+    type_name, data, _ = await _payload(request)
+    version = await ctx.run_blocking(ctx.service.schemas.version_of, _topic(tenant, namespace, topic),
+                                     type_name, data)
+    return {"version": version}
 
 
 async def delete_schema(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str) -> Any:

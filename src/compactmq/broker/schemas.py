@@ -186,6 +186,14 @@ class SchemaRegistry:
     def upload(self, topic: str, type_name: str, data: bytes, properties: dict[str, str]) -> int:
         return self._add(topic, _type_number(type_name), data, "", properties, admin=True)
 
+    def version_of(self, topic: str, type_name: str, data: bytes) -> int:
+        """The version in force that holds this schema (NotFound when none does)."""
+        type_ = _type_number(type_name)
+        for rec in active(self._versions(topic)):
+            if rec.type == type_ and schema_compat.same(type_, rec.data, data):
+                return rec.version
+        raise NotFound("Schema not found")
+
     def test_compatibility(self, topic: str, type_name: str, data: bytes) -> tuple[bool, str, str]:
         """(compatible, strategy, reason) of a schema against the versions in force."""
         type_ = _type_number(type_name)
