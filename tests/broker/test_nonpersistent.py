@@ -196,3 +196,41 @@ def test_rate_meter_counts_within_its_window():
     assert meter.rate == 1.5
     now[0] += 10
     assert meter.rate == 0 and meter.total == 20
+
+
+def test_a_topic_that_went_idle_is_revived_by_a_late_producer():
+    """A producer that looked the topic up just before its last user left still gets it."""
+    import asyncio
+
+    from compactmq.broker.nonpersistent import NonPersistentTopics
+    from compactmq.naming import TopicName
+
+    class Service:
+        config = {"allowAutoTopicCreation": True}
+        shutting_down = False
+        tail_cache_bytes = 1024
+
+        def run_blocking(self, fn, *args):
+            return fn(*args)
+
+    class Manager:
+        service = Service()
+
+    class Producer:
+        def __init__(self, name):
+            self.name, self.serial, self.closed, self.access_mode, self.exclusive = name, id(self), False, 0, False
+            self.messages_in = self.bytes_in = 0
+
+    async def scenario():
+        topics = NonPersistentTopics(Manager())
+        tn = TopicName.parse("non-persistent://public/default/idle")
+        topic = topics.get(tn, create=True)
+        first = Producer("first")
+        topic.add_producer(first)
+        late_lookup = topics.get(tn, create=True)  # a second client looked it up ...
+        topic.remove_producer(first)  # ... and then the last user left
+        assert topics.names("public/default") == []
+        late_lookup.add_producer(Producer("late"))
+        assert topics.names("public/default") == [str(tn)] and not late_lookup.closed
+
+    asyncio.run(scenario())

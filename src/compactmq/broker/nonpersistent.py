@@ -28,7 +28,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import ConsumerBusy, NotAllowed, StorageError, TopicNotFound
+from ..errors import ConsumerBusy, NotAllowed, ServiceNotReady, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..storage.position import Position
 from .dispatchers import entry_info
@@ -249,6 +249,7 @@ class NonPersistentTopic(Topic):
         self.received = RateMeter()  # messages published
         self.received_bytes = RateMeter()
         self._ids = itertools.count()
+        self.idle = False  # forgotten because nothing used it (not closed by the broker)
 
     def __repr__(self) -> str:
         return f"NonPersistentTopic({self.name})"
@@ -279,6 +280,7 @@ class NonPersistentTopic(Topic):
     async def subscribe(self, name: str, durable: bool, initial_position: Any,
                         make_consumer: Callable[[Any], Consumer], sub_type: int,
                         key_shared_sticky: bool = False, read_compacted: bool = False) -> Consumer:
+        self._revive()
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
         if read_compacted:
@@ -312,12 +314,23 @@ class NonPersistentTopic(Topic):
         self._forget_if_idle()
 
     def _forget_if_idle(self) -> None:
-        if not self.producers and not self.subscriptions and not self._exclusive_waiters:
-            self.closed = True
+        if not self.producers and not self.subscriptions and not self._exclusive_waiters and not self.closed:
+            self.closed = self.idle = True
             self.manager.forget(self)
 
+    def _revive(self) -> None:
+        """A producer or consumer that looked the topic up just before it went idle arrives now:
+        the topic is in use again (unless another object took the name meanwhile)."""
+        if self.idle:
+            self.manager.revive(self)
+            self.closed = self.idle = False
+
+    def add_producer(self, producer) -> None:
+        self._revive()
+        super().add_producer(producer)
+
     async def close(self, disconnect_clients: bool = True) -> None:
-        self.closed = True
+        self.closed, self.idle = True, False
         if disconnect_clients:
             for producer in list(self.producers.values()):
                 producer.connection.close_producer_by_broker(producer)
@@ -347,6 +360,12 @@ class NonPersistentTopics:
         topic = NonPersistentTopic(service, tn, self)
         self.active[key] = topic
         return topic
+
+    def revive(self, topic: NonPersistentTopic) -> None:
+        current = self.active.get(topic.name)
+        if current is not None and current is not topic:
+            raise ServiceNotReady(f"topic {topic.name} was reloaded meanwhile; retry")  # clients retry this
+        self.active[topic.name] = topic
 
     def forget(self, topic: NonPersistentTopic) -> None:
         if self.active.get(topic.name) is topic:
