@@ -183,6 +183,14 @@ def test_cli_and_restart(broker, tmp_path):
     finally:
         assert cli(broker, "namespaces", "remove-schema-compatibility-strategy", "public/default").returncode == 0
 
+    ns = new_namespace(broker)
+    for command, flag in (("set-is-allow-auto-update-schema", "--disable"), ("set-schema-validation-enforce", "--enable")):
+        assert cli(broker, "namespaces", command, f"public/{ns}", flag).returncode == 0
+    policies = ok(rest(broker, "GET", f"/admin/v2/namespaces/public/{ns}"))
+    assert policies["isAllowAutoUpdateSchema"] is False and policies["schemaValidationEnforced"] is True
+    r = cli(broker, "namespaces", "get-is-allow-auto-update-schema", f"public/{ns}")
+    assert r.returncode == 0 and r.stdout.strip() == "false"
+
     broker.restart()  # the versions are in the metadata store
     r = cli(broker, "--output", "json", "schemas", "get", topic, "--all-version")
     assert [v["version"] for v in json.loads(r.stdout)["getSchemaResponses"]] == [0, 1]
