@@ -117,6 +117,12 @@ SETTINGS: dict[str, Setting] = {
     "maxUnackedMessagesPerSubscription": _s(
         int, 200000, "Shared/Key_Shared: a subscription with this many unacknowledged messages stops (0: off)"
     ),
+    "schemaCompatibilityStrategy": _s(
+        str, "FULL", "schema changes a topic accepts when neither it nor its namespace says: ALWAYS_COMPATIBLE, "
+        "ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL or a *_TRANSITIVE form"
+    ),
+    "isAllowAutoUpdateSchemaEnabled": _s(bool, True, "producers may register new schema versions"),
+    "isSchemaValidationEnforced": _s(bool, False, "refuse producers without a schema on topics that have one"),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from ..broker.lookup import lookup_topic as broker_lookup
 from ..errors import InvalidInput, NotFound
+from . import nonpersistent
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from .common import Context
 from .router import Router
@@ -60,4 +61,5 @@ async def namespace_topics(ctx: Context, request: web.Request, tenant: str, name
     if not await ctx.run_blocking(ctx.metadata.namespace_exists, ns):
         raise NotFound(f"namespace {ns} does not exist")
     names = await ctx.run_blocking(ctx.metadata.topics, ns)
+    names = list(names) + nonpersistent.names(ctx, ns)  # the non-persistent ones in use
     return [n for n in names if n.startswith(MODES[mode])]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..broker.dedup import POLICY_KEY as DEDUP_KEY
+from ..broker.schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, VALIDATION_KEY, check_strategy
 from ..errors import InvalidConfiguration, InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
@@ -112,6 +113,13 @@ def _bool_body(key: str, what: str) -> Callable[[Any], dict[str, Any]]:
     return parse
 
 
+def _schema_strategy(body: Any) -> dict[str, Any]:
+    try:
+        return {STRATEGY_KEY: check_strategy(body)}
+    except ValueError as e:
+        raise PreconditionFailed(str(e)) from None
+
+
 def _single(key: str) -> Callable[[Mapping[str, Any]], Any]:
     return lambda values: values.get(key)
 
@@ -135,6 +143,16 @@ POLICIES: tuple[Policy, ...] = (
     Policy("deduplicationEnabled", (DEDUP_KEY,), _bool_body(DEDUP_KEY, "deduplication"), _single(DEDUP_KEY),
            {DEDUP_KEY: "brokerDeduplicationEnabled"}, "boolean",
            "message deduplication by producer name and sequence id", namespace_path="deduplication"),
+    Policy(STRATEGY_KEY, (STRATEGY_KEY,), _schema_strategy, _single(STRATEGY_KEY),
+           {STRATEGY_KEY: CONFIG_KEYS[STRATEGY_KEY]}, "string",
+           "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
+           "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE"),
+    Policy(AUTO_UPDATE_KEY, (AUTO_UPDATE_KEY,), _bool_body(AUTO_UPDATE_KEY, AUTO_UPDATE_KEY), _single(AUTO_UPDATE_KEY),
+           {AUTO_UPDATE_KEY: CONFIG_KEYS[AUTO_UPDATE_KEY]}, "boolean",
+           "whether producers may register new schema versions"),
+    Policy(VALIDATION_KEY, (VALIDATION_KEY,), _bool_body(VALIDATION_KEY, VALIDATION_KEY), _single(VALIDATION_KEY),
+           {VALIDATION_KEY: CONFIG_KEYS[VALIDATION_KEY]}, "boolean",
+           "whether producers without a schema are refused on topics that have one"),
 )
 
 

@@ -16,6 +16,7 @@ from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotA
 from ..naming import TopicName
 from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
+from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .policies import POLICIES, Policy, applied_values
 from .router import Router
@@ -88,6 +89,8 @@ def _partition_names(topic: str, n: int) -> list[str]:
 async def list_topics(ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str) -> Any:
     ns = f"{tenant}/{namespace}"
     await _require_namespace(ctx, ns)
+    if domain == "non-persistent":
+        return nonpersistent.names(ctx, ns)
     names = await ctx.run_blocking(ctx.metadata.topics, ns)
     return [n for n in names if n.startswith(f"{domain}://")]
 
@@ -138,6 +141,7 @@ async def delete_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     if await _kind(ctx, topic):
         raise Conflict(f"{topic} is a partitioned topic: delete it with DELETE .../partitions")
     await _delete_one(ctx, topic, query_flag(request, "force"))
+    await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
     return None
 
 
@@ -211,6 +215,7 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
         if await ctx.run_blocking(ctx.metadata.topic_exists, name):
             await _delete_one(ctx, name, force)
     await ctx.run_blocking(ctx.metadata.delete_partitioned_topic, topic)
+    await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
     return None
 
 
@@ -313,7 +318,10 @@ def _unacked_stats(sub: Any) -> dict[str, Any]:
 
 
 async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
-    topic = _persistent(topic_name(**path))
+    tn = topic_name(**path)
+    if not tn.persistent:
+        return nonpersistent.topic_stats(ctx, str(tn))
+    topic = _persistent(tn)
     if await _kind(ctx, topic):
         raise NotFound(f"{topic} is a partitioned topic: use partitioned-stats")
     ctx.sampler.refresh()
@@ -414,7 +422,7 @@ async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str
     """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
-        raise NotAllowed(f"{tn}: compaction is only possible on persistent topics")
+        raise NotAllowed(f"{tn}: compaction applies only to persistent topics (a non-persistent topic stores nothing)")
     topic = str(tn)
     monitor = _monitor(ctx)
     return topic, monitor, await _kind(ctx, topic)

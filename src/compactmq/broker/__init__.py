@@ -16,7 +16,9 @@ How the pieces fit (one arrow = "owns" or "calls")::
                 EntrySource        where entries come from (entry_source): the live topic,
                                    or the compacted view (compacted_source, read compacted)
               Consumer             permits (flow.PermitWindow), its connection
-        SchemaRegistry (schemas)   stored schemas per topic
+          NonPersistentTopics      non-persistent:// topics in use (nonpersistent): no ledger,
+                                   each message offered to the consumers connected, or dropped
+        SchemaRegistry (schemas)   schema versions per topic; compatibility (schema_compat)
         Housekeeping (server)      ledger rollover by age, retention
         authentication,            compactmq.auth: who a client is, what its role may do;
         authorization              asked at CONNECT and before topic commands (security),

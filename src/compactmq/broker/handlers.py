@@ -33,6 +33,7 @@ from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source, security
 from .lookup import lookup_topic
+from .nonpersistent import topics_of_namespace
 from .producers import MustWait, Producer
 from .subscriptions import Consumer
 
@@ -180,7 +181,9 @@ class CommandHandler:
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         await security.authorize_namespace(self.conn, cmd.namespace)
-        topics = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        persistent = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        # the client's RegexSubscriptionMode: persistent only (default), non-persistent only, all
+        topics = topics_of_namespace(persistent, self.service.topics.non_persistent.names(cmd.namespace), cmd.mode)
         self.conn.send_command(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # --- producers ---------------------------------------------------------------------------
@@ -207,9 +210,8 @@ class CommandHandler:
             raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
         await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
-        schema_version = b""
-        if cmd.HasField("schema"):
-            schema_version = await self.service.schemas.get_or_create(topic.name, cmd.schema)
+        schema_version = await self.service.schemas.get_or_create(
+            topic.name, cmd.schema if cmd.HasField("schema") else None)
         if cmd.HasField("producer_name") and cmd.producer_name:
             name = cmd.producer_name
         else:
@@ -350,7 +352,7 @@ class CommandHandler:
         create = cmd.force_topic_creation if cmd.HasField("force_topic_creation") else True
         topic = await self.service.topics.get_topic(cmd.topic, create=create)
         if cmd.HasField("schema"):
-            await self.service.schemas.get_or_create(topic.name, cmd.schema)
+            await self.service.schemas.get_or_create(topic.name, cmd.schema, consumer=True)
         durable = cmd.durable if cmd.HasField("durable") else True
         initial = _initial_position(cmd, durable)
         sticky = cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY

@@ -1,14 +1,22 @@
-"""Schemas of topics, for the client's GET_SCHEMA / GET_OR_CREATE_SCHEMA and for producers and
-consumers that declare one (``pulsar.schema`` users).
+"""The schema registry: what producers, consumers and the admin API ask about topic schemas.
 
-Each topic keeps an ordered list of schema versions; a version on the wire is 8 bytes,
-big-endian (as Pulsar encodes it). The list is stored in the topic's properties in the metadata
-store (key ``__schemas``), so it survives restarts. The bytes schema (no schema at all) is never
-stored and is always accepted.
+Versions are stored in the metadata store's schema table (``storage.schemas``), keyed by the
+schema id ``tenant/namespace/topic`` (partitions and both domains share it, as in Pulsar). A
+version on the wire is 8 bytes, big-endian. The bytes schema (no schema at all) is never stored.
 
-Compatibility: a schema identical to a stored one gets that version back; a new schema of the
-same type is added as the next version; a schema of another type than the latest stored one is
-refused (IncompatibleSchema) - a simplification of Pulsar's per-type compatibility checks.
+What a client with a schema gets (Pulsar's rules, with its policy names):
+
+* a schema identical to a version in force: that version;
+* otherwise, if the topic has no schema yet: stored as the first version;
+* otherwise a *producer*'s schema becomes the next version if ``isAllowAutoUpdateSchema`` and
+  the compatibility strategy (``schema_compat``) accept it, else ``IncompatibleSchema``;
+* a *consumer*'s schema must be compatible too, but is not stored;
+* with ``schemaValidationEnforced``, a producer without a schema is refused on a topic that has
+  one (IncompatibleSchema).
+
+Each policy is looked up on the topic, then its namespace, then the broker configuration.
+Topics created before the schema table kept their schemas in the topic's properties (key
+``__schemas``); they are moved to the table the first time the topic's schema is read.
 """
 
 from __future__ import annotations
@@ -16,15 +24,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..errors import IncompatibleSchema, TopicNotFound
+from ..errors import IncompatibleSchema, InvalidConfiguration, NotFound, TopicNotFound
+from ..naming import TopicName
 from ..protocol import pulsar_pb2 as pb
+from ..storage.schemas import SchemaRecord, SchemaStorage, active
+from . import schema_compat
+from .schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, UNDEFINED, VALIDATION_KEY
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
 
-PROPERTY_KEY = "__schemas"
+LEGACY_PROPERTY_KEY = "__schemas"
 _VERSION = struct.Struct(">q")
 
 
@@ -36,18 +48,15 @@ def decode_version(b: bytes) -> int:
     return _VERSION.unpack(b)[0] if len(b) == 8 else -1
 
 
-def _record(schema: pb.Schema) -> dict:
-    return {
-        "name": schema.name,
-        "type": int(schema.type),
-        "data": base64.b64encode(schema.schema_data).decode(),
-        "properties": {kv.key: kv.value for kv in schema.properties},
-    }
+def schema_id(topic: str) -> str:
+    """``tenant/namespace/topic`` of a topic name (no domain, no partition suffix)."""
+    tn = TopicName.parse(topic).partitioned_base
+    return f"{tn.tenant}/{tn.namespace}/{tn.local_name}"
 
 
-def _schema(rec: dict) -> pb.Schema:
-    s = pb.Schema(name=rec["name"], type=rec["type"], schema_data=base64.b64decode(rec["data"]))
-    for k, v in sorted(rec.get("properties", {}).items()):
+def to_wire(rec: SchemaRecord) -> pb.Schema:
+    s = pb.Schema(name=rec.name, type=rec.type, schema_data=rec.data)
+    for k, v in sorted(rec.properties.items()):
         s.properties.add(key=k, value=v)
     return s
 
@@ -56,48 +65,166 @@ class SchemaRegistry:
     def __init__(self, service: "BrokerService") -> None:
         self.service = service
         self._lock = asyncio.Lock()
+        self._storage: SchemaStorage | None = None
+
+    @property
+    def storage(self) -> SchemaStorage:
+        if self._storage is None:
+            self._storage = SchemaStorage(self.service.storage.metadata)
+        return self._storage
 
     @property
     def _metadata(self):
         return self.service.storage.metadata
 
-    def _load(self, topic: str) -> list[dict]:
+    # --- reads (thread pool) -----------------------------------------------------------------
+
+    def _versions(self, topic: str) -> list[SchemaRecord]:
+        sid = schema_id(topic)
+        records = self.storage.versions(sid)
+        if not records:
+            records = self._migrate(topic, sid)
+        return records
+
+    def _migrate(self, topic: str, sid: str) -> list[SchemaRecord]:
+        tn = TopicName.parse(topic)
+        name = str(TopicName("persistent", tn.tenant, tn.namespace, tn.partitioned_base.local_name))
         try:
-            return list(self._metadata.topic_properties(topic).get(PROPERTY_KEY, []))
+            props = self._metadata.topic_properties(name)
         except TopicNotFound:
             return []
+        legacy = props.pop(LEGACY_PROPERTY_KEY, None)
+        if not legacy:
+            return []
+        with self._metadata.transaction():
+            for rec in legacy:
+                self.storage.add(sid, rec["type"], base64.b64decode(rec["data"]), rec.get("name", ""),
+                                 rec.get("properties", {}))
+            self._metadata.set_topic_properties(name, props)
+        return self.storage.versions(sid)
+
+    def policy(self, topic: str, key: str) -> Any:
+        """The policy ``key`` in force for ``topic``: topic, namespace, then broker config."""
+        base = str(TopicName.parse(topic).partitioned_base)
+        value = self._metadata.effective_policy(base, key, None)
+        if value is None or value == UNDEFINED:
+            ns = TopicName.parse(topic).namespace_name
+            value = self._metadata.get_namespace_policies(ns).get(key)
+        if value is None or value == UNDEFINED:
+            value = self.service.config[CONFIG_KEYS[key]]
+        return value
+
+    def strategy(self, topic: str) -> str:
+        value = self.policy(topic, STRATEGY_KEY)
+        try:
+            return schema_compat.check_strategy(value)
+        except ValueError as e:
+            raise InvalidConfiguration(f"schemaCompatibilityStrategy: {e}") from None
+
+    # --- the wire (GET_SCHEMA, PRODUCER, SUBSCRIBE, GET_OR_CREATE_SCHEMA) ---------------------
 
     async def get(self, topic: str, version: bytes | None) -> tuple[pb.Schema, bytes] | None:
-        records = await self.service.run_blocking(self._load, topic)
-        if not records:
-            return None
-        if version is None or len(version) != 8:
-            n = len(records) - 1
-        else:
-            n = decode_version(version)
-            if not 0 <= n < len(records):
-                return None
-        return _schema(records[n]), encode_version(n)
+        rec = await self.service.run_blocking(self._get_blocking, topic,
+                                              decode_version(version) if version else None)
+        return None if rec is None else (to_wire(rec), encode_version(rec.version))
 
-    async def get_or_create(self, topic: str, schema: pb.Schema) -> bytes:
-        if schema.type == 0:  # Schema.Type None: the bytes schema
-            return b""  # bytes schema: nothing to store
+    def _get_blocking(self, topic: str, version: int | None) -> SchemaRecord | None:
+        records = self._versions(topic)
+        if version is None or version < 0:
+            live = active(records)
+            return live[-1] if live else None
+        found = next((r for r in records if r.version == version), None)
+        return None if found is None or found.deleted else found
+
+    async def get_or_create(self, topic: str, schema: pb.Schema | None, consumer: bool = False) -> bytes:
+        """The version for a producer's (or, ``consumer``, a consumer's) schema; b"" for none."""
+        if schema is None or schema.type == 0:  # reads only: no need to queue behind registrations
+            return await self.service.run_blocking(self._get_or_create_blocking, topic, None, consumer)
         async with self._lock:
-            return await self.service.run_blocking(self._get_or_create_blocking, topic, schema)
+            return await self.service.run_blocking(self._get_or_create_blocking, topic, schema, consumer)
 
-    def _get_or_create_blocking(self, topic: str, schema: pb.Schema) -> bytes:
-        records = self._load(topic)
-        rec = _record(schema)
-        for n, existing in enumerate(records):
-            if existing["type"] == rec["type"] and existing["data"] == rec["data"]:
-                return encode_version(n)
-        if records and records[-1]["type"] != rec["type"]:
-            raise IncompatibleSchema(
-                f"topic {topic} has a schema of type {pb.Schema.Type.Name(records[-1]['type'])}; "
-                f"a {pb.Schema.Type.Name(rec['type'])} schema is not compatible"
-            )
-        records.append(rec)
-        props = self._metadata.topic_properties(topic)
-        props[PROPERTY_KEY] = records
-        self._metadata.set_topic_properties(topic, props)
-        return encode_version(len(records) - 1)
+    def _get_or_create_blocking(self, topic: str, schema: pb.Schema | None, consumer: bool) -> bytes:
+        if schema is None or schema.type == 0:  # the bytes schema
+            if not consumer and self.policy(topic, VALIDATION_KEY) and active(self._versions(topic)):
+                raise IncompatibleSchema(
+                    f"topic {topic} has a schema and schemaValidationEnforced is on: "
+                    "producers without a schema are refused")
+            return b""
+        version = self._add(topic, int(schema.type), bytes(schema.schema_data), schema.name,
+                            {kv.key: kv.value for kv in schema.properties}, consumer=consumer)
+        return encode_version(version) if version >= 0 else b""
+
+    def _add(self, topic: str, type_: int, data: bytes, name: str, properties: dict[str, str],
+             consumer: bool = False, admin: bool = False) -> int:
+        schema_compat.validate(type_, data)
+        live = active(self._versions(topic))
+        for rec in live:
+            if rec.type == type_ and schema_compat.same(type_, rec.data, data):
+                return rec.version
+        strategy = self.strategy(topic)
+        if not admin and (not consumer or not live) and not self.policy(topic, AUTO_UPDATE_KEY):
+            # Pulsar's words; only the admin API registers schemas then
+            raise IncompatibleSchema(f"topic {topic}: Schema not found and schema auto updating is disabled.")
+        if live:
+            schema_compat.check(strategy, [(r.type, r.data) for r in live], (type_, data), topic)
+            if consumer:
+                return -1  # a compatible reader: nothing to store
+        return self.storage.add(schema_id(topic), type_, data, name, properties)
+
+    # --- the admin API (runs in the thread pool, under no lock: admin changes are rare) -------
+
+    def versions_for_admin(self, topic: str) -> list[SchemaRecord]:
+        """The versions in force, oldest first (empty: no schema)."""
+        return active(self._versions(topic))
+
+    def version_for_admin(self, topic: str, version: int | None) -> SchemaRecord:
+        rec = self._get_blocking(topic, version)
+        if rec is None:
+            raise NotFound("Schema not found" if version is None else f"Schema version {version} not found")
+        return rec
+
+    def upload(self, topic: str, type_name: str, data: bytes, properties: dict[str, str]) -> int:
+        return self._add(topic, _type_number(type_name), data, "", properties, admin=True)
+
+    def version_of(self, topic: str, type_name: str, data: bytes) -> int:
+        """The version in force that holds this schema (NotFound when none does)."""
+        type_ = _type_number(type_name)
+        for rec in active(self._versions(topic)):
+            if rec.type == type_ and schema_compat.same(type_, rec.data, data):
+                return rec.version
+        raise NotFound("Schema not found")
+
+    def test_compatibility(self, topic: str, type_name: str, data: bytes) -> tuple[bool, str, str]:
+        """(compatible, strategy, reason) of a schema against the versions in force."""
+        type_ = _type_number(type_name)
+        strategy = self.strategy(topic)
+        try:
+            schema_compat.validate(type_, data)
+            live = active(self._versions(topic))
+            if not any(r.type == type_ and schema_compat.same(type_, r.data, data) for r in live):
+                schema_compat.check(strategy, [(r.type, r.data) for r in live], (type_, data), topic)
+        except IncompatibleSchema as e:
+            return False, strategy, str(e)
+        return True, strategy, ""
+
+    def topic_deleted(self, topic: str) -> None:
+        """A topic was deleted: its schema goes with it (a deletion marker), as on Pulsar, so a
+        topic created again under that name starts with no schema."""
+        self._versions(topic)
+        self.storage.delete(schema_id(topic))
+
+    def delete(self, topic: str, force: bool = False) -> int:
+        self._versions(topic)  # moves a legacy schema into the table first
+        version = self.storage.delete(schema_id(topic), force)
+        if version is None:
+            raise NotFound("Schema not found")
+        return version
+
+
+def _type_number(name: str) -> int:
+    n = schema_compat.TYPE_NUMBERS.get(str(name).upper())
+    if n is None or n == 0:
+        raise schema_compat.InvalidSchemaData(
+            f"schema type {name!r} cannot be registered: use one of "
+            f"{', '.join(t for t in schema_compat.TYPE_NUMBERS if t != 'NONE')}")
+    return n

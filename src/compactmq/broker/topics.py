@@ -400,6 +400,9 @@ class TopicManager:
         self.service = service
         self.loaded: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future] = {}
+        from .nonpersistent import NonPersistentTopics  # it builds on Topic, defined above
+
+        self.non_persistent = NonPersistentTopics(self)
 
     @property
     def config(self):
@@ -416,8 +419,8 @@ class TopicManager:
         partition of an existing partitioned topic is always created.
         """
         tn = TopicName.parse(name)
-        if not tn.persistent:
-            raise NotAllowed(f"non-persistent topics are not supported: {tn}")
+        if not tn.persistent:  # in memory only, never loaded from storage (see nonpersistent)
+            return self.non_persistent.get(tn, create)
         key = str(tn)
         topic = self.loaded.get(key)
         if topic is not None and not topic.closed:
@@ -521,3 +524,4 @@ class TopicManager:
     async def close_all(self) -> None:
         topics = list(self.loaded.values())
         await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        await self.non_persistent.close_all()

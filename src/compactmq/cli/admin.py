@@ -202,6 +202,24 @@ def _dedup_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-d", "--disable", action="store_true", help="disable message deduplication")
 
 
+def _enable_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    def add(p: argparse.ArgumentParser) -> None:
+        g = p.add_mutually_exclusive_group(required=True)
+        g.add_argument("-e", "--enable", action="store_true", help=f"enable {what}")
+        g.add_argument("-d", "--disable", action="store_true", help=f"disable {what}")
+    return add
+
+
+def _schema_strategy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--compatibility", required=True,
+                   help="ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, "
+                        "FORWARD_TRANSITIVE or FULL_TRANSITIVE")
+
+
+def _not_set_or(b: Any) -> str:
+    return "not set" if b is None else str(b).lower() if isinstance(b, bool) else str(b)
+
+
 POLICIES = (
     Policy("compaction-threshold", "compactionThreshold", _threshold_args,
            lambda a: parse_size(a.threshold), _render_threshold, namespace_set_method="PUT"),
@@ -212,6 +230,12 @@ POLICIES = (
            lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
     Policy("deduplication", "deduplicationEnabled", _dedup_args, lambda a: bool(a.enable),
            lambda b: "not set" if b is None else str(b).lower(), namespace_path="deduplication"),
+    Policy("schema-compatibility-strategy", "schemaCompatibilityStrategy", _schema_strategy_args,
+           lambda a: a.compatibility.upper(), _not_set_or, topic_set_method="PUT", namespace_set_method="PUT"),
+    Policy("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", _enable_args("schema auto update"),
+           lambda a: bool(a.enable), _not_set_or),
+    Policy("schema-validation-enforce", "schemaValidationEnforced", _enable_args("schema validation"),
+           lambda a: bool(a.enable), _not_set_or),
 )
 
 

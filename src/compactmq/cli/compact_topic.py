@@ -118,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     topic = canonical(args.topic)
+    if not topic.startswith("persistent://"):
+        from ..errors import NotAllowed
+
+        raise NotAllowed(f"{topic}: compaction applies only to persistent topics (a non-persistent topic "
+                         "stores nothing)")
     check_data_dir(config.data_dir, topic)
     storage = Storage(config.data_dir, config, read_only=True)
     progress = ProgressLine(topic, enabled=not args.quiet)
