@@ -42,3 +42,18 @@ def test_parse_override():
     assert parse_override("a=b=c") == ("a", "b=c")
     with pytest.raises(InvalidConfiguration):
         parse_override("novalue")
+
+
+def test_offload_keys_have_pulsars_names_and_defaults():
+    from compactmq.config import load_config
+
+    cfg = load_config(None, {"managedLedgerOffloadDriver": "aws-s3", "managedLedgerOffloadDeletionLagMs": "0"})
+    assert cfg["managedLedgerOffloadDriver"] == "aws-s3"
+    assert cfg["managedLedgerOffloadDeletionLagMs"] == 0
+    assert cfg["s3ManagedLedgerOffloadMaxBlockSizeInBytes"] == 64 * 1024 * 1024
+    assert cfg["s3ManagedLedgerOffloadReadBufferSizeInBytes"] == 1024 * 1024
+    assert cfg["managedLedgerOffloadAutoTriggerSizeThresholdBytes"] == -1
+    assert cfg["managedLedgerOffloadThresholdInSeconds"] == -1
+    for key in ("s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadRegion",
+                "s3ManagedLedgerOffloadServiceEndpoint", "fileSystemURI"):
+        assert cfg[key] == ""
