@@ -14,3 +14,13 @@ def spark():
     session = testing_session()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto) on 127.0.0.1 for the whole run; see ``s3_server.py``."""
+    from s3_server import start_s3_server
+
+    server = start_s3_server()
+    yield server
+    server.server.stop()
