@@ -17,10 +17,10 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def s3_server():
+def s3_server(tmp_path_factory):
     """A real S3-compatible server (moto) on 127.0.0.1 for the whole run; see ``s3_server.py``."""
-    from s3_server import start_s3_server
+    from s3_server import start_s3_server, stop_s3_server
 
-    server = start_s3_server()
+    server = start_s3_server(str(tmp_path_factory.getbasetemp()))
     yield server
-    server.server.stop()
+    stop_s3_server(server)

@@ -594,6 +594,18 @@ class ManagedLedger:
             self._maybe_rollover_locked(self._clock())
             return self._current is not before
 
+    @_os_errors_as_storage_errors
+    def rollover(self) -> bool:
+        """Seal the current ledger now if it holds entries (a compaction run seals before it
+        plans, so it reads only sealed, immutable ledgers -- which may live in the object
+        store). True when it rolled."""
+        with self._lock:
+            self._check_writable()
+            if self._current is None or self._current.count == 0:
+                return False
+            self._rollover_locked(self._clock())
+            return True
+
     def _seal_locked(self, now: int) -> LedgerInfo:
         """fsync + close the current ledger's file and write its index (not yet in metadata)."""
         led = self._current
@@ -1087,6 +1099,17 @@ class ManagedLedger:
         if self._is_remote(led):
             return self._offloader.read_range(led.offload, lo, hi)
         return lf.read_records(self._read_fd(led), lo, hi)
+
+    def ledger_url(self, ledger_id: int) -> str:
+        """Where a process that is not this broker reads a ledger's file from: the object
+        store's URI once it is offloaded (immutable, and reachable from a Spark executor on
+        another machine), else the local path."""
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            rec = led.offload if led is not None else None
+        if rec is None:
+            return self.ledger_path(ledger_id)
+        return rec.location.url(rec.data_key)
 
     def sealed_ledgers_to_offload(self) -> list[int]:
         """Ids of the sealed ledgers not yet offloaded, oldest first."""

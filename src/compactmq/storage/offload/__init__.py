@@ -30,6 +30,7 @@ from .blobstore import BlobStore, OffloadLocation, location_from_settings, open_
 from .blocks import ReadCache
 from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 from .offloader import (
+    DEAD_DELETE_FAULT,
     ERROR,
     FAULT_ENV,
     FAULT_POINTS,
@@ -47,6 +48,7 @@ from .offloader import (
 __all__ = [
     "BlobStore",
     "COMPACTED",
+    "DEAD_DELETE_FAULT",
     "ERROR",
     "FAULT_ENV",
     "FAULT_POINTS",

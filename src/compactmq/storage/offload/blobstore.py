@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
-from urllib.parse import urlparse
+from urllib.parse import urlencode, urlparse
 
 from ...errors import InvalidConfiguration, StorageError
 
@@ -54,6 +54,22 @@ class OffloadLocation:
     @classmethod
     def from_json(cls, text: str) -> "OffloadLocation":
         return cls(**json.loads(text))
+
+    def url(self, key: str) -> str:
+        """A URI ``pyarrow.fs.FileSystem.from_uri`` opens from any process or machine, for the
+        object ``key`` (no credentials in it: readers find theirs the standard ways). Spark tasks
+        read offloaded ledgers through it (``compaction.compacted_ledger.read_file_bytes``)."""
+        rel = "/".join(p.strip("/") for p in (self.prefix, key) if p.strip("/"))
+        if self.driver in S3_DRIVERS:
+            query = {"region": self.region or "us-east-1"}
+            if self.endpoint:
+                u = urlparse(self.endpoint if "://" in self.endpoint else "https://" + self.endpoint)
+                query.update(endpoint_override=u.netloc, scheme=u.scheme or "https")
+            return f"s3://{self.root}/{rel}?" + urlencode(query)
+        if self.driver in GCS_DRIVERS:
+            return f"gs://{self.root}/{rel}"
+        root = self.root if "://" in self.root else "file://" + os.path.abspath(self.root)
+        return f"{root.rstrip('/')}/{rel}"
 
     def describe(self) -> str:
         where = f"{self.root}/{self.prefix}".rstrip("/")
@@ -226,7 +242,9 @@ class BlobStore:
     # --- deleting ----------------------------------------------------------------------------
 
     def delete(self, key: str) -> None:
-        """Delete an object; a missing one is not an error (deletion is retried after crashes)."""
+        """Delete an object; a missing one is not an error (deletion is retried after crashes).
+        On S3, pyarrow leaves an empty directory marker (a zero-byte ``prefix/`` key) when the
+        last object under a prefix goes; ``list`` never reports markers."""
         self.forget(key)
         from pyarrow import fs
 

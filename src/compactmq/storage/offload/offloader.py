@@ -27,8 +27,9 @@ locally (namespace policy, else ``offloadPolicies``, else
 ``managedLedgerOffloadAutoTriggerSizeThresholdBytes``; -1 never, 0 offload every sealed ledger),
 and sealed ledgers older than ``offloadThresholdInSeconds`` are offloaded.
 
-Test hook: ``COMPACTMQ_OFFLOAD_FAULT=<step>`` (one of ``FAULT_POINTS``) makes the process kill
-itself with SIGKILL at that step, so crash tests can stop a broker at each step for real.
+Test hook: ``COMPACTMQ_OFFLOAD_FAULT=<step>`` (one of ``FAULT_POINTS``, or ``DEAD_DELETE_FAULT``)
+makes the process kill itself with SIGKILL at that step, so crash tests can stop a broker at each
+step for real.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 
 FAULT_POINTS = ("after-data", "after-index", "after-commit", "after-local-delete")
 FAULT_ENV = "COMPACTMQ_OFFLOAD_FAULT"
+# the step between the metadata store letting go of a ledger (retention, topic deletion, a newer
+# compacted ledger) and the deletion of its objects
+DEAD_DELETE_FAULT = "before-dead-delete"
 
 # namespace policy keys (Pulsar's admin names)
 OFFLOAD_THRESHOLD = "offloadThreshold"
@@ -85,6 +89,7 @@ class LedgerOffloader:
         self.fault = os.environ.get(FAULT_ENV, "")
         self._lock = threading.Lock()
         self._running: set[str] = set()
+        self._queued: set[str] = set()  # triggered over REST, not started yet
         self._status: dict[str, dict[str, Any]] = {}
         self._indexes: OrderedDict[str, bk.OffloadedIndex] = OrderedDict()
         self._pool: ThreadPoolExecutor | None = None
@@ -202,13 +207,22 @@ class LedgerOffloader:
 
     def trigger(self, ml, before: Position | None) -> None:
         """Start ``offload`` in the background; ``Conflict`` when one is running already."""
-        with self._lock:
-            if ml.topic in self._running:
-                raise Conflict(f"an offload of {ml.topic} is already running")
         if self.location_for(ml.topic) is None:
             raise InvalidConfiguration(f"{ml.topic}: no offload driver is configured "
                                        "(managedLedgerOffloadDriver or the namespace's offloadPolicies)")
-        self._submit(self._offload_quietly, ml, before)
+        with self._lock:
+            if ml.topic in self._running or ml.topic in self._queued:
+                raise Conflict(f"an offload of {ml.topic} is already running")
+            # RUNNING from now on, so that a status read right after the trigger never sees the
+            # previous run's outcome
+            self._queued.add(ml.topic)
+            self._status[ml.topic] = {"status": RUNNING, "lastError": "", "firstUnoffloadedMessage": None}
+        self._submit(self._offload_queued, ml, before)
+
+    def _offload_queued(self, ml, before) -> None:
+        with self._lock:
+            self._queued.discard(ml.topic)
+        self._offload_quietly(ml, before)
 
     def _offload_quietly(self, ml, before=None, ledger_ids=None) -> None:
         try:
@@ -341,6 +355,7 @@ class LedgerOffloader:
         """Delete the objects of catalog rows whose ledger is gone, then the rows."""
         n = 0
         for rec in self.catalog.dead(topic):
+            self._die_at(DEAD_DELETE_FAULT)
             self.delete_objects(rec)
             n += 1
         return n
