@@ -195,6 +195,8 @@ class CompactionRunner:
         from ..storage.ledger_file import index_path_for
 
         ml = self._managed_ledger()
+        if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
+            ml.rollover()
         last = ml.last_position()
         first = ml.first_position()
         prev_h = state.horizon
@@ -211,8 +213,10 @@ class CompactionRunner:
                     continue
                 if lo > hi:
                     continue
-                path = ml.ledger_path(lid)
-                live.append({"ledger_id": lid, "path": path, "index_path": index_path_for(path),
+                # an offloaded ledger is read from the object store (a URI), wherever the task runs
+                path = ml.ledger_url(lid) if hasattr(ml, "ledger_url") else ml.ledger_path(lid)
+                live.append({"ledger_id": lid, "path": path,
+                             "index_path": None if "://" in path else index_path_for(path),
                              "lo": lo, "hi": hi if lid == last[0] else (1 << 40), "count": hi - lo + 1})
         compacted = None
         if state.compacted_ledger_id is not None:
