@@ -332,6 +332,7 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     state = ctx.metadata.get_compaction_state(topic)
     ledgers = ml.ledgers()
+    offloaded = ml.offload_state()  # tiered storage: {ledger id: where, local copy deleted}
     last = ml.last_position()
     cursors = {}
     for c in ml.cursors():
@@ -353,7 +354,8 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         except OSError:
             size = -1
         compacted = {"ledgerId": state.compacted_ledger_id, "entries": compacted_ledger_entry_count(path),
-                     "size": size, "offloaded": False, "underReplicated": False}
+                     "size": size, "underReplicated": False,
+                     "offloaded": ctx.storage.offloader.compacted_record(state.compacted_ledger_id) is not None}
     current = ledgers[-1] if ledgers else None
     return {
         "entriesAddedCounter": ml.entry_count(),
@@ -365,7 +367,10 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         "lastConfirmedEntry": str(last) if last is not None else (f"{current.ledger_id}:-1" if current else "-1:-1"),
         "state": "LedgerOpened",
         "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entry_count, "size": li.size, "state": li.state,
-                     "offloaded": False, "underReplicated": False} for li in ledgers],
+                     "offloaded": li.ledger_id in offloaded, "underReplicated": False,
+                     **({"offloadLocation": offloaded[li.ledger_id]["location"],
+                         "localCopyDeleted": offloaded[li.ledger_id]["localCopyDeleted"]}
+                        if li.ledger_id in offloaded else {})} for li in ledgers],
         "cursors": cursors,
         "compactedLedger": compacted,
         "compactionHorizon": str(state.horizon) if state.horizon is not None else None,

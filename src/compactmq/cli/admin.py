@@ -334,6 +334,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
                                               o.done(f"deleted {a.namespace}"))))
     _add_policy_commands(namespaces, "namespace", namespace_path)
+    from .offload_admin import add_commands as add_offload_commands  # tiered storage
+
+    add_offload_commands(topics, namespaces)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True)
