@@ -168,7 +168,20 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     stats = http.ok("GET", tp + "/internalStats")
     assert [led["ledgerId"] for led in stats["ledgers"] if led["offloaded"]] == done
     assert all("offloadLocation" in led for led in stats["ledgers"] if led["offloaded"])
-    assert stats["compactedLedger"]["ledgerId"] >= 0
+    cid = stats["compactedLedger"]["ledgerId"]
+    assert cid >= 0 and not stats["compactedLedger"]["offloaded"]
+
+    # the compacted ledger is sealed: the next offload copies it too, its local file goes, and
+    # read-compacted consumers are served from the object store, also after a restart
+    last = stats["ledgers"][-1]["ledgerId"]
+    http.ok("PUT", tp + "/offload", {"ledgerId": last, "entryId": 0})
+    wait_until("compacted ledger offloaded", lambda: (c := http.ok("GET", tp + "/internalStats")[
+        "compactedLedger"])["offloaded"] and c["localCopyDeleted"])
+    assert not glob.glob(str(broker.data_dir / "compacted" / "**" / f"{cid:012d}.compacted"), recursive=True)
+    assert any(k.endswith(".compacted") for k in objects())
+    broker.restart()
+    compacted = read_all(broker, topic, compacted=True)
+    assert [(k, v) for k, v, _ in compacted] == list(latest.items())
 
 
 def test_offload_admin_errors_and_namespace_policies(tiered):

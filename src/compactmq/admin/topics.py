@@ -349,13 +349,16 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     compacted = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
     if state.compacted_ledger_id is not None:
         path = compacted_ledger_path(str(ctx.storage.data_dir), topic, state.compacted_ledger_id)
+        rec = ctx.storage.offloader.compacted_record(state.compacted_ledger_id)
         try:
             size = os.path.getsize(path)
-        except OSError:
-            size = -1
-        compacted = {"ledgerId": state.compacted_ledger_id, "entries": compacted_ledger_entry_count(path),
-                     "size": size, "underReplicated": False,
-                     "offloaded": ctx.storage.offloader.compacted_record(state.compacted_ledger_id) is not None}
+            entries = compacted_ledger_entry_count(path)
+        except OSError:  # offloaded, local copy deleted: the size is the object's
+            size, entries = (rec.data_size, -1) if rec is not None else (-1, 0)
+        compacted = {"ledgerId": state.compacted_ledger_id, "entries": entries, "size": size,
+                     "underReplicated": False, "offloaded": rec is not None,
+                     **({"offloadLocation": rec.location.describe(), "localCopyDeleted": not os.path.exists(path)}
+                        if rec is not None else {})}
     current = ledgers[-1] if ledgers else None
     return {
         "entriesAddedCounter": ml.entry_count(),

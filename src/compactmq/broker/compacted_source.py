@@ -56,7 +56,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..compaction.compacted_ledger import CompactedLedgerReader, compacted_ledger_path
+from ..compaction.compacted_ledger import CompactedLedgerReader
 from ..errors import StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
@@ -206,7 +206,8 @@ class TopicViews:
             view = self._view
             if view is not None and view.ledger_id == state.compacted_ledger_id:
                 return view
-            path = compacted_ledger_path(self.storage.data_dir, self.topic.name, state.compacted_ledger_id)
+            # the local file, or the offloaded object once tiered storage deleted the file
+            path = self.storage.compacted_ledger_location(self.topic.name, state.compacted_ledger_id)
             try:
                 reader = CompactedLedgerReader(path)
             except (FileNotFoundError, OSError, StorageError) as e:
@@ -225,7 +226,7 @@ class TopicViews:
         view = self.current_blocking()
         if view is not None and view.ledger_id == ledger_id:
             return view
-        path = compacted_ledger_path(self.storage.data_dir, self.topic.name, ledger_id)
+        path = self.storage.compacted_ledger_location(self.topic.name, ledger_id)
         try:
             return CompactedView(ledger_id, horizon, CompactedLedgerReader(path))
         except (FileNotFoundError, OSError, StorageError):

@@ -220,7 +220,7 @@ class CompactionRunner:
                              "lo": lo, "hi": hi if lid == last[0] else (1 << 40), "count": hi - lo + 1})
         compacted = None
         if state.compacted_ledger_id is not None:
-            path = compacted_ledger_path(self.data_dir, self.topic, state.compacted_ledger_id)
+            path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
             reader = CompactedLedgerReader(path)
             start = 0
             bound = None
@@ -246,6 +246,12 @@ class CompactionRunner:
             new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
             fault_points=tuple(self.fault_points),
         )
+
+
+def _compacted_location(storage, topic: str, ledger_id: int) -> str:
+    """The local file, or the offloaded object's URI once tiered storage deleted the file."""
+    locate = getattr(storage, "compacted_ledger_location", None)
+    return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
 
 
 def new_horizon_next(pos):
@@ -284,7 +290,7 @@ class LedgerCompactionService(TopicCompactionService):
             if state.compacted_ledger_id != self._reader_id:
                 self._reader = None
                 if state.compacted_ledger_id is not None:
-                    path = compacted_ledger_path(self.storage.data_dir, self.topic, state.compacted_ledger_id)
+                    path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
                     self._reader = CompactedLedgerReader(path)
                 self._reader_id = state.compacted_ledger_id
             return self._reader

@@ -84,7 +84,8 @@ class Storage:
         self.metadata = MetadataStore(self.data_dir / METADATA_FILE, clock=self._clock)
         self.metadata.add_listener(self._on_metadata_event)
         # tiered storage: reads of offloaded ledgers work whatever the config says today
-        self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only)
+        self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
+                                         compacted_path=self.compacted_ledger_path)
         if not read_only:
             self._sweep_offload()
 
@@ -99,6 +100,16 @@ class Storage:
 
     def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
         return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
+
+    def compacted_ledger_location(self, topic: str, ledger_id: int) -> str:
+        """Where a compacted ledger is read from: its local file while there is one, else the
+        URI of its offloaded object (tiered storage), which any process or Spark task opens
+        through ``pyarrow.fs``."""
+        path = self.compacted_ledger_path(topic, ledger_id)
+        if os.path.exists(path):
+            return path
+        rec = self.offloader.compacted_record(ledger_id)
+        return rec.location.url(rec.data_key) if rec is not None else path
 
     # --- managed ledgers -------------------------------------------------------------------
 

@@ -76,8 +76,10 @@ def _relpath(topic: str) -> str:
 
 
 class LedgerOffloader:
-    def __init__(self, metadata, config, clock: Callable[[], int], read_only: bool = False):
+    def __init__(self, metadata, config, clock: Callable[[], int], read_only: bool = False,
+                 compacted_path: Callable[[str, int], str] | None = None):
         self.metadata = metadata
+        self.compacted_path = compacted_path  # (topic, compacted ledger id) -> local file
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -160,6 +162,7 @@ class LedgerOffloader:
             for ledger_id in candidates:
                 if self._offload_one(ml, ledger_id, loc):
                     done.append(ledger_id)
+            self.offload_compacted(ml.topic, loc)
             self.delete_local_copies(ml)
             status = {"status": SUCCESS, "lastError": ""}
         except BaseException as e:
@@ -204,6 +207,56 @@ class LedgerOffloader:
         ml.attach_offload(rec)
         log.info("offloaded ledger %d of %s to %s (%d bytes)", ledger_id, ml.topic, store.uri(data_key), size)
         return True
+
+    def offload_compacted(self, topic: str, loc: OffloadLocation | None = None) -> OffloadRecord | None:
+        """Offload the topic's compacted ledger in force (sealed from birth) unless it is already:
+        write the object under a fresh name, then ONE transaction that checks the ledger is still
+        the one in force and adds the catalog row; a newer compaction meanwhile makes our object
+        an orphan we delete at once. Its local file goes after the deletion lag."""
+        if self.read_only or self.compacted_path is None:
+            return None
+        loc = loc or self.location_for(topic)
+        state = self.metadata.get_compaction_state(topic)
+        cid = state.compacted_ledger_id
+        if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
+            return None
+        path = self.compacted_path(topic, cid)
+        store = open_store(loc)
+        key = f"compacted/{_relpath(topic)}/{cid:012d}-{uuid.uuid4().hex}.compacted"
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:  # replaced by a newer compaction since we looked
+            return None
+        with f:
+            size = store.put(key, iter(lambda: f.read(self.max_block), b""))
+        self._die_at("compacted-after-data")
+        # a compacted ledger is read whole (its own index and trailer are inside): no index object
+        rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
+        with self.metadata.transaction() as db:
+            alive = db.execute("SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?",
+                               (topic, cid)).fetchone()
+            if alive:
+                self.catalog.add(rec)
+        if not alive:
+            store.delete(key)
+            return None
+        log.info("offloaded compacted ledger %d of %s to %s (%d bytes)", cid, topic, store.uri(key), size)
+        return rec
+
+    def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
+        state = self.metadata.get_compaction_state(topic)
+        cid = state.compacted_ledger_id
+        rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
+        if rec is None or rec.local_deleted_ms is not None or self.compacted_path is None:
+            return
+        now = self.clock()
+        if now - rec.offloaded_ms < lag_ms:
+            return
+        try:  # readers that hold it open (memory-mapped) keep reading; new ones open the object
+            os.unlink(self.compacted_path(topic, cid))
+        except FileNotFoundError:
+            pass
+        self.catalog.mark_local_deleted(rec.data_key, now)
 
     def trigger(self, ml, before: Position | None) -> None:
         """Start ``offload`` in the background; ``Conflict`` when one is running already."""
@@ -287,14 +340,23 @@ class LedgerOffloader:
             ids = self.auto_offload_candidates(ml)
         except CompactMQError:
             return
-        if ids:
+        if ids or self._compacted_pending(ml.topic):
             self._offload_quietly(ml, None, ids)
+
+    def _compacted_pending(self, topic: str) -> bool:
+        """A compacted ledger in force, not offloaded, on a topic with an offload threshold."""
+        s = self.settings_for(topic)
+        if s["thresholdBytes"] < 0 and s["thresholdSeconds"] < 0:
+            return False
+        cid = self.metadata.get_compaction_state(topic).compacted_ledger_id
+        return cid is not None and self.catalog.get(COMPACTED, cid) is None
 
     def delete_local_copies(self, ml) -> list[int]:
         """Delete local copies of offloaded ledgers past the deletion lag."""
         lag = self.settings_for(ml.topic)["deletionLagMs"]
         if lag < 0:
             return []
+        self._delete_local_compacted(ml.topic, lag)
         now = self.clock()
         out = []
         for rec in ml.offloaded_with_local_copy():
@@ -348,7 +410,8 @@ class LedgerOffloader:
         store = open_store(rec.location)
         self.cache.drop_object(rec.data_key)
         store.delete(rec.data_key)
-        store.delete(rec.index_key)
+        if rec.index_key != rec.data_key:
+            store.delete(rec.index_key)
         self.catalog.remove(rec.data_key)
 
     def delete_dead(self, topic: str | None = None) -> int:
@@ -361,9 +424,9 @@ class LedgerOffloader:
         return n
 
     def sweep_orphans(self) -> list[str]:
-        """Delete offloaded *ledger* objects no catalog row names (a crash between the write and
-        the commit). Run when the read-write storage opens, before any offload starts. Compacted
-        ledgers are swept by the compaction run that holds the topic's lock."""
+        """Delete offloaded objects (ledgers and compacted ledgers) no catalog row names (a crash
+        between the write and the commit). Run when the read-write storage opens, before any
+        offload starts."""
         known = self.catalog.known_keys()
         locations = {r for r in self._row_locations()}
         try:
@@ -375,7 +438,9 @@ class LedgerOffloader:
         removed = []
         for loc in locations:
             store = open_store(loc)
-            for key in store.list("ledgers"):
+            # compacted-ledger objects are written only by this (read-write) storage's offloader,
+            # which is not running yet: an unnamed one is an orphan too
+            for key in store.list("ledgers") + store.list("compacted"):
                 if key not in known:
                     store.delete(key)
                     removed.append(key)
