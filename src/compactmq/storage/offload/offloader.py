@@ -170,9 +170,14 @@ class LedgerOffloader:
             log.error("offload of %s failed: %s", ml.topic, status["lastError"])
             raise
         finally:
+            # the managed ledger's lock is taken OUTSIDE ours: a rollover holds its lock and then
+            # takes ours (maybe_auto_offload), so the other order would deadlock
+            try:
+                status["firstUnoffloadedMessage"] = ml.first_unoffloaded_position()
+            except CompactMQError:
+                status["firstUnoffloadedMessage"] = None
             with self._lock:
                 self._running.discard(ml.topic)
-                status["firstUnoffloadedMessage"] = ml.first_unoffloaded_position()
                 self._status[ml.topic] = status
         return done
 
