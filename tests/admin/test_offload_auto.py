@@ -42,23 +42,32 @@ def test_size_threshold_set_with_the_cli_offloads_sealed_ledgers(tiered):  # noq
     sent += produce(broker, topic, 90)
 
     def settled():
+        # the monitor may still roll the full last ledger and offload another one meanwhile:
+        # wait for a moment where stats, the broker's disk and the store agree
         ledgers = stats_of(http, topic)["ledgers"]
         local = [led for led in ledgers if not led["offloaded"]]
         kept = sum(led["size"] for led in local)
-        return kept <= 2 * one + one and all(led["localCopyDeleted"] for led in ledgers if led["offloaded"]) \
-            and ledgers
+        n_off = len(ledgers) - len(local)
+        return (kept <= 2 * one and all(led["localCopyDeleted"] for led in ledgers if led["offloaded"])
+                and len(objects()) == 2 * n_off and len(ledger_files(broker, topic)) == len(local)
+                and ledgers == stats_of(http, topic)["ledgers"] and ledgers)
 
     ledgers = wait_until("automatic offload", settled)
     offloaded = [led["ledgerId"] for led in ledgers if led["offloaded"]]
     assert len(offloaded) >= 3 and offloaded == [led["ledgerId"] for led in ledgers[: len(offloaded)]]
-    assert len(objects()) == 2 * len(offloaded)
-    assert len(ledger_files(broker, topic)) == len(ledgers) - len(offloaded)
     assert [(k, v) for k, v, _ in read_all(broker, topic)] == sent
 
     # -1: never; the namespace policy wins over the broker's default
     r = cli(broker, "namespaces", "set-offload-threshold", "--size", "-1", ns)
     assert r.returncode == 0, r
-    produce(broker, topic, 60)
+    first_new = ledgers[-1]["ledgerId"]
+    produce(broker, topic, 75)  # three full ledgers
+    wait_until("the monitor rolled the last full ledger", lambda: (
+        ls := stats_of(http, topic)["ledgers"])[-1]["entries"] == 0 and ls[-1]["ledgerId"] > first_new + 2)
+    # a manual offload of what is already offloaded (nothing new), queued behind any automatic check
+    first_local = ledgers[len(offloaded)]["ledgerId"]
+    http.ok("PUT", topic_path(topic) + "/offload", {"ledgerId": first_local, "entryId": 0})
+    wait_until("offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS")
     ledgers = stats_of(http, topic)["ledgers"]
     assert [led["ledgerId"] for led in ledgers if led["offloaded"]] == offloaded
 
