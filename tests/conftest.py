@@ -35,3 +35,13 @@ def spark():
 def spark_in_broker():
     """Declares that the test makes its broker subprocess compact with Spark (marks it ``spark``)."""
     return None
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto) on 127.0.0.1 for the whole run; see ``s3_server.py``."""
+    from s3_server import start_s3_server, stop_s3_server
+
+    server = start_s3_server(str(tmp_path_factory.getbasetemp()))
+    yield server
+    stop_s3_server(server)

@@ -120,3 +120,18 @@ def test_tls_ports_and_deprecated_tls_enabled():
 def test_secrets_are_not_in_repr():
     cfg = load_config(overrides={"tokenSecretKey": "data:;base64,c3VwZXJzZWNyZXQ=", "basicAuthConf": "x"})
     assert "c3VwZXJzZWNyZXQ" not in repr(cfg) and "'basicAuthConf': '***'" in repr(cfg)
+
+
+def test_offload_keys_have_pulsars_names_and_defaults():
+    from compactmq.config import load_config
+
+    cfg = load_config(None, {"managedLedgerOffloadDriver": "aws-s3", "managedLedgerOffloadDeletionLagMs": "0"})
+    assert cfg["managedLedgerOffloadDriver"] == "aws-s3"
+    assert cfg["managedLedgerOffloadDeletionLagMs"] == 0
+    assert cfg["s3ManagedLedgerOffloadMaxBlockSizeInBytes"] == 64 * 1024 * 1024
+    assert cfg["s3ManagedLedgerOffloadReadBufferSizeInBytes"] == 1024 * 1024
+    assert cfg["managedLedgerOffloadAutoTriggerSizeThresholdBytes"] == -1
+    assert cfg["managedLedgerOffloadThresholdInSeconds"] == -1
+    for key in ("s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadRegion",
+                "s3ManagedLedgerOffloadServiceEndpoint", "fileSystemURI"):
+        assert cfg[key] == ""

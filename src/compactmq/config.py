@@ -195,6 +195,29 @@ SETTINGS: dict[str, Setting] = {
     "tlsRequireTrustedClientCertOnConnect": _s(bool, False, "refuse TLS clients without a trusted cert"),
     "tlsProtocols": _s(str, "", "comma list of TLS versions, e.g. TLSv1.3,TLSv1.2; empty: the default"),
     "tlsCiphers": _s(str, "", "comma list of cipher suites; empty: the default"),
+    # --- tiered storage (offload), Pulsar's keys; see compactmq.storage.offload ----------
+    "managedLedgerOffloadDriver": _s(
+        str, "", "where sealed ledgers are offloaded: aws-s3 or S3 (any S3-compatible endpoint), "
+        "google-cloud-storage, filesystem (fileSystemURI); empty disables offload"),
+    "s3ManagedLedgerOffloadBucket": _s(str, "", "bucket offloaded ledgers go to (aws-s3, S3)"),
+    "s3ManagedLedgerOffloadRegion": _s(str, "", "region of the bucket (empty: the SDK's default)"),
+    "s3ManagedLedgerOffloadServiceEndpoint": _s(
+        str, "", "endpoint of an S3-compatible service, e.g. http://127.0.0.1:9000 (empty: AWS)"),
+    "s3ManagedLedgerOffloadMaxBlockSizeInBytes": _s(
+        int, 64 * 1024 * 1024, "size of the blocks a ledger is written to the object store in"),
+    "s3ManagedLedgerOffloadReadBufferSizeInBytes": _s(
+        int, 1024 * 1024, "bytes fetched (one ranged read) and cached per read of an offloaded ledger"),
+    "gcsManagedLedgerOffloadBucket": _s(str, "", "bucket offloaded ledgers go to (google-cloud-storage)"),
+    "fileSystemURI": _s(
+        str, "", "root of the filesystem driver: file:///path, hdfs://host:port/path or a mounted path"),
+    "managedLedgerOffloadDeletionLagMs": _s(
+        int, 4 * 60 * 60 * 1000, "delete the local copy of an offloaded ledger this long after offload"),
+    "managedLedgerOffloadAutoTriggerSizeThresholdBytes": _s(
+        int, -1, "offload sealed ledgers while a topic keeps more than this locally (-1: never, 0: at once)"),
+    "managedLedgerOffloadThresholdInSeconds": _s(
+        int, -1, "offload sealed ledgers older than this (-1: never)"),
+    "managedLedgerOffloadReadCacheSizeInBytes": _s(
+        int, 64 * 1024 * 1024, "memory for recently read ranges of offloaded ledgers (compactmq's own key)"),
 }
 
 SPARK_DEFAULTS: dict[str, str] = {

@@ -31,7 +31,7 @@ from aiohttp import web
 from ..auth.tls import peer_certificate
 from ..config import VERSION
 from ..errors import AuthenticationFailed, CompactMQError
-from . import auto_topic_creation, lookup, namespaces, permissions, schemas, topics
+from . import auto_topic_creation, lookup, namespaces, offload, permissions, schemas, topics
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -52,6 +52,7 @@ def build_router() -> Router:
     auto_topic_creation.add_routes(router)
     lookup.add_routes(router)
     schemas.add_routes(router)
+    offload.add_routes(router)
     return router
 
 

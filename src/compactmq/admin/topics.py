@@ -362,6 +362,7 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     state = ctx.metadata.get_compaction_state(topic)
     ledgers = ml.ledgers()
+    offloaded = ml.offload_state()  # tiered storage: {ledger id: where, local copy deleted}
     last = ml.last_position()
     cursors = {}
     for c in ml.cursors():
@@ -378,8 +379,13 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     compacted = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}
     view = ctx.compaction_stats(topic)
     if view.view_id is not None:
+        # offloaded once sealed (tiered storage): where it lives, and whether the local file is gone
+        rec = ctx.storage.offloader.compacted_record(view.view_id)
         compacted = {"ledgerId": view.view_id, "entries": view.entries, "size": view.size_bytes,
-                     "offloaded": False, "underReplicated": False}
+                     "underReplicated": False, "offloaded": rec is not None}
+        if rec is not None:
+            compacted.update(offloadLocation=rec.location.describe(),
+                             localCopyDeleted=ctx.storage.compacted_view_local_copy_deleted(topic, view.view_id))
     current = ledgers[-1] if ledgers else None
     return {
         "entriesAddedCounter": ml.entry_count(),
@@ -391,7 +397,10 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         "lastConfirmedEntry": str(last) if last is not None else (f"{current.ledger_id}:-1" if current else "-1:-1"),
         "state": "LedgerOpened",
         "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entry_count, "size": li.size, "state": li.state,
-                     "offloaded": False, "underReplicated": False} for li in ledgers],
+                     "offloaded": li.ledger_id in offloaded, "underReplicated": False,
+                     **({"offloadLocation": offloaded[li.ledger_id]["location"],
+                         "localCopyDeleted": offloaded[li.ledger_id]["localCopyDeleted"]}
+                        if li.ledger_id in offloaded else {})} for li in ledgers],
         "cursors": cursors,
         "compactedLedger": compacted,
         "compactionHorizon": str(state.horizon) if state.horizon is not None else None,

@@ -520,6 +520,9 @@ def add_parser(subparsers) -> None:
     _add_policy_commands(namespaces, "namespace", namespace_path)
     _add_permission_commands(namespaces, "namespace", namespace_path)
     _add_auto_topic_creation_commands(namespaces)
+    from .offload_admin import add_commands as add_offload_commands  # tiered storage
+
+    add_offload_commands(topics, namespaces)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True)

@@ -200,6 +200,8 @@ class CompactionRunner:
         from ..storage.ledger_file import index_path_for
 
         ml = self._managed_ledger()
+        if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
+            ml.rollover()
         last = ml.last_position()
         first = ml.first_position()
         prev_h = state.horizon
@@ -216,12 +218,14 @@ class CompactionRunner:
                     continue
                 if lo > hi:
                     continue
-                path = ml.ledger_path(lid)
-                live.append({"ledger_id": lid, "path": path, "index_path": index_path_for(path),
+                # an offloaded ledger is read from the object store (a URI), wherever the task runs
+                path = ml.ledger_url(lid) if hasattr(ml, "ledger_url") else ml.ledger_path(lid)
+                live.append({"ledger_id": lid, "path": path,
+                             "index_path": None if "://" in path else index_path_for(path),
                              "lo": lo, "hi": hi if lid == last[0] else (1 << 40), "count": hi - lo + 1})
         compacted = None
         if state.compacted_ledger_id is not None:
-            path = compacted_ledger_path(self.data_dir, self.topic, state.compacted_ledger_id)
+            path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
             reader = CompactedLedgerReader(path)
             start = 0
             bound = None
@@ -249,6 +253,12 @@ class CompactionRunner:
             new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
             fault_points=tuple(self.fault_points),
         )
+
+
+def _compacted_location(storage, topic: str, ledger_id: int) -> str:
+    """The local file, or the offloaded object's URI once tiered storage deleted the file."""
+    locate = getattr(storage, "compacted_ledger_location", None)
+    return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
 
 
 def new_horizon_next(pos):
@@ -345,7 +355,8 @@ class LedgerCompactionService(TopicCompactionService):
     # --- the read side -----------------------------------------------------------------------
 
     def _open(self, view_id: int, horizon) -> Optional[LedgerView]:
-        path = compacted_ledger_path(self.storage.data_dir, self.topic, view_id)
+        # the local file, or the offloaded object once tiered storage deleted the file
+        path = _compacted_location(self.storage, self.topic, view_id)
         try:
             return LedgerView(view_id, horizon, CompactedLedgerReader(path))
         except (OSError, StorageError):  # gone: a newer compaction replaced it

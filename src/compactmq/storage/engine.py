@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import hashlib
 import os
 import shutil
@@ -17,6 +18,9 @@ from ..errors import CompactMQError, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
+from .offload import LedgerOffloader
+
+log = logging.getLogger(__name__)
 
 LOCK_FILE = "LOCK"
 METADATA_FILE = "metadata.db"
@@ -79,6 +83,11 @@ class Storage:
                 raise StorageError(f"data directory {self.data_dir} is in use by another process") from None
         self.metadata = MetadataStore(self.data_dir / METADATA_FILE, clock=self._clock)
         self.metadata.add_listener(self._on_metadata_event)
+        # tiered storage: reads of offloaded ledgers work whatever the config says today
+        self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
+                                         compacted_path=self.compacted_ledger_path)
+        if not read_only:
+            self._sweep_offload()
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -91,6 +100,20 @@ class Storage:
 
     def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
         return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
+
+    def compacted_ledger_location(self, topic: str, ledger_id: int) -> str:
+        """Where a compacted ledger is read from: its local file while there is one, else the
+        URI of its offloaded object (tiered storage), which any process or Spark task opens
+        through ``pyarrow.fs``."""
+        path = self.compacted_ledger_path(topic, ledger_id)
+        if os.path.exists(path):
+            return path
+        rec = self.offloader.compacted_record(ledger_id)
+        return rec.location.url(rec.data_key) if rec is not None else path
+
+    def compacted_view_local_copy_deleted(self, topic: str, ledger_id: int) -> bool:
+        """True once tiered storage deleted the local file of an offloaded compacted ledger."""
+        return not os.path.exists(self.compacted_ledger_path(topic, ledger_id))
 
     # --- managed ledgers -------------------------------------------------------------------
 
@@ -112,7 +135,7 @@ class Storage:
                     raise TopicNotFound(f"topic {name} does not exist")
                 self.metadata.create_topic(name)
             ml = ManagedLedger(name, self.topic_dir(name), self.metadata, self.config, self._clock,
-                               read_only=self.read_only, on_close=self._forget)
+                               read_only=self.read_only, on_close=self._forget, offloader=self.offloader)
             self._mls[name] = ml
             return ml
 
@@ -130,6 +153,10 @@ class Storage:
         self.metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             shutil.rmtree(d, ignore_errors=True)
+        try:  # its offloaded objects are dead now; a failure here is retried by maintenance
+            self.offloader.delete_dead(name)
+        except CompactMQError as e:
+            log.warning("deleting the offloaded objects of %s failed (retried later): %s", name, e)
 
     def run_maintenance(self) -> dict[str, list[int]]:
         """Roll ledgers past their age and trim every open topic to its retention; the broker
@@ -149,7 +176,17 @@ class Storage:
                 continue
             if ids:
                 deleted[ml.topic] = ids
+        self.offloader.run_maintenance(mls)
         return deleted
+
+    def _sweep_offload(self) -> None:
+        """At start, before any offload runs: objects of interrupted offloads and of ledgers
+        deleted before a crash go (an unreachable object store only delays this)."""
+        try:
+            self.offloader.delete_dead()
+            self.offloader.sweep_orphans()
+        except CompactMQError as e:
+            log.warning("offload clean-up at start failed (retried by maintenance): %s", e)
 
     def _forget(self, ml: ManagedLedger) -> None:
         with self._lock:
@@ -170,6 +207,7 @@ class Storage:
                 return
             self._closed = True
             mls = list(self._mls.values())
+        self.offloader.close()
         for ml in mls:
             ml.close()
         self.metadata.close()

@@ -85,7 +85,7 @@ class _Ledger:
 
     __slots__ = ("ledger_id", "path", "state", "created_ms", "closed_ms", "count", "size",
                  "first_pt", "last_pt", "offsets", "publish_times", "data_end", "write_fd",
-                 "read_fd", "seq_base", "sync_users", "fd_to_close")
+                 "read_fd", "seq_base", "sync_users", "fd_to_close", "offload", "local_gone")
 
     def __init__(self, ledger_id: int, path: str, state: str, created_ms: int, closed_ms: int | None = None,
                  count: int = 0, size: int = 0, first_pt: int | None = None, last_pt: int | None = None):
@@ -106,6 +106,8 @@ class _Ledger:
         self.seq_base = 0
         self.sync_users = 0  # syncs running on write_fd (it is closed after the last)
         self.fd_to_close: int | None = None
+        self.offload: Any = None  # OffloadRecord once offloaded (storage.offload)
+        self.local_gone = False  # the local copy was deleted: reads go to the object store
 
     def end_of(self, k: int) -> int:
         """File offset just past entry ``k``'s record."""
@@ -178,6 +180,7 @@ class ManagedLedger:
         clock: Callable[[], int],
         read_only: bool = False,
         on_close: Callable[["ManagedLedger"], None] | None = None,
+        offloader: Any = None,
     ):
         self.topic = topic
         self.directory = directory
@@ -185,6 +188,7 @@ class ManagedLedger:
         self._clock = clock
         self._read_only = read_only
         self._on_close = on_close
+        self._offloader = offloader  # storage.offload.LedgerOffloader, or None
         self._max_entries = max(1, int(config["managedLedgerMaxEntriesPerLedger"]))
         self._max_bytes = max(1, int(config["managedLedgerMaxSizePerLedgerMbytes"])) * MiB
         self._max_age_ms = int(config["managedLedgerMaxLedgerRolloverTimeMinutes"]) * 60_000
@@ -215,6 +219,7 @@ class ManagedLedger:
         else:
             os.makedirs(directory, exist_ok=True)
             self._recover()
+        self._attach_offload_records()
         for rec in store.load_cursors(topic):
             self._cursors[rec.name] = Cursor(self, rec.name, True, rec.mark_delete,
                                              RangeSet.from_bytes(rec.acked_ranges), rec.properties)
@@ -334,6 +339,8 @@ class ManagedLedger:
             self._ledgers, self._by_id = [], {}
             for led in ledgers:
                 self._add(led)
+        if self._offloader is not None and self._cursors is not None:
+            self._attach_offload_records()
 
     def refresh(self) -> None:
         """Read-only ledgers: pick up what the writing process has added since."""
@@ -587,6 +594,18 @@ class ManagedLedger:
             self._maybe_rollover_locked(self._clock())
             return self._current is not before
 
+    @_os_errors_as_storage_errors
+    def rollover(self) -> bool:
+        """Seal the current ledger now if it holds entries (a compaction run seals before it
+        plans, so it reads only sealed, immutable ledgers -- which may live in the object
+        store). True when it rolled."""
+        with self._lock:
+            self._check_writable()
+            if self._current is None or self._current.count == 0:
+                return False
+            self._rollover_locked(self._clock())
+            return True
+
     def _seal_locked(self, now: int) -> LedgerInfo:
         """fsync + close the current ledger's file and write its index (not yet in metadata)."""
         led = self._current
@@ -615,6 +634,8 @@ class ManagedLedger:
             info = self._seal_locked(now)
             new_id = self._store.add_ledger(self.topic, now, close=info)
             self._start_ledger(new_id, now)
+            if self._offloader is not None:  # Pulsar checks its offload threshold on rollover
+                self._offloader.maybe_auto_offload(self)
         except BaseException as e:
             self._fence(e)
             if isinstance(e, (OSError,)):
@@ -655,6 +676,8 @@ class ManagedLedger:
                 index = None
         except (OSError, StorageError):
             index = None
+        if index is None and led.offload is not None:
+            index = self._offloader.index(led.offload).ledger_index
         if index is None:
             # lost or damaged index: rebuild it from the ledger file
             try:
@@ -708,8 +731,9 @@ class ManagedLedger:
             if led is None or entry_id < 0 or entry_id >= self._visible(led):
                 raise NotFound(f"{self.topic}: no entry at {ledger_id}:{entry_id}")
             self._ensure_index(led)
-            _, _, data = lf.read_entry_at(self._read_fd(led), int(led.offsets[entry_id]))
-            return data
+            lo, hi = int(led.offsets[entry_id]), led.end_of(entry_id)
+            blob = self._read_blob(led, lo, hi)
+            return lf.split_records(blob, lo, led.offsets[entry_id : entry_id + 1], hi, entry_id)[0]
 
     def _locate(self, start: Position) -> tuple[int, int]:
         """(index into ``_ledgers``, entry id) of the first place at or after ``start``."""
@@ -727,8 +751,27 @@ class ManagedLedger:
         """Up to ``max_entries`` entries from the first one at or after ``start``, crossing
         ledgers; stops before ``max_bytes`` of entry bytes (always returns at least one entry
         when one exists)."""
+        out, cut = self._read_some(Position(*start), max_entries, max_bytes)
+        # an offloaded ledger ends a pass (its ranged read runs outside the lock): go on after it
+        while out and cut and len(out) < max_entries:
+            used = sum(len(d) for _, d in out)
+            if max_bytes is not None and used >= max_bytes:
+                break
+            more, cut = self._read_some(self.next_position(out[-1][0]), max_entries - len(out),
+                                        None if max_bytes is None else max_bytes - used, must_fill=False)
+            if not more:
+                break
+            out.extend(more)
+        return out
+
+    def _read_some(self, start: Position, max_entries: int, max_bytes: int | None, must_fill: bool = True
+                   ) -> tuple[list[tuple[Position, bytes]], bool]:
+        """One pass of ``read_entries`` under the lock; True when it stopped at an offloaded
+        ledger (whose first range it fetched, after the lock, when nothing came before it)."""
         out: list[tuple[Position, bytes]] = []
         budget = max_bytes
+        remote = None
+        cut = False
         with self._lock:
             i, e = self._locate(Position(*start))
             while len(out) < max_entries and i < len(self._ledgers):
@@ -743,7 +786,7 @@ class ManagedLedger:
                     take, used = 0, 0
                     while take < n:
                         size = led.end_of(e + take) - int(led.offsets[e + take]) - lf.RECORD_HEADER_SIZE
-                        if used + size > budget and (take > 0 or out):
+                        if used + size > budget and (take > 0 or out or not must_fill):
                             break
                         used += size
                         take += 1
@@ -753,14 +796,26 @@ class ManagedLedger:
                     break
                 lo = int(led.offsets[e])
                 hi = led.end_of(e + n - 1)
+                lid = led.ledger_id
+                if self._is_remote(led):
+                    # an offloaded ledger: one ranged read, made outside the lock (appends and
+                    # local reads go on meanwhile); what was read so far is returned first
+                    if not out:
+                        remote = (led.offload, lo, hi, np.array(led.offsets[e : e + n]), e, lid)
+                    cut = True
+                    break
                 blob = lf.read_records(self._read_fd(led), lo, hi)
                 datas = lf.split_records(blob, lo, led.offsets[e : e + n], hi, e)
-                lid = led.ledger_id
                 out.extend(zip([_position(lid, k) for k in range(e, e + n)], datas))
                 if budget is not None and budget <= 0:
                     break
                 i, e = i + 1, 0
-        return out
+        if remote is not None:
+            rec, lo, hi, offsets, e, lid = remote
+            blob = self._offloader.read_range(rec, lo, hi)
+            datas = lf.split_records(blob, lo, offsets, hi, e)
+            out.extend(zip([_position(lid, k) for k in range(e, e + len(datas))], datas))
+        return out, cut
 
     # --- positions -------------------------------------------------------------------------
 
@@ -1004,6 +1059,11 @@ class ManagedLedger:
                 del self._by_id[led.ledger_id]
         for ledger_id in ids:
             self._unlink_ledger_files(ledger_id)
+        if self._offloader is not None:
+            try:  # the ledger rows are gone: their offloaded objects are dead (retried if this fails)
+                self._offloader.delete_dead(self.topic)
+            except StorageError:
+                pass
         return ids
 
     def _unlink_ledger_files(self, ledger_id: int) -> None:
@@ -1013,6 +1073,102 @@ class ManagedLedger:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+
+    # --- tiered storage (storage.offload) -----------------------------------------------------
+
+    def _attach_offload_records(self) -> None:
+        if self._offloader is None:
+            return
+        records = self._offloader.catalog.for_topic(self.topic)
+        with self._lock:
+            for led in self._ledgers:
+                rec = records.get(led.ledger_id)
+                if rec is not None:
+                    led.offload = rec
+                    led.local_gone = not os.path.exists(led.path)
+
+    def _is_remote(self, led: _Ledger) -> bool:
+        if led.offload is None:
+            return False
+        if not led.local_gone and led.read_fd is None and not os.path.exists(led.path):
+            led.local_gone = True
+        return led.local_gone
+
+    def _read_blob(self, led: _Ledger, lo: int, hi: int) -> bytes:
+        """Bytes ``[lo, hi)`` of a ledger, from its local file or from the object store."""
+        if self._is_remote(led):
+            return self._offloader.read_range(led.offload, lo, hi)
+        return lf.read_records(self._read_fd(led), lo, hi)
+
+    def ledger_url(self, ledger_id: int) -> str:
+        """Where a process that is not this broker reads a ledger's file from: the object
+        store's URI once it is offloaded (immutable, and reachable from a Spark executor on
+        another machine), else the local path."""
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            rec = led.offload if led is not None else None
+        if rec is None:
+            return self.ledger_path(ledger_id)
+        return rec.location.url(rec.data_key)
+
+    def sealed_ledgers_to_offload(self) -> list[int]:
+        """Ids of the sealed ledgers not yet offloaded, oldest first."""
+        with self._lock:
+            return [led.ledger_id for led in self._ledgers
+                    if led is not self._current and led.state == LEDGER_CLOSED and led.offload is None
+                    and led.count > 0]
+
+    def offload_source(self, ledger_id: int) -> tuple[str, lf.LedgerIndex] | None:
+        """(local path, index) of a sealed ledger to copy; None when it is gone or offloaded."""
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            if led is None or led is self._current or led.offload is not None or led.state != LEDGER_CLOSED:
+                return None
+            self._ensure_index(led)
+            return led.path, lf.LedgerIndex(led.ledger_id, np.asarray(led.offsets, np.int64),
+                                            np.asarray(led.publish_times, np.int64), led.data_end)
+
+    def attach_offload(self, record: Any) -> None:
+        """The offloader committed ``record`` for one of our ledgers."""
+        with self._lock:
+            led = self._by_id.get(record.ledger_id)
+            if led is not None:
+                led.offload = record
+
+    def offloaded_with_local_copy(self) -> list[Any]:
+        with self._lock:
+            return [led.offload for led in self._ledgers if led.offload is not None and not led.local_gone]
+
+    def release_local_copy(self, ledger_id: int) -> bool:
+        """Delete the local files of an offloaded ledger (reads switch to the object store)."""
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            if led is None or led.offload is None or led.local_gone or self._read_only:
+                return False
+            self._close_read_fd(led)
+            led.local_gone = True
+        self._unlink_ledger_files(ledger_id)
+        fsync_dir(self.directory)
+        return True
+
+    def ledgers_with_offload(self) -> list[tuple[LedgerInfo, bool]]:
+        """Every ledger with whether it is offloaded (for internalStats and offload thresholds)."""
+        with self._lock:
+            return [(self._info(led, self._visible(led)), led.offload is not None) for led in self._ledgers]
+
+    def offload_state(self) -> dict[int, dict[str, Any]]:
+        """Per offloaded ledger: where it lives and whether the local copy is gone."""
+        with self._lock:
+            return {led.ledger_id: {"offloaded": True, "localCopyDeleted": led.local_gone,
+                                    "location": led.offload.location.describe()}
+                    for led in self._ledgers if led.offload is not None}
+
+    def first_unoffloaded_position(self) -> Position | None:
+        with self._lock:
+            for led in self._ledgers:
+                if led.offload is None and self._visible(led):
+                    return Position(led.ledger_id, 0)
+            return None
 
     # --- closing ---------------------------------------------------------------------------
 

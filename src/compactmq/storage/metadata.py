@@ -245,6 +245,10 @@ class MetadataStore:
             except sqlite3.Error as e:
                 raise MetadataError(f"metadata store: {e}") from e
 
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """A read-only query, for modules that keep tables of their own here (the offload catalog)."""
+        return self._query(sql, args)
+
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         """``callback(event, topic)`` after a transaction that changed something others cache
         commits; today the one event is ``"compaction_committed"``."""

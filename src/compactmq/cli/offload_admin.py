@@ -1,0 +1,179 @@
+"""Tiered-storage commands of ``compactmq topics|namespaces``, shaped like pulsar-admin's.
+
+::
+
+    compactmq topics offload --size-threshold 10M T     keep about 10 MiB locally, offload the rest
+    compactmq topics offload-status [-w] T             NOT_RUN / RUNNING / SUCCESS / ERROR
+    compactmq namespaces set-offload-threshold --size 10M [--time 1h] NS
+    compactmq namespaces set-offload-deletion-lag --lag 1h NS
+    compactmq namespaces set-offload-policies -d S3 -b BUCKET [-r REGION] [-e ENDPOINT] ... NS
+
+``topics offload`` works out the message id on the client, as pulsar-admin does: walking the
+ledgers from the newest, the first ledger whose addition brings the kept size past the
+threshold is where offload stops; every ledger before the one after it is offloaded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from ..errors import InvalidInput
+from .admin import AdminClient, _run, namespace_path, topic_path
+from .output import Output
+from .units import parse_duration_seconds, parse_size
+
+
+def first_ledger_within_threshold(ledgers: list[dict], threshold: int) -> dict | None:
+    """The message id (as REST JSON) before which everything is offloaded, or None."""
+    if not ledgers:
+        return None
+    suffix = 0
+    previous = ledgers[-1]["ledgerId"]
+    for led in reversed(ledgers):
+        suffix += int(led.get("size", 0))
+        if suffix > threshold:
+            return {"ledgerId": previous, "entryId": 0, "partitionIndex": -1}
+        previous = led["ledgerId"]
+    return None
+
+
+def _offload(a, c: AdminClient, out: Output) -> int:
+    threshold = parse_size(a.size_threshold)
+    stats = c.request("GET", f"{topic_path(a.topic)}/internalStats") or {}
+    ledgers = stats.get("ledgers") or []
+    if not ledgers:
+        raise InvalidInput(f"{a.topic} has no data to offload")
+    mid = first_ledger_within_threshold(ledgers, threshold)
+    if mid is None:
+        out.done(f"nothing to offload: {a.topic} holds no more than {a.size_threshold}")
+        return 0
+    c.request("PUT", f"{topic_path(a.topic)}/offload", mid)
+    out.done(f"offload triggered for {a.topic} for messages before {mid['ledgerId']}:{mid['entryId']}")
+    return 0
+
+
+def render_status(st: dict) -> str:
+    first = st.get("firstUnoffloadedMessage") or {}
+    where = f" (first message not offloaded: {first.get('ledgerId')}:{first.get('entryId')})" if first else ""
+    if st.get("status") == "ERROR":
+        return f"ERROR: {st.get('lastError') or 'no reason given'}{where}"
+    return f"{st.get('status')}{where}"
+
+
+def _offload_status(a, c: AdminClient, out: Output) -> int:
+    path = f"{topic_path(a.topic)}/offload"
+    st = c.request("GET", path) or {}
+    while a.wait_complete and st.get("status") == "RUNNING":
+        time.sleep(0.5)
+        st = c.request("GET", path) or {}
+    out.result(st, render_status)
+    if st.get("status") == "ERROR":
+        if not out.json:
+            print(f"compactmq: error: offload failed: {st.get('lastError')}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _set_threshold(a, c: AdminClient, out: Output) -> int:
+    if a.size is None and a.time is None:
+        raise InvalidInput("give --size and/or --time")
+    ns = namespace_path(a.namespace)
+    if a.size is not None:
+        c.request("PUT", f"{ns}/offloadThreshold", parse_size(a.size))
+    if a.time is not None:
+        c.request("PUT", f"{ns}/offloadThresholdInSeconds", parse_duration_seconds(a.time))
+    out.done(f"offload threshold set on {a.namespace}")
+    return 0
+
+
+def _policies_body(a) -> dict[str, Any]:
+    body: dict[str, Any] = {"managedLedgerOffloadDriver": a.driver}
+    for attr, key in (("bucket", "s3ManagedLedgerOffloadBucket"), ("region", "s3ManagedLedgerOffloadRegion"),
+                      ("endpoint", "s3ManagedLedgerOffloadServiceEndpoint"), ("fs_uri", "fileSystemURI")):
+        if getattr(a, attr):
+            body[key] = getattr(a, attr)
+    if a.driver.lower() in ("google-cloud-storage", "gcs") and a.bucket:
+        body["gcsManagedLedgerOffloadBucket"] = body.pop("s3ManagedLedgerOffloadBucket")
+    if a.max_block_size:
+        body["s3ManagedLedgerOffloadMaxBlockSizeInBytes"] = parse_size(a.max_block_size)
+    if a.read_buffer_size:
+        body["s3ManagedLedgerOffloadReadBufferSizeInBytes"] = parse_size(a.read_buffer_size)
+    if a.offload_after_threshold:
+        body["managedLedgerOffloadThresholdInBytes"] = parse_size(a.offload_after_threshold)
+    if a.offload_after_threshold_in_seconds:
+        body["managedLedgerOffloadThresholdInSeconds"] = parse_duration_seconds(a.offload_after_threshold_in_seconds)
+    if a.offload_deletion_lag is not None:
+        body["managedLedgerOffloadDeletionLagInMillis"] = parse_duration_seconds(a.offload_deletion_lag) * 1000
+    return body
+
+
+def _get(path_suffix: str, render):
+    return _run(lambda a, c, o: o.result(c.request("GET", f"{namespace_path(a.namespace)}/{path_suffix}"), render))
+
+
+def _delete(path_suffix: str, what: str):
+    return _run(lambda a, c, o: (c.request("DELETE", f"{namespace_path(a.namespace)}/{path_suffix}"),
+                                 o.done(f"{what} removed from {a.namespace}")))
+
+
+def add_commands(topics, namespaces) -> None:
+    """Add the offload commands to the ``topics`` and ``namespaces`` sub-parsers."""
+    p = topics.add_parser("offload", help="offload a topic's older ledgers to the configured object store")
+    p.add_argument("topic")
+    p.add_argument("-s", "--size-threshold", required=True,
+                   help="data to keep in the broker's local storage, e.g. 10M; the rest is offloaded")
+    p.set_defaults(func=_run(_offload))
+    p = topics.add_parser("offload-status", help="status of the last offload of a topic")
+    p.add_argument("topic")
+    p.add_argument("-w", "--wait-complete", action="store_true", help="wait while it runs; exit 1 if it fails")
+    p.set_defaults(func=_run(_offload_status))
+
+    p = namespaces.add_parser("set-offload-threshold", help="bytes (and/or age) after which ledgers are offloaded")
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-s", "--size", help="data kept locally per topic, e.g. 10M (-1: never offload, 0: at once)")
+    p.add_argument("--time", help="offload ledgers older than this, e.g. 1h (-1: never)")
+    p.set_defaults(func=_run(_set_threshold))
+    p = namespaces.add_parser("get-offload-threshold", help="the namespace's offload threshold in bytes")
+    p.add_argument("namespace")
+    p.set_defaults(func=_get("offloadThreshold", lambda b: "not set" if b is None else f"{b} bytes"))
+
+    p = namespaces.add_parser("set-offload-deletion-lag",
+                              help="how long after offload the local copy of a ledger is deleted")
+    p.add_argument("namespace")
+    p.add_argument("-l", "--lag", required=True, help="e.g. 10m, 4h, 0")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("PUT", f"{namespace_path(a.namespace)}/offloadDeletionLagMs", parse_duration_seconds(a.lag) * 1000),
+        o.done(f"offload deletion lag set on {a.namespace}"))))
+    p = namespaces.add_parser("get-offload-deletion-lag", help="the namespace's offload deletion lag")
+    p.add_argument("namespace")
+    p.set_defaults(func=_get("offloadDeletionLagMs", lambda b: "not set" if b is None else f"{b} ms"))
+    p = namespaces.add_parser("clear-offload-deletion-lag", help="fall back to the broker's deletion lag")
+    p.add_argument("namespace")
+    p.set_defaults(func=_delete("offloadDeletionLagMs", "offload deletion lag"))
+
+    p = namespaces.add_parser("set-offload-policies", help="where and when the namespace's topics offload")
+    p.add_argument("namespace")
+    p.add_argument("-d", "--driver", required=True, help="aws-s3, S3, google-cloud-storage or filesystem")
+    p.add_argument("-b", "--bucket", help="bucket (aws-s3, S3, google-cloud-storage)")
+    p.add_argument("-r", "--region", help="region of the bucket")
+    p.add_argument("-e", "--endpoint", help="endpoint of an S3-compatible service")
+    p.add_argument("--fs-uri", help="fileSystemURI of the filesystem driver (file:///..., hdfs://...)")
+    p.add_argument("-mbs", "--maxBlockSize", dest="max_block_size", help="block size, e.g. 64M")
+    p.add_argument("-rbs", "--readBufferSize", dest="read_buffer_size", help="read buffer size, e.g. 1M")
+    p.add_argument("-t", "--offloadAfterThreshold", dest="offload_after_threshold", help="e.g. 10G")
+    p.add_argument("-ts", "--offloadAfterThresholdInSeconds", dest="offload_after_threshold_in_seconds",
+                   help="e.g. 1d")
+    p.add_argument("-dl", "--offloadDeletionLagInMillis", dest="offload_deletion_lag",
+                   help="deletion lag, e.g. 4h (named after Pulsar's flag; a duration)")
+    p.set_defaults(func=_run(lambda a, c, o: (
+        c.request("POST", f"{namespace_path(a.namespace)}/offloadPolicies", _policies_body(a)),
+        o.done(f"offload policies set on {a.namespace}"))))
+    p = namespaces.add_parser("get-offload-policies", help="the namespace's offload policies")
+    p.add_argument("namespace")
+    p.set_defaults(func=_get("offloadPolicies", lambda b: "not set" if not b else
+                             " ".join(f"{k}={v}" for k, v in sorted(b.items()))))
+    p = namespaces.add_parser("remove-offload-policies", help="remove the namespace's offload policies")
+    p.add_argument("namespace")
+    p.set_defaults(func=_delete("offloadPolicies", "offload policies"))

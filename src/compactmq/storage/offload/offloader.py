@@ -1,0 +1,489 @@
+"""``LedgerOffloader``: copies sealed ledgers to object storage, reads them back, deletes them.
+
+One per ``Storage``. What it does, and in which order (each step is crash-safe on its own):
+
+Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
+    1. write the data object (the ledger file in blocks), then the index object, under names
+       no one has used (``<ledger id>-<uuid>``);
+    2. ONE metadata transaction: check that the ledger still exists, add the catalog row;
+    3. the managed ledger now knows the ledger is offloaded; its local copy stays until the
+       deletion lag has passed (``managedLedgerOffloadDeletionLagMs``, namespace policy
+       ``offloadDeletionLagMs``), then the files are unlinked and the row stamped.
+    A crash after 1 leaves orphans (objects no row names): ``sweep_orphans`` deletes them when
+    the storage opens. A crash after 2 leaves a committed offload and the local copy: both
+    serve reads, and the deletion lag is simply honoured later.
+
+Reads (``read_range``) go through ``blocks.read_range``: one ranged read per missing run of
+chunks, a process-wide ``ReadCache`` in front.
+
+Deletion: retention, topic deletion and compaction delete ledger rows (or swap the compacted
+ledger) first; ``delete_dead`` then deletes the objects of catalog rows that no longer name a
+live ledger, then the rows. Every maintenance pass runs it again, so a crash in between only
+delays the deletion.
+
+Automatic offload follows Pulsar: checked after each ledger rollover and on every maintenance
+pass (``retentionCheckIntervalInSeconds``). A topic keeps at most ``offloadThreshold`` bytes
+locally (namespace policy, else ``offloadPolicies``, else
+``managedLedgerOffloadAutoTriggerSizeThresholdBytes``; -1 never, 0 offload every sealed ledger),
+and sealed ledgers older than ``offloadThresholdInSeconds`` are offloaded.
+
+Test hook: ``COMPACTMQ_OFFLOAD_FAULT=<step>`` (one of ``FAULT_POINTS``, or ``DEAD_DELETE_FAULT``)
+makes the process kill itself with SIGKILL at that step, so crash tests can stop a broker at each
+step for real.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
+from .. import ledger_file as lf
+from ..position import Position
+from . import blocks as bk
+from .blobstore import OffloadLocation, location_from_settings, open_store
+from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
+
+log = logging.getLogger(__name__)
+
+FAULT_POINTS = ("after-data", "after-index", "after-commit", "after-local-delete")
+FAULT_ENV = "COMPACTMQ_OFFLOAD_FAULT"
+# the step between the metadata store letting go of a ledger (retention, topic deletion, a newer
+# compacted ledger) and the deletion of its objects
+DEAD_DELETE_FAULT = "before-dead-delete"
+
+# namespace policy keys (Pulsar's admin names)
+OFFLOAD_THRESHOLD = "offloadThreshold"
+OFFLOAD_THRESHOLD_SECONDS = "offloadThresholdInSeconds"
+OFFLOAD_DELETION_LAG = "offloadDeletionLagMs"
+OFFLOAD_POLICIES = "offloadPolicies"
+
+NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
+MAX_CACHED_INDEXES = 64
+
+
+def _relpath(topic: str) -> str:
+    from ..engine import topic_relpath
+
+    return topic_relpath(topic).replace(os.sep, "/")
+
+
+class LedgerOffloader:
+    def __init__(self, metadata, config, clock: Callable[[], int], read_only: bool = False,
+                 compacted_path: Callable[[str, int], str] | None = None):
+        self.metadata = metadata
+        self.compacted_path = compacted_path  # (topic, compacted ledger id) -> local file
+        self.config = config
+        self.clock = clock
+        self.read_only = read_only
+        self.catalog = OffloadCatalog(metadata)
+        self.instance = self.catalog.instance_id()
+        self.max_block = max(1 << 16, int(config["s3ManagedLedgerOffloadMaxBlockSizeInBytes"]))
+        self.chunk = max(4096, int(config["s3ManagedLedgerOffloadReadBufferSizeInBytes"]))
+        self.cache = bk.ReadCache(int(config["managedLedgerOffloadReadCacheSizeInBytes"]))
+        self.fault = os.environ.get(FAULT_ENV, "")
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._queued: set[str] = set()  # triggered over REST, not started yet
+        self._status: dict[str, dict[str, Any]] = {}
+        self._indexes: OrderedDict[str, bk.OffloadedIndex] = OrderedDict()
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    # --- configuration ------------------------------------------------------------------------
+
+    def _policies(self, topic: str) -> dict[str, Any]:
+        from ...naming import TopicName
+
+        return self.metadata.get_namespace_policies(TopicName.parse(topic).namespace_name)
+
+    def location_for(self, topic: str) -> OffloadLocation | None:
+        """Where ``topic`` offloads to: its namespace's ``offloadPolicies``, else broker.conf."""
+        pol = self._policies(topic).get(OFFLOAD_POLICIES) or {}
+        settings = pol if pol.get("managedLedgerOffloadDriver") else self.config
+        return location_from_settings(settings, prefix=self.instance)
+
+    def settings_for(self, topic: str) -> dict[str, int]:
+        """thresholdBytes, thresholdSeconds, deletionLagMs in force for ``topic``."""
+        ns = self._policies(topic)
+        pol = ns.get(OFFLOAD_POLICIES) or {}
+
+        def pick(ns_key, pol_key, conf_key):
+            for value in (ns.get(ns_key), pol.get(pol_key)):
+                if value is not None:
+                    return int(value)
+            return int(self.config[conf_key])
+
+        return {
+            "thresholdBytes": pick(OFFLOAD_THRESHOLD, "managedLedgerOffloadThresholdInBytes",
+                                   "managedLedgerOffloadAutoTriggerSizeThresholdBytes"),
+            "thresholdSeconds": pick(OFFLOAD_THRESHOLD_SECONDS, "managedLedgerOffloadThresholdInSeconds",
+                                     "managedLedgerOffloadThresholdInSeconds"),
+            "deletionLagMs": pick(OFFLOAD_DELETION_LAG, "managedLedgerOffloadDeletionLagInMillis",
+                                  "managedLedgerOffloadDeletionLagMs"),
+        }
+
+    def _die_at(self, point: str) -> None:
+        if self.fault == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # --- offloading -----------------------------------------------------------------------------
+
+    def offload(self, ml, before: Position | None = None, ledger_ids: list[int] | None = None) -> list[int]:
+        """Offload the sealed, not yet offloaded ledgers of ``ml`` whose id is below
+        ``before.ledger_id`` (all sealed ones when None), or exactly ``ledger_ids``. Runs in the
+        caller's thread; ``Conflict`` when an offload of this topic is already running."""
+        if self.read_only:
+            raise StorageError("offload needs the broker's read-write storage")
+        loc = self.location_for(ml.topic)
+        if loc is None:
+            raise InvalidConfiguration(f"{ml.topic}: no offload driver is configured "
+                                       "(managedLedgerOffloadDriver or the namespace's offloadPolicies)")
+        with self._lock:
+            if ml.topic in self._running:
+                raise Conflict(f"an offload of {ml.topic} is already running")
+            self._running.add(ml.topic)
+            self._status[ml.topic] = {"status": RUNNING, "lastError": "", "firstUnoffloadedMessage": None}
+        done: list[int] = []
+        try:
+            candidates = ml.sealed_ledgers_to_offload()
+            if ledger_ids is not None:
+                wanted = set(ledger_ids)
+                candidates = [c for c in candidates if c in wanted]
+            elif before is not None:
+                candidates = [c for c in candidates if c < before[0]]
+            for ledger_id in candidates:
+                if self._offload_one(ml, ledger_id, loc):
+                    done.append(ledger_id)
+            self.offload_compacted(ml.topic, loc)
+            self.delete_local_copies(ml)
+            status = {"status": SUCCESS, "lastError": ""}
+        except BaseException as e:
+            status = {"status": ERROR, "lastError": f"{type(e).__name__}: {e}"}
+            log.error("offload of %s failed: %s", ml.topic, status["lastError"])
+            raise
+        finally:
+            # the managed ledger's lock is taken OUTSIDE ours: a rollover holds its lock and then
+            # takes ours (maybe_auto_offload), so the other order would deadlock
+            try:
+                status["firstUnoffloadedMessage"] = ml.first_unoffloaded_position()
+            except CompactMQError:
+                status["firstUnoffloadedMessage"] = None
+            with self._lock:
+                self._running.discard(ml.topic)
+                self._status[ml.topic] = status
+        return done
+
+    def _offload_one(self, ml, ledger_id: int, loc: OffloadLocation) -> bool:
+        src = ml.offload_source(ledger_id)
+        if src is None:  # trimmed or already offloaded meanwhile
+            return False
+        path, index = src
+        store = open_store(loc)
+        base = f"ledgers/{_relpath(ml.topic)}/{ledger_id:012d}-{uuid.uuid4().hex}"
+        data_key, index_key = base + ".data", base + ".index"
+        table = bk.plan_blocks(index.offsets, index.data_end, self.max_block)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = store.put(data_key, bk.iter_blocks(fd, table))
+        finally:
+            os.close(fd)
+        self._die_at("after-data")
+        store.put(index_key, [bk.encode_index(ledger_id, table, lf.encode_index(*index), size)])
+        self._die_at("after-index")
+        rec = OffloadRecord(data_key, index_key, LEDGER, ml.topic, ledger_id, loc, size, self.clock())
+        with self.metadata.transaction() as db:
+            alive = db.execute("SELECT 1 FROM ledgers WHERE ledger_id = ? AND topic = ?",
+                               (ledger_id, ml.topic)).fetchone()
+            if alive:
+                self.catalog.add(rec)
+        if not alive:  # retention deleted it while we copied: our objects are orphans now
+            store.delete(data_key)
+            store.delete(index_key)
+            return False
+        self._die_at("after-commit")
+        ml.attach_offload(rec)
+        log.info("offloaded ledger %d of %s to %s (%d bytes)", ledger_id, ml.topic, store.uri(data_key), size)
+        return True
+
+    def offload_compacted(self, topic: str, loc: OffloadLocation | None = None) -> OffloadRecord | None:
+        """Offload the topic's compacted ledger in force (sealed from birth) unless it is already:
+        write the object under a fresh name, then ONE transaction that checks the ledger is still
+        the one in force and adds the catalog row; a newer compaction meanwhile makes our object
+        an orphan we delete at once. Its local file goes after the deletion lag."""
+        if self.read_only or self.compacted_path is None:
+            return None
+        loc = loc or self.location_for(topic)
+        state = self.metadata.get_compaction_state(topic)
+        cid = state.compacted_ledger_id
+        if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
+            return None
+        path = self.compacted_path(topic, cid)
+        store = open_store(loc)
+        key = f"compacted/{_relpath(topic)}/{cid:012d}-{uuid.uuid4().hex}.compacted"
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:  # replaced by a newer compaction since we looked
+            return None
+        with f:
+            size = store.put(key, iter(lambda: f.read(self.max_block), b""))
+        self._die_at("compacted-after-data")
+        # a compacted ledger is read whole (its own index and trailer are inside): no index object
+        rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
+        with self.metadata.transaction() as db:
+            alive = db.execute("SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?",
+                               (topic, cid)).fetchone()
+            if alive:
+                self.catalog.add(rec)
+        if not alive:
+            store.delete(key)
+            return None
+        log.info("offloaded compacted ledger %d of %s to %s (%d bytes)", cid, topic, store.uri(key), size)
+        return rec
+
+    def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
+        state = self.metadata.get_compaction_state(topic)
+        cid = state.compacted_ledger_id
+        rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
+        if rec is None or rec.local_deleted_ms is not None or self.compacted_path is None:
+            return
+        now = self.clock()
+        if now - rec.offloaded_ms < lag_ms:
+            return
+        try:  # readers that hold it open (memory-mapped) keep reading; new ones open the object
+            os.unlink(self.compacted_path(topic, cid))
+        except FileNotFoundError:
+            pass
+        self.catalog.mark_local_deleted(rec.data_key, now)
+
+    def trigger(self, ml, before: Position | None) -> None:
+        """Start ``offload`` in the background; ``Conflict`` when one is running already."""
+        if self.location_for(ml.topic) is None:
+            raise InvalidConfiguration(f"{ml.topic}: no offload driver is configured "
+                                       "(managedLedgerOffloadDriver or the namespace's offloadPolicies)")
+        with self._lock:
+            if ml.topic in self._running or ml.topic in self._queued:
+                raise Conflict(f"an offload of {ml.topic} is already running")
+            # RUNNING from now on, so that a status read right after the trigger never sees the
+            # previous run's outcome
+            self._queued.add(ml.topic)
+            self._status[ml.topic] = {"status": RUNNING, "lastError": "", "firstUnoffloadedMessage": None}
+        self._submit(self._offload_queued, ml, before)
+
+    def _offload_queued(self, ml, before) -> None:
+        with self._lock:
+            self._queued.discard(ml.topic)
+        self._offload_quietly(ml, before)
+
+    def _offload_quietly(self, ml, before=None, ledger_ids=None) -> None:
+        try:
+            self.offload(ml, before, ledger_ids)
+        except Conflict:
+            pass
+        except Exception:  # recorded in the status; the broker goes on
+            pass
+
+    def _submit(self, fn, *args) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offload")
+            self._pool.submit(fn, *args)
+
+    def status(self, topic: str) -> dict[str, Any]:
+        """Pulsar's OffloadProcessStatus: status, lastError, firstUnoffloadedMessage."""
+        with self._lock:
+            st = dict(self._status.get(topic) or {"status": NOT_RUN, "lastError": "",
+                                                   "firstUnoffloadedMessage": None})
+        return st
+
+    # --- automatic offload and deletion lag ----------------------------------------------------
+
+    def auto_offload_candidates(self, ml) -> list[int]:
+        """Sealed ledgers the topic's thresholds say to offload now (Pulsar's rules)."""
+        try:
+            if self.location_for(ml.topic) is None:
+                return []
+        except InvalidConfiguration:
+            return []
+        s = self.settings_for(ml.topic)
+        by_size, by_age = s["thresholdBytes"], s["thresholdSeconds"]
+        if by_size < 0 and by_age < 0:
+            return []
+        sealed = set(ml.sealed_ledgers_to_offload())
+        now = self.clock()
+        kept = 0
+        out = []
+        for info, offloaded in reversed(ml.ledgers_with_offload()):
+            if not offloaded:
+                kept += info.size
+            if info.ledger_id not in sealed:
+                continue
+            old = by_age >= 0 and info.closed_ms is not None and now - info.closed_ms >= by_age * 1000
+            if (by_size >= 0 and kept > by_size) or old:
+                out.append(info.ledger_id)
+        return sorted(out)
+
+    def maybe_auto_offload(self, ml) -> None:
+        """After a rollover (called under the managed ledger's lock): check in the background."""
+        if self.read_only:
+            return
+        self._submit(self._auto, ml)
+
+    def _auto(self, ml) -> None:
+        if ml.closed:
+            return
+        try:
+            ids = self.auto_offload_candidates(ml)
+        except CompactMQError:
+            return
+        if ids or self._compacted_pending(ml.topic):
+            self._offload_quietly(ml, None, ids)
+
+    def _compacted_pending(self, topic: str) -> bool:
+        """A compacted ledger in force, not offloaded, on a topic with an offload threshold."""
+        s = self.settings_for(topic)
+        if s["thresholdBytes"] < 0 and s["thresholdSeconds"] < 0:
+            return False
+        cid = self.metadata.get_compaction_state(topic).compacted_ledger_id
+        return cid is not None and self.catalog.get(COMPACTED, cid) is None
+
+    def delete_local_copies(self, ml) -> list[int]:
+        """Delete local copies of offloaded ledgers past the deletion lag."""
+        lag = self.settings_for(ml.topic)["deletionLagMs"]
+        if lag < 0:
+            return []
+        self._delete_local_compacted(ml.topic, lag)
+        now = self.clock()
+        out = []
+        for rec in ml.offloaded_with_local_copy():
+            if now - rec.offloaded_ms >= lag and ml.release_local_copy(rec.ledger_id):
+                self._die_at("after-local-delete")
+                self.catalog.mark_local_deleted(rec.data_key, now)
+                out.append(rec.ledger_id)
+        return out
+
+    def run_maintenance(self, mls) -> None:
+        """The monitor's pass: dead objects, deletion lag, automatic offload (in the background)."""
+        if self.read_only:
+            return
+        try:
+            self.delete_dead()
+        except CompactMQError as e:
+            log.warning("deleting offloaded objects of deleted ledgers failed: %s", e)
+        for ml in mls:
+            if ml.closed:
+                continue
+            try:
+                self.delete_local_copies(ml)
+            except CompactMQError as e:
+                log.warning("deleting local copies of offloaded ledgers of %s failed: %s", ml.topic, e)
+            self.maybe_auto_offload(ml)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def index(self, rec: OffloadRecord) -> bk.OffloadedIndex:
+        with self._lock:
+            idx = self._indexes.get(rec.index_key)
+            if idx is not None:
+                self._indexes.move_to_end(rec.index_key)
+                return idx
+        idx = bk.decode_index(open_store(rec.location).read_all(rec.index_key))
+        with self._lock:
+            self._indexes[rec.index_key] = idx
+            while len(self._indexes) > MAX_CACHED_INDEXES:
+                self._indexes.popitem(last=False)
+        return idx
+
+    def read_range(self, rec: OffloadRecord, lo: int, hi: int) -> bytes:
+        return bk.read_range(open_store(rec.location), self.cache, rec.data_key, rec.data_size, lo, hi, self.chunk)
+
+    def compacted_record(self, ledger_id: int) -> OffloadRecord | None:
+        return self.catalog.get(COMPACTED, ledger_id)
+
+    # --- deleting -------------------------------------------------------------------------------
+
+    def delete_objects(self, rec: OffloadRecord) -> None:
+        store = open_store(rec.location)
+        self.cache.drop_object(rec.data_key)
+        store.delete(rec.data_key)
+        if rec.index_key != rec.data_key:
+            store.delete(rec.index_key)
+        self.catalog.remove(rec.data_key)
+
+    def delete_dead(self, topic: str | None = None) -> int:
+        """Delete the objects of catalog rows whose ledger is gone, then the rows."""
+        n = 0
+        for rec in self.catalog.dead(topic):
+            self._die_at(DEAD_DELETE_FAULT)
+            self.delete_objects(rec)
+            n += 1
+        return n
+
+    def sweep_orphans(self) -> list[str]:
+        """Delete offloaded objects (ledgers and compacted ledgers) no catalog row names (a crash
+        between the write and the commit). Run when the read-write storage opens, before any
+        offload starts."""
+        known = self.catalog.known_keys()
+        locations = {r for r in self._row_locations()}
+        try:
+            loc = location_from_settings(self.config, prefix=self.instance)
+        except InvalidConfiguration:
+            loc = None
+        if loc is not None:
+            locations.add(loc)
+        removed = []
+        for loc in locations:
+            store = open_store(loc)
+            # compacted-ledger objects are written only by this (read-write) storage's offloader,
+            # which is not running yet: an unnamed one is an orphan too
+            for key in store.list("ledgers") + store.list("compacted"):
+                if key not in known:
+                    store.delete(key)
+                    removed.append(key)
+        if removed:
+            log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
+        return removed
+
+    def sweep_compacted_orphans(self, topic: str, keep_keys: set[str] | None = None) -> list[str]:
+        """Delete compacted-ledger objects of ``topic`` no catalog row names (call while holding
+        the topic's compaction lock)."""
+        loc = self.location_for(topic)
+        if loc is None:
+            return []
+        known = self.catalog.known_keys() | set(keep_keys or ())
+        store = open_store(loc)
+        removed = [k for k in store.list(f"compacted/{_relpath(topic)}") if k not in known]
+        for key in removed:
+            store.delete(key)
+        return removed
+
+    def _row_locations(self) -> set[OffloadLocation]:
+        rows = self.metadata.query("SELECT DISTINCT location FROM offloaded_objects")
+        return {OffloadLocation.from_json(r[0]) for r in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def wait_idle(offloader: LedgerOffloader, topic: str, timeout: float = 30.0) -> dict:
+    """Block until ``topic`` has no offload running (for callers that triggered one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = offloader.status(topic)
+        if st["status"] != RUNNING:
+            return st
+        time.sleep(0.05)
+    raise StorageError(f"offload of {topic} still running after {timeout}s")

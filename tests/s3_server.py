@@ -1,0 +1,98 @@
+"""A real S3-compatible server on 127.0.0.1 for the tiered-storage tests: moto's server mode.
+
+Started as its own process (``python -m moto.server``), so the tests talk to it over a real
+socket as to any S3 service. Why moto[server]: it installs from PyPI with no binaries or
+containers, is actively maintained,
+and speaks the S3 REST API (multipart uploads, ranged GETs, listings) that pyarrow's S3 client
+uses, over a real socket. The credentials are dummies, passed the standard way (AWS environment
+variables), which broker subprocesses inherit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "compactmq-test-key",
+    "AWS_SECRET_ACCESS_KEY": "compactmq-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    server: object
+
+    def create_bucket(self, name: str) -> str:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str) -> list[str]:
+        """Every object in ``bucket``, listed with boto3 (not through the code under test)."""
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        out: list[str] = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            # keys ending in "/" are pyarrow's empty directory markers (it writes one when the last
+            # object under a prefix goes), not objects: zero bytes, named by no one
+            out += [o["Key"] for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        return sorted(out)
+
+    def offload_config(self, bucket: str) -> dict[str, str]:
+        return {"managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": bucket,
+                "s3ManagedLedgerOffloadRegion": "us-east-1", "s3ManagedLedgerOffloadServiceEndpoint": self.endpoint}
+
+
+def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Server:
+    """``python -m moto.server`` as a subprocess on a free 127.0.0.1 port; returns once it
+    answers HTTP (a wait with a deadline, no fixed sleep)."""
+    import tempfile
+    import urllib.error
+    import urllib.request
+
+    os.environ.update(DUMMY_CREDENTIALS)  # inherited by brokers and Spark processes the tests start
+    port = _free_port()
+    log = open(os.path.join(log_dir or tempfile.gettempdir(), f"moto-{port}.log"), "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}; see {log.name}")
+        try:
+            urllib.request.urlopen(endpoint + "/", timeout=2).close()
+            return S3Server(endpoint, proc)
+        except urllib.error.HTTPError:
+            return S3Server(endpoint, proc)
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"moto server did not answer on {endpoint} within {timeout}s")
+
+
+def stop_s3_server(server: S3Server) -> None:
+    proc = server.server
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
