@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import CompactMQError
-from . import namespaces, topics
+from . import namespaces, schemas, topics
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
 from .router import NoRoute, Router, openapi_document
@@ -40,6 +40,7 @@ def build_router() -> Router:
     router = Router()
     topics.add_routes(router)
     namespaces.add_routes(router)
+    schemas.add_routes(router)
     return router
 
 
