@@ -18,8 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import pulsar  # noqa: E402
-from stock_ticker import publish, start_broker  # noqa: E402
+import pulsar
+from stock_ticker import publish, start_broker
 
 SECTORS = ("tech", "energy", "health", "finance")
 
