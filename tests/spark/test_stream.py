@@ -43,3 +43,18 @@ def test_restart_from_checkpoint_is_exactly_once(cmq_spark, broker, client, topi
     got = sorted((r["__key"], bytes(r["value"])) for r in rows)
     assert got == sorted((k, v) for k, v, *_ in read_all(client, topic))
     assert len({bytes(r["__messageId"]) for r in rows}) == 90
+
+
+def test_write_stream_copies_a_topic(cmq_spark, broker, client, topic, tmp_path):
+    target = topic + "-copy"
+    items = [(f"k{i % 6}", f"c{i}".encode()) for i in range(40)]
+    produce(client, topic, items)
+    q = (cmq_spark.readStream.format("compactmq").option("topic", topic).option("startingOffsets", "earliest")
+         .load(str(broker.data_dir)).select("value", "__key", "__messageProperties")
+         .writeStream.format("compactmq").option("service.url", broker.url).option("topic", target)
+         .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert sorted((k, v) for k, v, *_ in read_all(client, target)) == sorted(items)
