@@ -49,7 +49,7 @@ def test_offsets_in_every_spelling():
     raw = list(serialize_message_id(7, 3, 2))
     raw = [b - 256 if b > 127 else b for b in raw]  # pulsar-spark writes Java's signed bytes
     o = parse_read_options({**BASE, "topics": "a,b,c", "startingOffsets":
-                            '{"a": "7:3", "b": {"ledgerId": 7, "entryId": 3, "batchIndex": 1}, "c": %s}' % raw})
+                            '{"a": "7:3", "b": {"ledgerId": 7, "entryId": 3, "batchIndex": 1}, "c": ' + str(raw) + "}"})
     ns = "persistent://public/default/"
     assert o.topic_offset("start", ns + "a") == (7, 3, -1)
     assert o.topic_offset("start", ns + "b") == (7, 3, 1)
