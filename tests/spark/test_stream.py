@@ -7,7 +7,7 @@ import pytest
 
 from compactmq.spark.stream import advance
 
-from .helpers import produce, read_all
+from .helpers import latest_of, produce, read_all
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -58,3 +58,28 @@ def test_write_stream_copies_a_topic(cmq_spark, broker, client, topic, tmp_path)
     finally:
         q.stop()
     assert sorted((k, v) for k, v, *_ in read_all(client, target)) == sorted(items)
+
+
+def test_latest_view_streams_the_state_then_changes(cmq_spark, broker, client, topic, tmp_path):
+    first = [(f"k{i % 5}", f"s{i}".encode()) for i in range(25)] + [("k0", b"")]  # k0 deleted
+    produce(client, topic, first)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "cp")
+
+    def run():
+        q = (cmq_spark.readStream.format("compactmq").option("topic", topic).option("view", "latest")
+             .option("maxOffsetsPerTrigger", "2").load(str(broker.data_dir)).select("__key", "value")
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+             .start())
+        try:
+            q.processAllAvailable()
+            return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+        finally:
+            q.stop()
+
+    assert run() == [4]  # the latest state in one micro-batch: k1..k4
+    changes = [("k1", b"n1"), ("k9", b"n9"), ("k2", b"")]
+    produce(client, topic, changes)
+    run()  # restarted from the checkpoint: only the changes follow
+    rows = sorted((r["__key"], bytes(r["value"])) for r in cmq_spark.read.parquet(out).collect())
+    state = sorted((k, v) for k, v in latest_of(first).items())
+    assert rows == sorted(state + changes)

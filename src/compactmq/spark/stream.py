@@ -12,9 +12,16 @@ a micro-batch (a batched entry is one offset, as one Kafka record batch is not),
 the partitions that have data. Partitions created while the query runs start at their beginning.
 Retention may remove entries before a micro-batch reads them: they are skipped (the gap a compaction
 or retention leaves is not reported as data loss).
+
+``view=latest`` streams the latest state first, then the changes: the first micro-batch is the
+``latest`` view up to the end offsets it plans (one row per live key, whatever the trigger limit),
+every later one is the raw log after them (a tombstone arrives as a row with an empty value). The
+offset dict carries a ``__latestStateDelivered`` flag so a restart knows which phase it is in.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -31,6 +38,7 @@ from .source import (
 from .values import TopicSchema
 
 BEGINNING = "-1:-1"
+SNAPSHOT = "__latestStateDelivered"  # view=latest: 0 until the first micro-batch (the state) is planned
 
 
 def _parse(text: str) -> tuple:
@@ -61,8 +69,8 @@ def advance(ledgers: tuple, start: tuple, end: tuple, budget: int) -> tuple:
 
 class CompactMQStreamReader(DataSourceStreamReader):
     def __init__(self, opts: ReadOptions, schema, topic_schema_: TopicSchema):
-        if opts.view != "raw":
-            raise InvalidConfiguration("readStream supports view=raw (compacted/latest streams are not built yet)")
+        if opts.view == "compacted":
+            raise InvalidConfiguration("readStream supports view=raw and view=latest (latest state, then changes)")
         self.opts = opts
         self.schema = schema
         self.topic_schema = topic_schema_
@@ -83,6 +91,9 @@ class CompactMQStreamReader(DataSourceStreamReader):
                     out[topic] = _text((layout.last[0], layout.last[1] + 1)) if layout.last else BEGINNING
                 else:
                     out[topic] = _text(spec)
+            if self.opts.view == "latest":
+                out = {t: BEGINNING for t in out}
+                out[SNAPSHOT] = 0
             return out
         finally:
             backend.close()
@@ -99,22 +110,30 @@ class CompactMQStreamReader(DataSourceStreamReader):
         finally:
             backend.close()
         ends = {}
+        snapshot = SNAPSHOT in start and not start[SNAPSHOT]
         for topic, layout in layouts.items():
             begin = _parse(start.get(topic, BEGINNING))
             last = (layout.last[0], layout.last[1] + 1, -1) if layout.last else begin
             ends[topic] = max(begin, last)
+        if snapshot:  # the first micro-batch of view=latest is the whole latest state
+            return {**{t: _text(pos) for t, pos in ends.items()}, SNAPSHOT: 1}
         if isinstance(limit, ReadMaxRows) and limit.max_rows > 0:
             busy = [t for t in ends if ends[t] > _parse(start.get(t, BEGINNING)) and layouts[t].ledgers]
             share = -(-limit.max_rows // max(1, len(busy)))
             for t in busy:
                 ends[t] = advance(layouts[t].ledgers, _parse(start.get(t, BEGINNING)), ends[t], share)
-        return {t: _text(pos) for t, pos in ends.items()}
+        out = {t: _text(pos) for t, pos in ends.items()}
+        if SNAPSHOT in start:
+            out[SNAPSHOT] = 1
+        return out
 
     def partitions(self, start: dict, end: dict):
-        ranges = {t: (_parse(start.get(t, BEGINNING)), _parse(e)) for t, e in end.items()}
-        backend = open_backend(self.opts)
+        ranges = {t: (_parse(start.get(t, BEGINNING)), _parse(e)) for t, e in end.items() if t != SNAPSHOT}
+        snapshot = SNAPSHOT in start and not start[SNAPSHOT]
+        opts = self.opts if snapshot else replace(self.opts, view="raw")
+        backend = open_backend(opts)
         try:
-            splits = plan_read(self.opts, backend, ranges)
+            splits = plan_read(opts, backend, ranges)
             args = backend_args(backend)
         finally:
             backend.close()
