@@ -37,3 +37,23 @@ def test_export_compacted_reads_back_equal(cmq_spark, broker, client, topic, tmp
     table = read_back(path, fmt, topic)
     assert dict(pairs(table)) == latest_of(items)
     assert table.num_rows == len(latest_of(items))
+
+
+def test_delta_re_export_merges_changed_keys(cmq_spark, broker, client, topic, tmp_path):
+    from deltalake import DeltaTable
+
+    from compactmq.spark.export import export_compacted, read_back
+
+    items = [(f"k{i % 10}", f"a{i}".encode()) for i in range(50)]
+    produce(client, topic, items)
+    compact(broker, topic)
+    path, opts = str(tmp_path / "delta"), {"path": str(broker.data_dir)}
+    export_compacted(cmq_spark, topic, path, "delta", options=opts)
+    changes = [("k1", b"b1"), ("k2", b""), ("k42", b"b42")]
+    produce(client, topic, changes)
+    compact(broker, topic)
+    message = export_compacted(cmq_spark, topic, path, "delta", options=opts)
+    assert "merged" in message, message
+    assert DeltaTable(path).history(1)[0]["operation"] == "MERGE"
+    expected = sorted((k, v) for k, v, *_ in read_all(client, topic, compacted=True))
+    assert [(k, v if v else b"") for k, v in pairs(read_back(path, "delta"))] == expected

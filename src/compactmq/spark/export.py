@@ -10,7 +10,10 @@ view is one row per key) and written with a table library that needs no JVM:
 * Iceberg: ``pyiceberg`` with its SQL catalog in a SQLite file under the path (``catalog.db``,
   table ``compactmq.<topic>``), so the table is self-contained.
 
-An export replaces the table's contents with the current view (the view is a snapshot, not a log).
+An export replaces the table's contents with the current view (the view is a snapshot, not a log),
+incrementally where the format allows: an existing Delta table is MERGEd on ``__messageId`` (rows of
+changed keys inserted, vanished ones deleted, the rest untouched); an existing Iceberg table gets a
+new snapshot (``overwrite``); Parquet is rewritten.
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
                          partitioning_flavor="hive" if partition_by else None)
         return f"{table.num_rows} rows to Parquet dataset {path}"
     if fmt == "delta":
-        from deltalake import write_deltalake
+        from deltalake import DeltaTable, write_deltalake
 
+        if DeltaTable.is_deltatable(path) and _same_layout(DeltaTable(path), table, partition_by):
+            return _merge_delta(DeltaTable(path), table, path)
         write_deltalake(path, table, mode="overwrite", partition_by=list(partition_by) or None,
                         schema_mode="overwrite")
         return f"{table.num_rows} rows to Delta table {path}"
@@ -77,6 +82,11 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
         name = iceberg_table_name(topic)
         catalog.create_namespace_if_not_exists(ICEBERG_NAMESPACE)
         if catalog.table_exists(name):
+            ice = catalog.load_table(name)
+            spec = [f.name for f in ice.spec().fields]
+            if spec == list(partition_by) and ice.schema().as_arrow().names == table.column_names:
+                ice.overwrite(table)  # a new snapshot of the same table: readers keep their history
+                return f"{table.num_rows} rows to Iceberg table {name} (new snapshot, catalog {path}/catalog.db)"
             catalog.drop_table(name)
         ice = catalog.create_table(name, schema=table.schema)
         if partition_by:
@@ -86,6 +96,22 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
         ice.append(table)
         return f"{table.num_rows} rows to Iceberg table {name} (catalog {path}/catalog.db)"
     raise InvalidConfiguration(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+def _same_layout(dt, table, partition_by: Sequence[str]) -> bool:
+    meta = dt.metadata()
+    names = [f.name for f in dt.schema().fields]
+    return list(meta.partition_columns) == list(partition_by) and names == table.column_names
+
+
+def _merge_delta(dt, table, path: str) -> str:
+    """Re-export as a Delta MERGE on ``__messageId``: a compaction keeps a surviving message's id, so
+    only the rows of changed keys are inserted, and rows no longer in the view are deleted; the
+    unchanged rows (most of a large table) are not rewritten beyond their files' share."""
+    stats = (dt.merge(table, predicate="t.__messageId = s.__messageId", source_alias="s", target_alias="t")
+             .when_not_matched_insert_all().when_not_matched_by_source_delete().execute())
+    return (f"{table.num_rows} rows in Delta table {path} (merged: {stats.get('num_target_rows_inserted', 0)} "
+            f"inserted, {stats.get('num_target_rows_deleted', 0)} deleted)")
 
 
 def read_back(path: str, fmt: str, topic: str = ""):
