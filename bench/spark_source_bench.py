@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--keys", type=int, default=20_000)
     p.add_argument("--size", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="the default (small) size, as the other benches")
     p.add_argument("--full", action="store_true", help="10,000,000 messages over 1,000,000 keys")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--repeat", type=int, default=3)
