@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-
 from broker.conftest import BrokerProcess, make_client
 
 from .harness import Http
