@@ -146,3 +146,19 @@ def test_partitioned_topic_and_pattern(cmq_spark, broker, client, topic):
     df = (cmq_spark.read.format("compactmq").option("subscribePattern", f"persistent://public/default/{name}.*")
           .load(str(broker.data_dir)))
     assert df.count() == len(items)
+
+
+def test_broker_without_admin_url_and_fail_on_data_loss(cmq_spark, broker, client, topic):
+    items = [(f"k{i % 4}", f"v{i}".encode()) for i in range(30)] + [("k3", b"")]
+    ids = produce(client, topic, items, batching=True)
+    log = read_all(client, topic)
+    plain = cmq_spark.read.format("compactmq").option("topic", topic).option("service.url", broker.url)
+    assert rows_of(plain.load()) == sorted(log, key=lambda x: x[2:])
+    assert latest_rows(plain.option("view", "latest").load()) == latest_of(log)
+
+    # a start before the first retained message: an error by default, the earliest with failOnDataLoss=false
+    gone = json.dumps({topic: f"{ids[0].ledger_id() - 1}:0"})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(cmq_spark, broker, topic, direct=True, startingOffsets=gone).collect()
+    df = reader(cmq_spark, broker, topic, direct=True, startingOffsets=gone, failOnDataLoss="false")
+    assert df.count() == len(items)
