@@ -57,3 +57,11 @@ def test_delta_re_export_merges_changed_keys(cmq_spark, broker, client, topic, t
     assert DeltaTable(path).history(1)[0]["operation"] == "MERGE"
     expected = sorted((k, v) for k, v, *_ in read_all(client, topic, compacted=True))
     assert [(k, v if v else b"") for k, v in pairs(read_back(path, "delta"))] == expected
+
+
+def test_export_errors_are_one_line(cmq_spark, broker, tmp_path, capsys):
+    missing = "persistent://public/default/no-such-topic"
+    assert main(["topics", "export-compacted", missing, "--path", str(tmp_path / "t"),
+                 "--data-dir", str(broker.data_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("compactmq: error: ") and "does not exist" in err and "\n" not in err, err

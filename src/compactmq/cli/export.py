@@ -9,6 +9,13 @@ Spark runs locally in this process (``compaction.spark.session``).
 from __future__ import annotations
 
 import argparse
+import re
+
+from ..errors import CompactMQError
+
+
+class ExportFailed(CompactMQError):
+    """The export's Spark read failed; the message is the underlying reason, on one line."""
 
 
 def add_commands(topics) -> None:
@@ -33,7 +40,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         options = {"service.url": args.service_url, "admin.url": args.admin_url}
     partition_by = [c.strip() for c in args.partition_by.split(",") if c.strip()]
-    message = export_compacted(get_session(), args.topic, args.path, args.table_format, view=args.view,
-                               partition_by=partition_by, options=options)
+    try:
+        message = export_compacted(get_session(), args.topic, args.path, args.table_format, view=args.view,
+                                   partition_by=partition_by, options=options)
+    except CompactMQError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Spark wraps the source's error in a long JVM message
+        raise ExportFailed(reason(e)) from None
     print(message)
     return 0
+
+
+def reason(error: BaseException) -> str:
+    """The innermost ``SomethingError: message`` line of a (Spark-wrapped) error, else its first line."""
+    lines = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|NotFound|Configuration|Loss|Exception)): (.+)$",
+                       str(error), re.MULTILINE)
+    if lines:
+        name, text = lines[-1]
+        return f"{name}: {text.strip()}"
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
