@@ -162,3 +162,39 @@ def test_broker_without_admin_url_and_fail_on_data_loss(cmq_spark, broker, clien
         reader(cmq_spark, broker, topic, direct=True, startingOffsets=gone).collect()
     df = reader(cmq_spark, broker, topic, direct=True, startingOffsets=gone, failOnDataLoss="false")
     assert df.count() == len(items)
+
+
+def reference_latest(records, strategy):
+    """The reference model of the compaction tests, folded over (key, value, event_time) in id order."""
+    from compaction.reference import keep_left
+
+    state: dict = {}
+    for key, value, et in records:
+        if key is None:
+            continue
+        if value == b"":
+            state.pop(key, None)
+        elif key not in state or not keep_left(strategy, (None, key, state[key][0], state[key][1]),
+                                                (None, key, value, et)):
+            state[key] = (value, et)
+    return {k: v for k, (v, _) in state.items()}
+
+
+@pytest.mark.parametrize("strategy", ["keep-first", "event-time"])
+def test_latest_folds_with_the_topic_strategy(cmq_spark, broker, client, topic, strategy):
+    import urllib.request
+
+    client.create_producer(topic).close()  # the topic exists, so it can have a policy
+    local = topic.replace("persistent://", "")
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{local}/compactionStrategy",
+                                 data=json.dumps(strategy).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req).close()
+    records = [(f"k{i % 6}", f"v{i}".encode() if i % 8 != 7 else b"", 1_000 + (i * 7919) % 97) for i in range(60)]
+    produce(client, topic, [(k, v) for k, v, _ in records[:40]], event_times=[et for *_, et in records[:40]])
+    compact(broker, topic)
+    produce(client, topic, [(k, v) for k, v, _ in records[40:]], event_times=[et for *_, et in records[40:]])
+    expected = reference_latest(records, strategy)
+    assert expected != reference_latest(records, "keep-latest")  # the strategy matters here
+    for direct in (True, False):
+        assert latest_rows(reader(cmq_spark, broker, topic, direct=direct, view="latest")) == expected, direct
