@@ -498,6 +498,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_run(_compaction_status))
     _add_policy_commands(topics, "topic", topic_path)
     _add_permission_commands(topics, "topic", topic_path)
+    from .export import add_commands as _add_export_commands
+
+    _add_export_commands(topics)
 
     namespaces = subparsers.add_parser("namespaces", help="manage namespaces and their policies").add_subparsers(
         dest="namespaces_command", metavar="SUBCOMMAND", required=True)

@@ -1,0 +1,139 @@
+"""Topics as Spark tables: how fast the ``compactmq`` source feeds Spark, per path and view.
+
+Starts ``compactmq standalone`` with a fresh data directory, publishes ``--messages`` messages
+(batched, ``--size`` bytes, key ``i % keys``), compacts once (in this process, on the same local
+Spark session), then for each view (``compacted``, ``raw``) and each path:
+
+* ``direct``: ledger / compacted-ledger files of the data directory (``load(data_dir)``);
+* ``broker``: the official client and the admin REST API (``service.url`` / ``admin.url``);
+* ``parquet``: ``spark.read.parquet`` of a Parquet copy of the same rows, written first (the
+  yardstick: Spark's fastest native reader);
+
+times a query that must touch every row's value (``sum(length(value))`` and ``count``; a bare
+``count()`` on Parquet would read only footers). Reported: seconds (median of ``--repeat``), rows,
+rows/s and rows/s per core (``local[--cores]``), and each path's speed as a fraction of Parquet's.
+
+    .venv/bin/python bench/spark_source_bench.py               # 200,000 messages, 20,000 keys
+    .venv/bin/python bench/spark_source_bench.py --full        # 10,000,000 messages, 1,000,000 keys
+Writes bench/results/spark_source.json (spark_source_full.json with --full; --out to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from read_compacted_bench import RETENTION_OVERRIDES, compact, publish
+from standalone import ROOT, free_port
+
+
+class Broker:
+    def __init__(self, data_dir: str) -> None:
+        self.port, self.web_port = free_port(), free_port()
+        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
+               "--broker-port", str(self.port), "--web-port", str(self.web_port), "--log-level", "WARNING"]
+        for override in RETENTION_OVERRIDES:
+            cmd += ["--config-override", override]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+        if b"ready" not in self.proc.stdout.readline():
+            raise RuntimeError("broker did not start")
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+        self.admin_url = f"http://127.0.0.1:{self.web_port}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def scan(df) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    return time.perf_counter() - t0, int(row["n"])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="compactmq Spark source throughput")
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="the default (small) size, as the other benches")
+    p.add_argument("--full", action="store_true", help="10,000,000 messages over 1,000,000 keys")
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.full:
+        args.messages, args.keys = 10_000_000, 1_000_000
+    out = Path(args.out or ROOT / "bench" / "results" / ("spark_source_full.json" if args.full
+                                                         else "spark_source.json"))
+    work = args.work or tempfile.mkdtemp(prefix="spark-source-bench-")
+    data_dir = os.path.join(work, "data")
+
+    import compactmq.spark
+    from compactmq.compaction.spark.session import get_session
+
+    broker = Broker(data_dir)
+    topic = "persistent://public/default/spark-source-bench"
+    try:
+        publish_secs = publish(broker.url, topic, args.messages, args.keys, args.size, True)
+        print(f"published {args.messages} messages in {publish_secs:.1f}s", flush=True)
+        spark = get_session({"spark.master": f"local[{args.cores}]"})
+        compaction = compact(data_dir, topic)
+        print(f"compacted in {compaction['seconds']}s", flush=True)
+        compactmq.spark.register(spark)
+
+        def source(view: str, path: str):
+            r = spark.read.format("compactmq").option("topic", topic).option("view", view) \
+                .option("minPartitions", str(args.cores))
+            if path == "direct":
+                return r.load(data_dir)
+            return r.option("service.url", broker.url).option("admin.url", broker.admin_url).load()
+
+        results: dict = {}
+        for view in ("compacted", "raw"):
+            copy = os.path.join(work, f"{view}.parquet")
+            source(view, "direct").select("value", "__key", "__messageId", "__publishTime") \
+                .write.mode("overwrite").parquet(copy)
+            frames = {"direct": source(view, "direct"), "broker": source(view, "broker"),
+                      "parquet": spark.read.parquet(copy)}
+            results[view] = {}
+            for path, df in frames.items():
+                runs = [scan(df) for _ in range(args.repeat)]
+                secs = statistics.median(s for s, _ in runs)
+                rows = runs[0][1]
+                results[view][path] = {"seconds": round(secs, 3), "rows": rows,
+                                       "rows_per_s": round(rows / secs),
+                                       "rows_per_s_per_core": round(rows / secs / args.cores),
+                                       "runs": [round(s, 3) for s, _ in runs]}
+                print(f"{view:9} {path:7} {rows:>10} rows {secs:8.2f}s "
+                      f"{rows / secs / args.cores:>12,.0f} rows/s/core", flush=True)
+            parquet = results[view]["parquet"]["seconds"]
+            for path in ("direct", "broker"):
+                results[view][path]["fraction_of_parquet_speed"] = round(parquet / results[view][path]["seconds"], 4)
+    finally:
+        broker.stop()
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    report = {"bench": "spark_source", "messages": args.messages, "keys": args.keys, "size": args.size,
+              "cores": args.cores, "repeat": args.repeat, "publish_seconds": round(publish_secs, 3),
+              "compaction": compaction, "results": results,
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Reading through the broker's public interfaces: the official client and the admin REST API.
+
+This path works from any cluster that can reach the broker, with the credentials of any client
+(``pulsar.client.*`` options; the same token or basic credentials go to the admin API). Each task
+opens its own ``pulsar.Client`` and a *reader* (no subscription is created on the topic):
+
+* a ``raw`` range is read with a plain reader started, inclusively, at its first entry;
+* a ``compacted`` range with ``is_read_compacted=True``, so the broker serves its compacted view;
+* a range stops at its end id, or when the reader has nothing more (``has_message_available``).
+
+Planning uses the admin API when ``admin.url`` is set: ``internalStats`` lists each partition's
+ledgers (one split per ledger, as on the direct path) and its compaction horizon;
+``/partitions`` resolves partitioned topics and the namespace listing resolves ``topicsPattern``.
+Without ``admin.url`` a partition is one split, bounded by the last message id the broker reports
+at planning time, and the partitions come from the client's lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+
+from ..errors import CompactMQError, InvalidConfiguration, TopicNotFound
+from .messages import Message
+from .options import admin_headers, client_kwargs
+from .plan import Layout, Split
+from .values import TopicSchema
+
+READ_TIMEOUT_MS = 2000
+
+
+class BrokerError(CompactMQError):
+    """The broker or its admin API refused or failed a request the source needed."""
+
+
+def open_client(service_url: str, client_options: dict):
+    import pulsar
+
+    kw = client_kwargs(client_options)
+    kw.setdefault("operation_timeout_seconds", 30)
+    return pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), **kw)
+
+
+class BrokerBackend:
+    def __init__(self, service_url: str, admin_url: str | None, client_options: dict):
+        self.service_url = service_url
+        self.admin_url = admin_url.rstrip("/") if admin_url else None
+        self.client_options = dict(client_options)
+        self.headers = admin_headers(client_options)
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = open_client(self.service_url, self.client_options)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # --- admin REST ------------------------------------------------------------------------
+
+    def _get(self, path: str):
+        req = urllib.request.Request(self.admin_url + path, headers=self.headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            try:
+                reason = json.loads(e.read()).get("reason", "")
+            except Exception:  # noqa: BLE001
+                reason = ""
+            if e.code == 404:
+                raise TopicNotFound(f"{path}: {reason or 'not found'}") from None
+            raise BrokerError(f"admin API {path}: HTTP {e.code} {reason}".strip()) from None
+        except OSError as e:
+            raise BrokerError(f"admin API at {self.admin_url} is not reachable: {e}") from None
+
+    @staticmethod
+    def _rest(topic: str) -> str:
+        from ..naming import TopicName
+
+        t = TopicName.parse(topic)
+        q = urllib.parse.quote
+        return f"/admin/v2/{t.domain}/{q(t.tenant)}/{q(t.namespace)}/{q(t.local_name, safe='')}"
+
+    # --- planning ----------------------------------------------------------------------------
+
+    def partitions(self, topics: tuple, pattern: str | None) -> list[tuple[str, int]]:
+        from ..naming import TopicName
+
+        if pattern is not None:
+            if not self.admin_url:
+                raise InvalidConfiguration("topicsPattern through the broker needs admin.url")
+            m = re.match(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/", pattern)
+            domain, tenant, ns = (m.group(1), m.group(2), m.group(3)) if m else ("persistent", "public", "default")
+            names = self._get(f"/admin/v2/{domain}/{tenant}/{ns}") or []
+            parted = set(self._get(f"/admin/v2/{domain}/{tenant}/{ns}/partitioned") or [])
+            bases = {str(TopicName.parse(n).partitioned_base) if str(TopicName.parse(n).partitioned_base)
+                     in parted else n for n in names} | parted
+            regex = re.compile(pattern)
+            topics = tuple(sorted(t for t in bases if regex.fullmatch(t) or regex.fullmatch(t.split("://", 1)[-1])))
+        out = []
+        for t in topics:
+            if self.admin_url:
+                n = int((self._get(self._rest(t) + "/partitions") or {}).get("partitions", 0))
+                if n:
+                    out.extend((str(TopicName.parse(t).partition(i)), i) for i in range(n))
+                else:
+                    out.append((t, TopicName.parse(t).partition_index))
+            else:
+                names = self.client.get_topic_partitions(t)
+                if len(names) == 1 and names[0] == t:
+                    out.append((t, TopicName.parse(t).partition_index))
+                else:
+                    out.extend((n, TopicName.parse(n).partition_index) for n in names)
+        return out
+
+    def layout(self, topic: str, partition: int, with_view: bool) -> Layout:
+        from .compacted_view import CompactedView
+
+        if self.admin_url:
+            stats = self._get(self._rest(topic) + "/internalStats")
+            ledgers = tuple((int(li["ledgerId"]), int(li["entries"])) for li in stats.get("ledgers", [])
+                            if int(li["entries"]) > 0)
+            last = _position(stats.get("lastConfirmedEntry"))
+            first = (ledgers[0][0], 0) if ledgers else None
+            horizon = _position(stats.get("compactionHorizon"))
+            view = None
+            if with_view:
+                policies = self._compaction_policies(topic)
+                view = CompactedView(None, horizon, None, policies.get("strategy") or "keep-latest",
+                                     bool(policies.get("retain_null_key", False)))
+            return Layout(topic, partition, ledgers, first, last, view)
+        last = self.last_message_id(topic, compacted=False)
+        return Layout(topic, partition, (), None, last, None)
+
+    def _compaction_policies(self, topic: str) -> dict:
+        out = {}
+        for key, name in (("strategy", "compactionStrategy"), ("retain_null_key", "compactionRetainNullKey")):
+            try:
+                value = self._get(self._rest(topic) + f"/{name}?applied=true")
+            except (TopicNotFound, BrokerError):
+                continue
+            if value not in (None, ""):
+                out[key] = value
+        return out
+
+    def last_message_id(self, topic: str, compacted: bool) -> tuple | None:
+        """The last id the broker holds (a reader started inclusively at ``latest``)."""
+        import pulsar
+
+        reader = self.client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True,
+                                           is_read_compacted=compacted)
+        try:
+            if not reader.has_message_available():
+                return None
+            mid = reader.read_next(READ_TIMEOUT_MS * 5).message_id()
+            return (mid.ledger_id(), mid.entry_id())
+        finally:
+            reader.close()
+
+    def schema(self, topic: str) -> TopicSchema:
+        """The topic's schema from the admin API (``/admin/v2/schemas/.../schema``), bytes when none."""
+        if not self.admin_url:
+            return TopicSchema()
+        from ..naming import TopicName
+
+        t = TopicName.parse(topic)
+        base = t.partitioned_base
+        q = urllib.parse.quote
+        try:
+            rec = self._get(f"/admin/v2/schemas/{q(base.tenant)}/{q(base.namespace)}/{q(base.local_name, safe='')}/schema")
+        except TopicNotFound:
+            return TopicSchema()
+        return TopicSchema.from_record(rec)
+
+
+def _position(text) -> tuple | None:
+    if not text or not isinstance(text, str) or ":" not in text:
+        return None
+    a, b = text.split(":", 1)
+    try:
+        pos = (int(a), int(b))
+    except ValueError:
+        return None
+    return pos if pos[0] >= 0 and pos[1] >= 0 else None
+
+
+def read_split(split: Split, service_url: str, client_options: dict) -> Iterator[Message]:
+    """Messages of a split read with a reader (executor side)."""
+    import pulsar
+
+    client = open_client(service_url, client_options)
+    try:
+        compacted = split.view != "raw" and split.kind in ("compacted", "view")
+        if split.kind == "live":
+            start = pulsar.MessageId(split.partition, split.ledger_id, split.lo, -1)
+            stop = (split.ledger_id, split.hi + 1, -1)
+        elif split.kind == "compacted":
+            start = (pulsar.MessageId.earliest if split.ledger_id < 0
+                     else pulsar.MessageId(split.partition, split.ledger_id, 0, -1))
+            stop = (split.next_ledger, 0, -1) if split.next_ledger is not None else split.end_id
+        else:  # a whole view
+            start = pulsar.MessageId.earliest
+            stop = split.end_id
+        reader = client.create_reader(split.topic, start, start_message_id_inclusive=True,
+                                      is_read_compacted=compacted, receiver_queue_size=2000)
+        try:
+            while reader.has_message_available():
+                msg = reader.read_next(READ_TIMEOUT_MS * 15)
+                mid = msg.message_id()
+                ident = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                if ident >= stop:
+                    break
+                key = msg.partition_key() or None
+                yield Message(key, msg.data(), ident[0], ident[1], ident[2], 0, msg.publish_timestamp(),
+                              msg.event_timestamp(), dict(msg.properties()), split.partition)
+        finally:
+            reader.close()
+    finally:
+        client.close()

@@ -1,0 +1,138 @@
+"""The fast path: read a data directory's files directly (read-only, beside a running broker).
+
+The driver opens the data directory with ``Storage(read_only=True)`` to plan (ledgers, compacted
+view, schema, partitions); executors need only the files: a ledger file (``.log``, with its
+``.idx`` when the ledger is closed) or the compacted ledger, read through ``storage.ledger_file``
+and ``compacted_view``. Nothing here writes, repairs or locks anything; a ledger still being written
+is read up to its last complete record.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+from ..errors import TopicNotFound
+from .compacted_view import describe as describe_view
+from .compacted_view import read_slice
+from .messages import Message, entry_messages
+from .plan import Layout, Split
+from .values import TopicSchema
+
+
+class DirectBackend:
+    """Planning over a data directory (driver side). Close it when planning is done."""
+
+    def __init__(self, data_dir: str):
+        from ..config import load_config
+        from ..storage import Storage
+
+        if not os.path.isdir(os.path.join(data_dir, "ledgers")) or not os.path.exists(
+                os.path.join(data_dir, "metadata.db")):
+            raise TopicNotFound(f"{data_dir} is not a compactmq data directory (no metadata.db)")
+        self.data_dir = data_dir
+        self.config = load_config()
+        self.storage = Storage(data_dir, self.config, read_only=True)
+
+    def close(self) -> None:
+        self.storage.close()
+
+    def partitions(self, topics: tuple, pattern: str | None) -> list[tuple[str, int]]:
+        """``(partition topic, index)`` of every topic read; a partitioned topic gives all its
+        partitions (index -1 when the topic is not partitioned)."""
+        from ..naming import TopicName
+
+        meta = self.storage.metadata
+        partitioned = meta.partitioned_topics()
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = sorted(set(partitioned) | {t for t in meta.topics()
+                                               if TopicName.parse(t).partition_index < 0})
+            topics = tuple(t for t in names if regex.fullmatch(t) or regex.fullmatch(t.split("://", 1)[-1]))
+        out = []
+        for t in topics:
+            n = partitioned.get(t)
+            if n:
+                out.extend((str(TopicName.parse(t).partition(i)), i) for i in range(n))
+            elif meta.topic_exists(t):
+                out.append((t, TopicName.parse(t).partition_index))
+            else:
+                raise TopicNotFound(f"topic {t} does not exist in {self.data_dir}")
+        return out
+
+    def layout(self, topic: str, partition: int, with_view: bool) -> Layout:
+        ml = self.storage.open_managed_ledger(topic, create=False)
+        ml.refresh()
+        ledgers = tuple((li.ledger_id, li.entry_count) for li in ml.ledgers() if li.entry_count > 0)
+        first, last = ml.first_position(), ml.last_position()
+        view = describe_view(self.storage, topic, self.config) if with_view else None
+        return Layout(topic, partition, ledgers, tuple(first) if first else None,
+                      tuple(last) if last else None, view)
+
+    def schema(self, topic: str) -> TopicSchema:
+        """The schema in force from the metadata store's schema table (keyed by Pulsar's schema id,
+        shared by the partitions); a data directory the broker has not upgraded yet still has
+        its schemas in the topic properties."""
+        from ..broker.schemas import schema_id
+        from ..naming import TopicName
+        from ..storage.schemas import SchemaStorage, active
+
+        meta = self.storage.metadata
+        try:
+            records = active(SchemaStorage(meta).versions(schema_id(topic)))
+        except Exception:  # no schema table (older data dir, read-only store): the properties
+            records = []
+        if records:
+            rec = records[-1]
+            return TopicSchema(rec.type, rec.data.decode("utf-8", "replace"))
+        for name in (topic, str(TopicName.parse(topic).partitioned_base)):
+            try:
+                legacy = meta.topic_properties(name).get("__schemas") or []
+            except TopicNotFound:
+                continue
+            if legacy:
+                return TopicSchema.from_record(legacy[-1])
+        return TopicSchema()
+
+    def ledger_path(self, topic: str, ledger_id: int) -> str:
+        return self.storage.open_managed_ledger(topic, create=False).ledger_path(ledger_id)
+
+    def position_by_time(self, topic: str, ts_ms: int) -> tuple:
+        ml = self.storage.open_managed_ledger(topic, create=False)
+        return tuple(ml.find_position_by_publish_time(ts_ms))
+
+
+def read_split(split: Split) -> Iterator[Message]:
+    """Messages of a ``live`` or ``compacted`` split, from the files alone (executor side)."""
+    if split.kind == "compacted":
+        for lid, eid, data in read_slice(split.path, split.lo, split.hi):
+            yield from entry_messages(lid, eid, data, split.partition)
+        return
+    yield from _read_ledger(split)
+
+
+def _read_ledger(split: Split) -> Iterator[Message]:
+    import mmap
+
+    from ..storage import ledger_file as lf
+
+    path = split.path
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        # mapped, not read: a split cut from a big ledger touches only its own pages
+        buf = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+    index = None
+    try:
+        with open(lf.index_path_for(path), "rb") as f:
+            index = f.read()
+    except FileNotFoundError:
+        pass
+    scan = lf.scan_records(buf, index=index, verify_crc=False)
+    mv = memoryview(buf)
+    n = len(scan.entry_ids)
+    hi = min(split.hi, n - 1)
+    for e in range(split.lo, hi + 1):
+        start = int(scan.offsets[e]) + lf.RECORD_HEADER_SIZE
+        data = bytes(mv[start:start + int(scan.lengths[e])])
+        yield from entry_messages(split.ledger_id, e, data, split.partition)

@@ -1,0 +1,298 @@
+"""The ``compactmq`` data source: topics as tables through Spark's Python Data Source API.
+
+``CompactMQDataSource`` is what ``compactmq.spark.register(spark)`` registers. A batch read plans
+on the driver (``plan_read``: topic partitions, their layout, the splits of ``plan``) and reads each
+split in a Python worker, which turns messages into Arrow record batches (``values``). Which
+backend plans and reads is decided once from the options: the data directory when ``path`` names
+one this process can see (the fast path), else the broker (``service.url``).
+
+The Python Data Source API reruns the reader for every scan of a plan, so a DataFrame used twice is
+read twice (cache it); it prunes no columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from ..errors import CompactMQError, InvalidConfiguration
+from . import plan as P
+from .options import ReadOptions, parse_read_options
+from .values import (
+    TopicSchema,
+    ValueDecoder,
+    arrow_schema,
+    spark_schema,
+    to_record_batch,
+)
+
+FORMAT = "compactmq"
+BATCH_ROWS = 8192
+
+
+class DataLoss(CompactMQError):
+    """A requested offset is no longer in the topic (retention removed it) and failOnDataLoss=true."""
+
+
+class SplitPartition(InputPartition):
+    """A Spark input partition carrying one ``plan.Split`` and the backend arguments to read it
+    (``partitions()`` and ``read()`` run in different Python processes: the reader object is
+    pickled before planning, so everything a task needs travels in its partition)."""
+
+    def __init__(self, split, args: tuple = ()):
+        super().__init__((split, args))
+
+
+def open_backend(opts: ReadOptions):
+    """The backend that plans this read (close it after planning)."""
+    import os
+
+    if opts.data_dir and opts.direct and os.path.exists(os.path.join(opts.data_dir, "metadata.db")):
+        from .direct import DirectBackend
+
+        return DirectBackend(opts.data_dir)
+    if not opts.service_url:
+        raise InvalidConfiguration(f"path {opts.data_dir!r} is not a readable compactmq data directory "
+                                   "and no service.url is set")
+    from .broker import BrokerBackend
+
+    return BrokerBackend(opts.service_url, opts.admin_url, opts.client)
+
+
+def is_direct(backend) -> bool:
+    return type(backend).__name__ == "DirectBackend"
+
+
+def topic_schema(opts: ReadOptions) -> TopicSchema:
+    backend = open_backend(opts)
+    try:
+        parts = backend.partitions(opts.topics, opts.topics_pattern)
+        for topic, _ in parts:
+            s = backend.schema(topic)
+            if s.type:
+                return s
+        return TopicSchema()
+    finally:
+        backend.close()
+
+
+def _bounds(opts: ReadOptions, layout: P.Layout, base_name: str):
+    """(start, end) ids of one partition's range; DataLoss per failOnDataLoss."""
+    start = opts.topic_offset("start", layout.topic, base_name)
+    end = opts.topic_offset("end", layout.topic, base_name)
+    after_last = (layout.last[0], layout.last[1] + 1, -1) if layout.last else P.MIN_ID
+    if start == "earliest":
+        start = P.MIN_ID
+    elif start == "latest":
+        start = after_last
+    elif layout.first is not None and tuple(start[:2]) < tuple(layout.first) and opts.view == "raw":
+        if opts.fail_on_data_loss:
+            raise DataLoss(f"{layout.topic}: startingOffsets {start[0]}:{start[1]} is before the first retained "
+                           f"message {layout.first[0]}:{layout.first[1]} (set failOnDataLoss=false to skip)")
+        start = P.MIN_ID
+    if end == "latest":
+        end = after_last
+    return tuple(start), tuple(end)
+
+
+def plan_read(opts: ReadOptions, backend=None, ranges: dict | None = None) -> list:
+    """The splits of a batch read (or of one micro-batch, with ``ranges`` = {topic: (start, end)})."""
+    own = backend is None
+    backend = backend or open_backend(opts)
+    try:
+        return _plan(opts, backend, ranges)
+    finally:
+        if own:
+            backend.close()
+
+
+def _plan(opts: ReadOptions, backend, ranges: dict | None) -> list:
+    from ..naming import TopicName
+
+    direct = is_direct(backend)
+    splits: list = []
+    for topic, index in backend.partitions(opts.topics, opts.topics_pattern):
+        layout = backend.layout(topic, index, with_view=opts.view != "raw")
+        if ranges is not None:
+            if topic not in ranges:
+                continue
+            start, end = ranges[topic]
+        else:
+            start, end = _bounds(opts, layout, str(TopicName.parse(topic).partitioned_base))
+        if start >= end:
+            continue
+        base = P.Split(topic, index, "", start_id=start, end_id=end, start_time=opts.starting_time,
+                       end_time=opts.ending_time, view=opts.view)
+        splits.extend(_plan_partition(opts, backend, layout, base, direct))
+    return P.balance(splits, opts.min_partitions, opts.max_records_per_partition) \
+        if opts.view != "latest" else _balance_latest(splits, opts)
+
+
+def _balance_latest(splits: list, opts: ReadOptions) -> list:
+    # the tail split checks keys against the compacted splits as planned: cut those, keep the tail whole
+    compacted = [s for s in splits if s.kind != "tail"]
+    cut = P.balance(compacted, opts.min_partitions, opts.max_records_per_partition)
+    out = list(cut)
+    for s in splits:
+        if s.kind == "tail":
+            out.append(replace(s, parts=tuple(c for c in cut if c.topic == s.topic)))
+    return out
+
+
+def _with_paths(backend, splits: list, direct: bool) -> list:
+    if not direct:
+        return splits
+    return [replace(s, path=backend.ledger_path(s.topic, s.ledger_id)) if s.kind == "live" else s for s in splits]
+
+
+def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool) -> list:
+    start, end = base.start_id, base.end_id
+    if not direct and not layout.ledgers:  # broker without admin.url: one reader over the whole range
+        if layout.last is None:
+            return []
+        tail = None
+        if opts.view == "latest":
+            tail = P.LatestTail({}, (), "keep-latest", opts.include_tombstones, False)
+        return [replace(base, kind="view", latest=tail)]
+    view = layout.view
+    horizon = view.horizon if view is not None else None
+    if opts.view == "raw" or horizon is None:
+        live = _with_paths(backend, P.live_splits(layout, None, start, end, base), direct)
+        if opts.view != "latest":
+            return live
+        compacted_end = start
+    else:
+        live = _with_paths(backend, P.live_splits(layout, horizon, start, end, base), direct)
+        compacted_end = min(end, (horizon[0], horizon[1] + 1, -1))
+    compacted = P.compacted_splits(layout, start, compacted_end, replace(base, end_id=compacted_end)) \
+        if compacted_end > start else []
+    if opts.view == "compacted":
+        return compacted + live
+    # latest: the tail after the horizon is folded on the driver and travels with every split
+    messages = []
+    for s in live:
+        messages.extend(P.bounded(read_messages(s, backend_args(backend)), s))
+    tail = P.build_tail(messages, view.strategy if view else "keep-latest", opts.include_tombstones,
+                        view.retain_null_key if view else False)
+    compacted = [replace(s, latest=tail) for s in compacted]
+    return compacted + [replace(base, kind="tail", latest=tail, parts=tuple(compacted))]
+
+
+def backend_args(backend) -> tuple:
+    """What a worker needs to read a split: ("direct",) or ("broker", service_url, client options)."""
+    if is_direct(backend):
+        return ("direct",)
+    return ("broker", backend.service_url, backend.client_options)
+
+
+def read_messages(split: P.Split, args: tuple) -> Iterator:
+    if args[0] == "direct":
+        from .direct import read_split
+
+        return read_split(split)
+    from .broker import read_split
+
+    return read_split(split, args[1], args[2])
+
+
+def split_rows(split: P.Split, args: tuple) -> Iterator:
+    """``(Message, deleted)`` rows of one split, views and bounds applied."""
+    if split.kind == "tail":
+        tail = split.latest
+        from . import compacted_view
+
+        known: set = set()
+        if not compacted_view.reducible(compacted_view.strategy(tail.strategy)):
+            for part in split.parts:
+                for m in P.bounded(read_messages(part, args), part):
+                    if m.key in tail.by_key:
+                        known.add(m.key)
+        return P.resolve_tail(tail, known)
+    messages = P.bounded(read_messages(split, args), split)
+    if split.kind == "view" and split.latest is not None:
+        t = split.latest
+        return P.fold_all(messages, t.strategy, t.include_tombstones, t.retain_null_key)
+    if split.latest is not None:
+        return P.resolve_latest(messages, split.latest)
+    return ((m, False) for m in messages)
+
+
+def record_batches(rows: Iterator, topic: str, decoder: ValueDecoder, pa_schema) -> Iterator:
+    chunk: list = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= BATCH_ROWS:
+            yield to_record_batch(chunk, topic, decoder, pa_schema)
+            chunk = []
+    if chunk:
+        yield to_record_batch(chunk, topic, decoder, pa_schema)
+
+
+class CompactMQReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions, schema, topic_schema_: TopicSchema):
+        self.opts = opts
+        self.schema = schema
+        self.topic_schema = topic_schema_
+
+    def partitions(self):
+        backend = open_backend(self.opts)
+        try:
+            splits = plan_read(self.opts, backend)
+            args = backend_args(backend)
+        finally:
+            backend.close()
+        return [SplitPartition(s, args) for s in splits] or [SplitPartition(None)]
+
+    def read(self, partition):
+        split, args = partition.value
+        if split is None:
+            return
+        yield from read_split_batches(split, args, self.schema, self.topic_schema)
+
+
+def read_split_batches(split, args, schema, topic_schema_: TopicSchema) -> Iterator:
+    pa_schema = arrow_schema(schema)
+    value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
+    decoder = ValueDecoder(topic_schema_, value_fields)
+    yield from record_batches(split_rows(split, args), split.topic, decoder, pa_schema)
+
+
+class CompactMQDataSource(DataSource):
+    """``spark.read.format("compactmq")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _read_options(self, streaming: bool = False) -> ReadOptions:
+        return parse_read_options(self.options, streaming=streaming)
+
+    def schema(self):
+        if not hasattr(self, "_topic_schema"):
+            self._topic_schema = topic_schema(self._read_options())
+        return spark_schema(self._topic_schema)
+
+    def _schema_info(self) -> TopicSchema:
+        if not hasattr(self, "_topic_schema"):
+            self._topic_schema = topic_schema(self._read_options())
+        return self._topic_schema
+
+    def reader(self, schema):
+        return CompactMQReader(self._read_options(), schema, self._schema_info())
+
+    def streamReader(self, schema):
+        from .stream import CompactMQStreamReader
+
+        return CompactMQStreamReader(self._read_options(streaming=True), schema, self._schema_info())
+
+    def writer(self, schema, overwrite: bool):
+        from .writer import CompactMQWriter
+
+        return CompactMQWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .writer import CompactMQStreamWriter
+
+        return CompactMQStreamWriter(self.options, schema, overwrite)

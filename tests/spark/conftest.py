@@ -1,0 +1,39 @@
+"""Fixtures of the Spark source tests: a real broker (subprocess), the shared SparkSession with the
+format registered, and helpers that produce, compact and read with the official client (the oracle).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from broker.conftest import BrokerProcess, make_client
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def client(broker):
+    c = make_client(broker.url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def cmq_spark(spark):
+    import compactmq.spark
+
+    compactmq.spark.register(spark)
+    return spark
+
+
+@pytest.fixture
+def topic(request):
+    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")
+    return f"persistent://public/default/{name}-{time.monotonic_ns()}"
