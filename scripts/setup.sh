@@ -30,7 +30,7 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing compactmq and its dependencies into .venv (pyspark is large: about a minute on first run)"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".[test,fast]"
+    .venv/bin/python -m pip install -q -e ".[test,fast,spark]"
     echo "$want" > "$stamp"
 fi
 say "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

@@ -67,6 +67,8 @@ class BrokerBackend:
     # --- admin REST ------------------------------------------------------------------------
 
     def _get(self, path: str):
+        if not self.admin_url:
+            raise InvalidConfiguration("this read needs the admin API: set the admin.url option")
         req = urllib.request.Request(self.admin_url + path, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:

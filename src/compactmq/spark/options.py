@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InvalidConfiguration
 
@@ -234,7 +234,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
 # --- pulsar.client.* ------------------------------------------------------------------------------
 
 #: pulsar.client.<Java ClientBuilder name> -> keyword of the Python pulsar.Client
-_CLIENT_KWARGS = {
+_CLIENT_KWARGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "operationtimeoutms": ("operation_timeout_seconds", lambda v: max(1, int(v) // 1000)),
     "operationtimeoutseconds": ("operation_timeout_seconds", int),
     "connectiontimeoutms": ("connection_timeout_ms", int),
