@@ -38,7 +38,7 @@ def test_schema_of_a_topic_and_of_a_partitioned_topic(broker, topic):
     local = topic.split("/", 2)[-1]  # public/default/<name>
     client = make_client(broker.url)
     try:
-        assert "no schema" in http.error("GET", f"/admin/v2/schemas/{local}/schema", 404)
+        assert "schema not found" in http.error("GET", f"/admin/v2/schemas/{local}/schema", 404).lower()
         client.create_producer(topic, schema=AvroSchema(Tick)).close()
         body = http.ok("GET", f"/admin/v2/schemas/{local}/schema")
         assert body["type"] == "AVRO" and body["version"] == 0
