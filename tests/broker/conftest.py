@@ -106,11 +106,26 @@ def broker(tmp_path_factory, compaction_factory):
     b.stop()
 
 
-def subscription_backlog(broker: "BrokerProcess", topic: str, subscription: str) -> int:
-    """The subscription's msgBacklog (entries) from the broker's admin stats."""
+def subscription_stats(broker: "BrokerProcess", topic: str, subscription: str) -> dict:
+    """The subscription's entry in the broker's admin topic stats."""
     path = topic.replace("://", "/", 1)
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.web_port}/admin/v2/{path}/stats", timeout=10) as r:
-        return json.loads(r.read())["subscriptions"][subscription]["msgBacklog"]
+        return json.loads(r.read())["subscriptions"][subscription]
+
+
+def subscription_backlog(broker: "BrokerProcess", topic: str, subscription: str) -> int:
+    """The subscription's msgBacklog (entries) from the broker's admin stats."""
+    return subscription_stats(broker, topic, subscription)["msgBacklog"]
+
+
+def wait_unacked(broker: "BrokerProcess", topic: str, subscription: str, unacked: int,
+                 timeout: float = 15.0) -> None:
+    """Wait until the subscription's unackedMessages (messages, batch indexes counted one by one,
+    as on Pulsar) is ``unacked``: the broker has the acknowledgements the client grouped."""
+    deadline = time.monotonic() + timeout
+    while (got := subscription_stats(broker, topic, subscription)["unackedMessages"]) != unacked:
+        assert time.monotonic() < deadline, f"{subscription} has {got} unacked messages, not {unacked}"
+        time.sleep(0.05)
 
 
 def wait_backlog(broker: "BrokerProcess", topic: str, subscription: str, backlog: int,

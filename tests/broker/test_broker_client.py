@@ -11,7 +11,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import make_client, wait_backlog  # noqa: E402
+from .conftest import make_client, subscription_stats, wait_backlog, wait_unacked  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def test_negative_ack_is_redelivered_with_a_count(client, topic):
     assert drain(consumer, 500) == []
 
 
-def test_batch_index_ack(client, topic):
+def test_batch_index_ack(broker, client, topic):
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
                                       batching_max_publish_delay_ms=50)
     for i in range(10):
@@ -128,12 +128,15 @@ def test_batch_index_ack(client, topic):
                                 initial_position=Earliest, batch_index_ack_enabled=True)
     msgs = [consumer.receive(5000) for _ in range(10)]
     assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in msgs}) == 1
+    wait_unacked(broker, topic, "s", 10)
     for m in msgs[:4]:
         consumer.acknowledge(m)
-    time.sleep(0.3)  # let the grouped acks reach the broker
+    wait_unacked(broker, topic, "s", 6)  # the grouped batch-index acks reached the broker
     consumer.redeliver_unacknowledged_messages()
     again = drain(consumer, 1000, until=6)
     assert sorted(m.data() for m in again) == sorted(b"b%d" % i for i in range(4, 10))
+    # redelivered with its ack set, the batch counts only the messages still unacknowledged
+    assert subscription_stats(broker, topic, "s")["unackedMessages"] == 6
 
 
 # --- readers, last message id, seek -----------------------------------------------------------
@@ -419,8 +422,10 @@ def test_exclusive_producer_access_mode(client, topic):
     client.create_producer(topic).send(b"ok")
 
 
-def test_wait_for_exclusive_producer_queues_until_the_topic_is_free(client, topic):
+def test_wait_for_exclusive_producer_queues_until_the_topic_is_free(broker, client, topic):
     import threading
+
+    from .rest import rest, wait_until
 
     first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
     created = []
@@ -430,7 +435,8 @@ def test_wait_for_exclusive_producer_queues_until_the_topic_is_free(client, topi
 
     waiter = threading.Thread(target=wait_for_it)
     waiter.start()
-    time.sleep(0.5)
+    stats_path = "/admin/v2/" + topic.replace("://", "/", 1) + "/stats"
+    wait_until(lambda: rest(broker, "GET", stats_path)[1]["waitingPublishers"] == 1, what="a waiting producer")
     assert created == []  # queued behind the exclusive producer
     with pytest.raises(pulsar.ProducerBusy):
         client.create_producer(topic)  # shared producers are refused while one waits

@@ -13,7 +13,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import ROOT, BrokerProcess, make_client, wait_backlog  # noqa: E402
+from .conftest import ROOT, BrokerProcess, make_client, wait_backlog, wait_unacked  # noqa: E402
 from .test_broker_client import RawClient, drain  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -315,7 +315,7 @@ def test_batch_index_acks_survive_a_restart(broker, topic):
     for m in drain(consumer, 300, until=10):
         if int(m.data()[1:]) < 6:
             consumer.acknowledge(m)
-    time.sleep(0.3)
+    wait_unacked(broker, name, "bia", 4)  # the batch-index acks reached the broker
     c.close()
     broker.restart()
     c = make_client(broker.url)

@@ -20,7 +20,8 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import make_client  # noqa: E402
+from .conftest import make_client, wait_unacked  # noqa: E402
+from .rest import wait_until  # noqa: E402
 from .factories import compaction_factory, compactor  # noqa: E402,F401 - every test runs on each factory
 
 pytestmark = pytest.mark.integration
@@ -382,7 +383,8 @@ def test_seek_by_id_below_the_horizon_lands_in_the_compacted_ledger(broker, clie
     assert len(view) == 11
     target = view[4]
     reader.seek(pulsar.MessageId(-1, target[0][0], target[0][1], target[0][2]))
-    time.sleep(0.3)
+    # the broker disconnected the reader before answering the seek: wait for it to subscribe again
+    wait_until(reader.is_connected, what="the reader to reconnect after its seek")
     again = as_records(read_available(reader))
     # the reader excludes the id it seeks to, as readers do; what follows is the compacted view
     assert again in (view[5:], view[4:])
@@ -653,7 +655,7 @@ def test_failover_takeover_redelivers_from_the_compacted_view(broker, client, to
     assert len(got_a) == 30
     for m in got_a[:10]:
         active.acknowledge(m)
-    time.sleep(0.3)
+    wait_unacked(broker, topic, "s", 20)  # the broker has the (grouped, batch-index) acks
     first.close()
     second.close()
     again = client.subscribe(topic, "s", consumer_type=failover, consumer_name="c", initial_position=Earliest,

@@ -24,6 +24,11 @@ import pytest
 
 from broker.conftest import ROOT, BrokerProcess, free_port, make_client  # tests/ is on sys.path
 
+from compactmq.config import PROVIDER_TLS
+from compactmq.protocol import frames
+from compactmq.protocol import pulsar_pb2 as pb
+from tests.protocol import client_commands as commands
+
 from .helpers import KEY_PKCS1
 
 
@@ -152,6 +157,53 @@ def test_ready_line_and_lookup_name_the_tls_urls(tls_broker, pki):
     lookup = got[1].command.lookupTopicResponse
     assert lookup.brokerServiceUrl == f"pulsar://127.0.0.1:{tls_broker.port}"
     assert lookup.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{port}"
+
+
+# --- tlsAllowInsecureConnection ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def insecure_broker(tmp_path_factory, pki):
+    # the TLS provider on, an anonymous role for clients that prove nothing, no authorization
+    b = BrokerProcess(tmp_path_factory.mktemp("insecure") / "data",
+                      tls_overrides(pki, tlsAllowInsecureConnection="true", authenticationEnabled="true",
+                                    authenticationProviders=PROVIDER_TLS, anonymousUserRole="anonymous"))
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_allow_insecure_connection_accepts_a_client_certificate_that_does_not_verify(
+        insecure_broker, tls_broker, pki, topic):
+    """As in Pulsar: a client whose certificate does not chain to tlsTrustCertsFilePath connects
+    (without the setting its handshake fails), but that certificate authenticates nobody."""
+    ca, stranger = str(pki.ca.cert_path), pki.untrusted_client("app")
+    presents = {"tls_trust_certs_file_path": ca, "tls_certificate_file_path": str(stranger.cert),
+                "tls_private_key_file_path": str(stranger.key)}
+    client = make_client(tls_url(tls_broker), operation_timeout_seconds=3, **presents)
+    try:
+        with pytest.raises(pulsar.PulsarException):  # the default: the handshake refuses it
+            client.create_producer(topic)
+    finally:
+        client.close()
+    client = make_client(tls_url(insecure_broker), **presents)
+    try:
+        assert produce_and_consume(client, topic, 2) == [b"m0", b"m1"]  # connected, as the anonymous role
+    finally:
+        client.close()
+    # asking for the tls method with it is refused (the official client only retries until its
+    # timeout, so the answer is read on the wire): the certificate does not make anyone "app"
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(str(stranger.cert), str(stranger.key))
+    port = int(insecure_broker.overrides["brokerServicePortTls"])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        s.sendall(frames.encode_command(commands.connect(auth_method_name="tls")))
+        decoder, got = frames.FrameDecoder(), []
+        while not got and (data := s.recv(65536)):
+            got += decoder.feed(data)
+    assert [f.type for f in got] == [pb.BaseCommand.ERROR], got
+    assert got[0].command.error.error == pb.AuthenticationError
 
 
 # --- client certificates required ----------------------------------------------------------

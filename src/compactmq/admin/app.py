@@ -22,12 +22,14 @@ the JSON the path expects.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
 
 from aiohttp import web
 
+from ..auth import SLOW_METHODS, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION
 from ..errors import AuthenticationFailed, CompactMQError
@@ -67,7 +69,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     openapi = openapi_document(router, "compactmq admin API", _version())
 
     async def admin(request: web.Request) -> web.StreamResponse:
-        principal, denied = _authenticate(ctx, request)
+        principal, denied = await _authenticate(ctx, request)
         if denied is not None:
             return denied
         try:
@@ -96,11 +98,11 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
         return web.Response(status=route.ok, text=json.dumps(body), content_type=JSON)
 
     async def openapi_json(request: web.Request) -> web.Response:
-        return _authenticate(ctx, request)[1] or web.json_response(openapi)
+        return (await _authenticate(ctx, request))[1] or web.json_response(openapi)
 
     async def metrics(request: web.Request) -> web.Response:
         if service.config.get("authenticateMetricsEndpoint", False):
-            denied = _authenticate(ctx, request)[1]
+            denied = (await _authenticate(ctx, request))[1]
             if denied is not None:
                 return denied
         try:
@@ -126,15 +128,20 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     return app
 
 
-def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Response | None]:
+async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Response | None]:
     """(the caller's principal, None), or (None, a 401 response) when its credentials are missing
-    or wrong. Fast and CPU-bound (no I/O), so it runs on the loop. Never echoes the credentials."""
+    or wrong. Tokens and certificates are checked on the loop (microseconds); a password
+    (``Basic``) off it, as the broker's CONNECT does (``compactmq.auth.SLOW_METHODS``), so a
+    storm of wrong passwords stalls no other request. Never echoes the credentials."""
     authentication = ctx.authentication
     if authentication is None:
         return None, None
+    header = request.headers.get("Authorization")
+    check = functools.partial(authentication.authenticate_http, header, _peer_certificate(request))
     try:
-        return authentication.authenticate_http(request.headers.get("Authorization"),
-                                                _peer_certificate(request)), None
+        if authentication.enabled and http_method(header) in SLOW_METHODS:
+            return await off_loop(check), None
+        return check(), None
     except AuthenticationFailed as e:
         return None, error_response(401, str(e) or "authentication required",
                                     {"WWW-Authenticate": www_authenticate(authentication)})

@@ -285,6 +285,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         "storageSize": size, "entriesCount": entries,
         "backlogSize": max((ml.size_after(c.mark_delete_position) for c in ml.cursors()), default=0),
         "publishers": publishers, "subscriptions": subscriptions,
+        "waitingPublishers": loaded.waiting_producers if loaded is not None else 0,
         "compaction": _compaction_stats(state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
         "topicEpoch": loaded.epoch if loaded is not None and loaded.epoch >= 0 else None,
@@ -329,7 +330,7 @@ async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
 
 
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "msgInCounter", "bytesInCounter",
-           "msgOutCounter", "bytesOutCounter", "storageSize", "entriesCount", "backlogSize")
+           "msgOutCounter", "bytesOutCounter", "storageSize", "entriesCount", "backlogSize", "waitingPublishers")
 
 
 async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> Any:

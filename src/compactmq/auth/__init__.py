@@ -22,7 +22,10 @@ A client that sends nothing gets ``anonymousUserRole`` when one is configured.
 
 ``AuthenticationService`` holds the configured providers and picks one per request. It is
 built once at start (``from_config``: keys are read, key files loaded, htpasswd parsed) and
-afterwards does no I/O and only fast CPU work, so the event loop calls it directly.
+afterwards does no I/O. Tokens and certificates take microseconds, so the event loop checks
+them directly; a password hash is slow on purpose (``SLOW_METHODS``: bcrypt costs a quarter of
+a second and more), so the broker's CONNECT and the admin's HTTP requests both check it with
+``off_loop`` on a thread: a storm of wrong passwords never stalls other clients.
 
 **Authorization checks the role's grants** (``authorization.AuthorizationService``): superusers
 (``superUserRoles``) may do everything, a tenant's ``adminRoles`` administer its namespaces and
@@ -36,9 +39,10 @@ everything.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,6 +51,10 @@ from ..errors import AuthenticationFailed, InvalidConfiguration
 
 METHOD_TOKEN, METHOD_TLS, METHOD_BASIC = "token", "tls", "basic"
 METHOD_ANONYMOUS, METHOD_NONE = "anonymous", "none"
+
+# Methods whose check is slow by design (password hashes: bcrypt, crypt, apr1): checked off the
+# event loop (``off_loop``), so one login, or a stream of wrong passwords, stalls nobody else.
+SLOW_METHODS = frozenset({METHOD_BASIC})
 
 # Pulsar class name -> (module under compactmq.auth, class). Loaded only when configured.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -204,6 +212,19 @@ class AuthenticationService:
         return ", ".join(self.providers) or "no credentials (anonymous role only)"
 
 
+def http_method(authorization: str | None) -> str | None:
+    """The method an HTTP ``Authorization`` header names (``Bearer``: token, ``Basic``: basic),
+    None without one or for another scheme (``authenticate_http`` refuses those)."""
+    scheme = (authorization or "").strip().partition(" ")[0].lower()
+    return {"bearer": METHOD_TOKEN, "basic": METHOD_BASIC}.get(scheme)
+
+
+async def off_loop(check: Callable[[], Principal]) -> Principal:
+    """Run a slow check (``SLOW_METHODS``) on the event loop's default executor: not on the
+    loop, and not on storage's threads either, which password hashing must not take."""
+    return await asyncio.get_running_loop().run_in_executor(None, check)
+
+
 def _decode_basic(credentials: str) -> bytes:
     import base64
     import binascii
@@ -216,7 +237,10 @@ def _decode_basic(credentials: str) -> bytes:
 
 __all__ = [
     "PROVIDERS",
+    "SLOW_METHODS",
     "AuthenticationProvider",
     "AuthenticationService",
     "Principal",
+    "http_method",
+    "off_loop",
 ]

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
-from .limits import PendingAcks, unacked_limits
+from .limits import PendingAcks, bit_count, unacked_limits
 from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -320,9 +320,10 @@ class Dispatcher:
         raise NotImplementedError
 
     def _send(self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0) -> None:
-        self.pending.add(position, consumer, messages)
-        consumer.deliver(position, entry, messages, self.subscription.redelivery_count(position),
-                         self.subscription.ack_set_of(position))
+        ack_set = self.subscription.ack_set_of(position)
+        # a partly acknowledged batch counts only its messages still unacknowledged
+        self.pending.add(position, consumer, min(messages, bit_count(ack_set)) if ack_set else messages)
+        consumer.deliver(position, entry, messages, self.subscription.redelivery_count(position), ack_set)
 
 
 class SingleActiveDispatcher(Dispatcher):

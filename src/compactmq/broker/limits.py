@@ -15,7 +15,9 @@ redeliver by rewinding, so Pulsar does not count there either):
   whose dispatcher stops until the count falls below half.
 
 Messages are counted, not entries: a batch entry counts as the messages it holds, and it may
-take a consumer past its limit (a batch is never split), as on Pulsar. The counts live in
+take a consumer past its limit (a batch is never split), as on Pulsar. Batch-index
+acknowledgements give their messages back at once (Pulsar's count does the same), so a batch
+partly acknowledged counts only the messages still unacknowledged. The counts live in
 ``PendingAcks``, the dispatcher's map of entries sent and not yet acknowledged, so every way an
 entry leaves it (acknowledgement, redelivery, a consumer leaving, a rewind) gives its messages
 back.
@@ -49,6 +51,11 @@ def unacked_limits(config: Mapping[str, Any]) -> tuple[int, int]:
     """(per consumer, per subscription) from the broker settings; 0 means no limit."""
     return (int(config.get("maxUnackedMessagesPerConsumer", 0) or 0),
             int(config.get("maxUnackedMessagesPerSubscription", 0) or 0))
+
+
+def bit_count(ack_set: list[int]) -> int:
+    """Set bits of an ack set (64-bit words, possibly signed as they come off the wire)."""
+    return sum(bin(w & 0xFFFFFFFFFFFFFFFF).count("1") for w in ack_set)
 
 
 class PendingAcks(dict):
@@ -97,10 +104,28 @@ class PendingAcks(dict):
             room = min(room, max(0, self.per_consumer - consumer.unacked_messages))
         return room
 
+    def shrink(self, position: Any, remaining: int) -> None:
+        """A batch entry was partly acknowledged (batch-index ack): ``remaining`` of its
+        messages are still unacknowledged. The entry stays pending with at least one."""
+        if position not in self:
+            return
+        current = self.counts.get(position, 1)
+        n = current - max(1, remaining)
+        if n <= 0:
+            return
+        self.counts[position] = current - n
+        self.total -= n
+        consumer = dict.__getitem__(self, position)
+        self._give_back(consumer, n)
+
     def _forget(self, position: Any) -> Any:
         consumer = dict.pop(self, position)
         n = self.counts.pop(position, 1) if self.counts else 1
         self.total -= n
+        self._give_back(consumer, n)
+        return consumer
+
+    def _give_back(self, consumer: Any, n: int) -> None:
         unacked = consumer.unacked_messages - n
         consumer.unacked_messages = unacked if unacked > 0 else 0
         woke = False
@@ -112,7 +137,6 @@ class PendingAcks(dict):
             woke = True
         if woke and self.on_unblock is not None:
             self.on_unblock()
-        return consumer
 
     def __setitem__(self, position: Any, consumer: Any) -> None:
         self.add(position, consumer, 1)

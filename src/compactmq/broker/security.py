@@ -9,7 +9,9 @@ comes from the transport. ``AuthenticationService.authenticate_connect`` turns t
 ERROR ``AuthenticationError`` (request id -1, as Pulsar) and closes the connection. The role
 stays with the connection; nothing is checked per message after that. Tokens and
 certificates take microseconds and are checked on the event loop; a password hash is slow on
-purpose, so ``basic`` is checked on a thread while the connection's later input waits.
+purpose (``compactmq.auth.SLOW_METHODS``), so ``basic`` is checked on a thread
+(``compactmq.auth.off_loop``, as the admin's HTTP requests are) while the connection's later
+input waits.
 
 **Refresh.** A credential can expire while its connection lives (a token's ``exp``). Every
 ``authenticationRefreshCheckSeconds`` the ``CredentialRefresher`` looks at each connection
@@ -38,7 +40,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..auth import Principal, tls
+from ..auth import SLOW_METHODS, Principal, off_loop, tls
 from ..errors import AuthenticationFailed, ServerError
 from ..naming import TopicName
 from ..protocol import commands
@@ -55,9 +57,6 @@ T = pb.BaseCommand
 NO_REQUEST_ID = commands.to_unsigned64(-1)
 # The principal of connections to a broker without authentication.
 UNAUTHENTICATED = Principal(None, "none", None)
-# Methods whose check is slow by design (password hashes: bcrypt, crypt, apr1): checked on a
-# thread so that one CONNECT (or a stream of wrong passwords) does not stall every connection.
-SLOW_METHODS = frozenset({"basic"})
 
 
 def _peer_certificate(conn: ServerConnection) -> dict | None:
@@ -91,8 +90,7 @@ def connect(conn: ServerConnection, cmd: pb.CommandConnect, accept: Callable[[Pr
 async def _connect_off_loop(conn: ServerConnection, check: Callable[[], Principal],
                             accept: Callable[[Principal], None]) -> None:
     try:
-        # the loop's default executor: storage's threads are not taken by password hashing
-        principal = await asyncio.get_running_loop().run_in_executor(None, check)
+        principal = await off_loop(check)
     except AuthenticationFailed as exc:
         refuse(conn, exc)
         return

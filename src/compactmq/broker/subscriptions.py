@@ -38,6 +38,7 @@ from .dispatchers import (
 )
 from .entry_source import EntrySource
 from .flow import PermitWindow
+from .limits import bit_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topics import Topic
@@ -254,6 +255,8 @@ class Subscription:
                     self.batch_remaining[position] = merged
                     self._batch_acked.add(position)
                     self._batch_dirty = True
+                    if self.dispatcher is not None:
+                        self.dispatcher.pending.shrink(position, bit_count(merged))
                     continue
             self.batch_remaining.pop(position, None)
             if position in self._batch_acked:

@@ -186,6 +186,11 @@ class Topic:
         """Persist the topic epoch (in the topic's properties) before the producer hears of it."""
         await self.run_blocking(_save_epoch, self.service.storage.metadata, self.name, self.epoch)
 
+    @property
+    def waiting_producers(self) -> int:
+        """WaitForExclusive producers queued for the topic (``waitingPublishers`` in stats)."""
+        return sum(1 for _, fut in list(self._exclusive_waiters) if not fut.done())
+
     async def wait_for_exclusive(self, producer: Producer) -> None:
         """Queue a WaitForExclusive producer; returns once it is attached as the only one."""
         fut = asyncio.get_running_loop().create_future()
