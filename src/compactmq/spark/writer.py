@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..errors import InvalidConfiguration
+from ..errors import InvalidConfiguration, TopicNotFound
 from .options import normalize
 from .values import AVRO, TopicSchema
 
@@ -70,8 +70,12 @@ def parse_write_options(options, columns: list[str]) -> WriteOptions:
         from .options import parse_read_options
         from .source import topic_schema
 
-        read = {k: v for k, v in o.items() if k in ("service.url", "admin.url", "path")}
-        schema = topic_schema(parse_read_options({**read, "topic": topic}))
+        read = {k: v for k, v in o.items()
+                if k in ("service.url", "admin.url", "path") or k.startswith("pulsar.client.")}
+        try:
+            schema = topic_schema(parse_read_options({**read, "topic": topic}))
+        except TopicNotFound:  # the first write creates the topic (auto topic creation): no schema yet
+            schema = TopicSchema()
     value_columns = [c for c in columns if not c.startswith("__")]
     if not schema.is_record and value_columns != ["value"]:
         raise InvalidConfiguration(
@@ -157,7 +161,7 @@ def write_rows(opts: WriteOptions, rows: Iterator) -> int:
     """Send ``rows`` (pyspark Rows) as messages; returns how many, after all are stored."""
     import pulsar
 
-    from .broker import open_client
+    from .broker import BrokerError, open_client, refused
 
     client = open_client(opts.service_url, opts.client)
     encoder = Encoder(opts.schema)
@@ -181,7 +185,10 @@ def write_rows(opts: WriteOptions, rows: Iterator) -> int:
                             "send_timeout_millis": SEND_TIMEOUT_S * 1000}
                 if opts.schema.is_record:
                     kw["schema"] = _RawSchema(opts.schema)
-                producer = producers[topic] = client.create_producer(topic, **kw)
+                try:
+                    producer = producers[topic] = client.create_producer(topic, **kw)
+                except Exception as e:  # noqa: BLE001 - pulsar.Timeout, AuthenticationError, ...
+                    raise BrokerError(refused(opts.service_url, f"creating a producer on {topic}", e)) from None
             extra: dict = {}
             if d.get("__key") is not None:
                 extra["partition_key"] = str(d["__key"])
