@@ -46,7 +46,14 @@ def test_restart_from_checkpoint_is_exactly_once(cmq_spark, broker, client, topi
 
 
 def test_write_stream_copies_a_topic(cmq_spark, broker, client, topic, tmp_path):
+    """Two micro-batches into a deduplicating topic: the producers carry the query's id and each
+    batch's sequence ids start above the last one's, so the second batch is not taken for a retry."""
+    import pulsar
+
+    from .test_write import enable_dedup
+
     target = topic + "-copy"
+    enable_dedup(broker, target)
     items = [(f"k{i % 6}", f"c{i}".encode()) for i in range(40)]
     produce(client, topic, items)
     q = (cmq_spark.readStream.format("compactmq").option("topic", topic).option("startingOffsets", "earliest")
@@ -55,9 +62,18 @@ def test_write_stream_copies_a_topic(cmq_spark, broker, client, topic, tmp_path)
          .option("checkpointLocation", str(tmp_path / "cp")).start())
     try:
         q.processAllAvailable()
+        more = [(f"k{i % 6}", f"d{i}".encode()) for i in range(20)]
+        produce(client, topic, more)
+        q.processAllAvailable()
     finally:
         q.stop()
-    assert sorted((k, v) for k, v, *_ in read_all(client, target)) == sorted(items)
+    assert sorted((k, v) for k, v, *_ in read_all(client, target)) == sorted(items + more)
+    reader = client.create_reader(target, pulsar.MessageId.earliest)
+    try:
+        names = {reader.read_next(10000).producer_name() for _ in range(60)}
+    finally:
+        reader.close()
+    assert names and all(n.startswith(f"spark-{q.id}-") for n in names), names
 
 
 def test_latest_view_streams_the_state_then_changes(cmq_spark, broker, client, topic, tmp_path):

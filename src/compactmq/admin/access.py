@@ -13,8 +13,10 @@ Authorization follows Pulsar's rules for the admin API:
 * namespace and topic administration -- policies, compaction trigger and status, stats,
   permissions, creating and deleting -- needs an admin role of the tenant (``adminRoles``) or a
   superuser;
-* a topic's partitioned metadata (``GET .../partitions``, the HTTP side of a lookup) needs what a
-  lookup needs: ``produce`` or ``consume`` on the topic, or tenant admin; listing a namespace's
+* a topic's partitioned metadata (``GET .../partitions``, the HTTP side of a lookup) and its
+  schemas (``GET``, Pulsar's GET_METADATA topic operation: any consumer receives the schema on
+  the wire anyway) need what a lookup needs: ``produce`` or ``consume`` on the topic, or tenant
+  admin; listing a namespace's
   topics needs a namespace grant of ``produce`` or ``consume``, or tenant admin.
 
 A route states its requirement with ``Router.add(..., requires=...)``; a route that does not is
@@ -49,8 +51,9 @@ class Requirement:
 
 
 def _topic(captures: Mapping[str, str]) -> str:
+    domain = captures.get("domain", "persistent")  # schema paths name no domain
     return str(TopicName.parse(
-        f"{captures['domain']}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}"))
+        f"{domain}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}"))
 
 
 def _lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:

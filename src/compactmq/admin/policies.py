@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping
 
 from ..broker.dedup import POLICY_KEY as DEDUP_KEY
 from ..broker.schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, VALIDATION_KEY, check_strategy
+from ..compaction.hooks import POLICY_KEY as EXPORT_KEY
+from ..compaction.hooks import parse_export_policy
 from ..errors import InvalidConfiguration, InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
@@ -153,6 +155,11 @@ POLICIES: tuple[Policy, ...] = (
     Policy(VALIDATION_KEY, (VALIDATION_KEY,), _bool_body(VALIDATION_KEY, VALIDATION_KEY), _single(VALIDATION_KEY),
            {VALIDATION_KEY: CONFIG_KEYS[VALIDATION_KEY]}, "boolean",
            "whether producers without a schema are refused on topics that have one"),
+    # ours (Pulsar has none): the table the compacted view is re-exported to after each compaction
+    Policy(EXPORT_KEY, (EXPORT_KEY,), lambda body: {EXPORT_KEY: parse_export_policy(body)}, _single(EXPORT_KEY),
+           {}, "object",
+           "re-export the compacted view after every compaction: {path, format: parquet|delta|iceberg, "
+           "view: compacted|latest, partitionBy: [...]}"),
 )
 
 
@@ -166,5 +173,5 @@ def applied_values(policy: Policy, own: Mapping[str, Any], namespace: Mapping[st
         elif namespace is not None and key in namespace:
             out[key] = namespace[key]
         else:
-            out[key] = config[policy.config_defaults[key]]
+            out[key] = config[policy.config_defaults[key]] if key in policy.config_defaults else None
     return out

@@ -27,6 +27,7 @@ from ..broker.schema_compat import TYPE_NAMES
 from ..errors import InvalidInput
 from ..naming import TopicName
 from ..storage.schemas import SchemaRecord
+from .access import LOOKUP
 from .common import Context, query_flag, read_json
 from .router import Router
 
@@ -34,9 +35,12 @@ BASE = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 
 
 def add_routes(router: Router) -> None:
-    router.add("GET", BASE + "/schema", get_schema, "the latest schema of a topic")
-    router.add("GET", BASE + "/schema/{version}", get_schema_version, "one version of a topic's schema")
-    router.add("GET", BASE + "/schemas", get_all_schemas, "every schema version in force of a topic")
+    # reading a schema is Pulsar's GET_METADATA topic operation: what a lookup needs
+    router.add("GET", BASE + "/schema", get_schema, "the latest schema of a topic", requires=LOOKUP)
+    router.add("GET", BASE + "/schema/{version}", get_schema_version, "one version of a topic's schema",
+               requires=LOOKUP)
+    router.add("GET", BASE + "/schemas", get_all_schemas, "every schema version in force of a topic",
+               requires=LOOKUP)
     router.add("POST", BASE + "/schema", post_schema, "register a schema version (PostSchemaPayload)", body="object")
     router.add("DELETE", BASE + "/schema", delete_schema, "delete a topic's schema (?force=true erases history)")
     router.add("POST", BASE + "/version", get_version_by_schema,

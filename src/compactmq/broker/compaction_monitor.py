@@ -336,6 +336,17 @@ class CompactionMonitor:
             result.messages_kept, result.removed_event_count, bytes_in, bytes_out, result.duration_ms / 1000,
             _pos(result.horizon),
         )
+        self._after_compaction(topic, result)
+
+    def _after_compaction(self, topic: str, result: Any) -> None:
+        """Run the post-compaction hooks (``compaction.hooks``): a failing one is logged, never
+        turned into a failed compaction (the view is committed already)."""
+        for hook in getattr(self.service, "post_compaction_hooks", ()):
+            try:
+                hook(self.storage, self.service.config, topic, result)
+            except Exception as e:  # noqa: BLE001 - an adapter's failure is its own
+                log.error("post-compaction hook %s failed for %s: %s", getattr(hook, "__name__", hook), topic,
+                          str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
 
     # --- status ---------------------------------------------------------------------------------
 

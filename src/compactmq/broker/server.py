@@ -29,10 +29,12 @@ import os
 import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any, Awaitable, Callable
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
+from ..compaction.hooks import PostCompactionHook
 from ..config import SETTINGS, Config
 from ..errors import StorageError
 from . import compacted_source, security
@@ -163,6 +165,7 @@ class BrokerService:
         self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False
         self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
+        self.post_compaction_hooks: tuple = ()  # compaction.hooks.PostCompactionHook, wired in by the entry point
         self.housekeeping = Housekeeping(self)
         # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
         # None (a service built by hand in tests) means no authentication and no checks.
@@ -183,8 +186,10 @@ class BrokerServer:
 
     def __init__(self, config: Config, *, storage: Any = None, host: str | None = None,
                  port: int | None = None, web_port: int | None = None,
-                 web_service: WebServiceStarter | None = None) -> None:
+                 web_service: WebServiceStarter | None = None,
+                 post_compaction_hooks: Sequence[PostCompactionHook] = ()) -> None:
         self.config = config
+        self._post_compaction_hooks = tuple(post_compaction_hooks)
         self.host = host or config["bindAddress"]
         self.port = config["brokerServicePort"] if port is None else port
         self.web_port = config["webServicePort"] if web_port is None else web_port
@@ -233,6 +238,7 @@ class BrokerServer:
                                                   service.broker_url_tls)
         from .compaction_monitor import CompactionMonitor
 
+        service.post_compaction_hooks = self._post_compaction_hooks
         service.compaction_monitor = CompactionMonitor(service)
         try:
             await service.compaction_monitor.start()

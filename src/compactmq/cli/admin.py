@@ -216,6 +216,25 @@ def _schema_strategy_args(p: argparse.ArgumentParser) -> None:
                         "FORWARD_TRANSITIVE or FULL_TRANSITIVE")
 
 
+def _export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", required=True, help="table location (for a namespace: the base directory)")
+    p.add_argument("--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet")
+    p.add_argument("--view", choices=("compacted", "latest"), default="compacted")
+    p.add_argument("--partition-by", default="", help="comma-separated columns to partition the table by")
+
+
+def _export_body(a: argparse.Namespace) -> dict:
+    return {"path": a.path, "format": a.table_format, "view": a.view,
+            "partitionBy": [c.strip() for c in a.partition_by.split(",") if c.strip()]}
+
+
+def _render_export(b: Any) -> str:
+    if not b:
+        return "no compacted export set"
+    by = f", partitioned by {','.join(b['partitionBy'])}" if b.get("partitionBy") else ""
+    return f"{b.get('view', 'compacted')} view as {b.get('format', 'parquet')} at {b['path']}{by}"
+
+
 def _not_set_or(b: Any) -> str:
     return "not set" if b is None else str(b).lower() if isinstance(b, bool) else str(b)
 
@@ -234,6 +253,7 @@ POLICIES = (
            lambda a: a.compatibility.upper(), _not_set_or, topic_set_method="PUT", namespace_set_method="PUT"),
     Policy("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", _enable_args("schema auto update"),
            lambda a: bool(a.enable), _not_set_or),
+    Policy("compacted-export", "compactedExport", _export_args, _export_body, _render_export),
     Policy("schema-validation-enforce", "schemaValidationEnforced", _enable_args("schema validation"),
            lambda a: bool(a.enable), _not_set_or),
 )

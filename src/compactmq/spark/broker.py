@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 from ..errors import CompactMQError, InvalidConfiguration, TopicNotFound
 from .messages import Message
-from .options import admin_headers, client_kwargs
+from .options import admin_headers, admin_ssl_context, client_kwargs
 from .plan import Layout, Split
 from .values import TopicSchema
 
@@ -35,6 +35,10 @@ READ_TIMEOUT_MS = 2000
 
 class BrokerError(CompactMQError):
     """The broker or its admin API refused or failed a request the source needed."""
+
+
+class Forbidden(BrokerError):
+    """The admin API answered 403: the role is authenticated but lacks the grant."""
 
 
 def open_client(service_url: str, client_options: dict):
@@ -51,6 +55,7 @@ class BrokerBackend:
         self.admin_url = admin_url.rstrip("/") if admin_url else None
         self.client_options = dict(client_options)
         self.headers = admin_headers(client_options)
+        self.ssl_context = admin_ssl_context(client_options)
         self._client = None
 
     @property
@@ -71,7 +76,7 @@ class BrokerBackend:
             raise InvalidConfiguration("this read needs the admin API: set the admin.url option")
         req = urllib.request.Request(self.admin_url + path, headers=self.headers)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with urllib.request.urlopen(req, timeout=30, context=self.ssl_context) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
             try:
@@ -80,6 +85,10 @@ class BrokerBackend:
                 reason = ""
             if e.code == 404:
                 raise TopicNotFound(f"{path}: {reason or 'not found'}") from None
+            if e.code in (401, 403):
+                what = "authentication failed" if e.code == 401 else "not authorized"
+                raise (BrokerError if e.code == 401 else Forbidden)(f"admin API {path}: HTTP {e.code} {what} (check pulsar.client.authParams)"
+                                  f"{': ' + reason if reason else ''}") from None
             raise BrokerError(f"admin API {path}: HTTP {e.code} {reason}".strip()) from None
         except OSError as e:
             raise BrokerError(f"admin API at {self.admin_url} is not reachable: {e}") from None
@@ -117,7 +126,10 @@ class BrokerBackend:
                 else:
                     out.append((t, TopicName.parse(t).partition_index))
             else:
-                names = self.client.get_topic_partitions(t)
+                try:
+                    names = self.client.get_topic_partitions(t)
+                except Exception as e:  # noqa: BLE001 - pulsar.Timeout, AuthenticationError, ...
+                    raise BrokerError(refused(self.service_url, f"looking up {t}", e)) from None
                 if len(names) == 1 and names[0] == t:
                     out.append((t, TopicName.parse(t).partition_index))
                 else:
@@ -127,8 +139,13 @@ class BrokerBackend:
     def layout(self, topic: str, partition: int, with_view: bool) -> Layout:
         from .compacted_view import CompactedView
 
+        stats = None
         if self.admin_url:
-            stats = self._get(self._rest(topic) + "/internalStats")
+            try:
+                stats = self._get(self._rest(topic) + "/internalStats")
+            except Forbidden:  # stats need tenant admin: a reader's role plans without them
+                stats = None
+        if stats is not None:
             ledgers = tuple((int(li["ledgerId"]), int(li["entries"])) for li in stats.get("ledgers", [])
                             if int(li["entries"]) > 0)
             last = _position(stats.get("lastConfirmedEntry"))
@@ -182,6 +199,13 @@ class BrokerBackend:
         except TopicNotFound:
             return TopicSchema()
         return TopicSchema.from_record(rec)
+
+
+def refused(service_url: str, what: str, error: BaseException) -> str:
+    """One line for a client call the broker refused or never answered. A refused token is retried
+    by the client until its operation timeout, so a timeout usually means wrong credentials."""
+    return (f"broker {service_url}: {what} failed: {type(error).__name__} {error}".rstrip() +
+            " (check service.url and the pulsar.client.authPluginClassName/authParams/tls* options)")
 
 
 def _position(text) -> tuple | None:

@@ -306,3 +306,25 @@ def admin_headers(client: Mapping[str, Any]) -> dict:
             creds = params
         return {"Authorization": "Basic " + base64.b64encode(creds.encode()).decode()}
     return {}
+
+
+def admin_ssl_context(client: Mapping[str, Any]):
+    """The TLS context of admin REST calls over ``https://``: the same trust store (and client
+    certificate) as the binary protocol's ``pulsar.client.tls*`` options; None: Python's defaults."""
+    import ssl
+
+    lowered = {k.lower(): v for k, v in client.items()}
+    trust = lowered.get("tlstrustcertsfilepath")
+    cert, key = lowered.get("tlscertificatefilepath"), lowered.get("tlskeyfilepath")
+    insecure = str(lowered.get("tlsallowinsecureconnection", "false")).strip().lower() in ("true", "1", "yes")
+    if not (trust or cert or insecure):
+        return None
+    ctx = ssl.create_default_context(cafile=str(trust) if trust else None)
+    if insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif str(lowered.get("tlsvalidatehostname", "true")).strip().lower() in ("false", "0", "no"):
+        ctx.check_hostname = False
+    if cert and key:
+        ctx.load_cert_chain(str(cert), str(key))
+    return ctx

@@ -12,6 +12,17 @@ again). A row becomes one message:
   ``__eventTime`` the event time, ``__messageProperties`` the properties;
 * ``__topic`` names the destination per row; without the column, the ``topic`` option does.
 
+Exactly-once when the topic has deduplication on (``deduplicationEnabled``): every producer is named
+after the write and the Spark task (``<producerName>-<partition id>``) and every message's sequence
+id is its row's offset in the task's input (for ``writeStream``, ``batchId * 2**32 + offset``), so a
+retried task resends the same (name, sequence id) pairs and the broker drops the ones it already
+stored. ``producerName`` (option) names the write: a rerun of the same write with the same name
+stores nothing twice; without it a batch write takes a fresh name (task retries are still deduplicated)
+and a streaming write the query's id, which survives restarts from the checkpoint. Deterministic
+input partitions are assumed, as for any idempotent Spark sink, and keyless rows sent to a
+*partitioned* topic stay at-least-once (the client picks their partition itself). Without deduplication the names
+and ids are ignored by the broker and the write is at-least-once.
+
 Other metadata columns of a read (``__messageId``, ``__publishTime``) are ignored, so a DataFrame
 read from one topic can be written to another as it is. The topic's schema is looked up on the
 driver (``admin.url``, or the data directory in ``path``), once per write.
@@ -23,7 +34,7 @@ import datetime as _dt
 import io
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -32,7 +43,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..errors import InvalidConfiguration
+from ..errors import InvalidConfiguration, TopicNotFound
 from .options import normalize
 from .values import AVRO, TopicSchema
 
@@ -70,15 +81,22 @@ def parse_write_options(options, columns: list[str]) -> WriteOptions:
         from .options import parse_read_options
         from .source import topic_schema
 
-        read = {k: v for k, v in o.items() if k in ("service.url", "admin.url", "path")}
-        schema = topic_schema(parse_read_options({**read, "topic": topic}))
+        read = {k: v for k, v in o.items()
+                if k in ("service.url", "admin.url", "path") or k.startswith("pulsar.client.")}
+        try:
+            schema = topic_schema(parse_read_options({**read, "topic": topic}))
+        except TopicNotFound:  # the first write creates the topic (auto topic creation): no schema yet
+            schema = TopicSchema()
     value_columns = [c for c in columns if not c.startswith("__")]
     if not schema.is_record and value_columns != ["value"]:
         raise InvalidConfiguration(
             f"columns {value_columns}: a topic without an Avro/JSON schema takes one value column "
             "(set admin.url so that the topic's schema is used)"
         )
-    return WriteOptions(str(service_url), topic, client, schema)
+    name = o.get("producername")
+    if name is not None and not str(name).strip():
+        raise InvalidConfiguration("option producerName must not be empty")
+    return WriteOptions(str(service_url), topic, client, schema, str(name).strip() if name else None)
 
 
 class _RawSchema:
@@ -153,11 +171,42 @@ def _millis(v) -> int | None:
     return int(v)
 
 
-def write_rows(opts: WriteOptions, rows: Iterator) -> int:
-    """Send ``rows`` (pyspark Rows) as messages; returns how many, after all are stored."""
+#: deterministic batches (see write_rows): size by count, a delay and a byte limit never reached first
+BATCH_MESSAGES = 500
+BATCH_DELAY_MS = 3_600_000
+BATCH_BYTES = 1 << 30
+
+#: a streaming micro-batch's sequence ids start at batchId * SEQUENCE_STRIDE (2**32 rows per task)
+SEQUENCE_STRIDE = 1 << 32
+
+
+def task_identity(default_name: str | None, streaming: bool) -> tuple[str, int]:
+    """``(producer name, first sequence id)`` of the running Spark task (see the module notes)."""
+    import uuid
+
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    base = 0
+    name = default_name
+    if streaming and ctx is not None:
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        base = int(batch) * SEQUENCE_STRIDE if batch else 0
+        if name is None and ctx.getLocalProperty("sql.streaming.queryId"):
+            name = "spark-" + str(ctx.getLocalProperty("sql.streaming.queryId"))
+    if name is None:
+        name = "spark-" + uuid.uuid4().hex[:16]
+    return f"{name}-{partition}", base
+
+
+def write_rows(opts: WriteOptions, rows: Iterator, producer_name: str | None = None, first_sequence: int = 0) -> int:
+    """Send ``rows`` (pyspark Rows) as messages; returns how many, after all are stored. With
+    ``producer_name``, the producers carry it and the n-th row (from 0) has sequence id
+    ``first_sequence + n + 1``."""
     import pulsar
 
-    from .broker import open_client
+    from .broker import BrokerError, open_client, refused
 
     client = open_client(opts.service_url, opts.client)
     encoder = Encoder(opts.schema)
@@ -179,9 +228,20 @@ def write_rows(opts: WriteOptions, rows: Iterator) -> int:
             if producer is None:
                 kw: dict = {"batching_enabled": True, "block_if_queue_full": True,
                             "send_timeout_millis": SEND_TIMEOUT_S * 1000}
+                if producer_name is not None:
+                    # batches cut by count only, so a retry cuts the same batches: the broker
+                    # deduplicates a batch as a whole (by its highest sequence id), and a batch
+                    # straddling the stored prefix would be stored again in full
+                    kw.update(batching_max_messages=BATCH_MESSAGES, batching_max_publish_delay_ms=BATCH_DELAY_MS,
+                              batching_max_allowed_size_in_bytes=BATCH_BYTES)
                 if opts.schema.is_record:
                     kw["schema"] = _RawSchema(opts.schema)
-                producer = producers[topic] = client.create_producer(topic, **kw)
+                if producer_name is not None:
+                    kw["producer_name"] = producer_name
+                try:
+                    producer = producers[topic] = client.create_producer(topic, **kw)
+                except Exception as e:  # noqa: BLE001 - pulsar.Timeout, AuthenticationError, ...
+                    raise BrokerError(refused(opts.service_url, f"creating a producer on {topic}", e)) from None
             extra: dict = {}
             if d.get("__key") is not None:
                 extra["partition_key"] = str(d["__key"])
@@ -189,6 +249,8 @@ def write_rows(opts: WriteOptions, rows: Iterator) -> int:
                 extra["event_timestamp"] = _millis(d["__eventTime"])
             if d.get("__messageProperties"):
                 extra["properties"] = {str(k): str(v) for k, v in d["__messageProperties"].items()}
+            if producer_name is not None:  # from 1: the Python client ignores a sequence_id of 0
+                extra["sequence_id"] = first_sequence + sent + 1
             producer.send_async(encoder.encode(d), done, **extra)
             sent += 1
             if errors:
@@ -208,20 +270,28 @@ class CompactMQWriter(DataSourceWriter):
     def __init__(self, options, schema, overwrite: bool):
         if overwrite:
             raise InvalidConfiguration("a topic is a log: use mode append, not overwrite")
-        self.opts = parse_write_options(options, [f.name for f in schema.fields])
+        opts = parse_write_options(options, [f.name for f in schema.fields])
+        if opts.producer_name is None:  # one name per write, chosen on the driver: retries share it
+            import uuid
+
+            opts = replace(opts, producer_name="spark-" + uuid.uuid4().hex[:16])
+        self.opts = opts
 
     def write(self, iterator):
-        return WriteResult(write_rows(self.opts, iterator))
+        name, base = task_identity(self.opts.producer_name, streaming=False)
+        return WriteResult(write_rows(self.opts, iterator, name, base))
 
 
 class CompactMQStreamWriter(DataSourceStreamWriter):
-    """``writeStream``: every micro-batch's rows are sent like a batch write (at-least-once)."""
+    """``writeStream``: every micro-batch's rows are sent like a batch write (exactly-once with
+    deduplication on: the sequence ids carry the batch id, the producer name the query id)."""
 
     def __init__(self, options, schema, overwrite: bool):
         self.opts = parse_write_options(options, [f.name for f in schema.fields])
 
     def write(self, iterator):
-        return WriteResult(write_rows(self.opts, iterator))
+        name, base = task_identity(self.opts.producer_name, streaming=True)
+        return WriteResult(write_rows(self.opts, iterator, name, base))
 
     def commit(self, messages, batchId) -> None:
         pass
