@@ -14,7 +14,7 @@ from aiohttp import web
 from ..broker.dedup import DEDUP_CURSOR
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
-from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
@@ -530,7 +530,7 @@ def _set_topic_policies(ctx: Context, topics: list[str], values: dict[str, Any])
     with ctx.metadata.transaction():
         for topic in topics:
             ctx.metadata.set_policies("topic", topic, values)
-    if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
+    if (values.get(COMPACTION_THRESHOLD) or 0) > 0 or (values.get(COMPACTION_MAX_LAG) or 0) > 0:
         ensure_compaction_cursors(ctx, [t for t in topics if ctx.metadata.topic_exists(t)])
 
 

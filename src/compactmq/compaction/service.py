@@ -45,6 +45,7 @@ from .compacted_ledger import (
     remove_orphans,
     topic_dir,
 )
+from .lag import last_compactable, lag_seconds_setting
 from .plan import RunPlan, build_groups, build_segments
 from ..storage.position import EARLIEST, Position
 from .strategies import resolve_strategy
@@ -53,9 +54,9 @@ ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-co
 
 
 def topic_settings(storage, topic: str, config) -> dict:
-    """Strategy, retain-null-key and retention mode of a topic: its policy (or its namespace's),
-    else the broker config."""
-    from ..storage import COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
+    """Strategy, retain-null-key, retention mode and minimum lag (seconds, see ``lag``) of a topic:
+    its policy (or its namespace's), else the broker config."""
+    from ..storage import COMPACTION_MIN_LAG, COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
 
     meta = storage.metadata
     mode = retention_mode(meta.effective_policy(topic, COMPACTION_RETENTION_MODE,
@@ -65,6 +66,8 @@ def topic_settings(storage, topic: str, config) -> dict:
         "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
         "retain_null_key": parse_bool(retain or False, default=False),
         "retention_mode": mode,
+        "min_lag_seconds": lag_seconds_setting(meta, topic, COMPACTION_MIN_LAG,
+                                               config.get("brokerServiceCompactionMinLagInSeconds", 0)),
     }
 
 
@@ -113,7 +116,8 @@ class CompactionRunner:
         plan = None
         try:
             state = meta.get_compaction_state(self.topic)
-            if state.compacted_ledger_id is None and self._topic_is_empty():
+            settings = topic_settings(self.storage, self.topic, self.config)
+            if state.compacted_ledger_id is None and self._nothing_compactable(settings):
                 duration = int((self.clock() - t0) * 1000)
                 meta.record_empty_compaction(self.topic, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
@@ -122,7 +126,6 @@ class CompactionRunner:
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
             self.abort_hook("start")
             try:
-                settings = topic_settings(self.storage, self.topic, self.config)
                 strategy = resolve_strategy(settings["strategy"])
                 new_id = meta.allocate_ledger_id()
                 steps: dict = {}
@@ -193,8 +196,14 @@ class CompactionRunner:
             refresh()
         return ml
 
-    def _topic_is_empty(self) -> bool:
-        return self._managed_ledger().last_position() is None
+    def _nothing_compactable(self, settings) -> bool:
+        """An empty topic, or one whose every message is younger than the minimum lag."""
+        return self._last_compactable(self._managed_ledger(), settings) is None
+
+    def _last_compactable(self, ml, settings):
+        """The new horizon's candidate: the last entry, or the last one older than the minimum lag
+        (``lag.last_compactable``; the clock is the runner's, so tests pass their own)."""
+        return last_compactable(ml, settings["min_lag_seconds"], int(self.clock() * 1000))
 
     def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
         from ..storage.ledger_file import index_path_for
@@ -202,7 +211,7 @@ class CompactionRunner:
         ml = self._managed_ledger()
         if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
             ml.rollover()
-        last = ml.last_position()
+        last = self._last_compactable(ml, settings)  # the horizon stops before too young entries
         first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h

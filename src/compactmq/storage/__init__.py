@@ -83,6 +83,8 @@ from .engine import Storage
 from .managed_ledger import ManagedLedger
 from .metadata import (
     COMPACTION_CURSOR,
+    COMPACTION_MAX_LAG,
+    COMPACTION_MIN_LAG,
     COMPACTION_RETENTION_MODE,
     COMPACTION_STRATEGY,
     COMPACTION_THRESHOLD,
@@ -100,6 +102,8 @@ from .position import EARLIEST, LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 
 __all__ = [
     "COMPACTION_CURSOR",
+    "COMPACTION_MAX_LAG",
+    "COMPACTION_MIN_LAG",
     "COMPACTION_RETENTION_MODE",
     "COMPACTION_STRATEGY",
     "COMPACTION_THRESHOLD",

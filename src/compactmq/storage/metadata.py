@@ -40,6 +40,9 @@ COMPACTION_THRESHOLD = "compactionThreshold"
 COMPACTION_STRATEGY = "compactionStrategy"
 RETAIN_NULL_KEY = "retainNullKey"
 COMPACTION_RETENTION_MODE = "compactionRetentionMode"
+# time-based compaction (ours: Pulsar has no such policy; Kafka's max/min.compaction.lag.ms)
+COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
+COMPACTION_MIN_LAG = "compactionMinLagSeconds"
 
 COMPACTION_CURSOR = "__compaction"
 

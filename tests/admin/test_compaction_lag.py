@@ -1,0 +1,127 @@
+"""Time-based compaction through the public interfaces (the official client, the admin REST API,
+the CLI) against a broker subprocess, with each compaction service factory (PIP-278: the lag
+policies are honoured by the default Spark service and by the test's own service alike).
+
+* ``compactionMaxLagSeconds`` on a namespace: its topics are compacted automatically once their
+  oldest uncompacted message is older than the lag, however small their backlog; a topic policy
+  of 0 turns it off for one topic.
+* ``compactionMinLagSeconds``: a run leaves younger messages uncompacted (here: all of them),
+  and compacts them once the policy is removed.
+
+The lags are small (1 s) or large (an hour), so no test waits for the wall clock beyond one
+monitor interval; everything is awaited with deadline-bound helpers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from broker.conftest import make_client
+from broker.factories import compaction_factory, compactor  # noqa: F401 - parametrizes the module
+
+from .harness import ROOT_DIR, Http, publish, start_broker, topic_path, wait_monitor_checks, wait_status, web_url
+
+KEYS = 5
+N = 40
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, compaction_factory):  # noqa: F811
+    b = start_broker(tmp_path_factory.mktemp("lag") / "data",
+                     compactionServiceFactoryClassName=compaction_factory,
+                     brokerServiceCompactionMonitorIntervalInSeconds="1")
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def http(broker):
+    return Http(web_url(broker))
+
+
+def cli(broker, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", web_url(broker), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT_DIR)
+
+
+def read_compacted(broker, topic: str) -> list[tuple[str, bytes]]:
+    c = make_client(broker.url)
+    try:
+        import pulsar
+
+        r = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        out = []
+        while r.has_message_available():
+            m = r.read_next(timeout_millis=10_000)
+            out.append((m.partition_key(), m.data()))
+        r.close()
+        return out
+    finally:
+        c.close()
+
+
+def wait_horizon(http: Http, topic: str, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        horizon = http.ok("GET", topic_path(topic) + "/stats")["compactionHorizon"]
+        if horizon is not None:
+            return horizon
+        assert time.monotonic() < deadline, f"{topic} was never compacted"
+        time.sleep(0.2)
+
+
+def test_max_lag_compacts_small_old_topics_automatically(broker, http, compactor):
+    ns = f"public/lag-{uuid.uuid4().hex[:6]}"
+    http.ok("PUT", f"/admin/v2/namespaces/{ns}")
+    proc = cli(broker, "namespaces", "set-compaction-max-lag", ns, "--lag", "1s")
+    assert proc.returncode == 0, proc.stderr
+    assert http.ok("GET", f"/admin/v2/namespaces/{ns}/compactionMaxLagSeconds") == 1
+    got = cli(broker, "namespaces", "get-compaction-max-lag", ns)
+    assert got.returncode == 0 and got.stdout.strip() == "1 s", got
+    lagged, exempt = f"persistent://{ns}/lagged", f"persistent://{ns}/exempt"
+    http.ok("PUT", topic_path(exempt))
+    http.ok("PUT", topic_path(lagged))
+    http.ok("POST", topic_path(exempt) + "/compactionMaxLagSeconds", 0)
+    assert http.ok("GET", topic_path(exempt) + "/compactionMaxLagSeconds?applied=true") == 0
+    assert http.ok("GET", topic_path(lagged) + "/compactionMaxLagSeconds?applied=true") == 1
+
+    publish(broker, lagged, N, KEYS)  # a few hundred bytes: no size threshold would fire
+    publish(broker, exempt, N, KEYS)
+    wait_status(http, lagged, "SUCCESS")  # nobody asked: the monitor did, by age
+    assert sorted(k for k, _ in read_compacted(broker, lagged)) == [f"k{i}" for i in range(KEYS)]
+    wait_monitor_checks(http, 2)
+    assert http.ok("GET", topic_path(exempt) + "/compaction")["status"] == "NOT_RUN"
+    assert len(read_compacted(broker, exempt)) == N
+
+
+def test_min_lag_leaves_young_messages_uncompacted(broker, http, compactor):
+    topic = f"persistent://public/default/minlag-{uuid.uuid4().hex[:6]}"
+    http.ok("PUT", topic_path(topic))
+    http.ok("POST", topic_path(topic) + "/compactionMinLagSeconds", 3600)
+    publish(broker, topic, N, KEYS)
+    http.ok("PUT", topic_path(topic) + "/compaction")
+    wait_status(http, topic, "SUCCESS")
+    assert http.ok("GET", topic_path(topic) + "/stats")["compactionHorizon"] is None
+    assert len(read_compacted(broker, topic)) == N  # every message younger than an hour: all kept
+    http.ok("DELETE", topic_path(topic) + "/compactionMinLagSeconds")
+    assert http.ok("GET", topic_path(topic) + "/compactionMinLagSeconds") is None
+    http.ok("PUT", topic_path(topic) + "/compaction")
+    wait_horizon(http, topic)
+    wait_status(http, topic, "SUCCESS")
+    latest = dict(read_compacted(broker, topic))
+    assert latest == {f"k{i}": f"v{N - KEYS + i}".encode() for i in range(KEYS)}
+
+
+def test_lag_policies_refuse_bad_values(broker, http):
+    topic = f"persistent://public/default/badlag-{uuid.uuid4().hex[:6]}"
+    http.ok("PUT", topic_path(topic))
+    assert "compactionMaxLagSeconds" in http.error("POST", topic_path(topic) + "/compactionMaxLagSeconds", 412, -5)
+    http.error("POST", topic_path(topic) + "/compactionMinLagSeconds", 400, "soon")
+    http.error("POST", "/admin/v2/namespaces/public/default/compactionMaxLagSeconds", 400, True)
+    proc = cli(broker, "topics", "set-compaction-min-lag", topic, "--lag", "later")
+    assert proc.returncode == 1 and "invalid duration" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
