@@ -125,3 +125,50 @@ def test_lag_policies_refuse_bad_values(broker, http):
     http.error("POST", "/admin/v2/namespaces/public/default/compactionMaxLagSeconds", 400, True)
     proc = cli(broker, "topics", "set-compaction-min-lag", topic, "--lag", "later")
     assert proc.returncode == 1 and "invalid duration" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def metric(http: Http, name: str, topic: str, **labels: str) -> float | None:
+    """The sample of ``name`` for ``topic`` (and ``labels``) in /metrics, or None."""
+    text = http.ok("GET", "/metrics")
+    want = [f'topic="{topic}"'] + [f'{k}="{v}"' for k, v in labels.items()]
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(w in line for w in want):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_view_keys_size_lag_and_phase_times_in_stats_and_metrics(broker, http, compaction_factory, compactor):
+    topic = f"persistent://public/default/viewstats-{uuid.uuid4().hex[:6]}"
+    http.ok("PUT", topic_path(topic))
+    http.ok("POST", topic_path(topic) + "/compactionRetainNullKey", True)
+    publish(broker, topic, N, KEYS)
+    c = make_client(broker.url)
+    try:
+        p = c.create_producer(topic, batching_enabled=False)
+        for i in range(3):  # keyless and retained: they survive, but they are no keys
+            p.send(f"nokey{i}".encode())
+        p.close()
+    finally:
+        c.close()
+    http.ok("PUT", topic_path(topic) + "/compaction")
+    wait_horizon(http, topic)
+    wait_status(http, topic, "SUCCESS")
+    stats = http.ok("GET", topic_path(topic) + "/stats")["compaction"]
+    assert stats["compactedKeys"] == KEYS
+    assert stats["compactedEntries"] >= 1 and stats["compactedSize"] > 0
+    assert stats["compactionLagInMillis"] == 0  # everything is compacted
+    assert metric(http, "pulsar_compaction_compacted_keys", topic) == KEYS
+    assert metric(http, "pulsar_compaction_compacted_entries_size", topic) == stats["compactedSize"]
+    assert metric(http, "pulsar_compaction_lag_seconds", topic) == 0
+    if compaction_factory.endswith("SparkCompactionServiceFactory"):  # the default runner's phases
+        phases = stats["lastCompactionPhaseTimesInMillis"]
+        assert {"plan", "spark", "build"} <= set(phases) and all(v >= 0 for v in phases.values())
+        assert metric(http, "pulsar_compaction_last_phase_seconds", topic, phase="spark") is not None
+
+    publish(broker, topic, 3, KEYS, prefix="late")  # uncompacted now, and ageing
+    deadline = time.monotonic() + 30
+    while (lag := http.ok("GET", topic_path(topic) + "/stats")["compaction"]["compactionLagInMillis"]) <= 0:
+        assert time.monotonic() < deadline, "the compaction lag never grew"
+        time.sleep(0.05)
+    assert lag < 600_000
+    assert metric(http, "pulsar_compaction_lag_seconds", topic) > 0

@@ -151,11 +151,16 @@ class CompactionRunner:
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
+                # every key has one survivor, and so has every retained keyless message
+                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)))
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
+                details = {"keys": keys, "entries": written, "bytes": os.path.getsize(final_path),
+                           "messagesRead": read, "messagesKept": kept, "durationMs": duration,
+                           "phaseSeconds": dict(steps)}
                 self.abort_hook("before-commit")
                 previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
-                                                  expected_version=running.version)
+                                                  expected_version=running.version, details=details)
                 step("commit")
             except BaseException as e:
                 if final_path and os.path.exists(final_path):
@@ -423,12 +428,16 @@ class LedgerCompactionService(TopicCompactionService):
 
     def stats(self) -> CompactionStats:
         view = self.open_view()
-        state = self.storage.metadata.get_compaction_state(self.topic)
+        meta = self.storage.metadata
+        state = meta.get_compaction_state(self.topic)
+        # what the run that committed the view recorded (this process or a compact-topic job)
+        details_of, details = meta.get_compaction_details(self.topic)
+        steps = dict(details.get("phaseSeconds") or self._last_steps)
         if view is None:
-            return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=self._last_steps)
+            return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
+        keys = int(details.get("keys", -1)) if details_of == view.view_id else -1
         return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes,
-                               keys=-1, last_run_duration_ms=state.last_duration_ms,
-                               last_run_steps=dict(self._last_steps))
+                               keys=keys, last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
 
     def close(self) -> None:
         with self._lock:

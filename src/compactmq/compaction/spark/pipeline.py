@@ -33,9 +33,10 @@ from ..plan import RunPlan
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
 
 
-def read_rows(spark, plan: RunPlan, counter=None):
+def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None):
     """Phase-one rows of every group, parsed in Python workers (one task per group). ``counter``
-    (a Spark accumulator) adds up the messages parsed."""
+    (a Spark accumulator) adds up the messages parsed, ``keyless_counter`` the keyless messages
+    retained (they all survive)."""
     with_et = plan.strategy == "event-time"
     schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
 
@@ -47,6 +48,8 @@ def read_rows(spark, plan: RunPlan, counter=None):
                     yield tasks.rows_to_arrow(rows, with_et)
                 if counter is not None:
                     counter.add(stats.get("messages", 0))
+                if keyless_counter is not None:
+                    keyless_counter.add(stats.get("keyless", 0))
 
     n = len(plan.groups)
     return spark.range(0, n, 1, n).mapInArrow(parse, schema)
@@ -123,9 +126,9 @@ def user_strategy(keyed, plan: RunPlan, strategy):
     return keyed.repartition("h1", "h2").sortWithinPartitions("h1", "h2", "pos").mapInArrow(fold, "pos long")
 
 
-def survivors(spark, plan: RunPlan, strategy, counter=None):
+def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None):
     """Phase one: the packed positions of the surviving messages."""
-    keyed = with_key_hash(read_rows(spark, plan, counter))
+    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-latest":
         return keep_latest(keyed)
     if plan.strategy == "keep-first":
