@@ -92,3 +92,32 @@ def test_runner_horizon_stops_before_messages_younger_than_the_minimum_lag(stora
     clock[0] += 100  # all old enough now
     result = run()
     assert result.horizon == Position(c, 1)
+
+
+def test_key_ttl_and_tombstone_retention_need_keep_latest(storage):
+    from compactmq.errors import CompactionError
+    from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_STRATEGY
+
+    _three_ledgers(storage)
+    storage.metadata.set_topic_policy(T, COMPACTION_STRATEGY, "keep-first")
+    storage.metadata.set_topic_policy(T, COMPACTED_VIEW_KEY_TTL, 60)
+    engine = RecordingEngine()
+    with pytest.raises(CompactionError, match="keep-latest"):
+        CompactionRunner(storage, T, load_config(), engine, clock=lambda: NOW / 1000).run()
+    assert not engine.plans and storage.metadata.get_compaction_state(T).status == "ERROR"
+
+
+def test_packed_cut_orders_like_message_ids():
+    from compactmq.compaction import entry_scan as es
+    from compactmq.compaction.plan import build_segments, packed_cut
+
+    # ledger 5: compacted part (ids <= 5:3) then live part; ledger 7 live
+    segs = build_segments({"path": "c", "ledgers": {5: (2, 0)}},
+                          [{"ledger_id": 5, "path": "l5", "lo": 4, "hi": 1 << 40, "count": 3},
+                           {"ledger_id": 7, "path": "l7", "lo": 0, "hi": 9, "count": 10}])
+    packed = {(5, 1): es.pack_positions(0, [1], [0])[0], (5, 3): es.pack_positions(0, [3], [2])[0],
+              (5, 4): es.pack_positions(1, [4], [0])[0], (7, 0): es.pack_positions(2, [0], [0])[0],
+              (7, 9): es.pack_positions(2, [9], [1])[0]}
+    for cut in [(5, 0), (5, 2), (5, 4), (5, 5), (6, 0), (7, 0), (7, 5), (8, 0)]:
+        c = packed_cut(segs, cut)
+        assert {pos: p >= c for pos, p in packed.items()} == {pos: pos >= cut for pos in packed}, cut

@@ -16,9 +16,11 @@ from ..broker.schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, V
 from ..errors import InvalidConfiguration, InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
+    COMPACTED_VIEW_KEY_TTL,
     COMPACTION_MAX_LAG,
     COMPACTION_MIN_LAG,
     COMPACTION_RETENTION_MODE,
+    COMPACTION_TOMBSTONE_RETENTION,
     COMPACTION_STRATEGY,
     COMPACTION_THRESHOLD,
     RETAIN_NULL_KEY,
@@ -158,6 +160,14 @@ POLICIES: tuple[Policy, ...] = (
     Policy(COMPACTION_MIN_LAG, (COMPACTION_MIN_LAG,), _seconds(COMPACTION_MIN_LAG), _single(COMPACTION_MIN_LAG),
            {COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"}, "integer",
            "messages younger than this many seconds are not compacted yet (0: none held back)"),
+    # ours: Kafka's delete.retention.ms and PIP-252's key time-to-live (keep-latest only)
+    Policy(COMPACTION_TOMBSTONE_RETENTION, (COMPACTION_TOMBSTONE_RETENTION,), _seconds(COMPACTION_TOMBSTONE_RETENTION),
+           _single(COMPACTION_TOMBSTONE_RETENTION),
+           {COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"}, "integer",
+           "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)"),
+    Policy(COMPACTED_VIEW_KEY_TTL, (COMPACTED_VIEW_KEY_TTL,), _seconds(COMPACTED_VIEW_KEY_TTL),
+           _single(COMPACTED_VIEW_KEY_TTL), {COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"}, "integer",
+           "drop a key from the compacted view once its latest message is this many seconds old (0: never)"),
     Policy("deduplicationEnabled", (DEDUP_KEY,), _bool_body(DEDUP_KEY, "deduplication"), _single(DEDUP_KEY),
            {DEDUP_KEY: "brokerDeduplicationEnabled"}, "boolean",
            "message deduplication by producer name and sequence id", namespace_path="deduplication"),

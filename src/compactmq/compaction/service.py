@@ -46,7 +46,7 @@ from .compacted_ledger import (
     topic_dir,
 )
 from .lag import last_compactable, lag_seconds_setting
-from .plan import RunPlan, build_groups, build_segments
+from .plan import RunPlan, build_groups, build_segments, packed_cut
 from ..storage.position import EARLIEST, Position
 from .strategies import resolve_strategy
 
@@ -56,7 +56,14 @@ ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-co
 def topic_settings(storage, topic: str, config) -> dict:
     """Strategy, retain-null-key, retention mode and minimum lag (seconds, see ``lag``) of a topic:
     its policy (or its namespace's), else the broker config."""
-    from ..storage import COMPACTION_MIN_LAG, COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
+    from ..storage import (
+        COMPACTED_VIEW_KEY_TTL,
+        COMPACTION_MIN_LAG,
+        COMPACTION_RETENTION_MODE,
+        COMPACTION_STRATEGY,
+        COMPACTION_TOMBSTONE_RETENTION,
+        RETAIN_NULL_KEY,
+    )
 
     meta = storage.metadata
     mode = retention_mode(meta.effective_policy(topic, COMPACTION_RETENTION_MODE,
@@ -68,6 +75,10 @@ def topic_settings(storage, topic: str, config) -> dict:
         "retention_mode": mode,
         "min_lag_seconds": lag_seconds_setting(meta, topic, COMPACTION_MIN_LAG,
                                                config.get("brokerServiceCompactionMinLagInSeconds", 0)),
+        "tombstone_retention_seconds": lag_seconds_setting(
+            meta, topic, COMPACTION_TOMBSTONE_RETENTION, config.get("topicCompactionTombstoneRetentionSeconds", 0)),
+        "key_ttl_seconds": lag_seconds_setting(meta, topic, COMPACTED_VIEW_KEY_TTL,
+                                               config.get("topicCompactedViewKeyTtlSeconds", 0)),
     }
 
 
@@ -255,6 +266,7 @@ class CompactionRunner:
                 los[int(bound[0])] = int(bound[1])
             compacted = {"path": path, "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)}}
         segments = build_segments(compacted, live)
+        drop_before, tombstones_from = self._time_cuts(ml, settings, strategy, segments)
         parallelism = max(1, int(getattr(self.engine, "parallelism", 2)))
         groups = build_groups(segments, parallelism)
         run_dir = os.path.join(topic_dir(self.data_dir, self.topic), f"run-{new_id}")
@@ -265,8 +277,24 @@ class CompactionRunner:
             strategy=native or "user", retain_null_key=settings["retain_null_key"],
             combine=native == "keep-latest" and self.combine,
             new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
-            fault_points=tuple(self.fault_points),
+            fault_points=tuple(self.fault_points), drop_before=drop_before, tombstones_from=tombstones_from,
         )
+
+    def _time_cuts(self, ml, settings, strategy, segments) -> tuple[int, Optional[int]]:
+        """Packed positions for the key TTL and the tombstone retention (``RunPlan``): a message
+        published before ``now - seconds`` (by the entry index's publish times, as ``lag`` reads
+        them) is below the cut. A compacted entry whose ledger retention deleted counts as older
+        than every retained one."""
+        ttl, keep_tombs = settings["key_ttl_seconds"], settings["tombstone_retention_seconds"]
+        if (ttl > 0 or keep_tombs > 0) and getattr(strategy, "native", None) != "keep-latest":
+            raise CompactionError("compactedViewKeyTtlSeconds and compactionTombstoneRetentionSeconds work with "
+                                  "the keep-latest strategy only")
+        now_ms = int(self.clock() * 1000)
+
+        def cut(seconds: int) -> int:
+            return packed_cut(segments, ml.find_position_by_publish_time(now_ms - seconds * 1000))
+
+        return (cut(ttl) if ttl > 0 else 0), (cut(keep_tombs) if keep_tombs > 0 else None)
 
 
 def _compacted_location(storage, topic: str, ledger_id: int) -> str:

@@ -43,6 +43,9 @@ COMPACTION_RETENTION_MODE = "compactionRetentionMode"
 # time-based compaction (ours: Pulsar has no such policy; Kafka's max/min.compaction.lag.ms)
 COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
 COMPACTION_MIN_LAG = "compactionMinLagSeconds"
+# ours: Kafka's delete.retention.ms, and PIP-252's per-key time-to-live of the compacted view
+COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
+COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
 
 COMPACTION_CURSOR = "__compaction"
 
