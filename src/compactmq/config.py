@@ -149,6 +149,20 @@ SETTINGS: dict[str, Setting] = {
     "brokerServiceCompactionThresholdInBytes": _s(
         int, 0, "backlog since the horizon that triggers compaction; 0 disables"
     ),
+    "brokerServiceCompactionMaxLagInSeconds": _s(
+        int, 0, "compact a topic whose oldest uncompacted message is older than this, whatever its "
+        "backlog (the compactionMaxLagSeconds policy overrides it); 0 disables"
+    ),
+    "brokerServiceCompactionMinLagInSeconds": _s(
+        int, 0, "messages younger than this are not compacted yet (the compactionMinLagSeconds "
+        "policy overrides it); 0: every message up to the last one"
+    ),
+    "topicCompactionTombstoneRetentionSeconds": _s(
+        int, 0, "keep a tombstone in the compacted view until it is this old (keep-latest); 0: drop at once"
+    ),
+    "topicCompactedViewKeyTtlSeconds": _s(
+        int, 0, "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never"
+    ),
     "compactionMaxConcurrentRuns": _s(int, 1, "compactions running at once in this broker"),
     "topicCompactionRetainNullKey": _s(bool, False, "keep keyless messages in the compacted view"),
     "topicCompactionStrategy": _s(

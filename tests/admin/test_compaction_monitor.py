@@ -311,3 +311,70 @@ def test_a_run_in_another_process_is_a_conflict(env):
         assert body["status"] == RUNNING and body["progress"]["phase"] == "external"
     finally:
         lock.release()
+
+
+def publish_at(storage, topic, times_ms, size=100):
+    """Entries with the given publish times (what the producers stamped), one per time."""
+    ml = storage.open_managed_ledger(topic)
+    ml.append_many([b"x" * size for _ in times_ms], list(times_ms))
+    return ml
+
+
+def test_max_lag_compacts_an_old_backlog_whatever_its_size(env):
+    from compactmq.storage import COMPACTION_MAX_LAG
+
+    service, monitor, factory = env(brokerServiceCompactionMaxLagInSeconds=60)
+    now = [1_000_000.0]  # seconds; the monitor's clock
+    monitor.clock = lambda: now[0]
+    meta = service.storage.metadata
+    t0 = int(now[0] * 1000)
+    publish_at(service.storage, T1, [t0 - 30_000, t0 - 20_000])  # 30 s old: under the broker's 60 s
+    publish_at(service.storage, T2, [t0 - 30_000])
+    meta.set_topic_policy(T2, COMPACTION_MAX_LAG, 0)  # the topic policy wins over the default: off
+    factory.release.set()
+
+    async def run():
+        assert await monitor.check_once() == []
+        now[0] += 31  # T1's oldest uncompacted message is 61 s old now
+        assert await monitor.check_once() == [T1]  # a few hundred bytes: no threshold would have
+        await wait_idle(monitor, T1)
+        assert monitor.status_blocking(T1)["status"] == SUCCESS
+        assert service.storage.open_managed_ledger(T1).get_cursor(COMPACTION_CURSOR) is not None
+        assert await monitor.check_once() == []  # nothing uncompacted left
+        publish_at(service.storage, T1, [int(now[0] * 1000)])
+        assert await monitor.check_once() == []  # new, but young
+        meta.set_namespace_policy("public/default", COMPACTION_MAX_LAG, 10)
+        now[0] += 11
+        assert await monitor.check_once() == [T1]  # the namespace's 10 s apply (T2: its own 0)
+        await wait_idle(monitor, T1)
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_min_lag_holds_back_young_messages_from_both_triggers(env):
+    from compactmq.storage import COMPACTION_MAX_LAG, COMPACTION_MIN_LAG
+
+    service, monitor, factory = env(brokerServiceCompactionThresholdInBytes=500)
+    now = [2_000_000.0]
+    monitor.clock = lambda: now[0]
+    meta = service.storage.metadata
+    t0 = int(now[0] * 1000)
+    publish_at(service.storage, T1, [t0 - 5_000] * 3 + [t0] * 10)  # 300 B at 5 s old, 1000 B new
+    meta.set_topic_policy(T1, COMPACTION_MIN_LAG, 60)
+    meta.set_topic_policy(T1, COMPACTION_MAX_LAG, 1)
+    factory.release.set()
+
+    async def run():
+        # over the threshold and over the max lag, but every message is younger than 60 s
+        assert await monitor.check_once() == []
+        now[0] += 56  # the 3 old ones are 61 s old: 300 B compactable, under the threshold, but
+        assert await monitor.check_once() == [T1]  # over the max lag
+        await wait_idle(monitor, T1)
+        meta.set_topic_policy(T1, COMPACTION_MAX_LAG, 0)
+        await monitor.close()
+
+    asyncio.run(run())
+    assert monitor._why_due(service.storage.open_managed_ledger(T1), None, 500, 0, 60) is None  # 300 B
+    now[0] += 5  # all 13 older than 60 s: 1300 B > 500 B
+    assert "threshold" in monitor._why_due(service.storage.open_managed_ledger(T1), None, 500, 0, 60)

@@ -17,7 +17,7 @@ file exists, so a test can act while a run is certainly in progress (kill the br
 
 If the broker reached compacted data any other way than through ``TopicCompactionService`` the
 read-compacted tests would fail against it. It supports keep-latest only (what those tests use),
-``topicCompactionRetainNullKey`` and both retention modes.
+``topicCompactionRetainNullKey``, both retention modes and the minimum lag.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from compactmq.compaction import (
     RetentionFilter,
     TopicCompactionService,
 )
+from compactmq.compaction.lag import last_compactable
 from compactmq.compaction.service import topic_settings
 from compactmq.errors import CompactionError, CompactMQError, Conflict
 from compactmq.naming import canonical
@@ -193,7 +194,9 @@ class ArrowCompactionService(TopicCompactionService):
             ml = self.storage.open_managed_ledger(self.topic, create=False)
             if getattr(ml, "refresh", None):
                 ml.refresh()
-            last, first = ml.last_position(), ml.first_position()
+            # the horizon stops before messages younger than the minimum lag (compaction.lag)
+            min_lag = topic_settings(self.storage, self.topic, self.config)["min_lag_seconds"]
+            last, first = last_compactable(ml, min_lag, int(time.time() * 1000)), ml.first_position()
             if state.compacted_ledger_id is None and last is None:
                 meta.record_empty_compaction(self.topic, duration_ms=0)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, 0)

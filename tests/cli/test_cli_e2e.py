@@ -115,7 +115,10 @@ def test_tenants_namespaces_and_topics(cli):
     assert as_json(cli("topics", "list-partitioned-topics", "clitenant/ns1", output="json")) == [t + "-p"]
     stats = as_json(cli("topics", "stats", t, output="json"))
     assert set(stats["compaction"]) == {"lastCompactionRemovedEventCount", "lastCompactionSucceedTimestamp",
-                                       "lastCompactionFailedTimestamp", "lastCompactionDurationTimeInMills"}
+                                       "lastCompactionFailedTimestamp", "lastCompactionDurationTimeInMills",
+                                       # ours (issue 13): the view in force, the lag, the last run's phases
+                                       "compactedKeys", "compactedEntries", "compactedSize",
+                                       "compactionLagInMillis", "lastCompactionPhaseTimesInMillis"}
     assert "ledgers" in as_json(cli("topics", "stats-internal", t, output="json"))
     fails(cli("namespaces", "delete", "clitenant/ns1"), "HTTP 409")
     ok(cli("topics", "delete", t))

@@ -29,6 +29,10 @@ def keep_left(strategy: str, prev, cur) -> bool:
 class ReferenceCompactor:
     def __init__(self, strategy="keep-latest", retain_null_key=False, retention_mode="retention-bounded"):
         self.strategy = strategy
+        # keep-latest only: a key whose last message has an id below ``drop_before`` leaves the
+        # view (key TTL); a tombstone with an id at or above ``tombstones_from`` stays in it
+        self.drop_before = None
+        self.tombstones_from = None
         self.retain_null_key = retain_null_key
         self.retention_mode = retention_mode
         self.compacted = []  # [(position, [(batch_index, key, payload, event_time, compacted_out)])]
@@ -51,22 +55,32 @@ class ReferenceCompactor:
         inputs = previous + new
         # fold every key in id order
         state = {}
+        last = {}  # key -> (id, is a tombstone) of its last message
         survivors = set()
         for p, msgs in inputs:
             for bidx, key, payload, et, out in msgs:
                 if out:
                     continue
                 mid = (p, bidx)
-                if key is None:
-                    if self.retain_null_key:
+                if key is None:  # a retained keyless message lives as long as a key would
+                    if self.retain_null_key and (self.drop_before is None or p >= self.drop_before):
                         survivors.add(mid)
                     continue
                 cur = (mid, key, payload, et)
+                last[key] = (mid, payload == TOMBSTONE)
                 if payload == TOMBSTONE:
                     state.pop(key, None)
                 elif key not in state or not keep_left(self.strategy, state[key], cur):
                     state[key] = cur
-        survivors |= {v[0] for v in state.values()}
+        if self.drop_before is None and self.tombstones_from is None:
+            survivors |= {v[0] for v in state.values()}
+        else:
+            assert self.strategy == "keep-latest"
+            for mid, tomb in last.values():
+                if self.drop_before is not None and mid[0] < self.drop_before:
+                    continue  # its time-to-live ran out
+                if not tomb or (self.tombstones_from is not None and mid[0] >= self.tombstones_from):
+                    survivors.add(mid)
         compacted = []
         for p, msgs in inputs:
             kept = [(b, k, pl, et, False) if (p, b) in survivors else (b, k, b"", et, True)

@@ -115,6 +115,9 @@ def test_rebuild_batch_with_placeholders(path, codec):
     assert bytes(out[1]) == blobs[1]
     md, got = E.decode(bytes(out[0]))
     assert md.compression == codec and md.num_messages_in_batch == 5
+    # the placeholder form only: PIP-429's field 31 would tell a client that knows it that the
+    # payload holds the listed indexes alone, which is not what we wrote
+    assert list(md.compacted_batch_indexes) == []
     assert [(i, k, p, co) for i, k, p, _, co in got] == [
         (0, "a", b"", True), (1, "b", b"B1", False), (2, None, b"", True), (3, "a", b"", True),
         (4, "c", b"C" * 50, False)]

@@ -107,3 +107,47 @@ def test_spark_service_matches_reference(spark, strategy, retain, mode, per_ledg
     finally:
         storage.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_key_ttl_and_tombstone_retention_match_reference(spark):
+    """keep-latest with ``compactedViewKeyTtlSeconds`` and ``compactionTombstoneRetentionSeconds``
+    (policies): old keys leave the view, young tombstones stay in it, over two incremental runs;
+    the cut is the first entry published less than the setting ago, for the model as well."""
+    import time
+
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_TOMBSTONE_RETENTION
+
+    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": 3, "managedLedgerSyncData": False,
+                                 "topicCompactionRetainNullKey": True})
+    data_dir = tempfile.mkdtemp(prefix="cmq-parity-ttl-")
+    storage = Storage(data_dir, cfg)
+    try:
+        ml = storage.open_managed_ledger(TOPIC)
+        storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 50)
+        storage.metadata.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 50)
+        service = SparkCompactionService(storage, TOPIC, cfg)
+        model = ReferenceCompactor("keep-latest", True, "retention-bounded")
+        now = int(time.time() * 1000)
+        old, young = now - 100_000, now
+        history = [
+            [(E.single("a", b"a1"), old), (E.single("b", b"b1"), old), (E.single("c", b"c1"), old),
+             (E.single("d", b"d1"), old), (E.batch([("e", b"e1", 0), ("f", b"f1", 0), (None, b"n", 0)]), old),
+             (E.single("c", b""), old)],  # c: an old tombstone, gone
+            [(E.single("a", b"a2"), young), (E.single("b", b""), young),  # b: a young tombstone, kept
+             (E.batch([("g", b"g1", 0), ("d", b"", 0), ("h", b"h1", 0)]), young)],
+            [(E.single("g", b"g2"), young), (E.single("i", b""), young)],
+        ]
+        for step in history:
+            ml.append_many([e for e, _ in step], [t for _, t in step])
+            cut = tuple(ml.find_position_by_publish_time(now - 50_000))
+            model.drop_before = model.tombstones_from = cut
+            everything = ml.read_entries(ml.first_position(), 10**6)
+            model.compact([(tuple(p), b) for p, b in everything], tuple(ml.first_position()))
+            service.compact()
+            assert _actual_view(service) == _expected(model, tuple(ml.first_position()))
+        keys = {m[1] for _, msgs in _actual_view(service) for m in msgs if not m[4]}
+        assert keys == {"a", "b", "d", "g", "h", "i"}  # b, d, i as young tombstones; c, e, f, keyless: old
+    finally:
+        storage.close()
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -61,3 +61,27 @@ def test_chunked_scan_and_copy_match_unchunked(tmp_path, monkeypatch):
         assert run(1 << 30) == run(64)
     finally:
         storage.close()
+
+
+def test_group_rows_counts_the_keyless_messages_it_retains(tmp_path):
+    cfg = load_config(overrides={"managedLedgerSyncData": False})
+    storage = Storage(str(tmp_path / "data"), cfg)
+    try:
+        ml = storage.open_managed_ledger("t")
+        ml.append(E.single("k", b"v"))
+        ml.append(E.single(None, b"n1"))
+        ml.append(E.batch([(None, b"n2", 0), ("k", b"w", 0), (None, b"n3", 0)], codec=pb.NONE))
+        last = ml.last_position()
+        live = [{"ledger_id": last.ledger_id, "path": ml.ledger_path(last.ledger_id),
+                 "index_path": index_path_for(ml.ledger_path(last.ledger_id)), "lo": 0, "hi": last.entry_id,
+                 "count": 3}]
+        segments = build_segments(None, live)
+        for retain, keyless in ((True, 3), (False, 0)):
+            plan = RunPlan("t", segments, build_groups(segments, 1), str(tmp_path), "keep-latest",
+                           retain_null_key=retain, combine=True)
+            stats: dict = {}
+            rows = es.Rows.concat(list(tasks.group_rows(plan, 0, stats)))
+            assert stats["messages"] == 5 and stats.get("keyless", 0) == keyless
+            assert len(rows) == 1 + keyless  # the key's last row, and each retained keyless message
+    finally:
+        storage.close()

@@ -49,6 +49,18 @@ def test_message_metadata_numbers(field, number):
     assert _number(pb.MessageMetadata, field) == number
 
 
+def test_compacted_batch_indexes_is_field_31_repeated_int32_unpacked():
+    # PIP-429 (Pulsar's PulsarApi.proto: `repeated int32 compacted_batch_indexes = 31;`, proto2,
+    # so not packed): each index is its own varint under tag 31 << 3 | 0 = 248
+    from google.protobuf.descriptor import FieldDescriptor
+
+    f = pb.MessageMetadata.DESCRIPTOR.fields_by_name["compacted_batch_indexes"]
+    assert (f.number, f.type) == (31, FieldDescriptor.TYPE_INT32) and f.is_repeated
+    md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0, compacted_batch_indexes=[0, 2])
+    assert md.SerializeToString().endswith(bytes([0xF8, 0x01, 0x00, 0xF8, 0x01, 0x02]))
+    assert list(pb.MessageMetadata.FromString(md.SerializeToString()).compacted_batch_indexes) == [0, 2]
+
+
 @pytest.mark.parametrize("field,number", [
     ("partition_key", 2), ("payload_size", 3), ("compacted_out", 4), ("event_time", 5),
     ("ordering_key", 7), ("sequence_id", 8), ("null_value", 9), ("null_partition_key", 10),

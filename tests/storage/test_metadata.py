@@ -190,13 +190,29 @@ def test_delete_topic_removes_everything_at_once(store):
     lid = store.add_ledger(T, 1)
     store.save_cursor(T, "sub", Position(lid, 3), b"", {"a": 1})
     store.set_topic_policy(T, COMPACTION_THRESHOLD, 5)
-    store.commit_compaction(T, 99, Position(lid, 3))
+    store.commit_compaction(T, 99, Position(lid, 3), details={"keys": 4})
     ledgers, compacted = store.delete_topic(T)
     assert ledgers == [lid] and compacted == 99
     assert store.ledgers(T) == [] and store.load_cursors(T) == [] and store.get_topic_policies(T) == {}
     assert store.get_compaction_state(T).status == NOT_RUN
+    assert store.get_compaction_details(T) == (None, {})
     with pytest.raises(TopicNotFound):
         store.delete_topic(T)
+
+
+def test_compaction_details_come_with_the_commit_that_made_the_view(store, tmp_path):
+    assert store.get_compaction_details(T) == (None, {})
+    store.commit_compaction(T, 10, Position(1, 1), details={"keys": 3, "phaseSeconds": {"plan": 0.5}})
+    v = store.get_compaction_state(T).version
+    with pytest.raises(Conflict):  # a refused commit leaves the details of the view in force
+        store.commit_compaction(T, 11, Position(2, 2), expected_version=v - 1, details={"keys": 9})
+    other = MetadataStore(tmp_path / "metadata.db")  # survives a restart, seen by other processes
+    try:
+        assert other.get_compaction_details(T) == (10, {"keys": 3, "phaseSeconds": {"plan": 0.5}})
+    finally:
+        other.close()
+    store.commit_compaction(T, 12, Position(3, 0))  # a service that records none keeps the old ones
+    assert store.get_compaction_details(T)[0] == 10
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -64,6 +64,14 @@ class Context:
             return CompactionStats()
         return monitor.service_of(topic).stats()
 
+    def compaction_lag_ms(self, ml, horizon) -> int:
+        """Age (ms) of ``ml``'s oldest message after ``horizon``: 0 when all is compacted."""
+        import time
+
+        from ..compaction.lag import compaction_lag_ms
+
+        return compaction_lag_ms(ml, horizon, int(time.time() * 1000))
+
 
 async def read_json(request: web.Request, what: str) -> Any:
     """The request body as JSON; ``InvalidInput`` (400) when it is missing or not JSON."""

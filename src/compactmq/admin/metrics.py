@@ -16,6 +16,13 @@ last run), ``pulsar_compaction_compacted_entries_count`` / ``..._size`` (the com
 force). Run counters start at zero when the broker starts, like any Prometheus counter; the
 compacted-ledger figures come from the files and are right after a restart too.
 
+Ours, named in Pulsar's style (Pulsar has no such metrics): ``pulsar_compaction_compacted_keys``
+(keys in the compacted view; -1 when the service does not count them),
+``pulsar_compaction_lag_seconds`` (age of the oldest uncompacted message, 0 when everything is
+compacted: what ``compactionMaxLagSeconds`` bounds), ``pulsar_compaction_last_phase_seconds``
+(wall time of each phase of the last run that committed the view, label ``phase``), and the
+broker-wide ``compactmq_compaction_running`` and ``compactmq_compaction_monitor_checks_total``.
+
 Messages in are the topic's exact count (its live producers' counters plus what its closed
 producers published); messages out add up consumers' counters, sampled (what a consumer sent
 after the last sample and before it left is not counted). Rates are the difference between two
@@ -196,6 +203,10 @@ COMPACTION_FAMILIES = (
     ("pulsar_compaction_write_throughput", "gauge", "bytes per second the last compaction wrote"),
     ("pulsar_compaction_compacted_entries_count", "gauge", "entries in the compacted ledger in force"),
     ("pulsar_compaction_compacted_entries_size", "gauge", "bytes of the compacted ledger in force"),
+    # ours, in Pulsar's style (see the module notes)
+    ("pulsar_compaction_compacted_keys", "gauge", "keys in the compacted view in force (-1: not counted)"),
+    ("pulsar_compaction_lag_seconds", "gauge", "age of the oldest uncompacted message (0: all compacted)"),
+    ("pulsar_compaction_last_phase_seconds", "gauge", "wall time of each phase of the last committed run"),
 )
 
 
@@ -253,13 +264,18 @@ def render_metrics(ctx: Any) -> str:
         labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
         s = run_stats.get(name)
         st = states.get(name)
-        entries = size = 0
-        if st is not None and st.horizon is not None:
-            try:
+        entries = size = keys = lag_ms = 0
+        phases: dict = {}
+        try:
+            if st is not None and st.horizon is not None:
                 view = ctx.compaction_stats(name)
-                entries, size = view.entries, max(0, view.size_bytes)
-            except CompactMQError:  # a topic deleted meanwhile
-                pass
+                entries, size, keys = view.entries, max(0, view.size_bytes), view.keys
+                phases = dict(view.last_run_steps or {})
+            topic = loaded.get(name)
+            ml = topic.ledger if topic is not None else ctx.storage.open_managed_ledger(name, create=False)
+            lag_ms = ctx.compaction_lag_ms(ml, st.horizon if st is not None else None)
+        except CompactMQError:  # a topic deleted meanwhile
+            pass
         f = families
         f["pulsar_compaction_removed_event_count"].add(labels, s.removed_event_count if s else 0)
         f["pulsar_compaction_succeed_count"].add(labels, s.succeed_count if s else 0)
@@ -269,6 +285,10 @@ def render_metrics(ctx: Any) -> str:
         f["pulsar_compaction_write_throughput"].add(labels, s.write_throughput if s else 0)
         f["pulsar_compaction_compacted_entries_count"].add(labels, entries)
         f["pulsar_compaction_compacted_entries_size"].add(labels, size)
+        f["pulsar_compaction_compacted_keys"].add(labels, keys)
+        f["pulsar_compaction_lag_seconds"].add(labels, lag_ms / 1000)
+        for phase, seconds in sorted(phases.items()):
+            f["pulsar_compaction_last_phase_seconds"].add({**labels, "phase": str(phase)}, float(seconds))
 
     running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
     running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)

@@ -18,7 +18,11 @@ from ..compaction.hooks import parse_export_policy
 from ..errors import InvalidConfiguration, InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
+    COMPACTED_VIEW_KEY_TTL,
+    COMPACTION_MAX_LAG,
+    COMPACTION_MIN_LAG,
     COMPACTION_RETENTION_MODE,
+    COMPACTION_TOMBSTONE_RETENTION,
     COMPACTION_STRATEGY,
     COMPACTION_THRESHOLD,
     RETAIN_NULL_KEY,
@@ -52,6 +56,15 @@ def _threshold(body: Any) -> dict[str, Any]:
     if value < 0:
         raise PreconditionFailed(f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}")
     return {COMPACTION_THRESHOLD: value}
+
+
+def _seconds(key: str) -> Callable[[Any], dict[str, Any]]:
+    def parse(body: Any) -> dict[str, Any]:
+        value = _int_body(body, key)
+        if value < 0:
+            raise PreconditionFailed(f"{key} must be 0 (disabled) or a number of seconds, not {value}")
+        return {key: value}
+    return parse
 
 
 def _retention(body: Any) -> dict[str, Any]:
@@ -142,6 +155,21 @@ POLICIES: tuple[Policy, ...] = (
     Policy("compactionRetentionMode", (COMPACTION_RETENTION_MODE,), _retention_mode,
            _single(COMPACTION_RETENTION_MODE), {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
            "string", "retention-bounded or keep-until-tombstone"),
+    # ours (Pulsar has no time-based compaction; see compaction.lag)
+    Policy(COMPACTION_MAX_LAG, (COMPACTION_MAX_LAG,), _seconds(COMPACTION_MAX_LAG), _single(COMPACTION_MAX_LAG),
+           {COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"}, "integer",
+           "compact when the oldest uncompacted message is older than this many seconds (0 disables)"),
+    Policy(COMPACTION_MIN_LAG, (COMPACTION_MIN_LAG,), _seconds(COMPACTION_MIN_LAG), _single(COMPACTION_MIN_LAG),
+           {COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"}, "integer",
+           "messages younger than this many seconds are not compacted yet (0: none held back)"),
+    # ours: Kafka's delete.retention.ms and PIP-252's key time-to-live (keep-latest only)
+    Policy(COMPACTION_TOMBSTONE_RETENTION, (COMPACTION_TOMBSTONE_RETENTION,), _seconds(COMPACTION_TOMBSTONE_RETENTION),
+           _single(COMPACTION_TOMBSTONE_RETENTION),
+           {COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"}, "integer",
+           "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)"),
+    Policy(COMPACTED_VIEW_KEY_TTL, (COMPACTED_VIEW_KEY_TTL,), _seconds(COMPACTED_VIEW_KEY_TTL),
+           _single(COMPACTED_VIEW_KEY_TTL), {COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"}, "integer",
+           "drop a key from the compacted view once its latest message is this many seconds old (0: never)"),
     Policy("deduplicationEnabled", (DEDUP_KEY,), _bool_body(DEDUP_KEY, "deduplication"), _single(DEDUP_KEY),
            {DEDUP_KEY: "brokerDeduplicationEnabled"}, "boolean",
            "message deduplication by producer name and sequence id", namespace_path="deduplication"),

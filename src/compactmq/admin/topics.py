@@ -14,7 +14,7 @@ from aiohttp import web
 from ..broker.dedup import DEDUP_CURSOR
 from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
 from ..naming import TopicName
-from ..storage import COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
@@ -222,12 +222,24 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
 # --- stats ----------------------------------------------------------------------------------------
 
 
-def _compaction_stats(state) -> dict[str, Any]:
+def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str, Any]:
+    """Pulsar's ``CompactionStats`` (the four ``lastCompaction*`` fields), then ours: keys, entries
+    and bytes of the compacted view in force (-1 keys: the service does not count them), the
+    compaction lag (age of the oldest uncompacted message, 0 when all is compacted) and the
+    wall time of each phase of the last run that committed it."""
+    view = ctx.compaction_stats(topic)
+    has_view = view.view_id is not None
     return {
         "lastCompactionRemovedEventCount": state.removed_event_count,
         "lastCompactionSucceedTimestamp": state.last_success_ms or 0,
         "lastCompactionFailedTimestamp": state.last_failure_ms or 0,
         "lastCompactionDurationTimeInMills": state.last_duration_ms or 0,
+        "compactedKeys": view.keys if has_view else 0,
+        "compactedEntries": view.entries if has_view else 0,
+        "compactedSize": max(0, view.size_bytes) if has_view else 0,
+        "compactionLagInMillis": ctx.compaction_lag_ms(ml, state.horizon),
+        "lastCompactionPhaseTimesInMillis": {k: int(round(float(v) * 1000))
+                                             for k, v in (view.last_run_steps or {}).items()},
     }
 
 
@@ -286,7 +298,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         "backlogSize": max((ml.size_after(c.mark_delete_position) for c in ml.cursors()), default=0),
         "publishers": publishers, "subscriptions": subscriptions,
         "waitingPublishers": loaded.waiting_producers if loaded is not None else 0,
-        "compaction": _compaction_stats(state),
+        "compaction": _compaction_stats(ctx, topic, ml, state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
         "topicEpoch": loaded.epoch if loaded is not None and loaded.epoch >= 0 else None,
     }
@@ -353,6 +365,12 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
         "lastCompactionSucceedTimestamp": max((s["compaction"]["lastCompactionSucceedTimestamp"] for s in per.values()), default=0),
         "lastCompactionFailedTimestamp": max((s["compaction"]["lastCompactionFailedTimestamp"] for s in per.values()), default=0),
         "lastCompactionDurationTimeInMills": max((s["compaction"]["lastCompactionDurationTimeInMills"] for s in per.values()), default=0),
+        # ours: the partitions' views together, and the oldest uncompacted message of any
+        "compactedKeys": (-1 if any(s["compaction"]["compactedKeys"] < 0 for s in per.values())
+                          else sum(s["compaction"]["compactedKeys"] for s in per.values())),
+        "compactedEntries": sum(s["compaction"]["compactedEntries"] for s in per.values()),
+        "compactedSize": sum(s["compaction"]["compactedSize"] for s in per.values()),
+        "compactionLagInMillis": max((s["compaction"]["compactionLagInMillis"] for s in per.values()), default=0),
     }
     if query_flag(request, "perPartition") or "perPartition" not in request.query:
         body["partitions"] = per
@@ -531,7 +549,7 @@ def _set_topic_policies(ctx: Context, topics: list[str], values: dict[str, Any])
     with ctx.metadata.transaction():
         for topic in topics:
             ctx.metadata.set_policies("topic", topic, values)
-    if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
+    if (values.get(COMPACTION_THRESHOLD) or 0) > 0 or (values.get(COMPACTION_MAX_LAG) or 0) > 0:
         ensure_compaction_cursors(ctx, [t for t in topics if ctx.metadata.topic_exists(t)])
 
 

@@ -21,7 +21,14 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   by readers, with no cursor to measure), its total size -- and trigger a run when it exceeds
   the threshold. A failed run is recorded as ERROR with its reason; the next check retries it
   when the backlog is still over the threshold. The check also makes sure every topic with a
-  threshold has the ``__compaction`` cursor, so retention keeps what compaction has not read.
+  threshold (or a maximum lag) has the ``__compaction`` cursor, so retention keeps what
+  compaction has not read.
+* **The time-based trigger** (``compaction.lag`` explains both lags), in the same check: a topic
+  whose oldest uncompacted message is older than its ``compactionMaxLagSeconds`` (topic policy,
+  else namespace policy, else ``brokerServiceCompactionMaxLagInSeconds``; 0 disables) is
+  compacted whatever its backlog. With a ``compactionMinLagSeconds`` only what is older than the
+  minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
+  by age (a run could not move its horizon).
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
   per run: entries read, kept, removed, bytes in and out, duration.
 * **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
@@ -46,7 +53,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
-from ..storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, ERROR, RUNNING
+from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
+from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD, ERROR, RUNNING
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compaction import CompactionServiceFactory, TopicCompactionService
@@ -116,6 +124,8 @@ class CompactionMonitor:
         self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
         self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
         self.default_threshold = int(self.config["brokerServiceCompactionThresholdInBytes"])
+        self.default_max_lag = int(self.config.get("brokerServiceCompactionMaxLagInSeconds", 0))
+        self.default_min_lag = int(self.config.get("brokerServiceCompactionMinLagInSeconds", 0))
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
@@ -385,9 +395,9 @@ class CompactionMonitor:
         due = await self.service.run_blocking(self._due_topics, busy)
         self.checks += 1
         triggered = []
-        for topic, backlog, threshold in due:
+        for topic, reason in due:
             try:
-                await self.trigger(topic, reason=f"backlog {backlog} B > threshold {threshold} B")
+                await self.trigger(topic, reason=reason)
                 triggered.append(topic)
             except Conflict:
                 continue
@@ -402,7 +412,14 @@ class CompactionMonitor:
         except (TypeError, ValueError):
             return 0
 
-    def _due_topics(self, busy: set[str]) -> list[tuple[str, int, int]]:
+    def max_lag_of(self, topic: str) -> int:
+        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MAX_LAG, self.default_max_lag)
+
+    def min_lag_of(self, topic: str) -> int:
+        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
+
+    def _due_topics(self, busy: set[str]) -> list[tuple[str, str]]:
+        """``(topic, why)`` of every topic due for compaction, by size or by age."""
         meta = self.storage.metadata
         due = []
         for topic in meta.topics():
@@ -410,17 +427,38 @@ class CompactionMonitor:
                 if not TopicName.parse(topic).persistent or topic in busy:
                     continue
                 threshold = self.threshold_of(topic)
-                if threshold <= 0:
+                max_lag = self.max_lag_of(topic)
+                if threshold <= 0 and max_lag <= 0:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
-                horizon = meta.get_compaction_state(topic).horizon
-                backlog = ml.size_after(horizon) if horizon is not None else ml.total_size()
-                if backlog > threshold:
-                    due.append((topic, backlog, threshold))
+                why = self._why_due(ml, meta.get_compaction_state(topic).horizon, threshold, max_lag,
+                                    self.min_lag_of(topic))
+                if why is not None:
+                    due.append((topic, why))
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
         return due
+
+    def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
+        now_ms = int(self.clock() * 1000)
+        end = ml.last_position()
+        if min_lag > 0:
+            end = last_compactable(ml, min_lag, now_ms)
+            if end is None or (horizon is not None and tuple(end) <= tuple(horizon)):
+                return None  # everything uncompacted is younger than the minimum lag
+        if end is None:
+            return None
+        if threshold > 0:
+            after = ml.size_after(horizon) if horizon is not None else ml.total_size()
+            backlog = after - ml.size_after(end)  # what a run would compact now
+            if backlog > threshold:
+                return f"backlog {backlog} B > threshold {threshold} B"
+        if max_lag > 0:
+            lag_ms = compaction_lag_ms(ml, horizon, now_ms)
+            if lag_ms > max_lag * 1000:
+                return f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
+        return None
 
 
 def ensure_compaction_cursor(ml) -> None:

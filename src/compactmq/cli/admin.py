@@ -10,7 +10,7 @@ and exits 1 (for 401 and 403 with what to do next). A broker with security on is
 pulsar-admin's global options (``--auth-plugin``, ``--auth-params``, ``--tls-*``, an ``https://``
 ``--admin-url``; see ``admin_auth``).
 
-Policies (compaction threshold, retention, compaction strategy, retain-null-key) exist for
+Policies (compaction threshold, compaction max/min lag, retention, compaction strategy, retain-null-key) exist for
 topics and namespaces alike, so they are declared once in ``POLICIES`` and each gets
 ``set-``, ``get-`` and ``remove-`` commands under both ``topics`` and ``namespaces``.
 """
@@ -186,6 +186,16 @@ def _render_threshold(body: Any) -> str:
     return f"{body} bytes ({format_bytes(int(body))})" if int(body) > 0 else "0 (automatic compaction disabled)"
 
 
+def _lag_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-l", "--lag", required=True, help=f"{what}, e.g. 90, 30m or 1h (0 disables)")
+    return add
+
+
+def _render_seconds(body: Any) -> str:
+    return "not set" if body is None else f"{body} s" if int(body) > 0 else "0 (disabled)"
+
+
 def _strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--strategy", required=True,
                    help="keep-latest, keep-first, event-time, or a dotted class name")
@@ -247,6 +257,19 @@ POLICIES = (
            lambda b: b if b else "no compaction strategy set"),
     Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
            lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
+    # ours: time-based compaction (compaction.lag), pulsar-admin style verbs
+    Policy("compaction-max-lag", "compactionMaxLagSeconds",
+           _lag_args("compact once the oldest uncompacted message is this old"),
+           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
+    Policy("compaction-min-lag", "compactionMinLagSeconds",
+           _lag_args("leave messages younger than this uncompacted"),
+           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
+    Policy("compaction-tombstone-retention", "compactionTombstoneRetentionSeconds",
+           _lag_args("keep tombstones in the compacted view until they are this old"),
+           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
+    Policy("compacted-view-key-ttl", "compactedViewKeyTtlSeconds",
+           _lag_args("drop a key from the compacted view once its latest message is this old"),
+           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
     Policy("deduplication", "deduplicationEnabled", _dedup_args, lambda a: bool(a.enable),
            lambda b: "not set" if b is None else str(b).lower(), namespace_path="deduplication"),
     Policy("schema-compatibility-strategy", "schemaCompatibilityStrategy", _schema_strategy_args,

@@ -45,6 +45,11 @@ class RunPlan:
     new_horizon: Optional[tuple] = None
     estimated_entries: int = 0
     fault_points: tuple = ()  # test hook: (point, marker file) pairs, see tasks.fault
+    # keep-latest, as packed positions (see ``packed_cut``): a key whose last message is below
+    # ``drop_before`` leaves the view (key TTL; so does a retained keyless message below it); a
+    # tombstone at or above ``tombstones_from`` stays
+    drop_before: int = 0
+    tombstones_from: Optional[int] = None
     extra: dict = field(default_factory=dict)
 
     def group_of_ordinal(self) -> list[int]:
@@ -73,6 +78,24 @@ def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]
                                                   entry_hi=led["hi"], est_entries=led["count"])))
     keyed.sort(key=lambda kv: kv[0])
     return [Segment(ordinal=i, **kw) for i, (_, kw) in enumerate(keyed)]
+
+
+def packed_cut(segments: list[Segment], cut) -> int:
+    """The smallest packed position of a message with id >= ``cut`` (a ``(ledger, entry)``), so
+    that ``packed >= packed_cut(...)`` is ``id >= cut`` for every message of the run."""
+    from .entry_scan import BATCH_BITS, ENTRY_BITS
+
+    lid, eid = int(cut[0]), max(0, int(cut[1]))
+    for i, s in enumerate(segments):
+        if s.ledger_id > lid:
+            return s.ordinal << (ENTRY_BITS + BATCH_BITS)
+        hi = s.entry_hi
+        nxt = segments[i + 1] if i + 1 < len(segments) else None
+        if nxt is not None and nxt.ledger_id == s.ledger_id:  # the horizon's ledger: compacted part
+            hi = nxt.entry_lo - 1                              # ends before its live part
+        if s.ledger_id == lid and hi >= eid:
+            return (s.ordinal << (ENTRY_BITS + BATCH_BITS)) | (min(eid, (1 << ENTRY_BITS) - 1) << BATCH_BITS)
+    return (len(segments) << (ENTRY_BITS + BATCH_BITS))
 
 
 MAX_GROUP_ENTRIES = 4_000_000

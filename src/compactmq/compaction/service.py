@@ -45,7 +45,8 @@ from .compacted_ledger import (
     remove_orphans,
     topic_dir,
 )
-from .plan import RunPlan, build_groups, build_segments
+from .lag import last_compactable, lag_seconds_setting
+from .plan import RunPlan, build_groups, build_segments, packed_cut
 from ..storage.position import EARLIEST, Position
 from .strategies import resolve_strategy
 
@@ -53,9 +54,16 @@ ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-co
 
 
 def topic_settings(storage, topic: str, config) -> dict:
-    """Strategy, retain-null-key and retention mode of a topic: its policy (or its namespace's),
-    else the broker config."""
-    from ..storage import COMPACTION_RETENTION_MODE, COMPACTION_STRATEGY, RETAIN_NULL_KEY
+    """Strategy, retain-null-key, retention mode and minimum lag (seconds, see ``lag``) of a topic:
+    its policy (or its namespace's), else the broker config."""
+    from ..storage import (
+        COMPACTED_VIEW_KEY_TTL,
+        COMPACTION_MIN_LAG,
+        COMPACTION_RETENTION_MODE,
+        COMPACTION_STRATEGY,
+        COMPACTION_TOMBSTONE_RETENTION,
+        RETAIN_NULL_KEY,
+    )
 
     meta = storage.metadata
     mode = retention_mode(meta.effective_policy(topic, COMPACTION_RETENTION_MODE,
@@ -65,6 +73,12 @@ def topic_settings(storage, topic: str, config) -> dict:
         "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
         "retain_null_key": parse_bool(retain or False, default=False),
         "retention_mode": mode,
+        "min_lag_seconds": lag_seconds_setting(meta, topic, COMPACTION_MIN_LAG,
+                                               config.get("brokerServiceCompactionMinLagInSeconds", 0)),
+        "tombstone_retention_seconds": lag_seconds_setting(
+            meta, topic, COMPACTION_TOMBSTONE_RETENTION, config.get("topicCompactionTombstoneRetentionSeconds", 0)),
+        "key_ttl_seconds": lag_seconds_setting(meta, topic, COMPACTED_VIEW_KEY_TTL,
+                                               config.get("topicCompactedViewKeyTtlSeconds", 0)),
     }
 
 
@@ -113,7 +127,8 @@ class CompactionRunner:
         plan = None
         try:
             state = meta.get_compaction_state(self.topic)
-            if state.compacted_ledger_id is None and self._topic_is_empty():
+            settings = topic_settings(self.storage, self.topic, self.config)
+            if state.compacted_ledger_id is None and self._nothing_compactable(settings):
                 duration = int((self.clock() - t0) * 1000)
                 meta.record_empty_compaction(self.topic, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
@@ -122,7 +137,6 @@ class CompactionRunner:
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
             self.abort_hook("start")
             try:
-                settings = topic_settings(self.storage, self.topic, self.config)
                 strategy = resolve_strategy(settings["strategy"])
                 new_id = meta.allocate_ledger_id()
                 steps: dict = {}
@@ -148,11 +162,16 @@ class CompactionRunner:
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
+                # every key has one survivor, and so has every retained keyless message
+                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)))
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
+                details = {"keys": keys, "entries": written, "bytes": os.path.getsize(final_path),
+                           "messagesRead": read, "messagesKept": kept, "durationMs": duration,
+                           "phaseSeconds": dict(steps)}
                 self.abort_hook("before-commit")
                 previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
-                                                  expected_version=running.version)
+                                                  expected_version=running.version, details=details)
                 step("commit")
             except BaseException as e:
                 if final_path and os.path.exists(final_path):
@@ -193,8 +212,14 @@ class CompactionRunner:
             refresh()
         return ml
 
-    def _topic_is_empty(self) -> bool:
-        return self._managed_ledger().last_position() is None
+    def _nothing_compactable(self, settings) -> bool:
+        """An empty topic, or one whose every message is younger than the minimum lag."""
+        return self._last_compactable(self._managed_ledger(), settings) is None
+
+    def _last_compactable(self, ml, settings):
+        """The new horizon's candidate: the last entry, or the last one older than the minimum lag
+        (``lag.last_compactable``; the clock is the runner's, so tests pass their own)."""
+        return last_compactable(ml, settings["min_lag_seconds"], int(self.clock() * 1000))
 
     def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
         from ..storage.ledger_file import index_path_for
@@ -202,7 +227,7 @@ class CompactionRunner:
         ml = self._managed_ledger()
         if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
             ml.rollover()
-        last = ml.last_position()
+        last = self._last_compactable(ml, settings)  # the horizon stops before too young entries
         first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h
@@ -241,6 +266,7 @@ class CompactionRunner:
                 los[int(bound[0])] = int(bound[1])
             compacted = {"path": path, "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)}}
         segments = build_segments(compacted, live)
+        drop_before, tombstones_from = self._time_cuts(ml, settings, strategy, segments)
         parallelism = max(1, int(getattr(self.engine, "parallelism", 2)))
         groups = build_groups(segments, parallelism)
         run_dir = os.path.join(topic_dir(self.data_dir, self.topic), f"run-{new_id}")
@@ -251,8 +277,24 @@ class CompactionRunner:
             strategy=native or "user", retain_null_key=settings["retain_null_key"],
             combine=native == "keep-latest" and self.combine,
             new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
-            fault_points=tuple(self.fault_points),
+            fault_points=tuple(self.fault_points), drop_before=drop_before, tombstones_from=tombstones_from,
         )
+
+    def _time_cuts(self, ml, settings, strategy, segments) -> tuple[int, Optional[int]]:
+        """Packed positions for the key TTL and the tombstone retention (``RunPlan``): a message
+        published before ``now - seconds`` (by the entry index's publish times, as ``lag`` reads
+        them) is below the cut. A compacted entry whose ledger retention deleted counts as older
+        than every retained one."""
+        ttl, keep_tombs = settings["key_ttl_seconds"], settings["tombstone_retention_seconds"]
+        if (ttl > 0 or keep_tombs > 0) and getattr(strategy, "native", None) != "keep-latest":
+            raise CompactionError("compactedViewKeyTtlSeconds and compactionTombstoneRetentionSeconds work with "
+                                  "the keep-latest strategy only")
+        now_ms = int(self.clock() * 1000)
+
+        def cut(seconds: int) -> int:
+            return packed_cut(segments, ml.find_position_by_publish_time(now_ms - seconds * 1000))
+
+        return (cut(ttl) if ttl > 0 else 0), (cut(keep_tombs) if keep_tombs > 0 else None)
 
 
 def _compacted_location(storage, topic: str, ledger_id: int) -> str:
@@ -414,12 +456,16 @@ class LedgerCompactionService(TopicCompactionService):
 
     def stats(self) -> CompactionStats:
         view = self.open_view()
-        state = self.storage.metadata.get_compaction_state(self.topic)
+        meta = self.storage.metadata
+        state = meta.get_compaction_state(self.topic)
+        # what the run that committed the view recorded (this process or a compact-topic job)
+        details_of, details = meta.get_compaction_details(self.topic)
+        steps = dict(details.get("phaseSeconds") or self._last_steps)
         if view is None:
-            return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=self._last_steps)
+            return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
+        keys = int(details.get("keys", -1)) if details_of == view.view_id else -1
         return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes,
-                               keys=-1, last_run_duration_ms=state.last_duration_ms,
-                               last_run_steps=dict(self._last_steps))
+                               keys=keys, last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
 
     def close(self) -> None:
         with self._lock:

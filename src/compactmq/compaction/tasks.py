@@ -54,7 +54,8 @@ def load_segment(seg: Segment):
 def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Iterator[es.Rows]:
     """Phase-one rows of every segment of a group. Keyless rows are dropped unless retained;
     for keep-latest the whole group goes through the map-side combiner (``combine_latest``).
-    ``stats["messages"]`` adds up the messages parsed."""
+    ``stats["messages"]`` adds up the messages parsed, ``stats["keyless"]`` the keyless ones kept
+    (each survives: the run's key count is its survivors minus these)."""
     parts = []
     for ordinal in plan.groups[group]:
         seg = plan.segments[ordinal]
@@ -67,6 +68,8 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
                 keep = (rows.flags & es.FLAG_KEYLESS) == 0
                 if not keep.all():
                     rows = rows.take(np.flatnonzero(keep))
+            elif stats is not None:
+                stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
             if plan.combine:
                 parts.append(rows)
             else:

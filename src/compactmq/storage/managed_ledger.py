@@ -879,6 +879,20 @@ class ManagedLedger:
             last = self.last_position()
             return self.next_position(last) if last is not None else self.next_position(EARLIEST)
 
+    @_os_errors_as_storage_errors
+    def publish_time_of(self, position: Position) -> int | None:
+        """Publish time (ms) the index keeps for the entry at ``position``; None when there is
+        no such durable entry."""
+        ledger_id, entry_id = int(position[0]), int(position[1])
+        with self._lock:
+            led = self._by_id.get(ledger_id)
+            if led is None or not 0 <= entry_id < self._visible(led):
+                return None
+            if entry_id == 0 and led.first_pt is not None:
+                return int(led.first_pt)
+            self._ensure_index(led)
+            return int(led.publish_times[entry_id])
+
     # --- sizes -----------------------------------------------------------------------------
 
     def _info(self, led: _Ledger, visible: int) -> LedgerInfo:

@@ -40,6 +40,12 @@ COMPACTION_THRESHOLD = "compactionThreshold"
 COMPACTION_STRATEGY = "compactionStrategy"
 RETAIN_NULL_KEY = "retainNullKey"
 COMPACTION_RETENTION_MODE = "compactionRetentionMode"
+# time-based compaction (ours: Pulsar has no such policy; Kafka's max/min.compaction.lag.ms)
+COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
+COMPACTION_MIN_LAG = "compactionMinLagSeconds"
+# ours: Kafka's delete.retention.ms, and PIP-252's per-key time-to-live of the compacted view
+COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
+COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
 
 COMPACTION_CURSOR = "__compaction"
 
@@ -115,6 +121,14 @@ CREATE TABLE IF NOT EXISTS compaction_state (
     last_duration_ms    INTEGER,
     removed_event_count INTEGER NOT NULL DEFAULT 0,
     version             INTEGER NOT NULL DEFAULT 0
+);
+-- what the compactor reports of its last committed run beyond the columns above (JSON: keys and
+-- bytes of the view, phase timings), for stats and metrics: a table of its own so that stores
+-- made before it need no migration (CREATE TABLE IF NOT EXISTS)
+CREATE TABLE IF NOT EXISTS compaction_details (
+    topic   TEXT PRIMARY KEY,
+    view_id INTEGER,
+    details TEXT NOT NULL
 );
 """
 
@@ -403,6 +417,7 @@ class MetadataStore:
             db.execute("DELETE FROM cursors WHERE topic = ?", (topic,))
             db.execute("DELETE FROM policies WHERE scope = 'topic' AND name = ?", (topic,))
             db.execute("DELETE FROM compaction_state WHERE topic = ?", (topic,))
+            db.execute("DELETE FROM compaction_details WHERE topic = ?", (topic,))
             return ledger_ids, (row[0] if row else None)
 
     def ledgers(self, topic: str) -> list[LedgerInfo]:
@@ -604,6 +619,16 @@ class MetadataStore:
         horizon = Position(r[1], r[2]) if r[1] is not None else None
         return CompactionState(topic, r[0], horizon, r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
+    def get_compaction_details(self, topic: str) -> tuple[int | None, dict[str, Any]]:
+        """``(view id, details)`` the last committed run recorded (``(None, {})``: none)."""
+        rows = self._query("SELECT view_id, details FROM compaction_details WHERE topic = ?", (topic,))
+        if not rows:
+            return None, {}
+        try:
+            return rows[0][0], dict(json.loads(rows[0][1]))
+        except (ValueError, TypeError):
+            return rows[0][0], {}
+
     def compaction_states(self) -> dict[str, CompactionState]:
         topics = [r[0] for r in self._query("SELECT topic FROM compaction_state ORDER BY topic")]
         return {t: self.get_compaction_state(t) for t in topics}
@@ -671,6 +696,7 @@ class MetadataStore:
         horizon: Position,
         stats: Mapping[str, Any] | None = None,
         expected_version: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> int | None:
         """Make a new compacted ledger and its horizon the topic's compacted view, atomically.
 
@@ -679,7 +705,8 @@ class MetadataStore:
         and the ``__compaction`` durable cursor moved forward to ``horizon`` (created when
         missing) so retention keeps everything compaction has not yet read. Returns the
         previous compacted ledger id (the caller deletes its file after this returns), or None.
-        ``Conflict`` when ``expected_version`` is given and does not match.
+        ``Conflict`` when ``expected_version`` is given and does not match. ``details`` (JSON-able)
+        replace the topic's ``compaction_details`` in the same transaction.
         """
         stats = dict(stats or {})
         horizon = Position(*horizon)
@@ -699,6 +726,9 @@ class MetadataStore:
                 version=st.version + 1,
             )
             self._write_compaction_state(db, st)
+            if details is not None:
+                db.execute("INSERT OR REPLACE INTO compaction_details(topic, view_id, details) VALUES (?, ?, ?)",
+                           (topic, compacted_ledger_id, json.dumps(dict(details))))
             row = db.execute(
                 "SELECT mark_delete_ledger, mark_delete_entry FROM cursors WHERE topic = ? AND name = ?",
                 (topic, COMPACTION_CURSOR),

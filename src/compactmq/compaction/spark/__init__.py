@@ -41,6 +41,7 @@ class SparkEngine:
 
         sc = self.spark.sparkContext
         counter = sc.accumulator(0)
+        keyless = sc.accumulator(0)
         group = f"compactmq-{uuid.uuid4().hex[:12]}"
         sc.setJobGroup(group, f"compaction of {plan.topic}", interruptOnCancel=True)
         self._group = group
@@ -49,14 +50,14 @@ class SparkEngine:
         poller.start()
         try:
             report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-            survivors = pipeline.survivors(self.spark, plan, strategy, counter=counter)
+            survivors = pipeline.survivors(self.spark, plan, strategy, counter=counter, keyless_counter=keyless)
             parts = pipeline.copy_survivors(survivors, plan)
         finally:
             self._group = None
             stop.set()
             poller.join()
             sc.setLocalProperty("spark.jobGroup.id", None)
-        self.last_stats = {"messages_read": counter.value}
+        self.last_stats = {"messages_read": counter.value, "keyless_kept": keyless.value}
         report(CompactionProgress("phase-two", plan.estimated_entries, plan.estimated_entries))
         return parts
 

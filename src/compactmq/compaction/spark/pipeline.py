@@ -33,9 +33,10 @@ from ..plan import RunPlan
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
 
 
-def read_rows(spark, plan: RunPlan, counter=None):
+def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None):
     """Phase-one rows of every group, parsed in Python workers (one task per group). ``counter``
-    (a Spark accumulator) adds up the messages parsed."""
+    (a Spark accumulator) adds up the messages parsed, ``keyless_counter`` the keyless messages
+    retained (they all survive)."""
     with_et = plan.strategy == "event-time"
     schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
 
@@ -47,6 +48,8 @@ def read_rows(spark, plan: RunPlan, counter=None):
                     yield tasks.rows_to_arrow(rows, with_et)
                 if counter is not None:
                     counter.add(stats.get("messages", 0))
+                if keyless_counter is not None:
+                    keyless_counter.add(stats.get("keyless", 0))
 
     n = len(plan.groups)
     return spark.range(0, n, 1, n).mapInArrow(parse, schema)
@@ -63,17 +66,20 @@ def with_key_hash(rows):
     )
 
 
-def keep_latest(keyed):
-    """Survivors ``pos`` of keep-latest: the last message per key, unless it is a tombstone."""
+def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
+    """Survivors ``pos`` of keep-latest: the last message per key, unless it is a tombstone (one
+    at or after ``tombstones_from`` stays: tombstone retention) or it lies before ``drop_before``
+    (the key's time-to-live ran out); both are packed positions, see ``RunPlan``."""
     from pyspark.sql import functions as F
 
     p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
-    return (
-        keyed.groupBy("h1", "h2")
-        .agg(F.max(p2).alias("p2"))
-        .where(F.col("p2").bitwiseAND(F.lit(1)) == 0)
-        .select(F.shiftright("p2", 1).alias("pos"))
-    )
+    pos = F.shiftright("p2", 1)
+    live = F.col("p2").bitwiseAND(F.lit(1)) == 0
+    if tombstones_from is not None:
+        live = live | (pos >= F.lit(int(tombstones_from)))
+    if drop_before:
+        live = live & (pos >= F.lit(int(drop_before)))
+    return keyed.groupBy("h1", "h2").agg(F.max(p2).alias("p2")).where(live).select(pos.alias("pos"))
 
 
 def _after_last_tombstone(keyed):
@@ -123,11 +129,11 @@ def user_strategy(keyed, plan: RunPlan, strategy):
     return keyed.repartition("h1", "h2").sortWithinPartitions("h1", "h2", "pos").mapInArrow(fold, "pos long")
 
 
-def survivors(spark, plan: RunPlan, strategy, counter=None):
+def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None):
     """Phase one: the packed positions of the surviving messages."""
-    keyed = with_key_hash(read_rows(spark, plan, counter))
+    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-latest":
-        return keep_latest(keyed)
+        return keep_latest(keyed, plan.drop_before, plan.tombstones_from)
     if plan.strategy == "keep-first":
         return keep_first(keyed)
     if plan.strategy == "event-time":
