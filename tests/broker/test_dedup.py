@@ -79,7 +79,8 @@ def test_namespace_policy_drops_duplicates_and_answers_minus_one(broker):
 def test_batches_are_deduplicated_by_highest_sequence_id(broker):
     # the official client numbers batches itself, so a batch is resent on the wire as a client
     # resends one after reconnecting: SEND with sequence_id, num_messages, highest_sequence_id
-    from compactmq.protocol import batch, commands, frames
+    from compactmq.protocol import batch, frames
+    from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
     from .test_broker_client import RawClient
