@@ -1,8 +1,10 @@
 """Compaction where the data is: ``compactmq compact-topic --spark-master spark://...`` on a real
 Spark standalone cluster (master and worker started with the ``spark-class`` launcher that ships
-in the pyspark package, in directories of their own), for a topic whose ledgers were offloaded to
-an S3-compatible store (moto's server on 127.0.0.1) and deleted from the broker's disk. The tasks
-read every entry from the object store through pyarrow.fs; the broker serves the new view."""
+in the pyspark package, in directories of their own), for a topic whose sealed ledgers were offloaded
+to an S3-compatible store (moto's server on 127.0.0.1) and deleted from the broker's disk, while
+the broker keeps running and writing its current ledger: the job has the broker seal it first (a
+request in the metadata store), then its tasks read the offloaded entries from the object store
+through pyarrow.fs; the broker serves the new view."""
 
 from __future__ import annotations
 
@@ -116,16 +118,24 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         topic = "persistent://public/default/cluster-offloaded"
         tp = topic_path(topic)
         latest = produce(broker, topic)
-        broker.restart()  # the ledger being written is sealed on recovery: every entry is in a sealed ledger
+        # one message more, alone in its entry: the ledger being written is never empty here
+        c = make_client(broker.url)
+        try:
+            p = c.create_producer(topic, batching_enabled=False)
+            p.send(b"written-last", partition_key="k-last")
+            latest["k-last"] = b"written-last"
+        finally:
+            c.close()
         stats = http.ok("GET", tp + "/internalStats")
         current = stats["ledgers"][-1]
-        assert current["entries"] == 0
+        # the broker is still writing its current ledger: the job has to have it sealed
+        assert current["entries"] > 0, stats["ledgers"]
         http.ok("PUT", tp + "/offload", {"ledgerId": current["ledgerId"], "entryId": 0})
         wait_until("offload SUCCESS", lambda: http.ok("GET", tp + "/offload")["status"] == "SUCCESS", 120)
         wait_until("local copies deleted", lambda: all(
             led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"][:-1]))
-        # nothing of the topic's data is left on the broker's disk
-        assert len(ledger_files(broker, topic)) == 1  # the empty ledger being written
+        # of the topic's data only the ledger being written is left on the broker's disk
+        assert len(ledger_files(broker, topic)) == 1
         assert len(s3_server.keys(bucket)) == 2 * (len(stats["ledgers"]) - 1)
 
         job_dir = tmp_path / "job"  # the job's working directory is not the broker's
@@ -143,6 +153,12 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         assert "compacted ledger" in proc.stdout, proc.stdout
         elapsed = time.monotonic() - t0
 
+        # the running broker sealed its current ledger when the job asked (no restart), so the
+        # run read the messages written last too (the expected view below depends on them)
+        after = http.ok("GET", tp + "/internalStats")["ledgers"]
+        sealed = next(led for led in after if led["ledgerId"] == current["ledgerId"])
+        assert sealed["entries"] == current["entries"] and after[-1]["ledgerId"] > current["ledgerId"]
+        assert "did not seal" not in proc.stderr
         # the tasks ran in the worker's executors (their logs are in the worker's work dir)
         app_dirs = list(worker_work.glob("app-*"))
         assert app_dirs and list(app_dirs[0].glob("*/stderr")), list(worker_work.rglob("*"))[:20]

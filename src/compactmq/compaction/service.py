@@ -194,15 +194,28 @@ class CompactionRunner:
         return ml
 
     def _topic_is_empty(self) -> bool:
-        return self._managed_ledger().last_position() is None
+        return self._last_sealed(self._managed_ledger()) is None
+
+    def _last_sealed(self, ml):
+        """The last position of the topic's sealed ledgers: what a run may read. The broker's own
+        storage seals the current ledger first (a rollover); a read-only ``compact-topic`` job had
+        it sealed before it started (``storage.seal``), and whatever was appended since lies in
+        the ledger being written, which waits for the next run."""
+        if not getattr(self.storage, "read_only", True):
+            ml.rollover()
+            return ml.last_position()
+        from ..storage.position import LEDGER_CLOSED
+
+        for info in reversed(ml.ledgers()):
+            if getattr(info, "state", LEDGER_CLOSED) == LEDGER_CLOSED and info.entry_count > 0:
+                return Position(info.ledger_id, info.entry_count - 1)
+        return None
 
     def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
         from ..storage.ledger_file import index_path_for
 
         ml = self._managed_ledger()
-        if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
-            ml.rollover()
-        last = ml.last_position()
+        last = self._last_sealed(ml)  # a run reads sealed, immutable ledgers only
         first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h

@@ -19,6 +19,7 @@ from ..naming import TopicName, canonical
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
 from .offload import LedgerOffloader
+from .seal import SealRequestWatcher, open_ledger_left
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,11 @@ class Storage:
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
                                          compacted_path=self.compacted_ledger_path)
+        self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
             self._sweep_offload()
+            # a compact-topic job beside this process asks it to seal a topic (storage.seal)
+            self._seal_watcher = SealRequestWatcher(self)
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -141,6 +145,26 @@ class Storage:
 
     def topics(self) -> list[str]:
         return self.metadata.topics()
+
+    def seal_current_ledger(self, topic: str) -> bool:
+        """Seal what ``topic`` is writing (a rollover), so that every entry it holds now is in a
+        sealed ledger; True when a ledger was sealed. A topic no one has open needs nothing, unless
+        a crash left a ledger OPEN: opening it runs the recovery, which seals that ledger."""
+        name = canonical(topic)
+        with self._lock:
+            ml = self._mls.get(name)
+        if ml is None or ml.closed or ml.fenced:
+            if not self.metadata.topic_exists(name):
+                raise TopicNotFound(f"topic {name} does not exist")
+            if (ml is None or ml.closed) and not open_ledger_left(self.metadata, name):
+                return False
+            ml = self.open_managed_ledger(name, create=False)
+        try:
+            return ml.rollover()
+        except StorageError:
+            if ml.closed:  # closed meanwhile: closing sealed it
+                return True
+            raise
 
     def delete_managed_ledger(self, topic: str) -> None:
         """Delete a topic: its metadata in one transaction, then its files. ``TopicNotFound``
@@ -207,6 +231,8 @@ class Storage:
                 return
             self._closed = True
             mls = list(self._mls.values())
+        if self._seal_watcher is not None:
+            self._seal_watcher.stop()
         self.offloader.close()
         for ml in mls:
             ml.close()
