@@ -147,6 +147,10 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
                    "spark.executor.memory=512m", "spark.cores.max=2", "spark.sql.shuffle.partitions=4",
                    f"spark.executorEnv.PYTHONPATH={SRC}", "spark.app.name=compactmq-cluster-test"):
             cmd += ["--config-override", kv]
+        # the job reads the broker's offload settings (as it would from the same broker.conf):
+        # its executors then upload the new compacted ledger's parts straight to the store
+        for k, v in s3_server.offload_config(bucket).items():
+            cmd += ["--config-override", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": SRC, "SPARK_LOCAL_IP": "127.0.0.1"}
         proc = subprocess.run(cmd, cwd=job_dir, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
@@ -163,6 +167,9 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         app_dirs = list(worker_work.glob("app-*"))
         assert app_dirs and list(app_dirs[0].glob("*/stderr")), list(worker_work.rglob("*"))[:20]
 
+        view = http.ok("GET", tp + "/internalStats")["compactedLedger"]
+        assert view["offloaded"] and view["localCopyDeleted"], view  # never on the broker's disk
+        assert any(k.endswith("/ledger.compacted") for k in s3_server.keys(bucket))
         compacted = read_all(broker, topic, compacted=True)
         assert {k: v for k, v, _ in compacted} == latest
         assert [k for k, _, _ in compacted] == list(latest)  # in id order: the order of their last write

@@ -20,6 +20,7 @@ from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
 from .offload import LedgerOffloader
 from .seal import SealRequestWatcher, open_ledger_left
+from .topic_lock import TopicLock
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ class Storage:
         self.metadata.add_listener(self._on_metadata_event)
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
-                                         compacted_path=self.compacted_ledger_path)
+                                         compacted_path=self.compacted_ledger_path,
+                                         compaction_lock=self._try_compaction_lock)
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
             self._sweep_offload()
@@ -101,6 +103,14 @@ class Storage:
     def compacted_dir(self, topic: str) -> str:
         """Where a topic's compacted ledgers may live (storage never deletes files here)."""
         return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
+
+    def _try_compaction_lock(self, relpath: str) -> TopicLock | None:
+        """The compaction lock of the topic at ``relpath`` (``domain/tenant/ns/topic``), or None
+        when a run holds it."""
+        parts = relpath.split("/")
+        if len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
+            return None
+        return TopicLock.try_acquire(str(self.data_dir / COMPACTED_DIR / os.path.join(*parts)))
 
     def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
         return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
