@@ -1,8 +1,10 @@
 """Compaction where the data is: ``compactmq compact-topic --spark-master spark://...`` on a real
 Spark standalone cluster (master and worker started with the ``spark-class`` launcher that ships
-in the pyspark package, in directories of their own), for a topic whose ledgers were offloaded to
-an S3-compatible store (moto's server on 127.0.0.1) and deleted from the broker's disk. The tasks
-read every entry from the object store through pyarrow.fs; the broker serves the new view."""
+in the pyspark package, in directories of their own), for a topic whose sealed ledgers were offloaded
+to an S3-compatible store (moto's server on 127.0.0.1) and deleted from the broker's disk, while
+the broker keeps running and writing its current ledger: the job has the broker seal it first (a
+request in the metadata store), then its tasks read the offloaded entries from the object store
+through pyarrow.fs; the broker serves the new view."""
 
 from __future__ import annotations
 
@@ -116,16 +118,24 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         topic = "persistent://public/default/cluster-offloaded"
         tp = topic_path(topic)
         latest = produce(broker, topic)
-        broker.restart()  # the ledger being written is sealed on recovery: every entry is in a sealed ledger
+        # one message more, alone in its entry: the ledger being written is never empty here
+        c = make_client(broker.url)
+        try:
+            p = c.create_producer(topic, batching_enabled=False)
+            p.send(b"written-last", partition_key="k-last")
+            latest["k-last"] = b"written-last"
+        finally:
+            c.close()
         stats = http.ok("GET", tp + "/internalStats")
         current = stats["ledgers"][-1]
-        assert current["entries"] == 0
+        # the broker is still writing its current ledger: the job has to have it sealed
+        assert current["entries"] > 0, stats["ledgers"]
         http.ok("PUT", tp + "/offload", {"ledgerId": current["ledgerId"], "entryId": 0})
         wait_until("offload SUCCESS", lambda: http.ok("GET", tp + "/offload")["status"] == "SUCCESS", 120)
         wait_until("local copies deleted", lambda: all(
             led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"][:-1]))
-        # nothing of the topic's data is left on the broker's disk
-        assert len(ledger_files(broker, topic)) == 1  # the empty ledger being written
+        # of the topic's data only the ledger being written is left on the broker's disk
+        assert len(ledger_files(broker, topic)) == 1
         assert len(s3_server.keys(bucket)) == 2 * (len(stats["ledgers"]) - 1)
 
         job_dir = tmp_path / "job"  # the job's working directory is not the broker's
@@ -137,16 +147,29 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
                    "spark.executor.memory=512m", "spark.cores.max=2", "spark.sql.shuffle.partitions=4",
                    f"spark.executorEnv.PYTHONPATH={SRC}", "spark.app.name=compactmq-cluster-test"):
             cmd += ["--config-override", kv]
+        # the job reads the broker's offload settings (as it would from the same broker.conf):
+        # its executors then upload the new compacted ledger's parts straight to the store
+        for k, v in s3_server.offload_config(bucket).items():
+            cmd += ["--config-override", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": SRC, "SPARK_LOCAL_IP": "127.0.0.1"}
         proc = subprocess.run(cmd, cwd=job_dir, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
         assert "compacted ledger" in proc.stdout, proc.stdout
         elapsed = time.monotonic() - t0
 
+        # the running broker sealed its current ledger when the job asked (no restart), so the
+        # run read the messages written last too (the expected view below depends on them)
+        after = http.ok("GET", tp + "/internalStats")["ledgers"]
+        sealed = next(led for led in after if led["ledgerId"] == current["ledgerId"])
+        assert sealed["entries"] == current["entries"] and after[-1]["ledgerId"] > current["ledgerId"]
+        assert "did not seal" not in proc.stderr
         # the tasks ran in the worker's executors (their logs are in the worker's work dir)
         app_dirs = list(worker_work.glob("app-*"))
         assert app_dirs and list(app_dirs[0].glob("*/stderr")), list(worker_work.rglob("*"))[:20]
 
+        view = http.ok("GET", tp + "/internalStats")["compactedLedger"]
+        assert view["offloaded"] and view["localCopyDeleted"], view  # never on the broker's disk
+        assert any(k.endswith("/ledger.compacted") for k in s3_server.keys(bucket))
         compacted = read_all(broker, topic, compacted=True)
         assert {k: v for k, v, _ in compacted} == latest
         assert [k for k, _, _ in compacted] == list(latest)  # in id order: the order of their last write

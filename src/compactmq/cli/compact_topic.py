@@ -6,8 +6,14 @@ metadata store stays writable), runs the same Spark pipeline as the broker's in-
 broker picks the new compacted ledger up from there. Progress goes to stderr as one line that
 updates in place; the result goes to stdout (``--output json`` for a JSON document).
 
-It needs no network credentials (it talks to no broker), but it refuses to start when it
-cannot read the data directory (``check_data_dir``), with one line saying why.
+A run reads only sealed ledgers, so the job first has the topic's current ledger sealed
+(``storage.seal``): by the running broker, asked through a request in the metadata store, or --
+when no broker holds the data directory -- by itself, opening the directory read-write for the
+moment of the rollover. ``--seal-timeout`` bounds the wait for a broker's answer; without one the
+run compacts the ledgers already sealed and says so on stderr.
+
+It needs no network credentials (it talks to no broker over the network), but it refuses to
+start when it cannot read the data directory (``check_data_dir``), with one line saying why.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ def add_parser(subparsers) -> None:
         help="override one config key (repeatable), e.g. spark.driver.memory=4g",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--seal-timeout", metavar="SECONDS", type=float, default=30.0,
+                   help="how long to wait for a running broker to seal the topic's current ledger (default 30)")
     p.set_defaults(func=run)
 
 
@@ -124,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         raise NotAllowed(f"{topic}: compaction applies only to persistent topics (a non-persistent topic "
                          "stores nothing)")
     check_data_dir(config.data_dir, topic)
+    from ..storage.seal import NOT_SEALED, seal_before_compaction
+
+    if seal_before_compaction(config.data_dir, config, topic, timeout=args.seal_timeout) == NOT_SEALED:
+        print(f"compact-topic {topic}: the broker did not seal the current ledger within {args.seal_timeout:g}s; "
+              "compacting the sealed ledgers only", file=sys.stderr)
     storage = Storage(config.data_dir, config, read_only=True)
     progress = ProgressLine(topic, enabled=not args.quiet)
     try:

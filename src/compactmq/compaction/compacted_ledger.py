@@ -15,6 +15,17 @@ valid trailer was left by a crashed run and is never read (the metadata store ne
 Files are read through ``pyarrow.fs`` so a Spark executor on another machine can read a compacted
 ledger from shared storage. The records of a file may be produced as separate *parts* (one per
 phase-two task) and concatenated by the driver in id order, see ``concatenate_parts``.
+
+In the object store (tiered storage configured) the executors upload their parts themselves and
+the driver writes only a small *manifest* object beside them, so no payload byte passes through
+the driver::
+
+    <prefix>/part-000000 ...   the records of each part, as a phase-two task wrote them
+    <prefix>/ledger.compacted  b"CMQCLMN1" [u32 n] n x [u64 size][u16 name length][name]
+                               then the index and trailer of the whole ledger, as above
+
+The ledger's bytes are then ``header + part records in order + index + trailer``: exactly the
+one-file layout, which ``CompactedLedgerReader`` assembles when it opens a manifest.
 """
 
 from __future__ import annotations
@@ -30,6 +41,9 @@ from ..errors import StorageError
 from ..storage.managed_ledger import fsync_dir
 
 HEADER = b"CMQCLED1"
+MANIFEST = b"CMQCLMN1"
+MANIFEST_NAME = "ledger.compacted"
+_PART_ENTRY = struct.Struct(">QH")
 TRAILER_MAGIC = b"CMQCLEND"
 RECORD_HEADER = struct.Struct(">Iqq")  # length, ledger_id, entry_id
 TRAILER = struct.Struct(">QQII8s")
@@ -255,6 +269,69 @@ class PartWriter:
         return len(index)
 
 
+def write_manifest(store, prefix: str, parts: list[dict]) -> tuple[str, int, int]:
+    """Commit-ready manifest of a compacted ledger whose parts (``{"path": object key, ...}``
+    in id order, uploaded by phase-two tasks, with their ``.idx`` objects) live in ``store``
+    under ``prefix``. Returns ``(manifest key, ledger size in bytes, entry count)``."""
+    names, sizes, index = [], [], []
+    offset = len(HEADER)
+    last = None
+    for part in parts:
+        key = part["path"]
+        raw_idx = bytes(store.read_all(key + ".idx"))
+        if len(raw_idx) % INDEX_DTYPE.itemsize:
+            raise StorageError(f"part index {key}.idx has {len(raw_idx)} bytes, not whole rows "
+                               f"(objects: {store.list(key.rsplit('/', 1)[0])}; {raw_idx[:64]!r})")
+        idx = np.frombuffer(raw_idx, dtype=INDEX_DTYPE)
+        if len(idx) == 0:
+            continue
+        first = (int(idx["ledger_id"][0]), int(idx["entry_id"][0]))
+        if last is not None and first <= last:
+            raise StorageError(f"compacted ledger ids must increase: {first} after {last}")
+        last = (int(idx["ledger_id"][-1]), int(idx["entry_id"][-1]))
+        size = store.size(key)
+        shifted = idx.copy()
+        shifted["offset"] = shifted["offset"].astype(np.uint64) + np.uint64(offset)
+        index.append(shifted)
+        names.append(key.rsplit("/", 1)[-1])
+        sizes.append(size)
+        offset += size
+    rows = np.concatenate(index).astype(INDEX_DTYPE) if index else np.zeros(0, INDEX_DTYPE)
+    raw = rows.tobytes()
+    out = [MANIFEST, struct.pack(">I", len(names))]
+    for name, size in zip(names, sizes):
+        enc = name.encode()
+        out += [_PART_ENTRY.pack(size, len(enc)), enc]
+    out += [raw, TRAILER.pack(offset, len(rows), _crc32c(raw), 0, TRAILER_MAGIC)]
+    key = f"{prefix}/{MANIFEST_NAME}"
+    store.put(key, out)
+    return key, offset + len(raw) + TRAILER.size, len(rows)
+
+
+def _assemble(path: str, manifest) -> bytes:
+    """The one-file bytes of a compacted ledger stored as a manifest and its parts."""
+    data = memoryview(manifest)
+    (n,) = struct.unpack_from(">I", data, len(MANIFEST))
+    at = len(MANIFEST) + 4
+    parts = []
+    for _ in range(n):
+        size, length = _PART_ENTRY.unpack_from(data, at)
+        at += _PART_ENTRY.size
+        parts.append((bytes(data[at : at + length]).decode(), size))
+        at += length
+    filesystem, p = _filesystem(path)
+    base = p.rsplit("/", 1)[0]
+    out = bytearray(HEADER)
+    for name, size in parts:
+        with filesystem.open_input_file(f"{base}/{name}") as f:
+            chunk = f.read_buffer()
+        if len(chunk) != size:
+            raise StorageError(f"{path}: part {name} has {len(chunk)} bytes, the manifest says {size}")
+        out += memoryview(chunk)
+    out += data[at:]
+    return bytes(out)
+
+
 def read_part_index(path: str) -> np.ndarray:
     with open(path + ".idx", "rb") as f:
         return np.frombuffer(f.read(), dtype=INDEX_DTYPE)
@@ -293,6 +370,8 @@ class CompactedLedgerReader:
     def __init__(self, path: str, buffer=None):
         self.path = path
         self._buf = buffer if buffer is not None else read_file_bytes(path)
+        if bytes(memoryview(self._buf)[: len(MANIFEST)]) == MANIFEST:  # parts in an object store
+            self._buf = _assemble(path, self._buf)
         data = memoryview(self._buf)
         if len(data) < len(HEADER) + TRAILER.size or bytes(data[: len(HEADER)]) != HEADER:
             raise StorageError(f"{path}: not a compacted ledger")

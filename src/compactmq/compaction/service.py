@@ -17,7 +17,6 @@ raise or kill the process to show that every point leaves the old view or the ne
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import threading
@@ -44,10 +43,12 @@ from .compacted_ledger import (
     concatenate_parts,
     remove_orphans,
     topic_dir,
+    write_manifest,
 )
 from .lag import last_compactable, lag_seconds_setting
 from .plan import RunPlan, build_groups, build_segments, packed_cut
 from ..storage.position import EARLIEST, Position
+from ..storage.topic_lock import TopicLock  # noqa: F401 - the lock of a run, also named here
 from .strategies import resolve_strategy
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
@@ -82,24 +83,6 @@ def topic_settings(storage, topic: str, config) -> dict:
     }
 
 
-class TopicLock:
-    """An exclusive flock on the topic's compacted directory: one run per topic at a time, across
-    processes; released by the kernel if the process dies."""
-
-    def __init__(self, directory: str):
-        os.makedirs(directory, exist_ok=True)
-        self.fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            raise Conflict("a compaction of this topic is already running") from None
-
-    def release(self) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-
-
 class CompactionRunner:
     def __init__(self, storage, topic: str, config, engine, *, abort_hook: Optional[Callable[[str], None]] = None,
                  clock: Callable[[], float] = time.time, fault_points: tuple = (), combine: bool = True):
@@ -125,6 +108,7 @@ class CompactionRunner:
         meta = self.storage.metadata
         final_path = None
         plan = None
+        prefix: Optional[str] = None
         try:
             state = meta.get_compaction_state(self.topic)
             settings = topic_settings(self.storage, self.topic, self.config)
@@ -132,8 +116,12 @@ class CompactionRunner:
                 duration = int((self.clock() - t0) * 1000)
                 meta.record_empty_compaction(self.topic, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
-            # files of a crashed run (or a previous ledger whose deletion was cut short)
+            # files of a crashed run (or a previous ledger whose deletion was cut short), and the
+            # objects of a run that died between its upload and its commit
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
+            store_at = self._store_location()
+            if store_at is not None:
+                self._sweep_store()
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
             self.abort_hook("start")
             try:
@@ -149,6 +137,9 @@ class CompactionRunner:
                     mark = now
 
                 plan = self._plan(state, settings, strategy, new_id)
+                if store_at is not None:  # tiered storage: the tasks upload their parts themselves
+                    prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
+                    plan.extra.update(store=store_at, prefix=prefix)
                 step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
                 self.abort_hook("planned")
@@ -156,9 +147,15 @@ class CompactionRunner:
                 step("spark")
                 self.abort_hook("parts-written")
                 report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
-                final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
-                # flush the new ledger (concatenate_parts fsyncs file and directory), then swap
-                written = concatenate_parts(final_path, [p["path"] for p in parts if p["entries"]])
+                record = None
+                if prefix is None:
+                    final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
+                    # flush the new ledger (concatenate_parts fsyncs file and directory), then swap
+                    written = concatenate_parts(final_path, [p["path"] for p in parts if p["entries"]])
+                else:
+                    # the parts are in the object store already: a manifest beside them makes the
+                    # ledger, committed below together with its catalog row
+                    record, written = self._write_manifest(store_at, prefix, new_id, parts)
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
@@ -166,16 +163,23 @@ class CompactionRunner:
                 keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)))
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
-                details = {"keys": keys, "entries": written, "bytes": os.path.getsize(final_path),
+                size = os.path.getsize(final_path) if final_path else record.data_size  # type: ignore[union-attr]
+                details = {"keys": keys, "entries": written, "bytes": size,
                            "messagesRead": read, "messagesKept": kept, "durationMs": duration,
                            "phaseSeconds": dict(steps)}
                 self.abort_hook("before-commit")
-                previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
-                                                  expected_version=running.version, details=details)
+                with meta.transaction():  # ONE transaction: the new view and its object's row
+                    previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
+                                                      expected_version=running.version, details=details)
+                    if record is not None:
+                        self.storage.offloader.catalog.add(record)
                 step("commit")
             except BaseException as e:
-                if final_path and os.path.exists(final_path):
-                    os.unlink(final_path)
+                if not self._committed(new_id if plan is not None else None):
+                    if final_path and os.path.exists(final_path):
+                        os.unlink(final_path)
+                    if prefix is not None:
+                        self._delete_uploaded(store_at, prefix)
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
@@ -194,6 +198,12 @@ class CompactionRunner:
                     os.unlink(compacted_ledger_path(self.data_dir, self.topic, previous))
                 except FileNotFoundError:
                     pass
+                offloader = getattr(self.storage, "offloader", None)
+                if offloader is not None:
+                    try:  # the previous ledger's objects are dead now; maintenance retries
+                        offloader.delete_dead(self.topic)
+                    except CompactMQError:
+                        pass
             step("cleanup")
             report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
             return CompactionResult(
@@ -204,6 +214,54 @@ class CompactionRunner:
             )
         finally:
             lock.release()
+
+    # --- the compacted ledger in the object store ------------------------------------------------
+
+    def _store_location(self):
+        """Where this topic offloads to, when tiered storage is configured (else None): a run
+        then writes its compacted ledger there directly."""
+        offloader = getattr(self.storage, "offloader", None)
+        if offloader is None:
+            return None
+        try:
+            return offloader.location_for(self.topic)
+        except CompactMQError:
+            return None
+
+    def _sweep_store(self) -> None:
+        try:
+            self.storage.offloader.sweep_compacted_orphans(self.topic)
+        except CompactMQError:  # an unreachable store delays the clean-up, not the run
+            pass
+
+    def _write_manifest(self, location, prefix: str, new_id: int, parts: list[dict]):
+        from ..storage.offload import COMPACTED, OffloadRecord, open_store
+
+        key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
+        now = self.storage.metadata.now_ms()
+        # index_key names the prefix (ending in "/"): deleting the ledger deletes every part
+        record = OffloadRecord(key, prefix + "/", COMPACTED, self.topic, new_id, location, size, now,
+                               local_deleted_ms=now)
+        return record, written
+
+    def _committed(self, new_id) -> bool:
+        """Whether the metadata store names ``new_id`` (a failure after the commit, e.g. in a
+        listener, must not delete the ledger in force)."""
+        if new_id is None:
+            return False
+        try:
+            return self.storage.metadata.get_compaction_state(self.topic).compacted_ledger_id == new_id
+        except Exception:
+            return True  # cannot tell: leave the files to the orphan sweeps
+
+    @staticmethod
+    def _delete_uploaded(location, prefix: str) -> None:
+        from ..storage.offload import open_store
+
+        try:
+            open_store(location).delete_prefix(prefix)
+        except CompactMQError:  # an orphan now: the next run or start sweeps it
+            pass
 
     def _managed_ledger(self):
         ml = self.storage.open_managed_ledger(self.topic, create=False)
@@ -217,17 +275,35 @@ class CompactionRunner:
         return self._last_compactable(self._managed_ledger(), settings) is None
 
     def _last_compactable(self, ml, settings):
-        """The new horizon's candidate: the last entry, or the last one older than the minimum lag
-        (``lag.last_compactable``; the clock is the runner's, so tests pass their own)."""
-        return last_compactable(ml, settings["min_lag_seconds"], int(self.clock() * 1000))
+        """The new horizon's candidate: the last sealed entry (``_last_sealed``), or with a minimum
+        lag the last one older than it (``lag.last_compactable``; the clock is the runner's, so
+        tests pass their own)."""
+        sealed = self._last_sealed(ml)
+        if sealed is None:
+            return None
+        young = last_compactable(ml, settings["min_lag_seconds"], int(self.clock() * 1000))
+        return None if young is None else min(Position(*sealed), Position(*young))
+
+    def _last_sealed(self, ml):
+        """The last position of the topic's sealed ledgers: what a run may read. The broker's own
+        storage seals the current ledger first (a rollover); a read-only ``compact-topic`` job had
+        it sealed before it started (``storage.seal``), and whatever was appended since lies in
+        the ledger being written, which waits for the next run."""
+        if not getattr(self.storage, "read_only", True):
+            ml.rollover()
+            return ml.last_position()
+        from ..storage.position import LEDGER_CLOSED
+
+        for info in reversed(ml.ledgers()):
+            if getattr(info, "state", LEDGER_CLOSED) == LEDGER_CLOSED and info.entry_count > 0:
+                return Position(info.ledger_id, info.entry_count - 1)
+        return None
 
     def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
         from ..storage.ledger_file import index_path_for
 
         ml = self._managed_ledger()
-        if not getattr(self.storage, "read_only", True):  # seal first: a run reads sealed, immutable ledgers only
-            ml.rollover()
-        last = self._last_compactable(ml, settings)  # the horizon stops before too young entries
+        last = self._last_compactable(ml, settings)  # sealed ledgers only; stops before too young entries
         first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h

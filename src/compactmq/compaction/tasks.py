@@ -200,9 +200,34 @@ def fold_user(plan: RunPlan, strategy, h1: np.ndarray, h2: np.ndarray, pos: np.n
 
 def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
     """Copy the surviving messages ``positions`` (sorted, all in ``group``) into the group's part
-    file: per segment in id order, raw bytes of each surviving entry, batches rewritten."""
+    file: per segment in id order, raw bytes of each surviving entry, batches rewritten.
+
+    With ``plan.extra["store"]`` (tiered storage configured) the part goes straight to the object
+    store, as ``<plan.extra["prefix"]>/part-NNNNNN`` (and ``.idx``): written to a scratch file
+    of this task, then uploaded, so the driver's disk is never needed."""
     fault(plan, "phase-two-task")
-    path = plan.part_path(group)
+    store = plan.extra.get("store")
+    if store is None:
+        return _copy_group_to(plan, group, positions, plan.part_path(group))
+    import shutil
+    import tempfile
+
+    from ..storage.offload import open_store
+
+    scratch = tempfile.mkdtemp(prefix="compactmq-part-")
+    try:
+        out = _copy_group_to(plan, group, positions, os.path.join(scratch, "part"))
+        key = f"{plan.extra['prefix']}/part-{group:06d}"
+        blobs = open_store(store)
+        blobs.put_file(key + ".idx", out["path"] + ".idx")
+        blobs.put_file(key, out["path"])
+        out["path"] = key
+        return out
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) -> dict:
     writer = PartWriter(path)
     ords, eids, bidx = es.unpack_positions(positions)
     entries = messages = 0

@@ -19,6 +19,8 @@ from ..naming import TopicName, canonical
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
 from .offload import LedgerOffloader
+from .seal import SealRequestWatcher, open_ledger_left
+from .topic_lock import TopicLock
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +87,13 @@ class Storage:
         self.metadata.add_listener(self._on_metadata_event)
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
-                                         compacted_path=self.compacted_ledger_path)
+                                         compacted_path=self.compacted_ledger_path,
+                                         compaction_lock=self._try_compaction_lock)
+        self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
             self._sweep_offload()
+            # a compact-topic job beside this process asks it to seal a topic (storage.seal)
+            self._seal_watcher = SealRequestWatcher(self)
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -97,6 +103,14 @@ class Storage:
     def compacted_dir(self, topic: str) -> str:
         """Where a topic's compacted ledgers may live (storage never deletes files here)."""
         return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
+
+    def _try_compaction_lock(self, relpath: str) -> TopicLock | None:
+        """The compaction lock of the topic at ``relpath`` (``domain/tenant/ns/topic``), or None
+        when a run holds it."""
+        parts = relpath.split("/")
+        if len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
+            return None
+        return TopicLock.try_acquire(str(self.data_dir / COMPACTED_DIR / os.path.join(*parts)))
 
     def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
         return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
@@ -141,6 +155,26 @@ class Storage:
 
     def topics(self) -> list[str]:
         return self.metadata.topics()
+
+    def seal_current_ledger(self, topic: str) -> bool:
+        """Seal what ``topic`` is writing (a rollover), so that every entry it holds now is in a
+        sealed ledger; True when a ledger was sealed. A topic no one has open needs nothing, unless
+        a crash left a ledger OPEN: opening it runs the recovery, which seals that ledger."""
+        name = canonical(topic)
+        with self._lock:
+            ml = self._mls.get(name)
+        if ml is None or ml.closed or ml.fenced:
+            if not self.metadata.topic_exists(name):
+                raise TopicNotFound(f"topic {name} does not exist")
+            if (ml is None or ml.closed) and not open_ledger_left(self.metadata, name):
+                return False
+            ml = self.open_managed_ledger(name, create=False)
+        try:
+            return ml.rollover()
+        except StorageError:
+            if ml.closed:  # closed meanwhile: closing sealed it
+                return True
+            raise
 
     def delete_managed_ledger(self, topic: str) -> None:
         """Delete a topic: its metadata in one transaction, then its files. ``TopicNotFound``
@@ -207,6 +241,8 @@ class Storage:
                 return
             self._closed = True
             mls = list(self._mls.values())
+        if self._seal_watcher is not None:
+            self._seal_watcher.stop()
         self.offloader.close()
         for ml in mls:
             ml.close()

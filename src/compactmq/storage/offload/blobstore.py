@@ -182,7 +182,18 @@ class BlobStore:
         except Exception as e:
             raise StorageError(f"offload: writing {self.uri(key)} failed: {e}") from e
 
+    def put_file(self, key: str, path: str, chunk: int = 8 << 20) -> int:
+        """Upload the local file ``path`` as object ``key`` (streamed); returns its size."""
+        with open(path, "rb") as f:
+            return self.put(key, iter(lambda: f.read(chunk), b""))
+
     # --- reading -----------------------------------------------------------------------------
+
+    def size(self, key: str) -> int:
+        try:
+            return int(self.fs.get_file_info(self.path(key)).size)
+        except Exception as e:
+            raise StorageError(f"offload: cannot stat {self.uri(key)}: {e}") from e
 
     def _open(self, key: str, size: int | None):
         with self._lock:
@@ -256,6 +267,13 @@ class BlobStore:
             return
         except Exception as e:
             raise StorageError(f"offload: deleting {self.uri(key)} failed: {e}") from e
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix`` (a compacted ledger stored as parts)."""
+        keys = self.list(prefix)
+        for key in keys:
+            self.delete(key)
+        return len(keys)
 
     def forget(self, key: str) -> None:
         with self._lock:

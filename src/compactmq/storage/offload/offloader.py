@@ -77,8 +77,12 @@ def _relpath(topic: str) -> str:
 
 class LedgerOffloader:
     def __init__(self, metadata, config, clock: Callable[[], int], read_only: bool = False,
-                 compacted_path: Callable[[str, int], str] | None = None):
+                 compacted_path: Callable[[str, int], str] | None = None,
+                 compaction_lock: Callable[[str], Any] | None = None):
         self.metadata = metadata
+        # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
+        # holds it: compacted-ledger objects are swept only under it
+        self.compaction_lock = compaction_lock
         self.compacted_path = compacted_path  # (topic, compacted ledger id) -> local file
         self.config = config
         self.clock = clock
@@ -411,11 +415,18 @@ class LedgerOffloader:
 
     # --- deleting -------------------------------------------------------------------------------
 
+    def new_compacted_prefix(self, topic: str, ledger_id: int) -> str:
+        """A fresh prefix for a compacted ledger a run writes straight to the object store (its
+        parts and manifest, see ``compaction.compacted_ledger``)."""
+        return f"compacted/{_relpath(topic)}/{ledger_id:012d}-{uuid.uuid4().hex}"
+
     def delete_objects(self, rec: OffloadRecord) -> None:
         store = open_store(rec.location)
         self.cache.drop_object(rec.data_key)
         store.delete(rec.data_key)
-        if rec.index_key != rec.data_key:
+        if rec.index_key.endswith("/"):  # a compacted ledger stored as parts under a prefix
+            store.delete_prefix(rec.index_key.rstrip("/"))
+        elif rec.index_key != rec.data_key:
             store.delete(rec.index_key)
         self.catalog.remove(rec.data_key)
 
@@ -440,15 +451,22 @@ class LedgerOffloader:
             loc = None
         if loc is not None:
             locations.add(loc)
+        prefixes = tuple(k for k in known if k.endswith("/"))
         removed = []
         for loc in locations:
             store = open_store(loc)
-            # compacted-ledger objects are written only by this (read-write) storage's offloader,
-            # which is not running yet: an unnamed one is an orphan too
-            for key in store.list("ledgers") + store.list("compacted"):
+            for key in store.list("ledgers"):
                 if key not in known:
                     store.delete(key)
                     removed.append(key)
+            # compacted-ledger objects are also written by compaction runs (a compact-topic job's
+            # executors upload parts): a topic's are swept only under its compaction lock
+            by_topic: dict[str, list[str]] = {}
+            for key in store.list("compacted"):
+                if key not in known and not key.startswith(prefixes):
+                    by_topic.setdefault("/".join(key.split("/")[1:5]), []).append(key)
+            for rel, keys in by_topic.items():
+                removed += self._delete_locked(store, rel, keys)
         if removed:
             log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
         return removed
@@ -460,11 +478,29 @@ class LedgerOffloader:
         if loc is None:
             return []
         known = self.catalog.known_keys() | set(keep_keys or ())
+        prefixes = tuple(k for k in known if k.endswith("/"))
         store = open_store(loc)
-        removed = [k for k in store.list(f"compacted/{_relpath(topic)}") if k not in known]
+        removed = [k for k in store.list(f"compacted/{_relpath(topic)}")
+                   if k not in known and not k.startswith(prefixes)]
         for key in removed:
             store.delete(key)
         return removed
+
+    def _delete_locked(self, store, rel: str, keys: list[str]) -> list[str]:
+        lock = self.compaction_lock(rel) if self.compaction_lock is not None else None
+        if self.compaction_lock is not None and lock is None:
+            return []  # a run of this topic is uploading: its objects are not orphans
+        try:
+            # listed before the lock was taken: a run may have committed some of them since
+            known = self.catalog.known_keys()
+            prefixes = tuple(k for k in known if k.endswith("/"))
+            keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
+            for key in keys:
+                store.delete(key)
+        finally:
+            if lock is not None:
+                lock.release()
+        return keys
 
     def _row_locations(self) -> set[OffloadLocation]:
         rows = self.metadata.query("SELECT DISTINCT location FROM offloaded_objects")

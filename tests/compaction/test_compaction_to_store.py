@@ -1,0 +1,159 @@
+"""Compaction where the data is: with tiered storage configured, the phase-two tasks upload their
+parts of the new compacted ledger straight to the object store, the driver writes a small
+manifest beside them and commits it with its catalog row in the compaction commit's transaction;
+the view is served from the store, the previous ledger's objects are deleted, and a run killed
+(SIGKILL) between the upload and the commit leaves objects that the next start deletes. Against
+moto's S3 server and the filesystem driver.
+
+Each run is a job in a process of its own beside the test's read-write Storage (what
+``compact-topic`` does), with a Spark session started there: its executors then inherit the
+object store's credentials from the environment, the standard way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from compactmq.compaction.compacted_ledger import MANIFEST_NAME
+from compactmq.compaction.spark import SparkCompactionService
+from compactmq.config import load_config
+from compactmq.storage import Storage
+from compactmq.storage.offload import COMPACTED, open_store
+
+import uuid
+
+import pytest
+
+from . import entries as E
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+TOPIC = "persistent://public/default/compact-to-store"
+
+# each run starts a JVM in a process of its own: three of them on a loaded machine take minutes
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(params=["filesystem", "S3"])
+def offload_conf(request, tmp_path):
+    if request.param == "filesystem":
+        return {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{tmp_path}/offload"}
+    server = request.getfixturevalue("s3_server")
+    return server.offload_config(server.create_bucket(f"b-{uuid.uuid4().hex[:12]}"))
+
+
+def compacted_objects(st: Storage) -> list[str]:
+    return open_store(st.offloader.location_for(TOPIC)).list("compacted")
+
+
+def view(service) -> list:
+    return [E.decode(b)[1][0][1:3] for _, b in service.read_compacted_entries((0, 0), 1000)]
+
+
+CHILD = """
+import json, os, signal, sys
+from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.spark.session import TEST_CONF, get_session
+from compactmq.config import load_config
+from compactmq.storage import Storage
+data_dir, topic, conf, kill_at = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+get_session(TEST_CONF)
+cfg = load_config(overrides=conf)
+st = Storage(data_dir, cfg, read_only=True)  # a compact-topic job beside the writer
+def hook(point):
+    if point == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+r = SparkCompactionService(st, topic, cfg, spark_conf=TEST_CONF, abort_hook=hook).compact()
+print(json.dumps({"id": r.compacted_ledger_id, "previous": r.previous_ledger_id}))
+"""
+
+
+def compact_in_child(data, conf: dict, kill_at: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHILD, str(data), TOPIC, json.dumps(conf), kill_at],
+                          env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True, timeout=300)
+
+
+def compact(data, conf: dict) -> dict:
+    proc = compact_in_child(data, conf)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_path, offload_conf):
+    conf = {"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 20, **offload_conf}
+    data = tmp_path / "data"
+    st = Storage(data, load_config(overrides=conf))
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        ml.append_many([E.single(f"k{i % 7}", b"v%d" % i) for i in range(60)] + [E.single("k0", b"")])
+        ml.rollover()
+        service = SparkCompactionService(st, TOPIC, st.config)  # the broker's read side
+        cid = compact(data, conf)["id"]
+        # nothing on the local disk: the catalog names a manifest and the parts' prefix
+        assert not os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+        rec = st.offloader.compacted_record(cid)
+        assert rec is not None and rec.kind == COMPACTED and rec.index_key.endswith("/")
+        keys = compacted_objects(st)
+        assert rec.data_key in keys and rec.data_key.endswith("/" + MANIFEST_NAME)
+        assert any(k.startswith(rec.index_key + "part-") for k in keys)
+        assert dict(view(service)) == {f"k{i}": b"v%d" % (56 + i if i < 4 else 49 + i) for i in range(1, 7)}
+
+        # a second run reads the previous compacted ledger from the store, and its objects go
+        ml.append_many([E.single("k1", b"newer"), E.single("k9", b"nine")])
+        ml.rollover()
+        second = compact(data, conf)
+        assert second["previous"] == cid
+        assert st.offloader.compacted_record(cid) is None
+        keys = compacted_objects(st)
+        assert keys and all(k.startswith(st.offloader.compacted_record(second["id"]).index_key) for k in keys)
+        got = dict(view(service))
+        assert got["k1"] == b"newer" and got["k9"] == b"nine" and "k0" not in got
+    finally:
+        st.close()
+    # after a restart the broker's read side still opens it from the store
+    st = Storage(tmp_path / "data", load_config(overrides=conf))
+    try:
+        service = SparkCompactionService(st, TOPIC, st.config)
+        assert dict(view(service)) == got
+        assert compacted_objects(st) == keys  # the start's sweep kept the committed objects
+    finally:
+        st.close()
+
+
+def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_start(tmp_path, offload_conf):
+    conf = {"managedLedgerSyncData": False, **offload_conf}
+    data = tmp_path / "data"
+    st = Storage(data, load_config(overrides=conf))
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        ml.append_many([E.single(f"k{i % 5}", b"v%d" % i) for i in range(40)])
+        ml.rollover()
+        service = SparkCompactionService(st, TOPIC, st.config)
+        cid = compact(data, conf)["id"]
+        committed = compacted_objects(st)
+        before = view(service)
+        ml.append_many([E.single("k0", b"lost")])
+        ml.rollover()
+        # the parts and the manifest are uploaded, nothing is committed: SIGKILL
+        proc = compact_in_child(data, conf, kill_at="before-commit")
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+        # the dead run's manifest and parts are in the store, named by no one; the view is the old one
+        left = [k for k in compacted_objects(st) if k not in committed]
+        assert any(k.endswith(MANIFEST_NAME) for k in left) and any("/part-" in k for k in left)
+        assert st.metadata.get_compaction_state(TOPIC).compacted_ledger_id == cid
+        assert view(service) == before
+    finally:
+        st.close()
+    st = Storage(data, load_config(overrides=conf))  # the next start sweeps them
+    try:
+        assert compacted_objects(st) == committed
+        service = SparkCompactionService(st, TOPIC, st.config)
+        assert view(service) == before
+        st.open_managed_ledger(TOPIC).rollover()
+        compact(data, conf)  # and the next run goes on from there
+        assert dict(view(service))["k0"] == b"lost"
+    finally:
+        st.close()
