@@ -64,8 +64,12 @@ def publish(client, topic: str, n: int, size: int, batching: bool):
     import pulsar
 
     producer = client.create_producer(
-        topic, batching_enabled=batching, batching_max_messages=1000, batching_max_publish_delay_ms=5,
-        max_pending_messages=10000, block_if_queue_full=True,
+        topic,
+        batching_enabled=batching,
+        batching_max_messages=1000,
+        batching_max_publish_delay_ms=5,
+        max_pending_messages=10000,
+        block_if_queue_full=True,
     )
     payload = b"x" * size
     failures = []
@@ -86,8 +90,9 @@ def consume(client, topic: str, n: int):
     import pulsar
 
     def run():
-        consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest,
-                                    receiver_queue_size=5000)
+        consumer = client.subscribe(
+            topic, "bench", initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=5000
+        )
         for _ in range(n):
             consumer.acknowledge(consumer.receive(30_000))
         consumer.close()
@@ -123,11 +128,23 @@ def auth_comparison(tmp: str, overrides: list[str], n: int, size: int, trials: i
     ratios: dict[str, dict] = {}
     try:
         clients = {
-            "auth_off": (plain, pulsar.Client(plain.url, operation_timeout_seconds=60,
-                                              logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))),
-            "token_auth": (secured, pulsar.Client(secured.url, operation_timeout_seconds=60,
-                                                  authentication=pulsar.AuthenticationToken(token),
-                                                  logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))),
+            "auth_off": (
+                plain,
+                pulsar.Client(
+                    plain.url,
+                    operation_timeout_seconds=60,
+                    logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+                ),
+            ),
+            "token_auth": (
+                secured,
+                pulsar.Client(
+                    secured.url,
+                    operation_timeout_seconds=60,
+                    authentication=pulsar.AuthenticationToken(token),
+                    logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+                ),
+            ),
         }
         for batching in (False, True):
             label = "batch" if batching else "nobatch"
@@ -147,7 +164,8 @@ def auth_comparison(tmp: str, overrides: list[str], n: int, size: int, trials: i
             ratios[f"publish_{label}"] = {
                 # throughput is noisy on a shared machine; the broker's CPU per message is not
                 "msgs_per_s_ratio": round(
-                    statistics.median(rates["token_auth"]) / statistics.median(rates["auth_off"]), 3),
+                    statistics.median(rates["token_auth"]) / statistics.median(rates["auth_off"]), 3
+                ),
                 "median_msgs_per_s": {mode: statistics.median(v) for mode, v in rates.items()},
                 "median_broker_cpu_us_per_msg": {mode: statistics.median(v) for mode, v in cpu.items()},
             }
@@ -166,8 +184,12 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "broker.json"))
     ap.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--auth-trials", type=int, default=3,
-                    help="publish rounds per broker in the auth on/off comparison (default 3; 0 skips it)")
+    ap.add_argument(
+        "--auth-trials",
+        type=int,
+        default=3,
+        help="publish rounds per broker in the auth on/off comparison (default 3; 0 skips it)",
+    )
     args = ap.parse_args(argv)
     n = args.messages or (20_000 if args.quick else 200_000)
 
@@ -178,8 +200,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="compactmq-bench-") as tmp:
         broker = Broker(os.path.join(tmp, "data"), args.config_override)
         try:
-            client = pulsar.Client(broker.url, operation_timeout_seconds=60,
-                                   logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+            client = pulsar.Client(
+                broker.url,
+                operation_timeout_seconds=60,
+                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            )
             for batching in (False, True):
                 label = "batch" if batching else "nobatch"
                 topic = f"bench-{label}-{time.monotonic_ns()}"
@@ -194,8 +219,9 @@ def main(argv=None) -> int:
             broker.stop()
         auth_overhead: dict[str, dict] = {}
         if args.auth_trials > 0:
-            auth_results, auth_overhead = auth_comparison(tmp, args.config_override, n, args.size,
-                                                          args.auth_trials)
+            auth_results, auth_overhead = auth_comparison(
+                tmp, args.config_override, n, args.size, args.auth_trials
+            )
             results.extend(auth_results)
 
     out = {
@@ -203,11 +229,16 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
-            "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
             # other work on the machine lowers throughput; the CPU-per-message figures hold up
-            "loadavg_1m_before": round(load_before[0], 2), "loadavg_1m_after": round(os.getloadavg()[0], 2),
+            "loadavg_1m_before": round(load_before[0], 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
         },
-        "client": f"pulsar-client {pulsar.__version__}" if hasattr(pulsar, "__version__") else "pulsar-client",
+        "client": f"pulsar-client {pulsar.__version__}"
+        if hasattr(pulsar, "__version__")
+        else "pulsar-client",
         "config_overrides": args.config_override,
         "notes": "client and broker share the machine; broker CPU from /proc/<pid>/stat (user+system)",
         "results": results,

@@ -80,7 +80,15 @@ def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0) -> lis
     if not batched:
         for i, (k, t) in enumerate(zip(key_ids.tolist(), tomb.tolist())):
             key = b"key-%07d" % k
-            md = (b"\x0a\x05bench\x10" + _varint(seq0 + i) + b"\x18" + _varint(now) + b"\x32" + bytes([len(key)]) + key)
+            md = (
+                b"\x0a\x05bench\x10"
+                + _varint(seq0 + i)
+                + b"\x18"
+                + _varint(now)
+                + b"\x32"
+                + bytes([len(key)])
+                + key
+            )
             body = struct.pack(">I", len(md)) + md + (b"" if t else payload)
             out.append(struct.pack(">HI", 0x0E01, crc32c.crc32c(body)) + body)
         return out
@@ -94,7 +102,7 @@ def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0) -> lis
             smm = b"\x12" + bytes([len(key)]) + key + b"\x18" + _varint(len(p))
             parts.append(struct.pack(">I", len(smm)) + smm + p)
         count = len(parts)
-        md = (b"\x0a\x05bench\x10" + _varint(seq0 + b0) + b"\x18" + _varint(now) + b"\x58" + _varint(count))
+        md = b"\x0a\x05bench\x10" + _varint(seq0 + b0) + b"\x18" + _varint(now) + b"\x58" + _varint(count)
         body = struct.pack(">I", len(md)) + md + b"".join(parts)
         out.append(struct.pack(">HI", 0x0E01, crc32c.crc32c(body)) + body)
     return out
@@ -109,7 +117,10 @@ def self_test() -> None:
     assert md.partition_key == "key-0000004" and payload == b""
     md, payload = parse_entry(build_entries(k, t, True, 1)[0])
     items = decode_batch(md, payload)
-    assert md.num_messages_in_batch == 2 and [i.meta.partition_key for i in items] == ["key-0000003", "key-0000004"]
+    assert md.num_messages_in_batch == 2 and [i.meta.partition_key for i in items] == [
+        "key-0000003",
+        "key-0000004",
+    ]
 
 
 def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int, in_child: bool = False) -> str:
@@ -123,12 +134,27 @@ def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int, in_child: 
         return d
     if not in_child:
         # build in a child process, so this process's peak memory is the compaction driver's only
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--prepare-only", layout, "--messages", str(n),
-                        "--keys", str(keys), "--work-dir", work_dir], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--prepare-only",
+                layout,
+                "--messages",
+                str(n),
+                "--keys",
+                str(keys),
+                "--work-dir",
+                work_dir,
+            ],
+            check=True,
+        )
         return d
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    cfg = load_config(
+        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+    )
     storage = Storage(os.path.join(d, "data"), cfg)
     ml = storage.open_managed_ledger(TOPIC)
     key_ids, tomb = make_messages(n, keys, 0.01, seed)
@@ -183,8 +209,16 @@ class MemorySampler:
     def __init__(self, jvm_pid: int | None, period: float = 0.1):
         self.jvm_pid = jvm_pid
         self.period = period
-        self.peak = {"driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0, "total_mb": 0.0,
-                     "driver_anon_mb": 0.0, "jvm_anon_mb": 0.0, "python_workers_anon_mb": 0.0, "total_anon_mb": 0.0}
+        self.peak = {
+            "driver_mb": 0.0,
+            "jvm_mb": 0.0,
+            "python_workers_mb": 0.0,
+            "total_mb": 0.0,
+            "driver_anon_mb": 0.0,
+            "jvm_anon_mb": 0.0,
+            "python_workers_anon_mb": 0.0,
+            "total_anon_mb": 0.0,
+        }
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -235,9 +269,16 @@ class MemorySampler:
                 workers += self._rss(p)
                 workers_a += self._anon(p)
                 stack.extend(kids.get(p, []))
-        for k, v in (("driver_mb", driver), ("jvm_mb", jvm), ("python_workers_mb", workers),
-                     ("total_mb", driver + jvm + workers), ("driver_anon_mb", driver_a), ("jvm_anon_mb", jvm_a),
-                     ("python_workers_anon_mb", workers_a), ("total_anon_mb", driver_a + jvm_a + workers_a)):
+        for k, v in (
+            ("driver_mb", driver),
+            ("jvm_mb", jvm),
+            ("python_workers_mb", workers),
+            ("total_mb", driver + jvm + workers),
+            ("driver_anon_mb", driver_a),
+            ("jvm_anon_mb", jvm_a),
+            ("python_workers_anon_mb", workers_a),
+            ("total_anon_mb", driver_a + jvm_a + workers_a),
+        ):
             self.peak[k] = max(self.peak[k], round(v, 1))
 
     def _run(self) -> None:
@@ -350,8 +391,13 @@ def python_dict_dedup(data_dir: str, out_path: str) -> dict:
                     written += 1
     t2 = time.perf_counter()
     os.unlink(out_path)
-    return {"seconds": round(t2 - t0, 3), "pass1_seconds": round(t1 - t0, 3), "pass2_seconds": round(t2 - t1, 3),
-            "keys_alive": len(keep) and sum(1 for v in latest.values() if v is not None), "entries_written": written}
+    return {
+        "seconds": round(t2 - t0, 3),
+        "pass1_seconds": round(t1 - t0, 3),
+        "pass2_seconds": round(t2 - t1, 3),
+        "keys_alive": len(keep) and sum(1 for v in latest.values() if v is not None),
+        "entries_written": written,
+    }
 
 
 # --- the runs ---------------------------------------------------------------------------------
@@ -362,7 +408,9 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
-    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    cfg = load_config(
+        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+    )
     storage = Storage(os.path.join(d, "data"), cfg)
     try:
         storage.open_managed_ledger(TOPIC)  # a broker has its topics open; recovery is not compaction
@@ -381,21 +429,30 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
             result = service.compact(progress)
             secs = time.perf_counter() - t0
             c1 = mem.cpu_seconds()
-        return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
-                "step_seconds": result.step_seconds, "messages_read": result.messages_read,
-                "messages_kept": result.messages_kept, "entries_written": result.entries_written,
-                "peak_memory": mem.peak}, storage
+        return {
+            "seconds": round(secs, 3),
+            "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
+            "step_seconds": result.step_seconds,
+            "messages_read": result.messages_read,
+            "messages_kept": result.messages_kept,
+            "entries_written": result.entries_written,
+            "peak_memory": mem.peak,
+        }, storage
     except BaseException:
         storage.close()
         raise
 
 
-def incremental(d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, batched: bool, seed: int) -> dict:
+def incremental(
+    d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, batched: bool, seed: int
+) -> dict:
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
-    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False})
+    cfg = load_config(
+        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+    )
     storage = Storage(os.path.join(d, "data"), cfg)
     try:
         ml = storage.open_managed_ledger(TOPIC)
@@ -410,9 +467,15 @@ def incremental(d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, ba
             result = service.compact()
             secs = time.perf_counter() - t0
             c1 = mem.cpu_seconds()
-        return {"seconds": round(secs, 3), "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
-                "step_seconds": result.step_seconds, "messages_read": result.messages_read, "new_messages": n_new,
-                "messages_kept": result.messages_kept, "peak_memory": mem.peak}
+        return {
+            "seconds": round(secs, 3),
+            "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
+            "step_seconds": result.step_seconds,
+            "messages_read": result.messages_read,
+            "new_messages": n_new,
+            "messages_kept": result.messages_kept,
+            "peak_memory": mem.peak,
+        }
     finally:
         storage.close()
 
@@ -427,7 +490,9 @@ def main(argv=None) -> int:
     ap.add_argument("--baselines", default="yes", choices=("yes", "no"))
     ap.add_argument("--work-dir", default="/tmp/compactmq-bench")
     ap.add_argument("--spark-master", default="local[2]")
-    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    ap.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
+    )
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction.json"))
     ap.add_argument("--prepare-only", metavar="LAYOUT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -437,9 +502,13 @@ def main(argv=None) -> int:
     if args.quick:
         args.messages, args.keys = 1_000_000, 100_000
     self_test()
-    spark_conf = {"spark.master": args.spark_master, "spark.ui.enabled": "false",
-                  "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "4",
-                  **dict(kv.split("=", 1) for kv in args.spark_conf)}
+    spark_conf = {
+        "spark.master": args.spark_master,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        **dict(kv.split("=", 1) for kv in args.spark_conf),
+    }
     from compactmq.compaction.spark.session import get_session
 
     t0 = time.perf_counter()
@@ -450,9 +519,16 @@ def main(argv=None) -> int:
     report = {
         "benchmark": "compaction",
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()},
-        "params": {"messages": args.messages, "keys": args.keys, "payload_bytes": PAYLOAD,
-                   "tombstone_rate": 0.01, "batch_size": BATCH, "entries_per_ledger": PER_LEDGER,
-                   "spark_master": args.spark_master, "repeat": args.repeat},
+        "params": {
+            "messages": args.messages,
+            "keys": args.keys,
+            "payload_bytes": PAYLOAD,
+            "tombstone_rate": 0.01,
+            "batch_size": BATCH,
+            "entries_per_ledger": PER_LEDGER,
+            "spark_master": args.spark_master,
+            "repeat": args.repeat,
+        },
         "jvm_and_session_start_seconds": round(jvm_start, 2),
         "layouts": {},
     }
@@ -466,8 +542,10 @@ def main(argv=None) -> int:
             run, storage = compact_once(d, spark_conf, jvm_pid)
             storage.close()
             run["messages_per_second"] = round(args.messages / run["seconds"])
-            log(f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}, "
-                f"cpu {run['cpu_seconds']}, steps {run['step_seconds']}, load {os.getloadavg()[0]:.1f}")
+            log(
+                f"{layout}: {run['seconds']}s = {run['messages_per_second']:,} msg/s, kept {run['messages_kept']}, "
+                f"cpu {run['cpu_seconds']}, steps {run['step_seconds']}, load {os.getloadavg()[0]:.1f}"
+            )
             runs.append(run)
         res["full_cold"] = runs[0]
         warm = runs[1:] or runs
@@ -481,22 +559,34 @@ def main(argv=None) -> int:
         incs = []
         for rep in range(args.repeat):
             log(f"{layout}: incremental run {rep + 1}/{args.repeat} after 1 % new messages")
-            inc = incremental(d, spark_conf, jvm_pid, args.messages // 100, args.keys, layout == "batched", 100 + rep)
-            log(f"{layout}: incremental {inc['seconds']}s, cpu {inc['cpu_seconds']}, steps {inc['step_seconds']}")
+            inc = incremental(
+                d, spark_conf, jvm_pid, args.messages // 100, args.keys, layout == "batched", 100 + rep
+            )
+            log(
+                f"{layout}: incremental {inc['seconds']}s, cpu {inc['cpu_seconds']}, steps {inc['step_seconds']}"
+            )
             incs.append(inc)
         res["incremental_runs"] = incs
         res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)
-        res["peak_memory_mb"] = {k: max(r["peak_memory"][k] for r in runs + incs) for k in runs[0]["peak_memory"]}
+        res["peak_memory_mb"] = {
+            k: max(r["peak_memory"][k] for r in runs + incs) for k in runs[0]["peak_memory"]
+        }
         restore_metadata(d)  # leave the cached data dir as built (appended increments stay; harmless)
         if args.baselines == "yes":
             res["read_input_once"] = read_once(os.path.join(d, "data"))
             log(f"{layout}: read input once {res['read_input_once']}")
             log(f"{layout}: plain Python two-pass dict dedup ...")
-            res["python_dict_dedup"] = python_dict_dedup(os.path.join(d, "data"), os.path.join(d, "dedup.out"))
+            res["python_dict_dedup"] = python_dict_dedup(
+                os.path.join(d, "data"), os.path.join(d, "dedup.out")
+            )
             log(f"{layout}: python dict {res['python_dict_dedup']}")
             res["ratios"] = {
-                "python_dict_over_spark": round(res["python_dict_dedup"]["seconds"] / res["full_median_seconds"], 2),
-                "spark_over_read_once": round(res["full_median_seconds"] / max(1e-9, res["read_input_once"]["seconds"]), 1),
+                "python_dict_over_spark": round(
+                    res["python_dict_dedup"]["seconds"] / res["full_median_seconds"], 2
+                ),
+                "spark_over_read_once": round(
+                    res["full_median_seconds"] / max(1e-9, res["read_input_once"]["seconds"]), 1
+                ),
             }
         report["layouts"][layout] = res
     report["machine"]["load_average_at_end"] = os.getloadavg()
@@ -505,8 +595,15 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     log(f"wrote {args.out}")
-    print(json.dumps({k: {kk: v.get(kk) for kk in ("full_median_messages_per_second", "incremental_median_seconds")}
-                      for k, v in report["layouts"].items()}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: {kk: v.get(kk) for kk in ("full_median_messages_per_second", "incremental_median_seconds")}
+                for k, v in report["layouts"].items()
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -91,9 +91,16 @@ def main() -> None:
         "plain_dict_add_remove_ns (before)": best_ns_per_op(plain_dict, n, args.repeat),
         "auto_split_select_ns": best_ns_per_op(select, n, args.repeat),
     }
-    out = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                       "loadavg_1m": round(os.getloadavg()[0], 2)},
-           "operations_per_run": n, "repeat": args.repeat, "results": results}
+    out = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        },
+        "operations_per_run": n,
+        "repeat": args.repeat,
+        "results": results,
+    }
     print(json.dumps(out, indent=2))
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 

@@ -48,8 +48,12 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from compaction_bench import build_entries, make_messages  # noqa: E402
 
 PER_LEDGER = 1000  # entries (a batched entry holds 100 messages of 100 bytes)
-DUMMY_AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-             "AWS_EC2_METADATA_DISABLED": "true"}
+DUMMY_AWS = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 
 
 def log(msg: str) -> None:
@@ -65,8 +69,11 @@ def free_port() -> int:
 def start_moto(log_dir: str):
     os.environ.update(DUMMY_AWS)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=open(os.path.join(log_dir, "moto.log"), "ab"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=open(os.path.join(log_dir, "moto.log"), "ab"),
+        stderr=subprocess.STDOUT,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -84,8 +91,12 @@ def start_moto(log_dir: str):
 
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    conf = {"managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": bucket,
-            "s3ManagedLedgerOffloadRegion": "us-east-1", "s3ManagedLedgerOffloadServiceEndpoint": endpoint}
+    conf = {
+        "managedLedgerOffloadDriver": "S3",
+        "s3ManagedLedgerOffloadBucket": bucket,
+        "s3ManagedLedgerOffloadRegion": "us-east-1",
+        "s3ManagedLedgerOffloadServiceEndpoint": endpoint,
+    }
     return proc, conf
 
 
@@ -141,15 +152,22 @@ def compact(st, topic: str, config) -> float:
     return took
 
 
-def bench_driver(name: str, offload_conf: dict, entries: list[bytes], trials: int, repeat: int, work: str) -> dict:
+def bench_driver(
+    name: str, offload_conf: dict, entries: list[bytes], trials: int, repeat: int, work: str
+) -> dict:
     from compactmq.compaction.spark.session import TEST_CONF, get_session
     from compactmq.config import load_config
     from compactmq.storage import Storage
     from compactmq.storage.offload import ReadCache
 
     data = tempfile.mkdtemp(dir=work, prefix=f"{name}-")
-    overrides = {"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerOffloadDeletionLagMs": 10**12,
-                 "managedLedgerSyncData": False, **offload_conf, **TEST_CONF}
+    overrides = {
+        "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
+        "managedLedgerOffloadDeletionLagMs": 10**12,
+        "managedLedgerSyncData": False,
+        **offload_conf,
+        **TEST_CONF,
+    }
     config = load_config(overrides=overrides)
     st = Storage(data, config)
     try:
@@ -183,13 +201,18 @@ def bench_driver(name: str, offload_conf: dict, entries: list[bytes], trials: in
         for _ in range(repeat):
             local_runs.append(compact(st, twin, config))
             remote_runs.append(compact(st, topic, config))
-        log(f"{name}: compaction local {statistics.median(local_runs):.2f}s, "
-            f"from the object store {statistics.median(remote_runs):.2f}s")
+        log(
+            f"{name}: compaction local {statistics.median(local_runs):.2f}s, "
+            f"from the object store {statistics.median(remote_runs):.2f}s"
+        )
         return {
-            "entries": len(entries), "bytes": total, "ledgers": len(ml.ledgers()),
+            "entries": len(entries),
+            "bytes": total,
+            "ledgers": len(ml.ledgers()),
             "offload": off,
             "sequential_read": {
-                "local_MBps_median": round(local_mbps, 1), "offloaded_MBps_median": round(remote_mbps, 1),
+                "local_MBps_median": round(local_mbps, 1),
+                "offloaded_MBps_median": round(remote_mbps, 1),
                 "offloaded_over_local": round(remote_mbps / local_mbps, 3),
                 "local_seconds": [round(s, 3) for s, _, _ in local_reads],
                 "offloaded_seconds": [round(s, 3) for s, _, _ in remote_reads],
@@ -198,7 +221,9 @@ def bench_driver(name: str, offload_conf: dict, entries: list[bytes], trials: in
                 "spark_session_start_seconds": round(jvm, 2),
                 "local_seconds_median": round(statistics.median(local_runs), 3),
                 "object_store_seconds_median": round(statistics.median(remote_runs), 3),
-                "object_store_over_local": round(statistics.median(remote_runs) / statistics.median(local_runs), 3),
+                "object_store_over_local": round(
+                    statistics.median(remote_runs) / statistics.median(local_runs), 3
+                ),
                 "local_seconds": [round(s, 3) for s in local_runs],
                 "object_store_seconds": [round(s, 3) for s in remote_runs],
             },
@@ -227,10 +252,14 @@ def main(argv=None) -> int:
     key_ids, tomb = make_messages(a.messages, a.keys, 0.01, 7)
     entries = build_entries(np.asarray(key_ids), np.asarray(tomb), True, 7)
     results: dict = {
-        "benchmark": "offload", "messages": a.messages, "keys": a.keys, "message_bytes": 100,
-        "entry_layout": "batches of 100", "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "benchmark": "offload",
+        "messages": a.messages,
+        "keys": a.keys,
+        "message_bytes": 100,
+        "entry_layout": "batches of 100",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "note": "S3 = moto's server (a Python process) on 127.0.0.1, not a real S3 service; "
-                "local reads are page-cache hot; offloaded reads start with an empty read cache",
+        "local reads are page-cache hot; offloaded reads start with an empty read cache",
         "drivers": {},
     }
     moto = None

@@ -28,17 +28,31 @@ def _load(name: str):
 def _bars(ax, labels, values, fmt):
     bars = ax.bar(labels, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"][: len(values)])
     for bar, v in zip(bars, values):
-        ax.annotate(fmt(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            fmt(v),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
 
 
 def plot_compaction(plt, d) -> None:
     layouts = d["layouts"]
     fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), squeeze=False)
     for ax, (name, lay) in zip(axes[0], layouts.items()):
-        labels = ["read input\nonce", "Spark\n(warm median)", "incremental\n(+1 % new)", "plain Python\ntwo-pass dict"]
-        values = [lay["read_input_once"]["seconds"], lay["full_median_seconds"],
-                  lay["incremental_median_seconds"], lay["python_dict_dedup"]["seconds"]]
+        labels = [
+            "read input\nonce",
+            "Spark\n(warm median)",
+            "incremental\n(+1 % new)",
+            "plain Python\ntwo-pass dict",
+        ]
+        values = [
+            lay["read_input_once"]["seconds"],
+            lay["full_median_seconds"],
+            lay["incremental_median_seconds"],
+            lay["python_dict_dedup"]["seconds"],
+        ]
         _bars(ax, labels, values, lambda v: f"{v:.1f}s")
         ax.set_title(f"{name}: {lay['full_median_messages_per_second'] / 1e6:.1f} M msg/s")
         ax.set_ylabel("seconds")
@@ -58,16 +72,22 @@ def plot_read_compacted(plt, d) -> None:
     _bars(ax, labels, values, lambda v: f"{v:.2f}s")
     ax.set_ylabel("seconds from earliest to end")
     first = rows[0]
-    ax.set_title(f"rewind {first['messages'] / 1e6:.0f} M messages, {first['keys']:,} keys: "
-                 + ", ".join(f"{r['mode']} {r['speedup']:.0f}x" for r in rows))
+    ax.set_title(
+        f"rewind {first['messages'] / 1e6:.0f} M messages, {first['keys']:,} keys: "
+        + ", ".join(f"{r['mode']} {r['speedup']:.0f}x" for r in rows)
+    )
     _save(plt, fig, "read_compacted")
 
 
 def plot_broker(plt, d) -> None:
     rows = d["results"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    _bars(ax, [r["scenario"].replace("_", "\n") for r in rows], [r["msgs_per_s"] / 1000 for r in rows],
-          lambda v: f"{v:.0f}k")
+    _bars(
+        ax,
+        [r["scenario"].replace("_", "\n") for r in rows],
+        [r["msgs_per_s"] / 1000 for r in rows],
+        lambda v: f"{v:.0f}k",
+    )
     ax.set_ylabel("thousand messages/s (official client)")
     ax.set_title("broker throughput, 100-byte messages")
     _save(plt, fig, "broker")
@@ -77,8 +97,10 @@ def plot_storage(plt, d) -> None:
     res = d["results"]
     fig, ax = plt.subplots(figsize=(7, 4))
     # reads compare with a plain reader that also cuts the file into one bytes object per entry
-    labels = [k.replace("_", "\n") + ("\n(vs plain split)" if "ratio_vs_plain_split_median" in v else "")
-              for k, v in res.items()]
+    labels = [
+        k.replace("_", "\n") + ("\n(vs plain split)" if "ratio_vs_plain_split_median" in v else "")
+        for k, v in res.items()
+    ]
     values = [v.get("ratio_vs_plain_split_median", v["ratio_median"]) for v in res.values()]
     _bars(ax, labels, values, lambda v: f"{v:.2f}x")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
@@ -104,8 +126,12 @@ def main() -> int:
     except ImportError:
         print("bench/plot.py needs matplotlib: .venv/bin/pip install matplotlib", file=sys.stderr)
         return 1
-    for name, draw in (("compaction", plot_compaction), ("read_compacted", plot_read_compacted),
-                       ("broker", plot_broker), ("storage", plot_storage)):
+    for name, draw in (
+        ("compaction", plot_compaction),
+        ("read_compacted", plot_read_compacted),
+        ("broker", plot_broker),
+        ("storage", plot_storage),
+    ):
         d = _load(name)
         if d is not None:
             draw(plt, d)

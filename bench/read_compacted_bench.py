@@ -45,17 +45,23 @@ RETENTION_OVERRIDES = ["defaultRetentionTimeInMinutes=-1", "defaultRetentionSize
 def client(url: str):
     import pulsar
 
-    return pulsar.Client(url, operation_timeout_seconds=60,
-                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    return pulsar.Client(
+        url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
 
 
 def publish(url: str, topic: str, messages: int, keys: int, size: int, batching: bool) -> float:
     import pulsar
 
     c = client(url)
-    producer = c.create_producer(topic, batching_enabled=batching, batching_max_messages=1000,
-                                 batching_max_publish_delay_ms=10, max_pending_messages=10000,
-                                 block_if_queue_full=True)
+    producer = c.create_producer(
+        topic,
+        batching_enabled=batching,
+        batching_max_messages=1000,
+        batching_max_publish_delay_ms=10,
+        max_pending_messages=10000,
+        block_if_queue_full=True,
+    )
     errors = []
 
     def done(res, _mid):
@@ -89,8 +95,12 @@ def compact(data_dir: str, topic: str) -> dict:
         secs = time.perf_counter() - t0
     finally:
         storage.close()
-    return {"seconds": round(secs, 3), "entries_read": result.entries_read,
-            "messages_read": result.messages_read, "messages_kept": result.messages_kept}
+    return {
+        "seconds": round(secs, 3),
+        "entries_read": result.entries_read,
+        "messages_read": result.messages_read,
+        "messages_kept": result.messages_kept,
+    }
 
 
 def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int, dict]:
@@ -99,8 +109,9 @@ def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int, dict
     import pulsar
 
     c = client(url)
-    reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=compacted,
-                             receiver_queue_size=5000)
+    reader = c.create_reader(
+        topic, pulsar.MessageId.earliest, is_read_compacted=compacted, receiver_queue_size=5000
+    )
     n = 0
     state: dict = {}
     t0 = time.perf_counter()
@@ -124,8 +135,12 @@ def timed_reads(url: str, topic: str, compacted: bool, repeat: int) -> tuple[lis
 
 def reader_result(runs: list, n: int) -> dict:
     median = sorted(runs)[len(runs) // 2]
-    return {"seconds": median, "runs_seconds": runs, "messages": n,
-            "msgs_per_s": round(n / median) if median else None}
+    return {
+        "seconds": median,
+        "runs_seconds": runs,
+        "messages": n,
+        "msgs_per_s": round(n / median) if median else None,
+    }
 
 
 def run_mode(work: str, messages: int, keys: int, size: int, batching: bool, repeat: int) -> dict:
@@ -175,14 +190,18 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     messages = a.messages or (100_000 if a.quick else 1_000_000)
     keys = a.keys or (1_000 if a.quick else 10_000)
-    out = Path(a.out) if a.out else ROOT / "bench" / "results" / (
-        "read_compacted_quick.json" if a.quick else "read_compacted.json")
+    out = (
+        Path(a.out)
+        if a.out
+        else ROOT / "bench" / "results" / ("read_compacted_quick.json" if a.quick else "read_compacted.json")
+    )
     sys.path.insert(0, str(ROOT / "src"))
     import pulsar  # noqa: F401  (fail early when the client is missing)
     from compactmq.compaction.spark.session import get_session
 
-    spark = get_session({"spark.master": "local[2]", "spark.ui.enabled": "false",
-                         "spark.ui.showConsoleProgress": "false"})
+    spark = get_session(
+        {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    )
     work = tempfile.mkdtemp(prefix="cmq-rc-bench-")
     results = []
     try:
@@ -197,13 +216,19 @@ def main(argv=None) -> int:
         "benchmark": "read_compacted",
         "quick": bool(a.quick),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "client": "pulsar-client " + _client_version(),
         "config_overrides": RETENTION_OVERRIDES,
-        "notes": ("time from MessageId.earliest until has_message_available() is false, one reader each on a "
-                  "fresh connection; compaction (Spark local[2], in-process) is not included in either time; "
-                  "speedup = plain seconds / compacted seconds; client and broker share the machine (other work on "
-                  "it shows in load_average_1m; the compacted reader's sub-second time is the noisier one)"),
+        "notes": (
+            "time from MessageId.earliest until has_message_available() is false, one reader each on a "
+            "fresh connection; compaction (Spark local[2], in-process) is not included in either time; "
+            "speedup = plain seconds / compacted seconds; client and broker share the machine (other work on "
+            "it shows in load_average_1m; the compacted reader's sub-second time is the noisier one)"
+        ),
         "results": results,
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -40,8 +40,20 @@ from standalone import ROOT, free_port
 class Broker:
     def __init__(self, data_dir: str) -> None:
         self.port, self.web_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
-               "--broker-port", str(self.port), "--web-port", str(self.web_port), "--log-level", "WARNING"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "standalone",
+            "--data-dir",
+            data_dir,
+            "--broker-port",
+            str(self.port),
+            "--web-port",
+            str(self.web_port),
+            "--log-level",
+            "WARNING",
+        ]
         for override in RETENTION_OVERRIDES:
             cmd += ["--config-override", override]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
@@ -75,8 +87,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.full:
         args.messages, args.keys = 10_000_000, 1_000_000
-    out = Path(args.out or ROOT / "bench" / "results" / ("spark_source_full.json" if args.full
-                                                         else "spark_source.json"))
+    out = Path(
+        args.out
+        or ROOT / "bench" / "results" / ("spark_source_full.json" if args.full else "spark_source.json")
+    )
     work = args.work or tempfile.mkdtemp(prefix="spark-source-bench-")
     data_dir = os.path.join(work, "data")
 
@@ -94,8 +108,12 @@ def main(argv=None) -> int:
         compactmq.spark.register(spark)
 
         def source(view: str, path: str):
-            r = spark.read.format("compactmq").option("topic", topic).option("view", view) \
+            r = (
+                spark.read.format("compactmq")
+                .option("topic", topic)
+                .option("view", view)
                 .option("minPartitions", str(args.cores))
+            )
             if path == "direct":
                 return r.load(data_dir)
             return r.option("service.url", broker.url).option("admin.url", broker.admin_url).load()
@@ -103,32 +121,52 @@ def main(argv=None) -> int:
         results: dict = {}
         for view in ("compacted", "raw"):
             copy = os.path.join(work, f"{view}.parquet")
-            source(view, "direct").select("value", "__key", "__messageId", "__publishTime") \
-                .write.mode("overwrite").parquet(copy)
-            frames = {"direct": source(view, "direct"), "broker": source(view, "broker"),
-                      "parquet": spark.read.parquet(copy)}
+            source(view, "direct").select("value", "__key", "__messageId", "__publishTime").write.mode(
+                "overwrite"
+            ).parquet(copy)
+            frames = {
+                "direct": source(view, "direct"),
+                "broker": source(view, "broker"),
+                "parquet": spark.read.parquet(copy),
+            }
             results[view] = {}
             for path, df in frames.items():
                 runs = [scan(df) for _ in range(args.repeat)]
                 secs = statistics.median(s for s, _ in runs)
                 rows = runs[0][1]
-                results[view][path] = {"seconds": round(secs, 3), "rows": rows,
-                                       "rows_per_s": round(rows / secs),
-                                       "rows_per_s_per_core": round(rows / secs / args.cores),
-                                       "runs": [round(s, 3) for s, _ in runs]}
-                print(f"{view:9} {path:7} {rows:>10} rows {secs:8.2f}s "
-                      f"{rows / secs / args.cores:>12,.0f} rows/s/core", flush=True)
+                results[view][path] = {
+                    "seconds": round(secs, 3),
+                    "rows": rows,
+                    "rows_per_s": round(rows / secs),
+                    "rows_per_s_per_core": round(rows / secs / args.cores),
+                    "runs": [round(s, 3) for s, _ in runs],
+                }
+                print(
+                    f"{view:9} {path:7} {rows:>10} rows {secs:8.2f}s "
+                    f"{rows / secs / args.cores:>12,.0f} rows/s/core",
+                    flush=True,
+                )
             parquet = results[view]["parquet"]["seconds"]
             for path in ("direct", "broker"):
-                results[view][path]["fraction_of_parquet_speed"] = round(parquet / results[view][path]["seconds"], 4)
+                results[view][path]["fraction_of_parquet_speed"] = round(
+                    parquet / results[view][path]["seconds"], 4
+                )
     finally:
         broker.stop()
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    report = {"bench": "spark_source", "messages": args.messages, "keys": args.keys, "size": args.size,
-              "cores": args.cores, "repeat": args.repeat, "publish_seconds": round(publish_secs, 3),
-              "compaction": compaction, "results": results,
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
+    report = {
+        "bench": "spark_source",
+        "messages": args.messages,
+        "keys": args.keys,
+        "size": args.size,
+        "cores": args.cores,
+        "repeat": args.repeat,
+        "publish_seconds": round(publish_secs, 3),
+        "compaction": compaction,
+        "results": results,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")

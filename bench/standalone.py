@@ -35,8 +35,20 @@ class StandaloneBroker:
     def __init__(self, data_dir: str, overrides: Iterable[str] = ()) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
-               "--broker-port", str(self.port), "--web-port", str(free_port()), "--log-level", "WARNING"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "standalone",
+            "--data-dir",
+            data_dir,
+            "--broker-port",
+            str(self.port),
+            "--web-port",
+            str(free_port()),
+            "--log-level",
+            "WARNING",
+        ]
         for override in overrides:
             cmd += ["--config-override", override]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)

@@ -173,8 +173,9 @@ def write_trial(workdir, data, storage_overrides, plain_sync, op, trial) -> tupl
 
 def prepare_read(workdir, data):
     d = Path(tempfile.mkdtemp(dir=workdir))
-    st = Storage(d, load_config(overrides={"managedLedgerSyncData": False,
-                                           "managedLedgerMaxEntriesPerLedger": 50_000}))
+    st = Storage(
+        d, load_config(overrides={"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 50_000})
+    )
     ml = st.open_managed_ledger("bench")
     for i in range(0, len(data), 1000):
         ml.append_many(data[i : i + 1000])
@@ -286,8 +287,12 @@ def main() -> None:
         "append_fsync_each": (2_000 if q else 10_000, {}, True, lambda side, b: side.each(b)),
         "append_group_commit": (4_000 if q else 20_000, {}, True, lambda side, b: side.group(b, threads)),
         "append_many": (20_000 if q else 200_000, {}, True, lambda side, b: side.many(b, batch)),
-        "append_no_sync": (20_000 if q else 100_000, {"managedLedgerSyncData": False}, False,
-                           lambda side, b: side.each(b)),
+        "append_no_sync": (
+            20_000 if q else 100_000,
+            {"managedLedgerSyncData": False},
+            False,
+            lambda side, b: side.each(b),
+        ),
     }
     n_read = 50_000 if q else 500_000
     workdir = Path(tempfile.mkdtemp(prefix="compactmq-bench-", dir=args.dir))
@@ -303,8 +308,10 @@ def main() -> None:
                 step += 1
                 t_ours, t_plain = write_trial(workdir, data, overrides, plain_sync, op, trial)
                 rows.append({"storage_s": t_ours, "plain_s": t_plain})
-                log(f"[{step}/{total_steps}] {name} trial {trial + 1}: storage {n / t_ours:,.0f} entries/s, "
-                    f"plain {n / t_plain:,.0f} entries/s, ratio {t_plain / t_ours:.2f}")
+                log(
+                    f"[{step}/{total_steps}] {name} trial {trial + 1}: storage {n / t_ours:,.0f} entries/s, "
+                    f"plain {n / t_plain:,.0f} entries/s, ratio {t_plain / t_ours:.2f}"
+                )
             results[name] = summarize(n, size, rows)
 
         data = entries(n_read, size)
@@ -325,17 +332,22 @@ def main() -> None:
                 t_plain = plain_read(paths, chunk)
                 t_split = plain_read_split(split_path, chunk, n_read)
             rows.append({"storage_s": t_ours, "plain_s": t_plain, "plain_split_s": t_split})
-            log(f"[{step}/{total_steps}] sequential_read trial {trial + 1}: storage {n_read / t_ours:,.0f} "
+            log(
+                f"[{step}/{total_steps}] sequential_read trial {trial + 1}: storage {n_read / t_ours:,.0f} "
                 f"entries/s, plain {n_read / t_plain:,.0f} entries/s, ratio {t_plain / t_ours:.2f}; "
-                f"plain+split {n_read / t_split:,.0f} entries/s, ratio {t_split / t_ours:.2f}")
+                f"plain+split {n_read / t_split:,.0f} entries/s, ratio {t_split / t_ours:.2f}"
+            )
         r = results["sequential_read"] = summarize(n_read, size, rows)
         r["plain_split_entries_per_s"] = n_read / statistics.median(x["plain_split_s"] for x in rows)
-        r["ratio_vs_plain_split_median"] = statistics.median(x["plain_split_s"] / x["storage_s"] for x in rows)
+        r["ratio_vs_plain_split_median"] = statistics.median(
+            x["plain_split_s"] / x["storage_s"] for x in rows
+        )
         r["note"] = (
             "plain = pread of the ledger files' bytes in 1000-entry chunks, nothing per entry; "
             "plain_split = the same entries in a u32-length-prefixed file, read in chunks and cut "
             "into one bytes object per entry (what any Python reader of entries must do); storage "
-            "also checks every entry's CRC32C and returns (Position, bytes) pairs")
+            "also checks every entry's CRC32C and returns (Position, bytes) pairs"
+        )
         st.close()
         shutil.rmtree(d)
     finally:
@@ -344,14 +356,25 @@ def main() -> None:
     out = {
         "benchmark": "storage",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-        "params": {"quick": q, "trials": trials, "entry_size": size, "threads": threads, "batch": batch,
-                   "blocks_per_trial": BLOCKS},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "params": {
+            "quick": q,
+            "trials": trials,
+            "entry_size": size,
+            "threads": threads,
+            "batch": batch,
+            "blocks_per_trial": BLOCKS,
+        },
         "note": "ratio = storage throughput / plain file I/O throughput for the same bytes and sync policy, "
-                "per trial, both sides interleaved block by block; ratio_median is the median over trials "
-                "(>1 means storage was faster). The sync scenarios are bound by fdatasync latency, which "
-                "on a shared VM varies several-fold; read the ratios, not the rates.",
+        "per trial, both sides interleaved block by block; ratio_median is the median over trials "
+        "(>1 means storage was faster). The sync scenarios are bound by fdatasync latency, which "
+        "on a shared VM varies several-fold; read the ratios, not the rates.",
         "results": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -359,11 +382,15 @@ def main() -> None:
     log(f"\nwrote {args.out}")
     log(f"{'scenario':22} {'storage/s':>12} {'plain/s':>12} {'ratio':>7}   (medians, {size}-byte entries)")
     for name, r in results.items():
-        log(f"{name:22} {r['storage_entries_per_s']:>12,.0f} {r['plain_entries_per_s']:>12,.0f} "
-            f"{r['ratio_median']:>7.2f}")
+        log(
+            f"{name:22} {r['storage_entries_per_s']:>12,.0f} {r['plain_entries_per_s']:>12,.0f} "
+            f"{r['ratio_median']:>7.2f}"
+        )
     r = results["sequential_read"]
-    log(f"{'  vs plain+split':22} {r['storage_entries_per_s']:>12,.0f} {r['plain_split_entries_per_s']:>12,.0f} "
-        f"{r['ratio_vs_plain_split_median']:>7.2f}")
+    log(
+        f"{'  vs plain+split':22} {r['storage_entries_per_s']:>12,.0f} {r['plain_split_entries_per_s']:>12,.0f} "
+        f"{r['ratio_vs_plain_split_median']:>7.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -43,10 +43,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--topic", default=None, help="default: a fresh persistent://public/default/ticker-<time>")
     p.add_argument("--symbols", type=int, default=300)
     p.add_argument("--ticks", type=int, default=200_000)
-    p.add_argument("--late-ticks", type=int, default=500,
-                   help="ticks published after the compaction (served from the topic, after the horizon)")
-    p.add_argument("--start-broker", action="store_true",
-                   help="start a standalone broker in a temporary directory for the run")
+    p.add_argument(
+        "--late-ticks",
+        type=int,
+        default=500,
+        help="ticks published after the compaction (served from the topic, after the horizon)",
+    )
+    p.add_argument(
+        "--start-broker",
+        action="store_true",
+        help="start a standalone broker in a temporary directory for the run",
+    )
     return p.parse_args(argv)
 
 
@@ -62,9 +69,22 @@ def _free_port() -> int:
 def start_broker(args) -> subprocess.Popen:
     data_dir = tempfile.mkdtemp(prefix="stock-ticker-")
     port, web = _free_port(), _free_port()
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", data_dir,
-           "--broker-port", str(port), "--web-port", str(web), "--log-level", "WARNING",
-           "--config-override", "spark.ui.showConsoleProgress=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compactmq.cli.main",
+        "standalone",
+        "--data-dir",
+        data_dir,
+        "--broker-port",
+        str(port),
+        "--web-port",
+        str(web),
+        "--log-level",
+        "WARNING",
+        "--config-override",
+        "spark.ui.showConsoleProgress=false",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "ready" not in line:
@@ -96,8 +116,13 @@ def compact(args, topic: str) -> float:
     while True:
         status = admin(args, "GET", path)
         prog = status.get("progress")
-        line = status["status"] if not prog else (
-            f"{status['status']} {prog['phase']}: {prog['entriesProcessed']}/{prog['entriesTotal']} entries")
+        line = (
+            status["status"]
+            if not prog
+            else (
+                f"{status['status']} {prog['phase']}: {prog['entriesProcessed']}/{prog['entriesTotal']} entries"
+            )
+        )
         if line != last:
             print(f"  compaction: {line}")
             last = line
@@ -113,8 +138,13 @@ def compact(args, topic: str) -> float:
 
 
 def publish(client, topic: str, symbols: list[str], ticks: int, latest: dict, seq0: int = 0) -> float:
-    producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True,
-                                      batching_max_messages=1000, batching_max_publish_delay_ms=10)
+    producer = client.create_producer(
+        topic,
+        batching_enabled=True,
+        block_if_queue_full=True,
+        batching_max_messages=1000,
+        batching_max_publish_delay_ms=10,
+    )
     rng = random.Random(42 + seq0)
     prices = {s: latest.get(s, {}).get("price", 100.0) for s in symbols}
     t0 = time.monotonic()
@@ -132,8 +162,9 @@ def publish(client, topic: str, symbols: list[str], ticks: int, latest: dict, se
 def rewind(client, topic: str, read_compacted: bool) -> tuple[dict, int, float]:
     """Read from the earliest message to the end; returns (latest per symbol, messages, seconds)."""
     t0 = time.monotonic()
-    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=read_compacted,
-                                  receiver_queue_size=5000)
+    reader = client.create_reader(
+        topic, pulsar.MessageId.earliest, is_read_compacted=read_compacted, receiver_queue_size=5000
+    )
     latest: dict[str, dict] = {}
     n = 0
     try:
@@ -161,8 +192,9 @@ def main(argv=None) -> int:
     broker = start_broker(args) if args.start_broker else None
     topic = args.topic or f"persistent://public/default/ticker-{int(time.time())}"
     symbols = [f"SYM{i:04d}" for i in range(args.symbols)]
-    client = pulsar.Client(args.service_url, operation_timeout_seconds=60,
-                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = pulsar.Client(
+        args.service_url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
     try:
         latest: dict[str, dict] = {}
         print(f"publishing {args.ticks:,} ticks for {len(symbols)} symbols to {topic}")
@@ -179,7 +211,11 @@ def main(argv=None) -> int:
         full, n_full, t_full = rewind(client, topic, read_compacted=False)
         compacted, n_compacted, t_compacted = rewind(client, topic, read_compacted=True)
         table, t_table = table_view(client, topic)
-        for name, view in (("plain reader", full), ("read-compacted reader", compacted), ("TableView", table)):
+        for name, view in (
+            ("plain reader", full),
+            ("read-compacted reader", compacted),
+            ("TableView", table),
+        ):
             if view != latest:
                 wrong = sum(1 for s in latest if view.get(s) != latest[s])
                 raise SystemExit(f"{name}: {wrong} of {len(latest)} symbols do not have their latest price")
@@ -189,8 +225,10 @@ def main(argv=None) -> int:
         print(f"  plain reader, whole history     {n_full:>9,} messages  {t_full:7.2f}s")
         print(f"  read-compacted reader           {n_compacted:>9,} messages  {t_compacted:7.2f}s")
         print(f"  TableView                       {len(table):>9,} keys      {t_table:7.2f}s")
-        print(f"the compacted rewind was {t_full / max(t_compacted, 1e-6):.1f}x faster "
-              f"({n_full / max(n_compacted, 1):.0f}x fewer messages)")
+        print(
+            f"the compacted rewind was {t_full / max(t_compacted, 1e-6):.1f}x faster "
+            f"({n_full / max(n_compacted, 1):.0f}x fewer messages)"
+        )
         for s in symbols[:3]:
             print(f"  {s}: {compacted[s]['price']:.2f} (tick #{compacted[s]['seq']})")
     finally:

@@ -57,19 +57,28 @@ def run(args) -> int:
 
     spark = get_session()  # local; Python workers run this interpreter (PYSPARK_PYTHON)
     compactmq.spark.register(spark)
-    prices = (spark.read.format("compactmq")
-              .option("service.url", args.service_url).option("admin.url", args.admin_url)
-              .option("topic", topic).option("view", "latest").load()
-              .select(F.from_json(F.col("value").cast("string"), "symbol string, price double, seq long")
-                      .alias("tick"), "__publishTime")
-              .select("tick.*", "__publishTime"))
+    prices = (
+        spark.read.format("compactmq")
+        .option("service.url", args.service_url)
+        .option("admin.url", args.admin_url)
+        .option("topic", topic)
+        .option("view", "latest")
+        .load()
+        .select(
+            F.from_json(F.col("value").cast("string"), "symbol string, price double, seq long").alias("tick"),
+            "__publishTime",
+        )
+        .select("tick.*", "__publishTime")
+    )
     companies = spark.createDataFrame(
         [(s, SECTORS[i % len(SECTORS)], 1_000_000 * (i + 1)) for i, s in enumerate(symbols)],
-        "symbol string, sector string, shares long")
+        "symbol string, sector string, shares long",
+    )
     board = prices.join(companies, "symbol").withColumn("market_value", F.col("price") * F.col("shares"))
     board.orderBy(F.desc("market_value")).show(5)
-    board.groupBy("sector").agg(F.count("*").alias("symbols"), F.sum("market_value").alias("market_value")) \
-        .orderBy("sector").show()
+    board.groupBy("sector").agg(
+        F.count("*").alias("symbols"), F.sum("market_value").alias("market_value")
+    ).orderBy("sector").show()
 
     got = {r["symbol"]: r["price"] for r in prices.collect()}
     want = {s: t["price"] for s, t in latest.items()}

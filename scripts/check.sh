@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Static checks, run by .ci/run before the tests (and by hand: bash scripts/check.sh):
-#   1. ruff check (the rule set in pyproject.toml; `ruff format --check` joins once the tree is
-#      formatted);
+#   1. ruff check (the rule set in pyproject.toml) and ruff format --check (the tree is formatted);
 #   2. mypy on src/ (the level in pyproject.toml: what the code passes today, to be raised);
 #   3. the layer check: no module imports a package on a higher layer (scripts/check_layers.py);
 #   4. the committed protocol/pulsar_pb2.py describes exactly protocol/pulsar.proto (the
@@ -15,6 +14,8 @@ bin="$(dirname "$python")"
 
 echo "[check] ruff check"
 "$bin/ruff" check --quiet .
+echo "[check] ruff format --check"
+"$bin/ruff" format --check --quiet .
 echo "[check] mypy src/compactmq"
 "$bin/mypy" src/compactmq
 echo "[check] layers"

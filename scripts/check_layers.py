@@ -15,8 +15,19 @@ import ast
 import sys
 from pathlib import Path
 
-LAYER = {"config": 0, "errors": 0, "naming": 0, "protocol": 1, "storage": 2, "compaction": 3, "auth": 3,
-         "broker": 4, "admin": 5, "spark": 5, "cli": 6}
+LAYER = {
+    "config": 0,
+    "errors": 0,
+    "naming": 0,
+    "protocol": 1,
+    "storage": 2,
+    "compaction": 3,
+    "auth": 3,
+    "broker": 4,
+    "admin": 5,
+    "spark": 5,
+    "cli": 6,
+}
 #: temporary exceptions, each with what removes it: "path under src/compactmq:imported package".
 #: (none today: keep it that way)
 ALLOWED: set[str] = set()
@@ -81,7 +92,9 @@ def main() -> int:
                 if layer is None:
                     problems.append(f"{path}:{node.lineno}: imports compactmq.{target}, which has no layer")
                 elif layer > mine and f"{path.relative_to(src)}:{target}" not in ALLOWED:
-                    problems.append(f"{path}:{node.lineno}: {me} (layer {mine}) imports {target} (layer {layer})")
+                    problems.append(
+                        f"{path}:{node.lineno}: {me} (layer {mine}) imports {target} (layer {layer})"
+                    )
                 elif layer > mine:
                     print(f"allowed for now: {path}:{node.lineno}: {me} imports {target}")
     for p in problems:

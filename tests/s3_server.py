@@ -56,8 +56,12 @@ class S3Server:
         return sorted(out)
 
     def offload_config(self, bucket: str) -> dict[str, str]:
-        return {"managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": bucket,
-                "s3ManagedLedgerOffloadRegion": "us-east-1", "s3ManagedLedgerOffloadServiceEndpoint": self.endpoint}
+        return {
+            "managedLedgerOffloadDriver": "S3",
+            "s3ManagedLedgerOffloadBucket": bucket,
+            "s3ManagedLedgerOffloadRegion": "us-east-1",
+            "s3ManagedLedgerOffloadServiceEndpoint": self.endpoint,
+        }
 
 
 def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Server:
@@ -70,8 +74,12 @@ def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Serv
     os.environ.update(DUMMY_CREDENTIALS)  # inherited by brokers and Spark processes the tests start
     port = _free_port()
     log = open(os.path.join(log_dir or tempfile.gettempdir(), f"moto-{port}.log"), "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -125,13 +125,19 @@ def test_secrets_are_not_in_repr():
 def test_offload_keys_have_pulsars_names_and_defaults():
     from compactmq.config import load_config
 
-    cfg = load_config(None, {"managedLedgerOffloadDriver": "aws-s3", "managedLedgerOffloadDeletionLagMs": "0"})
+    cfg = load_config(
+        None, {"managedLedgerOffloadDriver": "aws-s3", "managedLedgerOffloadDeletionLagMs": "0"}
+    )
     assert cfg["managedLedgerOffloadDriver"] == "aws-s3"
     assert cfg["managedLedgerOffloadDeletionLagMs"] == 0
     assert cfg["s3ManagedLedgerOffloadMaxBlockSizeInBytes"] == 64 * 1024 * 1024
     assert cfg["s3ManagedLedgerOffloadReadBufferSizeInBytes"] == 1024 * 1024
     assert cfg["managedLedgerOffloadAutoTriggerSizeThresholdBytes"] == -1
     assert cfg["managedLedgerOffloadThresholdInSeconds"] == -1
-    for key in ("s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadRegion",
-                "s3ManagedLedgerOffloadServiceEndpoint", "fileSystemURI"):
+    for key in (
+        "s3ManagedLedgerOffloadBucket",
+        "s3ManagedLedgerOffloadRegion",
+        "s3ManagedLedgerOffloadServiceEndpoint",
+        "fileSystemURI",
+    ):
         assert cfg[key] == ""

@@ -20,8 +20,17 @@ def test_names_expand_like_pulsar(given, expected):
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "   ", "a/b", "a/b/c/d", "kafka://a/b/c", "persistent://a/b", "persistent://a b/ns/t",
-     "persistent://a/b/", " t"],
+    [
+        "",
+        "   ",
+        "a/b",
+        "a/b/c/d",
+        "kafka://a/b/c",
+        "persistent://a/b",
+        "persistent://a b/ns/t",
+        "persistent://a/b/",
+        " t",
+    ],
 )
 def test_invalid_names_are_clear_errors(bad):
     with pytest.raises(InvalidTopicName):

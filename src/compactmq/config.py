@@ -55,10 +55,24 @@ DEFAULT_WEB_PORT_TLS = 8443
 # Key prefixes of Pulsar parts compactmq does not have; such keys are ignored even when newer
 # Pulsar releases add names that pulsar_conf_keys.txt does not list yet.
 IGNORED_PREFIXES = (
-    "bookkeeper", "bookie", "dbStorage_", "journal", "zooKeeper", "zookeeper", "metadataStore",
-    "configurationMetadataStore", "loadBalancer", "functionsWorker", "transaction", "webSocket",
-    "replicat", "managedLedgerOffload", "s3ManagedLedgerOffload", "gcsManagedLedgerOffload",
-    "packages", "brokerClient",
+    "bookkeeper",
+    "bookie",
+    "dbStorage_",
+    "journal",
+    "zooKeeper",
+    "zookeeper",
+    "metadataStore",
+    "configurationMetadataStore",
+    "loadBalancer",
+    "functionsWorker",
+    "transaction",
+    "webSocket",
+    "replicat",
+    "managedLedgerOffload",
+    "s3ManagedLedgerOffload",
+    "gcsManagedLedgerOffload",
+    "packages",
+    "brokerClient",
 )
 
 # Values never printed (repr, logs): token keys, htpasswd content, passwords of ignored parts.
@@ -86,7 +100,9 @@ SETTINGS: dict[str, Setting] = {
     "bindAddress": _s(str, "127.0.0.1", "address the broker and web service listen on"),
     "advertisedAddress": _s(str, "", "host name put in lookup answers; empty means bindAddress"),
     "advertisedListeners": _s(
-        str, "", "named addresses answered by lookups: name:pulsar://host:port,name:pulsar+ssl://host:port,..."
+        str,
+        "",
+        "named addresses answered by lookups: name:pulsar://host:port,name:pulsar+ssl://host:port,...",
     ),
     "internalListenerName": _s(str, "", "listener answered when a client names none (default: the first)"),
     "brokerServicePort": _s(int, 6650, "Pulsar binary protocol port"),
@@ -101,7 +117,9 @@ SETTINGS: dict[str, Setting] = {
     ),
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
     # --- deduplication, producers, consumers, schemas, listeners (issue 12) ---------------
-    "brokerDeduplicationEnabled": _s(bool, False, "drop messages whose sequence id a producer already published"),
+    "brokerDeduplicationEnabled": _s(
+        bool, False, "drop messages whose sequence id a producer already published"
+    ),
     "brokerDeduplicationEntriesInterval": _s(
         int, 1000, "entries between two snapshots of the deduplication state"
     ),
@@ -112,17 +130,23 @@ SETTINGS: dict[str, Setting] = {
     "maxConsumersPerTopic": _s(int, 0, "consumers a topic accepts at once (0: no limit)"),
     "maxConsumersPerSubscription": _s(int, 0, "consumers a subscription accepts at once (0: no limit)"),
     "maxUnackedMessagesPerConsumer": _s(
-        int, 50000, "Shared/Key_Shared: a consumer holding this many unacknowledged messages gets no more (0: off)"
+        int,
+        50000,
+        "Shared/Key_Shared: a consumer holding this many unacknowledged messages gets no more (0: off)",
     ),
     "maxUnackedMessagesPerSubscription": _s(
         int, 200000, "Shared/Key_Shared: a subscription with this many unacknowledged messages stops (0: off)"
     ),
     "schemaCompatibilityStrategy": _s(
-        str, "FULL", "schema changes a topic accepts when neither it nor its namespace says: ALWAYS_COMPATIBLE, "
-        "ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL or a *_TRANSITIVE form"
+        str,
+        "FULL",
+        "schema changes a topic accepts when neither it nor its namespace says: ALWAYS_COMPATIBLE, "
+        "ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL or a *_TRANSITIVE form",
     ),
     "isAllowAutoUpdateSchemaEnabled": _s(bool, True, "producers may register new schema versions"),
-    "isSchemaValidationEnforced": _s(bool, False, "refuse producers without a schema on topics that have one"),
+    "isSchemaValidationEnforced": _s(
+        bool, False, "refuse producers without a schema on topics that have one"
+    ),
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(
@@ -150,18 +174,24 @@ SETTINGS: dict[str, Setting] = {
         int, 0, "backlog since the horizon that triggers compaction; 0 disables"
     ),
     "brokerServiceCompactionMaxLagInSeconds": _s(
-        int, 0, "compact a topic whose oldest uncompacted message is older than this, whatever its "
-        "backlog (the compactionMaxLagSeconds policy overrides it); 0 disables"
+        int,
+        0,
+        "compact a topic whose oldest uncompacted message is older than this, whatever its "
+        "backlog (the compactionMaxLagSeconds policy overrides it); 0 disables",
     ),
     "brokerServiceCompactionMinLagInSeconds": _s(
-        int, 0, "messages younger than this are not compacted yet (the compactionMinLagSeconds "
-        "policy overrides it); 0: every message up to the last one"
+        int,
+        0,
+        "messages younger than this are not compacted yet (the compactionMinLagSeconds "
+        "policy overrides it); 0: every message up to the last one",
     ),
     "topicCompactionTombstoneRetentionSeconds": _s(
         int, 0, "keep a tombstone in the compacted view until it is this old (keep-latest); 0: drop at once"
     ),
     "topicCompactedViewKeyTtlSeconds": _s(
-        int, 0, "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never"
+        int,
+        0,
+        "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never",
     ),
     "compactionMaxConcurrentRuns": _s(int, 1, "compactions running at once in this broker"),
     "topicCompactionRetainNullKey": _s(bool, False, "keep keyless messages in the compacted view"),
@@ -211,27 +241,38 @@ SETTINGS: dict[str, Setting] = {
     "tlsCiphers": _s(str, "", "comma list of cipher suites; empty: the default"),
     # --- tiered storage (offload), Pulsar's keys; see compactmq.storage.offload ----------
     "managedLedgerOffloadDriver": _s(
-        str, "", "where sealed ledgers are offloaded: aws-s3 or S3 (any S3-compatible endpoint), "
-        "google-cloud-storage, filesystem (fileSystemURI); empty disables offload"),
+        str,
+        "",
+        "where sealed ledgers are offloaded: aws-s3 or S3 (any S3-compatible endpoint), "
+        "google-cloud-storage, filesystem (fileSystemURI); empty disables offload",
+    ),
     "s3ManagedLedgerOffloadBucket": _s(str, "", "bucket offloaded ledgers go to (aws-s3, S3)"),
     "s3ManagedLedgerOffloadRegion": _s(str, "", "region of the bucket (empty: the SDK's default)"),
     "s3ManagedLedgerOffloadServiceEndpoint": _s(
-        str, "", "endpoint of an S3-compatible service, e.g. http://127.0.0.1:9000 (empty: AWS)"),
+        str, "", "endpoint of an S3-compatible service, e.g. http://127.0.0.1:9000 (empty: AWS)"
+    ),
     "s3ManagedLedgerOffloadMaxBlockSizeInBytes": _s(
-        int, 64 * 1024 * 1024, "size of the blocks a ledger is written to the object store in"),
+        int, 64 * 1024 * 1024, "size of the blocks a ledger is written to the object store in"
+    ),
     "s3ManagedLedgerOffloadReadBufferSizeInBytes": _s(
-        int, 1024 * 1024, "bytes fetched (one ranged read) and cached per read of an offloaded ledger"),
+        int, 1024 * 1024, "bytes fetched (one ranged read) and cached per read of an offloaded ledger"
+    ),
     "gcsManagedLedgerOffloadBucket": _s(str, "", "bucket offloaded ledgers go to (google-cloud-storage)"),
     "fileSystemURI": _s(
-        str, "", "root of the filesystem driver: file:///path, hdfs://host:port/path or a mounted path"),
+        str, "", "root of the filesystem driver: file:///path, hdfs://host:port/path or a mounted path"
+    ),
     "managedLedgerOffloadDeletionLagMs": _s(
-        int, 4 * 60 * 60 * 1000, "delete the local copy of an offloaded ledger this long after offload"),
+        int, 4 * 60 * 60 * 1000, "delete the local copy of an offloaded ledger this long after offload"
+    ),
     "managedLedgerOffloadAutoTriggerSizeThresholdBytes": _s(
-        int, -1, "offload sealed ledgers while a topic keeps more than this locally (-1: never, 0: at once)"),
+        int, -1, "offload sealed ledgers while a topic keeps more than this locally (-1: never, 0: at once)"
+    ),
     "managedLedgerOffloadThresholdInSeconds": _s(
-        int, -1, "offload sealed ledgers older than this (-1: never)"),
+        int, -1, "offload sealed ledgers older than this (-1: never)"
+    ),
     "managedLedgerOffloadReadCacheSizeInBytes": _s(
-        int, 64 * 1024 * 1024, "memory for recently read ranges of offloaded ledgers (compactmq's own key)"),
+        int, 64 * 1024 * 1024, "memory for recently read ranges of offloaded ledgers (compactmq's own key)"
+    ),
 }
 
 SPARK_DEFAULTS: dict[str, str] = {
@@ -290,9 +331,7 @@ def is_secret_key(key: str) -> bool:
 def pulsar_conf_keys() -> frozenset[str]:
     """Key names of Pulsar's broker.conf/standalone.conf (read once, when first needed)."""
     text = resources.files(__package__).joinpath("pulsar_conf_keys.txt").read_text()
-    return frozenset(
-        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
-    )
+    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 
 def is_ignored_pulsar_key(key: str) -> bool:
@@ -307,9 +346,7 @@ class Config(Mapping[str, Any]):
     effect (see the module docstring); the broker logs them once at start.
     """
 
-    def __init__(
-        self, values: dict[str, Any], spark: dict[str, str], ignored_keys: tuple[str, ...] = ()
-    ):
+    def __init__(self, values: dict[str, Any], spark: dict[str, str], ignored_keys: tuple[str, ...] = ()):
         self._values = values
         self.spark = spark
         self.ignored_keys = ignored_keys
@@ -395,9 +432,7 @@ def _apply_aliases(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def load_config(
-    file: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
-) -> Config:
+def load_config(file: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Merge defaults, an optional broker.conf-style file and overrides into a ``Config``."""
     values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
     spark = dict(SPARK_DEFAULTS)

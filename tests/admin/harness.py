@@ -19,12 +19,16 @@ from broker.conftest import BrokerProcess, make_client  # tests/ is on sys.path 
 MONITOR_INTERVAL_SECONDS = 2
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
+
 def start_broker(data_dir: Path, **overrides: str) -> BrokerProcess:
-    b = BrokerProcess(data_dir, {
-        "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
-        **TEST_CONF,  # the compaction test profile, as config overrides
-        **overrides,
-    })
+    b = BrokerProcess(
+        data_dir,
+        {
+            "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
+            **TEST_CONF,  # the compaction test profile, as config overrides
+            **overrides,
+        },
+    )
     b.start(timeout=60)
     return b
 
@@ -37,8 +41,12 @@ class Http:
 
     def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data is not None else {})
+        req = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data is not None else {},
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 status, payload, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
@@ -92,11 +100,14 @@ def topic_path(topic: str) -> str:
     return f"/admin/v2/{domain}/{rest}"
 
 
-def publish(broker: BrokerProcess, topic: str, n: int, keys: int, prefix: str = "v", batching: bool = True) -> None:
+def publish(
+    broker: BrokerProcess, topic: str, n: int, keys: int, prefix: str = "v", batching: bool = True
+) -> None:
     c = make_client(broker.url)
     try:
-        p = c.create_producer(topic, batching_enabled=batching, block_if_queue_full=True,
-                              batching_max_publish_delay_ms=5)
+        p = c.create_producer(
+            topic, batching_enabled=batching, block_if_queue_full=True, batching_max_publish_delay_ms=5
+        )
         for i in range(n):
             p.send_async(f"{prefix}{i}".encode(), None, partition_key=f"k{i % keys}")
         p.flush()

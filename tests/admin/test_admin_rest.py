@@ -125,7 +125,9 @@ def test_http_lookup_path(broker, http, topic):
     assert found["brokerUrl"] == broker.url and found["httpUrl"] == web_url(broker)
     assert found["brokerUrlTls"] == ""  # no TLS port here
     http.error("GET", "/lookup/v2/topic/persistent/bad%20tenant/default/t", 412)  # invalid name
-    http.error("GET", topic_path(topic) + "/partitions", 404)  # an admin asking about a topic that is not there
+    http.error(
+        "GET", topic_path(topic) + "/partitions", 404
+    )  # an admin asking about a topic that is not there
     assert http.ok("GET", topic_path(topic) + "/partitions?checkAllowAutoCreation=true") == {"partitions": 0}
     client = pulsar.Client(web_url(broker), operation_timeout_seconds=15)
     try:
@@ -139,8 +141,9 @@ def test_http_lookup_path(broker, http, topic):
         assert topic not in http.ok("GET", f"{NS}/public/default/topics?mode=NON_PERSISTENT")
         http.error("GET", f"{NS}/public/default/topics?mode=SOME", 400)
         http.error("GET", f"{NS}/public/nowhere/topics", 404)
-        pattern = client.subscribe(re.compile(re.escape(topic) + ".*"), "pat",
-                                   initial_position=pulsar.InitialPosition.Earliest)
+        pattern = client.subscribe(
+            re.compile(re.escape(topic) + ".*"), "pat", initial_position=pulsar.InitialPosition.Earliest
+        )
         assert pattern.receive(10_000).data() == b"via-http-lookup"
     finally:
         client.close()
@@ -234,7 +237,11 @@ def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, htt
     assert "already running" in http.error("PUT", path + "/compaction", 409)
     running = http.ok("GET", path + "/compaction")
     assert running["status"] == "RUNNING" and set(running["progress"]) == {
-        "phase", "entriesProcessed", "entriesTotal", "etaSeconds"}
+        "phase",
+        "entriesProcessed",
+        "entriesTotal",
+        "etaSeconds",
+    }
     body = wait_status(http, topic, "SUCCESS")
     assert body == {"status": "SUCCESS", "lastError": ""}
 
@@ -252,8 +259,11 @@ def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, htt
     status, text = http.call("GET", "/metrics")
     assert status == 200
     label = f'topic="{topic}"'
-    metrics = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-               if line.startswith("pulsar_") and label in line}
+    metrics = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("pulsar_") and label in line
+    }
 
     def m(name):
         return metrics[f'{name}{{cluster="standalone",namespace="public/default",{label}}}']
@@ -266,10 +276,19 @@ def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, htt
     assert m("pulsar_compaction_compacted_entries_count") > 0
     assert m("pulsar_compaction_compacted_entries_size") > 0
     assert m("pulsar_in_messages_total") == 2000 and m("pulsar_storage_size") > 0
-    for name in ("pulsar_producers_count", "pulsar_consumers_count", "pulsar_rate_in", "pulsar_rate_out",
-                 "pulsar_throughput_in", "pulsar_throughput_out", "pulsar_msg_backlog"):
+    for name in (
+        "pulsar_producers_count",
+        "pulsar_consumers_count",
+        "pulsar_rate_in",
+        "pulsar_rate_out",
+        "pulsar_throughput_in",
+        "pulsar_throughput_out",
+        "pulsar_msg_backlog",
+    ):
         m(name)
-    assert re.search(r'^pulsar_topics_count\{cluster="standalone",namespace="public/default"\} \d+$', text, re.M)
+    assert re.search(
+        r'^pulsar_topics_count\{cluster="standalone",namespace="public/default"\} \d+$', text, re.M
+    )
 
 
 def test_partitioned_compaction_fans_out(spark_in_broker, broker, http, topic):
@@ -312,7 +331,9 @@ def test_namespace_threshold_triggers_compaction(spark_in_broker, broker, http):
     publish(broker, topic, 600, keys=6)
     http.ok("PUT", f"{NS}/public/auto/compactionThreshold", 2048)
     wait_status(http, topic, "SUCCESS", timeout=60)
-    assert http.ok("GET", topic_path(topic) + "/stats")["compaction"]["lastCompactionRemovedEventCount"] == 594
+    assert (
+        http.ok("GET", topic_path(topic) + "/stats")["compaction"]["lastCompactionRemovedEventCount"] == 594
+    )
 
 
 def test_openapi_document(http):
@@ -333,9 +354,25 @@ def test_stock_ticker_example(spark_in_broker, broker):
     from .harness import ROOT_DIR
 
     proc = subprocess.run(
-        [sys.executable, str(ROOT_DIR / "examples" / "stock_ticker.py"), "--service-url", broker.url,
-         "--admin-url", web_url(broker), "--symbols", "40", "--ticks", "4000", "--late-ticks", "50"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
+        [
+            sys.executable,
+            str(ROOT_DIR / "examples" / "stock_ticker.py"),
+            "--service-url",
+            broker.url,
+            "--admin-url",
+            web_url(broker),
+            "--symbols",
+            "40",
+            "--ticks",
+            "4000",
+            "--late-ticks",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT_DIR,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rebuilt three ways (all agree)" in proc.stdout
     assert re.search(r"the compacted rewind was [\d.]+x faster", proc.stdout)

@@ -71,14 +71,18 @@ def test_error_mapping(service, monkeypatch):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(service.storage.metadata, "tenants", boom)
-    (s404, _, b404), (s405, h405, b405), (s500, _, b500), (s503, _, b503), (s_other, _, b_other) = request_all(
-        service, [
-            ("GET", "/admin/v2/nothing/here", None),
-            ("PATCH", "/admin/v2/persistent/public/default/t/compaction", None),
-            ("GET", "/admin/v2/tenants", None),
-            ("PUT", "/admin/v2/persistent/public/default/t/compaction", None),
-            ("GET", "/elsewhere", None),
-        ])
+    (s404, _, b404), (s405, h405, b405), (s500, _, b500), (s503, _, b503), (s_other, _, b_other) = (
+        request_all(
+            service,
+            [
+                ("GET", "/admin/v2/nothing/here", None),
+                ("PATCH", "/admin/v2/persistent/public/default/t/compaction", None),
+                ("GET", "/admin/v2/tenants", None),
+                ("PUT", "/admin/v2/persistent/public/default/t/compaction", None),
+                ("GET", "/elsewhere", None),
+            ],
+        )
+    )
     assert s404 == 404 and "no such admin path" in b404["reason"]
     assert s405 == 405 and h405["Allow"] == "GET, PUT" and b405["reason"]
     assert s500 == 500 and "disk on fire" in b500["reason"]
@@ -87,10 +91,13 @@ def test_error_mapping(service, monkeypatch):
 
 
 def test_topic_names_with_encoded_characters(service):
-    results = request_all(service, [
-        ("PUT", "/admin/v2/persistent/public/default/odd%3Aname", None),
-        ("GET", "/admin/v2/persistent/public/default", None),
-    ])
+    results = request_all(
+        service,
+        [
+            ("PUT", "/admin/v2/persistent/public/default/odd%3Aname", None),
+            ("GET", "/admin/v2/persistent/public/default", None),
+        ],
+    )
     assert results[0][0] == 204
     assert results[1][2] == ["persistent://public/default/odd:name"]
     route, captures = build_router().match("GET", "/admin/v2/persistent/public/default/a%2Fb%20c/stats")
@@ -109,17 +116,20 @@ def test_router_domain_segment_and_allowed_methods():
     assert e.value.allowed == ["GET"]
 
 
-@pytest.mark.parametrize("path, body, error", [
-    ("compactionThreshold", -1, PreconditionFailed),
-    ("compactionThreshold", "ten", InvalidInput),
-    ("compactionThreshold", True, InvalidInput),
-    ("retention", {"retentionTimeInMinutes": 1}, InvalidInput),
-    ("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 0}, PreconditionFailed),
-    ("compactionStrategy", "", InvalidInput),
-    ("compactionStrategy", "latest-wins", PreconditionFailed),
-    ("compactionRetainNullKey", "maybe", InvalidInput),
-    ("compactionRetentionMode", "forever", PreconditionFailed),
-])
+@pytest.mark.parametrize(
+    "path, body, error",
+    [
+        ("compactionThreshold", -1, PreconditionFailed),
+        ("compactionThreshold", "ten", InvalidInput),
+        ("compactionThreshold", True, InvalidInput),
+        ("retention", {"retentionTimeInMinutes": 1}, InvalidInput),
+        ("retention", {"retentionTimeInMinutes": -2, "retentionSizeInMB": 0}, PreconditionFailed),
+        ("compactionStrategy", "", InvalidInput),
+        ("compactionStrategy", "latest-wins", PreconditionFailed),
+        ("compactionRetainNullKey", "maybe", InvalidInput),
+        ("compactionRetentionMode", "forever", PreconditionFailed),
+    ],
+)
 def test_policy_validation(path, body, error):
     policy = next(p for p in POLICIES if p.path == path)
     with pytest.raises(error):
@@ -128,9 +138,13 @@ def test_policy_validation(path, body, error):
 
 def test_policy_round_trip():
     by_path = {p.path: p for p in POLICIES}
-    for path, body in (("compactionThreshold", 1024), ("compactionStrategy", "keep-first"),
-                       ("compactionRetainNullKey", False), ("compactionRetentionMode", "keep-until-tombstone"),
-                       ("retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": 5})):
+    for path, body in (
+        ("compactionThreshold", 1024),
+        ("compactionStrategy", "keep-first"),
+        ("compactionRetainNullKey", False),
+        ("compactionRetentionMode", "keep-until-tombstone"),
+        ("retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": 5}),
+    ):
         policy = by_path[path]
         assert policy.render(policy.parse(body)) == body
         assert policy.render({}) is None

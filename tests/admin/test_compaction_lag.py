@@ -24,7 +24,16 @@ import pytest
 from broker.conftest import make_client
 from broker.factories import compaction_factory, compactor  # noqa: F401 - parametrizes the module
 
-from .harness import ROOT_DIR, Http, publish, start_broker, topic_path, wait_monitor_checks, wait_status, web_url
+from .harness import (
+    ROOT_DIR,
+    Http,
+    publish,
+    start_broker,
+    topic_path,
+    wait_monitor_checks,
+    wait_status,
+    web_url,
+)
 
 KEYS = 5
 N = 40
@@ -32,9 +41,11 @@ N = 40
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, compaction_factory):  # noqa: F811
-    b = start_broker(tmp_path_factory.mktemp("lag") / "data",
-                     compactionServiceFactoryClassName=compaction_factory,
-                     brokerServiceCompactionMonitorIntervalInSeconds="1")
+    b = start_broker(
+        tmp_path_factory.mktemp("lag") / "data",
+        compactionServiceFactoryClassName=compaction_factory,
+        brokerServiceCompactionMonitorIntervalInSeconds="1",
+    )
     yield b
     b.stop()
 
@@ -122,11 +133,17 @@ def test_min_lag_leaves_young_messages_uncompacted(broker, http, compactor):
 def test_lag_policies_refuse_bad_values(broker, http):
     topic = f"persistent://public/default/badlag-{uuid.uuid4().hex[:6]}"
     http.ok("PUT", topic_path(topic))
-    assert "compactionMaxLagSeconds" in http.error("POST", topic_path(topic) + "/compactionMaxLagSeconds", 412, -5)
+    assert "compactionMaxLagSeconds" in http.error(
+        "POST", topic_path(topic) + "/compactionMaxLagSeconds", 412, -5
+    )
     http.error("POST", topic_path(topic) + "/compactionMinLagSeconds", 400, "soon")
     http.error("POST", "/admin/v2/namespaces/public/default/compactionMaxLagSeconds", 400, True)
     proc = cli(broker, "topics", "set-compaction-min-lag", topic, "--lag", "later")
-    assert proc.returncode == 1 and "invalid duration" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        proc.returncode == 1
+        and "invalid duration" in proc.stderr
+        and len(proc.stderr.strip().splitlines()) == 1
+    )
 
 
 def metric(http: Http, name: str, topic: str, **labels: str) -> float | None:

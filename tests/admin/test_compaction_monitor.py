@@ -14,10 +14,23 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from compactmq.broker.compaction_monitor import CompactionMonitor, RunProgress
-from compactmq.compaction import CompactionProgress, CompactionResult, CompactionServiceFactory, TopicCompactionService
+from compactmq.compaction import (
+    CompactionProgress,
+    CompactionResult,
+    CompactionServiceFactory,
+    TopicCompactionService,
+)
 from compactmq.config import load_config
 from compactmq.errors import CompactionError, Conflict, NotAllowed, TopicNotFound
-from compactmq.storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS, Storage
+from compactmq.storage import (
+    COMPACTION_CURSOR,
+    COMPACTION_THRESHOLD,
+    ERROR,
+    NOT_RUN,
+    RUNNING,
+    SUCCESS,
+    Storage,
+)
 
 T1 = "persistent://public/default/t1"
 T2 = "persistent://public/default/t2"
@@ -52,8 +65,13 @@ class FakeCompaction(TopicCompactionService):
             raise CompactionError(f"compaction of {self.topic} failed: boom")
         ml = self.factory.storage.open_managed_ledger(self.topic, create=False)
         horizon = ml.last_position()
-        meta.commit_compaction(self.topic, meta.allocate_ledger_id(), horizon,
-                               {"duration_ms": 7, "removed_event_count": 3}, expected_version=st.version)
+        meta.commit_compaction(
+            self.topic,
+            meta.allocate_ledger_id(),
+            horizon,
+            {"duration_ms": 7, "removed_event_count": 3},
+            expected_version=st.version,
+        )
         return CompactionResult(self.topic, 99, horizon, 10, 12, 4, 9, 3, 7)
 
     def read_compacted_entries(self, start_position, n):

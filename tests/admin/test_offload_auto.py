@@ -48,9 +48,14 @@ def test_size_threshold_set_with_the_cli_offloads_sealed_ledgers(tiered):  # noq
         local = [led for led in ledgers if not led["offloaded"]]
         kept = sum(led["size"] for led in local)
         n_off = len(ledgers) - len(local)
-        return (kept <= 2 * one and all(led["localCopyDeleted"] for led in ledgers if led["offloaded"])
-                and len(objects()) == 2 * n_off and len(ledger_files(broker, topic)) == len(local)
-                and ledgers == stats_of(http, topic)["ledgers"] and ledgers)
+        return (
+            kept <= 2 * one
+            and all(led["localCopyDeleted"] for led in ledgers if led["offloaded"])
+            and len(objects()) == 2 * n_off
+            and len(ledger_files(broker, topic)) == len(local)
+            and ledgers == stats_of(http, topic)["ledgers"]
+            and ledgers
+        )
 
     ledgers = wait_until("automatic offload", settled)
     offloaded = [led["ledgerId"] for led in ledgers if led["offloaded"]]
@@ -62,12 +67,19 @@ def test_size_threshold_set_with_the_cli_offloads_sealed_ledgers(tiered):  # noq
     assert r.returncode == 0, r
     first_new = ledgers[-1]["ledgerId"]
     produce(broker, topic, 75)  # three full ledgers
-    wait_until("the monitor rolled the last full ledger", lambda: (
-        ls := stats_of(http, topic)["ledgers"])[-1]["entries"] == 0 and ls[-1]["ledgerId"] > first_new + 2)
+    wait_until(
+        "the monitor rolled the last full ledger",
+        lambda: (
+            (ls := stats_of(http, topic)["ledgers"])[-1]["entries"] == 0
+            and ls[-1]["ledgerId"] > first_new + 2
+        ),
+    )
     # a manual offload of what is already offloaded (nothing new), queued behind any automatic check
     first_local = ledgers[len(offloaded)]["ledgerId"]
     http.ok("PUT", topic_path(topic) + "/offload", {"ledgerId": first_local, "entryId": 0})
-    wait_until("offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS")
+    wait_until(
+        "offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS"
+    )
     ledgers = stats_of(http, topic)["ledgers"]
     assert [led["ledgerId"] for led in ledgers if led["offloaded"]] == offloaded
 
@@ -78,8 +90,10 @@ def test_age_threshold_offloads_old_ledgers(tiered):  # noqa: F811
     topic = f"persistent://{ns}/aged"
     http.ok("PUT", f"/admin/v2/namespaces/{ns}/offloadThresholdInSeconds", 0)
     sent = produce(broker, topic, 80)
-    ledgers = wait_until("offload by age", lambda: (
-        ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls)
+    ledgers = wait_until(
+        "offload by age",
+        lambda: (ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls,
+    )
     assert len(ledgers) >= 4 and not ledgers[-1]["offloaded"]  # the ledger being written stays
     assert [(k, v) for k, v, _ in read_all(broker, topic)] == sent
 
@@ -88,21 +102,40 @@ def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
     """A broker with no driver configured: a namespace's offloadPolicies name the store and the
     threshold, and its topics offload there on their own."""
     store = tmp_path / "ns-store"
-    broker = start_broker(tmp_path / "data", managedLedgerMaxEntriesPerLedger="20",
-                          retentionCheckIntervalInSeconds="1", managedLedgerOffloadDeletionLagMs="0",
-                          defaultRetentionTimeInMinutes="-1", defaultRetentionSizeInMB="-1")
+    broker = start_broker(
+        tmp_path / "data",
+        managedLedgerMaxEntriesPerLedger="20",
+        retentionCheckIntervalInSeconds="1",
+        managedLedgerOffloadDeletionLagMs="0",
+        defaultRetentionTimeInMinutes="-1",
+        defaultRetentionSizeInMB="-1",
+    )
     try:
         http = Http(web_url(broker))
         ns = new_namespace(http)
-        r = cli(broker, "namespaces", "set-offload-policies", "-d", "filesystem", "--fs-uri", f"file://{store}",
-                "-t", "0", ns)
+        r = cli(
+            broker,
+            "namespaces",
+            "set-offload-policies",
+            "-d",
+            "filesystem",
+            "--fs-uri",
+            f"file://{store}",
+            "-t",
+            "0",
+            ns,
+        )
         assert r.returncode == 0, r
         topic = f"persistent://{ns}/own"
         other = "persistent://public/default/not-offloaded"
         sent = produce(broker, topic, 70)
         produce(broker, other, 70)
-        ledgers = wait_until("offload through the namespace's policies", lambda: (
-            ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls)
+        ledgers = wait_until(
+            "offload through the namespace's policies",
+            lambda: (
+                (ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls
+            ),
+        )
         assert all(store.name in (led.get("offloadLocation") or "") for led in ledgers[:-1])
         assert len([p for p in store.rglob("*") if p.is_file()]) == 2 * (len(ledgers) - 1)
         assert not any(led["offloaded"] for led in stats_of(http, other)["ledgers"])
@@ -110,7 +143,8 @@ def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
         # without policies and without a driver, a manual offload is refused
         r = cli(broker, "namespaces", "remove-offload-policies", ns)
         assert r.returncode == 0, r
-        assert "no offload driver" in http.error("PUT", topic_path(topic) + "/offload", 412,
-                                                 {"ledgerId": ledgers[-1]["ledgerId"], "entryId": 0})
+        assert "no offload driver" in http.error(
+            "PUT", topic_path(topic) + "/offload", 412, {"ledgerId": ledgers[-1]["ledgerId"], "entryId": 0}
+        )
     finally:
         broker.stop()

@@ -27,9 +27,13 @@ from compactmq.storage.offload import DEAD_DELETE_FAULT, FAULT_ENV, FAULT_POINTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-BROKER_CONF = {"managedLedgerMaxEntriesPerLedger": "20", "retentionCheckIntervalInSeconds": "1",
-               "managedLedgerOffloadDeletionLagMs": "0", "defaultRetentionTimeInMinutes": "-1",
-               "defaultRetentionSizeInMB": "-1"}
+BROKER_CONF = {
+    "managedLedgerMaxEntriesPerLedger": "20",
+    "retentionCheckIntervalInSeconds": "1",
+    "managedLedgerOffloadDeletionLagMs": "0",
+    "defaultRetentionTimeInMinutes": "-1",
+    "defaultRetentionSizeInMB": "-1",
+}
 
 
 def catalog(broker) -> set[str]:
@@ -80,13 +84,24 @@ def test_sigkill_at_each_offload_step(tmp_path, driver, point, monkeypatch):
         # the offload finishes after the restart, local copies go, everything still reads
         stats = http.ok("GET", topic_path(topic) + "/internalStats")
         sealed = [led["ledgerId"] for led in stats["ledgers"][:-1]]
-        http.ok("PUT", topic_path(topic) + "/offload", {"ledgerId": stats["ledgers"][-1]["ledgerId"], "entryId": 0})
-        wait_until("offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS")
+        http.ok(
+            "PUT",
+            topic_path(topic) + "/offload",
+            {"ledgerId": stats["ledgers"][-1]["ledgerId"], "entryId": 0},
+        )
+        wait_until(
+            "offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS"
+        )
         stats = http.ok("GET", topic_path(topic) + "/internalStats")
         assert [led["ledgerId"] for led in stats["ledgers"] if led["offloaded"]] == sealed
-        wait_until("local copies deleted", lambda: all(
-            led["localCopyDeleted"] for led in http.ok("GET", topic_path(topic) + "/internalStats")["ledgers"]
-            if led["offloaded"]))
+        wait_until(
+            "local copies deleted",
+            lambda: all(
+                led["localCopyDeleted"]
+                for led in http.ok("GET", topic_path(topic) + "/internalStats")["ledgers"]
+                if led["offloaded"]
+            ),
+        )
         assert len(ledger_files(broker, topic)) == 1
         found = stored(objects)
         assert found == catalog(broker) and len(found) == 2 * len(sealed)
@@ -110,13 +125,19 @@ def test_sigkill_while_deleting_dead_objects(tmp_path, driver, how, monkeypatch)
         for t in (topic, keep):
             last = http.ok("GET", topic_path(t) + "/internalStats")["ledgers"][-1]["ledgerId"]
             http.ok("PUT", topic_path(t) + "/offload", {"ledgerId": last, "entryId": 0})
-            wait_until("offload SUCCESS", lambda t=t: http.ok("GET", topic_path(t) + "/offload")["status"] == "SUCCESS")
+            wait_until(
+                "offload SUCCESS",
+                lambda t=t: http.ok("GET", topic_path(t) + "/offload")["status"] == "SUCCESS",
+            )
         before = stored(objects)
         kept_objects = {k for k in before if "/kept/" in k}
         assert kept_objects and before - kept_objects and before == catalog(broker)
         if how == "retention":  # no subscription: retention 0 trims every sealed ledger of the namespace
-            http.ok("POST", f"/admin/v2/namespaces/{ns}/retention",
-                    {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+            http.ok(
+                "POST",
+                f"/admin/v2/namespaces/{ns}/retention",
+                {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0},
+            )
         else:
             try:  # the broker dies while it answers
                 http.call("DELETE", topic_path(topic) + "?force=true")

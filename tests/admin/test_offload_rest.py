@@ -35,8 +35,11 @@ def offload_settings(request, tmp_path: Path, driver: str) -> tuple[dict[str, st
         root.mkdir()
 
         def objects() -> set[str]:
-            return {str(Path(p).relative_to(root)) for p in glob.glob(f"{root}/**/*", recursive=True)
-                    if os.path.isfile(p)}
+            return {
+                str(Path(p).relative_to(root))
+                for p in glob.glob(f"{root}/**/*", recursive=True)
+                if os.path.isfile(p)
+            }
 
         return {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{root}"}, objects
     server = request.getfixturevalue("s3_server")
@@ -47,10 +50,16 @@ def offload_settings(request, tmp_path: Path, driver: str) -> tuple[dict[str, st
 @pytest.fixture(params=["filesystem", "S3"])
 def tiered(request, tmp_path):
     conf, objects = offload_settings(request, tmp_path, request.param)
-    broker = start_broker(tmp_path / "data", managedLedgerMaxEntriesPerLedger="25",
-                          retentionCheckIntervalInSeconds="1", managedLedgerOffloadDeletionLagMs="0",
-                          defaultRetentionTimeInMinutes="-1", defaultRetentionSizeInMB="-1",
-                          s3ManagedLedgerOffloadReadBufferSizeInBytes="4096", **conf)
+    broker = start_broker(
+        tmp_path / "data",
+        managedLedgerMaxEntriesPerLedger="25",
+        retentionCheckIntervalInSeconds="1",
+        managedLedgerOffloadDeletionLagMs="0",
+        defaultRetentionTimeInMinutes="-1",
+        defaultRetentionSizeInMB="-1",
+        s3ManagedLedgerOffloadReadBufferSizeInBytes="4096",
+        **conf,
+    )
     yield broker, Http(web_url(broker)), objects
     broker.stop()
 
@@ -92,8 +101,12 @@ def read_all(broker, topic: str, compacted: bool = False, start=None, inclusive:
 
     c = make_client(broker.url)
     try:
-        r = c.create_reader(topic, start or pulsar.MessageId.earliest, is_read_compacted=compacted,
-                            start_message_id_inclusive=inclusive)
+        r = c.create_reader(
+            topic,
+            start or pulsar.MessageId.earliest,
+            is_read_compacted=compacted,
+            start_message_id_inclusive=inclusive,
+        )
         out = []
         while r.has_message_available():
             m = r.read_next(15_000)
@@ -128,7 +141,9 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     assert len(ledgers) >= 5 and not any(led["offloaded"] for led in stats["ledgers"])
     stop_at = ledgers[-2]  # everything before the last two ledgers
     http.ok("PUT", tp + "/offload", {"ledgerId": stop_at, "entryId": 0})
-    st = wait_until("offload SUCCESS", lambda: (s := http.ok("GET", tp + "/offload"))["status"] == "SUCCESS" and s)
+    st = wait_until(
+        "offload SUCCESS", lambda: (s := http.ok("GET", tp + "/offload"))["status"] == "SUCCESS" and s
+    )
     assert st["lastError"] == "" and st["firstUnoffloadedMessage"]["ledgerId"] == stop_at
 
     stats = http.ok("GET", tp + "/internalStats")
@@ -140,8 +155,14 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
 
     # the lag passes (policy removed: the broker's 0 applies): the monitor deletes local copies
     http.ok("DELETE", f"/admin/v2/namespaces/{ns}/offloadDeletionLagMs")
-    wait_until("local copies deleted", lambda: all(
-        led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"] if led["offloaded"]))
+    wait_until(
+        "local copies deleted",
+        lambda: all(
+            led["localCopyDeleted"]
+            for led in http.ok("GET", tp + "/internalStats")["ledgers"]
+            if led["offloaded"]
+        ),
+    )
     local_after = ledger_files(broker, topic)
     assert len(local_before) - len(local_after) == len(done)
     for lid in done:
@@ -177,8 +198,13 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     # object store, also after a restart
     last = stats["ledgers"][-1]["ledgerId"]
     http.ok("PUT", tp + "/offload", {"ledgerId": last, "entryId": 0})
-    wait_until("compacted ledger offloaded", lambda: (c := http.ok("GET", tp + "/internalStats")[
-        "compactedLedger"])["offloaded"] and c["localCopyDeleted"])
+    wait_until(
+        "compacted ledger offloaded",
+        lambda: (
+            (c := http.ok("GET", tp + "/internalStats")["compactedLedger"])["offloaded"]
+            and c["localCopyDeleted"]
+        ),
+    )
     assert not glob.glob(str(broker.data_dir / "compacted" / "**" / f"{cid:012d}.compacted"), recursive=True)
     assert any(k.endswith(".compacted") for k in objects())
     broker.restart()
@@ -206,22 +232,38 @@ def test_offload_admin_errors_and_namespace_policies(tiered):
     assert http.ok("GET", f"{nsp}/offloadThresholdInSeconds") == 3600
     http.error("PUT", f"{nsp}/offloadDeletionLagMs", 412, -1)
 
-    pol = {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": "file:///tmp/elsewhere",
-           "managedLedgerOffloadThresholdInBytes": 1024, "managedLedgerOffloadMaxThreads": 2}
+    pol = {
+        "managedLedgerOffloadDriver": "filesystem",
+        "fileSystemURI": "file:///tmp/elsewhere",
+        "managedLedgerOffloadThresholdInBytes": 1024,
+        "managedLedgerOffloadMaxThreads": 2,
+    }
     http.ok("POST", f"{nsp}/offloadPolicies", pol)
     got = http.ok("GET", f"{nsp}/offloadPolicies")
     assert got == {k: v for k, v in pol.items() if k != "managedLedgerOffloadMaxThreads"}
-    assert "credentials come from" in http.error("POST", f"{nsp}/offloadPolicies", 412, {
-        "managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": "b",
-        "s3ManagedLedgerOffloadCredentialSecret": "x"})
+    assert "credentials come from" in http.error(
+        "POST",
+        f"{nsp}/offloadPolicies",
+        412,
+        {
+            "managedLedgerOffloadDriver": "S3",
+            "s3ManagedLedgerOffloadBucket": "b",
+            "s3ManagedLedgerOffloadCredentialSecret": "x",
+        },
+    )
     assert "s3ManagedLedgerOffloadBucket" in http.error(
-        "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "aws-s3"})
+        "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "aws-s3"}
+    )
     assert "unknown managedLedgerOffloadDriver" in http.error(
-        "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "tape"})
+        "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "tape"}
+    )
     http.ok("DELETE", f"{nsp}/removeOffloadPolicies")
     assert http.ok("GET", f"{nsp}/offloadPolicies") is None
     # applied: the broker's driver when the namespace has none
-    assert http.ok("GET", f"{nsp}/offloadPolicies?applied=true")["managedLedgerOffloadDriver"] in ("filesystem", "S3")
+    assert http.ok("GET", f"{nsp}/offloadPolicies?applied=true")["managedLedgerOffloadDriver"] in (
+        "filesystem",
+        "S3",
+    )
     assert broker.alive()
 
 
@@ -264,9 +306,11 @@ def test_cli_offload_commands(tiered):
     assert any(led["offloaded"] for led in stats["ledgers"]) and kept <= 2 * one
     assert len(objects()) >= 2
 
-    for args in (("set-offload-threshold", "--size", "10M", "--time", "1h", ns),
-                 ("set-offload-deletion-lag", "--lag", "10m", ns),
-                 ("set-offload-policies", "-d", "filesystem", "--fs-uri", "file:///tmp/x", "-t", "1G", ns)):
+    for args in (
+        ("set-offload-threshold", "--size", "10M", "--time", "1h", ns),
+        ("set-offload-deletion-lag", "--lag", "10m", ns),
+        ("set-offload-policies", "-d", "filesystem", "--fs-uri", "file:///tmp/x", "-t", "1G", ns),
+    ):
         r = cli(broker, "namespaces", *args)
         assert r.returncode == 0, r
     nsp = f"/admin/v2/namespaces/{ns}"
@@ -274,8 +318,10 @@ def test_cli_offload_commands(tiered):
     assert http.ok("GET", f"{nsp}/offloadThresholdInSeconds") == 3600
     assert http.ok("GET", f"{nsp}/offloadDeletionLagMs") == 600_000
     assert http.ok("GET", f"{nsp}/offloadPolicies") == {
-        "managedLedgerOffloadDriver": "filesystem", "fileSystemURI": "file:///tmp/x",
-        "managedLedgerOffloadThresholdInBytes": 1024 ** 3}
+        "managedLedgerOffloadDriver": "filesystem",
+        "fileSystemURI": "file:///tmp/x",
+        "managedLedgerOffloadThresholdInBytes": 1024**3,
+    }
     r = cli(broker, "namespaces", "get-offload-policies", ns)
     assert "fileSystemURI=file:///tmp/x" in r.stdout
     r = cli(broker, "namespaces", "set-offload-policies", "-d", "S3", ns)

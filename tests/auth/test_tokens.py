@@ -89,8 +89,8 @@ def _hs256_by_hand(payload: dict, secret: bytes) -> str:
 
 
 @pytest.mark.parametrize(
-    "text, seconds", [("30", 30), ("30s", 30), ("10m", 600), ("1h", 3600), ("7d", 604800), ("2w", 1209600),
-                      ("1y", 31536000)],
+    "text, seconds",
+    [("30", 30), ("30s", 30), ("10m", 600), ("1h", 3600), ("7d", 604800), ("2w", 1209600), ("1y", 31536000)],
 )
 def test_relative_time(text, seconds):
     assert tokens.parse_relative_time(text) == seconds

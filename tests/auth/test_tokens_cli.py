@@ -41,9 +41,12 @@ def error(capsys, *args: str) -> str:
 
 
 def broker_role(token: str, **keys: str) -> str:
-    config = load_config(overrides={"authenticationEnabled": "true", "authenticationProviders": PROVIDER_TOKEN,
-                                    **keys})
-    return AuthenticationService.from_config(config, environ={}).authenticate_http(f"Bearer {token}", None).role
+    config = load_config(
+        overrides={"authenticationEnabled": "true", "authenticationProviders": PROVIDER_TOKEN, **keys}
+    )
+    return (
+        AuthenticationService.from_config(config, environ={}).authenticate_http(f"Bearer {token}", None).role
+    )
 
 
 def test_secret_key_and_token_the_broker_accepts(tmp_path, capsys):
@@ -77,8 +80,16 @@ def test_secret_key_on_stdout_is_raw_or_base64():
 @pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
 def test_key_pairs_sign_tokens_the_broker_verifies(tmp_path, capsys, algorithm):
     private, public = tmp_path / "my-private.key", tmp_path / "my-public.key"
-    ok(capsys, "create-key-pair", "--signature-algorithm", algorithm,
-       "--output-private-key", str(private), "--output-public-key", str(public))
+    ok(
+        capsys,
+        "create-key-pair",
+        "--signature-algorithm",
+        algorithm,
+        "--output-private-key",
+        str(private),
+        "--output-public-key",
+        str(public),
+    )
     assert private.stat().st_mode & 0o077 == 0
     assert not private.read_bytes().startswith(b"-----")  # DER, as Pulsar writes them
     token = ok(capsys, "create", "--subject", "svc", "--private-key", f"file://{private}").strip()
@@ -90,7 +101,9 @@ def test_key_pairs_sign_tokens_the_broker_verifies(tmp_path, capsys, algorithm):
 def test_default_key_pair_is_rs256_and_headers(tmp_path, capsys):
     private, public = tmp_path / "a.key", tmp_path / "a.pub"
     ok(capsys, "create-key-pair", "--output-private-key", str(private), "--output-public-key", str(public))
-    token = ok(capsys, "create", "-s", "x", "-pk", str(private), "-hs", "kid=key-1", "--headers", "env=test").strip()
+    token = ok(
+        capsys, "create", "-s", "x", "-pk", str(private), "-hs", "kid=key-1", "--headers", "env=test"
+    ).strip()
     header = jwt.get_unverified_header(token)
     assert header["alg"] == "RS256" and header["kid"] == "key-1" and header["env"] == "test"
 

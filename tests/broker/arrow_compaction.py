@@ -79,7 +79,9 @@ class ArrowView(CompactedView):
     def __init__(self, view_id: int, horizon, table: pa.Table, size_bytes: int) -> None:
         self.view_id = view_id
         self.horizon = Position(*horizon)
-        self._positions = list(zip(table.column("ledger_id").to_pylist(), table.column("entry_id").to_pylist()))
+        self._positions = list(
+            zip(table.column("ledger_id").to_pylist(), table.column("entry_id").to_pylist())
+        )
         self._entries = table.column("entry")
         self._size = size_bytes
 
@@ -212,12 +214,16 @@ class ArrowCompactionService(TopicCompactionService):
     def _run(self, state, running, ml, last, first, report, t0) -> CompactionResult:
         settings = topic_settings(self.storage, self.topic, self.config)
         if settings["strategy"] not in (None, "", "keep-latest"):
-            raise CompactionError(f"the arrow test service only knows keep-latest, not {settings['strategy']!r}")
+            raise CompactionError(
+                f"the arrow test service only knows keep-latest, not {settings['strategy']!r}"
+            )
         horizon = state.horizon
         previous = []
         if state.compacted_ledger_id is not None:
-            old = load_view(view_path(self.storage.data_dir, self.topic, state.compacted_ledger_id),
-                            state.compacted_ledger_id)
+            old = load_view(
+                view_path(self.storage.data_dir, self.topic, state.compacted_ledger_id),
+                state.compacted_ledger_id,
+            )
             keep = RetentionFilter(settings["retention_mode"], first)
             previous = [(p, e) for p, e in (old.items() if old else []) if keep.visible(p)]
         new = []
@@ -267,18 +273,29 @@ class ArrowCompactionService(TopicCompactionService):
         meta = self.storage.metadata
         view_id = meta.allocate_ledger_id()
         path = view_path(self.storage.data_dir, self.topic, view_id)
-        table = pa.table({"ledger_id": [p[0] for p, _ in rows], "entry_id": [p[1] for p, _ in rows],
-                          "entry": [e for _, e in rows]}, schema=SCHEMA)
-        table = table.replace_schema_metadata({b"format": FORMAT, b"keys": str(len(latest)).encode(),
-                                               b"horizon": b"%d:%d" % tuple(new_horizon)})
+        table = pa.table(
+            {
+                "ledger_id": [p[0] for p, _ in rows],
+                "entry_id": [p[1] for p, _ in rows],
+                "entry": [e for _, e in rows],
+            },
+            schema=SCHEMA,
+        )
+        table = table.replace_schema_metadata(
+            {b"format": FORMAT, b"keys": str(len(latest)).encode(), b"horizon": b"%d:%d" % tuple(new_horizon)}
+        )
         tmp = path + ".tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, path)
         duration = int((time.monotonic() - t0) * 1000)
         kept = len(survivors)
-        old_id = meta.commit_compaction(self.topic, view_id, new_horizon,
-                                        {"duration_ms": duration, "removed_event_count": max(0, read - kept)},
-                                        expected_version=running.version)
+        old_id = meta.commit_compaction(
+            self.topic,
+            view_id,
+            new_horizon,
+            {"duration_ms": duration, "removed_event_count": max(0, read - kept)},
+            expected_version=running.version,
+        )
         if old_id is not None and old_id != view_id:
             try:
                 os.unlink(view_path(self.storage.data_dir, self.topic, old_id))
@@ -286,8 +303,18 @@ class ArrowCompactionService(TopicCompactionService):
                 pass
         self._last_ms = duration
         report(CompactionProgress("done", len(inputs), len(inputs)))
-        return CompactionResult(self.topic, view_id, Position(*new_horizon), len(inputs), read, len(rows), kept,
-                                max(0, read - kept), duration, previous_ledger_id=old_id)
+        return CompactionResult(
+            self.topic,
+            view_id,
+            Position(*new_horizon),
+            len(inputs),
+            read,
+            len(rows),
+            kept,
+            max(0, read - kept),
+            duration,
+            previous_ledger_id=old_id,
+        )
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -342,9 +369,17 @@ class ArrowCompactionService(TopicCompactionService):
         view = self.open_view()
         if view is None:
             return CompactionStats(last_run_duration_ms=self._last_ms)
-        keys = len({k for _, e in view.items() for _, k, _, out in messages(e)[1] if k is not None and not out})
-        return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes, keys=keys,
-                               last_run_duration_ms=self._last_ms)
+        keys = len(
+            {k for _, e in view.items() for _, k, _, out in messages(e)[1] if k is not None and not out}
+        )
+        return CompactionStats(
+            view.view_id,
+            view.horizon,
+            len(view),
+            view.size_bytes,
+            keys=keys,
+            last_run_duration_ms=self._last_ms,
+        )
 
 
 class ArrowCompactionServiceFactory(CompactionServiceFactory):

@@ -33,8 +33,9 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, overrides: dict[str, str] | None = None, extra_args: list[str] | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args or [])
         self.port = free_port()
@@ -49,16 +50,26 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> None:
         cmd = [
-            sys.executable, "-m", "compactmq.cli.main", "standalone",
-            "--data-dir", str(self.data_dir), "--broker-port", str(self.port),
-            "--web-port", str(self.web_port), "--log-level", "WARNING",
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--broker-port",
+            str(self.port),
+            "--web-port",
+            str(self.web_port),
+            "--log-level",
+            "WARNING",
         ]
         for k, v in self.overrides.items():
             cmd += ["--config-override", f"{k}={v}"]
         cmd += self.extra_args
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=ROOT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         deadline = time.monotonic() + timeout
         line = b""
         while time.monotonic() < deadline:
@@ -118,8 +129,9 @@ def subscription_backlog(broker: "BrokerProcess", topic: str, subscription: str)
     return subscription_stats(broker, topic, subscription)["msgBacklog"]
 
 
-def wait_unacked(broker: "BrokerProcess", topic: str, subscription: str, unacked: int,
-                 timeout: float = 15.0) -> None:
+def wait_unacked(
+    broker: "BrokerProcess", topic: str, subscription: str, unacked: int, timeout: float = 15.0
+) -> None:
     """Wait until the subscription's unackedMessages (messages, batch indexes counted one by one,
     as on Pulsar) is ``unacked``: the broker has the acknowledgements the client grouped."""
     deadline = time.monotonic() + timeout
@@ -128,12 +140,15 @@ def wait_unacked(broker: "BrokerProcess", topic: str, subscription: str, unacked
         time.sleep(0.05)
 
 
-def wait_backlog(broker: "BrokerProcess", topic: str, subscription: str, backlog: int,
-                 timeout: float = 15.0) -> None:
+def wait_backlog(
+    broker: "BrokerProcess", topic: str, subscription: str, backlog: int, timeout: float = 15.0
+) -> None:
     """Wait until the broker has the subscription's acknowledgements (the client groups them)."""
     deadline = time.monotonic() + timeout
     while (got := subscription_backlog(broker, topic, subscription)) != backlog:
-        assert time.monotonic() < deadline, f"backlog of {subscription} is {got}, not {backlog}, after {timeout} s"
+        assert time.monotonic() < deadline, (
+            f"backlog of {subscription} is {got}, not {backlog}, after {timeout} s"
+        )
         time.sleep(0.05)
 
 

@@ -20,8 +20,13 @@ from compactmq.compaction import DEFAULT_FACTORY
 ARROW_FACTORY = "tests.broker.arrow_compaction.ArrowCompactionServiceFactory"
 
 
-@pytest.fixture(scope="module", params=[pytest.param(DEFAULT_FACTORY, id="spark", marks=pytest.mark.spark),
-                                        pytest.param(ARROW_FACTORY, id="arrow")])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(DEFAULT_FACTORY, id="spark", marks=pytest.mark.spark),
+        pytest.param(ARROW_FACTORY, id="arrow"),
+    ],
+)
 def compaction_factory(request):
     return request.param
 

@@ -21,13 +21,23 @@ def web(broker) -> str:
     return f"http://127.0.0.1:{broker.web_port}"
 
 
-def rest(broker, method: str, path: str, body: Any = _NO_BODY, raw: bytes | None = None,
-         content_type: str = "application/json") -> tuple[int, Any]:
+def rest(
+    broker,
+    method: str,
+    path: str,
+    body: Any = _NO_BODY,
+    raw: bytes | None = None,
+    content_type: str = "application/json",
+) -> tuple[int, Any]:
     data = raw
     if body is not _NO_BODY:
         data = json.dumps(body).encode()
-    req = urllib.request.Request(web(broker) + path, data=data, method=method,
-                                 headers={"Content-Type": content_type} if data is not None else {})
+    req = urllib.request.Request(
+        web(broker) + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": content_type} if data is not None else {},
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             status, payload = resp.status, resp.read()

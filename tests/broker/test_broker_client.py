@@ -40,8 +40,13 @@ def drain(consumer, timeout_ms=300, until=0, patience_s=15.0):
 def test_100k_messages_in_order(client, topic, batching):
     n = 100_000
     consumer = client.subscribe(topic, "s", initial_position=Earliest, receiver_queue_size=2000)
-    producer = client.create_producer(topic, batching_enabled=batching, max_pending_messages=5000,
-                                      block_if_queue_full=True, batching_max_publish_delay_ms=5)
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batching,
+        max_pending_messages=5000,
+        block_if_queue_full=True,
+        batching_max_publish_delay_ms=5,
+    )
     errors = []
     for i in range(n):
         producer.send_async(b"%d" % i, lambda res, mid: res == pulsar.Result.Ok or errors.append(res))
@@ -104,8 +109,13 @@ def test_cumulative_ack_and_redelivery_of_unacked(client, topic):
 
 def test_negative_ack_is_redelivered_with_a_count(client, topic):
     producer = client.create_producer(topic, batching_enabled=False)
-    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
-                                initial_position=Earliest, negative_ack_redelivery_delay_ms=100)
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=Earliest,
+        negative_ack_redelivery_delay_ms=100,
+    )
     for i in range(3):
         producer.send(b"n%d" % i)
     msgs = [consumer.receive(5000) for _ in range(3)]
@@ -119,13 +129,19 @@ def test_negative_ack_is_redelivered_with_a_count(client, topic):
 
 
 def test_batch_index_ack(broker, client, topic):
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
-                                      batching_max_publish_delay_ms=50)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=10, batching_max_publish_delay_ms=50
+    )
     for i in range(10):
         producer.send_async(b"b%d" % i, None)
     producer.flush()
-    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
-                                initial_position=Earliest, batch_index_ack_enabled=True)
+    consumer = client.subscribe(
+        topic,
+        "s",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=Earliest,
+        batch_index_ack_enabled=True,
+    )
     msgs = [consumer.receive(5000) for _ in range(10)]
     assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in msgs}) == 1
     wait_unacked(broker, topic, "s", 10)
@@ -182,7 +198,10 @@ def test_reader_latest_inclusive_and_inside_a_batch(client, topic):
     while len(ids) < 5 and time.time() < deadline:
         time.sleep(0.01)
     ids.sort(key=lambda m: (m.ledger_id(), m.entry_id(), m.batch_index()))
-    assert client.create_reader(topic + "-b", ids[2], start_message_id_inclusive=True).read_next(5000).data() == b"b2"
+    assert (
+        client.create_reader(topic + "-b", ids[2], start_message_id_inclusive=True).read_next(5000).data()
+        == b"b2"
+    )
     assert client.create_reader(topic + "-b", ids[2]).read_next(5000).data() == b"b3"
 
 
@@ -221,8 +240,9 @@ def test_reader_seek(client, topic):
 
 
 def test_last_message_id_of_a_batch_names_its_last_message(client, topic):
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
-                                      batching_max_publish_delay_ms=100)
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=10, batching_max_publish_delay_ms=100
+    )
     for i in range(10):
         producer.send_async(b"%d" % i, None)
     producer.flush()
@@ -436,7 +456,9 @@ def test_wait_for_exclusive_producer_queues_until_the_topic_is_free(broker, clie
     waiter = threading.Thread(target=wait_for_it)
     waiter.start()
     stats_path = "/admin/v2/" + topic.replace("://", "/", 1) + "/stats"
-    wait_until(lambda: rest(broker, "GET", stats_path)[1]["waitingPublishers"] == 1, what="a waiting producer")
+    wait_until(
+        lambda: rest(broker, "GET", stats_path)[1]["waitingPublishers"] == 1, what="a waiting producer"
+    )
     assert created == []  # queued behind the exclusive producer
     with pytest.raises(pulsar.ProducerBusy):
         client.create_producer(topic)  # shared producers are refused while one waits
@@ -533,16 +555,24 @@ def test_get_schema_and_get_or_create_schema_on_the_wire(broker, topic):
 
     assert get_schema(1).error_code == pb.TopicNotFound  # no schema yet (bytes)
     string = pb.Schema(name="s", type=pb.Schema.String, schema_data=b"")
-    wire.send(B(type=B.GET_OR_CREATE_SCHEMA,
-                getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=2, topic=topic, schema=string)))
+    wire.send(
+        B(
+            type=B.GET_OR_CREATE_SCHEMA,
+            getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=2, topic=topic, schema=string),
+        )
+    )
     v0 = wire.recv().getOrCreateSchemaResponse
     assert not v0.HasField("error_code") and len(v0.schema_version) == 8
     got = get_schema(3)
     assert got.schema.type == pb.Schema.String and got.schema_version == v0.schema_version
     assert get_schema(4, b"\x00" * 7 + b"\x09").HasField("error_code")  # unknown version
     json_schema = pb.Schema(name="j", type=pb.Schema.Json, schema_data=b"{}")
-    wire.send(B(type=B.GET_OR_CREATE_SCHEMA,
-                getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=5, topic=topic, schema=json_schema)))
+    wire.send(
+        B(
+            type=B.GET_OR_CREATE_SCHEMA,
+            getOrCreateSchema=pb.CommandGetOrCreateSchema(request_id=5, topic=topic, schema=json_schema),
+        )
+    )
     assert wire.recv().getOrCreateSchemaResponse.error_code == pb.IncompatibleSchema
     wire.close()
 
@@ -554,12 +584,16 @@ def _frame(cmd_bytes: bytes) -> bytes:
     return struct.pack(">II", len(cmd_bytes) + 4, len(cmd_bytes)) + cmd_bytes
 
 
-@pytest.mark.parametrize("payload", [
-    b"\x00\x00\x00\x05\x00\x00\x00\x01\xff",                 # command size beyond the frame
-    _frame(b"\xff\xff\xff"),                                # undecodable protobuf
-    struct.pack(">II", 200 * 1024 * 1024, 10) + b"x" * 10,   # frame over the limit
-    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                    # not Pulsar at all
-], ids=["bad-sizes", "bad-protobuf", "too-big", "http"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00\x00\x00\x05\x00\x00\x00\x01\xff",  # command size beyond the frame
+        _frame(b"\xff\xff\xff"),  # undecodable protobuf
+        struct.pack(">II", 200 * 1024 * 1024, 10) + b"x" * 10,  # frame over the limit
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not Pulsar at all
+    ],
+    ids=["bad-sizes", "bad-protobuf", "too-big", "http"],
+)
 def test_bad_frames_close_the_connection_not_the_broker(broker, client, topic, payload):
     with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
         s.sendall(payload)
@@ -585,8 +619,10 @@ def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
 
     wire = RawClient(broker.port)
     # the client timed out waiting and closes the consumer it asked for: both in one packet
-    wire.sock.sendall(frames.encode_command(commands.subscribe(topic, "excl", 1, 1))
-                      + frames.encode_command(commands.close_consumer(1, 2)))
+    wire.sock.sendall(
+        frames.encode_command(commands.subscribe(topic, "excl", 1, 1))
+        + frames.encode_command(commands.close_consumer(1, 2))
+    )
     assert wire.expect(pb.BaseCommand.SUCCESS).success.request_id == 2
     wire.send(commands.subscribe(topic, "excl", 3, 3))  # no ConsumerBusy: nothing leaked
     assert wire.expect(pb.BaseCommand.SUCCESS).success.request_id == 3

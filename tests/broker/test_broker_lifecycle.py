@@ -23,15 +23,18 @@ Earliest = pulsar.InitialPosition.Earliest
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("lifecycle") / "data", {
-        "allowAutoTopicCreationType": "partitioned",
-        "defaultNumPartitions": "3",
-        "keepAliveIntervalSeconds": "1",
-        # small on purpose: producers hit the high-water mark and get their socket paused
-        "maxPendingPublishBytesPerConnection": "65536",
-        # announced in CONNECTED: larger messages must be chunked by the client
-        "maxMessageSize": "262144",
-    })
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("lifecycle") / "data",
+        {
+            "allowAutoTopicCreationType": "partitioned",
+            "defaultNumPartitions": "3",
+            "keepAliveIntervalSeconds": "1",
+            # small on purpose: producers hit the high-water mark and get their socket paused
+            "maxPendingPublishBytesPerConnection": "65536",
+            # announced in CONNECTED: larger messages must be chunked by the client
+            "maxMessageSize": "262144",
+        },
+    )
     b.start()
     yield b
     b.stop()
@@ -59,8 +62,9 @@ def test_restart_loses_no_acknowledged_message(broker, topic):
 def test_killed_broker_keeps_every_receipted_message(broker, topic):
     name = topic + "-partition-0"
     c = make_client(broker.url)
-    producer = c.create_producer(name, batching_enabled=True, batching_max_publish_delay_ms=1,
-                                 block_if_queue_full=True)
+    producer = c.create_producer(
+        name, batching_enabled=True, batching_max_publish_delay_ms=1, block_if_queue_full=True
+    )
     receipted = []
     for i in range(2000):
         producer.send_async(b"k%d" % i, lambda res, mid, i=i: res == pulsar.Result.Ok and receipted.append(i))
@@ -117,8 +121,9 @@ def test_partitioned_topic(broker, topic):
 def test_producer_faster_than_storage_is_paused_not_buffered(broker, topic):
     name = topic + "-partition-0"
     c = make_client(broker.url)
-    producer = c.create_producer(name, batching_enabled=False, max_pending_messages=2000,
-                                 block_if_queue_full=True)
+    producer = c.create_producer(
+        name, batching_enabled=False, max_pending_messages=2000, block_if_queue_full=True
+    )
     payload = b"x" * 8192
     errors = []
     for i in range(3000):  # 24 MiB against a 64 KiB high-water mark
@@ -173,16 +178,25 @@ def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
     c.close()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--config-override", "noSuchKey=1"], "unknown config key"),
-    (["--config-override", "brokerServicePort=abc"], "expected an integer"),
-    (["--config-override", "keepAliveIntervalSeconds=5", "allowAutoTopicCreation=maybe"], "expected true or false"),
-    (["--config", "/no/such/broker.conf"], "cannot read config file"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--config-override", "noSuchKey=1"], "unknown config key"),
+        (["--config-override", "brokerServicePort=abc"], "expected an integer"),
+        (
+            ["--config-override", "keepAliveIntervalSeconds=5", "allowAutoTopicCreation=maybe"],
+            "expected true or false",
+        ),
+        (["--config", "/no/such/broker.conf"], "cannot read config file"),
+    ],
+)
 def test_bad_config_is_a_one_line_error(tmp_path, args, needle):
     proc = subprocess.run(
         [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path), *args],
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
     )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
@@ -204,12 +218,15 @@ def test_last_sequence_id_survives_a_restart(broker, topic):
 
 
 def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
-    b = BrokerProcess(tmp_path / "data", {
-        "retentionCheckIntervalInSeconds": "1",
-        "managedLedgerMaxEntriesPerLedger": "10",
-        "defaultRetentionTimeInMinutes": "0",
-        "defaultRetentionSizeInMB": "0",
-    })
+    b = BrokerProcess(
+        tmp_path / "data",
+        {
+            "retentionCheckIntervalInSeconds": "1",
+            "managedLedgerMaxEntriesPerLedger": "10",
+            "defaultRetentionTimeInMinutes": "0",
+            "defaultRetentionSizeInMB": "0",
+        },
+    )
     b.start()
     try:
         c = make_client(b.url)
@@ -274,9 +291,22 @@ def test_a_taken_port_is_a_one_line_error(tmp_path, which):
         port = taken.getsockname()[1]
         other = "--web-port" if which == "--broker-port" else "--broker-port"
         proc = subprocess.run(
-            [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path),
-             which, str(port), other, "0"],
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "compactmq.cli.main",
+                "standalone",
+                "--data-dir",
+                str(tmp_path),
+                which,
+                str(port),
+                other,
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
         )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
@@ -305,13 +335,19 @@ def test_individual_acks_out_of_order_survive_a_restart(broker, topic):
 def test_batch_index_acks_survive_a_restart(broker, topic):
     name = topic + "-partition-0"
     c = make_client(broker.url)
-    producer = c.create_producer(name, batching_enabled=True, batching_max_messages=10,
-                                 batching_max_publish_delay_ms=100)
+    producer = c.create_producer(
+        name, batching_enabled=True, batching_max_messages=10, batching_max_publish_delay_ms=100
+    )
     for i in range(10):
         producer.send_async(b"b%d" % i, None)
     producer.flush()
-    consumer = c.subscribe(name, "bia", consumer_type=pulsar.ConsumerType.Shared,
-                           initial_position=Earliest, batch_index_ack_enabled=True)
+    consumer = c.subscribe(
+        name,
+        "bia",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=Earliest,
+        batch_index_ack_enabled=True,
+    )
     for m in drain(consumer, 300, until=10):
         if int(m.data()[1:]) < 6:
             consumer.acknowledge(m)
@@ -319,8 +355,13 @@ def test_batch_index_acks_survive_a_restart(broker, topic):
     c.close()
     broker.restart()
     c = make_client(broker.url)
-    consumer = c.subscribe(name, "bia", consumer_type=pulsar.ConsumerType.Shared,
-                           initial_position=Earliest, batch_index_ack_enabled=True)
+    consumer = c.subscribe(
+        name,
+        "bia",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=Earliest,
+        batch_index_ack_enabled=True,
+    )
     assert sorted(m.data() for m in drain(consumer, 500, until=4)) == [b"b6", b"b7", b"b8", b"b9"]
     c.close()
 

@@ -54,7 +54,9 @@ class FakeTopic:
     def __init__(self):
         self.waiting = []
         self.last_sequence_ids = {}
-        self.dedup = SimpleNamespace(enabled=False, failed=lambda name: None, entry_persisted=lambda pos: None)
+        self.dedup = SimpleNamespace(
+            enabled=False, failed=lambda name: None, entry_persisted=lambda pos: None
+        )
 
     def publish(self, entry, publish_time, callback):
         self.waiting.append(callback)
@@ -64,8 +66,9 @@ class FakeTopic:
 
 
 def make_connection(high_water=1000):
-    cfg = load_config(overrides={"maxPendingPublishBytesPerConnection": high_water,
-                                 "keepAliveIntervalSeconds": 0})
+    cfg = load_config(
+        overrides={"maxPendingPublishBytesPerConnection": high_water, "keepAliveIntervalSeconds": 0}
+    )
     service = SimpleNamespace(config=cfg, state=ServerState())
     conn = ServerConnection(service)
     transport = FakeTransport()
@@ -99,7 +102,10 @@ def test_publish_backpressure_pauses_and_resumes_the_socket():
         assert not transport.paused  # everything persisted: reading resumes
         await asyncio.sleep(0)
         receipts = replies(transport)
-        assert [(r.send_receipt.sequence_id, r.send_receipt.message_id.entryId) for r in receipts] == [(0, 0), (1, 1)]
+        assert [(r.send_receipt.sequence_id, r.send_receipt.message_id.entryId) for r in receipts] == [
+            (0, 0),
+            (1, 1),
+        ]
         assert topic.last_sequence_ids == {"p": 1}
 
     asyncio.run(run())

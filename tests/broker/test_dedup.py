@@ -20,8 +20,9 @@ Earliest = pulsar.InitialPosition.Earliest
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("dedup") / "data",
-                      overrides={"brokerDeduplicationEntriesInterval": "100"})
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("dedup") / "data", overrides={"brokerDeduplicationEntriesInterval": "100"}
+    )
     b.start()
     yield b
     b.stop()
@@ -94,9 +95,17 @@ def test_batches_are_deduplicated_by_highest_sequence_id(broker):
     assert wire.expect(pb.BaseCommand.PRODUCER_SUCCESS).producer_success.last_sequence_id == -1
 
     def send_batch(first, n):
-        items = [(pb.SingleMessageMetadata(payload_size=len(b"b%d" % i)), b"b%d" % i) for i in range(first, first + n)]
-        md = pb.MessageMetadata(producer_name="pb", sequence_id=first, publish_time=int(time.time() * 1000),
-                                num_messages_in_batch=n, highest_sequence_id=first + n - 1)
+        items = [
+            (pb.SingleMessageMetadata(payload_size=len(b"b%d" % i)), b"b%d" % i)
+            for i in range(first, first + n)
+        ]
+        md = pb.MessageMetadata(
+            producer_name="pb",
+            sequence_id=first,
+            publish_time=int(time.time() * 1000),
+            num_messages_in_batch=n,
+            highest_sequence_id=first + n - 1,
+        )
         cmd = commands.send(1, first, n)
         cmd.send.highest_sequence_id = first + n - 1
         wire.send(cmd, frames.build_entry(md, batch.encode_batch(items)))
@@ -132,8 +141,10 @@ def test_topic_policy_and_cli(broker):
         proc = cli(broker, "topics", "set-deduplication", topic, "--disable")
         assert proc.returncode == 0, proc.stderr
         assert ok(rest(broker, "GET", f"/admin/v2/persistent/public/{ns}/t/deduplicationEnabled")) is False
-        assert ok(rest(broker, "GET", f"/admin/v2/persistent/public/{ns}/t/deduplicationEnabled?applied=true")) \
+        assert (
+            ok(rest(broker, "GET", f"/admin/v2/persistent/public/{ns}/t/deduplicationEnabled?applied=true"))
             is False
+        )
         producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
         producer.send(b"x", sequence_id=1)
         producer.send(b"x", sequence_id=1)  # stored twice: deduplication is off for the topic
@@ -161,8 +172,13 @@ def test_state_survives_restart_and_sigkill(tmp_path, how):
     try:
         client = make_client(b.url)
         for name, n in (("A", 1500), ("B", 1200)):
-            producer = client.create_producer(topic, producer_name=name, batching_enabled=False,
-                                              max_pending_messages=3000, block_if_queue_full=True)
+            producer = client.create_producer(
+                topic,
+                producer_name=name,
+                batching_enabled=False,
+                max_pending_messages=3000,
+                block_if_queue_full=True,
+            )
             for i in range(n):
                 producer.send_async(b"%s%d" % (name.encode(), i), None, sequence_id=i)
             producer.flush()

@@ -43,7 +43,9 @@ def test_http_client_on_a_partitioned_topic(broker, http_client):
         producer.send(b"%d" % i, partition_key=f"k{i}")
     got = sorted(consumer.receive(10000).data() for _ in range(9))
     assert got == sorted(b"%d" % i for i in range(9))
-    assert ok(rest(broker, "GET", f"/admin/v2/persistent/{topic.split('://')[1]}/partitions")) == {"partitions": 3}
+    assert ok(rest(broker, "GET", f"/admin/v2/persistent/{topic.split('://')[1]}/partitions")) == {
+        "partitions": 3
+    }
 
 
 def test_lookup_answers_lookup_data(broker, topic):

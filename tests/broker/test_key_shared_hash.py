@@ -25,7 +25,7 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     rotl = lambda x, r: ((x << r) | (x >> (32 - r))) & mask  # noqa: E731
     full = len(data) // 4 * 4
     for i in range(0, full, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = rotl((k * c1) & mask, 15) * c2 & mask
         h = (rotl(h ^ k, 13) * 5 + 0xE6546B64) & mask
     tail = data[full:]
@@ -65,12 +65,24 @@ def receive_all(consumers, expected, timeout=15.0):
 
 
 def test_sticky_ranges_get_the_keys_of_their_pulsar_slots(client, topic):
-    low = client.subscribe(topic, "s", consumer_type=KeyShared, consumer_name="low",
-                           key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-                               pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 20000)]))
-    high = client.subscribe(topic, "s", consumer_type=KeyShared, consumer_name="high",
-                            key_shared_policy=pulsar.ConsumerKeySharedPolicy(
-                                pulsar.KeySharedMode.Sticky, sticky_ranges=[(20001, 65535)]))
+    low = client.subscribe(
+        topic,
+        "s",
+        consumer_type=KeyShared,
+        consumer_name="low",
+        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+            pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 20000)]
+        ),
+    )
+    high = client.subscribe(
+        topic,
+        "s",
+        consumer_type=KeyShared,
+        consumer_name="high",
+        key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+            pulsar.KeySharedMode.Sticky, sticky_ranges=[(20001, 65535)]
+        ),
+    )
     producer = client.create_producer(topic, batching_enabled=False)
     keys = [f"key-{i}" for i in range(200)]
     for k in keys:

@@ -20,10 +20,15 @@ Shared = pulsar.ConsumerType.Shared
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("limits") / "data", overrides={
-        "maxUnackedMessagesPerConsumer": "10", "maxUnackedMessagesPerSubscription": "16",
-        "maxProducersPerTopic": "2", "maxConsumersPerSubscription": "2",
-    })
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("limits") / "data",
+        overrides={
+            "maxUnackedMessagesPerConsumer": "10",
+            "maxUnackedMessagesPerSubscription": "16",
+            "maxProducersPerTopic": "2",
+            "maxConsumersPerSubscription": "2",
+        },
+    )
     b.start()
     yield b
     b.stop()
@@ -58,7 +63,9 @@ def drain(consumers, quiet=1.0):
 
 
 def sub_stats(broker, topic):
-    return ok(rest(broker, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"))["subscriptions"]["s"]
+    return ok(rest(broker, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats"))["subscriptions"][
+        "s"
+    ]
 
 
 def test_consumer_stops_at_its_unacked_limit_until_acks_arrive(broker, client, topic):

@@ -24,7 +24,7 @@ def broker(tmp_path_factory):
     # two names for the same socket, so the address a lookup answers is visible to the test
     b.overrides = {
         "advertisedListeners": f"internal:pulsar://127.0.0.1:{b.port},external:pulsar://localhost:{b.port},"
-                               f"external:http://localhost:{b.web_port}",
+        f"external:http://localhost:{b.web_port}",
         "internalListenerName": "internal",
     }
     b.start()
@@ -70,15 +70,31 @@ def test_unknown_listener_name_is_refused(broker, topic):
         client.close()
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"advertisedListeners": "internal:kafka://h:1"}, "not name:pulsar://host:port"),
-    ({"advertisedListeners": "a:pulsar://h:1,a:pulsar://h:2"}, "two pulsar:// addresses"),
-    ({"advertisedListeners": "a:pulsar://h:1", "internalListenerName": "b"}, "not one of advertisedListeners"),
-    ({"advertisedListeners": "a:pulsar://h:1", "advertisedAddress": "h"}, "must not be set together"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"advertisedListeners": "internal:kafka://h:1"}, "not name:pulsar://host:port"),
+        ({"advertisedListeners": "a:pulsar://h:1,a:pulsar://h:2"}, "two pulsar:// addresses"),
+        (
+            {"advertisedListeners": "a:pulsar://h:1", "internalListenerName": "b"},
+            "not one of advertisedListeners",
+        ),
+        ({"advertisedListeners": "a:pulsar://h:1", "advertisedAddress": "h"}, "must not be set together"),
+    ],
+)
 def test_settings_pulsar_refuses_stop_the_broker(tmp_path, overrides, message):
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path / "d"),
-           "--broker-port", str(free_port()), "--web-port", str(free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compactmq.cli.main",
+        "standalone",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--broker-port",
+        str(free_port()),
+        "--web-port",
+        str(free_port()),
+    ]
     for k, v in overrides.items():
         cmd += ["--config-override", f"{k}={v}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)

@@ -21,8 +21,10 @@ NS = "/admin/v2/namespaces"
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     # the broker default is partitioned with 2 partitions, so a namespace override is visible
-    b = BrokerProcess(tmp_path_factory.mktemp("autocreate") / "data",
-                      overrides={"allowAutoTopicCreationType": "partitioned", "defaultNumPartitions": "2"})
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("autocreate") / "data",
+        overrides={"allowAutoTopicCreationType": "partitioned", "defaultNumPartitions": "2"},
+    )
     b.start()
     yield b
     b.stop()
@@ -63,7 +65,14 @@ def test_unknown_tenant_or_namespace_is_topic_not_found(broker, client):
     assert tenant not in ok(rest(broker, "GET", "/admin/v2/tenants"))
     assert rest(broker, "GET", f"{NS}/{tenant}")[0] == 404
     # once an operator creates them, the same client works
-    ok(rest(broker, "PUT", f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone"]}))
+    ok(
+        rest(
+            broker,
+            "PUT",
+            f"/admin/v2/tenants/{tenant}",
+            {"adminRoles": [], "allowedClusters": ["standalone"]},
+        )
+    )
     ok(rest(broker, "PUT", f"{NS}/{tenant}/ns"))
     topic = f"persistent://{tenant}/ns/t"
     consumer = client.subscribe(topic, "s")
@@ -95,8 +104,14 @@ def test_namespace_policy_overrides_the_broker_settings(broker, client):
     client.create_producer(f"persistent://{ns}/plain").send(b"x")
     assert partitions(broker, f"persistent://{ns}/plain") == 0
 
-    ok(rest(broker, "POST", path, {"allowAutoTopicCreation": True, "topicType": "partitioned",
-                                   "defaultNumPartitions": 3}))
+    ok(
+        rest(
+            broker,
+            "POST",
+            path,
+            {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3},
+        )
+    )
     producer = client.create_producer(f"persistent://{ns}/three")
     for i in range(6):
         producer.send(b"%d" % i, partition_key=str(i))
@@ -108,27 +123,46 @@ def test_namespace_policy_overrides_the_broker_settings(broker, client):
     assert partitions(broker, f"persistent://{ns}/two") == 2
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"allowAutoTopicCreation": True, "topicType": "partitioned"}, 412),
-    ({"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 0}, 412),
-    ({"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2}, 412),
-    ({"allowAutoTopicCreation": True, "topicType": "sharded"}, 412),
-    ({"topicType": "partitioned"}, 400),
-    ("yes", 400),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"allowAutoTopicCreation": True, "topicType": "partitioned"}, 412),
+        ({"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 0}, 412),
+        ({"allowAutoTopicCreation": True, "topicType": "non-partitioned", "defaultNumPartitions": 2}, 412),
+        ({"allowAutoTopicCreation": True, "topicType": "sharded"}, 412),
+        ({"topicType": "partitioned"}, 400),
+        ("yes", 400),
+    ],
+)
 def test_invalid_policy_bodies_are_refused(broker, body, status):
     got, answer = rest(broker, "POST", f"{NS}/public/default/autoTopicCreation", body)
     assert got == status and answer["reason"]
     assert ok(rest(broker, "GET", f"{NS}/public/default/autoTopicCreation")) is None
-    assert rest(broker, "POST", f"{NS}/public/{unique('none')}/autoTopicCreation",
-                {"allowAutoTopicCreation": False})[0] == 404
+    assert (
+        rest(
+            broker,
+            "POST",
+            f"{NS}/public/{unique('none')}/autoTopicCreation",
+            {"allowAutoTopicCreation": False},
+        )[0]
+        == 404
+    )
 
 
 def test_cli_sets_gets_and_removes_the_policy(broker, client):
     ns = f"public/{unique('cliatc')}"
     assert cli(broker, "namespaces", "create", ns).returncode == 0
-    done = cli(broker, "namespaces", "set-auto-topic-creation", ns, "--enable", "--type", "partitioned",
-               "--num-partitions", "4")
+    done = cli(
+        broker,
+        "namespaces",
+        "set-auto-topic-creation",
+        ns,
+        "--enable",
+        "--type",
+        "partitioned",
+        "--num-partitions",
+        "4",
+    )
     assert done.returncode == 0, done.stderr
     shown = cli(broker, "namespaces", "get-auto-topic-creation", ns)
     assert shown.returncode == 0 and "partitioned, 4 partitions" in shown.stdout

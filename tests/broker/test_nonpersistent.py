@@ -60,8 +60,10 @@ def test_only_connected_consumers_get_messages_and_nothing_is_stored(broker):
         late.close()
         producer.close()
         # unused now: no longer listed, and nothing of it is on the persistent side either
-        wait_until(lambda: topic not in ok(rest(broker, "GET", "/admin/v2/non-persistent/public/default")),
-                   what="the idle non-persistent topic to go")
+        wait_until(
+            lambda: topic not in ok(rest(broker, "GET", "/admin/v2/non-persistent/public/default")),
+            what="the idle non-persistent topic to go",
+        )
         assert rest(broker, "GET", f"/admin/v2/non-persistent/public/default/{name}/stats")[0] == 404
     finally:
         client.close()
@@ -116,15 +118,23 @@ def test_regex_subscription_modes_and_a_topic_created_later(broker):
         vp = client.create_producer(volatile, batching_enabled=False)  # in use while it has this producer
         pattern = re.compile(f"persistent://public/{ns}/orders-.*")
         consumers = {
-            mode: client.subscribe(pattern, f"sub-{mode}", regex_subscription_mode=mode,
-                                   initial_position=Earliest, pattern_auto_discovery_period=1)
+            mode: client.subscribe(
+                pattern,
+                f"sub-{mode}",
+                regex_subscription_mode=mode,
+                initial_position=Earliest,
+                pattern_auto_discovery_period=1,
+            )
             for mode in (Mode.PersistentOnly, Mode.NonPersistentOnly, Mode.AllTopics)
         }
         dp = client.create_producer(durable, batching_enabled=False)
         dp.send(b"d")
         vp.send(b"v")
-        expected = {Mode.PersistentOnly: {durable}, Mode.NonPersistentOnly: {volatile},
-                    Mode.AllTopics: {durable, volatile}}
+        expected = {
+            Mode.PersistentOnly: {durable},
+            Mode.NonPersistentOnly: {volatile},
+            Mode.AllTopics: {durable, volatile},
+        }
         for mode, consumer in consumers.items():
             assert _received_topics(consumer, 2000) == expected[mode], mode
 
@@ -144,8 +154,9 @@ def test_regex_consumer_sees_a_topic_created_after_it_subscribed(broker):
     client = make_client(broker.url)
     try:
         client.create_producer(f"persistent://public/{ns}/events-first").close()
-        consumer = client.subscribe(re.compile(f"persistent://public/{ns}/events-.*"), "s",
-                                    initial_position=Earliest)
+        consumer = client.subscribe(
+            re.compile(f"persistent://public/{ns}/events-.*"), "s", initial_position=Earliest
+        )
         later = f"persistent://public/{ns}/events-later"
         client.create_producer(later, batching_enabled=False).send(b"later")
         volatile = client.create_producer(f"non-persistent://public/{ns}/events-volatile")
@@ -156,7 +167,11 @@ def test_regex_consumer_sees_a_topic_created_after_it_subscribed(broker):
             seen.update(_received_topics(consumer, 500))
             return later in seen
 
-        wait_until(picked_up, timeout=DISCOVERY_PERIOD_SECONDS + 30, what="the regex consumer to pick up the new topic")
+        wait_until(
+            picked_up,
+            timeout=DISCOVERY_PERIOD_SECONDS + 30,
+            what="the regex consumer to pick up the new topic",
+        )
         assert seen == {later}
     finally:
         client.close()
@@ -218,7 +233,13 @@ def test_a_topic_that_went_idle_is_revived_by_a_late_producer():
 
     class Producer:
         def __init__(self, name):
-            self.name, self.serial, self.closed, self.access_mode, self.exclusive = name, id(self), False, 0, False
+            self.name, self.serial, self.closed, self.access_mode, self.exclusive = (
+                name,
+                id(self),
+                False,
+                0,
+                False,
+            )
             self.messages_in = self.bytes_in = 0
 
     async def scenario():

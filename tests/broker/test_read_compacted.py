@@ -39,8 +39,9 @@ def compact(broker, topic: str):
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
-    config = load_config(overrides={k: v for k, v in broker.overrides.items()
-                                    if k == "compactionServiceFactoryClassName"})
+    config = load_config(
+        overrides={k: v for k, v in broker.overrides.items() if k == "compactionServiceFactoryClassName"}
+    )
     storage = Storage(broker.data_dir, config, read_only=True)
     try:
         service = load_factory(config, storage).new_service(topic)
@@ -64,14 +65,20 @@ def compaction_state(broker, topic: str):
 
 def produce(client, topic: str, items, batching: bool, max_batch: int = 1000) -> list:
     """Send ``items`` = [(key or None, value bytes)] in order; b"" is a tombstone. Returns ids."""
-    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=50,
-                                      batching_max_messages=max_batch, block_if_queue_full=True)
+    producer = client.create_producer(
+        topic,
+        batching_enabled=batching,
+        batching_max_publish_delay_ms=50,
+        batching_max_messages=max_batch,
+        block_if_queue_full=True,
+    )
     ids: list = [None] * len(items)
 
     def done(i):
         def cb(res, mid):
             assert res == pulsar.Result.Ok, res
             ids[i] = mid
+
         return cb
 
     for i, (key, value) in enumerate(items):
@@ -131,8 +138,9 @@ def apply(state: dict, msgs) -> dict:
 
 
 def compacted_reader(client, topic, start=None, **kw):
-    return client.create_reader(topic, start if start is not None else pulsar.MessageId.earliest,
-                                is_read_compacted=True, **kw)
+    return client.create_reader(
+        topic, start if start is not None else pulsar.MessageId.earliest, is_read_compacted=True, **kw
+    )
 
 
 def drain(consumer, timeout_ms=500, first_ms=10_000) -> list:
@@ -165,14 +173,17 @@ def kv(n_keys: int, rounds: int, prefix: str = "k") -> list:
 
 
 @BATCHING
-def test_read_compacted_accepted_for_exclusive_failover_and_readers(broker, client, topic, spark_ready, batching):
+def test_read_compacted_accepted_for_exclusive_failover_and_readers(
+    broker, client, topic, spark_ready, batching
+):
     items = kv(3, 2)
     produce(client, topic, items, batching)
     compact(broker, topic)
     want = latest(items)
     for sub_type in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover):
-        c = client.subscribe(topic, f"s-{sub_type}", consumer_type=sub_type, initial_position=Earliest,
-                             is_read_compacted=True)
+        c = client.subscribe(
+            topic, f"s-{sub_type}", consumer_type=sub_type, initial_position=Earliest, is_read_compacted=True
+        )
         got = drain(c)
         assert {m.partition_key(): m.data() for m in got} == want
         assert len(got) == len(want)
@@ -251,7 +262,9 @@ def test_reader_from_an_id_inside_the_compacted_range(broker, client, topic, spa
     start = pulsar.MessageId(-1, pick[0][0], pick[0][1], pick[0][2])
     after = as_records(read_available(compacted_reader(client, topic, start)))
     assert after == view[12:]
-    inclusive = as_records(read_available(compacted_reader(client, topic, start, start_message_id_inclusive=True)))
+    inclusive = as_records(
+        read_available(compacted_reader(client, topic, start, start_message_id_inclusive=True))
+    )
     assert inclusive == view[11:]
 
 
@@ -314,7 +327,11 @@ def test_batch_with_one_tombstone(broker, client, topic, spark_ready):
     got = read_available(reader)
     # no empty placeholder reaches the application, survivors keep their batch indexes
     assert [(m.partition_key(), m.data(), m.message_id().batch_index()) for m in got] == [
-        ("k0", b"a", 0), ("k1", b"b", 1), ("k3", b"d", 3), ("k4", b"e", 5)]
+        ("k0", b"a", 0),
+        ("k1", b"b", 1),
+        ("k3", b"d", 3),
+        ("k4", b"e", 5),
+    ]
     # a durable consumer acks all of them; reconnecting gets nothing back
     c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
     got = drain(c)
@@ -372,8 +389,9 @@ def test_all_keys_deleted(broker, client, topic, spark_ready, batching):
 
 
 @BATCHING
-def test_seek_by_id_below_the_horizon_lands_in_the_compacted_ledger(broker, client, topic, spark_ready,
-                                                                     batching):
+def test_seek_by_id_below_the_horizon_lands_in_the_compacted_ledger(
+    broker, client, topic, spark_ready, batching
+):
     items = kv(10, 3)
     produce(client, topic, items, batching)
     compact(broker, topic)
@@ -395,8 +413,9 @@ def test_seek_by_id_below_the_horizon_lands_in_the_compacted_ledger(broker, clie
 
 
 @BATCHING
-def test_seek_by_time_below_the_horizon_lands_in_the_compacted_ledger(broker, client, topic, spark_ready,
-                                                                       batching):
+def test_seek_by_time_below_the_horizon_lands_in_the_compacted_ledger(
+    broker, client, topic, spark_ready, batching
+):
     first = kv(10, 2)
     produce(client, topic, first, batching)
     time.sleep(0.05)
@@ -416,14 +435,16 @@ def test_seek_by_time_below_the_horizon_lands_in_the_compacted_ledger(broker, cl
 
 
 @BATCHING
-def test_reader_at_latest_inclusive_gets_the_last_compacted_message(broker, client, topic, spark_ready,
-                                                                    batching):
+def test_reader_at_latest_inclusive_gets_the_last_compacted_message(
+    broker, client, topic, spark_ready, batching
+):
     items = kv(4, 2) + [("k1", b""), (None, b"keyless")]
     produce(client, topic, items, batching)
     compact(broker, topic)
     view = as_records(read_available(compacted_reader(client, topic)))
-    reader = client.create_reader(topic, pulsar.MessageId.latest, is_read_compacted=True,
-                                  start_message_id_inclusive=True)
+    reader = client.create_reader(
+        topic, pulsar.MessageId.latest, is_read_compacted=True, start_message_id_inclusive=True
+    )
     # the client resolves "latest, inclusive" in has_message_available(): GET_LAST_MESSAGE_ID,
     # then a SEEK to that id, which must be the last message of the compacted view
     assert reader.has_message_available()
@@ -445,8 +466,11 @@ def test_compaction_between_two_reads_misses_no_delete(broker, client, topic, sp
     seen = [reader.read_next(5000) for _ in range(60)]
     state = apply({}, seen)
     # deletes and updates of keys the reader already saw (and of some it has not), then a new view
-    more = [(f"k{i}", b"") for i in range(0, 60, 3)] + [(f"k{i}", b"new%d" % i) for i in range(1, 200, 7)] \
+    more = (
+        [(f"k{i}", b"") for i in range(0, 60, 3)]
+        + [(f"k{i}", b"new%d" % i) for i in range(1, 200, 7)]
         + [(f"k{i}", b"") for i in range(150, 160)]
+    )
     produce(client, topic, more, batching)
     second = compact(broker, topic)
     assert second.compacted_ledger_id != first.compacted_ledger_id
@@ -465,13 +489,20 @@ def test_compaction_between_two_reads_misses_no_delete(broker, client, topic, sp
 
 
 @BATCHING
-def test_durable_consumer_across_a_new_compaction_misses_no_delete(broker, client, topic, spark_ready,
-                                                                   batching):
+def test_durable_consumer_across_a_new_compaction_misses_no_delete(
+    broker, client, topic, spark_ready, batching
+):
     items = kv(100, 2)
     produce(client, topic, items, batching)
     compact(broker, topic)
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True, receiver_queue_size=5,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic,
+        "s",
+        initial_position=Earliest,
+        is_read_compacted=True,
+        receiver_queue_size=5,
+        batch_index_ack_enabled=batching,
+    )
     seen = [c.receive(5000) for _ in range(40)]
     for m in seen:
         c.acknowledge(m)
@@ -479,8 +510,9 @@ def test_durable_consumer_across_a_new_compaction_misses_no_delete(broker, clien
     more = [(f"k{i}", b"") for i in range(0, 40, 2)] + [("k99", b"")]
     produce(client, topic, more, batching)
     compact(broker, topic)
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     rest = drain(c)
     records = as_records(seen + rest)
     assert_increasing(records)
@@ -495,23 +527,26 @@ def test_reconnect_after_acks_in_the_compacted_range(broker, client, topic, spar
     items = kv(20, 3)
     produce(client, topic, items, batching)
     compact(broker, topic)
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     got = drain(c)
     assert len(got) == 20
     acked = got[::2]  # individual acks with gaps, all inside the compacted range
     for m in acked:
         c.acknowledge(m)
     c.close()
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     again = drain(c)
     assert as_records(again) == as_records(got[1::2])
     for m in again:
         c.acknowledge(m)
     c.close()
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     assert drain(c, 300, 300) == []
 
 
@@ -521,13 +556,15 @@ def test_reconnect_after_cumulative_ack_in_the_compacted_range(broker, client, t
     items = kv(20, 3)
     produce(client, topic, items, batching)
     compact(broker, topic)
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     got = drain(c)
     c.acknowledge_cumulative(got[9])
     c.close()
-    c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True,
-                         batch_index_ack_enabled=batching)
+    c = client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
     assert as_records(drain(c)) == as_records(got[10:])
 
 
@@ -547,8 +584,11 @@ def test_restart_keeps_the_view_and_horizon(broker, topic, spark_ready, batching
     c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
     got = drain(c)
     # acknowledge up to the end of an entry near the middle
-    cut = next(i for i in range(len(got) // 2, len(got) - 1)
-               if got[i].message_id().entry_id() != got[i + 1].message_id().entry_id())
+    cut = next(
+        i
+        for i in range(len(got) // 2, len(got) - 1)
+        if got[i].message_id().entry_id() != got[i + 1].message_id().entry_id()
+    )
     c.acknowledge_cumulative(got[cut])
     c.close()
     client.close()
@@ -560,7 +600,7 @@ def test_restart_keeps_the_view_and_horizon(broker, topic, spark_ready, batching
     try:
         assert as_records(read_available(compacted_reader(client, topic))) == view
         c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
-        assert as_records(drain(c)) == view[cut + 1:]
+        assert as_records(drain(c)) == view[cut + 1 :]
         # a reader resuming from an id inside the compacted range
         mid = view[5][0]
         start = pulsar.MessageId(-1, mid[0], mid[1], mid[2])
@@ -569,8 +609,9 @@ def test_restart_keeps_the_view_and_horizon(broker, topic, spark_ready, batching
         client.close()
 
 
-def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_topic(broker, topic,
-                                                                                       spark_ready):
+def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_topic(
+    broker, topic, spark_ready
+):
     """After a restart the pinned view's file is gone if a newer compaction replaced it: the
     subscription resumes from the topic (every tombstone is still there), not the newer view."""
     client = make_client(broker.url)
@@ -596,9 +637,9 @@ def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_
         client.close()
 
 
-
-def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_restart(broker, topic,
-                                                                                   spark_ready):
+def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_restart(
+    broker, topic, spark_ready
+):
     """Subscribed before any compaction, it reads the topic itself; a compaction and a restart
     later it must not jump into the compacted view (which lacks the tombstones it needs)."""
     client = make_client(broker.url)
@@ -623,8 +664,9 @@ def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_rest
         client.close()
 
 
-def test_cumulative_ack_of_a_batch_whose_tail_is_compacted_out_acknowledges_it(broker, client, topic,
-                                                                                spark_ready):
+def test_cumulative_ack_of_a_batch_whose_tail_is_compacted_out_acknowledges_it(
+    broker, client, topic, spark_ready
+):
     """Without batch-index acks the client acknowledges a batch only when every index of it is
     acknowledged; placeholders at the end of a compacted batch are never delivered, so the broker
     trims them before delivery and a cumulative ack on the last survivor completes the batch."""
@@ -646,10 +688,24 @@ def test_failover_takeover_redelivers_from_the_compacted_view(broker, client, to
     produce(client, topic, items, batching)
     compact(broker, topic)
     failover = pulsar.ConsumerType.Failover
-    first = client.subscribe(topic, "s", consumer_type=failover, consumer_name="a", initial_position=Earliest,
-                             is_read_compacted=True, batch_index_ack_enabled=batching)
-    second = client.subscribe(topic, "s", consumer_type=failover, consumer_name="b", initial_position=Earliest,
-                              is_read_compacted=True, batch_index_ack_enabled=batching)
+    first = client.subscribe(
+        topic,
+        "s",
+        consumer_type=failover,
+        consumer_name="a",
+        initial_position=Earliest,
+        is_read_compacted=True,
+        batch_index_ack_enabled=batching,
+    )
+    second = client.subscribe(
+        topic,
+        "s",
+        consumer_type=failover,
+        consumer_name="b",
+        initial_position=Earliest,
+        is_read_compacted=True,
+        batch_index_ack_enabled=batching,
+    )
     from_first, from_second = drain(first, 500, 3000), drain(second, 500, 3000)  # one is inactive
     active, got_a = (first, from_first) if from_first else (second, from_second)
     assert len(got_a) == 30
@@ -658,8 +714,15 @@ def test_failover_takeover_redelivers_from_the_compacted_view(broker, client, to
     wait_unacked(broker, topic, "s", 20)  # the broker has the (grouped, batch-index) acks
     first.close()
     second.close()
-    again = client.subscribe(topic, "s", consumer_type=failover, consumer_name="c", initial_position=Earliest,
-                             is_read_compacted=True, batch_index_ack_enabled=batching)
+    again = client.subscribe(
+        topic,
+        "s",
+        consumer_type=failover,
+        consumer_name="c",
+        initial_position=Earliest,
+        is_read_compacted=True,
+        batch_index_ack_enabled=batching,
+    )
     rest = drain(again)
     # what was not acknowledged comes again from the compacted view, not from the raw topic
     assert as_records(rest) == as_records(got_a[10:])

@@ -34,8 +34,12 @@ pytestmark = pytest.mark.integration
 
 def admin(broker, method: str, path: str, body=None):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.web_port}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         raw = resp.read()
         return resp.status, (json.loads(raw) if raw else None)

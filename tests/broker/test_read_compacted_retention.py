@@ -23,13 +23,16 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, compaction_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("broker-retention") / "data", {
-        "compactionServiceFactoryClassName": compaction_factory,
-        "managedLedgerMaxEntriesPerLedger": "4",
-        "retentionCheckIntervalInSeconds": "1",
-        "defaultRetentionTimeInMinutes": "0",
-        "defaultRetentionSizeInMB": "0",
-    })
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("broker-retention") / "data",
+        {
+            "compactionServiceFactoryClassName": compaction_factory,
+            "managedLedgerMaxEntriesPerLedger": "4",
+            "retentionCheckIntervalInSeconds": "1",
+            "defaultRetentionTimeInMinutes": "0",
+            "defaultRetentionSizeInMB": "0",
+        },
+    )
     b.start()
     yield b
     b.stop()

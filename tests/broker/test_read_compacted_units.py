@@ -15,7 +15,6 @@ from compactmq.protocol.commands import indexes_from_ack_set
 from compactmq.storage.position import Position
 
 
-
 def single(key: str, payload: bytes) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key=key)
     return frames.build_entry(md, payload)
@@ -61,12 +60,16 @@ def test_placeholders_in_the_middle_are_masked(codec):
 
 @pytest.mark.parametrize("codec", [pb.NONE, pb.LZ4, pb.ZLIB], ids=["none", "lz4", "zlib"])
 def test_placeholders_at_the_end_are_cut_off_and_survivors_keep_their_indexes(codec):
-    entry = batch([("a", b"", 0, True), ("b", b"2", 0), ("c", b"", 0, True), ("d", b"", 0, True)], codec=codec)
+    entry = batch(
+        [("a", b"", 0, True), ("b", b"2", 0), ("c", b"", 0, True), ("d", b"", 0, True)], codec=codec
+    )
     out, mask = for_delivery(entry)
     md, items = items_of(out)
     assert md.num_messages_in_batch == 2 and md.compression == codec
     assert [(i.meta.partition_key, i.payload, i.meta.compacted_out) for i in items] == [
-        ("a", b"", True), ("b", b"2", False)]
+        ("a", b"", True),
+        ("b", b"2", False),
+    ]
     assert indexes_from_ack_set(mask) == {1}
     assert last_batch_index(entry) == 1
 

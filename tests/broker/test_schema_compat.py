@@ -25,18 +25,21 @@ B_REQ = {"name": "b", "type": "int"}
 B_DEF = {"name": "b", "type": "int", "default": 0}
 
 
-@pytest.mark.parametrize("strategy,old,new,ok", [
-    ("BACKWARD", rec(A), rec(A, B_REQ), False),  # the new reader has no value for b
-    ("BACKWARD", rec(A, B_REQ), rec(A), True),
-    ("FORWARD", rec(A), rec(A, B_REQ), True),
-    ("FORWARD", rec(A, B_REQ), rec(A), False),
-    ("FULL", rec(A, B_REQ), rec(A), False),
-    ("FULL", rec(A), rec(A, B_DEF), True),
-    ("ALWAYS_COMPATIBLE", rec(A), (1, b""), True),
-    ("ALWAYS_INCOMPATIBLE", rec(A), rec(A, B_DEF), False),
-    ("FULL", rec(A), (1, b""), False),  # another type
-    ("FULL", (2, b"{}"), (2, b'{"x": 1}'), True),  # JSON that is not Avro: compared by type only
-])
+@pytest.mark.parametrize(
+    "strategy,old,new,ok",
+    [
+        ("BACKWARD", rec(A), rec(A, B_REQ), False),  # the new reader has no value for b
+        ("BACKWARD", rec(A, B_REQ), rec(A), True),
+        ("FORWARD", rec(A), rec(A, B_REQ), True),
+        ("FORWARD", rec(A, B_REQ), rec(A), False),
+        ("FULL", rec(A, B_REQ), rec(A), False),
+        ("FULL", rec(A), rec(A, B_DEF), True),
+        ("ALWAYS_COMPATIBLE", rec(A), (1, b""), True),
+        ("ALWAYS_INCOMPATIBLE", rec(A), rec(A, B_DEF), False),
+        ("FULL", rec(A), (1, b""), False),  # another type
+        ("FULL", (2, b"{}"), (2, b'{"x": 1}'), True),  # JSON that is not Avro: compared by type only
+    ],
+)
 def test_strategies(strategy, old, new, ok):
     if ok:
         schema_compat.check(strategy, [old], new)
@@ -76,8 +79,11 @@ def test_storage_deletion_markers(tmp_path):
 class _Service:
     def __init__(self, metadata):
         self.storage = type("S", (), {"metadata": metadata})()
-        self.config = {"schemaCompatibilityStrategy": "FULL", "isAllowAutoUpdateSchemaEnabled": True,
-                       "isSchemaValidationEnforced": False}
+        self.config = {
+            "schemaCompatibilityStrategy": "FULL",
+            "isAllowAutoUpdateSchemaEnabled": True,
+            "isSchemaValidationEnforced": False,
+        }
 
     async def run_blocking(self, fn, *args):
         return fn(*args)
@@ -86,8 +92,15 @@ class _Service:
 def test_schemas_kept_in_topic_properties_move_to_the_table(tmp_path):
     metadata = MetadataStore(tmp_path / "m.db")
     topic = "persistent://public/default/old"
-    metadata.create_topic(topic, {"__schemas": [
-        {"name": "s", "type": 1, "data": base64.b64encode(b"").decode(), "properties": {"k": "v"}}], "other": 1})
+    metadata.create_topic(
+        topic,
+        {
+            "__schemas": [
+                {"name": "s", "type": 1, "data": base64.b64encode(b"").decode(), "properties": {"k": "v"}}
+            ],
+            "other": 1,
+        },
+    )
     registry = SchemaRegistry(_Service(metadata))
     found = asyncio.run(registry.get(topic + "-partition-0", None))
     assert found is not None and found[0].type == 1 and found[1] == (0).to_bytes(8, "big")

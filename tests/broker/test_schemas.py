@@ -64,13 +64,16 @@ def test_rest_paths_and_bodies(broker):
     status, body = rest(broker, "GET", url + "/schema")
     assert status == 404 and body["reason"] == "Schema not found"
 
-    assert ok(rest(broker, "POST", url + "/schema",
-                   {"type": "AVRO", "schema": S1, "properties": {"owner": "ops"}})) == {"version": {"version": 0}}
+    assert ok(
+        rest(broker, "POST", url + "/schema", {"type": "AVRO", "schema": S1, "properties": {"owner": "ops"}})
+    ) == {"version": {"version": 0}}
     got = ok(rest(broker, "GET", url + "/schema"))
     assert got["version"] == 0 and got["type"] == "AVRO" and got["data"] == S1
     assert got["properties"] == {"owner": "ops"} and got["timestamp"] > 0
     # the same schema again: the same version
-    assert ok(rest(broker, "POST", url + "/schema", {"type": "AVRO", "schema": S1}))["version"]["version"] == 0
+    assert (
+        ok(rest(broker, "POST", url + "/schema", {"type": "AVRO", "schema": S1}))["version"]["version"] == 0
+    )
 
     # FULL is the default: a required field added is refused, one with a default accepted
     test = ok(rest(broker, "POST", url + "/compatibility", {"type": "AVRO", "schema": S_ADD_REQUIRED}))
@@ -83,7 +86,12 @@ def test_rest_paths_and_bodies(broker):
     assert status == 422, body
     status, _ = rest(broker, "POST", url + "/schema", {"type": "STRING", "schema": ""})
     assert status == 409  # another type
-    assert ok(rest(broker, "POST", url + "/schema", {"type": "AVRO", "schema": S_ADD_DEFAULT}))["version"]["version"] == 1
+    assert (
+        ok(rest(broker, "POST", url + "/schema", {"type": "AVRO", "schema": S_ADD_DEFAULT}))["version"][
+            "version"
+        ]
+        == 1
+    )
 
     versions = ok(rest(broker, "GET", url + "/schemas"))["getSchemaResponses"]
     assert [v["version"] for v in versions] == [0, 1] and versions[1]["data"] == S_ADD_DEFAULT
@@ -97,14 +105,19 @@ def test_rest_paths_and_bodies(broker):
     assert ok(rest(broker, "DELETE", url + "/schema")) == {"version": 2}
     assert rest(broker, "GET", url + "/schema")[0] == 404
     assert ok(rest(broker, "GET", url + "/schemas"))["getSchemaResponses"] == []
-    assert ok(rest(broker, "POST", url + "/schema", {"type": "STRING", "schema": ""}))["version"]["version"] == 3
+    assert (
+        ok(rest(broker, "POST", url + "/schema", {"type": "STRING", "schema": ""}))["version"]["version"] == 3
+    )
     assert rest(broker, "DELETE", url + "/schema", raw=None)[0] == 200
     assert rest(broker, "DELETE", url + "/schema")[0] == 404
 
 
 def test_evolution_allowed_under_backward_refused_under_full(broker):
     backward = new_namespace(broker, "BACKWARD")
-    assert ok(rest(broker, "GET", f"/admin/v2/namespaces/public/{backward}/schemaCompatibilityStrategy")) == "BACKWARD"
+    assert (
+        ok(rest(broker, "GET", f"/admin/v2/namespaces/public/{backward}/schemaCompatibilityStrategy"))
+        == "BACKWARD"
+    )
     full = new_namespace(broker)  # no policy: the broker's default, FULL
     client = make_client(broker.url)
     try:
@@ -126,12 +139,26 @@ def test_evolution_allowed_under_backward_refused_under_full(broker):
             client.subscribe(t2, "s", schema=AvroSchema(V2))
 
         # a topic policy overrides the namespace's
-        ok(rest(broker, "PUT", f"/admin/v2/persistent/public/{full}/readings/schemaCompatibilityStrategy",
-                "BACKWARD"))
-        assert ok(rest(broker, "GET",
-                       f"/admin/v2/persistent/public/{full}/readings/schemaCompatibilityStrategy")) == "BACKWARD"
+        ok(
+            rest(
+                broker,
+                "PUT",
+                f"/admin/v2/persistent/public/{full}/readings/schemaCompatibilityStrategy",
+                "BACKWARD",
+            )
+        )
+        assert (
+            ok(
+                rest(
+                    broker, "GET", f"/admin/v2/persistent/public/{full}/readings/schemaCompatibilityStrategy"
+                )
+            )
+            == "BACKWARD"
+        )
         client.create_producer(t2, schema=AvroSchema(V2)).send(V2(a="z"))
-        status, body = rest(broker, "PUT", f"/admin/v2/namespaces/public/{full}/schemaCompatibilityStrategy", "SOMETIMES")
+        status, body = rest(
+            broker, "PUT", f"/admin/v2/namespaces/public/{full}/schemaCompatibilityStrategy", "SOMETIMES"
+        )
         assert status == 412 and "BACKWARD_TRANSITIVE" in body["reason"]
     finally:
         client.close()
@@ -146,16 +173,23 @@ def test_auto_update_off_and_validation_enforced(broker):
     try:
         with pytest.raises(pulsar.IncompatibleSchema):
             client.create_producer(topic, schema=AvroSchema(V1))  # producers may not register it
-        ok(rest(broker, "POST", schema_url(topic) + "/schema",
-                {"type": "AVRO", "schema": json.dumps(V1.schema())}))  # the operator may
+        ok(
+            rest(
+                broker,
+                "POST",
+                schema_url(topic) + "/schema",
+                {"type": "AVRO", "schema": json.dumps(V1.schema())},
+            )
+        )  # the operator may
         producer = client.create_producer(topic, schema=AvroSchema(V1))
         producer.send(V1(a="a", b=2))
         with pytest.raises(pulsar.IncompatibleSchema):
             client.create_producer(topic)  # no schema on a topic with one, validation enforced
         ok(rest(broker, "POST", f"/admin/v2/namespaces/public/{ns}/schemaValidationEnforced", False))
         client.create_producer(topic).send(b"raw bytes")  # allowed again
-        consumer = client.subscribe(topic, "s", schema=AvroSchema(V1),
-                                    initial_position=pulsar.InitialPosition.Earliest)
+        consumer = client.subscribe(
+            topic, "s", schema=AvroSchema(V1), initial_position=pulsar.InitialPosition.Earliest
+        )
         msg = consumer.receive(10000)
         assert msg.value().a == "a" and msg.value().b == 2
     finally:
@@ -175,16 +209,29 @@ def test_cli_and_restart(broker, tmp_path):
     incompatible.write_text(json.dumps({"type": "AVRO", "schema": S_ADD_REQUIRED}))
     r = cli(broker, "schemas", "compatibility", topic, "--filename", str(incompatible))
     assert r.returncode == 1 and "incompatible" in r.stdout
-    r = cli(broker, "namespaces", "set-schema-compatibility-strategy", "public/default", "--compatibility", "forward")
+    r = cli(
+        broker,
+        "namespaces",
+        "set-schema-compatibility-strategy",
+        "public/default",
+        "--compatibility",
+        "forward",
+    )
     assert r.returncode == 0, r.stderr
     try:
         r = cli(broker, "schemas", "upload", topic, "-f", str(incompatible))  # FORWARD accepts it
         assert r.returncode == 0, r.stderr
     finally:
-        assert cli(broker, "namespaces", "remove-schema-compatibility-strategy", "public/default").returncode == 0
+        assert (
+            cli(broker, "namespaces", "remove-schema-compatibility-strategy", "public/default").returncode
+            == 0
+        )
 
     ns = new_namespace(broker)
-    for command, flag in (("set-is-allow-auto-update-schema", "--disable"), ("set-schema-validation-enforce", "--enable")):
+    for command, flag in (
+        ("set-is-allow-auto-update-schema", "--disable"),
+        ("set-schema-validation-enforce", "--enable"),
+    ):
         assert cli(broker, "namespaces", command, f"public/{ns}", flag).returncode == 0
     policies = ok(rest(broker, "GET", f"/admin/v2/namespaces/public/{ns}"))
     assert policies["isAllowAutoUpdateSchema"] is False and policies["schemaValidationEnforced"] is True
@@ -211,6 +258,9 @@ def test_deleting_a_topic_deletes_its_schema(broker):
         ok(rest(broker, "DELETE", "/admin/v2/" + topic.replace("://", "/")))
         assert rest(broker, "GET", schema_url(topic) + "/schema")[0] == 404
         client.create_producer(topic, schema=AvroSchema(V2)).send(V2(a="fresh"))  # a new topic, a new history
-        assert ok(rest(broker, "GET", schema_url(topic) + "/schema"))["data"] == AvroSchema(V2).schema_info().schema()
+        assert (
+            ok(rest(broker, "GET", schema_url(topic) + "/schema"))["data"]
+            == AvroSchema(V2).schema_info().schema()
+        )
     finally:
         client.close()

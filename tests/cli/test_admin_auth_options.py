@@ -17,13 +17,18 @@ from compactmq.errors import InvalidInput
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.c2lnbmF0dXJl"
 
 
-@pytest.mark.parametrize("name, method", [
-    ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"),
-    ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "tls"),
-    ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", "basic"),
-    ("AuthenticationToken", "token"),
-    ("token", "token"), ("TLS", "tls"), ("basic", "basic"),
-])
+@pytest.mark.parametrize(
+    "name, method",
+    [
+        ("org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationTls", "tls"),
+        ("org.apache.pulsar.client.impl.auth.AuthenticationBasic", "basic"),
+        ("AuthenticationToken", "token"),
+        ("token", "token"),
+        ("TLS", "tls"),
+        ("basic", "basic"),
+    ],
+)
 def test_plugin_names(name, method):
     assert plugin_method(name) == method
 
@@ -36,7 +41,13 @@ def test_unknown_plugin_is_one_clear_error():
 def test_token_params_forms(tmp_path):
     path = tmp_path / "admin.token"
     path.write_text(JWT + "\n")
-    for params in (f"token:{JWT}", f"file://{path}", f'{{"token": "{JWT}"}}', f'{{"file": "file://{path}"}}', JWT):
+    for params in (
+        f"token:{JWT}",
+        f"file://{path}",
+        f'{{"token": "{JWT}"}}',
+        f'{{"file": "file://{path}"}}',
+        JWT,
+    ):
         auth = client_auth("token", params)
         assert auth.authorization == f"Bearer {JWT}", params
     with pytest.raises(InvalidInput, match="cannot read the token file .*missing.token") as e:
@@ -49,7 +60,10 @@ def test_token_params_forms(tmp_path):
 def test_basic_params_forms():
     want = "Basic " + base64.b64encode(b"alice:pa:ss").decode()
     for params in ('{"userId": "alice", "password": "pa:ss"}', "userId:alice,password:pa:ss", "alice:pa:ss"):
-        assert client_auth("org.apache.pulsar.client.impl.auth.AuthenticationBasic", params).authorization == want
+        assert (
+            client_auth("org.apache.pulsar.client.impl.auth.AuthenticationBasic", params).authorization
+            == want
+        )
     with pytest.raises(InvalidInput, match="userId") as e:
         client_auth("basic", '{"userId": "alice"}')
     with pytest.raises(InvalidInput, match="not valid JSON") as e:
@@ -59,7 +73,12 @@ def test_basic_params_forms():
 
 def test_tls_params_and_options():
     auth = client_auth("tls", "tlsCertFile:/c/cert.pem,tlsKeyFile:/c/key.pem")
-    assert (auth.method, auth.authorization, auth.cert_file, auth.key_file) == ("tls", None, "/c/cert.pem", "/c/key.pem")
+    assert (auth.method, auth.authorization, auth.cert_file, auth.key_file) == (
+        "tls",
+        None,
+        "/c/cert.pem",
+        "/c/key.pem",
+    )
     auth = client_auth("tls", None, "/o/cert.pem", "/o/key.pem")
     assert (auth.cert_file, auth.key_file) == ("/o/cert.pem", "/o/key.pem")
     with pytest.raises(InvalidInput, match="client certificate and key"):
@@ -85,12 +104,23 @@ def test_ssl_context_options(tmp_path):
 
 
 def test_global_options_reach_the_client(tmp_path):
-    args = build_parser().parse_args([
-        "--admin-url", "https://127.0.0.1:8443", "--auth-plugin", "token", "--auth-params", f"token:{JWT}",
-        "--tls-allow-insecure", "tenants", "list"])
+    args = build_parser().parse_args(
+        [
+            "--admin-url",
+            "https://127.0.0.1:8443",
+            "--auth-plugin",
+            "token",
+            "--auth-params",
+            f"token:{JWT}",
+            "--tls-allow-insecure",
+            "tenants",
+            "list",
+        ]
+    )
     client = AdminClient.from_args(args)
     assert client.auth.authorization == f"Bearer {JWT}" and client.tls.verify_mode == ssl.CERT_NONE
-    args = build_parser().parse_args(["--auth-plugin", "tls", "--auth-params", "tlsCertFile:/a,tlsKeyFile:/b",
-                                      "tenants", "list"])
+    args = build_parser().parse_args(
+        ["--auth-plugin", "tls", "--auth-params", "tlsCertFile:/a,tlsKeyFile:/b", "tenants", "list"]
+    )
     with pytest.raises(InvalidInput, match="https://"):
         AdminClient.from_args(args)  # a client certificate over plain http would authenticate nothing

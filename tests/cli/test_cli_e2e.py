@@ -114,11 +114,18 @@ def test_tenants_namespaces_and_topics(cli):
     ok(cli("topics", "create-partitioned-topic", t + "-p", "-p", "2"))
     assert as_json(cli("topics", "list-partitioned-topics", "clitenant/ns1", output="json")) == [t + "-p"]
     stats = as_json(cli("topics", "stats", t, output="json"))
-    assert set(stats["compaction"]) == {"lastCompactionRemovedEventCount", "lastCompactionSucceedTimestamp",
-                                       "lastCompactionFailedTimestamp", "lastCompactionDurationTimeInMills",
-                                       # ours (issue 13): the view in force, the lag, the last run's phases
-                                       "compactedKeys", "compactedEntries", "compactedSize",
-                                       "compactionLagInMillis", "lastCompactionPhaseTimesInMillis"}
+    assert set(stats["compaction"]) == {
+        "lastCompactionRemovedEventCount",
+        "lastCompactionSucceedTimestamp",
+        "lastCompactionFailedTimestamp",
+        "lastCompactionDurationTimeInMills",
+        # ours (issue 13): the view in force, the lag, the last run's phases
+        "compactedKeys",
+        "compactedEntries",
+        "compactedSize",
+        "compactionLagInMillis",
+        "lastCompactionPhaseTimesInMillis",
+    }
     assert "ledgers" in as_json(cli("topics", "stats-internal", t, output="json"))
     fails(cli("namespaces", "delete", "clitenant/ns1"), "HTTP 409")
     ok(cli("topics", "delete", t))
@@ -132,15 +139,25 @@ def test_tenants_namespaces_and_topics(cli):
 def test_policies_with_units(cli):
     ok(cli("namespaces", "create", "public/clipol"))
     ok(cli("namespaces", "set-compaction-threshold", "public/clipol", "--threshold", "100M"))
-    assert as_json(cli("namespaces", "get-compaction-threshold", "public/clipol", output="json")) == 100 * 1024**2
+    assert (
+        as_json(cli("namespaces", "get-compaction-threshold", "public/clipol", output="json"))
+        == 100 * 1024**2
+    )
     assert "100.0 MiB" in ok(cli("namespaces", "get-compaction-threshold", "public/clipol"))
     ok(cli("namespaces", "remove-compaction-threshold", "public/clipol"))
-    assert ok(cli("namespaces", "get-compaction-threshold", "public/clipol")).strip() == "no compaction threshold set"
+    assert (
+        ok(cli("namespaces", "get-compaction-threshold", "public/clipol")).strip()
+        == "no compaction threshold set"
+    )
     ok(cli("namespaces", "set-retention", "public/clipol", "--size", "10G", "--time", "3h"))
     assert as_json(cli("namespaces", "get-retention", "public/clipol", output="json")) == {
-        "retentionSizeInMB": 10240, "retentionTimeInMinutes": 180}
+        "retentionSizeInMB": 10240,
+        "retentionTimeInMinutes": 180,
+    }
     ok(cli("namespaces", "set-compaction-strategy", "public/clipol", "-s", "keep-first"))
-    assert as_json(cli("namespaces", "get-compaction-strategy", "public/clipol", output="json")) == "keep-first"
+    assert (
+        as_json(cli("namespaces", "get-compaction-strategy", "public/clipol", output="json")) == "keep-first"
+    )
     ok(cli("namespaces", "set-retain-null-key", "public/clipol", "--retain", "true"))
     assert ok(cli("namespaces", "get-retain-null-key", "public/clipol")).strip() == "true"
 
@@ -148,11 +165,17 @@ def test_policies_with_units(cli):
     ok(cli("topics", "create", t))
     ok(cli("topics", "set-retention", t, "--size", "-1", "--time", "1d"))
     assert as_json(cli("topics", "get-retention", t, output="json")) == {
-        "retentionSizeInMB": -1, "retentionTimeInMinutes": 1440}
+        "retentionSizeInMB": -1,
+        "retentionTimeInMinutes": 1440,
+    }
     ok(cli("topics", "set-compaction-strategy", t, "-s", "event-time"))
     ok(cli("topics", "remove-compaction-strategy", t))
     assert ok(cli("topics", "get-compaction-strategy", t)).strip() == "no compaction strategy set"
-    fails(cli("topics", "set-compaction-strategy", t, "-s", "nonsense"), "unknown compaction strategy", "HTTP 412")
+    fails(
+        cli("topics", "set-compaction-strategy", t, "-s", "nonsense"),
+        "unknown compaction strategy",
+        "HTTP 412",
+    )
     ok(cli("topics", "delete", t))
     ok(cli("namespaces", "delete", "public/clipol"))
 

@@ -5,16 +5,33 @@ from compactmq.cli.units import parse_duration_seconds, parse_size
 from compactmq.errors import InvalidInput, InvalidTopicName
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("0", 0), ("100", 100), ("100M", 100 * 1024**2), ("10g", 10 * 1024**3), ("1K", 1024), ("-1", -1),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("0", 0),
+        ("100", 100),
+        ("100M", 100 * 1024**2),
+        ("10g", 10 * 1024**3),
+        ("1K", 1024),
+        ("-1", -1),
+    ],
+)
 def test_sizes(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("90", 90), ("90s", 90), ("30m", 1800), ("3h", 10800), ("2d", 172800), ("1w", 604800), ("-1", -1),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("90", 90),
+        ("90s", 90),
+        ("30m", 1800),
+        ("3h", 10800),
+        ("2d", 172800),
+        ("1w", 604800),
+        ("-1", -1),
+    ],
+)
 def test_durations(text, expected):
     assert parse_duration_seconds(text) == expected
 
@@ -38,9 +55,18 @@ def test_paths_follow_admin_v2():
 
 
 def test_progress_line():
-    running = {"status": "RUNNING", "lastError": "",
-               "progress": {"phase": "phase-one", "entriesProcessed": 500, "entriesTotal": 1000, "etaSeconds": 3}}
+    running = {
+        "status": "RUNNING",
+        "lastError": "",
+        "progress": {"phase": "phase-one", "entriesProcessed": 500, "entriesTotal": 1000, "etaSeconds": 3},
+    }
     line = render_progress(running, width=10)
-    assert "phase-one" in line and "[#####-----]" in line and "500/1,000" in line and "50%" in line and "eta 3s" in line
+    assert (
+        "phase-one" in line
+        and "[#####-----]" in line
+        and "500/1,000" in line
+        and "50%" in line
+        and "eta 3s" in line
+    )
     assert render_progress({"status": "SUCCESS", "lastError": ""}) == "SUCCESS"
     assert render_progress({"status": "ERROR", "lastError": "disk full"}) == "ERROR: disk full"

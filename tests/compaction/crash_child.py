@@ -29,8 +29,9 @@ def main(data_dir: str, topic: str, mode: str, arg: str) -> int:
     storage = Storage(data_dir, cfg, read_only=True)  # beside the test's read-write Storage
     hook = (lambda point: die() if point == arg else None) if mode == "point" else None
     faults = ("phase-two-task",) if mode == "task" else ()
-    service = SparkCompactionService(storage, topic, cfg, spark_conf=TEST_CONF, abort_hook=hook,
-                                     fault_points=faults)
+    service = SparkCompactionService(
+        storage, topic, cfg, spark_conf=TEST_CONF, abort_hook=hook, fault_points=faults
+    )
     started = threading.Event()
 
     def progress(p):

@@ -9,8 +9,9 @@ from compactmq.protocol.compression import compress
 from compactmq.protocol.frames import build_entry
 
 
-def single(key, payload: bytes, *, event_time=0, publish_time=1000, props=None, seq=0,
-           marker=False, encrypted=False) -> bytes:
+def single(
+    key, payload: bytes, *, event_time=0, publish_time=1000, props=None, seq=0, marker=False, encrypted=False
+) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=publish_time)
     if key is not None:
         md.partition_key = key
@@ -41,8 +42,9 @@ def batch(messages, *, codec=pb.NONE, publish_time=1000, seq=0) -> bytes:
             smm.compacted_out = True
         raw = smm.SerializeToString()
         body += struct.pack(">I", len(raw)) + raw + payload
-    md = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=publish_time,
-                            num_messages_in_batch=len(messages))
+    md = pb.MessageMetadata(
+        producer_name="p", sequence_id=seq, publish_time=publish_time, num_messages_in_batch=len(messages)
+    )
     if codec != pb.NONE:
         md.compression = codec
         md.uncompressed_size = len(body)
@@ -59,7 +61,9 @@ def decode(entry: bytes):
     md.ParseFromString(entry[10 : 10 + mdsize])
     payload = entry[10 + mdsize :]
     if not md.HasField("num_messages_in_batch") or len(md.encryption_keys):
-        return md, [(0, md.partition_key if md.HasField("partition_key") else None, payload, md.event_time, False)]
+        return md, [
+            (0, md.partition_key if md.HasField("partition_key") else None, payload, md.event_time, False)
+        ]
     if md.compression:
         payload = decompress(md.compression, payload, md.uncompressed_size)
     out, off = [], 0
@@ -69,6 +73,13 @@ def decode(entry: bytes):
         smm.ParseFromString(payload[off + 4 : off + 4 + n])
         data = payload[off + 4 + n : off + 4 + n + smm.payload_size]
         off += 4 + n + smm.payload_size
-        out.append((i, smm.partition_key if smm.HasField("partition_key") else None, data, smm.event_time,
-                    smm.compacted_out))
+        out.append(
+            (
+                i,
+                smm.partition_key if smm.HasField("partition_key") else None,
+                data,
+                smm.event_time,
+                smm.compacted_out,
+            )
+        )
     return md, out

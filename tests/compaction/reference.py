@@ -83,8 +83,10 @@ class ReferenceCompactor:
                     survivors.add(mid)
         compacted = []
         for p, msgs in inputs:
-            kept = [(b, k, pl, et, False) if (p, b) in survivors else (b, k, b"", et, True)
-                    for b, k, pl, et, out in msgs]
+            kept = [
+                (b, k, pl, et, False) if (p, b) in survivors else (b, k, b"", et, True)
+                for b, k, pl, et, out in msgs
+            ]
             if any(not out for *_, out in kept):
                 compacted.append((p, kept))
         self.compacted = compacted

@@ -29,10 +29,26 @@ def test_compact_topic_command_commits_and_service_sees_it(spark, tmp_path):
         service = SparkCompactionService(storage, "cli-t", cfg)
         assert service.read_compacted_entries((0, 0), 10) == []
         out = subprocess.run(
-            [sys.executable, "-m", "compactmq.cli.main", "--output", "json", "compact-topic", "--topic", "cli-t",
-             "--data-dir", str(tmp_path), "--spark-master", "local[1]",
-             "--config-override", "spark.ui.enabled=false"],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
+            [
+                sys.executable,
+                "-m",
+                "compactmq.cli.main",
+                "--output",
+                "json",
+                "compact-topic",
+                "--topic",
+                "cli-t",
+                "--data-dir",
+                str(tmp_path),
+                "--spark-master",
+                "local[1]",
+                "--config-override",
+                "spark.ui.enabled=false",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert out.returncode == 0, out.stderr[-2000:]
         body = json.loads(out.stdout)
@@ -45,7 +61,21 @@ def test_compact_topic_command_commits_and_service_sees_it(spark, tmp_path):
 
 
 def test_bad_topic_is_one_line_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "compactmq.cli.main", "compact-topic", "--topic", "no-such",
-                          "--data-dir", str(tmp_path), "--quiet"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "compact-topic",
+            "--topic",
+            "no-such",
+            "--data-dir",
+            str(tmp_path),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1 and out.stderr.startswith("compactmq: error:") and "no-such" in out.stderr

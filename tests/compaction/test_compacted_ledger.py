@@ -56,7 +56,11 @@ def test_parts_concatenate_in_order(tmp_path):
     a.close(), b.close()
     out = str(tmp_path / "7.compacted")
     assert cl.concatenate_parts(out, [str(tmp_path / "pa"), str(tmp_path / "pb")]) == 3
-    assert [(tuple(p), d) for p, d in cl.CompactedLedgerReader(out)] == [((1, 0), b"x"), ((1, 5), b"yy"), ((2, 0), b"zzz")]
+    assert [(tuple(p), d) for p, d in cl.CompactedLedgerReader(out)] == [
+        ((1, 0), b"x"),
+        ((1, 5), b"yy"),
+        ((2, 0), b"zzz"),
+    ]
     with pytest.raises(StorageError):  # out of order
         cl.concatenate_parts(str(tmp_path / "8.compacted"), [str(tmp_path / "pb"), str(tmp_path / "pa")])
     assert not os.path.exists(tmp_path / "8.compacted")

@@ -72,8 +72,13 @@ print(json.dumps({"id": r.compacted_ledger_id, "previous": r.previous_ledger_id}
 
 
 def compact_in_child(data, conf: dict, kill_at: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CHILD, str(data), TOPIC, json.dumps(conf), kill_at],
-                          env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, str(data), TOPIC, json.dumps(conf), kill_at],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def compact(data, conf: dict) -> dict:

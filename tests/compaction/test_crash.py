@@ -38,7 +38,8 @@ KILLS = [
 
 def _view(service):
     return [(tuple(p), E.decode(b)[1]) for p, b in service.read_compacted_entries((-1, -1), 10**9)], (
-        tuple(service.get_last_compacted_position() or ()))
+        tuple(service.get_last_compacted_position() or ())
+    )
 
 
 def _history(rng, n):
@@ -46,8 +47,12 @@ def _history(rng, n):
     for _ in range(n):
         k = f"k{rng.randrange(40)}"
         if rng.random() < 0.3:
-            out.append(E.batch([(f"k{rng.randrange(40)}", b"v%d" % rng.randrange(99), 0) for _ in range(3)],
-                               codec=rng.choice([pb.NONE, pb.LZ4, pb.ZSTD])))
+            out.append(
+                E.batch(
+                    [(f"k{rng.randrange(40)}", b"v%d" % rng.randrange(99), 0) for _ in range(3)],
+                    codec=rng.choice([pb.NONE, pb.LZ4, pb.ZSTD]),
+                )
+            )
         else:
             out.append(E.single(k, b"" if rng.random() < 0.1 else b"x%d" % rng.randrange(999)))
     return out
@@ -63,8 +68,10 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
         model = ReferenceCompactor()
 
         def compact_here():
-            model.compact([(tuple(p), b) for p, b in ml.read_entries(ml.first_position(), 10**7)],
-                          tuple(ml.first_position()))
+            model.compact(
+                [(tuple(p), b) for p, b in ml.read_entries(ml.first_position(), 10**7)],
+                tuple(ml.first_position()),
+            )
             service.compact()
             assert _view(service)[0] == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
 
@@ -75,7 +82,9 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
             before = _view(service)
             child = subprocess.run(
                 [sys.executable, "-m", "tests.compaction.crash_child", str(tmp_path), TOPIC, mode, arg],
-                cwd=ROOT, capture_output=True, timeout=240,
+                cwd=ROOT,
+                capture_output=True,
+                timeout=240,
             )
             assert child.returncode != 0, child.stderr.decode()[-2000:]
             after = _view(service)

@@ -33,7 +33,15 @@ def _rows_as_set(rows, keys):
         if keyless:
             assert rows.h1[i] == rows.pos[i] and rows.h2[i] == es.KEYLESS_MARK
         key = None if keyless else by_hash[(int(rows.h1[i]), int(rows.h2[i]))]
-        out.add((int(entry[i]), int(bidx[i]), key, bool(rows.flags[i] & es.FLAG_TOMBSTONE), int(rows.event_time[i])))
+        out.add(
+            (
+                int(entry[i]),
+                int(bidx[i]),
+                key,
+                bool(rows.flags[i] & es.FLAG_TOMBSTONE),
+                int(rows.event_time[i]),
+            )
+        )
     return out
 
 
@@ -54,9 +62,14 @@ keys = st.one_of(st.none(), st.text(alphabet="abcé\u4e2d", max_size=4))
 payloads = st.binary(max_size=6)
 msg = st.tuples(keys, payloads, st.integers(0, 2**40))
 entry = st.one_of(
-    st.builds(lambda m, pt: E.single(m[0], m[1], event_time=m[2], publish_time=pt, props={"a": "b"}), msg,
-              st.integers(0, 2**41)),
-    st.builds(lambda ms, c: E.batch(ms, codec=c), st.lists(msg, min_size=1, max_size=5), st.sampled_from(CODECS)),
+    st.builds(
+        lambda m, pt: E.single(m[0], m[1], event_time=m[2], publish_time=pt, props={"a": "b"}),
+        msg,
+        st.integers(0, 2**41),
+    ),
+    st.builds(
+        lambda ms, c: E.batch(ms, codec=c), st.lists(msg, min_size=1, max_size=5), st.sampled_from(CODECS)
+    ),
     st.builds(lambda k: E.single(k, b"", marker=True), keys),
     st.builds(lambda k: E.single(k, b"x", encrypted=True), keys),
 )
@@ -85,8 +98,11 @@ def test_rows_match_protobuf(path, blobs):
 
 
 def test_metadata_fields_match_protobuf(path):
-    blobs = [E.single("k", b"v", event_time=77, publish_time=123456789), E.batch([("a", b"1", 5)], codec=pb.LZ4),
-             E.single(None, b"", marker=True)]
+    blobs = [
+        E.single("k", b"v", event_time=77, publish_time=123456789),
+        E.batch([("a", b"1", 5)], codec=pb.LZ4),
+        E.single(None, b"", marker=True),
+    ]
     buf, offs, lens = _concat(blobs)
     info = es.scan_entry_metadata(buf, offs, lens)
     assert info.publish_time.tolist() == [123456789, 1000, 1000]
@@ -98,8 +114,11 @@ def test_metadata_fields_match_protobuf(path):
 
 def test_position_packing_roundtrip_and_limits():
     pos = es.pack_positions([0, 5, es.MAX_ORDINAL], [0, 7, es.MAX_ENTRY], [0, 3, es.MAX_BATCH])
-    assert [list(a) for a in es.unpack_positions(pos)] == [[0, 5, es.MAX_ORDINAL], [0, 7, es.MAX_ENTRY],
-                                                           [0, 3, es.MAX_BATCH]]
+    assert [list(a) for a in es.unpack_positions(pos)] == [
+        [0, 5, es.MAX_ORDINAL],
+        [0, 7, es.MAX_ENTRY],
+        [0, 3, es.MAX_BATCH],
+    ]
     assert (pos < 2**62).all() and list(pos) == sorted(pos)
     with pytest.raises(es.CompactionError):
         es.pack_positions([0], [es.MAX_ENTRY + 1], [0])
@@ -119,8 +138,12 @@ def test_rebuild_batch_with_placeholders(path, codec):
     # payload holds the listed indexes alone, which is not what we wrote
     assert list(md.compacted_batch_indexes) == []
     assert [(i, k, p, co) for i, k, p, _, co in got] == [
-        (0, "a", b"", True), (1, "b", b"B1", False), (2, None, b"", True), (3, "a", b"", True),
-        (4, "c", b"C" * 50, False)]
+        (0, "a", b"", True),
+        (1, "b", b"B1", False),
+        (2, None, b"", True),
+        (3, "a", b"", True),
+        (4, "c", b"C" * 50, False),
+    ]
     from compactmq.protocol.frames import parse_entry
 
     parse_entry(bytes(out[0]), verify_checksum=True)  # checksum recomputed
@@ -128,10 +151,18 @@ def test_rebuild_batch_with_placeholders(path, codec):
     buf2, offs2, lens2 = _concat([bytes(out[0])])
     again = es.rebuild_entries(buf2, offs2, lens2, [0], [4])
     _, got2 = E.decode(bytes(again[0]))
-    assert [(i, p, co) for i, _, p, _, co in got2] == [(0, b"", True), (1, b"", True), (2, b"", True),
-                                                        (3, b"", True), (4, b"C" * 50, False)]
+    assert [(i, p, co) for i, _, p, _, co in got2] == [
+        (0, b"", True),
+        (1, b"", True),
+        (2, b"", True),
+        (3, b"", True),
+        (4, b"C" * 50, False),
+    ]
     # all survive: the bytes are untouched
-    assert bytes(es.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0]) == blobs[0]
+    assert (
+        bytes(es.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0])
+        == blobs[0]
+    )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -153,7 +184,13 @@ def test_key_hash_separates_similar_keys():
 def test_combine_latest_keeps_the_last_row_per_key_in_position_order(path):
     h1 = np.array([5, 7, 5, 5, 9, 7], np.int64)
     h2 = np.array([1, 1, 2, 1, 1, 1], np.int64)  # (5, 2) shares h1 with (5, 1): a collision
-    rows = es.Rows(h1, h2, np.arange(6, dtype=np.int64) * 10, np.array([0, 0, 0, 1, 0, 0], np.int8), np.zeros(6, np.int64))
+    rows = es.Rows(
+        h1,
+        h2,
+        np.arange(6, dtype=np.int64) * 10,
+        np.array([0, 0, 0, 1, 0, 0], np.int8),
+        np.zeros(6, np.int64),
+    )
     out = es.combine_latest(rows)
     # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50. The numpy path also
     # keeps the row at 0, because the collision interleaves (5,1) and (5,2); such extra rows are

@@ -59,8 +59,10 @@ def test_default_factory_is_spark_and_starts_nothing():
     f = load_factory(load_config())
     assert type(f) is SparkCompactionServiceFactory
     # loading (and importing the package) starts no JVM: checked in a fresh interpreter
-    code = ("import pyspark; from compactmq.compaction import load_factory; from compactmq.config import load_config; "
-            "load_factory(load_config()); assert pyspark.SparkContext._active_spark_context is None")
+    code = (
+        "import pyspark; from compactmq.compaction import load_factory; from compactmq.config import load_config; "
+        "load_factory(load_config()); assert pyspark.SparkContext._active_spark_context is None"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -70,12 +72,15 @@ def test_user_factory_by_class_name():
     assert f.new_service("t").topic == "t"
 
 
-@pytest.mark.parametrize("name, words", [
-    ("nodots", "dotted name"),
-    ("compactmq.no_such_module.Factory", "cannot import module"),
-    ("compactmq.compaction.NoSuchFactory", "has no 'NoSuchFactory'"),
-    ("compactmq.compaction.TopicCompactionService", "not a CompactionServiceFactory"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("nodots", "dotted name"),
+        ("compactmq.no_such_module.Factory", "cannot import module"),
+        ("compactmq.compaction.NoSuchFactory", "has no 'NoSuchFactory'"),
+        ("compactmq.compaction.TopicCompactionService", "not a CompactionServiceFactory"),
+    ],
+)
 def test_bad_factory_name_is_one_clear_error(name, words):
     with pytest.raises(InvalidConfiguration) as e:
         load_factory({"compactionServiceFactoryClassName": name})

@@ -78,8 +78,7 @@ def test_runner_horizon_stops_before_messages_younger_than_the_minimum_lag(stora
     clock = [NOW / 1000]
 
     def run():
-        return CompactionRunner(storage, T, load_config(),
-                                engine, clock=lambda: clock[0]).run()
+        return CompactionRunner(storage, T, load_config(), engine, clock=lambda: clock[0]).run()
 
     result = run()  # everything is younger than 60 s: an empty run, no view, no horizon
     assert result.horizon is None and not engine.plans
@@ -112,12 +111,20 @@ def test_packed_cut_orders_like_message_ids():
     from compactmq.compaction.plan import build_segments, packed_cut
 
     # ledger 5: compacted part (ids <= 5:3) then live part; ledger 7 live
-    segs = build_segments({"path": "c", "ledgers": {5: (2, 0)}},
-                          [{"ledger_id": 5, "path": "l5", "lo": 4, "hi": 1 << 40, "count": 3},
-                           {"ledger_id": 7, "path": "l7", "lo": 0, "hi": 9, "count": 10}])
-    packed = {(5, 1): es.pack_positions(0, [1], [0])[0], (5, 3): es.pack_positions(0, [3], [2])[0],
-              (5, 4): es.pack_positions(1, [4], [0])[0], (7, 0): es.pack_positions(2, [0], [0])[0],
-              (7, 9): es.pack_positions(2, [9], [1])[0]}
+    segs = build_segments(
+        {"path": "c", "ledgers": {5: (2, 0)}},
+        [
+            {"ledger_id": 5, "path": "l5", "lo": 4, "hi": 1 << 40, "count": 3},
+            {"ledger_id": 7, "path": "l7", "lo": 0, "hi": 9, "count": 10},
+        ],
+    )
+    packed = {
+        (5, 1): es.pack_positions(0, [1], [0])[0],
+        (5, 3): es.pack_positions(0, [3], [2])[0],
+        (5, 4): es.pack_positions(1, [4], [0])[0],
+        (7, 0): es.pack_positions(2, [0], [0])[0],
+        (7, 9): es.pack_positions(2, [9], [1])[0],
+    }
     for cut in [(5, 0), (5, 2), (5, 4), (5, 5), (6, 0), (7, 0), (7, 5), (8, 0)]:
         c = packed_cut(segs, cut)
         assert {pos: p >= c for pos, p in packed.items()} == {pos: pos >= cut for pos in packed}, cut

@@ -88,7 +88,7 @@ def test_the_cache_directory_is_created_private_and_used(fresh, tmp_path):
 def _cc_spy(tmp_path):
     marker = tmp_path / "cc-was-run"
     spy = tmp_path / "spy-cc"
-    spy.write_text(f"#!/bin/sh\ntouch {marker}\nexec cc \"$@\"\n")
+    spy.write_text(f'#!/bin/sh\ntouch {marker}\nexec cc "$@"\n')
     spy.chmod(0o700)
     return spy, marker
 

@@ -30,13 +30,17 @@ message = st.tuples(keys, payloads, st.integers(0, 3))
 entry = st.one_of(
     st.builds(lambda m: E.single(m[0], m[1], event_time=m[2]), message),
     st.builds(lambda m: E.single(m[0], m[1], event_time=m[2]), message),
-    st.builds(lambda ms, c: E.batch(ms, codec=c), st.lists(message, min_size=1, max_size=4), st.sampled_from(CODECS)),
+    st.builds(
+        lambda ms, c: E.batch(ms, codec=c), st.lists(message, min_size=1, max_size=4), st.sampled_from(CODECS)
+    ),
     st.builds(lambda k: E.single(k, b"", marker=True), keys),
     st.builds(lambda k: E.single(k, b"sealed", encrypted=True), keys),
 )
 appends = st.tuples(st.just("append"), st.lists(entry, min_size=1, max_size=8))
 step = st.one_of(
-    appends, appends, appends,
+    appends,
+    appends,
+    appends,
     st.just(("compact",)),
     st.just(("trim",)),
 )
@@ -76,8 +80,10 @@ def test_spark_service_matches_reference(spark, strategy, retain, mode, per_ledg
 
     name = USER if strategy == "longest" else strategy
     overrides = {
-        "managedLedgerMaxEntriesPerLedger": per_ledger, "managedLedgerSyncData": False,
-        "topicCompactionRetainNullKey": retain, "topicCompactionRetentionMode": mode,
+        "managedLedgerMaxEntriesPerLedger": per_ledger,
+        "managedLedgerSyncData": False,
+        "topicCompactionRetainNullKey": retain,
+        "topicCompactionRetentionMode": mode,
     }
     if not by_policy:
         overrides["topicCompactionStrategy"] = name
@@ -118,8 +124,13 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_TOMBSTONE_RETENTION
 
-    cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": 3, "managedLedgerSyncData": False,
-                                 "topicCompactionRetainNullKey": True})
+    cfg = load_config(
+        overrides={
+            "managedLedgerMaxEntriesPerLedger": 3,
+            "managedLedgerSyncData": False,
+            "topicCompactionRetainNullKey": True,
+        }
+    )
     data_dir = tempfile.mkdtemp(prefix="cmq-parity-ttl-")
     storage = Storage(data_dir, cfg)
     try:
@@ -131,11 +142,19 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
         now = int(time.time() * 1000)
         old, young = now - 100_000, now
         history = [
-            [(E.single("a", b"a1"), old), (E.single("b", b"b1"), old), (E.single("c", b"c1"), old),
-             (E.single("d", b"d1"), old), (E.batch([("e", b"e1", 0), ("f", b"f1", 0), (None, b"n", 0)]), old),
-             (E.single("c", b""), old)],  # c: an old tombstone, gone
-            [(E.single("a", b"a2"), young), (E.single("b", b""), young),  # b: a young tombstone, kept
-             (E.batch([("g", b"g1", 0), ("d", b"", 0), ("h", b"h1", 0)]), young)],
+            [
+                (E.single("a", b"a1"), old),
+                (E.single("b", b"b1"), old),
+                (E.single("c", b"c1"), old),
+                (E.single("d", b"d1"), old),
+                (E.batch([("e", b"e1", 0), ("f", b"f1", 0), (None, b"n", 0)]), old),
+                (E.single("c", b""), old),
+            ],  # c: an old tombstone, gone
+            [
+                (E.single("a", b"a2"), young),
+                (E.single("b", b""), young),  # b: a young tombstone, kept
+                (E.batch([("g", b"g1", 0), ("d", b"", 0), ("h", b"h1", 0)]), young),
+            ],
             [(E.single("g", b"g2"), young), (E.single("i", b""), young)],
         ]
         for step in history:

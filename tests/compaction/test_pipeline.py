@@ -24,8 +24,13 @@ def _keyed(spark, rows):
 
 
 ROWS = [  # key (1,1): a, tombstone, b, c ; key (2,2): x ; key (3,3): only a tombstone; key (1,9): collides on h1
-    (1, 1, 10, False, 5), (1, 1, 20, True, 0), (1, 1, 30, False, 9), (1, 1, 40, False, 2),
-    (2, 2, 15, False, 0), (3, 3, 25, True, 0), (1, 9, 35, False, 0),
+    (1, 1, 10, False, 5),
+    (1, 1, 20, True, 0),
+    (1, 1, 30, False, 9),
+    (1, 1, 40, False, 2),
+    (2, 2, 15, False, 0),
+    (3, 3, 25, True, 0),
+    (1, 9, 35, False, 0),
 ]
 
 

@@ -34,7 +34,9 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
         # retention trims the first ledger: retention-bounded readers skip it, the other mode does not
         assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0)
         first = ml.first_position()
-        assert [p for p, _ in service.read_compacted_entries(Position(0, 0), 10)] == [p for p in positions[:5] if p >= first]
+        assert [p for p, _ in service.read_compacted_entries(Position(0, 0), 10)] == [
+            p for p in positions[:5] if p >= first
+        ]
         storage.metadata.set_topic_policy(TOPIC, COMPACTION_RETENTION_MODE, "keep-until-tombstone")
         assert len(service.read_compacted_entries(Position(0, 0), 10)) == 5
     finally:

@@ -42,17 +42,34 @@ class SparkDaemon:
     def __init__(self, workdir: Path, args: list[str], ready: str):
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "daemon.log"
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-               # python workers of the executors import this checkout's compactmq
-               "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               # no REST submission server (a fixed port, 6066, shared machine)
-               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-               "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false",
-               "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-        self.proc = subprocess.Popen([spark_class(), *args], cwd=workdir, env=env, stdout=open(self.log, "ab"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        wait_until(f"spark {args[0]} ready", lambda: self.proc.poll() is None and ready in self.log.read_text()
-                   or (self.proc.poll() is not None and pytest.fail(self.log.read_text()[-3000:])), 120)
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            # python workers of the executors import this checkout's compactmq
+            "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            # no REST submission server (a fixed port, 6066, shared machine)
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false",
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        }
+        self.proc = subprocess.Popen(
+            [spark_class(), *args],
+            cwd=workdir,
+            env=env,
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(
+            f"spark {args[0]} ready",
+            lambda: (
+                self.proc.poll() is None
+                and ready in self.log.read_text()
+                or (self.proc.poll() is not None and pytest.fail(self.log.read_text()[-3000:]))
+            ),
+            120,
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -67,15 +84,39 @@ class SparkDaemon:
 @pytest.fixture
 def spark_cluster(tmp_path):
     port = free_port()
-    master = SparkDaemon(tmp_path / "spark-master", [
-        "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-        "--webui-port", str(free_port())], "I have been elected leader")
+    master = SparkDaemon(
+        tmp_path / "spark-master",
+        [
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        ],
+        "I have been elected leader",
+    )
     worker_dir = tmp_path / "spark-worker"
     try:
-        worker = SparkDaemon(worker_dir, [
-            "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
-            "--cores", "2", "--memory", "1g", "--webui-port", str(free_port()),
-            "--work-dir", str(worker_dir / "work")], "Successfully registered with master")
+        worker = SparkDaemon(
+            worker_dir,
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{port}",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(worker_dir / "work"),
+            ],
+            "Successfully registered with master",
+        )
     except BaseException:
         master.stop()
         raise
@@ -89,8 +130,9 @@ def produce(broker, topic: str) -> dict[str, bytes]:
     c = make_client(broker.url)
     latest: dict[str, bytes] = {}
     try:
-        p = c.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=2,
-                              batching_max_messages=10)
+        p = c.create_producer(
+            topic, batching_enabled=True, batching_max_publish_delay_ms=2, batching_max_messages=10
+        )
         for i in range(600):
             key = f"k{(i * 7) % 23}"
             value = b"" if i % 97 == 5 else f"v{i}-".encode() * (1 + i % 4)
@@ -109,10 +151,15 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
     master_url, worker_work = spark_cluster
     bucket = s3_server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
     (tmp_path / "broker").mkdir()
-    broker = start_broker(tmp_path / "broker" / "data", managedLedgerMaxEntriesPerLedger="15",
-                          retentionCheckIntervalInSeconds="1", managedLedgerOffloadDeletionLagMs="0",
-                          defaultRetentionTimeInMinutes="-1", defaultRetentionSizeInMB="-1",
-                          **s3_server.offload_config(bucket))
+    broker = start_broker(
+        tmp_path / "broker" / "data",
+        managedLedgerMaxEntriesPerLedger="15",
+        retentionCheckIntervalInSeconds="1",
+        managedLedgerOffloadDeletionLagMs="0",
+        defaultRetentionTimeInMinutes="-1",
+        defaultRetentionSizeInMB="-1",
+        **s3_server.offload_config(bucket),
+    )
     try:
         http = Http(web_url(broker))
         topic = "persistent://public/default/cluster-offloaded"
@@ -132,8 +179,12 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         assert current["entries"] > 0, stats["ledgers"]
         http.ok("PUT", tp + "/offload", {"ledgerId": current["ledgerId"], "entryId": 0})
         wait_until("offload SUCCESS", lambda: http.ok("GET", tp + "/offload")["status"] == "SUCCESS", 120)
-        wait_until("local copies deleted", lambda: all(
-            led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"][:-1]))
+        wait_until(
+            "local copies deleted",
+            lambda: all(
+                led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"][:-1]
+            ),
+        )
         # of the topic's data only the ledger being written is left on the broker's disk
         assert len(ledger_files(broker, topic)) == 1
         assert len(s3_server.keys(bucket)) == 2 * (len(stats["ledgers"]) - 1)
@@ -141,11 +192,29 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         job_dir = tmp_path / "job"  # the job's working directory is not the broker's
         job_dir.mkdir()
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "compact-topic", "--topic", topic,
-               "--data-dir", str(broker.data_dir), "--spark-master", master_url, "--quiet"]
-        for kv in ("spark.ui.enabled=false", "spark.driver.host=127.0.0.1", "spark.driver.memory=1g",
-                   "spark.executor.memory=512m", "spark.cores.max=2", "spark.sql.shuffle.partitions=4",
-                   f"spark.executorEnv.PYTHONPATH={SRC}", "spark.app.name=compactmq-cluster-test"):
+        cmd = [
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "compact-topic",
+            "--topic",
+            topic,
+            "--data-dir",
+            str(broker.data_dir),
+            "--spark-master",
+            master_url,
+            "--quiet",
+        ]
+        for kv in (
+            "spark.ui.enabled=false",
+            "spark.driver.host=127.0.0.1",
+            "spark.driver.memory=1g",
+            "spark.executor.memory=512m",
+            "spark.cores.max=2",
+            "spark.sql.shuffle.partitions=4",
+            f"spark.executorEnv.PYTHONPATH={SRC}",
+            "spark.app.name=compactmq-cluster-test",
+        ):
             cmd += ["--config-override", kv]
         # the job reads the broker's offload settings (as it would from the same broker.conf):
         # its executors then upload the new compacted ledger's parts straight to the store

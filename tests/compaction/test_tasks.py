@@ -26,28 +26,49 @@ def _plan(tmp_path, combine):
         if i % 3:
             ml.append(E.single(f"k{rng.randrange(30)}", b"" if rng.random() < 0.1 else b"v%d" % i))
         else:
-            ml.append(E.batch([(f"k{rng.randrange(30)}", b"b%d" % j, 0) for j in range(rng.randrange(1, 6))],
-                              codec=rng.choice([pb.NONE, pb.LZ4])))
+            ml.append(
+                E.batch(
+                    [(f"k{rng.randrange(30)}", b"b%d" % j, 0) for j in range(rng.randrange(1, 6))],
+                    codec=rng.choice([pb.NONE, pb.LZ4]),
+                )
+            )
     last = ml.last_position()
-    live = [{"ledger_id": l.ledger_id, "path": ml.ledger_path(l.ledger_id),
-             "index_path": index_path_for(ml.ledger_path(l.ledger_id)), "lo": 0,
-             "hi": last.entry_id if l.ledger_id == last.ledger_id else 1 << 40, "count": max(l.entry_count, 1)}
-            for l in ml.ledgers() if l.ledger_id <= last.ledger_id]
+    live = [
+        {
+            "ledger_id": l.ledger_id,
+            "path": ml.ledger_path(l.ledger_id),
+            "index_path": index_path_for(ml.ledger_path(l.ledger_id)),
+            "lo": 0,
+            "hi": last.entry_id if l.ledger_id == last.ledger_id else 1 << 40,
+            "count": max(l.entry_count, 1),
+        }
+        for l in ml.ledgers()
+        if l.ledger_id <= last.ledger_id
+    ]
     segments = build_segments(None, live)
     (tmp_path / "run").mkdir(exist_ok=True)
-    return storage, RunPlan("t", segments, build_groups(segments, 2, min_group=10), str(tmp_path / "run"),
-                            "keep-latest", combine=combine)
+    return storage, RunPlan(
+        "t",
+        segments,
+        build_groups(segments, 2, min_group=10),
+        str(tmp_path / "run"),
+        "keep-latest",
+        combine=combine,
+    )
 
 
 def test_chunked_scan_and_copy_match_unchunked(tmp_path, monkeypatch):
     storage, plan = _plan(tmp_path, combine=False)
     try:
+
         def run(limit):
             monkeypatch.setattr(tasks, "CHUNK_BYTES", limit)
             rows = es.Rows.concat([r for g in range(len(plan.groups)) for r in tasks.group_rows(plan, g)])
             # survivors: last row per key, not a tombstone
             last = {}
-            for h1, h2, p, f in zip(rows.h1.tolist(), rows.h2.tolist(), rows.pos.tolist(), rows.flags.tolist()):
+            for h1, h2, p, f in zip(
+                rows.h1.tolist(), rows.h2.tolist(), rows.pos.tolist(), rows.flags.tolist()
+            ):
                 last[(h1, h2)] = (p, f)
             surv = np.array(sorted(p for p, f in last.values() if not f & es.FLAG_TOMBSTONE), np.int64)
             table = np.array(plan.group_of_ordinal())
@@ -72,13 +93,27 @@ def test_group_rows_counts_the_keyless_messages_it_retains(tmp_path):
         ml.append(E.single(None, b"n1"))
         ml.append(E.batch([(None, b"n2", 0), ("k", b"w", 0), (None, b"n3", 0)], codec=pb.NONE))
         last = ml.last_position()
-        live = [{"ledger_id": last.ledger_id, "path": ml.ledger_path(last.ledger_id),
-                 "index_path": index_path_for(ml.ledger_path(last.ledger_id)), "lo": 0, "hi": last.entry_id,
-                 "count": 3}]
+        live = [
+            {
+                "ledger_id": last.ledger_id,
+                "path": ml.ledger_path(last.ledger_id),
+                "index_path": index_path_for(ml.ledger_path(last.ledger_id)),
+                "lo": 0,
+                "hi": last.entry_id,
+                "count": 3,
+            }
+        ]
         segments = build_segments(None, live)
         for retain, keyless in ((True, 3), (False, 0)):
-            plan = RunPlan("t", segments, build_groups(segments, 1), str(tmp_path), "keep-latest",
-                           retain_null_key=retain, combine=True)
+            plan = RunPlan(
+                "t",
+                segments,
+                build_groups(segments, 1),
+                str(tmp_path),
+                "keep-latest",
+                retain_null_key=retain,
+                combine=True,
+            )
             stats: dict = {}
             rows = es.Rows.concat(list(tasks.group_rows(plan, 0, stats)))
             assert stats["messages"] == 5 and stats.get("keyless", 0) == keyless

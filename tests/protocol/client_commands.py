@@ -158,11 +158,17 @@ def unsubscribe(consumer_id: int, request_id: int) -> pb.BaseCommand:
     )
 
 
-def auth_response(auth_method_name: str, auth_data: bytes, *, client_version: str = "Pulsar-CPP-v4.2.0",
-                  protocol_version: int = PROTOCOL_VERSION) -> pb.BaseCommand:
+def auth_response(
+    auth_method_name: str,
+    auth_data: bytes,
+    *,
+    client_version: str = "Pulsar-CPP-v4.2.0",
+    protocol_version: int = PROTOCOL_VERSION,
+) -> pb.BaseCommand:
     """AUTH_RESPONSE: the client's answer to an AUTH_CHALLENGE (its current credentials)."""
     body = pb.CommandAuthResponse(
-        client_version=client_version, protocol_version=protocol_version,
+        client_version=client_version,
+        protocol_version=protocol_version,
         response=pb.AuthData(auth_method_name=auth_method_name, auth_data=auth_data),
     )
     return BaseCommand(type=T.AUTH_RESPONSE, authResponse=body)

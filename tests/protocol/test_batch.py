@@ -20,8 +20,10 @@ CODEC_OF_SCENARIO = {"NONE": Z.NONE, "LZ4": Z.LZ4, "ZLib": Z.ZLIB, "ZSTD": Z.ZST
 
 def _items(n=3, key="key"):
     return [
-        B.BatchItem(pb.SingleMessageMetadata(partition_key=f"{key}{i}", sequence_id=i, event_time=10 + i),
-                    f"value-{i}".encode() * (i + 1))
+        B.BatchItem(
+            pb.SingleMessageMetadata(partition_key=f"{key}{i}", sequence_id=i, event_time=10 + i),
+            f"value-{i}".encode() * (i + 1),
+        )
         for i in range(n)
     ]
 
@@ -64,7 +66,9 @@ def test_encode_decode_every_codec(codec):
     entry = F.build_entry(md, payload)
     got_md, got_payload = F.parse_entry(entry)
     decoded = B.decode_batch(got_md, got_payload)
-    assert [(i.meta.partition_key, i.payload) for i in decoded] == [(i.meta.partition_key, i.payload) for i in items]
+    assert [(i.meta.partition_key, i.payload) for i in decoded] == [
+        (i.meta.partition_key, i.payload) for i in items
+    ]
     assert all(d.meta.payload_size == len(d.payload) for d in decoded)
 
 
@@ -120,14 +124,14 @@ def _raw(items):
 @pytest.mark.parametrize(
     "data,count",
     [
-        (b"", 1),                                   # nothing where a record should be
-        (b"\x00\x00", 1),                           # truncated size
-        (struct.pack(">I", 50) + b"x", 1),          # metadata larger than the batch
-        (struct.pack(">I", 2) + b"\xff\xff", 1),    # undecodable metadata
-        (struct.pack(">I", 0), 1),                  # metadata without payload_size
-        (_raw(_items(2)), 3),                       # fewer records than announced
-        (_raw(_items(2)) + b"x", 2),                # bytes after the last record
-        (_raw(_items(2))[:-1], 2),                  # payload cut short
+        (b"", 1),  # nothing where a record should be
+        (b"\x00\x00", 1),  # truncated size
+        (struct.pack(">I", 50) + b"x", 1),  # metadata larger than the batch
+        (struct.pack(">I", 2) + b"\xff\xff", 1),  # undecodable metadata
+        (struct.pack(">I", 0), 1),  # metadata without payload_size
+        (_raw(_items(2)), 3),  # fewer records than announced
+        (_raw(_items(2)) + b"x", 2),  # bytes after the last record
+        (_raw(_items(2))[:-1], 2),  # payload cut short
         (_raw(_items(1)), -1),
     ],
 )

@@ -22,7 +22,10 @@ BUILT = {
     "lookup_response": (C.lookup_response(2, "pulsar://127.0.0.1:6650"), T.LOOKUP_RESPONSE),
     "lookup_error": (C.lookup_error(2, ServerError.ServiceNotReady, "x"), T.LOOKUP_RESPONSE),
     "partitioned": (C.partitioned_metadata_response(1, 0), T.PARTITIONED_METADATA_RESPONSE),
-    "partitioned_error": (C.partitioned_metadata_error(1, ServerError.TopicNotFound, "x"), T.PARTITIONED_METADATA_RESPONSE),
+    "partitioned_error": (
+        C.partitioned_metadata_error(1, ServerError.TopicNotFound, "x"),
+        T.PARTITIONED_METADATA_RESPONSE,
+    ),
     "last_id": (C.get_last_message_id_response(3, (114, 5)), T.GET_LAST_MESSAGE_ID_RESPONSE),
     "active": (C.active_consumer_change(0, True), T.ACTIVE_CONSUMER_CHANGE),
     "end": (C.reached_end_of_topic(0), T.REACHED_END_OF_TOPIC),
@@ -33,13 +36,23 @@ BUILT = {
     "ack_response": (C.ack_response(0, 5), T.ACK_RESPONSE),
     "stats": (C.consumer_stats_response(1, msgBacklog=3, availablePermits=10), T.CONSUMER_STATS_RESPONSE),
     "stats_error": (C.consumer_stats_error(1, ServerError.ConsumerNotFound, "x"), T.CONSUMER_STATS_RESPONSE),
-    "topics": (C.get_topics_of_namespace_response(1, ["persistent://a/b/c"]), T.GET_TOPICS_OF_NAMESPACE_RESPONSE),
-    "schema": (C.get_schema_response(1, pb.Schema(name="s", schema_data=b"", type=pb.Schema.String), b"\x00"),
-               T.GET_SCHEMA_RESPONSE),
-    "schema_error": (C.get_schema_response(1, server_error=ServerError.TopicNotFound, message="none"),
-                     T.GET_SCHEMA_RESPONSE),
+    "topics": (
+        C.get_topics_of_namespace_response(1, ["persistent://a/b/c"]),
+        T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+    ),
+    "schema": (
+        C.get_schema_response(1, pb.Schema(name="s", schema_data=b"", type=pb.Schema.String), b"\x00"),
+        T.GET_SCHEMA_RESPONSE,
+    ),
+    "schema_error": (
+        C.get_schema_response(1, server_error=ServerError.TopicNotFound, message="none"),
+        T.GET_SCHEMA_RESPONSE,
+    ),
     "schema_create": (C.get_or_create_schema_response(1, b"\x00" * 8), T.GET_OR_CREATE_SCHEMA_RESPONSE),
-    "tc_refused": (C.tc_client_connect_response(1, ServerError.NotAllowedError, "no txn"), T.TC_CLIENT_CONNECT_RESPONSE),
+    "tc_refused": (
+        C.tc_client_connect_response(1, ServerError.NotAllowedError, "no txn"),
+        T.TC_CLIENT_CONNECT_RESPONSE,
+    ),
     "connect": (C.connect(), T.CONNECT),
     "partitioned_request": (C.partitioned_metadata("t", 1), T.PARTITIONED_METADATA),
     "lookup": (C.lookup("t", 2), T.LOOKUP),
@@ -80,7 +93,11 @@ def test_wire_captured_shapes():
     pm = C.partitioned_metadata_response(1, 0).partitionMetadataResponse
     assert pm.HasField("partitions") and pm.partitions == 0 and pm.response == pm.Success
     receipt = C.send_receipt(0, 0, 97, 0).send_receipt
-    assert (receipt.message_id.ledgerId, receipt.message_id.entryId, receipt.message_id.partition) == (97, 0, -1)
+    assert (receipt.message_id.ledgerId, receipt.message_id.entryId, receipt.message_id.partition) == (
+        97,
+        0,
+        -1,
+    )
     assert not receipt.message_id.HasField("batch_index")
     assert C.connected(20).connected.server_version == C.SERVER_VERSION
 
@@ -134,7 +151,9 @@ def test_real_batch_index_ack_clears_the_acked_bit():
     assert F.encode_command(C.ack(1, [mid])) == REAL_BATCH_INDEX_ACK
 
 
-@pytest.mark.parametrize("indexes,size", [([], 1), ([0], 1), ([63], 64), ([64], 65), (list(range(130)), 130), ([5, 100, 127], 128)])
+@pytest.mark.parametrize(
+    "indexes,size", [([], 1), ([0], 1), ([63], 64), ([64], 65), (list(range(130)), 130), ([5, 100, 127], 128)]
+)
 def test_ack_set_round_trip(indexes, size):
     words = C.ack_set_from_indexes(indexes, size)
     assert len(words) == (size + 63) // 64
@@ -160,4 +179,6 @@ def test_auth_challenge_and_response_round_trip():
     decoded = F.FrameDecoder().feed(F.encode_command(response))[0].command
     assert decoded.type == pb.BaseCommand.AUTH_RESPONSE
     assert (decoded.authResponse.response.auth_method_name, decoded.authResponse.response.auth_data) == (
-        "token", b"jwt-bytes")
+        "token",
+        b"jwt-bytes",
+    )

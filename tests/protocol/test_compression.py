@@ -17,10 +17,10 @@ DATA = b"".join(b"key-%d=value-%d;" % (i, i * i) for i in range(500))
 
 # What the C++ client emits per codec, produced here with each library directly.
 CLIENT_STYLE = {
-    Z.LZ4: lambda d: lz4.block.compress(d, store_size=False),          # LZ4_compress_default
-    Z.ZLIB: lambda d: zlib.compress(d),                                  # deflate, zlib wrapper
-    Z.ZSTD: lambda d: zstandard.ZstdCompressor(level=3).compress(d),     # ZSTD_compress
-    Z.SNAPPY: lambda d: bytes(cramjam.snappy.compress_raw(d)),           # snappy::RawCompress
+    Z.LZ4: lambda d: lz4.block.compress(d, store_size=False),  # LZ4_compress_default
+    Z.ZLIB: lambda d: zlib.compress(d),  # deflate, zlib wrapper
+    Z.ZSTD: lambda d: zstandard.ZstdCompressor(level=3).compress(d),  # ZSTD_compress
+    Z.SNAPPY: lambda d: bytes(cramjam.snappy.compress_raw(d)),  # snappy::RawCompress
 }
 
 

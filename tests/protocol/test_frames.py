@@ -88,12 +88,14 @@ def test_connect_frame_bytes():
         feature_flags=pb.FeatureFlags(supports_auth_refresh=True, supports_broker_entry_metadata=True)
     )
     body = (
-        bytes.fromhex("0802")                                  # type: CONNECT
-        + bytes.fromhex("1221")                                # field 2, 33 bytes
-        + bytes.fromhex("0a11") + b"Pulsar-CPP-v4.2.0"         # client_version
-        + bytes.fromhex("2014")                                # protocol_version 20
-        + bytes.fromhex("2a04") + b"none"                      # auth_method_name
-        + bytes.fromhex("5204080110 01".replace(" ", ""))      # feature_flags {1: 1, 2: 1}
+        bytes.fromhex("0802")  # type: CONNECT
+        + bytes.fromhex("1221")  # field 2, 33 bytes
+        + bytes.fromhex("0a11")
+        + b"Pulsar-CPP-v4.2.0"  # client_version
+        + bytes.fromhex("2014")  # protocol_version 20
+        + bytes.fromhex("2a04")
+        + b"none"  # auth_method_name
+        + bytes.fromhex("5204080110 01".replace(" ", ""))  # feature_flags {1: 1, 2: 1}
     )
     expected = struct.pack(">II", 4 + len(body), len(body)) + body
     assert F.encode_command(cmd) == expected
@@ -103,7 +105,7 @@ def test_connect_frame_bytes():
 
 def test_ping_frame_bytes():
     # total 9, command 5: type 18 (0x12), field 18 length-delimited (tag 0x92 0x01), empty.
-    assert F.encode_command(C.ping()) == bytes.fromhex("00000009" "00000005" "0812" "920100")
+    assert F.encode_command(C.ping()) == bytes.fromhex("00000009000000050812920100")
 
 
 def test_send_frame_layout():
@@ -150,7 +152,11 @@ def test_real_client_nobatch_send():
 
 
 def test_real_client_subscribe_ack_and_signed_ids():
-    frames = {f["type"]: F.FrameDecoder().feed(f["raw"])[0] for f in real_client_frames() if f["scenario"] == "reader"}
+    frames = {
+        f["type"]: F.FrameDecoder().feed(f["raw"])[0]
+        for f in real_client_frames()
+        if f["scenario"] == "reader"
+    }
     sub = frames["SUBSCRIBE"].command.subscribe
     assert sub.subType == pb.CommandSubscribe.Exclusive
     assert sub.durable is False
@@ -200,9 +206,13 @@ def test_errors_are_sticky():
         (_frame_bytes(b"\xff\xff\xff"), "undecodable"),
         (_frame_bytes(b""), "without a type"),
         (_frame_bytes(bytes.fromhex("0806")), "SEND without its command"),
-        (_frame_bytes(bytes.fromhex("0806" "3200")), "lacks required fields"),
-        (_frame_bytes(T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=1)).SerializeToString()),
-         "without an entry"),
+        (_frame_bytes(bytes.fromhex("08063200")), "lacks required fields"),
+        (
+            _frame_bytes(
+                T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=1)).SerializeToString()
+            ),
+            "without an entry",
+        ),
         (_frame_bytes(C.ping().SerializeToString(), b"junk"), "unexpected bytes"),
     ],
 )

@@ -28,7 +28,11 @@ REAL_STREAM = b"".join(f["raw"] for f in real_client_frames())
 
 def _valid_stream() -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2, partition_key="k")
-    parts = [F.encode_command(minimal_command(t)) for t in ALL_TYPES if t not in (pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE)]
+    parts = [
+        F.encode_command(minimal_command(t))
+        for t in ALL_TYPES
+        if t not in (pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE)
+    ]
     parts.append(F.encode_with_entry(C.send(0, 1), F.build_entry(md, b"v")))
     return b"".join(parts)
 
@@ -67,7 +71,11 @@ def test_random_frames_with_plausible_sizes(body, verify):
 
 
 @FUZZ
-@given(st.sampled_from([VALID_STREAM, REAL_STREAM]), st.integers(min_value=0), st.lists(st.integers(min_value=0), max_size=6))
+@given(
+    st.sampled_from([VALID_STREAM, REAL_STREAM]),
+    st.integers(min_value=0),
+    st.lists(st.integers(min_value=0), max_size=6),
+)
 def test_truncations_of_valid_streams_never_fail(stream, cut, cuts):
     # A cut stream is just an incomplete one: a prefix of the frames, the rest waits.
     prefix = stream[: cut % (len(stream) + 1)]
@@ -85,7 +93,11 @@ def _reencode(frame: F.Frame) -> bytes:
 
 
 @FUZZ
-@given(st.sampled_from([VALID_STREAM, REAL_STREAM]), st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)), min_size=1, max_size=4), st.booleans())
+@given(
+    st.sampled_from([VALID_STREAM, REAL_STREAM]),
+    st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)), min_size=1, max_size=4),
+    st.booleans(),
+)
 def test_corrupted_valid_streams(stream, flips, verify):
     data = bytearray(stream)
     for pos, mask in flips:
@@ -115,7 +127,11 @@ def test_random_entries(data, verify):
 
 
 @FUZZ
-@given(st.sampled_from(list(Z.CODECS) + [7]), st.binary(max_size=512), st.integers(min_value=-5, max_value=1 << 20))
+@given(
+    st.sampled_from(list(Z.CODECS) + [7]),
+    st.binary(max_size=512),
+    st.integers(min_value=-5, max_value=1 << 20),
+)
 def test_random_compressed_payloads(codec, data, size):
     try:
         out = Z.decompress(codec, data, size, max_size=1 << 16)
@@ -135,9 +151,7 @@ def test_random_batch_records(data, count):
 
 @FUZZ
 @given(
-    st.lists(
-        st.tuples(st.text(max_size=8), st.binary(max_size=64), st.booleans()), max_size=10
-    ),
+    st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=64), st.booleans()), max_size=10),
     st.sampled_from(Z.CODECS),
 )
 def test_batch_round_trip(records, codec):

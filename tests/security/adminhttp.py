@@ -17,8 +17,9 @@ from broker.conftest import BrokerProcess, free_port
 
 from .helpers import Pki, file_url, mint_token, secret_key, write_htpasswd
 
-PROVIDERS = ",".join(f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}"
-                     for p in ("Token", "Basic", "Tls"))
+PROVIDERS = ",".join(
+    f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
+)
 SUPERUSER = "admin"
 PASSWORDS = {"ops": "ops-secret-1", "alice": "alice-secret-2"}  # basic users (role = user name)
 

@@ -94,9 +94,15 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -308,7 +314,10 @@ def htpasswd_hash(password: str, scheme: str = BCRYPT) -> str:
         openssl = shutil.which("openssl")
         if openssl:
             out = subprocess.run(
-                [openssl, "passwd", "-apr1", "-stdin"], input=password, capture_output=True, text=True,
+                [openssl, "passwd", "-apr1", "-stdin"],
+                input=password,
+                capture_output=True,
+                text=True,
                 check=True,
             )
             return out.stdout.strip()

@@ -43,7 +43,9 @@ TENANTS = "/admin/v2/tenants"
 def sb(tmp_path_factory, pki):
     secured = start_secured_broker(tmp_path_factory.mktemp("admin-auth"), pki)
     admin = secured.as_token(SUPERUSER)
-    admin.ok("PUT", f"{TENANTS}/acme", {"adminRoles": ["acme-admin", "ops"], "allowedClusters": ["standalone"]})
+    admin.ok(
+        "PUT", f"{TENANTS}/acme", {"adminRoles": ["acme-admin", "ops"], "allowedClusters": ["standalone"]}
+    )
     admin.ok("PUT", f"{NS}/acme/orders")
     yield secured
     secured.broker.stop()
@@ -136,7 +138,9 @@ def test_tenant_admin_runs_its_namespaces_and_nobody_elses(sb):
     assert acme.ok("GET", "/admin/v2/persistent/acme/billing/invoices/compaction")["status"] == "NOT_RUN"
     # not its tenant: public belongs to the superuser alone
     acme.error("PUT", f"{NS}/public/acme-was-here", 403)
-    acme.error("POST", f"{NS}/public/default/retention", 403, {"retentionTimeInMinutes": 1, "retentionSizeInMB": 1})
+    acme.error(
+        "POST", f"{NS}/public/default/retention", 403, {"retentionTimeInMinutes": 1, "retentionSizeInMB": 1}
+    )
     acme.error("PUT", "/admin/v2/persistent/public/default/t/compaction", 403)
     acme.error("GET", f"{NS}/public/default/permissions", 403)
     acme.ok("DELETE", "/admin/v2/persistent/acme/billing/invoices")
@@ -184,8 +188,14 @@ def test_partitioned_metadata_needs_lookup_rights(sb):
 
 def test_namespace_creation_body_and_permission_paths(sb):
     admin = sb.as_token(SUPERUSER)
-    admin.ok("PUT", f"{NS}/acme/events", {"auth_policies": {"namespace_auth": {"reader": ["consume"]}},
-                                         "replication_clusters": ["standalone"]})
+    admin.ok(
+        "PUT",
+        f"{NS}/acme/events",
+        {
+            "auth_policies": {"namespace_auth": {"reader": ["consume"]}},
+            "replication_clusters": ["standalone"],
+        },
+    )
     base = f"{NS}/acme/events/permissions"
     assert admin.ok("GET", base) == {"reader": ["consume"]}
     acme = sb.as_token("acme-admin")  # a tenant admin manages grants of its namespaces
@@ -249,8 +259,11 @@ def test_tls_client_certificates(sb):
     assert sb.as_cert("acme-admin").ok("GET", f"{NS}/acme")  # CN = role = tenant admin
     sb.as_cert("acme-admin").error("GET", TENANTS, 403)
     # a header still works over https
-    token = HttpAs(sb.https_url, {"Authorization": f"Bearer {sb.token(SUPERUSER)}"},
-                   ssl.create_default_context(cafile=str(sb.pki.ca.cert_path)))
+    token = HttpAs(
+        sb.https_url,
+        {"Authorization": f"Bearer {sb.token(SUPERUSER)}"},
+        ssl.create_default_context(cafile=str(sb.pki.ca.cert_path)),
+    )
     assert "acme" in token.ok("GET", TENANTS)
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
         sb.as_cert(SUPERUSER, trusted=False).call("GET", TENANTS)  # untrusted CA: no handshake
@@ -264,10 +277,15 @@ def test_rs256_tokens_with_audience(tmp_path, pki):
     keys = rsa_key_pair()
     private, public = keys.write(tmp_path)
     broker = start_broker(
-        tmp_path / "data", authenticationEnabled="true", authorizationEnabled="true",
+        tmp_path / "data",
+        authenticationEnabled="true",
+        authorizationEnabled="true",
         authenticationProviders="org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
-        superUserRoles=SUPERUSER, tokenPublicKey=file_url(public), tokenAudienceClaim="aud",
-        tokenAudience="compactmq-admin")
+        superUserRoles=SUPERUSER,
+        tokenPublicKey=file_url(public),
+        tokenAudienceClaim="aud",
+        tokenAudience="compactmq-admin",
+    )
     try:
         url = f"http://127.0.0.1:{broker.web_port}"
 
@@ -278,8 +296,12 @@ def test_rs256_tokens_with_audience(tmp_path, pki):
         assert "public" in as_token(good).ok("GET", TENANTS)
         as_token(mint_token(SUPERUSER, keys, claims={"aud": "someone-else"})).error("GET", TENANTS, 401)
         as_token(mint_token(SUPERUSER, keys)).error("GET", TENANTS, 401)  # no audience at all
-        as_token(mint_token(SUPERUSER, rsa_key_pair(), claims={"aud": "compactmq-admin"})).error("GET", TENANTS, 401)
-        as_token(mint_token(SUPERUSER, b"x" * 32, claims={"aud": "compactmq-admin"})).error("GET", TENANTS, 401)
+        as_token(mint_token(SUPERUSER, rsa_key_pair(), claims={"aud": "compactmq-admin"})).error(
+            "GET", TENANTS, 401
+        )
+        as_token(mint_token(SUPERUSER, b"x" * 32, claims={"aud": "compactmq-admin"})).error(
+            "GET", TENANTS, 401
+        )
         as_token(mint_token("user", keys, claims={"aud": "compactmq-admin"})).error("GET", TENANTS, 403)
     finally:
         broker.stop()

@@ -73,10 +73,12 @@ def test_password_checks_do_not_stall_token_requests(tmp_path):
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=12)).decode().replace("$2b$", "$2y$", 1)
     basic = GatedBasicProvider({"ops": hashed})
     key = secret_key()
-    authentication = AuthenticationService({
-        "token": TokenAuthenticationProvider(key, algorithms=("HS256",)),
-        "basic": basic,
-    })
+    authentication = AuthenticationService(
+        {
+            "token": TokenAuthenticationProvider(key, algorithms=("HS256",)),
+            "basic": basic,
+        }
+    )
     service = Service(load_config(overrides={"dataDir": str(tmp_path / "data")}), authentication)
     token = {"Authorization": "Bearer " + mint_token("admin", key)}
     storm = 3  # wrong passwords, in flight together with the right one
@@ -84,8 +86,10 @@ def test_password_checks_do_not_stall_token_requests(tmp_path):
     async def run():
         loop = asyncio.get_running_loop()
         async with TestClient(TestServer(build_app(service))) as client:
-            wrong = [asyncio.create_task(client.get(OPENAPI_PATH, headers=basic_header("ops", f"guess-{i}")))
-                     for i in range(storm)]
+            wrong = [
+                asyncio.create_task(client.get(OPENAPI_PATH, headers=basic_header("ops", f"guess-{i}")))
+                for i in range(storm)
+            ]
             right = asyncio.create_task(client.get(OPENAPI_PATH, headers=basic_header("ops", PASSWORD)))
             for _ in range(storm + 1):  # every password check has started and is held in the gate
                 assert await loop.run_in_executor(None, basic.started.acquire, True, GATE_TIMEOUT)

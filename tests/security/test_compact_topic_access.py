@@ -18,9 +18,21 @@ from broker.conftest import ROOT  # tests/ is on sys.path
 
 def compact_topic(data_dir, *, user: int | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "compactmq.cli.main", "compact-topic", "--topic", "t", "--data-dir", str(data_dir),
-         "--quiet"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "compactmq.cli.main",
+            "compact-topic",
+            "--topic",
+            "t",
+            "--data-dir",
+            str(data_dir),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         preexec_fn=(lambda: os.setuid(user)) if user is not None else None,
     )
 
@@ -63,8 +75,12 @@ def test_permission_denied_for_another_user(tmp_path):
     The job runs as nobody against a 0700 data directory; the interpreter must be reachable by
     that user, else the check cannot run and the test says so."""
     try:
-        probe = subprocess.run([sys.executable, "-c", "import compactmq.cli.main"], cwd=ROOT,
-                               preexec_fn=lambda: os.setuid(65534), capture_output=True).returncode
+        probe = subprocess.run(
+            [sys.executable, "-c", "import compactmq.cli.main"],
+            cwd=ROOT,
+            preexec_fn=lambda: os.setuid(65534),
+            capture_output=True,
+        ).returncode
     except PermissionError:
         probe = -1
     if probe != 0:

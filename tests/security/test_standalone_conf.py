@@ -185,8 +185,14 @@ brokerEntryMetadataInterceptors=
 
 
 def compactmq(*args: str, cwd: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "compactmq.cli.main", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "compactmq.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     return proc.stdout
 
@@ -206,26 +212,49 @@ class Standalone:
         # the token keys as an operator makes them, with the token tool
         keys = home / "keys"
         keys.mkdir()
-        compactmq("tokens", "create-key-pair", "--output-private-key", "keys/my-private.key",
-                  "--output-public-key", "keys/my-public.key", cwd=home)
-        self.ports = {name: free_port() for name in ("broker_port", "broker_port_tls", "web_port", "web_port_tls")}
+        compactmq(
+            "tokens",
+            "create-key-pair",
+            "--output-private-key",
+            "keys/my-private.key",
+            "--output-public-key",
+            "keys/my-public.key",
+            cwd=home,
+        )
+        self.ports = {
+            name: free_port() for name in ("broker_port", "broker_port_tls", "web_port", "web_port_tls")
+        }
         self.superuser_token = self.token(SUPERUSER)
         providers = ",".join(PROVIDER + p for p in ("Token", "Tls", "Basic"))
-        conf = STANDALONE_CONF.format(providers=providers, superuser=SUPERUSER,
-                                      superuser_token=self.superuser_token,
-                                      public_key=keys / "my-public.key", **self.ports)
+        conf = STANDALONE_CONF.format(
+            providers=providers,
+            superuser=SUPERUSER,
+            superuser_token=self.superuser_token,
+            public_key=keys / "my-public.key",
+            **self.ports,
+        )
         (home / "conf" / "standalone.conf").write_text(conf)
         self.log_path = home / "standalone.log"
         self.proc: subprocess.Popen | None = None
         self.ready_line = ""
 
     def token(self, role: str) -> str:
-        return compactmq("tokens", "create", "--private-key", f"file://{self.home}/keys/my-private.key",
-                         "--subject", role, cwd=self.home).strip()
+        return compactmq(
+            "tokens",
+            "create",
+            "--private-key",
+            f"file://{self.home}/keys/my-private.key",
+            "--subject",
+            role,
+            cwd=self.home,
+        ).strip()
 
     def start(self, timeout: float = 60.0) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PULSAR_EXTRA_OPTS": "-Xmx1g -Dpulsar.auth.basic.conf=conf/.htpasswd"}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PULSAR_EXTRA_OPTS": "-Xmx1g -Dpulsar.auth.basic.conf=conf/.htpasswd",
+        }
         cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--config", "conf/standalone.conf"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -297,12 +326,20 @@ def tokens(standalone):
 def tenant(standalone, tokens):
     """The operator's setup over the HTTPS admin API, as the superuser (token)."""
     admin = standalone.https(standalone.bearer(standalone.superuser_token))
-    admin.ok("PUT", "/admin/v2/tenants/acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]})
+    admin.ok(
+        "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]}
+    )
     # the creation body's auth_policies.namespace_auth is a grant too (Pulsar's Policies object)
-    admin.ok("PUT", f"/admin/v2/namespaces/{NS}",
-             {"auth_policies": {"namespace_auth": {"app-token": ["produce", "consume"]}}})
-    for role, actions in (("app-cert", ["produce", "consume"]), ("app-basic", ["consume", "produce"]),
-                          ("viewer", ["consume"])):
+    admin.ok(
+        "PUT",
+        f"/admin/v2/namespaces/{NS}",
+        {"auth_policies": {"namespace_auth": {"app-token": ["produce", "consume"]}}},
+    )
+    for role, actions in (
+        ("app-cert", ["produce", "consume"]),
+        ("app-basic", ["consume", "produce"]),
+        ("viewer", ["consume"]),
+    ):
         admin.ok("POST", f"/admin/v2/namespaces/{NS}/permissions/{role}", actions)
     return admin
 
@@ -338,8 +375,14 @@ def test_started_from_the_unmodified_file(standalone):
     log = standalone.log_path.read_text()
     ignored = [entry for entry in log.splitlines() if "ignoring" in entry and "Pulsar config keys" in entry]
     assert len(ignored) == 1, ignored  # listed once, on one line
-    for key in ("zookeeperServers", "metadataStoreUrl", "bookkeeperClientTimeoutInSeconds", "loadBalancerEnabled",
-                "functionsWorkerEnabled", "brokerClientAuthenticationParameters"):
+    for key in (
+        "zookeeperServers",
+        "metadataStoreUrl",
+        "bookkeeperClientTimeoutInSeconds",
+        "loadBalancerEnabled",
+        "functionsWorkerEnabled",
+        "brokerClientAuthenticationParameters",
+    ):
         assert key in ignored[0], key
     for key in ("authenticationEnabled", "tlsCertificateFilePath", "superUserRoles", "brokerServicePortTls"):
         assert f" {key}," not in ignored[0] and not ignored[0].endswith(key), key  # implemented keys act
@@ -349,8 +392,10 @@ def test_started_from_the_unmodified_file(standalone):
 def test_admin_api_needs_the_superuser_for_tenants(standalone, tenant, tokens):
     assert "acme" in tenant.ok("GET", "/admin/v2/tenants")
     assert tenant.ok("GET", f"/admin/v2/namespaces/{NS}/permissions") == {
-        "app-basic": ["consume", "produce"], "app-cert": ["consume", "produce"],
-        "app-token": ["consume", "produce"], "viewer": ["consume"],
+        "app-basic": ["consume", "produce"],
+        "app-cert": ["consume", "produce"],
+        "app-token": ["consume", "produce"],
+        "viewer": ["consume"],
     }
     assert standalone.https().call("GET", "/admin/v2/tenants")[0] == 401
     assert standalone.http(standalone.bearer(tokens["acme-admin"])).call("GET", "/admin/v2/tenants")[0] == 403
@@ -373,14 +418,18 @@ def test_metrics_need_credentials_when_the_file_says_so(standalone, tenant):
 
 
 def test_token_over_tls(standalone, tenant, tokens):
-    round_trip(standalone.client(standalone.pulsar_ssl, pulsar.AuthenticationToken(tokens["app-token"])),
-               f"persistent://{NS}/token-tls")
+    round_trip(
+        standalone.client(standalone.pulsar_ssl, pulsar.AuthenticationToken(tokens["app-token"])),
+        f"persistent://{NS}/token-tls",
+    )
 
 
 def test_tls_client_certificate(standalone, tenant):
     cert = standalone.pki.client("app-cert")
-    round_trip(standalone.client(standalone.pulsar_ssl, pulsar.AuthenticationTLS(str(cert.cert), str(cert.key))),
-               f"persistent://{NS}/cert-tls")
+    round_trip(
+        standalone.client(standalone.pulsar_ssl, pulsar.AuthenticationTLS(str(cert.cert), str(cert.key))),
+        f"persistent://{NS}/cert-tls",
+    )
 
 
 def test_basic_over_tls(standalone, tenant):
@@ -392,8 +441,10 @@ def test_token_through_the_http_lookup_path(standalone, tenant, tokens):
     """An http:// service URL: the client looks the topic up over REST (/lookup/v2, .../partitions)
     with its token, then connects to the broker URL the lookup answered."""
     url = f"http://127.0.0.1:{standalone.ports['web_port']}"
-    round_trip(standalone.client(url, pulsar.AuthenticationToken(tokens["app-token"])),
-               f"persistent://{NS}/token-http-lookup")
+    round_trip(
+        standalone.client(url, pulsar.AuthenticationToken(tokens["app-token"])),
+        f"persistent://{NS}/token-http-lookup",
+    )
 
 
 def test_basic_through_the_https_lookup_path(standalone, tenant):
@@ -407,8 +458,10 @@ def test_tls_certificate_through_the_https_lookup_path(standalone, tenant):
     """The client certificate is the credential of the HTTPS lookup and of the TLS broker port."""
     url = f"https://localhost:{standalone.ports['web_port_tls']}"
     cert = standalone.pki.client("app-cert")
-    round_trip(standalone.client(url, pulsar.AuthenticationTLS(str(cert.cert), str(cert.key))),
-               f"persistent://{NS}/cert-https-lookup")
+    round_trip(
+        standalone.client(url, pulsar.AuthenticationTLS(str(cert.cert), str(cert.key))),
+        f"persistent://{NS}/cert-https-lookup",
+    )
 
 
 def test_lookup_path_checks_the_topic_permission(standalone, tenant, tokens):
@@ -430,7 +483,9 @@ def test_lookup_path_checks_the_topic_permission(standalone, tenant, tokens):
 def test_grants_limit_what_each_role_does(standalone, tenant, tokens):
     topic = f"persistent://{NS}/limits"
     # viewer (basic) may consume, not produce
-    client = standalone.client(standalone.pulsar_ssl, pulsar.AuthenticationBasic("viewer", PASSWORDS["viewer"]))
+    client = standalone.client(
+        standalone.pulsar_ssl, pulsar.AuthenticationBasic("viewer", PASSWORDS["viewer"])
+    )
     try:
         client.subscribe(topic, "view").close()
         with pytest.raises(pulsar.AuthorizationError):
@@ -448,8 +503,11 @@ def test_grants_limit_what_each_role_does(standalone, tenant, tokens):
         client.close()
     # no credentials, a wrong password, a certificate of another authority: not even connected
     untrusted = standalone.pki.untrusted_client("app-cert")
-    for auth in (None, pulsar.AuthenticationBasic("app-basic", "wrong"),
-                 pulsar.AuthenticationTLS(str(untrusted.cert), str(untrusted.key))):
+    for auth in (
+        None,
+        pulsar.AuthenticationBasic("app-basic", "wrong"),
+        pulsar.AuthenticationTLS(str(untrusted.cert), str(untrusted.key)),
+    ):
         client = standalone.client(standalone.pulsar_ssl, auth, operation_timeout_seconds=3)
         try:
             with pytest.raises(pulsar.PulsarException):

@@ -82,8 +82,9 @@ def produce_and_consume(client: pulsar.Client, topic: str, n: int = 5) -> list[b
 
 
 def test_produce_consume_and_read_over_tls_with_hostname_validation(tls_broker, pki, topic):
-    client = make_client(tls_url(tls_broker), tls_trust_certs_file_path=str(pki.ca.cert_path),
-                         tls_validate_hostname=True)
+    client = make_client(
+        tls_url(tls_broker), tls_trust_certs_file_path=str(pki.ca.cert_path), tls_validate_hostname=True
+    )
     try:
         assert produce_and_consume(client, topic) == [f"m{i}".encode() for i in range(5)]
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -123,15 +124,20 @@ def test_https_admin_api_with_the_broker_ca(tls_broker, pki):
         assert json.loads(r.read()) == ["standalone"]
     # a client that does not trust the broker's CA refuses the server
     with pytest.raises(urllib.error.URLError) as e:
-        urllib.request.urlopen(https_url(tls_broker) + "/admin/v2/clusters",
-                               context=ssl.create_default_context(cafile=str(pki.untrusted_ca.cert_path)),
-                               timeout=10)
+        urllib.request.urlopen(
+            https_url(tls_broker) + "/admin/v2/clusters",
+            context=ssl.create_default_context(cafile=str(pki.untrusted_ca.cert_path)),
+            timeout=10,
+        )
     assert isinstance(e.value.reason, ssl.SSLCertVerificationError)
 
 
 def test_client_that_does_not_trust_the_broker_cannot_connect(tls_broker, pki, topic):
-    client = make_client(tls_url(tls_broker), tls_trust_certs_file_path=str(pki.untrusted_ca.cert_path),
-                         operation_timeout_seconds=3)
+    client = make_client(
+        tls_url(tls_broker),
+        tls_trust_certs_file_path=str(pki.untrusted_ca.cert_path),
+        operation_timeout_seconds=3,
+    )
     try:
         with pytest.raises(pulsar.PulsarException):
             client.create_producer(topic)
@@ -147,8 +153,10 @@ def test_ready_line_and_lookup_name_the_tls_urls(tls_broker, pki):
 
     port = int(tls_broker.overrides["brokerServicePortTls"])
     ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as s,
+    ):
         s.sendall(frames.encode_command(commands.connect()))
         s.sendall(frames.encode_command(commands.lookup("persistent://public/default/x", 1)))
         decoder, got = frames.FrameDecoder(), []
@@ -165,21 +173,32 @@ def test_ready_line_and_lookup_name_the_tls_urls(tls_broker, pki):
 @pytest.fixture(scope="module")
 def insecure_broker(tmp_path_factory, pki):
     # the TLS provider on, an anonymous role for clients that prove nothing, no authorization
-    b = BrokerProcess(tmp_path_factory.mktemp("insecure") / "data",
-                      tls_overrides(pki, tlsAllowInsecureConnection="true", authenticationEnabled="true",
-                                    authenticationProviders=PROVIDER_TLS, anonymousUserRole="anonymous"))
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("insecure") / "data",
+        tls_overrides(
+            pki,
+            tlsAllowInsecureConnection="true",
+            authenticationEnabled="true",
+            authenticationProviders=PROVIDER_TLS,
+            anonymousUserRole="anonymous",
+        ),
+    )
     b.start()
     yield b
     b.stop()
 
 
 def test_allow_insecure_connection_accepts_a_client_certificate_that_does_not_verify(
-        insecure_broker, tls_broker, pki, topic):
+    insecure_broker, tls_broker, pki, topic
+):
     """As in Pulsar: a client whose certificate does not chain to tlsTrustCertsFilePath connects
     (without the setting its handshake fails), but that certificate authenticates nobody."""
     ca, stranger = str(pki.ca.cert_path), pki.untrusted_client("app")
-    presents = {"tls_trust_certs_file_path": ca, "tls_certificate_file_path": str(stranger.cert),
-                "tls_private_key_file_path": str(stranger.key)}
+    presents = {
+        "tls_trust_certs_file_path": ca,
+        "tls_certificate_file_path": str(stranger.cert),
+        "tls_private_key_file_path": str(stranger.key),
+    }
     client = make_client(tls_url(tls_broker), operation_timeout_seconds=3, **presents)
     try:
         with pytest.raises(pulsar.PulsarException):  # the default: the handshake refuses it
@@ -196,8 +215,10 @@ def test_allow_insecure_connection_accepts_a_client_certificate_that_does_not_ve
     ctx = ssl.create_default_context(cafile=ca)
     ctx.load_cert_chain(str(stranger.cert), str(stranger.key))
     port = int(insecure_broker.overrides["brokerServicePortTls"])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as s,
+    ):
         s.sendall(frames.encode_command(commands.connect(auth_method_name="tls")))
         decoder, got = frames.FrameDecoder(), []
         while not got and (data := s.recv(65536)):
@@ -211,10 +232,15 @@ def test_allow_insecure_connection_accepts_a_client_certificate_that_does_not_ve
 
 @pytest.fixture(scope="module")
 def mtls_broker(tmp_path_factory, pki):
-    b = BrokerProcess(tmp_path_factory.mktemp("mtls") / "data",
-                      tls_overrides(pki, tlsRequireTrustedClientCertOnConnect="true",
-                                    tlsProtocols="TLSv1.3",
-                                    tlsCiphers="TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384"))
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("mtls") / "data",
+        tls_overrides(
+            pki,
+            tlsRequireTrustedClientCertOnConnect="true",
+            tlsProtocols="TLSv1.3",
+            tlsCiphers="TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_256_GCM_SHA384",
+        ),
+    )
     b.start()
     yield b
     b.stop()
@@ -223,16 +249,25 @@ def mtls_broker(tmp_path_factory, pki):
 def test_required_client_certificate(mtls_broker, pki, topic):
     ca = str(pki.ca.cert_path)
     good = pki.client("app")
-    client = make_client(tls_url(mtls_broker), tls_trust_certs_file_path=ca,
-                         tls_certificate_file_path=str(good.cert), tls_private_key_file_path=str(good.key))
+    client = make_client(
+        tls_url(mtls_broker),
+        tls_trust_certs_file_path=ca,
+        tls_certificate_file_path=str(good.cert),
+        tls_private_key_file_path=str(good.key),
+    )
     try:
         assert produce_and_consume(client, topic, 1) == [b"m0"]
     finally:
         client.close()
     for cert in (None, pki.untrusted_client("app")):
-        kw = {} if cert is None else {"tls_certificate_file_path": str(cert.cert),
-                                      "tls_private_key_file_path": str(cert.key)}
-        client = make_client(tls_url(mtls_broker), tls_trust_certs_file_path=ca, operation_timeout_seconds=3, **kw)
+        kw = (
+            {}
+            if cert is None
+            else {"tls_certificate_file_path": str(cert.cert), "tls_private_key_file_path": str(cert.key)}
+        )
+        client = make_client(
+            tls_url(mtls_broker), tls_trust_certs_file_path=ca, operation_timeout_seconds=3, **kw
+        )
         try:
             with pytest.raises(pulsar.PulsarException):
                 client.create_producer(topic)
@@ -245,14 +280,19 @@ def _handshake(port: int, pki, max_version: ssl.TLSVersion) -> str:
     ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
     ctx.load_cert_chain(str(good.cert), str(good.key))
     ctx.maximum_version = max_version
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            ctx.wrap_socket(raw, server_hostname="localhost") as s:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as s,
+    ):
         return s.version()
 
 
 def test_tls_protocols_are_enforced(tls_broker, mtls_broker, pki):
     # a TLS 1.2 client is fine by default, refused where tlsProtocols=TLSv1.3
-    assert _handshake(int(tls_broker.overrides["brokerServicePortTls"]), pki, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    assert (
+        _handshake(int(tls_broker.overrides["brokerServicePortTls"]), pki, ssl.TLSVersion.TLSv1_2)
+        == "TLSv1.2"
+    )
     mtls_port = int(mtls_broker.overrides["brokerServicePortTls"])
     assert _handshake(mtls_port, pki, ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
     with pytest.raises(ssl.SSLError):
@@ -263,8 +303,18 @@ def test_tls_protocols_are_enforced(tls_broker, mtls_broker, pki):
 
 
 def start_fails(tmp_path, overrides: dict[str, str]) -> str:
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--data-dir", str(tmp_path / "data"),
-           "--broker-port", str(free_port()), "--web-port", str(free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compactmq.cli.main",
+        "standalone",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--broker-port",
+        str(free_port()),
+        "--web-port",
+        str(free_port()),
+    ]
     for k, v in overrides.items():
         cmd += ["--config-override", f"{k}={v}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
@@ -275,18 +325,31 @@ def start_fails(tmp_path, overrides: dict[str, str]) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"tlsKeyFilePath": "/nonexistent/broker.key"}, "tlsKeyFilePath /nonexistent/broker.key: no such file"),
-    ({"tlsCertificateFilePath": ""}, "tlsCertificateFilePath is empty"),
-    ({"tlsKeyFilePath": "CA"}, "no PEM private key"),
-    ({"tlsKeyFilePath": "OTHER_KEY"}, "matching the certificate"),
-    ({"tlsTrustCertsFilePath": "KEY"}, "no PEM certificate"),
-    ({"tlsProtocols": "TLSv1.3,SSLv3"}, "tlsProtocols: unknown protocol 'SSLv3'"),
-    ({"tlsCiphers": "TLS_NOPE_WITH_NOTHING"}, "tlsCiphers: cipher 'TLS_NOPE_WITH_NOTHING'"),
-    ({"tlsTrustCertsFilePath": "", "tlsRequireTrustedClientCertOnConnect": "true"}, "needs tlsTrustCertsFilePath"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            {"tlsKeyFilePath": "/nonexistent/broker.key"},
+            "tlsKeyFilePath /nonexistent/broker.key: no such file",
+        ),
+        ({"tlsCertificateFilePath": ""}, "tlsCertificateFilePath is empty"),
+        ({"tlsKeyFilePath": "CA"}, "no PEM private key"),
+        ({"tlsKeyFilePath": "OTHER_KEY"}, "matching the certificate"),
+        ({"tlsTrustCertsFilePath": "KEY"}, "no PEM certificate"),
+        ({"tlsProtocols": "TLSv1.3,SSLv3"}, "tlsProtocols: unknown protocol 'SSLv3'"),
+        ({"tlsCiphers": "TLS_NOPE_WITH_NOTHING"}, "tlsCiphers: cipher 'TLS_NOPE_WITH_NOTHING'"),
+        (
+            {"tlsTrustCertsFilePath": "", "tlsRequireTrustedClientCertOnConnect": "true"},
+            "needs tlsTrustCertsFilePath",
+        ),
+    ],
+)
 def test_bad_tls_configuration_is_one_line_at_start(tmp_path, pki, change, expected):
-    subst = {"CA": str(pki.ca.cert_path), "KEY": str(pki.server.key), "OTHER_KEY": str(pki.client("other").key)}
+    subst = {
+        "CA": str(pki.ca.cert_path),
+        "KEY": str(pki.server.key),
+        "OTHER_KEY": str(pki.client("other").key),
+    }
     overrides = tls_overrides(pki)
     overrides.update({k: subst.get(v, v) for k, v in change.items()})
     line = start_fails(tmp_path, overrides)

@@ -30,8 +30,9 @@ from broker.conftest import BrokerProcess, free_port, make_client  # tests/ is o
 
 from .helpers import file_url, mint_token, rsa_key_pair, secret_key, write_htpasswd
 
-PROVIDERS = ",".join(f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}"
-                     for p in ("Token", "Basic", "Tls"))
+PROVIDERS = ",".join(
+    f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
+)
 PASSWORDS = {"alice": "alice-pw-1", "bob": "bob-pw-2", "carol": "carol-pw-3"}
 # bcrypt cost 13: a few hundred milliseconds per check, long enough to see whether the broker
 # keeps serving other connections meanwhile (htpasswd -B -C 13)
@@ -49,19 +50,22 @@ class Secured:
         (directory / "secret.key").write_bytes(self.secret)
         self.htpasswd = htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
         self.tls_port = free_port()
-        self.broker = BrokerProcess(directory / "data", {
-            "authenticationEnabled": "true",
-            "authorizationEnabled": "true",
-            "authenticationProviders": PROVIDERS,
-            "superUserRoles": "admin",
-            "tokenSecretKey": file_url(directory / "secret.key"),
-            "basicAuthConf": str(htpasswd),
-            "brokerServicePortTls": str(self.tls_port),
-            "tlsCertificateFilePath": str(pki.server.cert),
-            "tlsKeyFilePath": str(pki.server.key),
-            "tlsTrustCertsFilePath": str(pki.ca.cert_path),
-            **extra,
-        })
+        self.broker = BrokerProcess(
+            directory / "data",
+            {
+                "authenticationEnabled": "true",
+                "authorizationEnabled": "true",
+                "authenticationProviders": PROVIDERS,
+                "superUserRoles": "admin",
+                "tokenSecretKey": file_url(directory / "secret.key"),
+                "basicAuthConf": str(htpasswd),
+                "brokerServicePortTls": str(self.tls_port),
+                "tlsCertificateFilePath": str(pki.server.cert),
+                "tlsKeyFilePath": str(pki.server.key),
+                "tlsTrustCertsFilePath": str(pki.ca.cert_path),
+                **extra,
+            },
+        )
 
     def token(self, role: str, **kw) -> str:
         return mint_token(role, self.secret, **kw)
@@ -77,7 +81,8 @@ class Secured:
 
     def rest(self, method: str, path: str, body=None) -> int:
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.broker.web_port}{path}", method=method,
+            f"http://127.0.0.1:{self.broker.web_port}{path}",
+            method=method,
             data=json.dumps(body).encode() if body is not None else None,
             headers={"Authorization": f"Bearer {self.token('admin')}", "Content-Type": "application/json"},
         )
@@ -89,7 +94,9 @@ class Secured:
 def secured(tmp_path_factory, pki):
     s = Secured(tmp_path_factory.mktemp("wire-auth"), pki)
     with open(s.htpasswd, "a") as f:  # a hash that takes a noticeable time to check (see SLOW_COST)
-        f.write("slow:" + bcrypt.hashpw(SLOW_PASSWORD.encode(), bcrypt.gensalt(rounds=SLOW_COST)).decode() + "\n")
+        f.write(
+            "slow:" + bcrypt.hashpw(SLOW_PASSWORD.encode(), bcrypt.gensalt(rounds=SLOW_COST)).decode() + "\n"
+        )
     s.broker.start()
     for role, actions in GRANTS.items():
         s.rest("POST", f"/admin/v2/namespaces/public/default/permissions/{role}", actions)
@@ -150,8 +157,9 @@ def test_tls_client_certificate_over_the_tls_port(secured, pki, topic):
 
 
 def test_token_over_the_tls_port(secured, topic):
-    client = secured.client(pulsar.AuthenticationToken(secured.token("alice")), tls=True,
-                            tls_validate_hostname=True)
+    client = secured.client(
+        pulsar.AuthenticationToken(secured.token("alice")), tls=True, tls_validate_hostname=True
+    )
     try:
         round_trip(client, topic)
     finally:
@@ -205,8 +213,9 @@ def test_bad_tokens_are_refused(secured, topic, case):
         "wrongly-signed": mint_token("alice", secret_key()),
         "no-subject": mint_token(None, secured.secret),
     }
-    message = refused_on_the_wire(secured.broker.port, "none" if case == "missing" else "token",
-                                  tokens[case].encode())
+    message = refused_on_the_wire(
+        secured.broker.port, "none" if case == "missing" else "token", tokens[case].encode()
+    )
     assert message
     auth = None if case == "missing" else pulsar.AuthenticationToken(tokens[case])
     fails_to_connect(secured.client(auth, operation_timeout_seconds=3), topic)
@@ -215,14 +224,16 @@ def test_bad_tokens_are_refused(secured, topic, case):
 def test_wrong_password_and_unknown_user_are_refused(secured, topic):
     for user, password in (("alice", "wrong"), ("mallory", "x")):
         refused_on_the_wire(secured.broker.port, "basic", f"{user}:{password}".encode())
-        fails_to_connect(secured.client(pulsar.AuthenticationBasic(user, password), operation_timeout_seconds=3),
-                         topic)
+        fails_to_connect(
+            secured.client(pulsar.AuthenticationBasic(user, password), operation_timeout_seconds=3), topic
+        )
 
 
 def test_untrusted_client_certificate_is_refused(secured, pki, topic):
     cert = pki.untrusted_client("alice")
-    client = secured.client(pulsar.AuthenticationTLS(str(cert.cert), str(cert.key)), tls=True,
-                            operation_timeout_seconds=3)
+    client = secured.client(
+        pulsar.AuthenticationTLS(str(cert.cert), str(cert.key)), tls=True, operation_timeout_seconds=3
+    )
     fails_to_connect(client, topic)  # the TLS handshake fails: the broker does not trust its CA
 
 
@@ -235,14 +246,19 @@ def test_password_checks_do_not_stall_other_connections(secured):
     """A basic CONNECT is checked on a thread: a PING on another connection is answered while
     a slow hash is being checked, and commands sent right behind the CONNECT wait for it."""
     token = secured.token("alice").encode()
-    with socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as other, \
-            socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as slow:
+    with (
+        socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as other,
+        socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as slow,
+    ):
         other.sendall(frames.encode_command(commands.connect(auth_method_name="token", auth_data=token)))
         assert [f.type for f in read_frames(other, 1, 10)] == [T.CONNECTED]
-        slow.sendall(frames.encode_command(commands.connect(
-            auth_method_name="basic", auth_data=f"slow:{SLOW_PASSWORD}".encode()))
+        slow.sendall(
+            frames.encode_command(
+                commands.connect(auth_method_name="basic", auth_data=f"slow:{SLOW_PASSWORD}".encode())
+            )
             + frames.encode_command(commands.lookup("persistent://public/default/slow", 1))
-            + frames.encode_command(commands.ping()))
+            + frames.encode_command(commands.ping())
+        )
         other.sendall(frames.encode_command(commands.ping()))
         assert [f.type for f in read_frames(other, 1, 10)] == [T.PONG]
         slow.settimeout(0)
@@ -312,7 +328,9 @@ def test_lookup_is_refused_on_the_wire(secured):
         s.sendall(frames.encode_command(commands.ping()))
         got = read_frames(s, 4, 10)
     by_type = {f.type: f.command for f in got}  # lookups run as tasks: answers in any order
-    assert sorted(by_type) == sorted([T.CONNECTED, T.LOOKUP_RESPONSE, T.PARTITIONED_METADATA_RESPONSE, T.PONG])
+    assert sorted(by_type) == sorted(
+        [T.CONNECTED, T.LOOKUP_RESPONSE, T.PARTITIONED_METADATA_RESPONSE, T.PONG]
+    )
     assert by_type[T.CONNECTED].connected.feature_flags.supports_auth_refresh
     assert by_type[T.LOOKUP_RESPONSE].lookupTopicResponse.error == pb.AuthorizationError
     assert by_type[T.PARTITIONED_METADATA_RESPONSE].partitionMetadataResponse.error == pb.AuthorizationError
@@ -327,12 +345,15 @@ def test_subscription_reserved_for_other_roles_is_refused(tmp_path):
 
     secret = secret_key()
     (tmp_path / "secret.key").write_bytes(secret)
-    broker = BrokerProcess(tmp_path / "data", {
-        "authenticationEnabled": "true",
-        "authorizationEnabled": "true",
-        "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
-        "tokenSecretKey": file_url(tmp_path / "secret.key"),
-    })
+    broker = BrokerProcess(
+        tmp_path / "data",
+        {
+            "authenticationEnabled": "true",
+            "authorizationEnabled": "true",
+            "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+            "tokenSecretKey": file_url(tmp_path / "secret.key"),
+        },
+    )
     broker.start()  # makes the data directory and public/default
     broker.stop()
     config = load_config(overrides={"authorizationEnabled": True})
@@ -348,7 +369,9 @@ def test_subscription_reserved_for_other_roles_is_refused(tmp_path):
     topic = f"persistent://public/default/reserved-{time.monotonic_ns()}"
     try:
         bob = make_client(broker.url, authentication=pulsar.AuthenticationToken(mint_token("bob", secret)))
-        alice = make_client(broker.url, authentication=pulsar.AuthenticationToken(mint_token("alice", secret)))
+        alice = make_client(
+            broker.url, authentication=pulsar.AuthenticationToken(mint_token("alice", secret))
+        )
         try:
             with pytest.raises(pulsar.AuthorizationError):
                 bob.subscribe(topic, "billing")
@@ -369,14 +392,17 @@ def rs256(tmp_path_factory):
     directory = tmp_path_factory.mktemp("rs256")
     pair = rsa_key_pair()
     _, public = pair.write(directory)
-    b = BrokerProcess(directory / "data", {
-        "authenticationEnabled": "true",
-        "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
-        "tokenPublicKey": file_url(public),
-        "tokenAudienceClaim": "aud",
-        "tokenAudience": "compactmq-test",
-        "anonymousUserRole": "guest",
-    })
+    b = BrokerProcess(
+        directory / "data",
+        {
+            "authenticationEnabled": "true",
+            "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+            "tokenPublicKey": file_url(public),
+            "tokenAudienceClaim": "aud",
+            "tokenAudience": "compactmq-test",
+            "anonymousUserRole": "guest",
+        },
+    )
     b.start()
     yield b, pair
     b.stop()
@@ -412,8 +438,12 @@ def test_rs256_refusals(rs256, topic, case):
         "other-key": lambda: mint_token("alice", rsa_key_pair(), claims={"aud": "compactmq-test"}),
     }[case]()
     refused_on_the_wire(broker.port, "token", token.encode())
-    fails_to_connect(make_client(broker.url, authentication=pulsar.AuthenticationToken(token),
-                                 operation_timeout_seconds=3), topic)
+    fails_to_connect(
+        make_client(
+            broker.url, authentication=pulsar.AuthenticationToken(token), operation_timeout_seconds=3
+        ),
+        topic,
+    )
 
 
 # --- refresh of expiring credentials --------------------------------------------------------
@@ -421,8 +451,12 @@ def test_rs256_refusals(rs256, topic, case):
 
 @pytest.fixture(scope="module")
 def refreshing(tmp_path_factory, pki):
-    s = Secured(tmp_path_factory.mktemp("refresh"), pki, authenticationRefreshCheckSeconds="1",
-                authorizationEnabled="false")
+    s = Secured(
+        tmp_path_factory.mktemp("refresh"),
+        pki,
+        authenticationRefreshCheckSeconds="1",
+        authorizationEnabled="false",
+    )
     s.broker.start()
     yield s
     s.broker.stop()
@@ -460,8 +494,11 @@ def read_until_closed(s: socket.socket, timeout: float) -> tuple[list, bool]:
 def connect_raw(secured: Secured, token: str, refresh: bool = True, method: str = "token") -> socket.socket:
     s = socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10)
     flags = pb.FeatureFlags(supports_auth_refresh=refresh)
-    s.sendall(frames.encode_command(commands.connect(auth_method_name=method, auth_data=token.encode(),
-                                                     feature_flags=flags)))
+    s.sendall(
+        frames.encode_command(
+            commands.connect(auth_method_name=method, auth_data=token.encode(), feature_flags=flags)
+        )
+    )
     assert [f.type for f in read_frames(s, 1, 10)] == [T.CONNECTED]
     return s
 
@@ -507,8 +544,11 @@ def test_unanswered_challenge_closes_the_connection(refreshing):
 def test_bad_refresh_closes_the_connection(refreshing, answer):
     with connect_raw(refreshing, refreshing.token("alice", expires_in=2)) as s:
         wait_for(s, T.AUTH_CHALLENGE, 10)
-        data = {"expired": refreshing.token("alice", expires_in=-5), "other-role": refreshing.token("bob"),
-                "garbage": "x.y.z"}[answer]
+        data = {
+            "expired": refreshing.token("alice", expires_in=-5),
+            "other-role": refreshing.token("bob"),
+            "garbage": "x.y.z",
+        }[answer]
         s.sendall(frames.encode_command(commands.auth_response("token", data.encode())))
         got, closed = read_until_closed(s, 10)
         assert closed
@@ -548,8 +588,9 @@ def test_official_client_refreshes_through_its_token_supplier(refreshing, topic)
 
 
 def test_official_client_with_a_static_expiring_token_loses_its_connection(refreshing, topic):
-    client = refreshing.client(pulsar.AuthenticationToken(refreshing.token("alice", expires_in=2)),
-                               operation_timeout_seconds=5)
+    client = refreshing.client(
+        pulsar.AuthenticationToken(refreshing.token("alice", expires_in=2)), operation_timeout_seconds=5
+    )
     try:
         producer = client.create_producer(topic, send_timeout_millis=2000)
         producer.send(b"before")

@@ -7,8 +7,12 @@ import pulsar
 
 def produce(client, topic, items, *, batching=False, compression=None, event_times=None, properties=None):
     """Send ``items`` = [(key or None, value bytes)] in order; returns the message ids."""
-    kw = {"batching_enabled": batching, "batching_max_publish_delay_ms": 50, "batching_max_messages": 50,
-          "block_if_queue_full": True}
+    kw = {
+        "batching_enabled": batching,
+        "batching_max_publish_delay_ms": 50,
+        "batching_max_messages": 50,
+        "block_if_queue_full": True,
+    }
     if compression is not None:
         kw["compression_type"] = compression
     producer = client.create_producer(topic, **kw)
@@ -40,7 +44,9 @@ def read_all(client, topic, *, compacted=False):
         while reader.has_message_available():
             m = reader.read_next(10000)
             mid = m.message_id()
-            out.append((m.partition_key() or None, m.data(), mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+            out.append(
+                (m.partition_key() or None, m.data(), mid.ledger_id(), mid.entry_id(), mid.batch_index())
+            )
     finally:
         reader.close()
     return out

@@ -29,18 +29,21 @@ class SecuredBroker:
         self.secret = secret_key()
         (directory / "secret.key").write_bytes(self.secret)
         self.tls_port, self.web_tls_port = free_port(), free_port()
-        self.broker = BrokerProcess(directory / "data", {
-            "authenticationEnabled": "true",
-            "authorizationEnabled": "true",
-            "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
-            "superUserRoles": "admin",
-            "tokenSecretKey": file_url(directory / "secret.key"),
-            "brokerServicePortTls": str(self.tls_port),
-            "webServicePortTls": str(self.web_tls_port),
-            "tlsCertificateFilePath": str(self.pki.server.cert),
-            "tlsKeyFilePath": str(self.pki.server.key),
-            "tlsTrustCertsFilePath": str(self.pki.ca.cert_path),
-        })
+        self.broker = BrokerProcess(
+            directory / "data",
+            {
+                "authenticationEnabled": "true",
+                "authorizationEnabled": "true",
+                "authenticationProviders": "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+                "superUserRoles": "admin",
+                "tokenSecretKey": file_url(directory / "secret.key"),
+                "brokerServicePortTls": str(self.tls_port),
+                "webServicePortTls": str(self.web_tls_port),
+                "tlsCertificateFilePath": str(self.pki.server.cert),
+                "tlsKeyFilePath": str(self.pki.server.key),
+                "tlsTrustCertsFilePath": str(self.pki.ca.cert_path),
+            },
+        )
 
     def token(self, role: str) -> str:
         return mint_token(role, self.secret)
@@ -48,8 +51,10 @@ class SecuredBroker:
     def grant(self, role: str, actions: list[str]) -> None:
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.broker.web_port}/admin/v2/namespaces/public/default/permissions/{role}",
-            method="POST", data=json.dumps(actions).encode(),
-            headers={"Authorization": f"Bearer {self.token('admin')}", "Content-Type": "application/json"})
+            method="POST",
+            data=json.dumps(actions).encode(),
+            headers={"Authorization": f"Bearer {self.token('admin')}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=10):
             pass
 
@@ -61,11 +66,17 @@ class SecuredBroker:
     def options(self, token: str, tls: bool = False) -> dict:
         o = {"pulsar.client.authPluginClassName": TOKEN_PLUGIN, "pulsar.client.authParams": f"token:{token}"}
         if tls:
-            o.update({"service.url": f"pulsar+ssl://localhost:{self.tls_port}",
-                      "admin.url": f"https://localhost:{self.web_tls_port}",
-                      "pulsar.client.tlsTrustCertsFilePath": str(self.pki.ca.cert_path)})
+            o.update(
+                {
+                    "service.url": f"pulsar+ssl://localhost:{self.tls_port}",
+                    "admin.url": f"https://localhost:{self.web_tls_port}",
+                    "pulsar.client.tlsTrustCertsFilePath": str(self.pki.ca.cert_path),
+                }
+            )
         else:
-            o.update({"service.url": self.broker.url, "admin.url": f"http://127.0.0.1:{self.broker.web_port}"})
+            o.update(
+                {"service.url": self.broker.url, "admin.url": f"http://127.0.0.1:{self.broker.web_port}"}
+            )
         return o
 
 
@@ -97,7 +108,9 @@ def test_read_with_a_token_through_broker_and_admin(cmq_spark, secured, topic, t
     opts = secured.options(secured.token("alice"), tls=tls)
     assert rows_of(read(cmq_spark, opts, topic)) == expected
     latest = read(cmq_spark, opts, topic, "latest").collect()
-    assert {r["__key"]: bytes(r["value"]) for r in latest} == {f"k{i}": f"v{16 + i}".encode() for i in range(4)}
+    assert {r["__key"]: bytes(r["value"]) for r in latest} == {
+        f"k{i}": f"v{16 + i}".encode() for i in range(4)
+    }
 
 
 def test_a_wrong_token_fails_with_a_clear_error(cmq_spark, secured, topic):
@@ -117,14 +130,18 @@ def test_a_role_without_grant_is_not_authorized(cmq_spark, secured, topic):
 
 
 def test_write_with_a_token(cmq_spark, secured, topic):
-    df = cmq_spark.createDataFrame([(f"w{i}".encode(), f"k{i}") for i in range(10)], "value binary, __key string")
+    df = cmq_spark.createDataFrame(
+        [(f"w{i}".encode(), f"k{i}") for i in range(10)], "value binary, __key string"
+    )
     w = df.write.format("compactmq").option("topic", topic)
     for k, v in secured.options(secured.token("alice")).items():
         w = w.option(k, v)
     w.mode("append").save()
     admin = secured.client()
     try:
-        assert sorted((k, v) for k, v, *_ in read_all(admin, topic)) == [(f"k{i}", f"w{i}".encode()) for i in range(10)]
+        assert sorted((k, v) for k, v, *_ in read_all(admin, topic)) == [
+            (f"k{i}", f"w{i}".encode()) for i in range(10)
+        ]
     finally:
         admin.close()
     bad = df.write.format("compactmq").option("topic", topic)

@@ -20,9 +20,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 def rest(broker, method, path, body=None):
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.web_port}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         data = resp.read()
         return json.loads(data) if data else None
@@ -56,11 +59,15 @@ def compact_and_wait(broker, client, topic, path, fmt, timeout=240.0):
         if expected is not None and got == expected:
             return expected
         time.sleep(0.2)
-    raise AssertionError(f"the {fmt} table at {path} never showed the compacted view: {got} != {expected}; "
-                         f"log: {broker.log_path.read_text()[-2000:]}")
+    raise AssertionError(
+        f"the {fmt} table at {path} never showed the compacted view: {got} != {expected}; "
+        f"log: {broker.log_path.read_text()[-2000:]}"
+    )
 
 
-def test_policy_re_exports_after_each_compaction(cmq_spark, spark_in_broker, broker, client, tmp_path, capsys):
+def test_policy_re_exports_after_each_compaction(
+    cmq_spark, spark_in_broker, broker, client, tmp_path, capsys
+):
     from deltalake import DeltaTable
 
     admin = f"http://127.0.0.1:{broker.web_port}"
@@ -69,22 +76,32 @@ def test_policy_re_exports_after_each_compaction(cmq_spark, spark_in_broker, bro
     base = tmp_path / "ns"
     assert main(["--admin-url", admin, "namespaces", "set-compacted-export", ns, "--path", str(base)]) == 0
     assert rest(broker, "GET", f"/admin/v2/namespaces/{ns}/compactedExport") == {
-        "path": str(base), "format": "parquet", "view": "compacted", "partitionBy": []}
+        "path": str(base),
+        "format": "parquet",
+        "view": "compacted",
+        "partitionBy": [],
+    }
     capsys.readouterr()
     assert main(["--admin-url", admin, "namespaces", "get-compacted-export", ns]) == 0
     assert f"compacted view as parquet at {base}" in capsys.readouterr().out
 
     # a namespace policy: each topic's table under the base directory, Parquet rewritten
     topic = f"persistent://{ns}/prices"
-    produce(client, topic, [(f"k{i % 7}", f"v{i}".encode() if i % 5 else b"") for i in range(60)], batching=True)
+    produce(
+        client, topic, [(f"k{i % 7}", f"v{i}".encode() if i % 5 else b"") for i in range(60)], batching=True
+    )
     compact_and_wait(broker, client, topic, str(base / "prices"), "parquet")
 
     # a topic policy wins over the namespace's: Delta, merged on re-export
     other = f"persistent://{ns}/quotes"
     delta = str(tmp_path / "delta")
     rest(broker, "PUT", f"/admin/v2/{other.replace('://', '/', 1)}")
-    rest(broker, "POST", f"/admin/v2/{other.replace('://', '/', 1)}/compactedExport",
-         {"path": delta, "format": "delta"})
+    rest(
+        broker,
+        "POST",
+        f"/admin/v2/{other.replace('://', '/', 1)}/compactedExport",
+        {"path": delta, "format": "delta"},
+    )
     produce(client, other, [(f"q{i % 10}", f"a{i}".encode()) for i in range(50)])
     compact_and_wait(broker, client, other, delta, "delta")
     produce(client, other, [("q1", b"b1"), ("q2", b""), ("q42", b"b42")])
@@ -95,6 +112,11 @@ def test_policy_re_exports_after_each_compaction(cmq_spark, spark_in_broker, bro
 
 def test_bad_policy_is_a_clear_error(broker):
     with pytest.raises(urllib.error.HTTPError) as e:
-        rest(broker, "POST", "/admin/v2/namespaces/public/default/compactedExport", {"path": "/x", "format": "csv"})
+        rest(
+            broker,
+            "POST",
+            "/admin/v2/namespaces/public/default/compactedExport",
+            {"path": "/x", "format": "csv"},
+        )
     assert e.value.code == 400
     assert "format must be one of parquet, delta, iceberg" in json.loads(e.value.read())["reason"]

@@ -20,13 +20,16 @@ def reader(spark, broker, topic, *, direct, **options):
         r = r.option(k, v)
     if direct:
         return r.load(str(broker.data_dir))
-    return (r.option("service.url", broker.url).option("admin.url", f"http://127.0.0.1:{broker.web_port}")
-            .load())
+    return (
+        r.option("service.url", broker.url).option("admin.url", f"http://127.0.0.1:{broker.web_port}").load()
+    )
 
 
 def latest_rows(df):
-    return {r["__key"]: (bytes(r["value"]) if r["value"] is not None else None)
-            for r in df.select("__key", "value").collect()}
+    return {
+        r["__key"]: (bytes(r["value"]) if r["value"] is not None else None)
+        for r in df.select("__key", "value").collect()
+    }
 
 
 def workload(n, keys, salt):
@@ -61,7 +64,9 @@ def test_views_equal_the_client(cmq_spark, broker, client, topic, batching, comp
         assert rows_of(reader(cmq_spark, broker, topic, direct=direct, view="compacted")) == compacted, direct
         assert rows_of(reader(cmq_spark, broker, topic, direct=direct)) == sorted(log, key=lambda x: x[2:])
         assert latest_rows(reader(cmq_spark, broker, topic, direct=direct, view="latest")) == latest_of(log)
-        with_deleted = reader(cmq_spark, broker, topic, direct=direct, view="latest", includeTombstones="true")
+        with_deleted = reader(
+            cmq_spark, broker, topic, direct=direct, view="latest", includeTombstones="true"
+        )
         assert latest_rows(with_deleted) == latest_of(log, include_tombstones=True)
 
 
@@ -69,23 +74,36 @@ def test_metadata_columns_and_options(cmq_spark, broker, client, topic):
     n = 60
     items = [(f"k{i}" if i % 2 else None, f"v{i}".encode()) for i in range(n)]
     props = [{"i": str(i)} for i in range(n)]
-    ids = produce(client, topic, items, event_times=[1_700_000_000_000 + i for i in range(n)], properties=props)
+    ids = produce(
+        client, topic, items, event_times=[1_700_000_000_000 + i for i in range(n)], properties=props
+    )
     df = reader(cmq_spark, broker, topic, direct=True)
-    assert df.columns == ["value", "__key", "__topic", "__messageId", "__publishTime", "__eventTime",
-                          "__messageProperties"]
+    assert df.columns == [
+        "value",
+        "__key",
+        "__topic",
+        "__messageId",
+        "__publishTime",
+        "__eventTime",
+        "__messageProperties",
+    ]
     rows = sorted(df.collect(), key=lambda r: int(r["__messageProperties"]["i"]))
     assert [bytes(r["value"]) for r in rows] == [v for _, v in items]
     assert [r["__key"] for r in rows] == [k for k, _ in items]
     assert {r["__topic"] for r in rows} == {topic}
-    assert [int(r["__eventTime"].timestamp() * 1000) for r in rows] == [1_700_000_000_000 + i for i in range(n)]
+    assert [int(r["__eventTime"].timestamp() * 1000) for r in rows] == [
+        1_700_000_000_000 + i for i in range(n)
+    ]
     # __messageId is what the client deserializes and seeks to
     mid = pulsar.MessageId.deserialize(bytes(rows[10]["__messageId"]))
     assert (mid.ledger_id(), mid.entry_id()) == (ids[10].ledger_id(), ids[10].entry_id())
 
     # offsets: JSON of message ids, start inclusive, end exclusive; Kafka alias subscribe
     lo, hi = ids[10], ids[20]
-    offs = {"startingOffsets": json.dumps({topic: f"{lo.ledger_id()}:{lo.entry_id()}"}),
-            "endingOffsets": json.dumps({topic: {"ledgerId": hi.ledger_id(), "entryId": hi.entry_id()}})}
+    offs = {
+        "startingOffsets": json.dumps({topic: f"{lo.ledger_id()}:{lo.entry_id()}"}),
+        "endingOffsets": json.dumps({topic: {"ledgerId": hi.ledger_id(), "entryId": hi.entry_id()}}),
+    }
     for direct in (True, False):
         got = reader(cmq_spark, broker, topic, direct=direct, **offs).collect()
         assert sorted(bytes(r["value"]) for r in got) == sorted(v for _, v in items[10:20])
@@ -129,8 +147,12 @@ def test_partitioned_topic_and_pattern(cmq_spark, broker, client, topic):
     import urllib.request
 
     base = topic.replace("persistent://", "")
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{base}/partitions",
-                                 data=b"3", method="PUT", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{base}/partitions",
+        data=b"3",
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(req).close()
     items = [(f"k{i % 9}", f"v{i}".encode()) for i in range(90)]
     produce(client, topic, items)
@@ -143,8 +165,11 @@ def test_partitioned_topic_and_pattern(cmq_spark, broker, client, topic):
         latest = latest_rows(reader(cmq_spark, broker, topic, direct=direct, view="latest"))
         assert latest == latest_of(items)
     name = base.rsplit("/", 1)[1]
-    df = (cmq_spark.read.format("compactmq").option("subscribePattern", f"persistent://public/default/{name}.*")
-          .load(str(broker.data_dir)))
+    df = (
+        cmq_spark.read.format("compactmq")
+        .option("subscribePattern", f"persistent://public/default/{name}.*")
+        .load(str(broker.data_dir))
+    )
     assert df.count() == len(items)
 
 
@@ -174,8 +199,9 @@ def reference_latest(records, strategy):
             continue
         if value == b"":
             state.pop(key, None)
-        elif key not in state or not keep_left(strategy, (None, key, state[key][0], state[key][1]),
-                                                (None, key, value, et)):
+        elif key not in state or not keep_left(
+            strategy, (None, key, state[key][0], state[key][1]), (None, key, value, et)
+        ):
             state[key] = (value, et)
     return {k: v for k, (v, _) in state.items()}
 
@@ -186,11 +212,16 @@ def test_latest_folds_with_the_topic_strategy(cmq_spark, broker, client, topic, 
 
     client.create_producer(topic).close()  # the topic exists, so it can have a policy
     local = topic.replace("persistent://", "")
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{local}/compactionStrategy",
-                                 data=json.dumps(strategy).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{local}/compactionStrategy",
+        data=json.dumps(strategy).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(req).close()
-    records = [(f"k{i % 6}", f"v{i}".encode() if i % 8 != 7 else b"", 1_000 + (i * 7919) % 97) for i in range(60)]
+    records = [
+        (f"k{i % 6}", f"v{i}".encode() if i % 8 != 7 else b"", 1_000 + (i * 7919) % 97) for i in range(60)
+    ]
     produce(client, topic, [(k, v) for k, v, _ in records[:40]], event_times=[et for *_, et in records[:40]])
     compact(broker, topic)
     produce(client, topic, [(k, v) for k, v, _ in records[40:]], event_times=[et for *_, et in records[40:]])

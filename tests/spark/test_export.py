@@ -26,14 +26,48 @@ def test_export_compacted_reads_back_equal(cmq_spark, broker, client, topic, tmp
     compact(broker, topic)
     expected = sorted((k, v) for k, v, *_ in read_all(client, topic, compacted=True))
     path = str(tmp_path / fmt)
-    assert main(["--admin-url", f"http://127.0.0.1:{broker.web_port}", "topics", "export-compacted", topic,
-                 "--path", path, "--format", fmt, "--service-url", broker.url]) == 0
+    assert (
+        main(
+            [
+                "--admin-url",
+                f"http://127.0.0.1:{broker.web_port}",
+                "topics",
+                "export-compacted",
+                topic,
+                "--path",
+                path,
+                "--format",
+                fmt,
+                "--service-url",
+                broker.url,
+            ]
+        )
+        == 0
+    )
     assert "rows to" in capsys.readouterr().out
     table = read_back(path, fmt, topic)
     assert [(k, v if v else b"") for k, v in pairs(table)] == expected
     # the latest state, partitioned by key, from the data directory; a re-export replaces the table
-    assert main(["topics", "export-compacted", topic, "--path", path, "--format", fmt, "--view", "latest",
-                 "--partition-by", "__key", "--data-dir", str(broker.data_dir)]) == 0
+    assert (
+        main(
+            [
+                "topics",
+                "export-compacted",
+                topic,
+                "--path",
+                path,
+                "--format",
+                fmt,
+                "--view",
+                "latest",
+                "--partition-by",
+                "__key",
+                "--data-dir",
+                str(broker.data_dir),
+            ]
+        )
+        == 0
+    )
     table = read_back(path, fmt, topic)
     assert dict(pairs(table)) == latest_of(items)
     assert table.num_rows == len(latest_of(items))
@@ -61,7 +95,19 @@ def test_delta_re_export_merges_changed_keys(cmq_spark, broker, client, topic, t
 
 def test_export_errors_are_one_line(cmq_spark, broker, tmp_path, capsys):
     missing = "persistent://public/default/no-such-topic"
-    assert main(["topics", "export-compacted", missing, "--path", str(tmp_path / "t"),
-                 "--data-dir", str(broker.data_dir)]) == 1
+    assert (
+        main(
+            [
+                "topics",
+                "export-compacted",
+                missing,
+                "--path",
+                str(tmp_path / "t"),
+                "--data-dir",
+                str(broker.data_dir),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("compactmq: error: ") and "does not exist" in err and "\n" not in err, err

@@ -15,9 +15,16 @@ BASE = {"service.url": "pulsar://h:6650"}
 
 
 def test_kafka_aliases_and_defaults():
-    o = parse_read_options({**BASE, "subscribe": "t, u", "startingTimestamp": "1000",
-                            "endingTimestamp": "2026-01-01T00:00:00", "minPartitions": "8",
-                            "maxRecordsPerPartition": "500"})
+    o = parse_read_options(
+        {
+            **BASE,
+            "subscribe": "t, u",
+            "startingTimestamp": "1000",
+            "endingTimestamp": "2026-01-01T00:00:00",
+            "minPartitions": "8",
+            "maxRecordsPerPartition": "500",
+        }
+    )
     assert o.topics == (T, "persistent://public/default/u")
     assert (o.starting_time, o.ending_time) == (1000, 1767225600000)
     assert (o.min_partitions, o.max_records_per_partition) == (8, 500)
@@ -26,20 +33,23 @@ def test_kafka_aliases_and_defaults():
     assert parse_read_options({**BASE, "topic": "t"}, streaming=True).starting == "latest"
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"topic": "t", "topics": "u"}, "exactly one"),
-    ({}, "exactly one"),
-    ({"topic": "a,b"}, "use topics"),
-    ({"topic": "t", "view": "newest"}, "raw, compacted or latest"),
-    ({"topic": "t", "startingOffsets": "{bad"}, "JSON"),
-    ({"topic": "t", "startingOffsets": '{"t": "x:y"}'}, "not a message id"),
-    ({"topic": "t", "endingOffsets": "earliest"}, "reads nothing"),
-    ({"topic": "t", "failOnDataLoss": "maybe"}, "true or false"),
-    ({"topic": "t", "minPartitions": "-1"}, ">= 0"),
-    ({"topic": "t", "startingTime": "yesterday"}, "ISO-8601"),
-    ({"topic": "t", "topicsPattern": "("}, "topicsPattern"),
-    ({"topic": "t", "topics": "t", "subscribe": "u"}, "exactly one|conflicts"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"topic": "t", "topics": "u"}, "exactly one"),
+        ({}, "exactly one"),
+        ({"topic": "a,b"}, "use topics"),
+        ({"topic": "t", "view": "newest"}, "raw, compacted or latest"),
+        ({"topic": "t", "startingOffsets": "{bad"}, "JSON"),
+        ({"topic": "t", "startingOffsets": '{"t": "x:y"}'}, "not a message id"),
+        ({"topic": "t", "endingOffsets": "earliest"}, "reads nothing"),
+        ({"topic": "t", "failOnDataLoss": "maybe"}, "true or false"),
+        ({"topic": "t", "minPartitions": "-1"}, ">= 0"),
+        ({"topic": "t", "startingTime": "yesterday"}, "ISO-8601"),
+        ({"topic": "t", "topicsPattern": "("}, "topicsPattern"),
+        ({"topic": "t", "topics": "t", "subscribe": "u"}, "exactly one|conflicts"),
+    ],
+)
 def test_bad_options_are_one_clear_line(options, message):
     with pytest.raises(InvalidConfiguration, match=message):
         parse_read_options({**BASE, **options})
@@ -48,8 +58,15 @@ def test_bad_options_are_one_clear_line(options, message):
 def test_offsets_in_every_spelling():
     raw = list(serialize_message_id(7, 3, 2))
     raw = [b - 256 if b > 127 else b for b in raw]  # pulsar-spark writes Java's signed bytes
-    o = parse_read_options({**BASE, "topics": "a,b,c", "startingOffsets":
-                            '{"a": "7:3", "b": {"ledgerId": 7, "entryId": 3, "batchIndex": 1}, "c": ' + str(raw) + "}"})
+    o = parse_read_options(
+        {
+            **BASE,
+            "topics": "a,b,c",
+            "startingOffsets": '{"a": "7:3", "b": {"ledgerId": 7, "entryId": 3, "batchIndex": 1}, "c": '
+            + str(raw)
+            + "}",
+        }
+    )
     ns = "persistent://public/default/"
     assert o.topic_offset("start", ns + "a") == (7, 3, -1)
     assert o.topic_offset("start", ns + "b") == (7, 3, 1)
@@ -60,16 +77,24 @@ def test_offsets_in_every_spelling():
 
 
 def test_pulsar_client_pass_through():
-    kw = client_kwargs({"authPluginClassName": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
-                        "authParams": "token:abc", "tlsTrustCertsFilePath": "/ca.pem",
-                        "tlsAllowInsecureConnection": "false", "operationTimeoutMs": "5000"})
+    kw = client_kwargs(
+        {
+            "authPluginClassName": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            "authParams": "token:abc",
+            "tlsTrustCertsFilePath": "/ca.pem",
+            "tlsAllowInsecureConnection": "false",
+            "operationTimeoutMs": "5000",
+        }
+    )
     assert isinstance(kw["authentication"], pulsar.AuthenticationToken)
     assert kw["tls_trust_certs_file_path"] == "/ca.pem"
     assert kw["tls_allow_insecure_connection"] is False
     assert kw["operation_timeout_seconds"] == 5
     with pytest.raises(InvalidConfiguration, match="not supported"):
         client_kwargs({"noSuchSetting": "1"})
-    assert admin_headers({"authPluginClassName": "token", "authParams": "token:abc"}) == \
-        {"Authorization": "Bearer abc"}
-    assert admin_headers({"authPluginClassName": "basic", "authParams": '{"userId":"u","password":"p"}'}) == \
-        {"Authorization": "Basic dTpw"}
+    assert admin_headers({"authPluginClassName": "token", "authParams": "token:abc"}) == {
+        "Authorization": "Bearer abc"
+    }
+    assert admin_headers({"authPluginClassName": "basic", "authParams": '{"userId":"u","password":"p"}'}) == {
+        "Authorization": "Basic dTpw"
+    }

@@ -12,6 +12,11 @@ def test_smoke(cmq_spark, broker, client, topic):
     df = cmq_spark.read.format("compactmq").option("topic", topic).load(str(broker.data_dir))
     df.printSchema()
     assert rows_of(df) == expected
-    df2 = (cmq_spark.read.format("compactmq").option("topic", topic).option("service.url", broker.url)
-           .option("admin.url", f"http://127.0.0.1:{broker.web_port}").load())
+    df2 = (
+        cmq_spark.read.format("compactmq")
+        .option("topic", topic)
+        .option("service.url", broker.url)
+        .option("admin.url", f"http://127.0.0.1:{broker.web_port}")
+        .load()
+    )
     assert rows_of(df2) == expected

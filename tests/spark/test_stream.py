@@ -20,11 +20,18 @@ def test_advance_counts_entries_over_ledgers():
 
 
 def run_once(spark, broker, topic, out, checkpoint):
-    q = (spark.readStream.format("compactmq").option("topic", topic).option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", "25").load(str(broker.data_dir))
-         .selectExpr("__key", "value", "__messageId")
-         .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-         .start())
+    q = (
+        spark.readStream.format("compactmq")
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "25")
+        .load(str(broker.data_dir))
+        .selectExpr("__key", "value", "__messageId")
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
     try:
         q.processAllAvailable()
         return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
@@ -56,10 +63,18 @@ def test_write_stream_copies_a_topic(cmq_spark, broker, client, topic, tmp_path)
     enable_dedup(broker, target)
     items = [(f"k{i % 6}", f"c{i}".encode()) for i in range(40)]
     produce(client, topic, items)
-    q = (cmq_spark.readStream.format("compactmq").option("topic", topic).option("startingOffsets", "earliest")
-         .load(str(broker.data_dir)).select("value", "__key", "__messageProperties")
-         .writeStream.format("compactmq").option("service.url", broker.url).option("topic", target)
-         .option("checkpointLocation", str(tmp_path / "cp")).start())
+    q = (
+        cmq_spark.readStream.format("compactmq")
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load(str(broker.data_dir))
+        .select("value", "__key", "__messageProperties")
+        .writeStream.format("compactmq")
+        .option("service.url", broker.url)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
     try:
         q.processAllAvailable()
         more = [(f"k{i % 6}", f"d{i}".encode()) for i in range(20)]
@@ -82,10 +97,18 @@ def test_latest_view_streams_the_state_then_changes(cmq_spark, broker, client, t
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "cp")
 
     def run():
-        q = (cmq_spark.readStream.format("compactmq").option("topic", topic).option("view", "latest")
-             .option("maxOffsetsPerTrigger", "2").load(str(broker.data_dir)).select("__key", "value")
-             .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-             .start())
+        q = (
+            cmq_spark.readStream.format("compactmq")
+            .option("topic", topic)
+            .option("view", "latest")
+            .option("maxOffsetsPerTrigger", "2")
+            .load(str(broker.data_dir))
+            .select("__key", "value")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
         try:
             q.processAllAvailable()
             return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]

@@ -39,7 +39,9 @@ class ForkServer:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg_root), *sys.path]))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from {cw.__name__} import serve; serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
         )
         self._buf = b""
         self._lines: list[str] = []
@@ -112,8 +114,9 @@ def _read_acks(path: str) -> list[tuple[int, int, int]]:
     return [cw.ACK.unpack_from(data, k * cw.ACK.size) for k in range(n)]
 
 
-def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = Position(0, 0),
-            first_round: int = 0) -> dict[int, Position]:
+def _verify(
+    data_dir: str, acked: dict[tuple[int, int], int], start: Position = Position(0, 0), first_round: int = 0
+) -> dict[int, Position]:
     """Open (recovering) and check every entry from ``start`` (the first entry of round
     ``first_round``; earlier rounds sit in closed ledgers that nothing rewrites). Returns the
     first position of each round seen."""
@@ -133,7 +136,9 @@ def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = 
                 assert r >= last_round, f"entry {p} of round {r} after round {last_round}"
                 last_round = r
                 firsts.setdefault(r, p)
-                assert i == seen.get((r, t), 0), f"entry {p}: ({r},{t}) expected #{seen.get((r, t), 0)}, got #{i}"
+                assert i == seen.get((r, t), 0), (
+                    f"entry {p}: ({r},{t}) expected #{seen.get((r, t), 0)}, got #{i}"
+                )
                 seen[(r, t)] = i + 1
             pos = ml.next_position(batch[-1][0])
         for key, n in acked.items():
@@ -143,7 +148,9 @@ def _verify(data_dir: str, acked: dict[tuple[int, int], int], start: Position = 
             assert got >= n, f"acknowledged entries lost for (round, thread) {key}: {got} < {n}"
             assert got <= n + (BATCH if key[1] == 0 else 1), f"{key}: {got} entries, only {n} acknowledged"
         for key, got in seen.items():
-            assert key in acked or got <= (BATCH if key[1] == 0 else 1), f"{key}: {got} entries, none acknowledged"
+            assert key in acked or got <= (BATCH if key[1] == 0 else 1), (
+                f"{key}: {got} entries, none acknowledged"
+            )
         return firsts
 
 
@@ -243,7 +250,9 @@ def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path, fork_se
     size = os.path.getsize(path)
     with Storage(data_dir, load_config(), read_only=True) as st:
         ml = st.open_managed_ledger(TOPIC, create=False)
-        assert [d for _, d in ml.read_entries(Position(0, 0), 10)] == [b"entry-%d" % i * (i + 1) for i in range(3)]
+        assert [d for _, d in ml.read_entries(Position(0, 0), 10)] == [
+            b"entry-%d" % i * (i + 1) for i in range(3)
+        ]
         assert ml.ledgers()[-1].state == "OPEN"
     assert os.path.getsize(path) == size
 
@@ -274,7 +283,9 @@ def test_crash_after_sealing_before_the_metadata_says_closed(tmp_path):
         ps = [ml.append(b"%d" % i) for i in range(4)]
     with Storage(data_dir, load_config()) as st:
         with st.metadata.transaction() as db:  # roll the CLOSED back to OPEN, keep the .idx
-            db.execute("UPDATE ledgers SET state = 'OPEN', entry_count = 0 WHERE ledger_id = ?", (ps[0].ledger_id,))
+            db.execute(
+                "UPDATE ledgers SET state = 'OPEN', entry_count = 0 WHERE ledger_id = ?", (ps[0].ledger_id,)
+            )
     with Storage(data_dir, load_config()) as st:
         ml = st.open_managed_ledger(TOPIC)
         info = [i for i in ml.ledgers() if i.ledger_id == ps[0].ledger_id][0]

@@ -144,8 +144,12 @@ def test_rangeset_matches_a_set_model():
     from hypothesis import strategies as st
 
     @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.tuples(st.sampled_from(["add", "range", "drop"]), st.integers(0, 60), st.integers(0, 8)),
-                    max_size=40))
+    @given(
+        st.lists(
+            st.tuples(st.sampled_from(["add", "range", "drop"]), st.integers(0, 60), st.integers(0, 8)),
+            max_size=40,
+        )
+    )
     def check(ops):
         rs, model = RangeSet(), set()
         for op, a, w in ops:

@@ -11,7 +11,9 @@ def test_append_then_read_back(open_storage):
     p0 = ml.append(b"hello")
     p1 = ml.append(b"")
     p2 = ml.append(b"x" * 100_000)
-    assert p0 < p1 < p2 and p0.ledger_id == p2.ledger_id and [p0.entry_id, p1.entry_id, p2.entry_id] == [0, 1, 2]
+    assert (
+        p0 < p1 < p2 and p0.ledger_id == p2.ledger_id and [p0.entry_id, p1.entry_id, p2.entry_id] == [0, 1, 2]
+    )
     assert ml.read_entry(p0) == b"hello"
     assert ml.read_entry(p1) == b""
     assert ml.read_entry(p2) == b"x" * 100_000
@@ -91,7 +93,9 @@ def test_open_without_create(open_storage):
     with pytest.raises(TopicNotFound):
         st.open_managed_ledger("nope", create=False)
     st.open_managed_ledger("yes")
-    assert st.open_managed_ledger("persistent://public/default/yes", create=False) is st.open_managed_ledger("yes")
+    assert st.open_managed_ledger("persistent://public/default/yes", create=False) is st.open_managed_ledger(
+        "yes"
+    )
     assert st.topics() == ["persistent://public/default/yes"]
 
 
@@ -396,8 +400,9 @@ def test_closed_ledger_indexes_are_evicted_and_reloaded(open_storage, monkeypatc
 def test_appends_reads_acks_and_trims_at_once(open_storage):
     """Appenders (single and batched), a tailing reader, an acking cursor and retention,
     all at once across frequent rollovers: no deadlock, nothing lost or reordered."""
-    ml = open_storage(managedLedgerMaxEntriesPerLedger=7, managedLedgerGroupCommitMaxDelayMicros=100
-                      ).open_managed_ledger("t")
+    ml = open_storage(
+        managedLedgerMaxEntriesPerLedger=7, managedLedgerGroupCommitMaxDelayMicros=100
+    ).open_managed_ledger("t")
     cursor = ml.open_cursor("sub")
     stop = threading.Event()
     errors = []

@@ -73,7 +73,10 @@ def test_rollover_is_one_transaction(store):
     assert [l.ledger_id for l in store.ledgers(T)] == [first]
     second = store.add_ledger(T, 2, close=LedgerInfo(first, 10, 100, 5, 6, "CLOSED", 1, 2))
     infos = store.ledgers(T)
-    assert [(l.ledger_id, l.state, l.entry_count) for l in infos] == [(first, "CLOSED", 10), (second, "OPEN", 0)]
+    assert [(l.ledger_id, l.state, l.entry_count) for l in infos] == [
+        (first, "CLOSED", 10),
+        (second, "OPEN", 0),
+    ]
 
 
 def test_tenants_and_namespaces(store):
@@ -137,8 +140,15 @@ def test_compaction_state_lifecycle(store, clock):
     prev = store.commit_compaction(T, 41, Position(3, 9), {"duration_ms": 1200, "removed_event_count": 17})
     assert prev is None
     st = store.get_compaction_state(T)
-    assert (st.status, st.compacted_ledger_id, st.horizon, st.last_duration_ms, st.removed_event_count,
-            st.last_success_ms, st.version) == (SUCCESS, 41, Position(3, 9), 1200, 17, clock.now, 2)
+    assert (
+        st.status,
+        st.compacted_ledger_id,
+        st.horizon,
+        st.last_duration_ms,
+        st.removed_event_count,
+        st.last_success_ms,
+        st.version,
+    ) == (SUCCESS, 41, Position(3, 9), 1200, 17, clock.now, 2)
     cur = store.get_cursor(T, COMPACTION_CURSOR)
     assert cur is not None and cur.mark_delete == Position(3, 9)
     store.mark_compaction_running(T)

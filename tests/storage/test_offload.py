@@ -19,8 +19,11 @@ from compactmq.storage.offload import FAULT_ENV, FAULT_POINTS, open_store
 from compactmq.storage.offload import blocks as bk
 
 TOPIC = "persistent://public/default/tiered"
-SMALL = {"managedLedgerMaxEntriesPerLedger": 10, "managedLedgerOffloadDeletionLagMs": 0,
-         "s3ManagedLedgerOffloadReadBufferSizeInBytes": 4096}
+SMALL = {
+    "managedLedgerMaxEntriesPerLedger": 10,
+    "managedLedgerOffloadDeletionLagMs": 0,
+    "s3ManagedLedgerOffloadReadBufferSizeInBytes": 4096,
+}
 
 
 def payload(i: int) -> bytes:
@@ -65,7 +68,9 @@ def test_offload_then_read_everything_back_from_the_object_store(tmp_path, clock
     done = st.offloader.offload(ml)
     assert done == sealed
     status = st.offloader.status(TOPIC)
-    assert status["status"] == "SUCCESS" and status["firstUnoffloadedMessage"] == Position(ml.ledgers()[-1].ledger_id, 0)
+    assert status["status"] == "SUCCESS" and status["firstUnoffloadedMessage"] == Position(
+        ml.ledgers()[-1].ledger_id, 0
+    )
     # deletion lag 0: the local copies are gone, the objects are named in the catalog
     for lid in sealed:
         assert not os.path.exists(ml.ledger_path(lid))
@@ -110,8 +115,13 @@ def test_a_read_of_one_entry_fetches_one_small_range(tmp_path, clock, offload_co
 
 
 def test_deletion_lag_keeps_the_local_copy_until_it_passes(tmp_path, clock, offload_conf):
-    conf = {**SMALL, **offload_conf, "managedLedgerOffloadDeletionLagMs": 60_000,
-            "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1}
+    conf = {
+        **SMALL,
+        **offload_conf,
+        "managedLedgerOffloadDeletionLagMs": 60_000,
+        "defaultRetentionTimeInMinutes": -1,
+        "defaultRetentionSizeInMB": -1,
+    }
     st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
     ml = st.open_managed_ledger(TOPIC)
     for i in range(25):
@@ -179,8 +189,12 @@ def test_sigkill_at_each_offload_step_loses_nothing_and_orphans_nothing(tmp_path
     data = tmp_path / "data"
     conf = {**SMALL, **offload_conf}
     env = {**os.environ, FAULT_ENV: point, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(topic=TOPIC), str(data), json.dumps(conf)],
-                          env=env, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(topic=TOPIC), str(data), json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     st = Storage(data, load_config(overrides=conf))
     ml = st.open_managed_ledger(TOPIC)

@@ -30,8 +30,9 @@ def commit_compacted(st: Storage, entries: list[tuple[int, int, bytes]]) -> int:
     for lid, eid, data in entries:
         w.append(lid, eid, data)
     w.finish()
-    meta.commit_compaction(TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1},
-                           expected_version=running.version)
+    meta.commit_compaction(
+        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
+    )
     return cid
 
 
@@ -80,7 +81,9 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
     assert not any(k.startswith("compacted/") for k in stored(st))
     st.offloader.offload(ml)
     assert st.offloader.compacted_record(cid2) is not None
-    assert [k for k in stored(st) if k.startswith("compacted/")] == [st.offloader.compacted_record(cid2).data_key]
+    assert [k for k in stored(st) if k.startswith("compacted/")] == [
+        st.offloader.compacted_record(cid2).data_key
+    ]
     assert view(st, cid2) == [((lid, eid), d) for lid, eid, d in second]
     st.close()
 
@@ -104,10 +107,17 @@ def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path
     entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)]
     cid = commit_compacted(st, entries)
     st.close()
-    env = {**os.environ, FAULT_ENV: "compacted-after-data",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(topic=TOPIC), str(tmp_path / "data"),
-                           json.dumps(conf)], env=env, capture_output=True, timeout=120)
+    env = {
+        **os.environ,
+        FAULT_ENV: "compacted-after-data",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(topic=TOPIC), str(tmp_path / "data"), json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)  # sweeps at start
     assert st.offloader.compacted_record(cid) is None

@@ -77,11 +77,13 @@ def test_a_writer_that_does_not_answer_times_out(tmp_path):
 def test_without_a_writer_the_job_seals_a_ledger_a_crash_left_open(tmp_path):
     data = tmp_path / "data"
     # a writer that dies without closing: its ledger stays OPEN in the metadata store
-    code = (f"import os; from compactmq.storage import Storage; from compactmq.config import load_config\n"
-            f"s = Storage({str(data)!r}, load_config(overrides={{'managedLedgerSyncData': True}}))\n"
-            f"ml = s.open_managed_ledger({TOPIC!r})\n"
-            "for i in range(5): ml.append(b'c%d' % i)\n"
-            "os._exit(0)\n")
+    code = (
+        f"import os; from compactmq.storage import Storage; from compactmq.config import load_config\n"
+        f"s = Storage({str(data)!r}, load_config(overrides={{'managedLedgerSyncData': True}}))\n"
+        f"ml = s.open_managed_ledger({TOPIC!r})\n"
+        "for i in range(5): ml.append(b'c%d' % i)\n"
+        "os._exit(0)\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": SRC}, timeout=60)
     ro = Storage(data, cfg(), read_only=True)
     try:

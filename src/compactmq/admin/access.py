@@ -52,8 +52,9 @@ class Requirement:
 
 def _topic(captures: Mapping[str, str]) -> str:
     domain = captures.get("domain", "persistent")  # schema paths name no domain
-    return str(TopicName.parse(
-        f"{domain}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}"))
+    return str(
+        TopicName.parse(f"{domain}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}")
+    )
 
 
 def _lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:
@@ -65,9 +66,13 @@ def _namespace_lookup(authorization: Any, role: str | None, captures: Mapping[st
 
 
 AUTHENTICATED = Requirement("authenticated", lambda authorization, role, captures: None)
-SUPERUSER = Requirement("superuser", lambda authorization, role, captures: authorization.check_superuser(role))
+SUPERUSER = Requirement(
+    "superuser", lambda authorization, role, captures: authorization.check_superuser(role)
+)
 TENANT_ADMIN = Requirement(
-    "tenant-admin", lambda authorization, role, captures: authorization.check_tenant_admin(role, captures["tenant"]))
+    "tenant-admin",
+    lambda authorization, role, captures: authorization.check_tenant_admin(role, captures["tenant"]),
+)
 LOOKUP = Requirement("lookup", _lookup)
 NAMESPACE_LOOKUP = Requirement("namespace-lookup", _namespace_lookup)
 

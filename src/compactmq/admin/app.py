@@ -76,8 +76,11 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
             route, captures = router.match(request.method, request.rel_url.raw_path)
         except NoRoute as e:
             if e.allowed:
-                return error_response(405, f"method {request.method} is not allowed on this path "
-                                           f"(allowed: {', '.join(e.allowed)})", {"Allow": ", ".join(e.allowed)})
+                return error_response(
+                    405,
+                    f"method {request.method} is not allowed on this path (allowed: {', '.join(e.allowed)})",
+                    {"Allow": ", ".join(e.allowed)},
+                )
             return error_response(404, f"no such admin path: {request.rel_url.path}")
         try:
             await _authorize(ctx, principal, route.requires, captures)
@@ -111,8 +114,9 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
         except Exception as e:
             log.exception("rendering /metrics failed")
             return error_response(500, f"internal error: {e}")
-        return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                            headers={"X-Prometheus-Format": "0.0.4"})
+        return web.Response(
+            text=text, content_type="text/plain", charset="utf-8", headers={"X-Prometheus-Format": "0.0.4"}
+        )
 
     async def not_found(request: web.Request) -> web.Response:
         return error_response(404, f"no such path: {request.rel_url.path}")
@@ -143,8 +147,9 @@ async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Re
             return await off_loop(check), None
         return check(), None
     except AuthenticationFailed as e:
-        return None, error_response(401, str(e) or "authentication required",
-                                    {"WWW-Authenticate": www_authenticate(authentication)})
+        return None, error_response(
+            401, str(e) or "authentication required", {"WWW-Authenticate": www_authenticate(authentication)}
+        )
     except Exception as e:  # a fault of ours: refuse (never let the request through), say so
         log.exception("authenticating %s %s failed", request.method, request.rel_url.path)
         return None, error_response(500, f"internal error while authenticating: {type(e).__name__}")

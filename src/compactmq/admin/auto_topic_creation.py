@@ -23,10 +23,21 @@ PATH = "/admin/v2/namespaces/{tenant}/{namespace}/autoTopicCreation"
 
 def add_routes(router: Router) -> None:
     router.add("GET", PATH, get_auto_topic_creation, "namespace policy: automatic topic creation")
-    router.add("POST", PATH, set_auto_topic_creation, "set the namespace policy: automatic topic creation",
-               body="object", ok=204)
-    router.add("DELETE", PATH, remove_auto_topic_creation,
-               "remove the namespace policy: automatic topic creation (the broker settings apply)", ok=204)
+    router.add(
+        "POST",
+        PATH,
+        set_auto_topic_creation,
+        "set the namespace policy: automatic topic creation",
+        body="object",
+        ok=204,
+    )
+    router.add(
+        "DELETE",
+        PATH,
+        remove_auto_topic_creation,
+        "remove the namespace policy: automatic topic creation (the broker settings apply)",
+        ok=204,
+    )
 
 
 async def _require(ctx: Context, namespace: str) -> None:

@@ -34,20 +34,33 @@ from .router import Router
 PREFIX = "/lookup/v2"
 LISTENER_HEADER = "X-Pulsar-ListenerName"
 # Pulsar's CommandGetTopicsOfNamespace.Mode names -> the topic name prefixes they select
-MODES = {"PERSISTENT": ("persistent://",), "NON_PERSISTENT": ("non-persistent://",),
-         "ALL": ("persistent://", "non-persistent://")}
+MODES = {
+    "PERSISTENT": ("persistent://",),
+    "NON_PERSISTENT": ("non-persistent://",),
+    "ALL": ("persistent://", "non-persistent://"),
+}
 
 
 def add_routes(router: Router) -> None:
-    router.add("GET", PREFIX + "/topic/{domain}/{tenant}/{namespace}/{topic}", lookup_topic,
-               "the broker that serves a topic (Pulsar's LookupData)", requires=LOOKUP)
-    router.add("GET", "/admin/v2/namespaces/{tenant}/{namespace}/topics", namespace_topics,
-               "the topics of a namespace, partitions included (?mode=PERSISTENT|NON_PERSISTENT|ALL)",
-               requires=NAMESPACE_LOOKUP)
+    router.add(
+        "GET",
+        PREFIX + "/topic/{domain}/{tenant}/{namespace}/{topic}",
+        lookup_topic,
+        "the broker that serves a topic (Pulsar's LookupData)",
+        requires=LOOKUP,
+    )
+    router.add(
+        "GET",
+        "/admin/v2/namespaces/{tenant}/{namespace}/topics",
+        namespace_topics,
+        "the topics of a namespace, partitions included (?mode=PERSISTENT|NON_PERSISTENT|ALL)",
+        requires=NAMESPACE_LOOKUP,
+    )
 
 
-async def lookup_topic(ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str,
-                       topic: str) -> Any:
+async def lookup_topic(
+    ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str, topic: str
+) -> Any:
     listener = request.query.get("listenerName") or request.headers.get(LISTENER_HEADER) or None
     answer = await broker_lookup(ctx.service, f"{domain}://{tenant}/{namespace}/{topic}", listener)
     return answer.as_lookup_data()

@@ -233,7 +233,11 @@ def render_metrics(ctx: Any) -> str:
         topic = loaded.get(name)
         t = traffic.get(name)
         producers = [p for p in list(topic.producers.values()) if not p.closed] if topic is not None else []
-        consumers = [c for s in list(topic.subscriptions.values()) for c in list(s.consumers)] if topic is not None else []
+        consumers = (
+            [c for s in list(topic.subscriptions.values()) for c in list(s.consumers)]
+            if topic is not None
+            else []
+        )
         backlog = 0
         subs = set(topic.subscriptions) if topic is not None else set()
         if topic is not None:
@@ -292,8 +296,13 @@ def render_metrics(ctx: Any) -> str:
 
     running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
     running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)
-    checks = _Family("compactmq_compaction_monitor_checks_total", "counter",
-                     "periodic compaction threshold checks done")
+    checks = _Family(
+        "compactmq_compaction_monitor_checks_total", "counter", "periodic compaction threshold checks done"
+    )
     checks.add({"cluster": cluster}, monitor.checks if monitor is not None else 0)
-    out = [topics_count.render()] + [fam.render() for fam in families.values()] + [running.render(), checks.render()]
+    out = (
+        [topics_count.render()]
+        + [fam.render() for fam in families.values()]
+        + [running.render(), checks.render()]
+    )
     return "\n".join(out) + "\n"

@@ -27,8 +27,12 @@ def add_routes(router: Router) -> None:
     router.add("GET", "/admin/v2/tenants", list_tenants, "list tenants")
     router.add("GET", "/admin/v2/tenants/{tenant}", get_tenant, "a tenant's info")
     router.add("PUT", "/admin/v2/tenants/{tenant}", create_tenant, "create a tenant", body="object", ok=204)
-    router.add("POST", "/admin/v2/tenants/{tenant}", update_tenant, "update a tenant's info", body="object", ok=204)
-    router.add("DELETE", "/admin/v2/tenants/{tenant}", delete_tenant, "delete a tenant with no namespaces", ok=204)
+    router.add(
+        "POST", "/admin/v2/tenants/{tenant}", update_tenant, "update a tenant's info", body="object", ok=204
+    )
+    router.add(
+        "DELETE", "/admin/v2/tenants/{tenant}", delete_tenant, "delete a tenant with no namespaces", ok=204
+    )
     router.add("GET", "/admin/v2/clusters", list_clusters, "clusters (always the one standalone cluster)")
     router.add("GET", "/admin/v2/namespaces/{tenant}", list_namespaces, "list the namespaces of a tenant")
     router.add("GET", NS, get_namespace_policies, "every policy of a namespace")
@@ -40,7 +44,9 @@ def add_routes(router: Router) -> None:
 
 def _check_name(what: str, name: str) -> None:
     if not _NAMED_ENTITY.match(name):
-        raise PreconditionFailed(f"invalid {what} name {name!r}: only letters, digits and - _ = : . are allowed")
+        raise PreconditionFailed(
+            f"invalid {what} name {name!r}: only letters, digits and - _ = : . are allowed"
+        )
 
 
 # --- tenants --------------------------------------------------------------------------------------
@@ -113,7 +119,9 @@ async def create_namespace(ctx: Context, request: web.Request, tenant: str, name
     if await ctx.run_blocking(ctx.metadata.namespace_exists, name):
         raise AlreadyExists(f"namespace {name} already exists")
     raw = await request.read()  # optional: a Pulsar Policies object
-    grants = namespace_creation_grants(await read_json(request, "the namespace policies") if raw.strip() else None)
+    grants = namespace_creation_grants(
+        await read_json(request, "the namespace policies") if raw.strip() else None
+    )
     await ctx.run_blocking(ctx.metadata.create_namespace, name)
     if grants:
         await ctx.run_blocking(grant_creation_permissions, ctx, name, grants)
@@ -165,8 +173,22 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         fn.__name__ = f"{verb}_namespace_{policy.path}"
     pattern = f"{NS}/{policy.namespace_path or policy.path}"
     router.add("GET", pattern, get_policy, f"namespace policy: {policy.summary}")
-    router.add("PUT", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)
-    router.add("POST", pattern, set_policy, f"set the namespace policy: {policy.summary}", body=policy.body_type, ok=204)
+    router.add(
+        "PUT",
+        pattern,
+        set_policy,
+        f"set the namespace policy: {policy.summary}",
+        body=policy.body_type,
+        ok=204,
+    )
+    router.add(
+        "POST",
+        pattern,
+        set_policy,
+        f"set the namespace policy: {policy.summary}",
+        body=policy.body_type,
+        ok=204,
+    )
     router.add("DELETE", pattern, remove_policy, f"remove the namespace policy: {policy.summary}", ok=204)
 
 
@@ -174,6 +196,9 @@ def _set_namespace_policies(ctx: Context, namespace: str, values: dict[str, Any]
     ctx.metadata.set_policies("namespace", namespace, values)
     if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
         default = ctx.service.config["brokerServiceCompactionThresholdInBytes"]
-        topics = [t for t in ctx.metadata.topics(namespace)
-                  if (ctx.metadata.effective_policy(t, COMPACTION_THRESHOLD, default) or 0) > 0]
+        topics = [
+            t
+            for t in ctx.metadata.topics(namespace)
+            if (ctx.metadata.effective_policy(t, COMPACTION_THRESHOLD, default) or 0) > 0
+        ]
         ensure_compaction_cursors(ctx, topics)

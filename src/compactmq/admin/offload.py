@@ -50,13 +50,24 @@ POLICY_FIELDS: dict[str, type] = {
     "fileSystemURI": str,
 }
 # accepted for compatibility with Pulsar clients, not used
-IGNORED_FIELDS = {"managedLedgerOffloadMaxThreads", "managedLedgerOffloadPrefetchRounds",
-                  "managedLedgerOffloadedReadPriority", "offloadersDirectory", "fileSystemProfilePath",
-                  "gcsManagedLedgerOffloadRegion", "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
-                  "gcsManagedLedgerOffloadReadBufferSizeInBytes", "managedLedgerExtraConfigurations"}
-SECRET_FIELDS = {"s3ManagedLedgerOffloadCredentialId", "s3ManagedLedgerOffloadCredentialSecret",
-                 "s3ManagedLedgerOffloadRole", "s3ManagedLedgerOffloadRoleSessionName",
-                 "gcsManagedLedgerOffloadServiceAccountKeyFile"}
+IGNORED_FIELDS = {
+    "managedLedgerOffloadMaxThreads",
+    "managedLedgerOffloadPrefetchRounds",
+    "managedLedgerOffloadedReadPriority",
+    "offloadersDirectory",
+    "fileSystemProfilePath",
+    "gcsManagedLedgerOffloadRegion",
+    "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
+    "gcsManagedLedgerOffloadReadBufferSizeInBytes",
+    "managedLedgerExtraConfigurations",
+}
+SECRET_FIELDS = {
+    "s3ManagedLedgerOffloadCredentialId",
+    "s3ManagedLedgerOffloadCredentialSecret",
+    "s3ManagedLedgerOffloadRole",
+    "s3ManagedLedgerOffloadRoleSessionName",
+    "gcsManagedLedgerOffloadServiceAccountKeyFile",
+}
 
 
 def _long(name: str, minimum: int):
@@ -77,8 +88,10 @@ def _offload_policies(body: Any) -> dict[str, Any]:
         raise InvalidInput("offloadPolicies must be a JSON object of offload settings")
     secrets = sorted(SECRET_FIELDS & set(body))
     if secrets:
-        raise PreconditionFailed(f"offloadPolicies: {', '.join(secrets)} not accepted: credentials come from "
-                                 "the broker's environment (AWS variables, profile files)")
+        raise PreconditionFailed(
+            f"offloadPolicies: {', '.join(secrets)} not accepted: credentials come from "
+            "the broker's environment (AWS variables, profile files)"
+        )
     out: dict[str, Any] = {}
     for key, value in body.items():
         if key in IGNORED_FIELDS or value is None:
@@ -110,24 +123,54 @@ def _render_policies(values: dict) -> Any:
 
 
 POLICIES = (
-    Policy("offloadThreshold", (OFFLOAD_THRESHOLD,), _long(OFFLOAD_THRESHOLD, -1), _single(OFFLOAD_THRESHOLD),
-           {OFFLOAD_THRESHOLD: "managedLedgerOffloadAutoTriggerSizeThresholdBytes"}, "integer",
-           "bytes a topic keeps locally before sealed ledgers are offloaded (-1: never, 0: at once)"),
-    Policy("offloadThresholdInSeconds", (OFFLOAD_THRESHOLD_SECONDS,), _long(OFFLOAD_THRESHOLD_SECONDS, -1),
-           _single(OFFLOAD_THRESHOLD_SECONDS), {OFFLOAD_THRESHOLD_SECONDS: "managedLedgerOffloadThresholdInSeconds"},
-           "integer", "offload sealed ledgers older than this many seconds (-1: never)"),
-    Policy("offloadDeletionLagMs", (OFFLOAD_DELETION_LAG,), _long(OFFLOAD_DELETION_LAG, 0),
-           _single(OFFLOAD_DELETION_LAG), {OFFLOAD_DELETION_LAG: "managedLedgerOffloadDeletionLagMs"}, "integer",
-           "delete the local copy of an offloaded ledger this many ms after the offload"),
-    Policy("offloadPolicies", (OFFLOAD_POLICIES,), _offload_policies, _render_policies,
-           {OFFLOAD_POLICIES: "managedLedgerOffloadDriver"}, "object",
-           "offload settings of the namespace (driver, bucket, region, endpoint, fileSystemURI, thresholds)"),
+    Policy(
+        "offloadThreshold",
+        (OFFLOAD_THRESHOLD,),
+        _long(OFFLOAD_THRESHOLD, -1),
+        _single(OFFLOAD_THRESHOLD),
+        {OFFLOAD_THRESHOLD: "managedLedgerOffloadAutoTriggerSizeThresholdBytes"},
+        "integer",
+        "bytes a topic keeps locally before sealed ledgers are offloaded (-1: never, 0: at once)",
+    ),
+    Policy(
+        "offloadThresholdInSeconds",
+        (OFFLOAD_THRESHOLD_SECONDS,),
+        _long(OFFLOAD_THRESHOLD_SECONDS, -1),
+        _single(OFFLOAD_THRESHOLD_SECONDS),
+        {OFFLOAD_THRESHOLD_SECONDS: "managedLedgerOffloadThresholdInSeconds"},
+        "integer",
+        "offload sealed ledgers older than this many seconds (-1: never)",
+    ),
+    Policy(
+        "offloadDeletionLagMs",
+        (OFFLOAD_DELETION_LAG,),
+        _long(OFFLOAD_DELETION_LAG, 0),
+        _single(OFFLOAD_DELETION_LAG),
+        {OFFLOAD_DELETION_LAG: "managedLedgerOffloadDeletionLagMs"},
+        "integer",
+        "delete the local copy of an offloaded ledger this many ms after the offload",
+    ),
+    Policy(
+        "offloadPolicies",
+        (OFFLOAD_POLICIES,),
+        _offload_policies,
+        _render_policies,
+        {OFFLOAD_POLICIES: "managedLedgerOffloadDriver"},
+        "object",
+        "offload settings of the namespace (driver, bucket, region, endpoint, fileSystemURI, thresholds)",
+    ),
 )
 
 
 def add_routes(router: Router) -> None:
-    router.add("PUT", TOPIC + "/offload", trigger_offload,
-               "offload every sealed ledger before the given message id (409 while one runs)", body="object", ok=204)
+    router.add(
+        "PUT",
+        TOPIC + "/offload",
+        trigger_offload,
+        "offload every sealed ledger before the given message id (409 while one runs)",
+        body="object",
+        ok=204,
+    )
     router.add("GET", TOPIC + "/offload", offload_status, "status of the last offload of the topic")
     for policy in POLICIES:
         _add_policy_routes(router, policy)
@@ -139,8 +182,13 @@ def add_routes(router: Router) -> None:
         await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {OFFLOAD_POLICIES: None})
         return None
 
-    router.add("DELETE", NS + "/removeOffloadPolicies", remove_offload_policies,
-               "remove the namespace's offload policies (Pulsar's path)", ok=204)
+    router.add(
+        "DELETE",
+        NS + "/removeOffloadPolicies",
+        remove_offload_policies,
+        "remove the namespace's offload policies (Pulsar's path)",
+        ok=204,
+    )
 
 
 def _message_id(body: Any) -> Position:
@@ -181,5 +229,8 @@ async def offload_status(ctx: Context, request: web.Request, **path: str) -> Any
     first = st.get("firstUnoffloadedMessage")
     if first is None:
         first = await ctx.run_blocking(ml.first_unoffloaded_position)
-    return {"status": st["status"], "lastError": st.get("lastError") or "",
-            "firstUnoffloadedMessage": _message_id_json(first)}
+    return {
+        "status": st["status"],
+        "lastError": st.get("lastError") or "",
+        "firstUnoffloadedMessage": _message_id_json(first),
+    }

@@ -36,18 +36,54 @@ TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
 
 
 def add_routes(router: Router) -> None:
-    router.add("GET", NS + "/permissions", get_namespace_permissions,
-               "the grants of a namespace: {role: [actions]}", requires=TENANT_ADMIN)
-    router.add("POST", NS + "/permissions/{role}", grant_namespace_permission,
-               "grant a role actions on every topic of a namespace", body="array", ok=204, requires=TENANT_ADMIN)
-    router.add("DELETE", NS + "/permissions/{role}", revoke_namespace_permission,
-               "revoke a role's namespace grant", ok=204, requires=TENANT_ADMIN)
-    router.add("GET", TOPIC + "/permissions", get_topic_permissions,
-               "the grants that apply to a topic (namespace grants and its own)", requires=TENANT_ADMIN)
-    router.add("POST", TOPIC + "/permissions/{role}", grant_topic_permission,
-               "grant a role actions on one topic", body="array", ok=204, requires=TENANT_ADMIN)
-    router.add("DELETE", TOPIC + "/permissions/{role}", revoke_topic_permission,
-               "revoke a role's grant on one topic (412 when it has none there)", ok=204, requires=TENANT_ADMIN)
+    router.add(
+        "GET",
+        NS + "/permissions",
+        get_namespace_permissions,
+        "the grants of a namespace: {role: [actions]}",
+        requires=TENANT_ADMIN,
+    )
+    router.add(
+        "POST",
+        NS + "/permissions/{role}",
+        grant_namespace_permission,
+        "grant a role actions on every topic of a namespace",
+        body="array",
+        ok=204,
+        requires=TENANT_ADMIN,
+    )
+    router.add(
+        "DELETE",
+        NS + "/permissions/{role}",
+        revoke_namespace_permission,
+        "revoke a role's namespace grant",
+        ok=204,
+        requires=TENANT_ADMIN,
+    )
+    router.add(
+        "GET",
+        TOPIC + "/permissions",
+        get_topic_permissions,
+        "the grants that apply to a topic (namespace grants and its own)",
+        requires=TENANT_ADMIN,
+    )
+    router.add(
+        "POST",
+        TOPIC + "/permissions/{role}",
+        grant_topic_permission,
+        "grant a role actions on one topic",
+        body="array",
+        ok=204,
+        requires=TENANT_ADMIN,
+    )
+    router.add(
+        "DELETE",
+        TOPIC + "/permissions/{role}",
+        revoke_topic_permission,
+        "revoke a role's grant on one topic (412 when it has none there)",
+        ok=204,
+        requires=TENANT_ADMIN,
+    )
 
 
 # --- bodies ---------------------------------------------------------------------------------------
@@ -100,7 +136,9 @@ def tenant_info(ctx: Context, body: Any) -> dict[str, Any]:
     clusters = info["allowedClusters"] or [cluster]
     missing = sorted(set(clusters) - {cluster})
     if missing:
-        raise PreconditionFailed(f"Clusters do not exist: {', '.join(missing)} (this broker's cluster is {cluster})")
+        raise PreconditionFailed(
+            f"Clusters do not exist: {', '.join(missing)} (this broker's cluster is {cluster})"
+        )
     info["allowedClusters"] = sorted(set(clusters))
     return info
 
@@ -120,16 +158,18 @@ async def get_namespace_permissions(ctx: Context, request: web.Request, tenant: 
     return await ctx.run_blocking(ctx.authorization.namespace_permissions, name)
 
 
-async def grant_namespace_permission(ctx: Context, request: web.Request, tenant: str, namespace: str,
-                                     role: str) -> Any:
+async def grant_namespace_permission(
+    ctx: Context, request: web.Request, tenant: str, namespace: str, role: str
+) -> Any:
     name = await _namespace(ctx, tenant, namespace)
     actions = parse_actions(await read_json(request, "a JSON list of actions"))
     await ctx.run_blocking(ctx.authorization.grant_namespace_permission, name, role, actions)
     return None
 
 
-async def revoke_namespace_permission(ctx: Context, request: web.Request, tenant: str, namespace: str,
-                                      role: str) -> Any:
+async def revoke_namespace_permission(
+    ctx: Context, request: web.Request, tenant: str, namespace: str, role: str
+) -> Any:
     name = await _namespace(ctx, tenant, namespace)
     await ctx.run_blocking(ctx.authorization.revoke_namespace_permission, name, role)
     return None

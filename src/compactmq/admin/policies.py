@@ -31,6 +31,7 @@ from ..storage import (
 )
 from .common import PreconditionFailed
 
+
 @dataclass(frozen=True)
 class Policy:
     path: str
@@ -54,7 +55,9 @@ def _int_body(body: Any, what: str) -> int:
 def _threshold(body: Any) -> dict[str, Any]:
     value = _int_body(body, "compactionThreshold")
     if value < 0:
-        raise PreconditionFailed(f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}")
+        raise PreconditionFailed(
+            f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}"
+        )
     return {COMPACTION_THRESHOLD: value}
 
 
@@ -64,14 +67,20 @@ def _seconds(key: str) -> Callable[[Any], dict[str, Any]]:
         if value < 0:
             raise PreconditionFailed(f"{key} must be 0 (disabled) or a number of seconds, not {value}")
         return {key: value}
+
     return parse
 
 
 def _retention(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise InvalidInput('retention must be a JSON object {"retentionTimeInMinutes": int, "retentionSizeInMB": int}')
+        raise InvalidInput(
+            'retention must be a JSON object {"retentionTimeInMinutes": int, "retentionSizeInMB": int}'
+        )
     out = {}
-    for field, key in (("retentionTimeInMinutes", RETENTION_TIME_MINUTES), ("retentionSizeInMB", RETENTION_SIZE_MB)):
+    for field, key in (
+        ("retentionTimeInMinutes", RETENTION_TIME_MINUTES),
+        ("retentionSizeInMB", RETENTION_SIZE_MB),
+    ):
         if field not in body:
             raise InvalidInput(f"retention: {field} is missing")
         value = _int_body(body[field], field)
@@ -84,14 +93,18 @@ def _retention(body: Any) -> dict[str, Any]:
 def _render_retention(values: Mapping[str, Any]) -> Any:
     if RETENTION_TIME_MINUTES not in values and RETENTION_SIZE_MB not in values:
         return None
-    return {"retentionTimeInMinutes": values.get(RETENTION_TIME_MINUTES, 0),
-            "retentionSizeInMB": values.get(RETENTION_SIZE_MB, 0)}
+    return {
+        "retentionTimeInMinutes": values.get(RETENTION_TIME_MINUTES, 0),
+        "retentionSizeInMB": values.get(RETENTION_SIZE_MB, 0),
+    }
 
 
 def _strategy(body: Any) -> dict[str, Any]:
     if not isinstance(body, str) or not body.strip():
-        raise InvalidInput("compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "
-                           "or a dotted class name")
+        raise InvalidInput(
+            "compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "
+            "or a dotted class name"
+        )
     from ..compaction.strategies import resolve_strategy
 
     try:
@@ -114,7 +127,9 @@ def _retain_null_key(body: Any) -> dict[str, Any]:
 
 def _retention_mode(body: Any) -> dict[str, Any]:
     if body not in RETENTION_MODES:
-        raise PreconditionFailed(f"compactionRetentionMode must be one of {', '.join(RETENTION_MODES)}, not {body!r}")
+        raise PreconditionFailed(
+            f"compactionRetentionMode must be one of {', '.join(RETENTION_MODES)}, not {body!r}"
+        )
     return {COMPACTION_RETENTION_MODE: body}
 
 
@@ -125,6 +140,7 @@ def _bool_body(key: str, what: str) -> Callable[[Any], dict[str, Any]]:
         if not isinstance(body, bool):
             raise InvalidInput(f"{what} must be a JSON boolean, not {body!r}")
         return {key: body}
+
     return parse
 
 
@@ -140,59 +156,147 @@ def _single(key: str) -> Callable[[Mapping[str, Any]], Any]:
 
 
 POLICIES: tuple[Policy, ...] = (
-    Policy("compactionThreshold", (COMPACTION_THRESHOLD,), _threshold, _single(COMPACTION_THRESHOLD),
-           {COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"}, "integer",
-           "backlog size in bytes that triggers automatic compaction (0 disables)"),
-    Policy("retention", (RETENTION_TIME_MINUTES, RETENTION_SIZE_MB), _retention, _render_retention,
-           {RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes", RETENTION_SIZE_MB: "defaultRetentionSizeInMB"},
-           "object", "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB"),
-    Policy("compactionStrategy", (COMPACTION_STRATEGY,), _strategy, _single(COMPACTION_STRATEGY),
-           {COMPACTION_STRATEGY: "topicCompactionStrategy"}, "string",
-           "compaction strategy: keep-latest, keep-first, event-time or a dotted class name"),
-    Policy("compactionRetainNullKey", (RETAIN_NULL_KEY,), _retain_null_key, _single(RETAIN_NULL_KEY),
-           {RETAIN_NULL_KEY: "topicCompactionRetainNullKey"}, "boolean",
-           "whether compaction keeps keyless messages"),
-    Policy("compactionRetentionMode", (COMPACTION_RETENTION_MODE,), _retention_mode,
-           _single(COMPACTION_RETENTION_MODE), {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
-           "string", "retention-bounded or keep-until-tombstone"),
+    Policy(
+        "compactionThreshold",
+        (COMPACTION_THRESHOLD,),
+        _threshold,
+        _single(COMPACTION_THRESHOLD),
+        {COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"},
+        "integer",
+        "backlog size in bytes that triggers automatic compaction (0 disables)",
+    ),
+    Policy(
+        "retention",
+        (RETENTION_TIME_MINUTES, RETENTION_SIZE_MB),
+        _retention,
+        _render_retention,
+        {
+            RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes",
+            RETENTION_SIZE_MB: "defaultRetentionSizeInMB",
+        },
+        "object",
+        "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB",
+    ),
+    Policy(
+        "compactionStrategy",
+        (COMPACTION_STRATEGY,),
+        _strategy,
+        _single(COMPACTION_STRATEGY),
+        {COMPACTION_STRATEGY: "topicCompactionStrategy"},
+        "string",
+        "compaction strategy: keep-latest, keep-first, event-time or a dotted class name",
+    ),
+    Policy(
+        "compactionRetainNullKey",
+        (RETAIN_NULL_KEY,),
+        _retain_null_key,
+        _single(RETAIN_NULL_KEY),
+        {RETAIN_NULL_KEY: "topicCompactionRetainNullKey"},
+        "boolean",
+        "whether compaction keeps keyless messages",
+    ),
+    Policy(
+        "compactionRetentionMode",
+        (COMPACTION_RETENTION_MODE,),
+        _retention_mode,
+        _single(COMPACTION_RETENTION_MODE),
+        {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
+        "string",
+        "retention-bounded or keep-until-tombstone",
+    ),
     # ours (Pulsar has no time-based compaction; see compaction.lag)
-    Policy(COMPACTION_MAX_LAG, (COMPACTION_MAX_LAG,), _seconds(COMPACTION_MAX_LAG), _single(COMPACTION_MAX_LAG),
-           {COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"}, "integer",
-           "compact when the oldest uncompacted message is older than this many seconds (0 disables)"),
-    Policy(COMPACTION_MIN_LAG, (COMPACTION_MIN_LAG,), _seconds(COMPACTION_MIN_LAG), _single(COMPACTION_MIN_LAG),
-           {COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"}, "integer",
-           "messages younger than this many seconds are not compacted yet (0: none held back)"),
+    Policy(
+        COMPACTION_MAX_LAG,
+        (COMPACTION_MAX_LAG,),
+        _seconds(COMPACTION_MAX_LAG),
+        _single(COMPACTION_MAX_LAG),
+        {COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"},
+        "integer",
+        "compact when the oldest uncompacted message is older than this many seconds (0 disables)",
+    ),
+    Policy(
+        COMPACTION_MIN_LAG,
+        (COMPACTION_MIN_LAG,),
+        _seconds(COMPACTION_MIN_LAG),
+        _single(COMPACTION_MIN_LAG),
+        {COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"},
+        "integer",
+        "messages younger than this many seconds are not compacted yet (0: none held back)",
+    ),
     # ours: Kafka's delete.retention.ms and PIP-252's key time-to-live (keep-latest only)
-    Policy(COMPACTION_TOMBSTONE_RETENTION, (COMPACTION_TOMBSTONE_RETENTION,), _seconds(COMPACTION_TOMBSTONE_RETENTION),
-           _single(COMPACTION_TOMBSTONE_RETENTION),
-           {COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"}, "integer",
-           "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)"),
-    Policy(COMPACTED_VIEW_KEY_TTL, (COMPACTED_VIEW_KEY_TTL,), _seconds(COMPACTED_VIEW_KEY_TTL),
-           _single(COMPACTED_VIEW_KEY_TTL), {COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"}, "integer",
-           "drop a key from the compacted view once its latest message is this many seconds old (0: never)"),
-    Policy("deduplicationEnabled", (DEDUP_KEY,), _bool_body(DEDUP_KEY, "deduplication"), _single(DEDUP_KEY),
-           {DEDUP_KEY: "brokerDeduplicationEnabled"}, "boolean",
-           "message deduplication by producer name and sequence id", namespace_path="deduplication"),
-    Policy(STRATEGY_KEY, (STRATEGY_KEY,), _schema_strategy, _single(STRATEGY_KEY),
-           {STRATEGY_KEY: CONFIG_KEYS[STRATEGY_KEY]}, "string",
-           "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
-           "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE"),
-    Policy(AUTO_UPDATE_KEY, (AUTO_UPDATE_KEY,), _bool_body(AUTO_UPDATE_KEY, AUTO_UPDATE_KEY), _single(AUTO_UPDATE_KEY),
-           {AUTO_UPDATE_KEY: CONFIG_KEYS[AUTO_UPDATE_KEY]}, "boolean",
-           "whether producers may register new schema versions"),
-    Policy(VALIDATION_KEY, (VALIDATION_KEY,), _bool_body(VALIDATION_KEY, VALIDATION_KEY), _single(VALIDATION_KEY),
-           {VALIDATION_KEY: CONFIG_KEYS[VALIDATION_KEY]}, "boolean",
-           "whether producers without a schema are refused on topics that have one"),
+    Policy(
+        COMPACTION_TOMBSTONE_RETENTION,
+        (COMPACTION_TOMBSTONE_RETENTION,),
+        _seconds(COMPACTION_TOMBSTONE_RETENTION),
+        _single(COMPACTION_TOMBSTONE_RETENTION),
+        {COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"},
+        "integer",
+        "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)",
+    ),
+    Policy(
+        COMPACTED_VIEW_KEY_TTL,
+        (COMPACTED_VIEW_KEY_TTL,),
+        _seconds(COMPACTED_VIEW_KEY_TTL),
+        _single(COMPACTED_VIEW_KEY_TTL),
+        {COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"},
+        "integer",
+        "drop a key from the compacted view once its latest message is this many seconds old (0: never)",
+    ),
+    Policy(
+        "deduplicationEnabled",
+        (DEDUP_KEY,),
+        _bool_body(DEDUP_KEY, "deduplication"),
+        _single(DEDUP_KEY),
+        {DEDUP_KEY: "brokerDeduplicationEnabled"},
+        "boolean",
+        "message deduplication by producer name and sequence id",
+        namespace_path="deduplication",
+    ),
+    Policy(
+        STRATEGY_KEY,
+        (STRATEGY_KEY,),
+        _schema_strategy,
+        _single(STRATEGY_KEY),
+        {STRATEGY_KEY: CONFIG_KEYS[STRATEGY_KEY]},
+        "string",
+        "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
+        "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE",
+    ),
+    Policy(
+        AUTO_UPDATE_KEY,
+        (AUTO_UPDATE_KEY,),
+        _bool_body(AUTO_UPDATE_KEY, AUTO_UPDATE_KEY),
+        _single(AUTO_UPDATE_KEY),
+        {AUTO_UPDATE_KEY: CONFIG_KEYS[AUTO_UPDATE_KEY]},
+        "boolean",
+        "whether producers may register new schema versions",
+    ),
+    Policy(
+        VALIDATION_KEY,
+        (VALIDATION_KEY,),
+        _bool_body(VALIDATION_KEY, VALIDATION_KEY),
+        _single(VALIDATION_KEY),
+        {VALIDATION_KEY: CONFIG_KEYS[VALIDATION_KEY]},
+        "boolean",
+        "whether producers without a schema are refused on topics that have one",
+    ),
     # ours (Pulsar has none): the table the compacted view is re-exported to after each compaction
-    Policy(EXPORT_KEY, (EXPORT_KEY,), lambda body: {EXPORT_KEY: parse_export_policy(body)}, _single(EXPORT_KEY),
-           {}, "object",
-           "re-export the compacted view after every compaction: {path, format: parquet|delta|iceberg, "
-           "view: compacted|latest, partitionBy: [...]}"),
+    Policy(
+        EXPORT_KEY,
+        (EXPORT_KEY,),
+        lambda body: {EXPORT_KEY: parse_export_policy(body)},
+        _single(EXPORT_KEY),
+        {},
+        "object",
+        "re-export the compacted view after every compaction: {path, format: parquet|delta|iceberg, "
+        "view: compacted|latest, partitionBy: [...]}",
+    ),
 )
 
 
-def applied_values(policy: Policy, own: Mapping[str, Any], namespace: Mapping[str, Any] | None,
-                   config: Mapping[str, Any]) -> dict[str, Any]:
+def applied_values(
+    policy: Policy, own: Mapping[str, Any], namespace: Mapping[str, Any] | None, config: Mapping[str, Any]
+) -> dict[str, Any]:
     """The values in force for ``policy``: own, else the namespace's, else the broker config."""
     out = {}
     for key in policy.keys:

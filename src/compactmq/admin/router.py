@@ -48,8 +48,17 @@ class Router:
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
-    def add(self, method: str, pattern: str, handler: Handler, summary: str, *, body: str | None = None,
-            ok: int = 200, requires: Any = None) -> None:
+    def add(
+        self,
+        method: str,
+        pattern: str,
+        handler: Handler,
+        summary: str,
+        *,
+        body: str | None = None,
+        ok: int = 200,
+        requires: Any = None,
+    ) -> None:
         """``requires``: what the caller's role needs (``access``); by default it follows from the
         path (``access.default_requirement``)."""
         if requires is None:
@@ -93,9 +102,16 @@ def openapi_document(router: Router, title: str, version: str) -> dict[str, Any]
     error_ref = {"$ref": "#/components/responses/Error"}
     for route in router.routes:
         params = [
-            {"name": s[1:-1], "in": "path", "required": True,
-             "schema": {"type": "string", "enum": list(DOMAINS)} if s == "{domain}" else {"type": "string"}}
-            for s in route.segments if s.startswith("{")
+            {
+                "name": s[1:-1],
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "enum": list(DOMAINS)}
+                if s == "{domain}"
+                else {"type": "string"},
+            }
+            for s in route.segments
+            if s.startswith("{")
         ]
         op: dict[str, Any] = {
             "summary": route.summary,
@@ -103,8 +119,14 @@ def openapi_document(router: Router, title: str, version: str) -> dict[str, Any]
             "parameters": params,
             "responses": {
                 str(route.ok): {"description": "success"},
-                "400": error_ref, "401": error_ref, "403": error_ref, "404": error_ref, "405": error_ref,
-                "409": error_ref, "412": error_ref, "500": error_ref,
+                "400": error_ref,
+                "401": error_ref,
+                "403": error_ref,
+                "404": error_ref,
+                "405": error_ref,
+                "409": error_ref,
+                "412": error_ref,
+                "500": error_ref,
             },
             # who may call it when authorizationEnabled is true (superuser, tenant-admin, lookup)
             "x-requires": requirement_name(route.requires),
@@ -117,16 +139,25 @@ def openapi_document(router: Router, title: str, version: str) -> dict[str, Any]
         paths.setdefault(route.pattern, {})[route.method.lower()] = op
     return {
         "openapi": "3.0.3",
-        "info": {"title": title, "version": version,
-                 "description": "Pulsar admin v2 paths served by compactmq; errors are JSON {\"reason\": \"...\"}."},
+        "info": {
+            "title": title,
+            "version": version,
+            "description": 'Pulsar admin v2 paths served by compactmq; errors are JSON {"reason": "..."}.',
+        },
         "paths": paths,
         "components": {
             "responses": {
                 "Error": {
                     "description": "the request failed; the reason says why",
-                    "content": {"application/json": {"schema": {
-                        "type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"],
-                    }}},
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {"reason": {"type": "string"}},
+                                "required": ["reason"],
+                            }
+                        }
+                    },
                 }
             }
         },

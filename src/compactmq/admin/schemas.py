@@ -37,16 +37,36 @@ BASE = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 def add_routes(router: Router) -> None:
     # reading a schema is Pulsar's GET_METADATA topic operation: what a lookup needs
     router.add("GET", BASE + "/schema", get_schema, "the latest schema of a topic", requires=LOOKUP)
-    router.add("GET", BASE + "/schema/{version}", get_schema_version, "one version of a topic's schema",
-               requires=LOOKUP)
-    router.add("GET", BASE + "/schemas", get_all_schemas, "every schema version in force of a topic",
-               requires=LOOKUP)
-    router.add("POST", BASE + "/schema", post_schema, "register a schema version (PostSchemaPayload)", body="object")
-    router.add("DELETE", BASE + "/schema", delete_schema, "delete a topic's schema (?force=true erases history)")
-    router.add("POST", BASE + "/version", get_version_by_schema,
-               "the version that holds a schema (PostSchemaPayload)", body="object")
-    router.add("POST", BASE + "/compatibility", test_compatibility,
-               "test a schema against the topic's compatibility strategy", body="object")
+    router.add(
+        "GET",
+        BASE + "/schema/{version}",
+        get_schema_version,
+        "one version of a topic's schema",
+        requires=LOOKUP,
+    )
+    router.add(
+        "GET", BASE + "/schemas", get_all_schemas, "every schema version in force of a topic", requires=LOOKUP
+    )
+    router.add(
+        "POST", BASE + "/schema", post_schema, "register a schema version (PostSchemaPayload)", body="object"
+    )
+    router.add(
+        "DELETE", BASE + "/schema", delete_schema, "delete a topic's schema (?force=true erases history)"
+    )
+    router.add(
+        "POST",
+        BASE + "/version",
+        get_version_by_schema,
+        "the version that holds a schema (PostSchemaPayload)",
+        body="object",
+    )
+    router.add(
+        "POST",
+        BASE + "/compatibility",
+        test_compatibility,
+        "test a schema against the topic's compatibility strategy",
+        body="object",
+    )
 
 
 def _topic(tenant: str, namespace: str, topic: str) -> str:
@@ -66,7 +86,9 @@ def render(rec: SchemaRecord) -> dict[str, Any]:
 async def _payload(request: web.Request) -> tuple[str, bytes, dict[str, str]]:
     body = await read_json(request, 'a PostSchemaPayload {"type": ..., "schema": ..., "properties": {...}}')
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
-        raise InvalidInput('the body must be a PostSchemaPayload: {"type": "AVRO", "schema": "...", "properties": {}}')
+        raise InvalidInput(
+            'the body must be a PostSchemaPayload: {"type": "AVRO", "schema": "...", "properties": {}}'
+        )
     schema = body.get("schema") or ""
     if not isinstance(schema, str):
         raise InvalidInput("PostSchemaPayload.schema must be a string (the schema definition)")
@@ -77,12 +99,15 @@ async def _payload(request: web.Request) -> tuple[str, bytes, dict[str, str]]:
 
 
 async def get_schema(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str) -> Any:
-    rec = await ctx.run_blocking(ctx.service.schemas.version_for_admin, _topic(tenant, namespace, topic), None)
+    rec = await ctx.run_blocking(
+        ctx.service.schemas.version_for_admin, _topic(tenant, namespace, topic), None
+    )
     return render(rec)
 
 
-async def get_schema_version(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str,
-                             version: str) -> Any:
+async def get_schema_version(
+    ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str, version: str
+) -> Any:
     try:
         n = int(version)
     except ValueError:
@@ -98,29 +123,36 @@ async def get_all_schemas(ctx: Context, request: web.Request, tenant: str, names
 
 async def post_schema(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str) -> Any:
     type_name, data, props = await _payload(request)
-    version = await ctx.run_blocking(ctx.service.schemas.upload, _topic(tenant, namespace, topic),
-                                     type_name, data, props)
+    version = await ctx.run_blocking(
+        ctx.service.schemas.upload, _topic(tenant, namespace, topic), type_name, data, props
+    )
     return {"version": {"version": version}}
 
 
-async def get_version_by_schema(ctx: Context, request: web.Request, tenant: str, namespace: str,
-                                topic: str) -> Any:
+async def get_version_by_schema(
+    ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str
+) -> Any:
     type_name, data, _ = await _payload(request)
-    version = await ctx.run_blocking(ctx.service.schemas.version_of, _topic(tenant, namespace, topic),
-                                     type_name, data)
+    version = await ctx.run_blocking(
+        ctx.service.schemas.version_of, _topic(tenant, namespace, topic), type_name, data
+    )
     return {"version": version}
 
 
 async def delete_schema(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str) -> Any:
-    version = await ctx.run_blocking(ctx.service.schemas.delete, _topic(tenant, namespace, topic),
-                                     query_flag(request, "force"))
+    version = await ctx.run_blocking(
+        ctx.service.schemas.delete, _topic(tenant, namespace, topic), query_flag(request, "force")
+    )
     return {"version": version}
 
 
-async def test_compatibility(ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str) -> Any:
+async def test_compatibility(
+    ctx: Context, request: web.Request, tenant: str, namespace: str, topic: str
+) -> Any:
     type_name, data, _ = await _payload(request)
-    ok, strategy, reason = await ctx.run_blocking(ctx.service.schemas.test_compatibility,
-                                                  _topic(tenant, namespace, topic), type_name, data)
+    ok, strategy, reason = await ctx.run_blocking(
+        ctx.service.schemas.test_compatibility, _topic(tenant, namespace, topic), type_name, data
+    )
     body: dict[str, Any] = {"compatibility": ok, "schemaCompatibilityStrategy": strategy}
     if reason:
         body["reason"] = reason

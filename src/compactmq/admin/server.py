@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 
 class WebService:
-    def __init__(self, runner: web.AppRunner, sampler: TrafficSampler, port: int,
-                 tls_port: int | None) -> None:
+    def __init__(
+        self, runner: web.AppRunner, sampler: TrafficSampler, port: int, tls_port: int | None
+    ) -> None:
         self.runner = runner
         self.sampler = sampler
         self.port = port
@@ -41,13 +42,16 @@ async def _start_site(runner: web.AppRunner, host: str, port: int, ssl_context: 
         await site.start()
     except OSError as e:
         what = "TLS port " if ssl_context is not None else ""
-        raise StorageError(f"cannot listen on {what}{host}:{port} for the web service: {e.strerror}") from None
+        raise StorageError(
+            f"cannot listen on {what}{host}:{port} for the web service: {e.strerror}"
+        ) from None
     added = runner.addresses[known:]  # the port bound (a requested 0 means any free port)
     return added[0][1] if added else port
 
 
-async def start(service: Any, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
-                tls_port: int | None = None) -> WebService:
+async def start(
+    service: Any, host: str, port: int, ssl_context: ssl.SSLContext | None = None, tls_port: int | None = None
+) -> WebService:
     sampler = TrafficSampler(service)
     app = build_app(service, sampler)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -62,6 +66,10 @@ async def start(service: Any, host: str, port: int, ssl_context: ssl.SSLContext 
         await runner.cleanup()
         raise
     sampler.start()
-    log.info("web service (admin REST API, /metrics) on %s:%s%s", host, port,
-             f" and https on {tls_port}" if tls_port is not None else "")
+    log.info(
+        "web service (admin REST API, /metrics) on %s:%s%s",
+        host,
+        port,
+        f" and https on {tls_port}" if tls_port is not None else "",
+    )
     return WebService(runner, sampler, port, tls_port)

@@ -12,7 +12,15 @@ from typing import Any
 from aiohttp import web
 
 from ..broker.dedup import DEDUP_CURSOR
-from ..errors import AlreadyExists, CompactMQError, Conflict, InvalidInput, NotAllowed, NotFound, TopicNotFound
+from ..errors import (
+    AlreadyExists,
+    CompactMQError,
+    Conflict,
+    InvalidInput,
+    NotAllowed,
+    NotFound,
+    TopicNotFound,
+)
 from ..naming import TopicName
 from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
@@ -26,28 +34,78 @@ NAMESPACE = "/admin/v2/{domain}/{tenant}/{namespace}"
 
 
 def add_routes(router: Router) -> None:
-    router.add("GET", NAMESPACE, list_topics, "list the topics of a namespace (partitions included)",
-               requires=NAMESPACE_LOOKUP)
-    router.add("GET", NAMESPACE + "/partitioned", list_partitioned_topics, "list the partitioned topics of a namespace",
-               requires=NAMESPACE_LOOKUP)
+    router.add(
+        "GET",
+        NAMESPACE,
+        list_topics,
+        "list the topics of a namespace (partitions included)",
+        requires=NAMESPACE_LOOKUP,
+    )
+    router.add(
+        "GET",
+        NAMESPACE + "/partitioned",
+        list_partitioned_topics,
+        "list the partitioned topics of a namespace",
+        requires=NAMESPACE_LOOKUP,
+    )
     router.add("PUT", TOPIC, create_topic, "create a non-partitioned topic", ok=204)
     router.add("DELETE", TOPIC, delete_topic, "delete a topic (?force=true closes its clients)", ok=204)
-    router.add("PUT", TOPIC + "/partitions", create_partitioned_topic, "create a partitioned topic",
-               body="integer", ok=204)
-    router.add("POST", TOPIC + "/partitions", update_partitioned_topic, "add partitions to a partitioned topic",
-               body="integer", ok=204)
-    router.add("GET", TOPIC + "/partitions", get_partitioned_metadata, "number of partitions of a topic",
-               requires=LOOKUP)  # the HTTP half of a client's lookup: what a lookup needs
-    router.add("DELETE", TOPIC + "/partitions", delete_partitioned_topic,
-               "delete a partitioned topic and its partitions", ok=204)
+    router.add(
+        "PUT",
+        TOPIC + "/partitions",
+        create_partitioned_topic,
+        "create a partitioned topic",
+        body="integer",
+        ok=204,
+    )
+    router.add(
+        "POST",
+        TOPIC + "/partitions",
+        update_partitioned_topic,
+        "add partitions to a partitioned topic",
+        body="integer",
+        ok=204,
+    )
+    router.add(
+        "GET",
+        TOPIC + "/partitions",
+        get_partitioned_metadata,
+        "number of partitions of a topic",
+        requires=LOOKUP,
+    )  # the HTTP half of a client's lookup: what a lookup needs
+    router.add(
+        "DELETE",
+        TOPIC + "/partitions",
+        delete_partitioned_topic,
+        "delete a partitioned topic and its partitions",
+        ok=204,
+    )
     router.add("GET", TOPIC + "/stats", topic_stats, "topic stats, with a compaction object")
-    router.add("GET", TOPIC + "/partitioned-stats", partitioned_stats, "stats of a partitioned topic and its partitions")
-    router.add("GET", TOPIC + "/internalStats", internal_stats,
-               "ledgers, cursors, compacted ledger and compaction horizon")
-    router.add("PUT", TOPIC + "/compaction", trigger_compaction,
-               "trigger compaction (409 while one runs; partitioned topics fan out)", ok=204)
-    router.add("GET", TOPIC + "/compaction", compaction_status,
-               "status of the last compaction, with live progress while it runs")
+    router.add(
+        "GET",
+        TOPIC + "/partitioned-stats",
+        partitioned_stats,
+        "stats of a partitioned topic and its partitions",
+    )
+    router.add(
+        "GET",
+        TOPIC + "/internalStats",
+        internal_stats,
+        "ledgers, cursors, compacted ledger and compaction horizon",
+    )
+    router.add(
+        "PUT",
+        TOPIC + "/compaction",
+        trigger_compaction,
+        "trigger compaction (409 while one runs; partitioned topics fan out)",
+        ok=204,
+    )
+    router.add(
+        "GET",
+        TOPIC + "/compaction",
+        compaction_status,
+        "status of the last compaction, with live progress while it runs",
+    )
     for policy in POLICIES:
         _add_policy_routes(router, policy)
 
@@ -95,8 +153,9 @@ async def list_topics(ctx: Context, request: web.Request, domain: str, tenant: s
     return [n for n in names if n.startswith(f"{domain}://")]
 
 
-async def list_partitioned_topics(ctx: Context, request: web.Request, domain: str, tenant: str,
-                                  namespace: str) -> Any:
+async def list_partitioned_topics(
+    ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str
+) -> Any:
     ns = f"{tenant}/{namespace}"
     await _require_namespace(ctx, ns)
     names = await ctx.run_blocking(ctx.metadata.partitioned_topics, ns)
@@ -238,8 +297,9 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         "compactedEntries": view.entries if has_view else 0,
         "compactedSize": max(0, view.size_bytes) if has_view else 0,
         "compactionLagInMillis": ctx.compaction_lag_ms(ml, state.horizon),
-        "lastCompactionPhaseTimesInMillis": {k: int(round(float(v) * 1000))
-                                             for k, v in (view.last_run_steps or {}).items()},
+        "lastCompactionPhaseTimesInMillis": {
+            k: int(round(float(v) * 1000)) for k, v in (view.last_run_steps or {}).items()
+        },
     }
 
 
@@ -254,11 +314,17 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         for p in list(loaded.producers.values()):
             if p.closed:
                 continue
-            publishers.append({
-                "producerName": p.name, "producerId": p.producer_id,
-                "accessMode": _access_mode(p), "msgInCounter": p.messages_in, "bytesInCounter": p.bytes_in,
-                "msgRateIn": traffic.producer_rate(p.serial), "address": _address(p.connection),
-            })
+            publishers.append(
+                {
+                    "producerName": p.name,
+                    "producerId": p.producer_id,
+                    "accessMode": _access_mode(p),
+                    "msgInCounter": p.messages_in,
+                    "bytesInCounter": p.bytes_in,
+                    "msgRateIn": traffic.producer_rate(p.serial),
+                    "address": _address(p.connection),
+                }
+            )
     names = {c.name for c in ml.cursors() if c.name != DEDUP_CURSOR} | set(live_subs)
     for name in sorted(names):
         cursor = ml.get_cursor(name)
@@ -268,19 +334,24 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         consumers = []
         if sub is not None:
             for c in list(sub.consumers):
-                consumers.append({
-                    "consumerName": c.name, "msgOutCounter": c.messages_out,
-                    "availablePermits": getattr(c.permits, "available", 0),
-                    "readCompacted": bool(getattr(c, "read_compacted", False)),
-                    "address": _address(c.connection),
-                    # counted on Shared and Key_Shared subscriptions (see broker/limits.py)
-                    "unackedMessages": getattr(c, "unacked_messages", 0),
-                    "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked_on_unacked", False)),
-                })
+                consumers.append(
+                    {
+                        "consumerName": c.name,
+                        "msgOutCounter": c.messages_out,
+                        "availablePermits": getattr(c.permits, "available", 0),
+                        "readCompacted": bool(getattr(c, "read_compacted", False)),
+                        "address": _address(c.connection),
+                        # counted on Shared and Key_Shared subscriptions (see broker/limits.py)
+                        "unackedMessages": getattr(c, "unacked_messages", 0),
+                        "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked_on_unacked", False)),
+                    }
+                )
         backlog = cursor.backlog() if cursor is not None else 0
         subscriptions[name] = {
-            "type": _sub_type(sub), "isDurable": sub.durable if sub is not None else True,
-            "msgBacklog": backlog, "consumers": consumers,
+            "type": _sub_type(sub),
+            "isDurable": sub.durable if sub is not None else True,
+            "msgBacklog": backlog,
+            "consumers": consumers,
             "markDeletePosition": str(cursor.mark_delete_position) if cursor is not None else None,
             "msgOutCounter": sum(c["msgOutCounter"] for c in consumers),
             **_unacked_stats(sub),
@@ -289,14 +360,20 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
     entries = ml.entry_count()
     horizon = state.horizon
     return {
-        "msgRateIn": traffic.rate_in, "msgThroughputIn": traffic.throughput_in,
-        "msgRateOut": traffic.rate_out, "msgThroughputOut": traffic.throughput_out,
-        "msgInCounter": traffic.msg_in, "bytesInCounter": traffic.bytes_in,
-        "msgOutCounter": traffic.msg_out, "bytesOutCounter": traffic.bytes_out,
+        "msgRateIn": traffic.rate_in,
+        "msgThroughputIn": traffic.throughput_in,
+        "msgRateOut": traffic.rate_out,
+        "msgThroughputOut": traffic.throughput_out,
+        "msgInCounter": traffic.msg_in,
+        "bytesInCounter": traffic.bytes_in,
+        "msgOutCounter": traffic.msg_out,
+        "bytesOutCounter": traffic.bytes_out,
         "averageMsgSize": (traffic.bytes_in / traffic.msg_in) if traffic.msg_in else 0.0,
-        "storageSize": size, "entriesCount": entries,
+        "storageSize": size,
+        "entriesCount": entries,
         "backlogSize": max((ml.size_after(c.mark_delete_position) for c in ml.cursors()), default=0),
-        "publishers": publishers, "subscriptions": subscriptions,
+        "publishers": publishers,
+        "subscriptions": subscriptions,
         "waitingPublishers": loaded.waiting_producers if loaded is not None else 0,
         "compaction": _compaction_stats(ctx, topic, ml, state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
@@ -326,8 +403,10 @@ def _address(conn) -> str | None:
 def _unacked_stats(sub: Any) -> dict[str, Any]:
     """A subscription's unacknowledged messages and whether they stopped its dispatcher."""
     pending = getattr(getattr(sub, "dispatcher", None), "pending", None)
-    return {"unackedMessages": getattr(pending, "total", 0),
-            "blockedSubscriptionOnUnackedMsgs": bool(getattr(pending, "blocked", False))}
+    return {
+        "unackedMessages": getattr(pending, "total", 0),
+        "blockedSubscriptionOnUnackedMsgs": bool(getattr(pending, "blocked", False)),
+    }
 
 
 async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -341,8 +420,20 @@ async def topic_stats(ctx: Context, request: web.Request, **path: str) -> Any:
     return await ctx.run_blocking(_stats_blocking, ctx, topic, ctx.service.topics.loaded.get(topic))
 
 
-_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "msgInCounter", "bytesInCounter",
-           "msgOutCounter", "bytesOutCounter", "storageSize", "entriesCount", "backlogSize", "waitingPublishers")
+_SUMMED = (
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgInCounter",
+    "bytesInCounter",
+    "msgOutCounter",
+    "bytesOutCounter",
+    "storageSize",
+    "entriesCount",
+    "backlogSize",
+    "waitingPublishers",
+)
 
 
 async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -354,23 +445,38 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
     per: dict[str, Any] = {}
     for name in _partition_names(topic, n):
         try:
-            per[name] = await ctx.run_blocking(_stats_blocking, ctx, name, ctx.service.topics.loaded.get(name))
+            per[name] = await ctx.run_blocking(
+                _stats_blocking, ctx, name, ctx.service.topics.loaded.get(name)
+            )
         except TopicNotFound:
             continue
     body: dict[str, Any] = {k: sum(s[k] for s in per.values()) for k in _SUMMED}
     body["metadata"] = {"partitions": n}
     body["publishers"] = [p for s in per.values() for p in s["publishers"]]
     body["compaction"] = {
-        "lastCompactionRemovedEventCount": sum(s["compaction"]["lastCompactionRemovedEventCount"] for s in per.values()),
-        "lastCompactionSucceedTimestamp": max((s["compaction"]["lastCompactionSucceedTimestamp"] for s in per.values()), default=0),
-        "lastCompactionFailedTimestamp": max((s["compaction"]["lastCompactionFailedTimestamp"] for s in per.values()), default=0),
-        "lastCompactionDurationTimeInMills": max((s["compaction"]["lastCompactionDurationTimeInMills"] for s in per.values()), default=0),
+        "lastCompactionRemovedEventCount": sum(
+            s["compaction"]["lastCompactionRemovedEventCount"] for s in per.values()
+        ),
+        "lastCompactionSucceedTimestamp": max(
+            (s["compaction"]["lastCompactionSucceedTimestamp"] for s in per.values()), default=0
+        ),
+        "lastCompactionFailedTimestamp": max(
+            (s["compaction"]["lastCompactionFailedTimestamp"] for s in per.values()), default=0
+        ),
+        "lastCompactionDurationTimeInMills": max(
+            (s["compaction"]["lastCompactionDurationTimeInMills"] for s in per.values()), default=0
+        ),
         # ours: the partitions' views together, and the oldest uncompacted message of any
-        "compactedKeys": (-1 if any(s["compaction"]["compactedKeys"] < 0 for s in per.values())
-                          else sum(s["compaction"]["compactedKeys"] for s in per.values())),
+        "compactedKeys": (
+            -1
+            if any(s["compaction"]["compactedKeys"] < 0 for s in per.values())
+            else sum(s["compaction"]["compactedKeys"] for s in per.values())
+        ),
         "compactedEntries": sum(s["compaction"]["compactedEntries"] for s in per.values()),
         "compactedSize": sum(s["compaction"]["compactedSize"] for s in per.values()),
-        "compactionLagInMillis": max((s["compaction"]["compactionLagInMillis"] for s in per.values()), default=0),
+        "compactionLagInMillis": max(
+            (s["compaction"]["compactionLagInMillis"] for s in per.values()), default=0
+        ),
     }
     if query_flag(request, "perPartition") or "perPartition" not in request.query:
         body["partitions"] = per
@@ -390,8 +496,9 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
             "readPosition": str(c.read_position),
             "messagesBacklog": c.backlog(),
             # acknowledged ranges after the mark-delete position, both ends included
-            "individuallyDeletedMessages": "[" + ",".join(
-                f"[{a}..{b}]" for a, b in c.individually_acked_ranges()) + "]",
+            "individuallyDeletedMessages": "["
+            + ",".join(f"[{a}..{b}]" for a, b in c.individually_acked_ranges())
+            + "]",
             "properties": c.properties,
             "state": "Open",
         }
@@ -400,11 +507,18 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     if view.view_id is not None:
         # offloaded once sealed (tiered storage): where it lives, and whether the local file is gone
         rec = ctx.storage.offloader.compacted_record(view.view_id)
-        compacted = {"ledgerId": view.view_id, "entries": view.entries, "size": view.size_bytes,
-                     "underReplicated": False, "offloaded": rec is not None}
+        compacted = {
+            "ledgerId": view.view_id,
+            "entries": view.entries,
+            "size": view.size_bytes,
+            "underReplicated": False,
+            "offloaded": rec is not None,
+        }
         if rec is not None:
-            compacted.update(offloadLocation=rec.location.describe(),
-                             localCopyDeleted=ctx.storage.compacted_view_local_copy_deleted(topic, view.view_id))
+            compacted.update(
+                offloadLocation=rec.location.describe(),
+                localCopyDeleted=ctx.storage.compacted_view_local_copy_deleted(topic, view.view_id),
+            )
     current = ledgers[-1] if ledgers else None
     return {
         "entriesAddedCounter": ml.entry_count(),
@@ -413,13 +527,29 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         "currentLedgerEntries": current.entry_count if current else 0,
         "currentLedgerSize": current.size if current else 0,
         "lastLedgerCreatedTimestamp": current.created_ms if current else 0,
-        "lastConfirmedEntry": str(last) if last is not None else (f"{current.ledger_id}:-1" if current else "-1:-1"),
+        "lastConfirmedEntry": str(last)
+        if last is not None
+        else (f"{current.ledger_id}:-1" if current else "-1:-1"),
         "state": "LedgerOpened",
-        "ledgers": [{"ledgerId": li.ledger_id, "entries": li.entry_count, "size": li.size, "state": li.state,
-                     "offloaded": li.ledger_id in offloaded, "underReplicated": False,
-                     **({"offloadLocation": offloaded[li.ledger_id]["location"],
-                         "localCopyDeleted": offloaded[li.ledger_id]["localCopyDeleted"]}
-                        if li.ledger_id in offloaded else {})} for li in ledgers],
+        "ledgers": [
+            {
+                "ledgerId": li.ledger_id,
+                "entries": li.entry_count,
+                "size": li.size,
+                "state": li.state,
+                "offloaded": li.ledger_id in offloaded,
+                "underReplicated": False,
+                **(
+                    {
+                        "offloadLocation": offloaded[li.ledger_id]["location"],
+                        "localCopyDeleted": offloaded[li.ledger_id]["localCopyDeleted"],
+                    }
+                    if li.ledger_id in offloaded
+                    else {}
+                ),
+            }
+            for li in ledgers
+        ],
         "cursors": cursors,
         "compactedLedger": compacted,
         "compactionHorizon": str(state.horizon) if state.horizon is not None else None,
@@ -450,7 +580,9 @@ async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str
     """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
-        raise NotAllowed(f"{tn}: compaction applies only to persistent topics (a non-persistent topic stores nothing)")
+        raise NotAllowed(
+            f"{tn}: compaction applies only to persistent topics (a non-persistent topic stores nothing)"
+        )
     topic = str(tn)
     monitor = _monitor(ctx)
     return topic, monitor, await _kind(ctx, topic)
@@ -492,7 +624,9 @@ async def compaction_status(ctx: Context, request: web.Request, domain: str, **p
         status = SUCCESS
     else:
         status = NOT_RUN
-    errors = [f"{name}: {s['lastError']}" for name, s in per.items() if s["status"] == ERROR and s["lastError"]]
+    errors = [
+        f"{name}: {s['lastError']}" for name, s in per.items() if s["status"] == ERROR and s["lastError"]
+    ]
     body: dict[str, Any] = {"status": status, "lastError": "; ".join(errors), "partitions": per}
     running = [s["progress"] for s in per.values() if s.get("progress")]
     if status == RUNNING and running:
@@ -515,7 +649,9 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         await _kind(ctx, topic)
         own = await ctx.run_blocking(ctx.metadata.get_topic_policies, topic)
         if query_flag(request, "applied"):
-            ns = await ctx.run_blocking(ctx.metadata.get_namespace_policies, TopicName.parse(topic).namespace_name)
+            ns = await ctx.run_blocking(
+                ctx.metadata.get_namespace_policies, TopicName.parse(topic).namespace_name
+            )
             return policy.render(applied_values(policy, own, ns, ctx.service.config))
         return policy.render(own)
 
@@ -539,9 +675,15 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
     for fn, verb in ((get_policy, "get"), (set_policy, "set"), (remove_policy, "remove")):
         fn.__name__ = f"{verb}_topic_{policy.path}"
     pattern = f"{TOPIC}/{policy.path}"
-    router.add("GET", pattern, get_policy, f"topic policy: {policy.summary} (?applied=true: the value in force)")
-    router.add("POST", pattern, set_policy, f"set the topic policy: {policy.summary}", body=policy.body_type, ok=204)
-    router.add("PUT", pattern, set_policy, f"set the topic policy: {policy.summary}", body=policy.body_type, ok=204)
+    router.add(
+        "GET", pattern, get_policy, f"topic policy: {policy.summary} (?applied=true: the value in force)"
+    )
+    router.add(
+        "POST", pattern, set_policy, f"set the topic policy: {policy.summary}", body=policy.body_type, ok=204
+    )
+    router.add(
+        "PUT", pattern, set_policy, f"set the topic policy: {policy.summary}", body=policy.body_type, ok=204
+    )
     router.add("DELETE", pattern, remove_policy, f"remove the topic policy: {policy.summary}", ok=204)
 
 

@@ -39,7 +39,9 @@ from ..naming import TopicName
 
 AUTH_POLICIES = "auth_policies"
 NAMESPACE_AUTH, DESTINATION_AUTH, SUBSCRIPTION_AUTH = (
-    "namespace_auth", "destination_auth", "subscription_auth_roles",
+    "namespace_auth",
+    "destination_auth",
+    "subscription_auth_roles",
 )
 PRODUCE, CONSUME = "produce", "consume"
 ACTIONS = (PRODUCE, CONSUME, "functions", "packages", "sinks", "sources")

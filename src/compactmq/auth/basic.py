@@ -107,7 +107,7 @@ def conf_from_extra_opts(extra_opts: str) -> str | None:
         words = (extra_opts or "").split()
     for word in words:
         if word.startswith(prefix):
-            return word[len(prefix):]
+            return word[len(prefix) :]
     return None
 
 

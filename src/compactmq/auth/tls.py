@@ -61,15 +61,26 @@ _PROTOCOL_ORDER = ["TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"]
 
 # IANA cipher-suite name parts -> OpenSSL's spelling (TLS 1.2 and below).
 _KEY_EXCHANGE = {
-    "ECDHE_ECDSA": "ECDHE-ECDSA-", "ECDHE_RSA": "ECDHE-RSA-", "DHE_RSA": "DHE-RSA-", "RSA": "",
+    "ECDHE_ECDSA": "ECDHE-ECDSA-",
+    "ECDHE_RSA": "ECDHE-RSA-",
+    "DHE_RSA": "DHE-RSA-",
+    "RSA": "",
 }
 _BULK = {
-    "AES_128_GCM": "AES128-GCM", "AES_256_GCM": "AES256-GCM", "AES_128_CBC": "AES128",
-    "AES_256_CBC": "AES256", "CHACHA20_POLY1305": "CHACHA20-POLY1305",
+    "AES_128_GCM": "AES128-GCM",
+    "AES_256_GCM": "AES256-GCM",
+    "AES_128_CBC": "AES128",
+    "AES_256_CBC": "AES256",
+    "CHACHA20_POLY1305": "CHACHA20-POLY1305",
 }
 # TLS 1.3 suites: the same name in both worlds, always on with TLSv1.3 (see the module notes).
-_TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
-                 "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"}
+_TLS13_SUITES = {
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_CCM_SHA256",
+    "TLS_AES_128_CCM_8_SHA256",
+}
 
 
 def _text(config: Mapping[str, Any], key: str) -> str:
@@ -144,7 +155,7 @@ def openssl_cipher_name(name: str) -> str:
     """OpenSSL's name of a TLS 1.2 cipher suite given by its IANA name (or already OpenSSL's)."""
     if not name.startswith("TLS_") or "_WITH_" not in name:
         return name
-    kx, _, rest = name[len("TLS_"):].partition("_WITH_")
+    kx, _, rest = name[len("TLS_") :].partition("_WITH_")
     prefix = _KEY_EXCHANGE.get(kx)
     if prefix is None:
         return name
@@ -153,7 +164,7 @@ def openssl_cipher_name(name: str) -> str:
             if bulk == "CHACHA20_POLY1305":  # an AEAD: OpenSSL's name has no MAC part
                 return prefix + spelled
             # ECDHE-RSA-AES256-GCM-SHA384, ECDHE-RSA-AES128-SHA, AES256-SHA256
-            return f"{prefix}{spelled}-{rest[len(bulk) + 1:]}"
+            return f"{prefix}{spelled}-{rest[len(bulk) + 1 :]}"
     return name
 
 
@@ -233,8 +244,10 @@ def server_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:
     else:
         ctx.verify_mode = ssl.CERT_NONE
         if trust is not None:
-            log.warning("tlsAllowInsecureConnection=true: client certificates are not requested, "
-                        "so TLS client authentication is unavailable")
+            log.warning(
+                "tlsAllowInsecureConnection=true: client certificates are not requested, "
+                "so TLS client authentication is unavailable"
+            )
     protocols = _items(config, "tlsProtocols")
     if protocols:
         _apply_protocols(ctx, protocols)

@@ -42,7 +42,9 @@ KEY_PAIR_ALGORITHMS = RSA_ALGORITHMS + EC_ALGORITHMS
 # Secret sizes per HMAC algorithm: the hash's output size, as RFC 7518 §3.2 asks at least.
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 _EC_CURVES: dict[str, type[ec.EllipticCurve]] = {
-    "ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1,
+    "ES256": ec.SECP256R1,
+    "ES384": ec.SECP384R1,
+    "ES512": ec.SECP521R1,
 }
 RSA_KEY_BITS = 2048
 
@@ -93,7 +95,7 @@ def _read_file(path: str, what: str) -> bytes:
 
 
 def _read_data_url(url: str, what: str) -> bytes:
-    meta, sep, payload = url[len("data:"):].partition(",")
+    meta, sep, payload = url[len("data:") :].partition(",")
     if not sep:
         raise InvalidConfiguration(f"{what}: a data: URL needs a ',' before its payload")
     if meta.endswith("base64"):  # "data:;base64," and the older "data:base64,"
@@ -187,9 +189,7 @@ def parse_relative_time(text: str) -> int:
     """Seconds in ``30s``, ``10m``, ``1h``, ``7d``, ``2w``, ``1y`` (a bare number is seconds)."""
     m = _RELATIVE_TIME.match(text or "")
     if not m:
-        raise InvalidInput(
-            f"invalid time {text!r}: use a number with s, m, h, d, w or y (e.g. 1h, 7d, 1y)"
-        )
+        raise InvalidInput(f"invalid time {text!r}: use a number with s, m, h, d, w or y (e.g. 1h, 7d, 1y)")
     return int(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"]
 
 

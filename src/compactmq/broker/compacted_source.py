@@ -214,7 +214,9 @@ class TopicViews:
             return view
         return None
 
-    def read_blocking(self, view: CompactedView, start: Position, n: int, progress: bool = False) -> list[Entry]:
+    def read_blocking(
+        self, view: CompactedView, start: Position, n: int, progress: bool = False
+    ) -> list[Entry]:
         """Entries of ``view`` >= ``start`` that retention lets a consumer see. ``progress``:
         ``start`` continues what this consumer read from the view (not a start or a rewind)."""
         begin = self.retention_blocking().start(start, progress)
@@ -222,8 +224,9 @@ class TopicViews:
             return []
         return view.read(begin, n)
 
-    def read_with_masks_blocking(self, view: CompactedView, start: Position, n: int,
-                                 progress: bool = False) -> tuple[list[Entry], dict]:
+    def read_with_masks_blocking(
+        self, view: CompactedView, start: Position, n: int, progress: bool = False
+    ) -> tuple[list[Entry], dict]:
         """``read_blocking`` plus the delivery bitset of each batch with placeholders (decoding
         batches is CPU work: it stays off the event loop)."""
         return prepare_for_delivery(self.read_blocking(view, start, n, progress))
@@ -261,8 +264,13 @@ def views_of(topic: "Topic") -> TopicViews:
 class CompactedEntrySource(EntrySource):
     """The compacted view for one subscription (see the module notes)."""
 
-    def __init__(self, topic: "Topic", live: EntrySource | None = None,
-                 subscription: "Subscription | None" = None, late: bool = False) -> None:
+    def __init__(
+        self,
+        topic: "Topic",
+        live: EntrySource | None = None,
+        subscription: "Subscription | None" = None,
+        late: bool = False,
+    ) -> None:
         self.topic = topic
         self.live = live if live is not None else topic.source
         self.views = views_of(topic)
@@ -400,7 +408,9 @@ class CompactedEntrySource(EntrySource):
     def _remember(self) -> None:
         """Readers are not durable: remember the pin for one that reconnects (same name)."""
         if not self.subscription.durable:
-            self.views.remember(self.subscription.name, (self.view, self.on_live, self.floor, self.floor_last))
+            self.views.remember(
+                self.subscription.name, (self.view, self.on_live, self.floor, self.floor_last)
+            )
 
     # --- EntrySource -----------------------------------------------------------------------
 
@@ -418,8 +428,9 @@ class CompactedEntrySource(EntrySource):
             if start <= view.horizon or self.views.keep_mode:
                 span = self._returned
                 progress = span is not None and span[0] <= start <= span[1]
-                entries, masks = await self._run(self.views.read_with_masks_blocking, view, start,
-                                                 max_entries, progress)
+                entries, masks = await self._run(
+                    self.views.read_with_masks_blocking, view, start, max_entries, progress
+                )
                 if entries:
                     last = entries[-1][0]
                     self._returned = (entries[0][0], Position(last[0], last[1] + 1))

@@ -54,7 +54,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
-from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD, ERROR, RUNNING
+from ..storage import (
+    COMPACTION_CURSOR,
+    COMPACTION_MAX_LAG,
+    COMPACTION_MIN_LAG,
+    COMPACTION_THRESHOLD,
+    ERROR,
+    RUNNING,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compaction import CompactionServiceFactory, TopicCompactionService
@@ -187,7 +194,9 @@ class CompactionMonitor:
             if lock is None:
                 continue  # a compact-topic job is running it right now
             try:
-                meta.record_compaction_failure(topic, "interrupted: the process running this compaction stopped")
+                meta.record_compaction_failure(
+                    topic, "interrupted: the process running this compaction stopped"
+                )
                 log.warning("compaction of %s was interrupted by a restart; recorded as ERROR", topic)
             finally:
                 lock.release()
@@ -294,7 +303,8 @@ class CompactionMonitor:
             if self._closing:
                 raise ServiceNotReady("the broker is shutting down")
             result = service.compact(
-                progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock()))
+                progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
+            )
         except Conflict as e:  # another process got the topic's lock first: not a failure of ours
             log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
             return
@@ -310,7 +320,9 @@ class CompactionMonitor:
                     meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
                 except CompactMQError:
                     log.exception("recording the failed compaction of %s failed", topic)
-            log.error("compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason)
+            log.error(
+                "compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason
+            )
             return
         finally:
             self._running.pop(topic, None)
@@ -334,16 +346,28 @@ class CompactionMonitor:
         stats.read_throughput = bytes_in / seconds
         stats.write_throughput = bytes_out / seconds
         stats.last_summary = {
-            "entriesRead": result.entries_read, "messagesRead": result.messages_read,
-            "entriesKept": result.entries_written, "messagesKept": result.messages_kept,
-            "messagesRemoved": result.removed_event_count, "bytesIn": bytes_in, "bytesOut": bytes_out,
+            "entriesRead": result.entries_read,
+            "messagesRead": result.messages_read,
+            "entriesKept": result.entries_written,
+            "messagesKept": result.messages_kept,
+            "messagesRemoved": result.removed_event_count,
+            "bytesIn": bytes_in,
+            "bytesOut": bytes_out,
             "durationMs": result.duration_ms,
         }
         log.info(
             "compaction of %s (%s) done: entries read %d (messages %d), kept %d (messages %d), "
             "removed %d messages, bytes in %d, bytes out %d, duration %.2fs, horizon %s",
-            topic, run.reason, result.entries_read, result.messages_read, result.entries_written,
-            result.messages_kept, result.removed_event_count, bytes_in, bytes_out, result.duration_ms / 1000,
+            topic,
+            run.reason,
+            result.entries_read,
+            result.messages_read,
+            result.entries_written,
+            result.messages_kept,
+            result.removed_event_count,
+            bytes_in,
+            bytes_out,
+            result.duration_ms / 1000,
             _pos(result.horizon),
         )
         self._after_compaction(topic, result)
@@ -355,8 +379,12 @@ class CompactionMonitor:
             try:
                 hook(self.storage, self.service.config, topic, result)
             except Exception as e:  # noqa: BLE001 - an adapter's failure is its own
-                log.error("post-compaction hook %s failed for %s: %s", getattr(hook, "__name__", hook), topic,
-                          str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+                log.error(
+                    "post-compaction hook %s failed for %s: %s",
+                    getattr(hook, "__name__", hook),
+                    topic,
+                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+                )
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -370,7 +398,12 @@ class CompactionMonitor:
             body["progress"] = run.as_json(self.clock())
         elif state.status == RUNNING:
             # running in another process (a compact-topic job): no live progress from here
-            body["progress"] = {"phase": "external", "entriesProcessed": 0, "entriesTotal": 0, "etaSeconds": None}
+            body["progress"] = {
+                "phase": "external",
+                "entriesProcessed": 0,
+                "entriesTotal": 0,
+                "etaSeconds": None,
+            }
         if state.status == ERROR and run is None:
             body["lastError"] = state.last_error or "unknown error"
         return body
@@ -432,8 +465,9 @@ class CompactionMonitor:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
-                why = self._why_due(ml, meta.get_compaction_state(topic).horizon, threshold, max_lag,
-                                    self.min_lag_of(topic))
+                why = self._why_due(
+                    ml, meta.get_compaction_state(topic).horizon, threshold, max_lag, self.min_lag_of(topic)
+                )
                 if why is not None:
                     due.append((topic, why))
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it

@@ -159,11 +159,20 @@ class ServerConnection(asyncio.Protocol):
     def send_command(self, cmd) -> None:
         self.write(frames.encode_command(cmd))
 
-    def send_message(self, consumer_id: int, position: "Position", partition: int, redelivery_count: int,
-                     ack_set, entry: bytes) -> None:
+    def send_message(
+        self,
+        consumer_id: int,
+        position: "Position",
+        partition: int,
+        redelivery_count: int,
+        ack_set,
+        entry: bytes,
+    ) -> None:
         cmd = commands.message(
-            consumer_id, (position[0], position[1], partition),
-            redelivery_count=redelivery_count, ack_set=ack_set,
+            consumer_id,
+            (position[0], position[1], partition),
+            redelivery_count=redelivery_count,
+            ack_set=ack_set,
         )
         self.write(frames.encode_with_entry(cmd, entry))
 
@@ -216,8 +225,9 @@ class ServerConnection(asyncio.Protocol):
         log.warning("closing connection from %s: %s", self.peer, err)
         request_id = _request_id_of(command)
         code = getattr(err, "server_error", ServerError.UnknownError)
-        self.send_command(commands.error(request_id if request_id is not None else _BROKER_REQUEST_ID,
-                                         code, str(err)))
+        self.send_command(
+            commands.error(request_id if request_id is not None else _BROKER_REQUEST_ID, code, str(err))
+        )
         self.close()
 
     def _schedule_keepalive(self) -> None:

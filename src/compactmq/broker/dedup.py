@@ -133,8 +133,9 @@ class Deduplication:
     async def _policy(self) -> bool:
         topic = self.topic
         default = bool(topic.service.config["brokerDeduplicationEnabled"])
-        value = await topic.run_blocking(topic.service.storage.metadata.effective_policy, topic.name,
-                                         POLICY_KEY, default)
+        value = await topic.run_blocking(
+            topic.service.storage.metadata.effective_policy, topic.name, POLICY_KEY, default
+        )
         return bool(value)
 
     async def _apply(self, enabled: bool) -> None:
@@ -144,8 +145,9 @@ class Deduplication:
         if enabled:
             # from now on the persisted numbers are the floor; nothing in flight is counted
             self.pushed = dict(self.persisted)
-            await self.topic.run_blocking(_snapshot, self.topic.ledger, dict(self.persisted),
-                                          self.topic.last_position)
+            await self.topic.run_blocking(
+                _snapshot, self.topic.ledger, dict(self.persisted), self.topic.last_position
+            )
             log.info("deduplication enabled on %s", self.topic.name)
         else:
             self.pushed = {}
@@ -176,9 +178,11 @@ class Deduplication:
         if not self.enabled:
             return
         self._unsnapshotted += 1
-        due = (self._unsnapshotted >= max(1, self._config("brokerDeduplicationEntriesInterval"))
-               or time.monotonic() - self._last_snapshot
-               >= max(1, self._config("brokerDeduplicationSnapshotIntervalSeconds")))
+        due = self._unsnapshotted >= max(
+            1, self._config("brokerDeduplicationEntriesInterval")
+        ) or time.monotonic() - self._last_snapshot >= max(
+            1, self._config("brokerDeduplicationSnapshotIntervalSeconds")
+        )
         if due and not self._snapshot_running:
             self._snapshot_running = True
             self.topic.spawn(self._take_snapshot(position))
@@ -197,7 +201,8 @@ class Deduplication:
         """Topic closing: one last snapshot, so the next load replays nothing."""
         if self.enabled and self._unsnapshotted and self.topic.last_position is not None:
             try:
-                await self.topic.run_blocking(_snapshot, self.topic.ledger, dict(self.persisted),
-                                              self.topic.last_position)
+                await self.topic.run_blocking(
+                    _snapshot, self.topic.ledger, dict(self.persisted), self.topic.last_position
+                )
             except Exception:  # noqa: BLE001 - replay at the next load covers it
                 log.exception("deduplication snapshot of %s failed", self.topic.name)

@@ -259,7 +259,9 @@ class Dispatcher:
 
     def _read_size(self) -> int:
         pending = self.pending
-        permits = sum(min(max(0, c.permits.available), pending.room(c)) for c in self.consumers if c.can_take())
+        permits = sum(
+            min(max(0, c.permits.available), pending.room(c)) for c in self.consumers if c.can_take()
+        )
         return max(1, min(permits, pending.room(), MAX_ENTRIES_PER_READ))
 
     async def _replay_pass(self) -> int:
@@ -319,7 +321,9 @@ class Dispatcher:
     def _choose(self, position: Position, key: bytes) -> "Consumer | None":
         raise NotImplementedError
 
-    def _send(self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0) -> None:
+    def _send(
+        self, consumer: "Consumer", position: Position, entry: bytes, messages: int, h: int = 0
+    ) -> None:
         ack_set = self.subscription.ack_set_of(position)
         # a partly acknowledged batch counts only its messages still unacknowledged
         self.pending.add(position, consumer, min(messages, bit_count(ack_set)) if ack_set else messages)
@@ -329,7 +333,9 @@ class Dispatcher:
 class SingleActiveDispatcher(Dispatcher):
     """Exclusive and Failover: one active consumer receives everything, in order."""
 
-    def __init__(self, subscription, source, read_position, partition_index: int = -1, failover: bool = False):
+    def __init__(
+        self, subscription, source, read_position, partition_index: int = -1, failover: bool = False
+    ):
         super().__init__(subscription, source, read_position)
         self.selector: FailoverSelector = FailoverSelector(partition_index)
         self.failover = failover

@@ -111,7 +111,9 @@ class CommandHandler:
         elif t == T.PARTITIONED_METADATA:
             self.conn.send_command(commands.partitioned_metadata_error(body.request_id, code, text))
         elif t == T.GET_SCHEMA:
-            self.conn.send_command(commands.get_schema_response(body.request_id, server_error=code, message=text))
+            self.conn.send_command(
+                commands.get_schema_response(body.request_id, server_error=code, message=text)
+            )
         elif t == T.GET_OR_CREATE_SCHEMA:
             self.conn.send_command(
                 commands.get_or_create_schema_response(body.request_id, server_error=code, message=text)
@@ -150,9 +152,13 @@ class CommandHandler:
         flags = None
         if self.conn.principal is not security.UNAUTHENTICATED:
             flags = pb.FeatureFlags(supports_auth_refresh=True)  # the broker can AUTH_CHALLENGE
-        self.conn.send_command(commands.connected(
-            self.protocol_version, max_message_size=self.service.config["maxMessageSize"], feature_flags=flags,
-        ))
+        self.conn.send_command(
+            commands.connected(
+                self.protocol_version,
+                max_message_size=self.service.config["maxMessageSize"],
+                feature_flags=flags,
+            )
+        )
 
     def on_auth_response(self, cmd: pb.CommandAuthResponse, frame) -> None:
         security.on_auth_response(self.conn, cmd)
@@ -175,15 +181,22 @@ class CommandHandler:
         await security.authorize(self.conn, "lookup", cmd.topic)
         # both URLs: a client picks brokerServiceUrlTls when its own service URL is pulsar+ssl://
         answer = await lookup_topic(self.service, cmd.topic, cmd.advertised_listener_name or None)
-        self.conn.send_command(commands.lookup_response(
-            cmd.request_id, answer.broker_url, broker_service_url_tls=answer.broker_url_tls or None,
-            authoritative=True))
+        self.conn.send_command(
+            commands.lookup_response(
+                cmd.request_id,
+                answer.broker_url,
+                broker_service_url_tls=answer.broker_url_tls or None,
+                authoritative=True,
+            )
+        )
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         await security.authorize_namespace(self.conn, cmd.namespace)
         persistent = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
         # the client's RegexSubscriptionMode: persistent only (default), non-persistent only, all
-        topics = topics_of_namespace(persistent, self.service.topics.non_persistent.names(cmd.namespace), cmd.mode)
+        topics = topics_of_namespace(
+            persistent, self.service.topics.non_persistent.names(cmd.namespace), cmd.mode
+        )
         self.conn.send_command(commands.get_topics_of_namespace_response(cmd.request_id, topics))
 
     # --- producers ---------------------------------------------------------------------------
@@ -201,17 +214,21 @@ class CommandHandler:
         if existing is not None and not existing.closed:
             if existing.topic.name == str(TopicName.parse(cmd.topic)):
                 # the client retried a request that already succeeded: same answer again
-                self.conn.send_command(commands.producer_success(
-                    cmd.request_id, existing.name,
-                    last_sequence_id=existing.topic.last_sequence_ids.get(existing.name, -1),
-                    schema_version=existing.schema_version,
-                ))
+                self.conn.send_command(
+                    commands.producer_success(
+                        cmd.request_id,
+                        existing.name,
+                        last_sequence_id=existing.topic.last_sequence_ids.get(existing.name, -1),
+                        schema_version=existing.schema_version,
+                    )
+                )
                 return
             raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
         topic = await self.service.topics.get_topic(cmd.topic, create=True)
         await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
         schema_version = await self.service.schemas.get_or_create(
-            topic.name, cmd.schema if cmd.HasField("schema") else None)
+            topic.name, cmd.schema if cmd.HasField("schema") else None
+        )
         if cmd.HasField("producer_name") and cmd.producer_name:
             name = cmd.producer_name
         else:
@@ -222,7 +239,8 @@ class CommandHandler:
         # a producer of that name (or an exclusive one) on another connection may be a client
         # that reconnected before the broker noticed its old socket died: check, evict if dead
         await self._evict_dead_peers(
-            p.connection for p in list(topic.producers.values())
+            p.connection
+            for p in list(topic.producers.values())
             if p.name == name or p.exclusive or producer.exclusive
         )
         if self.conn.closed or cmd.producer_id in self._cancelled_producers:
@@ -232,8 +250,11 @@ class CommandHandler:
         except MustWait:
             # WaitForExclusive: "queued" now, a ready PRODUCER_SUCCESS when the topic is free
             self.producers[cmd.producer_id] = producer
-            self.conn.send_command(commands.producer_success(
-                cmd.request_id, name, schema_version=schema_version, producer_ready=False))
+            self.conn.send_command(
+                commands.producer_success(
+                    cmd.request_id, name, schema_version=schema_version, producer_ready=False
+                )
+            )
             try:
                 await topic.wait_for_exclusive(producer)
             except BaseException:
@@ -246,12 +267,15 @@ class CommandHandler:
         self.producers[cmd.producer_id] = producer
         if producer.exclusive:
             await topic.save_epoch()
-        self.conn.send_command(commands.producer_success(
-            cmd.request_id, name,
-            last_sequence_id=topic.last_sequence_ids.get(name, -1),
-            schema_version=schema_version,
-            topic_epoch=producer.topic_epoch if producer.exclusive else None,
-        ))
+        self.conn.send_command(
+            commands.producer_success(
+                cmd.request_id,
+                name,
+                last_sequence_id=topic.last_sequence_ids.get(name, -1),
+                schema_version=schema_version,
+                topic_epoch=producer.topic_epoch if producer.exclusive else None,
+            )
+        )
 
     def on_send(self, cmd: pb.CommandSend, frame) -> None:
         producer = self.producers.get(cmd.producer_id)
@@ -280,37 +304,60 @@ class CommandHandler:
             conn.reads.release(size)
             if exc is not None:
                 dedup.failed(producer.name)
-                conn.send_command(commands.send_error(
-                    producer_id, sequence_id,
-                    exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
-                    str(exc),
-                ))
+                conn.send_command(
+                    commands.send_error(
+                        producer_id,
+                        sequence_id,
+                        exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
+                        str(exc),
+                    )
+                )
                 return
             seqs = topic.last_sequence_ids
             if seqs.get(producer.name, -1) < last_seq:
                 seqs[producer.name] = last_seq
             dedup.entry_persisted(position)
-            conn.send_command(commands.send_receipt(
-                producer_id, sequence_id, position[0], position[1],
-                partition=partition, highest_sequence_id=highest,
-            ))
+            conn.send_command(
+                commands.send_receipt(
+                    producer_id,
+                    sequence_id,
+                    position[0],
+                    position[1],
+                    partition=partition,
+                    highest_sequence_id=highest,
+                )
+            )
 
         topic.publish(entry, publish_time, persisted)
 
-    def _answer_duplicate(self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int) -> None:
+    def _answer_duplicate(
+        self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int
+    ) -> None:
         """A message deduplication recognised: a receipt with -1:-1 (Pulsar's answer) once
         every earlier SEND of the topic is answered; a SEND_ERROR if the original failed."""
         conn, topic = self.conn, producer.topic
 
         def answer(position, exc) -> None:
             if topic.dedup.is_persisted(producer.name, last_seq):
-                conn.send_command(commands.send_receipt(
-                    producer.producer_id, sequence_id, -1, -1,
-                    partition=topic.partition_index, highest_sequence_id=highest))
+                conn.send_command(
+                    commands.send_receipt(
+                        producer.producer_id,
+                        sequence_id,
+                        -1,
+                        -1,
+                        partition=topic.partition_index,
+                        highest_sequence_id=highest,
+                    )
+                )
             else:
-                conn.send_command(commands.send_error(
-                    producer.producer_id, sequence_id, ServerError.PersistenceError,
-                    "the message this one duplicates was not persisted; send it again"))
+                conn.send_command(
+                    commands.send_error(
+                        producer.producer_id,
+                        sequence_id,
+                        ServerError.PersistenceError,
+                        "the message this one duplicates was not persisted; send it again",
+                    )
+                )
 
         topic.publish_marker(answer)
 
@@ -340,8 +387,10 @@ class CommandHandler:
         await security.authorize(self.conn, "consume", cmd.topic, cmd.subscription)  # readers, TableView too
         existing = self.consumers.get(cmd.consumer_id)
         if existing is not None and not existing.closed:
-            if existing.subscription.topic.name == str(TopicName.parse(cmd.topic)) \
-                    and existing.subscription.name == cmd.subscription:
+            if (
+                existing.subscription.topic.name == str(TopicName.parse(cmd.topic))
+                and existing.subscription.name == cmd.subscription
+            ):
                 self.conn.send_command(commands.success(cmd.request_id))
                 return
             raise InvalidInput(f"consumer id {cmd.consumer_id} is already used on this connection")
@@ -367,11 +416,26 @@ class CommandHandler:
         def make_consumer(sub) -> Consumer:
             if cmd.read_compacted:  # the subscription may exist from consumers that did not ask
                 compacted_source.attach(sub)
-            return Consumer(sub, conn, cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
-                            cmd.priority_level, ranges, bool(cmd.read_compacted), out_of_order)
+            return Consumer(
+                sub,
+                conn,
+                cmd.consumer_id,
+                cmd.consumer_name or f"consumer-{cmd.consumer_id}",
+                cmd.priority_level,
+                ranges,
+                bool(cmd.read_compacted),
+                out_of_order,
+            )
 
-        consumer = await topic.subscribe(cmd.subscription, durable, initial, make_consumer, cmd.subType, sticky,
-                                         read_compacted=bool(cmd.read_compacted))
+        consumer = await topic.subscribe(
+            cmd.subscription,
+            durable,
+            initial,
+            make_consumer,
+            cmd.subType,
+            sticky,
+            read_compacted=bool(cmd.read_compacted),
+        )
         if self.conn.closed or cmd.consumer_id in self._cancelled_consumers:
             consumer.subscription.remove_consumer(consumer)
             return
@@ -496,21 +560,27 @@ class CommandHandler:
             # would think the rest of the batch is not there and stop reading)
             last_id = (last[0], last[1], p, await topic.last_batch_index(Position(*last)))
             md = sub.mark_delete_position()
-        self.conn.send_command(commands.get_last_message_id_response(
-            cmd.request_id, last_id, consumer_mark_delete_position=(md[0], md[1], p),
-        ))
+        self.conn.send_command(
+            commands.get_last_message_id_response(
+                cmd.request_id,
+                last_id,
+                consumer_mark_delete_position=(md[0], md[1], p),
+            )
+        )
 
     def on_consumer_stats(self, cmd: pb.CommandConsumerStats, frame) -> None:
         consumer = self._consumer(cmd.consumer_id)
         sub = consumer.subscription
-        self.conn.send_command(commands.consumer_stats_response(
-            cmd.request_id,
-            consumerName=consumer.name,
-            availablePermits=max(0, consumer.permits.available),
-            unackedMessages=sum(1 for c in sub.dispatcher.pending.values() if c is consumer),
-            address=self.conn.peer,
-            type={0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}.get(sub.sub_type, ""),
-        ))
+        self.conn.send_command(
+            commands.consumer_stats_response(
+                cmd.request_id,
+                consumerName=consumer.name,
+                availablePermits=max(0, consumer.permits.available),
+                unackedMessages=sum(1 for c in sub.dispatcher.pending.values() if c is consumer),
+                address=self.conn.peer,
+                type={0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}.get(sub.sub_type, ""),
+            )
+        )
 
     def wake_consumers(self) -> None:
         for consumer in list(self.consumers.values()):
@@ -525,8 +595,11 @@ class CommandHandler:
         version = cmd.schema_version if cmd.HasField("schema_version") else None
         found = await self.service.schemas.get(str(TopicName.parse(cmd.topic)), version)
         if found is None:
-            self.conn.send_command(commands.get_schema_response(
-                cmd.request_id, server_error=ServerError.TopicNotFound, message="schema not found"))
+            self.conn.send_command(
+                commands.get_schema_response(
+                    cmd.request_id, server_error=ServerError.TopicNotFound, message="schema not found"
+                )
+            )
             return
         schema, schema_version = found
         self.conn.send_command(commands.get_schema_response(cmd.request_id, schema, schema_version))

@@ -49,8 +49,10 @@ def check_consumers(config: Mapping[str, Any], topic_consumers: int, subscriptio
 
 def unacked_limits(config: Mapping[str, Any]) -> tuple[int, int]:
     """(per consumer, per subscription) from the broker settings; 0 means no limit."""
-    return (int(config.get("maxUnackedMessagesPerConsumer", 0) or 0),
-            int(config.get("maxUnackedMessagesPerSubscription", 0) or 0))
+    return (
+        int(config.get("maxUnackedMessagesPerConsumer", 0) or 0),
+        int(config.get("maxUnackedMessagesPerSubscription", 0) or 0),
+    )
 
 
 def bit_count(ack_set: list[int]) -> int:
@@ -70,8 +72,9 @@ class PendingAcks(dict):
     entries of more than one message (a batch); every other entry counts one.
     """
 
-    def __init__(self, per_consumer: int = 0, per_subscription: int = 0,
-                 on_unblock: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, per_consumer: int = 0, per_subscription: int = 0, on_unblock: Callable[[], None] | None = None
+    ) -> None:
         super().__init__()
         self.per_consumer = per_consumer
         self.per_subscription = per_subscription

@@ -32,7 +32,12 @@ from .namespaces import check_namespace
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
 
-_SCHEMES = {"pulsar": "broker_url", "pulsar+ssl": "broker_url_tls", "http": "http_url", "https": "http_url_tls"}
+_SCHEMES = {
+    "pulsar": "broker_url",
+    "pulsar+ssl": "broker_url_tls",
+    "http": "http_url",
+    "https": "http_url_tls",
+}
 
 
 class ListenerNotFound(CompactMQError):
@@ -79,27 +84,41 @@ def parse_advertised_listeners(text: str) -> dict[str, Listener]:
         name, sep, url = item.partition(":")
         name = name.strip()
         parts = urlsplit(url.strip()) if sep else None
-        if not name or parts is None or parts.scheme not in _SCHEMES or not parts.hostname or parts.port is None:
+        if (
+            not name
+            or parts is None
+            or parts.scheme not in _SCHEMES
+            or not parts.hostname
+            or parts.port is None
+        ):
             raise InvalidConfiguration(
                 f"advertisedListeners: {item!r} is not name:pulsar://host:port "
-                "(schemes: pulsar, pulsar+ssl, http, https)")
+                "(schemes: pulsar, pulsar+ssl, http, https)"
+            )
         slot = _SCHEMES[parts.scheme]
         mine = urls.setdefault(name, {})
         if slot in mine:
             raise InvalidConfiguration(
-                f"advertisedListeners: listener {name!r} has two {parts.scheme}:// addresses")
+                f"advertisedListeners: listener {name!r} has two {parts.scheme}:// addresses"
+            )
         mine[slot] = url.strip()
     out = {}
     for name, mine in urls.items():
         if "broker_url" not in mine and "broker_url_tls" not in mine:
             raise InvalidConfiguration(
-                f"advertisedListeners: listener {name!r} has no pulsar:// or pulsar+ssl:// address")
+                f"advertisedListeners: listener {name!r} has no pulsar:// or pulsar+ssl:// address"
+            )
         out[name] = Listener(name, **mine)
     return out
 
 
-def listeners_from_config(config: Mapping[str, Any], broker_url: str, web_url: str | None,
-                          broker_url_tls: str | None = None, web_url_tls: str | None = None) -> Listeners:
+def listeners_from_config(
+    config: Mapping[str, Any],
+    broker_url: str,
+    web_url: str | None,
+    broker_url_tls: str | None = None,
+    web_url_tls: str | None = None,
+) -> Listeners:
     """The listeners of a broker whose own addresses are ``broker_url`` / ``web_url`` (and their TLS
     twins while the TLS ports are on)."""
     text = (config.get("advertisedListeners") or "").strip()
@@ -113,12 +132,14 @@ def listeners_from_config(config: Mapping[str, Any], broker_url: str, web_url: s
         raise InvalidConfiguration("advertisedListeners and advertisedAddress must not be set together")
     named = parse_advertised_listeners(text)
     if internal and internal not in named:
-        raise InvalidConfiguration(f"internalListenerName {internal!r} is not one of advertisedListeners "
-                                   f"({', '.join(named)})")
+        raise InvalidConfiguration(
+            f"internalListenerName {internal!r} is not one of advertisedListeners ({', '.join(named)})"
+        )
     default = named[internal or next(iter(named))]
     if not default.http_url:  # the web port is not part of a listener unless it says so
-        default = Listener(default.name, default.broker_url, default.broker_url_tls, own.http_url,
-                           own.http_url_tls)
+        default = Listener(
+            default.name, default.broker_url, default.broker_url_tls, own.http_url, own.http_url_tls
+        )
     return Listeners(default, named)
 
 
@@ -131,8 +152,13 @@ class LookupAnswer:
 
     def as_lookup_data(self) -> dict[str, str]:
         """Pulsar's ``LookupData`` JSON (the HTTP lookup's body)."""
-        return {"brokerUrl": self.broker_url, "brokerUrlTls": self.broker_url_tls, "httpUrl": self.http_url,
-                "httpUrlTls": self.http_url_tls, "nativeUrl": self.broker_url}
+        return {
+            "brokerUrl": self.broker_url,
+            "brokerUrlTls": self.broker_url_tls,
+            "httpUrl": self.http_url,
+            "httpUrlTls": self.http_url_tls,
+            "nativeUrl": self.broker_url,
+        }
 
 
 async def lookup_topic(service: "BrokerService", topic: str, listener_name: str | None) -> LookupAnswer:
@@ -142,9 +168,15 @@ async def lookup_topic(service: "BrokerService", topic: str, listener_name: str 
     """
     tn = TopicName.parse(topic)
     await check_namespace(service, tn)
-    listeners = getattr(service, "listeners", None) or Listeners(Listener(
-        "", service.broker_url, getattr(service, "broker_url_tls", None) or "", service.web_url or "",
-        getattr(service, "web_url_tls", None) or ""))
+    listeners = getattr(service, "listeners", None) or Listeners(
+        Listener(
+            "",
+            service.broker_url,
+            getattr(service, "broker_url_tls", None) or "",
+            service.web_url or "",
+            getattr(service, "web_url_tls", None) or "",
+        )
+    )
     chosen = listeners.select(listener_name)
     http_url = chosen.http_url or listeners.default.http_url or (service.web_url or "")
     return LookupAnswer(chosen.broker_url, chosen.broker_url_tls, http_url, chosen.http_url_tls)

@@ -53,8 +53,10 @@ def validate_override(body: Any) -> dict[str, Any]:
     ``defaultNumPartitions`` >= 1 and ``non-partitioned`` must not carry it.
     """
     if not isinstance(body, dict):
-        raise InvalidInput('autoTopicCreation must be a JSON object {"allowAutoTopicCreation": bool, '
-                           '"topicType": "partitioned"|"non-partitioned", "defaultNumPartitions": int}')
+        raise InvalidInput(
+            'autoTopicCreation must be a JSON object {"allowAutoTopicCreation": bool, '
+            '"topicType": "partitioned"|"non-partitioned", "defaultNumPartitions": int}'
+        )
     allow = body.get("allowAutoTopicCreation")
     if not isinstance(allow, bool):
         raise InvalidInput("autoTopicCreation: allowAutoTopicCreation must be a JSON boolean")
@@ -72,7 +74,8 @@ def validate_override(body: Any) -> dict[str, Any]:
                 raise InvalidOverride("[defaultNumPartitions] cannot be less than 1 for partition type.")
         elif partitions is not None:
             raise InvalidOverride(
-                "[defaultNumPartitions] is not allowed to be set when the type is non-partition.")
+                "[defaultNumPartitions] is not allowed to be set when the type is non-partition."
+            )
     out: dict[str, Any] = {"allowAutoTopicCreation": allow}
     if topic_type is not None:
         out["topicType"] = topic_type
@@ -114,7 +117,9 @@ def _namespace_facts(metadata: Any, namespace: str) -> tuple[bool, Any]:
 async def check_namespace(service: "BrokerService", tn: TopicName) -> AutoTopicCreation:
     """Raise ``NamespaceNotFound`` unless ``tn``'s namespace exists; return the auto-creation
     rule in force there (one metadata read, in the thread pool)."""
-    exists, override = await service.run_blocking(_namespace_facts, service.storage.metadata, tn.namespace_name)
+    exists, override = await service.run_blocking(
+        _namespace_facts, service.storage.metadata, tn.namespace_name
+    )
     if not exists:
         raise NamespaceNotFound(f"Namespace not found: {tn.namespace_name} (topic {tn})")
     return resolve(override, service.config)

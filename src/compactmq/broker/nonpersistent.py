@@ -46,7 +46,9 @@ RATE_WINDOW_SECONDS = 60.0
 class RateMeter:
     """Events per second over the last ``window`` seconds, kept in one-second buckets."""
 
-    def __init__(self, window: float = RATE_WINDOW_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, window: float = RATE_WINDOW_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.window = window
         self.clock = clock
         self.total = 0
@@ -189,8 +191,10 @@ class NonPersistentSubscription:
     def add_consumer(self, consumer: Consumer, sub_type: int, key_shared_sticky: bool = False) -> None:
         if self.consumers:
             if sub_type != self.sub_type:
-                raise ConsumerBusy(f"subscription {self.name!r} is {SUB_TYPE_NAMES[self.sub_type]}, "
-                                   f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}")
+                raise ConsumerBusy(
+                    f"subscription {self.name!r} is {SUB_TYPE_NAMES[self.sub_type]}, "
+                    f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}"
+                )
             if sub_type == EXCLUSIVE:
                 raise ConsumerBusy(f"exclusive consumer is already connected to subscription {self.name!r}")
         else:
@@ -277,9 +281,16 @@ class NonPersistentTopic(Topic):
     async def last_batch_index(self, position: Position) -> int:
         return -1
 
-    async def subscribe(self, name: str, durable: bool, initial_position: Any,
-                        make_consumer: Callable[[Any], Consumer], sub_type: int,
-                        key_shared_sticky: bool = False, read_compacted: bool = False) -> Consumer:
+    async def subscribe(
+        self,
+        name: str,
+        durable: bool,
+        initial_position: Any,
+        make_consumer: Callable[[Any], Consumer],
+        sub_type: int,
+        key_shared_sticky: bool = False,
+        read_compacted: bool = False,
+    ) -> Consumer:
         self._revive()
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
@@ -372,8 +383,11 @@ class NonPersistentTopics:
             del self.active[topic.name]
 
     def names(self, namespace: str) -> list[str]:
-        return sorted(name for name, t in self.active.items()
-                      if not t.closed and t.topic_name.namespace_name == namespace)
+        return sorted(
+            name
+            for name, t in self.active.items()
+            if not t.closed and t.topic_name.namespace_name == namespace
+        )
 
     async def close_all(self) -> None:
         for topic in list(self.active.values()):

@@ -35,8 +35,15 @@ _serials = itertools.count()
 
 
 class Producer:
-    def __init__(self, topic: "Topic", connection: Any, producer_id: int, name: str,
-                 access_mode: int = SHARED, schema_version: bytes = b"") -> None:
+    def __init__(
+        self,
+        topic: "Topic",
+        connection: Any,
+        producer_id: int,
+        name: str,
+        access_mode: int = SHARED,
+        schema_version: bytes = b"",
+    ) -> None:
         self.topic = topic
         self.connection = connection
         self.producer_id = producer_id
@@ -69,8 +76,9 @@ class MustWait(Exception):
     """A WaitForExclusive producer has to queue (not an error: it is told to wait)."""
 
 
-def check_access(existing: list[Producer], access_mode: int, name: str, others_waiting: bool = False
-                 ) -> list[Producer]:
+def check_access(
+    existing: list[Producer], access_mode: int, name: str, others_waiting: bool = False
+) -> list[Producer]:
     """Raise when a producer in ``access_mode`` may not join ``existing`` now: ProducerBusy or
     ProducerFenced as Pulsar answers, MustWait for a WaitForExclusive producer that has to
     queue. ``others_waiting``: WaitForExclusive producers are queued already.
@@ -104,5 +112,7 @@ def check_access(existing: list[Producer], access_mode: int, name: str, others_w
 def check_epoch(producer: Producer, topic_epoch: int) -> None:
     """An exclusive producer that reconnects with an epoch older than the topic's was replaced."""
     if producer.topic_epoch is not None and producer.topic_epoch < topic_epoch:
-        raise ProducerFenced(f"Topic epoch has already moved. Current epoch: {topic_epoch}, "
-                             f"Producer epoch: {producer.topic_epoch}")
+        raise ProducerFenced(
+            f"Topic epoch has already moved. Current epoch: {topic_epoch}, "
+            f"Producer epoch: {producer.topic_epoch}"
+        )

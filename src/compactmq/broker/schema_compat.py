@@ -31,8 +31,14 @@ from typing import Any, Iterable
 from ..errors import IncompatibleSchema
 
 STRATEGIES = (
-    "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
-    "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
 )
 DEFAULT_STRATEGY = "FULL"
 UNDEFINED = "UNDEFINED"  # the namespace policy's "not set" value in Pulsar
@@ -49,9 +55,26 @@ CONFIG_KEYS = {
 
 # Schema.Type wire numbers and Pulsar's SchemaType names (REST bodies use the names).
 TYPE_NAMES = {
-    0: "NONE", 1: "STRING", 2: "JSON", 3: "PROTOBUF", 4: "AVRO", 5: "BOOLEAN", 6: "INT8", 7: "INT16",
-    8: "INT32", 9: "INT64", 10: "FLOAT", 11: "DOUBLE", 12: "DATE", 13: "TIME", 14: "TIMESTAMP",
-    15: "KEY_VALUE", 16: "INSTANT", 17: "LOCAL_DATE", 18: "LOCAL_TIME", 19: "LOCAL_DATE_TIME",
+    0: "NONE",
+    1: "STRING",
+    2: "JSON",
+    3: "PROTOBUF",
+    4: "AVRO",
+    5: "BOOLEAN",
+    6: "INT8",
+    7: "INT16",
+    8: "INT32",
+    9: "INT64",
+    10: "FLOAT",
+    11: "DOUBLE",
+    12: "DATE",
+    13: "TIME",
+    14: "TIMESTAMP",
+    15: "KEY_VALUE",
+    16: "INSTANT",
+    17: "LOCAL_DATE",
+    18: "LOCAL_TIME",
+    19: "LOCAL_DATE_TIME",
     20: "PROTOBUF_NATIVE",
 }
 TYPE_NUMBERS = {name: n for n, name in TYPE_NAMES.items()}
@@ -119,7 +142,9 @@ def _can_read(reader: bytes, writer: bytes) -> tuple[bool, str]:
     return False, "; ".join(str(m) for m in result.messages) or "not compatible"
 
 
-def check(strategy: str, existing: Iterable[tuple[int, bytes]], new: tuple[int, bytes], topic: str = "") -> None:
+def check(
+    strategy: str, existing: Iterable[tuple[int, bytes]], new: tuple[int, bytes], topic: str = ""
+) -> None:
     """Raise IncompatibleSchema unless ``new`` (type, data) may follow ``existing`` (the
     versions in force, oldest first) under ``strategy``."""
     history = list(existing)
@@ -127,23 +152,32 @@ def check(strategy: str, existing: Iterable[tuple[int, bytes]], new: tuple[int, 
         return
     new_type, new_data = new
     if strategy == "ALWAYS_INCOMPATIBLE":
-        raise IncompatibleSchema(f"topic {topic}: schema compatibility strategy is ALWAYS_INCOMPATIBLE; "
-                                 "only a schema already registered is accepted")
+        raise IncompatibleSchema(
+            f"topic {topic}: schema compatibility strategy is ALWAYS_INCOMPATIBLE; "
+            "only a schema already registered is accepted"
+        )
     against = history if strategy.endswith("_TRANSITIVE") else history[-1:]
     base = strategy.replace("_TRANSITIVE", "")
     for old_type, old_data in reversed(against):
         if old_type != new_type:
             raise IncompatibleSchema(
                 f"topic {topic}: a {TYPE_NAMES.get(new_type, new_type)} schema is incompatible with the "
-                f"{TYPE_NAMES.get(old_type, old_type)} schema in force (strategy {strategy})")
+                f"{TYPE_NAMES.get(old_type, old_type)} schema in force (strategy {strategy})"
+            )
         if not (_comparable(new_type, new_data) and _comparable(old_type, old_data)):
             continue
         checks = []
         if base in ("BACKWARD", "FULL"):
-            checks.append(("the new schema cannot read data written with an existing one", new_data, old_data))
+            checks.append(
+                ("the new schema cannot read data written with an existing one", new_data, old_data)
+            )
         if base in ("FORWARD", "FULL"):
-            checks.append(("an existing schema cannot read data written with the new one", old_data, new_data))
+            checks.append(
+                ("an existing schema cannot read data written with the new one", old_data, new_data)
+            )
         for what, reader, writer in checks:
             ok, why = _can_read(bytes(reader), bytes(writer))
             if not ok:
-                raise IncompatibleSchema(f"topic {topic}: incompatible schema under {strategy}: {what}: {why}")
+                raise IncompatibleSchema(
+                    f"topic {topic}: incompatible schema under {strategy}: {what}: {why}"
+                )

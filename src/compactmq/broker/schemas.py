@@ -98,8 +98,13 @@ class SchemaRegistry:
             return []
         with self._metadata.transaction():
             for rec in legacy:
-                self.storage.add(sid, rec["type"], base64.b64decode(rec["data"]), rec.get("name", ""),
-                                 rec.get("properties", {}))
+                self.storage.add(
+                    sid,
+                    rec["type"],
+                    base64.b64decode(rec["data"]),
+                    rec.get("name", ""),
+                    rec.get("properties", {}),
+                )
             self._metadata.set_topic_properties(name, props)
         return self.storage.versions(sid)
 
@@ -124,8 +129,9 @@ class SchemaRegistry:
     # --- the wire (GET_SCHEMA, PRODUCER, SUBSCRIBE, GET_OR_CREATE_SCHEMA) ---------------------
 
     async def get(self, topic: str, version: bytes | None) -> tuple[pb.Schema, bytes] | None:
-        rec = await self.service.run_blocking(self._get_blocking, topic,
-                                              decode_version(version) if version else None)
+        rec = await self.service.run_blocking(
+            self._get_blocking, topic, decode_version(version) if version else None
+        )
         return None if rec is None else (to_wire(rec), encode_version(rec.version))
 
     def _get_blocking(self, topic: str, version: int | None) -> SchemaRecord | None:
@@ -148,14 +154,29 @@ class SchemaRegistry:
             if not consumer and self.policy(topic, VALIDATION_KEY) and active(self._versions(topic)):
                 raise IncompatibleSchema(
                     f"topic {topic} has a schema and schemaValidationEnforced is on: "
-                    "producers without a schema are refused")
+                    "producers without a schema are refused"
+                )
             return b""
-        version = self._add(topic, int(schema.type), bytes(schema.schema_data), schema.name,
-                            {kv.key: kv.value for kv in schema.properties}, consumer=consumer)
+        version = self._add(
+            topic,
+            int(schema.type),
+            bytes(schema.schema_data),
+            schema.name,
+            {kv.key: kv.value for kv in schema.properties},
+            consumer=consumer,
+        )
         return encode_version(version) if version >= 0 else b""
 
-    def _add(self, topic: str, type_: int, data: bytes, name: str, properties: dict[str, str],
-             consumer: bool = False, admin: bool = False) -> int:
+    def _add(
+        self,
+        topic: str,
+        type_: int,
+        data: bytes,
+        name: str,
+        properties: dict[str, str],
+        consumer: bool = False,
+        admin: bool = False,
+    ) -> int:
         schema_compat.validate(type_, data)
         live = active(self._versions(topic))
         for rec in live:
@@ -226,5 +247,6 @@ def _type_number(name: str) -> int:
     if n is None or n == 0:
         raise schema_compat.InvalidSchemaData(
             f"schema type {name!r} cannot be registered: use one of "
-            f"{', '.join(t for t in schema_compat.TYPE_NUMBERS if t != 'NONE')}")
+            f"{', '.join(t for t in schema_compat.TYPE_NUMBERS if t != 'NONE')}"
+        )
     return n

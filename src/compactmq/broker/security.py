@@ -73,8 +73,9 @@ def connect(conn: ServerConnection, cmd: pb.CommandConnect, accept: Callable[[Pr
         return
     conn.supports_auth_refresh = cmd.feature_flags.supports_auth_refresh
     method = cmd.auth_method_name or "none"
-    check = functools.partial(authentication.authenticate_connect, method, bytes(cmd.auth_data),
-                              _peer_certificate(conn))
+    check = functools.partial(
+        authentication.authenticate_connect, method, bytes(cmd.auth_data), _peer_certificate(conn)
+    )
     if method not in SLOW_METHODS:
         try:
             principal = check()
@@ -87,8 +88,9 @@ def connect(conn: ServerConnection, cmd: pb.CommandConnect, accept: Callable[[Pr
     conn.service.state.spawn(_connect_off_loop(conn, check, accept))
 
 
-async def _connect_off_loop(conn: ServerConnection, check: Callable[[], Principal],
-                            accept: Callable[[Principal], None]) -> None:
+async def _connect_off_loop(
+    conn: ServerConnection, check: Callable[[], Principal], accept: Callable[[Principal], None]
+) -> None:
     try:
         principal = await off_loop(check)
     except AuthenticationFailed as exc:
@@ -124,7 +126,9 @@ def on_auth_response(conn: ServerConnection, cmd: pb.CommandAuthResponse) -> Non
     data = cmd.response
     try:
         # same role or AuthenticationFailed (Pulsar refuses a role change on refresh)
-        fresh = authentication.refresh(old, data.auth_method_name, bytes(data.auth_data), _peer_certificate(conn))
+        fresh = authentication.refresh(
+            old, data.auth_method_name, bytes(data.auth_data), _peer_certificate(conn)
+        )
     except AuthenticationFailed as exc:
         refuse(conn, exc)
         return
@@ -164,15 +168,21 @@ class CredentialRefresher:
             if not conn.state.connected or not authentication.is_expired(principal, now):
                 continue
             if conn.auth_refresh_pending:
-                log.info("closing %s: its %s credentials expired and no valid refresh came back",
-                         conn.peer, principal.method)
+                log.info(
+                    "closing %s: its %s credentials expired and no valid refresh came back",
+                    conn.peer,
+                    principal.method,
+                )
                 conn.close()
             elif conn.supports_auth_refresh:
                 conn.auth_refresh_pending = True
                 conn.send_command(commands.auth_challenge(principal.method, conn.handler.protocol_version))
             else:
-                log.info("closing %s: its %s credentials expired (the client cannot refresh them)",
-                         conn.peer, principal.method)
+                log.info(
+                    "closing %s: its %s credentials expired (the client cannot refresh them)",
+                    conn.peer,
+                    principal.method,
+                )
                 conn.close()
 
     async def close(self) -> None:

@@ -38,6 +38,7 @@ HASH_RANGE_SIZE = 1 << 16
 # Points per consumer on the AUTO_SPLIT ring (Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints).
 RING_POINTS_PER_CONSUMER = 100
 
+
 def sort_key(consumer) -> tuple:
     return (consumer.priority_level, consumer.name, consumer.serial)
 

@@ -184,10 +184,17 @@ class BrokerServer:
     """Listens on the binary port, and on its TLS twin when ``brokerServicePortTls`` is set; hands
     the web port(s) to the web service, when given one."""
 
-    def __init__(self, config: Config, *, storage: Any = None, host: str | None = None,
-                 port: int | None = None, web_port: int | None = None,
-                 web_service: WebServiceStarter | None = None,
-                 post_compaction_hooks: Sequence[PostCompactionHook] = ()) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        storage: Any = None,
+        host: str | None = None,
+        port: int | None = None,
+        web_port: int | None = None,
+        web_service: WebServiceStarter | None = None,
+        post_compaction_hooks: Sequence[PostCompactionHook] = (),
+    ) -> None:
         self.config = config
         self._post_compaction_hooks = tuple(post_compaction_hooks)
         self.host = host or config["bindAddress"]
@@ -234,8 +241,9 @@ class BrokerServer:
         if self.port_tls is not None:
             service.broker_url_tls = f"pulsar+ssl://{advertised}:{self.port_tls}"
         service.web_url = f"http://{advertised}:{self.web_port}"
-        service.listeners = listeners_from_config(self.config, service.broker_url, service.web_url,
-                                                  service.broker_url_tls)
+        service.listeners = listeners_from_config(
+            self.config, service.broker_url, service.web_url, service.broker_url_tls
+        )
         from .compaction_monitor import CompactionMonitor
 
         service.post_compaction_hooks = self._post_compaction_hooks
@@ -253,16 +261,21 @@ class BrokerServer:
         if self.web_port_tls is not None and self._web is not None:
             service.web_url_tls = f"https://{advertised}:{self.web_port_tls}"
         # again, now that the web ports are bound (the first call validated the settings early)
-        service.listeners = listeners_from_config(self.config, service.broker_url, service.web_url,
-                                                  service.broker_url_tls, service.web_url_tls)
+        service.listeners = listeners_from_config(
+            self.config, service.broker_url, service.web_url, service.broker_url_tls, service.web_url_tls
+        )
 
     async def _listen(self, port: int, ssl_context: ssl.SSLContext | None) -> int:
         """Listen for binary-protocol clients (over TLS with a context); the port bound."""
         service = self.service
         try:
             server = await asyncio.get_running_loop().create_server(
-                lambda: ServerConnection(service), self.host, port, ssl=ssl_context,
-                reuse_address=True, backlog=1024,
+                lambda: ServerConnection(service),
+                self.host,
+                port,
+                ssl=ssl_context,
+                reuse_address=True,
+                backlog=1024,
             )
         except OSError as e:
             what = "TLS port " if ssl_context is not None else ""
@@ -279,8 +292,13 @@ class BrokerServer:
         if self.web_port_tls is None:
             self._web = await self._web_service(self.service, self.host, self.web_port)
         else:
-            self._web = await self._web_service(self.service, self.host, self.web_port,
-                                                ssl_context=self._ssl_context, tls_port=self.web_port_tls)
+            self._web = await self._web_service(
+                self.service,
+                self.host,
+                self.web_port,
+                ssl_context=self._ssl_context,
+                tls_port=self.web_port_tls,
+            )
         # the ports bound (a configured 0 means any free port)
         self.web_port = getattr(self._web, "port", self.web_port)
         self.web_port_tls = getattr(self._web, "tls_port", self.web_port_tls)

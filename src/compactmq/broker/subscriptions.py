@@ -122,20 +122,34 @@ class Consumer:
         return f"Consumer({self.name!r}, id={self.consumer_id}, sub={self.subscription.name!r})"
 
     def can_take(self) -> bool:
-        return (self.permits.available > 0 and not self.closed and self.connection.writable
-                and not self.blocked_on_unacked)
+        return (
+            self.permits.available > 0
+            and not self.closed
+            and self.connection.writable
+            and not self.blocked_on_unacked
+        )
 
     def flow(self, permits: int) -> None:
         self.permits.grant(permits)
         self.subscription.dispatcher.wake()
 
-    def deliver(self, position: Position, entry: bytes, messages: int, redelivery_count: int,
-                ack_set: list[int] | None) -> None:
+    def deliver(
+        self,
+        position: Position,
+        entry: bytes,
+        messages: int,
+        redelivery_count: int,
+        ack_set: list[int] | None,
+    ) -> None:
         self.permits.consume(messages)
         self.messages_out += messages
         self.connection.send_message(
-            self.consumer_id, position, self.subscription.topic.partition_index,
-            redelivery_count, ack_set, entry,
+            self.consumer_id,
+            position,
+            self.subscription.topic.partition_index,
+            redelivery_count,
+            ack_set,
+            entry,
         )
 
     def notify_active(self, is_active: bool) -> None:
@@ -144,8 +158,15 @@ class Consumer:
 
 
 class Subscription:
-    def __init__(self, topic: "Topic", name: str, cursor: Any, durable: bool,
-                 source: EntrySource | None = None, view: CursorView | None = None) -> None:
+    def __init__(
+        self,
+        topic: "Topic",
+        name: str,
+        cursor: Any,
+        durable: bool,
+        source: EntrySource | None = None,
+        view: CursorView | None = None,
+    ) -> None:
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -188,9 +209,14 @@ class Subscription:
                 )
             if sub_type == EXCLUSIVE:
                 raise ConsumerBusy(f"exclusive consumer is already connected to subscription {self.name!r}")
-        if self.dispatcher is None or self.sub_type != sub_type or (
-            sub_type == KEY_SHARED and not self.dispatcher.consumers
-            and getattr(self.dispatcher, "sticky", None) != key_shared_sticky
+        if (
+            self.dispatcher is None
+            or self.sub_type != sub_type
+            or (
+                sub_type == KEY_SHARED
+                and not self.dispatcher.consumers
+                and getattr(self.dispatcher, "sticky", None) != key_shared_sticky
+            )
         ):
             start = self.dispatcher.read_position if self.dispatcher else self.first_unacked_position()
             if self.dispatcher is not None:
@@ -248,9 +274,11 @@ class Subscription:
         for position, ack_set in acks:
             if ack_set:
                 remaining = self.batch_remaining.get(position)
-                merged = list(ack_set) if remaining is None else [
-                    a & b for a, b in itertools.zip_longest(remaining, ack_set, fillvalue=0)
-                ]
+                merged = (
+                    list(ack_set)
+                    if remaining is None
+                    else [a & b for a, b in itertools.zip_longest(remaining, ack_set, fillvalue=0)]
+                )
                 if any(merged):
                     self.batch_remaining[position] = merged
                     self._batch_acked.add(position)
@@ -311,7 +339,11 @@ class Subscription:
                 batch = None
                 if self._batch_dirty:
                     self._batch_dirty = False
-                    batch = {str(p): self.batch_remaining[p] for p in self._batch_acked if p in self.batch_remaining}
+                    batch = {
+                        str(p): self.batch_remaining[p]
+                        for p in self._batch_acked
+                        if p in self.batch_remaining
+                    }
                 try:
                     self.view = await self.topic.run_blocking(self._write_acks, individual, up_to, batch)
                 except Exception:
@@ -326,8 +358,9 @@ class Subscription:
         finally:
             self._flush_task = None
 
-    def _write_acks(self, individual: list[Position], up_to: Position | None,
-                    batch: dict[str, list[int]] | None = None) -> CursorView:
+    def _write_acks(
+        self, individual: list[Position], up_to: Position | None, batch: dict[str, list[int]] | None = None
+    ) -> CursorView:
         # runs in the thread pool
         if up_to is not None:
             self.cursor.ack_cumulative(up_to)

@@ -45,8 +45,14 @@ PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 class Topic:
-    def __init__(self, service: "BrokerService", name: TopicName, ledger: Any,
-                 last_position: Position | None = None, newest_ledger_id: int = -1) -> None:
+    def __init__(
+        self,
+        service: "BrokerService",
+        name: TopicName,
+        ledger: Any,
+        last_position: Position | None = None,
+        newest_ledger_id: int = -1,
+    ) -> None:
         self.service = service
         self.topic_name = name
         self.name = str(name)
@@ -107,7 +113,9 @@ class Topic:
                 entries = [e for e, _, _ in batch if e is not None]
                 times = [t for e, t, _ in batch if e is not None]
                 try:
-                    positions = await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
+                    positions = (
+                        await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
+                    )
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
@@ -161,8 +169,9 @@ class Topic:
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
         check_producers(self.service.config, self.name, len(self.producers))
-        fenced = check_access(list(self.producers.values()), producer.access_mode, producer.name,
-                              bool(self._exclusive_waiters))
+        fenced = check_access(
+            list(self.producers.values()), producer.access_mode, producer.name, bool(self._exclusive_waiters)
+        )
         if producer.exclusive:
             check_epoch(producer, self.epoch)
         if producer.access_mode == EXCLUSIVE_WITH_FENCING:
@@ -239,9 +248,16 @@ class Topic:
             return factory(self)
         return self.source
 
-    async def subscribe(self, name: str, durable: bool, initial_position: Any,
-                        make_consumer: Callable[[Subscription], Consumer], sub_type: int,
-                        key_shared_sticky: bool = False, read_compacted: bool = False) -> Consumer:
+    async def subscribe(
+        self,
+        name: str,
+        durable: bool,
+        initial_position: Any,
+        make_consumer: Callable[[Subscription], Consumer],
+        sub_type: int,
+        key_shared_sticky: bool = False,
+        read_compacted: bool = False,
+    ) -> Consumer:
         """Find or create the subscription and attach a consumer to it."""
         if self.closed:
             raise StorageError(f"topic {self.name} is closing")
@@ -251,7 +267,9 @@ class Topic:
             if sub is None:
                 if not name:
                     raise NotAllowed("subscription name is empty")
-                cursor, view = await self.run_blocking(_open_cursor, self.ledger, name, durable, initial_position)
+                cursor, view = await self.run_blocking(
+                    _open_cursor, self.ledger, name, durable, initial_position
+                )
                 sub = Subscription(self, name, cursor, durable, self.entry_source_for(read_compacted), view)
                 self.subscriptions[name] = sub
                 created = True
@@ -261,8 +279,11 @@ class Topic:
                     "cannot attach a consumer of the other kind"
                 )
             try:
-                check_consumers(self.service.config, sum(len(s.consumers) for s in self.subscriptions.values()),
-                                len(sub.consumers))
+                check_consumers(
+                    self.service.config,
+                    sum(len(s.consumers) for s in self.subscriptions.values()),
+                    len(sub.consumers),
+                )
                 consumer = make_consumer(sub)
                 sub.add_consumer(consumer, sub_type, key_shared_sticky)
             except BaseException:

@@ -39,8 +39,13 @@ from .units import format_bytes, parse_duration_seconds, parse_size
 class AdminClient:
     """Minimal HTTP client for the admin REST API (stdlib only: the CLI must start fast)."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0, auth: ClientAuth | None = None,
-                 tls: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 30.0,
+        auth: ClientAuth | None = None,
+        tls: ssl.SSLContext | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.auth = auth or ClientAuth()
@@ -49,14 +54,24 @@ class AdminClient:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AdminClient:
         """The client the global options describe (admin URL, credentials, TLS)."""
-        auth = client_auth(getattr(args, "auth_plugin", None), getattr(args, "auth_params", None),
-                           getattr(args, "tls_cert_file", None), getattr(args, "tls_key_file", None))
+        auth = client_auth(
+            getattr(args, "auth_plugin", None),
+            getattr(args, "auth_params", None),
+            getattr(args, "tls_cert_file", None),
+            getattr(args, "tls_key_file", None),
+        )
         tls = None
         if args.admin_url.lower().startswith("https://"):
-            tls = ssl_context(getattr(args, "tls_trust_cert_path", None), getattr(args, "tls_allow_insecure", False),
-                              getattr(args, "tls_enable_hostname_verification", False), auth)
+            tls = ssl_context(
+                getattr(args, "tls_trust_cert_path", None),
+                getattr(args, "tls_allow_insecure", False),
+                getattr(args, "tls_enable_hostname_verification", False),
+                auth,
+            )
         elif auth.method == "tls":
-            raise InvalidInput("TLS authentication needs an https:// --admin-url (the broker's webServicePortTls)")
+            raise InvalidInput(
+                "TLS authentication needs an https:// --admin-url (the broker's webServicePortTls)"
+            )
         return cls(args.admin_url, auth=auth, tls=tls)
 
     def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
@@ -75,18 +90,23 @@ class AdminClient:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self.tls) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as e:
-            raise AdminRequestError(f"{_reason(e)} (HTTP {e.code}){self._next_step(e.code)}", e.code) from None
+            raise AdminRequestError(
+                f"{_reason(e)} (HTTP {e.code}){self._next_step(e.code)}", e.code
+            ) from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLError):
                 raise AdminRequestError(
                     f"TLS with the admin API at {self.base_url} failed ({_tls_reason(e.reason)}); "
-                    "pass the broker's CA with --tls-trust-cert-path (or --tls-allow-insecure)") from None
+                    "pass the broker's CA with --tls-trust-cert-path (or --tls-allow-insecure)"
+                ) from None
             raise AdminRequestError(
                 f"cannot reach the admin API at {self.base_url} ({e.reason}); "
                 "is the broker running? (set --admin-url)"
             ) from None
         except ssl.SSLError as e:
-            raise AdminRequestError(f"TLS with the admin API at {self.base_url} failed ({_tls_reason(e)})") from None
+            raise AdminRequestError(
+                f"TLS with the admin API at {self.base_url} failed ({_tls_reason(e)})"
+            ) from None
         if not raw:
             return None
         try:
@@ -94,12 +114,13 @@ class AdminClient:
         except ValueError:
             return raw.decode(errors="replace")
 
-
     def _next_step(self, status: int) -> str:
         """What to do after a 401 or 403, appended to the broker's reason."""
         if status == 401 and self.auth.method is None:
-            return ("; the broker requires authentication: pass --auth-plugin token --auth-params "
-                    "token:<jwt> (or file:///path), basic, or tls with a client certificate")
+            return (
+                "; the broker requires authentication: pass --auth-plugin token --auth-params "
+                "token:<jwt> (or file:///path), basic, or tls with a client certificate"
+            )
         if status == 401:
             return f"; check the {self.auth.method} credentials given with --auth-params"
         if status == 403:
@@ -155,8 +176,12 @@ class Policy:
 
 
 def _threshold_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-t", "--threshold", required=True,
-                   help="backlog size that triggers compaction, e.g. 100M (0 disables)")
+    p.add_argument(
+        "-t",
+        "--threshold",
+        required=True,
+        help="backlog size that triggers compaction, e.g. 100M (0 disables)",
+    )
 
 
 def _retention_args(p: argparse.ArgumentParser) -> None:
@@ -176,19 +201,24 @@ def _retention_body(a: argparse.Namespace) -> dict:
 def _render_retention(body: Any) -> str:
     if not body:
         return "no retention policy set"
-    return (f"retentionTimeInMinutes={body.get('retentionTimeInMinutes')} "
-            f"retentionSizeInMB={body.get('retentionSizeInMB')}")
+    return (
+        f"retentionTimeInMinutes={body.get('retentionTimeInMinutes')} "
+        f"retentionSizeInMB={body.get('retentionSizeInMB')}"
+    )
 
 
 def _render_threshold(body: Any) -> str:
     if body is None:
         return "no compaction threshold set"
-    return f"{body} bytes ({format_bytes(int(body))})" if int(body) > 0 else "0 (automatic compaction disabled)"
+    return (
+        f"{body} bytes ({format_bytes(int(body))})" if int(body) > 0 else "0 (automatic compaction disabled)"
+    )
 
 
 def _lag_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
     def add(p: argparse.ArgumentParser) -> None:
         p.add_argument("-l", "--lag", required=True, help=f"{what}, e.g. 90, 30m or 1h (0 disables)")
+
     return add
 
 
@@ -197,13 +227,18 @@ def _render_seconds(body: Any) -> str:
 
 
 def _strategy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-s", "--strategy", required=True,
-                   help="keep-latest, keep-first, event-time, or a dotted class name")
+    p.add_argument(
+        "-s", "--strategy", required=True, help="keep-latest, keep-first, event-time, or a dotted class name"
+    )
 
 
 def _null_key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--retain", required=True, choices=("true", "false"),
-                   help="keep keyless messages in the compacted view")
+    p.add_argument(
+        "--retain",
+        required=True,
+        choices=("true", "false"),
+        help="keep keyless messages in the compacted view",
+    )
 
 
 def _dedup_args(p: argparse.ArgumentParser) -> None:
@@ -217,25 +252,36 @@ def _enable_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
         g = p.add_mutually_exclusive_group(required=True)
         g.add_argument("-e", "--enable", action="store_true", help=f"enable {what}")
         g.add_argument("-d", "--disable", action="store_true", help=f"disable {what}")
+
     return add
 
 
 def _schema_strategy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-c", "--compatibility", required=True,
-                   help="ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, "
-                        "FORWARD_TRANSITIVE or FULL_TRANSITIVE")
+    p.add_argument(
+        "-c",
+        "--compatibility",
+        required=True,
+        help="ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, "
+        "FORWARD_TRANSITIVE or FULL_TRANSITIVE",
+    )
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", required=True, help="table location (for a namespace: the base directory)")
-    p.add_argument("--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet")
+    p.add_argument(
+        "--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet"
+    )
     p.add_argument("--view", choices=("compacted", "latest"), default="compacted")
     p.add_argument("--partition-by", default="", help="comma-separated columns to partition the table by")
 
 
 def _export_body(a: argparse.Namespace) -> dict:
-    return {"path": a.path, "format": a.table_format, "view": a.view,
-            "partitionBy": [c.strip() for c in a.partition_by.split(",") if c.strip()]}
+    return {
+        "path": a.path,
+        "format": a.table_format,
+        "view": a.view,
+        "partitionBy": [c.strip() for c in a.partition_by.split(",") if c.strip()],
+    }
 
 
 def _render_export(b: Any) -> str:
@@ -250,35 +296,94 @@ def _not_set_or(b: Any) -> str:
 
 
 POLICIES = (
-    Policy("compaction-threshold", "compactionThreshold", _threshold_args,
-           lambda a: parse_size(a.threshold), _render_threshold, namespace_set_method="PUT"),
+    Policy(
+        "compaction-threshold",
+        "compactionThreshold",
+        _threshold_args,
+        lambda a: parse_size(a.threshold),
+        _render_threshold,
+        namespace_set_method="PUT",
+    ),
     Policy("retention", "retention", _retention_args, _retention_body, _render_retention),
-    Policy("compaction-strategy", "compactionStrategy", _strategy_args, lambda a: a.strategy,
-           lambda b: b if b else "no compaction strategy set"),
-    Policy("retain-null-key", "compactionRetainNullKey", _null_key_args,
-           lambda a: parse_bool(a.retain), lambda b: "not set" if b is None else str(b).lower()),
+    Policy(
+        "compaction-strategy",
+        "compactionStrategy",
+        _strategy_args,
+        lambda a: a.strategy,
+        lambda b: b if b else "no compaction strategy set",
+    ),
+    Policy(
+        "retain-null-key",
+        "compactionRetainNullKey",
+        _null_key_args,
+        lambda a: parse_bool(a.retain),
+        lambda b: "not set" if b is None else str(b).lower(),
+    ),
     # ours: time-based compaction (compaction.lag), pulsar-admin style verbs
-    Policy("compaction-max-lag", "compactionMaxLagSeconds",
-           _lag_args("compact once the oldest uncompacted message is this old"),
-           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
-    Policy("compaction-min-lag", "compactionMinLagSeconds",
-           _lag_args("leave messages younger than this uncompacted"),
-           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
-    Policy("compaction-tombstone-retention", "compactionTombstoneRetentionSeconds",
-           _lag_args("keep tombstones in the compacted view until they are this old"),
-           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
-    Policy("compacted-view-key-ttl", "compactedViewKeyTtlSeconds",
-           _lag_args("drop a key from the compacted view once its latest message is this old"),
-           lambda a: parse_duration_seconds(a.lag), _render_seconds, namespace_set_method="PUT"),
-    Policy("deduplication", "deduplicationEnabled", _dedup_args, lambda a: bool(a.enable),
-           lambda b: "not set" if b is None else str(b).lower(), namespace_path="deduplication"),
-    Policy("schema-compatibility-strategy", "schemaCompatibilityStrategy", _schema_strategy_args,
-           lambda a: a.compatibility.upper(), _not_set_or, topic_set_method="PUT", namespace_set_method="PUT"),
-    Policy("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", _enable_args("schema auto update"),
-           lambda a: bool(a.enable), _not_set_or),
+    Policy(
+        "compaction-max-lag",
+        "compactionMaxLagSeconds",
+        _lag_args("compact once the oldest uncompacted message is this old"),
+        lambda a: parse_duration_seconds(a.lag),
+        _render_seconds,
+        namespace_set_method="PUT",
+    ),
+    Policy(
+        "compaction-min-lag",
+        "compactionMinLagSeconds",
+        _lag_args("leave messages younger than this uncompacted"),
+        lambda a: parse_duration_seconds(a.lag),
+        _render_seconds,
+        namespace_set_method="PUT",
+    ),
+    Policy(
+        "compaction-tombstone-retention",
+        "compactionTombstoneRetentionSeconds",
+        _lag_args("keep tombstones in the compacted view until they are this old"),
+        lambda a: parse_duration_seconds(a.lag),
+        _render_seconds,
+        namespace_set_method="PUT",
+    ),
+    Policy(
+        "compacted-view-key-ttl",
+        "compactedViewKeyTtlSeconds",
+        _lag_args("drop a key from the compacted view once its latest message is this old"),
+        lambda a: parse_duration_seconds(a.lag),
+        _render_seconds,
+        namespace_set_method="PUT",
+    ),
+    Policy(
+        "deduplication",
+        "deduplicationEnabled",
+        _dedup_args,
+        lambda a: bool(a.enable),
+        lambda b: "not set" if b is None else str(b).lower(),
+        namespace_path="deduplication",
+    ),
+    Policy(
+        "schema-compatibility-strategy",
+        "schemaCompatibilityStrategy",
+        _schema_strategy_args,
+        lambda a: a.compatibility.upper(),
+        _not_set_or,
+        topic_set_method="PUT",
+        namespace_set_method="PUT",
+    ),
+    Policy(
+        "is-allow-auto-update-schema",
+        "isAllowAutoUpdateSchema",
+        _enable_args("schema auto update"),
+        lambda a: bool(a.enable),
+        _not_set_or,
+    ),
     Policy("compacted-export", "compactedExport", _export_args, _export_body, _render_export),
-    Policy("schema-validation-enforce", "schemaValidationEnforced", _enable_args("schema validation"),
-           lambda a: bool(a.enable), _not_set_or),
+    Policy(
+        "schema-validation-enforce",
+        "schemaValidationEnforced",
+        _enable_args("schema validation"),
+        lambda a: bool(a.enable),
+        _not_set_or,
+    ),
 )
 
 
@@ -289,19 +394,37 @@ def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> Non
         p = sub.add_parser(f"set-{pol.command}", help=f"set the {pol.command} policy of a {target}")
         p.add_argument(target)
         pol.add_value_args(p)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
-            c.request(getattr(pol, set_method_attr), f"{path_of(getattr(a, target))}/{suffix}",
-                      pol.body_from_args(a)),
-            o.done(f"{pol.command} set on {getattr(a, target)}"))))
+        p.set_defaults(
+            func=_run(
+                lambda a, c, o, pol=pol, suffix=suffix: (
+                    c.request(
+                        getattr(pol, set_method_attr),
+                        f"{path_of(getattr(a, target))}/{suffix}",
+                        pol.body_from_args(a),
+                    ),
+                    o.done(f"{pol.command} set on {getattr(a, target)}"),
+                )
+            )
+        )
         p = sub.add_parser(f"get-{pol.command}", help=f"show the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: o.result(
-            c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), pol.render)))
+        p.set_defaults(
+            func=_run(
+                lambda a, c, o, pol=pol, suffix=suffix: o.result(
+                    c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), pol.render
+                )
+            )
+        )
         p = sub.add_parser(f"remove-{pol.command}", help=f"remove the {pol.command} policy of a {target}")
         p.add_argument(target)
-        p.set_defaults(func=_run(lambda a, c, o, pol=pol, suffix=suffix: (
-            c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
-            o.done(f"{pol.command} removed from {getattr(a, target)}"))))
+        p.set_defaults(
+            func=_run(
+                lambda a, c, o, pol=pol, suffix=suffix: (
+                    c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
+                    o.done(f"{pol.command} removed from {getattr(a, target)}"),
+                )
+            )
+        )
 
 
 # --- permissions (namespaces and topics alike) ------------------------------------------------
@@ -317,31 +440,53 @@ def _actions(text: str) -> list[str]:
 def _render_permissions(body: Any) -> str:
     if not body:
         return "no permissions granted"
-    return "\n".join(f"{role}: {', '.join(actions) or '(no actions)'}" for role, actions in sorted(body.items()))
+    return "\n".join(
+        f"{role}: {', '.join(actions) or '(no actions)'}" for role, actions in sorted(body.items())
+    )
 
 
 def _add_permission_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
     """pulsar-admin's ``grant-permission``, ``revoke-permission`` and ``permissions``."""
+
     def role_path(a) -> str:
         return f"{path_of(getattr(a, target))}/permissions/{urllib.parse.quote(a.role, safe='')}"
 
     p = sub.add_parser("grant-permission", help=f"grant a role actions on a {target}")
     p.add_argument(target)
     p.add_argument("--role", required=True, help="the role (a token's subject, a user, a certificate's CN)")
-    p.add_argument("--actions", required=True, help="comma list: produce, consume (functions, packages, sinks, "
-                                                    "sources are stored too)")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("POST", role_path(a), _actions(a.actions)),
-        o.done(f"granted {a.role} {','.join(_actions(a.actions))} on {getattr(a, target)}"))))
+    p.add_argument(
+        "--actions",
+        required=True,
+        help="comma list: produce, consume (functions, packages, sinks, sources are stored too)",
+    )
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("POST", role_path(a), _actions(a.actions)),
+                o.done(f"granted {a.role} {','.join(_actions(a.actions))} on {getattr(a, target)}"),
+            )
+        )
+    )
     p = sub.add_parser("revoke-permission", help=f"revoke a role's permissions on a {target}")
     p.add_argument(target)
     p.add_argument("--role", required=True)
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("DELETE", role_path(a)), o.done(f"revoked {a.role} on {getattr(a, target)}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("DELETE", role_path(a)),
+                o.done(f"revoked {a.role} on {getattr(a, target)}"),
+            )
+        )
+    )
     p = sub.add_parser("permissions", help=f"show the permissions of a {target}")
     p.add_argument(target)
-    p.set_defaults(func=_run(lambda a, c, o: o.result(
-        c.request("GET", f"{path_of(getattr(a, target))}/permissions"), _render_permissions)))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: o.result(
+                c.request("GET", f"{path_of(getattr(a, target))}/permissions"), _render_permissions
+            )
+        )
+    )
 
 
 # --- tenants -----------------------------------------------------------------------------------
@@ -349,9 +494,15 @@ def _add_permission_commands(sub, target: str, path_of: Callable[[str], str]) ->
 
 def _tenant_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("tenant")
-    p.add_argument("-r", "--admin-roles", default="", help="comma list of the roles that administer the tenant")
-    p.add_argument("-c", "--allowed-clusters", default="",
-                   help="comma list of clusters the tenant may use (default: every cluster)")
+    p.add_argument(
+        "-r", "--admin-roles", default="", help="comma list of the roles that administer the tenant"
+    )
+    p.add_argument(
+        "-c",
+        "--allowed-clusters",
+        default="",
+        help="comma list of clusters the tenant may use (default: every cluster)",
+    )
 
 
 def _comma_list(text: str) -> list[str]:
@@ -366,8 +517,10 @@ def _tenant_body(a) -> dict:
 
 
 def _render_tenant(body: Any) -> str:
-    return (f"adminRoles: {', '.join(body.get('adminRoles') or []) or '(none)'}\n"
-            f"allowedClusters: {', '.join(body.get('allowedClusters') or []) or '(none)'}")
+    return (
+        f"adminRoles: {', '.join(body.get('adminRoles') or []) or '(none)'}\n"
+        f"allowedClusters: {', '.join(body.get('allowedClusters') or []) or '(none)'}"
+    )
 
 
 def _auto_topic_creation_body(a: argparse.Namespace) -> dict:
@@ -392,23 +545,50 @@ def _add_auto_topic_creation_commands(sub) -> None:
     suffix = "autoTopicCreation"
     p = sub.add_parser("set-auto-topic-creation", help="allow or forbid creating topics by using them")
     p.add_argument("namespace", help="tenant/namespace")
-    p.add_argument("-e", "--enable", action="store_true", help="allow automatic topic creation (default: forbid)")
-    p.add_argument("-t", "--type", default="non-partitioned", choices=("partitioned", "non-partitioned"),
-                   help="type of the topics created")
-    p.add_argument("-n", "--num-partitions", type=int, default=None,
-                   help="partitions of an auto-created partitioned topic")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("POST", f"{namespace_path(a.namespace)}/{suffix}", _auto_topic_creation_body(a)),
-        o.done(f"auto-topic-creation set on {a.namespace}"))))
+    p.add_argument(
+        "-e", "--enable", action="store_true", help="allow automatic topic creation (default: forbid)"
+    )
+    p.add_argument(
+        "-t",
+        "--type",
+        default="non-partitioned",
+        choices=("partitioned", "non-partitioned"),
+        help="type of the topics created",
+    )
+    p.add_argument(
+        "-n",
+        "--num-partitions",
+        type=int,
+        default=None,
+        help="partitions of an auto-created partitioned topic",
+    )
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("POST", f"{namespace_path(a.namespace)}/{suffix}", _auto_topic_creation_body(a)),
+                o.done(f"auto-topic-creation set on {a.namespace}"),
+            )
+        )
+    )
     p = sub.add_parser("get-auto-topic-creation", help="show the automatic topic creation policy")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: o.result(
-        c.request("GET", f"{namespace_path(a.namespace)}/{suffix}"), _render_auto_topic_creation)))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: o.result(
+                c.request("GET", f"{namespace_path(a.namespace)}/{suffix}"), _render_auto_topic_creation
+            )
+        )
+    )
     p = sub.add_parser("remove-auto-topic-creation", help="remove the policy (the broker settings apply)")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("DELETE", f"{namespace_path(a.namespace)}/{suffix}"),
-        o.done(f"auto-topic-creation removed from {a.namespace}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("DELETE", f"{namespace_path(a.namespace)}/{suffix}"),
+                o.done(f"auto-topic-creation removed from {a.namespace}"),
+            )
+        )
+    )
 
 
 # --- compaction status with a live progress bar -----------------------------------------------
@@ -432,8 +612,9 @@ def render_progress(status: dict, width: int = 30) -> str:
     return f"RUNNING {phase:<10} {done:,} entries"
 
 
-def wait_for_compaction(client: AdminClient, topic: str, out: Output, poll_seconds: float = 0.5,
-                        stream=sys.stderr) -> dict:
+def wait_for_compaction(
+    client: AdminClient, topic: str, out: Output, poll_seconds: float = 0.5, stream=sys.stderr
+) -> dict:
     """Poll the status until it leaves RUNNING, drawing progress on ``stream``; return the final status."""
     path = f"{topic_path(topic)}/compaction"
     live = hasattr(stream, "isatty") and stream.isatty()
@@ -456,8 +637,10 @@ def _finish_status(status: dict, out: Output) -> int:
     out.result(status, render_progress)
     if status.get("status") == "ERROR":
         if not out.json:
-            print(f"compactmq: error: compaction failed: {status.get('lastError') or 'no reason given'}",
-                  file=sys.stderr)
+            print(
+                f"compactmq: error: compaction failed: {status.get('lastError') or 'no reason given'}",
+                file=sys.stderr,
+            )
         return 1
     return 0
 
@@ -483,6 +666,7 @@ def _run(fn: Callable[[argparse.Namespace, AdminClient, Output], Any]):
     def run(args: argparse.Namespace) -> int:
         result = fn(args, AdminClient.from_args(args), Output(args.output))
         return result if isinstance(result, int) else 0
+
     return run
 
 
@@ -492,52 +676,87 @@ def _namespace_of_topics_arg(ns: str) -> str:
 
 def add_parser(subparsers) -> None:
     topics = subparsers.add_parser("topics", help="manage topics and their compaction").add_subparsers(
-        dest="topics_command", metavar="SUBCOMMAND", required=True)
+        dest="topics_command", metavar="SUBCOMMAND", required=True
+    )
 
     p = topics.add_parser("create", help="create a non-partitioned topic")
     p.add_argument("topic")
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", topic_path(a.topic)),
-                                              o.done(f"created {a.topic}"))))
+    p.set_defaults(
+        func=_run(lambda a, c, o: (c.request("PUT", topic_path(a.topic)), o.done(f"created {a.topic}")))
+    )
     p = topics.add_parser("create-partitioned-topic", help="create a partitioned topic")
     p.add_argument("topic")
     p.add_argument("-p", "--partitions", type=int, required=True)
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("PUT", f"{topic_path(a.topic)}/partitions", a.partitions),
-        o.done(f"created {a.topic} with {a.partitions} partitions"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("PUT", f"{topic_path(a.topic)}/partitions", a.partitions),
+                o.done(f"created {a.topic} with {a.partitions} partitions"),
+            )
+        )
+    )
     p = topics.add_parser("list", help="list the topics of a namespace")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", _namespace_of_topics_arg(a.namespace)))))
+    p.set_defaults(
+        func=_run(lambda a, c, o: o.result(c.request("GET", _namespace_of_topics_arg(a.namespace))))
+    )
     p = topics.add_parser("list-partitioned-topics", help="list the partitioned topics of a namespace")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: o.result(
-        c.request("GET", _namespace_of_topics_arg(a.namespace) + "/partitioned"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: o.result(c.request("GET", _namespace_of_topics_arg(a.namespace) + "/partitioned"))
+        )
+    )
     p = topics.add_parser("delete", help="delete a topic")
     p.add_argument("topic")
     p.add_argument("-f", "--force", action="store_true", help="delete even with producers/consumers attached")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("DELETE", topic_path(a.topic), query={"force": "true"} if a.force else None),
-        o.done(f"deleted {a.topic}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("DELETE", topic_path(a.topic), query={"force": "true"} if a.force else None),
+                o.done(f"deleted {a.topic}"),
+            )
+        )
+    )
     p = topics.add_parser("delete-partitioned-topic", help="delete a partitioned topic and its partitions")
     p.add_argument("topic")
     p.add_argument("-f", "--force", action="store_true")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("DELETE", f"{topic_path(a.topic)}/partitions", query={"force": "true"} if a.force else None),
-        o.done(f"deleted {a.topic}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request(
+                    "DELETE",
+                    f"{topic_path(a.topic)}/partitions",
+                    query={"force": "true"} if a.force else None,
+                ),
+                o.done(f"deleted {a.topic}"),
+            )
+        )
+    )
     p = topics.add_parser("stats", help="show a topic's stats, including compaction")
     p.add_argument("topic")
     p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/stats"))))
-    p = topics.add_parser("internal-stats", aliases=["stats-internal"],
-                          help="show ledgers, cursors, compacted ledger and horizon")
+    p = topics.add_parser(
+        "internal-stats",
+        aliases=["stats-internal"],
+        help="show ledgers, cursors, compacted ledger and horizon",
+    )
     p.add_argument("topic")
-    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/internalStats"))))
+    p.set_defaults(
+        func=_run(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/internalStats")))
+    )
     p = topics.add_parser("compact", help="trigger compaction of a topic")
     p.add_argument("topic")
     p.add_argument("-w", "--wait", action="store_true", help="wait for it to finish, showing progress")
     p.set_defaults(func=_run(_compact))
     p = topics.add_parser("compaction-status", help="show the status of the last compaction")
     p.add_argument("topic")
-    p.add_argument("-w", "--wait-complete", action="store_true",
-                   help="wait while it runs, showing progress; exit 1 if it fails")
+    p.add_argument(
+        "-w",
+        "--wait-complete",
+        action="store_true",
+        help="wait while it runs, showing progress; exit 1 if it fails",
+    )
     p.set_defaults(func=_run(_compaction_status))
     _add_policy_commands(topics, "topic", topic_path)
     _add_permission_commands(topics, "topic", topic_path)
@@ -545,24 +764,39 @@ def add_parser(subparsers) -> None:
 
     _add_export_commands(topics)
 
-    namespaces = subparsers.add_parser("namespaces", help="manage namespaces and their policies").add_subparsers(
-        dest="namespaces_command", metavar="SUBCOMMAND", required=True)
+    namespaces = subparsers.add_parser(
+        "namespaces", help="manage namespaces and their policies"
+    ).add_subparsers(dest="namespaces_command", metavar="SUBCOMMAND", required=True)
     p = namespaces.add_parser("create", help="create a namespace")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", namespace_path(a.namespace)),
-                                              o.done(f"created {a.namespace}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (c.request("PUT", namespace_path(a.namespace)), o.done(f"created {a.namespace}"))
+        )
+    )
     p = namespaces.add_parser("list", help="list the namespaces of a tenant")
     p.add_argument("tenant")
     p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/namespaces/{a.tenant}"))))
     p = namespaces.add_parser("topics", help="list the topics of a namespace (every domain with --mode ALL)")
     p.add_argument("namespace", help="tenant/namespace")
     p.add_argument("-m", "--mode", default="PERSISTENT", choices=("PERSISTENT", "NON_PERSISTENT", "ALL"))
-    p.set_defaults(func=_run(lambda a, c, o: o.result(
-        c.request("GET", f"{namespace_path(a.namespace)}/topics", query={"mode": a.mode}))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: o.result(
+                c.request("GET", f"{namespace_path(a.namespace)}/topics", query={"mode": a.mode})
+            )
+        )
+    )
     p = namespaces.add_parser("delete", help="delete an empty namespace")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", namespace_path(a.namespace)),
-                                              o.done(f"deleted {a.namespace}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("DELETE", namespace_path(a.namespace)),
+                o.done(f"deleted {a.namespace}"),
+            )
+        )
+    )
     _add_policy_commands(namespaces, "namespace", namespace_path)
     _add_permission_commands(namespaces, "namespace", namespace_path)
     _add_auto_topic_creation_commands(namespaces)
@@ -571,22 +805,42 @@ def add_parser(subparsers) -> None:
     add_offload_commands(topics, namespaces)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
-        dest="tenants_command", metavar="SUBCOMMAND", required=True)
+        dest="tenants_command", metavar="SUBCOMMAND", required=True
+    )
     p = tenants.add_parser("list", help="list tenants")
     p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", "/admin/v2/tenants"))))
     p = tenants.add_parser("create", help="create a tenant")
     _tenant_args(p)
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
-                                              o.done(f"created {a.tenant}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
+                o.done(f"created {a.tenant}"),
+            )
+        )
+    )
     p = tenants.add_parser("update", help="replace a tenant's admin roles and allowed clusters")
     _tenant_args(p)
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
-                                              o.done(f"updated {a.tenant}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
+                o.done(f"updated {a.tenant}"),
+            )
+        )
+    )
     p = tenants.add_parser("get", help="show a tenant's admin roles and allowed clusters")
     p.add_argument("tenant")
-    p.set_defaults(func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/tenants/{a.tenant}"),
-                                                      _render_tenant)))
+    p.set_defaults(
+        func=_run(lambda a, c, o: o.result(c.request("GET", f"/admin/v2/tenants/{a.tenant}"), _render_tenant))
+    )
     p = tenants.add_parser("delete", help="delete a tenant with no namespaces")
     p.add_argument("tenant")
-    p.set_defaults(func=_run(lambda a, c, o: (c.request("DELETE", f"/admin/v2/tenants/{a.tenant}"),
-                                              o.done(f"deleted {a.tenant}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("DELETE", f"/admin/v2/tenants/{a.tenant}"),
+                o.done(f"deleted {a.tenant}"),
+            )
+        )
+    )

@@ -32,8 +32,11 @@ from ..errors import InvalidInput
 
 PLUGIN_PACKAGE = "org.apache.pulsar.client.impl.auth."
 METHODS = {"token": "AuthenticationToken", "tls": "AuthenticationTls", "basic": "AuthenticationBasic"}
-_BY_NAME = {**{m: m for m in METHODS}, **{c: m for m, c in METHODS.items()},
-            **{PLUGIN_PACKAGE + c: m for m, c in METHODS.items()}}
+_BY_NAME = {
+    **{m: m for m in METHODS},
+    **{c: m for m, c in METHODS.items()},
+    **{PLUGIN_PACKAGE + c: m for m, c in METHODS.items()},
+}
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ def plugin_method(plugin: str) -> str:
     return method
 
 
-def client_auth(plugin: str | None, params: str | None, cert_file: str | None = None,
-                key_file: str | None = None) -> ClientAuth:
+def client_auth(
+    plugin: str | None, params: str | None, cert_file: str | None = None, key_file: str | None = None
+) -> ClientAuth:
     """The credentials the global options describe (InvalidInput, naming the option, if wrong)."""
     if not plugin:
         if params:
@@ -77,8 +81,10 @@ def client_auth(plugin: str | None, params: str | None, cert_file: str | None = 
     cert = values.get("tlsCertFile") or cert_file
     key = values.get("tlsKeyFile") or key_file
     if not cert or not key:
-        raise InvalidInput("TLS authentication needs a client certificate and key: "
-                           "--auth-params tlsCertFile:/path/cert.pem,tlsKeyFile:/path/key.pem")
+        raise InvalidInput(
+            "TLS authentication needs a client certificate and key: "
+            "--auth-params tlsCertFile:/path/cert.pem,tlsKeyFile:/path/key.pem"
+        )
     return ClientAuth(method, None, cert, key)
 
 
@@ -95,7 +101,7 @@ def _read_file_url(url: str, what: str) -> str:
 
 def _token(params: str) -> str:
     if params.startswith("token:"):
-        token = params[len("token:"):].strip()
+        token = params[len("token:") :].strip()
     elif params.startswith("file:"):
         token = _read_file_url(params, "token")
     elif params.startswith("{"):
@@ -125,7 +131,9 @@ def _basic(params: str) -> tuple[str, str]:
         values = {}
     user, password = values.get("userId"), values.get("password")
     if not user or password is None:
-        raise InvalidInput('basic authentication needs --auth-params \'{"userId":"USER","password":"PASSWORD"}\'')
+        raise InvalidInput(
+            'basic authentication needs --auth-params \'{"userId":"USER","password":"PASSWORD"}\''
+        )
     return str(user), str(password)
 
 
@@ -152,11 +160,16 @@ def _key_values(params: str) -> dict[str, str]:
     return out
 
 
-def ssl_context(trust_cert_path: str | None, allow_insecure: bool, verify_hostname: bool,
-                auth: ClientAuth) -> ssl.SSLContext:
+def ssl_context(
+    trust_cert_path: str | None, allow_insecure: bool, verify_hostname: bool, auth: ClientAuth
+) -> ssl.SSLContext:
     """The client TLS context for an ``https://`` admin URL."""
     try:
-        ctx = ssl.create_default_context(cafile=trust_cert_path) if trust_cert_path else ssl.create_default_context()
+        ctx = (
+            ssl.create_default_context(cafile=trust_cert_path)
+            if trust_cert_path
+            else ssl.create_default_context()
+        )
     except (OSError, ssl.SSLError) as e:
         raise InvalidInput(f"cannot load --tls-trust-cert-path {trust_cert_path}: {_ssl_reason(e)}") from None
     ctx.check_hostname = verify_hostname and not allow_insecure
@@ -164,12 +177,16 @@ def ssl_context(trust_cert_path: str | None, allow_insecure: bool, verify_hostna
         ctx.verify_mode = ssl.CERT_NONE
     if auth.cert_file:
         if not auth.key_file:
-            raise InvalidInput("a client certificate needs its key: --tls-key-file (or tlsKeyFile in --auth-params)")
+            raise InvalidInput(
+                "a client certificate needs its key: --tls-key-file (or tlsKeyFile in --auth-params)"
+            )
         try:
             ctx.load_cert_chain(auth.cert_file, auth.key_file)
         except (OSError, ssl.SSLError) as e:
-            raise InvalidInput(f"cannot load the client certificate {auth.cert_file} and key {auth.key_file}: "
-                               f"{_ssl_reason(e)}") from None
+            raise InvalidInput(
+                f"cannot load the client certificate {auth.cert_file} and key {auth.key_file}: "
+                f"{_ssl_reason(e)}"
+            ) from None
     return ctx
 
 

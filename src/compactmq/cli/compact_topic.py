@@ -36,17 +36,27 @@ def add_parser(subparsers) -> None:
         description="Run topic compaction out of the broker's process and commit it through the "
         "metadata store; a running broker switches to the new compacted view.",
     )
-    p.add_argument("--topic", required=True, help="topic name (short names expand to persistent://public/default/...)")
+    p.add_argument(
+        "--topic", required=True, help="topic name (short names expand to persistent://public/default/...)"
+    )
     p.add_argument("--data-dir", help="the broker's data directory (config key dataDir)")
     p.add_argument("--spark-master", metavar="URL", help="Spark master, e.g. local[4] or spark://host:7077")
     p.add_argument("--config", metavar="FILE", help="broker.conf-style file of key=value lines")
     p.add_argument(
-        "--config-override", metavar="KEY=VALUE", action="append", default=[],
+        "--config-override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
         help="override one config key (repeatable), e.g. spark.driver.memory=4g",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--seal-timeout", metavar="SECONDS", type=float, default=30.0,
-                   help="how long to wait for a running broker to seal the topic's current ledger (default 30)")
+    p.add_argument(
+        "--seal-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=30.0,
+        help="how long to wait for a running broker to seal the topic's current ledger (default 30)",
+    )
     p.set_defaults(func=run)
 
 
@@ -105,8 +115,10 @@ class ProgressLine:
         if not self.enabled:
             return
         pct = 100 * p.entries_processed // p.entries_total if p.entries_total else 100
-        line = (f"compact-topic {self.topic}: {p.phase:<9} {pct:3d}% "
-                f"({p.entries_processed}/{p.entries_total} entries) {time.monotonic() - self.t0:.1f}s")
+        line = (
+            f"compact-topic {self.topic}: {p.phase:<9} {pct:3d}% "
+            f"({p.entries_processed}/{p.entries_total} entries) {time.monotonic() - self.t0:.1f}s"
+        )
         if self.tty:
             self.stream.write("\r" + line)
         elif (p.phase, pct // 25) != self._last:  # a log file gets a few lines, not hundreds
@@ -129,14 +141,18 @@ def run(args: argparse.Namespace) -> int:
     if not topic.startswith("persistent://"):
         from ..errors import NotAllowed
 
-        raise NotAllowed(f"{topic}: compaction applies only to persistent topics (a non-persistent topic "
-                         "stores nothing)")
+        raise NotAllowed(
+            f"{topic}: compaction applies only to persistent topics (a non-persistent topic stores nothing)"
+        )
     check_data_dir(config.data_dir, topic)
     from ..storage.seal import NOT_SEALED, seal_before_compaction
 
     if seal_before_compaction(config.data_dir, config, topic, timeout=args.seal_timeout) == NOT_SEALED:
-        print(f"compact-topic {topic}: the broker did not seal the current ledger within {args.seal_timeout:g}s; "
-              "compacting the sealed ledgers only", file=sys.stderr)
+        print(
+            f"compact-topic {topic}: the broker did not seal the current ledger within {args.seal_timeout:g}s; "
+            "compacting the sealed ledgers only",
+            file=sys.stderr,
+        )
     storage = Storage(config.data_dir, config, read_only=True)
     progress = ProgressLine(topic, enabled=not args.quiet)
     try:
@@ -168,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
 def _text(b: dict) -> str:
     if b["compactedLedgerId"] is None:
         return f"{b['topic']}: nothing to compact (the topic is empty)"
-    return (f"{b['topic']}: compacted ledger {b['compactedLedgerId']} up to {b['horizon']}: "
-            f"{b['messagesKept']} of {b['messagesRead']} messages kept in {b['entriesWritten']} entries "
-            f"({b['durationMs']} ms)")
+    return (
+        f"{b['topic']}: compacted ledger {b['compactedLedgerId']} up to {b['horizon']}: "
+        f"{b['messagesKept']} of {b['messagesRead']} messages kept in {b['entriesWritten']} entries "
+        f"({b['durationMs']} ms)"
+    )

@@ -20,13 +20,19 @@ class ExportFailed(CompactMQError):
 
 def add_commands(topics) -> None:
     """Add ``export-compacted`` to the ``topics`` subcommands."""
-    p = topics.add_parser("export-compacted", help="write the compacted view as a Parquet/Delta/Iceberg table")
+    p = topics.add_parser(
+        "export-compacted", help="write the compacted view as a Parquet/Delta/Iceberg table"
+    )
     p.add_argument("topic")
     p.add_argument("--path", required=True, help="table location (directory or URI)")
-    p.add_argument("--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet")
+    p.add_argument(
+        "--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet"
+    )
     p.add_argument("--partition-by", default="", help="comma-separated columns to partition the table by")
     p.add_argument("--view", choices=("compacted", "latest"), default="compacted")
-    p.add_argument("--service-url", default="pulsar://127.0.0.1:6650", help="the broker's binary protocol URL")
+    p.add_argument(
+        "--service-url", default="pulsar://127.0.0.1:6650", help="the broker's binary protocol URL"
+    )
     p.add_argument("--data-dir", default=None, help="read ledger files from this data directory instead")
     p.set_defaults(func=run)
 
@@ -41,8 +47,15 @@ def run(args: argparse.Namespace) -> int:
         options = {"service.url": args.service_url, "admin.url": args.admin_url}
     partition_by = [c.strip() for c in args.partition_by.split(",") if c.strip()]
     try:
-        message = export_compacted(get_session(), args.topic, args.path, args.table_format, view=args.view,
-                                   partition_by=partition_by, options=options)
+        message = export_compacted(
+            get_session(),
+            args.topic,
+            args.path,
+            args.table_format,
+            view=args.view,
+            partition_by=partition_by,
+            options=options,
+        )
     except CompactMQError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark wraps the source's error in a long JVM message
@@ -53,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
 
 def reason(error: BaseException) -> str:
     """The innermost ``SomethingError: message`` line of a (Spark-wrapped) error, else its first line."""
-    lines = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|NotFound|Configuration|Loss|Exception)): (.+)$",
-                       str(error), re.MULTILINE)
+    lines = re.findall(
+        r"^\s*(?:[\w.]+\.)?(\w+(?:Error|NotFound|Configuration|Loss|Exception)): (.+)$",
+        str(error),
+        re.MULTILINE,
+    )
     if lines:
         name, text = lines[-1]
         return f"{name}: {text.strip()}"

@@ -23,12 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compactmq",
         description="A Pulsar-compatible broker with topic compaction on Apache Spark.",
     )
-    parser.add_argument(
-        "--admin-url", default="http://127.0.0.1:8080", help="admin REST API of the broker"
-    )
-    parser.add_argument(
-        "--output", choices=("text", "json"), default="text", help="how results are printed"
-    )
+    parser.add_argument("--admin-url", default="http://127.0.0.1:8080", help="admin REST API of the broker")
+    parser.add_argument("--output", choices=("text", "json"), default="text", help="how results are printed")
     _add_security_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -46,16 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_security_options(parser: argparse.ArgumentParser) -> None:
     """pulsar-admin's global options for a broker with authentication or TLS (``admin_auth``)."""
     g = parser.add_argument_group("security (pulsar-admin's global options)")
-    g.add_argument("--auth-plugin", metavar="CLASS",
-                   help="org.apache.pulsar.client.impl.auth.AuthenticationToken, AuthenticationTls or "
-                        "AuthenticationBasic (or token, tls, basic)")
-    g.add_argument("--auth-params", metavar="PARAMS",
-                   help='token:<jwt> or file:///path; basic {"userId":"u","password":"p"}; '
-                        "tls tlsCertFile:/path,tlsKeyFile:/path")
+    g.add_argument(
+        "--auth-plugin",
+        metavar="CLASS",
+        help="org.apache.pulsar.client.impl.auth.AuthenticationToken, AuthenticationTls or "
+        "AuthenticationBasic (or token, tls, basic)",
+    )
+    g.add_argument(
+        "--auth-params",
+        metavar="PARAMS",
+        help='token:<jwt> or file:///path; basic {"userId":"u","password":"p"}; '
+        "tls tlsCertFile:/path,tlsKeyFile:/path",
+    )
     g.add_argument("--tls-trust-cert-path", metavar="FILE", help="CA certificate(s) that signed the broker's")
     g.add_argument("--tls-allow-insecure", action="store_true", help="accept any broker certificate")
-    g.add_argument("--tls-enable-hostname-verification", action="store_true",
-                   help="check that the broker's certificate names the admin URL's host")
+    g.add_argument(
+        "--tls-enable-hostname-verification",
+        action="store_true",
+        help="check that the broker's certificate names the admin URL's host",
+    )
     g.add_argument("--tls-cert-file", metavar="FILE", help="client certificate for TLS authentication")
     g.add_argument("--tls-key-file", metavar="FILE", help="private key of --tls-cert-file")
 

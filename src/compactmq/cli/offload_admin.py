@@ -90,8 +90,12 @@ def _set_threshold(a, c: AdminClient, out: Output) -> int:
 
 def _policies_body(a) -> dict[str, Any]:
     body: dict[str, Any] = {"managedLedgerOffloadDriver": a.driver}
-    for attr, key in (("bucket", "s3ManagedLedgerOffloadBucket"), ("region", "s3ManagedLedgerOffloadRegion"),
-                      ("endpoint", "s3ManagedLedgerOffloadServiceEndpoint"), ("fs_uri", "fileSystemURI")):
+    for attr, key in (
+        ("bucket", "s3ManagedLedgerOffloadBucket"),
+        ("region", "s3ManagedLedgerOffloadRegion"),
+        ("endpoint", "s3ManagedLedgerOffloadServiceEndpoint"),
+        ("fs_uri", "fileSystemURI"),
+    ):
         if getattr(a, attr):
             body[key] = getattr(a, attr)
     if a.driver.lower() in ("google-cloud-storage", "gcs") and a.bucket:
@@ -103,49 +107,79 @@ def _policies_body(a) -> dict[str, Any]:
     if a.offload_after_threshold:
         body["managedLedgerOffloadThresholdInBytes"] = parse_size(a.offload_after_threshold)
     if a.offload_after_threshold_in_seconds:
-        body["managedLedgerOffloadThresholdInSeconds"] = parse_duration_seconds(a.offload_after_threshold_in_seconds)
+        body["managedLedgerOffloadThresholdInSeconds"] = parse_duration_seconds(
+            a.offload_after_threshold_in_seconds
+        )
     if a.offload_deletion_lag is not None:
-        body["managedLedgerOffloadDeletionLagInMillis"] = parse_duration_seconds(a.offload_deletion_lag) * 1000
+        body["managedLedgerOffloadDeletionLagInMillis"] = (
+            parse_duration_seconds(a.offload_deletion_lag) * 1000
+        )
     return body
 
 
 def _get(path_suffix: str, render):
-    return _run(lambda a, c, o: o.result(c.request("GET", f"{namespace_path(a.namespace)}/{path_suffix}"), render))
+    return _run(
+        lambda a, c, o: o.result(c.request("GET", f"{namespace_path(a.namespace)}/{path_suffix}"), render)
+    )
 
 
 def _delete(path_suffix: str, what: str):
-    return _run(lambda a, c, o: (c.request("DELETE", f"{namespace_path(a.namespace)}/{path_suffix}"),
-                                 o.done(f"{what} removed from {a.namespace}")))
+    return _run(
+        lambda a, c, o: (
+            c.request("DELETE", f"{namespace_path(a.namespace)}/{path_suffix}"),
+            o.done(f"{what} removed from {a.namespace}"),
+        )
+    )
 
 
 def add_commands(topics, namespaces) -> None:
     """Add the offload commands to the ``topics`` and ``namespaces`` sub-parsers."""
     p = topics.add_parser("offload", help="offload a topic's older ledgers to the configured object store")
     p.add_argument("topic")
-    p.add_argument("-s", "--size-threshold", required=True,
-                   help="data to keep in the broker's local storage, e.g. 10M; the rest is offloaded")
+    p.add_argument(
+        "-s",
+        "--size-threshold",
+        required=True,
+        help="data to keep in the broker's local storage, e.g. 10M; the rest is offloaded",
+    )
     p.set_defaults(func=_run(_offload))
     p = topics.add_parser("offload-status", help="status of the last offload of a topic")
     p.add_argument("topic")
-    p.add_argument("-w", "--wait-complete", action="store_true", help="wait while it runs; exit 1 if it fails")
+    p.add_argument(
+        "-w", "--wait-complete", action="store_true", help="wait while it runs; exit 1 if it fails"
+    )
     p.set_defaults(func=_run(_offload_status))
 
-    p = namespaces.add_parser("set-offload-threshold", help="bytes (and/or age) after which ledgers are offloaded")
+    p = namespaces.add_parser(
+        "set-offload-threshold", help="bytes (and/or age) after which ledgers are offloaded"
+    )
     p.add_argument("namespace", help="tenant/namespace")
-    p.add_argument("-s", "--size", help="data kept locally per topic, e.g. 10M (-1: never offload, 0: at once)")
+    p.add_argument(
+        "-s", "--size", help="data kept locally per topic, e.g. 10M (-1: never offload, 0: at once)"
+    )
     p.add_argument("--time", help="offload ledgers older than this, e.g. 1h (-1: never)")
     p.set_defaults(func=_run(_set_threshold))
     p = namespaces.add_parser("get-offload-threshold", help="the namespace's offload threshold in bytes")
     p.add_argument("namespace")
     p.set_defaults(func=_get("offloadThreshold", lambda b: "not set" if b is None else f"{b} bytes"))
 
-    p = namespaces.add_parser("set-offload-deletion-lag",
-                              help="how long after offload the local copy of a ledger is deleted")
+    p = namespaces.add_parser(
+        "set-offload-deletion-lag", help="how long after offload the local copy of a ledger is deleted"
+    )
     p.add_argument("namespace")
     p.add_argument("-l", "--lag", required=True, help="e.g. 10m, 4h, 0")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("PUT", f"{namespace_path(a.namespace)}/offloadDeletionLagMs", parse_duration_seconds(a.lag) * 1000),
-        o.done(f"offload deletion lag set on {a.namespace}"))))
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request(
+                    "PUT",
+                    f"{namespace_path(a.namespace)}/offloadDeletionLagMs",
+                    parse_duration_seconds(a.lag) * 1000,
+                ),
+                o.done(f"offload deletion lag set on {a.namespace}"),
+            )
+        )
+    )
     p = namespaces.add_parser("get-offload-deletion-lag", help="the namespace's offload deletion lag")
     p.add_argument("namespace")
     p.set_defaults(func=_get("offloadDeletionLagMs", lambda b: "not set" if b is None else f"{b} ms"))
@@ -163,17 +197,31 @@ def add_commands(topics, namespaces) -> None:
     p.add_argument("-mbs", "--maxBlockSize", dest="max_block_size", help="block size, e.g. 64M")
     p.add_argument("-rbs", "--readBufferSize", dest="read_buffer_size", help="read buffer size, e.g. 1M")
     p.add_argument("-t", "--offloadAfterThreshold", dest="offload_after_threshold", help="e.g. 10G")
-    p.add_argument("-ts", "--offloadAfterThresholdInSeconds", dest="offload_after_threshold_in_seconds",
-                   help="e.g. 1d")
-    p.add_argument("-dl", "--offloadDeletionLagInMillis", dest="offload_deletion_lag",
-                   help="deletion lag, e.g. 4h (named after Pulsar's flag; a duration)")
-    p.set_defaults(func=_run(lambda a, c, o: (
-        c.request("POST", f"{namespace_path(a.namespace)}/offloadPolicies", _policies_body(a)),
-        o.done(f"offload policies set on {a.namespace}"))))
+    p.add_argument(
+        "-ts", "--offloadAfterThresholdInSeconds", dest="offload_after_threshold_in_seconds", help="e.g. 1d"
+    )
+    p.add_argument(
+        "-dl",
+        "--offloadDeletionLagInMillis",
+        dest="offload_deletion_lag",
+        help="deletion lag, e.g. 4h (named after Pulsar's flag; a duration)",
+    )
+    p.set_defaults(
+        func=_run(
+            lambda a, c, o: (
+                c.request("POST", f"{namespace_path(a.namespace)}/offloadPolicies", _policies_body(a)),
+                o.done(f"offload policies set on {a.namespace}"),
+            )
+        )
+    )
     p = namespaces.add_parser("get-offload-policies", help="the namespace's offload policies")
     p.add_argument("namespace")
-    p.set_defaults(func=_get("offloadPolicies", lambda b: "not set" if not b else
-                             " ".join(f"{k}={v}" for k, v in sorted(b.items()))))
+    p.set_defaults(
+        func=_get(
+            "offloadPolicies",
+            lambda b: "not set" if not b else " ".join(f"{k}={v}" for k, v in sorted(b.items())),
+        )
+    )
     p = namespaces.add_parser("remove-offload-policies", help="remove the namespace's offload policies")
     p.add_argument("namespace")
     p.set_defaults(func=_delete("offloadPolicies", "offload policies"))

@@ -51,8 +51,10 @@ def _get(a: argparse.Namespace, c: AdminClient, out: Output) -> None:
 def _upload(a: argparse.Namespace, c: AdminClient, out: Output) -> None:
     body = c.request("POST", f"{schema_path(a.topic)}/schema", _payload(a.filename))
     version = (body or {}).get("version", {})
-    out.done(f"schema version {version.get('version') if isinstance(version, dict) else version} "
-             f"registered on {a.topic}")
+    out.done(
+        f"schema version {version.get('version') if isinstance(version, dict) else version} "
+        f"registered on {a.topic}"
+    )
 
 
 def _delete(a: argparse.Namespace, c: AdminClient, out: Output) -> None:
@@ -62,14 +64,20 @@ def _delete(a: argparse.Namespace, c: AdminClient, out: Output) -> None:
 
 def _compatibility(a: argparse.Namespace, c: AdminClient, out: Output) -> int:
     body = c.request("POST", f"{schema_path(a.topic)}/compatibility", _payload(a.filename)) or {}
-    out.result(body, lambda b: ("compatible" if b.get("compatibility") else f"incompatible: {b.get('reason', '')}")
-               + f" (strategy {b.get('schemaCompatibilityStrategy')})")
+    out.result(
+        body,
+        lambda b: (
+            ("compatible" if b.get("compatibility") else f"incompatible: {b.get('reason', '')}")
+            + f" (strategy {b.get('schemaCompatibilityStrategy')})"
+        ),
+    )
     return 0 if body.get("compatibility") else 1
 
 
 def add_parser(subparsers) -> None:
     schemas = subparsers.add_parser("schemas", help="manage topic schemas").add_subparsers(
-        dest="schemas_command", metavar="SUBCOMMAND", required=True)
+        dest="schemas_command", metavar="SUBCOMMAND", required=True
+    )
     p = schemas.add_parser("get", help="show a topic's schema")
     p.add_argument("topic")
     p.add_argument("-v", "--version", type=int, help="this version rather than the latest")
@@ -81,7 +89,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_run(_upload))
     p = schemas.add_parser("delete", help="delete a topic's schema")
     p.add_argument("topic")
-    p.add_argument("-f", "--force", action="store_true", help="erase every version, not only the one in force")
+    p.add_argument(
+        "-f", "--force", action="store_true", help="erase every version, not only the one in force"
+    )
     p.set_defaults(func=_run(_delete))
     p = schemas.add_parser("compatibility", help="test a schema against the topic's compatibility strategy")
     p.add_argument("topic")

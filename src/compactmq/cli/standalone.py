@@ -29,13 +29,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--bind", help="address to listen on (default 127.0.0.1; bindAddress)")
     p.add_argument("--broker-port", type=int, help="Pulsar binary protocol port (default 6650)")
     p.add_argument("--web-port", type=int, help="admin REST API and /metrics port (default 8080)")
-    p.add_argument("--broker-port-tls", type=int,
-                   help="binary protocol over TLS, pulsar+ssl:// (brokerServicePortTls; default off)")
-    p.add_argument("--web-port-tls", type=int,
-                   help="admin REST API over HTTPS (webServicePortTls; default off)")
+    p.add_argument(
+        "--broker-port-tls",
+        type=int,
+        help="binary protocol over TLS, pulsar+ssl:// (brokerServicePortTls; default off)",
+    )
+    p.add_argument(
+        "--web-port-tls", type=int, help="admin REST API over HTTPS (webServicePortTls; default off)"
+    )
     p.add_argument("--config", metavar="FILE", help="broker.conf-style file of key=value lines")
     p.add_argument(
-        "--config-override", metavar="KEY=VALUE", action="extend", nargs="+", default=[],
+        "--config-override",
+        metavar="KEY=VALUE",
+        action="extend",
+        nargs="+",
+        default=[],
         help="override config keys (several after one flag, or the flag repeated), "
         "e.g. keepAliveIntervalSeconds=10 allowAutoTopicCreation=false",
     )
@@ -69,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     ignored = config.ignored_keys
     if ignored:  # a Pulsar broker.conf/standalone.conf: keys of parts compactmq does not have
         logging.getLogger(__name__).warning(
-            "ignoring %d Pulsar config keys compactmq has no part for: %s", len(ignored), ", ".join(ignored))
+            "ignoring %d Pulsar config keys compactmq has no part for: %s", len(ignored), ", ".join(ignored)
+        )
     try:
         import uvloop  # optional: the "fast" extra
     except ImportError:
@@ -91,9 +100,13 @@ async def _serve(config) -> int:
         loop.add_signal_handler(sig, stop.set)
     broker_url, web_url = server.urls
     broker_tls, web_tls = server.tls_urls
-    tls_part = (f" broker-tls {broker_tls}" if broker_tls else "") + (f" web-tls {web_tls}" if web_tls else "")
-    print(f"compactmq standalone ready: broker {broker_url} web {web_url}{tls_part} data {config.data_dir}",
-          flush=True)
+    tls_part = (f" broker-tls {broker_tls}" if broker_tls else "") + (
+        f" web-tls {web_tls}" if web_tls else ""
+    )
+    print(
+        f"compactmq standalone ready: broker {broker_url} web {web_url}{tls_part} data {config.data_dir}",
+        flush=True,
+    )
     await stop.wait()
     print("compactmq standalone: shutting down", file=sys.stderr, flush=True)
     await server.shutdown()

@@ -55,7 +55,8 @@ ALGORITHMS = HMAC_ALGORITHMS + KEY_PAIR_ALGORITHMS
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "tokens", help="create token keys and tokens, show and validate tokens (bin/pulsar tokens)",
+        "tokens",
+        help="create token keys and tokens, show and validate tokens (bin/pulsar tokens)",
         description="Pulsar's token tool: keys for tokenSecretKey/tokenPublicKey, and the tokens clients "
         "pass with --auth-params token:... or AuthenticationToken.",
     )
@@ -75,15 +76,29 @@ def add_parser(subparsers) -> None:
     k.set_defaults(func=cmd_create_key_pair)
 
     c = sub.add_parser("create", help="a new token for a role, signed with a secret or private key")
-    c.add_argument("-a", "--signature-algorithm", choices=ALGORITHMS,
-                   help="default: HS256/384/512 after the secret key's length, RS256 or the curve's ES*")
+    c.add_argument(
+        "-a",
+        "--signature-algorithm",
+        choices=ALGORITHMS,
+        help="default: HS256/384/512 after the secret key's length, RS256 or the curve's ES*",
+    )
     c.add_argument("-s", "--subject", required=True, help="the role (principal) the token stands for")
-    c.add_argument("-e", "--expiry-time", metavar="TIME",
-                   help="relative expiry, e.g. 30m, 1h, 7d, 1y (default: never expires)")
+    c.add_argument(
+        "-e",
+        "--expiry-time",
+        metavar="TIME",
+        help="relative expiry, e.g. 30m, 1h, 7d, 1y (default: never expires)",
+    )
     c.add_argument("-sk", "--secret-key", metavar="KEY", help="file:///path, data:;base64,..., or a path")
     c.add_argument("-pk", "--private-key", metavar="KEY", help="file:///path, data:;base64,..., or a path")
-    c.add_argument("-hs", "--headers", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra header of the token (repeat for several)")
+    c.add_argument(
+        "-hs",
+        "--headers",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra header of the token (repeat for several)",
+    )
     c.set_defaults(func=cmd_create)
 
     sh = sub.add_parser("show", help="print a token's header and payload (not verified)")
@@ -92,8 +107,12 @@ def add_parser(subparsers) -> None:
 
     v = sub.add_parser("validate", help="verify a token's signature and expiry and print its claims")
     _token_source(v)
-    v.add_argument("-a", "--signature-algorithm", choices=KEY_PAIR_ALGORITHMS,
-                   help="the algorithm of --public-key (default: the key's own, RS256 or ES*)")
+    v.add_argument(
+        "-a",
+        "--signature-algorithm",
+        choices=KEY_PAIR_ALGORITHMS,
+        help="the algorithm of --public-key (default: the key's own, RS256 or ES*)",
+    )
     v.add_argument("-sk", "--secret-key", metavar="KEY", help="file:///path, data:;base64,..., or a path")
     v.add_argument("-pk", "--public-key", metavar="KEY", help="file:///path, data:;base64,..., or a path")
     v.set_defaults(func=cmd_validate)
@@ -140,7 +159,9 @@ def cmd_create(args: argparse.Namespace) -> int:
             raise InvalidInput(f"a private key cannot sign {algorithm}: use --secret-key for HS*")
     expires_in = parse_relative_time(args.expiry_time) if args.expiry_time else None
     headers = dict(_header(item) for item in args.headers) or None
-    print(create_token(args.subject, signing_key, algorithm=algorithm, expires_in=expires_in, headers=headers))
+    print(
+        create_token(args.subject, signing_key, algorithm=algorithm, expires_in=expires_in, headers=headers)
+    )
     return 0
 
 
@@ -163,8 +184,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         algorithms = algorithms_for_key(key)
         if args.signature_algorithm and args.signature_algorithm not in algorithms:
             kind = "an EC" if algorithms == EC_ALGORITHMS else "an RSA"
-            raise InvalidInput(f"--signature-algorithm {args.signature_algorithm} does not match the public key "
-                               f"({kind} key)")
+            raise InvalidInput(
+                f"--signature-algorithm {args.signature_algorithm} does not match the public key ({kind} key)"
+            )
     claims = check_token(token, key, algorithms)  # the broker's own reasons for a refusal
     print(_java_map(claims))
     return 0
@@ -210,8 +232,10 @@ def _read_token(args: argparse.Namespace) -> str:
     elif os.environ.get("TOKEN"):
         token = os.environ["TOKEN"]
     else:
-        raise InvalidInput("the token needs to be passed as an argument, with --stdin or --token-file, "
-                           "or in the TOKEN environment variable")
+        raise InvalidInput(
+            "the token needs to be passed as an argument, with --stdin or --token-file, "
+            "or in the TOKEN environment variable"
+        )
     return token.strip()
 
 

@@ -16,7 +16,9 @@ def parse_size(text: str) -> int:
     m = _NUMBER_UNIT.match(str(text).strip())
     unit = m.group(2).upper() if m else None
     if not m or unit not in _SIZE_UNITS:
-        raise InvalidInput(f"invalid size {text!r}: use a number with an optional unit K, M, G or T (e.g. 100M)")
+        raise InvalidInput(
+            f"invalid size {text!r}: use a number with an optional unit K, M, G or T (e.g. 100M)"
+        )
     value = int(m.group(1))
     if value < -1:
         raise InvalidInput(f"invalid size {text!r}: must be -1 (no limit) or at least 0, e.g. 100M")
@@ -28,7 +30,9 @@ def parse_duration_seconds(text: str) -> int:
     m = _NUMBER_UNIT.match(str(text).strip())
     unit = m.group(2).upper() if m else None
     if not m or unit not in _DURATION_SECONDS:
-        raise InvalidInput(f"invalid duration {text!r}: use a number with an optional unit s, m, h, d, w or y (e.g. 3h)")
+        raise InvalidInput(
+            f"invalid duration {text!r}: use a number with an optional unit s, m, h, d, w or y (e.g. 3h)"
+        )
     value = int(m.group(1))
     if value < -1:
         raise InvalidInput(f"invalid duration {text!r}: must be -1 (forever) or at least 0, e.g. 3h")

@@ -262,8 +262,11 @@ class _ServiceView(CompactedView):
         self.view_id = hash(tuple(self.horizon)) & 0x7FFFFFFFFFFF
 
     def read(self, start, n: int) -> list:
-        return [(Position(*p), d) for p, d in self.service.read_compacted_entries(start, n)
-                if tuple(p) <= tuple(self.horizon)]
+        return [
+            (Position(*p), d)
+            for p, d in self.service.read_compacted_entries(start, n)
+            if tuple(p) <= tuple(self.horizon)
+        ]
 
     def get(self, position) -> Optional[bytes]:
         got = self.service.read_compacted_entries(position, 1)

@@ -227,7 +227,9 @@ class PartWriter:
         for lid, eid, data in zip(ledger_ids, entry_ids, blobs):
             self.append(int(lid), int(eid), data)
 
-    def append_ranges(self, ledger_id: int, entry_ids, buf: np.ndarray, src, lens, extra: np.ndarray, extra_off) -> int:
+    def append_ranges(
+        self, ledger_id: int, entry_ids, buf: np.ndarray, src, lens, extra: np.ndarray, extra_off
+    ) -> int:
         """Append, in one write, the entries whose bytes are ``buf[src[i]:+lens[i]]`` or (when
         ``extra_off[i] >= 0``) ``extra[extra_off[i]:+lens[i]]``; entries with ``lens[i] < 0`` are
         skipped. Returns how many were written."""
@@ -280,8 +282,10 @@ def write_manifest(store, prefix: str, parts: list[dict]) -> tuple[str, int, int
         key = part["path"]
         raw_idx = bytes(store.read_all(key + ".idx"))
         if len(raw_idx) % INDEX_DTYPE.itemsize:
-            raise StorageError(f"part index {key}.idx has {len(raw_idx)} bytes, not whole rows "
-                               f"(objects: {store.list(key.rsplit('/', 1)[0])}; {raw_idx[:64]!r})")
+            raise StorageError(
+                f"part index {key}.idx has {len(raw_idx)} bytes, not whole rows "
+                f"(objects: {store.list(key.rsplit('/', 1)[0])}; {raw_idx[:64]!r})"
+            )
         idx = np.frombuffer(raw_idx, dtype=INDEX_DTYPE)
         if len(idx) == 0:
             continue

@@ -118,14 +118,19 @@ class Field:
     end: np.ndarray  # int64: offset just past that field
 
 
-def scan_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: dict[int, int]) -> dict[int, Field]:
+def scan_fields(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: dict[int, int]
+) -> dict[int, Field]:
     """Read the wanted fields (number -> VARINT or BYTES) of the protobuf messages
     ``buf[starts[i]:ends[i]]``. Unwanted fields are skipped; a field seen twice keeps the last."""
     n = len(starts)
     out = {
         f: Field(
-            np.zeros(n, bool), np.zeros(n, np.uint64), np.zeros(n, np.int64),
-            np.full(n, -1, np.int64), np.full(n, -1, np.int64),
+            np.zeros(n, bool),
+            np.zeros(n, np.uint64),
+            np.zeros(n, np.int64),
+            np.full(n, -1, np.int64),
+            np.full(n, -1, np.int64),
         )
         for f in wanted
     }
@@ -217,10 +222,20 @@ def scan_entry_metadata(buf: np.ndarray, offsets: np.ndarray, lengths: np.ndarra
     o = native.scan_md(lib, buf, offsets, lengths)
     bits = o[:, 4]
     return EntryInfo(
-        md_start=o[:, 0], md_end=o[:, 1], end=offsets + np.asarray(lengths, np.int64), key_off=o[:, 2],
-        key_len=o[:, 3], batched=(bits & 1) != 0, num_messages=o[:, 5], compression=o[:, 6],
-        uncompressed_size=o[:, 7], encrypted=(bits & 2) != 0, marker=(bits & 4) != 0, event_time=o[:, 8],
-        publish_time=o[:, 9], uncompressed_span=(o[:, 10], o[:, 11]),
+        md_start=o[:, 0],
+        md_end=o[:, 1],
+        end=offsets + np.asarray(lengths, np.int64),
+        key_off=o[:, 2],
+        key_len=o[:, 3],
+        batched=(bits & 1) != 0,
+        num_messages=o[:, 5],
+        compression=o[:, 6],
+        uncompressed_size=o[:, 7],
+        encrypted=(bits & 2) != 0,
+        marker=(bits & 4) != 0,
+        event_time=o[:, 8],
+        publish_time=o[:, 9],
+        uncompressed_span=(o[:, 10], o[:, 11]),
     )
 
 
@@ -239,11 +254,18 @@ def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.nda
     if (md_end > ends).any():
         raise UnreadableEntry("metadata size runs past the end of the entry")
     f = scan_fields(
-        buf, md_start, md_end,
+        buf,
+        md_start,
+        md_end,
         {
-            MD_PUBLISH_TIME: VARINT, MD_PARTITION_KEY: BYTES, MD_COMPRESSION: VARINT,
-            MD_UNCOMPRESSED_SIZE: VARINT, MD_NUM_MESSAGES: VARINT, MD_EVENT_TIME: VARINT,
-            MD_ENCRYPTION_KEYS: BYTES, MD_MARKER_TYPE: VARINT,
+            MD_PUBLISH_TIME: VARINT,
+            MD_PARTITION_KEY: BYTES,
+            MD_COMPRESSION: VARINT,
+            MD_UNCOMPRESSED_SIZE: VARINT,
+            MD_NUM_MESSAGES: VARINT,
+            MD_EVENT_TIME: VARINT,
+            MD_ENCRYPTION_KEYS: BYTES,
+            MD_MARKER_TYPE: VARINT,
         },
     )
     key = f[MD_PARTITION_KEY]
@@ -266,7 +288,9 @@ def scan_entry_metadata_np(buf: np.ndarray, offsets: np.ndarray, lengths: np.nda
     )
 
 
-def batch_payloads(buf: np.ndarray, info: EntryInfo, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def batch_payloads(
+    buf: np.ndarray, info: EntryInfo, sel: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The uncompressed batch payloads of entries ``sel``: (buffer, starts, ends), one slot per
     selected entry. Uncompressed payloads are read in place (the buffer is ``buf`` itself);
     compressed ones are decompressed and laid end to end in a new buffer."""
@@ -356,8 +380,20 @@ def scan_batches(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: 
     if lib is None:
         return scan_batches_np(buf, starts, ends, counts)
     o = native.scan_batches(lib, buf, starts, ends, counts)
-    return SubMessages(o[:, 0], o[:, 1], o[:, 2], o[:, 3], o[:, 4], o[:, 5], o[:, 6], o[:, 7], o[:, 8],
-                       o[:, 9] != 0, o[:, 10], (o[:, 11], o[:, 12]))
+    return SubMessages(
+        o[:, 0],
+        o[:, 1],
+        o[:, 2],
+        o[:, 3],
+        o[:, 4],
+        o[:, 5],
+        o[:, 6],
+        o[:, 7],
+        o[:, 8],
+        o[:, 9] != 0,
+        o[:, 10],
+        (o[:, 11], o[:, 12]),
+    )
 
 
 def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> SubMessages:
@@ -378,21 +414,38 @@ def scan_batches_np(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, count
         if (s1 > ends[active]).any():
             raise UnreadableEntry("sub-message metadata runs past the end of its batch")
         f = scan_fields(
-            buf, s0, s1,
-            {SM_PARTITION_KEY: BYTES, SM_PAYLOAD_SIZE: VARINT, SM_COMPACTED_OUT: VARINT, SM_EVENT_TIME: VARINT},
+            buf,
+            s0,
+            s1,
+            {
+                SM_PARTITION_KEY: BYTES,
+                SM_PAYLOAD_SIZE: VARINT,
+                SM_COMPACTED_OUT: VARINT,
+                SM_EVENT_TIME: VARINT,
+            },
         )
         psize = f[SM_PAYLOAD_SIZE].value.astype(np.int64)
         pend = s1 + psize
         if (pend > ends[active]).any():
             raise UnreadableEntry("sub-message payload runs past the end of its batch")
         k = f[SM_PARTITION_KEY]
-        parts.append((
-            active, np.full(len(active), i, np.int64), p, s0, s1, pend,
-            k.value.astype(np.int64), np.where(k.present, k.length, -1), psize,
-            f[SM_COMPACTED_OUT].present & (f[SM_COMPACTED_OUT].value != 0),
-            f[SM_EVENT_TIME].value.astype(np.int64),
-            f[SM_PAYLOAD_SIZE].start, f[SM_PAYLOAD_SIZE].end,
-        ))
+        parts.append(
+            (
+                active,
+                np.full(len(active), i, np.int64),
+                p,
+                s0,
+                s1,
+                pend,
+                k.value.astype(np.int64),
+                np.where(k.present, k.length, -1),
+                psize,
+                f[SM_COMPACTED_OUT].present & (f[SM_COMPACTED_OUT].value != 0),
+                f[SM_EVENT_TIME].value.astype(np.int64),
+                f[SM_PAYLOAD_SIZE].start,
+                f[SM_PAYLOAD_SIZE].end,
+            )
+        )
         cur[active] = pend
         i += 1
         if i > MAX_BATCH + 1:
@@ -514,7 +567,12 @@ class Rows:
 
     @staticmethod
     def concat(parts: list) -> "Rows":
-        return Rows(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("h1", "h2", "pos", "flags", "event_time")))
+        return Rows(
+            *(
+                np.concatenate([getattr(r, f) for r in parts])
+                for f in ("h1", "h2", "pos", "flags", "event_time")
+            )
+        )
 
 
 def _rows(buf, key_off, key_len, pos, tomb, et) -> Rows:
@@ -526,7 +584,9 @@ def _rows(buf, key_off, key_len, pos, tomb, et) -> Rows:
     return Rows(h1, h2, pos, flags.astype(np.int8), et)
 
 
-def entry_rows(buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, ordinal) -> Rows:
+def entry_rows(
+    buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, ordinal
+) -> Rows:
     """Phase-one rows for the entries of one source (``ordinal`` per entry or one for all), in
     position order.
 
@@ -541,8 +601,14 @@ def entry_rows(buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, leng
     single = np.flatnonzero(live & (~info.batched | info.encrypted))
     batch = np.flatnonzero(live & info.batched & ~info.encrypted)
     s_pos = pack_positions(ordinal[single], entry_ids[single], np.zeros(len(single), np.int64))
-    rows = _rows(buf, info.key_off[single], info.key_len[single], s_pos,
-                 info.end[single] == info.md_end[single], info.event_time[single])
+    rows = _rows(
+        buf,
+        info.key_off[single],
+        info.key_len[single],
+        s_pos,
+        info.end[single] == info.md_end[single],
+        info.event_time[single],
+    )
     if not batch.size:
         return rows
     bbuf, bstart, bend = batch_payloads(buf, info, batch)
@@ -550,8 +616,9 @@ def entry_rows(buf: np.ndarray, entry_ids: np.ndarray, offsets: np.ndarray, leng
     keep = np.flatnonzero(~sub.compacted_out)
     e = batch[sub.batch[keep]]
     b_pos = pack_positions(ordinal[e], entry_ids[e], sub.index[keep])
-    brows = _rows(bbuf, sub.key_off[keep], sub.key_len[keep], b_pos, sub.payload_size[keep] == 0,
-                  sub.event_time[keep])
+    brows = _rows(
+        bbuf, sub.key_off[keep], sub.key_len[keep], b_pos, sub.payload_size[keep] == 0, sub.event_time[keep]
+    )
     if not len(rows):
         return brows
     both = Rows.concat([rows, brows])
@@ -578,7 +645,9 @@ def combine_latest(rows: Rows) -> Rows:
 
 # --- rewriting batches in phase two -----------------------------------------------------------
 
-_PLACEHOLDER_TAIL = bytes([SM_PAYLOAD_SIZE << 3, 0, SM_COMPACTED_OUT << 3, 1])  # payload_size=0, compacted_out=true
+_PLACEHOLDER_TAIL = bytes(
+    [SM_PAYLOAD_SIZE << 3, 0, SM_COMPACTED_OUT << 3, 1]
+)  # payload_size=0, compacted_out=true
 _U32 = struct.Struct(">I")
 
 

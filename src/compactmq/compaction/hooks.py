@@ -39,8 +39,10 @@ class PostCompactionHook(Protocol):
 def parse_export_policy(body: Any) -> dict[str, Any]:
     """The normalized policy of a REST body (``{"path", "format", "view", "partitionBy"}``)."""
     if not isinstance(body, Mapping):
-        raise InvalidInput('compactedExport must be a JSON object {"path": ..., "format": "parquet|delta|iceberg", '
-                           '"view": "compacted|latest", "partitionBy": [...]}')
+        raise InvalidInput(
+            'compactedExport must be a JSON object {"path": ..., "format": "parquet|delta|iceberg", '
+            '"view": "compacted|latest", "partitionBy": [...]}'
+        )
     unknown = sorted(set(body) - {"path", "format", "view", "partitionBy"})
     if unknown:
         raise InvalidInput(f"compactedExport: unknown field(s) {', '.join(unknown)}")

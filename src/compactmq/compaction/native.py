@@ -233,8 +233,9 @@ def _private_dir(d: str) -> str:
     if st.st_uid != os.getuid():
         raise NativeUnavailable(f"{d} is owned by uid {st.st_uid}, not by this user ({os.getuid()})")
     if st.st_mode & 0o022:
-        raise NativeUnavailable(f"{d} has mode {stat.S_IMODE(st.st_mode):o}: others may have written "
-                                "to it; it must be 700")
+        raise NativeUnavailable(
+            f"{d} has mode {stat.S_IMODE(st.st_mode):o}: others may have written to it; it must be 700"
+        )
     if st.st_mode & 0o077:  # ours, and nobody else could write to it (an older release made it 755)
         os.chmod(d, 0o700)
     return d
@@ -267,8 +268,12 @@ def _build() -> ctypes.CDLL:
                 f.write(SOURCE)
             out = os.path.join(tmp, "cmq_scan.so")
             try:
-                subprocess.run([_compiler(), "-O2", "-shared", "-fPIC", "-o", out, src], check=True,
-                               capture_output=True, timeout=60)
+                subprocess.run(
+                    [_compiler(), "-O2", "-shared", "-fPIC", "-o", out, src],
+                    check=True,
+                    capture_output=True,
+                    timeout=60,
+                )
             except (OSError, subprocess.SubprocessError) as e:
                 raise NativeUnavailable(f"no usable C compiler ({e})") from None
             os.chmod(out, 0o700)
@@ -365,8 +370,12 @@ def copy_ranges(lib, dst: np.ndarray, dst_starts, src: np.ndarray, src_starts, l
     ss = np.ascontiguousarray(src_starts, np.int64)
     ln = np.ascontiguousarray(lens, np.int64)
     pos = ln > 0
-    if pos.any() and (ds[pos].min() < 0 or ss[pos].min() < 0 or (ds + ln)[pos].max() > len(dst)
-                      or (ss + ln)[pos].max() > len(src)):
+    if pos.any() and (
+        ds[pos].min() < 0
+        or ss[pos].min() < 0
+        or (ds + ln)[pos].max() > len(dst)
+        or (ss + ln)[pos].max() > len(src)
+    ):
         raise CompactionError("copy range out of bounds")
     if not (dst.flags.c_contiguous and dst.dtype == np.uint8 and dst.flags.writeable):
         raise ValueError("dst must be a writable contiguous uint8 array")

@@ -70,12 +70,35 @@ def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]
     keyed = []
     if compacted:
         for lid, (count, lo) in compacted["ledgers"].items():
-            keyed.append(((lid, 0), dict(ledger_id=lid, kind=COMPACTED, path=compacted["path"], index_path=None,
-                                         entry_lo=lo, entry_hi=(1 << 62), est_entries=count)))
+            keyed.append(
+                (
+                    (lid, 0),
+                    dict(
+                        ledger_id=lid,
+                        kind=COMPACTED,
+                        path=compacted["path"],
+                        index_path=None,
+                        entry_lo=lo,
+                        entry_hi=(1 << 62),
+                        est_entries=count,
+                    ),
+                )
+            )
     for led in live:
-        keyed.append(((led["ledger_id"], 1), dict(ledger_id=led["ledger_id"], kind=LIVE, path=led["path"],
-                                                  index_path=led.get("index_path"), entry_lo=led["lo"],
-                                                  entry_hi=led["hi"], est_entries=led["count"])))
+        keyed.append(
+            (
+                (led["ledger_id"], 1),
+                dict(
+                    ledger_id=led["ledger_id"],
+                    kind=LIVE,
+                    path=led["path"],
+                    index_path=led.get("index_path"),
+                    entry_lo=led["lo"],
+                    entry_hi=led["hi"],
+                    est_entries=led["count"],
+                ),
+            )
+        )
     keyed.sort(key=lambda kv: kv[0])
     return [Segment(ordinal=i, **kw) for i, (_, kw) in enumerate(keyed)]
 
@@ -92,17 +115,18 @@ def packed_cut(segments: list[Segment], cut) -> int:
         hi = s.entry_hi
         nxt = segments[i + 1] if i + 1 < len(segments) else None
         if nxt is not None and nxt.ledger_id == s.ledger_id:  # the horizon's ledger: compacted part
-            hi = nxt.entry_lo - 1                              # ends before its live part
+            hi = nxt.entry_lo - 1  # ends before its live part
         if s.ledger_id == lid and hi >= eid:
             return (s.ordinal << (ENTRY_BITS + BATCH_BITS)) | (min(eid, (1 << ENTRY_BITS) - 1) << BATCH_BITS)
-    return (len(segments) << (ENTRY_BITS + BATCH_BITS))
+    return len(segments) << (ENTRY_BITS + BATCH_BITS)
 
 
 MAX_GROUP_ENTRIES = 4_000_000
 
 
-def build_groups(segments: list[Segment], parallelism: int, min_group: int = 20_000,
-                 max_group: int = MAX_GROUP_ENTRIES) -> list[list[int]]:
+def build_groups(
+    segments: list[Segment], parallelism: int, min_group: int = 20_000, max_group: int = MAX_GROUP_ENTRIES
+) -> list[list[int]]:
     """Consecutive segments of one kind, about total / parallelism entries each (at most
     ``max_group``): few large groups give the keep-latest combiner the most to remove."""
     total = sum(s.est_entries for s in segments)

@@ -67,25 +67,42 @@ def topic_settings(storage, topic: str, config) -> dict:
     )
 
     meta = storage.metadata
-    mode = retention_mode(meta.effective_policy(topic, COMPACTION_RETENTION_MODE,
-                                                config.get("topicCompactionRetentionMode")))
+    mode = retention_mode(
+        meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
+    )
     retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
     return {
         "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
         "retain_null_key": parse_bool(retain or False, default=False),
         "retention_mode": mode,
-        "min_lag_seconds": lag_seconds_setting(meta, topic, COMPACTION_MIN_LAG,
-                                               config.get("brokerServiceCompactionMinLagInSeconds", 0)),
+        "min_lag_seconds": lag_seconds_setting(
+            meta, topic, COMPACTION_MIN_LAG, config.get("brokerServiceCompactionMinLagInSeconds", 0)
+        ),
         "tombstone_retention_seconds": lag_seconds_setting(
-            meta, topic, COMPACTION_TOMBSTONE_RETENTION, config.get("topicCompactionTombstoneRetentionSeconds", 0)),
-        "key_ttl_seconds": lag_seconds_setting(meta, topic, COMPACTED_VIEW_KEY_TTL,
-                                               config.get("topicCompactedViewKeyTtlSeconds", 0)),
+            meta,
+            topic,
+            COMPACTION_TOMBSTONE_RETENTION,
+            config.get("topicCompactionTombstoneRetentionSeconds", 0),
+        ),
+        "key_ttl_seconds": lag_seconds_setting(
+            meta, topic, COMPACTED_VIEW_KEY_TTL, config.get("topicCompactedViewKeyTtlSeconds", 0)
+        ),
     }
 
 
 class CompactionRunner:
-    def __init__(self, storage, topic: str, config, engine, *, abort_hook: Optional[Callable[[str], None]] = None,
-                 clock: Callable[[], float] = time.time, fault_points: tuple = (), combine: bool = True):
+    def __init__(
+        self,
+        storage,
+        topic: str,
+        config,
+        engine,
+        *,
+        abort_hook: Optional[Callable[[str], None]] = None,
+        clock: Callable[[], float] = time.time,
+        fault_points: tuple = (),
+        combine: bool = True,
+    ):
         from ..naming import canonical
 
         self.storage = storage
@@ -164,13 +181,25 @@ class CompactionRunner:
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
                 size = os.path.getsize(final_path) if final_path else record.data_size  # type: ignore[union-attr]
-                details = {"keys": keys, "entries": written, "bytes": size,
-                           "messagesRead": read, "messagesKept": kept, "durationMs": duration,
-                           "phaseSeconds": dict(steps)}
+                details = {
+                    "keys": keys,
+                    "entries": written,
+                    "bytes": size,
+                    "messagesRead": read,
+                    "messagesKept": kept,
+                    "durationMs": duration,
+                    "phaseSeconds": dict(steps),
+                }
                 self.abort_hook("before-commit")
                 with meta.transaction():  # ONE transaction: the new view and its object's row
-                    previous = meta.commit_compaction(self.topic, new_id, plan.new_horizon, stats,
-                                                      expected_version=running.version, details=details)
+                    previous = meta.commit_compaction(
+                        self.topic,
+                        new_id,
+                        plan.new_horizon,
+                        stats,
+                        expected_version=running.version,
+                        details=details,
+                    )
                     if record is not None:
                         self.storage.offloader.catalog.add(record)
                 step("commit")
@@ -184,7 +213,9 @@ class CompactionRunner:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
                 try:
-                    meta.record_compaction_failure(self.topic, message, duration_ms=int((self.clock() - t0) * 1000))
+                    meta.record_compaction_failure(
+                        self.topic, message, duration_ms=int((self.clock() - t0) * 1000)
+                    )
                 except Exception:
                     pass
                 if isinstance(e, CompactMQError) or not isinstance(e, Exception):
@@ -207,10 +238,17 @@ class CompactionRunner:
             step("cleanup")
             report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
             return CompactionResult(
-                topic=self.topic, compacted_ledger_id=new_id, horizon=plan.new_horizon,
-                entries_read=plan.estimated_entries, messages_read=read, entries_written=written,
-                messages_kept=kept, removed_event_count=stats["removed_event_count"], duration_ms=duration,
-                previous_ledger_id=previous, step_seconds=steps,
+                topic=self.topic,
+                compacted_ledger_id=new_id,
+                horizon=plan.new_horizon,
+                entries_read=plan.estimated_entries,
+                messages_read=read,
+                entries_written=written,
+                messages_kept=kept,
+                removed_event_count=stats["removed_event_count"],
+                duration_ms=duration,
+                previous_ledger_id=previous,
+                step_seconds=steps,
             )
         finally:
             lock.release()
@@ -240,8 +278,9 @@ class CompactionRunner:
         key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
         now = self.storage.metadata.now_ms()
         # index_key names the prefix (ending in "/"): deleting the ledger deletes every part
-        record = OffloadRecord(key, prefix + "/", COMPACTED, self.topic, new_id, location, size, now,
-                               local_deleted_ms=now)
+        record = OffloadRecord(
+            key, prefix + "/", COMPACTED, self.topic, new_id, location, size, now, local_deleted_ms=now
+        )
         return record, written
 
     def _committed(self, new_id) -> bool:
@@ -321,9 +360,16 @@ class CompactionRunner:
                     continue
                 # an offloaded ledger is read from the object store (a URI), wherever the task runs
                 path = ml.ledger_url(lid) if hasattr(ml, "ledger_url") else ml.ledger_path(lid)
-                live.append({"ledger_id": lid, "path": path,
-                             "index_path": None if "://" in path else index_path_for(path),
-                             "lo": lo, "hi": hi if lid == last[0] else (1 << 40), "count": hi - lo + 1})
+                live.append(
+                    {
+                        "ledger_id": lid,
+                        "path": path,
+                        "index_path": None if "://" in path else index_path_for(path),
+                        "lo": lo,
+                        "hi": hi if lid == last[0] else (1 << 40),
+                        "count": hi - lo + 1,
+                    }
+                )
         compacted = None
         if state.compacted_ledger_id is not None:
             path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
@@ -340,7 +386,10 @@ class CompactionRunner:
             los = {int(l): 0 for l in lids}
             if bound is not None and int(bound[0]) in los:
                 los[int(bound[0])] = int(bound[1])
-            compacted = {"path": path, "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)}}
+            compacted = {
+                "path": path,
+                "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)},
+            }
         segments = build_segments(compacted, live)
         drop_before, tombstones_from = self._time_cuts(ml, settings, strategy, segments)
         parallelism = max(1, int(getattr(self.engine, "parallelism", 2)))
@@ -349,11 +398,18 @@ class CompactionRunner:
         os.makedirs(run_dir, exist_ok=True)
         native = getattr(strategy, "native", None)
         return RunPlan(
-            topic=self.topic, segments=segments, groups=groups, run_dir=run_dir,
-            strategy=native or "user", retain_null_key=settings["retain_null_key"],
+            topic=self.topic,
+            segments=segments,
+            groups=groups,
+            run_dir=run_dir,
+            strategy=native or "user",
+            retain_null_key=settings["retain_null_key"],
             combine=native == "keep-latest" and self.combine,
-            new_horizon=Position(*new_horizon), estimated_entries=sum(s.est_entries for s in segments),
-            fault_points=tuple(self.fault_points), drop_before=drop_before, tombstones_from=tombstones_from,
+            new_horizon=Position(*new_horizon),
+            estimated_entries=sum(s.est_entries for s in segments),
+            fault_points=tuple(self.fault_points),
+            drop_before=drop_before,
+            tombstones_from=tombstones_from,
         )
 
     def _time_cuts(self, ml, settings, strategy, segments) -> tuple[int, Optional[int]]:
@@ -363,8 +419,10 @@ class CompactionRunner:
         than every retained one."""
         ttl, keep_tombs = settings["key_ttl_seconds"], settings["tombstone_retention_seconds"]
         if (ttl > 0 or keep_tombs > 0) and getattr(strategy, "native", None) != "keep-latest":
-            raise CompactionError("compactedViewKeyTtlSeconds and compactionTombstoneRetentionSeconds work with "
-                                  "the keep-latest strategy only")
+            raise CompactionError(
+                "compactedViewKeyTtlSeconds and compactionTombstoneRetentionSeconds work with "
+                "the keep-latest strategy only"
+            )
         now_ms = int(self.clock() * 1000)
 
         def cut(seconds: int) -> int:
@@ -443,8 +501,14 @@ class LedgerCompactionService(TopicCompactionService):
     def compact(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
         self._cancelled.clear()
         self._engine = self.engine()
-        runner = CompactionRunner(self.storage, self.topic, self.config, self._engine,
-                                  abort_hook=self._check_cancelled, fault_points=self.fault_points)
+        runner = CompactionRunner(
+            self.storage,
+            self.topic,
+            self.config,
+            self._engine,
+            abort_hook=self._check_cancelled,
+            fault_points=self.fault_points,
+        )
         try:
             result = runner.run(progress)
         finally:
@@ -540,8 +604,15 @@ class LedgerCompactionService(TopicCompactionService):
         if view is None:
             return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
         keys = int(details.get("keys", -1)) if details_of == view.view_id else -1
-        return CompactionStats(view.view_id, view.horizon, len(view), view.size_bytes,
-                               keys=keys, last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
+        return CompactionStats(
+            view.view_id,
+            view.horizon,
+            len(view),
+            view.size_bytes,
+            keys=keys,
+            last_run_duration_ms=state.last_duration_ms,
+            last_run_steps=steps,
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -69,7 +69,9 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
                 if not keep.all():
                     rows = rows.take(np.flatnonzero(keep))
             elif stats is not None:
-                stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
+                stats["keyless"] = stats.get("keyless", 0) + int(
+                    np.count_nonzero(rows.flags & es.FLAG_KEYLESS)
+                )
             if plan.combine:
                 parts.append(rows)
             else:
@@ -107,8 +109,12 @@ def rows_to_arrow(rows: es.Rows, with_event_time: bool):
     """One Arrow record batch ``h1 long, h2 long, pos long, flags byte[, et long]``."""
     import pyarrow as pa
 
-    cols = [pa.array(rows.h1, pa.int64()), pa.array(rows.h2, pa.int64()), pa.array(rows.pos, pa.int64()),
-            pa.array(rows.flags, pa.int8())]
+    cols = [
+        pa.array(rows.h1, pa.int64()),
+        pa.array(rows.h2, pa.int64()),
+        pa.array(rows.pos, pa.int64()),
+        pa.array(rows.flags, pa.int8()),
+    ]
     names = ["h1", "h2", "pos", "flags"]
     if with_event_time:
         cols.append(pa.array(rows.event_time, pa.int64()))
@@ -135,8 +141,16 @@ def decode_messages(entry: bytes, ledger_id: int, entry_id: int) -> list:
     for i, item in enumerate(batch_codec.decode_batch(md, payload)):
         m = item.meta
         key = m.partition_key if m.HasField("partition_key") else None
-        out.append(Message(key, bytes(item.payload), (ledger_id, entry_id, i), md.publish_time, m.event_time,
-                           {kv.key: kv.value for kv in m.properties}))
+        out.append(
+            Message(
+                key,
+                bytes(item.payload),
+                (ledger_id, entry_id, i),
+                md.publish_time,
+                m.event_time,
+                {kv.key: kv.value for kv in m.properties},
+            )
+        )
     return out
 
 
@@ -162,7 +176,9 @@ def load_messages(plan: RunPlan, positions: np.ndarray) -> dict:
     return out
 
 
-def fold_user(plan: RunPlan, strategy, h1: np.ndarray, h2: np.ndarray, pos: np.ndarray, flags: np.ndarray) -> np.ndarray:
+def fold_user(
+    plan: RunPlan, strategy, h1: np.ndarray, h2: np.ndarray, pos: np.ndarray, flags: np.ndarray
+) -> np.ndarray:
     """Survivors of rows sorted by (h1, h2, pos), folding ``strategy`` over each key in Python.
     Messages are loaded only for keys with more than one message; within a hash group the real
     keys are compared, so a hash collision cannot merge two keys."""
@@ -244,8 +260,9 @@ def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) 
         c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
         for lo, hi in chunks(c_lens):
             sel = (inverse >= lo) & (inverse < hi)
-            src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo,
-                                                                c_bidx[sel])
+            src, new_lens, extra, extra_off = es.rebuild_ranges(
+                buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
+            )
             entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
         messages += int(m.sum())
     writer.close()

@@ -354,7 +354,9 @@ def consumer_stats_error(request_id: int, server_error: int, message: str) -> pb
 def get_topics_of_namespace_response(
     request_id: int, topics: Iterable[str], *, filtered: bool = False, topics_hash: str | None = None
 ) -> pb.BaseCommand:
-    body = pb.CommandGetTopicsOfNamespaceResponse(request_id=request_id, topics=list(topics), filtered=filtered)
+    body = pb.CommandGetTopicsOfNamespaceResponse(
+        request_id=request_id, topics=list(topics), filtered=filtered
+    )
     if topics_hash is not None:
         body.topics_hash = topics_hash
     return BaseCommand(type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE, getTopicsOfNamespaceResponse=body)
@@ -400,11 +402,17 @@ def get_or_create_schema_response(
 AUTH_REFRESH_DATA = b"refresh"
 
 
-def auth_challenge(auth_method_name: str, protocol_version: int, data: bytes = AUTH_REFRESH_DATA,
-                   *, server_version: str = SERVER_VERSION) -> pb.BaseCommand:
+def auth_challenge(
+    auth_method_name: str,
+    protocol_version: int,
+    data: bytes = AUTH_REFRESH_DATA,
+    *,
+    server_version: str = SERVER_VERSION,
+) -> pb.BaseCommand:
     """AUTH_CHALLENGE: the broker asks for credentials again (refresh of an expiring token)."""
     body = pb.CommandAuthChallenge(
-        server_version=server_version, protocol_version=protocol_version,
+        server_version=server_version,
+        protocol_version=protocol_version,
         challenge=pb.AuthData(auth_method_name=auth_method_name, auth_data=data),
     )
     return BaseCommand(type=T.AUTH_CHALLENGE, authChallenge=body)

@@ -96,8 +96,7 @@ def decompress(
         raise MalformedEntry(f"unknown compression codec {codec}")
     if uncompressed_size < 0 or uncompressed_size > max_size:
         raise MalformedEntry(
-            f"{codec_name(codec)} payload announces {uncompressed_size} uncompressed bytes "
-            f"(limit {max_size})"
+            f"{codec_name(codec)} payload announces {uncompressed_size} uncompressed bytes (limit {max_size})"
         )
     try:
         out = _decompress(codec, bytes(data), uncompressed_size)

@@ -202,7 +202,8 @@ class FrameDecoder:
                 if not len(rest):
                     raise _protocol_error(
                         f"{BaseCommand.Type.Name(command.type)} frame without an entry",
-                        command=command, command_type=command.type,
+                        command=command,
+                        command_type=command.type,
                     )
                 entry = bytes(rest)
                 if self.verify_checksums:
@@ -212,7 +213,8 @@ class FrameDecoder:
                 raise _protocol_error(
                     f"{BaseCommand.Type.Name(command.type)} frame carries {len(rest)} unexpected "
                     "bytes after the command",
-                    command=command, command_type=command.type,
+                    command=command,
+                    command_type=command.type,
                 )
             return Frame(command, None)
         finally:
@@ -237,7 +239,8 @@ def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
         unknown = _unknown_type_number(command)
         if unknown is not None:
             raise _protocol_error(
-                f"unknown command type {unknown}", command_type=unknown,
+                f"unknown command type {unknown}",
+                command_type=unknown,
                 server_error=ServerError.UnsupportedVersionError,
             )
         raise _protocol_error("command without a type")
@@ -250,7 +253,8 @@ def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
         if not body.IsInitialized():
             raise _protocol_error(
                 f"{BaseCommand.Type.Name(ctype)} without its command",
-                command=command, command_type=ctype,
+                command=command,
+                command_type=ctype,
             )
         # PING and PONG have empty commands; a sender may leave them out entirely.
         body.SetInParent()
@@ -258,7 +262,8 @@ def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
         missing = ", ".join(command.FindInitializationErrors())
         raise _protocol_error(
             f"{BaseCommand.Type.Name(ctype)} lacks required fields: {missing}",
-            command=command, command_type=ctype,
+            command=command,
+            command_type=ctype,
         )
     return command
 
@@ -292,8 +297,9 @@ def _serialize(command: pb.BaseCommand) -> bytes:
         return command.SerializeToString()
     except EncodeError as exc:
         # We built an incomplete command: our bug, not the peer's.
-        raise _protocol_error(f"cannot encode command: {exc}", peer_fault=False,
-                              server_error=ServerError.UnknownError) from exc
+        raise _protocol_error(
+            f"cannot encode command: {exc}", peer_fault=False, server_error=ServerError.UnknownError
+        ) from exc
 
 
 # ---------------------------------------------------------------------------------------------

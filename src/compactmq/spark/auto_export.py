@@ -45,7 +45,13 @@ def export_after_compaction(storage: Any, config: Any, topic: str, result: Any) 
     from .export import export_compacted
 
     path = table_path(policy, scope, topic)
-    message = export_compacted(get_session(), topic, path, policy.get("format", "parquet"),
-                               view=policy.get("view", "compacted"), partition_by=policy.get("partitionBy", []),
-                               options={"path": str(storage.data_dir)})
+    message = export_compacted(
+        get_session(),
+        topic,
+        path,
+        policy.get("format", "parquet"),
+        view=policy.get("view", "compacted"),
+        partition_by=policy.get("partitionBy", []),
+        options={"path": str(storage.data_dir)},
+    )
     log.info("compactedExport of %s (%s policy): %s", topic, scope, message)

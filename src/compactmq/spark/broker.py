@@ -87,8 +87,10 @@ class BrokerBackend:
                 raise TopicNotFound(f"{path}: {reason or 'not found'}") from None
             if e.code in (401, 403):
                 what = "authentication failed" if e.code == 401 else "not authorized"
-                raise (BrokerError if e.code == 401 else Forbidden)(f"admin API {path}: HTTP {e.code} {what} (check pulsar.client.authParams)"
-                                  f"{': ' + reason if reason else ''}") from None
+                raise (BrokerError if e.code == 401 else Forbidden)(
+                    f"admin API {path}: HTTP {e.code} {what} (check pulsar.client.authParams)"
+                    f"{': ' + reason if reason else ''}"
+                ) from None
             raise BrokerError(f"admin API {path}: HTTP {e.code} {reason}".strip()) from None
         except OSError as e:
             raise BrokerError(f"admin API at {self.admin_url} is not reachable: {e}") from None
@@ -110,13 +112,21 @@ class BrokerBackend:
             if not self.admin_url:
                 raise InvalidConfiguration("topicsPattern through the broker needs admin.url")
             m = re.match(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/", pattern)
-            domain, tenant, ns = (m.group(1), m.group(2), m.group(3)) if m else ("persistent", "public", "default")
+            domain, tenant, ns = (
+                (m.group(1), m.group(2), m.group(3)) if m else ("persistent", "public", "default")
+            )
             names = self._get(f"/admin/v2/{domain}/{tenant}/{ns}") or []
             parted = set(self._get(f"/admin/v2/{domain}/{tenant}/{ns}/partitioned") or [])
-            bases = {str(TopicName.parse(n).partitioned_base) if str(TopicName.parse(n).partitioned_base)
-                     in parted else n for n in names} | parted
+            bases = {
+                str(TopicName.parse(n).partitioned_base)
+                if str(TopicName.parse(n).partitioned_base) in parted
+                else n
+                for n in names
+            } | parted
             regex = re.compile(pattern)
-            topics = tuple(sorted(t for t in bases if regex.fullmatch(t) or regex.fullmatch(t.split("://", 1)[-1])))
+            topics = tuple(
+                sorted(t for t in bases if regex.fullmatch(t) or regex.fullmatch(t.split("://", 1)[-1]))
+            )
         out = []
         for t in topics:
             if self.admin_url:
@@ -146,16 +156,24 @@ class BrokerBackend:
             except Forbidden:  # stats need tenant admin: a reader's role plans without them
                 stats = None
         if stats is not None:
-            ledgers = tuple((int(li["ledgerId"]), int(li["entries"])) for li in stats.get("ledgers", [])
-                            if int(li["entries"]) > 0)
+            ledgers = tuple(
+                (int(li["ledgerId"]), int(li["entries"]))
+                for li in stats.get("ledgers", [])
+                if int(li["entries"]) > 0
+            )
             last = _position(stats.get("lastConfirmedEntry"))
             first = (ledgers[0][0], 0) if ledgers else None
             horizon = _position(stats.get("compactionHorizon"))
             view = None
             if with_view:
                 policies = self._compaction_policies(topic)
-                view = CompactedView(None, horizon, None, policies.get("strategy") or "keep-latest",
-                                     bool(policies.get("retain_null_key", False)))
+                view = CompactedView(
+                    None,
+                    horizon,
+                    None,
+                    policies.get("strategy") or "keep-latest",
+                    bool(policies.get("retain_null_key", False)),
+                )
             return Layout(topic, partition, ledgers, first, last, view)
         last = self.last_message_id(topic, compacted=False)
         return Layout(topic, partition, (), None, last, None)
@@ -175,8 +193,9 @@ class BrokerBackend:
         """The last id the broker holds (a reader started inclusively at ``latest``)."""
         import pulsar
 
-        reader = self.client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True,
-                                           is_read_compacted=compacted)
+        reader = self.client.create_reader(
+            topic, pulsar.MessageId.latest, start_message_id_inclusive=True, is_read_compacted=compacted
+        )
         try:
             if not reader.has_message_available():
                 return None
@@ -195,7 +214,9 @@ class BrokerBackend:
         base = t.partitioned_base
         q = urllib.parse.quote
         try:
-            rec = self._get(f"/admin/v2/schemas/{q(base.tenant)}/{q(base.namespace)}/{q(base.local_name, safe='')}/schema")
+            rec = self._get(
+                f"/admin/v2/schemas/{q(base.tenant)}/{q(base.namespace)}/{q(base.local_name, safe='')}/schema"
+            )
         except TopicNotFound:
             return TopicSchema()
         return TopicSchema.from_record(rec)
@@ -204,8 +225,10 @@ class BrokerBackend:
 def refused(service_url: str, what: str, error: BaseException) -> str:
     """One line for a client call the broker refused or never answered. A refused token is retried
     by the client until its operation timeout, so a timeout usually means wrong credentials."""
-    return (f"broker {service_url}: {what} failed: {type(error).__name__} {error}".rstrip() +
-            " (check service.url and the pulsar.client.authPluginClassName/authParams/tls* options)")
+    return (
+        f"broker {service_url}: {what} failed: {type(error).__name__} {error}".rstrip()
+        + " (check service.url and the pulsar.client.authPluginClassName/authParams/tls* options)"
+    )
 
 
 def _position(text) -> tuple | None:
@@ -230,14 +253,22 @@ def read_split(split: Split, service_url: str, client_options: dict) -> Iterator
             start = pulsar.MessageId(split.partition, split.ledger_id, split.lo, -1)
             stop = (split.ledger_id, split.hi + 1, -1)
         elif split.kind == "compacted":
-            start = (pulsar.MessageId.earliest if split.ledger_id < 0
-                     else pulsar.MessageId(split.partition, split.ledger_id, 0, -1))
+            start = (
+                pulsar.MessageId.earliest
+                if split.ledger_id < 0
+                else pulsar.MessageId(split.partition, split.ledger_id, 0, -1)
+            )
             stop = (split.next_ledger, 0, -1) if split.next_ledger is not None else split.end_id
         else:  # a whole view
             start = pulsar.MessageId.earliest
             stop = split.end_id
-        reader = client.create_reader(split.topic, start, start_message_id_inclusive=True,
-                                      is_read_compacted=compacted, receiver_queue_size=2000)
+        reader = client.create_reader(
+            split.topic,
+            start,
+            start_message_id_inclusive=True,
+            is_read_compacted=compacted,
+            receiver_queue_size=2000,
+        )
         try:
             while reader.has_message_available():
                 msg = reader.read_next(READ_TIMEOUT_MS * 15)
@@ -246,8 +277,18 @@ def read_split(split: Split, service_url: str, client_options: dict) -> Iterator
                 if ident >= stop:
                     break
                 key = msg.partition_key() or None
-                yield Message(key, msg.data(), ident[0], ident[1], ident[2], 0, msg.publish_timestamp(),
-                              msg.event_timestamp(), dict(msg.properties()), split.partition)
+                yield Message(
+                    key,
+                    msg.data(),
+                    ident[0],
+                    ident[1],
+                    ident[2],
+                    0,
+                    msg.publish_timestamp(),
+                    msg.event_timestamp(),
+                    dict(msg.properties()),
+                    split.partition,
+                )
         finally:
             reader.close()
     finally:

@@ -63,8 +63,14 @@ def describe(storage, topic: str, config) -> CompactedView:
             stop = int(np.searchsorted(ids, lid, side="right"))
             groups.append((lid, i, stop))
             i = stop
-    return CompactedView(path, tuple(horizon) if horizon is not None else None, floor,
-                         settings["strategy"] or "keep-latest", settings["retain_null_key"], tuple(groups))
+    return CompactedView(
+        path,
+        tuple(horizon) if horizon is not None else None,
+        floor,
+        settings["strategy"] or "keep-latest",
+        settings["retain_null_key"],
+        tuple(groups),
+    )
 
 
 def read_slice(path: str, first: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
@@ -89,8 +95,10 @@ def fold(messages, strat):
     from ..compaction.strategies import Message as StrategyMessage
     from ..compaction.strategies import fold as strategy_fold
 
-    as_strategy = [StrategyMessage(m.key, m.value, m.message_id, m.publish_time, m.event_time, m.properties)
-                   for m in messages]
+    as_strategy = [
+        StrategyMessage(m.key, m.value, m.message_id, m.publish_time, m.event_time, m.properties)
+        for m in messages
+    ]
     survivor = strategy_fold(as_strategy, strat)
     if survivor is None:
         return None

@@ -29,7 +29,8 @@ class DirectBackend:
         from ..storage import Storage
 
         if not os.path.isdir(os.path.join(data_dir, "ledgers")) or not os.path.exists(
-                os.path.join(data_dir, "metadata.db")):
+            os.path.join(data_dir, "metadata.db")
+        ):
             raise TopicNotFound(f"{data_dir} is not a compactmq data directory (no metadata.db)")
         self.data_dir = data_dir
         self.config = load_config()
@@ -47,8 +48,9 @@ class DirectBackend:
         partitioned = meta.partitioned_topics()
         if pattern is not None:
             regex = re.compile(pattern)
-            names = sorted(set(partitioned) | {t for t in meta.topics()
-                                               if TopicName.parse(t).partition_index < 0})
+            names = sorted(
+                set(partitioned) | {t for t in meta.topics() if TopicName.parse(t).partition_index < 0}
+            )
             topics = tuple(t for t in names if regex.fullmatch(t) or regex.fullmatch(t.split("://", 1)[-1]))
         out = []
         for t in topics:
@@ -67,8 +69,9 @@ class DirectBackend:
         ledgers = tuple((li.ledger_id, li.entry_count) for li in ml.ledgers() if li.entry_count > 0)
         first, last = ml.first_position(), ml.last_position()
         view = describe_view(self.storage, topic, self.config) if with_view else None
-        return Layout(topic, partition, ledgers, tuple(first) if first else None,
-                      tuple(last) if last else None, view)
+        return Layout(
+            topic, partition, ledgers, tuple(first) if first else None, tuple(last) if last else None, view
+        )
 
     def schema(self, topic: str) -> TopicSchema:
         """The schema in force from the metadata store's schema table (keyed by Pulsar's schema id,
@@ -134,5 +137,5 @@ def _read_ledger(split: Split) -> Iterator[Message]:
     hi = min(split.hi, n - 1)
     for e in range(split.lo, hi + 1):
         start = int(scan.offsets[e]) + lf.RECORD_HEADER_SIZE
-        data = bytes(mv[start:start + int(scan.lengths[e])])
+        data = bytes(mv[start : start + int(scan.lengths[e])])
         yield from entry_messages(split.ledger_id, e, data, split.partition)

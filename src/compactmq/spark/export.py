@@ -49,16 +49,20 @@ def iceberg_catalog(path: str):
     from pyiceberg.catalog.sql import SqlCatalog
 
     os.makedirs(path, exist_ok=True)
-    return SqlCatalog("compactmq", uri=f"sqlite:///{os.path.abspath(path)}/catalog.db",
-                      warehouse=f"file://{os.path.abspath(path)}")
+    return SqlCatalog(
+        "compactmq",
+        uri=f"sqlite:///{os.path.abspath(path)}/catalog.db",
+        warehouse=f"file://{os.path.abspath(path)}",
+    )
 
 
 def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), topic: str = "") -> str:
     """Write ``table`` (pyarrow) to ``path`` as ``fmt``; returns what was written (for the CLI)."""
     missing = [c for c in partition_by if c not in table.column_names]
     if missing:
-        raise InvalidConfiguration(f"--partition-by {','.join(missing)}: no such column "
-                                   f"(columns: {', '.join(table.column_names)})")
+        raise InvalidConfiguration(
+            f"--partition-by {','.join(missing)}: no such column (columns: {', '.join(table.column_names)})"
+        )
     if fmt == "parquet":
         import shutil
 
@@ -66,16 +70,22 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
 
         if os.path.isdir(path):
             shutil.rmtree(path)
-        ds.write_dataset(table, path, format="parquet", partitioning=list(partition_by) or None,
-                         partitioning_flavor="hive" if partition_by else None)
+        ds.write_dataset(
+            table,
+            path,
+            format="parquet",
+            partitioning=list(partition_by) or None,
+            partitioning_flavor="hive" if partition_by else None,
+        )
         return f"{table.num_rows} rows to Parquet dataset {path}"
     if fmt == "delta":
         from deltalake import DeltaTable, write_deltalake
 
         if DeltaTable.is_deltatable(path) and _same_layout(DeltaTable(path), table, partition_by):
             return _merge_delta(DeltaTable(path), table, path)
-        write_deltalake(path, table, mode="overwrite", partition_by=list(partition_by) or None,
-                        schema_mode="overwrite")
+        write_deltalake(
+            path, table, mode="overwrite", partition_by=list(partition_by) or None, schema_mode="overwrite"
+        )
         return f"{table.num_rows} rows to Delta table {path}"
     if fmt == "iceberg":
         catalog = iceberg_catalog(path)
@@ -86,7 +96,9 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
             spec = [f.name for f in ice.spec().fields]
             if spec == list(partition_by) and ice.schema().as_arrow().names == table.column_names:
                 ice.overwrite(table)  # a new snapshot of the same table: readers keep their history
-                return f"{table.num_rows} rows to Iceberg table {name} (new snapshot, catalog {path}/catalog.db)"
+                return (
+                    f"{table.num_rows} rows to Iceberg table {name} (new snapshot, catalog {path}/catalog.db)"
+                )
             catalog.drop_table(name)
         ice = catalog.create_table(name, schema=table.schema)
         if partition_by:
@@ -108,10 +120,16 @@ def _merge_delta(dt, table, path: str) -> str:
     """Re-export as a Delta MERGE on ``__messageId``: a compaction keeps a surviving message's id, so
     only the rows of changed keys are inserted, and rows no longer in the view are deleted; the
     unchanged rows (most of a large table) are not rewritten beyond their files' share."""
-    stats = (dt.merge(table, predicate="t.__messageId = s.__messageId", source_alias="s", target_alias="t")
-             .when_not_matched_insert_all().when_not_matched_by_source_delete().execute())
-    return (f"{table.num_rows} rows in Delta table {path} (merged: {stats.get('num_target_rows_inserted', 0)} "
-            f"inserted, {stats.get('num_target_rows_deleted', 0)} deleted)")
+    stats = (
+        dt.merge(table, predicate="t.__messageId = s.__messageId", source_alias="s", target_alias="t")
+        .when_not_matched_insert_all()
+        .when_not_matched_by_source_delete()
+        .execute()
+    )
+    return (
+        f"{table.num_rows} rows in Delta table {path} (merged: {stats.get('num_target_rows_inserted', 0)} "
+        f"inserted, {stats.get('num_target_rows_deleted', 0)} deleted)"
+    )
 
 
 def read_back(path: str, fmt: str, topic: str = ""):
@@ -130,8 +148,16 @@ def read_back(path: str, fmt: str, topic: str = ""):
     raise InvalidConfiguration(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
-def export_compacted(spark, topic: str, path: str, fmt: str, *, view: str = "compacted",
-                     partition_by: Sequence[str] = (), options: dict | None = None) -> str:
+def export_compacted(
+    spark,
+    topic: str,
+    path: str,
+    fmt: str,
+    *,
+    view: str = "compacted",
+    partition_by: Sequence[str] = (),
+    options: dict | None = None,
+) -> str:
     if view not in ("compacted", "latest"):
         raise InvalidConfiguration(f"--view {view!r}: use compacted or latest")
     table = read_view(spark, topic, dict(options or {}), view)

@@ -58,7 +58,9 @@ def entry_messages(ledger_id: int, entry_id: int, data: bytes, partition: int = 
         # an encrypted entry cannot be opened here: it is one opaque message, as compaction treats it
         key = meta.partition_key if meta.HasField("partition_key") else None
         props = {kv.key: kv.value for kv in meta.properties}
-        return [Message(key, payload, ledger_id, entry_id, -1, 0, publish, int(meta.event_time), props, partition)]
+        return [
+            Message(key, payload, ledger_id, entry_id, -1, 0, publish, int(meta.event_time), props, partition)
+        ]
     items = decode_batch(meta, payload)
     batched = is_batch(meta)
     size = len(items) if batched else 0
@@ -68,13 +70,26 @@ def entry_messages(ledger_id: int, entry_id: int, data: bytes, partition: int = 
             continue
         key = single.partition_key if single.HasField("partition_key") else None
         props = {kv.key: kv.value for kv in single.properties} if single.properties else {}
-        out.append(Message(key, value, ledger_id, entry_id, index if batched else -1, size, publish,
-                           int(single.event_time), props, partition))
+        out.append(
+            Message(
+                key,
+                value,
+                ledger_id,
+                entry_id,
+                index if batched else -1,
+                size,
+                publish,
+                int(single.event_time),
+                props,
+                partition,
+            )
+        )
     return out
 
 
-def serialize_message_id(ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1,
-                         batch_size: int = 0) -> bytes:
+def serialize_message_id(
+    ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1, batch_size: int = 0
+) -> bytes:
     """The bytes ``pulsar.MessageId.serialize()`` produces for this id."""
     data = pb.MessageIdData(ledgerId=ledger_id, entryId=entry_id)
     if partition >= 0:

@@ -132,8 +132,8 @@ def parse_message_id(name: str, value: Any) -> MessageIdTuple:
         except ValueError:
             pass
     raise InvalidConfiguration(
-        f"option {name}: {value!r} is not a message id (use \"ledger:entry[:batch]\", "
-        "{\"ledgerId\":..,\"entryId\":..} or the serialized id's bytes)"
+        f'option {name}: {value!r} is not a message id (use "ledger:entry[:batch]", '
+        '{"ledgerId":..,"entryId":..} or the serialized id\'s bytes)'
     )
 
 
@@ -203,8 +203,10 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
     service_url = o.get("service.url") or None
     if not data_dir and not service_url:
         raise InvalidConfiguration("set service.url (the broker) or path (a data directory to read directly)")
-    client = {k[len("pulsar.client."):]: v for k, v in o.items() if k.startswith("pulsar.client.")}
-    starting = parse_offsets("startingOffsets", o.get("startingoffsets"), "latest" if streaming else "earliest")
+    client = {k[len("pulsar.client.") :]: v for k, v in o.items() if k.startswith("pulsar.client.")}
+    starting = parse_offsets(
+        "startingOffsets", o.get("startingoffsets"), "latest" if streaming else "earliest"
+    )
     ending = parse_offsets("endingOffsets", o.get("endingoffsets"), "latest")
     if streaming and "endingoffsets" in o:
         raise InvalidConfiguration("option endingOffsets is for batch reads only")
@@ -240,7 +242,10 @@ _CLIENT_KWARGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "connectiontimeoutms": ("connection_timeout_ms", int),
     "iothreads": ("io_threads", int),
     "tlstrustcertsfilepath": ("tls_trust_certs_file_path", str),
-    "tlsallowinsecureconnection": ("tls_allow_insecure_connection", lambda v: _bool("tlsAllowInsecureConnection", v)),
+    "tlsallowinsecureconnection": (
+        "tls_allow_insecure_connection",
+        lambda v: _bool("tlsAllowInsecureConnection", v),
+    ),
     "tlsvalidatehostname": ("tls_validate_hostname", lambda v: _bool("tlsValidateHostname", v)),
     "tlscertificatefilepath": ("tls_certificate_file_path", str),
     "tlskeyfilepath": ("tls_private_key_file_path", str),

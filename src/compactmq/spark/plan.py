@@ -151,9 +151,11 @@ def compacted_splits(layout: Layout, start: tuple, end: tuple, base: Split) -> l
     if view is None or view.horizon is None:
         return []
     if view.path is not None:  # direct: slices of the compacted-ledger file
-        return [replace(base, kind="compacted", ledger_id=lid, lo=a, hi=b, path=view.path)
-                for lid, a, b in view.ledger_ids
-                if lid >= start[0] and lid <= end[0]]
+        return [
+            replace(base, kind="compacted", ledger_id=lid, lo=a, hi=b, path=view.path)
+            for lid, a, b in view.ledger_ids
+            if lid >= start[0] and lid <= end[0]
+        ]
     # through the broker: ranges between ledger boundaries, read with a read-compacted reader
     bounds = sorted({lid for lid, _ in layout.ledgers if lid <= view.horizon[0]})
     edges = [-1] + bounds
@@ -180,7 +182,9 @@ def bounded(messages: Iterable, split: Split) -> Iterator:
 # --- latest ----------------------------------------------------------------------------------
 
 
-def build_tail(messages: Iterable, strategy_name: str, include_tombstones: bool, retain_null_key: bool) -> LatestTail:
+def build_tail(
+    messages: Iterable, strategy_name: str, include_tombstones: bool, retain_null_key: bool
+) -> LatestTail:
     from . import compacted_view
 
     strat = compacted_view.strategy(strategy_name)

@@ -54,8 +54,9 @@ def open_backend(opts: ReadOptions):
 
         return DirectBackend(opts.data_dir)
     if not opts.service_url:
-        raise InvalidConfiguration(f"path {opts.data_dir!r} is not a readable compactmq data directory "
-                                   "and no service.url is set")
+        raise InvalidConfiguration(
+            f"path {opts.data_dir!r} is not a readable compactmq data directory and no service.url is set"
+        )
     from .broker import BrokerBackend
 
     return BrokerBackend(opts.service_url, opts.admin_url, opts.client)
@@ -89,8 +90,10 @@ def _bounds(opts: ReadOptions, layout: P.Layout, base_name: str):
         start = after_last
     elif layout.first is not None and tuple(start[:2]) < tuple(layout.first) and opts.view == "raw":
         if opts.fail_on_data_loss:
-            raise DataLoss(f"{layout.topic}: startingOffsets {start[0]}:{start[1]} is before the first retained "
-                           f"message {layout.first[0]}:{layout.first[1]} (set failOnDataLoss=false to skip)")
+            raise DataLoss(
+                f"{layout.topic}: startingOffsets {start[0]}:{start[1]} is before the first retained "
+                f"message {layout.first[0]}:{layout.first[1]} (set failOnDataLoss=false to skip)"
+            )
         start = P.MIN_ID
     if end == "latest":
         end = after_last
@@ -123,11 +126,22 @@ def _plan(opts: ReadOptions, backend, ranges: dict | None) -> list:
             start, end = _bounds(opts, layout, str(TopicName.parse(topic).partitioned_base))
         if start >= end:
             continue
-        base = P.Split(topic, index, "", start_id=start, end_id=end, start_time=opts.starting_time,
-                       end_time=opts.ending_time, view=opts.view)
+        base = P.Split(
+            topic,
+            index,
+            "",
+            start_id=start,
+            end_id=end,
+            start_time=opts.starting_time,
+            end_time=opts.ending_time,
+            view=opts.view,
+        )
         splits.extend(_plan_partition(opts, backend, layout, base, direct))
-    return P.balance(splits, opts.min_partitions, opts.max_records_per_partition) \
-        if opts.view != "latest" else _balance_latest(splits, opts)
+    return (
+        P.balance(splits, opts.min_partitions, opts.max_records_per_partition)
+        if opts.view != "latest"
+        else _balance_latest(splits, opts)
+    )
 
 
 def _balance_latest(splits: list, opts: ReadOptions) -> list:
@@ -144,7 +158,9 @@ def _balance_latest(splits: list, opts: ReadOptions) -> list:
 def _with_paths(backend, splits: list, direct: bool) -> list:
     if not direct:
         return splits
-    return [replace(s, path=backend.ledger_path(s.topic, s.ledger_id)) if s.kind == "live" else s for s in splits]
+    return [
+        replace(s, path=backend.ledger_path(s.topic, s.ledger_id)) if s.kind == "live" else s for s in splits
+    ]
 
 
 def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool) -> list:
@@ -166,16 +182,23 @@ def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split,
     else:
         live = _with_paths(backend, P.live_splits(layout, horizon, start, end, base), direct)
         compacted_end = min(end, (horizon[0], horizon[1] + 1, -1))
-    compacted = P.compacted_splits(layout, start, compacted_end, replace(base, end_id=compacted_end)) \
-        if compacted_end > start else []
+    compacted = (
+        P.compacted_splits(layout, start, compacted_end, replace(base, end_id=compacted_end))
+        if compacted_end > start
+        else []
+    )
     if opts.view == "compacted":
         return compacted + live
     # latest: the tail after the horizon is folded on the driver and travels with every split
     messages = []
     for s in live:
         messages.extend(P.bounded(read_messages(s, backend_args(backend)), s))
-    tail = P.build_tail(messages, view.strategy if view else "keep-latest", opts.include_tombstones,
-                        view.retain_null_key if view else False)
+    tail = P.build_tail(
+        messages,
+        view.strategy if view else "keep-latest",
+        opts.include_tombstones,
+        view.retain_null_key if view else False,
+    )
     compacted = [replace(s, latest=tail) for s in compacted]
     return compacted + [replace(base, kind="tail", latest=tail, parts=tuple(compacted))]
 

@@ -70,14 +70,18 @@ def advance(ledgers: tuple, start: tuple, end: tuple, budget: int) -> tuple:
 class CompactMQStreamReader(DataSourceStreamReader):
     def __init__(self, opts: ReadOptions, schema, topic_schema_: TopicSchema):
         if opts.view == "compacted":
-            raise InvalidConfiguration("readStream supports view=raw and view=latest (latest state, then changes)")
+            raise InvalidConfiguration(
+                "readStream supports view=raw and view=latest (latest state, then changes)"
+            )
         self.opts = opts
         self.schema = schema
         self.topic_schema = topic_schema_
 
     def _layouts(self, backend) -> dict:
-        return {topic: backend.layout(topic, index, with_view=False)
-                for topic, index in backend.partitions(self.opts.topics, self.opts.topics_pattern)}
+        return {
+            topic: backend.layout(topic, index, with_view=False)
+            for topic, index in backend.partitions(self.opts.topics, self.opts.topics_pattern)
+        }
 
     def initialOffset(self) -> dict:
         backend = open_backend(self.opts)

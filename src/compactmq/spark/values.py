@@ -28,12 +28,32 @@ META_COLUMNS = ("__key", "__topic", "__messageId", "__publishTime", "__eventTime
 # pulsar Schema.Type numbers (protocol/pulsar.proto)
 NONE, STRING, JSON, PROTOBUF, AVRO = 0, 1, 2, 3, 4
 BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE = 5, 6, 7, 8, 9, 10, 11
-_TYPE_NAMES = {"NONE": NONE, "BYTES": NONE, "STRING": STRING, "JSON": JSON, "PROTOBUF": PROTOBUF,
-               "AVRO": AVRO, "BOOLEAN": BOOL, "INT8": INT8, "INT16": INT16, "INT32": INT32,
-               "INT64": INT64, "FLOAT": FLOAT, "DOUBLE": DOUBLE}
+_TYPE_NAMES = {
+    "NONE": NONE,
+    "BYTES": NONE,
+    "STRING": STRING,
+    "JSON": JSON,
+    "PROTOBUF": PROTOBUF,
+    "AVRO": AVRO,
+    "BOOLEAN": BOOL,
+    "INT8": INT8,
+    "INT16": INT16,
+    "INT32": INT32,
+    "INT64": INT64,
+    "FLOAT": FLOAT,
+    "DOUBLE": DOUBLE,
+}
 
-_PRIMITIVE_DDL = {STRING: "string", BOOL: "boolean", INT8: "tinyint", INT16: "smallint", INT32: "int",
-                  INT64: "bigint", FLOAT: "float", DOUBLE: "double"}
+_PRIMITIVE_DDL = {
+    STRING: "string",
+    BOOL: "boolean",
+    INT8: "tinyint",
+    INT16: "smallint",
+    INT32: "int",
+    INT64: "bigint",
+    FLOAT: "float",
+    DOUBLE: "double",
+}
 _PRIMITIVE_STRUCT = {BOOL: ">?", INT8: ">b", INT16: ">h", INT32: ">i", INT64: ">q", FLOAT: ">f", DOUBLE: ">d"}
 
 
@@ -85,8 +105,18 @@ def _avro_ddl(schema) -> tuple[str, bool]:
         return "timestamp", False
     if logical == "date":
         return "date", False
-    simple = {"boolean": "boolean", "int": "int", "long": "bigint", "float": "float", "double": "double",
-              "bytes": "binary", "string": "string", "enum": "string", "fixed": "binary", "null": "string"}
+    simple = {
+        "boolean": "boolean",
+        "int": "int",
+        "long": "bigint",
+        "float": "float",
+        "double": "double",
+        "bytes": "binary",
+        "string": "string",
+        "enum": "string",
+        "fixed": "binary",
+        "null": "string",
+    }
     if t in simple:
         return simple[t], t == "null"
     if t == "array":
@@ -108,8 +138,14 @@ def spark_schema(schema: TopicSchema) -> str:
         parts = [f"value {_PRIMITIVE_DDL[schema.type]}"]
     else:
         parts = ["value binary"]
-    parts += ["__key string", "__topic string", "__messageId binary", "__publishTime timestamp",
-              "__eventTime timestamp", "__messageProperties map<string,string>"]
+    parts += [
+        "__key string",
+        "__topic string",
+        "__messageId binary",
+        "__publishTime timestamp",
+        "__eventTime timestamp",
+        "__messageProperties map<string,string>",
+    ]
     return ", ".join(parts)
 
 
@@ -181,8 +217,12 @@ def to_record_batch(rows: list, topic: str, decoder: ValueDecoder, pa_schema):
     cols = decoder.columns(values)
     cols.append([m.key for m in msgs])
     cols.append([topic] * len(msgs))
-    cols.append([serialize_message_id(m.ledger_id, m.entry_id, m.batch_index, m.partition, m.batch_size)
-                 for m in msgs])
+    cols.append(
+        [
+            serialize_message_id(m.ledger_id, m.entry_id, m.batch_index, m.partition, m.batch_size)
+            for m in msgs
+        ]
+    )
     cols.append([m.publish_time * 1000 for m in msgs])
     cols.append([m.event_time * 1000 if m.event_time else None for m in msgs])
     cols.append([list(m.properties.items()) for m in msgs])

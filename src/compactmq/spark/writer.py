@@ -75,14 +75,17 @@ def parse_write_options(options, columns: list[str]) -> WriteOptions:
     if not topic and "__topic" not in columns:
         raise InvalidConfiguration("set option topic, or give the DataFrame a __topic column")
     topic = canonical(str(topic)) if topic else None
-    client = {k[len("pulsar.client."):]: v for k, v in o.items() if k.startswith("pulsar.client.")}
+    client = {k[len("pulsar.client.") :]: v for k, v in o.items() if k.startswith("pulsar.client.")}
     schema = TopicSchema()
     if topic and (o.get("admin.url") or o.get("path")):
         from .options import parse_read_options
         from .source import topic_schema
 
-        read = {k: v for k, v in o.items()
-                if k in ("service.url", "admin.url", "path") or k.startswith("pulsar.client.")}
+        read = {
+            k: v
+            for k, v in o.items()
+            if k in ("service.url", "admin.url", "path") or k.startswith("pulsar.client.")
+        }
         try:
             schema = topic_schema(parse_read_options({**read, "topic": topic}))
         except TopicNotFound:  # the first write creates the topic (auto topic creation): no schema yet
@@ -200,7 +203,9 @@ def task_identity(default_name: str | None, streaming: bool) -> tuple[str, int]:
     return f"{name}-{partition}", base
 
 
-def write_rows(opts: WriteOptions, rows: Iterator, producer_name: str | None = None, first_sequence: int = 0) -> int:
+def write_rows(
+    opts: WriteOptions, rows: Iterator, producer_name: str | None = None, first_sequence: int = 0
+) -> int:
     """Send ``rows`` (pyspark Rows) as messages; returns how many, after all are stored. With
     ``producer_name``, the producers carry it and the n-th row (from 0) has sequence id
     ``first_sequence + n + 1``."""
@@ -226,14 +231,20 @@ def write_rows(opts: WriteOptions, rows: Iterator, producer_name: str | None = N
                 raise InvalidConfiguration("a row has no __topic and no topic option is set")
             producer = producers.get(topic)
             if producer is None:
-                kw: dict = {"batching_enabled": True, "block_if_queue_full": True,
-                            "send_timeout_millis": SEND_TIMEOUT_S * 1000}
+                kw: dict = {
+                    "batching_enabled": True,
+                    "block_if_queue_full": True,
+                    "send_timeout_millis": SEND_TIMEOUT_S * 1000,
+                }
                 if producer_name is not None:
                     # batches cut by count only, so a retry cuts the same batches: the broker
                     # deduplicates a batch as a whole (by its highest sequence id), and a batch
                     # straddling the stored prefix would be stored again in full
-                    kw.update(batching_max_messages=BATCH_MESSAGES, batching_max_publish_delay_ms=BATCH_DELAY_MS,
-                              batching_max_allowed_size_in_bytes=BATCH_BYTES)
+                    kw.update(
+                        batching_max_messages=BATCH_MESSAGES,
+                        batching_max_publish_delay_ms=BATCH_DELAY_MS,
+                        batching_max_allowed_size_in_bytes=BATCH_BYTES,
+                    )
                 if opts.schema.is_record:
                     kw["schema"] = _RawSchema(opts.schema)
                 if producer_name is not None:
@@ -241,7 +252,9 @@ def write_rows(opts: WriteOptions, rows: Iterator, producer_name: str | None = N
                 try:
                     producer = producers[topic] = client.create_producer(topic, **kw)
                 except Exception as e:  # noqa: BLE001 - pulsar.Timeout, AuthenticationError, ...
-                    raise BrokerError(refused(opts.service_url, f"creating a producer on {topic}", e)) from None
+                    raise BrokerError(
+                        refused(opts.service_url, f"creating a producer on {topic}", e)
+                    ) from None
             extra: dict = {}
             if d.get("__key") is not None:
                 extra["partition_key"] = str(d["__key"])

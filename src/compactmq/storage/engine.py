@@ -86,9 +86,14 @@ class Storage:
         self.metadata = MetadataStore(self.data_dir / METADATA_FILE, clock=self._clock)
         self.metadata.add_listener(self._on_metadata_event)
         # tiered storage: reads of offloaded ledgers work whatever the config says today
-        self.offloader = LedgerOffloader(self.metadata, self.config, self._clock, read_only=read_only,
-                                         compacted_path=self.compacted_ledger_path,
-                                         compaction_lock=self._try_compaction_lock)
+        self.offloader = LedgerOffloader(
+            self.metadata,
+            self.config,
+            self._clock,
+            read_only=read_only,
+            compacted_path=self.compacted_ledger_path,
+            compaction_lock=self._try_compaction_lock,
+        )
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
             self._sweep_offload()
@@ -148,8 +153,16 @@ class Storage:
                 if not create or self.read_only:
                     raise TopicNotFound(f"topic {name} does not exist")
                 self.metadata.create_topic(name)
-            ml = ManagedLedger(name, self.topic_dir(name), self.metadata, self.config, self._clock,
-                               read_only=self.read_only, on_close=self._forget, offloader=self.offloader)
+            ml = ManagedLedger(
+                name,
+                self.topic_dir(name),
+                self.metadata,
+                self.config,
+                self._clock,
+                read_only=self.read_only,
+                on_close=self._forget,
+                offloader=self.offloader,
+            )
             self._mls[name] = ml
             return ml
 

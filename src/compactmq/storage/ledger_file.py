@@ -269,8 +269,9 @@ def _scan_with_index(mv: memoryview, index, verify_crc: bool) -> LedgerScan | No
         if checked != crcs:
             bad = next(i for i, (x, y) in enumerate(zip(checked, crcs)) if x != y)
             raise StorageError(f"ledger {idx.ledger_id}: entry {bad} fails its CRC32C")
-    return LedgerScan(ids, offsets.copy(), lengths, idx.publish_times.copy(), idx.data_end,
-                      idx.data_end != len(mv))
+    return LedgerScan(
+        ids, offsets.copy(), lengths, idx.publish_times.copy(), idx.data_end, idx.data_end != len(mv)
+    )
 
 
 def read_entry_at(src: Source, offset: int, verify_crc: bool = True) -> tuple[int, int, bytes]:

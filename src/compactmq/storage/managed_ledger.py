@@ -83,12 +83,40 @@ class _Ledger:
     """In-memory state of one ledger. ``offsets``/``publish_times`` are loaded lazily for
     closed ledgers (from the ``.idx`` file) and grow in place for the current one."""
 
-    __slots__ = ("ledger_id", "path", "state", "created_ms", "closed_ms", "count", "size",
-                 "first_pt", "last_pt", "offsets", "publish_times", "data_end", "write_fd",
-                 "read_fd", "seq_base", "sync_users", "fd_to_close", "offload", "local_gone")
+    __slots__ = (
+        "ledger_id",
+        "path",
+        "state",
+        "created_ms",
+        "closed_ms",
+        "count",
+        "size",
+        "first_pt",
+        "last_pt",
+        "offsets",
+        "publish_times",
+        "data_end",
+        "write_fd",
+        "read_fd",
+        "seq_base",
+        "sync_users",
+        "fd_to_close",
+        "offload",
+        "local_gone",
+    )
 
-    def __init__(self, ledger_id: int, path: str, state: str, created_ms: int, closed_ms: int | None = None,
-                 count: int = 0, size: int = 0, first_pt: int | None = None, last_pt: int | None = None):
+    def __init__(
+        self,
+        ledger_id: int,
+        path: str,
+        state: str,
+        created_ms: int,
+        closed_ms: int | None = None,
+        count: int = 0,
+        size: int = 0,
+        first_pt: int | None = None,
+        last_pt: int | None = None,
+    ):
         self.ledger_id = ledger_id
         self.path = path
         self.state = state
@@ -221,8 +249,9 @@ class ManagedLedger:
             self._recover()
         self._attach_offload_records()
         for rec in store.load_cursors(topic):
-            self._cursors[rec.name] = Cursor(self, rec.name, True, rec.mark_delete,
-                                             RangeSet.from_bytes(rec.acked_ranges), rec.properties)
+            self._cursors[rec.name] = Cursor(
+                self, rec.name, True, rec.mark_delete, RangeSet.from_bytes(rec.acked_ranges), rec.properties
+            )
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -248,8 +277,17 @@ class ManagedLedger:
                 closing.append(self._info(led, led.count))
                 self._touch_index(led)
             else:
-                led = _Ledger(info.ledger_id, path, LEDGER_CLOSED, info.created_ms, info.closed_ms,
-                              info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms)
+                led = _Ledger(
+                    info.ledger_id,
+                    path,
+                    LEDGER_CLOSED,
+                    info.created_ms,
+                    info.closed_ms,
+                    info.entry_count,
+                    info.size,
+                    info.first_publish_ms,
+                    info.last_publish_ms,
+                )
                 if info.entry_count == 0:
                     gone.append(info.ledger_id)
                     continue
@@ -289,12 +327,22 @@ class ManagedLedger:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        led = _Ledger(info.ledger_id, path, LEDGER_CLOSED, info.created_ms, now,
-                      len(scan.entry_ids), int(scan.lengths.sum()),
-                      int(scan.publish_times[0]), int(scan.publish_times[-1]))
+        led = _Ledger(
+            info.ledger_id,
+            path,
+            LEDGER_CLOSED,
+            info.created_ms,
+            now,
+            len(scan.entry_ids),
+            int(scan.lengths.sum()),
+            int(scan.publish_times[0]),
+            int(scan.publish_times[-1]),
+        )
         led.offsets, led.publish_times, led.data_end = scan.offsets, scan.publish_times, scan.valid_end
-        write_file_atomically(lf.index_path_for(path),
-                              lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end))
+        write_file_atomically(
+            lf.index_path_for(path),
+            lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end),
+        )
         return led
 
     def _remove_orphans(self, known: set[int]) -> None:
@@ -317,8 +365,17 @@ class ManagedLedger:
         ledgers: list[_Ledger] = []
         for info in self._store.ledgers(self.topic):
             path = self.ledger_path(info.ledger_id)
-            led = _Ledger(info.ledger_id, path, info.state, info.created_ms, info.closed_ms,
-                          info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms)
+            led = _Ledger(
+                info.ledger_id,
+                path,
+                info.state,
+                info.created_ms,
+                info.closed_ms,
+                info.entry_count,
+                info.size,
+                info.first_publish_ms,
+                info.last_publish_ms,
+            )
             if info.state == LEDGER_OPEN:
                 try:
                     with open(path, "rb") as f:
@@ -328,7 +385,11 @@ class ManagedLedger:
                     continue
                 led.count = len(scan.entry_ids)
                 led.size = int(scan.lengths.sum())
-                led.offsets, led.publish_times, led.data_end = scan.offsets, scan.publish_times, scan.valid_end
+                led.offsets, led.publish_times, led.data_end = (
+                    scan.offsets,
+                    scan.publish_times,
+                    scan.valid_end,
+                )
                 if led.count:
                     led.first_pt, led.last_pt = int(scan.publish_times[0]), int(scan.publish_times[-1])
             if led.count:
@@ -425,8 +486,9 @@ class ManagedLedger:
         except OSError as e:
             self._fence(e)
 
-    def append_many(self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
-                    ) -> list[Position]:
+    def append_many(
+        self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
+    ) -> list[Position]:
         """Append entries in order with one write and one sync; all land in one ledger."""
         if not entries:
             return []
@@ -442,7 +504,9 @@ class ManagedLedger:
         if self._closed:
             raise StorageError(f"managed ledger {self.topic} is closed")
         if self._fenced is not None:
-            raise StorageError(f"managed ledger {self.topic} failed earlier and must be reopened: {self._fenced}")
+            raise StorageError(
+                f"managed ledger {self.topic} failed earlier and must be reopened: {self._fenced}"
+            )
 
     def _fence(self, err: BaseException) -> None:
         self._fenced = err
@@ -452,8 +516,10 @@ class ManagedLedger:
     def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
         for data in datas:
             if len(data) > lf.MAX_ENTRY_SIZE:
-                raise InvalidInput(f"{self.topic}: entry of {len(data)} bytes is larger than the "
-                                   f"{lf.MAX_ENTRY_SIZE} bytes a ledger record may hold")
+                raise InvalidInput(
+                    f"{self.topic}: entry of {len(data)} bytes is larger than the "
+                    f"{lf.MAX_ENTRY_SIZE} bytes a ledger record may hold"
+                )
         track = self._sync_data and self._group_delay_s > 0
         if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
             with self._sync_cond:
@@ -580,8 +646,11 @@ class ManagedLedger:
         led = self._current
         if led is None or led.count == 0:
             return
-        if (led.count >= self._max_entries or led.size >= self._max_bytes
-                or now - led.created_ms >= self._max_age_ms):
+        if (
+            led.count >= self._max_entries
+            or led.size >= self._max_bytes
+            or now - led.created_ms >= self._max_age_ms
+        ):
             self._rollover_locked(now)
 
     @_os_errors_as_storage_errors
@@ -617,12 +686,19 @@ class ManagedLedger:
         with self._sync_cond:
             self._durable_seq = max(self._durable_seq, self._written_seq)
             self._sync_cond.notify_all()
-        led.offsets = np.frombuffer(led.offsets, dtype=np.int64).copy() if len(led.offsets) else np.zeros(0, np.int64)
-        led.publish_times = (np.frombuffer(led.publish_times, dtype=np.int64).copy()
-                             if len(led.publish_times) else np.zeros(0, np.int64))
+        led.offsets = (
+            np.frombuffer(led.offsets, dtype=np.int64).copy() if len(led.offsets) else np.zeros(0, np.int64)
+        )
+        led.publish_times = (
+            np.frombuffer(led.publish_times, dtype=np.int64).copy()
+            if len(led.publish_times)
+            else np.zeros(0, np.int64)
+        )
         if led.count:
-            write_file_atomically(lf.index_path_for(led.path),
-                                  lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end))
+            write_file_atomically(
+                lf.index_path_for(led.path),
+                lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end),
+            )
         led.state = LEDGER_CLOSED
         led.closed_ms = now
         self._current = None
@@ -746,8 +822,9 @@ class ManagedLedger:
         return len(self._ledgers), 0
 
     @_os_errors_as_storage_errors
-    def read_entries(self, start: Position, max_entries: int, max_bytes: int | None = None
-                     ) -> list[tuple[Position, bytes]]:
+    def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int | None = None
+    ) -> list[tuple[Position, bytes]]:
         """Up to ``max_entries`` entries from the first one at or after ``start``, crossing
         ledgers; stops before ``max_bytes`` of entry bytes (always returns at least one entry
         when one exists)."""
@@ -757,15 +834,20 @@ class ManagedLedger:
             used = sum(len(d) for _, d in out)
             if max_bytes is not None and used >= max_bytes:
                 break
-            more, cut = self._read_some(self.next_position(out[-1][0]), max_entries - len(out),
-                                        None if max_bytes is None else max_bytes - used, must_fill=False)
+            more, cut = self._read_some(
+                self.next_position(out[-1][0]),
+                max_entries - len(out),
+                None if max_bytes is None else max_bytes - used,
+                must_fill=False,
+            )
             if not more:
                 break
             out.extend(more)
         return out
 
-    def _read_some(self, start: Position, max_entries: int, max_bytes: int | None, must_fill: bool = True
-                   ) -> tuple[list[tuple[Position, bytes]], bool]:
+    def _read_some(
+        self, start: Position, max_entries: int, max_bytes: int | None, must_fill: bool = True
+    ) -> tuple[list[tuple[Position, bytes]], bool]:
         """One pass of ``read_entries`` under the lock; True when it stopped at an offloaded
         ledger (whose first range it fetched, after the lock, when nothing came before it)."""
         out: list[tuple[Position, bytes]] = []
@@ -867,12 +949,19 @@ class ManagedLedger:
         with self._lock:
             for led in self._ledgers:
                 n = self._visible(led)
-                if n == 0 or (led.state == LEDGER_CLOSED and led.last_pt is not None and led.last_pt < ts_ms
-                              and led is not self._current):
+                if n == 0 or (
+                    led.state == LEDGER_CLOSED
+                    and led.last_pt is not None
+                    and led.last_pt < ts_ms
+                    and led is not self._current
+                ):
                     continue
                 self._ensure_index(led)
-                pts = np.asarray(led.publish_times[:n], dtype=np.int64) if not isinstance(
-                    led.publish_times, np.ndarray) else led.publish_times[:n]
+                pts = (
+                    np.asarray(led.publish_times[:n], dtype=np.int64)
+                    if not isinstance(led.publish_times, np.ndarray)
+                    else led.publish_times[:n]
+                )
                 hits = np.flatnonzero(pts >= ts_ms)
                 if len(hits):
                     return Position(led.ledger_id, int(hits[0]))
@@ -896,10 +985,23 @@ class ManagedLedger:
     # --- sizes -----------------------------------------------------------------------------
 
     def _info(self, led: _Ledger, visible: int) -> LedgerInfo:
-        size = led.size if visible == led.count else (led.bytes_between(0, visible) if led.offsets is not None else 0)
-        return LedgerInfo(led.ledger_id, visible, size, led.first_pt if visible else None,
-                          (int(led.publish_times[visible - 1]) if visible != led.count else led.last_pt)
-                          if visible else None, led.state, led.created_ms, led.closed_ms)
+        size = (
+            led.size
+            if visible == led.count
+            else (led.bytes_between(0, visible) if led.offsets is not None else 0)
+        )
+        return LedgerInfo(
+            led.ledger_id,
+            visible,
+            size,
+            led.first_pt if visible else None,
+            (int(led.publish_times[visible - 1]) if visible != led.count else led.last_pt)
+            if visible
+            else None,
+            led.state,
+            led.created_ms,
+            led.closed_ms,
+        )
 
     def ledgers(self) -> list[LedgerInfo]:
         with self._lock:
@@ -935,8 +1037,10 @@ class ManagedLedger:
 
     def total_size(self) -> int:
         with self._lock:
-            return sum(led.size if self._visible(led) == led.count else led.bytes_between(0, self._visible(led))
-                       for led in self._ledgers)
+            return sum(
+                led.size if self._visible(led) == led.count else led.bytes_between(0, self._visible(led))
+                for led in self._ledgers
+            )
 
     def entry_count(self) -> int:
         with self._lock:
@@ -944,8 +1048,9 @@ class ManagedLedger:
 
     # --- cursors ---------------------------------------------------------------------------
 
-    def open_cursor(self, name: str, durable: bool = True, initial_position: str | Position = "earliest"
-                    ) -> Cursor:
+    def open_cursor(
+        self, name: str, durable: bool = True, initial_position: str | Position = "earliest"
+    ) -> Cursor:
         """Open (or create) a cursor. A durable cursor that exists keeps its position;
         a new one starts before the first entry ("earliest"), after the last ("latest"), or
         at a given position (the next entry it reads is the first at or after it)."""
@@ -960,11 +1065,14 @@ class ManagedLedger:
                     mark_delete = Position(first, -1)
                 elif initial_position == "latest":
                     last = self.last_position()
-                    mark_delete = last if last is not None else self.previous_position(
-                        self.next_position(EARLIEST))
+                    mark_delete = (
+                        last if last is not None else self.previous_position(self.next_position(EARLIEST))
+                    )
                 else:
-                    raise ValueError(f"initial_position must be 'earliest', 'latest' or a Position, "
-                                     f"not {initial_position!r}")
+                    raise ValueError(
+                        f"initial_position must be 'earliest', 'latest' or a Position, "
+                        f"not {initial_position!r}"
+                    )
             else:
                 mark_delete = self.previous_position(Position(*initial_position))
             cursor = Cursor(self, name, durable, mark_delete)
@@ -1003,7 +1111,13 @@ class ManagedLedger:
                 rec = self._store.get_cursor(self.topic, COMPACTION_CURSOR)
                 if rec is not None:
                     self._cursors[COMPACTION_CURSOR] = Cursor(
-                        self, rec.name, True, rec.mark_delete, RangeSet.from_bytes(rec.acked_ranges), rec.properties)
+                        self,
+                        rec.name,
+                        True,
+                        rec.mark_delete,
+                        RangeSet.from_bytes(rec.acked_ranges),
+                        rec.properties,
+                    )
                 return
         cursor.reload()
 
@@ -1011,13 +1125,19 @@ class ManagedLedger:
 
     def retention_policy(self) -> tuple[int, int]:
         """(minutes, MB) in force: topic policy, else namespace policy, else broker config."""
-        minutes = self._store.effective_policy(self.topic, RETENTION_TIME_MINUTES, self._default_retention_minutes)
+        minutes = self._store.effective_policy(
+            self.topic, RETENTION_TIME_MINUTES, self._default_retention_minutes
+        )
         mb = self._store.effective_policy(self.topic, RETENTION_SIZE_MB, self._default_retention_mb)
         return int(minutes), int(mb)
 
     @_os_errors_as_storage_errors
-    def trim_to_retention(self, now_ms: int | None = None, retention_time_minutes: int | None = None,
-                          retention_size_mb: int | None = None) -> list[int]:
+    def trim_to_retention(
+        self,
+        now_ms: int | None = None,
+        retention_time_minutes: int | None = None,
+        retention_size_mb: int | None = None,
+    ) -> list[int]:
         """Delete whole ledgers that retention no longer keeps (Pulsar's rules):
 
         * a ledger holding any entry that some durable cursor (``__compaction`` included)
@@ -1048,8 +1168,11 @@ class ManagedLedger:
             if durable:
                 boundary = self.next_position(min(durable)).ledger_id
             else:
-                boundary = self._current.ledger_id if self._current is not None else (
-                    self._ledgers[-1].ledger_id if self._ledgers else 0)
+                boundary = (
+                    self._current.ledger_id
+                    if self._current is not None
+                    else (self._ledgers[-1].ledger_id if self._ledgers else 0)
+                )
             total = sum(led.size for led in self._ledgers)
             victims: list[_Ledger] = []
             freed = 0
@@ -1128,9 +1251,14 @@ class ManagedLedger:
     def sealed_ledgers_to_offload(self) -> list[int]:
         """Ids of the sealed ledgers not yet offloaded, oldest first."""
         with self._lock:
-            return [led.ledger_id for led in self._ledgers
-                    if led is not self._current and led.state == LEDGER_CLOSED and led.offload is None
-                    and led.count > 0]
+            return [
+                led.ledger_id
+                for led in self._ledgers
+                if led is not self._current
+                and led.state == LEDGER_CLOSED
+                and led.offload is None
+                and led.count > 0
+            ]
 
     def offload_source(self, ledger_id: int) -> tuple[str, lf.LedgerIndex] | None:
         """(local path, index) of a sealed ledger to copy; None when it is gone or offloaded."""
@@ -1139,8 +1267,12 @@ class ManagedLedger:
             if led is None or led is self._current or led.offload is not None or led.state != LEDGER_CLOSED:
                 return None
             self._ensure_index(led)
-            return led.path, lf.LedgerIndex(led.ledger_id, np.asarray(led.offsets, np.int64),
-                                            np.asarray(led.publish_times, np.int64), led.data_end)
+            return led.path, lf.LedgerIndex(
+                led.ledger_id,
+                np.asarray(led.offsets, np.int64),
+                np.asarray(led.publish_times, np.int64),
+                led.data_end,
+            )
 
     def attach_offload(self, record: Any) -> None:
         """The offloader committed ``record`` for one of our ledgers."""
@@ -1173,9 +1305,15 @@ class ManagedLedger:
     def offload_state(self) -> dict[int, dict[str, Any]]:
         """Per offloaded ledger: where it lives and whether the local copy is gone."""
         with self._lock:
-            return {led.ledger_id: {"offloaded": True, "localCopyDeleted": led.local_gone,
-                                    "location": led.offload.location.describe()}
-                    for led in self._ledgers if led.offload is not None}
+            return {
+                led.ledger_id: {
+                    "offloaded": True,
+                    "localCopyDeleted": led.local_gone,
+                    "location": led.offload.location.describe(),
+                }
+                for led in self._ledgers
+                if led.offload is not None
+            }
 
     def first_unoffloaded_position(self) -> Position | None:
         with self._lock:

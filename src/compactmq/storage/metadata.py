@@ -178,9 +178,7 @@ class MetadataStore:
         self._listeners: list[Callable[[str, str], None]] = []
         self._pending_events: list[tuple[str, str]] = []
         try:
-            self._db = sqlite3.connect(
-                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.execute("PRAGMA busy_timeout=30000")
@@ -368,7 +366,8 @@ class MetadataStore:
         if namespace is None:
             return [r[0] for r in self._query("SELECT name FROM topics ORDER BY name")]
         return [
-            r[0] for r in self._query("SELECT name FROM topics WHERE namespace = ? ORDER BY name", (namespace,))
+            r[0]
+            for r in self._query("SELECT name FROM topics WHERE namespace = ? ORDER BY name", (namespace,))
         ]
 
     def create_topic(self, topic: str, properties: Mapping[str, Any] | None = None) -> bool:
@@ -380,9 +379,12 @@ class MetadataStore:
                 return False
             now = self.now_ms()
             tenant = ns.split("/", 1)[0]
-            db.execute("INSERT OR IGNORE INTO tenants(name, info, created_ms) VALUES (?, '{}', ?)", (tenant, now))
             db.execute(
-                "INSERT OR IGNORE INTO namespaces(name, tenant, created_ms) VALUES (?, ?, ?)", (ns, tenant, now)
+                "INSERT OR IGNORE INTO tenants(name, info, created_ms) VALUES (?, '{}', ?)", (tenant, now)
+            )
+            db.execute(
+                "INSERT OR IGNORE INTO namespaces(name, tenant, created_ms) VALUES (?, ?, ?)",
+                (ns, tenant, now),
             )
             db.execute(
                 "INSERT INTO topics(name, namespace, created_ms, properties) VALUES (?, ?, ?, ?)",
@@ -398,9 +400,12 @@ class MetadataStore:
 
     def set_topic_properties(self, topic: str, properties: Mapping[str, Any]) -> None:
         with self.transaction() as db:
-            if db.execute(
-                "UPDATE topics SET properties = ? WHERE name = ?", (json.dumps(dict(properties)), topic)
-            ).rowcount == 0:
+            if (
+                db.execute(
+                    "UPDATE topics SET properties = ? WHERE name = ?", (json.dumps(dict(properties)), topic)
+                ).rowcount
+                == 0
+            ):
                 raise TopicNotFound(f"topic {topic} does not exist")
 
     def delete_topic(self, topic: str) -> tuple[list[int], int | None]:
@@ -410,7 +415,9 @@ class MetadataStore:
         """
         with self.transaction() as db:
             ledger_ids = [r[0] for r in db.execute("SELECT ledger_id FROM ledgers WHERE topic = ?", (topic,))]
-            row = db.execute("SELECT compacted_ledger_id FROM compaction_state WHERE topic = ?", (topic,)).fetchone()
+            row = db.execute(
+                "SELECT compacted_ledger_id FROM compaction_state WHERE topic = ?", (topic,)
+            ).fetchone()
             if db.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0 and not ledger_ids:
                 raise TopicNotFound(f"topic {topic} does not exist")
             db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
@@ -455,8 +462,15 @@ class MetadataStore:
         cur = db.execute(
             "UPDATE ledgers SET entry_count = ?, size = ?, first_publish_ms = ?, last_publish_ms = ?, "
             "state = ?, closed_ms = ? WHERE ledger_id = ?",
-            (info.entry_count, info.size, info.first_publish_ms, info.last_publish_ms, LEDGER_CLOSED,
-             info.closed_ms, info.ledger_id),
+            (
+                info.entry_count,
+                info.size,
+                info.first_publish_ms,
+                info.last_publish_ms,
+                LEDGER_CLOSED,
+                info.closed_ms,
+                info.ledger_id,
+            ),
         )
         if cur.rowcount == 0:
             raise MetadataError(f"ledger {info.ledger_id} is not in the metadata store")
@@ -475,7 +489,9 @@ class MetadataStore:
             "FROM cursors WHERE topic = ? ORDER BY name",
             (topic,),
         )
-        return [CursorRecord(r[0], r[1], Position(r[2], r[3]), bytes(r[4]), json.loads(r[5]), r[6]) for r in rows]
+        return [
+            CursorRecord(r[0], r[1], Position(r[2], r[3]), bytes(r[4]), json.loads(r[5]), r[6]) for r in rows
+        ]
 
     def get_cursor(self, topic: str, name: str) -> CursorRecord | None:
         for rec in self.load_cursors(topic):
@@ -639,9 +655,20 @@ class MetadataStore:
             "INSERT OR REPLACE INTO compaction_state(topic, compacted_ledger_id, horizon_ledger, horizon_entry, "
             "status, last_error, started_ms, last_success_ms, last_failure_ms, last_duration_ms, "
             "removed_event_count, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (st.topic, st.compacted_ledger_id, h[0] if h else None, h[1] if h else None, st.status,
-             st.last_error, st.started_ms, st.last_success_ms, st.last_failure_ms, st.last_duration_ms,
-             st.removed_event_count, st.version),
+            (
+                st.topic,
+                st.compacted_ledger_id,
+                h[0] if h else None,
+                h[1] if h else None,
+                st.status,
+                st.last_error,
+                st.started_ms,
+                st.last_success_ms,
+                st.last_failure_ms,
+                st.last_duration_ms,
+                st.removed_event_count,
+                st.version,
+            ),
         )
 
     def _check_version(self, st: CompactionState, expected_version: int | None) -> None:
@@ -659,8 +686,12 @@ class MetadataStore:
         with self.transaction() as db:
             st = self.get_compaction_state(topic)
             self._check_version(st, expected_version)
-            st = replace(st, status=RUNNING, started_ms=started_ms if started_ms is not None else self.now_ms(),
-                         version=st.version + 1)
+            st = replace(
+                st,
+                status=RUNNING,
+                started_ms=started_ms if started_ms is not None else self.now_ms(),
+                version=st.version + 1,
+            )
             self._write_compaction_state(db, st)
             return st
 
@@ -670,9 +701,14 @@ class MetadataStore:
         """The run failed; the previous compacted ledger and horizon stay in force."""
         with self.transaction() as db:
             st = self.get_compaction_state(topic)
-            st = replace(st, status=ERROR, last_error=error,
-                         last_failure_ms=failed_ms if failed_ms is not None else self.now_ms(),
-                         last_duration_ms=duration_ms, version=st.version + 1)
+            st = replace(
+                st,
+                status=ERROR,
+                last_error=error,
+                last_failure_ms=failed_ms if failed_ms is not None else self.now_ms(),
+                last_duration_ms=duration_ms,
+                version=st.version + 1,
+            )
             self._write_compaction_state(db, st)
             return st
 
@@ -684,8 +720,15 @@ class MetadataStore:
         """
         with self.transaction() as db:
             st = self.get_compaction_state(topic)
-            st = replace(st, status=SUCCESS, last_error=None, last_success_ms=self.now_ms(),
-                         last_duration_ms=duration_ms, removed_event_count=0, version=st.version + 1)
+            st = replace(
+                st,
+                status=SUCCESS,
+                last_error=None,
+                last_success_ms=self.now_ms(),
+                last_duration_ms=duration_ms,
+                removed_event_count=0,
+                version=st.version + 1,
+            )
             self._write_compaction_state(db, st)
             return st
 
@@ -727,8 +770,10 @@ class MetadataStore:
             )
             self._write_compaction_state(db, st)
             if details is not None:
-                db.execute("INSERT OR REPLACE INTO compaction_details(topic, view_id, details) VALUES (?, ?, ?)",
-                           (topic, compacted_ledger_id, json.dumps(dict(details))))
+                db.execute(
+                    "INSERT OR REPLACE INTO compaction_details(topic, view_id, details) VALUES (?, ?, ?)",
+                    (topic, compacted_ledger_id, json.dumps(dict(details))),
+                )
             row = db.execute(
                 "SELECT mark_delete_ledger, mark_delete_entry FROM cursors WHERE topic = ? AND name = ?",
                 (topic, COMPACTION_CURSOR),

@@ -52,7 +52,7 @@ def active(records: list[SchemaRecord]) -> list[SchemaRecord]:
     """The versions in force: those after the newest deletion marker."""
     for i in range(len(records) - 1, -1, -1):
         if records[i].deleted:
-            return records[i + 1:]
+            return records[i + 1 :]
     return list(records)
 
 
@@ -69,12 +69,20 @@ class SchemaStorage:
         with self.metadata.transaction(durable=False) as db:
             rows = db.execute(
                 "SELECT version, type, data, name, properties, timestamp_ms, deleted FROM schemas "
-                "WHERE schema_id = ? ORDER BY version", (schema_id,),
+                "WHERE schema_id = ? ORDER BY version",
+                (schema_id,),
             ).fetchall()
         return [SchemaRecord(v, t, bytes(d), n, json.loads(p), ts, bool(x)) for v, t, d, n, p, ts, x in rows]
 
-    def add(self, schema_id: str, type_: int, data: bytes, name: str = "",
-            properties: dict[str, str] | None = None, deleted: bool = False) -> int:
+    def add(
+        self,
+        schema_id: str,
+        type_: int,
+        data: bytes,
+        name: str = "",
+        properties: dict[str, str] | None = None,
+        deleted: bool = False,
+    ) -> int:
         """Append a version (the next number) and return it."""
         with self.metadata.transaction() as db:
             row = db.execute("SELECT MAX(version) FROM schemas WHERE schema_id = ?", (schema_id,)).fetchone()
@@ -82,8 +90,16 @@ class SchemaStorage:
             db.execute(
                 "INSERT INTO schemas(schema_id, version, type, name, data, properties, timestamp_ms, deleted) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (schema_id, version, type_, name, bytes(data), json.dumps(dict(properties or {})),
-                 self.metadata.now_ms(), int(deleted)),
+                (
+                    schema_id,
+                    version,
+                    type_,
+                    name,
+                    bytes(data),
+                    json.dumps(dict(properties or {})),
+                    self.metadata.now_ms(),
+                    int(deleted),
+                ),
             )
         return version
 

@@ -60,7 +60,9 @@ def file_request(metadata, topic: str) -> int:
     """Ask the read-write Storage of this data directory to seal ``topic``; returns the request id."""
     ensure_schema(metadata)
     with metadata.transaction() as db:
-        cur = db.execute("INSERT INTO seal_requests(topic, requested_ms) VALUES (?, ?)", (topic, metadata.now_ms()))
+        cur = db.execute(
+            "INSERT INTO seal_requests(topic, requested_ms) VALUES (?, ?)", (topic, metadata.now_ms())
+        )
         return int(cur.lastrowid)
 
 
@@ -107,10 +109,15 @@ class SealRequestWatcher:
             except CompactMQError as e:
                 error = f"{type(e).__name__}: {e}"
             with meta.transaction() as db:
-                db.execute("UPDATE seal_requests SET answered_ms = ?, error = ? WHERE id = ?",
-                           (meta.now_ms(), error, request_id))
-            log.info("sealed the current ledger of %s for a compaction job%s", topic,
-                     f" (failed: {error})" if error else "")
+                db.execute(
+                    "UPDATE seal_requests SET answered_ms = ?, error = ? WHERE id = ?",
+                    (meta.now_ms(), error, request_id),
+                )
+            log.info(
+                "sealed the current ledger of %s for a compaction job%s",
+                topic,
+                f" (failed: {error})" if error else "",
+            )
         return len(rows)
 
     def stop(self) -> None:
@@ -119,8 +126,9 @@ class SealRequestWatcher:
             self._thread.join(timeout=5)
 
 
-def seal_before_compaction(data_dir, config, topic: str, timeout: float = 30.0,
-                           sleep: Callable[[float], None] = time.sleep) -> str:
+def seal_before_compaction(
+    data_dir, config, topic: str, timeout: float = 30.0, sleep: Callable[[float], None] = time.sleep
+) -> str:
     """Make sure every entry ``topic`` holds now is in a sealed ledger (see the module notes).
     Returns ``SEALED_HERE``, ``SEALED_BY_BROKER`` or ``NOT_SEALED`` (the broker did not answer
     within ``timeout``). ``TopicNotFound`` for an unknown topic; ``StorageError`` when the broker

@@ -50,7 +50,9 @@ class SparkEngine:
         poller.start()
         try:
             report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-            survivors = pipeline.survivors(self.spark, plan, strategy, counter=counter, keyless_counter=keyless)
+            survivors = pipeline.survivors(
+                self.spark, plan, strategy, counter=counter, keyless_counter=keyless
+            )
             parts = pipeline.copy_survivors(survivors, plan)
         finally:
             self._group = None
@@ -79,7 +81,9 @@ class SparkEngine:
                 for job_id in tracker.getJobIdsForGroup(group):
                     info = tracker.getJobInfo(job_id)
                     if info is not None:
-                        stages.extend(s for s in (tracker.getStageInfo(i) for i in info.stageIds) if s is not None)
+                        stages.extend(
+                            s for s in (tracker.getStageInfo(i) for i in info.stageIds) if s is not None
+                        )
                 if not stages:
                     continue
                 stages.sort(key=lambda s: s.stageId)
@@ -98,8 +102,16 @@ class SparkEngine:
 class SparkCompactionService(LedgerCompactionService):
     """``TopicCompactionService`` of one topic, compacting on Spark."""
 
-    def __init__(self, storage, topic: str, config, *, spark_conf: Optional[Mapping[str, str]] = None,
-                 abort_hook=None, fault_points: tuple = ()):
+    def __init__(
+        self,
+        storage,
+        topic: str,
+        config,
+        *,
+        spark_conf: Optional[Mapping[str, str]] = None,
+        abort_hook=None,
+        fault_points: tuple = (),
+    ):
         super().__init__(storage, topic, config, abort_hook=abort_hook, fault_points=fault_points)
         self.spark_conf = dict(spark_conf if spark_conf is not None else getattr(config, "spark", {}) or {})
 

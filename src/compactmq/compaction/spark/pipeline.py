@@ -60,7 +60,9 @@ def with_key_hash(rows):
     from pyspark.sql import functions as F
 
     return rows.select(
-        "h1", "h2", "pos",
+        "h1",
+        "h2",
+        "pos",
         (F.col("flags").bitwiseAND(F.lit(es.FLAG_TOMBSTONE)) != 0).alias("tomb"),
         *([F.col("et")] if "et" in rows.columns else []),
     )
@@ -88,7 +90,9 @@ def _after_last_tombstone(keyed):
 
     w = Window.partitionBy("h1", "h2")
     last_tomb = F.max(F.when(F.col("tomb"), F.col("pos"))).over(w)
-    return keyed.withColumn("t", last_tomb).where(~F.col("tomb") & (F.col("pos") > F.coalesce("t", F.lit(-1))))
+    return keyed.withColumn("t", last_tomb).where(
+        ~F.col("tomb") & (F.col("pos") > F.coalesce("t", F.lit(-1)))
+    )
 
 
 def keep_first(keyed):
@@ -112,6 +116,7 @@ def event_time(keyed):
 
 def user_strategy(keyed, plan: RunPlan, strategy):
     """Survivors of a user strategy: rows of one key side by side, folded in Python workers."""
+
     def fold(batches):
         import pyarrow as pa
 
@@ -168,8 +173,17 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
         order = np.argsort(pos, kind="stable")  # already sorted; cheap insurance
         grp, pos = grp[order], pos[order]
         out = [tasks.copy_group(plan, int(g), pos[grp == g]) for g in np.unique(grp).tolist()]
-        yield pa.RecordBatch.from_pylist(out, schema=pa.schema(
-            [("group", pa.int32()), ("path", pa.string()), ("entries", pa.int64()), ("messages", pa.int64())]))
+        yield pa.RecordBatch.from_pylist(
+            out,
+            schema=pa.schema(
+                [
+                    ("group", pa.int32()),
+                    ("path", pa.string()),
+                    ("entries", pa.int64()),
+                    ("messages", pa.int64()),
+                ]
+            ),
+        )
 
     parts = (
         survivors_df.select(group.alias("grp"), route.alias("route"), "pos")

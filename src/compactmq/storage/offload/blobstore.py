@@ -88,8 +88,13 @@ def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> 
         bucket = str(settings.get("s3ManagedLedgerOffloadBucket") or "")
         if not bucket:
             raise InvalidConfiguration(f"offload driver {driver} needs s3ManagedLedgerOffloadBucket")
-        return OffloadLocation(d, bucket, str(settings.get("s3ManagedLedgerOffloadRegion") or ""),
-                               str(settings.get("s3ManagedLedgerOffloadServiceEndpoint") or ""), prefix)
+        return OffloadLocation(
+            d,
+            bucket,
+            str(settings.get("s3ManagedLedgerOffloadRegion") or ""),
+            str(settings.get("s3ManagedLedgerOffloadServiceEndpoint") or ""),
+            prefix,
+        )
     if d in GCS_DRIVERS:
         bucket = str(settings.get("gcsManagedLedgerOffloadBucket") or "")
         if not bucket:
@@ -101,7 +106,8 @@ def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> 
             raise InvalidConfiguration("offload driver filesystem needs fileSystemURI")
         return OffloadLocation("filesystem", uri, prefix=prefix)
     raise InvalidConfiguration(
-        f"unknown managedLedgerOffloadDriver {driver!r}: expected aws-s3, S3, google-cloud-storage or filesystem")
+        f"unknown managedLedgerOffloadDriver {driver!r}: expected aws-s3, S3, google-cloud-storage or filesystem"
+    )
 
 
 def _filesystem(loc: OffloadLocation):

@@ -84,7 +84,10 @@ def plan_blocks(offsets: np.ndarray, data_end: int, max_block: int) -> np.ndarra
 
 def encode_index(ledger_id: int, blocks: np.ndarray, ledger_index_bytes: bytes, data_size: int) -> bytes:
     body = blocks.astype(_BLOCK).tobytes() + ledger_index_bytes
-    return _HEADER.pack(INDEX_MAGIC, VERSION, 0, ledger_id, len(blocks), data_size, len(body), crc32c(body)) + body
+    return (
+        _HEADER.pack(INDEX_MAGIC, VERSION, 0, ledger_id, len(blocks), data_size, len(body), crc32c(body))
+        + body
+    )
 
 
 def decode_index(buf) -> OffloadedIndex:
@@ -92,11 +95,11 @@ def decode_index(buf) -> OffloadedIndex:
     if len(mv) < _HEADER.size:
         raise StorageError("offloaded ledger index is too short")
     magic, version, _, ledger_id, nblocks, data_size, body_size, crc = _HEADER.unpack_from(mv)
-    body = mv[_HEADER.size:]
+    body = mv[_HEADER.size :]
     if magic != INDEX_MAGIC or version != VERSION or len(body) != body_size or crc32c(body) != crc:
         raise StorageError(f"offloaded index of ledger {ledger_id} is damaged or not ours")
     blocks = np.frombuffer(body, dtype=_BLOCK, count=nblocks)
-    idx = lf.decode_index(body[nblocks * _BLOCK.itemsize:])
+    idx = lf.decode_index(body[nblocks * _BLOCK.itemsize :])
     if idx.ledger_id != ledger_id:
         raise StorageError(f"offloaded index names ledger {idx.ledger_id}, expected {ledger_id}")
     return OffloadedIndex(ledger_id, int(data_size), blocks, idx)

@@ -60,8 +60,17 @@ _COLUMNS = "data_key, index_key, kind, topic, ledger_id, location, data_size, of
 
 
 def _record(row) -> OffloadRecord:
-    return OffloadRecord(row[0], row[1], row[2], row[3], int(row[4]), OffloadLocation.from_json(row[5]),
-                         int(row[6]), int(row[7]), row[8])
+    return OffloadRecord(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        int(row[4]),
+        OffloadLocation.from_json(row[5]),
+        int(row[6]),
+        int(row[7]),
+        row[8],
+    )
 
 
 class OffloadCatalog:
@@ -72,7 +81,9 @@ class OffloadCatalog:
                 if stmt.strip():
                     db.execute(stmt)
             if db.execute("SELECT 1 FROM offload_instance").fetchone() is None:
-                db.execute("INSERT INTO offload_instance(id) VALUES (?)", (f"compactmq-{uuid.uuid4().hex[:16]}",))
+                db.execute(
+                    "INSERT INTO offload_instance(id) VALUES (?)", (f"compactmq-{uuid.uuid4().hex[:16]}",)
+                )
 
     def instance_id(self) -> str:
         return self.store.query("SELECT id FROM offload_instance")[0][0]
@@ -82,23 +93,38 @@ class OffloadCatalog:
         with self.store.transaction() as db:
             db.execute(
                 f"INSERT INTO offloaded_objects({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rec.data_key, rec.index_key, rec.kind, rec.topic, rec.ledger_id, rec.location.to_json(),
-                 rec.data_size, rec.offloaded_ms, rec.local_deleted_ms),
+                (
+                    rec.data_key,
+                    rec.index_key,
+                    rec.kind,
+                    rec.topic,
+                    rec.ledger_id,
+                    rec.location.to_json(),
+                    rec.data_size,
+                    rec.offloaded_ms,
+                    rec.local_deleted_ms,
+                ),
             )
 
     def get(self, kind: str, ledger_id: int) -> OffloadRecord | None:
-        rows = self.store.query(f"SELECT {_COLUMNS} FROM offloaded_objects WHERE kind = ? AND ledger_id = ? "
-                                "ORDER BY offloaded_ms DESC", (kind, ledger_id))
+        rows = self.store.query(
+            f"SELECT {_COLUMNS} FROM offloaded_objects WHERE kind = ? AND ledger_id = ? "
+            "ORDER BY offloaded_ms DESC",
+            (kind, ledger_id),
+        )
         return _record(rows[0]) if rows else None
 
     def for_topic(self, topic: str, kind: str = LEDGER) -> dict[int, OffloadRecord]:
-        rows = self.store.query(f"SELECT {_COLUMNS} FROM offloaded_objects WHERE topic = ? AND kind = ?",
-                                (topic, kind))
+        rows = self.store.query(
+            f"SELECT {_COLUMNS} FROM offloaded_objects WHERE topic = ? AND kind = ?", (topic, kind)
+        )
         return {r.ledger_id: r for r in map(_record, rows)}
 
     def mark_local_deleted(self, data_key: str, when_ms: int) -> None:
         with self.store.transaction() as db:
-            db.execute("UPDATE offloaded_objects SET local_deleted_ms = ? WHERE data_key = ?", (when_ms, data_key))
+            db.execute(
+                "UPDATE offloaded_objects SET local_deleted_ms = ? WHERE data_key = ?", (when_ms, data_key)
+            )
 
     def remove(self, data_key: str) -> None:
         with self.store.transaction() as db:
@@ -112,7 +138,9 @@ class OffloadCatalog:
             f"SELECT {', '.join('o.' + c.strip() for c in _COLUMNS.split(','))} FROM offloaded_objects o "
             "WHERE ((o.kind = 'ledger' AND NOT EXISTS (SELECT 1 FROM ledgers l WHERE l.ledger_id = o.ledger_id "
             "AND l.topic = o.topic)) OR (o.kind = 'compacted' AND NOT EXISTS (SELECT 1 FROM compaction_state c "
-            "WHERE c.topic = o.topic AND c.compacted_ledger_id = o.ledger_id)))" + where, args)
+            "WHERE c.topic = o.topic AND c.compacted_ledger_id = o.ledger_id)))" + where,
+            args,
+        )
         return [_record(r) for r in rows]
 
     def known_keys(self) -> set[str]:

@@ -76,9 +76,15 @@ def _relpath(topic: str) -> str:
 
 
 class LedgerOffloader:
-    def __init__(self, metadata, config, clock: Callable[[], int], read_only: bool = False,
-                 compacted_path: Callable[[str, int], str] | None = None,
-                 compaction_lock: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        metadata,
+        config,
+        clock: Callable[[], int],
+        read_only: bool = False,
+        compacted_path: Callable[[str, int], str] | None = None,
+        compaction_lock: Callable[[str], Any] | None = None,
+    ):
         self.metadata = metadata
         # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
         # holds it: compacted-ledger objects are swept only under it
@@ -126,12 +132,21 @@ class LedgerOffloader:
             return int(self.config[conf_key])
 
         return {
-            "thresholdBytes": pick(OFFLOAD_THRESHOLD, "managedLedgerOffloadThresholdInBytes",
-                                   "managedLedgerOffloadAutoTriggerSizeThresholdBytes"),
-            "thresholdSeconds": pick(OFFLOAD_THRESHOLD_SECONDS, "managedLedgerOffloadThresholdInSeconds",
-                                     "managedLedgerOffloadThresholdInSeconds"),
-            "deletionLagMs": pick(OFFLOAD_DELETION_LAG, "managedLedgerOffloadDeletionLagInMillis",
-                                  "managedLedgerOffloadDeletionLagMs"),
+            "thresholdBytes": pick(
+                OFFLOAD_THRESHOLD,
+                "managedLedgerOffloadThresholdInBytes",
+                "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
+            ),
+            "thresholdSeconds": pick(
+                OFFLOAD_THRESHOLD_SECONDS,
+                "managedLedgerOffloadThresholdInSeconds",
+                "managedLedgerOffloadThresholdInSeconds",
+            ),
+            "deletionLagMs": pick(
+                OFFLOAD_DELETION_LAG,
+                "managedLedgerOffloadDeletionLagInMillis",
+                "managedLedgerOffloadDeletionLagMs",
+            ),
         }
 
     def _die_at(self, point: str) -> None:
@@ -148,8 +163,10 @@ class LedgerOffloader:
             raise StorageError("offload needs the broker's read-write storage")
         loc = self.location_for(ml.topic)
         if loc is None:
-            raise InvalidConfiguration(f"{ml.topic}: no offload driver is configured "
-                                       "(managedLedgerOffloadDriver or the namespace's offloadPolicies)")
+            raise InvalidConfiguration(
+                f"{ml.topic}: no offload driver is configured "
+                "(managedLedgerOffloadDriver or the namespace's offloadPolicies)"
+            )
         with self._lock:
             if ml.topic in self._running:
                 raise Conflict(f"an offload of {ml.topic} is already running")
@@ -204,8 +221,9 @@ class LedgerOffloader:
         self._die_at("after-index")
         rec = OffloadRecord(data_key, index_key, LEDGER, ml.topic, ledger_id, loc, size, self.clock())
         with self.metadata.transaction() as db:
-            alive = db.execute("SELECT 1 FROM ledgers WHERE ledger_id = ? AND topic = ?",
-                               (ledger_id, ml.topic)).fetchone()
+            alive = db.execute(
+                "SELECT 1 FROM ledgers WHERE ledger_id = ? AND topic = ?", (ledger_id, ml.topic)
+            ).fetchone()
             if alive:
                 self.catalog.add(rec)
         if not alive:  # retention deleted it while we copied: our objects are orphans now
@@ -242,8 +260,9 @@ class LedgerOffloader:
         # a compacted ledger is read whole (its own index and trailer are inside): no index object
         rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
         with self.metadata.transaction() as db:
-            alive = db.execute("SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?",
-                               (topic, cid)).fetchone()
+            alive = db.execute(
+                "SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?", (topic, cid)
+            ).fetchone()
             if alive:
                 self.catalog.add(rec)
         if not alive:
@@ -270,8 +289,10 @@ class LedgerOffloader:
     def trigger(self, ml, before: Position | None) -> None:
         """Start ``offload`` in the background; ``Conflict`` when one is running already."""
         if self.location_for(ml.topic) is None:
-            raise InvalidConfiguration(f"{ml.topic}: no offload driver is configured "
-                                       "(managedLedgerOffloadDriver or the namespace's offloadPolicies)")
+            raise InvalidConfiguration(
+                f"{ml.topic}: no offload driver is configured "
+                "(managedLedgerOffloadDriver or the namespace's offloadPolicies)"
+            )
         with self._lock:
             if ml.topic in self._running or ml.topic in self._queued:
                 raise Conflict(f"an offload of {ml.topic} is already running")
@@ -305,8 +326,10 @@ class LedgerOffloader:
     def status(self, topic: str) -> dict[str, Any]:
         """Pulsar's OffloadProcessStatus: status, lastError, firstUnoffloadedMessage."""
         with self._lock:
-            st = dict(self._status.get(topic) or {"status": NOT_RUN, "lastError": "",
-                                                   "firstUnoffloadedMessage": None})
+            st = dict(
+                self._status.get(topic)
+                or {"status": NOT_RUN, "lastError": "", "firstUnoffloadedMessage": None}
+            )
         return st
 
     # --- automatic offload and deletion lag ----------------------------------------------------
@@ -408,7 +431,9 @@ class LedgerOffloader:
         return idx
 
     def read_range(self, rec: OffloadRecord, lo: int, hi: int) -> bytes:
-        return bk.read_range(open_store(rec.location), self.cache, rec.data_key, rec.data_size, lo, hi, self.chunk)
+        return bk.read_range(
+            open_store(rec.location), self.cache, rec.data_key, rec.data_size, lo, hi, self.chunk
+        )
 
     def compacted_record(self, ledger_id: int) -> OffloadRecord | None:
         return self.catalog.get(COMPACTED, ledger_id)
@@ -480,8 +505,11 @@ class LedgerOffloader:
         known = self.catalog.known_keys() | set(keep_keys or ())
         prefixes = tuple(k for k in known if k.endswith("/"))
         store = open_store(loc)
-        removed = [k for k in store.list(f"compacted/{_relpath(topic)}")
-                   if k not in known and not k.startswith(prefixes)]
+        removed = [
+            k
+            for k in store.list(f"compacted/{_relpath(topic)}")
+            if k not in known and not k.startswith(prefixes)
+        ]
         for key in removed:
             store.delete(key)
         return removed
