@@ -26,7 +26,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,37 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from read_compacted_bench import RETENTION_OVERRIDES, compact, publish
-from standalone import ROOT, free_port
-
-
-class Broker:
-    def __init__(self, data_dir: str) -> None:
-        self.port, self.web_port = free_port(), free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "compactmq.cli.main",
-            "standalone",
-            "--data-dir",
-            data_dir,
-            "--broker-port",
-            str(self.port),
-            "--web-port",
-            str(self.web_port),
-            "--log-level",
-            "WARNING",
-        ]
-        for override in RETENTION_OVERRIDES:
-            cmd += ["--config-override", override]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
-        if b"ready" not in self.proc.stdout.readline():
-            raise RuntimeError("broker did not start")
-        self.url = f"pulsar://127.0.0.1:{self.port}"
-        self.admin_url = f"http://127.0.0.1:{self.web_port}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+from standalone import ROOT, StandaloneBroker
 
 
 def scan(df) -> tuple[float, int]:
@@ -97,7 +66,7 @@ def main(argv=None) -> int:
     import compactmq.spark
     from compactmq.compaction.spark.session import get_session
 
-    broker = Broker(data_dir)
+    broker = StandaloneBroker(data_dir, RETENTION_OVERRIDES)
     topic = "persistent://public/default/spark-source-bench"
     try:
         publish_secs = publish(broker.url, topic, args.messages, args.keys, args.size, True)

@@ -34,7 +34,7 @@ def cpu_seconds(pid: int) -> float:
 class StandaloneBroker:
     def __init__(self, data_dir: str, overrides: Iterable[str] = ()) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port, self.web_port = free_port(), free_port()
         cmd = [
             sys.executable,
             "-m",
@@ -45,7 +45,7 @@ class StandaloneBroker:
             "--broker-port",
             str(self.port),
             "--web-port",
-            str(free_port()),
+            str(self.web_port),
             "--log-level",
             "WARNING",
         ]
@@ -56,6 +56,7 @@ class StandaloneBroker:
         if b"ready" not in line:
             raise RuntimeError(f"broker did not start: {line!r}")
         self.url = f"pulsar://127.0.0.1:{self.port}"
+        self.admin_url = f"http://127.0.0.1:{self.web_port}"
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
