@@ -34,14 +34,17 @@ BATCHING = pytest.mark.parametrize("batching", [False, True], ids=["nobatch", "b
 
 def compact(broker, topic: str):
     """One compaction of ``topic`` run here, committed through the broker's metadata store, by
-    the compaction service factory the broker is configured with."""
+    the compaction service factory the broker is configured with. As ``compact-topic`` does, it
+    first has the running broker seal the topic's current ledger (a run reads sealed ledgers only)."""
     from compactmq.compaction import load_factory
     from compactmq.config import load_config
     from compactmq.storage import Storage
+    from compactmq.storage.seal import NOT_SEALED, seal_before_compaction
 
     config = load_config(
         overrides={k: v for k, v in broker.overrides.items() if k == "compactionServiceFactoryClassName"}
     )
+    assert seal_before_compaction(broker.data_dir, config, topic) != NOT_SEALED
     storage = Storage(broker.data_dir, config, read_only=True)
     try:
         service = load_factory(config, storage).new_service(topic)
