@@ -25,7 +25,7 @@ from admin.test_offload_rest import (  # noqa: E402
 )
 from compactmq.storage.offload import DEAD_DELETE_FAULT, FAULT_ENV, FAULT_POINTS  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration]
 
 BROKER_CONF = {
     "managedLedgerMaxEntriesPerLedger": "20",

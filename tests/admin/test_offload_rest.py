@@ -123,7 +123,6 @@ def ledger_files(broker, topic: str) -> list[str]:
 
 
 @pytest.mark.spark
-@pytest.mark.slow
 def test_offload_over_rest_restart_read_seek_compact(tiered):
     broker, http, objects = tiered
     ns = new_namespace(http)

@@ -34,7 +34,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOPIC = "persistent://public/default/compact-to-store"
 
 # each run starts a JVM in a process of its own: three of them on a loaded machine take minutes
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(params=["filesystem", "S3"])

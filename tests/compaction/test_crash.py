@@ -20,7 +20,7 @@ from compactmq.storage import Storage
 from . import entries as E
 from .reference import ReferenceCompactor
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark]
 
 TOPIC = "persistent://public/default/crash"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
