@@ -79,6 +79,7 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
         compact_here()
         for mode, arg, lands in KILLS:
             ml.append_many(_history(rng, 1000))
+            ml.rollover()  # what the broker does when a compact-topic job asks it to seal (storage.seal)
             before = _view(service)
             child = subprocess.run(
                 [sys.executable, "-m", "tests.compaction.crash_child", str(tmp_path), TOPIC, mode, arg],
