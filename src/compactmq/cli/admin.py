@@ -173,6 +173,8 @@ class Policy:
     topic_set_method: str = "POST"  # Pulsar sets topic policies with POST
     namespace_set_method: str = "POST"
     namespace_path: str | None = None  # where Pulsar names the namespace path differently
+    remove_verb: str = "remove"  # pulsar-admin says clear-... for a few
+    helps: tuple[str, str, str] | None = None  # set/get/remove help, when the generic text is poor
 
 
 def _threshold_args(p: argparse.ArgumentParser) -> None:
@@ -387,11 +389,19 @@ POLICIES = (
 )
 
 
-def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
+def add_policy_commands(
+    sub, target: str, path_of: Callable[[str], str], policies: tuple[Policy, ...] = POLICIES
+) -> None:
+    """``set-|get-|remove-<policy>`` for each of ``policies`` on ``target`` ("topic" or "namespace")."""
     set_method_attr = "topic_set_method" if target == "topic" else "namespace_set_method"
-    for pol in POLICIES:
+    for pol in policies:
         suffix = pol.namespace_path if target == "namespace" and pol.namespace_path else pol.path
-        p = sub.add_parser(f"set-{pol.command}", help=f"set the {pol.command} policy of a {target}")
+        set_help, get_help, remove_help = pol.helps or (
+            f"set the {pol.command} policy of a {target}",
+            f"show the {pol.command} policy of a {target}",
+            f"remove the {pol.command} policy of a {target}",
+        )
+        p = sub.add_parser(f"set-{pol.command}", help=set_help)
         p.add_argument(target)
         pol.add_value_args(p)
         p.set_defaults(
@@ -406,7 +416,7 @@ def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> Non
                 )
             )
         )
-        p = sub.add_parser(f"get-{pol.command}", help=f"show the {pol.command} policy of a {target}")
+        p = sub.add_parser(f"get-{pol.command}", help=get_help)
         p.add_argument(target)
         p.set_defaults(
             func=_run(
@@ -415,7 +425,7 @@ def _add_policy_commands(sub, target: str, path_of: Callable[[str], str]) -> Non
                 )
             )
         )
-        p = sub.add_parser(f"remove-{pol.command}", help=f"remove the {pol.command} policy of a {target}")
+        p = sub.add_parser(f"{pol.remove_verb}-{pol.command}", help=remove_help)
         p.add_argument(target)
         p.set_defaults(
             func=_run(
@@ -540,11 +550,7 @@ def _render_auto_topic_creation(body: Any) -> str:
     return f"enabled: {body.get('topicType', 'non-partitioned')}"
 
 
-def _add_auto_topic_creation_commands(sub) -> None:
-    """``namespaces set-|get-|remove-auto-topic-creation`` (pulsar-admin's verbs and flags)."""
-    suffix = "autoTopicCreation"
-    p = sub.add_parser("set-auto-topic-creation", help="allow or forbid creating topics by using them")
-    p.add_argument("namespace", help="tenant/namespace")
+def _auto_topic_creation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-e", "--enable", action="store_true", help="allow automatic topic creation (default: forbid)"
     )
@@ -562,33 +568,23 @@ def _add_auto_topic_creation_commands(sub) -> None:
         default=None,
         help="partitions of an auto-created partitioned topic",
     )
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: (
-                c.request("POST", f"{namespace_path(a.namespace)}/{suffix}", _auto_topic_creation_body(a)),
-                o.done(f"auto-topic-creation set on {a.namespace}"),
-            )
-        )
-    )
-    p = sub.add_parser("get-auto-topic-creation", help="show the automatic topic creation policy")
-    p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: o.result(
-                c.request("GET", f"{namespace_path(a.namespace)}/{suffix}"), _render_auto_topic_creation
-            )
-        )
-    )
-    p = sub.add_parser("remove-auto-topic-creation", help="remove the policy (the broker settings apply)")
-    p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: (
-                c.request("DELETE", f"{namespace_path(a.namespace)}/{suffix}"),
-                o.done(f"auto-topic-creation removed from {a.namespace}"),
-            )
-        )
-    )
+
+
+#: policies only a namespace has (pulsar-admin's verbs and flags)
+NAMESPACE_POLICIES = (
+    Policy(
+        "auto-topic-creation",
+        "autoTopicCreation",
+        _auto_topic_creation_args,
+        _auto_topic_creation_body,
+        _render_auto_topic_creation,
+        helps=(
+            "allow or forbid creating topics by using them",
+            "show the automatic topic creation policy",
+            "remove the policy (the broker settings apply)",
+        ),
+    ),
+)
 
 
 # --- compaction status with a live progress bar -----------------------------------------------
@@ -758,7 +754,7 @@ def add_parser(subparsers) -> None:
         help="wait while it runs, showing progress; exit 1 if it fails",
     )
     p.set_defaults(func=_run(_compaction_status))
-    _add_policy_commands(topics, "topic", topic_path)
+    add_policy_commands(topics, "topic", topic_path)
     _add_permission_commands(topics, "topic", topic_path)
     from .export import add_commands as _add_export_commands
 
@@ -797,9 +793,9 @@ def add_parser(subparsers) -> None:
             )
         )
     )
-    _add_policy_commands(namespaces, "namespace", namespace_path)
+    add_policy_commands(namespaces, "namespace", namespace_path)
     _add_permission_commands(namespaces, "namespace", namespace_path)
-    _add_auto_topic_creation_commands(namespaces)
+    add_policy_commands(namespaces, "namespace", namespace_path, NAMESPACE_POLICIES)
     from .offload_admin import add_commands as add_offload_commands  # tiered storage
 
     add_offload_commands(topics, namespaces)

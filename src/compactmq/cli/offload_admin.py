@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from ..errors import InvalidInput
-from .admin import AdminClient, _run, namespace_path, topic_path
+from .admin import AdminClient, Policy, _run, add_policy_commands, namespace_path, topic_path
 from .output import Output
 from .units import parse_duration_seconds, parse_size
 
@@ -123,13 +123,59 @@ def _get(path_suffix: str, render):
     )
 
 
-def _delete(path_suffix: str, what: str):
-    return _run(
-        lambda a, c, o: (
-            c.request("DELETE", f"{namespace_path(a.namespace)}/{path_suffix}"),
-            o.done(f"{what} removed from {a.namespace}"),
-        )
+def _deletion_lag_args(p) -> None:
+    p.add_argument("-l", "--lag", required=True, help="e.g. 10m, 4h, 0")
+
+
+def _offload_policies_args(p) -> None:
+    p.add_argument("-d", "--driver", required=True, help="aws-s3, S3, google-cloud-storage or filesystem")
+    p.add_argument("-b", "--bucket", help="bucket (aws-s3, S3, google-cloud-storage)")
+    p.add_argument("-r", "--region", help="region of the bucket")
+    p.add_argument("-e", "--endpoint", help="endpoint of an S3-compatible service")
+    p.add_argument("--fs-uri", help="fileSystemURI of the filesystem driver (file:///..., hdfs://...)")
+    p.add_argument("-mbs", "--maxBlockSize", dest="max_block_size", help="block size, e.g. 64M")
+    p.add_argument("-rbs", "--readBufferSize", dest="read_buffer_size", help="read buffer size, e.g. 1M")
+    p.add_argument("-t", "--offloadAfterThreshold", dest="offload_after_threshold", help="e.g. 10G")
+    p.add_argument(
+        "-ts", "--offloadAfterThresholdInSeconds", dest="offload_after_threshold_in_seconds", help="e.g. 1d"
     )
+    p.add_argument(
+        "-dl",
+        "--offloadDeletionLagInMillis",
+        dest="offload_deletion_lag",
+        help="deletion lag, e.g. 4h (named after Pulsar's flag; a duration)",
+    )
+
+
+#: the namespace-level offload policies with pulsar-admin's set-/get-/remove- (or clear-) verbs
+OFFLOAD_POLICIES = (
+    Policy(
+        "offload-deletion-lag",
+        "offloadDeletionLagMs",
+        _deletion_lag_args,
+        lambda a: parse_duration_seconds(a.lag) * 1000,
+        lambda b: "not set" if b is None else f"{b} ms",
+        namespace_set_method="PUT",
+        remove_verb="clear",
+        helps=(
+            "how long after offload the local copy of a ledger is deleted",
+            "the namespace's offload deletion lag",
+            "fall back to the broker's deletion lag",
+        ),
+    ),
+    Policy(
+        "offload-policies",
+        "offloadPolicies",
+        _offload_policies_args,
+        _policies_body,
+        lambda b: "not set" if not b else " ".join(f"{k}={v}" for k, v in sorted(b.items())),
+        helps=(
+            "where and when the namespace's topics offload",
+            "the namespace's offload policies",
+            "remove the namespace's offload policies",
+        ),
+    ),
+)
 
 
 def add_commands(topics, namespaces) -> None:
@@ -163,65 +209,4 @@ def add_commands(topics, namespaces) -> None:
     p.add_argument("namespace")
     p.set_defaults(func=_get("offloadThreshold", lambda b: "not set" if b is None else f"{b} bytes"))
 
-    p = namespaces.add_parser(
-        "set-offload-deletion-lag", help="how long after offload the local copy of a ledger is deleted"
-    )
-    p.add_argument("namespace")
-    p.add_argument("-l", "--lag", required=True, help="e.g. 10m, 4h, 0")
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: (
-                c.request(
-                    "PUT",
-                    f"{namespace_path(a.namespace)}/offloadDeletionLagMs",
-                    parse_duration_seconds(a.lag) * 1000,
-                ),
-                o.done(f"offload deletion lag set on {a.namespace}"),
-            )
-        )
-    )
-    p = namespaces.add_parser("get-offload-deletion-lag", help="the namespace's offload deletion lag")
-    p.add_argument("namespace")
-    p.set_defaults(func=_get("offloadDeletionLagMs", lambda b: "not set" if b is None else f"{b} ms"))
-    p = namespaces.add_parser("clear-offload-deletion-lag", help="fall back to the broker's deletion lag")
-    p.add_argument("namespace")
-    p.set_defaults(func=_delete("offloadDeletionLagMs", "offload deletion lag"))
-
-    p = namespaces.add_parser("set-offload-policies", help="where and when the namespace's topics offload")
-    p.add_argument("namespace")
-    p.add_argument("-d", "--driver", required=True, help="aws-s3, S3, google-cloud-storage or filesystem")
-    p.add_argument("-b", "--bucket", help="bucket (aws-s3, S3, google-cloud-storage)")
-    p.add_argument("-r", "--region", help="region of the bucket")
-    p.add_argument("-e", "--endpoint", help="endpoint of an S3-compatible service")
-    p.add_argument("--fs-uri", help="fileSystemURI of the filesystem driver (file:///..., hdfs://...)")
-    p.add_argument("-mbs", "--maxBlockSize", dest="max_block_size", help="block size, e.g. 64M")
-    p.add_argument("-rbs", "--readBufferSize", dest="read_buffer_size", help="read buffer size, e.g. 1M")
-    p.add_argument("-t", "--offloadAfterThreshold", dest="offload_after_threshold", help="e.g. 10G")
-    p.add_argument(
-        "-ts", "--offloadAfterThresholdInSeconds", dest="offload_after_threshold_in_seconds", help="e.g. 1d"
-    )
-    p.add_argument(
-        "-dl",
-        "--offloadDeletionLagInMillis",
-        dest="offload_deletion_lag",
-        help="deletion lag, e.g. 4h (named after Pulsar's flag; a duration)",
-    )
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: (
-                c.request("POST", f"{namespace_path(a.namespace)}/offloadPolicies", _policies_body(a)),
-                o.done(f"offload policies set on {a.namespace}"),
-            )
-        )
-    )
-    p = namespaces.add_parser("get-offload-policies", help="the namespace's offload policies")
-    p.add_argument("namespace")
-    p.set_defaults(
-        func=_get(
-            "offloadPolicies",
-            lambda b: "not set" if not b else " ".join(f"{k}={v}" for k, v in sorted(b.items())),
-        )
-    )
-    p = namespaces.add_parser("remove-offload-policies", help="remove the namespace's offload policies")
-    p.add_argument("namespace")
-    p.set_defaults(func=_delete("offloadPolicies", "offload policies"))
+    add_policy_commands(namespaces, "namespace", namespace_path, OFFLOAD_POLICIES)
