@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
-from urllib.parse import urlencode, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 from ...errors import InvalidConfiguration, StorageError
 
@@ -74,6 +74,32 @@ class OffloadLocation:
     def describe(self) -> str:
         where = f"{self.root}/{self.prefix}".rstrip("/")
         return f"{self.driver}:{where}" + (f" at {self.endpoint}" if self.endpoint else "")
+
+
+def location_from_url(url: str) -> tuple[OffloadLocation, str]:
+    """``(location, key)`` of the object ``url`` names (the inverse of ``OffloadLocation.url``):
+    the location is the object's directory, the key its name, so the objects beside it (the parts
+    of a compacted ledger) are keys of the same location. ``StorageError`` for a URI that is no
+    store's."""
+    u = urlparse(url)
+    scheme = u.scheme.lower()
+    path = u.path.strip("/")
+    directory, _, name = path.rpartition("/")
+    if not name:
+        raise StorageError(f"{url!r} names no object")
+    if scheme == "s3":
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        endpoint = ""
+        if q.get("endpoint_override"):
+            endpoint = f"{q.get('scheme') or 'https'}://{q['endpoint_override']}"
+        return OffloadLocation("s3", u.netloc, q.get("region", ""), endpoint, directory), name
+    if scheme in ("gs", "gcs"):
+        return OffloadLocation("google-cloud-storage", u.netloc, prefix=directory), name
+    if scheme in ("", "file") and not u.netloc:
+        return OffloadLocation("filesystem", "/" + directory), name
+    if scheme:  # hdfs://, viewfs://, ...: a filesystem URI, kept whole up to the directory
+        return OffloadLocation("filesystem", url.split("?", 1)[0].rsplit("/", 1)[0]), name
+    raise StorageError(f"{url!r} is not an object store URI")
 
 
 def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> OffloadLocation | None:
