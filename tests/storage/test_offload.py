@@ -30,11 +30,11 @@ def payload(i: int) -> bytes:
     return f"entry-{i:05d}-".encode() * (1 + i % 7)
 
 
-@pytest.fixture(params=["filesystem", "S3"])
+@pytest.fixture(params=["filesystem", "S3", "GCS"])
 def offload_conf(request, tmp_path):
     if request.param == "filesystem":
         return {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{tmp_path}/offload"}
-    server = request.getfixturevalue("s3_server")
+    server = request.getfixturevalue("s3_server" if request.param == "S3" else "gcs_server")
     return server.offload_config(server.create_bucket(f"b-{uuid.uuid4().hex[:12]}"))
 
 
@@ -218,6 +218,7 @@ def test_an_object_url_names_its_store_and_key_again(tmp_path):
         OffloadLocation("s3", "bkt", "eu-west-1", "http://127.0.0.1:9000", "inst"),
         OffloadLocation("aws-s3", "bkt", "", "", "inst"),
         OffloadLocation("google-cloud-storage", "bkt", prefix="inst"),
+        OffloadLocation("google-cloud-storage", "bkt", endpoint="http://127.0.0.1:4443", prefix="inst"),
         OffloadLocation("filesystem", str(tmp_path / "off"), prefix="inst"),
         OffloadLocation("filesystem", "hdfs://nn:8020/offload", prefix="inst"),
     ):

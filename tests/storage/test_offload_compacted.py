@@ -215,6 +215,8 @@ def test_a_seek_into_a_large_offloaded_compacted_view_fetches_a_few_ranges(
     from compactmq.compaction.service import LedgerCompactionService
     from compactmq.storage.offload import shared_cache
 
+    if offload_conf["managedLedgerOffloadDriver"] == "google-cloud-storage":
+        pytest.skip("the GCS emulator keeps no request log to count by (S3 and filesystem count)")
     conf = {
         **SMALL,
         **offload_conf,

@@ -10,7 +10,9 @@ a reader (another process, an executor on another machine) rebuilds the same sto
 Credentials are never part of a location and never logged: the S3 driver uses the AWS SDK's
 default chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
 ``AWS_PROFILE`` and the shared profile files, instance roles), GCS its application-default
-credentials, HDFS its Kerberos ticket cache.
+credentials, HDFS its Kerberos ticket cache. ``STORAGE_EMULATOR_HOST`` (the variable Google's
+client libraries read) points the GCS driver at an emulator instead: that endpoint, anonymous,
+recorded in the location like an S3 endpoint.
 
 Objects are written once and never modified: a write goes to a new name, so a reader never sees
 half an object (S3 and GCS publish an object when its upload completes; on a local filesystem the
@@ -67,7 +69,11 @@ class OffloadLocation:
                 query.update(endpoint_override=u.netloc, scheme=u.scheme or "https")
             return f"s3://{self.root}/{rel}?" + urlencode(query)
         if self.driver in GCS_DRIVERS:
-            return f"gs://{self.root}/{rel}"
+            if not self.endpoint:
+                return f"gs://{self.root}/{rel}"
+            u = urlparse(self.endpoint if "://" in self.endpoint else "http://" + self.endpoint)
+            query = {"endpoint_override": u.netloc, "scheme": u.scheme or "http"}
+            return f"gs://anonymous@{self.root}/{rel}?" + urlencode(query)  # an emulator
         root = self.root if "://" in self.root else "file://" + os.path.abspath(self.root)
         return f"{root.rstrip('/')}/{rel}"
 
@@ -94,7 +100,12 @@ def location_from_url(url: str) -> tuple[OffloadLocation, str]:
             endpoint = f"{q.get('scheme') or 'https'}://{q['endpoint_override']}"
         return OffloadLocation("s3", u.netloc, q.get("region", ""), endpoint, directory), name
     if scheme in ("gs", "gcs"):
-        return OffloadLocation("google-cloud-storage", u.netloc, prefix=directory), name
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        endpoint = ""
+        if q.get("endpoint_override"):
+            endpoint = f"{q.get('scheme') or 'http'}://{q['endpoint_override']}"
+        bucket = u.netloc.rpartition("@")[2]
+        return OffloadLocation("google-cloud-storage", bucket, endpoint=endpoint, prefix=directory), name
     if scheme in ("", "file") and not u.netloc:
         return OffloadLocation("filesystem", "/" + directory), name
     if scheme:  # hdfs://, viewfs://, ...: a filesystem URI, kept whole up to the directory
@@ -125,7 +136,9 @@ def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> 
         bucket = str(settings.get("gcsManagedLedgerOffloadBucket") or "")
         if not bucket:
             raise InvalidConfiguration(f"offload driver {driver} needs gcsManagedLedgerOffloadBucket")
-        return OffloadLocation("google-cloud-storage", bucket, prefix=prefix)
+        # an emulator, named the way Google's client libraries look for one
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+        return OffloadLocation("google-cloud-storage", bucket, endpoint=emulator, prefix=prefix)
     if d in FS_DRIVERS:
         uri = str(settings.get("fileSystemURI") or "")
         if not uri:
@@ -148,7 +161,13 @@ def _filesystem(loc: OffloadLocation):
         # no credentials here: the AWS SDK's default chain finds them (env, profile files, roles)
         return fs.S3FileSystem(**kw), loc.root
     if loc.driver in GCS_DRIVERS:
-        return fs.GcsFileSystem(), loc.root
+        if loc.endpoint:  # an emulator (STORAGE_EMULATOR_HOST): no credentials
+            u = urlparse(loc.endpoint if "://" in loc.endpoint else "http://" + loc.endpoint)
+            return (
+                fs.GcsFileSystem(anonymous=True, endpoint_override=u.netloc, scheme=u.scheme or "http"),
+                loc.root,
+            )
+        return fs.GcsFileSystem(), loc.root  # application-default credentials
     root = loc.root
     if "://" not in root:
         return fs.LocalFileSystem(), os.path.abspath(root)
