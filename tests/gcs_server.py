@@ -38,6 +38,23 @@ class GcsServer:
         urllib.request.urlopen(req, timeout=30).close()
         return name
 
+    def keys(self, bucket: str) -> list[str]:
+        """Every object in ``bucket``, listed over the JSON API (not through the code under test)."""
+        import json
+
+        out: list[str] = []
+        token = ""
+        while True:
+            url = f"{self.endpoint}/storage/v1/b/{bucket}/o?maxResults=1000" + (
+                f"&pageToken={token}" if token else ""
+            )
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                page = json.loads(resp.read())
+            out += [o["name"] for o in page.get("items", []) if not o["name"].endswith("/")]
+            token = page.get("nextPageToken", "")
+            if not token:
+                return sorted(out)
+
     def offload_config(self, bucket: str) -> dict[str, str]:
         return {"managedLedgerOffloadDriver": "google-cloud-storage", "gcsManagedLedgerOffloadBucket": bucket}
 

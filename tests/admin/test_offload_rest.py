@@ -42,12 +42,16 @@ def offload_settings(request, tmp_path: Path, driver: str) -> tuple[dict[str, st
             }
 
         return {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{root}"}, objects
+    if driver == "GCS":
+        gcs = request.getfixturevalue("gcs_server")
+        bucket = gcs.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
+        return gcs.offload_config(bucket), lambda: set(gcs.keys(bucket))
     server = request.getfixturevalue("s3_server")
     bucket = server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
     return server.offload_config(bucket), lambda: set(server.keys(bucket))
 
 
-@pytest.fixture(params=["filesystem", "S3"])
+@pytest.fixture(params=["filesystem", "S3", "GCS"])
 def tiered(request, tmp_path):
     conf, objects = offload_settings(request, tmp_path, request.param)
     broker = start_broker(
@@ -262,6 +266,7 @@ def test_offload_admin_errors_and_namespace_policies(tiered):
     assert http.ok("GET", f"{nsp}/offloadPolicies?applied=true")["managedLedgerOffloadDriver"] in (
         "filesystem",
         "S3",
+        "google-cloud-storage",
     )
     assert broker.alive()
 
