@@ -75,7 +75,7 @@ class OffloadLocation:
             query = {"endpoint_override": u.netloc, "scheme": u.scheme or "http"}
             return f"gs://anonymous@{self.root}/{rel}?" + urlencode(query)  # an emulator
         root = self.root if "://" in self.root else "file://" + os.path.abspath(self.root)
-        return f"{root.rstrip('/')}/{rel}"
+        return root + ("" if root.endswith("/") else "/") + rel
 
     def describe(self) -> str:
         where = f"{self.root}/{self.prefix}".rstrip("/")
@@ -83,33 +83,30 @@ class OffloadLocation:
 
 
 def location_from_url(url: str) -> tuple[OffloadLocation, str]:
-    """``(location, key)`` of the object ``url`` names (the inverse of ``OffloadLocation.url``):
-    the location is the object's directory, the key its name, so the objects beside it (the parts
-    of a compacted ledger) are keys of the same location. ``StorageError`` for a URI that is no
-    store's."""
+    """``(location, key)`` of the object ``url`` names (the inverse of ``OffloadLocation.url``).
+    The location is the bucket (or the filesystem's root) with no prefix and the key the object's
+    whole path, so every object of a bucket read by URI shares one store (one client, a bounded
+    set of open handles). ``StorageError`` for a URI that is no store's."""
     u = urlparse(url)
     scheme = u.scheme.lower()
-    path = u.path.strip("/")
-    directory, _, name = path.rpartition("/")
-    if not name:
+    key = u.path.strip("/")
+    if not key or key.endswith("/") or u.path.endswith("/"):
         raise StorageError(f"{url!r} names no object")
+    q = {k: v[-1] for k, v in parse_qs(u.query).items()}
     if scheme == "s3":
-        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         endpoint = ""
         if q.get("endpoint_override"):
             endpoint = f"{q.get('scheme') or 'https'}://{q['endpoint_override']}"
-        return OffloadLocation("s3", u.netloc, q.get("region", ""), endpoint, directory), name
+        return OffloadLocation("s3", u.netloc, q.get("region", ""), endpoint), key
     if scheme in ("gs", "gcs"):
-        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         endpoint = ""
         if q.get("endpoint_override"):
             endpoint = f"{q.get('scheme') or 'http'}://{q['endpoint_override']}"
-        bucket = u.netloc.rpartition("@")[2]
-        return OffloadLocation("google-cloud-storage", bucket, endpoint=endpoint, prefix=directory), name
+        return OffloadLocation("google-cloud-storage", u.netloc.rpartition("@")[2], endpoint=endpoint), key
     if scheme in ("", "file") and not u.netloc:
-        return OffloadLocation("filesystem", "/" + directory), name
-    if scheme:  # hdfs://, viewfs://, ...: a filesystem URI, kept whole up to the directory
-        return OffloadLocation("filesystem", url.split("?", 1)[0].rsplit("/", 1)[0]), name
+        return OffloadLocation("filesystem", "/"), key
+    if scheme:  # hdfs://, viewfs://, ...: the filesystem named by scheme and authority
+        return OffloadLocation("filesystem", f"{u.scheme}://{u.netloc}"), key
     raise StorageError(f"{url!r} is not an object store URI")
 
 
