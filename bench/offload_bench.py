@@ -11,9 +11,16 @@ One run, per driver (``S3``: moto's S3 server on 127.0.0.1 started here as a sub
   API (HTTP for S3). Trials alternate local and offloaded reads.
 * the offload itself (MB/s written to the store).
 * full compaction time (``SparkCompactionService.compact()``, local[2] session started and
-  warmed before timing) of two topics holding identical data: one whose ledgers are local, one
-  whose ledgers were offloaded and deleted locally (the tasks read the objects through
-  pyarrow.fs). Alternated; each repeat starts from no compacted view.
+  warmed before timing) of identical data three ways: ``local`` -- a data directory with no
+  tiered storage, ledgers and compacted ledger on the local disk; ``local_ledgers_view_to_store``
+  -- local ledgers, tiered storage configured, so the run's tasks write the compacted ledger
+  straight to the store; ``object_store`` -- the offloaded topic, whose ledgers the tasks read
+  from the store (pyarrow.fs) and whose compacted ledger they write there. Alternated; each
+  repeat starts from no compacted view.
+* the compacted view served to a read-compacted reader (``LedgerCompactionService``, the
+  broker's read side): a cold seek into the middle (open + 100 entries, empty read cache) and a
+  sequential read of the whole view, from the store (read by ranges through the read cache)
+  against the local file (memory-mapped).
 
 moto is a Python server, so S3 figures measure this client against moto on a shared machine,
 not against a real S3 service; the ``filesystem`` driver shows the cost of the tier's read path
@@ -139,6 +146,46 @@ def reset_compaction(st, topic: str) -> None:
         db.execute("DELETE FROM compaction_state WHERE topic = ?", (topic,))
 
 
+def read_view(st, topic: str, config) -> dict:
+    """A cold seek into the middle of the topic's compacted view, then a sequential read of it
+    all (the broker's read side, batches of 1000 entries)."""
+    from compactmq.compaction.service import LedgerCompactionService
+    from compactmq.storage import Position
+    from compactmq.storage.offload import shared_cache
+
+    shared_cache().clear()
+    service = LedgerCompactionService(st, topic, config)
+    t = time.perf_counter()
+    reader = service.compacted_ledger()
+    assert reader is not None
+    middle = reader.position_at(len(reader) // 2)
+    want = min(100, len(reader) - len(reader) // 2)
+    got = service.read_compacted_entries(middle, want)
+    seek = time.perf_counter() - t
+    assert len(got) == want
+    shared_cache().clear()  # the sequential read fetches every byte again
+    pos, n, nbytes = Position(0, 0), 0, 0
+    t = time.perf_counter()
+    while True:
+        batch = service.read_compacted_entries(pos, 1000)
+        if not batch:
+            break
+        n += len(batch)
+        nbytes += sum(len(d) for _, d in batch)
+        last = batch[-1][0]
+        pos = Position(last[0], last[1] + 1)
+    took = time.perf_counter() - t
+    service.close()
+    return {
+        "remote": reader.remote,
+        "entries": n,
+        "bytes": nbytes,
+        "cold_seek_ms": round(seek * 1000, 2),
+        "sequential_MBps": round(nbytes / took / 1e6, 1),
+        "sequential_seconds": round(took, 3),
+    }
+
+
 def compact(st, topic: str, config) -> float:
     from compactmq.compaction.spark import SparkCompactionService
 
@@ -158,18 +205,19 @@ def bench_driver(
     from compactmq.compaction.spark.session import TEST_CONF, get_session
     from compactmq.config import load_config
     from compactmq.storage import Storage
-    from compactmq.storage.offload import ReadCache
+    from compactmq.storage.offload import shared_cache
 
     data = tempfile.mkdtemp(dir=work, prefix=f"{name}-")
-    overrides = {
+    plain_data = tempfile.mkdtemp(dir=work, prefix=f"{name}-untiered-")
+    base = {
         "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
-        "managedLedgerOffloadDeletionLagMs": 10**12,
         "managedLedgerSyncData": False,
-        **offload_conf,
         **TEST_CONF,
     }
-    config = load_config(overrides=overrides)
+    config = load_config(overrides={**base, "managedLedgerOffloadDeletionLagMs": 10**12, **offload_conf})
+    plain_config = load_config(overrides=base)  # no tiered storage at all
     st = Storage(data, config)
+    plain = Storage(plain_data, plain_config)
     try:
         topic = "persistent://public/default/offload-bench"
         ml = st.open_managed_ledger(topic)
@@ -182,7 +230,7 @@ def bench_driver(
         log(f"{name}: offloaded {off['ledgers']} ledgers at {off['MBps']} MB/s")
         remote_reads = []
         for _ in range(trials):
-            st.offloader.cache = ReadCache(int(config["managedLedgerOffloadReadCacheSizeInBytes"]))
+            shared_cache().clear()  # every trial reads every byte from the store
             remote_reads.append(read_all(ml))
         for secs, n, nbytes in local_reads + remote_reads:
             assert n == len(entries) and nbytes == total
@@ -190,21 +238,32 @@ def bench_driver(
         remote_mbps = statistics.median(total / s / 1e6 for s, _, _ in remote_reads)
         log(f"{name}: sequential read local {local_mbps:.0f} MB/s, offloaded {remote_mbps:.0f} MB/s")
 
-        # --- compaction: a twin topic kept local, the offloaded one read from the store -----------
+        # --- compaction: the same data local, local with the view written to the store, and
+        # read from the store ------------------------------------------------------------------------
         twin = "persistent://public/default/offload-bench-local"
         fill(st.open_managed_ledger(twin), entries)
+        fill(plain.open_managed_ledger(twin), entries)
         t = time.perf_counter()
         get_session(config.spark)
         jvm = time.perf_counter() - t
-        compact(st, twin, config)  # warm-up (Python workers, JIT)
-        local_runs, remote_runs = [], []
+        compact(plain, twin, plain_config)  # warm-up (Python workers, JIT)
+        runs: dict[str, list[float]] = {"local": [], "local_ledgers_view_to_store": [], "object_store": []}
         for _ in range(repeat):
-            local_runs.append(compact(st, twin, config))
-            remote_runs.append(compact(st, topic, config))
+            runs["local"].append(compact(plain, twin, plain_config))
+            runs["local_ledgers_view_to_store"].append(compact(st, twin, config))
+            runs["object_store"].append(compact(st, topic, config))
+        med = {k: statistics.median(v) for k, v in runs.items()}
         log(
-            f"{name}: compaction local {statistics.median(local_runs):.2f}s, "
-            f"from the object store {statistics.median(remote_runs):.2f}s"
+            f"{name}: compaction local {med['local']:.2f}s, view to the store {med['local_ledgers_view_to_store']:.2f}s, "
+            f"from and to the object store {med['object_store']:.2f}s"
         )
+
+        # --- the compacted view served from the store against from the local disk ---------------
+        view_local = read_view(plain, twin, plain_config)
+        view_store = read_view(st, topic, config)
+        assert not view_local["remote"] and view_store["remote"]
+        assert (view_local["entries"], view_local["bytes"]) == (view_store["entries"], view_store["bytes"])
+        log(f"{name}: compacted view local {view_local}, from the store {view_store}")
         return {
             "entries": len(entries),
             "bytes": total,
@@ -219,18 +278,26 @@ def bench_driver(
             },
             "compaction": {
                 "spark_session_start_seconds": round(jvm, 2),
-                "local_seconds_median": round(statistics.median(local_runs), 3),
-                "object_store_seconds_median": round(statistics.median(remote_runs), 3),
-                "object_store_over_local": round(
-                    statistics.median(remote_runs) / statistics.median(local_runs), 3
+                "local_seconds_median": round(med["local"], 3),
+                "local_ledgers_view_to_store_seconds_median": round(med["local_ledgers_view_to_store"], 3),
+                "object_store_seconds_median": round(med["object_store"], 3),
+                "object_store_over_local": round(med["object_store"] / med["local"], 3),
+                "view_to_store_over_local": round(med["local_ledgers_view_to_store"] / med["local"], 3),
+                "seconds": {k: [round(s, 3) for s in v] for k, v in runs.items()},
+            },
+            "compacted_view_read": {
+                "local": view_local,
+                "object_store": view_store,
+                "sequential_store_over_local": round(
+                    view_store["sequential_MBps"] / view_local["sequential_MBps"], 3
                 ),
-                "local_seconds": [round(s, 3) for s in local_runs],
-                "object_store_seconds": [round(s, 3) for s in remote_runs],
             },
         }
     finally:
         st.close()
+        plain.close()
         shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(plain_data, ignore_errors=True)
 
 
 def main(argv=None) -> int:
@@ -244,6 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "offload.json"))
     a = ap.parse_args(argv)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if a.quick:
         a.messages, a.keys, a.repeat = 200_000, 20_000, 2
@@ -259,7 +327,9 @@ def main(argv=None) -> int:
         "entry_layout": "batches of 100",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "note": "S3 = moto's server (a Python process) on 127.0.0.1, not a real S3 service; "
-        "local reads are page-cache hot; offloaded reads start with an empty read cache",
+        "local reads are page-cache hot; offloaded reads start with an empty read cache; "
+        "with tiered storage configured a run writes the compacted ledger straight to the store",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "drivers": {},
     }
     moto = None
@@ -277,6 +347,7 @@ def main(argv=None) -> int:
             moto.wait(10)
         if a.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
+    results["loadavg_at_start"] = load_at_start
     results["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]  # a shared machine: how busy it was
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

@@ -45,3 +45,13 @@ def s3_server(tmp_path_factory):
     server = start_s3_server(str(tmp_path_factory.getbasetemp()))
     yield server
     stop_s3_server(server)
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """A Google Cloud Storage emulator on 127.0.0.1 for the whole run; see ``gcs_server.py``."""
+    from gcs_server import start_gcs_server, stop_gcs_server
+
+    server = start_gcs_server(str(tmp_path_factory.getbasetemp()))
+    yield server
+    stop_gcs_server(server)

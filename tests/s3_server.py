@@ -10,12 +10,16 @@ variables), which broker subprocesses inherit.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
 
 
 def _free_port() -> int:
@@ -33,9 +37,58 @@ DUMMY_CREDENTIALS = {
 
 
 @dataclass
+class S3Request:
+    """One request the S3 server received (from its own request log, moto's recorder)."""
+
+    method: str
+    path: str  # "/bucket/key", unquoted
+    range: tuple[int, int] | None  # the Range header's [first, last] bytes, None for a whole object
+
+    @property
+    def range_bytes(self) -> int:
+        return 0 if self.range is None else self.range[1] - self.range[0] + 1
+
+
+@dataclass
+class Recording:
+    requests: list[S3Request] = field(default_factory=list)
+
+    def gets(self, under: str) -> list[S3Request]:
+        """GET requests of objects whose path starts with ``under`` ("/bucket/prefix")."""
+        return [r for r in self.requests if r.method == "GET" and r.path.startswith(under)]
+
+
+@dataclass
 class S3Server:
     endpoint: str
     server: object
+
+    def _moto_api(self, action: str) -> str:
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/recorder/{action}", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.read().decode()
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Record what the server receives inside the block: moto's request recorder, so the
+        counts are the server's, not the client's. Yields a ``Recording`` filled at the end."""
+        out = Recording()
+        self._moto_api("reset-recording")
+        self._moto_api("start-recording")
+        try:
+            yield out
+        finally:
+            self._moto_api("stop-recording")
+            for line in self._moto_api("download-recording").splitlines():
+                if not line.strip():
+                    continue
+                entry = json.loads(line)
+                headers = {k.lower(): v for k, v in entry.get("headers", {}).items()}
+                rng = None
+                if headers.get("range", "").startswith("bytes="):
+                    first, _, last = headers["range"][len("bytes=") :].partition("-")
+                    rng = (int(first), int(last))
+                out.requests.append(S3Request(entry["method"], unquote(urlparse(entry["url"]).path), rng))
 
     def create_bucket(self, name: str) -> str:
         import boto3
@@ -78,7 +131,8 @@ def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Serv
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ},
+        # the request log (``S3Server.recording``) goes beside the server's log
+        env={**os.environ, "MOTO_RECORDER_FILEPATH": f"{log.name}.requests"},
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

@@ -30,11 +30,11 @@ def payload(i: int) -> bytes:
     return f"entry-{i:05d}-".encode() * (1 + i % 7)
 
 
-@pytest.fixture(params=["filesystem", "S3"])
+@pytest.fixture(params=["filesystem", "S3", "GCS"])
 def offload_conf(request, tmp_path):
     if request.param == "filesystem":
         return {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{tmp_path}/offload"}
-    server = request.getfixturevalue("s3_server")
+    server = request.getfixturevalue("s3_server" if request.param == "S3" else "gcs_server")
     return server.offload_config(server.create_bucket(f"b-{uuid.uuid4().hex[:12]}"))
 
 
@@ -207,3 +207,25 @@ def test_sigkill_at_each_offload_step_loses_nothing_and_orphans_nothing(tmp_path
     assert len(offloaded) == 5  # 4 full ledgers and the one recovery sealed after the kill
     assert objects(st) == catalog_keys(st) and len(objects(st)) == 2 * len(offloaded)
     st.close()
+
+
+def test_an_object_url_names_its_store_and_key_again(tmp_path):
+    """``location_from_url`` inverts ``OffloadLocation.url`` (a reader given only the URI of an
+    offloaded compacted ledger finds its store, and the parts beside it)."""
+    from compactmq.storage.offload import OffloadLocation, location_from_url
+
+    for loc in (
+        OffloadLocation("s3", "bkt", "eu-west-1", "http://127.0.0.1:9000", "inst"),
+        OffloadLocation("aws-s3", "bkt", "", "", "inst"),
+        OffloadLocation("google-cloud-storage", "bkt", prefix="inst"),
+        OffloadLocation("google-cloud-storage", "bkt", endpoint="http://127.0.0.1:4443", prefix="inst"),
+        OffloadLocation("filesystem", str(tmp_path / "off"), prefix="inst"),
+        OffloadLocation("filesystem", "hdfs://nn:8020/offload", prefix="inst"),
+    ):
+        url = loc.url("compacted/a/b/c/d/000000000007-x/ledger.compacted")
+        back, key = location_from_url(url)
+        assert key.endswith("inst/compacted/a/b/c/d/000000000007-x/ledger.compacted") and back.url(key) == url
+        # the objects of a bucket share one location (one client), whatever their directory
+        assert location_from_url(loc.url("ledgers/other"))[0] == back
+    with pytest.raises(Exception, match="names no object"):
+        location_from_url("s3://bucket/")

@@ -6,11 +6,14 @@ next start sweeps. Driven at the storage layer, against moto's S3 server and the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
 from compactmq.config import load_config
@@ -125,4 +128,147 @@ def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path
     assert os.path.exists(st.compacted_ledger_path(TOPIC, cid))
     assert st.offloader.offload_compacted(TOPIC) is not None  # and it goes through now
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
+    st.close()
+
+
+# --- a large offloaded compacted view is read by ranges, never whole ---------------------------
+
+BIG = 3000  # entries of 2 000 bytes: a 6 MB compacted ledger
+CHUNK = 16 * 1024
+
+
+def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: int = 3) -> int:
+    """Commit ``entries`` as a compacted ledger stored the way a run's phase-two tasks write it
+    straight to the object store (parts and their indexes, uploaded; a manifest beside them),
+    with its catalog row in the commit's transaction."""
+    from compactmq.compaction.compacted_ledger import PartWriter, write_manifest
+    from compactmq.storage.offload import COMPACTED, OffloadRecord
+
+    meta = st.metadata
+    loc = st.offloader.location_for(TOPIC)
+    store = open_store(loc)
+    state = meta.get_compaction_state(TOPIC)
+    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    cid = meta.allocate_ledger_id()
+    prefix = st.offloader.new_compacted_prefix(TOPIC, cid)
+    parts = []
+    step = -(-len(entries) // nparts)
+    for k in range(nparts):
+        local = str(st.data_dir / f"part-{k}")
+        w = PartWriter(local)
+        for lid, eid, data in entries[k * step : (k + 1) * step]:
+            w.append(lid, eid, data)
+        w.close()
+        key = f"{prefix}/part-{k:06d}"
+        store.put_file(key + ".idx", local + ".idx")
+        store.put_file(key, local)
+        parts.append({"path": key, "entries": 1})
+    key, size, written = write_manifest(store, prefix, parts)
+    assert written == len(entries)
+    now = meta.now_ms()
+    rec = OffloadRecord(key, prefix + "/", COMPACTED, TOPIC, cid, loc, size, now, local_deleted_ms=now)
+    with meta.transaction():
+        meta.commit_compaction(
+            TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
+        )
+        st.offloader.catalog.add(rec)
+    return cid
+
+
+def read_bytes_of_this_process() -> int:
+    """Bytes this process has read with read()/pread() so far (Linux ``/proc/self/io``)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@contextlib.contextmanager
+def measured(request, offload_conf):
+    """What the store served inside the block: the requests and ranged bytes the S3 server
+    recorded, or for the filesystem driver the bytes this process read (memory maps aside, the
+    filesystem driver reads with ``pread``)."""
+    out: dict = {}
+    if offload_conf["managedLedgerOffloadDriver"] == "S3":
+        server = request.getfixturevalue("s3_server")
+        bucket = offload_conf["s3ManagedLedgerOffloadBucket"]
+        with server.recording() as rec:
+            yield out
+        gets = rec.gets(f"/{bucket}/")
+        out["gets"] = len(gets)
+        out["whole_gets"] = sum(1 for r in gets if r.range is None)
+        out["bytes"] = sum(r.range_bytes for r in gets)
+    else:
+        before = read_bytes_of_this_process()
+        yield out
+        out["bytes"] = read_bytes_of_this_process() - before
+
+
+@pytest.mark.parametrize("layout", ["offloaded", "written-to-store"])
+def test_a_seek_into_a_large_offloaded_compacted_view_fetches_a_few_ranges(
+    request, tmp_path, clock, offload_conf, layout
+):
+    """The broker's read side (``LedgerCompactionService``) opened on a 6 MB compacted view in the
+    object store, cold, and asked for ten entries in the middle: it fetches the trailer, the index
+    and a chunk, a few ranged reads and a few per cent of the bytes, whatever the view's size; the
+    next entries come from the read cache. Both ways a view gets there: offloaded after it was
+    written locally (one object), and written by the run's tasks straight to the store (parts and
+    a manifest)."""
+    from compactmq.compaction.service import LedgerCompactionService
+    from compactmq.storage.offload import shared_cache
+
+    if offload_conf["managedLedgerOffloadDriver"] == "google-cloud-storage":
+        pytest.skip("the GCS emulator keeps no request log to count by (S3 and filesystem count)")
+    conf = {
+        **SMALL,
+        **offload_conf,
+        "managedLedgerMaxEntriesPerLedger": 1000,
+        "s3ManagedLedgerOffloadReadBufferSizeInBytes": CHUNK,
+        "defaultRetentionTimeInMinutes": -1,
+        "defaultRetentionSizeInMB": -1,
+    }
+    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    ml = st.open_managed_ledger(TOPIC)
+    ml.append_many([i.to_bytes(4, "big") * 500 for i in range(BIG)])
+    ml.rollover()
+    entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), BIG)]
+    assert len(entries) == BIG
+    if layout == "offloaded":
+        cid = commit_compacted(st, entries)
+        st.offloader.offload(ml)  # the topic's ledgers and then the compacted ledger; lag 0
+        assert not os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+    else:
+        cid = commit_as_parts(st, entries)
+    rec = st.offloader.compacted_record(cid)
+    assert rec is not None and "://" in st.compacted_ledger_location(TOPIC, cid)
+    size = rec.data_size
+    assert size > BIG * 2000
+
+    service = LedgerCompactionService(st, TOPIC, st.config)
+    shared_cache().clear()
+    middle = 1777
+    with measured(request, offload_conf) as first:
+        got = service.read_compacted_entries(Position(*entries[middle][:2]), 10)
+    assert [(tuple(p), d) for p, d in got] == [
+        ((lid, eid), d) for lid, eid, d in entries[middle : middle + 10]
+    ]
+    index_bytes = BIG * 28
+    # the index and a handful of chunks, never the object (6 MB)
+    assert first["bytes"] < index_bytes + 8 * CHUNK, first
+    assert first["bytes"] < size // 20, first
+    if "gets" in first:
+        # head, trailer (with the end of the index), the rest of the index, the entries' chunk;
+        # for parts: the manifest, then the part that holds the entries
+        assert first["whole_gets"] == 0 and 1 <= first["gets"] <= 5, first
+    # the next entries are in the chunk already read: nothing more from the store
+    with measured(request, offload_conf) as second:
+        got = service.read_compacted_entries(Position(*entries[middle + 10][:2]), 3)
+    assert [d for _, d in got] == [d for _, _, d in entries[middle + 10 : middle + 13]]
+    assert second.get("gets", 0) == 0 and second["bytes"] < CHUNK, second
+    # the view's size in the stats comes from its trailer, not a download
+    with measured(request, offload_conf) as stats:
+        assert service.stats().size_bytes == size
+    assert stats["bytes"] < CHUNK, stats
+    # and the whole view still reads back in order
+    reader = service.compacted_ledger()
+    assert reader is not None and reader.remote
+    assert [d for _, d in reader] == [d for _, _, d in entries]
     st.close()

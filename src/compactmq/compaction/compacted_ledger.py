@@ -25,7 +25,12 @@ the driver::
                                then the index and trailer of the whole ledger, as above
 
 The ledger's bytes are then ``header + part records in order + index + trailer``: exactly the
-one-file layout, which ``CompactedLedgerReader`` assembles when it opens a manifest.
+one-file layout, which ``CompactedLedgerReader`` maps onto the parts when it opens a manifest.
+
+Reading from the object store is by ranges, never whole (``CompactedLedgerReader`` over
+``storage.offload.RangedObject``, the ranged reads and read cache of offloaded ledgers): the
+trailer says where the index is, the index where each entry is, so a reader seeking into the
+middle of a large offloaded view fetches the index and the chunk holding its entries.
 """
 
 from __future__ import annotations
@@ -312,30 +317,6 @@ def write_manifest(store, prefix: str, parts: list[dict]) -> tuple[str, int, int
     return key, offset + len(raw) + TRAILER.size, len(rows)
 
 
-def _assemble(path: str, manifest) -> bytes:
-    """The one-file bytes of a compacted ledger stored as a manifest and its parts."""
-    data = memoryview(manifest)
-    (n,) = struct.unpack_from(">I", data, len(MANIFEST))
-    at = len(MANIFEST) + 4
-    parts = []
-    for _ in range(n):
-        size, length = _PART_ENTRY.unpack_from(data, at)
-        at += _PART_ENTRY.size
-        parts.append((bytes(data[at : at + length]).decode(), size))
-        at += length
-    filesystem, p = _filesystem(path)
-    base = p.rsplit("/", 1)[0]
-    out = bytearray(HEADER)
-    for name, size in parts:
-        with filesystem.open_input_file(f"{base}/{name}") as f:
-            chunk = f.read_buffer()
-        if len(chunk) != size:
-            raise StorageError(f"{path}: part {name} has {len(chunk)} bytes, the manifest says {size}")
-        out += memoryview(chunk)
-    out += data[at:]
-    return bytes(out)
-
-
 def read_part_index(path: str) -> np.ndarray:
     with open(path + ".idx", "rb") as f:
         return np.frombuffer(f.read(), dtype=INDEX_DTYPE)
@@ -368,24 +349,149 @@ def entry_count(path: str) -> int:
     return int(n) if magic == TRAILER_MAGIC else 0
 
 
+def is_remote(path: str) -> bool:
+    """True for a URI (an offloaded compacted ledger, or one written straight to the object
+    store): read by ranges. A plain path is a local file, memory-mapped whole."""
+    return "://" in str(path)
+
+
+class _InMemory:
+    """The bytes of a compacted ledger held in memory or memory-mapped (a local file)."""
+
+    def __init__(self, buf):
+        self.buffer = buf
+        self._data = memoryview(buf)
+        self.size = len(self._data)
+
+    def read(self, lo: int, hi: int):
+        return self._data[lo:hi]
+
+    read_meta = read
+
+    def whole(self):
+        return self.buffer
+
+
+class _OneObject:
+    """A compacted ledger stored as one object (offloaded after it was written locally), read by
+    ranges through the object store's read cache (``storage.offload.RangedObject``)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.size = obj.size
+
+    def read(self, lo: int, hi: int):
+        return self.obj.read(lo, hi)
+
+    def read_meta(self, lo: int, hi: int):
+        return self.obj.read_meta(lo, hi)
+
+    def whole(self):
+        return self.obj.whole()
+
+
+class _Parts:
+    """A compacted ledger stored as parts and a manifest (phase-two tasks wrote it straight to the
+    object store). Its one-file bytes are ``HEADER + the parts in order + the manifest's index and
+    trailer``; a read maps its range onto the parts, each read by ranges like any object."""
+
+    def __init__(self, manifest_obj, manifest) -> None:
+        data = memoryview(manifest)
+        (n,) = struct.unpack_from(">I", data, len(MANIFEST))
+        at = len(MANIFEST) + 4
+        self.pieces = []
+        for _ in range(n):
+            size, length = _PART_ENTRY.unpack_from(data, at)
+            at += _PART_ENTRY.size
+            name = bytes(data[at : at + length]).decode()
+            at += length
+            # sizes come from the manifest: no request per part until it is read
+            self.pieces.append(manifest_obj.sibling(name, size))
+        sizes = np.array([p.size for p in self.pieces], np.int64)
+        self.starts = len(HEADER) + np.concatenate(([0], np.cumsum(sizes)))
+        self.tail_start = int(self.starts[-1])
+        self.tail = bytes(data[at:])
+        self.size = self.tail_start + len(self.tail)
+
+    def read(self, lo: int, hi: int):
+        out = []
+        pos, hi = lo, min(hi, self.size)
+        while pos < hi:
+            if pos < len(HEADER):
+                got = HEADER[pos : min(hi, len(HEADER))]
+            elif pos >= self.tail_start:
+                got = self.tail[pos - self.tail_start : hi - self.tail_start]
+            else:
+                k = int(np.searchsorted(self.starts, pos, side="right")) - 1
+                base = int(self.starts[k])
+                piece = self.pieces[k]
+                got = piece.read(pos - base, min(hi - base, piece.size))
+            if not got:
+                raise StorageError(f"compacted ledger part ended early at byte {pos}")
+            out.append(got)
+            pos += len(got)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    read_meta = read
+
+    def whole(self) -> bytes:
+        out = bytearray(HEADER)
+        for piece in self.pieces:
+            chunk = piece.whole()
+            if len(chunk) != piece.size:
+                raise StorageError(f"part {piece.key} has {len(chunk)} bytes, the manifest says {piece.size}")
+            out += memoryview(chunk)
+        out += self.tail
+        return bytes(out)
+
+
+def _open_remote(path: str):
+    """The bytes of the compacted ledger at URI ``path``, read by ranges: the object itself, or the
+    parts its manifest names."""
+    from ..storage.offload import open_url
+
+    obj = open_url(path)
+    head = bytes(obj.read(0, min(obj.size, len(MANIFEST))))
+    if head == MANIFEST:
+        return _Parts(obj, obj.read_meta(0, obj.size))
+    if head != HEADER:
+        raise StorageError(f"{path}: not a compacted ledger")
+    return _OneObject(obj)
+
+
 class CompactedLedgerReader:
-    """Reads a finished compacted ledger. Thread-safe for reads (the buffer is immutable)."""
+    """Reads a finished compacted ledger. Thread-safe for reads (the bytes are immutable).
+
+    A local file is memory-mapped. A URI (an offloaded compacted ledger, or one stored as parts
+    and a manifest) is read by ranges, never whole: opening it fetches the head, the trailer and
+    the index (a few ranged reads, whatever its size); a read of entries then fetches only the
+    chunks that hold them, through the process's read cache (``storage.offload.blocks``). ``buffer``
+    is the whole ledger (a Spark task that scans all of it downloads it once).
+    """
 
     def __init__(self, path: str, buffer=None):
         self.path = path
-        self._buf = buffer if buffer is not None else read_file_bytes(path)
-        if bytes(memoryview(self._buf)[: len(MANIFEST)]) == MANIFEST:  # parts in an object store
-            self._buf = _assemble(path, self._buf)
-        data = memoryview(self._buf)
-        if len(data) < len(HEADER) + TRAILER.size or bytes(data[: len(HEADER)]) != HEADER:
+        if buffer is not None:
+            self._src = _InMemory(buffer)
+        elif is_remote(path):
+            self._src = _open_remote(path)
+        else:
+            self._src = _InMemory(read_file_bytes(path))
+        self._whole = None
+        src = self._src
+        size = src.size
+        if size < len(HEADER) + TRAILER.size:
             raise StorageError(f"{path}: not a compacted ledger")
-        index_offset, n, crc, _, magic = TRAILER.unpack_from(data, len(data) - TRAILER.size)
-        if magic != TRAILER_MAGIC or index_offset + n * INDEX_DTYPE.itemsize != len(data) - TRAILER.size:
+        if isinstance(src, _InMemory) and bytes(src.read(0, len(HEADER))) != HEADER:
+            if bytes(src.read(0, len(MANIFEST))) == MANIFEST:
+                raise StorageError(f"{path}: a compacted-ledger manifest is opened by its URI")
+            raise StorageError(f"{path}: not a compacted ledger")
+        index_offset, n, crc, _, magic = TRAILER.unpack(bytes(src.read_meta(size - TRAILER.size, size)))
+        if magic != TRAILER_MAGIC or index_offset + n * INDEX_DTYPE.itemsize != size - TRAILER.size:
             raise StorageError(f"{path}: compacted ledger is incomplete (no valid trailer)")
-        raw = data[index_offset : index_offset + n * INDEX_DTYPE.itemsize]
+        raw = src.read_meta(index_offset, index_offset + n * INDEX_DTYPE.itemsize)
         if _crc32c(raw) != crc:
             raise StorageError(f"{path}: compacted ledger index checksum mismatch")
-        self._data = data
         self.index = np.frombuffer(raw, dtype=INDEX_DTYPE)
         self.ledger_ids = self.index["ledger_id"].astype(np.int64)
         self.entry_ids = self.index["entry_id"].astype(np.int64)
@@ -396,15 +502,41 @@ class CompactedLedgerReader:
         return len(self.index)
 
     @property
+    def remote(self) -> bool:
+        return not isinstance(self._src, _InMemory)
+
+    @property
+    def size_bytes(self) -> int:
+        """Size of the ledger (header, records, index, trailer), without reading it."""
+        return self._src.size
+
+    @property
     def buffer(self):
-        return self._buf
+        """The whole ledger's bytes (read once from the store when remote)."""
+        if not self.remote:
+            return self._src.whole()
+        if self._whole is None:
+            self._whole = self._src.whole()
+        return self._whole
 
     def position_at(self, i: int):
         return _position(int(self.ledger_ids[i]), int(self.entry_ids[i]))
 
     def entry_at(self, i: int) -> bytes:
         o = int(self.offsets[i])
-        return bytes(self._data[o : o + int(self.lengths[i])])
+        return bytes(self._src.read(o, o + int(self.lengths[i])))
+
+    def entries(self, i: int, j: int) -> list[bytes]:
+        """The bytes of entries ``i .. j-1``, with ONE read of the range that holds them."""
+        j = min(j, len(self))
+        if j <= i:
+            return []
+        lo = int(self.offsets[i])
+        blob = memoryview(self._src.read(lo, int(self.offsets[j - 1] + self.lengths[j - 1])))
+        return [
+            bytes(blob[o - lo : o - lo + n])
+            for o, n in zip(self.offsets[i:j].tolist(), self.lengths[i:j].tolist())
+        ]
 
     def find(self, position) -> int:
         """Index of the first entry with id >= ``position`` (``len(self)`` when none)."""
@@ -414,9 +546,10 @@ class CompactedLedgerReader:
         return lo + int(np.searchsorted(self.entry_ids[lo:hi], entry_id, side="left"))
 
     def read(self, start_position, n: int) -> list:
-        """Up to ``n`` ``(Position, bytes)`` with id >= ``start_position``."""
+        """Up to ``n`` ``(Position, bytes)`` with id >= ``start_position`` (one ranged read)."""
         i = self.find(start_position)
-        return [(self.position_at(j), self.entry_at(j)) for j in range(i, min(i + max(n, 0), len(self)))]
+        j = min(i + max(n, 0), len(self))
+        return [(self.position_at(k), data) for k, data in zip(range(i, j), self.entries(i, j))]
 
     def last(self):
         if not len(self):
@@ -424,8 +557,11 @@ class CompactedLedgerReader:
         return (self.position_at(len(self) - 1), self.entry_at(len(self) - 1))
 
     def __iter__(self) -> Iterator[tuple]:
-        for j in range(len(self)):
-            yield (self.position_at(j), self.entry_at(j))
+        step = 256
+        for i in range(0, len(self), step):
+            j = min(i + step, len(self))
+            for k, data in zip(range(i, j), self.entries(i, j)):
+                yield (self.position_at(k), data)
 
     def distinct_ledger_ids(self) -> np.ndarray:
         return np.unique(self.ledger_ids)

@@ -474,7 +474,7 @@ class LedgerView(CompactedView):
 
     @property
     def size_bytes(self) -> int:
-        return len(memoryview(self.reader.buffer))
+        return self.reader.size_bytes  # without reading it (it may be in the object store)
 
 
 class LedgerCompactionService(TopicCompactionService):

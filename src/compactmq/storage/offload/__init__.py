@@ -16,7 +16,8 @@ The modules, bottom up:
                 ``OffloadLocation`` (picklable, no secrets) names a store, so another process or a
                 Spark executor rebuilds it
 ``blocks``      the object format: the ledger file written in large blocks, an index object, and
-                ranged reads through a read cache (a read of one entry is one ranged GET)
+                ranged reads through a read cache (a read of one entry is one ranged GET);
+                ``RangedObject`` reads any object so (offloaded compacted ledgers too)
 ``catalog``     rows in the metadata store naming each committed object pair
 ``offloader``   ``LedgerOffloader``: offload (write, commit, later delete the local copy), reads,
                 deletion of dead objects, orphan sweeps, automatic offload
@@ -26,8 +27,8 @@ names, commit their names in one metadata transaction, and only then delete anyt
 See ``offloader`` for each step and what a crash between two of them leaves.
 """
 
-from .blobstore import BlobStore, OffloadLocation, location_from_settings, open_store
-from .blocks import ReadCache
+from .blobstore import BlobStore, OffloadLocation, location_from_settings, location_from_url, open_store
+from .blocks import RangedObject, ReadCache, open_url, shared_cache
 from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 from .offloader import (
     DEAD_DELETE_FAULT,
@@ -63,9 +64,13 @@ __all__ = [
     "OffloadLocation",
     "OffloadRecord",
     "RUNNING",
+    "RangedObject",
     "ReadCache",
     "SUCCESS",
     "location_from_settings",
+    "location_from_url",
     "open_store",
+    "open_url",
+    "shared_cache",
     "wait_idle",
 ]

@@ -10,7 +10,9 @@ a reader (another process, an executor on another machine) rebuilds the same sto
 Credentials are never part of a location and never logged: the S3 driver uses the AWS SDK's
 default chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
 ``AWS_PROFILE`` and the shared profile files, instance roles), GCS its application-default
-credentials, HDFS its Kerberos ticket cache.
+credentials, HDFS its Kerberos ticket cache. ``STORAGE_EMULATOR_HOST`` (the variable Google's
+client libraries read) points the GCS driver at an emulator instead: that endpoint, anonymous,
+recorded in the location like an S3 endpoint.
 
 Objects are written once and never modified: a write goes to a new name, so a reader never sees
 half an object (S3 and GCS publish an object when its upload completes; on a local filesystem the
@@ -26,7 +28,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
-from urllib.parse import urlencode, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 from ...errors import InvalidConfiguration, StorageError
 
@@ -67,13 +69,45 @@ class OffloadLocation:
                 query.update(endpoint_override=u.netloc, scheme=u.scheme or "https")
             return f"s3://{self.root}/{rel}?" + urlencode(query)
         if self.driver in GCS_DRIVERS:
-            return f"gs://{self.root}/{rel}"
+            if not self.endpoint:
+                return f"gs://{self.root}/{rel}"
+            u = urlparse(self.endpoint if "://" in self.endpoint else "http://" + self.endpoint)
+            query = {"endpoint_override": u.netloc, "scheme": u.scheme or "http"}
+            return f"gs://anonymous@{self.root}/{rel}?" + urlencode(query)  # an emulator
         root = self.root if "://" in self.root else "file://" + os.path.abspath(self.root)
-        return f"{root.rstrip('/')}/{rel}"
+        return root + ("" if root.endswith("/") else "/") + rel
 
     def describe(self) -> str:
         where = f"{self.root}/{self.prefix}".rstrip("/")
         return f"{self.driver}:{where}" + (f" at {self.endpoint}" if self.endpoint else "")
+
+
+def location_from_url(url: str) -> tuple[OffloadLocation, str]:
+    """``(location, key)`` of the object ``url`` names (the inverse of ``OffloadLocation.url``).
+    The location is the bucket (or the filesystem's root) with no prefix and the key the object's
+    whole path, so every object of a bucket read by URI shares one store (one client, a bounded
+    set of open handles). ``StorageError`` for a URI that is no store's."""
+    u = urlparse(url)
+    scheme = u.scheme.lower()
+    key = u.path.strip("/")
+    if not key or key.endswith("/") or u.path.endswith("/"):
+        raise StorageError(f"{url!r} names no object")
+    q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+    if scheme == "s3":
+        endpoint = ""
+        if q.get("endpoint_override"):
+            endpoint = f"{q.get('scheme') or 'https'}://{q['endpoint_override']}"
+        return OffloadLocation("s3", u.netloc, q.get("region", ""), endpoint), key
+    if scheme in ("gs", "gcs"):
+        endpoint = ""
+        if q.get("endpoint_override"):
+            endpoint = f"{q.get('scheme') or 'http'}://{q['endpoint_override']}"
+        return OffloadLocation("google-cloud-storage", u.netloc.rpartition("@")[2], endpoint=endpoint), key
+    if scheme in ("", "file") and not u.netloc:
+        return OffloadLocation("filesystem", "/"), key
+    if scheme:  # hdfs://, viewfs://, ...: the filesystem named by scheme and authority
+        return OffloadLocation("filesystem", f"{u.scheme}://{u.netloc}"), key
+    raise StorageError(f"{url!r} is not an object store URI")
 
 
 def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> OffloadLocation | None:
@@ -99,7 +133,9 @@ def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> 
         bucket = str(settings.get("gcsManagedLedgerOffloadBucket") or "")
         if not bucket:
             raise InvalidConfiguration(f"offload driver {driver} needs gcsManagedLedgerOffloadBucket")
-        return OffloadLocation("google-cloud-storage", bucket, prefix=prefix)
+        # an emulator, named the way Google's client libraries look for one
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+        return OffloadLocation("google-cloud-storage", bucket, endpoint=emulator, prefix=prefix)
     if d in FS_DRIVERS:
         uri = str(settings.get("fileSystemURI") or "")
         if not uri:
@@ -122,7 +158,13 @@ def _filesystem(loc: OffloadLocation):
         # no credentials here: the AWS SDK's default chain finds them (env, profile files, roles)
         return fs.S3FileSystem(**kw), loc.root
     if loc.driver in GCS_DRIVERS:
-        return fs.GcsFileSystem(), loc.root
+        if loc.endpoint:  # an emulator (STORAGE_EMULATOR_HOST): no credentials
+            u = urlparse(loc.endpoint if "://" in loc.endpoint else "http://" + loc.endpoint)
+            return (
+                fs.GcsFileSystem(anonymous=True, endpoint_override=u.netloc, scheme=u.scheme or "http"),
+                loc.root,
+            )
+        return fs.GcsFileSystem(), loc.root  # application-default credentials
     root = loc.root
     if "://" not in root:
         return fs.LocalFileSystem(), os.path.abspath(root)

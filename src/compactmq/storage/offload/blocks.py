@@ -32,6 +32,12 @@ byte range [offset(a), offset(b)) of the data object: ONE ranged GET, never the 
 Ranges are fetched and cached in aligned chunks of ``s3ManagedLedgerOffloadReadBufferSizeInBytes``
 (``ReadCache``, least recently used out first), so a sequential reader costs one request per
 chunk and a reader that re-reads (a consumer redelivery, a second subscription) none.
+
+The same ranged reads serve any other immutable object whose reader knows where its records are:
+``RangedObject`` is one object read this way, opened from the URI ``OffloadLocation.url`` gives
+(``open_url``), through the process's one ``ReadCache`` (``shared_cache``). An offloaded compacted
+ledger is read so (``compaction.compacted_ledger`` finds its index from its trailer), so a reader
+seeking into the middle of a large compacted view fetches a chunk or two, never the object.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from crc32c import crc32c
 
 from ...errors import StorageError
 from .. import ledger_file as lf
+from .blobstore import location_from_url, open_store
 
 INDEX_MAGIC = b"CMQOIDX1"
 VERSION = 1
@@ -116,17 +123,35 @@ def iter_blocks(src_fd: int, blocks: np.ndarray):
 
 
 class ReadCache:
-    """Recently read chunks of offloaded objects, bounded in bytes (shared by a process's
-    managed ledgers). Keys are ``(object key, chunk number)``."""
+    """Recently read chunks of offloaded objects, bounded in bytes (one per process, see
+    ``shared_cache``). Keys are ``(object id, chunk number)``; an object id is
+    ``(OffloadLocation, key)``, so objects of two stores never share an entry."""
 
     def __init__(self, capacity_bytes: int):
         self.capacity = max(0, int(capacity_bytes))
         self._lock = threading.Lock()
-        self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._chunks: OrderedDict[tuple, bytes] = OrderedDict()
         self.size = 0
         self.hits = self.misses = 0
 
-    def get(self, key: tuple[str, int]) -> bytes | None:
+    def resize(self, capacity_bytes: int) -> None:
+        with self._lock:
+            self.capacity = max(0, int(capacity_bytes))
+            self._evict()
+
+    def clear(self) -> None:
+        """Drop every chunk and zero the counters (benchmarks measure cold reads)."""
+        with self._lock:
+            self._chunks.clear()
+            self.size = 0
+            self.hits = self.misses = 0
+
+    def _evict(self) -> None:
+        while self.size > self.capacity and self._chunks:
+            _, dropped = self._chunks.popitem(last=False)
+            self.size -= len(dropped)
+
+    def get(self, key: tuple) -> bytes | None:
         with self._lock:
             data = self._chunks.get(key)
             if data is not None:
@@ -136,7 +161,7 @@ class ReadCache:
                 self.misses += 1
             return data
 
-    def put(self, key: tuple[str, int], data: bytes) -> None:
+    def put(self, key: tuple, data: bytes) -> None:
         if len(data) > self.capacity:
             return
         with self._lock:
@@ -145,14 +170,40 @@ class ReadCache:
                 self.size -= len(old)
             self._chunks[key] = data
             self.size += len(data)
-            while self.size > self.capacity and self._chunks:
-                _, dropped = self._chunks.popitem(last=False)
-                self.size -= len(dropped)
+            self._evict()
 
-    def drop_object(self, object_key: str) -> None:
+    def drop_object(self, object_id: tuple) -> None:
         with self._lock:
-            for k in [k for k in self._chunks if k[0] == object_key]:
+            for k in [k for k in self._chunks if k[0] == object_id]:
                 self.size -= len(self._chunks.pop(k))
+
+
+# the process's read cache and chunk size: the broker's offloader sets them from its config
+# (``configure_reads``); a process without one (a Spark executor, a tool) keeps these defaults,
+# which are the config's
+_shared = ReadCache(64 * 1024 * 1024)
+_chunk = 1024 * 1024
+
+
+def configure_reads(cache_bytes: int, chunk: int) -> None:
+    """Size the process's read cache and its chunks (``managedLedgerOffloadReadCacheSizeInBytes``,
+    ``s3ManagedLedgerOffloadReadBufferSizeInBytes``)."""
+    global _chunk
+    _shared.resize(cache_bytes)
+    _chunk = max(4096, int(chunk))
+
+
+def shared_cache() -> ReadCache:
+    return _shared
+
+
+def read_buffer_size() -> int:
+    return _chunk
+
+
+def object_id(store, key: str) -> tuple:
+    """The cache's name for object ``key`` of ``store``."""
+    return (store.location, key)
 
 
 def read_range(store, cache: ReadCache, key: str, size: int, lo: int, hi: int, chunk: int) -> bytes:
@@ -161,11 +212,12 @@ def read_range(store, cache: ReadCache, key: str, size: int, lo: int, hi: int, c
     if hi <= lo:
         return b""
     chunk = max(4096, int(chunk))
+    oid = object_id(store, key)
     c0, c1 = lo // chunk, (hi - 1) // chunk
     parts: dict[int, bytes] = {}
     missing = []
     for c in range(c0, c1 + 1):
-        data = cache.get((key, c))
+        data = cache.get((oid, c))
         if data is None:
             missing.append(c)
         else:
@@ -176,7 +228,54 @@ def read_range(store, cache: ReadCache, key: str, size: int, lo: int, hi: int, c
         for c in range(missing[0], missing[-1] + 1):
             piece = blob[(c - missing[0]) * chunk : (c - missing[0] + 1) * chunk]
             parts[c] = piece
-            cache.put((key, c), piece)
+            cache.put((oid, c), piece)
+    if c0 == c1:
+        start = lo - c0 * chunk
+        return parts[c0][start : start + (hi - lo)]
     joined = b"".join(parts[c] for c in range(c0, c1 + 1))
     start = lo - c0 * chunk
     return joined[start : start + (hi - lo)]
+
+
+class RangedObject:
+    """One immutable object of a store, read by ranges through the process's ``ReadCache``
+    (``read``), or with one uncached ranged read (``read_direct``: metadata the caller keeps
+    decoded, which would only push data out of the cache)."""
+
+    def __init__(self, store, key: str, size: int | None = None, chunk: int | None = None):
+        self.store = store
+        self.key = key
+        self.size = store.size(key) if size is None else int(size)
+        self.chunk = read_buffer_size() if chunk is None else max(4096, int(chunk))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, lo: int, hi: int) -> bytes:
+        hi = min(hi, self.size)
+        return read_range(self.store, shared_cache(), self.key, self.size, lo, hi, self.chunk)
+
+    def read_direct(self, lo: int, hi: int) -> bytes:
+        hi = min(hi, self.size)
+        return self.store.read_range(self.key, lo, hi - lo, self.size) if hi > lo else b""
+
+    def read_meta(self, lo: int, hi: int) -> bytes:
+        """Metadata bytes: through the cache when they fit in a chunk (the chunk is likely
+        read for the data next to them anyway), else one direct read."""
+        return self.read(lo, hi) if hi - lo <= self.chunk else self.read_direct(lo, hi)
+
+    def sibling(self, name: str, size: int | None = None) -> "RangedObject":
+        """The object ``name`` beside this one (same store and directory)."""
+        base = self.key.rsplit("/", 1)[0] + "/" if "/" in self.key else ""
+        return RangedObject(self.store, base + name, size, self.chunk)
+
+    def whole(self):
+        """The whole object (one read, uncached), as a ``pyarrow.Buffer``."""
+        return self.store.read_all(self.key)
+
+
+def open_url(url: str, size: int | None = None) -> RangedObject:
+    """The object named by ``url`` (what ``OffloadLocation.url`` gives), read by ranges. The
+    size comes from one metadata request unless given."""
+    location, key = location_from_url(url)
+    return RangedObject(open_store(location), key, size)

@@ -14,7 +14,9 @@ Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
     serve reads, and the deletion lag is simply honoured later.
 
 Reads (``read_range``) go through ``blocks.read_range``: one ranged read per missing run of
-chunks, a process-wide ``ReadCache`` in front.
+chunks, the process-wide ``ReadCache`` in front. An offloaded compacted ledger is read the same
+way by ``compaction.compacted_ledger`` (from the URI ``compacted_ledger_location`` gives), through
+the same cache.
 
 Deletion: retention, topic deletion and compaction delete ledger rows (or swap the compacted
 ledger) first; ``delete_dead`` then deletes the objects of catalog rows that no longer name a
@@ -97,7 +99,9 @@ class LedgerOffloader:
         self.instance = self.catalog.instance_id()
         self.max_block = max(1 << 16, int(config["s3ManagedLedgerOffloadMaxBlockSizeInBytes"]))
         self.chunk = max(4096, int(config["s3ManagedLedgerOffloadReadBufferSizeInBytes"]))
-        self.cache = bk.ReadCache(int(config["managedLedgerOffloadReadCacheSizeInBytes"]))
+        # one read cache per process, shared with the readers of offloaded compacted ledgers
+        bk.configure_reads(int(config["managedLedgerOffloadReadCacheSizeInBytes"]), self.chunk)
+        self.cache = bk.shared_cache()
         self.fault = os.environ.get(FAULT_ENV, "")
         self._lock = threading.Lock()
         self._running: set[str] = set()
@@ -257,7 +261,8 @@ class LedgerOffloader:
         with f:
             size = store.put(key, iter(lambda: f.read(self.max_block), b""))
         self._die_at("compacted-after-data")
-        # a compacted ledger is read whole (its own index and trailer are inside): no index object
+        # no index object: a compacted ledger's own index and trailer are inside it, and its reader
+        # fetches them (then entries) by ranges
         rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
         with self.metadata.transaction() as db:
             alive = db.execute(
@@ -447,7 +452,7 @@ class LedgerOffloader:
 
     def delete_objects(self, rec: OffloadRecord) -> None:
         store = open_store(rec.location)
-        self.cache.drop_object(rec.data_key)
+        self.cache.drop_object(bk.object_id(store, rec.data_key))
         store.delete(rec.data_key)
         if rec.index_key.endswith("/"):  # a compacted ledger stored as parts under a prefix
             store.delete_prefix(rec.index_key.rstrip("/"))
