@@ -283,7 +283,7 @@ def read_split(split: Split, service_url: str, client_options: dict) -> Iterator
             start = (
                 pulsar.MessageId.earliest
                 if split.ledger_id < 0
-                else pulsar.MessageId(split.partition, split.ledger_id, 0, -1)
+                else pulsar.MessageId(split.partition, split.ledger_id, split.lo, -1)
             )
             stop = (split.next_ledger, 0, -1) if split.next_ledger is not None else split.end_id
         else:  # a whole view
