@@ -1,8 +1,9 @@
 """Topics as Spark tables: how fast the ``compactmq`` source feeds Spark, per path and view.
 
 Starts ``compactmq standalone`` with a fresh data directory, publishes ``--messages`` messages
-(batched, ``--size`` bytes, key ``i % keys``), compacts once (in this process, on the same local
-Spark session), then for each view (``compacted``, ``raw``) and each path:
+(batched, ``--size`` bytes, key ``i % keys``), has the broker seal the topic's ledger and compacts
+once (in this process, on the same local Spark session: a run reads sealed ledgers only), then for
+each view (``compacted``, ``raw``) and each path:
 
 * ``direct``: ledger / compacted-ledger files of the data directory (``load(data_dir)``);
 * ``broker``: the official client and the admin REST API (``service.url`` / ``admin.url``);
@@ -15,7 +16,10 @@ rows/s and rows/s per core (``local[--cores]``), and each path's speed as a frac
 
     .venv/bin/python bench/spark_source_bench.py               # 200,000 messages, 20,000 keys
     .venv/bin/python bench/spark_source_bench.py --full        # 10,000,000 messages, 1,000,000 keys
-Writes bench/results/spark_source.json (spark_source_full.json with --full; --out to change).
+Writes bench/results/spark_source.json (spark_source_full.json with --full; --out to change),
+after every measurement (a run stopped early leaves what it measured). ``--work DIR --reuse``
+keeps the data directory and skips publishing when DIR already holds the topic (a long publish
+is paid once).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     p.add_argument("--out", default=None)
+    p.add_argument("--reuse", action="store_true", help="with --work: skip publishing if the topic is there")
     args = p.parse_args(argv)
     if args.full:
         args.messages, args.keys = 10_000_000, 1_000_000
@@ -66,14 +71,37 @@ def main(argv=None) -> int:
     import compactmq.spark
     from compactmq.compaction.spark.session import get_session
 
-    broker = StandaloneBroker(data_dir, RETENTION_OVERRIDES)
     topic = "persistent://public/default/spark-source-bench"
+    reused = args.reuse and os.path.isdir(os.path.join(data_dir, "ledgers", topic.replace("://", "/")))
+    broker = StandaloneBroker(data_dir, RETENTION_OVERRIDES)
+    results: dict = {}
+    report: dict = {}
     try:
-        publish_secs = publish(broker.url, topic, args.messages, args.keys, args.size, True)
-        print(f"published {args.messages} messages in {publish_secs:.1f}s", flush=True)
+        if reused:
+            publish_secs = None
+            print(f"reusing the published topic in {data_dir}", flush=True)
+        else:
+            publish_secs = publish(broker.url, topic, args.messages, args.keys, args.size, True)
+            print(f"published {args.messages} messages in {publish_secs:.1f}s", flush=True)
         spark = get_session({"spark.master": f"local[{args.cores}]"})
+        from compactmq.config import load_config
+        from compactmq.storage.seal import seal_before_compaction
+
+        print(f"seal: {seal_before_compaction(data_dir, load_config(), topic)}", flush=True)
         compaction = compact(data_dir, topic)
-        print(f"compacted in {compaction['seconds']}s", flush=True)
+        print(f"compacted: {compaction}", flush=True)
+        report = {
+            "bench": "spark_source",
+            "messages": args.messages,
+            "keys": args.keys,
+            "size": args.size,
+            "cores": args.cores,
+            "repeat": args.repeat,
+            "publish_seconds": round(publish_secs, 3) if publish_secs is not None else "reused",
+            "compaction": compaction,
+            "results": results,
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        }
         compactmq.spark.register(spark)
 
         def source(view: str, path: str):
@@ -87,7 +115,6 @@ def main(argv=None) -> int:
                 return r.load(data_dir)
             return r.option("service.url", broker.url).option("admin.url", broker.admin_url).load()
 
-        results: dict = {}
         for view in ("compacted", "raw"):
             copy = os.path.join(work, f"{view}.parquet")
             source(view, "direct").select("value", "__key", "__messageId", "__publishTime").write.mode(
@@ -109,37 +136,32 @@ def main(argv=None) -> int:
                     "rows_per_s": round(rows / secs),
                     "rows_per_s_per_core": round(rows / secs / args.cores),
                     "runs": [round(s, 3) for s, _ in runs],
+                    "load_average": [round(x, 2) for x in os.getloadavg()],  # a shared machine
                 }
                 print(
                     f"{view:9} {path:7} {rows:>10} rows {secs:8.2f}s "
                     f"{rows / secs / args.cores:>12,.0f} rows/s/core",
                     flush=True,
                 )
-            parquet = results[view]["parquet"]["seconds"]
-            for path in ("direct", "broker"):
-                results[view][path]["fraction_of_parquet_speed"] = round(
-                    parquet / results[view][path]["seconds"], 4
-                )
+                if "parquet" in results[view]:
+                    parquet = results[view]["parquet"]["seconds"]
+                    for done in ("direct", "broker"):
+                        if done in results[view]:
+                            results[view][done]["fraction_of_parquet_speed"] = round(
+                                parquet / results[view][done]["seconds"], 4
+                            )
+                write(out, report)
     finally:
         broker.stop()
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    report = {
-        "bench": "spark_source",
-        "messages": args.messages,
-        "keys": args.keys,
-        "size": args.size,
-        "cores": args.cores,
-        "repeat": args.repeat,
-        "publish_seconds": round(publish_secs, 3),
-        "compaction": compaction,
-        "results": results,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
+
+
+def write(out: Path, report: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ from broker.conftest import BrokerProcess, make_client
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data")
+    # infinite retention: the raw view is compared with the whole log, and a ledger sealed for a
+    # compaction run would otherwise be trimmed (no subscription holds it) while a test reads
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("broker") / "data",
+        {"defaultRetentionTimeInMinutes": "-1", "defaultRetentionSizeInMB": "-1"},
+    )
     b.start()
     yield b
     b.stop()

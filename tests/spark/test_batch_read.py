@@ -68,6 +68,14 @@ def test_views_equal_the_client(cmq_spark, broker, client, topic, batching, comp
             cmq_spark, broker, topic, direct=direct, view="latest", includeTombstones="true"
         )
         assert latest_rows(with_deleted) == latest_of(log, include_tombstones=True)
+        # cut into tasks: the compacted part by entry ids of its source ledger (broker) or by
+        # slices of the compacted ledger (direct); every piece starts and stops at its bounds
+        split = reader(cmq_spark, broker, topic, direct=direct, view="compacted", minPartitions="5")
+        assert rows_of(split) == compacted, direct
+        if not batching:
+            assert split.rdd.getNumPartitions() >= 5, direct
+        split = reader(cmq_spark, broker, topic, direct=direct, view="latest", minPartitions="5")
+        assert latest_rows(split) == latest_of(log)
 
 
 def test_metadata_columns_and_options(cmq_spark, broker, client, topic):

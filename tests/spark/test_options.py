@@ -8,7 +8,7 @@ import pytest
 
 from compactmq.errors import InvalidConfiguration
 from compactmq.spark.messages import serialize_message_id
-from compactmq.spark.options import admin_headers, client_kwargs, parse_read_options
+from compactmq.spark.options import admin_headers, auth_params, client_kwargs, parse_read_options
 
 T = "persistent://public/default/t"
 BASE = {"service.url": "pulsar://h:6650"}
@@ -98,3 +98,32 @@ def test_pulsar_client_pass_through():
     assert admin_headers({"authPluginClassName": "basic", "authParams": '{"userId":"u","password":"p"}'}) == {
         "Authorization": "Basic dTpw"
     }
+
+
+def test_auth_params_in_the_java_clients_forms():
+    assert auth_params('{"userId": "u", "password": "p"}') == {"userId": "u", "password": "p"}
+    assert auth_params("tlsCertFile:/c.pem,tlsKeyFile:/k.pem") == {
+        "tlsCertFile": "/c.pem",
+        "tlsKeyFile": "/k.pem",
+    }
+    assert auth_params("") == {}
+    basic = "org.apache.pulsar.client.impl.auth.AuthenticationBasic"
+    for params in ('{"userId":"u","password":"p"}', "userId:u,password:p", '{"username":"u","password":"p"}'):
+        kw = client_kwargs({"authPluginClassName": basic, "authParams": params})
+        assert isinstance(kw["authentication"], pulsar.AuthenticationBasic)
+        assert admin_headers({"authPluginClassName": basic, "authParams": params}) == {
+            "Authorization": "Basic dTpw"
+        }
+    tls = "org.apache.pulsar.client.impl.auth.AuthenticationTls"
+    kw = client_kwargs({"authPluginClassName": tls, "authParams": "tlsCertFile:/c.pem,tlsKeyFile:/k.pem"})
+    assert isinstance(kw["authentication"], pulsar.AuthenticationTLS)
+    assert admin_headers({"authPluginClassName": tls, "authParams": "tlsCertFile:/c,tlsKeyFile:/k"}) == {}
+    for plugin, params, message in [
+        (basic, '{"userId": "u"}', "basic auth needs"),
+        (basic, "{not json", "not valid JSON"),
+        (basic, '["u", "p"]', "must be a JSON object"),
+        (tls, "tlsCertFile:/c.pem", "TLS auth needs tlsCertFile"),
+        (tls, "just-a-path", "key:value pairs"),
+    ]:
+        with pytest.raises(InvalidConfiguration, match=message):
+            client_kwargs({"authPluginClassName": plugin, "authParams": params})

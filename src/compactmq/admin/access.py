@@ -10,13 +10,13 @@ role, exactly as before security existed.
 Authorization follows Pulsar's rules for the admin API:
 
 * tenant and cluster operations need a superuser (``superUserRoles``);
-* namespace and topic administration -- policies, compaction trigger and status, stats,
-  permissions, creating and deleting -- needs an admin role of the tenant (``adminRoles``) or a
-  superuser;
-* a topic's partitioned metadata (``GET .../partitions``, the HTTP side of a lookup) and its
+* namespace and topic administration -- policies, compaction trigger and status, permissions,
+  creating and deleting -- needs an admin role of the tenant (``adminRoles``) or a superuser;
+* a topic's partitioned metadata (``GET .../partitions``, the HTTP side of a lookup), its
   schemas (``GET``, Pulsar's GET_METADATA topic operation: any consumer receives the schema on
-  the wire anyway) need what a lookup needs: ``produce`` or ``consume`` on the topic, or tenant
-  admin; listing a namespace's
+  the wire anyway) and its stats (``stats``, ``partitioned-stats``, ``internalStats``: Pulsar's
+  GET_STATS topic operation, which the Spark source plans its splits with) need what a lookup
+  needs: ``produce`` or ``consume`` on the topic, or tenant admin; listing a namespace's
   topics needs a namespace grant of ``produce`` or ``consume``, or tenant admin.
 
 A route states its requirement with ``Router.add(..., requires=...)``; a route that does not is

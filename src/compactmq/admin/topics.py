@@ -80,18 +80,22 @@ def add_routes(router: Router) -> None:
         "delete a partitioned topic and its partitions",
         ok=204,
     )
-    router.add("GET", TOPIC + "/stats", topic_stats, "topic stats, with a compaction object")
+    # Pulsar's GET_STATS topic operation: any role that may look the topic up (produce or
+    # consume) reads its stats and internal stats, as a tenant admin does
+    router.add("GET", TOPIC + "/stats", topic_stats, "topic stats, with a compaction object", requires=LOOKUP)
     router.add(
         "GET",
         TOPIC + "/partitioned-stats",
         partitioned_stats,
         "stats of a partitioned topic and its partitions",
+        requires=LOOKUP,
     )
     router.add(
         "GET",
         TOPIC + "/internalStats",
         internal_stats,
         "ledgers, cursors, compacted ledger and compaction horizon",
+        requires=LOOKUP,
     )
     router.add(
         "PUT",

@@ -13,11 +13,19 @@ ledgers (one split per ledger, as on the direct path) and its compaction horizon
 ``/partitions`` resolves partitioned topics and the namespace listing resolves ``topicsPattern``.
 Without ``admin.url`` a partition is one split, bounded by the last message id the broker reports
 at planning time, and the partitions come from the client's lookup.
+
+Who may plan with splits: ``internalStats`` is Pulsar's GET_STATS topic operation, which any role
+allowed to look the topic up (``produce`` or ``consume``) may call, so a consume-only role reads
+in parallel splits like an admin. A broker that refuses it (HTTP 403, e.g. a stricter
+authorization provider) degrades the read to one split per partition, with one warning per read.
+The topic's compaction strategy (for ``latest``) is a topic policy, which only a tenant admin
+reads; any other role folds with the default ``keep-latest``, again with one warning.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import urllib.error
 import urllib.parse
@@ -31,6 +39,7 @@ from .plan import Layout, Split
 from .values import TopicSchema
 
 READ_TIMEOUT_MS = 2000
+log = logging.getLogger(__name__)
 
 
 class BrokerError(CompactMQError):
@@ -57,6 +66,12 @@ class BrokerBackend:
         self.headers = admin_headers(client_options)
         self.ssl_context = admin_ssl_context(client_options)
         self._client = None
+        self.warned: set[str] = set()  # what this read has already warned about (once each)
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            log.warning(message)
 
     @property
     def client(self):
@@ -153,7 +168,12 @@ class BrokerBackend:
         if self.admin_url:
             try:
                 stats = self._get(self._rest(topic) + "/internalStats")
-            except Forbidden:  # stats need tenant admin: a reader's role plans without them
+            except Forbidden as e:  # a broker that keeps stats to admins: plan without them
+                self._warn_once(
+                    "stats",
+                    f"{e}; reading one split per topic partition (no per-ledger splits without "
+                    "internalStats: grant the role produce or consume, or use an admin role)",
+                )
                 stats = None
         if stats is not None:
             ledgers = tuple(
@@ -183,6 +203,13 @@ class BrokerBackend:
         for key, name in (("strategy", "compactionStrategy"), ("retain_null_key", "compactionRetainNullKey")):
             try:
                 value = self._get(self._rest(topic) + f"/{name}?applied=true")
+            except Forbidden:
+                self._warn_once(
+                    "policies",
+                    f"{topic}: the role may not read the topic's {name} policy (tenant admin only); "
+                    "the latest view folds with the defaults (keep-latest, null keys dropped)",
+                )
+                continue
             except (TopicNotFound, BrokerError):
                 continue
             if value not in (None, ""):
@@ -256,7 +283,7 @@ def read_split(split: Split, service_url: str, client_options: dict) -> Iterator
             start = (
                 pulsar.MessageId.earliest
                 if split.ledger_id < 0
-                else pulsar.MessageId(split.partition, split.ledger_id, 0, -1)
+                else pulsar.MessageId(split.partition, split.ledger_id, split.lo, -1)
             )
             stop = (split.next_ledger, 0, -1) if split.next_ledger is not None else split.end_id
         else:  # a whole view

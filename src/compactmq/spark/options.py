@@ -276,40 +276,95 @@ def client_kwargs(client: Mapping[str, Any]) -> dict:
     return kw
 
 
+def auth_params(params: str | None) -> dict:
+    """``authParams`` as the Java client reads them: a JSON object, or ``key:value`` pairs
+    separated by commas (``tlsCertFile:/c.pem,tlsKeyFile:/k.pem``, ``userId:u,password:p``)."""
+    text = (params or "").strip()
+    if not text:
+        return {}
+    if text[0] in "{[":
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise InvalidConfiguration("option pulsar.client.authParams is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise InvalidConfiguration("option pulsar.client.authParams must be a JSON object")
+        return {str(k): str(v) for k, v in value.items()}
+    out = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition(":")
+        if not sep:
+            raise InvalidConfiguration(
+                "option pulsar.client.authParams: expected JSON or key:value pairs separated by commas"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _plugin_kind(plugin: str | None) -> str:
+    """token | basic | tls | '' (another plugin) from a Java class name or a short name."""
+    name = (plugin or "").lower()
+    for kind in ("token", "basic", "tls"):
+        if name.endswith("authentication" + kind) or name == kind:
+            return kind
+    return ""
+
+
+def _basic_credentials(params: str | None) -> tuple[str, str]:
+    """(user, password) of basic auth: Java's ``{"userId", "password"}`` (also ``username``, the
+    C++ client's key), or ``userId:u,password:p``."""
+    p = auth_params(params)
+    user = p.get("userId", p.get("username"))
+    if user is None or "password" not in p:
+        raise InvalidConfiguration(
+            'option pulsar.client.authParams of basic auth needs {"userId": ..., "password": ...}'
+        )
+    return user, p["password"]
+
+
+def _tls_files(params: str | None) -> tuple[str, str]:
+    """(certificate, key) files of the TLS auth plugin's ``tlsCertFile`` / ``tlsKeyFile``."""
+    p = auth_params(params)
+    if not p.get("tlsCertFile") or not p.get("tlsKeyFile"):
+        raise InvalidConfiguration(
+            "option pulsar.client.authParams of TLS auth needs tlsCertFile:<file>,tlsKeyFile:<file>"
+        )
+    return p["tlsCertFile"], p["tlsKeyFile"]
+
+
 def _authentication(plugin: str | None, params: str | None):
     import pulsar
 
-    name = (plugin or "").lower()
     if not plugin:
         raise InvalidConfiguration("pulsar.client.authParams needs pulsar.client.authPluginClassName")
-    if name.endswith("authenticationtoken") or name == "token":
+    kind = _plugin_kind(plugin)
+    if kind == "token":
         token = (params or "").strip()
         token = token.removeprefix("token:")
         return pulsar.AuthenticationToken(token)
-    if name.endswith("authenticationbasic") or name == "basic":
-        return pulsar.AuthenticationBasic(method="basic", auth_params_string=params or "")
-    if name.endswith("authenticationtls") or name == "tls":
-        return pulsar.Authentication("tls", params or "")
+    if kind == "basic":  # the C++ client names the user "username", Java "userId"
+        user, password = _basic_credentials(params)
+        return pulsar.AuthenticationBasic(user, password)
+    if kind == "tls":
+        cert, key = _tls_files(params)
+        return pulsar.AuthenticationTLS(cert, key)
     return pulsar.Authentication(plugin, params or "")
 
 
 def admin_headers(client: Mapping[str, Any]) -> dict:
-    """HTTP headers for the admin REST calls made with the same credentials (token / basic)."""
+    """HTTP headers for the admin REST calls made with the same credentials (token / basic; a TLS
+    client certificate goes into the TLS context instead, see ``admin_ssl_context``)."""
     import base64
 
     lowered = {k.lower(): v for k, v in client.items()}
-    plugin = str(lowered.get("authpluginclassname", "")).lower()
+    kind = _plugin_kind(str(lowered.get("authpluginclassname", "")))
     params = str(lowered.get("authparams", "")).strip()
-    if plugin.endswith("authenticationtoken") or plugin == "token":
+    if kind == "token":
         token = params.removeprefix("token:")
         return {"Authorization": f"Bearer {token}"}
-    if plugin.endswith("authenticationbasic") or plugin == "basic":
-        try:
-            p = json.loads(params)
-            creds = f"{p['userId']}:{p['password']}"
-        except (ValueError, KeyError, TypeError):
-            creds = params
-        return {"Authorization": "Basic " + base64.b64encode(creds.encode()).decode()}
+    if kind == "basic":
+        user, password = _basic_credentials(params)
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
     return {}
 
 
@@ -321,6 +376,8 @@ def admin_ssl_context(client: Mapping[str, Any]):
     lowered = {k.lower(): v for k, v in client.items()}
     trust = lowered.get("tlstrustcertsfilepath")
     cert, key = lowered.get("tlscertificatefilepath"), lowered.get("tlskeyfilepath")
+    if _plugin_kind(str(lowered.get("authpluginclassname", ""))) == "tls":  # the role's certificate
+        cert, key = _tls_files(str(lowered.get("authparams", "")))
     insecure = str(lowered.get("tlsallowinsecureconnection", "false")).strip().lower() in ("true", "1", "yes")
     if not (trust or cert or insecure):
         return None

@@ -58,8 +58,9 @@ class Split:
     partition: int
     kind: str  # "live" | "compacted" | "tail" | "view"
     ledger_id: int = -1
-    lo: int = 0  # live: first entry id; compacted: first index in the compacted ledger
-    hi: int = -1  # live: last entry id (inclusive); compacted: stop index (exclusive)
+    lo: int = 0  # live: first entry id; compacted: first index in the compacted ledger (direct) or
+    # first source entry id (broker)
+    hi: int = -1  # live: last entry id (inclusive); compacted: stop index / source entry (exclusive)
     start_id: tuple = MIN_ID
     end_id: tuple = MAX_ID
     start_time: int | None = None
@@ -71,11 +72,17 @@ class Split:
     parts: tuple = field(default=(), compare=False)  # tail: the compacted splits to check keys against
 
 
+def _by_source_entries(split: Split) -> bool:
+    """A compacted split read through the broker over entries ``lo`` until ``hi`` (exclusive) of
+    the source ledger ``ledger_id`` (the compacted view keeps the original ids)."""
+    return split.kind == "compacted" and split.path is None and split.ledger_id >= 0 and split.hi > split.lo
+
+
 def _cut(split: Split, pieces: int) -> list[Split]:
     """Cut a live or compacted split into ``pieces`` contiguous parts of about equal size."""
     if split.kind == "live":
         lo, hi = split.lo, split.hi + 1
-    elif split.kind == "compacted" and split.path is not None:
+    elif split.kind == "compacted" and (split.path is not None or _by_source_entries(split)):
         lo, hi = split.lo, split.hi
     else:
         return [split]
@@ -86,7 +93,15 @@ def _cut(split: Split, pieces: int) -> list[Split]:
     for a, b in itertools.pairwise(bounds):
         if split.kind == "live":
             out.append(replace(split, lo=a, hi=b - 1))
-        else:
+        elif split.path is not None:
+            out.append(replace(split, lo=a, hi=b))
+        elif b < hi:  # through the broker: a piece before the last stops at its source entry
+            out.append(
+                replace(
+                    split, lo=a, hi=b, next_ledger=None, end_id=min(split.end_id, (split.ledger_id, b, -1))
+                )
+            )
+        else:  # the last piece keeps the split's own stop (the next ledger, or the view's end)
             out.append(replace(split, lo=a, hi=b))
     return out
 
@@ -94,7 +109,7 @@ def _cut(split: Split, pieces: int) -> list[Split]:
 def _size(split: Split) -> int:
     if split.kind == "live":
         return split.hi - split.lo + 1
-    if split.kind == "compacted" and split.path is not None:
+    if split.kind == "compacted" and (split.path is not None or _by_source_entries(split)):
         return split.hi - split.lo
     return 0
 
@@ -156,13 +171,19 @@ def compacted_splits(layout: Layout, start: tuple, end: tuple, base: Split) -> l
             for lid, a, b in view.ledger_ids
             if lid >= start[0] and lid <= end[0]
         ]
-    # through the broker: ranges between ledger boundaries, read with a read-compacted reader
-    bounds = sorted({lid for lid, _ in layout.ledgers if lid <= view.horizon[0]})
+    # through the broker: ranges between ledger boundaries, read with a read-compacted reader;
+    # a ledger's range spans its source entries (lo..hi), so ``balance`` can cut it by entry ids
+    # (-1: what the view keeps from before the first retained ledger, never cut)
+    counts = dict(layout.ledgers)
+    bounds = sorted(lid for lid in counts if lid <= view.horizon[0])
     edges = [-1] + bounds
     out = []
     for i, lid in enumerate(edges):
         nxt = edges[i + 1] if i + 1 < len(edges) else None
-        out.append(replace(base, kind="compacted", ledger_id=lid, next_ledger=nxt))
+        hi = (
+            0 if lid < 0 else min(counts[lid], view.horizon[1] + 1 if lid == view.horizon[0] else counts[lid])
+        )
+        out.append(replace(base, kind="compacted", ledger_id=lid, next_ledger=nxt, lo=0, hi=hi))
     return out
 
 
