@@ -182,7 +182,7 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
 
     # compact: the run reads offloaded ledgers from the object store
     http.ok("PUT", tp + "/compaction")
-    wait_status(http, topic, "SUCCESS")
+    wait_status(http, topic, "SUCCESS", timeout=300)  # a cold Spark start on a busy machine
     latest = {}
     for k, v in sent:
         latest.pop(k, None)
