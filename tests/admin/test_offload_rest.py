@@ -127,6 +127,7 @@ def ledger_files(broker, topic: str) -> list[str]:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # two broker restarts and a cold Spark start in the broker
 def test_offload_over_rest_restart_read_seek_compact(tiered):
     broker, http, objects = tiered
     ns = new_namespace(http)
@@ -182,7 +183,7 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
 
     # compact: the run reads offloaded ledgers from the object store
     http.ok("PUT", tp + "/compaction")
-    wait_status(http, topic, "SUCCESS")
+    wait_status(http, topic, "SUCCESS", timeout=300)  # a cold Spark start on a busy machine
     latest = {}
     for k, v in sent:
         latest.pop(k, None)
@@ -333,6 +334,7 @@ def test_cli_offload_commands(tiered):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # a cold Spark start in the broker, then a restart
 def test_a_read_compacted_seek_into_a_large_view_in_the_store_fetches_a_few_ranges(request, tmp_path):
     """The view a compaction run's tasks wrote straight to S3 (parts and a manifest), 4 MB, served
     after a restart (cold) to a read-compacted reader of the official client that starts in the
