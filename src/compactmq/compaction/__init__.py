@@ -369,6 +369,16 @@ class CompactionServiceFactory(abc.ABC):
     def close(self) -> None:
         """Called at broker shutdown."""
 
+    def warm_up(self) -> bool:
+        """Prepare for a first run in the background, without blocking (``compactionSparkWarmup``:
+        the entry point calls it once the broker is ready). False: nothing to warm."""
+        return False
+
+    def warmup_state(self) -> Optional[dict]:
+        """How that preparation stands (``{"state": "warming" | "warm" | "failed" | "off", ...}``),
+        or None for a factory that has nothing to warm."""
+        return None
+
 
 def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFactory:
     """Instantiate the factory named by ``compactionServiceFactoryClassName``.
