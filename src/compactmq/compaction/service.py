@@ -140,6 +140,7 @@ class CompactionRunner:
             if store_at is not None:
                 self._sweep_store()
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
+            held = False
             self.abort_hook("start")
             try:
                 strategy = resolve_strategy(settings["strategy"])
@@ -153,6 +154,8 @@ class CompactionRunner:
                     steps[name] = round(now - mark, 3)
                     mark = now
 
+                # retention keeps what the run reads until the commit moves the cursor past it
+                held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
                 if store_at is not None:  # tiered storage: the tasks upload their parts themselves
                     prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
@@ -204,7 +207,10 @@ class CompactionRunner:
                         self.storage.offloader.catalog.add(record)
                 step("commit")
             except BaseException as e:
-                if not self._committed(new_id if plan is not None else None):
+                committed = self._committed(new_id if plan is not None else None)
+                if held and not committed:
+                    self._release_hold()
+                if not committed:
                     if final_path and os.path.exists(final_path):
                         os.unlink(final_path)
                     if prefix is not None:
@@ -300,6 +306,12 @@ class CompactionRunner:
         try:
             open_store(location).delete_prefix(prefix)
         except CompactMQError:  # an orphan now: the next run or start sweeps it
+            pass
+
+    def _release_hold(self) -> None:
+        try:
+            self._managed_ledger().release_compaction_hold()
+        except CompactMQError:  # the topic is gone, or the store is: nothing left to hold
             pass
 
     def _managed_ledger(self):
