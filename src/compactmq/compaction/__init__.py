@@ -242,7 +242,8 @@ class CompactionStats:
     horizon: Optional[Position] = None
     entries: int = 0
     size_bytes: int = 0
-    keys: int = -1  # distinct keys in the view (-1: the service does not count them)
+    keys: int = -1  # distinct live keys in the view (-1: the service does not count them)
+    tombstones: int = -1  # tombstones the view keeps (tombstone retention), not among keys; -1: not counted
     last_run_duration_ms: Optional[int] = None
     last_run_steps: dict = field(default_factory=dict)  # seconds per step of the last run here
 

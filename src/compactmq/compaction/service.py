@@ -179,13 +179,16 @@ class CompactionRunner:
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
-                # every key has one survivor, and so has every retained keyless message
-                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)))
+                # every live key has one survivor, and so has every retained keyless message and
+                # every tombstone that tombstone retention keeps (a deleted key, not counted)
+                tombstones = sum(int(p.get("tombstones", 0)) for p in parts)
+                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
                 size = os.path.getsize(final_path) if final_path else record.data_size  # type: ignore[union-attr]
                 details = {
                     "keys": keys,
+                    "tombstones": tombstones,
                     "entries": written,
                     "bytes": size,
                     "messagesRead": read,
@@ -615,13 +618,15 @@ class LedgerCompactionService(TopicCompactionService):
         steps = dict(details.get("phaseSeconds") or self._last_steps)
         if view is None:
             return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
-        keys = int(details.get("keys", -1)) if details_of == view.view_id else -1
+        mine = details_of == view.view_id
+        keys = int(details.get("keys", -1)) if mine else -1
         return CompactionStats(
             view.view_id,
             view.horizon,
             len(view),
             view.size_bytes,
             keys=keys,
+            tombstones=int(details.get("tombstones", -1)) if mine else -1,
             last_run_duration_ms=state.last_duration_ms,
             last_run_steps=steps,
         )
