@@ -26,11 +26,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=".venv/.compactmq-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+# the install compiles the scan extension from setup.py and _scan.c: a change to either reinstalls
+want="$(cat pyproject.toml setup.py src/compactmq/compaction/_scan.c | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing compactmq and its dependencies into .venv (pyspark is large: about a minute on first run)"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[test,fast,spark]"
     echo "$want" > "$stamp"
 fi
+scan="$(.venv/bin/python -c 'from compactmq.compaction import native; print(native.describe())' 2>/dev/null)"
+say "compaction entry scan: ${scan:-unknown}"
 say "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

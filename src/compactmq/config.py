@@ -194,6 +194,12 @@ SETTINGS: dict[str, Setting] = {
         "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never",
     ),
     "compactionMaxConcurrentRuns": _s(int, 1, "compactions running at once in this broker"),
+    "compactionSparkWarmup": _s(
+        bool,
+        True,
+        "start and warm the compaction SparkSession in the background when the broker starts "
+        "(a scratch run), so the first compaction does not wait for Spark; false: start it at the first run",
+    ),
     "topicCompactionRetainNullKey": _s(bool, False, "keep keyless messages in the compacted view"),
     "topicCompactionStrategy": _s(
         str, "keep-latest", "keep-latest, keep-first, event-time, or a dotted class name"

@@ -63,7 +63,9 @@ class BrokerProcess:
             "--log-level",
             "WARNING",
         ]
-        for k, v in self.overrides.items():
+        # no background Spark warm-up in test brokers (a JVM each otherwise); a test that wants it
+        # sets compactionSparkWarmup=true in its overrides
+        for k, v in {"compactionSparkWarmup": "false", **self.overrides}.items():
             cmd += ["--config-override", f"{k}={v}"]
         cmd += self.extra_args
         log = open(self.log_path, "ab")

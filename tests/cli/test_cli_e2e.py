@@ -121,6 +121,7 @@ def test_tenants_namespaces_and_topics(cli):
         "lastCompactionDurationTimeInMills",
         # ours (issue 13): the view in force, the lag, the last run's phases
         "compactedKeys",
+        "compactedTombstones",
         "compactedEntries",
         "compactedSize",
         "compactionLagInMillis",

@@ -21,7 +21,9 @@ Ours, named in Pulsar's style (Pulsar has no such metrics): ``pulsar_compaction_
 ``pulsar_compaction_lag_seconds`` (age of the oldest uncompacted message, 0 when everything is
 compacted: what ``compactionMaxLagSeconds`` bounds), ``pulsar_compaction_last_phase_seconds``
 (wall time of each phase of the last run that committed the view, label ``phase``), and the
-broker-wide ``compactmq_compaction_running`` and ``compactmq_compaction_monitor_checks_total``.
+broker-wide ``compactmq_compaction_running``, ``compactmq_compaction_monitor_checks_total`` and
+``compactmq_compaction_engine_warm`` (1 once the background warm-up of ``compactionSparkWarmup``
+finished; label ``state``: off, warming, warm or failed).
 
 Messages in are the topic's exact count (its live producers' counters plus what its closed
 producers published); messages out add up consumers' counters, sampled (what a consumer sent
@@ -300,9 +302,19 @@ def render_metrics(ctx: Any) -> str:
         "compactmq_compaction_monitor_checks_total", "counter", "periodic compaction threshold checks done"
     )
     checks.add({"cluster": cluster}, monitor.checks if monitor is not None else 0)
+    warm = _Family(
+        "compactmq_compaction_engine_warm",
+        "gauge",
+        "1 once the compaction engine's background warm-up (compactionSparkWarmup) finished",
+    )
+    warmup = monitor.engine_warmup() if monitor is not None else None
+    warm.add(
+        {"cluster": cluster, "state": (warmup or {}).get("state", "off")},
+        1 if (warmup or {}).get("state") == "warm" else 0,
+    )
     out = (
         [topics_count.render()]
         + [fam.render() for fam in families.values()]
-        + [running.render(), checks.render()]
+        + [running.render(), checks.render(), warm.render()]
     )
     return "\n".join(out) + "\n"

@@ -287,7 +287,9 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str, Any]:
     """Pulsar's ``CompactionStats`` (the four ``lastCompaction*`` fields), then ours: keys, entries
-    and bytes of the compacted view in force (-1 keys: the service does not count them), the
+    and bytes of the compacted view in force (``compactedKeys``: live keys only; the tombstones
+    that ``compactionTombstoneRetentionSeconds`` keeps in the view are ``compactedTombstones``;
+    -1: the service does not count them), the
     compaction lag (age of the oldest uncompacted message, 0 when all is compacted) and the
     wall time of each phase of the last run that committed it."""
     view = ctx.compaction_stats(topic)
@@ -298,6 +300,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         "lastCompactionFailedTimestamp": state.last_failure_ms or 0,
         "lastCompactionDurationTimeInMills": state.last_duration_ms or 0,
         "compactedKeys": view.keys if has_view else 0,
+        "compactedTombstones": view.tombstones if has_view else 0,
         "compactedEntries": view.entries if has_view else 0,
         "compactedSize": max(0, view.size_bytes) if has_view else 0,
         "compactionLagInMillis": ctx.compaction_lag_ms(ml, state.horizon),
@@ -475,6 +478,11 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
             -1
             if any(s["compaction"]["compactedKeys"] < 0 for s in per.values())
             else sum(s["compaction"]["compactedKeys"] for s in per.values())
+        ),
+        "compactedTombstones": (
+            -1
+            if any(s["compaction"]["compactedTombstones"] < 0 for s in per.values())
+            else sum(s["compaction"]["compactedTombstones"] for s in per.values())
         ),
         "compactedEntries": sum(s["compaction"]["compactedEntries"] for s in per.values()),
         "compactedSize": sum(s["compaction"]["compactedSize"] for s in per.values()),

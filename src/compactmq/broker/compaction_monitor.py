@@ -268,6 +268,12 @@ class CompactionMonitor:
                 self._factory = load_factory(self.config, self.storage)
             return self._factory
 
+    def engine_warmup(self) -> Optional[dict]:
+        """The factory's warm-up state (``compactionSparkWarmup``), None while no factory is loaded
+        or when it has nothing to warm; never loads the factory itself."""
+        factory = self._factory
+        return factory.warmup_state() if factory is not None else None
+
     def service_of(self, topic: str) -> "TopicCompactionService":
         """The topic's compaction service for reads, stats and locks (one per topic, kept)."""
         service = self._services.get(topic)

@@ -5,6 +5,9 @@ Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config
 --web-port, --broker-port-tls, --web-port-tls) are overrides too, applied last. An unknown key or a bad value is a one-line error
 before anything starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
 with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
+After the ready line, with ``compactionSparkWarmup`` (the default), the compaction factory warms
+its engine in the background (``compaction.spark.warmup``: the first compaction then finds Spark
+started and warm).
 """
 
 from __future__ import annotations
@@ -107,7 +110,19 @@ async def _serve(config) -> int:
         f"compactmq standalone ready: broker {broker_url} web {web_url}{tls_part} data {config.data_dir}",
         flush=True,
     )
+    if config["compactionSparkWarmup"]:
+        _start_warmup(server)
     await stop.wait()
     print("compactmq standalone: shutting down", file=sys.stderr, flush=True)
     await server.shutdown()
     return 0
+
+
+def _start_warmup(server) -> None:
+    """``compactionSparkWarmup``: have the compaction factory warm its engine in the background
+    (the Spark one starts its session and runs a scratch compaction), after the ready line, so
+    readiness never waits for it; a factory that cannot load is the first run's error, not this."""
+    try:
+        server.service.compaction_monitor.factory().warm_up()
+    except Exception as e:  # noqa: BLE001 - the broker runs on; the first run reports the problem
+        logging.getLogger(__name__).warning("compaction warm-up not started: %s", e)

@@ -242,7 +242,8 @@ class CompactionStats:
     horizon: Optional[Position] = None
     entries: int = 0
     size_bytes: int = 0
-    keys: int = -1  # distinct keys in the view (-1: the service does not count them)
+    keys: int = -1  # distinct live keys in the view (-1: the service does not count them)
+    tombstones: int = -1  # tombstones the view keeps (tombstone retention), not among keys; -1: not counted
     last_run_duration_ms: Optional[int] = None
     last_run_steps: dict = field(default_factory=dict)  # seconds per step of the last run here
 
@@ -368,6 +369,16 @@ class CompactionServiceFactory(abc.ABC):
 
     def close(self) -> None:
         """Called at broker shutdown."""
+
+    def warm_up(self) -> bool:
+        """Prepare for a first run in the background, without blocking (``compactionSparkWarmup``:
+        the entry point calls it once the broker is ready). False: nothing to warm."""
+        return False
+
+    def warmup_state(self) -> Optional[dict]:
+        """How that preparation stands (``{"state": "warming" | "warm" | "failed" | "off", ...}``),
+        or None for a factory that has nothing to warm."""
+        return None
 
 
 def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFactory:

@@ -140,6 +140,7 @@ class CompactionRunner:
             if store_at is not None:
                 self._sweep_store()
             running = meta.mark_compaction_running(self.topic, expected_version=state.version)
+            held = False
             self.abort_hook("start")
             try:
                 strategy = resolve_strategy(settings["strategy"])
@@ -153,6 +154,8 @@ class CompactionRunner:
                     steps[name] = round(now - mark, 3)
                     mark = now
 
+                # retention keeps what the run reads until the commit moves the cursor past it
+                held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
                 if store_at is not None:  # tiered storage: the tasks upload their parts themselves
                     prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
@@ -176,13 +179,16 @@ class CompactionRunner:
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
-                # every key has one survivor, and so has every retained keyless message
-                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)))
+                # every live key has one survivor, and so has every retained keyless message and
+                # every tombstone that tombstone retention keeps (a deleted key, not counted)
+                tombstones = sum(int(p.get("tombstones", 0)) for p in parts)
+                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
                 size = os.path.getsize(final_path) if final_path else record.data_size  # type: ignore[union-attr]
                 details = {
                     "keys": keys,
+                    "tombstones": tombstones,
                     "entries": written,
                     "bytes": size,
                     "messagesRead": read,
@@ -204,7 +210,10 @@ class CompactionRunner:
                         self.storage.offloader.catalog.add(record)
                 step("commit")
             except BaseException as e:
-                if not self._committed(new_id if plan is not None else None):
+                committed = self._committed(new_id if plan is not None else None)
+                if held and not committed:
+                    self._release_hold()
+                if not committed:
                     if final_path and os.path.exists(final_path):
                         os.unlink(final_path)
                     if prefix is not None:
@@ -300,6 +309,12 @@ class CompactionRunner:
         try:
             open_store(location).delete_prefix(prefix)
         except CompactMQError:  # an orphan now: the next run or start sweeps it
+            pass
+
+    def _release_hold(self) -> None:
+        try:
+            self._managed_ledger().release_compaction_hold()
+        except CompactMQError:  # the topic is gone, or the store is: nothing left to hold
             pass
 
     def _managed_ledger(self):
@@ -603,13 +618,15 @@ class LedgerCompactionService(TopicCompactionService):
         steps = dict(details.get("phaseSeconds") or self._last_steps)
         if view is None:
             return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)
-        keys = int(details.get("keys", -1)) if details_of == view.view_id else -1
+        mine = details_of == view.view_id
+        keys = int(details.get("keys", -1)) if mine else -1
         return CompactionStats(
             view.view_id,
             view.horizon,
             len(view),
             view.size_bytes,
             keys=keys,
+            tombstones=int(details.get("tombstones", -1)) if mine else -1,
             last_run_duration_ms=state.last_duration_ms,
             last_run_steps=steps,
         )

@@ -1160,9 +1160,7 @@ class ManagedLedger:
             mb = retention_size_mb
         if minutes < 0 and mb < 0:
             return []
-        compaction = self._cursors.get(COMPACTION_CURSOR)
-        if compaction is not None:
-            compaction.reload()
+        self._sync_compaction_cursor()
         with self._lock:
             durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
             if durable:
@@ -1202,6 +1200,61 @@ class ManagedLedger:
             except StorageError:
                 pass
         return ids
+
+    # --- compaction's hold on the ledgers a run reads ---------------------------------------
+
+    def hold_for_compaction(self) -> bool:
+        """Have retention keep every ledger a compaction run is about to read, from before it
+        plans until it commits: the ``__compaction`` durable cursor, created before the first
+        entry when the topic has none (a topic with no subscription and no compaction threshold,
+        whose sealed ledgers retention could otherwise delete while the run waits for Spark). The
+        commit then moves the cursor to the new horizon, as for any compacted topic. A read-only
+        process (a ``compact-topic`` job) writes the cursor to the metadata store only; the
+        broker's retention reads it from there. True when this call created it: a run that fails
+        then calls ``release_compaction_hold``."""
+        with self._lock:
+            if COMPACTION_CURSOR in self._cursors:
+                return False
+            if self._store.get_cursor(self.topic, COMPACTION_CURSOR) is not None:
+                return False
+            if not self._read_only:
+                self.open_cursor(COMPACTION_CURSOR, True, "earliest")
+                return True
+            first = self._ledgers[0].ledger_id if self._ledgers else -1
+            self._store.save_cursor(self.topic, COMPACTION_CURSOR, Position(first, -1), b"", {})
+            return True
+
+    def release_compaction_hold(self) -> None:
+        """Remove the ``__compaction`` cursor ``hold_for_compaction`` created, after a failed run
+        (a topic that was never compacted goes back to plain retention)."""
+        with self._lock:
+            cursor = self._cursors.pop(COMPACTION_CURSOR, None)
+            if cursor is not None:
+                cursor._deleted = True
+            self._store.delete_cursor(self.topic, COMPACTION_CURSOR)
+
+    def _sync_compaction_cursor(self) -> None:
+        """Take ``__compaction`` as the metadata store has it (another process may have created,
+        moved or removed it: a compact-topic job's hold and commit) before retention decides."""
+        rec = self._store.get_cursor(self.topic, COMPACTION_CURSOR)
+        with self._lock:
+            cursor = self._cursors.get(COMPACTION_CURSOR)
+            if rec is None:
+                if cursor is not None:  # removed in the store: a failed job released its hold
+                    self._cursors.pop(COMPACTION_CURSOR, None)
+                    cursor._deleted = True
+                return
+            if cursor is None:
+                self._cursors[COMPACTION_CURSOR] = Cursor(
+                    self,
+                    rec.name,
+                    True,
+                    rec.mark_delete,
+                    RangeSet.from_bytes(rec.acked_ranges),
+                    rec.properties,
+                )
+                return
+        cursor.reload()
 
     def _unlink_ledger_files(self, ledger_id: int) -> None:
         path = self.ledger_path(ledger_id)

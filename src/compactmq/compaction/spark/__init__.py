@@ -2,7 +2,8 @@
 
 ``SparkCompactionServiceFactory`` is what ``compactionServiceFactoryClassName`` names by default.
 The SparkSession is created on the first ``compact()`` (never at import) with the config's
-``spark.*`` settings, or reused when the process already has one (``getOrCreate``).
+``spark.*`` settings, or reused when the process already has one (``getOrCreate``); a broker
+with ``compactionSparkWarmup`` creates and warms it in the background at start (``warmup``).
 """
 
 from __future__ import annotations
@@ -128,6 +129,18 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
 
     def new_service(self, topic: str) -> SparkCompactionService:
         return SparkCompactionService(self.storage, topic, self.config, spark_conf=self.spark_conf)
+
+    def warm_up(self) -> bool:
+        """Start the session and warm it with a scratch run in the background (``warmup``)."""
+        from .warmup import WARMUP
+
+        WARMUP.start(self.spark_conf)
+        return True
+
+    def warmup_state(self) -> Optional[dict]:
+        from .warmup import WARMUP
+
+        return WARMUP.state()
 
 
 __all__ = ["SparkCompactionService", "SparkCompactionServiceFactory", "SparkEngine", "get_session"]

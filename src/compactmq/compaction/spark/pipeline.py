@@ -81,7 +81,14 @@ def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
         live = live | (pos >= F.lit(int(tombstones_from)))
     if drop_before:
         live = live & (pos >= F.lit(int(drop_before)))
-    return keyed.groupBy("h1", "h2").agg(F.max(p2).alias("p2")).where(live).select(pos.alias("pos"))
+    # tomb: a tombstone tombstone retention kept (the view's key count leaves those out)
+    tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
+    return (
+        keyed.groupBy("h1", "h2")
+        .agg(F.max(p2).alias("p2"))
+        .where(live)
+        .select(pos.alias("pos"), tomb.alias("tomb"))
+    )
 
 
 def _after_last_tombstone(keyed):
@@ -159,20 +166,27 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
     # Spark's own hash partitioning sends to a partition of its own.
     keys = partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
+    # survivors that are tombstones (only keep-latest with tombstone retention keeps any)
+    tomb = F.col("tomb") if "tomb" in survivors_df.columns else F.lit(False)
 
     def copy(batches):
         import pyarrow as pa
 
-        grp, pos = [], []
+        grp, pos, tomb = [], [], []
         for b in batches:
             grp.append(b.column("grp").to_numpy(zero_copy_only=False))
             pos.append(b.column("pos").to_numpy(zero_copy_only=False))
+            tomb.append(b.column("tomb").to_numpy(zero_copy_only=False))
         if not pos:
             return
-        grp, pos = np.concatenate(grp), np.concatenate(pos)
+        grp, pos, tomb = np.concatenate(grp), np.concatenate(pos), np.concatenate(tomb)
         order = np.argsort(pos, kind="stable")  # already sorted; cheap insurance
-        grp, pos = grp[order], pos[order]
-        out = [tasks.copy_group(plan, int(g), pos[grp == g]) for g in np.unique(grp).tolist()]
+        grp, pos, tomb = grp[order], pos[order], tomb[order]
+        out = []
+        for g in np.unique(grp).tolist():
+            part = tasks.copy_group(plan, int(g), pos[grp == g])
+            part["tombstones"] = int(tomb[grp == g].sum())
+            out.append(part)
         yield pa.RecordBatch.from_pylist(
             out,
             schema=pa.schema(
@@ -181,15 +195,16 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
                     ("path", pa.string()),
                     ("entries", pa.int64()),
                     ("messages", pa.int64()),
+                    ("tombstones", pa.int64()),
                 ]
             ),
         )
 
     parts = (
-        survivors_df.select(group.alias("grp"), route.alias("route"), "pos")
+        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", tomb.alias("tomb"))
         .repartition(n, "route")
         .sortWithinPartitions("pos")
-        .mapInArrow(copy, "group int, path string, entries long, messages long")
+        .mapInArrow(copy, "group int, path string, entries long, messages long, tombstones long")
         .collect()
     )
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
