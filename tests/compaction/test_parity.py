@@ -135,12 +135,14 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
     storage = Storage(data_dir, cfg)
     try:
         ml = storage.open_managed_ledger(TOPIC)
-        storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 50)
-        storage.metadata.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 50)
+        # an hour: "young" messages stay younger than the cut however long a loaded machine takes
+        # to start Spark for the first run (with seconds here the test failed under load)
+        storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
+        storage.metadata.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 3600)
         service = SparkCompactionService(storage, TOPIC, cfg)
         model = ReferenceCompactor("keep-latest", True, "retention-bounded")
         now = int(time.time() * 1000)
-        old, young = now - 100_000, now
+        old, young = now - 7_200_000, now
         history = [
             [
                 (E.single("a", b"a1"), old),
@@ -159,7 +161,7 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
         ]
         for step in history:
             ml.append_many([e for e, _ in step], [t for _, t in step])
-            cut = tuple(ml.find_position_by_publish_time(now - 50_000))
+            cut = tuple(ml.find_position_by_publish_time(now - 3_600_000))
             model.drop_before = model.tombstones_from = cut
             everything = ml.read_entries(ml.first_position(), 10**6)
             model.compact([(tuple(p), b) for p, b in everything], tuple(ml.first_position()))
