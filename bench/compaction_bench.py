@@ -612,7 +612,7 @@ def main(argv=None) -> int:
         "jvm_and_session_start_seconds": round(jvm_start, 2),
         "layouts": {},
     }
-    for layout in args.layouts.split(","):
+    for layout in [name for name in args.layouts.split(",") if name]:  # --layouts "": history only
         d = prepare(args.work_dir, layout, args.messages, args.keys, seed=11)
         res: dict = {}
         runs = []
