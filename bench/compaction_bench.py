@@ -498,6 +498,11 @@ def history(work_dir: str, sizes: list[int], keys: int, spark_conf: dict, jvm_pi
     """Run time against history size: per size one warm full run, then one incremental run after
     1 % new messages (non-batched; the key count is ``keys`` capped at the size)."""
     out: dict = {"layout": "nonbatched", "keys": keys, "sizes": []}
+    # the first run in a session is cold (JIT, Python workers): warm up on the smallest size first
+    d = prepare(work_dir, "nonbatched", min(sizes), min(keys, min(sizes)), seed=11)
+    restore_metadata(d)
+    log("history: warm-up run (not reported)")
+    compact_once(d, spark_conf, jvm_pid)[1].close()
     for n in sizes:
         k = min(keys, n)
         d = prepare(work_dir, "nonbatched", n, k, seed=11)
