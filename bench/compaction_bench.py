@@ -10,9 +10,20 @@ For each layout it measures, on a data directory built once and cached under --w
 * baselines on the same data: a plain single-process Python two-pass dict dedup (protobuf
   parsing, then a second pass writing survivors), and the time to read the input bytes once.
 
+Each layout's result also gives ``incremental_over_full`` (the incremental median over the full
+median, from the same invocation: the machine is shared, so compare ratios, not seconds across
+runs), the incremental run's rate over its new messages, and the load average around every run.
+
+``--history-sizes 1000000,2500000,5000000,10000000``: for each history size (same key count,
+capped at the size), one warm full run and one incremental run after 1 % new messages, reported
+under ``history`` and drawn as run time against history size (``--plot``, a PNG; needs the
+``bench`` extra's matplotlib). An incremental run that costs what is new stays flat while the
+full run grows.
+
 Results go to bench/results/compaction.json (or --out). ``--quick``: 1 M messages, 100 k keys.
 
     .venv/bin/python bench/compaction_bench.py [--quick] [--messages N] [--keys K] [--layouts a,b]
+        [--history-sizes N1,N2,...] [--plot PNG]
 """
 
 from __future__ import annotations
@@ -437,6 +448,7 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
             "messages_kept": result.messages_kept,
             "entries_written": result.entries_written,
             "peak_memory": mem.peak,
+            "load_average": os.getloadavg(),
         }, storage
     except BaseException:
         storage.close()
@@ -473,11 +485,77 @@ def incremental(
             "step_seconds": result.step_seconds,
             "messages_read": result.messages_read,
             "new_messages": n_new,
+            "new_messages_per_second": round(n_new / secs),
             "messages_kept": result.messages_kept,
             "peak_memory": mem.peak,
+            "load_average": os.getloadavg(),
         }
     finally:
         storage.close()
+
+
+def history(work_dir: str, sizes: list[int], keys: int, spark_conf: dict, jvm_pid) -> dict:
+    """Run time against history size: per size one warm full run, then one incremental run after
+    1 % new messages (non-batched; the key count is ``keys`` capped at the size)."""
+    out: dict = {"layout": "nonbatched", "keys": keys, "sizes": []}
+    # the first run in a session is cold (JIT, Python workers): warm up on the smallest size first
+    d = prepare(work_dir, "nonbatched", min(sizes), min(keys, min(sizes)), seed=11)
+    restore_metadata(d)
+    log("history: warm-up run (not reported)")
+    compact_once(d, spark_conf, jvm_pid)[1].close()
+    for n in sizes:
+        k = min(keys, n)
+        d = prepare(work_dir, "nonbatched", n, k, seed=11)
+        restore_metadata(d)
+        log(f"history {n}: full run")
+        full, storage = compact_once(d, spark_conf, jvm_pid)
+        storage.close()
+        log(f"history {n}: incremental run after {n // 100} new messages")
+        inc = incremental(d, spark_conf, jvm_pid, n // 100, k, False, 500)
+        restore_metadata(d)
+        log(f"history {n}: full {full['seconds']}s, incremental {inc['seconds']}s")
+        out["sizes"].append(
+            {
+                "messages": n,
+                "keys": k,
+                "full_seconds": full["seconds"],
+                "incremental_seconds": inc["seconds"],
+                "incremental_over_full": round(inc["seconds"] / full["seconds"], 3),
+                "full_steps": full["step_seconds"],
+                "incremental_steps": inc["step_seconds"],
+                "peak_memory": {"full": full["peak_memory"], "incremental": inc["peak_memory"]},
+                "load_average": [full["load_average"], inc["load_average"]],
+            }
+        )
+    return out
+
+
+def plot_history(hist: dict, path: str) -> None:
+    """Run time against history size, full and incremental, as a PNG (skipped, with a note in
+    the log, when matplotlib -- the ``bench`` extra -- is not installed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (pip install '.[bench]'): no plot")
+        return
+    xs = [s["messages"] / 1e6 for s in hist["sizes"]]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(xs, [s["full_seconds"] for s in hist["sizes"]], "o-", label="full run")
+    ax.plot(xs, [s["incremental_seconds"] for s in hist["sizes"]], "s-", label="incremental (after 1 % new)")
+    ax.set_xlabel("history size (M messages)")
+    ax.set_ylabel("run time (s, warm session)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"compaction run time vs history ({hist['keys'] / 1e6:g} M keys, local Spark)")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    log(f"wrote {path}")
 
 
 def main(argv=None) -> int:
@@ -494,6 +572,13 @@ def main(argv=None) -> int:
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings"
     )
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction.json"))
+    ap.add_argument(
+        "--history-sizes",
+        default="",
+        metavar="N1,N2,...",
+        help="also time one full and one incremental run per history size (non-batched layout)",
+    )
+    ap.add_argument("--plot", default=os.path.join(ROOT, "bench", "results", "compaction_history.png"))
     ap.add_argument("--prepare-only", metavar="LAYOUT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.prepare_only:
@@ -532,7 +617,7 @@ def main(argv=None) -> int:
         "jvm_and_session_start_seconds": round(jvm_start, 2),
         "layouts": {},
     }
-    for layout in args.layouts.split(","):
+    for layout in [name for name in args.layouts.split(",") if name]:  # --layouts "": history only
         d = prepare(args.work_dir, layout, args.messages, args.keys, seed=11)
         res: dict = {}
         runs = []
@@ -568,6 +653,12 @@ def main(argv=None) -> int:
             incs.append(inc)
         res["incremental_runs"] = incs
         res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)
+        res["incremental_over_full"] = round(
+            res["incremental_median_seconds"] / res["full_median_seconds"], 3
+        )
+        res["incremental_median_new_messages_per_second"] = statistics.median(
+            r["new_messages_per_second"] for r in incs
+        )
         res["peak_memory_mb"] = {
             k: max(r["peak_memory"][k] for r in runs + incs) for k in runs[0]["peak_memory"]
         }
@@ -589,6 +680,10 @@ def main(argv=None) -> int:
                 ),
             }
         report["layouts"][layout] = res
+    if args.history_sizes:
+        sizes = [int(x) for x in args.history_sizes.split(",") if x]
+        report["history"] = history(args.work_dir, sizes, args.keys, spark_conf, jvm_pid)
+        plot_history(report["history"], args.plot)
     report["machine"]["load_average_at_end"] = os.getloadavg()
     report["driver_max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -598,7 +693,14 @@ def main(argv=None) -> int:
     print(
         json.dumps(
             {
-                k: {kk: v.get(kk) for kk in ("full_median_messages_per_second", "incremental_median_seconds")}
+                k: {
+                    kk: v.get(kk)
+                    for kk in (
+                        "full_median_messages_per_second",
+                        "incremental_median_seconds",
+                        "incremental_over_full",
+                    )
+                }
                 for k, v in report["layouts"].items()
             },
             indent=2,

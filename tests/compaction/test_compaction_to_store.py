@@ -104,6 +104,8 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         keys = compacted_objects(st)
         assert rec.data_key in keys and rec.data_key.endswith("/" + MANIFEST_NAME)
         assert any(k.startswith(rec.index_key + "part-") for k in keys)
+        # the key sidecar the next run reads went up with the parts, under the same prefix
+        assert any(k.startswith(rec.index_key + "keys/keys-") and k.endswith(".parquet") for k in keys)
         assert dict(view(service)) == {f"k{i}": b"v%d" % (56 + i if i < 4 else 49 + i) for i in range(1, 7)}
 
         # a second run reads the previous compacted ledger from the store, and its objects go

@@ -62,8 +62,11 @@ A crash or an abort before the commit leaves the previous compacted ledger and h
 the half-written file is an orphan removed by the next run. After the commit the new view is in
 force; a leftover previous file is likewise an orphan.
 
-Runs are *incremental*: the second run reads the previous compacted ledger plus only the entries
+Runs are *incremental*: the second run reads the previous compacted view plus only the entries
 after its horizon, so its cost grows with (compacted size + new data), not with the whole history.
+Of the previous view, phase one reads only its *key sidecar* (``view_keys``: key hashes,
+positions and flags as Parquet, written by phase two beside the view and switched with it), not
+its entries; a view without one is parsed.
 
 Retention
 ---------

@@ -55,6 +55,7 @@ TRAILER = struct.Struct(">QQII8s")
 INDEX_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("offset", ">u8"), ("length", ">u4")])
 SUFFIX = ".compacted"
 _NAME = re.compile(r"^(\d+)\.compacted$")
+_KEYS = re.compile(r"^(\d+)\.keys$")  # a view's key sidecar (see ``view_keys``)
 
 
 def _crc32c(data) -> int:
@@ -568,7 +569,8 @@ class CompactedLedgerReader:
 
 
 def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:
-    """Delete this topic's compacted-ledger files and parts other than ledger ``keep``.
+    """Delete this topic's compacted-ledger files, their key sidecars and parts other than
+    ledger ``keep``.
 
     Call it only while holding the topic's compaction lock: a file not named by the metadata store
     then belongs to no running compaction. Returns the ledger ids removed.
@@ -582,9 +584,10 @@ def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:
     for name in names:
         full = os.path.join(d, name)
         m = _NAME.match(name)
-        if m and keep is not None and int(m.group(1)) == keep:
+        sidecar = _KEYS.match(name)
+        if (m or sidecar) and keep is not None and int((m or sidecar).group(1)) == keep:  # type: ignore[union-attr]
             continue
-        if m or name.endswith(".tmp") or name.startswith("run-"):
+        if m or sidecar or name.endswith(".tmp") or name.startswith("run-"):
             if os.path.isdir(full):
                 import shutil
 

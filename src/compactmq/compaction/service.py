@@ -47,9 +47,11 @@ from .compacted_ledger import (
 )
 from .lag import last_compactable, lag_seconds_setting
 from .plan import RunPlan, build_groups, build_segments, packed_cut
+from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock  # noqa: F401 - the lock of a run, also named here
 from .strategies import resolve_strategy
+from . import view_keys
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
@@ -176,6 +178,7 @@ class CompactionRunner:
                     # the parts are in the object store already: a manifest beside them makes the
                     # ledger, committed below together with its catalog row
                     record, written = self._write_manifest(store_at, prefix, new_id, parts)
+                sidecar = self._place_view_keys(plan, parts, new_id, store_at, prefix)
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
@@ -196,6 +199,8 @@ class CompactionRunner:
                     "durationMs": duration,
                     "phaseSeconds": dict(steps),
                 }
+                if sidecar is not None:
+                    details[view_keys.DETAILS_KEY] = sidecar
                 self.abort_hook("before-commit")
                 with meta.transaction():  # ONE transaction: the new view and its object's row
                     previous = meta.commit_compaction(
@@ -216,6 +221,8 @@ class CompactionRunner:
                 if not committed:
                     if final_path and os.path.exists(final_path):
                         os.unlink(final_path)
+                    if plan is not None:
+                        view_keys.remove_local(self._topic_dir, new_id)
                     if prefix is not None:
                         self._delete_uploaded(store_at, prefix)
                 if plan is not None:
@@ -238,6 +245,7 @@ class CompactionRunner:
                     os.unlink(compacted_ledger_path(self.data_dir, self.topic, previous))
                 except FileNotFoundError:
                     pass
+                view_keys.remove_local(self._topic_dir, previous)
                 offloader = getattr(self.storage, "offloader", None)
                 if offloader is not None:
                     try:  # the previous ledger's objects are dead now; maintenance retries
@@ -261,6 +269,51 @@ class CompactionRunner:
             )
         finally:
             lock.release()
+
+    # --- the key sidecar of the view (view_keys) -------------------------------------------------
+
+    @property
+    def _topic_dir(self) -> str:
+        return topic_dir(self.data_dir, self.topic)
+
+    def _place_view_keys(
+        self, plan: RunPlan, parts: list[dict], new_id: int, store_at, prefix
+    ) -> Optional[dict]:
+        """Move the sidecar the phase-two tasks wrote into place beside the new view (before the
+        commit) and return what the commit records of it; None when the run wrote none (a user
+        strategy) or not for every part."""
+        written = [p for p in parts if p["entries"]]
+        names = [p.get("keys") for p in written]
+        if not all(names):
+            return None
+        if prefix is None:
+            src = os.path.join(plan.run_dir, view_keys.STORE_DIR)
+            dst = view_keys.local_dir(self._topic_dir, new_id)
+            shutil.rmtree(dst, ignore_errors=True)
+            if names:
+                os.rename(src, dst)
+            else:
+                os.makedirs(dst)
+            fsync_dir(self._topic_dir)
+        return {"files": names, "et": plan.strategy == "event-time"}
+
+    def _previous_view_keys(self, state, strategy_name: str) -> Optional[dict]:
+        """The plan's ``view_keys`` entry for the view in force, when it has a usable sidecar."""
+        view_id = state.compacted_ledger_id
+        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
+        if not isinstance(info, dict) or (strategy_name == "event-time" and not info.get("et")):
+            return None
+        names = list(info.get("files") or [])
+        local = view_keys.local_dir(self._topic_dir, view_id)
+        if os.path.isdir(local):
+            return view_keys.plan_entry([os.path.join(local, n) for n in names])
+        offloader = getattr(self.storage, "offloader", None)
+        rec = offloader.compacted_record(view_id) if offloader is not None else None
+        if rec is not None and rec.index_key.endswith("/"):  # written to the store with its parts
+            base = rec.index_key.rstrip("/")
+            return view_keys.plan_entry([f"{base}/{view_keys.STORE_DIR}/{n}" for n in names], rec.location)
+        return None  # (e.g. an old view, or its local sidecar is gone): parse the view instead
 
     # --- the compacted ledger in the object store ------------------------------------------------
 
@@ -412,6 +465,11 @@ class CompactionRunner:
         run_dir = os.path.join(topic_dir(self.data_dir, self.topic), f"run-{new_id}")
         os.makedirs(run_dir, exist_ok=True)
         native = getattr(strategy, "native", None)
+        extra = {}
+        if compacted is not None:
+            sidecar = self._previous_view_keys(state, native or "user")
+            if sidecar is not None:
+                extra["view_keys"] = sidecar
         return RunPlan(
             topic=self.topic,
             segments=segments,
@@ -425,6 +483,7 @@ class CompactionRunner:
             fault_points=tuple(self.fault_points),
             drop_before=drop_before,
             tombstones_from=tombstones_from,
+            extra=extra,
         )
 
     def _time_cuts(self, ml, settings, strategy, segments) -> tuple[int, Optional[int]]:

@@ -57,29 +57,42 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
     ``stats["messages"]`` adds up the messages parsed, ``stats["keyless"]`` the keyless ones kept
     (each survives: the run's key count is its survivors minus these)."""
     parts = []
-    for ordinal in plan.groups[group]:
-        seg = plan.segments[ordinal]
-        buf, eids, offs, lens = load_segment(seg)
-        for lo, hi in chunks(lens):
-            rows = es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], ordinal)
-            if stats is not None:
-                stats["messages"] = stats.get("messages", 0) + len(rows)
-            if not plan.retain_null_key:
-                keep = (rows.flags & es.FLAG_KEYLESS) == 0
-                if not keep.all():
-                    rows = rows.take(np.flatnonzero(keep))
-            elif stats is not None:
-                stats["keyless"] = stats.get("keyless", 0) + int(
-                    np.count_nonzero(rows.flags & es.FLAG_KEYLESS)
-                )
-            if plan.combine:
-                parts.append(rows)
-            else:
-                yield rows
+    for rows, combine in _group_sources(plan, group):
+        if stats is not None:
+            stats["messages"] = stats.get("messages", 0) + len(rows)
+        if not plan.retain_null_key:
+            keep = (rows.flags & es.FLAG_KEYLESS) == 0
+            if not keep.all():
+                rows = rows.take(np.flatnonzero(keep))
+        elif stats is not None:
+            stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
+        if plan.combine and combine:
+            parts.append(rows)
+        else:
+            for start in range(0, len(rows), ARROW_BATCH_ROWS):
+                yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
     if parts:
         rows = es.combine_latest(es.Rows.concat(parts))
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
             yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
+
+
+def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
+    """``(rows, combinable)`` of a group's segments: a compacted segment's rows come from the
+    previous view's key sidecar when the plan names one (``view_keys``; one row per key already,
+    nothing to combine), else from parsing its entries."""
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    sidecar = plan.extra.get("view_keys")
+    if sidecar is not None and segments and all(s.kind == COMPACTED for s in segments):
+        from . import view_keys
+
+        for rows in view_keys.segment_rows(sidecar, segments, plan.strategy == "event-time"):
+            yield rows, False
+        return
+    for seg in segments:
+        buf, eids, offs, lens = load_segment(seg)
+        for lo, hi in chunks(lens):
+            yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
 
 
 ARROW_BATCH_ROWS = 1 << 20
@@ -214,17 +227,29 @@ def fold_user(
 # --- phase two --------------------------------------------------------------------------------
 
 
-def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
+def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[dict] = None) -> dict:
     """Copy the surviving messages ``positions`` (sorted, all in ``group``) into the group's part
     file: per segment in id order, raw bytes of each surviving entry, batches rewritten.
 
+    ``keys`` (``h1``, ``h2``, ``tomb`` and, for event-time, ``et``: arrays aligned with
+    ``positions``): also write the part's rows of the new view's key sidecar (``view_keys``),
+    ``keys-NNNNNN.parquet`` in the run directory's ``keys`` folder; the result names it.
+
     With ``plan.extra["store"]`` (tiered storage configured) the part goes straight to the object
-    store, as ``<plan.extra["prefix"]>/part-NNNNNN`` (and ``.idx``): written to a scratch file
-    of this task, then uploaded, so the driver's disk is never needed."""
+    store, as ``<plan.extra["prefix"]>/part-NNNNNN`` (and ``.idx``, and the sidecar file under
+    ``keys/``): written to a scratch file of this task, then uploaded, so the driver's disk is
+    never needed."""
+    from . import view_keys
+
     fault(plan, "phase-two-task")
     store = plan.extra.get("store")
+    name = view_keys.part_name(group) if keys is not None else None
     if store is None:
-        return _copy_group_to(plan, group, positions, plan.part_path(group))
+        out = _copy_group_to(plan, group, positions, plan.part_path(group))
+        if name is not None:
+            _write_keys(plan, positions, keys, os.path.join(plan.run_dir, view_keys.STORE_DIR, name))
+        out["keys"] = name
+        return out
     import shutil
     import tempfile
 
@@ -235,12 +260,33 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray) -> dict:
         out = _copy_group_to(plan, group, positions, os.path.join(scratch, "part"))
         key = f"{plan.extra['prefix']}/part-{group:06d}"
         blobs = open_store(store)
+        if name is not None:
+            local = os.path.join(scratch, name)
+            _write_keys(plan, positions, keys, local)
+            blobs.put_file(f"{plan.extra['prefix']}/{view_keys.STORE_DIR}/{name}", local)
         blobs.put_file(key + ".idx", out["path"] + ".idx")
         blobs.put_file(key, out["path"])
         out["path"] = key
+        out["keys"] = name
         return out
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> None:
+    from . import view_keys
+
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    ords = np.asarray(positions, np.int64) >> (es.ENTRY_BITS + es.BATCH_BITS)
+    view_keys.write_part(
+        path,
+        ledger_of[ords] if len(ords) else np.zeros(0, np.int64),
+        positions,
+        keys["h1"],
+        keys["h2"],
+        view_keys.flags_of(keys["tomb"], keys["h2"]),
+        keys.get("et"),
+    )
 
 
 def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) -> dict:

@@ -18,8 +18,10 @@ position stands in for the hash). For keep-latest each parsing task first drops 
 later row of the same key in its own group supersedes (a map-side combiner, as Spark's partial
 aggregation would), which cuts the rows handed to the JVM several-fold on skewed or long topics.
 
-Phase two shuffles the surviving positions (longs, never payloads) to one task per group, sorted
-by position; each task re-reads its own ledger files and writes a part file.
+Phase two shuffles the surviving positions with their key hashes and flags (longs, never
+payloads) to one task per group, sorted by position; each task re-reads its own ledger files and
+writes a part file, and beside it the part's rows of the view's key sidecar (``view_keys``),
+which the next run reads instead of parsing the view.
 """
 
 from __future__ import annotations
@@ -81,13 +83,11 @@ def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
         live = live | (pos >= F.lit(int(tombstones_from)))
     if drop_before:
         live = live & (pos >= F.lit(int(drop_before)))
-    # tomb: a tombstone tombstone retention kept (the view's key count leaves those out)
-    tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
     return (
         keyed.groupBy("h1", "h2")
         .agg(F.max(p2).alias("p2"))
         .where(live)
-        .select(pos.alias("pos"), tomb.alias("tomb"))
+        .select(pos.alias("pos"), "h1", "h2", F.col("p2").bitwiseAND(F.lit(1)).alias("tomb"))
     )
 
 
@@ -106,7 +106,12 @@ def keep_first(keyed):
     """Survivors of keep-first (PIP-215): the first value after the key's last tombstone."""
     from pyspark.sql import functions as F
 
-    return _after_last_tombstone(keyed).groupBy("h1", "h2").agg(F.min("pos").alias("pos")).select("pos")
+    return (
+        _after_last_tombstone(keyed)
+        .groupBy("h1", "h2")
+        .agg(F.min("pos").alias("pos"))
+        .select("pos", "h1", "h2", F.lit(0).cast("long").alias("tomb"))
+    )
 
 
 def event_time(keyed):
@@ -117,7 +122,13 @@ def event_time(keyed):
         _after_last_tombstone(keyed)
         .groupBy("h1", "h2")
         .agg(F.max(F.struct("et", "pos")).alias("w"))
-        .select(F.col("w.pos").alias("pos"))
+        .select(
+            F.col("w.pos").alias("pos"),
+            "h1",
+            "h2",
+            F.lit(0).cast("long").alias("tomb"),
+            F.col("w.et").alias("et"),
+        )
     )
 
 
@@ -142,7 +153,9 @@ def user_strategy(keyed, plan: RunPlan, strategy):
 
 
 def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None):
-    """Phase one: the packed positions of the surviving messages."""
+    """Phase one: the packed positions of the surviving messages (``pos``); for the built-in
+    strategies also their key hash, tombstone bit (and event time): what phase two writes into
+    the new view's key sidecar (``view_keys``), so the next run need not parse the view."""
     keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-latest":
         return keep_latest(keyed, plan.drop_before, plan.tombstones_from)
@@ -166,26 +179,29 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
     # Spark's own hash partitioning sends to a partition of its own.
     keys = partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
-    # survivors that are tombstones (only keep-latest with tombstone retention keeps any)
-    tomb = F.col("tomb") if "tomb" in survivors_df.columns else F.lit(False)
+    key_cols = [c for c in ("h1", "h2", "tomb", "et") if c in survivors_df.columns]
+    with_keys = "h1" in key_cols
 
     def copy(batches):
         import pyarrow as pa
 
-        grp, pos, tomb = [], [], []
+        cols: dict = {c: [] for c in ["grp", "pos", *key_cols]}
         for b in batches:
-            grp.append(b.column("grp").to_numpy(zero_copy_only=False))
-            pos.append(b.column("pos").to_numpy(zero_copy_only=False))
-            tomb.append(b.column("tomb").to_numpy(zero_copy_only=False))
-        if not pos:
+            for c in cols:
+                cols[c].append(b.column(c).to_numpy(zero_copy_only=False))
+        if not cols["pos"]:
             return
-        grp, pos, tomb = np.concatenate(grp), np.concatenate(pos), np.concatenate(tomb)
-        order = np.argsort(pos, kind="stable")  # already sorted; cheap insurance
-        grp, pos, tomb = grp[order], pos[order], tomb[order]
+        arrays = {c: np.concatenate(v) for c, v in cols.items()}
+        order = np.argsort(arrays["pos"], kind="stable")  # already sorted; cheap insurance
+        arrays = {c: a[order] for c, a in arrays.items()}
+        grp, pos = arrays["grp"], arrays["pos"]
         out = []
         for g in np.unique(grp).tolist():
-            part = tasks.copy_group(plan, int(g), pos[grp == g])
-            part["tombstones"] = int(tomb[grp == g].sum())
+            m = grp == g
+            keys = {c: arrays[c][m] for c in key_cols} if with_keys else None
+            part = tasks.copy_group(plan, int(g), pos[m], keys)
+            # survivors that are tombstones (only keep-latest with tombstone retention keeps any)
+            part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
             out.append(part)
         yield pa.RecordBatch.from_pylist(
             out,
@@ -196,15 +212,16 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
                     ("entries", pa.int64()),
                     ("messages", pa.int64()),
                     ("tombstones", pa.int64()),
+                    ("keys", pa.string()),
                 ]
             ),
         )
 
     parts = (
-        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", tomb.alias("tomb"))
+        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
         .repartition(n, "route")
         .sortWithinPartitions("pos")
-        .mapInArrow(copy, "group int, path string, entries long, messages long, tombstones long")
+        .mapInArrow(copy, "group int, path string, entries long, messages long, keys string, tombstones long")
         .collect()
     )
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])

@@ -1,0 +1,172 @@
+"""The key sidecar of a compacted view: what phase one needs of it, kept beside it as Parquet.
+
+Why
+---
+An incremental run must know, for every message of the previous compacted view, its key hash,
+its position and its flags (tombstone, keyless) -- and its event time for the event-time
+strategy. Parsing the previous compacted ledger again to learn them costs as much as the whole
+view is big, on every run. The phase-two tasks know all of it already when they copy the
+survivors, so each writes it down as it copies: one Parquet file per part of the compacted
+ledger (a columnar format Spark, pyarrow and every data tool read natively), and the next run
+reads those few columns instead of the view's entries.
+
+Layout
+------
+One row per surviving message, in id order (each file in id order, files in group order)::
+
+    ledger_id long, id long (entry_id << 16 | batch_index), h1 long, h2 long, flags byte[, et long]
+
+``flags`` uses ``entry_scan``'s bits (1: tombstone, kept by tombstone retention; 2: a retained
+keyless message). ``et`` (the event time) is there only when the run used the event-time
+strategy; a run that needs it and finds none falls back to parsing the view.
+
+Where it lives, and the atomic switch
+-------------------------------------
+* Local view ``<topic dir>/<id>.compacted``: the sidecar is the directory ``<id>.keys`` beside it.
+  Phase-two tasks write into the run directory; the driver renames the directory into place
+  before the commit, so it exists whenever the metadata store names the view. A crash before the
+  commit leaves an orphan ``<id>.keys`` which the next run's orphan sweep removes with the
+  orphan ledger file; after the commit the previous view's sidecar is deleted with its file.
+* View written to the object store (tiered storage): the tasks upload their sidecar files under
+  the view's prefix, ``<prefix>/keys/...``, so deleting the view's prefix (or sweeping it as an
+  orphan) takes the sidecar with it.
+* Offloading a local view later copies its ledger file only; its sidecar stays local (it is
+  small) and goes when the view is replaced.
+
+The run that writes a sidecar lists its files in the compaction details it commits together
+with the view (``viewKeys``). A view without that entry (written by code before the sidecar, by
+a user strategy, or whose sidecar is missing) is parsed as before.
+
+Only ids <= the horizon are in a view, and a segment of the next run reads only the rows of its
+own ledger from ``entry_lo`` on (retention may have trimmed the view's first ids), so a sidecar
+row becomes exactly the phase-one row that parsing the view's entry would have produced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Optional
+
+import numpy as np
+
+from . import entry_scan as es
+
+SUFFIX = ".keys"
+STORE_DIR = "keys"
+ROW_GROUP = 1 << 17  # rows per Parquet row group: a reader skips groups outside its ledgers
+DETAILS_KEY = "viewKeys"
+
+
+def part_name(group: int) -> str:
+    return f"keys-{group:06d}.parquet"
+
+
+def local_dir(topic_dir: str, view_id: int) -> str:
+    """The sidecar directory of local view ``view_id``."""
+    return os.path.join(topic_dir, f"{view_id:012d}{SUFFIX}")
+
+
+def remove_local(topic_dir: str, view_id: Optional[int]) -> None:
+    if view_id is not None:
+        shutil.rmtree(local_dir(topic_dir, view_id), ignore_errors=True)
+
+
+# --- writing (phase-two tasks) ------------------------------------------------------------------
+
+
+def write_part(path: str, ledger_ids, positions, h1, h2, flags, et=None) -> int:
+    """Write the sidecar rows of one part to the local file ``path``; ``positions`` are the run's
+    packed positions, ``ledger_ids`` the ledger of each. Returns the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    positions = np.asarray(positions, np.int64)
+    ids = positions & ((1 << (es.ENTRY_BITS + es.BATCH_BITS)) - 1)
+    cols = [
+        pa.array(np.asarray(ledger_ids, np.int64)),
+        pa.array(ids),
+        pa.array(np.asarray(h1, np.int64)),
+        pa.array(np.asarray(h2, np.int64)),
+        pa.array(np.asarray(flags, np.int8)),
+    ]
+    names = ["ledger_id", "id", "h1", "h2", "flags"]
+    if et is not None:
+        cols.append(pa.array(np.asarray(et, np.int64)))
+        names.append("et")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    # hashes do not compress; the ledger id column does, and its statistics let readers skip
+    pq.write_table(
+        pa.Table.from_arrays(cols, names=names),
+        path,
+        row_group_size=ROW_GROUP,
+        compression="none",
+        use_dictionary=["ledger_id"],
+    )
+    return len(positions)
+
+
+def flags_of(tomb, h2) -> np.ndarray:
+    """Sidecar flags of survivors from their tombstone bit and key hash (a retained keyless
+    message carries ``KEYLESS_MARK`` as its h2)."""
+    tomb = np.asarray(tomb).astype(np.int8) & es.FLAG_TOMBSTONE
+    keyless = np.where(np.asarray(h2, np.int64) == es.KEYLESS_MARK, es.FLAG_KEYLESS, 0).astype(np.int8)
+    return (tomb | keyless).astype(np.int8)
+
+
+# --- reading (phase-one tasks) ------------------------------------------------------------------
+
+
+def plan_entry(files: list[str], store=None) -> dict:
+    """What a ``RunPlan`` carries (``extra["view_keys"]``) for tasks to read a view's sidecar:
+    local paths, or object keys in ``store`` (an offload location)."""
+    return {"files": list(files), "store": store}
+
+
+def _read_table(source: dict, name: str, lo: int, hi: int):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    filters = [("ledger_id", ">=", lo), ("ledger_id", "<=", hi)]
+    if source.get("store") is None:
+        return pq.read_table(name, filters=filters)
+    from ..storage.offload import open_store
+
+    return pq.read_table(pa.BufferReader(open_store(source["store"]).read_all(name)), filters=filters)
+
+
+def segment_rows(source: dict, segments: list, with_event_time: bool) -> list:
+    """Phase-one ``Rows`` of compacted segments (one group's, in ordinal order) from the sidecar:
+    the rows of each segment's ledger from its ``entry_lo`` on, positions packed with the
+    segment's ordinal (a keyless row's h1 is its position, as when parsed)."""
+    if not segments:
+        return []
+    lo = min(s.ledger_id for s in segments)
+    hi = max(s.ledger_id for s in segments)
+    tables = [_read_table(source, f, lo, hi) for f in source["files"]]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return []
+
+    def col(name):
+        return np.concatenate([t.column(name).to_numpy() for t in tables]).astype(np.int64)
+
+    lids, ids, h1, h2 = col("ledger_id"), col("id"), col("h1"), col("h2")
+    flags = np.concatenate([t.column("flags").to_numpy() for t in tables]).astype(np.int8)
+    et = col("et") if with_event_time else np.zeros(len(ids), np.int64)
+    if len(ids) > 1 and ((np.diff(lids) < 0) | ((np.diff(lids) == 0) & (np.diff(ids) <= 0))).any():
+        order = np.lexsort((ids, lids))  # (a reader that did not keep the files' order)
+        lids, ids, h1, h2, flags, et = (a[order] for a in (lids, ids, h1, h2, flags, et))
+    out = []
+    for seg in segments:
+        a = int(np.searchsorted(lids, seg.ledger_id, side="left"))
+        b = int(np.searchsorted(lids, seg.ledger_id, side="right"))
+        a += int(np.searchsorted(ids[a:b], int(seg.entry_lo) << es.BATCH_BITS, side="left"))
+        if a >= b:
+            continue
+        pos = (np.int64(seg.ordinal) << (es.ENTRY_BITS + es.BATCH_BITS)) | ids[a:b]
+        keyless = (flags[a:b] & es.FLAG_KEYLESS) != 0
+        out.append(
+            es.Rows(np.where(keyless, pos, h1[a:b]), h2[a:b].copy(), pos, flags[a:b].copy(), et[a:b].copy())
+        )
+    return out
