@@ -221,7 +221,7 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
         survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
         .repartition(n, "route")
         .sortWithinPartitions("pos")
-        .mapInArrow(copy, "group int, path string, entries long, messages long, keys string, tombstones long")
+        .mapInArrow(copy, "group int, path string, entries long, messages long, tombstones long, keys string")
         .collect()
     )
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
