@@ -4,20 +4,42 @@ A test that needs Spark says so by depending on a fixture: ``spark`` (the in-pro
 SparkSession) or ``spark_in_broker`` (the broker subprocess it talks to compacts with Spark, so
 a JVM starts there). ``pytest_collection_modifyitems`` marks every such test ``spark``, directly
 or through other fixtures, so ``-m "not spark"`` starts no JVM without anyone remembering a mark.
+
+Two things here keep the default run short (CI has two cores and a time limit):
+
+- ``SPARK_SUBMIT_OPTS``: every Spark driver JVM the tests start (the in-process session, the
+  brokers that compact, ``compact-topic`` and crash children: they inherit the environment) runs
+  with the C1 compiler only and the serial collector. These JVMs live seconds to minutes on small
+  data, where C2's compile threads and the parallel collector cost more CPU than they win back:
+  start-up plus a first job takes about half the CPU. Production keeps the JVM's defaults.
+- the run is split over pytest-xdist workers by module (``scripts/test.sh``: ``--dist loadfile``,
+  so a module's broker is started once, and ``--no-loadscope-reorder``); modules that start a JVM
+  are queued first, so the long ones start early and the tail of the run is short unit tests.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+#: JVM flags for the short-lived Spark drivers of the test run (see the module docstring)
+TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTS)
 
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")
 
 
 def pytest_collection_modifyitems(config, items):
+    spark_modules = set()
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in SPARK_FIXTURES):
             item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("spark") is not None:
+            spark_modules.add(item.nodeid.split("::", 1)[0])
+    # modules that start a JVM first (stable: the order within each part stays the collection's)
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in spark_modules)
 
 
 @pytest.fixture(scope="session")
