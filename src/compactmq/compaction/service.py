@@ -189,6 +189,7 @@ class CompactionRunner:
                     "messagesKept": kept,
                     "durationMs": duration,
                     "phaseSeconds": dict(steps),
+                    "job": self.engine.last_stats.get("job_group"),
                 }
                 self.abort_hook("before-commit")
                 with meta.transaction():  # ONE transaction: the new view and its object's row
@@ -498,9 +499,11 @@ class LedgerCompactionService(TopicCompactionService):
     def engine(self):  # pragma: no cover - subclasses
         raise NotImplementedError
 
-    def compact(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
+    def compact(self, progress: Optional[ProgressCallback] = None, *, engine=None) -> CompactionResult:
+        """``engine``: the phases' engine for this run (a joint run's member, see
+        ``spark.multi``) instead of a new ``engine()``."""
         self._cancelled.clear()
-        self._engine = self.engine()
+        self._engine = engine if engine is not None else self.engine()
         runner = CompactionRunner(
             self.storage,
             self.topic,
@@ -612,6 +615,7 @@ class LedgerCompactionService(TopicCompactionService):
             keys=keys,
             last_run_duration_ms=state.last_duration_ms,
             last_run_steps=steps,
+            last_run_job=details.get("job"),
         )
 
     def close(self) -> None:
