@@ -285,7 +285,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
     """Pulsar's ``CompactionStats`` (the four ``lastCompaction*`` fields), then ours: keys, entries
     and bytes of the compacted view in force (-1 keys: the service does not count them), the
     compaction lag (age of the oldest uncompacted message, 0 when all is compacted) and the
-    wall time of each phase of the last run that committed it."""
+    wall time of each phase of the last run that committed it, and the job that ran it."""
     view = ctx.compaction_stats(topic)
     has_view = view.view_id is not None
     return {
@@ -300,6 +300,9 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         "lastCompactionPhaseTimesInMillis": {
             k: int(round(float(v) * 1000)) for k, v in (view.last_run_steps or {}).items()
         },
+        # the job that ran the last run (Spark job group): the partitions of a partitioned
+        # topic compacted together share one
+        "lastCompactionJob": view.last_run_job,
     }
 
 
@@ -593,14 +596,8 @@ async def trigger_compaction(ctx: Context, request: web.Request, domain: str, **
     if not n:
         await monitor.trigger(topic)
         return None
-    conflicts = []
-    for name in _partition_names(topic, n):
-        try:
-            await monitor.trigger(name)
-        except Conflict:
-            conflicts.append(name)
-        except TopicNotFound:
-            continue
+    # every partition in ONE run (one Spark job); partitions already compacting are left out
+    conflicts = await monitor.trigger_together(_partition_names(topic, n))
     if conflicts:
         raise Conflict(f"a compaction is already running on {', '.join(conflicts)}")
     return None
@@ -613,13 +610,24 @@ async def compaction_status(ctx: Context, request: web.Request, domain: str, **p
     per = {}
     for name in _partition_names(topic, n):
         per[name] = await ctx.run_blocking(monitor.status_blocking, name)
+    body = aggregate_compaction_status(per)
+    if query_flag(request, "perPartition"):
+        body["partitions"] = per
+    return body
+
+
+def aggregate_compaction_status(per: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One ``LongRunningProcessStatus`` for a partitioned topic from its partitions' statuses:
+    RUNNING while any partition runs; else ERROR when any failed (``lastError`` lists each
+    failed partition with its error); else SUCCESS when any succeeded (a partition that never
+    had anything to compact does not hold the topic back); else NOT_RUN. While running, one
+    progress for the whole topic: entries of all partitions, the phase they are in (they share
+    one job), the longest ETA. ``partitionCounts``: partitions per status (ours)."""
     statuses = [s["status"] for s in per.values()]
     if RUNNING in statuses:
         status = RUNNING
     elif ERROR in statuses:
         status = ERROR
-    elif statuses and all(s == SUCCESS for s in statuses):
-        status = SUCCESS
     elif SUCCESS in statuses:
         status = SUCCESS
     else:
@@ -627,12 +635,16 @@ async def compaction_status(ctx: Context, request: web.Request, domain: str, **p
     errors = [
         f"{name}: {s['lastError']}" for name, s in per.items() if s["status"] == ERROR and s["lastError"]
     ]
-    body: dict[str, Any] = {"status": status, "lastError": "; ".join(errors), "partitions": per}
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+    body: dict[str, Any] = {"status": status, "lastError": "; ".join(errors), "partitionCounts": counts}
     running = [s["progress"] for s in per.values() if s.get("progress")]
     if status == RUNNING and running:
         etas = [p["etaSeconds"] for p in running if p.get("etaSeconds") is not None]
+        phases = sorted({p["phase"] for p in running})
         body["progress"] = {
-            "phase": running[0]["phase"] if len(running) == 1 else f"{len(running)} partitions",
+            "phase": phases[0] if len(phases) == 1 else "/".join(phases),
             "entriesProcessed": sum(p["entriesProcessed"] for p in running),
             "entriesTotal": sum(p["entriesTotal"] for p in running),
             "etaSeconds": max(etas) if etas else None,
