@@ -193,3 +193,57 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         factory.close()
         storage.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spark):
+    """One Spark job; partition 1's run dies just before its commit: it keeps its previous view
+    and records ERROR, partitions 0 and 2 commit theirs (commits are per partition)."""
+    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.errors import CompactionError
+    from compactmq.storage import ERROR
+
+    data_dir, storage, factory = _open({"managedLedgerMaxEntriesPerLedger": 4})
+    fail = {"on": False}
+
+    def abort_hook(point: str) -> None:
+        if fail["on"] and point == "before-commit":
+            raise CompactionError("the disk is full")
+
+    try:
+        ledgers = [storage.open_managed_ledger(_partition(i)) for i in range(PARTITIONS)]
+        services = [
+            SparkCompactionService(
+                storage, _partition(i), storage.config, abort_hook=abort_hook if i == 1 else None
+            )
+            for i in range(PARTITIONS)
+        ]
+        models = [ReferenceCompactor() for _ in range(PARTITIONS)]
+        for ml in ledgers:
+            ml.append_many([E.single(k, b"1" + k.encode()) for k in "abc"])
+        assert _compact_all(factory, services, ledgers, models) == 1
+        before = [_actual_view(s) for s in services]
+        for ml in ledgers:
+            ml.append_many([E.single("a", b"2a"), E.single("b", b"")])
+        fail["on"] = True
+        jobs = factory.joint_jobs
+        outcomes = factory.compact_together(services)
+        assert factory.joint_jobs == jobs + 1
+        assert isinstance(outcomes[1], CompactionError) and "the disk is full" in str(outcomes[1])
+        assert not isinstance(outcomes[0], Exception) and not isinstance(outcomes[2], Exception)
+        assert _actual_view(services[1]) == before[1]  # its previous view stays in force
+        state = storage.metadata.get_compaction_state(_partition(1))
+        assert state.status == ERROR and "the disk is full" in (state.last_error or "")
+        for i in (0, 2):
+            keys = [(m[1], m[2]) for _, msgs in _actual_view(services[i]) for m in msgs if not m[4]]
+            assert keys == [("c", b"1c"), ("a", b"2a")]
+        # the next run of partition 1 alone catches up
+        fail["on"] = False
+        services[1].compact()
+        assert [(m[1], m[2]) for _, msgs in _actual_view(services[1]) for m in msgs if not m[4]] == [
+            ("c", b"1c"),
+            ("a", b"2a"),
+        ]
+    finally:
+        factory.close()
+        storage.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
