@@ -1,8 +1,11 @@
 """Topic paths: ``/admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}[/...]``.
 
 Partitioned topics are a name in the metadata store plus ordinary topics ``<name>-partition-<i>``
-(created with it, so they are listed and can be compacted at once). Compaction, stats and
-policies of a partitioned topic fan out to its partitions.
+(created with it, so they are listed and can be compacted at once). Stats and policies of a
+partitioned topic fan out to its partitions. Compaction of a partitioned topic is one run of
+all its partitions (one Spark job by default, ``CompactionServiceFactory.compact_together``),
+each partition keeping its own view and commit; its status is the partitions' aggregated
+(``aggregate_compaction_status``), per partition with ``?perPartition=true``.
 """
 
 from __future__ import annotations
@@ -97,14 +100,15 @@ def add_routes(router: Router) -> None:
         "PUT",
         TOPIC + "/compaction",
         trigger_compaction,
-        "trigger compaction (409 while one runs; partitioned topics fan out)",
+        "trigger compaction (409 while one runs; a partitioned topic: all partitions in one job)",
         ok=204,
     )
     router.add(
         "GET",
         TOPIC + "/compaction",
         compaction_status,
-        "status of the last compaction, with live progress while it runs",
+        "status of the last compaction, with live progress while it runs (a partitioned topic: "
+        "aggregated, each partition's with ?perPartition=true)",
     )
     for policy in POLICIES:
         _add_policy_routes(router, policy)
