@@ -7,7 +7,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   one starts a local SparkSession on its first run, one JVM per broker). At most one run per
   topic: a second trigger while one is queued or running is a ``Conflict`` (HTTP 409). At most
   ``compactionMaxConcurrentRuns`` run at once; triggers beyond that wait their turn in the
-  worker pool and report the phase ``queued``.
+  worker pool and report the phase ``queued``. ``trigger_together(topics)`` queues the
+  partitions of a partitioned topic as ONE run (one worker, the factory's ``compact_together``:
+  one Spark job for the default factory); each partition still has its own status and outcome.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
   survives a restart (unlike Pulsar, whose status is in broker memory). While a run is in this
