@@ -389,6 +389,11 @@ class CompactionMonitor:
         if self._closing:
             raise ServiceNotReady("the broker is shutting down")
         ml = self.storage.open_managed_ledger(topic, create=False)
+        # as Pulsar's __compaction subscription: from the first run on, retention keeps what no
+        # run has read -- including the ledger this run seals and then reads, which retention
+        # could otherwise delete between the seal and the read (a joint run of many partitions
+        # reads it seconds later)
+        ensure_compaction_cursor(ml)
         prev_h = before.horizon
         prev_size = max(0, self.service_of(topic).stats().size_bytes)
         live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
