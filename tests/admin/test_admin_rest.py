@@ -296,7 +296,8 @@ def test_partitioned_compaction_fans_out(spark_in_broker, broker, http, topic):
     http.ok("PUT", path + "/partitions", 2)
     publish(broker, topic, 400, keys=20)
     http.ok("PUT", path + "/compaction")
-    body = wait_status(http, topic, "SUCCESS")
+    wait_status(http, topic, "SUCCESS")
+    body = http.ok("GET", path + "/compaction?perPartition=true")
     assert set(body["partitions"]) == {f"{topic}-partition-0", f"{topic}-partition-1"}
     assert all(p["status"] == "SUCCESS" for p in body["partitions"].values())
     stats = http.ok("GET", path + "/partitioned-stats")

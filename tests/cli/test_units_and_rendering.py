@@ -70,3 +70,31 @@ def test_progress_line():
     )
     assert render_progress({"status": "SUCCESS", "lastError": ""}) == "SUCCESS"
     assert render_progress({"status": "ERROR", "lastError": "disk full"}) == "ERROR: disk full"
+
+
+def test_progress_line_of_a_partitioned_topic():
+    """One bar for the whole topic; the final line counts partitions by status, and lists them
+    when the broker sent them (``--per-partition``)."""
+    running = {
+        "status": "RUNNING",
+        "lastError": "",
+        "partitionCounts": {"RUNNING": 3},
+        "progress": {"phase": "phase-two", "entriesProcessed": 300, "entriesTotal": 400, "etaSeconds": 1},
+    }
+    line = render_progress(running, width=4)
+    assert "[###-]" in line and "300/400" in line and line.endswith("(3 partitions)")
+    assert "\n" not in line
+    failed = {
+        "status": "ERROR",
+        "lastError": "t-partition-1: disk full",
+        "partitionCounts": {"SUCCESS": 1, "ERROR": 1},
+        "partitions": {
+            "t-partition-1": {"status": "ERROR", "lastError": "disk full"},
+            "t-partition-0": {"status": "SUCCESS", "lastError": ""},
+        },
+    }
+    assert render_progress(failed).splitlines() == [
+        "ERROR (2 partitions: ERROR 1, SUCCESS 1): t-partition-1: disk full",
+        "  t-partition-0: SUCCESS",
+        "  t-partition-1: ERROR: disk full",
+    ]

@@ -1,8 +1,11 @@
 """Topic paths: ``/admin/v2/{persistent|non-persistent}/{tenant}/{namespace}/{topic}[/...]``.
 
 Partitioned topics are a name in the metadata store plus ordinary topics ``<name>-partition-<i>``
-(created with it, so they are listed and can be compacted at once). Compaction, stats and
-policies of a partitioned topic fan out to its partitions.
+(created with it, so they are listed and can be compacted at once). Stats and policies of a
+partitioned topic fan out to its partitions. Compaction of a partitioned topic is one run of
+all its partitions (one Spark job by default, ``CompactionServiceFactory.compact_together``),
+each partition keeping its own view and commit; its status is the partitions' aggregated
+(``aggregate_compaction_status``), per partition with ``?perPartition=true``.
 """
 
 from __future__ import annotations
@@ -101,14 +104,15 @@ def add_routes(router: Router) -> None:
         "PUT",
         TOPIC + "/compaction",
         trigger_compaction,
-        "trigger compaction (409 while one runs; partitioned topics fan out)",
+        "trigger compaction (409 while one runs; a partitioned topic: all partitions in one job)",
         ok=204,
     )
     router.add(
         "GET",
         TOPIC + "/compaction",
         compaction_status,
-        "status of the last compaction, with live progress while it runs",
+        "status of the last compaction, with live progress while it runs (a partitioned topic: "
+        "aggregated, each partition's with ?perPartition=true)",
     )
     for policy in POLICIES:
         _add_policy_routes(router, policy)
@@ -291,7 +295,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
     that ``compactionTombstoneRetentionSeconds`` keeps in the view are ``compactedTombstones``;
     -1: the service does not count them), the
     compaction lag (age of the oldest uncompacted message, 0 when all is compacted) and the
-    wall time of each phase of the last run that committed it."""
+    wall time of each phase of the last run that committed it, and the job that ran it."""
     view = ctx.compaction_stats(topic)
     has_view = view.view_id is not None
     return {
@@ -307,6 +311,9 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         "lastCompactionPhaseTimesInMillis": {
             k: int(round(float(v) * 1000)) for k, v in (view.last_run_steps or {}).items()
         },
+        # the job that ran the last run (Spark job group): the partitions of a partitioned
+        # topic compacted together share one
+        "lastCompactionJob": view.last_run_job,
     }
 
 
@@ -605,14 +612,8 @@ async def trigger_compaction(ctx: Context, request: web.Request, domain: str, **
     if not n:
         await monitor.trigger(topic)
         return None
-    conflicts = []
-    for name in _partition_names(topic, n):
-        try:
-            await monitor.trigger(name)
-        except Conflict:
-            conflicts.append(name)
-        except TopicNotFound:
-            continue
+    # every partition in ONE run (one Spark job); partitions already compacting are left out
+    conflicts = await monitor.trigger_together(_partition_names(topic, n))
     if conflicts:
         raise Conflict(f"a compaction is already running on {', '.join(conflicts)}")
     return None
@@ -625,13 +626,24 @@ async def compaction_status(ctx: Context, request: web.Request, domain: str, **p
     per = {}
     for name in _partition_names(topic, n):
         per[name] = await ctx.run_blocking(monitor.status_blocking, name)
+    body = aggregate_compaction_status(per)
+    if query_flag(request, "perPartition"):
+        body["partitions"] = per
+    return body
+
+
+def aggregate_compaction_status(per: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One ``LongRunningProcessStatus`` for a partitioned topic from its partitions' statuses:
+    RUNNING while any partition runs; else ERROR when any failed (``lastError`` lists each
+    failed partition with its error); else SUCCESS when any succeeded (a partition that never
+    had anything to compact does not hold the topic back); else NOT_RUN. While running, one
+    progress for the whole topic: entries of all partitions, the phase they are in (they share
+    one job), the longest ETA. ``partitionCounts``: partitions per status (ours)."""
     statuses = [s["status"] for s in per.values()]
     if RUNNING in statuses:
         status = RUNNING
     elif ERROR in statuses:
         status = ERROR
-    elif statuses and all(s == SUCCESS for s in statuses):
-        status = SUCCESS
     elif SUCCESS in statuses:
         status = SUCCESS
     else:
@@ -639,12 +651,16 @@ async def compaction_status(ctx: Context, request: web.Request, domain: str, **p
     errors = [
         f"{name}: {s['lastError']}" for name, s in per.items() if s["status"] == ERROR and s["lastError"]
     ]
-    body: dict[str, Any] = {"status": status, "lastError": "; ".join(errors), "partitions": per}
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s] = counts.get(s, 0) + 1
+    body: dict[str, Any] = {"status": status, "lastError": "; ".join(errors), "partitionCounts": counts}
     running = [s["progress"] for s in per.values() if s.get("progress")]
     if status == RUNNING and running:
         etas = [p["etaSeconds"] for p in running if p.get("etaSeconds") is not None]
+        phases = sorted({p["phase"] for p in running})
         body["progress"] = {
-            "phase": running[0]["phase"] if len(running) == 1 else f"{len(running)} partitions",
+            "phase": phases[0] if len(phases) == 1 else "/".join(phases),
             "entriesProcessed": sum(p["entriesProcessed"] for p in running),
             "entriesTotal": sum(p["entriesTotal"] for p in running),
             "etaSeconds": max(etas) if etas else None,

@@ -7,7 +7,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   one starts a local SparkSession on its first run, one JVM per broker). At most one run per
   topic: a second trigger while one is queued or running is a ``Conflict`` (HTTP 409). At most
   ``compactionMaxConcurrentRuns`` run at once; triggers beyond that wait their turn in the
-  worker pool and report the phase ``queued``.
+  worker pool and report the phase ``queued``. ``trigger_together(topics)`` queues the
+  partitions of a partitioned topic as ONE run (one worker, the factory's ``compact_together``:
+  one Spark job for the default factory); each partition still has its own status and outcome.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
   survives a restart (unlike Pulsar, whose status is in broker memory). While a run is in this
@@ -88,6 +90,7 @@ class RunProgress:
     entries_total: int = 0
     phase_started: float = 0.0
     started_at: float | None = None
+    before_version: Any = None  # the compaction state's version when the run began
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
         if phase != self.phase:
@@ -105,6 +108,17 @@ class RunProgress:
         elif total and done >= total:
             eta = 0.0
         return {"phase": self.phase, "entriesProcessed": done, "entriesTotal": total, "etaSeconds": eta}
+
+
+@dataclass
+class _Begun:
+    """A run about to call its service: the state and sizes before it, and the service."""
+
+    before: Any
+    ml: Any
+    prev_size: int
+    live_before: int
+    service: "TopicCompactionService"
 
 
 @dataclass
@@ -220,6 +234,37 @@ class CompactionMonitor:
             Conflict: a compaction of this topic is already queued or running.
             ServiceNotReady: the broker is shutting down.
         """
+        topic = await self._admit(name)
+        self._start([RunProgress(topic, reason, queued_at=self.clock())])
+
+    async def trigger_together(self, names: list[str], reason: str = "manual") -> list[str]:
+        """Queue ONE run compacting the topics ``names`` together: the partitions of a
+        partitioned topic, which the factory's ``compact_together`` runs as one piece of work
+        (one Spark job for the default factory), each partition still committing its own view.
+
+        Topics already queued or running (here or in a ``compact-topic`` job) are left out and
+        returned; topics that do not exist are skipped; the others start.
+
+        Raises:
+            the errors of ``trigger`` other than Conflict and TopicNotFound.
+        """
+        topics, conflicts = [], []
+        for name in names:
+            try:
+                topic = await self._admit(name)
+            except Conflict:
+                conflicts.append(str(TopicName.parse(name)))
+                continue
+            except TopicNotFound:
+                continue
+            if topic not in topics:
+                topics.append(topic)
+        if topics:
+            self._start([RunProgress(t, reason, queued_at=self.clock()) for t in topics])
+        return conflicts
+
+    async def _admit(self, name: str) -> str:
+        """The canonical name of a topic that may start a run now (the checks of ``trigger``)."""
         tn = TopicName.parse(name)
         if not tn.persistent:
             raise NotAllowed(f"{tn}: compaction is only for persistent topics")
@@ -235,12 +280,21 @@ class CompactionMonitor:
             raise Conflict(f"a compaction of {topic} is already running in another process")
         if topic in self._runs:  # another trigger got in while we looked
             raise Conflict(f"a compaction of {topic} is already running")
-        run = RunProgress(topic, reason, queued_at=self.clock())
-        self._runs[topic] = run
+        return topic
+
+    def _start(self, runs: list[RunProgress]) -> None:
+        """Register ``runs`` and queue them as one job of the worker pool (no await in between,
+        so no other trigger can slip in)."""
+        for run in runs:
+            self._runs[run.topic] = run
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, self._run_blocking, run)
+        if len(runs) == 1:
+            fut = loop.run_in_executor(self._executor, self._run_blocking, runs[0])
+        else:
+            fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
         self._futures.add(fut)
-        fut.add_done_callback(lambda f, topic=topic: self._run_done(topic, f))
+        topics = [run.topic for run in runs]
+        fut.add_done_callback(lambda f: self._run_done(topics, f))
 
     def _running_elsewhere(self, topic: str) -> bool:
         """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
@@ -252,9 +306,10 @@ class CompactionMonitor:
         lock.release()
         return False
 
-    def _run_done(self, topic: str, fut: asyncio.Future) -> None:
+    def _run_done(self, topics: list[str], fut: asyncio.Future) -> None:
         self._futures.discard(fut)
-        self._runs.pop(topic, None)
+        for topic in topics:
+            self._runs.pop(topic, None)
         if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
             pass
 
@@ -290,53 +345,103 @@ class CompactionMonitor:
             service.close()
 
     def _run_blocking(self, run: RunProgress) -> None:
+        self._run_together_blocking([run])
+
+    def _run_together_blocking(self, runs: list[RunProgress]) -> None:
+        """One run of one topic (``service.compact``), or of several topics together
+        (``factory.compact_together``); each topic's outcome is recorded on its own."""
+        begun: list[tuple[RunProgress, _Begun]] = []
+        try:
+            for run in runs:
+                try:
+                    begun.append((run, self._begin(run)))
+                except BaseException as e:
+                    self._failed(run, e)
+            services = [b.service for _, b in begun]
+            reports = [self._reporter(run) for run, _ in begun]
+            if len(services) == 1:
+                try:
+                    outcomes: list = [services[0].compact(progress=reports[0])]
+                except Exception as e:
+                    outcomes = [e]
+            elif services:
+                outcomes = self.factory().compact_together(services, reports)
+            else:
+                outcomes = []
+        finally:
+            for run, b in begun:
+                self._running.pop(run.topic, None)
+                try:
+                    b.service.close()
+                except Exception:  # pragma: no cover
+                    log.exception("closing the compaction service of %s failed", run.topic)
+        for (run, b), outcome in zip(begun, outcomes):
+            if isinstance(outcome, BaseException):
+                self._failed(run, outcome)
+            else:
+                self._succeeded(run, b, outcome)
+
+    def _reporter(self, run: RunProgress):
+        return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
+
+    def _begin(self, run: RunProgress) -> "_Begun":
+        """What a run needs before it starts: the topic's state and sizes, a fresh service."""
         topic = run.topic
         meta = self.storage.metadata
-        stats = self.stats.setdefault(topic, TopicCompactionStats())
         run.started_at = self.clock()
         run.update("start", 0, 0, run.started_at)
         before = meta.get_compaction_state(topic)
-        service = None
-        try:
-            if self._closing:
-                raise ServiceNotReady("the broker is shutting down")
-            ml = self.storage.open_managed_ledger(topic, create=False)
-            prev_h = before.horizon
-            prev_size = max(0, self.service_of(topic).stats().size_bytes)
-            live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
-            service = self.factory().new_service(topic)
-            self._running[topic] = service
-            if self._closing:
-                raise ServiceNotReady("the broker is shutting down")
-            result = service.compact(
-                progress=lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
-            )
-        except Conflict as e:  # another process got the topic's lock first: not a failure of ours
+        run.before_version = before.version
+        if self._closing:
+            raise ServiceNotReady("the broker is shutting down")
+        ml = self.storage.open_managed_ledger(topic, create=False)
+        # as Pulsar's __compaction subscription: from the first run on, retention keeps what no
+        # run has read -- including the ledger this run seals and then reads, which retention
+        # could otherwise delete between the seal and the read (a joint run of many partitions
+        # reads it seconds later)
+        ensure_compaction_cursor(ml)
+        prev_h = before.horizon
+        prev_size = max(0, self.service_of(topic).stats().size_bytes)
+        live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
+        service = self.factory().new_service(topic)
+        self._running[topic] = service
+        if self._closing:
+            self._running.pop(topic, None)
+            service.close()
+            raise ServiceNotReady("the broker is shutting down")
+        return _Begun(before, ml, prev_size, live_before, service)
+
+    def _failed(self, run: RunProgress, e: BaseException) -> None:
+        topic = run.topic
+        if isinstance(e, Conflict):  # another process got the topic's lock first: not a failure of ours
             log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
             return
-        except BaseException as e:
-            elapsed_ms = int((self.clock() - run.started_at) * 1000)
-            stats.failed_count += 1
-            stats.duration_ms_total += elapsed_ms
-            reason = str(e) or type(e).__name__
+        meta = self.storage.metadata
+        stats = self.stats.setdefault(topic, TopicCompactionStats())
+        started = run.started_at if run.started_at is not None else self.clock()
+        elapsed_ms = int((self.clock() - started) * 1000)
+        stats.failed_count += 1
+        stats.duration_ms_total += elapsed_ms
+        reason = str(e) or type(e).__name__
+        try:
             after = meta.get_compaction_state(topic)
-            if after.version == before.version and not isinstance(e, ServiceNotReady):
-                # failed before the run could record anything (factory, storage): record it here
-                try:
-                    meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
-                except CompactMQError:
-                    log.exception("recording the failed compaction of %s failed", topic)
-            log.error(
-                "compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason
-            )
-            return
-        finally:
-            self._running.pop(topic, None)
-            if service is not None:
-                try:
-                    service.close()
-                except Exception:  # pragma: no cover
-                    log.exception("closing the compaction service of %s failed", topic)
+            recorded = run.before_version is not None and after.version != run.before_version
+        except CompactMQError:
+            recorded = False
+        if not recorded and not isinstance(e, ServiceNotReady):
+            # failed before the run could record anything (factory, storage): record it here
+            try:
+                meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
+            except CompactMQError:
+                log.exception("recording the failed compaction of %s failed", topic)
+        log.error(
+            "compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason
+        )
+
+    def _succeeded(self, run: RunProgress, begun: "_Begun", result: Any) -> None:
+        topic = run.topic
+        ml, prev_size, live_before = begun.ml, begun.prev_size, begun.live_before
+        stats = self.stats.setdefault(topic, TopicCompactionStats())
         # what the run read (previous compacted ledger + live entries up to the new horizon)
         # and what it wrote (the new compacted ledger)
         live_after = ml.size_after(result.horizon) if result.horizon is not None else 0

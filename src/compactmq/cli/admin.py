@@ -594,8 +594,19 @@ def render_progress(status: dict, width: int = 30) -> str:
     """One line for a compaction status, with a bar when the broker reports progress."""
     state = status.get("status", "?")
     prog = status.get("progress") or {}
+    counts = status.get("partitionCounts")  # a partitioned topic: its aggregate status
+    if counts:
+        n = sum(counts.values())
+        by = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        state_text = f"{state} ({n} partitions: {by})"
+    else:
+        state_text = state
     if state != "RUNNING" or not prog:
-        return state if not status.get("lastError") else f"{state}: {status['lastError']}"
+        text = state_text if not status.get("lastError") else f"{state_text}: {status['lastError']}"
+        per = status.get("partitions")
+        if isinstance(per, dict) and per:
+            text += "".join(f"\n  {name}: {render_progress(s, width)}" for name, s in sorted(per.items()))
+        return text
     done = int(prog.get("entriesProcessed", 0))
     total = int(prog.get("entriesTotal", 0) or 0)
     phase = prog.get("phase", "")
@@ -604,7 +615,8 @@ def render_progress(status: dict, width: int = 30) -> str:
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
         eta = prog.get("etaSeconds")
         tail = f"  eta {eta:.0f}s" if isinstance(eta, (int, float)) else ""
-        return f"RUNNING {phase:<10} [{bar}] {done:,}/{total:,} entries ({frac:.0%}){tail}"
+        whole = f"  ({sum(counts.values())} partitions)" if counts else ""
+        return f"RUNNING {phase:<10} [{bar}] {done:,}/{total:,} entries ({frac:.0%}){tail}{whole}"
     return f"RUNNING {phase:<10} {done:,} entries"
 
 
@@ -651,8 +663,11 @@ def _compact(a, c: AdminClient, out: Output) -> int:
 
 def _compaction_status(a, c: AdminClient, out: Output) -> int:
     if a.wait_complete:
-        return _finish_status(wait_for_compaction(c, a.topic, out), out)
-    return _finish_status(c.request("GET", f"{topic_path(a.topic)}/compaction") or {}, out)
+        status = wait_for_compaction(c, a.topic, out)
+        if not getattr(a, "per_partition", False):
+            return _finish_status(status, out)
+    query = "?perPartition=true" if getattr(a, "per_partition", False) else ""
+    return _finish_status(c.request("GET", f"{topic_path(a.topic)}/compaction{query}") or {}, out)
 
 
 # --- wiring ------------------------------------------------------------------------------------
@@ -752,6 +767,11 @@ def add_parser(subparsers) -> None:
         "--wait-complete",
         action="store_true",
         help="wait while it runs, showing progress; exit 1 if it fails",
+    )
+    p.add_argument(
+        "--per-partition",
+        action="store_true",
+        help="a partitioned topic: also show each partition's status",
     )
     p.set_defaults(func=_run(_compaction_status))
     add_policy_commands(topics, "topic", topic_path)

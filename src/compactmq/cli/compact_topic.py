@@ -1,5 +1,9 @@
 """``compactmq compact-topic``: run the compaction pipeline of one topic as its own process.
 
+A partitioned topic is compacted whole: all its partitions in one Spark job
+(``CompactionServiceFactory.compact_together``), each committing its own view, with one progress
+line for the topic; the exit status is 1 when any partition failed (each failure on stderr).
+
 It opens the data directory read-only beside a running broker (appends are the broker's; the
 metadata store stays writable), runs the same Spark pipeline as the broker's in-process service
 (on ``--spark-master``, local by default), and commits through the metadata store: a running
@@ -132,9 +136,7 @@ class ProgressLine:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compaction import load_factory
     from ..naming import canonical
-    from ..storage import Storage
 
     config = build_config(args)
     topic = canonical(args.topic)
@@ -145,28 +147,123 @@ def run(args: argparse.Namespace) -> int:
             f"{topic}: compaction applies only to persistent topics (a non-persistent topic stores nothing)"
         )
     check_data_dir(config.data_dir, topic)
+    partitions = _partitions_of(config.data_dir, topic)
+    topics = [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]
     from ..storage.seal import NOT_SEALED, seal_before_compaction
 
-    if seal_before_compaction(config.data_dir, config, topic, timeout=args.seal_timeout) == NOT_SEALED:
-        print(
-            f"compact-topic {topic}: the broker did not seal the current ledger within {args.seal_timeout:g}s; "
-            "compacting the sealed ledgers only",
-            file=sys.stderr,
-        )
+    deadline = time.monotonic() + args.seal_timeout
+    for name in topics:
+        left = max(0.0, deadline - time.monotonic())
+        if seal_before_compaction(config.data_dir, config, name, timeout=left) == NOT_SEALED:
+            print(
+                f"compact-topic {name}: the broker did not seal the current ledger within {args.seal_timeout:g}s; "
+                "compacting the sealed ledgers only",
+                file=sys.stderr,
+            )
+    if partitions:
+        return _run_partitioned(args, config, topic, topics)
+    result = _compact(config, topics, ProgressLine(topic, enabled=not args.quiet))[0]
+    if isinstance(result, Exception):
+        raise result
+    Output(getattr(args, "output", "text")).result(_body(result), _text)
+    return 0
+
+
+def _partitions_of(data_dir, topic: str) -> int:
+    """The partitions of ``topic`` when it is a partitioned topic, else 0."""
+    from ..storage.engine import METADATA_FILE
+    from ..storage.metadata import MetadataStore
+
+    meta = MetadataStore(Path(data_dir) / METADATA_FILE)
+    try:
+        return int(meta.get_partitions(topic) or 0)
+    finally:
+        meta.close()
+
+
+def _compact(config, topics: list[str], progress: "ProgressLine") -> list:
+    """Compact ``topics`` (the partitions of one topic: together, in one Spark job) and return
+    each one's ``CompactionResult`` or exception; ``progress`` gets one line for all of them."""
+    from ..compaction import load_factory
+    from ..storage import Storage
+
     storage = Storage(config.data_dir, config, read_only=True)
-    progress = ProgressLine(topic, enabled=not args.quiet)
     try:
         factory = load_factory(config, storage)
-        service = factory.new_service(topic)
+        services = [factory.new_service(t) for t in topics]
         try:
-            result = service.compact(progress)
+            if len(services) == 1:
+                try:
+                    return [services[0].compact(progress)]
+                except Exception as e:
+                    return [e]
+            total = TotalProgress(len(services), progress)
+            return factory.compact_together(services, [total.of(i) for i in range(len(services))])
         finally:
             progress.close()
-            service.close()
+            for service in services:
+                service.close()
             factory.close()
     finally:
         storage.close()
+
+
+class TotalProgress:
+    """The partitions' progress callbacks summed into one: one progress line for the topic."""
+
+    def __init__(self, members: int, report) -> None:
+        import threading
+
+        self.report = report
+        self._lock = threading.Lock()
+        self._latest: list = [None] * members
+
+    def of(self, index: int):
+        def update(p) -> None:
+            from ..compaction import CompactionProgress
+
+            with self._lock:
+                self._latest[index] = p
+                seen = [q for q in self._latest if q is not None]
+                phases = sorted({q.phase for q in seen})
+                total = CompactionProgress(
+                    phases[0] if len(phases) == 1 else "/".join(phases),
+                    sum(q.entries_processed for q in seen),
+                    sum(q.entries_total for q in seen),
+                )
+                self.report(total)
+
+        return update
+
+
+def _run_partitioned(args: argparse.Namespace, config, topic: str, topics: list[str]) -> int:
+    outcomes = _compact(config, topics, ProgressLine(topic, enabled=not args.quiet))
+    per: dict = {}
+    failed = 0
+    for name, outcome in zip(topics, outcomes):
+        if isinstance(outcome, Exception):
+            failed += 1
+            per[name] = {"topic": name, "error": str(outcome) or type(outcome).__name__}
+            print(f"compact-topic {name}: failed: {per[name]['error']}", file=sys.stderr)
+        else:
+            per[name] = _body(outcome)
+    ok = [b for b in per.values() if "error" not in b]
     body = {
+        "topic": topic,
+        "partitions": per,
+        "failedPartitions": failed,
+        "messagesRead": sum(b["messagesRead"] for b in ok),
+        "messagesKept": sum(b["messagesKept"] for b in ok),
+        "entriesWritten": sum(b["entriesWritten"] for b in ok),
+        "removedEventCount": sum(b["removedEventCount"] for b in ok),
+        "durationMs": max((b["durationMs"] for b in ok), default=0),
+    }
+    Output(getattr(args, "output", "text")).result(body, _partitioned_text)
+    return 1 if failed else 0
+
+
+def _body(result) -> dict:
+    return {
         "topic": result.topic,
         "compactedLedgerId": result.compacted_ledger_id,
         "horizon": str(result.horizon) if result.horizon is not None else None,
@@ -177,8 +274,19 @@ def run(args: argparse.Namespace) -> int:
         "removedEventCount": result.removed_event_count,
         "durationMs": result.duration_ms,
     }
-    Output(getattr(args, "output", "text")).result(body, _text)
-    return 0
+
+
+def _partitioned_text(b: dict) -> str:
+    lines = [
+        _text(p) if "error" not in p else f"{p['topic']}: failed: {p['error']}"
+        for p in b["partitions"].values()
+    ]
+    n = len(b["partitions"])
+    lines.append(
+        f"{b['topic']}: {n - b['failedPartitions']} of {n} partitions compacted in one job: "
+        f"{b['messagesKept']} of {b['messagesRead']} messages kept ({b['durationMs']} ms)"
+    )
+    return "\n".join(lines)
 
 
 def _text(b: dict) -> str:

@@ -99,6 +99,9 @@ operations (``compact``, ``read_compacted_entries``, ``read_last_compacted_entry
 * ``try_lock()``: the topic's cross-process compaction lock, to tell a run in another process
   from one a crash interrupted.
 
+A factory may also compact several topics together (``compact_together``: the partitions of a
+partitioned topic, in one Spark job for the default factory); each topic still commits alone.
+
 Only ``compact`` and the four reads are abstract: the other methods have defaults built on them,
 so a minimal service still serves read-compacted consumers (without pinning older views).
 """
@@ -108,7 +111,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES
 from ..errors import CompactionError, InvalidConfiguration
@@ -249,6 +252,7 @@ class CompactionStats:
     tombstones: int = -1  # tombstones the view keeps (tombstone retention), not among keys; -1: not counted
     last_run_duration_ms: Optional[int] = None
     last_run_steps: dict = field(default_factory=dict)  # seconds per step of the last run here
+    last_run_job: Optional[str] = None  # the engine's name of the job that ran it (Spark job group)
 
 
 class _NoLock:
@@ -369,6 +373,32 @@ class CompactionServiceFactory(abc.ABC):
     @abc.abstractmethod
     def new_service(self, topic: str) -> TopicCompactionService:
         """The compaction service of ``topic`` (a full topic name)."""
+
+    def compact_together(
+        self,
+        services: Sequence[TopicCompactionService],
+        progress: Optional[Sequence[Optional[ProgressCallback]]] = None,
+    ) -> list:
+        """Compact several topics (the partitions of a partitioned topic) as one piece of work.
+
+        Each topic keeps its own horizon, view and commit: one whose run fails keeps its previous
+        view and does not undo the others. A factory may share work between them (the Spark
+        factory runs one Spark job for all); this default compacts them one after another.
+
+        Args:
+            services: services this factory built, one per topic.
+            progress: a progress callback per service (or None).
+        Returns:
+            per service, in order, its ``CompactionResult`` or the ``Exception`` its run raised.
+        """
+        reports = list(progress) if progress is not None else [None] * len(services)
+        outcomes: list = []
+        for service, report in zip(services, reports):
+            try:
+                outcomes.append(service.compact(report))
+            except Exception as e:  # this topic's outcome; the next one still runs
+                outcomes.append(e)
+        return outcomes
 
     def close(self) -> None:
         """Called at broker shutdown."""

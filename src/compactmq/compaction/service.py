@@ -198,6 +198,7 @@ class CompactionRunner:
                     "messagesKept": kept,
                     "durationMs": duration,
                     "phaseSeconds": dict(steps),
+                    "job": self.engine.last_stats.get("job_group"),
                 }
                 if sidecar is not None:
                     details[view_keys.DETAILS_KEY] = sidecar
@@ -572,9 +573,11 @@ class LedgerCompactionService(TopicCompactionService):
     def engine(self):  # pragma: no cover - subclasses
         raise NotImplementedError
 
-    def compact(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
+    def compact(self, progress: Optional[ProgressCallback] = None, *, engine=None) -> CompactionResult:
+        """``engine``: the phases' engine for this run (a joint run's member, see
+        ``spark.multi``) instead of a new ``engine()``."""
         self._cancelled.clear()
-        self._engine = self.engine()
+        self._engine = engine if engine is not None else self.engine()
         runner = CompactionRunner(
             self.storage,
             self.topic,
@@ -688,6 +691,7 @@ class LedgerCompactionService(TopicCompactionService):
             tombstones=int(details.get("tombstones", -1)) if mine else -1,
             last_run_duration_ms=state.last_duration_ms,
             last_run_steps=steps,
+            last_run_job=details.get("job"),
         )
 
     def close(self) -> None:

@@ -60,7 +60,7 @@ class SparkEngine:
             stop.set()
             poller.join()
             sc.setLocalProperty("spark.jobGroup.id", None)
-        self.last_stats = {"messages_read": counter.value, "keyless_kept": keyless.value}
+        self.last_stats = {"messages_read": counter.value, "keyless_kept": keyless.value, "job_group": group}
         report(CompactionProgress("phase-two", plan.estimated_entries, plan.estimated_entries))
         return parts
 
@@ -126,6 +126,7 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
     def initialize(self, storage, config) -> None:
         super().initialize(storage, config)
         self.spark_conf = dict(getattr(config, "spark", {}) or {})
+        self.joint_jobs = 0  # Spark jobs run by compact_together (one per call, normally)
 
     def new_service(self, topic: str) -> SparkCompactionService:
         return SparkCompactionService(self.storage, topic, self.config, spark_conf=self.spark_conf)
@@ -141,6 +142,28 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
         from .warmup import WARMUP
 
         return WARMUP.state()
+
+    def compact_together(self, services, progress=None) -> list:
+        """All the topics in ONE Spark job (``spark.multi``); each still commits on its own."""
+        from .multi import JointRun, compact_together
+
+        services = list(services)
+        reports = list(progress) if progress is not None else [None] * len(services)
+        mine = [i for i, s in enumerate(services) if isinstance(s, SparkCompactionService)]
+        others = [i for i in range(len(services)) if i not in set(mine)]
+        outcomes: list = [None] * len(services)
+        if others:  # not ours to share a job with: one after another
+            done = super().compact_together([services[i] for i in others], [reports[i] for i in others])
+            for i, outcome in zip(others, done):
+                outcomes[i] = outcome
+        if mine:
+            engine = SparkEngine(getattr(services[mine[0]], "spark_conf", self.spark_conf))
+            joint = JointRun(engine, len(mine))
+            done = compact_together(joint, [services[i] for i in mine], [reports[i] for i in mine])
+            for i, outcome in zip(mine, done):
+                outcomes[i] = outcome
+            self.joint_jobs += joint.jobs
+        return outcomes
 
 
 __all__ = ["SparkCompactionService", "SparkCompactionServiceFactory", "SparkEngine", "get_session"]

@@ -1,0 +1,497 @@
+"""Several topics compacted by ONE Spark job: the partitions of a partitioned topic.
+
+Pulsar compacts each partition of a partitioned topic on its own. Here ``PUT .../compaction`` on
+a partitioned topic (and ``compact-topic`` on one) hands all its partitions to
+``CompactionServiceFactory.compact_together``, which the Spark factory implements with this
+module: one job group, one phase-one aggregation and one phase-two shuffle for every partition,
+so N small partitions cost one job's fixed overhead instead of N.
+
+What stays per partition
+------------------------
+Everything but the Spark job. Each partition is still a ``CompactionRunner`` run of its own
+(in a thread of its own): its lock, its plan and new horizon, its compacted ledger, and its
+commit in ONE metadata transaction of its own. The runners meet in a ``JointRun`` only for the
+two phases: each hands its ``RunPlan`` to the joint run (``JointMember.run`` stands in for the
+engine) and waits; when every runner has handed in its plan or dropped out (an empty topic, a
+lock held elsewhere, a failure while planning), the last one to arrive runs the job for all and
+each runner gets back the part files of its own plan. From there on the runners are independent
+again: **a partition whose commit fails does not undo the others**; it keeps its previous view
+and records ERROR, the others commit theirs (Pulsar's partitions are independent topics too).
+A failure of the Spark job itself fails every partition that was in it.
+
+Keeping the partitions apart in one job
+---------------------------------------
+* **Positions.** The plans' segments are renumbered into one list: plan ``i``'s ordinals are
+  offset by the segments of the plans before it, so a packed position names one message of one
+  partition and positions of different partitions never meet (``JointPlan.offsets``).
+* **Keys.** Phase one groups by the 128-bit key hash; the same key in two partitions must not
+  merge. Each parsing task XORs ``h1`` of a keyed row with a salt of its plan (``_salt``), so
+  the two hashes of one key in different partitions differ, and two different keys meet only
+  with the probability of any 128-bit collision. A retained keyless row keeps its rule: its
+  (now joint) position stands in for the hash.
+* **Per-partition cuts.** The key TTL and the tombstone retention (``RunPlan.drop_before``,
+  ``tombstones_from``) are packed positions of each plan; the joint keep-latest applies each
+  plan's own cuts to the keys of its range of positions.
+* Phase one parses and phase two copies each group with its own plan (``tasks.group_rows``,
+  ``tasks.copy_group``), so per-partition settings (keyless messages, fault points, the object
+  store prefix of the new ledger) stay per partition. Plans that cannot share an aggregation
+  (another strategy by topic policy) run as a second job of the same joint run.
+
+Cancelling one member cancels the joint job (all its partitions fail and keep their views).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ... import errors
+from .. import CompactionProgress, ProgressCallback
+from .. import entry_scan as es
+from .. import tasks
+from ..plan import RunPlan
+
+_POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
+# larger than any packed position, so "tombstones from here" keeps none
+_NEVER = 1 << (es.ORDINAL_BITS + _POS_SHIFT)
+
+
+def _salt(index: int) -> int:
+    """A 64-bit salt per plan (0 for the first): Weyl sequence of the golden ratio, signed."""
+    value = (index * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclasses.dataclass
+class JointPlan:
+    """The plans of one job, side by side. ``plan`` is a ``RunPlan`` over all their segments
+    (renumbered) and groups (global numbers): what the shared pipeline functions, the user
+    strategy's message loader and the progress poller read."""
+
+    plans: list[RunPlan]
+    offsets: list[int]  # ordinal offset of each plan's segments
+    owners: list[tuple[int, int]]  # global group -> (plan index, the plan's own group number)
+    plan: RunPlan
+
+    @staticmethod
+    def of(plans: Sequence[RunPlan]) -> "JointPlan":
+        if not plans:
+            raise ValueError("a joint plan needs at least one plan")
+        segments, groups, offsets, owners = [], [], [], []
+        for i, p in enumerate(plans):
+            offset = len(segments)
+            offsets.append(offset)
+            segments.extend(dataclasses.replace(s, ordinal=s.ordinal + offset) for s in p.segments)
+            for g, ords in enumerate(p.groups):
+                groups.append([o + offset for o in ords])
+                owners.append((i, g))
+        if len(segments) > es.MAX_ORDINAL + 1:
+            raise errors.CompactionError(
+                f"{len(segments)} ledger segments are too many for one compaction job"
+            )
+        first = plans[0]
+        joint = RunPlan(
+            topic=", ".join(p.topic for p in plans),
+            segments=segments,
+            groups=groups,
+            run_dir="",
+            strategy=first.strategy,
+            strategy_class=first.strategy_class,
+            estimated_entries=sum(p.estimated_entries for p in plans),
+        )
+        return JointPlan(list(plans), offsets, owners, joint)
+
+    def base(self, i: int) -> int:
+        """The smallest joint packed position of plan ``i``."""
+        return self.offsets[i] << _POS_SHIFT
+
+    def end(self, i: int) -> int:
+        """One past the largest joint packed position of plan ``i``."""
+        return (self.offsets[i] + len(self.plans[i].segments)) << _POS_SHIFT
+
+
+def relabel(rows: es.Rows, index: int, offset: int) -> es.Rows:
+    """Rows of plan ``index`` in the joint job: positions offset, key hashes salted."""
+    pos = rows.pos + np.int64(offset << _POS_SHIFT) if offset else rows.pos
+    keyless = (rows.flags & es.FLAG_KEYLESS) != 0
+    h1 = np.where(keyless, pos, rows.h1 ^ np.int64(_salt(index)))
+    return es.Rows(h1, rows.h2, pos, rows.flags, rows.event_time)
+
+
+def unsalt(h1: np.ndarray, h2: np.ndarray, local_pos: np.ndarray, index: int) -> np.ndarray:
+    """``relabel`` undone on survivors, for the view's key sidecar: a keyed row's own hash, a
+    retained keyless row's own (plan-local) position."""
+    keyless = np.asarray(h2, np.int64) == es.KEYLESS_MARK
+    return np.where(keyless, local_pos, np.asarray(h1, np.int64) ^ np.int64(_salt(index)))
+
+
+def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None):
+    """Phase-one rows of every group of every plan, one task per group (``pipeline.read_rows``
+    for several plans); ``counters[i]`` adds up plan ``i``'s messages parsed."""
+    plans, offsets, owners = joint.plans, joint.offsets, joint.owners
+    with_et = joint.plan.strategy == "event-time"
+    schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
+
+    def parse(batches):
+        for batch in batches:
+            for g in batch.column(0).to_pylist():
+                i, local = owners[g]
+                stats: dict = {}
+                for rows in tasks.group_rows(plans[i], local, stats):
+                    yield tasks.rows_to_arrow(relabel(rows, i, offsets[i]), with_et)
+                if counters is not None:
+                    counters[i].add(stats.get("messages", 0))
+                if keyless_counters is not None:
+                    keyless_counters[i].add(stats.get("keyless", 0))
+
+    n = len(owners)
+    return spark.range(0, n, 1, n).mapInArrow(parse, schema)
+
+
+def keep_latest(keyed, joint: JointPlan):
+    """keep-latest over the joint rows, each plan with its own key TTL and tombstone cuts."""
+    from pyspark.sql import functions as F
+
+    from . import pipeline
+
+    plans = joint.plans
+    if all(p.drop_before == 0 and p.tombstones_from is None for p in plans):
+        return pipeline.keep_latest(keyed)
+    p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
+    pos = F.shiftright("p2", 1)
+    tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
+    live = None
+    for i, p in enumerate(plans):
+        base = joint.base(i)
+        keep_tomb = _NEVER if p.tombstones_from is None else p.tombstones_from + base
+        drop_before = p.drop_before + base if p.drop_before else 0
+        rule = (~tomb | (pos >= F.lit(int(keep_tomb)))) & (pos >= F.lit(int(drop_before)))
+        live = (
+            F.when(pos < F.lit(joint.end(i)), rule)
+            if live is None
+            else live.when(pos < F.lit(joint.end(i)), rule)
+        )
+    assert live is not None
+    return (
+        keyed.groupBy("h1", "h2")
+        .agg(F.max(p2).alias("p2"))
+        .where(live.otherwise(False))
+        .select(pos.alias("pos"), "h1", "h2", F.col("p2").bitwiseAND(F.lit(1)).alias("tomb"))
+    )
+
+
+def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters=None):
+    """Phase one of a joint job: the joint packed positions of the surviving messages."""
+    from . import pipeline
+
+    keyed = pipeline.with_key_hash(read_rows(spark, joint, counters, keyless_counters))
+    name = joint.plan.strategy
+    if name == "keep-latest":
+        return keep_latest(keyed, joint)
+    if name == "keep-first":
+        return pipeline.keep_first(keyed)
+    if name == "event-time":
+        return pipeline.event_time(keyed)
+    return pipeline.user_strategy(keyed, joint.plan, strategy)
+
+
+def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
+    """Phase two of a joint job: one shuffle of the survivors to one task per group (of any
+    plan); each task copies with its plan, positions turned back into the plan's own. Returns
+    the part descriptions of each plan, as ``pipeline.copy_survivors`` does for one."""
+    from pyspark.sql import functions as F
+
+    from . import pipeline
+
+    plans, offsets, owners = joint.plans, joint.offsets, joint.owners
+    n = max(1, len(owners))
+    table = joint.plan.group_of_ordinal()
+    ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
+    group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
+    keys = pipeline.partition_keys(survivors_df.sparkSession, n)
+    route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
+
+    key_cols = [c for c in ("h1", "h2", "tomb", "et") if c in survivors_df.columns]
+
+    def copy(batches):
+        import pyarrow as pa
+
+        cols: dict = {c: [] for c in ["grp", "pos", *key_cols]}
+        for b in batches:
+            for c in cols:
+                cols[c].append(b.column(c).to_numpy(zero_copy_only=False))
+        if not cols["pos"]:
+            return
+        arrays = {c: np.concatenate(v) for c, v in cols.items()}
+        order = np.argsort(arrays["pos"], kind="stable")
+        arrays = {c: a[order] for c, a in arrays.items()}
+        grp, pos = arrays["grp"], arrays["pos"]
+        out = []
+        for g in np.unique(grp).tolist():
+            i, local = owners[g]
+            m = grp == g
+            mine = pos[m] - np.int64(offsets[i] << _POS_SHIFT)
+            keys = None
+            if "h1" in arrays:
+                keys = {c: arrays[c][m] for c in key_cols}
+                keys["h1"] = unsalt(keys["h1"], keys["h2"], mine, i)
+            part = tasks.copy_group(plans[i], local, mine, keys)
+            part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
+            out.append(dict(part, plan=i))
+        yield pa.RecordBatch.from_pylist(
+            out,
+            schema=pa.schema(
+                [
+                    ("plan", pa.int32()),
+                    ("group", pa.int32()),
+                    ("path", pa.string()),
+                    ("entries", pa.int64()),
+                    ("messages", pa.int64()),
+                    ("tombstones", pa.int64()),
+                    ("keys", pa.string()),
+                ]
+            ),
+        )
+
+    rows = (
+        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
+        .repartition(n, "route")
+        .sortWithinPartitions("pos")
+        .mapInArrow(
+            copy,
+            "plan int, group int, path string, entries long, messages long, tombstones long, keys string",
+        )
+        .collect()
+    )
+    parts: list[list[dict]] = [[] for _ in plans]
+    for r in rows:
+        d = r.asDict()
+        parts[d.pop("plan")].append(d)
+    return [sorted(p, key=lambda d: d["group"]) for p in parts]
+
+
+# --- the meeting point of the runners --------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Entry:
+    plan: RunPlan
+    strategy: object
+    report: Callable
+    parts: Optional[list] = None
+    error: Optional[BaseException] = None
+    stats: dict = dataclasses.field(default_factory=dict)
+
+
+class JointRun:
+    """Where the runners of one ``compact_together`` meet; see the module notes.
+
+    ``member(i)`` is runner ``i``'s engine. Each runner either calls its member's ``run`` (hands
+    in its plan and waits for its parts) or never does; ``leave(i)`` is called for every runner
+    when it is over, so the joint run knows nobody else is coming. The thread that completes
+    the set runs the Spark job(s).
+    """
+
+    def __init__(self, engine, members: int) -> None:
+        self.engine = engine  # a SparkEngine: the session and the progress poller
+        self.jobs = 0  # Spark job groups run (one per compatible set of plans)
+        self.job_groups: list[str] = []
+        self._cond = threading.Condition()
+        self._pending = set(range(members))  # neither handed in a plan nor left
+        self._entries: dict[int, _Entry] = {}
+        self._started = False
+        self._finished = False
+        self._cancelled = False
+        self._group: Optional[str] = None
+
+    def member(self, index: int) -> "JointMember":
+        return JointMember(self, index)
+
+    # called by the runners' threads
+
+    def submit(self, index: int, plan: RunPlan, strategy, report) -> _Entry:
+        with self._cond:
+            if self._started:
+                raise errors.CompactionError("the joint compaction job started without this topic")
+            self._entries[index] = _Entry(plan, strategy, report)
+            self._pending.discard(index)
+            lead = self._take_lead()
+        if lead:
+            self._run_all()
+        with self._cond:
+            while not self._finished:
+                self._cond.wait()
+            return self._entries[index]
+
+    def leave(self, index: int) -> None:
+        with self._cond:
+            if index not in self._pending:
+                return
+            self._pending.discard(index)
+            lead = self._take_lead()
+        if lead:
+            self._run_all()
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled = True
+            group = self._group
+        if group is not None:
+            self.engine.spark.sparkContext.cancelJobGroup(group)
+
+    # the job
+
+    def _take_lead(self) -> bool:
+        """(under the lock) True for the one thread that completes the set of runners."""
+        if self._pending or self._started:
+            return False
+        self._started = True
+        if not self._entries:
+            self._finished = True
+            self._cond.notify_all()
+            return False
+        return True
+
+    def _run_all(self) -> None:
+        try:
+            for batch in _compatible(self._entries):
+                try:
+                    self._run_job(batch)
+                except BaseException as e:  # every plan of this job fails with it
+                    for entry in batch.values():
+                        entry.error = e
+                    if not isinstance(e, Exception):
+                        raise
+        finally:
+            with self._cond:
+                for entry in self._entries.values():  # never hand back "no parts" for a job not run
+                    if entry.parts is None and entry.error is None:
+                        entry.error = errors.CompactionError("the joint compaction job did not run")
+                self._finished = True
+                self._cond.notify_all()
+
+    def _run_job(self, batch: dict[int, _Entry]) -> None:
+        with self._cond:
+            if self._cancelled:
+                raise errors.CompactionError("compaction cancelled")
+        order = sorted(batch)
+        entries = [batch[i] for i in order]
+        joint = JointPlan.of([e.plan for e in entries])
+        total = joint.plan.estimated_entries
+
+        def report(p: CompactionProgress) -> None:
+            # every member sees the joint job's fraction of its own estimate: the partitions'
+            # progress adds up to the whole topic's, and ends together
+            for e in entries:
+                own = e.plan.estimated_entries
+                done = own if total == 0 else p.entries_processed * own // max(1, total)
+                e.report(CompactionProgress(p.phase, done, own))
+
+        if not joint.owners:  # nothing to read in any plan: every new view is empty
+            for e in entries:
+                e.parts, e.stats = [], {"messages_read": 0, "keyless_kept": 0}
+            return
+        spark = self.engine.spark
+        sc = spark.sparkContext
+        counters = [sc.accumulator(0) for _ in entries]
+        keyless = [sc.accumulator(0) for _ in entries]
+        group = f"compactmq-joint-{uuid.uuid4().hex[:12]}"
+        sc.setJobGroup(
+            group, f"compaction of {len(entries)} topics: {joint.plan.topic}", interruptOnCancel=True
+        )
+        with self._cond:
+            self._group = group
+        self.jobs += 1
+        self.job_groups.append(group)
+        stop = threading.Event()
+        poller = threading.Thread(
+            target=self.engine._poll, args=(sc, group, joint.plan, report, stop), daemon=True
+        )
+        poller.start()
+        try:
+            report(CompactionProgress("phase-one", 0, total))
+            found = survivors(spark, joint, entries[0].strategy, counters, keyless)
+            parts = copy_survivors(found, joint)
+        finally:
+            with self._cond:
+                self._group = None
+            stop.set()
+            poller.join()
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        report(CompactionProgress("phase-two", total, total))
+        for e, p, c, k in zip(entries, parts, counters, keyless):
+            e.parts = p
+            e.stats = {"messages_read": c.value, "keyless_kept": k.value, "job_group": group}
+
+
+def _compatible(entries: dict[int, _Entry]) -> list[dict[int, _Entry]]:
+    """The handed-in plans in sets that can share one aggregation: same strategy (a user
+    strategy: same class)."""
+    batches: dict[tuple, dict[int, _Entry]] = {}
+    for i in sorted(entries):
+        e = entries[i]
+        kind = e.plan.strategy
+        if kind == "user":
+            kind = f"user:{type(e.strategy).__module__}.{type(e.strategy).__qualname__}"
+        batches.setdefault((kind,), {})[i] = e
+    return list(batches.values())
+
+
+class JointMember:
+    """The engine a runner of a joint run sees (``SparkEngine``'s shape): its ``run`` hands the
+    plan to the joint run and returns this plan's part files once the joint job is done."""
+
+    def __init__(self, joint: JointRun, index: int) -> None:
+        self.joint = joint
+        self.index = index
+        self.last_stats: dict = {}
+
+    @property
+    def parallelism(self) -> int:
+        return self.joint.engine.parallelism
+
+    def run(self, plan: RunPlan, strategy, report) -> list[dict]:
+        entry = self.joint.submit(self.index, plan, strategy, report)
+        if entry.error is not None:
+            raise entry.error
+        self.last_stats = dict(entry.stats)
+        return list(entry.parts or [])
+
+    def cancel(self) -> None:
+        self.joint.cancel()
+
+
+def compact_together(
+    joint: JointRun, services: Sequence, progress: Optional[Sequence[Optional[ProgressCallback]]] = None
+) -> list:
+    """Compact ``services`` (``LedgerCompactionService``s) through ``joint`` (made for as many
+    members): each in a thread of its own, meeting for the Spark job. Returns, in order, each
+    one's ``CompactionResult`` or the exception its run ended with."""
+    reports = list(progress) if progress is not None else [None] * len(services)
+    joint.engine.spark  # create the session here, once, before the runners' threads ask for it
+    outcomes: list = [None] * len(services)
+
+    def one(i: int) -> None:
+        try:
+            outcomes[i] = services[i].compact(reports[i], engine=joint.member(i))
+        except Exception as e:  # the outcome of this topic; the others go on
+            outcomes[i] = e
+        finally:
+            joint.leave(i)
+
+    threads = [
+        threading.Thread(target=one, args=(i,), name=f"compaction-joint-{i}", daemon=True)
+        for i in range(len(services))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+__all__ = ["JointMember", "JointPlan", "JointRun", "compact_together"]
