@@ -215,56 +215,30 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
     keys = pipeline.partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
 
-    key_cols = [c for c in ("h1", "h2", "tomb", "et") if c in survivors_df.columns]
+    key_cols = pipeline.key_columns(survivors_df)
 
     def copy(batches):
         import pyarrow as pa
 
-        cols: dict = {c: [] for c in ["grp", "pos", *key_cols]}
-        for b in batches:
-            for c in cols:
-                cols[c].append(b.column(c).to_numpy(zero_copy_only=False))
-        if not cols["pos"]:
+        arrays = pipeline.gather_sorted(batches, ["grp", "pos", *key_cols])
+        if arrays is None:
             return
-        arrays = {c: np.concatenate(v) for c, v in cols.items()}
-        order = np.argsort(arrays["pos"], kind="stable")
-        arrays = {c: a[order] for c, a in arrays.items()}
         grp, pos = arrays["grp"], arrays["pos"]
         out = []
         for g in np.unique(grp).tolist():
             i, local = owners[g]
             m = grp == g
             mine = pos[m] - np.int64(offsets[i] << _POS_SHIFT)
-            keys = None
-            if "h1" in arrays:
-                keys = {c: arrays[c][m] for c in key_cols}
-                keys["h1"] = unsalt(keys["h1"], keys["h2"], mine, i)
-            part = tasks.copy_group(plans[i], local, mine, keys)
-            part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
+            h1 = unsalt(arrays["h1"][m], arrays["h2"][m], mine, i) if "h1" in arrays else None
+            part = pipeline.copy_part(plans[i], local, mine, arrays, m, key_cols, h1)
             out.append(dict(part, plan=i))
-        yield pa.RecordBatch.from_pylist(
-            out,
-            schema=pa.schema(
-                [
-                    ("plan", pa.int32()),
-                    ("group", pa.int32()),
-                    ("path", pa.string()),
-                    ("entries", pa.int64()),
-                    ("messages", pa.int64()),
-                    ("tombstones", pa.int64()),
-                    ("keys", pa.string()),
-                ]
-            ),
-        )
+        yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema(("plan", pa.int32())))
 
     rows = (
         survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
         .repartition(n, "route")
         .sortWithinPartitions("pos")
-        .mapInArrow(
-            copy,
-            "plan int, group int, path string, entries long, messages long, tombstones long, keys string",
-        )
+        .mapInArrow(copy, "plan int, " + pipeline.PART_DDL)
         .collect()
     )
     parts: list[list[dict]] = [[] for _ in plans]

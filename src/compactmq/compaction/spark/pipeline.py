@@ -179,52 +179,77 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
     # Spark's own hash partitioning sends to a partition of its own.
     keys = partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
-    key_cols = [c for c in ("h1", "h2", "tomb", "et") if c in survivors_df.columns]
-    with_keys = "h1" in key_cols
+    key_cols = key_columns(survivors_df)
 
     def copy(batches):
         import pyarrow as pa
 
-        cols: dict = {c: [] for c in ["grp", "pos", *key_cols]}
-        for b in batches:
-            for c in cols:
-                cols[c].append(b.column(c).to_numpy(zero_copy_only=False))
-        if not cols["pos"]:
+        arrays = gather_sorted(batches, ["grp", "pos", *key_cols])
+        if arrays is None:
             return
-        arrays = {c: np.concatenate(v) for c, v in cols.items()}
-        order = np.argsort(arrays["pos"], kind="stable")  # already sorted; cheap insurance
-        arrays = {c: a[order] for c, a in arrays.items()}
         grp, pos = arrays["grp"], arrays["pos"]
         out = []
         for g in np.unique(grp).tolist():
             m = grp == g
-            keys = {c: arrays[c][m] for c in key_cols} if with_keys else None
-            part = tasks.copy_group(plan, int(g), pos[m], keys)
-            # survivors that are tombstones (only keep-latest with tombstone retention keeps any)
-            part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
-            out.append(part)
-        yield pa.RecordBatch.from_pylist(
-            out,
-            schema=pa.schema(
-                [
-                    ("group", pa.int32()),
-                    ("path", pa.string()),
-                    ("entries", pa.int64()),
-                    ("messages", pa.int64()),
-                    ("tombstones", pa.int64()),
-                    ("keys", pa.string()),
-                ]
-            ),
-        )
+            out.append(copy_part(plan, int(g), pos[m], arrays, m, key_cols))
+        yield pa.RecordBatch.from_pylist(out, schema=part_schema())
 
     parts = (
         survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
         .repartition(n, "route")
         .sortWithinPartitions("pos")
-        .mapInArrow(copy, "group int, path string, entries long, messages long, tombstones long, keys string")
+        .mapInArrow(copy, PART_DDL)
         .collect()
     )
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
+
+
+#: what a phase-two task reports of each part it wrote (Spark DDL and Arrow schema alike)
+PART_DDL = "group int, path string, entries long, messages long, tombstones long, keys string"
+
+
+def part_schema(*leading):
+    """The Arrow schema of ``PART_DDL``, after ``leading`` (name, type) fields."""
+    import pyarrow as pa
+
+    fields = [("group", pa.int32()), ("path", pa.string()), ("entries", pa.int64())]
+    fields += [("messages", pa.int64()), ("tombstones", pa.int64()), ("keys", pa.string())]
+    return pa.schema([*leading, *fields])
+
+
+def key_columns(survivors_df) -> list[str]:
+    """The survivors' key columns phase two writes to the view's key sidecar (none for a user
+    strategy, whose survivors are positions only)."""
+    return [c for c in ("h1", "h2", "tomb", "et") if c in survivors_df.columns]
+
+
+def gather_sorted(batches, cols: list[str]):
+    """The Arrow batches of one phase-two task as numpy columns sorted by ``pos`` (they arrive
+    sorted; cheap insurance), or None when the task got none."""
+    parts: dict = {c: [] for c in cols}
+    for b in batches:
+        for c in cols:
+            parts[c].append(b.column(c).to_numpy(zero_copy_only=False))
+    if not parts["pos"]:
+        return None
+    arrays = {c: np.concatenate(v) for c, v in parts.items()}
+    order = np.argsort(arrays["pos"], kind="stable")
+    return {c: a[order] for c, a in arrays.items()}
+
+
+def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: list[str], h1=None) -> dict:
+    """Copy one group's survivors (``arrays[...][m]``, positions in ``plan``'s own numbering)
+    into its part file, with its key sidecar when there are key columns (``h1`` overrides the
+    hashes, e.g. unsalted), and count the tombstones it keeps (only keep-latest with tombstone
+    retention keeps any)."""
+    keys = None
+    if "h1" in key_cols:
+        keys = {c: arrays[c][m] for c in key_cols}
+        if h1 is not None:
+            keys["h1"] = h1
+    part = tasks.copy_group(plan, group, positions, keys)
+    part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
+    return part
 
 
 def partition_keys(spark, n: int) -> list[int]:
