@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from s3_server import _free_port
+from s3_server import _free_port, stop_process, wait_until_answering
 
 
 @dataclass
@@ -74,27 +73,10 @@ def start_gcs_server(log_dir: str | None = None, timeout: float = 60.0) -> GcsSe
         stderr=subprocess.STDOUT,
         env={**os.environ},
     )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"GCS emulator exited with {proc.returncode}; see {log.name}")
-        try:
-            urllib.request.urlopen(endpoint + "/storage/v1/b?project=test", timeout=2).close()
-            return GcsServer(endpoint, proc)
-        except urllib.error.HTTPError:
-            return GcsServer(endpoint, proc)
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"GCS emulator did not answer on {endpoint} within {timeout}s")
+    wait_until_answering(proc, endpoint + "/storage/v1/b?project=test", timeout, "GCS emulator", log.name)
+    return GcsServer(endpoint, proc)
 
 
 def stop_gcs_server(server: GcsServer) -> None:
-    proc = server.server
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(server.server)
     os.environ.pop("STORAGE_EMULATOR_HOST", None)

@@ -121,8 +121,6 @@ def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Serv
     """``python -m moto.server`` as a subprocess on a free 127.0.0.1 port; returns once it
     answers HTTP (a wait with a deadline, no fixed sleep)."""
     import tempfile
-    import urllib.error
-    import urllib.request
 
     os.environ.update(DUMMY_CREDENTIALS)  # inherited by brokers and Spark processes the tests start
     port = _free_port()
@@ -135,26 +133,37 @@ def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Serv
         env={**os.environ, "MOTO_RECORDER_FILEPATH": f"{log.name}.requests"},
     )
     endpoint = f"http://127.0.0.1:{port}"
+    wait_until_answering(proc, endpoint + "/", timeout, "moto server", log.name)
+    return S3Server(endpoint, proc)
+
+
+def wait_until_answering(proc, url: str, timeout: float, what: str, log_name: str) -> None:
+    """Wait until the server process ``proc`` answers HTTP at ``url`` (any status counts); kill
+    it and raise when it exits first or the deadline passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}; see {log.name}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {log_name}")
         try:
-            urllib.request.urlopen(endpoint + "/", timeout=2).close()
-            return S3Server(endpoint, proc)
+            urllib.request.urlopen(url, timeout=2).close()
+            return
         except urllib.error.HTTPError:
-            return S3Server(endpoint, proc)
+            return
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"moto server did not answer on {endpoint} within {timeout}s")
+    raise RuntimeError(f"{what} did not answer on {url} within {timeout}s")
 
 
-def stop_s3_server(server: S3Server) -> None:
-    proc = server.server
+def stop_process(proc) -> None:
+    """Terminate a test server process, killing it if it does not stop within 10 s."""
     proc.terminate()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def stop_s3_server(server: S3Server) -> None:
+    stop_process(server.server)

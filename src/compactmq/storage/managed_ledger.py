@@ -249,9 +249,13 @@ class ManagedLedger:
             self._recover()
         self._attach_offload_records()
         for rec in store.load_cursors(topic):
-            self._cursors[rec.name] = Cursor(
-                self, rec.name, True, rec.mark_delete, RangeSet.from_bytes(rec.acked_ranges), rec.properties
-            )
+            self._cursors[rec.name] = self._durable_cursor(rec)
+
+    def _durable_cursor(self, rec) -> "Cursor":
+        """The in-memory cursor of a durable cursor record of the metadata store."""
+        return Cursor(
+            self, rec.name, True, rec.mark_delete, RangeSet.from_bytes(rec.acked_ranges), rec.properties
+        )
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -1110,14 +1114,7 @@ class ManagedLedger:
             if cursor is None:
                 rec = self._store.get_cursor(self.topic, COMPACTION_CURSOR)
                 if rec is not None:
-                    self._cursors[COMPACTION_CURSOR] = Cursor(
-                        self,
-                        rec.name,
-                        True,
-                        rec.mark_delete,
-                        RangeSet.from_bytes(rec.acked_ranges),
-                        rec.properties,
-                    )
+                    self._cursors[COMPACTION_CURSOR] = self._durable_cursor(rec)
                 return
         cursor.reload()
 
@@ -1245,14 +1242,7 @@ class ManagedLedger:
                     cursor._deleted = True
                 return
             if cursor is None:
-                self._cursors[COMPACTION_CURSOR] = Cursor(
-                    self,
-                    rec.name,
-                    True,
-                    rec.mark_delete,
-                    RangeSet.from_bytes(rec.acked_ranges),
-                    rec.properties,
-                )
+                self._cursors[COMPACTION_CURSOR] = self._durable_cursor(rec)
                 return
         cursor.reload()
 
