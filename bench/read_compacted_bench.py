@@ -5,8 +5,9 @@ Starts ``compactmq standalone`` on free ports with a fresh data directory and, p
 
 1. publishes ``--messages`` messages of ``--size`` bytes over ``--keys`` keys (key ``i % keys``,
    so every key is overwritten ``messages / keys`` times) with one producer;
-2. compacts the topic once, in this process, against the broker's data directory (a read-only
-   ``Storage`` beside the broker, as ``compact-topic`` does) on a local Spark session;
+2. compacts the topic once, in this process, against the broker's data directory as
+   ``compact-topic`` does (the broker seals the ledger it is writing, then a read-only ``Storage``
+   beside the broker runs the compaction) on a local Spark session;
 3. times, from ``MessageId.earliest`` to the end (``has_message_available()`` false):
    a plain reader (the whole history) and a reader with ``is_read_compacted=True`` (the
    compacted ledger, then the topic after the horizon), each on a fresh client connection,
@@ -86,8 +87,12 @@ def compact(data_dir: str, topic: str) -> dict:
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
+    from compactmq.storage.seal import NOT_SEALED, seal_before_compaction
 
     config = load_config()
+    # as `compact-topic` does: the broker seals the ledger it is writing, so the run reads it all
+    if seal_before_compaction(data_dir, config, topic) == NOT_SEALED:
+        raise RuntimeError(f"the broker did not seal the current ledger of {topic} in time")
     storage = Storage(data_dir, config, read_only=True)
     try:
         t0 = time.perf_counter()
