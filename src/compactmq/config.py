@@ -105,8 +105,12 @@ SETTINGS: dict[str, Setting] = {
         "named addresses answered by lookups: name:pulsar://host:port,name:pulsar+ssl://host:port,...",
     ),
     "internalListenerName": _s(str, "", "listener answered when a client names none (default: the first)"),
-    "brokerServicePort": _s(int, 6650, "Pulsar binary protocol port"),
-    "webServicePort": _s(int, 8080, "admin REST API and /metrics port"),
+    "brokerServicePort": _s(
+        OptionalInt, 6650, "Pulsar binary protocol port; empty: off (then brokerServicePortTls must be set)"
+    ),
+    "webServicePort": _s(
+        OptionalInt, 8080, "admin REST API and /metrics port; empty: off (then webServicePortTls must be set)"
+    ),
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),
@@ -418,7 +422,10 @@ def _merge(
             spark[key] = str(value)
         elif key in SETTINGS:
             empty = value is None or (isinstance(value, str) and not value.strip())
-            values[key] = SETTINGS[key].default if empty else _coerce(key, value)
+            if empty:  # Pulsar's reading: an empty optional port is off, any other key its default
+                values[key] = None if SETTINGS[key].type is OptionalInt else SETTINGS[key].default
+            else:
+                values[key] = _coerce(key, value)
         elif is_ignored_pulsar_key(key):
             if key not in ignored:
                 ignored.append(key)

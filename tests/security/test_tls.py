@@ -354,3 +354,96 @@ def test_bad_tls_configuration_is_one_line_at_start(tmp_path, pki, change, expec
     overrides.update({k: subst.get(v, v) for k, v in change.items()})
     line = start_fails(tmp_path, overrides)
     assert expected in line, line
+
+
+# --- a TLS-only broker: the plain ports off, as an empty brokerServicePort/webServicePort does ---
+
+
+def _conf_file(tmp_path, settings: dict[str, str]):
+    path = tmp_path / "broker.conf"
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    return path
+
+
+def _standalone(conf, data_dir) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "compactmq.cli.main",
+        "standalone",
+        "--config",
+        str(conf),
+        "--data-dir",
+        str(data_dir),
+        "--log-level",
+        "WARNING",
+    ]
+
+
+def test_tls_only_broker_with_the_plain_ports_off(tmp_path, pki, topic):
+    settings = {
+        "brokerServicePort": "",
+        "webServicePort": "",
+        "compactionSparkWarmup": "false",
+        **tls_overrides(pki),
+    }
+    proc = subprocess.Popen(
+        _standalone(_conf_file(tmp_path, settings), tmp_path / "data"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        ready = proc.stdout.readline()
+        assert "ready: broker off web off" in ready, ready
+        tls_port = int(settings["brokerServicePortTls"])
+        assert f"broker-tls pulsar+ssl://127.0.0.1:{tls_port}" in ready
+        client = make_client(
+            f"pulsar+ssl://localhost:{tls_port}", tls_trust_certs_file_path=str(pki.ca.cert_path)
+        )
+        try:
+            assert produce_and_consume(client, topic, 3) == [b"m0", b"m1", b"m2"]
+        finally:
+            client.close()
+        # the lookup answer names no plain URL; the client above followed the TLS one
+        ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+        with (
+            socket.create_connection(("127.0.0.1", tls_port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as s,
+        ):
+            s.sendall(frames.encode_command(commands.connect()))
+            s.sendall(frames.encode_command(commands.lookup(topic, 1)))
+            decoder, got = frames.FrameDecoder(), []
+            while len(got) < 2:
+                got += decoder.feed(s.recv(65536))
+        lookup = got[1].command.lookupTopicResponse
+        assert lookup.brokerServiceUrl == ""
+        assert lookup.brokerServiceUrlTls == f"pulsar+ssl://127.0.0.1:{tls_port}"
+        web = f"https://localhost:{settings['webServicePortTls']}/admin/v2/clusters"
+        with urllib.request.urlopen(web, context=ctx, timeout=10) as r:
+            assert json.loads(r.read()) == ["standalone"]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("plain", ["brokerServicePort", "webServicePort"])
+def test_a_plain_port_off_without_its_tls_twin_is_one_line_at_start(tmp_path, plain):
+    conf = _conf_file(tmp_path, {plain: "", "compactionSparkWarmup": "false"})
+    proc = subprocess.run(
+        _standalone(conf, tmp_path / "data"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in proc.stderr
+    assert lines[-1] == (
+        f"compactmq: error: {plain} is empty and {plain}Tls is not set: set one of them "
+        f"(an empty {plain} turns the plain port off, for a TLS-only broker)"
+    ), proc.stderr

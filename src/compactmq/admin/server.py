@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 class WebService:
     def __init__(
-        self, runner: web.AppRunner, sampler: TrafficSampler, port: int, tls_port: int | None
+        self, runner: web.AppRunner, sampler: TrafficSampler, port: int | None, tls_port: int | None
     ) -> None:
         self.runner = runner
         self.sampler = sampler
@@ -50,14 +50,21 @@ async def _start_site(runner: web.AppRunner, host: str, port: int, ssl_context: 
 
 
 async def start(
-    service: Any, host: str, port: int, ssl_context: ssl.SSLContext | None = None, tls_port: int | None = None
+    service: Any,
+    host: str,
+    port: int | None,
+    ssl_context: ssl.SSLContext | None = None,
+    tls_port: int | None = None,
 ) -> WebService:
+    """Serve the admin app on ``port`` (None: no plain HTTP, ``webServicePort`` empty) and over
+    HTTPS on ``tls_port`` when there is a TLS context."""
     sampler = TrafficSampler(service)
     app = build_app(service, sampler)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        port = await _start_site(runner, host, port, None)
+        if port is not None:
+            port = await _start_site(runner, host, port, None)
         if ssl_context is not None and tls_port is not None:
             tls_port = await _start_site(runner, host, tls_port, ssl_context)
         else:
@@ -67,9 +74,9 @@ async def start(
         raise
     sampler.start()
     log.info(
-        "web service (admin REST API, /metrics) on %s:%s%s",
+        "web service (admin REST API, /metrics) on %s: %s%s",
         host,
-        port,
-        f" and https on {tls_port}" if tls_port is not None else "",
+        f"http {port}" if port is not None else "no plain http",
+        f", https {tls_port}" if tls_port is not None else "",
     )
     return WebService(runner, sampler, port, tls_port)

@@ -36,7 +36,7 @@ from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
 from ..compaction.hooks import PostCompactionHook
 from ..config import SETTINGS, Config
-from ..errors import StorageError
+from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .connection import ServerConnection
 from .entry_source import CacheBudget
@@ -182,7 +182,9 @@ class BrokerService:
 
 class BrokerServer:
     """Listens on the binary port, and on its TLS twin when ``brokerServicePortTls`` is set; hands
-    the web port(s) to the web service, when given one."""
+    the web port(s) to the web service, when given one. As in Pulsar, an empty
+    ``brokerServicePort`` / ``webServicePort`` turns the plain port off (a TLS-only broker); lookups
+    then answer an empty plain URL beside the TLS one."""
 
     def __init__(
         self,
@@ -213,6 +215,15 @@ class BrokerServer:
     async def start(self) -> None:
         # bad TLS or authentication keys and files are a one-line error before storage opens
         self._ssl_context = tls.server_context(self.config)
+        for name, plain, secure in (
+            ("brokerServicePort", self.port, self.port_tls),
+            ("webServicePort", self.web_port, self.web_port_tls),
+        ):
+            if plain is None and secure is None:
+                raise InvalidConfiguration(
+                    f"{name} is empty and {name}Tls is not set: set one of them "
+                    f"(an empty {name} turns the plain port off, for a TLS-only broker)"
+                )
         authentication = AuthenticationService.from_config(self.config)
         if self._storage is None:
             from ..storage import Storage
@@ -229,7 +240,8 @@ class BrokerServer:
         service.credential_refresher = security.CredentialRefresher(service)
         self.service = service
         try:
-            self.port = await self._listen(self.port, None)
+            if self.port is not None:
+                self.port = await self._listen(self.port, None)
             if self.port_tls is not None:
                 self.port_tls = await self._listen(self.port_tls, self._ssl_context)
         except BaseException:
@@ -237,10 +249,10 @@ class BrokerServer:
                 server.close()
             await asyncio.get_running_loop().run_in_executor(None, self._storage.close)
             raise
-        service.broker_url = f"pulsar://{advertised}:{self.port}"
+        service.broker_url = f"pulsar://{advertised}:{self.port}" if self.port is not None else ""
         if self.port_tls is not None:
             service.broker_url_tls = f"pulsar+ssl://{advertised}:{self.port_tls}"
-        service.web_url = f"http://{advertised}:{self.web_port}"
+        service.web_url = self._web_url(advertised)
         service.listeners = listeners_from_config(
             self.config, service.broker_url, service.web_url, service.broker_url_tls
         )
@@ -257,13 +269,16 @@ class BrokerServer:
             # e.g. the web port is taken: undo what started (close storage cleanly), then report
             await self.shutdown()
             raise
-        service.web_url = f"http://{advertised}:{self.web_port}"  # the port bound, if 0 was asked
+        service.web_url = self._web_url(advertised)  # the port bound, if 0 was asked
         if self.web_port_tls is not None and self._web is not None:
             service.web_url_tls = f"https://{advertised}:{self.web_port_tls}"
         # again, now that the web ports are bound (the first call validated the settings early)
         service.listeners = listeners_from_config(
             self.config, service.broker_url, service.web_url, service.broker_url_tls, service.web_url_tls
         )
+
+    def _web_url(self, advertised: str) -> str:
+        return f"http://{advertised}:{self.web_port}" if self.web_port is not None else ""
 
     async def _listen(self, port: int, ssl_context: ssl.SSLContext | None) -> int:
         """Listen for binary-protocol clients (over TLS with a context); the port bound."""

@@ -107,7 +107,8 @@ async def _serve(config) -> int:
         f" web-tls {web_tls}" if web_tls else ""
     )
     print(
-        f"compactmq standalone ready: broker {broker_url} web {web_url}{tls_part} data {config.data_dir}",
+        f"compactmq standalone ready: broker {broker_url or 'off'} web {web_url or 'off'}{tls_part} "
+        f"data {config.data_dir}",
         flush=True,
     )
     if config["compactionSparkWarmup"]:
