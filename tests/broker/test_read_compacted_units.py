@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.broker.compacted_source import for_delivery, last_batch_index
+from compactmq.broker import compacted_source
+from compactmq.broker.compacted_source import for_delivery, last_batch_index, within_budget
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
 from compactmq.compaction.service import LedgerView
 from compactmq.protocol import batch as batch_codec
@@ -93,6 +94,34 @@ def test_view_reads_stop_at_the_horizon_and_find_by_binary_search(tmp_path):
     assert [p for p, _ in view.read(Position(7, 6), 10)] == [(7, 9), (7, 14)]
     assert view.read(Position(7, 15), 10) == []
     assert view.get(Position(7, 9)) is not None and view.get(Position(7, 8)) is None
+
+
+def test_a_read_holds_about_the_messages_the_consumers_can_take(tmp_path, monkeypatch):
+    # the dispatcher asks for as many entries as its consumers have permits (messages): a read of
+    # batches stops once they hold that many messages, not after that many entries (each entry
+    # read is decoded for delivery; a read of 500 batches to send one was quadratic)
+    monkeypatch.setattr(compacted_source, "READ_CHUNK", 3)  # reads cross chunks
+    path = str(tmp_path / "1.compacted")
+    w = CompactedLedgerWriter(path)
+    for eid in range(10):
+        w.append(7, eid, batch([(f"k{eid}-{i}", b"v", 0) for i in range(4)]))  # 4 messages each
+    w.append(7, 10, single("s", b"v"))
+    w.finish()
+    view = LedgerView(1, Position(7, 10), CompactedLedgerReader(path))
+    ids = lambda got: [p[1] for p, _ in got]  # noqa: E731
+    assert ids(within_budget(view, Position(7, 0), 1)) == [0]  # at least one entry
+    assert ids(within_budget(view, Position(7, 0), 4)) == [0]
+    assert ids(within_budget(view, Position(7, 0), 5)) == [0, 1]
+    assert ids(within_budget(view, Position(7, 2), 17)) == [2, 3, 4, 5, 6]  # 3 chunks
+    assert ids(within_budget(view, Position(7, 8), 1000)) == [8, 9, 10]  # the view ends
+    assert within_budget(view, Position(7, 11), 1000) == []
+    w2 = str(tmp_path / "2.compacted")
+    w = CompactedLedgerWriter(w2)
+    for eid in range(7):
+        w.append(9, eid, single(f"k{eid}", b"v"))
+    w.finish()
+    plain = LedgerView(2, Position(9, 6), CompactedLedgerReader(w2))
+    assert ids(within_budget(plain, Position(9, 0), 5)) == [0, 1, 2, 3, 4]  # one message each
 
 
 # --- the settings cache and reader pins follow the broker's clock ------------------------------

@@ -39,6 +39,10 @@ from .plan import Layout, Split
 from .values import TopicSchema
 
 READ_TIMEOUT_MS = 2000
+#: probes of where a compacted view's entries sit, per topic partition (``probe_view``)
+VIEW_PROBES = 48
+#: a view with fewer entries is not probed: however it is cut, its splits are small
+PROBE_MIN_ENTRIES = 128
 log = logging.getLogger(__name__)
 
 
@@ -187,16 +191,78 @@ class BrokerBackend:
             view = None
             if with_view:
                 policies = self._compaction_policies(topic)
+                entries = int((stats.get("compactedLedger") or {}).get("entries") or 0)
+                spans = ()
+                if horizon is not None and entries >= PROBE_MIN_ENTRIES:
+                    spans = self.probe_view(topic, partition, ledgers, horizon)
                 view = CompactedView(
                     None,
                     horizon,
                     None,
                     policies.get("strategy") or "keep-latest",
                     bool(policies.get("retain_null_key", False)),
+                    spans=spans,
                 )
             return Layout(topic, partition, ledgers, first, last, view)
         last = self.last_message_id(topic, compacted=False)
         return Layout(topic, partition, (), None, last, None)
+
+    def probe_view(
+        self, topic: str, partition: int, ledgers: tuple, horizon: tuple, probes: int = VIEW_PROBES
+    ):
+        """Where the entries of ``topic``'s compacted view sit among its source entries:
+        ``((ledger, first entry, stop entry), ...)`` (see ``plan``: a split through the broker is
+        cut at equal shares of these). Empty when not probed.
+
+        The broker shows no index of a view, but a read-compacted reader started at a source
+        entry id receives the view's first entry at or after it. So ``probes`` readers started
+        at evenly spaced source entries tell, for each stretch between two probes, that nothing
+        before the answer is in the view; what follows it up to the next probe is counted as in
+        the view. That is exact where the view is dense (the usual shape: survivors gather at
+        the end of the log) and an overestimate where it is sparse, which errs towards even cuts.
+        Each probe is one reader (a few ms); a failure leaves the view unprobed.
+        """
+        ranges = [
+            (lid, min(count, horizon[1] + 1) if lid == horizon[0] else count)
+            for lid, count in ledgers
+            if lid <= horizon[0]
+        ]
+        if not ranges or len(ranges) > probes:  # enough ledgers: the splits per ledger suffice
+            return ()
+        stride = max(1, -(-sum(n for _, n in ranges) // probes))
+        spans = []
+        try:
+            for lid, stop in ranges:
+                for a in range(0, stop, stride):
+                    b = min(a + stride, stop)
+                    found = self._first_in_view(topic, partition, (lid, a), horizon)
+                    if found is not None and found[0] == lid and found[1] < b:
+                        spans.append((lid, found[1], b))
+        except Exception as e:  # noqa: BLE001 - pulsar.Timeout, ConnectError, ...: plan without
+            self._warn_once("probe", f"{topic}: probing the compacted view failed ({e}); cutting it evenly")
+            return ()
+        return tuple(spans)
+
+    def _first_in_view(self, topic: str, partition: int, at: tuple, horizon: tuple) -> tuple | None:
+        """Position of the first entry of the compacted view at or after ``at`` (None: none up
+        to the horizon)."""
+        import pulsar
+
+        reader = self.client.create_reader(
+            topic,
+            pulsar.MessageId(partition, at[0], at[1], -1),
+            start_message_id_inclusive=True,
+            is_read_compacted=True,
+            receiver_queue_size=1,
+        )
+        try:
+            if not reader.has_message_available():
+                return None
+            mid = reader.read_next(READ_TIMEOUT_MS * 5).message_id()
+            pos = (mid.ledger_id(), mid.entry_id())
+            return pos if pos <= tuple(horizon) else None
+        finally:
+            reader.close()
 
     def _compaction_policies(self, topic: str) -> dict:
         out = {}

@@ -31,6 +31,10 @@ class CompactedView:
     strategy: str  # strategy name (built-in or dotted class path)
     retain_null_key: bool
     ledger_ids: tuple = ()  # source ledger of each compacted entry, grouped: ((ledger, first, stop), ...)
+    # through the broker (which shows no index of the view): where the view's entries are
+    # estimated to sit among the source entries, ((ledger, first entry, stop entry), ...) spans
+    # (``broker.probe_view``); empty when not probed
+    spans: tuple = ()
 
 
 def describe(storage, topic: str, config) -> CompactedView:

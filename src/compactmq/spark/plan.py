@@ -7,7 +7,12 @@ last positions, compacted view) that a backend (``direct`` files or the ``broker
   least ``minPartitions`` splits and no split holds more than ``maxRecordsPerPartition`` entries.
   Parallelism therefore follows the data, not the number of partitions.
 * ``compacted``: the compacted ledger's entries grouped by the ledger they came from (one split per
-  group, cut the same way), then the live entries after the horizon as in ``raw``.
+  group, cut the same way), then the live entries after the horizon as in ``raw``. The direct
+  path cuts a group by index in the compacted ledger, so its pieces hold equal numbers of
+  entries. The broker shows no such index: a piece is a range of *source* entry ids, and a
+  compacted view is far from uniform over them (a key written over and over survives only in
+  the last stretch of the log). So a broker split carries ``spans``, where the view's entries
+  were found to sit (``broker.probe_view``), and is cut at equal shares of those.
 * ``latest``: the splits of ``compacted`` up to the horizon, each carrying the folded
   not-yet-compacted tail (read on the driver: it is what the next compaction would read, bounded by
   the compaction threshold), plus one ``tail`` split that emits the keys only the tail knows. A
@@ -70,6 +75,9 @@ class Split:
     next_ledger: int | None = None  # broker: the boundary where this split stops
     latest: LatestTail | None = None
     parts: tuple = field(default=(), compare=False)  # tail: the compacted splits to check keys against
+    # broker compacted: ((first entry, stop entry), ...) of this ledger where the view's entries
+    # are estimated to be (None: not probed, assume them spread evenly over lo..hi)
+    spans: tuple | None = field(default=None, compare=False)
 
 
 def _by_source_entries(split: Split) -> bool:
@@ -88,7 +96,10 @@ def _cut(split: Split, pieces: int) -> list[Split]:
         return [split]
     n = hi - lo
     pieces = max(1, min(pieces, n))
-    bounds = [lo + (n * i) // pieces for i in range(pieces + 1)]
+    if split.spans is not None and _size(split) > 0:
+        bounds = _span_bounds(lo, hi, split.spans, pieces)
+    else:
+        bounds = [lo + (n * i) // pieces for i in range(pieces + 1)]
     out = []
     for a, b in itertools.pairwise(bounds):
         if split.kind == "live":
@@ -98,19 +109,50 @@ def _cut(split: Split, pieces: int) -> list[Split]:
         elif b < hi:  # through the broker: a piece before the last stops at its source entry
             out.append(
                 replace(
-                    split, lo=a, hi=b, next_ledger=None, end_id=min(split.end_id, (split.ledger_id, b, -1))
+                    split,
+                    lo=a,
+                    hi=b,
+                    next_ledger=None,
+                    end_id=min(split.end_id, (split.ledger_id, b, -1)),
+                    spans=_clip(split.spans, a, b),
                 )
             )
         else:  # the last piece keeps the split's own stop (the next ledger, or the view's end)
-            out.append(replace(split, lo=a, hi=b))
+            out.append(replace(split, lo=a, hi=b, spans=_clip(split.spans, a, b)))
     return out
+
+
+def _clip(spans: tuple | None, lo: int, hi: int) -> tuple | None:
+    if spans is None:
+        return None
+    return tuple((max(a, lo), min(b, hi)) for a, b in spans if min(b, hi) > max(a, lo))
+
+
+def _span_bounds(lo: int, hi: int, spans: tuple, pieces: int) -> list[int]:
+    """Entry ids cutting ``lo..hi`` into ``pieces`` with equal shares of the entries in ``spans``."""
+    spans = _clip(spans, lo, hi) or ()
+    total = sum(b - a for a, b in spans)
+    targets = [total * i / pieces for i in range(1, pieces)]
+    bounds = [lo]
+    done = 0
+    for a, b in spans:
+        while targets and done + (b - a) >= targets[0]:
+            cut = a + round(targets.pop(0) - done)
+            if bounds[-1] < cut < hi:
+                bounds.append(cut)
+        done += b - a
+    return [*bounds, hi]
 
 
 def _size(split: Split) -> int:
     if split.kind == "live":
         return split.hi - split.lo + 1
-    if split.kind == "compacted" and (split.path is not None or _by_source_entries(split)):
+    if split.kind == "compacted" and split.path is not None:
         return split.hi - split.lo
+    if _by_source_entries(split):
+        if split.spans is None:
+            return split.hi - split.lo
+        return sum(b - a for a, b in _clip(split.spans, split.lo, split.hi) or ())
     return 0
 
 
@@ -124,7 +166,8 @@ def balance(splits: list[Split], min_partitions: int, max_records: int) -> list[
             out.extend(_cut(s, -(-size // max_records)))
         else:
             out.append(s)
-    if min_partitions and len(out) < min_partitions:
+    # splits of size 0 (an empty range, or one that cannot be cut) add no parallelism
+    if min_partitions and sum(1 for s in out if _size(s) > 0) < min_partitions:
         total = sum(_size(s) for s in out) or 1
         result = []
         for s in out:
@@ -183,7 +226,9 @@ def compacted_splits(layout: Layout, start: tuple, end: tuple, base: Split) -> l
         hi = (
             0 if lid < 0 else min(counts[lid], view.horizon[1] + 1 if lid == view.horizon[0] else counts[lid])
         )
-        out.append(replace(base, kind="compacted", ledger_id=lid, next_ledger=nxt, lo=0, hi=hi))
+        # probed: where this ledger's entries in the view are (none: an empty tuple)
+        spans = tuple((a, b) for ledger, a, b in view.spans if ledger == lid) if view.spans else None
+        out.append(replace(base, kind="compacted", ledger_id=lid, next_ledger=nxt, lo=0, hi=hi, spans=spans))
     return out
 
 
