@@ -31,6 +31,13 @@ def test_kafka_aliases_and_defaults():
     assert (o.view, o.starting, o.ending, o.fail_on_data_loss) == ("raw", "earliest", "latest", True)
     assert parse_read_options({**BASE, "subscribePattern": "t.*"}).topics_pattern == "t.*"
     assert parse_read_options({**BASE, "topic": "t"}, streaming=True).starting == "latest"
+    # the streaming cap under both names (Kafka's maxOffsetsPerTrigger, our maxRecordsPerTrigger)
+    for name in ("maxOffsetsPerTrigger", "maxRecordsPerTrigger"):
+        assert (
+            parse_read_options({**BASE, "topic": "t", name: "25"}, streaming=True).max_offsets_per_trigger
+            == 25
+        )
+    assert parse_read_options({**BASE, "topic": "t"}, streaming=True).max_offsets_per_trigger == 0
 
 
 @pytest.mark.parametrize(
@@ -48,6 +55,7 @@ def test_kafka_aliases_and_defaults():
         ({"topic": "t", "startingTime": "yesterday"}, "ISO-8601"),
         ({"topic": "t", "topicsPattern": "("}, "topicsPattern"),
         ({"topic": "t", "topics": "t", "subscribe": "u"}, "exactly one|conflicts"),
+        ({"topic": "t", "maxOffsetsPerTrigger": "5", "maxRecordsPerTrigger": "6"}, "maxRecordsPerTrigger"),
     ],
 )
 def test_bad_options_are_one_clear_line(options, message):
