@@ -566,6 +566,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layouts", default="nonbatched,batched")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baselines", default="yes", choices=("yes", "no"))
+    ap.add_argument(
+        "--incremental", default="yes", choices=("yes", "no"), help="no: full runs only (phase-one tuning)"
+    )
     ap.add_argument("--work-dir", default="/tmp/compactmq-bench")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument(
@@ -642,7 +645,7 @@ def main(argv=None) -> int:
         # what the run would take with both cores to itself: CPU seconds over the core count
         res["full_messages_per_cpu_second"] = round(args.messages / cpu_total)
         incs = []
-        for rep in range(args.repeat):
+        for rep in range(args.repeat if args.incremental == "yes" else 0):
             log(f"{layout}: incremental run {rep + 1}/{args.repeat} after 1 % new messages")
             inc = incremental(
                 d, spark_conf, jvm_pid, args.messages // 100, args.keys, layout == "batched", 100 + rep
@@ -652,13 +655,14 @@ def main(argv=None) -> int:
             )
             incs.append(inc)
         res["incremental_runs"] = incs
-        res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)
-        res["incremental_over_full"] = round(
-            res["incremental_median_seconds"] / res["full_median_seconds"], 3
-        )
-        res["incremental_median_new_messages_per_second"] = statistics.median(
-            r["new_messages_per_second"] for r in incs
-        )
+        if incs:
+            res["incremental_median_seconds"] = statistics.median(r["seconds"] for r in incs)
+            res["incremental_over_full"] = round(
+                res["incremental_median_seconds"] / res["full_median_seconds"], 3
+            )
+            res["incremental_median_new_messages_per_second"] = statistics.median(
+                r["new_messages_per_second"] for r in incs
+            )
         res["peak_memory_mb"] = {
             k: max(r["peak_memory"][k] for r in runs + incs) for k in runs[0]["peak_memory"]
         }

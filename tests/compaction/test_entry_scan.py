@@ -249,3 +249,41 @@ def test_combiner_never_drops_a_key_s_last_row(path, keys):
         last[k] = i
     assert set(last.values()) <= set(out.pos.tolist())
     assert out.pos.tolist() == sorted(out.pos.tolist())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.integers(0, 400), st.integers(0, 1), st.booleans()), max_size=900),
+    st.lists(st.integers(1, 300), min_size=1, max_size=6),
+)
+def test_streaming_combiner_keeps_each_key_s_last_row(path, keys, cuts):
+    """Rows fed in position-ordered chunks (the table grows past its first size, keys collide on
+    h1, keyless-like h1 values share their low bits): per key exactly its last row survives,
+    with that row's flags."""
+    from compactmq.compaction import native
+
+    n = len(keys)
+    # h1 = k << 16 mimics a retained keyless row (h1 = its position: low 16 bits all 0)
+    h1 = np.array([k << 16 for k, _, _ in keys], np.int64)
+    h2 = np.array([k2 for _, k2, _ in keys], np.int64)
+    pos = np.arange(n, dtype=np.int64) * 3
+    flags = np.array([int(t) for _, _, t in keys], np.int8)
+    rows = es.Rows(h1, h2, pos, flags, np.zeros(n, np.int64))
+    combiner = es.LatestCombiner()
+    if path == "native":
+        combiner._table = native.LatestTable(native.library(), capacity=2)  # grows many times
+    at = 0
+    for c in cuts * (n // max(1, sum(cuts)) + 1):
+        combiner.add(rows.take(slice(at, at + c)))
+        at += c
+        if at >= n:
+            break
+    out = combiner.rows()
+    last = {}
+    for i, (k, k2, t) in enumerate(keys):
+        last[(k << 16, k2)] = (3 * i, int(t))
+    got = {(int(a), int(b)): (int(p), int(f)) for a, b, p, f in zip(out.h1, out.h2, out.pos, out.flags)}
+    if path == "native":
+        assert got == last  # exactly one row per key
+    else:
+        assert set(last.items()) <= set(got.items())  # numpy may keep harmless extra rows

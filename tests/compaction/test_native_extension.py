@@ -102,3 +102,19 @@ def test_extension_checks_array_sizes(ext):
     # a truncated entry is an error code, turned into CompactionError, never a read past the end
     with pytest.raises(CompactionError, match="malformed entry"):
         native.scan_md(ext, buf, offs, lens + 100)
+
+
+def test_upsert_latest_checks_its_table_and_positions(ext):
+    z = np.zeros(1, np.int64)
+    with pytest.raises(ValueError, match="power-of-two"):
+        ext.upsert_latest(z, z, z, np.zeros(1, np.int8), np.full((3, 4), -1, np.int64), 0)
+    with pytest.raises(ValueError, match="negative position"):
+        ext.upsert_latest(
+            z, z, np.full(1, -5, np.int64), np.zeros(1, np.int8), np.full((4, 4), -1, np.int64), 0
+        )
+    # a full table is an error, never an endless probe
+    table = np.full((2, 4), -1, np.int64)
+    with pytest.raises(ValueError, match="full"):
+        ext.upsert_latest(np.arange(2), np.zeros(2, np.int64), np.arange(2), np.zeros(2, np.int8), table, 0)
+    with pytest.raises(ValueError, match="flags: 1 elements"):
+        ext.upsert_latest(np.arange(2), np.zeros(2, np.int64), np.arange(2), np.zeros(1, np.int8), table, 0)

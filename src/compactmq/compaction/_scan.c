@@ -13,6 +13,9 @@
  * 6 partition_key, 8 compression, 9 uncompressed_size, 11 num_messages_in_batch, 12 event_time,
  * 13 encryption_keys, 20 marker_type) and SingleMessageMetadata (2 partition_key,
  * 3 payload_size, 4 compacted_out, 5 event_time).
+ *
+ * ABI 2 added upsert_latest: keep-latest's map-side combiner as a table that rows stream into
+ * chunk by chunk, so a parsing task holds one row per distinct key, not all its rows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +23,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or output layout change: native.py refuses a stale build */
-#define SCAN_ABI 1
+#define SCAN_ABI 2
 #define MD_COLS 12
 #define SM_COLS 13
 
@@ -206,6 +209,55 @@ static int64_t last_per_key(const uint64_t *h1, const uint64_t *h2, int64_t n, u
         }
     }
     return kept;
+}
+
+/* the slot of key (h1, h2) in a table of 2^bits slots: multiplicative hashing of both words, so
+   that keys whose low bits agree (a retained keyless row's h1 is its position, whose low 16 bits
+   are often all 0) still spread over the table */
+static inline int64_t slot_of(uint64_t h1, uint64_t h2, int bits) {
+    return (int64_t)(((h1 ^ (h2 * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
+}
+
+#define PREFETCH_AHEAD 8
+
+/* streaming keep-latest: rows i < n (h1, h2, pos >= 0, flags) go into an open-addressing table
+   of cap slots (a power of two) of 4 int64 each, h1, h2, pos, flags, a slot with pos < 0 being
+   empty: a key already there keeps the row with the greater position, whatever the order rows
+   arrive in. A slot holds its whole row, so a row costs one cache miss (prefetched a few rows
+   ahead). `count` is the number of slots in use; returns the new count, or -1 when a position
+   is negative or the table is full. */
+static int64_t upsert_latest(const uint64_t *h1, const uint64_t *h2, const int64_t *pos, const int8_t *flags,
+                             int64_t n, int64_t *table, int64_t cap, int64_t count) {
+    int bits = 0;
+    while (((int64_t)1 << bits) < cap) bits++;
+    int64_t mask = cap - 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n)
+            __builtin_prefetch(table + 4 * slot_of(h1[i + PREFETCH_AHEAD], h2[i + PREFETCH_AHEAD], bits), 1);
+        if (pos[i] < 0) return -1;
+        int64_t s = slot_of(h1[i], h2[i], bits);
+        for (;;) {
+            int64_t *e = table + 4 * s;
+            if (e[2] < 0) {
+                if (count >= cap - 1) return -1; /* keep one slot empty: probes always end */
+                e[0] = (int64_t)h1[i];
+                e[1] = (int64_t)h2[i];
+                e[2] = pos[i];
+                e[3] = flags[i];
+                count++;
+                break;
+            }
+            if ((uint64_t)e[0] == h1[i] && (uint64_t)e[1] == h2[i]) {
+                if (pos[i] > e[2]) {
+                    e[2] = pos[i];
+                    e[3] = flags[i];
+                }
+                break;
+            }
+            s = (s + 1) & mask;
+        }
+    }
+    return count;
 }
 
 /* ---- argument checks ------------------------------------------------------------------------ */
@@ -403,12 +455,51 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(upsert_latest_doc,
+             "upsert_latest(h1, h2, pos, flags, table, count) -> int\n\n"
+             "Stream the rows (h1, h2, pos: int64, pos >= 0; flags: int8) into table, int64 slots of 4\n"
+             "(h1, h2, pos, flags; pos -1 when empty), a power-of-two number of them, count in use: a\n"
+             "key keeps its row of greatest position. Returns the new count of slots in use.");
+
+static PyObject *py_upsert_latest(PyObject *self, PyObject *args) {
+    PyObject *o1, *o2, *op, *of, *ot;
+    long long count;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOOOL", &o1, &o2, &op, &of, &ot, &count)) return NULL;
+    Py_buffer *h1 = take(&bs, o1, 0, "h1"), *h2 = h1 ? take(&bs, o2, 0, "h2") : NULL;
+    Py_buffer *p = h2 ? take(&bs, op, 0, "pos") : NULL, *f = p ? take(&bs, of, 0, "flags") : NULL;
+    Py_buffer *t = f ? take(&bs, ot, 1, "table") : NULL;
+    if (!t) goto fail;
+    Py_ssize_t n = words(h1, "h1"), n2 = words(h2, "h2"), np_ = words(p, "pos"), nt = words(t, "table");
+    if (n < 0 || n2 < 0 || np_ < 0 || nt < 0 || need(n2, n, "h2") || need(np_, n, "pos") || need(f->len, n, "flags"))
+        goto fail;
+    Py_ssize_t cap = nt / 4;
+    if (nt % 4 || cap < 2 || (cap & (cap - 1)) || count < 0 || count >= cap) {
+        PyErr_SetString(PyExc_ValueError, "table: a power-of-two number (>= 2) of 4-long slots, fewer in use");
+        goto fail;
+    }
+    int64_t out;
+    Py_BEGIN_ALLOW_THREADS
+    out = upsert_latest(h1->buf, h2->buf, p->buf, f->buf, n, t->buf, cap, count);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    if (out < 0) {
+        PyErr_SetString(PyExc_ValueError, "upsert_latest: a negative position, or the table is full");
+        return NULL;
+    }
+    return PyLong_FromLongLong(out);
+fail:
+    release(&bs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_md", py_scan_md, METH_VARARGS, scan_md_doc},
     {"scan_batches", py_scan_batches, METH_VARARGS, scan_batches_doc},
     {"hash_keys", py_hash_keys, METH_VARARGS, hash_keys_doc},
     {"copy_ranges", py_copy_ranges, METH_VARARGS, copy_ranges_doc},
     {"last_per_key", py_last_per_key, METH_VARARGS, last_per_key_doc},
+    {"upsert_latest", py_upsert_latest, METH_VARARGS, upsert_latest_doc},
     {NULL, NULL, 0, NULL},
 };
 

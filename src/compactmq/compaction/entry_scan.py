@@ -625,6 +625,37 @@ def entry_rows(
     return both.take(np.argsort(both.pos, kind="stable"))
 
 
+class LatestCombiner:
+    """``combine_latest`` over rows that arrive a chunk at a time (a parsing task's whole group):
+    with the extension each chunk streams into a table of one row per key (``native.LatestTable``:
+    memory grows with the group's distinct keys, not its rows; kept rows come out in no
+    particular order, without event times, which keep-latest never ships); without it the chunks
+    are kept and combined at the end. Chunks must come in position order (the numpy path keeps
+    the last row in input order; the table keeps the greatest position, the same row)."""
+
+    def __init__(self) -> None:
+        lib = native.library()
+        self._table = native.LatestTable(lib) if lib is not None else None
+        self._parts: list = []
+
+    def add(self, rows: Rows) -> None:
+        if self._table is None:
+            self._parts.append(rows)
+        else:
+            self._table.add(rows.h1, rows.h2, rows.pos, rows.flags)
+
+    def rows(self) -> Rows:
+        if self._table is None:
+            return combine_latest(Rows.concat(self._parts)) if self._parts else _no_rows()
+        c = self._table.columns()
+        return Rows(c["h1"], c["h2"], c["pos"], c["flags"], np.zeros(len(c["pos"]), np.int64))
+
+
+def _no_rows() -> Rows:
+    z = np.zeros(0, np.int64)
+    return Rows(z, z, z, np.zeros(0, np.int8), z)
+
+
 def combine_latest(rows: Rows) -> Rows:
     """Map-side combiner for keep-latest: of the rows of one key in this batch keep only the last
     (rows must be in position order). Like Spark's partial aggregation, it only removes rows the

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import CompactionError
 
-ABI = 1  # SCAN_ABI in _scan.c
+ABI = 2  # SCAN_ABI in _scan.c
 MD_COLS = 12  # md_start, md_end, key_off, key_len, bits, num_messages, compression, uncompressed_size,
 #              event_time, publish_time, uncompressed span start, span end
 SM_COLS = 13  # batch, index, seg_start, smm_start, smm_end, payload_end, key_off, key_len, payload_size,
@@ -140,3 +140,47 @@ def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     keep = np.zeros(n, np.uint8)
     lib.last_per_key(a, b, keep, table)
     return keep.view(bool)
+
+
+class LatestTable:
+    """Keep-latest's map-side combiner as a table rows stream into: per distinct key ``(h1, h2)``
+    the row of greatest position, in one open-addressing table of whole rows (``h1, h2, pos,
+    flags``: a row costs one cache miss) kept at most ``LOAD`` full, doubled when a chunk could
+    pass that. A parsing task then holds its distinct keys, not all its rows, and nothing is
+    concatenated or sorted at the end. Event times are not kept (keep-latest never ships them)."""
+
+    LOAD = 0.6
+
+    def __init__(self, lib, capacity: int = 1 << 17):
+        self.lib = lib
+        self.count = 0
+        self.table = self._empty(capacity)
+
+    @staticmethod
+    def _empty(slots: int) -> np.ndarray:
+        t = np.empty((slots, 4), np.int64)
+        t[:, 2] = -1
+        return t
+
+    def add(self, h1, h2, pos, flags) -> None:
+        n = len(pos)
+        if not n:
+            return
+        slots = len(self.table)
+        if self.count + n > self.LOAD * slots:
+            while self.count + n > self.LOAD * slots:
+                slots *= 2
+            old = self.columns()
+            self.table, self.count = self._empty(slots), 0
+            self._upsert(old["h1"], old["h2"], old["pos"], old["flags"])
+        self._upsert(h1, h2, pos, flags)
+
+    def _upsert(self, h1, h2, pos, flags) -> None:
+        if len(pos):
+            flags = np.ascontiguousarray(flags, np.int8)
+            self.count = self.lib.upsert_latest(_i64(h1), _i64(h2), _i64(pos), flags, self.table, self.count)
+
+    def columns(self) -> dict:
+        """The kept rows: ``h1, h2, pos`` (int64) and ``flags`` (int8), in no particular order."""
+        t = self.table[self.table[:, 2] >= 0]
+        return {"h1": t[:, 0], "h2": t[:, 1], "pos": t[:, 2], "flags": t[:, 3].astype(np.int8)}

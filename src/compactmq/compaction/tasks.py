@@ -53,10 +53,10 @@ def load_segment(seg: Segment):
 
 def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Iterator[es.Rows]:
     """Phase-one rows of every segment of a group. Keyless rows are dropped unless retained;
-    for keep-latest the whole group goes through the map-side combiner (``combine_latest``).
+    for keep-latest the whole group goes through the map-side combiner (``LatestCombiner``).
     ``stats["messages"]`` adds up the messages parsed, ``stats["keyless"]`` the keyless ones kept
     (each survives: the run's key count is its survivors minus these)."""
-    parts = []
+    combiner = None
     for rows, combine in _group_sources(plan, group):
         if stats is not None:
             stats["messages"] = stats.get("messages", 0) + len(rows)
@@ -67,12 +67,13 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
         elif stats is not None:
             stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
         if plan.combine and combine:
-            parts.append(rows)
+            combiner = combiner or es.LatestCombiner()
+            combiner.add(rows)
         else:
             for start in range(0, len(rows), ARROW_BATCH_ROWS):
                 yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
-    if parts:
-        rows = es.combine_latest(es.Rows.concat(parts))
+    if combiner is not None:
+        rows = combiner.rows()
         for start in range(0, len(rows), ARROW_BATCH_ROWS):
             yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
 

@@ -6,7 +6,9 @@ group, so each task parses its own ledger files) and finds the surviving positio
 Spark's own operators:
 
 * keep-latest: ``max((pos << 1) | tombstone)`` per key -- one long, so Spark plans a hash
-  aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0;
+  aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0. It is one aggregate,
+  after the shuffle: the parsing tasks' combiner has done the partial aggregation already, so the
+  session bypasses Spark's (``session.RUN_DEFAULTS``);
 * keep-first / event-time: per key, the last tombstone (a window aggregate), then the first
   (resp. the newest event time, then latest) of the values after it;
 * a user strategy: rows sorted by key within partitions, folded in Python workers.
@@ -16,7 +18,9 @@ the key for the same reason): for n distinct keys the chance that two share it i
 n^2 / 2^129 (1.5e-21 for a billion keys). A retained keyless message gets a group of its own (its
 position stands in for the hash). For keep-latest each parsing task first drops the rows that a
 later row of the same key in its own group supersedes (a map-side combiner, as Spark's partial
-aggregation would), which cuts the rows handed to the JVM several-fold on skewed or long topics.
+aggregation would), which cuts the rows handed to the JVM several-fold on skewed or long topics;
+groups are few and large for that reason (``plan.build_groups``: a multiple of the cores, up to
+8 M entries; at 10 M messages over 1 M keys two tasks hand the shuffle 2.0 M rows).
 
 Phase two shuffles the surviving positions with their key hashes and flags (longs, never
 payloads) to one task per group, sorted by position; each task re-reads its own ledger files and

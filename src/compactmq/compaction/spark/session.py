@@ -18,6 +18,12 @@ RUN_DEFAULTS: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     # phase one ships (key, position, flags) rows; larger Arrow batches cost less per row
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1000000",
+    # no partial aggregation before a shuffle: keep-latest rows reach the JVM already reduced to
+    # one per key and parsing task (the Python combiner, tasks.group_rows), and the other
+    # strategies aggregate after a window that has already partitioned by key, so Spark's partial
+    # aggregate would build a hash map of every row for nothing (about 1 JVM CPU-second per
+    # 10 M messages; bench/results/phase_one.json)
+    "spark.sql.execution.bypassPartialAggregation": "true",
     "spark.sql.session.timeZone": "UTC",
 }
 
