@@ -30,16 +30,51 @@ def _compacted(path: str) -> CompactedLedgerReader:
     return reader
 
 
+def load_pieces(seg: Segment) -> list:
+    """``[(buf, entry_ids, data_offsets, lengths), ...]`` of the entries a segment covers, one
+    piece per file they are in (a live ledger, a one-file view: one; a chained view: one per
+    chain segment holding some), each in id order."""
+    if seg.kind != COMPACTED:
+        return [load_segment(seg)]
+    r = _compacted(seg.path)
+    lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
+    hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
+    eids = r.entry_ids[lo:hi]
+    m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
+    sel = np.arange(lo, hi)[m]
+    segs = r.segment_ids[sel]
+    out = []
+    for k in np.unique(segs).tolist():
+        pick = sel[segs == k]
+        buf = np.frombuffer(r.segment_buffer(k), np.uint8)
+        out.append((buf, r.entry_ids[pick], r.offsets[pick], r.lengths[pick]))
+    return out
+
+
 def load_segment(seg: Segment):
-    """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers."""
+    """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers (a compacted
+    segment of a chained view, whose entries may be in several files: see ``load_pieces``)."""
     if seg.kind == COMPACTED:
-        r = _compacted(seg.path)
-        lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
-        hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
-        eids = r.entry_ids[lo:hi]
-        m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
-        buf = np.frombuffer(r.buffer, np.uint8)
-        return buf, eids[m], r.offsets[lo:hi][m], r.lengths[lo:hi][m]
+        pieces = load_pieces(seg)
+        if len(pieces) == 1:
+            return pieces[0]
+        # several files: gather the entries into one buffer (the rare slow path)
+        bufs, eids, offs, lens, base = [], [], [], [], 0
+        for buf, e, o, n in pieces:
+            for i, j in zip(o.tolist(), n.tolist()):
+                bufs.append(buf[i : i + j])
+            eids.append(e)
+            lens.append(n)
+            starts = np.zeros(len(n), np.int64)
+            np.cumsum(n[:-1], out=starts[1:])
+            offs.append(starts + base)
+            base += int(n.sum())
+        if not pieces:
+            z = np.zeros(0, np.int64)
+            return np.zeros(0, np.uint8), z, z, z
+        e, o, n = np.concatenate(eids), np.concatenate(offs), np.concatenate(lens)
+        order = np.argsort(e, kind="stable")
+        return np.concatenate(bufs) if bufs else np.zeros(0, np.uint8), e[order], o[order], n[order]
     from ..storage import ledger_file as lf
 
     buf = read_file_bytes(seg.path)
@@ -90,9 +125,19 @@ def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
             yield rows, False
         return
     for seg in segments:
-        buf, eids, offs, lens = load_segment(seg)
-        for lo, hi in chunks(lens):
-            yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
+        pieces = load_pieces(seg)
+        if len(pieces) > 1:  # a chained view: rows of each file, merged back into id order
+            rows = [
+                es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal)
+                for buf, eids, offs, lens in pieces
+                for lo, hi in chunks(lens)
+            ]
+            merged = es.Rows.concat(rows)
+            yield merged.take(np.argsort(merged.pos, kind="stable")), True
+            continue
+        for buf, eids, offs, lens in pieces:
+            for lo, hi in chunks(lens):
+                yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
 
 
 ARROW_BATCH_ROWS = 1 << 20
@@ -244,6 +289,13 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     fault(plan, "phase-two-task")
     store = plan.extra.get("store")
     name = view_keys.part_name(group) if keys is not None else None
+    chained = plan.extra.get("chain")
+    if store is None and chained is not None:
+        out = _copy_group_to_segment(plan, group, positions, chained)
+        if name is not None:
+            _write_keys(plan, positions, keys, os.path.join(plan.run_dir, view_keys.STORE_DIR, name))
+        out["keys"] = name
+        return out
     if store is None:
         out = _copy_group_to(plan, group, positions, plan.part_path(group))
         if name is not None:
@@ -273,6 +325,61 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, chained: dict) -> dict:
+    """The group's segment of a chained view (``chain``), a complete compacted-ledger file named
+    ``chain.segment_name(run, group)`` in ``chained["dir"]`` (none when it would be empty).
+
+    In an incremental run (``chained["incremental"]``) a group of the previous view's entries
+    copies only the old entries that lost a message (rewritten under their own position) and
+    reports in ``dropped`` (raw ``>i8`` pairs ledger id, entry id) those that lost every message;
+    an unchanged entry stays where it is. ``messages`` counts every survivor of the group."""
+    from . import chain
+
+    path = os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
+    copy = positions
+    dropped = np.zeros(0, ">i8")
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    if chained.get("incremental") and segments and all(s.kind == COMPACTED for s in segments):
+        copy, dropped = touched_entries(plan, segments, positions)
+    out = _copy_group_to(plan, group, copy, path, complete=True)
+    if out["entries"] == 0:
+        os.unlink(path)
+        out["path"] = ""
+    out["messages"] = len(positions)
+    out["dropped"] = dropped.tobytes()
+    return out
+
+
+def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray) -> tuple:
+    """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
+    that lost some message (to rewrite) and, as ``>i8`` pairs (ledger id, entry id), the old
+    entries that lost all. The previous view's messages come from its key sidecar."""
+    from . import view_keys
+
+    sidecar = plan.extra.get("view_keys")
+    if sidecar is None:
+        raise CompactionError("an incremental chained run needs the previous view's key sidecar")
+    rows = view_keys.segment_rows(sidecar, segments, False)
+    old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
+    old_e = old >> es.BATCH_BITS
+    surv_e = np.asarray(positions, np.int64) >> es.BATCH_BITS
+    uo, co = np.unique(old_e, return_counts=True)
+    us, cs = np.unique(surv_e, return_counts=True)
+    at = np.searchsorted(uo, us)
+    if len(us) and ((at >= len(uo)).any() or (uo[np.minimum(at, len(uo) - 1)] != us).any()):
+        raise CompactionError("a survivor of the previous view is missing from its key sidecar")
+    kept = np.zeros(len(uo), np.int64)
+    kept[at] = cs
+    rewrite = uo[(kept > 0) & (kept < co)]
+    gone = uo[kept == 0]
+    copy = np.asarray(positions, np.int64)[np.isin(surv_e, rewrite)]
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    pairs = np.empty((len(gone), 2), ">i8")
+    pairs[:, 0] = ledger_of[gone >> es.ENTRY_BITS] if len(gone) else 0
+    pairs[:, 1] = gone & ((1 << es.ENTRY_BITS) - 1)
+    return copy, pairs.reshape(-1)
+
+
 def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> None:
     from . import view_keys
 
@@ -289,8 +396,10 @@ def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> 
     )
 
 
-def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) -> dict:
-    writer = PartWriter(path)
+def _copy_group_to(
+    plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
+) -> dict:
+    writer = PartWriter(path, complete=complete)
     ords, eids, bidx = es.unpack_positions(positions)
     entries = messages = 0
     for o in plan.groups[group]:
@@ -298,21 +407,44 @@ def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) 
         if not m.any():
             continue
         seg = plan.segments[o]
-        buf, seg_eids, offs, lens = load_segment(seg)
-        cand, inverse = np.unique(eids[m], return_inverse=True)
-        at = np.searchsorted(seg_eids, cand)
-        if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
+        wanted = np.unique(eids[m])
+        pieces = load_pieces(seg)
+        found = sum(int(np.isin(wanted, p[1]).sum()) for p in pieces)
+        if found != len(wanted):
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
-        for lo, hi in chunks(c_lens):
-            sel = (inverse >= lo) & (inverse < hi)
-            src, new_lens, extra, extra_off = es.rebuild_ranges(
-                buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
-            )
-            entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+        # a chained view's entries of one ledger may lie in several files: copy in id order, each
+        # run of consecutive entries from the file that holds it
+        runs = _piece_runs(pieces, wanted)
+        for k, lo_e, hi_e in runs:
+            buf, seg_eids, offs, lens = pieces[k]
+            sub = (eids >= lo_e) & (eids <= hi_e) & m
+            cand, inverse = np.unique(eids[sub], return_inverse=True)
+            at = np.searchsorted(seg_eids, cand)
+            c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[sub]
+            for lo, hi in chunks(c_lens):
+                sel = (inverse >= lo) & (inverse < hi)
+                src, new_lens, extra, extra_off = es.rebuild_ranges(
+                    buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
+                )
+                entries += writer.append_ranges(
+                    seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off
+                )
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
+
+
+def _piece_runs(pieces: list, wanted: np.ndarray) -> list:
+    """``(piece, first entry id, last entry id)`` covering ``wanted`` (sorted entry ids) in order,
+    each a maximal run of wanted entries held by one piece."""
+    if len(pieces) == 1:
+        return [(0, int(wanted[0]), int(wanted[-1]))] if len(wanted) else []
+    owner = np.full(len(wanted), -1, np.int64)
+    for k, p in enumerate(pieces):
+        owner[np.isin(wanted, p[1])] = k
+    cuts = np.flatnonzero(owner[1:] != owner[:-1]) + 1
+    starts, ends = [0, *cuts.tolist()], [*cuts.tolist(), len(wanted)]
+    return [(int(owner[a]), int(wanted[a]), int(wanted[b - 1])) for a, b in zip(starts, ends)]
 
 
 # --- fault injection (tests) ------------------------------------------------------------------
