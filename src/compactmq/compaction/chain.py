@@ -248,25 +248,33 @@ def should_merge(manifest: Optional[Manifest], live_entries: int, max_runs: int,
 def merge_index(
     ledger_ids: list, entry_ids: list, runs: list[int], dropped: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One sorted index over the segments of a chain: ``(ledger_ids, entry_ids, row)`` where
-    ``row`` numbers the entry among the concatenated segment indexes (segment ``k``'s rows
-    follow those of segments ``< k``). For each position the row of the latest run wins;
-    positions dropped by a run at least as late are left out."""
+    """One sorted index over the segments of a chain (given in chain order, run by run):
+    ``(ledger_ids, entry_ids, row)`` where ``row`` numbers the entry among the concatenated
+    segment indexes (segment ``k``'s rows follow those of segments ``< k``). For each position
+    the row of the latest run wins; dropped positions are left out. ``runs`` is each segment's
+    run (the order already says it; kept for checks)."""
     lids = np.concatenate(ledger_ids).astype(np.int64) if ledger_ids else np.zeros(0, np.int64)
     eids = np.concatenate(entry_ids).astype(np.int64) if entry_ids else np.zeros(0, np.int64)
     n = len(lids)
     rows = np.arange(n, dtype=np.int64)
     if not len(dropped) and _strictly_increasing(lids, eids):
         return lids, eids, rows  # a fresh chain: disjoint segments in order
-    run_of = np.concatenate(
-        [np.full(len(x), r, np.int64) for x, r in zip(ledger_ids, runs)] or [np.zeros(0, np.int64)]
-    )
-    # a drop sorts after a copy of the same run (it cannot meet one; this is only a tie-break)
+    # segments come in run order and a dropped position never comes back, so a stable sort by
+    # position alone leaves, for each position, the copies in run order and then its drop
     all_l = np.concatenate([lids, dropped["ledger_id"].astype(np.int64)])
     all_e = np.concatenate([eids, dropped["entry_id"].astype(np.int64)])
-    all_r = np.concatenate([run_of * 2, dropped["run"].astype(np.int64) * 2 + 1])
     all_rows = np.concatenate([rows, np.full(len(dropped), -1, np.int64)])
-    order = np.lexsort((all_r, all_e, all_l))
+    if (
+        len(all_l)
+        and all_l.min() >= 0
+        and all_l.max() < (1 << 38)
+        and all_e.min() >= 0
+        and all_e.max() < (1 << 25)
+    ):
+        # one packed key: the stable sort (timsort) merges the already sorted runs of the chain
+        order = np.argsort((all_l << 25) | all_e, kind="stable")
+    else:
+        order = np.lexsort((np.arange(len(all_l)), all_e, all_l))
     sl, se, sr = all_l[order], all_e[order], all_rows[order]
     last = np.ones(len(sl), bool)
     if len(sl) > 1:

@@ -1,8 +1,9 @@
 """One compaction run from start to commit, and the read side of the compacted view.
 
 ``CompactionRunner`` does everything that is not the two phases: the per-topic lock, orphan
-cleanup, the plan, building the compacted ledger from part files, the one-transaction commit and
-the clean-up after it. The phases come from an *engine* (``SparkEngine`` by default) with one
+cleanup, the plan (and whether the run extends the view's chain of segments or writes it fresh,
+``chain``), the chain manifest naming the segments the tasks wrote, the one-transaction commit and
+the clean-up after it (the previous manifest and the segments the new one does not name). The phases come from an *engine* (``SparkEngine`` by default) with one
 method, ``run(plan, strategy, progress) -> list of part descriptions``.
 
 ``LedgerCompactionService`` implements the read half of ``TopicCompactionService`` over the
@@ -12,7 +13,10 @@ by a ``compact-topic`` job) by the compaction state's ``version``. Its view hand
 deletion), so a handle pinned by a consumer stays readable after a newer compaction.
 
 Abort hook: ``abort_hook(point)`` is called at each named point (``ABORT_POINTS``); tests make it
-raise or kill the process to show that every point leaves the old view or the new one.
+raise or kill the process to show that every point leaves the old view or the new one. A chain
+run writes only new files (segments named by its own run id, its manifest, its sidecar) before
+the commit, and deletes files of the previous view only after it, so a view in force never
+names a missing file.
 """
 
 from __future__ import annotations
@@ -365,7 +369,9 @@ class CompactionRunner:
         """Move the sidecar the phase-two tasks wrote into place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
-        written = [p for p in parts if p["entries"]]
+        # every part with survivors has sidecar rows, whether or not it wrote entries (an
+        # incremental chain run's group of unchanged old entries writes none)
+        written = [p for p in parts if p["messages"]]
         names = [p.get("keys") for p in written]
         if not all(names):
             return None
