@@ -190,3 +190,21 @@ def test_stale_segments_are_those_the_new_chain_does_not_name():
         chain.merge_index([np.array([1, 2])], [np.array([0, 0])], [0], np.zeros(0, chain.DROPPED_DTYPE))[2],
         [0, 1],
     )
+
+
+def test_gather_copies_the_entries_of_several_segments_in_id_order():
+    from compactmq.compaction.tasks import gather
+
+    a = np.frombuffer(b"..AAA.BB", np.uint8)
+    b = np.frombuffer(b"CCCC.D", np.uint8)
+    pieces = [
+        (a, np.array([1, 4]), np.array([2, 6]), np.array([3, 2])),
+        (b, np.array([2, 7]), np.array([0, 5]), np.array([4, 1])),
+    ]
+    buf, eids, offs, lens = gather(pieces)
+    assert list(eids) == [1, 2, 4, 7]
+    assert [bytes(buf[o : o + n]) for o, n in zip(offs, lens)] == [b"AAA", b"CCCC", b"BB", b"D"]
+    buf, eids, offs, lens = gather(pieces, np.array([2, 4]))
+    assert [bytes(buf[o : o + n]) for o, n in zip(offs, lens)] == [b"CCCC", b"BB"]
+    with pytest.raises(Exception, match="missing"):
+        gather(pieces, np.array([3]))

@@ -55,26 +55,7 @@ def load_segment(seg: Segment):
     """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers (a compacted
     segment of a chained view, whose entries may be in several files: see ``load_pieces``)."""
     if seg.kind == COMPACTED:
-        pieces = load_pieces(seg)
-        if len(pieces) == 1:
-            return pieces[0]
-        # several files: gather the entries into one buffer (the rare slow path)
-        bufs, eids, offs, lens, base = [], [], [], [], 0
-        for buf, e, o, n in pieces:
-            for i, j in zip(o.tolist(), n.tolist()):
-                bufs.append(buf[i : i + j])
-            eids.append(e)
-            lens.append(n)
-            starts = np.zeros(len(n), np.int64)
-            np.cumsum(n[:-1], out=starts[1:])
-            offs.append(starts + base)
-            base += int(n.sum())
-        if not pieces:
-            z = np.zeros(0, np.int64)
-            return np.zeros(0, np.uint8), z, z, z
-        e, o, n = np.concatenate(eids), np.concatenate(offs), np.concatenate(lens)
-        order = np.argsort(e, kind="stable")
-        return np.concatenate(bufs) if bufs else np.zeros(0, np.uint8), e[order], o[order], n[order]
+        return gather(load_pieces(seg))
     from ..storage import ledger_file as lf
 
     buf = read_file_bytes(seg.path)
@@ -407,28 +388,168 @@ def _copy_group_to(
         if not m.any():
             continue
         seg = plan.segments[o]
-        wanted = np.unique(eids[m])
         pieces = load_pieces(seg)
-        found = sum(int(np.isin(wanted, p[1]).sum()) for p in pieces)
-        if found != len(wanted):
+        cand, inverse = np.unique(eids[m], return_inverse=True)
+        if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
+            buf, seg_eids, offs, lens = gather(pieces, cand)
+        else:
+            buf, seg_eids, offs, lens = pieces[0]
+        at = np.searchsorted(seg_eids, cand)
+        if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        # a chained view's entries of one ledger may lie in several files: copy in id order, each
-        # run of consecutive entries from the file that holds it
-        runs = _piece_runs(pieces, wanted)
-        for k, lo_e, hi_e in runs:
-            buf, seg_eids, offs, lens = pieces[k]
-            sub = (eids >= lo_e) & (eids <= hi_e) & m
-            cand, inverse = np.unique(eids[sub], return_inverse=True)
-            at = np.searchsorted(seg_eids, cand)
-            c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[sub]
-            for lo, hi in chunks(c_lens):
-                sel = (inverse >= lo) & (inverse < hi)
-                src, new_lens, extra, extra_off = es.rebuild_ranges(
-                    buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
-                )
-                entries += writer.append_ranges(
-                    seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off
-                )
+        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
+        for lo, hi in chunks(c_lens):
+            sel = (inverse >= lo) & (inverse < hi)
+            src, new_lens, extra, extra_off = es.rebuild_ranges(
+                buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
+            )
+            entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+        messages += int(m.sum())
+    writer.close()
+    return {"group": group, "path": path, "entries": entries, "messages": messages}
+
+
+def gather(pieces: list, wanted: Optional[np.ndarray] = None):
+    """One piece ``(buf, entry_ids, data_offsets, lengths)`` of the entries ``wanted`` (sorted
+    entry ids; all when None) of ``pieces`` (each in id order, disjoint): the piece itself when
+    there is one, else their bytes copied, in id order, into a new buffer (one vectorised copy per
+    piece: a chained view's ledger whose entries lie in several segments)."""
+    if not pieces:
+        z = np.zeros(0, np.int64)
+        return np.zeros(0, np.uint8), z, z, z
+    if len(pieces) == 1 and wanted is None:
+        return pieces[0]
+    if wanted is None:
+        wanted = np.sort(np.concatenate([p[1] for p in pieces]))
+    if len(pieces) == 1:
+        buf, e, o, n = pieces[0]
+        at = np.searchsorted(e, wanted)
+        return buf, wanted, o[at], n[at]
+    from .entry_scan import copy_ranges
+
+    owner = np.full(len(wanted), -1, np.int64)
+    where = np.zeros(len(wanted), np.int64)
+    for k, (_, e, _, _) in enumerate(pieces):
+        if not len(e):
+            continue
+        at = np.minimum(np.searchsorted(e, wanted), len(e) - 1)
+        hit = e[at] == wanted
+        owner[hit], where[hit] = k, at[hit]
+    if (owner < 0).any():
+        raise CompactionError("an entry of a compacted view is missing from its segments")
+    lens = np.zeros(len(wanted), np.int64)
+    for k, (_, _, _, n) in enumerate(pieces):
+        mine = owner == k
+        lens[mine] = n[where[mine]]
+    starts = np.zeros(len(wanted), np.int64)
+    if len(wanted):
+        np.cumsum(lens[:-1], out=starts[1:])
+    out = np.empty(int(lens.sum()), np.uint8)
+    for k, (buf, _, o, _) in enumerate(pieces):
+        mine = owner == k
+        if mine.any():
+            copy_ranges(out, starts[mine], buf, o[where[mine]], lens[mine])
+    return out, wanted, starts, lens
+
+
+def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, chained: dict) -> dict:
+    """The group's segment of a chained view (``chain``), a complete compacted-ledger file named
+    ``chain.segment_name(run, group)`` in ``chained["dir"]`` (none when it would be empty).
+
+    In an incremental run (``chained["incremental"]``) a group of the previous view's entries
+    copies only the old entries that lost a message (rewritten under their own position) and
+    reports in ``dropped`` (raw ``>i8`` pairs ledger id, entry id) those that lost every message;
+    an unchanged entry stays where it is. ``messages`` counts every survivor of the group."""
+    from . import chain
+
+    path = os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
+    copy = positions
+    dropped = np.zeros(0, ">i8")
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    if chained.get("incremental") and segments and all(s.kind == COMPACTED for s in segments):
+        copy, dropped = touched_entries(plan, segments, positions)
+    out = _copy_group_to(plan, group, copy, path, complete=True)
+    if out["entries"] == 0:
+        os.unlink(path)
+        out["path"] = ""
+    out["messages"] = len(positions)
+    out["dropped"] = dropped.tobytes()
+    return out
+
+
+def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray) -> tuple:
+    """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
+    that lost some message (to rewrite) and, as ``>i8`` pairs (ledger id, entry id), the old
+    entries that lost all. The previous view's messages come from its key sidecar."""
+    from . import view_keys
+
+    sidecar = plan.extra.get("view_keys")
+    if sidecar is None:
+        raise CompactionError("an incremental chained run needs the previous view's key sidecar")
+    rows = view_keys.segment_rows(sidecar, segments, False)
+    old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
+    old_e = old >> es.BATCH_BITS
+    surv_e = np.asarray(positions, np.int64) >> es.BATCH_BITS
+    uo, co = np.unique(old_e, return_counts=True)
+    us, cs = np.unique(surv_e, return_counts=True)
+    at = np.searchsorted(uo, us)
+    if len(us) and ((at >= len(uo)).any() or (uo[np.minimum(at, len(uo) - 1)] != us).any()):
+        raise CompactionError("a survivor of the previous view is missing from its key sidecar")
+    kept = np.zeros(len(uo), np.int64)
+    kept[at] = cs
+    rewrite = uo[(kept > 0) & (kept < co)]
+    gone = uo[kept == 0]
+    copy = np.asarray(positions, np.int64)[np.isin(surv_e, rewrite)]
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    pairs = np.empty((len(gone), 2), ">i8")
+    pairs[:, 0] = ledger_of[gone >> es.ENTRY_BITS] if len(gone) else 0
+    pairs[:, 1] = gone & ((1 << es.ENTRY_BITS) - 1)
+    return copy, pairs.reshape(-1)
+
+
+def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> None:
+    from . import view_keys
+
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    ords = np.asarray(positions, np.int64) >> (es.ENTRY_BITS + es.BATCH_BITS)
+    view_keys.write_part(
+        path,
+        ledger_of[ords] if len(ords) else np.zeros(0, np.int64),
+        positions,
+        keys["h1"],
+        keys["h2"],
+        view_keys.flags_of(keys["tomb"], keys["h2"]),
+        keys.get("et"),
+    )
+
+
+def _copy_group_to(
+    plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
+) -> dict:
+    writer = PartWriter(path, complete=complete)
+    ords, eids, bidx = es.unpack_positions(positions)
+    entries = messages = 0
+    for o in plan.groups[group]:
+        m = ords == o
+        if not m.any():
+            continue
+        seg = plan.segments[o]
+        pieces = load_pieces(seg)
+        cand, inverse = np.unique(eids[m], return_inverse=True)
+        if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
+            buf, seg_eids, offs, lens = gather(pieces, cand)
+        else:
+            buf, seg_eids, offs, lens = pieces[0]
+        at = np.searchsorted(seg_eids, cand)
+        if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
+            raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
+        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
+        for lo, hi in chunks(c_lens):
+            sel = (inverse >= lo) & (inverse < hi)
+            src, new_lens, extra, extra_off = es.rebuild_ranges(
+                buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
+            )
+            entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
