@@ -354,7 +354,13 @@ class CompactionRunner:
             chunks.append(np.stack([prev.ledger_ids[:start], prev.entry_ids[:start]], axis=1))
         if not chunks:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        pairs = np.unique(np.concatenate(chunks), axis=0)
+        pairs = np.concatenate(chunks)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        pairs = pairs[order]
+        if len(pairs) > 1:  # the same entry reported twice (it cannot be, but a drop is a set)
+            keep = np.ones(len(pairs), bool)
+            keep[1:] = (pairs[1:] != pairs[:-1]).any(axis=1)
+            pairs = pairs[keep]
         return pairs[:, 0], pairs[:, 1]
 
     # --- the key sidecar of the view (view_keys) -------------------------------------------------
@@ -541,7 +547,7 @@ class CompactionRunner:
                 bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
                 start = reader.find(bound)
             self._prev_start = start
-            lids, counts = np.unique(reader.ledger_ids[start:], return_counts=True)
+            lids, counts = _runs_of(reader.ledger_ids[start:])
             los = {int(l): 0 for l in lids}
             if bound is not None and int(bound[0]) in los:
                 los[int(bound[0])] = int(bound[1])
@@ -600,6 +606,14 @@ def _compacted_location(storage, topic: str, ledger_id: int) -> str:
     """The local file, or the offloaded object's URI once tiered storage deleted the file."""
     locate = getattr(storage, "compacted_ledger_location", None)
     return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
+
+
+def _runs_of(sorted_ids: np.ndarray) -> tuple:
+    """``(distinct values, count of each)`` of a sorted array, without sorting it again."""
+    if not len(sorted_ids):
+        return sorted_ids[:0], np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    return sorted_ids[starts], np.diff(np.append(starts, len(sorted_ids)))
 
 
 def new_horizon_next(pos):

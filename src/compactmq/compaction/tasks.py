@@ -391,9 +391,10 @@ def _copy_group_to(
         pieces = load_pieces(seg)
         cand, inverse = np.unique(eids[m], return_inverse=True)
         if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
-            buf, seg_eids, offs, lens = gather(pieces, cand)
-        else:
-            buf, seg_eids, offs, lens = pieces[0]
+            entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[m])
+            messages += int(m.sum())
+            continue
+        buf, seg_eids, offs, lens = pieces[0]
         at = np.searchsorted(seg_eids, cand)
         if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
@@ -407,6 +408,38 @@ def _copy_group_to(
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
+
+
+def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
+    """Copy the survivors of entries ``cand`` (sorted, held by several pieces) a chunk of
+    entries at a time, each chunk gathered into a buffer of its own (memory stays one chunk)."""
+    c_lens = _locate(pieces, cand)[2]
+    written = 0
+    for lo, hi in chunks(c_lens):
+        buf, _, c_offs, cl = gather(pieces, cand[lo:hi])
+        sel = (inverse >= lo) & (inverse < hi)
+        src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs, cl, inverse[sel] - lo, bidx[sel])
+        written += writer.append_ranges(ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+    return written
+
+
+def _locate(pieces: list, wanted: np.ndarray) -> tuple:
+    """For sorted entry ids ``wanted``: the piece holding each, its index there, its length."""
+    owner = np.full(len(wanted), -1, np.int64)
+    where = np.zeros(len(wanted), np.int64)
+    for k, (_, e, _, _) in enumerate(pieces):
+        if not len(e):
+            continue
+        at = np.minimum(np.searchsorted(e, wanted), len(e) - 1)
+        hit = e[at] == wanted
+        owner[hit], where[hit] = k, at[hit]
+    if (owner < 0).any():
+        raise CompactionError("an entry of a compacted view is missing from its segments")
+    lens = np.zeros(len(wanted), np.int64)
+    for k, (_, _, _, n) in enumerate(pieces):
+        mine = owner == k
+        lens[mine] = n[where[mine]]
+    return owner, where, lens
 
 
 def gather(pieces: list, wanted: Optional[np.ndarray] = None):
@@ -427,20 +460,7 @@ def gather(pieces: list, wanted: Optional[np.ndarray] = None):
         return buf, wanted, o[at], n[at]
     from .entry_scan import copy_ranges
 
-    owner = np.full(len(wanted), -1, np.int64)
-    where = np.zeros(len(wanted), np.int64)
-    for k, (_, e, _, _) in enumerate(pieces):
-        if not len(e):
-            continue
-        at = np.minimum(np.searchsorted(e, wanted), len(e) - 1)
-        hit = e[at] == wanted
-        owner[hit], where[hit] = k, at[hit]
-    if (owner < 0).any():
-        raise CompactionError("an entry of a compacted view is missing from its segments")
-    lens = np.zeros(len(wanted), np.int64)
-    for k, (_, _, _, n) in enumerate(pieces):
-        mine = owner == k
-        lens[mine] = n[where[mine]]
+    owner, where, lens = _locate(pieces, wanted)
     starts = np.zeros(len(wanted), np.int64)
     if len(wanted):
         np.cumsum(lens[:-1], out=starts[1:])
