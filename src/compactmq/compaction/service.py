@@ -2,9 +2,10 @@
 
 ``CompactionRunner`` does everything that is not the two phases: the per-topic lock, orphan
 cleanup, the plan (and whether the run extends the view's chain of segments or writes it fresh,
-``chain``), the chain manifest naming the segments the tasks wrote, the one-transaction commit and
-the clean-up after it (the previous manifest and the segments the new one does not name). The phases come from an *engine* (``SparkEngine`` by default) with one
-method, ``run(plan, strategy, progress) -> list of part descriptions``.
+``chain``), the chain manifest naming the segments the tasks wrote, the one-transaction commit
+and the clean-up after it (the previous manifest and the segments the new one does not name).
+The phases come from an *engine* (``SparkEngine`` by default) with one method,
+``run(plan, strategy, progress) -> list of part descriptions``.
 
 ``LedgerCompactionService`` implements the read half of ``TopicCompactionService`` over the
 compacted ledger the metadata store names; it notices a new one (committed by this process or
