@@ -116,6 +116,8 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
                 view.manifest.names()
             )
             runs.append(view.manifest.runs)
-        assert max(runs) >= 3  # the kills hit runs that extend a chain, not only fresh ones
+        # some killed runs extended a chain (every key is overwritten between kills here, so
+        # the stale bound rewrites the chain every other run: 1, 2, 1, 2 ...)
+        assert 2 in runs
     finally:
         storage.close()
