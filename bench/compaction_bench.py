@@ -5,7 +5,9 @@ For each layout it measures, on a data directory built once and cached under --w
 * a full compaction (the topic's first) through ``SparkCompactionService.compact()`` -- JVM start
   excluded (the session is started and measured separately); the first run in a fresh session is
   reported as "cold", the following ones as "warm" (median of --repeat);
-* an incremental run after 1 % new messages (median of --repeat successive increments);
+* an incremental run after 1 % new messages (median of --repeat successive increments): each
+  extends the view's chain of segments (``compaction.chain``; ``view_chain`` gives its runs and
+  segments afterwards), writing the new survivors and the old batches that lost a message only;
 * peak memory: this driver process, the JVM, and the Python workers (sampled from /proc);
 * baselines on the same data: a plain single-process Python two-pass dict dedup (protobuf
   parsing, then a second pass writing survivors), and the time to read the input bytes once.
@@ -479,10 +481,14 @@ def incremental(
             result = service.compact()
             secs = time.perf_counter() - t0
             c1 = mem.cpu_seconds()
+        view = service.compacted_ledger()  # the chain this run extended (or wrote fresh)
+        shape = {"runs": view.manifest.runs, "segments": view.segment_count} if view.is_chain else None
         return {
             "seconds": round(secs, 3),
             "cpu_seconds": {k: round(c1[k] - c0[k], 2) for k in c0},
             "step_seconds": result.step_seconds,
+            "view_chain": shape,
+            "entries_written": result.entries_written,
             "messages_read": result.messages_read,
             "new_messages": n_new,
             "new_messages_per_second": round(n_new / secs),

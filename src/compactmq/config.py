@@ -198,6 +198,14 @@ SETTINGS: dict[str, Setting] = {
         "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never",
     ),
     "compactionMaxConcurrentRuns": _s(int, 1, "compactions running at once in this broker"),
+    "compactionChainMaxRuns": _s(
+        int,
+        8,
+        "runs a chained compacted view may have before a run rewrites it whole; 1: every run rewrites",
+    ),
+    "compactionChainMaxStaleRatio": _s(
+        float, 0.25, "rewrite a chained compacted view whole once this share of its stored entries is dead"
+    ),
     "compactionSparkWarmup": _s(
         bool,
         True,

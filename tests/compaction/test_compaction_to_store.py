@@ -164,3 +164,44 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         assert dict(view(service))["k0"] == b"lost"
     finally:
         st.close()
+
+
+def test_a_chained_local_view_is_written_whole_to_the_store_once_offload_is_configured(spark, tmp_path):
+    """Chains are local: two runs without tiered storage leave a chain of two runs on disk; once
+    an offload location is configured the next run writes a fresh view to the store and deletes
+    every local segment and manifest of the chain."""
+    from compactmq.compaction import chain
+    from compactmq.compaction.compacted_ledger import topic_dir
+
+    local = {"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 20}
+    data = tmp_path / "data"
+    st = Storage(data, load_config(overrides=local))
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        ml.append_many([E.single(f"k{i % 7}", b"v%d" % i) for i in range(30)])
+        service = SparkCompactionService(st, TOPIC, st.config)
+        service.compact()
+        ml.append_many([E.single("k1", b"newer"), E.single("k8", b"eight")])
+        service.compact()
+        assert service.compacted_ledger().manifest.runs == 2
+    finally:
+        st.close()
+    conf = {
+        **local,
+        "managedLedgerOffloadDriver": "filesystem",
+        "fileSystemURI": f"file://{tmp_path}/offload",
+    }
+    st = Storage(data, load_config(overrides=conf))
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        ml.append_many([E.single("k2", b"two")])
+        service = SparkCompactionService(st, TOPIC, st.config)
+        cid = service.compact().compacted_ledger_id
+        assert st.offloader.compacted_record(cid) is not None
+        names = os.listdir(topic_dir(data, TOPIC))
+        assert not [n for n in names if chain.SEGMENT_NAME.match(n) or n.endswith(".compacted")]
+        got = dict(view(service))
+        assert got["k1"] == b"newer" and got["k8"] == b"eight" and got["k2"] == b"two"
+        assert got["k3"] == b"v24" and len(got) == 8
+    finally:
+        st.close()

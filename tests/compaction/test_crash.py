@@ -1,5 +1,8 @@
 """Kill a compaction at many points (in a child process) and show the old view intact, then a
-rerun succeeding with the expected view and no leftover files."""
+rerun succeeding with the expected view and no leftover files. The runs after the first extend
+a chained view (``compaction.chain``), so the kills hit runs that write a few segments and a
+manifest naming the old ones: no kill may leave a view naming a missing segment, nor delete one
+the view in force names."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import sys
 
 import pytest
 
+from compactmq.compaction import chain
 from compactmq.compaction import compacted_ledger as cl
 from compactmq.compaction.spark import SparkCompactionService
 from compactmq.compaction.spark.session import TEST_CONF
@@ -80,6 +84,7 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
 
         ml.append_many(_history(rng, 2000))
         compact_here()
+        runs: list = []
         for mode, arg, lands in KILLS:
             ml.append_many(_history(rng, 1000))
             ml.rollover()  # what the broker does when a compact-topic job asks it to seal (storage.seal)
@@ -102,6 +107,17 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path):
             compact_here()
             state = storage.metadata.get_compaction_state(TOPIC)
             assert cl.list_compacted_ledgers(tmp_path, TOPIC) == [state.compacted_ledger_id]
-            assert not [n for n in os.listdir(cl.topic_dir(tmp_path, TOPIC)) if n.startswith("run-")]
+            names = os.listdir(cl.topic_dir(tmp_path, TOPIC))
+            assert not [n for n in names if n.startswith("run-")]
+            # the view is a chain (extended by the reruns, the first excepted): exactly the
+            # segments it names are left, none of the dead run's nor of the replaced view's
+            view = service.compacted_ledger()
+            assert view.is_chain and {n for n in names if chain.SEGMENT_NAME.match(n)} == set(
+                view.manifest.names()
+            )
+            runs.append(view.manifest.runs)
+        # some killed runs extended a chain (every key is overwritten between kills here, so
+        # the stale bound rewrites the chain every other run: 1, 2, 1, 2 ...)
+        assert 2 in runs
     finally:
         storage.close()

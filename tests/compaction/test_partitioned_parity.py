@@ -189,6 +189,8 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         # a second run with nothing new: every partition keeps its view, still one job at most
         assert _compact_all(factory, services, ledgers, models) <= 1
         assert all(storage.metadata.get_compaction_state(_partition(i)).status == SUCCESS for i in range(2))
+        # the joint job extended each partition's own chain of segments (compaction.chain)
+        assert [s.compacted_ledger().manifest.runs for s in services[:2]] == [2, 2]
     finally:
         factory.close()
         storage.close()

@@ -272,3 +272,44 @@ def test_a_seek_into_a_large_offloaded_compacted_view_fetches_a_few_ranges(
     assert reader is not None and reader.remote
     assert [d for _, d in reader] == [d for _, _, d in entries]
     st.close()
+
+
+def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
+    """A chained view (``compaction.chain``) names local segment files: the offloader does not
+    copy its manifest to the store (the next run of a topic with an offload location writes its
+    view there whole), and the view stays readable where it is."""
+    import numpy as np  # noqa: F401 - the chain module's arrays
+
+    from compactmq.compaction import chain
+    from compactmq.compaction.compacted_ledger import PartWriter
+
+    conf = {
+        **SMALL,
+        "managedLedgerOffloadDriver": "filesystem",
+        "fileSystemURI": f"file://{tmp_path}/offload",
+    }
+    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    ml = st.open_managed_ledger(TOPIC)
+    for i in range(25):
+        ml.append(payload(i))
+    entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][::4]
+    meta = st.metadata
+    state = meta.get_compaction_state(TOPIC)
+    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    cid = meta.allocate_ledger_id()
+    path = st.compacted_ledger_path(TOPIC, cid)
+    name = chain.segment_name(cid, 0)
+    w = PartWriter(os.path.join(os.path.dirname(path), name), complete=True)
+    for lid, eid, data in entries:
+        w.append(lid, eid, data)
+    n = w.close()
+    chain.write(
+        path, chain.Manifest.fresh([(name, n, os.path.getsize(os.path.join(os.path.dirname(path), name)))])
+    )
+    meta.commit_compaction(
+        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
+    )
+    assert st.offloader.offload_compacted(TOPIC) is None
+    assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
+    assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
+    st.close()

@@ -52,11 +52,14 @@ A run
    map-side combiner). Spark's own engine then finds, per key, the surviving position. Only key
    hashes and positions are shuffled.
 3. *Phase two* (Spark): group the surviving positions by source ledger, and copy the raw bytes of
-   the surviving entries, in id order, into a new compacted ledger (rewriting batches as above).
-   Payload bytes never cross a shuffle: each task re-reads its own source ledgers.
-4. *Commit*: flush the new file, then in ONE metadata transaction make it the topic's compacted
-   ledger together with the new horizon. Only afterwards delete the previous compacted ledger and
-   move the ``__compaction`` cursor to the horizon (which lets retention trim what is compacted).
+   the surviving entries, in id order, into new *segments* (rewriting batches as above): each
+   task writes one complete compacted-ledger file. Payload bytes never cross a shuffle: each
+   task re-reads its own source ledgers.
+4. *Commit*: write the view's *chain manifest* naming its segments (``chain``), then in ONE
+   metadata transaction make it the topic's compacted view together with the new horizon. Only
+   afterwards delete the previous view's manifest and the segments the new one does not name,
+   and move the ``__compaction`` cursor to the horizon (which lets retention trim what is
+   compacted).
 
 A crash or an abort before the commit leaves the previous compacted ledger and horizon in force;
 the half-written file is an orphan removed by the next run. After the commit the new view is in
@@ -66,7 +69,11 @@ Runs are *incremental*: the second run reads the previous compacted view plus on
 after its horizon, so its cost grows with (compacted size + new data), not with the whole history.
 Of the previous view, phase one reads only its *key sidecar* (``view_keys``: key hashes,
 positions and flags as Parquet, written by phase two beside the view and switched with it), not
-its entries; a view without one is parsed.
+its entries; a view without one is parsed. Phase two then *extends the chain* (``chain``): it
+writes the new survivors and the old batches that lost a message, and lists the old entries that
+lost every message; unchanged compacted entries are not copied. After a few runs, or once much of
+the chain is dead, a run rewrites it whole (the merge policy). Reads see one sorted index over
+the chain's segments, so they stay a binary search.
 
 Retention
 ---------

@@ -13,8 +13,12 @@ records alone. A file is complete only once its trailer is written and flushed; 
 valid trailer was left by a crashed run and is never read (the metadata store never named it).
 
 Files are read through ``pyarrow.fs`` so a Spark executor on another machine can read a compacted
-ledger from shared storage. The records of a file may be produced as separate *parts* (one per
-phase-two task) and concatenated by the driver in id order, see ``concatenate_parts``.
+ledger from shared storage. A local view is a *chain* of such files (``chain``): each phase-two
+task writes its part as a complete file, a *segment* (``PartWriter(complete=True)``), and the view
+``<id>.compacted`` is a small manifest naming the segments of this run and of earlier runs it
+still uses; ``CompactedLedgerReader`` opens both forms and reads a chain through one merged,
+sorted index (so a read is a binary search either way). ``concatenate_parts`` (the old one-file
+build on the driver) is kept for tools and tests.
 
 In the object store (tiered storage configured) the executors upload their parts themselves and
 the driver writes only a small *manifest* object beside them, so no payload byte passes through
@@ -44,6 +48,7 @@ import numpy as np
 
 from ..errors import StorageError
 from ..storage.managed_ledger import fsync_dir
+from . import chain
 
 HEADER = b"CMQCLED1"
 MANIFEST = b"CMQCLMN1"
@@ -211,15 +216,22 @@ def _copy_range(src_fd: int, dst_fd: int, size: int) -> None:
 
 
 class PartWriter:
-    """Records of a contiguous id range, written by one phase-two task (no header, no trailer).
-    The index goes next to them as ``<path>.idx`` (raw ``INDEX_DTYPE`` rows, offsets relative to
-    the part)."""
+    """Records of a contiguous id range, written by one phase-two task.
 
-    def __init__(self, path: str):
+    By default a *part* of a manifest-of-parts ledger (no header, no trailer): the index goes next
+    to the records as ``<path>.idx`` (raw ``INDEX_DTYPE`` rows, offsets relative to the part).
+    With ``complete=True`` a *segment* of a chain (``chain``): a whole compacted-ledger file
+    (header, records, index, trailer), flushed and fsynced by ``close``."""
+
+    def __init__(self, path: str, complete: bool = False):
         self.path = path
+        self.complete = complete
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._f = open(path, "wb", buffering=1 << 20)
         self._offset = 0
+        if complete:
+            self._f.write(HEADER)
+            self._offset = len(HEADER)
         self._blocks: list[np.ndarray] = []
 
     def append(self, ledger_id: int, entry_id: int, data) -> None:
@@ -271,6 +283,14 @@ class PartWriter:
         blocks = self._blocks  # in file order
         # (np.concatenate returns native byte order: convert back to the big-endian layout)
         index = np.concatenate(blocks).astype(INDEX_DTYPE) if blocks else np.zeros(0, INDEX_DTYPE)
+        if self.complete:
+            raw = index.tobytes()
+            self._f.write(raw)
+            self._f.write(TRAILER.pack(self._offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            return len(index)
         self._f.close()
         with open(self.path + ".idx", "wb") as f:
             f.write(index.tobytes())
@@ -461,79 +481,143 @@ def _open_remote(path: str):
 
 
 class CompactedLedgerReader:
-    """Reads a finished compacted ledger. Thread-safe for reads (the bytes are immutable).
+    """Reads a finished compacted view: one compacted-ledger file, or a chain of them (``chain``).
+    Thread-safe for reads (the bytes are immutable).
 
-    A local file is memory-mapped. A URI (an offloaded compacted ledger, or one stored as parts
-    and a manifest) is read by ranges, never whole: opening it fetches the head, the trailer and
-    the index (a few ranged reads, whatever its size); a read of entries then fetches only the
-    chunks that hold them, through the process's read cache (``storage.offload.blocks``). ``buffer``
-    is the whole ledger (a Spark task that scans all of it downloads it once).
+    A local file is memory-mapped; so is every segment of a chain, at open, so a handle stays
+    readable after a newer run deleted files it no longer needs. A URI (an offloaded compacted
+    ledger, or one stored as parts and a manifest) is read by ranges, never whole: opening it
+    fetches the head, the trailer and the index (a few ranged reads, whatever its size); a read
+    of entries then fetches only the chunks that hold them, through the process's read cache
+    (``storage.offload.blocks``). ``buffer`` is the whole ledger of a one-file view (a Spark task
+    that scans all of it downloads it once); a chain has one per segment (``segment_buffer``).
+
+    ``ledger_ids``, ``entry_ids`` are the view's sorted index; ``segment_ids`` says which segment
+    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment.
     """
 
     def __init__(self, path: str, buffer=None):
         self.path = path
+        self.manifest = None  # a chain's manifest (``chain.Manifest``), None for one file
         if buffer is not None:
-            self._src = _InMemory(buffer)
+            src = _InMemory(buffer)
         elif is_remote(path):
-            self._src = _open_remote(path)
+            src = _open_remote(path)
         else:
-            self._src = _InMemory(read_file_bytes(path))
+            src = _InMemory(read_file_bytes(path))
+        if isinstance(src, _InMemory) and src.size >= 8 and chain.is_chain(src.read(0, 8)):
+            self._open_chain(src)
+            return
+        self._srcs = [src]
+        self._segment_ids: Optional[np.ndarray] = None
         self._whole = None
-        src = self._src
-        size = src.size
-        if size < len(HEADER) + TRAILER.size:
-            raise StorageError(f"{path}: not a compacted ledger")
-        if isinstance(src, _InMemory) and bytes(src.read(0, len(HEADER))) != HEADER:
-            if bytes(src.read(0, len(MANIFEST))) == MANIFEST:
-                raise StorageError(f"{path}: a compacted-ledger manifest is opened by its URI")
-            raise StorageError(f"{path}: not a compacted ledger")
-        index_offset, n, crc, _, magic = TRAILER.unpack(bytes(src.read_meta(size - TRAILER.size, size)))
-        if magic != TRAILER_MAGIC or index_offset + n * INDEX_DTYPE.itemsize != size - TRAILER.size:
-            raise StorageError(f"{path}: compacted ledger is incomplete (no valid trailer)")
-        raw = src.read_meta(index_offset, index_offset + n * INDEX_DTYPE.itemsize)
-        if _crc32c(raw) != crc:
-            raise StorageError(f"{path}: compacted ledger index checksum mismatch")
-        self.index = np.frombuffer(raw, dtype=INDEX_DTYPE)
-        self.ledger_ids = self.index["ledger_id"].astype(np.int64)
-        self.entry_ids = self.index["entry_id"].astype(np.int64)
-        self.offsets = self.index["offset"].astype(np.int64) + RECORD_HEADER.size
-        self.lengths = self.index["length"].astype(np.int64)
+        lids, eids, offs, lens = _read_index(path, src)
+        self.ledger_ids, self.entry_ids, self.offsets, self.lengths = lids, eids, offs, lens
+        self._size = src.size
+
+    def _open_chain(self, src) -> None:
+        from .chain import decode, merge_index
+
+        manifest = decode(src.read(0, src.size), self.path)
+        base = os.path.dirname(self.path)
+        srcs, lids, eids, offs, lens, runs = [], [], [], [], [], []
+        for name, run, _, _ in manifest.segments:
+            seg_path = os.path.join(base, name)
+            seg = _InMemory(read_file_bytes(seg_path))
+            if bytes(seg.read(0, len(HEADER))) != HEADER:
+                raise StorageError(f"{seg_path}: not a compacted-ledger segment")
+            parts = _read_index(seg_path, seg)
+            srcs.append(seg)
+            lids.append(parts[0])
+            eids.append(parts[1])
+            offs.append(parts[2])
+            lens.append(parts[3])
+            runs.append(run)
+        self.ledger_ids, self.entry_ids, rows = merge_index(lids, eids, runs, manifest.dropped)
+        seg_of = np.concatenate(
+            [np.full(len(x), k, np.int32) for k, x in enumerate(lids)] or [np.zeros(0, np.int32)]
+        )
+        self._segment_ids = seg_of[rows]
+        self.offsets = (np.concatenate(offs) if offs else np.zeros(0, np.int64))[rows]
+        self.lengths = (np.concatenate(lens) if lens else np.zeros(0, np.int64))[rows]
+        self._srcs = srcs
+        self._whole = None
+        self.manifest = manifest
+        self._size = src.size + sum(s.size for s in srcs)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.ledger_ids)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.manifest is not None
 
     @property
     def remote(self) -> bool:
-        return not isinstance(self._src, _InMemory)
+        return not isinstance(self._srcs[0], _InMemory) if self._srcs else False
 
     @property
     def size_bytes(self) -> int:
-        """Size of the ledger (header, records, index, trailer), without reading it."""
-        return self._src.size
+        """Size of the view (header, records, index, trailer; for a chain its manifest and every
+        segment it names, live or not), without reading it."""
+        return self._size
+
+    @property
+    def segment_ids(self) -> np.ndarray:
+        if self._segment_ids is None:
+            self._segment_ids = np.zeros(len(self), np.int32)
+        return self._segment_ids
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._srcs)
+
+    def segment_buffer(self, k: int):
+        """The whole bytes of segment ``k`` (of a one-file view: ``buffer``)."""
+        if self.manifest is None:
+            return self.buffer
+        return self._srcs[k].whole()
 
     @property
     def buffer(self):
-        """The whole ledger's bytes (read once from the store when remote)."""
+        """The whole ledger's bytes (read once from the store when remote); one-file views only."""
+        if self.manifest is not None:
+            raise StorageError(f"{self.path}: a chained view has no single buffer (see segment_buffer)")
+        src = self._srcs[0]
         if not self.remote:
-            return self._src.whole()
+            return src.whole()
         if self._whole is None:
-            self._whole = self._src.whole()
+            self._whole = src.whole()
         return self._whole
 
     def position_at(self, i: int):
         return _position(int(self.ledger_ids[i]), int(self.entry_ids[i]))
 
+    def _src_of(self, i: int):
+        return self._srcs[0] if self._segment_ids is None else self._srcs[int(self._segment_ids[i])]
+
     def entry_at(self, i: int) -> bytes:
         o = int(self.offsets[i])
-        return bytes(self._src.read(o, o + int(self.lengths[i])))
+        return bytes(self._src_of(i).read(o, o + int(self.lengths[i])))
 
     def entries(self, i: int, j: int) -> list[bytes]:
-        """The bytes of entries ``i .. j-1``, with ONE read of the range that holds them."""
+        """The bytes of entries ``i .. j-1``, with ONE read of the range that holds them per
+        segment they come from."""
         j = min(j, len(self))
         if j <= i:
             return []
+        if self._segment_ids is None:
+            return self._entries_in(self._srcs[0], i, j)
+        segs = self._segment_ids[i:j]
+        cuts = np.flatnonzero(segs[1:] != segs[:-1]) + 1
+        out: list[bytes] = []
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), j - i]):
+            out += self._entries_in(self._srcs[int(segs[a])], i + a, i + b)
+        return out
+
+    def _entries_in(self, src, i: int, j: int) -> list[bytes]:
         lo = int(self.offsets[i])
-        blob = memoryview(self._src.read(lo, int(self.offsets[j - 1] + self.lengths[j - 1])))
+        blob = memoryview(src.read(lo, int(self.offsets[j - 1] + self.lengths[j - 1])))
         return [
             bytes(blob[o - lo : o - lo + n])
             for o, n in zip(self.offsets[i:j].tolist(), self.lengths[i:j].tolist())
@@ -568,9 +652,33 @@ class CompactedLedgerReader:
         return np.unique(self.ledger_ids)
 
 
+def _read_index(path: str, src) -> tuple:
+    """``(ledger_ids, entry_ids, data offsets, lengths)`` of one compacted-ledger file, checked."""
+    size = src.size
+    if size < len(HEADER) + TRAILER.size:
+        raise StorageError(f"{path}: not a compacted ledger")
+    if isinstance(src, _InMemory) and bytes(src.read(0, len(HEADER))) != HEADER:
+        if bytes(src.read(0, len(MANIFEST))) == MANIFEST:
+            raise StorageError(f"{path}: a compacted-ledger manifest is opened by its URI")
+        raise StorageError(f"{path}: not a compacted ledger")
+    index_offset, n, crc, _, magic = TRAILER.unpack(bytes(src.read_meta(size - TRAILER.size, size)))
+    if magic != TRAILER_MAGIC or index_offset + n * INDEX_DTYPE.itemsize != size - TRAILER.size:
+        raise StorageError(f"{path}: compacted ledger is incomplete (no valid trailer)")
+    raw = src.read_meta(index_offset, index_offset + n * INDEX_DTYPE.itemsize)
+    if _crc32c(raw) != crc:
+        raise StorageError(f"{path}: compacted ledger index checksum mismatch")
+    index = np.frombuffer(raw, dtype=INDEX_DTYPE)
+    return (
+        index["ledger_id"].astype(np.int64),
+        index["entry_id"].astype(np.int64),
+        index["offset"].astype(np.int64) + RECORD_HEADER.size,
+        index["length"].astype(np.int64),
+    )
+
+
 def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:
-    """Delete this topic's compacted-ledger files, their key sidecars and parts other than
-    ledger ``keep``.
+    """Delete this topic's compacted-ledger files, their key sidecars, segments and parts other
+    than those of view ``keep`` (its file, its sidecar, every segment its chain names).
 
     Call it only while holding the topic's compaction lock: a file not named by the metadata store
     then belongs to no running compaction. Returns the ledger ids removed.
@@ -581,13 +689,20 @@ def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:
         names = os.listdir(d)
     except FileNotFoundError:
         return removed
+    # a chained view in force keeps every segment it names, whichever run wrote it
+    named: Optional[set] = set()
+    if keep is not None:
+        named = chain.named_segments(os.path.join(d, f"{keep:012d}{SUFFIX}"))
     for name in names:
         full = os.path.join(d, name)
         m = _NAME.match(name)
         sidecar = _KEYS.match(name)
         if (m or sidecar) and keep is not None and int((m or sidecar).group(1)) == keep:  # type: ignore[union-attr]
             continue
-        if m or sidecar or name.endswith(".tmp") or name.startswith("run-"):
+        segment = chain.SEGMENT_NAME.match(name)
+        if segment and (named is None or name in named):
+            continue
+        if m or sidecar or segment or name.endswith(".tmp") or name.startswith("run-"):
             if os.path.isdir(full):
                 import shutil
 

@@ -1,9 +1,11 @@
 """One compaction run from start to commit, and the read side of the compacted view.
 
 ``CompactionRunner`` does everything that is not the two phases: the per-topic lock, orphan
-cleanup, the plan, building the compacted ledger from part files, the one-transaction commit and
-the clean-up after it. The phases come from an *engine* (``SparkEngine`` by default) with one
-method, ``run(plan, strategy, progress) -> list of part descriptions``.
+cleanup, the plan (and whether the run extends the view's chain of segments or writes it fresh,
+``chain``), the chain manifest naming the segments the tasks wrote, the one-transaction commit
+and the clean-up after it (the previous manifest and the segments the new one does not name).
+The phases come from an *engine* (``SparkEngine`` by default) with one method,
+``run(plan, strategy, progress) -> list of part descriptions``.
 
 ``LedgerCompactionService`` implements the read half of ``TopicCompactionService`` over the
 compacted ledger the metadata store names; it notices a new one (committed by this process or
@@ -12,7 +14,10 @@ by a ``compact-topic`` job) by the compaction state's ``version``. Its view hand
 deletion), so a handle pinned by a consumer stays readable after a newer compaction.
 
 Abort hook: ``abort_hook(point)`` is called at each named point (``ABORT_POINTS``); tests make it
-raise or kill the process to show that every point leaves the old view or the new one.
+raise or kill the process to show that every point leaves the old view or the new one. A chain
+run writes only new files (segments named by its own run id, its manifest, its sidecar) before
+the commit, and deletes files of the previous view only after it, so a view in force never
+names a missing file.
 """
 
 from __future__ import annotations
@@ -40,18 +45,17 @@ from . import (
 from .compacted_ledger import (
     CompactedLedgerReader,
     compacted_ledger_path,
-    concatenate_parts,
     remove_orphans,
     topic_dir,
     write_manifest,
 )
 from .lag import last_compactable, lag_seconds_setting
-from .plan import RunPlan, build_groups, build_segments, packed_cut
+from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock  # noqa: F401 - the lock of a run, also named here
 from .strategies import resolve_strategy
-from . import view_keys
+from . import chain, view_keys
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
@@ -115,6 +119,8 @@ class CompactionRunner:
         self.clock = clock
         self.fault_points = fault_points
         self.combine = combine
+        self._prev_reader: Optional[CompactedLedgerReader] = None  # the view in force, once planned
+        self._prev_start = 0  # its first entry retention keeps
 
     @property
     def data_dir(self) -> str:
@@ -162,6 +168,12 @@ class CompactionRunner:
                 if store_at is not None:  # tiered storage: the tasks upload their parts themselves
                     prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
                     plan.extra.update(store=store_at, prefix=prefix)
+                else:  # a chain of segments (``chain``): extending the previous one, or fresh
+                    plan.extra["chain"] = {
+                        "dir": self._topic_dir,
+                        "run": new_id,
+                        "incremental": self._extends_chain(plan),
+                    }
                 step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
                 self.abort_hook("planned")
@@ -170,10 +182,13 @@ class CompactionRunner:
                 self.abort_hook("parts-written")
                 report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
                 record = None
+                manifest = None
                 if prefix is None:
                     final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
-                    # flush the new ledger (concatenate_parts fsyncs file and directory), then swap
-                    written = concatenate_parts(final_path, [p["path"] for p in parts if p["entries"]])
+                    # the tasks fsynced their segments; the manifest (fsynced with the directory)
+                    # names them, and the commit below makes it the view
+                    manifest, written = self._chain_manifest(plan, parts)
+                    chain.write(final_path, manifest)
                 else:
                     # the parts are in the object store already: a manifest beside them makes the
                     # ledger, committed below together with its catalog row
@@ -188,7 +203,10 @@ class CompactionRunner:
                 keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
-                size = os.path.getsize(final_path) if final_path else record.data_size  # type: ignore[union-attr]
+                if final_path:
+                    size = chain.view_size(final_path, manifest)  # type: ignore[arg-type]
+                else:
+                    size = record.data_size  # type: ignore[union-attr]
                 details = {
                     "keys": keys,
                     "tombstones": tombstones,
@@ -224,6 +242,7 @@ class CompactionRunner:
                         os.unlink(final_path)
                     if plan is not None:
                         view_keys.remove_local(self._topic_dir, new_id)
+                        chain.remove_run_segments(self._topic_dir, new_id)
                     if prefix is not None:
                         self._delete_uploaded(store_at, prefix)
                 if plan is not None:
@@ -242,10 +261,20 @@ class CompactionRunner:
             self.abort_hook("after-commit")
             shutil.rmtree(plan.run_dir, ignore_errors=True)
             if previous is not None and previous != new_id:
+                previous_path = compacted_ledger_path(self.data_dir, self.topic, previous)
+                try:  # its segments the new chain does not name go with it
+                    stale = chain.stale_segments(chain.read(previous_path), manifest)
+                except (StorageError, OSError):
+                    stale = []  # unreadable: the next run's orphan sweep decides
                 try:
-                    os.unlink(compacted_ledger_path(self.data_dir, self.topic, previous))
+                    os.unlink(previous_path)
                 except FileNotFoundError:
                     pass
+                for name in stale:
+                    try:
+                        os.unlink(os.path.join(self._topic_dir, name))
+                    except FileNotFoundError:
+                        pass
                 view_keys.remove_local(self._topic_dir, previous)
                 offloader = getattr(self.storage, "offloader", None)
                 if offloader is not None:
@@ -271,6 +300,70 @@ class CompactionRunner:
         finally:
             lock.release()
 
+    # --- the chain of segments (chain) -------------------------------------------------------------
+
+    def _extends_chain(self, plan: RunPlan) -> bool:
+        """Whether this run extends the previous view's chain (an incremental run that copies only
+        what changed) rather than writing a fresh one: the previous view is a local chain, its
+        key sidecar is usable, and the merge policy does not ask for a rewrite."""
+        prev = self._prev_reader
+        if prev is None or not prev.is_chain or "view_keys" not in plan.extra or plan.strategy == "user":
+            return False
+        max_runs = int(self.config.get("compactionChainMaxRuns", chain.MAX_RUNS))
+        max_stale = float(self.config.get("compactionChainMaxStaleRatio", chain.MAX_STALE_RATIO))
+        return not chain.should_merge(prev.manifest, len(prev), max_runs, max_stale)
+
+    def _chain_manifest(self, plan: RunPlan, parts: list[dict]):
+        """The new view's manifest and its entry count, from the segments the tasks wrote (and,
+        for an incremental run, the previous chain and what this run drops of it)."""
+        written = [p for p in parts if p["entries"]]
+        segments = [(os.path.basename(p["path"]), p["entries"], os.path.getsize(p["path"])) for p in written]
+        info = plan.extra["chain"]
+        if not info["incremental"]:
+            return chain.Manifest.fresh(segments), sum(p["entries"] for p in written)
+        prev = self._prev_reader
+        assert prev is not None and prev.manifest is not None
+        lids, eids = self._dropped(plan, parts, prev)
+        live_new = sum(
+            p["entries"] for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED
+        )
+        manifest = prev.manifest.extended(segments, lids, eids)
+        return manifest, len(prev) - len(lids) + live_new
+
+    def _dropped(self, plan: RunPlan, parts: list[dict], prev) -> tuple:
+        """``(ledger ids, entry ids)`` of the previous view's entries this run drops: those the
+        tasks reported (lost every message), every entry of a compacted group no survivor reached
+        (it had no task), and those retention removed (below the plan's first compacted id)."""
+        chunks = []
+        for p in parts:
+            raw = p.get("dropped") or b""
+            if raw:
+                chunks.append(np.frombuffer(bytes(raw), ">i8").astype(np.int64).reshape(-1, 2))
+        reported = {p["group"] for p in parts}
+        for g, ords in enumerate(plan.groups):
+            if g in reported or plan.segments[ords[0]].kind != COMPACTED:
+                continue
+            for o in ords:
+                seg = plan.segments[o]
+                lo = int(np.searchsorted(prev.ledger_ids, seg.ledger_id, side="left"))
+                hi = int(np.searchsorted(prev.ledger_ids, seg.ledger_id, side="right"))
+                e = prev.entry_ids[lo:hi]
+                e = e[(e >= seg.entry_lo) & (e <= seg.entry_hi)]
+                chunks.append(np.stack([np.full(len(e), seg.ledger_id, np.int64), e], axis=1))
+        start = self._prev_start
+        if start:
+            chunks.append(np.stack([prev.ledger_ids[:start], prev.entry_ids[:start]], axis=1))
+        if not chunks:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        pairs = np.concatenate(chunks)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        pairs = pairs[order]
+        if len(pairs) > 1:  # the same entry reported twice (it cannot be, but a drop is a set)
+            keep = np.ones(len(pairs), bool)
+            keep[1:] = (pairs[1:] != pairs[:-1]).any(axis=1)
+            pairs = pairs[keep]
+        return pairs[:, 0], pairs[:, 1]
+
     # --- the key sidecar of the view (view_keys) -------------------------------------------------
 
     @property
@@ -283,7 +376,9 @@ class CompactionRunner:
         """Move the sidecar the phase-two tasks wrote into place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
-        written = [p for p in parts if p["entries"]]
+        # every part with survivors has sidecar rows, whether or not it wrote entries (an
+        # incremental chain run's group of unchanged old entries writes none)
+        written = [p for p in parts if p["messages"]]
         names = [p.get("keys") for p in written]
         if not all(names):
             return None
@@ -443,6 +538,7 @@ class CompactionRunner:
         if state.compacted_ledger_id is not None:
             path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
             reader = CompactedLedgerReader(path)
+            self._prev_reader = reader  # an incremental chained run drops entries of it
             start = 0
             bound = None
             keep = RetentionFilter(settings["retention_mode"], first)
@@ -451,7 +547,8 @@ class CompactionRunner:
                 # readers already skip through the same filter); nothing visible: drop them all
                 bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
                 start = reader.find(bound)
-            lids, counts = np.unique(reader.ledger_ids[start:], return_counts=True)
+            self._prev_start = start
+            lids, counts = _runs_of(reader.ledger_ids[start:])
             los = {int(l): 0 for l in lids}
             if bound is not None and int(bound[0]) in los:
                 los[int(bound[0])] = int(bound[1])
@@ -510,6 +607,14 @@ def _compacted_location(storage, topic: str, ledger_id: int) -> str:
     """The local file, or the offloaded object's URI once tiered storage deleted the file."""
     locate = getattr(storage, "compacted_ledger_location", None)
     return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
+
+
+def _runs_of(sorted_ids: np.ndarray) -> tuple:
+    """``(distinct values, count of each)`` of a sorted array, without sorting it again."""
+    if not len(sorted_ids):
+        return sorted_ids[:0], np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    return sorted_ids[starts], np.diff(np.append(starts, len(sorted_ids)))
 
 
 def new_horizon_next(pos):

@@ -30,16 +30,32 @@ def _compacted(path: str) -> CompactedLedgerReader:
     return reader
 
 
+def load_pieces(seg: Segment) -> list:
+    """``[(buf, entry_ids, data_offsets, lengths), ...]`` of the entries a segment covers, one
+    piece per file they are in (a live ledger, a one-file view: one; a chained view: one per
+    chain segment holding some), each in id order."""
+    if seg.kind != COMPACTED:
+        return [load_segment(seg)]
+    r = _compacted(seg.path)
+    lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
+    hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
+    eids = r.entry_ids[lo:hi]
+    m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
+    sel = np.arange(lo, hi)[m]
+    segs = r.segment_ids[sel]
+    out = []
+    for k in np.unique(segs).tolist():
+        pick = sel[segs == k]
+        buf = np.frombuffer(r.segment_buffer(k), np.uint8)
+        out.append((buf, r.entry_ids[pick], r.offsets[pick], r.lengths[pick]))
+    return out
+
+
 def load_segment(seg: Segment):
-    """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers."""
+    """``(buf, entry_ids, data_offsets, lengths)`` of the entries a segment covers (a compacted
+    segment of a chained view, whose entries may be in several files: see ``load_pieces``)."""
     if seg.kind == COMPACTED:
-        r = _compacted(seg.path)
-        lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
-        hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
-        eids = r.entry_ids[lo:hi]
-        m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
-        buf = np.frombuffer(r.buffer, np.uint8)
-        return buf, eids[m], r.offsets[lo:hi][m], r.lengths[lo:hi][m]
+        return gather(load_pieces(seg))
     from ..storage import ledger_file as lf
 
     buf = read_file_bytes(seg.path)
@@ -91,9 +107,19 @@ def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
             yield rows, False
         return
     for seg in segments:
-        buf, eids, offs, lens = load_segment(seg)
-        for lo, hi in chunks(lens):
-            yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
+        pieces = load_pieces(seg)
+        if len(pieces) > 1:  # a chained view: rows of each file, merged back into id order
+            rows = [
+                es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal)
+                for buf, eids, offs, lens in pieces
+                for lo, hi in chunks(lens)
+            ]
+            merged = es.Rows.concat(rows)
+            yield merged.take(np.argsort(merged.pos, kind="stable")), True
+            continue
+        for buf, eids, offs, lens in pieces:
+            for lo, hi in chunks(lens):
+                yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
 
 
 ARROW_BATCH_ROWS = 1 << 20
@@ -245,6 +271,13 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     fault(plan, "phase-two-task")
     store = plan.extra.get("store")
     name = view_keys.part_name(group) if keys is not None else None
+    chained = plan.extra.get("chain")
+    if store is None and chained is not None:
+        out = _copy_group_to_segment(plan, group, positions, chained)
+        if name is not None:
+            _write_keys(plan, positions, keys, os.path.join(plan.run_dir, view_keys.STORE_DIR, name))
+        out["keys"] = name
+        return out
     if store is None:
         out = _copy_group_to(plan, group, positions, plan.part_path(group))
         if name is not None:
@@ -274,6 +307,61 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, chained: dict) -> dict:
+    """The group's segment of a chained view (``chain``), a complete compacted-ledger file named
+    ``chain.segment_name(run, group)`` in ``chained["dir"]`` (none when it would be empty).
+
+    In an incremental run (``chained["incremental"]``) a group of the previous view's entries
+    copies only the old entries that lost a message (rewritten under their own position) and
+    reports in ``dropped`` (raw ``>i8`` pairs ledger id, entry id) those that lost every message;
+    an unchanged entry stays where it is. ``messages`` counts every survivor of the group."""
+    from . import chain
+
+    path = os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
+    copy = positions
+    dropped = np.zeros(0, ">i8")
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    if chained.get("incremental") and segments and all(s.kind == COMPACTED for s in segments):
+        copy, dropped = touched_entries(plan, segments, positions)
+    out = _copy_group_to(plan, group, copy, path, complete=True)
+    if out["entries"] == 0:
+        os.unlink(path)
+        out["path"] = ""
+    out["messages"] = len(positions)
+    out["dropped"] = dropped.tobytes()
+    return out
+
+
+def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray) -> tuple:
+    """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
+    that lost some message (to rewrite) and, as ``>i8`` pairs (ledger id, entry id), the old
+    entries that lost all. The previous view's messages come from its key sidecar."""
+    from . import view_keys
+
+    sidecar = plan.extra.get("view_keys")
+    if sidecar is None:
+        raise CompactionError("an incremental chained run needs the previous view's key sidecar")
+    rows = view_keys.segment_rows(sidecar, segments, False)
+    old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
+    old_e = old >> es.BATCH_BITS
+    surv_e = np.asarray(positions, np.int64) >> es.BATCH_BITS
+    uo, co = np.unique(old_e, return_counts=True)
+    us, cs = np.unique(surv_e, return_counts=True)
+    at = np.searchsorted(uo, us)
+    if len(us) and ((at >= len(uo)).any() or (uo[np.minimum(at, len(uo) - 1)] != us).any()):
+        raise CompactionError("a survivor of the previous view is missing from its key sidecar")
+    kept = np.zeros(len(uo), np.int64)
+    kept[at] = cs
+    rewrite = uo[(kept > 0) & (kept < co)]
+    gone = uo[kept == 0]
+    copy = np.asarray(positions, np.int64)[np.isin(surv_e, rewrite)]
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    pairs = np.empty((len(gone), 2), ">i8")
+    pairs[:, 0] = ledger_of[gone >> es.ENTRY_BITS] if len(gone) else 0
+    pairs[:, 1] = gone & ((1 << es.ENTRY_BITS) - 1)
+    return copy, pairs.reshape(-1)
+
+
 def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> None:
     from . import view_keys
 
@@ -290,8 +378,10 @@ def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> 
     )
 
 
-def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) -> dict:
-    writer = PartWriter(path)
+def _copy_group_to(
+    plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
+) -> dict:
+    writer = PartWriter(path, complete=complete)
     ords, eids, bidx = es.unpack_positions(positions)
     entries = messages = 0
     for o in plan.groups[group]:
@@ -299,8 +389,13 @@ def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) 
         if not m.any():
             continue
         seg = plan.segments[o]
-        buf, seg_eids, offs, lens = load_segment(seg)
+        pieces = load_pieces(seg)
         cand, inverse = np.unique(eids[m], return_inverse=True)
+        if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
+            entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[m])
+            messages += int(m.sum())
+            continue
+        buf, seg_eids, offs, lens = pieces[0]
         at = np.searchsorted(seg_eids, cand)
         if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
@@ -314,6 +409,68 @@ def _copy_group_to(plan: RunPlan, group: int, positions: np.ndarray, path: str) 
         messages += int(m.sum())
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
+
+
+def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
+    """Copy the survivors of entries ``cand`` (sorted, held by several pieces) a chunk of
+    entries at a time, each chunk gathered into a buffer of its own (memory stays one chunk)."""
+    c_lens = _locate(pieces, cand)[2]
+    written = 0
+    for lo, hi in chunks(c_lens):
+        buf, _, c_offs, cl = gather(pieces, cand[lo:hi])
+        sel = (inverse >= lo) & (inverse < hi)
+        src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs, cl, inverse[sel] - lo, bidx[sel])
+        written += writer.append_ranges(ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+    return written
+
+
+def _locate(pieces: list, wanted: np.ndarray) -> tuple:
+    """For sorted entry ids ``wanted``: the piece holding each, its index there, its length."""
+    owner = np.full(len(wanted), -1, np.int64)
+    where = np.zeros(len(wanted), np.int64)
+    for k, (_, e, _, _) in enumerate(pieces):
+        if not len(e):
+            continue
+        at = np.minimum(np.searchsorted(e, wanted), len(e) - 1)
+        hit = e[at] == wanted
+        owner[hit], where[hit] = k, at[hit]
+    if (owner < 0).any():
+        raise CompactionError("an entry of a compacted view is missing from its segments")
+    lens = np.zeros(len(wanted), np.int64)
+    for k, (_, _, _, n) in enumerate(pieces):
+        mine = owner == k
+        lens[mine] = n[where[mine]]
+    return owner, where, lens
+
+
+def gather(pieces: list, wanted: Optional[np.ndarray] = None):
+    """One piece ``(buf, entry_ids, data_offsets, lengths)`` of the entries ``wanted`` (sorted
+    entry ids; all when None) of ``pieces`` (each in id order, disjoint): the piece itself when
+    there is one, else their bytes copied, in id order, into a new buffer (one vectorised copy per
+    piece: a chained view's ledger whose entries lie in several segments)."""
+    if not pieces:
+        z = np.zeros(0, np.int64)
+        return np.zeros(0, np.uint8), z, z, z
+    if len(pieces) == 1 and wanted is None:
+        return pieces[0]
+    if wanted is None:
+        wanted = np.sort(np.concatenate([p[1] for p in pieces]))
+    if len(pieces) == 1:
+        buf, e, o, n = pieces[0]
+        at = np.searchsorted(e, wanted)
+        return buf, wanted, o[at], n[at]
+    from .entry_scan import copy_ranges
+
+    owner, where, lens = _locate(pieces, wanted)
+    starts = np.zeros(len(wanted), np.int64)
+    if len(wanted):
+        np.cumsum(lens[:-1], out=starts[1:])
+    out = np.empty(int(lens.sum()), np.uint8)
+    for k, (buf, _, o, _) in enumerate(pieces):
+        mine = owner == k
+        if mine.any():
+            copy_ranges(out, starts[mine], buf, o[where[mine]], lens[mine])
+    return out, wanted, starts, lens
 
 
 # --- fault injection (tests) ------------------------------------------------------------------

@@ -34,7 +34,9 @@ Keeping the partitions apart in one job
   plan's own cuts to the keys of its range of positions.
 * Phase one parses and phase two copies each group with its own plan (``tasks.group_rows``,
   ``tasks.copy_group``), so per-partition settings (keyless messages, fault points, the object
-  store prefix of the new ledger) stay per partition. Plans that cannot share an aggregation
+  store prefix of the new ledger, and whether the run extends the partition's chain of segments
+  or writes it fresh, ``compaction.chain``) stay per partition: each partition's view is a chain
+  of its own, extended by the joint job exactly as by a run of its own. Plans that cannot share an aggregation
   (another strategy by topic policy) run as a second job of the same joint run.
 
 Cancelling one member cancels the joint job (all its partitions fail and keep their views).

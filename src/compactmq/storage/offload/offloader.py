@@ -71,6 +71,11 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
 
 
+# the magic of a chained compacted view's manifest (``compaction.chain.MAGIC``; storage does not
+# import compaction)
+_CHAINED_VIEW = b"CMQCHAN1"
+
+
 def _relpath(topic: str) -> str:
     from ..engine import topic_relpath
 
@@ -259,6 +264,12 @@ class LedgerOffloader:
         except FileNotFoundError:  # replaced by a newer compaction since we looked
             return None
         with f:
+            if f.read(len(_CHAINED_VIEW)) == _CHAINED_VIEW:
+                # a chained view (compaction.chain) names local segment files: it is not copied
+                # as such; the next run of a topic with an offload location writes its view to
+                # the object store whole
+                return None
+            f.seek(0)
             size = store.put(key, iter(lambda: f.read(self.max_block), b""))
         self._die_at("compacted-after-data")
         # no index object: a compacted ledger's own index and trailer are inside it, and its reader

@@ -1,0 +1,296 @@
+"""A compacted view as a *chain* of segments, so an incremental run writes only what changed.
+
+Why
+---
+A run after a few new messages used to copy every surviving entry into a new compacted ledger
+(old survivors re-read from the old view), then the driver concatenated the phase-two parts into
+one file: the cost of a run grew with the view, not with the new data. Most entries of the
+previous view are untouched by a small run, so the new view should *name* them, not copy them.
+
+What a view is
+--------------
+A *segment* is a complete compacted-ledger file of today's layout (``compacted_ledger``: header,
+records, index, trailer), written by one phase-two task: ``<run id>-<group>.seg`` in the topic's
+compacted directory. A view ``<view id>.compacted`` written locally is a small *chain manifest*
+(magic ``CMQCHAN1``; a file of the old one-file layout starts with ``CMQCLED1`` and stays
+readable) naming, in order, the segments of every run since the chain was last rewritten, each
+with its *run number* (0, 1, ... within the chain), and a sorted array of *dropped* positions,
+each with the run that dropped it::
+
+    b"CMQCHAN1" [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
+    [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]  (sorted by position)
+    [u32 crc32c of everything before] b"CMQCHEND"
+
+The entries of the view are, for every position, the copy in the segment of the *latest* run
+holding it, unless a run at least as late dropped it. A run rewrites an old batch that lost a
+message into its own segment under the same position (the newer copy wins), and drops an old
+entry that lost every message (or that retention or the key TTL removed) by listing it. Old
+entries that did not change are neither copied nor listed.
+
+How reads stay a binary search
+------------------------------
+Opening a chain (``merge_index``) concatenates the segments' indexes with the dropped positions,
+sorts them by (position, run) when they are not already in order (a fresh chain's segments are
+disjoint and in order: no sort at all), keeps the last row of each position and removes the
+dropped ones. The result is one sorted index, as a one-file view has, plus for each entry the
+segment it lives in: ``CompactedLedgerReader`` answers ``find``/``read``/``last`` with the same
+binary search, reading each entry's bytes from its own segment. Memory-mapping every segment
+at open keeps a pinned view readable after a newer run deleted some of its files.
+
+What a run writes (``service.CompactionRunner``)
+------------------------------------------------
+* *Incremental* (the previous view is a local chain with a key sidecar and the merge policy
+  allows it): a live group's task writes its survivors into a segment; a compacted group's task
+  compares its survivors with the previous view's key sidecar (``view_keys``) entry by entry and
+  writes only the old batches that lost some message, and reports the entries that lost all
+  (``tasks.copy_group``). A compacted group no survivor reached has no task: all its entries are
+  dropped, and so are the entries retention removed (the driver lists both from the previous
+  view's index; what it collects is proportional to what changed). The new manifest is the old
+  one plus the new run's segments and drops.
+* *Fresh* (first run, a view of the old layout, a user strategy or no sidecar, a view in the
+  object store, or the merge policy): every survivor is copied, each task writing one complete
+  segment, and the manifest names this run's segments only. No concatenation on the driver.
+
+Merge policy (``should_merge``): a chain of ``compactionChainMaxRuns`` runs (8), or whose
+stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale (dropped or
+superseded), is rewritten fresh by the next run, so reads never merge more than a few runs and
+dead bytes stay bounded.
+
+Files and their lifetime
+------------------------
+A segment may be named by several successive views. The clean-up after a commit deletes the
+previous manifest and only those of its segments the new manifest does not name
+(``stale_segments``); the orphan sweep at the start of a run keeps every file the view in force
+names (``named_segments``) and deletes any other ``.seg`` file (a crashed run's). Views written
+to the object store (tiered storage) and offloaded views are one-file or manifest-of-parts views
+as before: chains are local only, and a run whose view goes to the store writes it fresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import StorageError
+
+MAGIC = b"CMQCHAN1"
+END = b"CMQCHEND"
+SEGMENT_SUFFIX = ".seg"
+SEGMENT_NAME = re.compile(r"^(\d+)-(\d+)\.seg$")
+DROPPED_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("run", ">u4")])
+
+#: merge policy defaults (config keys ``compactionChainMaxRuns``, ``compactionChainMaxStaleRatio``)
+MAX_RUNS = 8
+MAX_STALE_RATIO = 0.25
+
+
+def segment_name(run_id: int, group: int) -> str:
+    """The file name of the segment phase-two task ``group`` of run ``run_id`` writes."""
+    return f"{run_id:012d}-{group:06d}{SEGMENT_SUFFIX}"
+
+
+@dataclass
+class Manifest:
+    """A chain manifest in memory: segments ``(name, run, entries, size)`` in chain order, the
+    number of runs, and the dropped positions (``DROPPED_DTYPE``, sorted)."""
+
+    segments: list = field(default_factory=list)
+    runs: int = 0
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, DROPPED_DTYPE))
+
+    @property
+    def stored(self) -> int:
+        """Entries stored in the segments (live, superseded or dropped)."""
+        return sum(int(s[2]) for s in self.segments)
+
+    @property
+    def size(self) -> int:
+        return sum(int(s[3]) for s in self.segments)
+
+    def names(self) -> list[str]:
+        return [s[0] for s in self.segments]
+
+    def extended(self, segments: list, ledger_ids, entry_ids) -> "Manifest":
+        """The manifest of the next incremental run: its ``segments`` ``(name, entries, size)``
+        and the positions it drops appended as run ``self.runs``."""
+        run = self.runs
+        new = np.zeros(len(ledger_ids), DROPPED_DTYPE)
+        new["ledger_id"], new["entry_id"], new["run"] = ledger_ids, entry_ids, run
+        dropped = np.concatenate([self.dropped, new]).astype(DROPPED_DTYPE)
+        if len(dropped):
+            order = np.lexsort((dropped["run"], dropped["entry_id"], dropped["ledger_id"]))
+            dropped = dropped[order]
+        segs = self.segments + [(n, run, int(e), int(s)) for n, e, s in segments]
+        return Manifest(segs, run + 1, dropped)
+
+    @staticmethod
+    def fresh(segments: list) -> "Manifest":
+        """A chain of one run: ``segments`` ``(name, entries, size)`` in id order."""
+        return Manifest([(n, 0, int(e), int(s)) for n, e, s in segments], 1)
+
+
+def is_chain(head) -> bool:
+    return bytes(head[: len(MAGIC)]) == MAGIC
+
+
+def encode(manifest: Manifest) -> bytes:
+    header = json.dumps(
+        {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
+    ).encode()
+    dropped = np.ascontiguousarray(manifest.dropped.astype(DROPPED_DTYPE)).tobytes()
+    body = b"".join(
+        [MAGIC, struct.pack(">I", len(header)), header, struct.pack(">Q", len(manifest.dropped)), dropped]
+    )
+    return body + struct.pack(">I", _crc32c(body)) + END
+
+
+def decode(data, path: str = "<manifest>") -> Manifest:
+    data = memoryview(bytes(data))
+    if len(data) < len(MAGIC) + 4 + 8 + 4 + len(END) or not is_chain(data):
+        raise StorageError(f"{path}: not a compacted-view chain manifest")
+    if bytes(data[-len(END) :]) != END:
+        raise StorageError(f"{path}: chain manifest is incomplete")
+    body = data[: -len(END) - 4]
+    (crc,) = struct.unpack_from(">I", data, len(body))
+    if _crc32c(body) != crc:
+        raise StorageError(f"{path}: chain manifest checksum mismatch")
+    at = len(MAGIC)
+    (n,) = struct.unpack_from(">I", body, at)
+    header = json.loads(bytes(body[at + 4 : at + 4 + n]))
+    at += 4 + n
+    (d,) = struct.unpack_from(">Q", body, at)
+    at += 8
+    dropped = np.frombuffer(body[at : at + d * DROPPED_DTYPE.itemsize], DROPPED_DTYPE).copy()
+    segments = [(str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in header["segments"]]
+    return Manifest(segments, int(header["runs"]), dropped)
+
+
+def write(path: str, manifest: Manifest) -> int:
+    """Write the manifest to ``path`` durably (file and directory fsynced); returns its size."""
+    from ..storage.managed_ledger import fsync_dir
+
+    data = encode(manifest)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(os.path.dirname(path) or ".")
+    return len(data)
+
+
+def read(path: str) -> Optional[Manifest]:
+    """The manifest at local ``path``; None when the file is missing or is not a chain."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return decode(data, path) if is_chain(data) else None
+
+
+def named_segments(path: str) -> Optional[set[str]]:
+    """The segment file names the view at ``path`` names (empty: not a chain, or gone; None: the
+    manifest cannot be read, so nothing may be assumed unnamed)."""
+    try:
+        manifest = read(path)
+    except (StorageError, OSError):
+        return None
+    return set(manifest.names()) if manifest is not None else set()
+
+
+def view_size(path: str, manifest: Manifest) -> int:
+    """Bytes a chained view occupies: its manifest and every segment it names."""
+    return os.path.getsize(path) + manifest.size
+
+
+def remove_run_segments(directory: str, run_id: int) -> None:
+    """Delete the segments run ``run_id`` wrote (its commit did not happen)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        m = SEGMENT_NAME.match(name)
+        if m and int(m.group(1)) == run_id:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
+def stale_segments(previous: Optional[Manifest], current: Optional[Manifest]) -> list[str]:
+    """Segments of the previous view the current one no longer names (to delete after a commit)."""
+    if previous is None:
+        return []
+    keep = set(current.names()) if current is not None else set()
+    return [n for n in previous.names() if n not in keep]
+
+
+def should_merge(manifest: Optional[Manifest], live_entries: int, max_runs: int, max_stale: float) -> bool:
+    """Whether the next run writes a fresh chain instead of extending ``manifest``."""
+    if manifest is None or max_runs <= 1:
+        return True
+    if manifest.runs >= max_runs:
+        return True
+    stored = manifest.stored
+    return stored > 0 and (stored - live_entries) / stored > max_stale
+
+
+# --- the merged index ---------------------------------------------------------------------------
+
+
+def merge_index(
+    ledger_ids: list, entry_ids: list, runs: list[int], dropped: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One sorted index over the segments of a chain (given in chain order, run by run):
+    ``(ledger_ids, entry_ids, row)`` where ``row`` numbers the entry among the concatenated
+    segment indexes (segment ``k``'s rows follow those of segments ``< k``). For each position
+    the row of the latest run wins; dropped positions are left out. ``runs`` is each segment's
+    run (the order already says it; kept for checks)."""
+    lids = np.concatenate(ledger_ids).astype(np.int64) if ledger_ids else np.zeros(0, np.int64)
+    eids = np.concatenate(entry_ids).astype(np.int64) if entry_ids else np.zeros(0, np.int64)
+    n = len(lids)
+    rows = np.arange(n, dtype=np.int64)
+    if not len(dropped) and _strictly_increasing(lids, eids):
+        return lids, eids, rows  # a fresh chain: disjoint segments in order
+    # segments come in run order and a dropped position never comes back, so a stable sort by
+    # position alone leaves, for each position, the copies in run order and then its drop
+    all_l = np.concatenate([lids, dropped["ledger_id"].astype(np.int64)])
+    all_e = np.concatenate([eids, dropped["entry_id"].astype(np.int64)])
+    all_rows = np.concatenate([rows, np.full(len(dropped), -1, np.int64)])
+    if (
+        len(all_l)
+        and all_l.min() >= 0
+        and all_l.max() < (1 << 38)
+        and all_e.min() >= 0
+        and all_e.max() < (1 << 25)
+    ):
+        # one packed key: the stable sort (timsort) merges the already sorted runs of the chain
+        order = np.argsort((all_l << 25) | all_e, kind="stable")
+    else:
+        order = np.lexsort((np.arange(len(all_l)), all_e, all_l))
+    sl, se, sr = all_l[order], all_e[order], all_rows[order]
+    last = np.ones(len(sl), bool)
+    if len(sl) > 1:
+        last[:-1] = (sl[1:] != sl[:-1]) | (se[1:] != se[:-1])
+    keep = last & (sr >= 0)
+    return sl[keep], se[keep], sr[keep]
+
+
+def _strictly_increasing(lids: np.ndarray, eids: np.ndarray) -> bool:
+    if len(lids) < 2:
+        return True
+    dl = np.diff(lids)
+    return bool(((dl > 0) | ((dl == 0) & (np.diff(eids) > 0))).all())
+
+
+def _crc32c(data) -> int:
+    import crc32c
+
+    return crc32c.crc32c(data)
