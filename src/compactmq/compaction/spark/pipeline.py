@@ -258,9 +258,17 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
     return part
 
 
+#: ``partition_keys`` answers by partition count: Spark's partitioning hash is fixed for a given
+#: Spark version, so asking once per process saves every later run a small Spark job
+_partition_keys: dict[int, list[int]] = {}
+
+
 def partition_keys(spark, n: int) -> list[int]:
     """For each partition p < n, an int key that ``repartition(n, key)`` sends to partition p
-    (found by asking Spark's own hash, so it holds whatever the hash function)."""
+    (found by asking Spark's own hash, so it holds whatever the hash function; remembered per n)."""
+    known = _partition_keys.get(n)
+    if known is not None:
+        return known
     from pyspark.sql import functions as F
 
     k = F.col("id").cast("int")
@@ -268,4 +276,6 @@ def partition_keys(spark, n: int) -> list[int]:
     found: dict[int, int] = {}
     for r in rows:
         found.setdefault(r.p, r.k)
+    if len(found) == n:  # only a complete answer is remembered (a guess stays a guess)
+        _partition_keys[n] = [found[p] for p in range(n)]
     return [found.get(p, p) for p in range(n)]
