@@ -12,49 +12,76 @@ What a view is
 A *segment* is a complete compacted-ledger file of today's layout (``compacted_ledger``: header,
 records, index, trailer), written by one phase-two task: ``<run id>-<group>.seg`` in the topic's
 compacted directory. A view ``<view id>.compacted`` written locally is a small *chain manifest*
-(magic ``CMQCHAN1``; a file of the old one-file layout starts with ``CMQCLED1`` and stays
-readable) naming, in order, the segments of every run since the chain was last rewritten, each
-with its *run number* (0, 1, ... within the chain), and a sorted array of *dropped* positions,
-each with the run that dropped it::
+(a file of the old one-file layout starts with ``CMQCLED1`` and stays readable) naming, in order,
+the segments of every run since the chain was last rewritten, each with its *run number* (0, 1,
+... within the chain), a sorted array of *dropped* positions, each with the run that dropped it,
+and a sorted array of *masks* with the flat array of batch indexes they keep::
 
-    b"CMQCHAN1" [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
-    [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]  (sorted by position)
+    magic    b"CMQCHAN2" (b"CMQCHAN1": no mask section; written so when there is no mask)
+    header   [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
+    dropped  [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]                    (by position, run)
+    masks    [u64 m] m x [i64 ledger_id][i64 entry_id][u32 run][u64 offset][u32 count]  (CMQCHAN2)
+    kept     [u64 k] k x [u32 batch index]   (mask i keeps kept[offset_i : offset_i + count_i])
     [u32 crc32c of everything before] b"CMQCHEND"
 
-The entries of the view are, for every position, the copy in the segment of the *latest* run
-holding it, unless a run at least as late dropped it. A run rewrites an old batch that lost a
-message into its own segment under the same position (the newer copy wins), and drops an old
-entry that lost every message (or that retention or the key TTL removed) by listing it. Old
-entries that did not change are neither copied nor listed.
+Each run says, for the positions it touches, one of three things: a *copy* (the entry's bytes in
+one of its segments), a *drop* (the position left the view), or a *mask* (the position's entry
+keeps only some of its batch indexes). The entries of the view are, for every position, what the
+*latest* run touching it said: its copy; nothing after a drop; after a mask of run r, the
+*base* copy (the latest copy of an earlier run) rewritten so only the mask's batch indexes stay
+live and every other message is a ``compacted_out`` placeholder: exactly the bytes phase two
+writes when it rewrites a batch (``entry_scan.rebuild_ranges``, the one rewrite function, used
+on read). A mask of a mask is therefore a mask of the base: the survivors of a later run are a
+subset of an earlier one's, and a placeholder stays as it is. A dropped position never comes
+back (positions only grow), so a drop is final.
+
+A run masks an old batch that lost some of its messages (a few bytes in the manifest, instead
+of decompressing, rewriting and recompressing it into the run's segment), drops an old entry
+that lost every message (or that retention or the key TTL removed) and neither copies nor lists
+an old entry that did not change. With ``compactionChainMasks`` false it rewrites such batches
+into its segment instead (the older way; the bytes read are the same).
 
 How reads stay a binary search
 ------------------------------
-Opening a chain (``merge_index``) concatenates the segments' indexes with the dropped positions,
-sorts them by (position, run) when they are not already in order (a fresh chain's segments are
-disjoint and in order: no sort at all), keeps the last row of each position and removes the
-dropped ones. The result is one sorted index, as a one-file view has, plus for each entry the
-segment it lives in: ``CompactedLedgerReader`` answers ``find``/``read``/``last`` with the same
-binary search, reading each entry's bytes from its own segment. Memory-mapping every segment
-at open keeps a pinned view readable after a newer run deleted some of its files.
+Opening a chain (``merge_index``) concatenates the segments' indexes with the dropped positions
+and the masks, sorts them by (position, run) when they are not already in order (a fresh chain's
+segments are disjoint and in order: no sort at all), keeps the last row of each position, removes
+the dropped ones and, for a masked one, keeps the row of its base copy and the mask. The result is
+one sorted index, as a one-file view has, plus for each entry the segment its (base) copy lives
+in and its mask, if any: ``CompactedLedgerReader`` answers ``find``/``read``/``last`` with the
+same binary search, reading each entry's bytes from its own segment and applying its mask lazily,
+when the entry is read (``entries`` rewrites the masked entries of a range in one call). The
+broker, the Spark source, stats and the next run's phase two (``tasks.load_pieces``, which
+rewrites only the masked entries it needs) all read through it, so none of them sees a mask.
+Memory-mapping every segment at open keeps a pinned view readable after a newer run deleted some
+of its files.
+
+What the view reports: its entry count (``len``, the run's ``entries``) counts positions, a masked
+entry once, as a rewrite would; ``size_bytes`` counts what is stored (the manifest, masks
+included, and every segment it names), so a masked entry counts at its base copy's size, and a
+superseded or dropped copy still counts until the chain is rewritten.
 
 What a run writes (``service.CompactionRunner``)
 ------------------------------------------------
 * *Incremental* (the previous view is a local chain with a key sidecar and the merge policy
   allows it): a live group's task writes its survivors into a segment; a compacted group's task
   compares its survivors with the previous view's key sidecar (``view_keys``) entry by entry and
-  writes only the old batches that lost some message, and reports the entries that lost all
-  (``tasks.copy_group``). A compacted group no survivor reached has no task: all its entries are
+  reports a mask for each old batch that lost some message and the entries that lost all
+  (``tasks.copy_group``); it writes no segment. A compacted group no survivor reached has no task: all its entries are
   dropped, and so are the entries retention removed (the driver lists both from the previous
   view's index; what it collects is proportional to what changed). The new manifest is the old
-  one plus the new run's segments and drops.
+  one plus the new run's segments, drops and masks.
 * *Fresh* (first run, a view of the old layout, a user strategy or no sidecar, a view in the
   object store, or the merge policy): every survivor is copied, each task writing one complete
   segment, and the manifest names this run's segments only. No concatenation on the driver.
 
 Merge policy (``should_merge``): a chain of ``compactionChainMaxRuns`` runs (8), or whose
-stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale (dropped or
-superseded), is rewritten fresh by the next run, so reads never merge more than a few runs and
-dead bytes stay bounded.
+stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale, is rewritten fresh by
+the next run, so reads never merge more than a few runs and dead bytes stay bounded. Stale is
+every stored copy that is not read (dropped or superseded) plus ``MASK_STALE_WEIGHT`` (a quarter)
+of an entry for every mask row (a masked entry stores messages nobody reads and costs a rewrite
+on read; superseded masks count too): a chain that keeps masking is rewritten fresh after a few
+runs, which also turns its masks back into plain copies.
 
 Files and their lifetime
 ------------------------

@@ -493,7 +493,12 @@ class CompactedLedgerReader:
     that scans all of it downloads it once); a chain has one per segment (``segment_buffer``).
 
     ``ledger_ids``, ``entry_ids`` are the view's sorted index; ``segment_ids`` says which segment
-    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment.
+    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment. In
+    a chain with masks, ``mask_ids`` names the mask of each entry (-1: none; None: no mask at
+    all): ``offsets``/``lengths`` then address the stored *base* copy, and ``entry_at``,
+    ``entries``, ``read`` and iteration return it rewritten through the mask (``masked_piece``),
+    so a reader of the view never sees a mask. ``len`` counts entries, ``size_bytes`` stored
+    bytes (see ``chain``).
     """
 
     def __init__(self, path: str, buffer=None):
