@@ -257,7 +257,7 @@ def test_manifest_with_masks_roundtrips_and_an_old_manifest_still_reads(tmp_path
     masked = chain.Manifest.fresh([("x", 100, 1)]).extended(
         [], [], [], _masks([((1, e), [0]) for e in range(100)])
     )
-    assert chain.should_merge(masked, 100, 8, 0.2) and not chain.should_merge(masked, 100, 8, 0.3)
+    assert chain.should_merge(masked, 100, 8, 0.05) and not chain.should_merge(masked, 100, 8, 0.15)
 
 
 def test_masked_entries_read_as_their_rewrite_latest_run_wins(tmp_path):

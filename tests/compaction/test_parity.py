@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
@@ -398,6 +398,17 @@ batched_step = st.one_of(
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(per_ledger=st.integers(3, 6), steps=st.lists(batched_step, min_size=4, max_size=14))
+@example(  # a batch loses one message, then another one: a mask, then a mask over it
+    per_ledger=3,
+    steps=[
+        ("append", [E.batch([("k0", b"a", 0), ("k1", b"b", 0), ("k2", b"c", 0)], codec=pb.LZ4)]),
+        ("compact",),
+        ("append", [E.single("k1", b"B")]),
+        ("compact",),
+        ("append", [E.single("k2", b"")]),
+        ("compact",),
+    ],
+)
 def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spark, per_ledger, steps):
     """The same batched history compacted three ways after each step: a chain whose runs mask
     the old batches that lost a message (``compactionChainMasks``, the default), a chain whose

@@ -78,10 +78,11 @@ What a run writes (``service.CompactionRunner``)
 Merge policy (``should_merge``): a chain of ``compactionChainMaxRuns`` runs (8), or whose
 stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale, is rewritten fresh by
 the next run, so reads never merge more than a few runs and dead bytes stay bounded. Stale is
-every stored copy that is not read (dropped or superseded) plus ``MASK_STALE_WEIGHT`` (a quarter)
-of an entry for every mask row (a masked entry stores messages nobody reads and costs a rewrite
-on read; superseded masks count too): a chain that keeps masking is rewritten fresh after a few
-runs, which also turns its masks back into plain copies.
+every stored copy that is not read (dropped or superseded) plus ``MASK_STALE_WEIGHT`` (a tenth)
+of an entry for every mask row (a masked entry stores a message nobody reads, typically one of
+the ten or so live in a batch of a large view, and costs a rewrite on read; superseded masks
+count too): a chain that keeps masking is rewritten fresh after a few runs (about four when
+each run masks 60 % of the entries), which also turns its masks back into plain copies.
 
 Files and their lifetime
 ------------------------
@@ -118,7 +119,7 @@ MASK_DTYPE = np.dtype(
     [("ledger_id", ">i8"), ("entry_id", ">i8"), ("run", ">u4"), ("offset", ">u8"), ("count", ">u4")]
 )
 #: how much of an entry a mask row counts as stale for the merge policy (``should_merge``)
-MASK_STALE_WEIGHT = 0.25
+MASK_STALE_WEIGHT = 0.1
 
 #: merge policy defaults (config keys ``compactionChainMaxRuns``, ``compactionChainMaxStaleRatio``)
 MAX_RUNS = 8
