@@ -206,6 +206,11 @@ SETTINGS: dict[str, Setting] = {
     "compactionChainMaxStaleRatio": _s(
         float, 0.25, "rewrite a chained compacted view whole once this share of its stored entries is dead"
     ),
+    "compactionChainMasks": _s(
+        bool,
+        True,
+        "an incremental run masks an old batch that lost some messages instead of rewriting it",
+    ),
     "compactionSparkWarmup": _s(
         bool,
         True,

@@ -208,3 +208,147 @@ def test_gather_copies_the_entries_of_several_segments_in_id_order():
     assert [bytes(buf[o : o + n]) for o, n in zip(offs, lens)] == [b"CCCC", b"BB"]
     with pytest.raises(Exception, match="missing"):
         gather(pieces, np.array([3]))
+
+
+def _rewritten(entry: bytes, kept: list) -> bytes:
+    """``entry`` as phase two rewrites it to keep only batch indexes ``kept``."""
+    from compactmq.compaction.entry_scan import rebuild_ranges
+
+    buf = np.frombuffer(entry, np.uint8)
+    src, lens, extra, xo = rebuild_ranges(buf, [0], [len(entry)], np.zeros(len(kept), np.int64), kept)
+    assert lens[0] >= 0
+    return bytes(extra[xo[0] : xo[0] + lens[0]]) if xo[0] >= 0 else bytes(buf[src[0] : src[0] + lens[0]])
+
+
+def _masks(items) -> tuple:
+    """``(ledger_ids, entry_ids, counts, kept)`` for ``Manifest.extended`` from ``[(pos, kept)]``."""
+    return (
+        [p[0] for p, _ in items],
+        [p[1] for p, _ in items],
+        [len(k) for _, k in items],
+        [b for _, k in items for b in k],
+    )
+
+
+def test_manifest_with_masks_roundtrips_and_an_old_manifest_still_reads(tmp_path):
+    m = chain.Manifest.fresh([("a.seg", 3, 100)])
+    path = str(tmp_path / "000000000001.compacted")
+    chain.write(path, m.extended([], [], []))
+    assert open(path, "rb").read(8) == chain.MAGIC  # no masks: the first format, as before
+    m = m.extended([("b.seg", 1, 10)], [1], [2], _masks([((3, 4), [0, 5]), ((1, 1), [7])]))
+    m = m.extended([], [], [], _masks([((3, 4), [5])]))
+    chain.write(path, m)
+    assert open(path, "rb").read(8) == chain.MAGIC_MASKS
+    back = chain.read(path)
+    assert back.runs == 3 and back.segments == m.segments
+    rows = [
+        (
+            int(r["ledger_id"]),
+            int(r["entry_id"]),
+            int(r["run"]),
+            back.kept[r["offset"] : r["offset"] + r["count"]].tolist(),
+        )
+        for r in back.masks
+    ]
+    assert rows == [(1, 1, 1, [7]), (3, 4, 1, [0, 5]), (3, 4, 2, [5])]
+    assert np.array_equal(back.dropped, m.dropped)
+    # masks count as partly stale in the merge policy
+    assert not chain.should_merge(chain.Manifest.fresh([("x", 100, 1)]), 100, 8, 0.25)
+    masked = chain.Manifest.fresh([("x", 100, 1)]).extended(
+        [], [], [], _masks([((1, e), [0]) for e in range(100)])
+    )
+    assert chain.should_merge(masked, 100, 8, 0.05) and not chain.should_merge(masked, 100, 8, 0.15)
+
+
+def test_masked_entries_read_as_their_rewrite_latest_run_wins(tmp_path):
+    """A mask reads its position's latest stored copy of an earlier run rewritten to the kept
+    batch indexes; a later mask, rewrite or drop of the position supersedes it."""
+    from . import entries as E
+
+    d = str(tmp_path)
+    b = {e: E.batch([(f"k{e}{i}", b"v%d" % i, 0) for i in range(5)], codec=pb_codec(e)) for e in range(6)}
+    run0 = [_segment(d, 1, 0, [(2, e, b[e]) for e in range(6)])]
+    m = chain.Manifest.fresh(run0)
+    # run 1: masks 0, 1, 2, 3; run 2: masks 0 again, rewrites 1, drops 2; run 3: masks 1 (over
+    # the rewrite of run 2)
+    m = m.extended([], [], [], _masks([((2, 0), [1, 2, 4]), ((2, 1), [0, 3]), ((2, 2), [4]), ((2, 3), [2])]))
+    r1 = _rewritten(b[1], [0, 3])
+    run2 = [_segment(d, 3, 0, [(2, 1, _rewritten(r1, [3]))])]
+    m = m.extended(run2, [2], [2], _masks([((2, 0), [2])]))
+    m = m.extended([], [], [], _masks([((2, 1), [3])]))
+    path = os.path.join(d, "000000000004.compacted")
+    chain.write(path, m)
+    r = cl.CompactedLedgerReader(path)
+    expected = [
+        ((2, 0), _rewritten(_rewritten(b[0], [1, 2, 4]), [2])),
+        ((2, 1), _rewritten(_rewritten(r1, [3]), [3])),
+        ((2, 3), _rewritten(b[3], [2])),
+        ((2, 4), b[4]),
+        ((2, 5), b[5]),
+    ]
+    assert _view(r) == expected
+    assert r.masked_count == 3 and len(r) == 5
+    assert [r.entry_at(i) for i in range(5)] == [x for _, x in expected]
+    assert r.entries(1, 4) == [x for _, x in expected[1:4]]
+    assert [tuple(p) for p, _ in r.read((2, 2), 2)] == [(2, 3), (2, 4)]
+    # a mask over a mask is the mask of the base copy: the same bytes
+    assert _rewritten(_rewritten(b[0], [1, 2, 4]), [2]) == _rewritten(b[0], [2])
+    assert r.size_bytes == os.path.getsize(path) + m.size  # stored bytes: base copies and manifest
+    # phase two's loader serves the masked bytes too (the next run rewrites what the view serves)
+    from compactmq.compaction import tasks
+    from compactmq.compaction.plan import COMPACTED, Segment
+
+    tasks._compacted_cache.clear()
+    seg = Segment(0, 2, COMPACTED, path, None, 0, 10, 0)
+    buf, eids, offs, lens = tasks.gather(tasks.load_pieces(seg))
+    raw = np.asarray(buf).tobytes()
+    assert [(int(e), raw[o : o + n]) for e, o, n in zip(eids, offs, lens)] == [(p[1], x) for p, x in expected]
+    buf, eids, offs, lens = tasks.gather(tasks.load_pieces(seg, np.array([1, 4])))
+    assert eids.tolist() == [1, 4]
+    # a mask with no stored copy before it is refused
+    bad = chain.Manifest.fresh([]).extended([], [], [], _masks([((9, 9), [0])]))
+    chain.write(path, bad)
+    with pytest.raises(StorageError, match="masks an entry"):
+        cl.CompactedLedgerReader(path)
+
+
+def pb_codec(e: int):
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    return [pb.NONE, pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY][e % 5]
+
+
+def test_merged_index_with_masks_matches_a_dict_model(tmp_path):
+    """Random chains of runs that store, drop and mask positions: the merged index names, for
+    each live position, the latest stored copy and the latest mask after it."""
+    rnd = random.Random(11)
+    for _ in range(30):
+        model: dict = {}  # position -> (row, mask or -1)
+        lids, eids, runs, dropped, masks = [], [], [], [], []
+        row = 0
+        for run in range(rnd.randint(1, 6)):
+            live = sorted(model)
+            touched = rnd.sample(live, min(len(live), rnd.randint(0, 5)))
+            new = [(run + 10, i) for i in range(rnd.randint(0, 4))]
+            stored = sorted([p for p in touched if rnd.random() < 0.3] + new)
+            rest = [p for p in touched if p not in stored]
+            drops = [p for p in rest if rnd.random() < 0.3]
+            for p in drops:
+                del model[p]
+                dropped.append((p[0], p[1], run))
+            for p in [p for p in rest if p not in drops]:
+                model[p] = (model[p][0], len(masks))
+                masks.append((p[0], p[1], run, 0, 1))
+            for p in stored:
+                model[p] = (row, -1)
+                row += 1
+            if stored:
+                lids.append(np.array([p[0] for p in stored]))
+                eids.append(np.array([p[1] for p in stored]))
+                runs.append(run)
+        d = np.array(dropped, chain.DROPPED_DTYPE) if dropped else np.zeros(0, chain.DROPPED_DTYPE)
+        mk = np.array(masks, chain.MASK_DTYPE) if masks else np.zeros(0, chain.MASK_DTYPE)
+        sl, se, sr, sm = chain.merge_index(lids, eids, runs, d, mk)
+        got = {(int(a), int(b)): (int(r), int(m)) for a, b, r, m in zip(sl, se, sr, sm)}
+        assert list(zip(sl.tolist(), se.tolist())) == sorted(model)
+        assert got == model

@@ -12,49 +12,77 @@ What a view is
 A *segment* is a complete compacted-ledger file of today's layout (``compacted_ledger``: header,
 records, index, trailer), written by one phase-two task: ``<run id>-<group>.seg`` in the topic's
 compacted directory. A view ``<view id>.compacted`` written locally is a small *chain manifest*
-(magic ``CMQCHAN1``; a file of the old one-file layout starts with ``CMQCLED1`` and stays
-readable) naming, in order, the segments of every run since the chain was last rewritten, each
-with its *run number* (0, 1, ... within the chain), and a sorted array of *dropped* positions,
-each with the run that dropped it::
+(a file of the old one-file layout starts with ``CMQCLED1`` and stays readable) naming, in order,
+the segments of every run since the chain was last rewritten, each with its *run number* (0, 1,
+... within the chain), a sorted array of *dropped* positions, each with the run that dropped it,
+and a sorted array of *masks* with the flat array of batch indexes they keep::
 
-    b"CMQCHAN1" [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
-    [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]  (sorted by position)
+    magic    b"CMQCHAN2" (b"CMQCHAN1": no mask section; written so when there is no mask)
+    header   [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
+    dropped  [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]                    (by position, run)
+    masks    [u64 m] m x [i64 ledger_id][i64 entry_id][u32 run][u64 offset][u32 count]  (CMQCHAN2)
+    kept     [u64 k] k x [u32 batch index]   (mask i keeps kept[offset_i : offset_i + count_i])
     [u32 crc32c of everything before] b"CMQCHEND"
 
-The entries of the view are, for every position, the copy in the segment of the *latest* run
-holding it, unless a run at least as late dropped it. A run rewrites an old batch that lost a
-message into its own segment under the same position (the newer copy wins), and drops an old
-entry that lost every message (or that retention or the key TTL removed) by listing it. Old
-entries that did not change are neither copied nor listed.
+Each run says, for the positions it touches, one of three things: a *copy* (the entry's bytes in
+one of its segments), a *drop* (the position left the view), or a *mask* (the position's entry
+keeps only some of its batch indexes). The entries of the view are, for every position, what the
+*latest* run touching it said: its copy; nothing after a drop; after a mask of run r, the
+*base* copy (the latest copy of an earlier run) rewritten so only the mask's batch indexes stay
+live and every other message is a ``compacted_out`` placeholder: exactly the bytes phase two
+writes when it rewrites a batch (``entry_scan.rebuild_ranges``, the one rewrite function, used
+on read). A mask of a mask is therefore a mask of the base: the survivors of a later run are a
+subset of an earlier one's, and a placeholder stays as it is. A dropped position never comes
+back (positions only grow), so a drop is final.
+
+A run masks an old batch that lost some of its messages (a few bytes in the manifest, instead
+of decompressing, rewriting and recompressing it into the run's segment), drops an old entry
+that lost every message (or that retention or the key TTL removed) and neither copies nor lists
+an old entry that did not change. With ``compactionChainMasks`` false it rewrites such batches
+into its segment instead (the older way; the bytes read are the same).
 
 How reads stay a binary search
 ------------------------------
-Opening a chain (``merge_index``) concatenates the segments' indexes with the dropped positions,
-sorts them by (position, run) when they are not already in order (a fresh chain's segments are
-disjoint and in order: no sort at all), keeps the last row of each position and removes the
-dropped ones. The result is one sorted index, as a one-file view has, plus for each entry the
-segment it lives in: ``CompactedLedgerReader`` answers ``find``/``read``/``last`` with the same
-binary search, reading each entry's bytes from its own segment. Memory-mapping every segment
-at open keeps a pinned view readable after a newer run deleted some of its files.
+Opening a chain (``merge_index``) concatenates the segments' indexes with the dropped positions
+and the masks, sorts them by (position, run) when they are not already in order (a fresh chain's
+segments are disjoint and in order: no sort at all), keeps the last row of each position, removes
+the dropped ones and, for a masked one, keeps the row of its base copy and the mask. The result is
+one sorted index, as a one-file view has, plus for each entry the segment its (base) copy lives
+in and its mask, if any: ``CompactedLedgerReader`` answers ``find``/``read``/``last`` with the
+same binary search, reading each entry's bytes from its own segment and applying its mask lazily,
+when the entry is read (``entries`` rewrites the masked entries of a range in one call). The
+broker, the Spark source, stats and the next run's phase two (``tasks.load_pieces``, which
+rewrites only the masked entries it needs) all read through it, so none of them sees a mask.
+Memory-mapping every segment at open keeps a pinned view readable after a newer run deleted some
+of its files.
+
+What the view reports: its entry count (``len``, the run's ``entries``) counts positions, a masked
+entry once, as a rewrite would; ``size_bytes`` counts what is stored (the manifest, masks
+included, and every segment it names), so a masked entry counts at its base copy's size, and a
+superseded or dropped copy still counts until the chain is rewritten.
 
 What a run writes (``service.CompactionRunner``)
 ------------------------------------------------
 * *Incremental* (the previous view is a local chain with a key sidecar and the merge policy
   allows it): a live group's task writes its survivors into a segment; a compacted group's task
   compares its survivors with the previous view's key sidecar (``view_keys``) entry by entry and
-  writes only the old batches that lost some message, and reports the entries that lost all
-  (``tasks.copy_group``). A compacted group no survivor reached has no task: all its entries are
+  reports a mask for each old batch that lost some message and the entries that lost all
+  (``tasks.copy_group``); it writes no segment. A compacted group no survivor reached has no task: all its entries are
   dropped, and so are the entries retention removed (the driver lists both from the previous
   view's index; what it collects is proportional to what changed). The new manifest is the old
-  one plus the new run's segments and drops.
+  one plus the new run's segments, drops and masks.
 * *Fresh* (first run, a view of the old layout, a user strategy or no sidecar, a view in the
   object store, or the merge policy): every survivor is copied, each task writing one complete
   segment, and the manifest names this run's segments only. No concatenation on the driver.
 
 Merge policy (``should_merge``): a chain of ``compactionChainMaxRuns`` runs (8), or whose
-stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale (dropped or
-superseded), is rewritten fresh by the next run, so reads never merge more than a few runs and
-dead bytes stay bounded.
+stored entries are more than ``compactionChainMaxStaleRatio`` (25 %) stale, is rewritten fresh by
+the next run, so reads never merge more than a few runs and dead bytes stay bounded. Stale is
+every stored copy that is not read (dropped or superseded) plus ``MASK_STALE_WEIGHT`` (a tenth)
+of an entry for every mask row (a masked entry stores a message nobody reads, typically one of
+the ten or so live in a batch of a large view, and costs a rewrite on read; superseded masks
+count too): a chain that keeps masking is rewritten fresh after a few runs (about four when
+each run masks 60 % of the entries), which also turns its masks back into plain copies.
 
 Files and their lifetime
 ------------------------
@@ -79,11 +107,19 @@ import numpy as np
 
 from ..errors import StorageError
 
-MAGIC = b"CMQCHAN1"
+MAGIC = b"CMQCHAN1"  # a manifest without masks (the first format; still written when there are none)
+MAGIC_MASKS = b"CMQCHAN2"  # a manifest with a mask section after the dropped positions
 END = b"CMQCHEND"
 SEGMENT_SUFFIX = ".seg"
 SEGMENT_NAME = re.compile(r"^(\d+)-(\d+)\.seg$")
 DROPPED_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("run", ">u4")])
+#: a mask: the entry at (ledger_id, entry_id) as of ``run`` keeps only the batch indexes
+#: ``kept[offset : offset + count]`` of its base copy (see the module docstring)
+MASK_DTYPE = np.dtype(
+    [("ledger_id", ">i8"), ("entry_id", ">i8"), ("run", ">u4"), ("offset", ">u8"), ("count", ">u4")]
+)
+#: how much of an entry a mask row counts as stale for the merge policy (``should_merge``)
+MASK_STALE_WEIGHT = 0.1
 
 #: merge policy defaults (config keys ``compactionChainMaxRuns``, ``compactionChainMaxStaleRatio``)
 MAX_RUNS = 8
@@ -103,6 +139,8 @@ class Manifest:
     segments: list = field(default_factory=list)
     runs: int = 0
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, DROPPED_DTYPE))
+    masks: np.ndarray = field(default_factory=lambda: np.zeros(0, MASK_DTYPE))
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, ">u4"))
 
     @property
     def stored(self) -> int:
@@ -116,9 +154,11 @@ class Manifest:
     def names(self) -> list[str]:
         return [s[0] for s in self.segments]
 
-    def extended(self, segments: list, ledger_ids, entry_ids) -> "Manifest":
-        """The manifest of the next incremental run: its ``segments`` ``(name, entries, size)``
-        and the positions it drops appended as run ``self.runs``."""
+    def extended(self, segments: list, ledger_ids, entry_ids, masks: Optional[tuple] = None) -> "Manifest":
+        """The manifest of the next incremental run: its ``segments`` ``(name, entries, size)``,
+        the positions it drops and its ``masks`` (``(ledger_ids, entry_ids, counts, kept)``: the
+        batch indexes each masked entry keeps, ``kept`` flat in that order) appended as run
+        ``self.runs``."""
         run = self.runs
         new = np.zeros(len(ledger_ids), DROPPED_DTYPE)
         new["ledger_id"], new["entry_id"], new["run"] = ledger_ids, entry_ids, run
@@ -126,8 +166,21 @@ class Manifest:
         if len(dropped):
             order = np.lexsort((dropped["run"], dropped["entry_id"], dropped["ledger_id"]))
             dropped = dropped[order]
+        all_masks, kept = self.masks, self.kept
+        if masks is not None and len(masks[0]):
+            m_lids, m_eids, counts, m_kept = masks
+            counts = np.asarray(counts, np.int64)
+            rows = np.zeros(len(counts), MASK_DTYPE)
+            rows["ledger_id"], rows["entry_id"], rows["run"], rows["count"] = m_lids, m_eids, run, counts
+            starts = np.zeros(len(counts), np.int64)
+            np.cumsum(counts[:-1], out=starts[1:])
+            rows["offset"] = starts + len(kept)
+            kept = np.concatenate([kept, np.asarray(m_kept, np.int64)]).astype(">u4")
+            all_masks = np.concatenate([all_masks, rows]).astype(MASK_DTYPE)
+            order = np.lexsort((all_masks["run"], all_masks["entry_id"], all_masks["ledger_id"]))
+            all_masks = all_masks[order]
         segs = self.segments + [(n, run, int(e), int(s)) for n, e, s in segments]
-        return Manifest(segs, run + 1, dropped)
+        return Manifest(segs, run + 1, dropped, all_masks, kept)
 
     @staticmethod
     def fresh(segments: list) -> "Manifest":
@@ -136,7 +189,7 @@ class Manifest:
 
 
 def is_chain(head) -> bool:
-    return bytes(head[: len(MAGIC)]) == MAGIC
+    return bytes(head[: len(MAGIC)]) in (MAGIC, MAGIC_MASKS)
 
 
 def encode(manifest: Manifest) -> bytes:
@@ -144,9 +197,13 @@ def encode(manifest: Manifest) -> bytes:
         {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
     ).encode()
     dropped = np.ascontiguousarray(manifest.dropped.astype(DROPPED_DTYPE)).tobytes()
-    body = b"".join(
-        [MAGIC, struct.pack(">I", len(header)), header, struct.pack(">Q", len(manifest.dropped)), dropped]
-    )
+    masked = len(manifest.masks) > 0
+    pieces = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
+    pieces += [struct.pack(">Q", len(manifest.dropped)), dropped]
+    if masked:
+        pieces += [struct.pack(">Q", len(manifest.masks)), manifest.masks.astype(MASK_DTYPE).tobytes()]
+        pieces += [struct.pack(">Q", len(manifest.kept)), manifest.kept.astype(">u4").tobytes()]
+    body = b"".join(pieces)
     return body + struct.pack(">I", _crc32c(body)) + END
 
 
@@ -167,8 +224,20 @@ def decode(data, path: str = "<manifest>") -> Manifest:
     (d,) = struct.unpack_from(">Q", body, at)
     at += 8
     dropped = np.frombuffer(body[at : at + d * DROPPED_DTYPE.itemsize], DROPPED_DTYPE).copy()
+    at += d * DROPPED_DTYPE.itemsize
+    masks, kept = np.zeros(0, MASK_DTYPE), np.zeros(0, ">u4")
+    if bytes(data[: len(MAGIC_MASKS)]) == MAGIC_MASKS:
+        (m,) = struct.unpack_from(">Q", body, at)
+        at += 8
+        masks = np.frombuffer(body[at : at + m * MASK_DTYPE.itemsize], MASK_DTYPE).copy()
+        at += m * MASK_DTYPE.itemsize
+        (k,) = struct.unpack_from(">Q", body, at)
+        at += 8
+        kept = np.frombuffer(body[at : at + k * 4], ">u4").copy()
+        if len(kept) != k or (m and int((masks["offset"] + masks["count"]).max()) > k):
+            raise StorageError(f"{path}: chain manifest masks are inconsistent")
     segments = [(str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in header["segments"]]
-    return Manifest(segments, int(header["runs"]), dropped)
+    return Manifest(segments, int(header["runs"]), dropped, masks, kept)
 
 
 def write(path: str, manifest: Manifest) -> int:
@@ -239,31 +308,47 @@ def should_merge(manifest: Optional[Manifest], live_entries: int, max_runs: int,
     if manifest.runs >= max_runs:
         return True
     stored = manifest.stored
-    return stored > 0 and (stored - live_entries) / stored > max_stale
+    stale = stored - live_entries + MASK_STALE_WEIGHT * len(manifest.masks)
+    return stored > 0 and stale / stored > max_stale
 
 
 # --- the merged index ---------------------------------------------------------------------------
 
 
 def merge_index(
-    ledger_ids: list, entry_ids: list, runs: list[int], dropped: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ledger_ids: list,
+    entry_ids: list,
+    runs: list[int],
+    dropped: np.ndarray,
+    masks: Optional[np.ndarray] = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One sorted index over the segments of a chain (given in chain order, run by run):
-    ``(ledger_ids, entry_ids, row)`` where ``row`` numbers the entry among the concatenated
-    segment indexes (segment ``k``'s rows follow those of segments ``< k``). For each position
-    the row of the latest run wins; dropped positions are left out. ``runs`` is each segment's
-    run (the order already says it; kept for checks)."""
+    ``(ledger_ids, entry_ids, row, mask)`` where ``row`` numbers the entry's stored copy among
+    the concatenated segment indexes (segment ``k``'s rows follow those of segments ``< k``) and
+    ``mask`` is the row of ``masks`` applying to it (-1: none). For each position the latest run
+    wins; dropped positions are left out; a position whose latest run is a mask reads the latest
+    stored copy of an earlier run (its *base*) through that mask. ``runs`` is each segment's run."""
     lids = np.concatenate(ledger_ids).astype(np.int64) if ledger_ids else np.zeros(0, np.int64)
     eids = np.concatenate(entry_ids).astype(np.int64) if entry_ids else np.zeros(0, np.int64)
+    masks = np.zeros(0, MASK_DTYPE) if masks is None else masks
     n = len(lids)
     rows = np.arange(n, dtype=np.int64)
-    if not len(dropped) and _strictly_increasing(lids, eids):
-        return lids, eids, rows  # a fresh chain: disjoint segments in order
-    # segments come in run order and a dropped position never comes back, so a stable sort by
-    # position alone leaves, for each position, the copies in run order and then its drop
-    all_l = np.concatenate([lids, dropped["ledger_id"].astype(np.int64)])
-    all_e = np.concatenate([eids, dropped["entry_id"].astype(np.int64)])
-    all_rows = np.concatenate([rows, np.full(len(dropped), -1, np.int64)])
+    if not len(dropped) and not len(masks) and _strictly_increasing(lids, eids):
+        return lids, eids, rows, np.full(n, -1, np.int64)  # a fresh chain: disjoint, in order
+    seg_runs = np.concatenate(
+        [np.full(len(x), r, np.int64) for x, r in zip(ledger_ids, runs)] or [np.zeros(0, np.int64)]
+    )
+    # tags: >= 0 a stored row, -1 a drop, -2 - m mask m
+    all_l = np.concatenate([lids, dropped["ledger_id"].astype(np.int64), masks["ledger_id"].astype(np.int64)])
+    all_e = np.concatenate([eids, dropped["entry_id"].astype(np.int64), masks["entry_id"].astype(np.int64)])
+    all_r = np.concatenate([seg_runs, dropped["run"].astype(np.int64), masks["run"].astype(np.int64)])
+    tags = np.concatenate(
+        [rows, np.full(len(dropped), -1, np.int64), -2 - np.arange(len(masks), dtype=np.int64)]
+    )
+    # by run first, then a stable sort by position: each position's rows end up in run order (a
+    # run holds at most one copy, drop or mask of a position)
+    pre = np.argsort(all_r, kind="stable")
+    all_l, all_e, tags = all_l[pre], all_e[pre], tags[pre]
     if (
         len(all_l)
         and all_l.min() >= 0
@@ -275,12 +360,24 @@ def merge_index(
         order = np.argsort((all_l << 25) | all_e, kind="stable")
     else:
         order = np.lexsort((np.arange(len(all_l)), all_e, all_l))
-    sl, se, sr = all_l[order], all_e[order], all_rows[order]
-    last = np.ones(len(sl), bool)
-    if len(sl) > 1:
+    sl, se, st = all_l[order], all_e[order], tags[order]
+    k = len(sl)
+    last = np.ones(k, bool)
+    first = np.ones(k, bool)
+    if k > 1:
         last[:-1] = (sl[1:] != sl[:-1]) | (se[1:] != se[:-1])
-    keep = last & (sr >= 0)
-    return sl[keep], se[keep], sr[keep]
+        first[1:] = last[:-1]
+    # the latest stored row at or before each item, within its position
+    idx = np.arange(k, dtype=np.int64)
+    base = np.maximum.accumulate(np.where(st >= 0, idx, -1)) if k else idx
+    group_start = np.maximum.accumulate(np.where(first, idx, 0)) if k else idx
+    keep = last & (st != -1)
+    masked = keep & (st <= -2)
+    if (base[masked] < group_start[masked]).any():
+        raise StorageError("a chain manifest masks an entry no earlier run stored")
+    row = np.where(masked, st[np.maximum(base, 0)], st)
+    mask = np.where(masked, -2 - st, -1)
+    return sl[keep], se[keep], row[keep], mask[keep]
 
 
 def _strictly_increasing(lids: np.ndarray, eids: np.ndarray) -> bool:

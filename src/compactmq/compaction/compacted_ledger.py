@@ -493,7 +493,12 @@ class CompactedLedgerReader:
     that scans all of it downloads it once); a chain has one per segment (``segment_buffer``).
 
     ``ledger_ids``, ``entry_ids`` are the view's sorted index; ``segment_ids`` says which segment
-    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment.
+    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment. In
+    a chain with masks, ``mask_ids`` names the mask of each entry (-1: none; None: no mask at
+    all): ``offsets``/``lengths`` then address the stored *base* copy, and ``entry_at``,
+    ``entries``, ``read`` and iteration return it rewritten through the mask (``masked_piece``),
+    so a reader of the view never sees a mask. ``len`` counts entries, ``size_bytes`` stored
+    bytes (see ``chain``).
     """
 
     def __init__(self, path: str, buffer=None):
@@ -510,6 +515,7 @@ class CompactedLedgerReader:
             return
         self._srcs = [src]
         self._segment_ids: Optional[np.ndarray] = None
+        self.mask_ids: Optional[np.ndarray] = None  # a chain's masks (see ``_open_chain``)
         self._whole = None
         lids, eids, offs, lens = _read_index(path, src)
         self.ledger_ids, self.entry_ids, self.offsets, self.lengths = lids, eids, offs, lens
@@ -533,7 +539,11 @@ class CompactedLedgerReader:
             offs.append(parts[2])
             lens.append(parts[3])
             runs.append(run)
-        self.ledger_ids, self.entry_ids, rows = merge_index(lids, eids, runs, manifest.dropped)
+        self.ledger_ids, self.entry_ids, rows, masks = merge_index(
+            lids, eids, runs, manifest.dropped, manifest.masks
+        )
+        # entries read through a mask (``chain``): the row of ``manifest.masks``, -1 for none
+        self.mask_ids = masks if (masks >= 0).any() else None
         seg_of = np.concatenate(
             [np.full(len(x), k, np.int32) for k, x in enumerate(lids)] or [np.zeros(0, np.int32)]
         )
@@ -547,6 +557,52 @@ class CompactedLedgerReader:
 
     def __len__(self) -> int:
         return len(self.ledger_ids)
+
+    @property
+    def masked_count(self) -> int:
+        """Entries of the view read through a mask (0 for a view with none)."""
+        return 0 if self.mask_ids is None else int(np.count_nonzero(self.mask_ids >= 0))
+
+    def masked_piece(self, sel: np.ndarray) -> tuple:
+        """``(buf, offsets, lengths)`` of the bytes of entries ``sel`` (view indexes, each read
+        through a mask) as the view serves them: each base copy rewritten so only its mask's
+        batch indexes stay (``entry_scan.rebuild_ranges``, the rewrite phase two does)."""
+        from .entry_scan import rebuild_ranges
+
+        assert self.manifest is not None and self.mask_ids is not None
+        sel = np.asarray(sel, np.int64)
+        raw = [self._raw_at(int(i)) for i in sel.tolist()]
+        lens = np.array([len(r) for r in raw], np.int64)
+        offs = np.zeros(len(raw), np.int64)
+        if len(raw):
+            np.cumsum(lens[:-1], out=offs[1:])
+        buf = np.frombuffer(b"".join(raw), np.uint8)
+        rows = self.manifest.masks[self.mask_ids[sel]]
+        counts = rows["count"].astype(np.int64)
+        starts = rows["offset"].astype(np.int64)
+        kept = self.manifest.kept.astype(np.int64)
+        surv_entry = np.repeat(np.arange(len(sel), dtype=np.int64), counts)
+        surv_batch = (
+            kept[
+                np.repeat(starts, counts)
+                + np.arange(int(counts.sum()))
+                - np.repeat(np.cumsum(counts) - counts, counts)
+            ]
+            if len(sel)
+            else np.zeros(0, np.int64)
+        )
+        src, new_lens, extra, extra_off = rebuild_ranges(buf, offs, lens, surv_entry, surv_batch)
+        if (new_lens < 0).any():
+            raise StorageError(f"{self.path}: a mask keeps no message of its entry")
+        out_lens = new_lens.astype(np.int64)
+        out_offs = np.zeros(len(sel), np.int64)
+        if len(sel):
+            np.cumsum(out_lens[:-1], out=out_offs[1:])
+        blob = b"".join(
+            (extra[int(x) : int(x) + int(n)] if x >= 0 else buf[int(o) : int(o) + int(n)]).tobytes()
+            for o, n, x in zip(src.tolist(), out_lens.tolist(), extra_off.tolist())
+        )
+        return np.frombuffer(blob, np.uint8), out_offs, out_lens
 
     @property
     def is_chain(self) -> bool:
@@ -596,9 +652,16 @@ class CompactedLedgerReader:
     def _src_of(self, i: int):
         return self._srcs[0] if self._segment_ids is None else self._srcs[int(self._segment_ids[i])]
 
-    def entry_at(self, i: int) -> bytes:
+    def _raw_at(self, i: int) -> bytes:
+        """The stored bytes of entry ``i`` (of a masked entry: its base copy)."""
         o = int(self.offsets[i])
         return bytes(self._src_of(i).read(o, o + int(self.lengths[i])))
+
+    def entry_at(self, i: int) -> bytes:
+        if self.mask_ids is not None and self.mask_ids[i] >= 0:
+            buf, _, n = self.masked_piece(np.array([i]))
+            return buf[: int(n[0])].tobytes()
+        return self._raw_at(i)
 
     def entries(self, i: int, j: int) -> list[bytes]:
         """The bytes of entries ``i .. j-1``, with ONE read of the range that holds them per
@@ -613,6 +676,12 @@ class CompactedLedgerReader:
         out: list[bytes] = []
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), j - i]):
             out += self._entries_in(self._srcs[int(segs[a])], i + a, i + b)
+        if self.mask_ids is not None:  # masked entries: rewritten on read, all at once
+            masked = np.flatnonzero(self.mask_ids[i:j] >= 0)
+            if len(masked):
+                buf, offs, lens = self.masked_piece(masked + i)
+                for k, o, n in zip(masked.tolist(), offs.tolist(), lens.tolist()):
+                    out[k] = buf[o : o + n].tobytes()
         return out
 
     def _entries_in(self, src, i: int, j: int) -> list[bytes]:

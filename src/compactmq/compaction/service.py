@@ -173,6 +173,8 @@ class CompactionRunner:
                         "dir": self._topic_dir,
                         "run": new_id,
                         "incremental": self._extends_chain(plan),
+                        # old batches that lost some message are masked, not rewritten
+                        "masks": bool(self.config.get("compactionChainMasks", True)),
                     }
                 step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
@@ -327,7 +329,10 @@ class CompactionRunner:
         live_new = sum(
             p["entries"] for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED
         )
-        manifest = prev.manifest.extended(segments, lids, eids)
+        from . import tasks
+
+        masks = tasks.decode_masks([p.get("masks") or b"" for p in parts])
+        manifest = prev.manifest.extended(segments, lids, eids, masks)
         return manifest, len(prev) - len(lids) + live_new
 
     def _dropped(self, plan: RunPlan, parts: list[dict], prev) -> tuple:

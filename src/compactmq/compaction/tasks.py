@@ -30,10 +30,11 @@ def _compacted(path: str) -> CompactedLedgerReader:
     return reader
 
 
-def load_pieces(seg: Segment) -> list:
-    """``[(buf, entry_ids, data_offsets, lengths), ...]`` of the entries a segment covers, one
-    piece per file they are in (a live ledger, a one-file view: one; a chained view: one per
-    chain segment holding some), each in id order."""
+def load_pieces(seg: Segment, only: Optional[np.ndarray] = None) -> list:
+    """``[(buf, entry_ids, data_offsets, lengths), ...]`` of the entries a segment covers (of
+    those, only the sorted entry ids ``only`` when given), one piece per file they are in (a live
+    ledger, a one-file view: one; a chained view: one per chain segment holding some, plus one of
+    its masked entries, rewritten as the view serves them), each in id order."""
     if seg.kind != COMPACTED:
         return [load_segment(seg)]
     r = _compacted(seg.path)
@@ -41,9 +42,17 @@ def load_pieces(seg: Segment) -> list:
     hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
     eids = r.entry_ids[lo:hi]
     m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
+    if only is not None:
+        m &= np.isin(eids, only)
     sel = np.arange(lo, hi)[m]
-    segs = r.segment_ids[sel]
     out = []
+    if r.mask_ids is not None:
+        masked = r.mask_ids[sel] >= 0
+        if masked.any():
+            buf, offs, lens = r.masked_piece(sel[masked])
+            out.append((buf, r.entry_ids[sel[masked]], offs, lens))
+            sel = sel[~masked]
+    segs = r.segment_ids[sel]
     for k in np.unique(segs).tolist():
         pick = sel[segs == k]
         buf = np.frombuffer(r.segment_buffer(k), np.uint8)
@@ -312,30 +321,75 @@ def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, cha
     ``chain.segment_name(run, group)`` in ``chained["dir"]`` (none when it would be empty).
 
     In an incremental run (``chained["incremental"]``) a group of the previous view's entries
-    copies only the old entries that lost a message (rewritten under their own position) and
-    reports in ``dropped`` (raw ``>i8`` pairs ledger id, entry id) those that lost every message;
-    an unchanged entry stays where it is. ``messages`` counts every survivor of the group."""
+    writes nothing of an unchanged entry, reports in ``dropped`` (raw ``>i8`` pairs ledger id,
+    entry id) the old entries that lost every message and, for an old batch that lost some, a
+    *mask* in ``masks`` (``encode_masks``: the batch indexes it keeps; ``chain``), or with
+    ``chained["masks"]`` false rewrites it under its own position (the older way, kept to check
+    that both give the same bytes). ``messages`` counts every survivor of the group."""
     from . import chain
 
     path = os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
     copy = positions
     dropped = np.zeros(0, ">i8")
+    masks = b""
     segments = [plan.segments[o] for o in plan.groups[group]]
     if chained.get("incremental") and segments and all(s.kind == COMPACTED for s in segments):
         copy, dropped = touched_entries(plan, segments, positions)
+        if chained.get("masks", True):
+            masks = encode_masks(plan, copy)
+            copy = copy[:0]
     out = _copy_group_to(plan, group, copy, path, complete=True)
     if out["entries"] == 0:
         os.unlink(path)
         out["path"] = ""
     out["messages"] = len(positions)
     out["dropped"] = dropped.tobytes()
+    out["masks"] = masks
     return out
+
+
+MASK_ROW = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("count", ">u4")])
+
+
+def encode_masks(plan: RunPlan, positions: np.ndarray) -> bytes:
+    """The masks of the old entries holding ``positions`` (sorted survivors of entries that lost
+    some message): ``[u64 n] n x MASK_ROW [u32 batch index] x sum(count)`` (``decode_masks``)."""
+    positions = np.asarray(positions, np.int64)
+    if not len(positions):
+        return b""
+    ords, eids, bidx = es.unpack_positions(positions)
+    entry = positions >> es.BATCH_BITS
+    starts = np.flatnonzero(np.r_[True, entry[1:] != entry[:-1]])
+    counts = np.diff(np.r_[starts, len(entry)])
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    rows = np.zeros(len(starts), MASK_ROW)
+    rows["ledger_id"], rows["entry_id"], rows["count"] = ledger_of[ords[starts]], eids[starts], counts
+    return np.array([len(rows)], ">u8").tobytes() + rows.tobytes() + np.asarray(bidx, ">u4").tobytes()
+
+
+def decode_masks(blobs: list) -> tuple:
+    """``(ledger_ids, entry_ids, counts, kept)`` of the masks several tasks reported, in order."""
+    lids, eids, counts, kept = [], [], [], []
+    for raw in blobs:
+        if not raw:
+            continue
+        raw = bytes(raw)
+        (n,) = np.frombuffer(raw[:8], ">u8")
+        rows = np.frombuffer(raw[8 : 8 + int(n) * MASK_ROW.itemsize], MASK_ROW)
+        lids.append(rows["ledger_id"].astype(np.int64))
+        eids.append(rows["entry_id"].astype(np.int64))
+        counts.append(rows["count"].astype(np.int64))
+        kept.append(np.frombuffer(raw[8 + int(n) * MASK_ROW.itemsize :], ">u4").astype(np.int64))
+    if not lids:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    return tuple(np.concatenate(x) for x in (lids, eids, counts, kept))
 
 
 def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray) -> tuple:
     """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
-    that lost some message (to rewrite) and, as ``>i8`` pairs (ledger id, entry id), the old
-    entries that lost all. The previous view's messages come from its key sidecar."""
+    that lost some message (to mask or rewrite) and, as ``>i8`` pairs (ledger id, entry id), the
+    old entries that lost all. The previous view's messages come from its key sidecar."""
     from . import view_keys
 
     sidecar = plan.extra.get("view_keys")
@@ -389,8 +443,8 @@ def _copy_group_to(
         if not m.any():
             continue
         seg = plan.segments[o]
-        pieces = load_pieces(seg)
         cand, inverse = np.unique(eids[m], return_inverse=True)
+        pieces = load_pieces(seg, cand if seg.kind == COMPACTED else None)
         if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
             entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[m])
             messages += int(m.sum())

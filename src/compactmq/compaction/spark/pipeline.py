@@ -209,7 +209,7 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
 
 
 #: what a phase-two task reports of each part it wrote (Spark DDL and Arrow schema alike)
-PART_DDL = "group int, path string, entries long, messages long, tombstones long, keys string, dropped binary"
+PART_DDL = "group int, path string, entries long, messages long, tombstones long, keys string, dropped binary, masks binary"
 
 
 def part_schema(*leading):
@@ -219,6 +219,7 @@ def part_schema(*leading):
     fields = [("group", pa.int32()), ("path", pa.string()), ("entries", pa.int64())]
     fields += [("messages", pa.int64()), ("tombstones", pa.int64()), ("keys", pa.string())]
     fields += [("dropped", pa.binary())]  # entries of the previous view an incremental run drops
+    fields += [("masks", pa.binary())]  # and the masks it puts on old batches (``tasks.encode_masks``)
     return pa.schema([*leading, *fields])
 
 
@@ -254,6 +255,7 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
             keys["h1"] = h1
     part = tasks.copy_group(plan, group, positions, keys)
     part.setdefault("dropped", b"")
+    part.setdefault("masks", b"")
     part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
     return part
 
