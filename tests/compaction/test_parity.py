@@ -396,7 +396,7 @@ batched_step = st.one_of(
 )
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(per_ledger=st.integers(3, 6), steps=st.lists(batched_step, min_size=4, max_size=14))
 @example(  # a batch loses one message, then another one: a mask, then a mask over it
     per_ledger=3,
