@@ -180,14 +180,7 @@ class CompactedLedgerWriter:
     def finish(self) -> None:
         """Write index and trailer and make the file durable (flush, fsync file and directory)."""
         self._flush_pending()
-        # (np.concatenate returns native byte order: convert back to the big-endian layout)
-        index = np.concatenate(self._index).astype(INDEX_DTYPE) if self._index else np.zeros(0, INDEX_DTYPE)
-        raw = index.tobytes()
-        self._f.write(raw)
-        self._f.write(TRAILER.pack(self._offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
+        _finish_file(self._f, self._offset, _joined_index(self._index))
         fsync_dir(os.path.dirname(self.path) or ".")
 
     def abort(self) -> None:
@@ -196,6 +189,27 @@ class CompactedLedgerWriter:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def _joined_index(blocks: list) -> np.ndarray:
+    """Index blocks as one index array in the file's big-endian layout (np.concatenate returns
+    native byte order)."""
+    return np.concatenate(blocks).astype(INDEX_DTYPE) if blocks else np.zeros(0, INDEX_DTYPE)
+
+
+def _index_tail(index_offset: int, index: np.ndarray) -> bytes:
+    """What follows the records (which end at ``index_offset``): the index, then the trailer."""
+    raw = index.tobytes()
+    return raw + TRAILER.pack(index_offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC)
+
+
+def _finish_file(f, index_offset: int, index: np.ndarray) -> None:
+    """Write ``index`` and the trailer after the records, make the file durable and close it:
+    from then on it is a complete compacted ledger."""
+    f.write(_index_tail(index_offset, index))
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
 
 
 def _copy_range(src_fd: int, dst_fd: int, size: int) -> None:
@@ -280,16 +294,9 @@ class PartWriter:
         return len(keep)
 
     def close(self) -> int:
-        blocks = self._blocks  # in file order
-        # (np.concatenate returns native byte order: convert back to the big-endian layout)
-        index = np.concatenate(blocks).astype(INDEX_DTYPE) if blocks else np.zeros(0, INDEX_DTYPE)
+        index = _joined_index(self._blocks)  # blocks in file order
         if self.complete:
-            raw = index.tobytes()
-            self._f.write(raw)
-            self._f.write(TRAILER.pack(self._offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
+            _finish_file(self._f, self._offset, index)
             return len(index)
         self._f.close()
         with open(self.path + ".idx", "wb") as f:
@@ -326,16 +333,16 @@ def write_manifest(store, prefix: str, parts: list[dict]) -> tuple[str, int, int
         names.append(key.rsplit("/", 1)[-1])
         sizes.append(size)
         offset += size
-    rows = np.concatenate(index).astype(INDEX_DTYPE) if index else np.zeros(0, INDEX_DTYPE)
-    raw = rows.tobytes()
+    rows = _joined_index(index)
+    tail = _index_tail(offset, rows)
     out = [MANIFEST, struct.pack(">I", len(names))]
     for name, size in zip(names, sizes):
         enc = name.encode()
         out += [_PART_ENTRY.pack(size, len(enc)), enc]
-    out += [raw, TRAILER.pack(offset, len(rows), _crc32c(raw), 0, TRAILER_MAGIC)]
+    out.append(tail)
     key = f"{prefix}/{MANIFEST_NAME}"
     store.put(key, out)
-    return key, offset + len(raw) + TRAILER.size, len(rows)
+    return key, offset + len(tail), len(rows)
 
 
 def read_part_index(path: str) -> np.ndarray:
