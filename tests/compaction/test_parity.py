@@ -9,6 +9,7 @@ over the sidecar and runs that fall back to parsing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -52,6 +53,18 @@ step = st.one_of(
     st.just(("trim",)),
     st.just(("forget",)),
 )
+
+
+@contextlib.contextmanager
+def _fresh_storage(cfg, prefix: str):
+    """A ``Storage`` on a new temporary data directory, closed and removed afterwards."""
+    data_dir = tempfile.mkdtemp(prefix=prefix)
+    storage = Storage(data_dir, cfg)
+    try:
+        yield storage
+    finally:
+        storage.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _forget_sidecar(storage, service) -> None:
@@ -122,9 +135,7 @@ def test_spark_service_matches_reference(
     if not by_policy:
         overrides["topicCompactionStrategy"] = name
     cfg = load_config(overrides=overrides)
-    data_dir = tempfile.mkdtemp(prefix="cmq-parity-")
-    storage = Storage(data_dir, cfg)
-    try:
+    with _fresh_storage(cfg, "cmq-parity-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         if by_policy:  # the topic policy chooses the strategy
             storage.metadata.set_topic_policy(TOPIC, COMPACTION_STRATEGY, name)
@@ -151,9 +162,6 @@ def test_spark_service_matches_reference(
                     empty = service.stats().entries == 0
                     assert _has_sidecar(storage) == (strategy != "longest" or empty)
                     _check_chain(storage, service, chain_runs)
-    finally:
-        storage.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _check_chain(storage, service, max_runs: int) -> None:
@@ -198,9 +206,7 @@ def test_many_incremental_runs_chain_then_merge(spark):
             "compactionChainMaxStaleRatio": 0.6,
         }
     )
-    data_dir = tempfile.mkdtemp(prefix="cmq-parity-many-")
-    storage = Storage(data_dir, cfg)
-    try:
+    with _fresh_storage(cfg, "cmq-parity-many-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         service = SparkCompactionService(storage, TOPIC, cfg)
         model = ReferenceCompactor("keep-latest", False, "retention-bounded")
@@ -229,9 +235,6 @@ def test_many_incremental_runs_chain_then_merge(spark):
                 assert first_segments <= set(reader.manifest.names())  # named, not copied
         # the run bound rewrites every third run; after the mass delete the stale bound does
         assert runs == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 1]
-    finally:
-        storage.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_key_ttl_and_tombstone_retention_match_reference(spark):
@@ -250,9 +253,7 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
             "topicCompactionRetainNullKey": True,
         }
     )
-    data_dir = tempfile.mkdtemp(prefix="cmq-parity-ttl-")
-    storage = Storage(data_dir, cfg)
-    try:
+    with _fresh_storage(cfg, "cmq-parity-ttl-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         # an hour: "young" messages stay younger than the cut however long a loaded machine takes
         # to start Spark for the first run (with seconds here the test failed under load)
@@ -288,9 +289,6 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
             assert _actual_view(service) == _expected(model, tuple(ml.first_position()))
         keys = {m[1] for _, msgs in _actual_view(service) for m in msgs if not m[4]}
         assert keys == {"a", "b", "d", "g", "h", "i"}  # b, d, i as young tombstones; c, e, f, keyless: old
-    finally:
-        storage.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 ttl_step = st.one_of(
@@ -329,9 +327,7 @@ def test_incremental_chains_with_ttl_and_tombstone_retention(
             "topicCompactionRetainNullKey": retain,
         }
     )
-    data_dir = tempfile.mkdtemp(prefix="cmq-parity-chain-")
-    storage = Storage(data_dir, cfg)
-    try:
+    with _fresh_storage(cfg, "cmq-parity-chain-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         if ttl:
             storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
@@ -364,9 +360,6 @@ def test_incremental_chains_with_ttl_and_tombstone_retention(
                 service.compact()
                 first = ml.first_position()
                 assert _actual_view(service) == _expected(model, first and tuple(first))
-    finally:
-        storage.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 batched_step = st.one_of(
@@ -427,8 +420,8 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
         },
         "fresh": {"compactionChainMaxRuns": 1},
     }
-    dirs, storages, services = [], {}, {}
-    try:
+    storages, services = {}, {}
+    with contextlib.ExitStack() as stack:
         for name, extra in variants.items():
             cfg = load_config(
                 overrides={
@@ -437,8 +430,7 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
                     **extra,
                 }
             )
-            dirs.append(tempfile.mkdtemp(prefix=f"cmq-parity-{name}-"))
-            storages[name] = Storage(dirs[-1], cfg)
+            storages[name] = stack.enter_context(_fresh_storage(cfg, f"cmq-parity-{name}-"))
             storages[name].open_managed_ledger(TOPIC)
             services[name] = SparkCompactionService(storages[name], TOPIC, cfg)
         model = ReferenceCompactor("keep-latest", False, "retention-bounded")
@@ -472,11 +464,6 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
             reader = services["masked"].compacted_ledger()
             if reader is not None and reader.is_chain:
                 _masked_chains.append(reader.masked_count)
-    finally:
-        for storage in storages.values():
-            storage.close()
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 _masked_chains: list = []  # masked entries of every masked chain checked
