@@ -160,7 +160,7 @@ def message_count(entry: bytes) -> int:
         md = frames.parse_metadata(entry)
     except Exception:  # a damaged entry is the client's to report (see prepare_for_delivery)
         return 1
-    return md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+    return batch_codec.message_count(md)
 
 
 def within_budget(view: CompactedView, begin: Position, n: int) -> list[Entry]:

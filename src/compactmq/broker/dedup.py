@@ -35,6 +35,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.batch import message_count
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 
@@ -56,7 +57,7 @@ def entry_sequence(entry: bytes) -> tuple[str, int] | None:
         md = parse_metadata(entry)
     except Exception:  # noqa: BLE001 - a damaged entry only costs its producer's number
         return None
-    n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+    n = message_count(md)
     seq = md.highest_sequence_id if md.highest_sequence_id > 0 else md.sequence_id + max(n, 1) - 1
     return md.producer_name, seq
 

@@ -40,6 +40,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
+from ..protocol.batch import message_count
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
@@ -76,7 +77,7 @@ def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     the producer marked it so), else ``NONE_KEY``.
     """
     md = parse_metadata(entry)
-    n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
+    n = message_count(md)
     if md.HasField("ordering_key"):
         key = md.ordering_key
     elif md.HasField("partition_key"):

@@ -22,7 +22,7 @@ from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError,
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
-from .dedup import Deduplication
+from .dedup import Deduplication, entry_sequence
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .limits import check_consumers, check_producers
 from .namespaces import check_namespace
@@ -408,14 +408,9 @@ def recover_sequence_ids(ledger: Any, window: int = SEQUENCE_RECOVERY_ENTRIES) -
     start = Position(last[0], max(0, last[1] - window + 1))
     out: dict[str, int] = {}
     for _, entry in ledger.read_entries(start, window):
-        try:
-            md = parse_metadata(entry)
-        except Exception:  # noqa: BLE001 - a damaged entry only costs its producer's number
-            continue
-        n = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else 1
-        seq = md.highest_sequence_id if md.highest_sequence_id > 0 else md.sequence_id + max(n, 1) - 1
-        if out.get(md.producer_name, -1) < seq:
-            out[md.producer_name] = seq
+        found = entry_sequence(entry)  # None for a damaged entry: it only costs its producer's number
+        if found is not None and out.get(found[0], -1) < found[1]:
+            out[found[0]] = found[1]
     return out
 
 

@@ -54,6 +54,11 @@ def is_batch(metadata: pb.MessageMetadata) -> bool:
     return metadata.HasField("num_messages_in_batch")
 
 
+def message_count(metadata: pb.MessageMetadata) -> int:
+    """Messages an entry holds: its batch's records (placeholders included), else 1."""
+    return metadata.num_messages_in_batch if is_batch(metadata) else 1
+
+
 def decode_batch(
     metadata: pb.MessageMetadata,
     payload: bytes,
