@@ -312,4 +312,10 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
     assert st.offloader.offload_compacted(TOPIC) is None
     assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
+    # nor a manifest with a mask section (its own magic): an entry of the chain keeps batch index 0
+    masked = chain.read(path).extended([], [], [], masks=([entries[0][0]], [entries[0][1]], [1], [0]))
+    chain.write(path, masked)
+    assert chain.read(path).masks.size == 1
+    assert st.offloader.offload_compacted(TOPIC) is None
+    assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     st.close()

@@ -71,9 +71,10 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
 
 
-# the magic of a chained compacted view's manifest (``compaction.chain.MAGIC``; storage does not
-# import compaction)
-_CHAINED_VIEW = b"CMQCHAN1"
+# the magic of a self-contained compacted ledger (``compaction.compacted_ledger.HEADER``; storage
+# does not import compaction): any other view file (a chain manifest of any version) names local
+# segment files and is not copied as it stands
+_ONE_FILE_VIEW = b"CMQCLED1"
 
 
 def _relpath(topic: str) -> str:
@@ -264,7 +265,7 @@ class LedgerOffloader:
         except FileNotFoundError:  # replaced by a newer compaction since we looked
             return None
         with f:
-            if f.read(len(_CHAINED_VIEW)) == _CHAINED_VIEW:
+            if f.read(len(_ONE_FILE_VIEW)) != _ONE_FILE_VIEW:
                 # a chained view (compaction.chain) names local segment files: it is not copied
                 # as such; the next run of a topic with an offload location writes its view to
                 # the object store whole
