@@ -211,6 +211,12 @@ SETTINGS: dict[str, Setting] = {
         True,
         "an incremental run masks an old batch that lost some messages instead of rewriting it",
     ),
+    "compactionChainDeltaRuns": _s(
+        bool,
+        True,
+        "an incremental keep-latest run extending a chained view sends only the new messages through "
+        "Spark and looks their keys up in the view's key sidecar; false: re-aggregate every key of the view",
+    ),
     "compactionSparkWarmup": _s(
         bool,
         True,

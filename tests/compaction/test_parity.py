@@ -117,6 +117,21 @@ def _user_strategy_by_value():
     stale=st.sampled_from([0.25, 0.95]),
     steps=st.lists(step, min_size=3, max_size=10),
 )
+@example(  # surely a chain of delta runs: a key overwritten, one deleted, one kept
+    strategy="keep-latest",
+    retain=False,
+    mode="retention-bounded",
+    per_ledger=3,
+    by_policy=False,
+    chain_runs=8,
+    stale=0.95,
+    steps=[
+        ("append", [E.single("a", b"1"), E.single("b", b"2"), E.single("c", b"3")]),
+        ("compact",),
+        ("append", [E.single("a", b"4"), E.single("b", b"")]),
+        ("compact",),
+    ],
+)
 def test_spark_service_matches_reference(
     spark, strategy, retain, mode, per_ledger, by_policy, chain_runs, stale, steps
 ):
@@ -170,14 +185,20 @@ def _check_chain(storage, service, max_runs: int) -> None:
     from compactmq.compaction import chain
     from compactmq.compaction.compacted_ledger import topic_dir
 
+    from compactmq.compaction import view_keys
+
     reader = service.compacted_ledger()
     assert reader.is_chain and reader.manifest.runs <= max_runs
     on_disk = {n for n in os.listdir(topic_dir(storage.data_dir, TOPIC)) if chain.SEGMENT_NAME.match(n)}
     assert on_disk == set(reader.manifest.names())
     _chains.append(reader.manifest.runs)
+    _, details = storage.metadata.get_compaction_details(TOPIC)
+    info = details.get(view_keys.DETAILS_KEY) or {}
+    _deltas.append(bool(info.get("gone")))  # a delta run retired rows of the previous view
 
 
 _chains: list = []  # the runs of every view checked (the chain lengths the property reached)
+_deltas: list = []  # whether each view checked came from a delta run that retired some rows
 
 
 def test_the_property_reached_long_chains():
@@ -186,6 +207,7 @@ def test_the_property_reached_long_chains():
     if not _chains:
         pytest.skip("the property did not run in this session")
     assert max(_chains) >= 2
+    assert any(_deltas)  # ... and delta runs (``compaction.delta``) retired rows of old views
 
 
 def test_many_incremental_runs_chain_then_merge(spark):
@@ -403,16 +425,22 @@ batched_step = st.one_of(
     ],
 )
 def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spark, per_ledger, steps):
-    """The same batched history compacted three ways after each step: a chain whose runs mask
-    the old batches that lost a message (``compactionChainMasks``, the default), a chain whose
-    runs rewrite them, and a fresh full run every time (``compactionChainMaxRuns`` 1). Every
-    entry reads back with the same bytes through all three, through the broker's read path and
+    """The same batched history compacted four ways after each step: a chain whose delta runs
+    mask the old batches that lost a message (``compactionChainMasks``, the default), the same
+    by runs that re-aggregate every key of the view (``compactionChainDeltaRuns`` false), a
+    chain whose runs rewrite such batches, and a fresh full run every time
+    (``compactionChainMaxRuns`` 1). Every entry reads back with the same bytes through all four, through the broker's read path and
     through the reader itself (what the Spark source and the next run's phase two read), and
     each matches the reference model."""
     from compactmq.compaction.spark import SparkCompactionService
 
     variants = {
         "masked": {"compactionChainMaxRuns": 50, "compactionChainMaxStaleRatio": 0.99},
+        "reaggregated": {
+            "compactionChainMaxRuns": 50,
+            "compactionChainMaxStaleRatio": 0.99,
+            "compactionChainDeltaRuns": False,
+        },
         "rewritten": {
             "compactionChainMaxRuns": 50,
             "compactionChainMaxStaleRatio": 0.99,
@@ -456,7 +484,7 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
                     assert [(tuple(p), bytes(b)) for p, b in reader] == served
                     assert [bytes(b) for b in reader.entries(0, len(reader))] == [b for _, b in served]
                 views[name] = served
-            assert views["masked"] == views["rewritten"] == views["fresh"]
+            assert views["masked"] == views["reaggregated"] == views["rewritten"] == views["fresh"]
             first = ml.first_position()
             assert [(p, E.decode(b)[1]) for p, b in views["masked"]] == _expected(
                 model, first and tuple(first)

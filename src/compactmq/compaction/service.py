@@ -121,6 +121,7 @@ class CompactionRunner:
         self.combine = combine
         self._prev_reader: Optional[CompactedLedgerReader] = None  # the view in force, once planned
         self._prev_start = 0  # its first entry retention keeps
+        self._prev_sidecar: tuple = ("", [], [])  # its local sidecar: directory, files, gone files
 
     @property
     def data_dir(self) -> str:
@@ -169,12 +170,19 @@ class CompactionRunner:
                     prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
                     plan.extra.update(store=store_at, prefix=prefix)
                 else:  # a chain of segments (``chain``): extending the previous one, or fresh
+                    incremental = self._extends_chain(plan)
                     plan.extra["chain"] = {
                         "dir": self._topic_dir,
                         "run": new_id,
-                        "incremental": self._extends_chain(plan),
+                        "incremental": incremental,
                         # old batches that lost some message are masked, not rewritten
                         "masks": bool(self.config.get("compactionChainMasks", True)),
+                        # only the new messages go through Spark, looked up in the sidecar (``delta``)
+                        "delta": incremental
+                        and plan.strategy == "keep-latest"
+                        and bool(self._prev_sidecar[0])
+                        and getattr(self.engine, "delta_runs", False)
+                        and bool(self.config.get("compactionChainDeltaRuns", True)),
                     }
                 step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
@@ -381,6 +389,8 @@ class CompactionRunner:
         """Move the sidecar the phase-two tasks wrote into place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
+        if (plan.extra.get("chain") or {}).get("delta"):
+            return self._extend_view_keys(plan, parts, new_id)
         # every part with survivors has sidecar rows, whether or not it wrote entries (an
         # incremental chain run's group of unchanged old entries writes none)
         written = [p for p in parts if p["messages"]]
@@ -398,6 +408,26 @@ class CompactionRunner:
             fsync_dir(self._topic_dir)
         return {"files": names, "et": plan.strategy == "event-time"}
 
+    def _extend_view_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> dict:
+        """A delta run's sidecar (``view_keys``, Chained sidecars): the previous view's files,
+        hard-linked beside the new view, plus the new rows and retired rows this run wrote."""
+        prev_dir, prev_files, prev_gone = self._prev_sidecar
+        written = [p["keys"] for p in parts if p.get("keys")]
+        src = os.path.join(plan.run_dir, view_keys.STORE_DIR)
+        dst = view_keys.local_dir(self._topic_dir, new_id)
+        shutil.rmtree(dst, ignore_errors=True)
+        if os.path.isdir(src):
+            os.rename(src, dst)
+        else:
+            os.makedirs(dst)
+        for name in [*prev_files, *prev_gone]:
+            os.link(os.path.join(prev_dir, name), os.path.join(dst, name))
+        fsync_dir(dst)
+        fsync_dir(self._topic_dir)
+        files = prev_files + [n for n in written if not n.startswith("gone-")]
+        gone = prev_gone + [n for n in written if n.startswith("gone-")]
+        return {"files": files, "gone": gone, "et": False}
+
     def _previous_view_keys(self, state, strategy_name: str) -> Optional[dict]:
         """The plan's ``view_keys`` entry for the view in force, when it has a usable sidecar."""
         view_id = state.compacted_ledger_id
@@ -406,14 +436,22 @@ class CompactionRunner:
         if not isinstance(info, dict) or (strategy_name == "event-time" and not info.get("et")):
             return None
         names = list(info.get("files") or [])
+        gone = list(info.get("gone") or [])
         local = view_keys.local_dir(self._topic_dir, view_id)
         if os.path.isdir(local):
-            return view_keys.plan_entry([os.path.join(local, n) for n in names])
+            self._prev_sidecar = (local, names, gone)
+            return view_keys.plan_entry(
+                [os.path.join(local, n) for n in names], gone=[os.path.join(local, n) for n in gone]
+            )
         offloader = getattr(self.storage, "offloader", None)
         rec = offloader.compacted_record(view_id) if offloader is not None else None
         if rec is not None and rec.index_key.endswith("/"):  # written to the store with its parts
             base = rec.index_key.rstrip("/")
-            return view_keys.plan_entry([f"{base}/{view_keys.STORE_DIR}/{n}" for n in names], rec.location)
+            return view_keys.plan_entry(
+                [f"{base}/{view_keys.STORE_DIR}/{n}" for n in names],
+                rec.location,
+                [f"{base}/{view_keys.STORE_DIR}/{n}" for n in gone],
+            )
         return None  # (e.g. an old view, or its local sidecar is gone): parse the view instead
 
     # --- the compacted ledger in the object store ------------------------------------------------

@@ -279,8 +279,10 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
 
     fault(plan, "phase-two-task")
     store = plan.extra.get("store")
-    name = view_keys.part_name(group) if keys is not None else None
     chained = plan.extra.get("chain")
+    # a delta run's sidecar files join the previous view's, so their names carry the run
+    run = int(chained["run"]) if chained is not None and chained.get("delta") else None
+    name = view_keys.part_name(group, run) if keys is not None else None
     if store is None and chained is not None:
         out = _copy_group_to_segment(plan, group, positions, chained)
         if name is not None:
@@ -321,30 +323,50 @@ def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, cha
     ``chain.segment_name(run, group)`` in ``chained["dir"]`` (none when it would be empty).
 
     In an incremental run (``chained["incremental"]``) a group of the previous view's entries
-    writes nothing of an unchanged entry, reports in ``dropped`` (raw ``>i8`` pairs ledger id,
-    entry id) the old entries that lost every message and, for an old batch that lost some, a
-    *mask* in ``masks`` (``encode_masks``: the batch indexes it keeps; ``chain``), or with
-    ``chained["masks"]`` false rewrites it under its own position (the older way, kept to check
-    that both give the same bytes). ``messages`` counts every survivor of the group."""
-    from . import chain
-
-    path = os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
-    copy = positions
-    dropped = np.zeros(0, ">i8")
-    masks = b""
+    goes through ``retire_entries``. ``messages`` counts every survivor of the group."""
     segments = [plan.segments[o] for o in plan.groups[group]]
     if chained.get("incremental") and segments and all(s.kind == COMPACTED for s in segments):
-        copy, dropped = touched_entries(plan, segments, positions)
-        if chained.get("masks", True):
-            masks = encode_masks(plan, copy)
-            copy = copy[:0]
-    out = _copy_group_to(plan, group, copy, path, complete=True)
-    if out["entries"] == 0:
-        os.unlink(path)
-        out["path"] = ""
-    out["messages"] = len(positions)
+        return retire_entries(plan, group, positions, chained)
+    out = _copy_group_to(plan, group, positions, _segment_path(plan, group, chained), complete=True)
+    return _finish_segment(out, len(positions))
+
+
+def retire_entries(
+    plan: RunPlan, group: int, positions: np.ndarray, chained: dict, old: Optional[np.ndarray] = None
+) -> dict:
+    """What an incremental run does to old ``group`` whose surviving messages are ``positions``
+    (sorted; ``old``: every message the group held before, read from the key sidecar when not
+    given): write nothing of an unchanged entry, report in ``dropped`` (raw ``>i8`` pairs
+    ledger id, entry id) the old entries that lost every message and, for an old batch that
+    lost some, a *mask* in ``masks`` (``encode_masks``: the batch indexes it keeps; ``chain``),
+    or with ``chained["masks"]`` false rewrite it under its own position into the run's segment
+    (the older way, kept to check that both give the same bytes)."""
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    copy, dropped = touched_entries(plan, segments, positions, old)
+    masks = b""
+    if chained.get("masks", True):
+        masks = encode_masks(plan, copy)
+        copy = copy[:0]
+    out = _copy_group_to(plan, group, copy, _segment_path(plan, group, chained), complete=True)
+    out = _finish_segment(out, len(positions))
     out["dropped"] = dropped.tobytes()
     out["masks"] = masks
+    return out
+
+
+def _segment_path(plan: RunPlan, group: int, chained: dict) -> str:
+    from . import chain
+
+    return os.path.join(chained["dir"], chain.segment_name(int(chained["run"]), group))
+
+
+def _finish_segment(out: dict, messages: int) -> dict:
+    if out["entries"] == 0:
+        os.unlink(out["path"])
+        out["path"] = ""
+    out["messages"] = messages
+    out.setdefault("dropped", b"")
+    out.setdefault("masks", b"")
     return out
 
 
@@ -386,17 +408,19 @@ def decode_masks(blobs: list) -> tuple:
     return tuple(np.concatenate(x) for x in (lids, eids, counts, kept))
 
 
-def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray) -> tuple:
+def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray, old: Optional[np.ndarray] = None) -> tuple:
     """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
     that lost some message (to mask or rewrite) and, as ``>i8`` pairs (ledger id, entry id), the
-    old entries that lost all. The previous view's messages come from its key sidecar."""
-    from . import view_keys
+    old entries that lost all. The previous view's messages (``old``) come from its key sidecar
+    when not given."""
+    if old is None:
+        from . import view_keys
 
-    sidecar = plan.extra.get("view_keys")
-    if sidecar is None:
-        raise CompactionError("an incremental chained run needs the previous view's key sidecar")
-    rows = view_keys.segment_rows(sidecar, segments, False)
-    old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
+        sidecar = plan.extra.get("view_keys")
+        if sidecar is None:
+            raise CompactionError("an incremental chained run needs the previous view's key sidecar")
+        rows = view_keys.segment_rows(sidecar, segments, False)
+        old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
     old_e = old >> es.BATCH_BITS
     surv_e = np.asarray(positions, np.int64) >> es.BATCH_BITS
     uo, co = np.unique(old_e, return_counts=True)

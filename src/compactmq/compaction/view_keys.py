@@ -37,6 +37,17 @@ The run that writes a sidecar lists its files in the compaction details it commi
 with the view (``viewKeys``). A view without that entry (written by code before the sidecar, by
 a user strategy, or whose sidecar is missing) is parsed as before.
 
+Chained sidecars
+----------------
+A *delta run* (``delta``: an incremental run that extends a chained view) does not rewrite the
+sidecar. It writes the rows of its new survivors (``keys-<run>-<group>.parquet``) and, for each
+group of old entries, the ``(ledger_id, id)`` of the rows it retires -- superseded by a newer
+message, deleted, expired -- (``gone-<run>-<group>.parquet``, ``write_gone``). The new view's
+sidecar lists the previous one's files, hard-linked into its own directory, plus these: its
+live rows are the rows of ``files`` whose id no ``gone`` file names (a message's position is
+never reused, so a retired row never comes back). Its length is bounded by the chain's: a run
+that writes a fresh chain writes one fresh sidecar.
+
 Only ids <= the horizon are in a view, and a segment of the next run reads only the rows of its
 own ledger from ``entry_lo`` on (retention may have trimmed the view's first ids), so a sidecar
 row becomes exactly the phase-one row that parsing the view's entry would have produced.
@@ -58,8 +69,14 @@ ROW_GROUP = 1 << 17  # rows per Parquet row group: a reader skips groups outside
 DETAILS_KEY = "viewKeys"
 
 
-def part_name(group: int) -> str:
-    return f"keys-{group:06d}.parquet"
+def part_name(group: int, run: Optional[int] = None) -> str:
+    """The sidecar file of a part; a delta run's names carry its run id (``Chained sidecars``)."""
+    return f"keys-{group:06d}.parquet" if run is None else f"keys-{run:012d}-{group:06d}.parquet"
+
+
+def gone_name(run: int, group: int) -> str:
+    """The file of the rows a delta run's ``group`` retires from the sidecar."""
+    return f"gone-{run:012d}-{group:06d}.parquet"
 
 
 def local_dir(topic_dir: str, view_id: int) -> str:
@@ -106,6 +123,24 @@ def write_part(path: str, ledger_ids, positions, h1, h2, flags, et=None) -> int:
     return len(positions)
 
 
+def write_gone(path: str, ledger_ids, ids) -> int:
+    """Write the (ledger id, id) pairs of rows a delta run retires to the local file ``path``
+    (sorted by ledger id, then id). Returns the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = [pa.array(np.asarray(ledger_ids, np.int64)), pa.array(np.asarray(ids, np.int64))]
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    pq.write_table(
+        pa.Table.from_arrays(cols, names=["ledger_id", "id"]),
+        path,
+        row_group_size=ROW_GROUP,
+        compression="none",
+        use_dictionary=["ledger_id"],
+    )
+    return len(cols[0])
+
+
 def flags_of(tomb, h2) -> np.ndarray:
     """Sidecar flags of survivors from their tombstone bit and key hash (a retained keyless
     message carries ``KEYLESS_MARK`` as its h2)."""
@@ -117,22 +152,41 @@ def flags_of(tomb, h2) -> np.ndarray:
 # --- reading (phase-one tasks) ------------------------------------------------------------------
 
 
-def plan_entry(files: list[str], store=None) -> dict:
+def plan_entry(files: list[str], store=None, gone: Optional[list[str]] = None) -> dict:
     """What a ``RunPlan`` carries (``extra["view_keys"]``) for tasks to read a view's sidecar:
-    local paths, or object keys in ``store`` (an offload location)."""
-    return {"files": list(files), "store": store}
+    local paths, or object keys in ``store`` (an offload location); ``gone``: the files of rows
+    delta runs retired (``Chained sidecars``)."""
+    return {"files": list(files), "store": store, "gone": list(gone or [])}
 
 
-def _read_table(source: dict, name: str, lo: int, hi: int):
+def _read_table(source: dict, name: str, lo: int, hi: int, columns: Optional[list] = None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     filters = [("ledger_id", ">=", lo), ("ledger_id", "<=", hi)]
     if source.get("store") is None:
-        return pq.read_table(name, filters=filters)
+        return pq.read_table(name, filters=filters, columns=columns)
     from ..storage.offload import open_store
 
-    return pq.read_table(pa.BufferReader(open_store(source["store"]).read_all(name)), filters=filters)
+    return pq.read_table(
+        pa.BufferReader(open_store(source["store"]).read_all(name)), filters=filters, columns=columns
+    )
+
+
+def _not_gone(source: dict, lids: np.ndarray, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Which of the rows ``(lids, ids)`` (sorted) no delta run retired: the mask of live rows."""
+    tables = [_read_table(source, f, lo, hi) for f in source["gone"]]
+    tables = [t for t in tables if t.num_rows]
+    live = np.ones(len(ids), bool)
+    if not tables:
+        return live
+    g_lids = np.concatenate([t.column("ledger_id").to_numpy() for t in tables]).astype(np.int64)
+    g_ids = np.concatenate([t.column("id").to_numpy() for t in tables]).astype(np.int64)
+    for lid in np.unique(g_lids).tolist():
+        a = int(np.searchsorted(lids, lid, side="left"))
+        b = int(np.searchsorted(lids, lid, side="right"))
+        live[a:b] &= ~np.isin(ids[a:b], g_ids[g_lids == lid])
+    return live
 
 
 def segment_rows(source: dict, segments: list, with_event_time: bool) -> list:
@@ -157,6 +211,10 @@ def segment_rows(source: dict, segments: list, with_event_time: bool) -> list:
     if len(ids) > 1 and ((np.diff(lids) < 0) | ((np.diff(lids) == 0) & (np.diff(ids) <= 0))).any():
         order = np.lexsort((ids, lids))  # (a reader that did not keep the files' order)
         lids, ids, h1, h2, flags, et = (a[order] for a in (lids, ids, h1, h2, flags, et))
+    if source.get("gone"):
+        live = _not_gone(source, lids, ids, lo, hi)
+        if not live.all():
+            lids, ids, h1, h2, flags, et = (a[live] for a in (lids, ids, h1, h2, flags, et))
     out = []
     for seg in segments:
         a = int(np.searchsorted(lids, seg.ledger_id, side="left"))

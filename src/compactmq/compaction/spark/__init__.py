@@ -20,6 +20,9 @@ from .session import get_session
 class SparkEngine:
     """Runs phase one and phase two of a ``RunPlan`` as one Spark action."""
 
+    #: runs a delta run when the plan asks for one (``compaction.delta``); a joint job does not
+    delta_runs = True
+
     def __init__(self, spark_conf: Optional[Mapping[str, str]] = None, poll_seconds: float = 0.5):
         self.spark_conf = dict(spark_conf or {})
         self.poll_seconds = poll_seconds
@@ -51,10 +54,15 @@ class SparkEngine:
         poller.start()
         try:
             report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-            survivors = pipeline.survivors(
-                self.spark, plan, strategy, counter=counter, keyless_counter=keyless
-            )
-            parts = pipeline.copy_survivors(survivors, plan)
+            if (plan.extra.get("chain") or {}).get("delta"):
+                from . import delta_job
+
+                parts = delta_job.run(self.spark, plan, counter, keyless)
+            else:
+                survivors = pipeline.survivors(
+                    self.spark, plan, strategy, counter=counter, keyless_counter=keyless
+                )
+                parts = pipeline.copy_survivors(survivors, plan)
         finally:
             self._group = None
             stop.set()
@@ -76,6 +84,10 @@ class SparkEngine:
         tracker = sc.statusTracker()
         total = plan.estimated_entries
         n = len(plan.groups)
+        if (plan.extra.get("chain") or {}).get("delta"):  # only the new groups are parsed
+            from .. import delta
+
+            n = len(delta.new_groups(plan))
         while not stop.wait(self.poll_seconds):
             try:
                 stages = []

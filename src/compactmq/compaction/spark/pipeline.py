@@ -34,21 +34,22 @@ import numpy as np
 
 from .. import entry_scan as es
 from .. import tasks
-from ..plan import RunPlan
+from ..plan import COMPACTED, RunPlan
 
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
 
 
-def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None):
-    """Phase-one rows of every group, parsed in Python workers (one task per group). ``counter``
-    (a Spark accumulator) adds up the messages parsed, ``keyless_counter`` the keyless messages
-    retained (they all survive)."""
+def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None, groups=None):
+    """Phase-one rows of every group (of ``groups`` when given), parsed in Python workers (one
+    task per group). ``counter`` (a Spark accumulator) adds up the messages parsed,
+    ``keyless_counter`` the keyless messages retained (they all survive)."""
     with_et = plan.strategy == "event-time"
     schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
 
     def parse(batches):
         for batch in batches:
-            for group in batch.column(0).to_pylist():
+            for index in batch.column(0).to_pylist():
+                group = index if groups is None else groups[index]
                 stats: dict = {}
                 for rows in tasks.group_rows(plan, group, stats):
                     yield tasks.rows_to_arrow(rows, with_et)
@@ -57,7 +58,7 @@ def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None):
                 if keyless_counter is not None:
                     keyless_counter.add(stats.get("keyless", 0))
 
-    n = len(plan.groups)
+    n = len(plan.groups) if groups is None else len(groups)
     return spark.range(0, n, 1, n).mapInArrow(parse, schema)
 
 
@@ -170,8 +171,13 @@ def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None
     return user_strategy(keyed, plan, strategy)
 
 
-def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
-    """Phase two: survivors to their group's task, in position order; each writes a part file."""
+def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
+    """Phase two: survivors to their group's task, in position order; each writes a part file.
+
+    Rows with a ``kind`` column are a delta run's (``compaction.delta``): an old group's task
+    gets the positions superseded in it (and a marker row, so it runs at all) and retires them
+    (``delta.retire_group``, counting its live rows into ``counter`` and its retained keyless
+    messages into ``keyless_counter``); a new group's task copies its survivors."""
     from pyspark.sql import functions as F
 
     n = max(1, len(plan.groups))
@@ -184,22 +190,36 @@ def copy_survivors(survivors_df, plan: RunPlan) -> list[dict]:
     keys = partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
     key_cols = key_columns(survivors_df)
+    kinds = ["kind"] if "kind" in survivors_df.columns else []
 
     def copy(batches):
         import pyarrow as pa
 
-        arrays = gather_sorted(batches, ["grp", "pos", *key_cols])
+        from .. import delta
+
+        arrays = gather_sorted(batches, ["grp", "pos", *key_cols, *kinds])
         if arrays is None:
             return
         grp, pos = arrays["grp"], arrays["pos"]
         out = []
         for g in np.unique(grp).tolist():
             m = grp == g
+            if kinds and plan.segments[plan.groups[int(g)][0]].kind == COMPACTED:
+                stats: dict = {}
+                superseded = pos[m & (arrays["kind"] == delta.SUPERSEDED)]
+                out.append(delta.retire_group(plan, int(g), superseded, stats))
+                if counter is not None:
+                    counter.add(stats.get("messages", 0))
+                if keyless_counter is not None:
+                    keyless_counter.add(stats.get("keyless", 0))
+                continue
+            if kinds:
+                m &= arrays["kind"] == delta.SURVIVOR
             out.append(copy_part(plan, int(g), pos[m], arrays, m, key_cols))
         yield pa.RecordBatch.from_pylist(out, schema=part_schema())
 
     parts = (
-        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
+        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols, *kinds)
         .repartition(n, "route")
         .sortWithinPartitions("pos")
         .mapInArrow(copy, PART_DDL)

@@ -1,0 +1,225 @@
+"""Delta runs: an incremental keep-latest compaction whose cost follows the new messages.
+
+Why
+---
+A chained view (``chain``) lets an incremental run *name* the old entries it keeps instead of
+copying them, but the run still has to learn which old messages the new ones supersede. Doing
+that with the full pipeline means handing every row of the previous view's key sidecar to the
+shuffle and aggregating it again with the new rows: at 10 M messages over 1 M keys a run after
+1 % new messages moved 1.1 M rows through the JVM twice to change about 100 k of them, and paid
+most of a full run for it. A delta run moves only the new rows through Spark and *looks up*
+their keys in the sidecar instead.
+
+The three steps (``spark.delta_job`` is the Spark shell around them)
+--------------------------------------------------------------------
+1. Phase one over the *new* groups only: parse, combine per task, then one Spark aggregate
+   ``max((pos << 1) | tombstone)`` per 128-bit key hash over the new rows -- the latest new
+   message of every key the run touched, tombstones included (a new tombstone deletes an old
+   value as surely as a new value replaces it).
+2. ``lookup`` (a Python task per shuffle partition of that aggregate): loads the live rows of
+   the previous view's sidecar (``old_rows``: its files minus its ``gone`` files, positions
+   packed with this run's ordinals; loaded once per worker and run), finds the old row of each
+   new key by an exact match of both hash halves (a sort of the candidates, never a dict), and
+   emits two kinds of row: the new *survivors* (the keep-latest rule: not a tombstone unless
+   tombstone retention keeps it, not older than the key TTL) and the old positions they
+   *supersede*.
+3. Phase two, routed by group as in a full run: a new group's task copies its survivors into
+   the run's segment and writes their sidecar rows (``keys-<run>-<group>``); an old group's task
+   (``retire_group``; every old group gets one, through a marker row) turns the positions
+   superseded in its ledgers, plus the rows the key TTL, tombstone retention or topic retention
+   now remove, into the chain's drops and masks (``tasks.touched_entries``, the same code a
+   re-aggregating run uses) and writes them as its ``gone`` file (``view_keys``).
+
+What grows with what
+--------------------
+The shuffles carry the new rows (after the per-task combiner) and the superseded positions:
+both grow with the new data. The sidecar is read, not shuffled: each lookup worker reads its
+columns once (tens of milliseconds per million keys, from local Parquet), and each old group's
+task reads its own ledgers' rows. Nothing is rewritten that did not change: unchanged old
+entries stay where they are, an old batch that lost some messages gets a mask, and the sidecar
+gains one file of new rows and one of retired ones per group.
+
+When it applies
+---------------
+Keep-latest only, on a run that extends a local chain whose sidecar is usable
+(``LedgerCompactionService`` decides, ``compactionChainDeltaRuns`` turns it off); keep-first,
+event-time and user strategies, fresh chains and views in the object store use the
+re-aggregating pipeline. Both give the same view: the parity tests compare them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+
+from ..errors import CompactionError
+from . import entry_scan as es
+from .plan import COMPACTED, RunPlan
+
+# the kinds of row the lookup emits (and phase two routes)
+SURVIVOR, SUPERSEDED, MARKER = 0, 1, 2
+
+ROW_DDL = "pos long, h1 long, h2 long, tomb long, kind byte"
+
+# the previous view's live sidecar rows, loaded once per worker process and run
+_old_cache: dict = {}
+
+
+def compacted_segments(plan: RunPlan) -> list:
+    return [s for s in plan.segments if s.kind == COMPACTED]
+
+
+def old_groups(plan: RunPlan) -> list[int]:
+    return [g for g, ords in enumerate(plan.groups) if plan.segments[ords[0]].kind == COMPACTED]
+
+
+def new_groups(plan: RunPlan) -> list[int]:
+    return [g for g, ords in enumerate(plan.groups) if plan.segments[ords[0]].kind != COMPACTED]
+
+
+def marker_position(plan: RunPlan, group: int) -> int:
+    """A packed position inside old ``group`` (its first segment's first id) that routes a
+    marker row to the group's phase-two task."""
+    seg = plan.segments[plan.groups[group][0]]
+    return (seg.ordinal << (es.ENTRY_BITS + es.BATCH_BITS)) | (
+        min(int(seg.entry_lo), (1 << es.ENTRY_BITS) - 1) << es.BATCH_BITS
+    )
+
+
+def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
+    """The live rows of the previous view's sidecar in ``segments`` (all compacted segments by
+    default), in position order, positions packed with the plan's ordinals."""
+    from . import view_keys
+
+    source = plan.extra.get("view_keys")
+    if source is None:
+        raise CompactionError("a delta run needs the previous view's key sidecar")
+    everything = segments is None
+    if everything:
+        cached = _old_cache.get(plan.run_dir)
+        if cached is not None:
+            return cached
+        segments = compacted_segments(plan)
+    parts = view_keys.segment_rows(source, segments, False)
+    rows = es.Rows.concat(parts) if parts else _no_rows()
+    if everything:
+        _old_cache.clear()
+        _old_cache[plan.run_dir] = rows
+    return rows
+
+
+def _no_rows() -> es.Rows:
+    z = np.zeros(0, np.int64)
+    return es.Rows(z, z.copy(), z.copy(), np.zeros(0, np.int8), z.copy())
+
+
+def survives(plan: RunPlan, pos: np.ndarray, tomb: np.ndarray) -> np.ndarray:
+    """The keep-latest rule for a key's latest message (``pipeline.keep_latest``'s, in numpy):
+    not a tombstone unless tombstone retention keeps it, and not below the key TTL's cut."""
+    live = ~tomb.astype(bool)
+    if plan.tombstones_from is not None:
+        live |= pos >= int(plan.tombstones_from)
+    if plan.drop_before:
+        live &= pos >= int(plan.drop_before)
+    return live
+
+
+def match(old_h1, old_h2, new_h1, new_h2) -> tuple[np.ndarray, np.ndarray]:
+    """Indexes ``(i, j)`` with ``old[i] == new[j]`` on both hash halves; keys are unique on
+    each side. The old rows are first narrowed to those sharing an ``h1`` with a new key."""
+    cand = np.flatnonzero(np.isin(old_h1, new_h1))
+    h1 = np.concatenate([old_h1[cand], new_h1])
+    h2 = np.concatenate([old_h2[cand], new_h2])
+    side = np.r_[np.zeros(len(cand), np.int8), np.ones(len(new_h1), np.int8)]
+    order = np.lexsort((side, h2, h1))
+    s1, s2, ss = h1[order], h2[order], side[order]
+    pair = np.flatnonzero((s1[:-1] == s1[1:]) & (s2[:-1] == s2[1:]) & (ss[:-1] == 0) & (ss[1:] == 1))
+    return cand[order[pair]], order[pair + 1] - len(cand)
+
+
+def lookup(plan: RunPlan, h1, h2, p2) -> dict:
+    """Step 2 for one partition of the new keys (``h1, h2`` and ``p2 = pos << 1 | tombstone``,
+    one row per key): columns of ``ROW_DDL`` -- the survivors among them, then the old
+    positions they supersede."""
+    h1, h2, p2 = (np.asarray(a, np.int64) for a in (h1, h2, p2))
+    pos, tomb = p2 >> 1, p2 & 1
+    old = old_rows(plan)
+    keyed = (old.flags & es.FLAG_KEYLESS) == 0  # a keyless row is a key of its own
+    idx = np.flatnonzero(keyed)
+    i, _ = match(old.h1[idx], old.h2[idx], h1, h2)
+    live = survives(plan, pos, tomb)
+    gone = old.pos[idx[i]]
+    n, g = int(live.sum()), len(gone)
+    z = np.zeros(g, np.int64)
+    return {
+        "pos": np.r_[pos[live], gone],
+        "h1": np.r_[h1[live], z],
+        "h2": np.r_[h2[live], z],
+        "tomb": np.r_[tomb[live], z],
+        "kind": np.r_[np.full(n, SURVIVOR, np.int8), np.full(g, SUPERSEDED, np.int8)],
+    }
+
+
+def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optional[dict] = None) -> dict:
+    """Step 3 for old ``group``: what the run drops and masks of its entries, and its ``gone``
+    sidecar file. ``superseded``: the packed positions of its messages newer ones replace.
+    ``stats`` gains ``messages`` (the group's live rows, as a re-aggregating run would count
+    them read) and ``keyless`` (retained keyless messages that stay)."""
+    from . import tasks, view_keys
+
+    chained = plan.extra["chain"]
+    segments = [plan.segments[o] for o in plan.groups[group]]
+    rows = old_rows(plan, segments)
+    superseded = np.unique(np.asarray(superseded, np.int64))
+    found = np.isin(superseded, rows.pos)
+    if not found.all():
+        raise CompactionError("a superseded message of the previous view is missing from its key sidecar")
+    tomb = (rows.flags & es.FLAG_TOMBSTONE) != 0
+    gone = np.isin(rows.pos, superseded) | ~survives(plan, rows.pos, tomb)
+    survivors = rows.pos[~gone]
+    out = tasks.retire_entries(plan, group, survivors, chained, old=rows.pos)
+    kept_flags = rows.flags[~gone]
+    out["tombstones"] = int(np.count_nonzero(kept_flags & es.FLAG_TOMBSTONE))
+    trimmed = _trimmed_rows(plan, segments)
+    lids, ids = _ledger_ids(plan, np.r_[rows.pos[gone], trimmed])
+    name = ""
+    if len(ids):
+        name = view_keys.gone_name(int(chained["run"]), group)
+        view_keys.write_gone(os.path.join(plan.run_dir, view_keys.STORE_DIR, name), lids, ids)
+    out["keys"] = name
+    out.setdefault("dropped", b"")
+    out.setdefault("masks", b"")
+    if stats is not None:
+        stats["messages"] = stats.get("messages", 0) + len(rows)
+        stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(kept_flags & es.FLAG_KEYLESS))
+    return out
+
+
+def _trimmed_rows(plan: RunPlan, segments: list) -> np.ndarray:
+    """Packed positions of the sidecar rows below a segment's ``entry_lo`` (topic retention
+    trimmed the view there; the run drops those entries), so they are retired too."""
+    from . import view_keys
+
+    cut = [dataclasses.replace(s, entry_lo=0) for s in segments if s.entry_lo > 0]
+    if not cut:
+        return np.zeros(0, np.int64)
+    lo = {s.ordinal: int(s.entry_lo) << es.BATCH_BITS for s in segments}
+    out = []
+    for r in view_keys.segment_rows(plan.extra["view_keys"], cut, False):
+        ords = r.pos >> (es.ENTRY_BITS + es.BATCH_BITS)
+        ids = r.pos & ((1 << (es.ENTRY_BITS + es.BATCH_BITS)) - 1)
+        below = ids < np.array([lo[int(o)] for o in ords], np.int64) if len(ords) else ids < 0
+        out.append(r.pos[below])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def _ledger_ids(plan: RunPlan, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ledger ids, ids)`` of packed positions, sorted (the sidecar's own numbering)."""
+    positions = np.sort(np.asarray(positions, np.int64))
+    ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
+    ords = positions >> (es.ENTRY_BITS + es.BATCH_BITS)
+    ids = positions & ((1 << (es.ENTRY_BITS + es.BATCH_BITS)) - 1)
+    return (ledger_of[ords] if len(ords) else np.zeros(0, np.int64)), ids
