@@ -67,13 +67,16 @@ force; a leftover previous file is likewise an orphan.
 
 Runs are *incremental*: the second run reads the previous compacted view plus only the entries
 after its horizon, so its cost grows with (compacted size + new data), not with the whole history.
-Of the previous view, phase one reads only its *key sidecar* (``view_keys``: key hashes,
-positions and flags as Parquet, written by phase two beside the view and switched with it), not
-its entries; a view without one is parsed. Phase two then *extends the chain* (``chain``): it
-writes the new survivors and the old batches that lost a message, and lists the old entries that
-lost every message; unchanged compacted entries are not copied. After a few runs, or once much of
-the chain is dead, a run rewrites it whole (the merge policy). Reads see one sorted index over
-the chain's segments, so they stay a binary search.
+Of the previous view, a run reads only its *key sidecar* (``view_keys``: key hashes, positions
+and flags as Parquet, written by phase two beside the view and switched with it), not its
+entries; a view without one is parsed. Phase two then *extends the chain* (``chain``): it
+writes the new survivors, masks the old batches that lost a message and lists the old entries
+that lost every message; unchanged compacted entries are not copied. After a few runs, or once
+much of the chain is dead, a run rewrites it whole (the merge policy). Reads see one sorted index
+over the chain's segments, so they stay a binary search. A keep-latest run that extends a chain
+is a *delta run* (``delta``): only the new messages go through Spark's shuffle, and their keys
+are looked up in the sidecar, so the run costs what is new; other strategies re-aggregate the
+sidecar's rows with the new ones.
 
 Retention
 ---------

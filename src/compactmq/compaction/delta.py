@@ -64,8 +64,11 @@ SURVIVOR, SUPERSEDED, MARKER = 0, 1, 2
 
 ROW_DDL = "pos long, h1 long, h2 long, tomb long, kind byte"
 
-# the previous view's live sidecar rows, loaded once per worker process and run
+# the previous view's live sidecar rows, loaded once per worker process and run (up to
+# CACHE_ROWS of them, about 33 bytes each: a worker keeps them until its next delta run)
 _old_cache: dict = {}
+_order_cache: dict = {}
+CACHE_ROWS = 8_000_000
 
 
 def compacted_segments(plan: RunPlan) -> list:
@@ -97,18 +100,25 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
     source = plan.extra.get("view_keys")
     if source is None:
         raise CompactionError("a delta run needs the previous view's key sidecar")
-    everything = segments is None
-    if everything:
-        cached = _old_cache.get(plan.run_dir)
-        if cached is not None:
-            return cached
-        segments = compacted_segments(plan)
-    parts = view_keys.segment_rows(source, segments, False)
-    rows = es.Rows.concat(parts) if parts else _no_rows()
-    if everything:
+    cached = _old_cache.get(plan.run_dir)
+    if segments is not None:
+        if cached is None:  # this worker looked nothing up: read only these ledgers' rows
+            parts = view_keys.segment_rows(source, segments, False)
+            return es.Rows.concat(parts) if parts else _no_rows()
+        shift = es.ENTRY_BITS + es.BATCH_BITS
+        lo = min(s.ordinal for s in segments) << shift
+        hi = (max(s.ordinal for s in segments) + 1) << shift
+        a, b = np.searchsorted(cached.pos, [lo, hi])
+        return cached.take(slice(int(a), int(b)))
+    if cached is None:
+        parts = view_keys.segment_rows(source, compacted_segments(plan), False)
+        rows = es.Rows.concat(parts) if parts else _no_rows()
         _old_cache.clear()
-        _old_cache[plan.run_dir] = rows
-    return rows
+        _order_cache.clear()
+        if len(rows) <= CACHE_ROWS:
+            _old_cache[plan.run_dir] = rows
+        return rows
+    return cached
 
 
 def _no_rows() -> es.Rows:
@@ -127,17 +137,37 @@ def survives(plan: RunPlan, pos: np.ndarray, tomb: np.ndarray) -> np.ndarray:
     return live
 
 
-def match(old_h1, old_h2, new_h1, new_h2) -> tuple[np.ndarray, np.ndarray]:
+def match(old_h1, old_h2, new_h1, new_h2, old_order=None) -> tuple[np.ndarray, np.ndarray]:
     """Indexes ``(i, j)`` with ``old[i] == new[j]`` on both hash halves; keys are unique on
-    each side. The old rows are first narrowed to those sharing an ``h1`` with a new key."""
-    cand = np.flatnonzero(np.isin(old_h1, new_h1))
-    h1 = np.concatenate([old_h1[cand], new_h1])
-    h2 = np.concatenate([old_h2[cand], new_h2])
-    side = np.r_[np.zeros(len(cand), np.int8), np.ones(len(new_h1), np.int8)]
-    order = np.lexsort((side, h2, h1))
-    s1, s2, ss = h1[order], h2[order], side[order]
-    pair = np.flatnonzero((s1[:-1] == s1[1:]) & (s2[:-1] == s2[1:]) & (ss[:-1] == 0) & (ss[1:] == 1))
-    return cand[order[pair]], order[pair + 1] - len(cand)
+    each side. ``old_order``: ``argsort(old_h1)`` when the caller has it (``by_hash``): the new
+    keys, sorted, are binary-searched in the old ones, then checked on ``h2``."""
+    z = np.zeros(0, np.int64)
+    if not len(new_h1) or not len(old_h1):
+        return z, z
+    if old_order is None:
+        old_order = np.argsort(old_h1, kind="stable")
+    sorted_h1 = old_h1[old_order]
+    ns = np.argsort(new_h1, kind="stable")
+    lo = np.searchsorted(sorted_h1, new_h1[ns], side="left")
+    hi = np.searchsorted(sorted_h1, new_h1[ns], side="right")
+    count = hi - lo  # old rows sharing each new key's h1: almost always 0 or 1
+    total = int(count.sum())
+    if not total:
+        return z, z
+    first = np.cumsum(count) - count
+    k = np.repeat(lo, count) + (np.arange(total) - np.repeat(first, count))
+    i = old_order[k]
+    j = np.repeat(ns, count)
+    same = old_h2[i] == new_h2[j]
+    return i[same].astype(np.int64), j[same].astype(np.int64)
+
+
+def by_hash(rows: es.Rows) -> np.ndarray:
+    """``argsort`` of ``rows.h1`` (remembered with the cached rows, ``old_rows``)."""
+    if _order_cache.get("rows") is not rows:
+        _order_cache.clear()
+        _order_cache.update(rows=rows, order=np.argsort(rows.h1, kind="stable"))
+    return _order_cache["order"]
 
 
 def lookup(plan: RunPlan, h1, h2, p2) -> dict:
@@ -147,11 +177,10 @@ def lookup(plan: RunPlan, h1, h2, p2) -> dict:
     h1, h2, p2 = (np.asarray(a, np.int64) for a in (h1, h2, p2))
     pos, tomb = p2 >> 1, p2 & 1
     old = old_rows(plan)
-    keyed = (old.flags & es.FLAG_KEYLESS) == 0  # a keyless row is a key of its own
-    idx = np.flatnonzero(keyed)
-    i, _ = match(old.h1[idx], old.h2[idx], h1, h2)
+    i, _ = match(old.h1, old.h2, h1, h2, by_hash(old))
+    i = i[(old.flags[i] & es.FLAG_KEYLESS) == 0]  # a keyless row is a key of its own
     live = survives(plan, pos, tomb)
-    gone = old.pos[idx[i]]
+    gone = old.pos[i]
     n, g = int(live.sum()), len(gone)
     z = np.zeros(g, np.int64)
     return {

@@ -408,7 +408,9 @@ def decode_masks(blobs: list) -> tuple:
     return tuple(np.concatenate(x) for x in (lids, eids, counts, kept))
 
 
-def touched_entries(plan: RunPlan, segments: list, positions: np.ndarray, old: Optional[np.ndarray] = None) -> tuple:
+def touched_entries(
+    plan: RunPlan, segments: list, positions: np.ndarray, old: Optional[np.ndarray] = None
+) -> tuple:
     """Of compacted ``segments`` and their surviving ``positions``: the survivors in old entries
     that lost some message (to mask or rewrite) and, as ``>i8`` pairs (ledger id, entry id), the
     old entries that lost all. The previous view's messages (``old``) come from its key sidecar

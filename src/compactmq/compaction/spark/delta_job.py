@@ -22,13 +22,18 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     from . import pipeline
 
     fresh = delta.new_groups(plan)
+    keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
+    ddl = delta.ROW_DDL + ", grp int, route int"
+    marked = np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
+    m_grp, m_route = pipeline.routes(plan, keys, marked)
     markers = spark.createDataFrame(
-        [(delta.marker_position(plan, g), 0, 0, 0, delta.MARKER) for g in delta.old_groups(plan)],
-        delta.ROW_DDL,
+        [(int(p), 0, 0, 0, delta.MARKER, int(g), int(r)) for p, g, r in zip(marked, m_grp, m_route)], ddl
     )
     rows = markers
     if fresh:
-        keyed = pipeline.with_key_hash(pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh))
+        keyed = pipeline.with_key_hash(
+            pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh)
+        )
         p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
         latest = keyed.groupBy("h1", "h2").agg(F.max(p2).alias("p2"))
 
@@ -42,10 +47,9 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
             if not cols["h1"]:
                 return
             found = delta.lookup(plan, *(np.concatenate(cols[c]) for c in ("h1", "h2", "p2")))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(found[c]) for c in ("pos", "h1", "h2", "tomb", "kind")],
-                names=["pos", "h1", "h2", "tomb", "kind"],
-            )
+            found["grp"], found["route"] = pipeline.routes(plan, keys, found["pos"])
+            names = ["pos", "h1", "h2", "tomb", "kind", "grp", "route"]
+            yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
 
-        rows = latest.mapInArrow(look_up, delta.ROW_DDL).unionByName(markers)
+        rows = latest.mapInArrow(look_up, ddl).unionByName(markers)
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)

@@ -181,14 +181,17 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
     from pyspark.sql import functions as F
 
     n = max(1, len(plan.groups))
-    table = plan.group_of_ordinal()
-    ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
-    group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
-    # Hash partitioning by the group number would put several groups in one task (0 and 1 both
-    # land in partition 1 of 2), serialising phase two. Instead each group gets a key that
-    # Spark's own hash partitioning sends to a partition of its own.
-    keys = partition_keys(survivors_df.sparkSession, n)
-    route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
+    if "route" in survivors_df.columns:  # the rows come routed (``routes``)
+        group, route = F.col("grp"), F.col("route")
+    else:
+        table = plan.group_of_ordinal()
+        ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
+        group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
+        # Hash partitioning by the group number would put several groups in one task (0 and 1
+        # both land in partition 1 of 2), serialising phase two. Instead each group gets a key
+        # that Spark's own hash partitioning sends to a partition of its own.
+        keys = partition_keys(survivors_df.sparkSession, n)
+        route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
 
@@ -278,6 +281,15 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
     part.setdefault("masks", b"")
     part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
     return part
+
+
+def routes(plan: RunPlan, keys: list[int], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(group, route)`` of packed positions, computed where the rows are made (a Python task)
+    rather than by a Spark expression over literal arrays of every segment, whose generated
+    code each run's plan compiles anew; ``keys``: ``partition_keys`` of the group count."""
+    table = np.asarray(plan.group_of_ordinal(), np.int32)
+    grp = table[np.asarray(pos, np.int64) >> _POS_SHIFT] if len(pos) else np.zeros(0, np.int32)
+    return grp, np.asarray(keys, np.int32)[grp] if len(grp) else np.zeros(0, np.int32)
 
 
 #: ``partition_keys`` answers by partition count: Spark's partitioning hash is fixed for a given
