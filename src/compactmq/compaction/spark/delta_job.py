@@ -51,5 +51,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
             names = ["pos", "h1", "h2", "tomb", "kind", "grp", "route"]
             yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
 
-        rows = latest.mapInArrow(look_up, ddl).unionByName(markers)
+        # one lookup task per core: each loads the sidecar's rows once (``delta.old_rows``)
+        cores = max(1, int(spark.sparkContext.defaultParallelism))
+        rows = latest.coalesce(cores).mapInArrow(look_up, ddl).unionByName(markers)
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
