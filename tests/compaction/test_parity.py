@@ -210,14 +210,19 @@ def test_the_property_reached_long_chains():
     assert any(_deltas)  # ... and delta runs (``compaction.delta``) retired rows of old views
 
 
-def test_many_incremental_runs_chain_then_merge(spark):
+@pytest.mark.parametrize("fused", [True, False], ids=["one-lookup-task", "aggregate-then-lookup"])
+def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, fused):
     """Twelve incremental runs over batched and single entries, keys overwritten and deleted,
     matching the reference model after each: chains grow to the run bound and are rewritten
     (runs 1, 2, 3, 1, ...), the stale bound rewrites a chain whose entries mostly died (a delete
-    of every key), and an unchanged old entry is never copied (its segment stays named)."""
+    of every key), and an unchanged old entry is never copied (its segment stays named). Delta
+    runs both ways: one task parsing and looking up every new message, or the new rows
+    aggregated by Spark first (``spark.delta_job``)."""
     import random
 
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.spark import SparkCompactionService, delta_job
+
+    monkeypatch.setattr(delta_job, "FUSED_MAX_ENTRIES", 10**9 if fused else -1)
 
     rng = random.Random(13)
     cfg = load_config(

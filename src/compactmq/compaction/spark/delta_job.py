@@ -1,10 +1,13 @@
 """The Spark job of a delta run (``compaction.delta`` explains the design).
 
-One action, three stages, like a full run's: the new groups are parsed and combined (one task
-per group), their rows are shuffled by key into one aggregate, whose partitions look their keys
-up in the previous view's sidecar (``delta.lookup``, a ``mapInArrow``), and the survivors and
-superseded positions -- with one marker row per old group -- are routed to phase two by group
-(``pipeline.copy_survivors``). Only new rows and superseded positions cross the JVM.
+One action. With many new entries, three stages like a full run's: the new groups are parsed
+and combined (one task per group), their rows are shuffled by key into one aggregate, whose
+partitions look their keys up in the previous view's sidecar (``delta.lookup``, a
+``mapInArrow``), and the survivors and superseded positions -- with one marker row per old
+group -- are routed to phase two by group (``pipeline.copy_survivors``). With few (up to
+``FUSED_MAX_ENTRIES``: about 1 % of a 100 M-message topic), one task parses and combines all of
+them and looks them up itself: two stages, one shuffle. Either way only new rows and superseded
+positions cross the JVM.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ import numpy as np
 
 from .. import delta
 from ..plan import RunPlan
+
+
+#: new entries up to which one task parses, combines and looks up all of them (``run``)
+FUSED_MAX_ENTRIES = 1_000_000
 
 
 def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
@@ -30,7 +37,35 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         [(int(p), 0, 0, 0, delta.MARKER, int(g), int(r)) for p, g, r in zip(marked, m_grp, m_route)], ddl
     )
     rows = markers
-    if fresh:
+    new_entries = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
+    if fresh and plan.combine and new_entries <= FUSED_MAX_ENTRIES:
+        # few new messages: ONE task parses them all, combines them to one row per key and looks
+        # those up -- no aggregate, so one stage and one shuffle fewer than below
+        def parse_and_look_up(batches):
+            import pyarrow as pa
+
+            from .. import entry_scan as es
+            from .. import tasks
+
+            for _ in batches:
+                stats: dict = {}
+                combiner = es.LatestCombiner()
+                for g in fresh:
+                    for part in tasks.group_rows(plan, g, stats):
+                        combiner.add(part)
+                latest = combiner.rows()
+                if counter is not None:
+                    counter.add(stats.get("messages", 0))
+                if keyless_counter is not None:
+                    keyless_counter.add(stats.get("keyless", 0))
+                p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
+                found = delta.lookup(plan, latest.h1, latest.h2, p2)
+                found["grp"], found["route"] = pipeline.routes(plan, keys, found["pos"])
+                names = ["pos", "h1", "h2", "tomb", "kind", "grp", "route"]
+                yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
+
+        rows = spark.range(0, 1, 1, 1).mapInArrow(parse_and_look_up, ddl).unionByName(markers)
+    elif fresh:
         keyed = pipeline.with_key_hash(
             pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh)
         )
