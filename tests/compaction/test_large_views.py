@@ -207,3 +207,32 @@ def test_opening_and_reading_a_view_takes_memory_that_does_not_grow_with_it(tmp_
         finally:
             tracemalloc.stop()
         assert peak < 400_000, (path, peak)
+
+
+def test_a_run_s_drops_and_masks_are_inserted_where_a_sort_would_put_them():
+    rnd = random.Random(5)
+    for big in (False, True):
+        m = chain.Manifest.fresh([("a.seg", 10, 10)])
+        model_d: list = []
+        model_m: list = []
+        for run in range(1, 6):
+            base = (1 << 40) if big else 0  # past a packed key: the sorting fallback
+            drops = {(base + rnd.randint(0, 20), rnd.randint(0, 30)) for _ in range(rnd.randint(0, 15))}
+            masked = sorted({(rnd.randint(0, 20), rnd.randint(0, 30)) for _ in range(rnd.randint(0, 6))})
+            ds = list(drops)
+            rnd.shuffle(ds)
+            kept = [[rnd.randint(0, 9)] for _ in masked]
+            m = m.extended(
+                [],
+                [p[0] for p in ds],
+                [p[1] for p in ds],
+                ([p[0] for p in masked], [p[1] for p in masked], [1] * len(masked), [k[0] for k in kept]),
+            )
+            model_d += [(p[0], p[1], run) for p in drops]
+            model_m += [(p[0], p[1], run, k[0]) for p, k in zip(masked, kept)]
+            assert [tuple(int(x) for x in r) for r in m.dropped] == sorted(model_d)
+            got = [
+                (int(r["ledger_id"]), int(r["entry_id"]), int(r["run"]), int(m.kept[r["offset"]]))
+                for r in m.masks
+            ]
+            assert got == sorted(model_m)

@@ -162,10 +162,7 @@ class Manifest:
         run = self.runs
         new = np.zeros(len(ledger_ids), DROPPED_DTYPE)
         new["ledger_id"], new["entry_id"], new["run"] = ledger_ids, entry_ids, run
-        dropped = np.concatenate([self.dropped, new]).astype(DROPPED_DTYPE)
-        if len(dropped):
-            order = np.lexsort((dropped["run"], dropped["entry_id"], dropped["ledger_id"]))
-            dropped = dropped[order]
+        dropped = _append_run(self.dropped, new, DROPPED_DTYPE)
         all_masks, kept = self.masks, self.kept
         if masks is not None and len(masks[0]):
             m_lids, m_eids, counts, m_kept = masks
@@ -175,10 +172,8 @@ class Manifest:
             starts = np.zeros(len(counts), np.int64)
             np.cumsum(counts[:-1], out=starts[1:])
             rows["offset"] = starts + len(kept)
-            kept = np.concatenate([kept, np.asarray(m_kept, np.int64)]).astype(">u4")
-            all_masks = np.concatenate([all_masks, rows]).astype(MASK_DTYPE)
-            order = np.lexsort((all_masks["run"], all_masks["entry_id"], all_masks["ledger_id"]))
-            all_masks = all_masks[order]
+            kept = np.concatenate([kept, np.asarray(m_kept, np.int64).astype(">u4")])
+            all_masks = _append_run(all_masks, rows, MASK_DTYPE)
         segs = self.segments + [(n, run, int(e), int(s)) for n, e, s in segments]
         return Manifest(segs, run + 1, dropped, all_masks, kept)
 
@@ -188,22 +183,62 @@ class Manifest:
         return Manifest([(n, 0, int(e), int(s)) for n, e, s in segments], 1)
 
 
+def _append_run(old: np.ndarray, new: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``old`` rows (sorted by position, then run) with the rows of a later run ``new`` put in
+    place: each after the rows of its position (an earlier run's) -- one insertion, not a sort of
+    everything the chain ever dropped or masked (that array grows with the view)."""
+    new = (
+        new[np.lexsort((new["entry_id"], new["ledger_id"]))].astype(dtype) if len(new) else new.astype(dtype)
+    )
+    if not len(old) or not len(new):
+        return np.concatenate([np.asarray(old, dtype), new]).astype(dtype)
+    nl, ne = new["ledger_id"].astype(np.int64), new["entry_id"].astype(np.int64)
+    key = (nl << 25) | ne
+    at = np.zeros(len(new), np.int64)
+    step = 1 << 20
+    packable = _packable(nl, ne)
+    for lo in range(0, len(old) if packable else 0, step):  # old rows at or before each new one
+        part = old[lo : lo + step]
+        pl, pe = part["ledger_id"].astype(np.int64), part["entry_id"].astype(np.int64)
+        if not _packable(pl, pe):
+            packable = False
+            break
+        at += np.searchsorted((pl << 25) | pe, key, side="right")
+    if not packable:  # positions too large for one packed key: sort everything
+        both = np.concatenate([np.asarray(old, dtype), new]).astype(dtype)
+        return both[np.lexsort((both["run"], both["entry_id"], both["ledger_id"]))]
+    return np.insert(np.asarray(old, dtype), at, new)
+
+
+def _packable(lids: np.ndarray, eids: np.ndarray) -> bool:
+    return bool(lids.min() >= 0 and eids.min() >= 0 and lids.max() < (1 << 38) and eids.max() < (1 << 25))
+
+
 def is_chain(head) -> bool:
     return bytes(head[: len(MAGIC)]) in (MAGIC, MAGIC_MASKS)
 
 
-def encode(manifest: Manifest) -> bytes:
+def _pieces(manifest: Manifest) -> list:
+    """The manifest's body as buffers, in order (the arrays as they are when already in the
+    file's layout: a large manifest is written without a copy of its drops and masks)."""
     header = json.dumps(
         {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
     ).encode()
-    dropped = np.ascontiguousarray(manifest.dropped.astype(DROPPED_DTYPE)).tobytes()
     masked = len(manifest.masks) > 0
     pieces = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
-    pieces += [struct.pack(">Q", len(manifest.dropped)), dropped]
+    pieces += [struct.pack(">Q", len(manifest.dropped)), _raw(manifest.dropped, DROPPED_DTYPE)]
     if masked:
-        pieces += [struct.pack(">Q", len(manifest.masks)), manifest.masks.astype(MASK_DTYPE).tobytes()]
-        pieces += [struct.pack(">Q", len(manifest.kept)), manifest.kept.astype(">u4").tobytes()]
-    body = b"".join(pieces)
+        pieces += [struct.pack(">Q", len(manifest.masks)), _raw(manifest.masks, MASK_DTYPE)]
+        pieces += [struct.pack(">Q", len(manifest.kept)), _raw(manifest.kept, np.dtype(">u4"))]
+    return pieces
+
+
+def _raw(array: np.ndarray, dtype: np.dtype) -> memoryview:
+    return memoryview(np.ascontiguousarray(array, dtype)).cast("B")
+
+
+def encode(manifest: Manifest) -> bytes:
+    body = b"".join(_pieces(manifest))
     return body + struct.pack(">I", _crc32c(body)) + END
 
 
@@ -246,13 +281,19 @@ def write(path: str, manifest: Manifest) -> int:
     """Write the manifest to ``path`` durably (file and directory fsynced); returns its size."""
     from ..storage.managed_ledger import fsync_dir
 
-    data = encode(manifest)
+    import crc32c
+
+    crc, size = 0, 0
     with open(path, "wb") as f:
-        f.write(data)
+        for piece in _pieces(manifest):  # streamed, with a running checksum: no joined copy
+            f.write(piece)
+            crc = crc32c.crc32c(piece, crc)
+            size += len(piece)
+        f.write(struct.pack(">I", crc) + END)
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(os.path.dirname(path) or ".")
-    return len(data)
+    return size + 4 + len(END)
 
 
 def read(path: str) -> Optional[Manifest]:
