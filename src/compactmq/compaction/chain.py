@@ -225,7 +225,7 @@ def _pieces(manifest: Manifest) -> list:
         {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
     ).encode()
     masked = len(manifest.masks) > 0
-    pieces = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
+    pieces: list = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
     pieces += [struct.pack(">Q", len(manifest.dropped)), _raw(manifest.dropped, DROPPED_DTYPE)]
     if masked:
         pieces += [struct.pack(">Q", len(manifest.masks)), _raw(manifest.masks, MASK_DTYPE)]
