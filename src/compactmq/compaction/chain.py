@@ -436,8 +436,8 @@ def _merge_core(all_l, all_e, all_r, tags) -> tuple[np.ndarray, np.ndarray, np.n
 
 #: every SAMPLE-th position of a sorted block of rows is kept in memory (``SortedRows``)
 SAMPLE = 1024
-#: positions merged at once by ``merge_chunked`` (about; bounds the memory a merge takes)
-MERGE_CHUNK = 1 << 20
+#: stored rows merged at once by ``merge_chunked`` (about; a merge takes ~160 bytes a row of it)
+MERGE_CHUNK = 1 << 18
 #: a merged index of more entries than this is kept in a temporary file, memory-mapped
 SPILL_ENTRIES = 1 << 20
 
