@@ -384,11 +384,15 @@ class MemorySampler:
         work on the machine, CPU seconds are steadier than wall time."""
         tck = os.sysconf("SC_CLK_TCK")
 
-        def cpu(pid: int) -> float:
+        def cpu(pid: int, reaped: bool = False) -> float:
+            """``reaped``: with the CPU time of its children that exited (the pyspark daemon
+            forks a worker per task and reaps it: without it a run's workers could count
+            negative, their time gone from the tree between two samples)."""
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     parts = f.read().rsplit(")", 1)[1].split()
-                return (int(parts[11]) + int(parts[12])) / tck
+                fields = (11, 12, 13, 14) if reaped else (11, 12)
+                return sum(int(parts[i]) for i in fields) / tck
             except (OSError, IndexError, ValueError):
                 return 0.0
 
@@ -400,7 +404,7 @@ class MemorySampler:
             stack = list(kids.get(self.jvm_pid, []))
             while stack:
                 p = stack.pop()
-                out["python_workers"] += cpu(p)
+                out["python_workers"] += cpu(p, reaped=True)
                 stack.extend(kids.get(p, []))
         return out
 
