@@ -24,8 +24,13 @@ full run grows.
 
 Results go to bench/results/compaction.json (or --out). ``--quick``: 1 M messages, 100 k keys.
 
+``--large``: 100 M messages over 50 M keys, non-batched, with default memory settings: a warm-up
+run on 1 M messages, then one full and one incremental run, each with its time, CPU seconds and
+peak memory per process (driver, JVM, Python workers), to bench/results/compaction_large.json.
+Preparing its data takes a while (built once, cached; progress every 1 M messages).
+
     .venv/bin/python bench/compaction_bench.py [--quick] [--messages N] [--keys K] [--layouts a,b]
-        [--history-sizes N1,N2,...] [--plot PNG]
+        [--history-sizes N1,N2,...] [--plot PNG] [--large]
 """
 
 from __future__ import annotations
@@ -81,15 +86,19 @@ def make_messages(n: int, keys: int, tombstone_rate: float, seed: int):
     return key_ids, tomb
 
 
-def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0) -> list[bytes]:
+def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0, fast: bool = True) -> list[bytes]:
     """Stored entries (magic, crc32c, metadata, payload) built by hand for speed; the protobuf
-    layout is checked against pulsar_pb2 in a self-test at start."""
+    layout is checked against pulsar_pb2 in a self-test at start. Non-batched entries are built
+    column by column with numpy (``build_nonbatched``; ``fast=False``: one at a time, the
+    reference the self-test compares it with)."""
     import crc32c
 
     rng = random.Random(seed)
     payload = bytes(rng.randrange(256) for _ in range(PAYLOAD))
     out = []
     now = 1_700_000_000_000
+    if not batched and fast:
+        return build_nonbatched(key_ids, tomb, payload, now, seq0)
     if not batched:
         for i, (k, t) in enumerate(zip(key_ids.tolist(), tomb.tolist())):
             key = b"key-%07d" % k
@@ -121,10 +130,79 @@ def build_entries(key_ids, tomb, batched: bool, seed: int, seq0: int = 0) -> lis
     return out
 
 
+def _varint_lengths(values: np.ndarray) -> np.ndarray:
+    n = np.ones(len(values), np.int64)
+    for b in range(1, 10):
+        n += values >= (1 << (7 * b))
+    return n
+
+
+def build_nonbatched(key_ids, tomb, payload: bytes, now: int, seq0: int) -> list[bytes]:
+    """The entries ``build_entries`` makes one at a time, the same bytes, built for many at once:
+    entries of one shape (sequence-id varint length, key length, tombstone or not) are rows of
+    one byte matrix filled column by column; only the checksum and the cut into ``bytes`` are
+    per entry. What makes preparing 100 M messages (``--large``) take minutes, not an hour."""
+    import crc32c
+
+    key_ids = np.asarray(key_ids, np.int64)
+    tomb = np.asarray(tomb, bool)
+    n = len(key_ids)
+    seqs = seq0 + np.arange(n, dtype=np.int64)
+    vlen = _varint_lengths(seqs)
+    digits = np.maximum(7, _digits(key_ids))
+    now_v = _varint(now)
+    out: list = [None] * n
+    shape = vlen * 1000 + digits * 10 + tomb
+    for code in np.unique(shape).tolist():
+        idx = np.flatnonzero(shape == code)
+        vl, nd, t = code // 1000, (code // 10) % 100, code % 10
+        kl = 4 + nd
+        md_len = 7 + 1 + vl + 1 + len(now_v) + 2 + kl
+        width = 10 + md_len + (0 if t else PAYLOAD)
+        a = np.empty((len(idx), width), np.uint8)
+        a[:, 0:2] = (0x0E, 0x01)
+        a[:, 6:10] = np.frombuffer(struct.pack(">I", md_len), np.uint8)
+        a[:, 10:17] = np.frombuffer(b"\x0a\x05bench", np.uint8)
+        a[:, 17] = 0x10
+        s = seqs[idx]
+        for b in range(vl):
+            a[:, 18 + b] = ((s >> (7 * b)) & 0x7F) | (0x80 if b < vl - 1 else 0)
+        at = 18 + vl
+        a[:, at] = 0x18
+        a[:, at + 1 : at + 1 + len(now_v)] = np.frombuffer(now_v, np.uint8)
+        at += 1 + len(now_v)
+        a[:, at], a[:, at + 1] = 0x32, kl
+        a[:, at + 2 : at + 6] = np.frombuffer(b"key-", np.uint8)
+        k = key_ids[idx]
+        for d in range(nd):
+            a[:, at + 6 + d] = 48 + (k // 10 ** (nd - 1 - d)) % 10
+        if not t:
+            a[:, at + 2 + kl :] = np.frombuffer(payload, np.uint8)
+        flat = memoryview(a.reshape(-1))
+        crcs = [crc32c.crc32c(flat[o + 6 : o + width]) for o in range(0, len(idx) * width, width)]
+        a[:, 2:6] = np.array(crcs, ">u4").view(np.uint8).reshape(-1, 4)
+        raw = a.tobytes()
+        for i, o in zip(idx.tolist(), range(0, len(raw), width)):
+            out[i] = raw[o : o + width]
+    return out
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    n = np.ones(len(values), np.int64)
+    for d in range(1, 19):
+        n += values >= 10**d
+    return n
+
+
 def self_test() -> None:
     from compactmq.protocol.frames import parse_entry
     from compactmq.protocol.batch import decode_batch
 
+    # the column-wise builder makes the same bytes as the one-at-a-time one (all shapes)
+    k = np.array([3, 4, 9_999_999, 10_000_000, 49_999_999, 0, 123])
+    t = np.array([False, True, False, True, False, False, True])
+    for seq0 in (0, 120, 16_380, 10**9 + 100):
+        assert build_entries(k, t, False, 5, seq0) == build_entries(k, t, False, 5, seq0, fast=False)
     k, t = np.array([3, 4]), np.array([False, True])
     md, payload = parse_entry(build_entries(k, t, False, 1)[1])
     assert md.partition_key == "key-0000004" and payload == b""
@@ -177,7 +255,10 @@ def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int, in_child: 
         entries = build_entries(key_ids[c : c + chunk], tomb[c : c + chunk], layout == "batched", seed, c)
         for e0 in range(0, len(entries), PER_LEDGER):
             ml.append_many(entries[e0 : e0 + PER_LEDGER])
-        log(f"prepare {layout}: {min(c + chunk, n)}/{n} messages ({time.time() - t0:.0f}s)")
+        done = min(c + chunk, n)
+        if done == n or done // 1_000_000 != (done - chunk) // 1_000_000:  # about every 1 M
+            rate = done / max(1e-9, time.time() - t0)
+            log(f"prepare {layout}: {done}/{n} messages ({time.time() - t0:.0f}s, {rate:,.0f} msg/s)")
     storage.close()
     snapshot_metadata(d)
     with open(os.path.join(d, "ledgers.txt"), "w") as f:
@@ -303,11 +384,15 @@ class MemorySampler:
         work on the machine, CPU seconds are steadier than wall time."""
         tck = os.sysconf("SC_CLK_TCK")
 
-        def cpu(pid: int) -> float:
+        def cpu(pid: int, reaped: bool = False) -> float:
+            """``reaped``: with the CPU time of its children that exited (the pyspark daemon
+            forks a worker per task and reaps it: without it a run's workers could count
+            negative, their time gone from the tree between two samples)."""
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     parts = f.read().rsplit(")", 1)[1].split()
-                return (int(parts[11]) + int(parts[12])) / tck
+                fields = (11, 12, 13, 14) if reaped else (11, 12)
+                return sum(int(parts[i]) for i in fields) / tck
             except (OSError, IndexError, ValueError):
                 return 0.0
 
@@ -319,7 +404,7 @@ class MemorySampler:
             stack = list(kids.get(self.jvm_pid, []))
             while stack:
                 p = stack.pop()
-                out["python_workers"] += cpu(p)
+                out["python_workers"] += cpu(p, reaped=True)
                 stack.extend(kids.get(p, []))
         return out
 
@@ -474,6 +559,9 @@ def incremental(
         entries = build_entries(key_ids, tomb, batched, seed, 10**9 + seed)
         for e0 in range(0, len(entries), PER_LEDGER):
             ml.append_many(entries[e0 : e0 + PER_LEDGER])
+        # the new messages are in the topic: dropped here, or the driver's peak would count them
+        # (at 30 M messages: 300,000 entries of ~150 bytes each, held through the run)
+        del entries, key_ids, tomb
         service = SparkCompactionService(storage, TOPIC, cfg, spark_conf=spark_conf)
         with MemorySampler(sampler_pid) as mem:
             c0 = mem.cpu_seconds()
@@ -567,6 +655,12 @@ def plot_history(hist: dict, path: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 M messages, 100 k keys")
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help="100 M messages over 50 M keys, non-batched: a warm-up on 1 M messages, then one full "
+        "and one incremental run (default memory settings), to bench/results/compaction_large.json",
+    )
     ap.add_argument("--messages", type=int, default=10_000_000)
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--layouts", default="nonbatched,batched")
@@ -595,6 +689,12 @@ def main(argv=None) -> int:
         return 0
     if args.quick:
         args.messages, args.keys = 1_000_000, 100_000
+    if args.large:
+        args.messages, args.keys, args.repeat, args.baselines = 100_000_000, 50_000_000, 1, "no"
+        if args.layouts == ap.get_default("layouts"):
+            args.layouts = "nonbatched"
+        if args.out == ap.get_default("out"):
+            args.out = os.path.join(ROOT, "bench", "results", "compaction_large.json")
     self_test()
     spark_conf = {
         "spark.master": args.spark_master,
@@ -622,6 +722,7 @@ def main(argv=None) -> int:
             "entries_per_ledger": PER_LEDGER,
             "spark_master": args.spark_master,
             "repeat": args.repeat,
+            "large": args.large,
         },
         "jvm_and_session_start_seconds": round(jvm_start, 2),
         "layouts": {},
@@ -630,9 +731,18 @@ def main(argv=None) -> int:
         d = prepare(args.work_dir, layout, args.messages, args.keys, seed=11)
         res: dict = {}
         runs = []
-        for rep in range(args.repeat + 1):
+        full_runs = args.repeat + 1
+        if args.large:  # one run, warm: the session's first run (JIT, Python workers) on 1 M messages
+            small = prepare(args.work_dir, layout, 1_000_000, 1_000_000, seed=11)
+            restore_metadata(small)
+            log(f"{layout}: warm-up run on 1 M messages (not reported)")
+            compact_once(small, spark_conf, jvm_pid)[1].close()
+            restore_metadata(small)
+            full_runs = 1
+            res["warmed_up_on_messages"] = 1_000_000
+        for rep in range(full_runs):
             restore_metadata(d)
-            log(f"{layout}: full compaction run {rep + 1}/{args.repeat + 1}")
+            log(f"{layout}: full compaction run {rep + 1}/{full_runs}")
             run, storage = compact_once(d, spark_conf, jvm_pid)
             storage.close()
             run["messages_per_second"] = round(args.messages / run["seconds"])
@@ -641,8 +751,9 @@ def main(argv=None) -> int:
                 f"cpu {run['cpu_seconds']}, steps {run['step_seconds']}, load {os.getloadavg()[0]:.1f}"
             )
             runs.append(run)
-        res["full_cold"] = runs[0]
-        warm = runs[1:] or runs
+        if not args.large:
+            res["full_cold"] = runs[0]
+        warm = runs if args.large else (runs[1:] or runs)
         res["full_runs"] = warm
         res["full_median_seconds"] = statistics.median(r["seconds"] for r in warm)
         res["full_median_messages_per_second"] = round(args.messages / res["full_median_seconds"])

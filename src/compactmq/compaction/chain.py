@@ -162,10 +162,7 @@ class Manifest:
         run = self.runs
         new = np.zeros(len(ledger_ids), DROPPED_DTYPE)
         new["ledger_id"], new["entry_id"], new["run"] = ledger_ids, entry_ids, run
-        dropped = np.concatenate([self.dropped, new]).astype(DROPPED_DTYPE)
-        if len(dropped):
-            order = np.lexsort((dropped["run"], dropped["entry_id"], dropped["ledger_id"]))
-            dropped = dropped[order]
+        dropped = _append_run(self.dropped, new, DROPPED_DTYPE)
         all_masks, kept = self.masks, self.kept
         if masks is not None and len(masks[0]):
             m_lids, m_eids, counts, m_kept = masks
@@ -175,10 +172,8 @@ class Manifest:
             starts = np.zeros(len(counts), np.int64)
             np.cumsum(counts[:-1], out=starts[1:])
             rows["offset"] = starts + len(kept)
-            kept = np.concatenate([kept, np.asarray(m_kept, np.int64)]).astype(">u4")
-            all_masks = np.concatenate([all_masks, rows]).astype(MASK_DTYPE)
-            order = np.lexsort((all_masks["run"], all_masks["entry_id"], all_masks["ledger_id"]))
-            all_masks = all_masks[order]
+            kept = np.concatenate([kept, np.asarray(m_kept, np.int64).astype(">u4")])
+            all_masks = _append_run(all_masks, rows, MASK_DTYPE)
         segs = self.segments + [(n, run, int(e), int(s)) for n, e, s in segments]
         return Manifest(segs, run + 1, dropped, all_masks, kept)
 
@@ -188,27 +183,69 @@ class Manifest:
         return Manifest([(n, 0, int(e), int(s)) for n, e, s in segments], 1)
 
 
+def _append_run(old: np.ndarray, new: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``old`` rows (sorted by position, then run) with the rows of a later run ``new`` put in
+    place: each after the rows of its position (an earlier run's) -- one insertion, not a sort of
+    everything the chain ever dropped or masked (that array grows with the view)."""
+    new = (
+        new[np.lexsort((new["entry_id"], new["ledger_id"]))].astype(dtype) if len(new) else new.astype(dtype)
+    )
+    if not len(old) or not len(new):
+        return np.concatenate([np.asarray(old, dtype), new]).astype(dtype)
+    nl, ne = new["ledger_id"].astype(np.int64), new["entry_id"].astype(np.int64)
+    key = (nl << 25) | ne
+    at = np.zeros(len(new), np.int64)
+    step = 1 << 20
+    packable = _packable(nl, ne)
+    for lo in range(0, len(old) if packable else 0, step):  # old rows at or before each new one
+        part = old[lo : lo + step]
+        pl, pe = part["ledger_id"].astype(np.int64), part["entry_id"].astype(np.int64)
+        if not _packable(pl, pe):
+            packable = False
+            break
+        at += np.searchsorted((pl << 25) | pe, key, side="right")
+    if not packable:  # positions too large for one packed key: sort everything
+        both = np.concatenate([np.asarray(old, dtype), new]).astype(dtype)
+        return both[np.lexsort((both["run"], both["entry_id"], both["ledger_id"]))]
+    return np.insert(np.asarray(old, dtype), at, new)
+
+
+def _packable(lids: np.ndarray, eids: np.ndarray) -> bool:
+    return bool(lids.min() >= 0 and eids.min() >= 0 and lids.max() < (1 << 38) and eids.max() < (1 << 25))
+
+
 def is_chain(head) -> bool:
     return bytes(head[: len(MAGIC)]) in (MAGIC, MAGIC_MASKS)
 
 
-def encode(manifest: Manifest) -> bytes:
+def _pieces(manifest: Manifest) -> list:
+    """The manifest's body as buffers, in order (the arrays as they are when already in the
+    file's layout: a large manifest is written without a copy of its drops and masks)."""
     header = json.dumps(
         {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
     ).encode()
-    dropped = np.ascontiguousarray(manifest.dropped.astype(DROPPED_DTYPE)).tobytes()
     masked = len(manifest.masks) > 0
-    pieces = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
-    pieces += [struct.pack(">Q", len(manifest.dropped)), dropped]
+    pieces: list = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
+    pieces += [struct.pack(">Q", len(manifest.dropped)), _raw(manifest.dropped, DROPPED_DTYPE)]
     if masked:
-        pieces += [struct.pack(">Q", len(manifest.masks)), manifest.masks.astype(MASK_DTYPE).tobytes()]
-        pieces += [struct.pack(">Q", len(manifest.kept)), manifest.kept.astype(">u4").tobytes()]
-    body = b"".join(pieces)
+        pieces += [struct.pack(">Q", len(manifest.masks)), _raw(manifest.masks, MASK_DTYPE)]
+        pieces += [struct.pack(">Q", len(manifest.kept)), _raw(manifest.kept, np.dtype(">u4"))]
+    return pieces
+
+
+def _raw(array: np.ndarray, dtype: np.dtype) -> memoryview:
+    return memoryview(np.ascontiguousarray(array, dtype)).cast("B")
+
+
+def encode(manifest: Manifest) -> bytes:
+    body = b"".join(_pieces(manifest))
     return body + struct.pack(">I", _crc32c(body)) + END
 
 
 def decode(data, path: str = "<manifest>") -> Manifest:
-    data = memoryview(bytes(data))
+    """The manifest in ``data`` (any buffer), checked. Its dropped positions and masks are read
+    in place, not copied: a reader's manifest stays in its memory-mapped file."""
+    data = memoryview(data).cast("B")
     if len(data) < len(MAGIC) + 4 + 8 + 4 + len(END) or not is_chain(data):
         raise StorageError(f"{path}: not a compacted-view chain manifest")
     if bytes(data[-len(END) :]) != END:
@@ -223,17 +260,17 @@ def decode(data, path: str = "<manifest>") -> Manifest:
     at += 4 + n
     (d,) = struct.unpack_from(">Q", body, at)
     at += 8
-    dropped = np.frombuffer(body[at : at + d * DROPPED_DTYPE.itemsize], DROPPED_DTYPE).copy()
+    dropped = np.frombuffer(body[at : at + d * DROPPED_DTYPE.itemsize], DROPPED_DTYPE)
     at += d * DROPPED_DTYPE.itemsize
     masks, kept = np.zeros(0, MASK_DTYPE), np.zeros(0, ">u4")
     if bytes(data[: len(MAGIC_MASKS)]) == MAGIC_MASKS:
         (m,) = struct.unpack_from(">Q", body, at)
         at += 8
-        masks = np.frombuffer(body[at : at + m * MASK_DTYPE.itemsize], MASK_DTYPE).copy()
+        masks = np.frombuffer(body[at : at + m * MASK_DTYPE.itemsize], MASK_DTYPE)
         at += m * MASK_DTYPE.itemsize
         (k,) = struct.unpack_from(">Q", body, at)
         at += 8
-        kept = np.frombuffer(body[at : at + k * 4], ">u4").copy()
+        kept = np.frombuffer(body[at : at + k * 4], ">u4")
         if len(kept) != k or (m and int((masks["offset"] + masks["count"]).max()) > k):
             raise StorageError(f"{path}: chain manifest masks are inconsistent")
     segments = [(str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in header["segments"]]
@@ -244,13 +281,19 @@ def write(path: str, manifest: Manifest) -> int:
     """Write the manifest to ``path`` durably (file and directory fsynced); returns its size."""
     from ..storage.managed_ledger import fsync_dir
 
-    data = encode(manifest)
+    import crc32c
+
+    crc, size = 0, 0
     with open(path, "wb") as f:
-        f.write(data)
+        for piece in _pieces(manifest):  # streamed, with a running checksum: no joined copy
+            f.write(piece)
+            crc = crc32c.crc32c(piece, crc)
+            size += len(piece)
+        f.write(struct.pack(">I", crc) + END)
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(os.path.dirname(path) or ".")
-    return len(data)
+    return size + 4 + len(END)
 
 
 def read(path: str) -> Optional[Manifest]:
@@ -327,7 +370,10 @@ def merge_index(
     the concatenated segment indexes (segment ``k``'s rows follow those of segments ``< k``) and
     ``mask`` is the row of ``masks`` applying to it (-1: none). For each position the latest run
     wins; dropped positions are left out; a position whose latest run is a mask reads the latest
-    stored copy of an earlier run (its *base*) through that mask. ``runs`` is each segment's run."""
+    stored copy of an earlier run (its *base*) through that mask. ``runs`` is each segment's run.
+
+    All in memory at once: ``merge_chunked`` computes the same index range by range, which is
+    what a reader of a large view uses."""
     lids = np.concatenate(ledger_ids).astype(np.int64) if ledger_ids else np.zeros(0, np.int64)
     eids = np.concatenate(entry_ids).astype(np.int64) if entry_ids else np.zeros(0, np.int64)
     masks = np.zeros(0, MASK_DTYPE) if masks is None else masks
@@ -338,13 +384,19 @@ def merge_index(
     seg_runs = np.concatenate(
         [np.full(len(x), r, np.int64) for x, r in zip(ledger_ids, runs)] or [np.zeros(0, np.int64)]
     )
-    # tags: >= 0 a stored row, -1 a drop, -2 - m mask m
-    all_l = np.concatenate([lids, dropped["ledger_id"].astype(np.int64), masks["ledger_id"].astype(np.int64)])
-    all_e = np.concatenate([eids, dropped["entry_id"].astype(np.int64), masks["entry_id"].astype(np.int64)])
-    all_r = np.concatenate([seg_runs, dropped["run"].astype(np.int64), masks["run"].astype(np.int64)])
-    tags = np.concatenate(
-        [rows, np.full(len(dropped), -1, np.int64), -2 - np.arange(len(masks), dtype=np.int64)]
+    return _merge_core(
+        np.concatenate([lids, dropped["ledger_id"].astype(np.int64), masks["ledger_id"].astype(np.int64)]),
+        np.concatenate([eids, dropped["entry_id"].astype(np.int64), masks["entry_id"].astype(np.int64)]),
+        np.concatenate([seg_runs, dropped["run"].astype(np.int64), masks["run"].astype(np.int64)]),
+        np.concatenate(
+            [rows, np.full(len(dropped), -1, np.int64), -2 - np.arange(len(masks), dtype=np.int64)]
+        ),
     )
+
+
+def _merge_core(all_l, all_e, all_r, tags) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``merge_index`` of rows given as positions, runs and tags (>= 0 a stored row, -1 a drop,
+    -2 - m mask m), every row of a position among them."""
     # by run first, then a stable sort by position: each position's rows end up in run order (a
     # run holds at most one copy, drop or mask of a position)
     pre = np.argsort(all_r, kind="stable")
@@ -378,6 +430,163 @@ def merge_index(
     row = np.where(masked, st[np.maximum(base, 0)], st)
     mask = np.where(masked, -2 - st, -1)
     return sl[keep], se[keep], row[keep], mask[keep]
+
+
+# --- large views: sorted rows read in place, the merged index range by range -------------------
+
+#: every SAMPLE-th position of a sorted block of rows is kept in memory (``SortedRows``)
+SAMPLE = 1024
+#: stored rows merged at once by ``merge_chunked`` (about; a merge takes ~160 bytes a row of it)
+MERGE_CHUNK = 1 << 18
+#: a merged index of more entries than this is kept in a temporary file, memory-mapped
+SPILL_ENTRIES = 1 << 20
+
+
+class SortedRows:
+    """Rows sorted by ``(ledger_id, entry_id)`` -- a segment's index, a manifest's dropped
+    positions or masks -- read where they are (a structured array over a memory-mapped file, in
+    the file's big-endian layout), never copied whole: only every ``SAMPLE``-th position is held
+    in memory, so ``find`` is a binary search of that sample and then of one slice of at most
+    ``SAMPLE`` rows, and the memory a view takes does not grow with its entries."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+        picked = rows[::SAMPLE]
+        self.sample_l = picked["ledger_id"].astype(np.int64)
+        self.sample_e = picked["entry_id"].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def positions(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        part = self.rows[lo:hi]
+        return part["ledger_id"].astype(np.int64), part["entry_id"].astype(np.int64)
+
+    def find(self, ledger_id: int, entry_id: int) -> int:
+        """Index of the first row at or after ``(ledger_id, entry_id)`` (``len`` when none)."""
+        return find_sampled(self.sample_l, self.sample_e, len(self), self.positions, ledger_id, entry_id)
+
+
+def find_sampled(sample_l, sample_e, n: int, positions, ledger_id: int, entry_id: int) -> int:
+    """The first index at or after ``(ledger_id, entry_id)`` among ``n`` sorted positions, given
+    every ``SAMPLE``-th of them and ``positions(lo, hi)`` for the others."""
+    k = bisect(sample_l, sample_e, ledger_id, entry_id)  # sample[k - 1] < target <= sample[k]
+    if k == 0:
+        return 0
+    lo = (k - 1) * SAMPLE + 1
+    hi = min(n, k * SAMPLE) if k < len(sample_l) else n
+    if hi <= lo:
+        return lo
+    lids, eids = positions(lo, hi)
+    return lo + bisect(lids, eids, ledger_id, entry_id)
+
+
+def bisect(lids: np.ndarray, eids: np.ndarray, ledger_id: int, entry_id: int) -> int:
+    """The first index at or after ``(ledger_id, entry_id)`` in sorted native arrays."""
+    lo = int(np.searchsorted(lids, ledger_id, side="left"))
+    hi = int(np.searchsorted(lids, ledger_id, side="right"))
+    return lo + int(np.searchsorted(eids[lo:hi], entry_id, side="left"))
+
+
+@dataclass
+class MergedIndex:
+    """What ``merge_chunked`` returns: per entry of the view its stored row (among the
+    concatenated segment indexes) and its mask (-1: none; ``mask`` is None when no entry has
+    one), and every ``SAMPLE``-th entry's position (for ``find_sampled``)."""
+
+    row: np.ndarray
+    mask: Optional[np.ndarray]
+    sample_l: np.ndarray
+    sample_e: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+def merge_chunked(
+    segments: list,
+    runs: list[int],
+    dropped: np.ndarray,
+    masks: np.ndarray,
+    chunk: int = MERGE_CHUNK,
+    spill: int = SPILL_ENTRIES,
+) -> MergedIndex:
+    """``merge_index`` over ``segments`` (``SortedRows``, in chain order) computed one range of
+    positions at a time, about ``chunk`` stored rows each, so the memory it takes is bounded by
+    the chunk, not by the view; the result (8 bytes per entry, 16 with masks) is kept in an
+    unlinked temporary file, memory-mapped, once it has more than ``spill`` entries. Every row
+    of a position falls in the same range (ranges are cut between positions), so each range
+    merges alone exactly as the whole would."""
+    drops, mrows = SortedRows(dropped), SortedRows(masks)
+    sizes = np.array([len(s) for s in segments], np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    total = int(starts[-1])
+    # cut positions: every (chunk / SAMPLE)-th of the segments' samples, in position order
+    cand_l = np.concatenate([s.sample_l for s in segments] or [np.zeros(0, np.int64)])
+    cand_e = np.concatenate([s.sample_e for s in segments] or [np.zeros(0, np.int64)])
+    order = np.lexsort((cand_e, cand_l))
+    step = max(1, chunk // SAMPLE)
+    picked = order[step::step]
+    cuts = sorted(set(zip(cand_l[picked].tolist(), cand_e[picked].tolist())))
+    row = _allocate(total, spill)
+    mask = _allocate(total, spill) if len(masks) else None
+    samples_l: list = []
+    samples_e: list = []
+    n = 0
+    any_mask = False
+    bounds: list = [None, *cuts, None]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        ls, es, rs, ts = [], [], [], []
+        for k, s in enumerate(segments):
+            lo = 0 if a is None else s.find(*a)
+            hi = len(s) if b is None else s.find(*b)
+            if hi > lo:
+                pl, pe = s.positions(lo, hi)
+                ls.append(pl)
+                es.append(pe)
+                rs.append(np.full(hi - lo, runs[k], np.int64))
+                ts.append(np.arange(starts[k] + lo, starts[k] + hi, dtype=np.int64))
+        for rows, tag in ((drops, None), (mrows, True)):
+            lo = 0 if a is None else rows.find(*a)
+            hi = len(rows) if b is None else rows.find(*b)
+            if hi > lo:
+                part = rows.rows[lo:hi]
+                ls.append(part["ledger_id"].astype(np.int64))
+                es.append(part["entry_id"].astype(np.int64))
+                rs.append(part["run"].astype(np.int64))
+                ts.append(-2 - np.arange(lo, hi, dtype=np.int64) if tag else np.full(hi - lo, -1, np.int64))
+        if not ls:
+            continue
+        kl, ke, kr, km = _merge_core(
+            np.concatenate(ls), np.concatenate(es), np.concatenate(rs), np.concatenate(ts)
+        )
+        m = len(kr)
+        row[n : n + m] = kr
+        if mask is not None:
+            mask[n : n + m] = km
+            any_mask = any_mask or bool((km >= 0).any())
+        first = (-n) % SAMPLE  # the first index of this range that is a multiple of SAMPLE
+        samples_l.append(kl[first::SAMPLE].copy())  # a copy: a view would keep the whole range alive
+        samples_e.append(ke[first::SAMPLE].copy())
+        n += m
+    empty = np.zeros(0, np.int64)
+    return MergedIndex(
+        row[:n],
+        mask[:n] if mask is not None and any_mask else None,
+        np.concatenate(samples_l) if samples_l else empty,
+        np.concatenate(samples_e) if samples_e else empty,
+    )
+
+
+def _allocate(n: int, spill: int) -> np.ndarray:
+    """An int64 array of ``n``: in memory, or past ``spill`` entries in an unlinked temporary
+    file, memory-mapped (its pages are the page cache's to evict, not the process's)."""
+    if n <= spill:
+        return np.empty(n, np.int64)
+    import tempfile
+
+    with tempfile.TemporaryFile(prefix="cmq-merged-") as f:
+        return np.memmap(f, np.int64, "w+", shape=(n,))
 
 
 def _strictly_increasing(lids: np.ndarray, eids: np.ndarray) -> bool:

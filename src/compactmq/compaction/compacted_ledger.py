@@ -499,18 +499,40 @@ class CompactedLedgerReader:
     (``storage.offload.blocks``). ``buffer`` is the whole ledger of a one-file view (a Spark task
     that scans all of it downloads it once); a chain has one per segment (``segment_buffer``).
 
-    ``ledger_ids``, ``entry_ids`` are the view's sorted index; ``segment_ids`` says which segment
-    holds each entry (all 0 for one file) and ``offsets``/``lengths`` where in that segment. In
-    a chain with masks, ``mask_ids`` names the mask of each entry (-1: none; None: no mask at
-    all): ``offsets``/``lengths`` then address the stored *base* copy, and ``entry_at``,
+    Memory does not grow with the view: the index is read in place, in the file's own layout
+    (``chain.SortedRows``: every ``chain.SAMPLE``-th position in memory, so ``find`` is two
+    binary searches), and a view of several segments in order (a one-file view, a fresh chain)
+    is their concatenation, with nothing merged. A chain whose runs drop, mask or store again
+    some positions is merged once at open, range by range (``chain.merge_chunked``), into one
+    stored row (and mask) per entry, kept in a temporary file, memory-mapped, when it is large.
+
+    The view's entries are numbered ``0 .. len - 1`` in id order. ``columns(i, j)`` gives their
+    ledger ids, entry ids, segment, data offset and length as arrays (what a task copying a
+    range needs), ``ledger_range``/``ledger_runs`` where each ledger's entries are. The whole
+    arrays ``ledger_ids``, ``entry_ids``, ``segment_ids``, ``offsets``, ``lengths`` are still
+    there for tools and tests, built on first use (they are what would grow with the view).
+
+    In a chain with masks, ``mask_ids`` names the mask of each entry (-1: none; None: no mask at
+    all): offsets and lengths then address the stored *base* copy, and ``entry_at``,
     ``entries``, ``read`` and iteration return it rewritten through the mask (``masked_piece``),
     so a reader of the view never sees a mask. ``len`` counts entries, ``size_bytes`` stored
     bytes (see ``chain``).
     """
 
-    def __init__(self, path: str, buffer=None):
+    def __init__(
+        self,
+        path: str,
+        buffer=None,
+        *,
+        merge_chunk: int = chain.MERGE_CHUNK,
+        spill: int = chain.SPILL_ENTRIES,
+    ):
         self.path = path
         self.manifest = None  # a chain's manifest (``chain.Manifest``), None for one file
+        self.mask_ids: Optional[np.ndarray] = None  # a chain's masks (see ``_open_chain``)
+        self._merged: Optional[chain.MergedIndex] = None
+        self._full: dict = {}  # whole-view arrays built on first use (``ledger_ids`` ...)
+        self._whole = None
         if buffer is not None:
             src = _InMemory(buffer)
         elif is_remote(path):
@@ -518,52 +540,167 @@ class CompactedLedgerReader:
         else:
             src = _InMemory(read_file_bytes(path))
         if isinstance(src, _InMemory) and src.size >= 8 and chain.is_chain(src.read(0, 8)):
-            self._open_chain(src)
+            self._open_chain(src, merge_chunk, spill)
             return
         self._srcs = [src]
-        self._segment_ids: Optional[np.ndarray] = None
-        self.mask_ids: Optional[np.ndarray] = None  # a chain's masks (see ``_open_chain``)
-        self._whole = None
-        lids, eids, offs, lens = _read_index(path, src)
-        self.ledger_ids, self.entry_ids, self.offsets, self.lengths = lids, eids, offs, lens
+        self._segments = [chain.SortedRows(_index_rows(path, src))]
+        self._starts = np.array([0, len(self._segments[0])], np.int64)
+        self._n = len(self._segments[0])
+        self._sample_l, self._sample_e = self._segments[0].sample_l, self._segments[0].sample_e
         self._size = src.size
 
-    def _open_chain(self, src) -> None:
-        from .chain import decode, merge_index
-
-        manifest = decode(src.read(0, src.size), self.path)
+    def _open_chain(self, src, merge_chunk: int, spill: int) -> None:
+        manifest = chain.decode(src.read(0, src.size), self.path)
         base = os.path.dirname(self.path)
-        srcs, lids, eids, offs, lens, runs = [], [], [], [], [], []
+        srcs, segments, runs = [], [], []
         for name, run, _, _ in manifest.segments:
             seg_path = os.path.join(base, name)
             seg = _InMemory(read_file_bytes(seg_path))
             if bytes(seg.read(0, len(HEADER))) != HEADER:
                 raise StorageError(f"{seg_path}: not a compacted-ledger segment")
-            parts = _read_index(seg_path, seg)
             srcs.append(seg)
-            lids.append(parts[0])
-            eids.append(parts[1])
-            offs.append(parts[2])
-            lens.append(parts[3])
+            segments.append(chain.SortedRows(_index_rows(seg_path, seg)))
             runs.append(run)
-        self.ledger_ids, self.entry_ids, rows, masks = merge_index(
-            lids, eids, runs, manifest.dropped, manifest.masks
-        )
-        # entries read through a mask (``chain``): the row of ``manifest.masks``, -1 for none
-        self.mask_ids = masks if (masks >= 0).any() else None
-        seg_of = np.concatenate(
-            [np.full(len(x), k, np.int32) for k, x in enumerate(lids)] or [np.zeros(0, np.int32)]
-        )
-        self._segment_ids = seg_of[rows]
-        self.offsets = (np.concatenate(offs) if offs else np.zeros(0, np.int64))[rows]
-        self.lengths = (np.concatenate(lens) if lens else np.zeros(0, np.int64))[rows]
         self._srcs = srcs
-        self._whole = None
+        self._segments = segments
+        sizes = np.array([len(s) for s in segments], np.int64)
+        self._starts = np.concatenate(([0], np.cumsum(sizes)))
         self.manifest = manifest
         self._size = src.size + sum(s.size for s in srcs)
+        if not len(manifest.dropped) and not len(manifest.masks) and self._in_order():
+            # a fresh chain: its segments are disjoint and in order, the view is their concatenation
+            self._n = int(self._starts[-1])
+            self._sample_l, self._sample_e = self._concatenated_sample()
+            return
+        merged = chain.merge_chunked(segments, runs, manifest.dropped, manifest.masks, merge_chunk, spill)
+        self._merged = merged
+        self._n = len(merged)
+        self._sample_l, self._sample_e = merged.sample_l, merged.sample_e
+        # entries read through a mask (``chain``): the row of ``manifest.masks``, -1 for none
+        self.mask_ids = merged.mask
+
+    def _in_order(self) -> bool:
+        """Whether each segment starts after the one before it ends (each is sorted)."""
+        last = None
+        for s in self._segments:
+            if not len(s):
+                continue
+            first = (int(s.sample_l[0]), int(s.sample_e[0]))
+            if last is not None and first <= last:
+                return False
+            lids, eids = s.positions(len(s) - 1, len(s))
+            last = (int(lids[0]), int(eids[0]))
+        return True
+
+    def _concatenated_sample(self) -> tuple:
+        """Every ``chain.SAMPLE``-th position of a view that concatenates its segments."""
+        idx = np.arange(0, self._n, chain.SAMPLE, dtype=np.int64)
+        lids, eids, *_ = self._fetch(*self._stored(idx), fields=("ledger_id", "entry_id"))
+        return lids, eids
+
+    # --- where entries are -------------------------------------------------------------------------
+
+    def _stored(self, idx: np.ndarray) -> tuple:
+        """``(segment, row in it)`` of the stored copy (a masked entry: its base) of entries ``idx``."""
+        rows = idx if self._merged is None else np.asarray(self._merged.row[idx], np.int64)
+        seg = np.searchsorted(self._starts, rows, side="right") - 1
+        return seg, rows - self._starts[seg]
+
+    def _fetch(
+        self, seg: np.ndarray, local: np.ndarray, fields=("ledger_id", "entry_id", "offset", "length")
+    ):
+        """The index fields (native int64; ``offset`` the data's, after the record header) of rows
+        ``local`` of segments ``seg``, then the segments themselves."""
+        out = [np.empty(len(seg), np.int64) for _ in fields]
+        if len(seg):
+            cuts = np.flatnonzero(seg[1:] != seg[:-1]) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(seg)]):
+                rows = self._segments[int(seg[a])].rows
+                lo, hi = int(local[a]), int(local[b - 1]) + 1
+                part = rows[lo:hi] if hi - lo == b - a else rows[local[a:b]]
+                for k, name in enumerate(fields):
+                    out[k][a:b] = part[name]
+            if "offset" in fields:
+                out[fields.index("offset")] += RECORD_HEADER.size
+        return (*out, seg.astype(np.int32))
+
+    def columns(self, i: int, j: int) -> tuple:
+        """``(ledger_ids, entry_ids, segment_ids, data offsets, lengths)`` of entries ``i .. j-1``
+        (of a masked entry: where its base copy is)."""
+        i, j = max(0, i), min(j, self._n)
+        lids, eids, offs, lens, seg = self._fetch(*self._stored(np.arange(i, max(i, j), dtype=np.int64)))
+        return lids, eids, seg, offs, lens
+
+    def _positions(self, i: int, j: int) -> tuple:
+        lids, eids, _ = self._fetch(
+            *self._stored(np.arange(i, max(i, j), dtype=np.int64)), fields=("ledger_id", "entry_id")
+        )
+        return lids, eids
+
+    def take(self, idx) -> tuple:
+        """``columns`` of the entries ``idx`` (sorted view indexes)."""
+        lids, eids, offs, lens, seg = self._fetch(*self._stored(np.asarray(idx, np.int64)))
+        return lids, eids, seg, offs, lens
+
+    def find(self, position) -> int:
+        """Index of the first entry with id >= ``position`` (``len(self)`` when none)."""
+        return chain.find_sampled(
+            self._sample_l, self._sample_e, self._n, self._positions, int(position[0]), int(position[1])
+        )
+
+    def ledger_range(self, ledger_id: int) -> tuple[int, int]:
+        """``(lo, hi)``: the view's entries of ledger ``ledger_id`` are ``lo .. hi - 1``."""
+        lo = self.find((ledger_id, -(1 << 63)))
+        return lo, self.find((ledger_id + 1, -(1 << 63)))
+
+    def ledger_runs(self, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``(ledger ids, count of each)`` of the entries from ``start`` on, in order (one lookup
+        per ledger, nothing per entry)."""
+        lids, counts = [], []
+        i = max(0, start)
+        while i < self._n:
+            lid = int(self._positions(i, i + 1)[0][0])
+            j = self.find((lid + 1, -(1 << 63)))
+            lids.append(lid)
+            counts.append(j - i)
+            i = j
+        return np.array(lids, np.int64), np.array(counts, np.int64)
+
+    def distinct_ledger_ids(self) -> np.ndarray:
+        return self.ledger_runs()[0]
 
     def __len__(self) -> int:
-        return len(self.ledger_ids)
+        return self._n
+
+    # --- the whole index, for tools and tests ------------------------------------------------------
+
+    def _whole_columns(self) -> dict:
+        if not self._full:
+            lids, eids, seg, offs, lens = self.columns(0, self._n)
+            self._full.update(ledger_ids=lids, entry_ids=eids, segment_ids=seg, offsets=offs, lengths=lens)
+        return self._full
+
+    @property
+    def ledger_ids(self) -> np.ndarray:
+        return self._whole_columns()["ledger_ids"]
+
+    @property
+    def entry_ids(self) -> np.ndarray:
+        return self._whole_columns()["entry_ids"]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._whole_columns()["offsets"]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._whole_columns()["lengths"]
+
+    @property
+    def segment_ids(self) -> np.ndarray:
+        return self._whole_columns()["segment_ids"]
+
+    # --- entries -----------------------------------------------------------------------------------
 
     @property
     def masked_count(self) -> int:
@@ -578,23 +715,26 @@ class CompactedLedgerReader:
 
         assert self.manifest is not None and self.mask_ids is not None
         sel = np.asarray(sel, np.int64)
-        raw = [self._raw_at(int(i)) for i in sel.tolist()]
-        lens = np.array([len(r) for r in raw], np.int64)
+        _, _, segs, offs, lens = self.take(sel)
+        raw = [
+            bytes(self._srcs[k].read(o, o + n))
+            for k, o, n in zip(segs.tolist(), offs.tolist(), lens.tolist())
+        ]
         offs = np.zeros(len(raw), np.int64)
         if len(raw):
             np.cumsum(lens[:-1], out=offs[1:])
         buf = np.frombuffer(b"".join(raw), np.uint8)
-        rows = self.manifest.masks[self.mask_ids[sel]]
+        rows = self.manifest.masks[np.asarray(self.mask_ids[sel], np.int64)]
         counts = rows["count"].astype(np.int64)
         starts = rows["offset"].astype(np.int64)
-        kept = self.manifest.kept.astype(np.int64)
+        kept = self.manifest.kept
         surv_entry = np.repeat(np.arange(len(sel), dtype=np.int64), counts)
         surv_batch = (
             kept[
                 np.repeat(starts, counts)
                 + np.arange(int(counts.sum()))
                 - np.repeat(np.cumsum(counts) - counts, counts)
-            ]
+            ].astype(np.int64)
             if len(sel)
             else np.zeros(0, np.int64)
         )
@@ -626,12 +766,6 @@ class CompactedLedgerReader:
         return self._size
 
     @property
-    def segment_ids(self) -> np.ndarray:
-        if self._segment_ids is None:
-            self._segment_ids = np.zeros(len(self), np.int32)
-        return self._segment_ids
-
-    @property
     def segment_count(self) -> int:
         return len(self._srcs)
 
@@ -654,63 +788,47 @@ class CompactedLedgerReader:
         return self._whole
 
     def position_at(self, i: int):
-        return _position(int(self.ledger_ids[i]), int(self.entry_ids[i]))
-
-    def _src_of(self, i: int):
-        return self._srcs[0] if self._segment_ids is None else self._srcs[int(self._segment_ids[i])]
-
-    def _raw_at(self, i: int) -> bytes:
-        """The stored bytes of entry ``i`` (of a masked entry: its base copy)."""
-        o = int(self.offsets[i])
-        return bytes(self._src_of(i).read(o, o + int(self.lengths[i])))
+        lids, eids = self._positions(i, i + 1)
+        return _position(int(lids[0]), int(eids[0]))
 
     def entry_at(self, i: int) -> bytes:
         if self.mask_ids is not None and self.mask_ids[i] >= 0:
             buf, _, n = self.masked_piece(np.array([i]))
             return buf[: int(n[0])].tobytes()
-        return self._raw_at(i)
+        _, _, segs, offs, lens = self.columns(i, i + 1)
+        o = int(offs[0])
+        return bytes(self._srcs[int(segs[0])].read(o, o + int(lens[0])))
 
     def entries(self, i: int, j: int) -> list[bytes]:
         """The bytes of entries ``i .. j-1``, with ONE read of the range that holds them per
         segment they come from."""
+        return [data for _, data in self._read_range(i, j)]
+
+    def _read_range(self, i: int, j: int) -> list[tuple]:
+        """``(Position, bytes)`` of entries ``i .. j-1`` (see ``entries``)."""
         j = min(j, len(self))
         if j <= i:
             return []
-        if self._segment_ids is None:
-            return self._entries_in(self._srcs[0], i, j)
-        segs = self._segment_ids[i:j]
+        lids, eids, segs, offs, lens = self.columns(i, j)
         cuts = np.flatnonzero(segs[1:] != segs[:-1]) + 1
         out: list[bytes] = []
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), j - i]):
-            out += self._entries_in(self._srcs[int(segs[a])], i + a, i + b)
+            src = self._srcs[int(segs[a])]
+            lo = int(offs[a])
+            blob = memoryview(src.read(lo, int(offs[b - 1] + lens[b - 1])))
+            out += [bytes(blob[o - lo : o - lo + n]) for o, n in zip(offs[a:b].tolist(), lens[a:b].tolist())]
         if self.mask_ids is not None:  # masked entries: rewritten on read, all at once
-            masked = np.flatnonzero(self.mask_ids[i:j] >= 0)
+            masked = np.flatnonzero(np.asarray(self.mask_ids[i:j]) >= 0)
             if len(masked):
-                buf, offs, lens = self.masked_piece(masked + i)
-                for k, o, n in zip(masked.tolist(), offs.tolist(), lens.tolist()):
+                buf, moffs, mlens = self.masked_piece(masked + i)
+                for k, o, n in zip(masked.tolist(), moffs.tolist(), mlens.tolist()):
                     out[k] = buf[o : o + n].tobytes()
-        return out
-
-    def _entries_in(self, src, i: int, j: int) -> list[bytes]:
-        lo = int(self.offsets[i])
-        blob = memoryview(src.read(lo, int(self.offsets[j - 1] + self.lengths[j - 1])))
-        return [
-            bytes(blob[o - lo : o - lo + n])
-            for o, n in zip(self.offsets[i:j].tolist(), self.lengths[i:j].tolist())
-        ]
-
-    def find(self, position) -> int:
-        """Index of the first entry with id >= ``position`` (``len(self)`` when none)."""
-        ledger_id, entry_id = int(position[0]), int(position[1])
-        lo = int(np.searchsorted(self.ledger_ids, ledger_id, side="left"))
-        hi = int(np.searchsorted(self.ledger_ids, ledger_id, side="right"))
-        return lo + int(np.searchsorted(self.entry_ids[lo:hi], entry_id, side="left"))
+        return [(_position(lid, eid), data) for lid, eid, data in zip(lids.tolist(), eids.tolist(), out)]
 
     def read(self, start_position, n: int) -> list:
         """Up to ``n`` ``(Position, bytes)`` with id >= ``start_position`` (one ranged read)."""
         i = self.find(start_position)
-        j = min(i + max(n, 0), len(self))
-        return [(self.position_at(k), data) for k, data in zip(range(i, j), self.entries(i, j))]
+        return self._read_range(i, min(i + max(n, 0), len(self)))
 
     def last(self):
         if not len(self):
@@ -720,16 +838,12 @@ class CompactedLedgerReader:
     def __iter__(self) -> Iterator[tuple]:
         step = 256
         for i in range(0, len(self), step):
-            j = min(i + step, len(self))
-            for k, data in zip(range(i, j), self.entries(i, j)):
-                yield (self.position_at(k), data)
-
-    def distinct_ledger_ids(self) -> np.ndarray:
-        return np.unique(self.ledger_ids)
+            yield from self._read_range(i, i + step)
 
 
-def _read_index(path: str, src) -> tuple:
-    """``(ledger_ids, entry_ids, data offsets, lengths)`` of one compacted-ledger file, checked."""
+def _index_rows(path: str, src) -> np.ndarray:
+    """The index of one compacted-ledger file, checked, as ``INDEX_DTYPE`` rows over its bytes
+    (not copied: a memory-mapped file's index stays in the page cache)."""
     size = src.size
     if size < len(HEADER) + TRAILER.size:
         raise StorageError(f"{path}: not a compacted ledger")
@@ -743,13 +857,7 @@ def _read_index(path: str, src) -> tuple:
     raw = src.read_meta(index_offset, index_offset + n * INDEX_DTYPE.itemsize)
     if _crc32c(raw) != crc:
         raise StorageError(f"{path}: compacted ledger index checksum mismatch")
-    index = np.frombuffer(raw, dtype=INDEX_DTYPE)
-    return (
-        index["ledger_id"].astype(np.int64),
-        index["entry_id"].astype(np.int64),
-        index["offset"].astype(np.int64) + RECORD_HEADER.size,
-        index["length"].astype(np.int64),
-    )
+    return np.frombuffer(raw, dtype=INDEX_DTYPE)
 
 
 def remove_orphans(data_dir, topic: str, keep: Optional[int]) -> list[int]:

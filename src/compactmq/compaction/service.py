@@ -358,14 +358,13 @@ class CompactionRunner:
                 continue
             for o in ords:
                 seg = plan.segments[o]
-                lo = int(np.searchsorted(prev.ledger_ids, seg.ledger_id, side="left"))
-                hi = int(np.searchsorted(prev.ledger_ids, seg.ledger_id, side="right"))
-                e = prev.entry_ids[lo:hi]
+                lo, hi = prev.ledger_range(seg.ledger_id)
+                e = prev.columns(lo, hi)[1]
                 e = e[(e >= seg.entry_lo) & (e <= seg.entry_hi)]
                 chunks.append(np.stack([np.full(len(e), seg.ledger_id, np.int64), e], axis=1))
         start = self._prev_start
         if start:
-            chunks.append(np.stack([prev.ledger_ids[:start], prev.entry_ids[:start]], axis=1))
+            chunks.append(np.stack(prev.columns(0, start)[:2], axis=1))
         if not chunks:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         pairs = np.concatenate(chunks)
@@ -591,7 +590,7 @@ class CompactionRunner:
                 bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
                 start = reader.find(bound)
             self._prev_start = start
-            lids, counts = _runs_of(reader.ledger_ids[start:])
+            lids, counts = reader.ledger_runs(start)  # one lookup per ledger, not per entry
             los = {int(l): 0 for l in lids}
             if bound is not None and int(bound[0]) in los:
                 los[int(bound[0])] = int(bound[1])
@@ -650,14 +649,6 @@ def _compacted_location(storage, topic: str, ledger_id: int) -> str:
     """The local file, or the offloaded object's URI once tiered storage deleted the file."""
     locate = getattr(storage, "compacted_ledger_location", None)
     return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
-
-
-def _runs_of(sorted_ids: np.ndarray) -> tuple:
-    """``(distinct values, count of each)`` of a sorted array, without sorting it again."""
-    if not len(sorted_ids):
-        return sorted_ids[:0], np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    return sorted_ids[starts], np.diff(np.append(starts, len(sorted_ids)))
 
 
 def new_horizon_next(pos):

@@ -38,25 +38,23 @@ def load_pieces(seg: Segment, only: Optional[np.ndarray] = None) -> list:
     if seg.kind != COMPACTED:
         return [load_segment(seg)]
     r = _compacted(seg.path)
-    lo = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="left"))
-    hi = int(np.searchsorted(r.ledger_ids, seg.ledger_id, side="right"))
-    eids = r.entry_ids[lo:hi]
+    lo, hi = r.ledger_range(seg.ledger_id)  # the view's entries of this ledger, nothing more
+    _, eids, segs, offs, lens = r.columns(lo, hi)
     m = (eids >= seg.entry_lo) & (eids <= seg.entry_hi)
     if only is not None:
         m &= np.isin(eids, only)
-    sel = np.arange(lo, hi)[m]
+    sel = np.flatnonzero(m)
     out = []
     if r.mask_ids is not None:
-        masked = r.mask_ids[sel] >= 0
+        masked = np.asarray(r.mask_ids[lo:hi])[sel] >= 0
         if masked.any():
-            buf, offs, lens = r.masked_piece(sel[masked])
-            out.append((buf, r.entry_ids[sel[masked]], offs, lens))
+            buf, moffs, mlens = r.masked_piece(sel[masked] + lo)
+            out.append((buf, eids[sel[masked]], moffs, mlens))
             sel = sel[~masked]
-    segs = r.segment_ids[sel]
-    for k in np.unique(segs).tolist():
-        pick = sel[segs == k]
+    for k in np.unique(segs[sel]).tolist():
+        pick = sel[segs[sel] == k]
         buf = np.frombuffer(r.segment_buffer(k), np.uint8)
-        out.append((buf, r.entry_ids[pick], r.offsets[pick], r.lengths[pick]))
+        out.append((buf, eids[pick], offs[pick], lens[pick]))
     return out
 
 

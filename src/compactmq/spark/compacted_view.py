@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class CompactedView:
@@ -58,15 +56,10 @@ def describe(storage, topic: str, config) -> CompactedView:
     path = None
     if reader is not None:
         path = reader.path
-        start = reader.find(floor) if floor is not None else 0
-        ids = reader.ledger_ids
-        i = start
-        n = len(reader)
-        while i < n:
-            lid = int(ids[i])
-            stop = int(np.searchsorted(ids, lid, side="right"))
-            groups.append((lid, i, stop))
-            i = stop
+        i = reader.find(floor) if floor is not None else 0
+        for lid, count in zip(*(a.tolist() for a in reader.ledger_runs(i))):
+            groups.append((lid, i, i + count))
+            i += count
     return CompactedView(
         path,
         tuple(horizon) if horizon is not None else None,
@@ -83,8 +76,10 @@ def read_slice(path: str, first: int, stop: int) -> Iterator[tuple[int, int, byt
 
     reader = CompactedLedgerReader(path)
     stop = min(stop, len(reader))
-    for i in range(first, stop):
-        yield int(reader.ledger_ids[i]), int(reader.entry_ids[i]), reader.entry_at(i)
+    for i in range(first, stop, 4096):  # a range at a time (one read), not the whole index
+        j = min(stop, i + 4096)
+        lids, eids = reader.columns(i, j)[:2]
+        yield from zip(lids.tolist(), eids.tolist(), reader.entries(i, j))
 
 
 def strategy(name: str):
