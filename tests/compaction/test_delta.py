@@ -74,3 +74,22 @@ def test_gone_files_hide_the_rows_delta_runs_retired(tmp_path):
     # a group's rows are a slice of the same rows
     part = delta.old_rows(plan, [plan.segments[2]])
     assert part.h1.tolist() == [109, 110]
+
+
+def test_superseded_rows_agree_with_and_without_the_extension(monkeypatch):
+    from compactmq.compaction import native
+
+    rng = np.random.default_rng(3)
+    old_h1 = rng.integers(0, 50, 2000)
+    old_h2 = rng.integers(-(2**62), 2**62, 2000)
+    old = es.Rows(
+        old_h1, old_h2, np.arange(2000, dtype=np.int64), np.zeros(2000, np.int8), np.zeros(2000, np.int64)
+    )
+    pick = rng.choice(2000, 300, replace=False)
+    new_h1 = np.r_[old_h1[pick], rng.integers(0, 50, 100)]
+    new_h2 = np.r_[old_h2[pick], rng.integers(-(2**62), 2**62, 100)]
+    expected = np.sort(pick)
+    if native.library() is not None:
+        assert np.array_equal(np.sort(delta.superseded_rows(old, new_h1, new_h2)), expected)
+    monkeypatch.setattr(native, "library", lambda: None)
+    assert np.array_equal(np.sort(delta.superseded_rows(old, new_h1, new_h2)), expected)

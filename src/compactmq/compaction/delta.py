@@ -16,10 +16,11 @@ The three steps (``spark.delta_job`` is the Spark shell around them)
    ``max((pos << 1) | tombstone)`` per 128-bit key hash over the new rows -- the latest new
    message of every key the run touched, tombstones included (a new tombstone deletes an old
    value as surely as a new value replaces it).
-2. ``lookup`` (a Python task per shuffle partition of that aggregate): loads the live rows of
-   the previous view's sidecar (``old_rows``: its files minus its ``gone`` files, positions
-   packed with this run's ordinals; loaded once per worker and run), finds the old row of each
-   new key by an exact match of both hash halves (a sort of the candidates, never a dict), and
+2. ``lookup`` (a Python task per core): loads the live rows of the previous view's sidecar
+   (``old_rows``: its files minus its ``gone`` files, positions packed with this run's
+   ordinals; loaded once per worker and run), finds the old row of each new key by an exact
+   match of both hash halves (``superseded_rows``: one pass of the combiner's C hash table, or
+   a binary search over the rows sorted by hash), and
    emits two kinds of row: the new *survivors* (the keep-latest rule: not a tombstone unless
    tombstone retention keeps it, not older than the key TTL) and the old positions they
    *supersede*.
@@ -170,6 +171,20 @@ def by_hash(rows: es.Rows) -> np.ndarray:
     return _order_cache["order"]
 
 
+def superseded_rows(old: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Indexes of the ``old`` rows whose key is one of the new keys ``(h1, h2)`` (unique): with
+    the extension, the map-side combiner's hash table over the old rows then the new ones (an
+    old row that is not the last of its key has a new one after it: one pass, no sort), else
+    ``match``."""
+    from . import native
+
+    lib = native.library()
+    if lib is None:
+        return match(old.h1, old.h2, h1, h2, by_hash(old))[0]
+    last = native.last_per_key(lib, np.r_[old.h1, h1], np.r_[old.h2, h2])
+    return np.flatnonzero(~last[: len(old)])
+
+
 def lookup(plan: RunPlan, h1, h2, p2) -> dict:
     """Step 2 for one partition of the new keys (``h1, h2`` and ``p2 = pos << 1 | tombstone``,
     one row per key): columns of ``ROW_DDL`` -- the survivors among them, then the old
@@ -177,7 +192,7 @@ def lookup(plan: RunPlan, h1, h2, p2) -> dict:
     h1, h2, p2 = (np.asarray(a, np.int64) for a in (h1, h2, p2))
     pos, tomb = p2 >> 1, p2 & 1
     old = old_rows(plan)
-    i, _ = match(old.h1, old.h2, h1, h2, by_hash(old))
+    i = superseded_rows(old, h1, h2)
     i = i[(old.flags[i] & es.FLAG_KEYLESS) == 0]  # a keyless row is a key of its own
     live = survives(plan, pos, tomb)
     gone = old.pos[i]
@@ -202,12 +217,11 @@ def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optio
     chained = plan.extra["chain"]
     segments = [plan.segments[o] for o in plan.groups[group]]
     rows = old_rows(plan, segments)
-    superseded = np.unique(np.asarray(superseded, np.int64))
-    found = np.isin(superseded, rows.pos)
-    if not found.all():
+    superseded = tasks.sorted_runs(np.sort(np.asarray(superseded, np.int64)))[0]
+    if not tasks.sorted_isin(superseded, rows.pos).all():  # rows are in position order
         raise CompactionError("a superseded message of the previous view is missing from its key sidecar")
     tomb = (rows.flags & es.FLAG_TOMBSTONE) != 0
-    gone = np.isin(rows.pos, superseded) | ~survives(plan, rows.pos, tomb)
+    gone = tasks.sorted_isin(rows.pos, superseded) | ~survives(plan, rows.pos, tomb)
     survivors = rows.pos[~gone]
     out = tasks.retire_entries(plan, group, survivors, chained, old=rows.pos)
     kept_flags = rows.flags[~gone]

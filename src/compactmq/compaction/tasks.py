@@ -421,10 +421,10 @@ def touched_entries(
             raise CompactionError("an incremental chained run needs the previous view's key sidecar")
         rows = view_keys.segment_rows(sidecar, segments, False)
         old = np.concatenate([r.pos for r in rows]) if rows else np.zeros(0, np.int64)
-    old_e = old >> es.BATCH_BITS
+    old_e = np.asarray(old, np.int64) >> es.BATCH_BITS
     surv_e = np.asarray(positions, np.int64) >> es.BATCH_BITS
-    uo, co = np.unique(old_e, return_counts=True)
-    us, cs = np.unique(surv_e, return_counts=True)
+    uo, co = sorted_runs(old_e)
+    us, cs = sorted_runs(surv_e)
     at = np.searchsorted(uo, us)
     if len(us) and ((at >= len(uo)).any() or (uo[np.minimum(at, len(uo) - 1)] != us).any()):
         raise CompactionError("a survivor of the previous view is missing from its key sidecar")
@@ -432,12 +432,29 @@ def touched_entries(
     kept[at] = cs
     rewrite = uo[(kept > 0) & (kept < co)]
     gone = uo[kept == 0]
-    copy = np.asarray(positions, np.int64)[np.isin(surv_e, rewrite)]
+    copy = np.asarray(positions, np.int64)[sorted_isin(surv_e, rewrite)]
     ledger_of = np.array([s.ledger_id for s in plan.segments], np.int64)
     pairs = np.empty((len(gone), 2), ">i8")
     pairs[:, 0] = ledger_of[gone >> es.ENTRY_BITS] if len(gone) else 0
     pairs[:, 1] = gone & ((1 << es.ENTRY_BITS) - 1)
     return copy, pairs.reshape(-1)
+
+
+def sorted_runs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_counts=True)`` of a sorted array, without sorting (or hashing) it."""
+    if not len(a):
+        return a[:0], np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
+    return a[starts], np.diff(np.r_[starts, len(a)])
+
+
+def sorted_isin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.isin(a, b)`` for a sorted ``b``: one binary search per element of ``a`` (numpy's isin
+    hashes or sorts both arrays: several times slower on the millions of positions of a view)."""
+    if not len(b):
+        return np.zeros(len(a), bool)
+    at = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    return b[at] == a
 
 
 def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> None:

@@ -185,7 +185,7 @@ def _not_gone(source: dict, lids: np.ndarray, ids: np.ndarray, lo: int, hi: int)
     for lid in np.unique(g_lids).tolist():
         a = int(np.searchsorted(lids, lid, side="left"))
         b = int(np.searchsorted(lids, lid, side="right"))
-        live[a:b] &= ~np.isin(ids[a:b], g_ids[g_lids == lid])
+        live[a:b] &= ~np.isin(ids[a:b], g_ids[g_lids == lid], kind="sort")
     return live
 
 
