@@ -16,6 +16,7 @@
  *
  * ABI 2 added upsert_latest: keep-latest's map-side combiner as a table that rows stream into
  * chunk by chunk, so a parsing task holds one row per distinct key, not all its rows.
+ * ABI 3 added check_records: a ledger index checked against the record headers it points at.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,7 +24,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or output layout change: native.py refuses a stale build */
-#define SCAN_ABI 2
+#define SCAN_ABI 3
 #define MD_COLS 12
 #define SM_COLS 13
 
@@ -260,6 +261,20 @@ static int64_t upsert_latest(const uint64_t *h1, const uint64_t *h2, const int64
     return count;
 }
 
+/* whether the n ledger records at rec[i] (storage.ledger_file's record header: u32 length,
+   u32 crc, u64 entry id, i64 publish time, big-endian) have length len[i] and entry id id[i]:
+   -1 when all do, else the first i that does not (or lies outside the buffer) */
+static int64_t check_records(const uint8_t *b, int64_t blen, const int64_t *rec, const int64_t *len,
+                             const int64_t *id, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = rec[i];
+        if (o < 0 || o > blen - 16) return i;
+        uint64_t e = ((uint64_t)be32(b + o + 8) << 32) | be32(b + o + 12);
+        if ((int64_t)be32(b + o) != len[i] || e != (uint64_t)id[i]) return i;
+    }
+    return -1;
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -493,6 +508,31 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(check_records_doc,
+             "check_records(buf, offsets, lengths, ids) -> int\n\n"
+             "Whether the ledger record headers at buf[offsets[i]] (u32 length, u32 crc, u64 entry id,\n"
+             "big-endian) carry lengths[i] and ids[i]: -1 when all do, else the first i that does not.");
+
+static PyObject *py_check_records(PyObject *self, PyObject *args) {
+    PyObject *ob, *oo, *ol, *oi;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOO", &ob, &oo, &ol, &oi)) return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *o = b ? take(&bs, oo, 0, "offsets") : NULL;
+    Py_buffer *l = o ? take(&bs, ol, 0, "lengths") : NULL, *d = l ? take(&bs, oi, 0, "ids") : NULL;
+    if (!d) goto fail;
+    Py_ssize_t n = words(o, "offsets"), nl = words(l, "lengths"), nd = words(d, "ids");
+    if (n < 0 || nl < 0 || nd < 0 || need(nl, n, "lengths") || need(nd, n, "ids")) goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = check_records(b->buf, b->len, o->buf, l->buf, d->buf, n);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_md", py_scan_md, METH_VARARGS, scan_md_doc},
     {"scan_batches", py_scan_batches, METH_VARARGS, scan_batches_doc},
@@ -500,6 +540,7 @@ static PyMethodDef methods[] = {
     {"copy_ranges", py_copy_ranges, METH_VARARGS, copy_ranges_doc},
     {"last_per_key", py_last_per_key, METH_VARARGS, last_per_key_doc},
     {"upsert_latest", py_upsert_latest, METH_VARARGS, upsert_latest_doc},
+    {"check_records", py_check_records, METH_VARARGS, check_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import CompactionError
 
-ABI = 2  # SCAN_ABI in _scan.c
+ABI = 3  # SCAN_ABI in _scan.c
 MD_COLS = 12  # md_start, md_end, key_off, key_len, bits, num_messages, compression, uncompressed_size,
 #              event_time, publish_time, uncompressed span start, span end
 SM_COLS = 13  # batch, index, seg_start, smm_start, smm_end, payload_end, key_off, key_len, payload_size,
@@ -130,6 +130,12 @@ def copy_ranges(lib, dst: np.ndarray, dst_starts, src: np.ndarray, src_starts, l
         lib.copy_ranges(dst, _i64(dst_starts), _u8(src), _i64(src_starts), _i64(lens))
     except ValueError as e:
         raise CompactionError(str(e)) from None
+
+
+def check_records(lib, buf: np.ndarray, offsets, lengths, ids) -> bool:
+    """Whether the ledger records at ``offsets`` of ``buf`` carry ``lengths`` and entry ``ids``
+    in their headers (a ledger index checked against its file; see ``tasks.load_live``)."""
+    return lib.check_records(_u8(buf), _i64(offsets), _i64(lengths), _i64(ids)) < 0
 
 
 def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
