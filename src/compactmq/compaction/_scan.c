@@ -16,7 +16,8 @@
  *
  * ABI 2 added upsert_latest: keep-latest's map-side combiner as a table that rows stream into
  * chunk by chunk, so a parsing task holds one row per distinct key, not all its rows.
- * ABI 3 added check_records: a ledger index checked against the record headers it points at.
+ * ABI 3 added check_records: a ledger index checked against the record headers it points at;
+ * and rebuild_subs: the new bodies of batches that lose messages, assembled in one pass.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -275,10 +276,48 @@ static int64_t check_records(const uint8_t *b, int64_t blen, const int64_t *rec,
     return -1;
 }
 
+/* the new bodies of batches some of whose m sub-messages (in order, batch after batch) are
+   dropped: a kept one (keep[r]) is copied as it is, b[seg[r] : pend[r]]; dropped one j (the
+   j-th dropped, in order) becomes a placeholder: [u32 new metadata size][its metadata
+   b[s0[r] : s1[r]] without the bytes fs[j] .. fe[j] (its payload_size field)][tail], with no
+   payload. Writes into out (cap bytes); returns the bytes written, or -1 when a range lies
+   outside b or out is too small. */
+static int64_t rebuild_subs(const uint8_t *b, int64_t blen, const int64_t *seg, const int64_t *s0,
+                            const int64_t *s1, const int64_t *pend, const int64_t *fs, const int64_t *fe,
+                            int64_t nd, const uint8_t *keep, int64_t m, const uint8_t *tail, int64_t tlen,
+                            uint8_t *out, int64_t cap) {
+    int64_t w = 0, j = 0;
+    for (int64_t r = 0; r < m; r++) {
+        if (keep[r]) {
+            int64_t a = seg[r], z = pend[r];
+            if (a < 0 || z < a || z > blen || z - a > cap - w) return -1;
+            memcpy(out + w, b + a, (size_t)(z - a));
+            w += z - a;
+            continue;
+        }
+        if (j >= nd) return -1;
+        int64_t a = s0[r], z = s1[r], f = fs[j], g = fe[j];
+        j++;
+        if (a < 0 || f < a || g < f || z < g || z > blen) return -1;
+        int64_t size = (f - a) + (z - g) + tlen;
+        if (size > 0xFFFFFFFFLL || 4 + size > cap - w) return -1;
+        out[w] = (uint8_t)(size >> 24); out[w + 1] = (uint8_t)(size >> 16);
+        out[w + 2] = (uint8_t)(size >> 8); out[w + 3] = (uint8_t)size;
+        w += 4;
+        memcpy(out + w, b + a, (size_t)(f - a));
+        w += f - a;
+        memcpy(out + w, b + g, (size_t)(z - g));
+        w += z - g;
+        memcpy(out + w, tail, (size_t)tlen);
+        w += tlen;
+    }
+    return w;
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 typedef struct {
-    Py_buffer v[6];
+    Py_buffer v[12];
     int n;
 } Buffers;
 
@@ -533,6 +572,41 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(rebuild_subs_doc,
+             "rebuild_subs(buf, seg, smm_start, smm_end, payload_end, fs, fe, keep, tail, out) -> int\n\n"
+             "The new bodies of batches losing messages, into out: sub-message r kept (keep[r], uint8)\n"
+             "as buf[seg[r]:payload_end[r]], else, as the j-th dropped, a placeholder: a u32 size, its\n"
+             "metadata buf[smm_start[r]:smm_end[r]] without buf[fs[j]:fe[j]], then tail. Returns the\n"
+             "bytes written, or -1 when a range lies outside buf or out is too small.");
+
+static PyObject *py_rebuild_subs(PyObject *self, PyObject *args) {
+    PyObject *ob, *o_seg, *o_s0, *o_s1, *o_pe, *o_fs, *o_fe, *o_keep, *o_tail, *o_out;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &ob, &o_seg, &o_s0, &o_s1, &o_pe, &o_fs, &o_fe, &o_keep, &o_tail, &o_out))
+        return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *sg = b ? take(&bs, o_seg, 0, "seg") : NULL;
+    Py_buffer *a0 = sg ? take(&bs, o_s0, 0, "smm_start") : NULL, *a1 = a0 ? take(&bs, o_s1, 0, "smm_end") : NULL;
+    Py_buffer *pe = a1 ? take(&bs, o_pe, 0, "payload_end") : NULL, *f0 = pe ? take(&bs, o_fs, 0, "fs") : NULL;
+    Py_buffer *f1 = f0 ? take(&bs, o_fe, 0, "fe") : NULL, *k = f1 ? take(&bs, o_keep, 0, "keep") : NULL;
+    Py_buffer *t = k ? take(&bs, o_tail, 0, "tail") : NULL, *w = t ? take(&bs, o_out, 1, "out") : NULL;
+    if (!w) goto fail;
+    Py_ssize_t m = words(sg, "seg"), n0 = words(a0, "smm_start"), n1 = words(a1, "smm_end");
+    Py_ssize_t np_ = words(pe, "payload_end"), nd = words(f0, "fs"), nde = words(f1, "fe");
+    if (m < 0 || n0 < 0 || n1 < 0 || np_ < 0 || nd < 0 || nde < 0 || need(n0, m, "smm_start") ||
+        need(n1, m, "smm_end") || need(np_, m, "payload_end") || need(nde, nd, "fe") || need(k->len, m, "keep"))
+        goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rebuild_subs(b->buf, b->len, sg->buf, a0->buf, a1->buf, pe->buf, f0->buf, f1->buf, nd, k->buf, m,
+                      t->buf, t->len, w->buf, w->len);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_md", py_scan_md, METH_VARARGS, scan_md_doc},
     {"scan_batches", py_scan_batches, METH_VARARGS, scan_batches_doc},
@@ -541,6 +615,7 @@ static PyMethodDef methods[] = {
     {"last_per_key", py_last_per_key, METH_VARARGS, last_per_key_doc},
     {"upsert_latest", py_upsert_latest, METH_VARARGS, upsert_latest_doc},
     {"check_records", py_check_records, METH_VARARGS, check_records_doc},
+    {"rebuild_subs", py_rebuild_subs, METH_VARARGS, rebuild_subs_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -138,6 +138,30 @@ def check_records(lib, buf: np.ndarray, offsets, lengths, ids) -> bool:
     return lib.check_records(_u8(buf), _i64(offsets), _i64(lengths), _i64(ids)) < 0
 
 
+def rebuild_subs(lib, buf: np.ndarray, sub, fs, fe, keep: np.ndarray, tail: bytes, size: int) -> np.ndarray:
+    """The new bodies of batches losing messages (``entry_scan.rebuild_ranges``): the
+    sub-messages ``sub`` (``entry_scan.SubMessages``) of ``buf``, those not ``keep`` as
+    placeholders (their payload_size field, ``fs``..``fe`` per dropped one, cut, ``tail``
+    appended), laid end to end in ``size`` bytes."""
+    out = np.empty(size, np.uint8)
+    keep8 = np.ascontiguousarray(keep, np.uint8)
+    rc = lib.rebuild_subs(
+        _u8(buf),
+        _i64(sub.seg_start),
+        _i64(sub.smm_start),
+        _i64(sub.smm_end),
+        _i64(sub.payload_end),
+        _i64(fs),
+        _i64(fe),
+        keep8,
+        tail,
+        out,
+    )
+    if rc != size:
+        raise CompactionError(f"malformed batch while rewriting it ({rc} of {size} bytes)")
+    return out
+
+
 def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     """Mask of the rows that are the last of their key (h1, h2)."""
     a, b = _i64(h1), _i64(h2)
