@@ -227,15 +227,18 @@ def test_native_and_numpy_scans_agree_on_malformed_input(monkeypatch):
 
     if native.library() is None:
         pytest.skip("no C compiler")
-    good = E.batch([("a", b"1", 0), ("b", b"22", 0)])
-    for cut in range(12, len(good)):
+    for good, cut in (
+        (g, c)
+        for g in (E.batch([("a", b"1", 0), ("b", b"22", 0)]), E.single("key", b"value"))
+        for c in range(12, len(g))
+    ):
         bad = good[:cut]
-        buf, offs, lens = _concat([bad])
+        buf, offs, lens = _concat([E.single("k", b""), bad])
         outcomes = []
         for flag in ("1", "0"):
             monkeypatch.setenv("COMPACTMQ_NATIVE", flag)
             try:
-                rows = es.entry_rows(buf, np.arange(1), offs, lens, 0)
+                rows = es.entry_rows(buf, np.arange(2), offs, lens, 0)
                 outcomes.append(("ok", rows.pos.tolist()))
             except es.CompactionError:
                 outcomes.append(("error", None))

@@ -17,7 +17,8 @@
  * ABI 2 added upsert_latest: keep-latest's map-side combiner as a table that rows stream into
  * chunk by chunk, so a parsing task holds one row per distinct key, not all its rows.
  * ABI 3 added check_records: a ledger index checked against the record headers it points at;
- * and rebuild_subs: the new bodies of batches that lose messages, assembled in one pass.
+ * rebuild_subs: the new bodies of batches that lose messages, assembled in one pass; and
+ * single_rows: phase-one rows of non-batched entries in one pass (metadata, key hash, flags).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -314,6 +315,25 @@ static int64_t rebuild_subs(const uint8_t *b, int64_t blen, const int64_t *seg, 
     return w;
 }
 
+/* phase-one rows of n entries that each hold one message (not batched, or encrypted): the key
+   hashes of hash_keys into h1, h2, flags (1: tombstone, an empty payload with a key; 2: no key)
+   and event_time. 0, or 1 as soon as an entry is a batch or a marker (the caller then takes the
+   general path), or -(i+1) when entry i is malformed. */
+static int64_t single_rows(const uint8_t *b, int64_t blen, const int64_t *off, const int64_t *len, int64_t n,
+                           const uint64_t *seeds, uint64_t *h1, uint64_t *h2, int8_t *flags, int64_t *et) {
+    int64_t o[MD_COLS];
+    for (int64_t i = 0; i < n; i++) {
+        if (scan_md(b, blen, off + i, len + i, 1, o) < 0) return -(i + 1);
+        int64_t bits = o[4];
+        if ((bits & 4) || ((bits & 1) && !(bits & 2))) return 1;
+        int64_t kl = o[3];
+        hash_keys(b, o + 2, o + 3, 1, seeds, h1 + i, h2 + i);
+        flags[i] = kl < 0 ? 2 : (off[i] + len[i] == o[1] ? 1 : 0);
+        et[i] = o[8];
+    }
+    return 0;
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -607,6 +627,37 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(single_rows_doc,
+             "single_rows(buf, offsets, lengths, seeds, h1, h2, flags, event_time) -> int\n\n"
+             "Phase-one rows of entries holding one message each: key hashes (as hash_keys), flags\n"
+             "(int8: 1 tombstone, 2 keyless) and event times. 0; 1 when an entry is a batch or a\n"
+             "marker (nothing to rely on then); -(i+1) when entry i is malformed.");
+
+static PyObject *py_single_rows(PyObject *self, PyObject *args) {
+    PyObject *ob, *oo, *ol, *osd, *o1, *o2, *of, *oe;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &ob, &oo, &ol, &osd, &o1, &o2, &of, &oe)) return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *o = b ? take(&bs, oo, 0, "offsets") : NULL;
+    Py_buffer *l = o ? take(&bs, ol, 0, "lengths") : NULL, *sd = l ? take(&bs, osd, 0, "seeds") : NULL;
+    Py_buffer *w1 = sd ? take(&bs, o1, 1, "h1") : NULL, *w2 = w1 ? take(&bs, o2, 1, "h2") : NULL;
+    Py_buffer *wf = w2 ? take(&bs, of, 1, "flags") : NULL, *we = wf ? take(&bs, oe, 1, "event_time") : NULL;
+    if (!we) goto fail;
+    Py_ssize_t n = words(o, "offsets"), nl = words(l, "lengths"), ns = words(sd, "seeds");
+    Py_ssize_t n1 = words(w1, "h1"), n2 = words(w2, "h2"), ne = words(we, "event_time");
+    if (n < 0 || nl < 0 || ns < 0 || n1 < 0 || n2 < 0 || ne < 0 || need(nl, n, "lengths") || need(ns, 4, "seeds") ||
+        need(n1, n, "h1") || need(n2, n, "h2") || need(wf->len, n, "flags") || need(ne, n, "event_time"))
+        goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = single_rows(b->buf, b->len, o->buf, l->buf, n, sd->buf, w1->buf, w2->buf, wf->buf, we->buf);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_md", py_scan_md, METH_VARARGS, scan_md_doc},
     {"scan_batches", py_scan_batches, METH_VARARGS, scan_batches_doc},
@@ -616,6 +667,7 @@ static PyMethodDef methods[] = {
     {"upsert_latest", py_upsert_latest, METH_VARARGS, upsert_latest_doc},
     {"check_records", py_check_records, METH_VARARGS, check_records_doc},
     {"rebuild_subs", py_rebuild_subs, METH_VARARGS, rebuild_subs_doc},
+    {"single_rows", py_single_rows, METH_VARARGS, single_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

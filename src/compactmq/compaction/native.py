@@ -162,6 +162,20 @@ def rebuild_subs(lib, buf: np.ndarray, sub, fs, fe, keep: np.ndarray, tail: byte
     return out
 
 
+def single_rows(lib, buf: np.ndarray, offsets, lengths, seeds: np.ndarray):
+    """``(h1, h2, flags, event_time)`` of entries that each hold one message (the phase-one rows
+    of ``entry_scan.entry_rows`` but their positions and the keyless rows' stand-in hashes), or
+    None when some entry is a batch or a marker."""
+    off, ln = _i64(offsets), _i64(lengths)
+    n = len(off)
+    h1, h2 = np.empty(n, np.uint64), np.empty(n, np.uint64)
+    flags, et = np.empty(n, np.int8), np.empty(n, np.int64)
+    rc = lib.single_rows(_u8(buf), off, ln, np.ascontiguousarray(seeds, np.uint64), h1, h2, flags, et)
+    if rc < 0:
+        raise CompactionError(f"malformed entry metadata (entry {-rc - 1} of the batch)")
+    return None if rc else (h1.view(np.int64), h2.view(np.int64), flags, et)
+
+
 def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     """Mask of the rows that are the last of their key (h1, h2)."""
     a, b = _i64(h1), _i64(h2)
