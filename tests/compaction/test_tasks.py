@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
+import pytest
 
 from compactmq.compaction import entry_scan as es
 from compactmq.compaction import tasks
@@ -12,6 +14,7 @@ from compactmq.compaction.plan import RunPlan, build_groups, build_segments
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage
+from compactmq.storage import ledger_file as lf
 from compactmq.storage.ledger_file import index_path_for
 
 from . import entries as E
@@ -118,5 +121,59 @@ def test_group_rows_counts_the_keyless_messages_it_retains(tmp_path):
             rows = es.Rows.concat(list(tasks.group_rows(plan, 0, stats)))
             assert stats["messages"] == 5 and stats.get("keyless", 0) == keyless
             assert len(rows) == 1 + keyless  # the key's last row, and each retained keyless message
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_live_ledgers_are_read_through_their_index_and_checked_against_it(tmp_path, monkeypatch, native):
+    """``load_live`` locates a ledger's entries (all, or the wanted ones: phase two) through its
+    index: the same bytes as scanning the whole ledger (``storage.ledger_file``), and an index
+    that disagrees with the records it points at is not trusted: the ledger is scanned instead.
+    With the C extension and without it."""
+    monkeypatch.setenv("COMPACTMQ_NATIVE", native)
+    storage, plan = _plan(tmp_path, combine=False)
+    try:
+        rng = np.random.default_rng(5)
+        indexed = [s for s in plan.segments if s.index_path and os.path.exists(s.index_path)]
+        assert len(indexed) >= 2 and any(not os.path.exists(s.index_path or "") for s in plan.segments)
+
+        def scanned(seg):
+            ids, offs, lens = lf.scan_entries(open(seg.path, "rb").read(), verify_crc=False)
+            return (
+                np.frombuffer(open(seg.path, "rb").read(), np.uint8),
+                ids,
+                offs + lf.RECORD_HEADER_SIZE,
+                lens,
+            )
+
+        def same(seg, wanted):
+            buf, ids, offs, lens = scanned(seg)
+            at = np.searchsorted(ids, wanted)
+            got_buf, got_ids, got_offs, got_lens = tasks.load_live(seg, wanted)
+            assert got_ids.tolist() == wanted.tolist()
+            assert [bytes(got_buf[o : o + n]) for o, n in zip(got_offs.tolist(), got_lens.tolist())] == [
+                bytes(buf[o : o + n]) for o, n in zip(offs[at].tolist(), lens[at].tolist())
+            ]
+
+        for seg in plan.segments:
+            ids = scanned(seg)[1]
+            assert tasks.load_segment(seg)[1].tolist() == ids.tolist()
+            for _ in range(3):
+                same(seg, np.sort(rng.choice(ids, size=rng.integers(1, len(ids) + 1), replace=False)))
+        # an index that disagrees with its ledger must not be followed: here each entry id
+        # points at the next entry's record (a valid record, of the wrong id)
+        b = indexed[1]
+        with open(b.index_path, "rb") as f:  # type: ignore[arg-type]
+            index = lf.decode_index(f.read())
+        with open(b.index_path, "wb") as f:  # type: ignore[arg-type]
+            f.write(
+                lf.encode_index(index.ledger_id, index.offsets[1:], index.publish_times[1:], index.data_end)
+            )
+        ids = scanned(b)[1]
+        same(b, ids[1::2])
+        same(b, ids)
+        got, want = tasks.load_segment(b), scanned(b)
+        assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
     finally:
         storage.close()

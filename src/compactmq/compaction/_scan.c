@@ -16,6 +16,9 @@
  *
  * ABI 2 added upsert_latest: keep-latest's map-side combiner as a table that rows stream into
  * chunk by chunk, so a parsing task holds one row per distinct key, not all its rows.
+ * ABI 3 added check_records: a ledger index checked against the record headers it points at;
+ * rebuild_subs: the new bodies of batches that lose messages, assembled in one pass; and
+ * single_rows: phase-one rows of non-batched entries in one pass (metadata, key hash, flags).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,7 +26,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or output layout change: native.py refuses a stale build */
-#define SCAN_ABI 2
+#define SCAN_ABI 3
 #define MD_COLS 12
 #define SM_COLS 13
 
@@ -260,10 +263,81 @@ static int64_t upsert_latest(const uint64_t *h1, const uint64_t *h2, const int64
     return count;
 }
 
+/* whether the n ledger records at rec[i] (storage.ledger_file's record header: u32 length,
+   u32 crc, u64 entry id, i64 publish time, big-endian) have length len[i] and entry id id[i]:
+   -1 when all do, else the first i that does not (or lies outside the buffer) */
+static int64_t check_records(const uint8_t *b, int64_t blen, const int64_t *rec, const int64_t *len,
+                             const int64_t *id, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t o = rec[i];
+        if (o < 0 || o > blen - 16) return i;
+        uint64_t e = ((uint64_t)be32(b + o + 8) << 32) | be32(b + o + 12);
+        if ((int64_t)be32(b + o) != len[i] || e != (uint64_t)id[i]) return i;
+    }
+    return -1;
+}
+
+/* the new bodies of batches some of whose m sub-messages (in order, batch after batch) are
+   dropped: a kept one (keep[r]) is copied as it is, b[seg[r] : pend[r]]; dropped one j (the
+   j-th dropped, in order) becomes a placeholder: [u32 new metadata size][its metadata
+   b[s0[r] : s1[r]] without the bytes fs[j] .. fe[j] (its payload_size field)][tail], with no
+   payload. Writes into out (cap bytes); returns the bytes written, or -1 when a range lies
+   outside b or out is too small. */
+static int64_t rebuild_subs(const uint8_t *b, int64_t blen, const int64_t *seg, const int64_t *s0,
+                            const int64_t *s1, const int64_t *pend, const int64_t *fs, const int64_t *fe,
+                            int64_t nd, const uint8_t *keep, int64_t m, const uint8_t *tail, int64_t tlen,
+                            uint8_t *out, int64_t cap) {
+    int64_t w = 0, j = 0;
+    for (int64_t r = 0; r < m; r++) {
+        if (keep[r]) {
+            int64_t a = seg[r], z = pend[r];
+            if (a < 0 || z < a || z > blen || z - a > cap - w) return -1;
+            memcpy(out + w, b + a, (size_t)(z - a));
+            w += z - a;
+            continue;
+        }
+        if (j >= nd) return -1;
+        int64_t a = s0[r], z = s1[r], f = fs[j], g = fe[j];
+        j++;
+        if (a < 0 || f < a || g < f || z < g || z > blen) return -1;
+        int64_t size = (f - a) + (z - g) + tlen;
+        if (size > 0xFFFFFFFFLL || 4 + size > cap - w) return -1;
+        out[w] = (uint8_t)(size >> 24); out[w + 1] = (uint8_t)(size >> 16);
+        out[w + 2] = (uint8_t)(size >> 8); out[w + 3] = (uint8_t)size;
+        w += 4;
+        memcpy(out + w, b + a, (size_t)(f - a));
+        w += f - a;
+        memcpy(out + w, b + g, (size_t)(z - g));
+        w += z - g;
+        memcpy(out + w, tail, (size_t)tlen);
+        w += tlen;
+    }
+    return w;
+}
+
+/* phase-one rows of n entries that each hold one message (not batched, or encrypted): the key
+   hashes of hash_keys into h1, h2, flags (1: tombstone, an empty payload with a key; 2: no key)
+   and event_time. 0, or 1 as soon as an entry is a batch or a marker (the caller then takes the
+   general path), or -(i+1) when entry i is malformed. */
+static int64_t single_rows(const uint8_t *b, int64_t blen, const int64_t *off, const int64_t *len, int64_t n,
+                           const uint64_t *seeds, uint64_t *h1, uint64_t *h2, int8_t *flags, int64_t *et) {
+    int64_t o[MD_COLS];
+    for (int64_t i = 0; i < n; i++) {
+        if (scan_md(b, blen, off + i, len + i, 1, o) < 0) return -(i + 1);
+        int64_t bits = o[4];
+        if ((bits & 4) || ((bits & 1) && !(bits & 2))) return 1;
+        int64_t kl = o[3];
+        hash_keys(b, o + 2, o + 3, 1, seeds, h1 + i, h2 + i);
+        flags[i] = kl < 0 ? 2 : (off[i] + len[i] == o[1] ? 1 : 0);
+        et[i] = o[8];
+    }
+    return 0;
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 typedef struct {
-    Py_buffer v[6];
+    Py_buffer v[12];
     int n;
 } Buffers;
 
@@ -493,6 +567,97 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(check_records_doc,
+             "check_records(buf, offsets, lengths, ids) -> int\n\n"
+             "Whether the ledger record headers at buf[offsets[i]] (u32 length, u32 crc, u64 entry id,\n"
+             "big-endian) carry lengths[i] and ids[i]: -1 when all do, else the first i that does not.");
+
+static PyObject *py_check_records(PyObject *self, PyObject *args) {
+    PyObject *ob, *oo, *ol, *oi;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOO", &ob, &oo, &ol, &oi)) return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *o = b ? take(&bs, oo, 0, "offsets") : NULL;
+    Py_buffer *l = o ? take(&bs, ol, 0, "lengths") : NULL, *d = l ? take(&bs, oi, 0, "ids") : NULL;
+    if (!d) goto fail;
+    Py_ssize_t n = words(o, "offsets"), nl = words(l, "lengths"), nd = words(d, "ids");
+    if (n < 0 || nl < 0 || nd < 0 || need(nl, n, "lengths") || need(nd, n, "ids")) goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = check_records(b->buf, b->len, o->buf, l->buf, d->buf, n);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
+PyDoc_STRVAR(rebuild_subs_doc,
+             "rebuild_subs(buf, seg, smm_start, smm_end, payload_end, fs, fe, keep, tail, out) -> int\n\n"
+             "The new bodies of batches losing messages, into out: sub-message r kept (keep[r], uint8)\n"
+             "as buf[seg[r]:payload_end[r]], else, as the j-th dropped, a placeholder: a u32 size, its\n"
+             "metadata buf[smm_start[r]:smm_end[r]] without buf[fs[j]:fe[j]], then tail. Returns the\n"
+             "bytes written, or -1 when a range lies outside buf or out is too small.");
+
+static PyObject *py_rebuild_subs(PyObject *self, PyObject *args) {
+    PyObject *ob, *o_seg, *o_s0, *o_s1, *o_pe, *o_fs, *o_fe, *o_keep, *o_tail, *o_out;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &ob, &o_seg, &o_s0, &o_s1, &o_pe, &o_fs, &o_fe, &o_keep, &o_tail, &o_out))
+        return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *sg = b ? take(&bs, o_seg, 0, "seg") : NULL;
+    Py_buffer *a0 = sg ? take(&bs, o_s0, 0, "smm_start") : NULL, *a1 = a0 ? take(&bs, o_s1, 0, "smm_end") : NULL;
+    Py_buffer *pe = a1 ? take(&bs, o_pe, 0, "payload_end") : NULL, *f0 = pe ? take(&bs, o_fs, 0, "fs") : NULL;
+    Py_buffer *f1 = f0 ? take(&bs, o_fe, 0, "fe") : NULL, *k = f1 ? take(&bs, o_keep, 0, "keep") : NULL;
+    Py_buffer *t = k ? take(&bs, o_tail, 0, "tail") : NULL, *w = t ? take(&bs, o_out, 1, "out") : NULL;
+    if (!w) goto fail;
+    Py_ssize_t m = words(sg, "seg"), n0 = words(a0, "smm_start"), n1 = words(a1, "smm_end");
+    Py_ssize_t np_ = words(pe, "payload_end"), nd = words(f0, "fs"), nde = words(f1, "fe");
+    if (m < 0 || n0 < 0 || n1 < 0 || np_ < 0 || nd < 0 || nde < 0 || need(n0, m, "smm_start") ||
+        need(n1, m, "smm_end") || need(np_, m, "payload_end") || need(nde, nd, "fe") || need(k->len, m, "keep"))
+        goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rebuild_subs(b->buf, b->len, sg->buf, a0->buf, a1->buf, pe->buf, f0->buf, f1->buf, nd, k->buf, m,
+                      t->buf, t->len, w->buf, w->len);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
+PyDoc_STRVAR(single_rows_doc,
+             "single_rows(buf, offsets, lengths, seeds, h1, h2, flags, event_time) -> int\n\n"
+             "Phase-one rows of entries holding one message each: key hashes (as hash_keys), flags\n"
+             "(int8: 1 tombstone, 2 keyless) and event times. 0; 1 when an entry is a batch or a\n"
+             "marker (nothing to rely on then); -(i+1) when entry i is malformed.");
+
+static PyObject *py_single_rows(PyObject *self, PyObject *args) {
+    PyObject *ob, *oo, *ol, *osd, *o1, *o2, *of, *oe;
+    Buffers bs = {.n = 0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &ob, &oo, &ol, &osd, &o1, &o2, &of, &oe)) return NULL;
+    Py_buffer *b = take(&bs, ob, 0, "buf"), *o = b ? take(&bs, oo, 0, "offsets") : NULL;
+    Py_buffer *l = o ? take(&bs, ol, 0, "lengths") : NULL, *sd = l ? take(&bs, osd, 0, "seeds") : NULL;
+    Py_buffer *w1 = sd ? take(&bs, o1, 1, "h1") : NULL, *w2 = w1 ? take(&bs, o2, 1, "h2") : NULL;
+    Py_buffer *wf = w2 ? take(&bs, of, 1, "flags") : NULL, *we = wf ? take(&bs, oe, 1, "event_time") : NULL;
+    if (!we) goto fail;
+    Py_ssize_t n = words(o, "offsets"), nl = words(l, "lengths"), ns = words(sd, "seeds");
+    Py_ssize_t n1 = words(w1, "h1"), n2 = words(w2, "h2"), ne = words(we, "event_time");
+    if (n < 0 || nl < 0 || ns < 0 || n1 < 0 || n2 < 0 || ne < 0 || need(nl, n, "lengths") || need(ns, 4, "seeds") ||
+        need(n1, n, "h1") || need(n2, n, "h2") || need(wf->len, n, "flags") || need(ne, n, "event_time"))
+        goto fail;
+    int64_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = single_rows(b->buf, b->len, o->buf, l->buf, n, sd->buf, w1->buf, w2->buf, wf->buf, we->buf);
+    Py_END_ALLOW_THREADS
+    release(&bs);
+    return PyLong_FromLongLong(rc);
+fail:
+    release(&bs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_md", py_scan_md, METH_VARARGS, scan_md_doc},
     {"scan_batches", py_scan_batches, METH_VARARGS, scan_batches_doc},
@@ -500,6 +665,9 @@ static PyMethodDef methods[] = {
     {"copy_ranges", py_copy_ranges, METH_VARARGS, copy_ranges_doc},
     {"last_per_key", py_last_per_key, METH_VARARGS, last_per_key_doc},
     {"upsert_latest", py_upsert_latest, METH_VARARGS, upsert_latest_doc},
+    {"check_records", py_check_records, METH_VARARGS, check_records_doc},
+    {"rebuild_subs", py_rebuild_subs, METH_VARARGS, rebuild_subs_doc},
+    {"single_rows", py_single_rows, METH_VARARGS, single_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

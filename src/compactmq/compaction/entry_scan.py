@@ -596,6 +596,16 @@ def entry_rows(
     """
     entry_ids = np.asarray(entry_ids, np.int64)
     ordinal = np.broadcast_to(np.asarray(ordinal, np.int64), entry_ids.shape)
+    lib = native.library()
+    if lib is not None:  # entries of one message each (no batch, no marker): one pass in C
+        got = native.single_rows(lib, buf, offsets, lengths, _SEED_ARRAY)
+        if got is not None:
+            h1, h2, flags, et = got
+            pos = pack_positions(ordinal, entry_ids, np.zeros(len(entry_ids), np.int64))
+            keyless = (flags & FLAG_KEYLESS) != 0
+            if keyless.any():
+                h1, h2 = np.where(keyless, pos, h1), np.where(keyless, KEYLESS_MARK, h2)
+            return Rows(h1, h2, pos, flags, et)
     info = scan_entry_metadata(buf, offsets, lengths)
     live = ~info.marker
     single = np.flatnonzero(live & (~info.batched | info.encrypted))
@@ -751,42 +761,14 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     fs = np.where(absent, sub.smm_end[drop], fs)
     fe = np.where(absent, sub.smm_end[drop], fe)
     new_smm_size = (sub.smm_end[drop] - sub.smm_start[drop]) - (fe - fs) + len(_PLACEHOLDER_TAIL)
-    hdr = new_smm_size.astype(">u4").tobytes()
-    # pieces come from the batch buffer or from a small side buffer (new size headers, then the
-    # placeholder tail); the batch buffer may be a whole ledger file, so it is never copied whole
-    aux = np.frombuffer(hdr + _PLACEHOLDER_TAIL, np.uint8)
-    base_h = 0
-    base_c = len(hdr)
-    m = len(sub.batch)
-    npieces = np.where(keep, 1, 4)
-    first = np.zeros(m, np.int64)
-    np.cumsum(npieces[:-1], out=first[1:])
-    total = int(npieces.sum())
-    piece = np.zeros(total, np.int64)
-    ln = np.zeros(total, np.int64)
-    k = np.flatnonzero(keep)
-    piece[first[k]] = sub.seg_start[k]
-    ln[first[k]] = sub.payload_end[k] - sub.seg_start[k]
-    d0 = first[drop]
-    piece[d0] = base_h + 4 * np.arange(len(drop), dtype=np.int64)
-    ln[d0] = 4
-    piece[d0 + 1] = sub.smm_start[drop]
-    ln[d0 + 1] = fs - sub.smm_start[drop]
-    piece[d0 + 2] = fe
-    ln[d0 + 2] = sub.smm_end[drop] - fe
-    piece[d0 + 3] = base_c
-    ln[d0 + 3] = len(_PLACEHOLDER_TAIL)
-    from_aux = np.zeros(total, bool)
-    from_aux[d0] = True
-    from_aux[d0 + 3] = True
-    dst = np.zeros(total, np.int64)
-    np.cumsum(ln[:-1], out=dst[1:])
-    body = np.empty(int(ln.sum()), np.uint8)
-    copy_ranges(body, dst[~from_aux], bbuf, piece[~from_aux], ln[~from_aux])
-    copy_ranges(body, dst[from_aux], aux, piece[from_aux], ln[from_aux])
-    # per batch output range
     seg_len = sub.payload_end - sub.seg_start
     seg_len[drop] = 4 + new_smm_size
+    lib = native.library()
+    if lib is not None:
+        body = native.rebuild_subs(lib, bbuf, sub, fs, fe, keep, _PLACEHOLDER_TAIL, int(seg_len.sum()))
+    else:
+        body = _rebuild_subs_np(bbuf, sub, keep, drop, fs, fe, new_smm_size)
+    # per batch output range
     batch_len = np.bincount(sub.batch, weights=seg_len, minlength=len(sel)).astype(np.int64)
     bstarts = np.zeros(len(sel), np.int64)
     np.cumsum(batch_len[:-1], out=bstarts[1:])
@@ -831,3 +813,41 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
         lens[rows_i] = new_len
     extra = np.frombuffer(b"".join(blobs), np.uint8) if blobs else np.zeros(0, np.uint8)
     return src, lens, extra, extra_off
+
+
+def _rebuild_subs_np(bbuf, sub: SubMessages, keep, drop, fs, fe, new_smm_size) -> np.ndarray:
+    """``native.rebuild_subs`` in numpy: the new batch bodies as pieces copied in two passes."""
+    hdr = new_smm_size.astype(">u4").tobytes()
+    # pieces come from the batch buffer or from a small side buffer (new size headers, then the
+    # placeholder tail); the batch buffer may be a whole ledger file, so it is never copied whole
+    aux = np.frombuffer(hdr + _PLACEHOLDER_TAIL, np.uint8)
+    base_h = 0
+    base_c = len(hdr)
+    m = len(sub.batch)
+    npieces = np.where(keep, 1, 4)
+    first = np.zeros(m, np.int64)
+    np.cumsum(npieces[:-1], out=first[1:])
+    total = int(npieces.sum())
+    piece = np.zeros(total, np.int64)
+    ln = np.zeros(total, np.int64)
+    k = np.flatnonzero(keep)
+    piece[first[k]] = sub.seg_start[k]
+    ln[first[k]] = sub.payload_end[k] - sub.seg_start[k]
+    d0 = first[drop]
+    piece[d0] = base_h + 4 * np.arange(len(drop), dtype=np.int64)
+    ln[d0] = 4
+    piece[d0 + 1] = sub.smm_start[drop]
+    ln[d0 + 1] = fs - sub.smm_start[drop]
+    piece[d0 + 2] = fe
+    ln[d0 + 2] = sub.smm_end[drop] - fe
+    piece[d0 + 3] = base_c
+    ln[d0 + 3] = len(_PLACEHOLDER_TAIL)
+    from_aux = np.zeros(total, bool)
+    from_aux[d0] = True
+    from_aux[d0 + 3] = True
+    dst = np.zeros(total, np.int64)
+    np.cumsum(ln[:-1], out=dst[1:])
+    body = np.empty(int(ln.sum()), np.uint8)
+    copy_ranges(body, dst[~from_aux], bbuf, piece[~from_aux], ln[~from_aux])
+    copy_ranges(body, dst[from_aux], aux, piece[from_aux], ln[from_aux])
+    return body

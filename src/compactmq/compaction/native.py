@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import CompactionError
 
-ABI = 2  # SCAN_ABI in _scan.c
+ABI = 3  # SCAN_ABI in _scan.c
 MD_COLS = 12  # md_start, md_end, key_off, key_len, bits, num_messages, compression, uncompressed_size,
 #              event_time, publish_time, uncompressed span start, span end
 SM_COLS = 13  # batch, index, seg_start, smm_start, smm_end, payload_end, key_off, key_len, payload_size,
@@ -130,6 +130,50 @@ def copy_ranges(lib, dst: np.ndarray, dst_starts, src: np.ndarray, src_starts, l
         lib.copy_ranges(dst, _i64(dst_starts), _u8(src), _i64(src_starts), _i64(lens))
     except ValueError as e:
         raise CompactionError(str(e)) from None
+
+
+def check_records(lib, buf: np.ndarray, offsets, lengths, ids) -> bool:
+    """Whether the ledger records at ``offsets`` of ``buf`` carry ``lengths`` and entry ``ids``
+    in their headers (a ledger index checked against its file; see ``tasks.load_live``)."""
+    return lib.check_records(_u8(buf), _i64(offsets), _i64(lengths), _i64(ids)) < 0
+
+
+def rebuild_subs(lib, buf: np.ndarray, sub, fs, fe, keep: np.ndarray, tail: bytes, size: int) -> np.ndarray:
+    """The new bodies of batches losing messages (``entry_scan.rebuild_ranges``): the
+    sub-messages ``sub`` (``entry_scan.SubMessages``) of ``buf``, those not ``keep`` as
+    placeholders (their payload_size field, ``fs``..``fe`` per dropped one, cut, ``tail``
+    appended), laid end to end in ``size`` bytes."""
+    out = np.empty(size, np.uint8)
+    keep8 = np.ascontiguousarray(keep, np.uint8)
+    rc = lib.rebuild_subs(
+        _u8(buf),
+        _i64(sub.seg_start),
+        _i64(sub.smm_start),
+        _i64(sub.smm_end),
+        _i64(sub.payload_end),
+        _i64(fs),
+        _i64(fe),
+        keep8,
+        tail,
+        out,
+    )
+    if rc != size:
+        raise CompactionError(f"malformed batch while rewriting it ({rc} of {size} bytes)")
+    return out
+
+
+def single_rows(lib, buf: np.ndarray, offsets, lengths, seeds: np.ndarray):
+    """``(h1, h2, flags, event_time)`` of entries that each hold one message (the phase-one rows
+    of ``entry_scan.entry_rows`` but their positions and the keyless rows' stand-in hashes), or
+    None when some entry is a batch or a marker."""
+    off, ln = _i64(offsets), _i64(lengths)
+    n = len(off)
+    h1, h2 = np.empty(n, np.uint64), np.empty(n, np.uint64)
+    flags, et = np.empty(n, np.int8), np.empty(n, np.int64)
+    rc = lib.single_rows(_u8(buf), off, ln, np.ascontiguousarray(seeds, np.uint64), h1, h2, flags, et)
+    if rc < 0:
+        raise CompactionError(f"malformed entry metadata (entry {-rc - 1} of the batch)")
+    return None if rc else (h1.view(np.int64), h2.view(np.int64), flags, et)
 
 
 def last_per_key(lib, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:

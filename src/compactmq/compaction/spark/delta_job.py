@@ -30,11 +30,14 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
 
     fresh = delta.new_groups(plan)
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
-    ddl = delta.ROW_DDL + ", grp int, route int"
+    ddl = delta.ROW_DDL + ", route int"
     marked = np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
-    m_grp, m_route = pipeline.routes(plan, keys, marked)
     markers = spark.createDataFrame(
-        [(int(p), 0, 0, 0, delta.MARKER, int(g), int(r)) for p, g, r in zip(marked, m_grp, m_route)], ddl
+        [
+            (int(p), 0, 0, 0, delta.MARKER, int(r))
+            for p, r in zip(marked, pipeline.routes(plan, keys, marked))
+        ],
+        ddl,
     )
     rows = markers
     new_entries = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
@@ -60,8 +63,8 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
                     keyless_counter.add(stats.get("keyless", 0))
                 p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
                 found = delta.lookup(plan, latest.h1, latest.h2, p2)
-                found["grp"], found["route"] = pipeline.routes(plan, keys, found["pos"])
-                names = ["pos", "h1", "h2", "tomb", "kind", "grp", "route"]
+                found["route"] = pipeline.routes(plan, keys, found["pos"])
+                names = ["pos", "h1", "h2", "tomb", "kind", "route"]
                 yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
 
         rows = spark.range(0, 1, 1, 1).mapInArrow(parse_and_look_up, ddl).unionByName(markers)
@@ -82,8 +85,8 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
             if not cols["h1"]:
                 return
             found = delta.lookup(plan, *(np.concatenate(cols[c]) for c in ("h1", "h2", "p2")))
-            found["grp"], found["route"] = pipeline.routes(plan, keys, found["pos"])
-            names = ["pos", "h1", "h2", "tomb", "kind", "grp", "route"]
+            found["route"] = pipeline.routes(plan, keys, found["pos"])
+            names = ["pos", "h1", "h2", "tomb", "kind", "route"]
             yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
 
         # one lookup task per core: each loads the sidecar's rows once (``delta.old_rows``)

@@ -23,9 +23,10 @@ groups are few and large for that reason (``plan.build_groups``: a multiple of t
 8 M entries; at 10 M messages over 1 M keys two tasks hand the shuffle 2.0 M rows).
 
 Phase two shuffles the surviving positions with their key hashes and flags (longs, never
-payloads) to one task per group, sorted by position; each task re-reads its own ledger files and
-writes a part file, and beside it the part's rows of the view's key sidecar (``view_keys``),
-which the next run reads instead of parsing the view.
+payloads) to one task per group, which sorts them by position (numpy; cheaper than a Spark
+sort); each task re-reads the records it copies from its own ledger files and writes a part
+file, and beside it the part's rows of the view's key sidecar (``view_keys``), which the next
+run reads instead of parsing the view.
 """
 
 from __future__ import annotations
@@ -181,54 +182,65 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
     from pyspark.sql import functions as F
 
     n = max(1, len(plan.groups))
-    if "route" in survivors_df.columns:  # the rows come routed (``routes``)
-        group, route = F.col("grp"), F.col("route")
+    table = plan.group_of_ordinal()
+    routed = "route" in survivors_df.columns  # the rows come routed (``routes``)
+    if routed:
+        route = F.col("route")
     else:
-        table = plan.group_of_ordinal()
         ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
-        group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
         # Hash partitioning by the group number would put several groups in one task (0 and 1
         # both land in partition 1 of 2), serialising phase two. Instead each group gets a key
-        # that Spark's own hash partitioning sends to a partition of its own.
+        # that Spark's own hash partitioning sends to a partition of its own. The key is an
+        # expression of the partitioning only: the shuffled rows are the survivors' columns,
+        # nothing more, and the task finds each row's group from its position; nor does Spark
+        # sort them (``gather_sorted``).
         keys = partition_keys(survivors_df.sparkSession, n)
         route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
+    group_of = np.asarray(table, np.int64)
 
     def copy(batches):
         import pyarrow as pa
 
         from .. import delta
 
-        arrays = gather_sorted(batches, ["grp", "pos", *key_cols, *kinds])
+        arrays = gather_sorted(batches, ["pos", *key_cols, *kinds])
         if arrays is None:
             return
-        grp, pos = arrays["grp"], arrays["pos"]
+        pos = arrays["pos"]
+        grp = group_of[pos >> _POS_SHIFT]
         out = []
-        for g in np.unique(grp).tolist():
-            m = grp == g
-            if kinds and plan.segments[plan.groups[int(g)][0]].kind == COMPACTED:
+        for g, lo, hi in runs_of(grp):
+            m = slice(lo, hi)
+            if kinds and plan.segments[plan.groups[g][0]].kind == COMPACTED:
                 stats: dict = {}
-                superseded = pos[m & (arrays["kind"] == delta.SUPERSEDED)]
-                out.append(delta.retire_group(plan, int(g), superseded, stats))
+                superseded = pos[m][arrays["kind"][m] == delta.SUPERSEDED]
+                out.append(delta.retire_group(plan, g, superseded, stats))
                 if counter is not None:
                     counter.add(stats.get("messages", 0))
                 if keyless_counter is not None:
                     keyless_counter.add(stats.get("keyless", 0))
                 continue
-            if kinds:
-                m &= arrays["kind"] == delta.SURVIVOR
-            out.append(copy_part(plan, int(g), pos[m], arrays, m, key_cols))
+            if kinds:  # a delta run's new group: its survivors (no marker reaches it)
+                m = lo + np.flatnonzero(arrays["kind"][m] == delta.SURVIVOR)
+            out.append(copy_part(plan, g, pos[m], arrays, m, key_cols))
         yield pa.RecordBatch.from_pylist(out, schema=part_schema())
 
-    parts = (
-        survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols, *kinds)
-        .repartition(n, "route")
-        .sortWithinPartitions("pos")
-        .mapInArrow(copy, PART_DDL)
-        .collect()
-    )
+    columns = ["pos", *key_cols, *kinds, *(["route"] if routed else [])]
+    parts = survivors_df.select(*columns).repartition(n, route).mapInArrow(copy, PART_DDL).collect()
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
+
+
+def runs_of(values: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(value, start, end)`` of each run of equal values of a sorted array (a group's rows are
+    one run once sorted by position: groups are ranges of positions)."""
+    if not len(values):
+        return []
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    starts = [0, *cuts.tolist()]
+    ends = [*cuts.tolist(), len(values)]
+    return [(int(values[a]), a, b) for a, b in zip(starts, ends)]
 
 
 #: what a phase-two task reports of each part it wrote (Spark DDL and Arrow schema alike)
@@ -253,8 +265,9 @@ def key_columns(survivors_df) -> list[str]:
 
 
 def gather_sorted(batches, cols: list[str]):
-    """The Arrow batches of one phase-two task as numpy columns sorted by ``pos`` (they arrive
-    sorted; cheap insurance), or None when the task got none."""
+    """The Arrow batches of one phase-two task as numpy columns sorted by ``pos``, or None when
+    the task got none. Sorting here (one numpy argsort) is cheaper than asking Spark to sort the
+    rows before handing them over."""
     parts: dict = {c: [] for c in cols}
     for b in batches:
         for c in cols:
@@ -262,7 +275,7 @@ def gather_sorted(batches, cols: list[str]):
     if not parts["pos"]:
         return None
     arrays = {c: np.concatenate(v) for c, v in parts.items()}
-    order = np.argsort(arrays["pos"], kind="stable")
+    order = np.argsort(arrays["pos"])
     return {c: a[order] for c, a in arrays.items()}
 
 
@@ -283,13 +296,12 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
     return part
 
 
-def routes(plan: RunPlan, keys: list[int], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(group, route)`` of packed positions, computed where the rows are made (a Python task)
-    rather than by a Spark expression over literal arrays of every segment, whose generated
-    code each run's plan compiles anew; ``keys``: ``partition_keys`` of the group count."""
-    table = np.asarray(plan.group_of_ordinal(), np.int32)
-    grp = table[np.asarray(pos, np.int64) >> _POS_SHIFT] if len(pos) else np.zeros(0, np.int32)
-    return grp, np.asarray(keys, np.int32)[grp] if len(grp) else np.zeros(0, np.int32)
+def routes(plan: RunPlan, keys: list[int], pos: np.ndarray) -> np.ndarray:
+    """The phase-two route of packed positions (``copy_survivors``), computed where the rows are
+    made (a Python task) rather than by a Spark expression over literal arrays of every segment;
+    ``keys``: ``partition_keys`` of the group count."""
+    table = np.asarray(keys, np.int32)[np.asarray(plan.group_of_ordinal(), np.int64)]
+    return table[np.asarray(pos, np.int64) >> _POS_SHIFT] if len(pos) else np.zeros(0, np.int32)
 
 
 #: ``partition_keys`` answers by partition count: Spark's partitioning hash is fixed for a given
