@@ -24,7 +24,8 @@ The three steps (``spark.delta_job`` is the Spark shell around them)
    emits two kinds of row: the new *survivors* (the keep-latest rule: not a tombstone unless
    tombstone retention keeps it, not older than the key TTL) and the old positions they
    *supersede*.
-3. Phase two, routed by group as in a full run: a new group's task copies its survivors into
+3. Phase two, routed by group as in a full run (or, for a small run, in the same task:
+   ``spark.delta_job``): a new group's task copies its survivors into
    the run's segment and writes their sidecar rows (``keys-<run>-<group>``); an old group's task
    (``retire_group``; every old group gets one, through a marker row) turns the positions
    superseded in its ledgers, plus the rows the key TTL, tombstone retention or topic retention

@@ -198,38 +198,47 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
         route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
-    group_of = np.asarray(table, np.int64)
 
     def copy(batches):
         import pyarrow as pa
 
-        from .. import delta
-
         arrays = gather_sorted(batches, ["pos", *key_cols, *kinds])
         if arrays is None:
             return
-        pos = arrays["pos"]
-        grp = group_of[pos >> _POS_SHIFT]
-        out = []
-        for g, lo, hi in runs_of(grp):
-            m = slice(lo, hi)
-            if kinds and plan.segments[plan.groups[g][0]].kind == COMPACTED:
-                stats: dict = {}
-                superseded = pos[m][arrays["kind"][m] == delta.SUPERSEDED]
-                out.append(delta.retire_group(plan, g, superseded, stats))
-                if counter is not None:
-                    counter.add(stats.get("messages", 0))
-                if keyless_counter is not None:
-                    keyless_counter.add(stats.get("keyless", 0))
-                continue
-            if kinds:  # a delta run's new group: its survivors (no marker reaches it)
-                m = lo + np.flatnonzero(arrays["kind"][m] == delta.SURVIVOR)
-            out.append(copy_part(plan, g, pos[m], arrays, m, key_cols))
+        out = copy_groups(plan, arrays, key_cols, counter, keyless_counter)
         yield pa.RecordBatch.from_pylist(out, schema=part_schema())
 
     columns = ["pos", *key_cols, *kinds, *(["route"] if routed else [])]
     parts = survivors_df.select(*columns).repartition(n, route).mapInArrow(copy, PART_DDL).collect()
     return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
+
+
+def copy_groups(plan: RunPlan, arrays: dict, key_cols: list[str], counter=None, keyless_counter=None) -> list:
+    """Phase two of the groups whose rows ``arrays`` holds (numpy columns sorted by ``pos``): a
+    part description per group. With a ``kind`` column (a delta run): an old group's positions
+    superseded are retired (``delta.retire_group``: its live rows counted into ``counter``, its
+    retained keyless messages into ``keyless_counter``), a new group's survivors copied."""
+    from .. import delta
+
+    kinds = "kind" in arrays
+    pos = arrays["pos"]
+    grp = np.asarray(plan.group_of_ordinal(), np.int64)[pos >> _POS_SHIFT]
+    out = []
+    for g, lo, hi in runs_of(grp):
+        m = slice(lo, hi)
+        if kinds and plan.segments[plan.groups[g][0]].kind == COMPACTED:
+            stats: dict = {}
+            superseded = pos[m][arrays["kind"][m] == delta.SUPERSEDED]
+            out.append(delta.retire_group(plan, g, superseded, stats))
+            if counter is not None:
+                counter.add(stats.get("messages", 0))
+            if keyless_counter is not None:
+                keyless_counter.add(stats.get("keyless", 0))
+            continue
+        if kinds:  # a delta run's new group: its survivors (no marker reaches it)
+            m = lo + np.flatnonzero(arrays["kind"][m] == delta.SURVIVOR)
+        out.append(copy_part(plan, g, pos[m], arrays, m, key_cols))
+    return out
 
 
 def runs_of(values: np.ndarray) -> list[tuple[int, int, int]]:
