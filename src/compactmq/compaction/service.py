@@ -420,7 +420,11 @@ class CompactionRunner:
         else:
             os.makedirs(dst)
         for name in [*prev_files, *prev_gone]:
-            os.link(os.path.join(prev_dir, name), os.path.join(dst, name))
+            src_file, dst_file = os.path.join(prev_dir, name), os.path.join(dst, name)
+            try:
+                os.link(src_file, dst_file)
+            except OSError:  # a file system without hard links: copy (the files are small)
+                shutil.copyfile(src_file, dst_file)
         fsync_dir(dst)
         fsync_dir(self._topic_dir)
         files = prev_files + [n for n in written if not n.startswith("gone-")]
