@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from s3_server import _free_port, stop_process, wait_until_answering
+import children  # tests/ is on sys.path
 
 
 @dataclass
@@ -69,9 +70,7 @@ def start_gcs_server(log_dir: str | None = None, timeout: float = 60.0) -> GcsSe
     log = open(os.path.join(log_dir or tempfile.gettempdir(), f"gcs-{port}.log"), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gcp_storage_emulator", "start", "-H", "127.0.0.1", "--port", str(port), "-M"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ},
+        **children.keep(stdout=log, stderr=subprocess.STDOUT, env={**os.environ}),
     )
     wait_until_answering(proc, endpoint + "/storage/v1/b?project=test", timeout, "GCS emulator", log.name)
     return GcsServer(endpoint, proc)

@@ -20,6 +20,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
+import children  # tests/ is on sys.path
 
 
 def _free_port() -> int:
@@ -127,10 +128,12 @@ def start_s3_server(log_dir: str | None = None, timeout: float = 60.0) -> S3Serv
     log = open(os.path.join(log_dir or tempfile.gettempdir(), f"moto-{port}.log"), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
         # the request log (``S3Server.recording``) goes beside the server's log
-        env={**os.environ, "MOTO_RECORDER_FILEPATH": f"{log.name}.requests"},
+        **children.keep(
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "MOTO_RECORDER_FILEPATH": f"{log.name}.requests"},
+        ),
     )
     endpoint = f"http://127.0.0.1:{port}"
     wait_until_answering(proc, endpoint + "/", timeout, "moto server", log.name)

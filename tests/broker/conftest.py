@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import children  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +71,10 @@ class BrokerProcess:
         cmd += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            cmd,
+            **children.keep(
+                stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            ),
         )
         deadline = time.monotonic() + timeout
         line = b""

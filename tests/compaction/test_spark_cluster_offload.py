@@ -23,6 +23,7 @@ pytest.importorskip("pulsar")
 from admin.harness import Http, start_broker, topic_path, web_url  # noqa: E402
 from admin.test_offload_rest import ledger_files, read_all, wait_until  # noqa: E402
 from broker.conftest import free_port, make_client  # noqa: E402
+import children  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
 
@@ -55,11 +56,13 @@ class SparkDaemon:
         }
         self.proc = subprocess.Popen(
             [spark_class(), *args],
-            cwd=workdir,
-            env=env,
-            stdout=open(self.log, "ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            **children.keep(
+                cwd=workdir,
+                env=env,
+                stdout=open(self.log, "ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ),
         )
         wait_until(
             f"spark {args[0]} ready",

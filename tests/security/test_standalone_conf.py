@@ -30,6 +30,7 @@ from broker.conftest import free_port, make_client  # tests/ is on sys.path
 
 from .adminhttp import HttpAs
 from .helpers import write_htpasswd
+import children  # tests/ is on sys.path
 
 pulsar = pytest.importorskip("pulsar")
 
@@ -257,7 +258,9 @@ class Standalone:
         }
         cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--config", "conf/standalone.conf"]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
+            self.proc = subprocess.Popen(
+                cmd, **children.keep(cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline().decode()

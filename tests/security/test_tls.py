@@ -30,6 +30,7 @@ from compactmq.protocol import pulsar_pb2 as pb
 from tests.protocol import client_commands as commands
 
 from .helpers import KEY_PKCS1
+import children  # tests/ is on sys.path
 
 
 def tls_overrides(pki, *, key_format: str = "pkcs8", **extra: str) -> dict[str, str]:
@@ -389,10 +390,7 @@ def test_tls_only_broker_with_the_plain_ports_off(tmp_path, pki, topic):
     }
     proc = subprocess.Popen(
         _standalone(_conf_file(tmp_path, settings), tmp_path / "data"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+        **children.keep(cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True),
     )
     try:
         ready = proc.stdout.readline()

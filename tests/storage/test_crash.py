@@ -27,6 +27,7 @@ from compactmq.storage import ledger_file as lf
 
 from . import crash_writer as cw
 from .crash_writer import BATCH, OVERRIDES, TOPIC, payload
+import children  # tests/ is on sys.path
 
 ROUNDS = 32
 
@@ -39,9 +40,7 @@ class ForkServer:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg_root), *sys.path]))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", f"from {cw.__name__} import serve; serve()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
+            **children.keep(stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env),
         )
         self._buf = b""
         self._lines: list[str] = []
