@@ -130,6 +130,11 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         st.close()
 
 
+# two JVM children per store (over a minute each): S3's is left to ``-m slow`` (the kill point
+# and the sweep are the same code for every store; S3 is tested with the committed runs above)
+@pytest.mark.parametrize(
+    "offload_conf", ["filesystem", pytest.param("S3", marks=pytest.mark.slow)], indirect=True
+)
 def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_start(tmp_path, offload_conf):
     conf = {"managedLedgerSyncData": False, **offload_conf}
     data = tmp_path / "data"
