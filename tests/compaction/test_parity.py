@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
@@ -185,13 +186,27 @@ def _check_chain(storage, service, max_runs: int) -> None:
     from compactmq.compaction import chain
     from compactmq.compaction.compacted_ledger import topic_dir
 
-    from compactmq.compaction import view_keys
+    from compactmq.compaction import previous_view, view_keys
 
     reader = service.compacted_ledger()
     assert reader.is_chain and reader.manifest.runs <= max_runs
     on_disk = {n for n in os.listdir(topic_dir(storage.data_dir, TOPIC)) if chain.SEGMENT_NAME.match(n)}
     assert on_disk == set(reader.manifest.names())
     _chains.append(reader.manifest.runs)
+    # the entries per ledger the manifest records for the next run's plan are the view's own
+    recorded = reader.manifest.ledgers
+    _counted.append(recorded is not None)
+    if recorded is not None:
+        lids, counts = reader.ledger_runs()
+        assert recorded.tolist() == np.stack([lids, counts], axis=1).tolist()
+        assert reader.manifest.entries == len(reader)
+        planned = previous_view.PreviousView(reader.path)
+        for lid in [*lids.tolist(), int(lids.max(initial=0)) + 1]:
+            for eid in (-1, 0):  # a ledger's start: answered by the manifest
+                assert planned.find((lid, eid)) == reader.find((lid, eid))
+        assert len(planned) == len(reader) and not planned.opened
+        for lid in lids.tolist():  # inside a ledger: the view is opened to answer
+            assert planned.find((lid, 1)) == reader.find((lid, 1))
     _, details = storage.metadata.get_compaction_details(TOPIC)
     info = details.get(view_keys.DETAILS_KEY) or {}
     _deltas.append(bool(info.get("gone")))  # a delta run retired rows of the previous view
@@ -199,6 +214,7 @@ def _check_chain(storage, service, max_runs: int) -> None:
 
 _chains: list = []  # the runs of every view checked (the chain lengths the property reached)
 _deltas: list = []  # whether each view checked came from a delta run that retired some rows
+_counted: list = []  # whether each view checked recorded its entries per ledger
 
 
 def test_the_property_reached_long_chains():
@@ -208,6 +224,7 @@ def test_the_property_reached_long_chains():
         pytest.skip("the property did not run in this session")
     assert max(_chains) >= 2
     assert any(_deltas)  # ... and delta runs (``compaction.delta``) retired rows of old views
+    assert all(_counted)  # ... and every chain recorded its entries per ledger (``previous_view``)
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["one-lookup-task", "aggregate-then-lookup"])
@@ -223,6 +240,13 @@ def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, fused):
     from compactmq.compaction.spark import SparkCompactionService, delta_job
 
     monkeypatch.setattr(delta_job, "FUSED_MAX_ENTRIES", 10**9 if fused else -1)
+    from compactmq.compaction import previous_view
+
+    opened: list = []  # the files the run's driver opened as views (``previous_view``)
+    real = previous_view.CompactedLedgerReader
+    monkeypatch.setattr(
+        previous_view, "CompactedLedgerReader", lambda p, *a, **k: opened.append(p) or real(p, *a, **k)
+    )
 
     rng = random.Random(13)
     cfg = load_config(
@@ -251,7 +275,10 @@ def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, fused):
             ml.append_many(batch)
             everything = ml.read_entries(ml.first_position(), 10**6)
             model.compact([(tuple(p), b) for p, b in everything], tuple(ml.first_position()))
+            opened.clear()
             service.compact()
+            # planned from the previous chain's manifest alone: its index was never merged
+            assert not [p for p in opened if p.endswith(".compacted")]
             assert _actual_view(service) == _expected(model, tuple(ml.first_position()))
             _check_chain(storage, service, 3)
             reader = service.compacted_ledger()

@@ -18,7 +18,8 @@ the segments of every run since the chain was last rewritten, each with its *run
 and a sorted array of *masks* with the flat array of batch indexes they keep::
 
     magic    b"CMQCHAN2" (b"CMQCHAN1": no mask section; written so when there is no mask)
-    header   [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...]}]
+    header   [u32 n][n bytes of JSON: {"runs": R, "segments": [[name, run, entries, size], ...],
+                                       "entries": N, "ledgers": [[ledger id, entries], ...]}]
     dropped  [u64 d] d x [i64 ledger_id][i64 entry_id][u32 run]                    (by position, run)
     masks    [u64 m] m x [i64 ledger_id][i64 entry_id][u32 run][u64 offset][u32 count]  (CMQCHAN2)
     kept     [u64 k] k x [u32 batch index]   (mask i keeps kept[offset_i : offset_i + count_i])
@@ -134,13 +135,17 @@ def segment_name(run_id: int, group: int) -> str:
 @dataclass
 class Manifest:
     """A chain manifest in memory: segments ``(name, run, entries, size)`` in chain order, the
-    number of runs, and the dropped positions (``DROPPED_DTYPE``, sorted)."""
+    number of runs, and the dropped positions (``DROPPED_DTYPE``, sorted). ``ledgers`` (int64
+    rows ``(ledger id, live entries)`` in id order) and ``entries`` (their total), when known,
+    answer a run's plan without opening the view (``previous_view``)."""
 
     segments: list = field(default_factory=list)
     runs: int = 0
     dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, DROPPED_DTYPE))
     masks: np.ndarray = field(default_factory=lambda: np.zeros(0, MASK_DTYPE))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, ">u4"))
+    ledgers: Optional[np.ndarray] = None
+    entries: Optional[int] = None
 
     @property
     def stored(self) -> int:
@@ -221,9 +226,11 @@ def is_chain(head) -> bool:
 def _pieces(manifest: Manifest) -> list:
     """The manifest's body as buffers, in order (the arrays as they are when already in the
     file's layout: a large manifest is written without a copy of its drops and masks)."""
-    header = json.dumps(
-        {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}, separators=(",", ":")
-    ).encode()
+    head: dict = {"runs": manifest.runs, "segments": [list(s) for s in manifest.segments]}
+    if manifest.ledgers is not None and manifest.entries is not None:
+        head["entries"] = int(manifest.entries)
+        head["ledgers"] = np.asarray(manifest.ledgers, np.int64).tolist()
+    header = json.dumps(head, separators=(",", ":")).encode()
     masked = len(manifest.masks) > 0
     pieces: list = [MAGIC_MASKS if masked else MAGIC, struct.pack(">I", len(header)), header]
     pieces += [struct.pack(">Q", len(manifest.dropped)), _raw(manifest.dropped, DROPPED_DTYPE)]
@@ -274,7 +281,11 @@ def decode(data, path: str = "<manifest>") -> Manifest:
         if len(kept) != k or (m and int((masks["offset"] + masks["count"]).max()) > k):
             raise StorageError(f"{path}: chain manifest masks are inconsistent")
     segments = [(str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in header["segments"]]
-    return Manifest(segments, int(header["runs"]), dropped, masks, kept)
+    ledgers, entries = None, None
+    if "ledgers" in header and "entries" in header:
+        ledgers = np.array(header["ledgers"], np.int64).reshape(-1, 2)
+        entries = int(header["entries"])
+    return Manifest(segments, int(header["runs"]), dropped, masks, kept, ledgers, entries)
 
 
 def write(path: str, manifest: Manifest) -> int:

@@ -55,7 +55,7 @@ from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock  # noqa: F401 - the lock of a run, also named here
 from .strategies import resolve_strategy
-from . import chain, view_keys
+from . import chain, previous_view, view_keys
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
@@ -119,7 +119,7 @@ class CompactionRunner:
         self.clock = clock
         self.fault_points = fault_points
         self.combine = combine
-        self._prev_reader: Optional[CompactedLedgerReader] = None  # the view in force, once planned
+        self._prev_reader: Optional[previous_view.PreviousView] = None  # the view in force, once planned
         self._prev_start = 0  # its first entry retention keeps
         self._prev_sidecar: tuple = ("", [], [])  # its local sidecar: directory, files, gone files
 
@@ -329,19 +329,29 @@ class CompactionRunner:
         written = [p for p in parts if p["entries"]]
         segments = [(os.path.basename(p["path"]), p["entries"], os.path.getsize(p["path"])) for p in written]
         info = plan.extra["chain"]
+        # the entries new to the view: all of a fresh chain's, a chained run's new groups' only
+        # (an old group's segment rewrites entries the view already counts)
+        fresh_parts = [p for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED]
+        counted = fresh_parts if info["incremental"] else written
+        added = previous_view.segment_counts([p["path"] for p in counted])
         if not info["incremental"]:
-            return chain.Manifest.fresh(segments), sum(p["entries"] for p in written)
-        prev = self._prev_reader
-        assert prev is not None and prev.manifest is not None
-        lids, eids = self._dropped(plan, parts, prev)
-        live_new = sum(
-            p["entries"] for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED
-        )
-        from . import tasks
+            manifest, entries = chain.Manifest.fresh(segments), sum(p["entries"] for p in written)
+            manifest.ledgers = previous_view.ledger_counts(None, np.zeros(0, np.int64), added, entries)
+        else:
+            prev = self._prev_reader
+            assert prev is not None and prev.manifest is not None
+            lids, eids = self._dropped(plan, parts, prev)
+            from . import tasks
 
-        masks = tasks.decode_masks([p.get("masks") or b"" for p in parts])
-        manifest = prev.manifest.extended(segments, lids, eids, masks)
-        return manifest, len(prev) - len(lids) + live_new
+            masks = tasks.decode_masks([p.get("masks") or b"" for p in parts])
+            manifest = prev.manifest.extended(segments, lids, eids, masks)
+            entries = len(prev) - len(lids) + sum(p["entries"] for p in fresh_parts)
+            before = prev.manifest.ledgers
+            if before is None:  # a manifest from before the counts: the plan opened the view
+                before = np.stack(prev.ledger_runs(0), axis=1).reshape(-1, 2)
+            manifest.ledgers = previous_view.ledger_counts(before, lids, added, entries)
+        manifest.entries = entries if manifest.ledgers is not None else None
+        return manifest, entries
 
     def _dropped(self, plan: RunPlan, parts: list[dict], prev) -> tuple:
         """``(ledger ids, entry ids)`` of the previous view's entries this run drops: those the
@@ -583,7 +593,7 @@ class CompactionRunner:
         compacted = None
         if state.compacted_ledger_id is not None:
             path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
-            reader = CompactedLedgerReader(path)
+            reader = previous_view.PreviousView(path)  # its manifest alone, when that answers
             self._prev_reader = reader  # an incremental chained run drops entries of it
             start = 0
             bound = None
