@@ -223,12 +223,22 @@ def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optio
     segments = [plan.segments[o] for o in plan.groups[group]]
     rows = old_rows(plan, segments)
     superseded = tasks.sorted_runs(np.sort(np.asarray(superseded, np.int64)))[0]
-    if not tasks.sorted_isin(superseded, rows.pos).all():  # rows are in position order
+    at = np.searchsorted(rows.pos, superseded)  # rows are in position order
+    if len(superseded) and (
+        int(at[-1]) >= len(rows) or (rows.pos[np.minimum(at, len(rows) - 1)] != superseded).any()
+    ):
         raise CompactionError("a superseded message of the previous view is missing from its key sidecar")
+    gone = np.zeros(len(rows), bool)
+    gone[at] = True
     tomb = (rows.flags & es.FLAG_TOMBSTONE) != 0
-    gone = tasks.sorted_isin(rows.pos, superseded) | ~survives(plan, rows.pos, tomb)
-    survivors = rows.pos[~gone]
-    out = tasks.retire_entries(plan, group, survivors, chained, old=rows.pos)
+    if plan.drop_before or plan.tombstones_from is not None or tomb.any():
+        gone |= ~survives(plan, rows.pos, tomb)
+    # only the entries that lost a message change (a mask or a drop): what the work follows
+    idx = _entries_rows(rows.pos, gone)
+    old = rows.pos[idx]
+    out = tasks.retire_entries(
+        plan, group, old[~gone[idx]], chained, old=old, messages=len(rows) - int(np.count_nonzero(gone))
+    )
     kept_flags = rows.flags[~gone]
     out["tombstones"] = int(np.count_nonzero(kept_flags & es.FLAG_TOMBSTONE))
     trimmed = _trimmed_rows(plan, segments)
@@ -244,6 +254,20 @@ def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optio
         stats["messages"] = stats.get("messages", 0) + len(rows)
         stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(kept_flags & es.FLAG_KEYLESS))
     return out
+
+
+def _entries_rows(pos: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """Indexes of every row of ``pos`` (packed positions, sorted) in an entry where ``hit`` is
+    true for some row."""
+    from . import tasks
+
+    entry = pos >> es.BATCH_BITS
+    touched = tasks.sorted_runs(entry[hit])[0]
+    lo = np.searchsorted(entry, touched, side="left")
+    hi = np.searchsorted(entry, touched, side="right")
+    n = hi - lo
+    starts = np.cumsum(n) - n
+    return np.arange(int(n.sum()), dtype=np.int64) + np.repeat(lo - starts, n)
 
 
 def _trimmed_rows(plan: RunPlan, segments: list) -> np.ndarray:

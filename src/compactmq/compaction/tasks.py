@@ -397,11 +397,17 @@ def _copy_group_to_segment(plan: RunPlan, group: int, positions: np.ndarray, cha
 
 
 def retire_entries(
-    plan: RunPlan, group: int, positions: np.ndarray, chained: dict, old: Optional[np.ndarray] = None
+    plan: RunPlan,
+    group: int,
+    positions: np.ndarray,
+    chained: dict,
+    old: Optional[np.ndarray] = None,
+    messages: Optional[int] = None,
 ) -> dict:
     """What an incremental run does to old ``group`` whose surviving messages are ``positions``
     (sorted; ``old``: every message the group held before, read from the key sidecar when not
-    given): write nothing of an unchanged entry, report in ``dropped`` (raw ``>i8`` pairs
+    given; a caller may pass both for only the entries that lost a message, and the group's
+    surviving ``messages`` then): write nothing of an unchanged entry, report in ``dropped`` (raw ``>i8`` pairs
     ledger id, entry id) the old entries that lost every message and, for an old batch that
     lost some, a *mask* in ``masks`` (``encode_masks``: the batch indexes it keeps; ``chain``),
     or with ``chained["masks"]`` false rewrite it under its own position into the run's segment
@@ -413,7 +419,7 @@ def retire_entries(
         masks = encode_masks(plan, copy)
         copy = copy[:0]
     out = _copy_group_to(plan, group, copy, _segment_path(plan, group, chained), complete=True)
-    out = _finish_segment(out, len(positions))
+    out = _finish_segment(out, len(positions) if messages is None else messages)
     out["dropped"] = dropped.tobytes()
     out["masks"] = masks
     return out

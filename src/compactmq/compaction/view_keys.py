@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import OrderedDict
 from typing import Optional
 
 import numpy as np
@@ -173,15 +174,54 @@ def _read_table(source: dict, name: str, lo: int, hi: int, columns: Optional[lis
     )
 
 
+#: sidecar rows a worker process keeps between tasks and runs (``_columns``): about 33 bytes each
+FILE_CACHE_ROWS = 4_000_000
+_file_cache: "OrderedDict[tuple, dict]" = OrderedDict()
+
+
+def _columns(source: dict, name: str, lo: int, hi: int, wanted: tuple) -> dict:
+    """The ``wanted`` columns (numpy) of sidecar file ``name``'s rows of ledgers ``lo .. hi``.
+
+    A local file is read whole once per worker process and kept (up to ``FILE_CACHE_ROWS`` rows
+    over all files, least recently used first out), keyed by its inode, size and time: files
+    never change once written, and the next view's sidecar hard-links the same files, so a
+    delta run reads only the files written since this worker last read the sidecar -- what grows
+    with the new data, not with the view. A file in the object store is read by ranges, as it is.
+    """
+    if source.get("store") is not None:
+        t = _read_table(source, name, lo, hi, list(wanted))
+        return {c: t.column(c).to_numpy() for c in wanted}
+    st = os.stat(name)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    cols = _file_cache.get(key)
+    if cols is None:
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(name)
+        cols = {c: t.column(c).to_numpy() for c in t.column_names}
+        lids = cols["ledger_id"]
+        if len(lids) > 1 and (np.diff(lids) < 0).any():  # (written in id order: not expected)
+            order = np.lexsort((cols["id"], lids))
+            cols = {c: a[order] for c, a in cols.items()}
+        if len(lids) <= FILE_CACHE_ROWS:
+            _file_cache[key] = cols
+            while sum(len(c["ledger_id"]) for c in _file_cache.values()) > FILE_CACHE_ROWS:
+                _file_cache.popitem(last=False)
+    else:
+        _file_cache.move_to_end(key)
+    a, b = np.searchsorted(cols["ledger_id"], [lo, hi + 1])
+    return {c: cols[c][a:b] for c in wanted if c in cols}
+
+
 def _not_gone(source: dict, lids: np.ndarray, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Which of the rows ``(lids, ids)`` (sorted) no delta run retired: the mask of live rows."""
-    tables = [_read_table(source, f, lo, hi) for f in source["gone"]]
-    tables = [t for t in tables if t.num_rows]
+    tables = [_columns(source, f, lo, hi, ("ledger_id", "id")) for f in source["gone"]]
+    tables = [t for t in tables if len(t["id"])]
     live = np.ones(len(ids), bool)
     if not tables:
         return live
-    g_lids = np.concatenate([t.column("ledger_id").to_numpy() for t in tables]).astype(np.int64)
-    g_ids = np.concatenate([t.column("id").to_numpy() for t in tables]).astype(np.int64)
+    g_lids = np.concatenate([t["ledger_id"] for t in tables]).astype(np.int64)
+    g_ids = np.concatenate([t["id"] for t in tables]).astype(np.int64)
     for lid in np.unique(g_lids).tolist():
         a = int(np.searchsorted(lids, lid, side="left"))
         b = int(np.searchsorted(lids, lid, side="right"))
@@ -197,16 +237,17 @@ def segment_rows(source: dict, segments: list, with_event_time: bool) -> list:
         return []
     lo = min(s.ledger_id for s in segments)
     hi = max(s.ledger_id for s in segments)
-    tables = [_read_table(source, f, lo, hi) for f in source["files"]]
-    tables = [t for t in tables if t.num_rows]
+    wanted = ("ledger_id", "id", "h1", "h2", "flags") + (("et",) if with_event_time else ())
+    tables = [_columns(source, f, lo, hi, wanted) for f in source["files"]]
+    tables = [t for t in tables if len(t["id"])]
     if not tables:
         return []
 
     def col(name):
-        return np.concatenate([t.column(name).to_numpy() for t in tables]).astype(np.int64)
+        return np.concatenate([t[name] for t in tables]).astype(np.int64)
 
     lids, ids, h1, h2 = col("ledger_id"), col("id"), col("h1"), col("h2")
-    flags = np.concatenate([t.column("flags").to_numpy() for t in tables]).astype(np.int8)
+    flags = np.concatenate([t["flags"] for t in tables]).astype(np.int8)
     et = col("et") if with_event_time else np.zeros(len(ids), np.int64)
     if len(ids) > 1 and ((np.diff(lids) < 0) | ((np.diff(lids) == 0) & (np.diff(ids) <= 0))).any():
         order = np.lexsort((ids, lids))  # (a reader that did not keep the files' order)
