@@ -76,7 +76,8 @@ much of the chain is dead, a run rewrites it whole (the merge policy). Reads see
 over the chain's segments, so they stay a binary search. A keep-latest run that extends a chain
 is a *delta run* (``delta``): only the new messages go through Spark's shuffle, and their keys
 are looked up in the sidecar, so the run costs what is new; other strategies re-aggregate the
-sidecar's rows with the new ones.
+sidecar's rows with the new ones. The run's plan learns the previous view's entries per ledger
+from its manifest (``previous_view``), without merging the chain's indexes.
 
 Retention
 ---------

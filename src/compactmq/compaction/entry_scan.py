@@ -676,7 +676,8 @@ def combine_latest(rows: Rows) -> Rows:
     lib = native.library()
     if lib is not None:  # a hash table in C: exact, and no sort
         return rows.take(np.flatnonzero(native.last_per_key(lib, rows.h1, rows.h2)))
-    order = np.argsort(rows.h1, kind="stable")  # stable: position order within equal h1
+    # by key (both halves: keys that share h1 must not interleave), then position order
+    order = np.lexsort((np.arange(len(rows)), rows.h2, rows.h1))
     h1, h2 = rows.h1[order], rows.h2[order]
     last = np.ones(len(order), bool)
     last[:-1] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
