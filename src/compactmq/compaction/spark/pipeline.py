@@ -97,62 +97,6 @@ def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
     )
 
 
-#: keep-latest's per-key maximum taken by Python tasks (``keep_latest_reduced``) rather than by
-#: Spark's hash aggregate; False: the aggregate (``keep_latest``), kept to compare both
-REDUCE_IN_PYTHON = True
-#: source entries per reducing task at most (``survivors``)
-REDUCE_ENTRIES = 8_000_000
-
-
-def keep_latest_reduced(rows, plan: RunPlan, partitions: int, keys: list[int]):
-    """keep-latest as ``keep_latest`` computes it, with the per-key maximum taken by Python tasks:
-    the parsed ``rows`` (``read_rows``: one per key and parsing task already) are shuffled by key
-    hash to ``partitions`` tasks, each of which keeps the greatest position of every key with the
-    parsing tasks' own combiner (a C hash table: ``entry_scan.LatestCombiner``), applies the
-    keep-latest rule (``delta.survives``) and routes its survivors to their phase-two task
-    (``routes`` with ``keys``). Spark only moves the rows: its hash aggregate cost about twice the
-    JVM CPU of handing the same rows to Python and back (bench/results/full_run_profile.json)."""
-
-    def reduce(batches):
-        yield from reduce_latest(plan, keys, batches)
-
-    ddl = "pos long, h1 long, h2 long, tomb long, route int"
-    return rows.repartition(partitions, "h1").mapInArrow(reduce, ddl)
-
-
-def reduce_latest(plan: RunPlan, keys: list[int], batches):
-    """One reducing task of ``keep_latest_reduced``: Arrow batches of parsed rows of its keys, in
-    any order, to one batch of the survivors (``pos, h1, h2, tomb, route``)."""
-    import pyarrow as pa
-
-    from .. import delta, native
-
-    combiner = es.LatestCombiner() if native.library() is not None else None
-    parts = []
-    for b in batches:
-        h1, h2, pos, flags = (
-            b.column(c).to_numpy(zero_copy_only=False) for c in ("h1", "h2", "pos", "flags")
-        )
-        r = es.Rows(h1, h2, pos, flags.astype(np.int8), np.zeros(len(pos), np.int64))
-        if combiner is not None:
-            combiner.add(r)  # keeps the greatest position per key, whatever the order
-        else:
-            parts.append(r)
-    if combiner is not None:
-        latest = combiner.rows()
-    elif parts:  # the numpy combiner keeps the last row in input order: sort first
-        every = es.Rows.concat(parts)
-        latest = es.combine_latest(every.take(np.argsort(every.pos, kind="stable")))
-    else:
-        return
-    tomb = (latest.flags & es.FLAG_TOMBSTONE) != 0
-    live = delta.survives(plan, latest.pos, tomb)
-    pos = latest.pos[live]
-    names = ["pos", "h1", "h2", "tomb", "route"]
-    arrays = [pos, latest.h1[live], latest.h2[live], tomb[live].astype(np.int64), routes(plan, keys, pos)]
-    yield pa.RecordBatch.from_arrays([pa.array(a) for a in arrays], names=names)
-
-
 def _after_last_tombstone(keyed):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -218,13 +162,7 @@ def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None
     """Phase one: the packed positions of the surviving messages (``pos``); for the built-in
     strategies also their key hash, tombstone bit (and event time): what phase two writes into
     the new view's key sidecar (``view_keys``), so the next run need not parse the view."""
-    rows = read_rows(spark, plan, counter, keyless_counter)
-    if plan.strategy == "keep-latest" and REDUCE_IN_PYTHON:
-        # a task per core, more when the topic is large, so no task's table outgrows its share
-        cores = max(1, int(spark.sparkContext.defaultParallelism))
-        partitions = max(cores, -(-int(plan.estimated_entries) // REDUCE_ENTRIES))
-        return keep_latest_reduced(rows, plan, partitions, partition_keys(spark, max(1, len(plan.groups))))
-    keyed = with_key_hash(rows)
+    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-latest":
         return keep_latest(keyed, plan.drop_before, plan.tombstones_from)
     if plan.strategy == "keep-first":
