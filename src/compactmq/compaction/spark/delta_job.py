@@ -7,7 +7,7 @@ partitions look their keys up in the previous view's sidecar (``delta.lookup``, 
 group -- are routed to phase two by group (``pipeline.copy_survivors``). With few (up to
 ``FUSED_MAX_ENTRIES``: about 1 % of a 100 M-message topic), ONE task parses and combines all of
 them, looks them up and does every group's phase two (``pipeline.copy_groups``): one stage, no
-shuffle, as little of Spark's fixed cost per job as a job can have (an RDD job: no query plan) (the new survivors of 1 % of
+shuffle, as little of Spark's fixed cost per job as a job can have (the new survivors of 1 % of
 10 M messages take a tenth of a second to copy). Either way only new rows and superseded
 positions cross the JVM.
 """
@@ -36,7 +36,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES:
         # few new messages: ONE task parses them all, combines them to one row per key, looks
         # those up and writes every group's part: no aggregate and no shuffle, one stage
-        def whole_run(batches):  # one element: the task's whole work
+        def whole_run(batches):
             import pyarrow as pa
 
             from .. import entry_scan as es
@@ -66,13 +66,10 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
                 order = np.argsort(rows["pos"], kind="stable")
                 rows = {c: a[order] for c, a in rows.items()}
                 out = pipeline.copy_groups(plan, rows, ["h1", "h2", "tomb"], counter, keyless_counter)
-                # the part descriptions as a full run's are (the schema's types, plain Python)
-                yield from pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema()).to_pylist()
+                yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema())
 
-        # an RDD job of one partition: no query to plan, about a tenth of a second less than
-        # the same task as a DataFrame's mapInArrow
-        parts = spark.sparkContext.parallelize([0], 1).mapPartitions(whole_run).collect()
-        return sorted(parts, key=lambda d: d["group"])
+        parts = spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL).collect()
+        return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
     ddl = delta.ROW_DDL + ", route int"
     markers = spark.createDataFrame(
