@@ -68,8 +68,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
                 out = pipeline.copy_groups(plan, rows, ["h1", "h2", "tomb"], counter, keyless_counter)
                 yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema())
 
-        parts = spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL).collect()
-        return sorted((r.asDict() for r in parts), key=lambda d: d["group"])
+        return pipeline.collect_parts(spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL))
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
     ddl = delta.ROW_DDL + ", route int"
     markers = spark.createDataFrame(

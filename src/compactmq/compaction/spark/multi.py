@@ -241,11 +241,11 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
         .repartition(n, "route")
         .sortWithinPartitions("pos")
         .mapInArrow(copy, "plan int, " + pipeline.PART_DDL)
-        .collect()
+        .toArrow()  # as Arrow: see ``pipeline.collect_parts``
+        .to_pylist()
     )
     parts: list[list[dict]] = [[] for _ in plans]
-    for r in rows:
-        d = r.asDict()
+    for d in rows:
         parts[d.pop("plan")].append(d)
     return [sorted(p, key=lambda d: d["group"]) for p in parts]
 
