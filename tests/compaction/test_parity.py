@@ -227,19 +227,25 @@ def test_the_property_reached_long_chains():
     assert all(_counted)  # ... and every chain recorded its entries per ledger (``previous_view``)
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["one-lookup-task", "aggregate-then-lookup"])
-def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, fused):
+@pytest.mark.parametrize(
+    "shape",
+    ["fused", "aggregate", "split"],
+    ids=["one-lookup-task", "aggregate-then-lookup", "lookup-per-group"],
+)
+def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, shape):
     """Twelve incremental runs over batched and single entries, keys overwritten and deleted,
     matching the reference model after each: chains grow to the run bound and are rewritten
     (runs 1, 2, 3, 1, ...), the stale bound rewrites a chain whose entries mostly died (a delete
     of every key), and an unchanged old entry is never copied (its segment stays named). Delta
-    runs both ways: one task parsing and looking up every new message, or the new rows
-    aggregated by Spark first (``spark.delta_job``)."""
+    runs all three ways: one task parsing and looking up every new message, the new rows
+    aggregated by Spark first, or the new keys broadcast to a lookup task per old group
+    (``spark.delta_job``)."""
     import random
 
     from compactmq.compaction.spark import SparkCompactionService, delta_job
 
-    monkeypatch.setattr(delta_job, "FUSED_MAX_ENTRIES", 10**9 if fused else -1)
+    monkeypatch.setattr(delta_job, "FUSED_MAX_ENTRIES", -1 if shape == "aggregate" else 10**9)
+    monkeypatch.setattr(delta_job, "SPLIT_OLD_ENTRIES", 0 if shape == "split" else 10**12)
     from compactmq.compaction import previous_view
 
     opened: list = []  # the files the run's driver opened as views (``previous_view``)
@@ -362,16 +368,29 @@ ttl_step = st.one_of(
     keep_tombstones=st.booleans(),
     per_ledger=st.integers(2, 4),
     steps=st.lists(ttl_step, min_size=4, max_size=12),
+    split=st.booleans(),
 )
 def test_incremental_chains_with_ttl_and_tombstone_retention(
-    spark, retain, ttl, keep_tombstones, per_ledger, steps
+    spark, retain, ttl, keep_tombstones, per_ledger, steps, split
 ):
     """keep-latest over a chain of incremental runs with the key TTL and/or tombstone retention
     (an hour each, as topic policies): appends are old (two hours) until the first young one;
-    the model's cuts are the first entry published less than an hour ago, as the service's."""
+    the model's cuts are the first entry published less than an hour ago, as the service's.
+    Delta runs in one task, or (``split``) with a lookup task per old group."""
+
+    from compactmq.compaction.spark import SparkCompactionService, delta_job
+
+    before = delta_job.SPLIT_OLD_ENTRIES
+    delta_job.SPLIT_OLD_ENTRIES = 0 if split else 10**12
+    try:
+        _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombstones, per_ledger, steps)
+    finally:
+        delta_job.SPLIT_OLD_ENTRIES = before
+
+
+def _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombstones, per_ledger, steps):
     import time
 
-    from compactmq.compaction.spark import SparkCompactionService
     from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_TOMBSTONE_RETENTION
 
     cfg = load_config(

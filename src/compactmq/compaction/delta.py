@@ -190,6 +190,13 @@ def superseded_rows(old: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~last[: len(old)])
 
 
+def superseded_in(rows: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Packed positions of the old ``rows`` (a group's) whose key is one of the new keys
+    ``(h1, h2)``: what a newer message supersedes (a keyless row is a key of its own)."""
+    i = superseded_rows(rows, np.asarray(h1, np.int64), np.asarray(h2, np.int64))
+    return rows.pos[i[(rows.flags[i] & es.FLAG_KEYLESS) == 0]]
+
+
 def lookup(plan: RunPlan, h1, h2, p2) -> dict:
     """Step 2 for one partition of the new keys (``h1, h2`` and ``p2 = pos << 1 | tombstone``,
     one row per key): columns of ``ROW_DDL`` -- the survivors among them, then the old
@@ -212,7 +219,13 @@ def lookup(plan: RunPlan, h1, h2, p2) -> dict:
     }
 
 
-def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optional[dict] = None) -> dict:
+def retire_group(
+    plan: RunPlan,
+    group: int,
+    superseded: np.ndarray,
+    stats: Optional[dict] = None,
+    rows: Optional[es.Rows] = None,
+) -> dict:
     """Step 3 for old ``group``: what the run drops and masks of its entries, and its ``gone``
     sidecar file. ``superseded``: the packed positions of its messages newer ones replace.
     ``stats`` gains ``messages`` (the group's live rows, as a re-aggregating run would count
@@ -221,7 +234,8 @@ def retire_group(plan: RunPlan, group: int, superseded: np.ndarray, stats: Optio
 
     chained = plan.extra["chain"]
     segments = [plan.segments[o] for o in plan.groups[group]]
-    rows = old_rows(plan, segments)
+    if rows is None:  # (given: the caller loaded the group's rows to look keys up in them)
+        rows = old_rows(plan, segments)
     superseded = tasks.sorted_runs(np.sort(np.asarray(superseded, np.int64)))[0]
     at = np.searchsorted(rows.pos, superseded)  # rows are in position order
     if len(superseded) and (

@@ -17,11 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import delta
-from ..plan import RunPlan
+from ..plan import COMPACTED, RunPlan
 
 
 #: new entries up to which one task does the whole run (``run``)
 FUSED_MAX_ENTRIES = 1_000_000
+#: previous views of more entries than this are looked up by their own groups' tasks (``_split``)
+SPLIT_OLD_ENTRIES = 4_000_000
 
 
 def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
@@ -33,6 +35,9 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     fresh = delta.new_groups(plan)
     marked = np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
     new_entries = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
+    old_entries = sum(s.est_entries for s in delta.compacted_segments(plan))
+    if plan.combine and new_entries <= FUSED_MAX_ENTRIES and old_entries > SPLIT_OLD_ENTRIES:
+        return _split(spark, plan, fresh, counter, keyless_counter)
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES:
         # few new messages: ONE task parses them all, combines them to one row per key, looks
         # those up and writes every group's part: no aggregate and no shuffle, one stage
@@ -104,3 +109,81 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         rows = latest.coalesce(cores).mapInArrow(look_up, ddl).unionByName(markers)
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
+
+
+def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None) -> list[dict]:
+    """A delta run of few new messages over a large previous view, in two jobs. One task parses
+    and combines the new messages (one row per key, to the driver: what grows with the new
+    data); then every group has a task of its own, in parallel: a new group's copies its
+    survivors, an old group's reads only its own ledgers' sidecar rows, finds those whose key
+    is one of the new keys (broadcast) and retires them (``delta.retire_group``). The one-task
+    run reads the whole sidecar in one worker instead: 13.7 of the 13.9 s of a run after 1 %
+    new messages at 30 M keys."""
+    from .. import entry_scan as es
+    from . import pipeline
+
+    def parse(batches):
+        from .. import tasks
+
+        for _ in batches:
+            stats: dict = {}
+            combiner = es.LatestCombiner()
+            for g in fresh:
+                for part in tasks.group_rows(plan, g, stats):
+                    combiner.add(part)
+            if counter is not None:
+                counter.add(stats.get("messages", 0))
+            if keyless_counter is not None:
+                keyless_counter.add(stats.get("keyless", 0))
+            yield tasks.rows_to_arrow(combiner.rows(), False)
+
+    schema = "h1 long, h2 long, pos long, flags byte"
+    latest = spark.range(0, 1, 1, 1).mapInArrow(parse, schema).toArrow()
+    h1, h2, pos = (latest.column(c).to_numpy().astype(np.int64) for c in ("h1", "h2", "pos"))
+    tomb = (latest.column("flags").to_numpy().astype(np.int64) & es.FLAG_TOMBSTONE) != 0
+    keyed = h2 != es.KEYLESS_MARK
+    live = delta.survives(plan, pos, tomb)
+    order = np.argsort(pos[live], kind="stable")
+    shared = spark.sparkContext.broadcast(
+        {
+            "h1": h1[keyed],  # every new key, tombstones too: a newer delete supersedes as well
+            "h2": h2[keyed],
+            "survivors": {  # in position order, as phase two copies them
+                "pos": pos[live][order],
+                "h1": h1[live][order],
+                "h2": h2[live][order],
+                "tomb": tomb[live][order].astype(np.int64),
+            },
+        }
+    )
+
+    def phase_two(batches):
+        import pyarrow as pa
+
+        new = shared.value
+        surv = new["survivors"]
+        group_of = np.asarray(plan.group_of_ordinal(), np.int64)[surv["pos"] >> pipeline._POS_SHIFT]
+        for b in batches:
+            for g in b.column(0).to_pylist():
+                if plan.segments[plan.groups[g][0]].kind == COMPACTED:
+                    rows = delta.old_rows(plan, [plan.segments[o] for o in plan.groups[g]])
+                    stats: dict = {}
+                    part = delta.retire_group(
+                        plan, g, delta.superseded_in(rows, new["h1"], new["h2"]), stats, rows
+                    )
+                    if counter is not None:
+                        counter.add(stats.get("messages", 0))
+                    if keyless_counter is not None:
+                        keyless_counter.add(stats.get("keyless", 0))
+                else:
+                    m = np.flatnonzero(group_of == g)
+                    if not len(m):  # no survivor: no part (as in a one-task run)
+                        continue
+                    part = pipeline.copy_part(plan, g, surv["pos"][m], surv, m, ["h1", "h2", "tomb"])
+                yield pa.RecordBatch.from_pylist([part], schema=pipeline.part_schema())
+
+    n = len(plan.groups)
+    try:
+        return pipeline.collect_parts(spark.range(0, n, 1, n).mapInArrow(phase_two, pipeline.PART_DDL))
+    finally:
+        shared.unpersist()
