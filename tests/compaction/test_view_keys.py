@@ -117,3 +117,27 @@ def test_orphan_sweep_removes_sidecars_of_other_views(tmp_path):
     os.makedirs(view_keys.local_dir(d, 7))  # a crashed run's, without its ledger file
     assert remove_orphans(str(tmp_path), "persistent://public/default/t", keep=6) == [5]
     assert sorted(os.listdir(d)) == ["000000000006.compacted", "000000000006.keys"]
+
+
+def test_a_file_read_for_a_ledger_range_is_the_same_kept_or_too_large_to_keep(tmp_path, monkeypatch):
+    """``view_keys._columns``: a worker keeps a sidecar file it read whole (the next view names
+    the same file); a file of more rows than it keeps is read for the asked ledgers only. Both
+    give the same rows."""
+    import numpy as np
+
+    from compactmq.compaction import view_keys as vk
+
+    path = str(tmp_path / "keys-000000.parquet")
+    lids, ids = np.repeat(np.arange(10, 20), 500), np.tile(np.arange(500, dtype=np.int64) << 16, 10)
+    h = np.arange(5000, dtype=np.int64)
+    vk.write_part(path, lids, ids, h, h + 1, np.zeros(5000, np.int8))
+    source = vk.plan_entry([path])
+    cols = ("ledger_id", "id", "h1", "h2", "flags")
+    monkeypatch.setattr(vk, "_file_cache", type(vk._file_cache)())
+    kept = vk._columns(source, path, 12, 14, cols)
+    assert len(vk._file_cache) == 1 and kept["ledger_id"].tolist() == [12] * 500 + [13] * 500 + [14] * 500
+    monkeypatch.setattr(vk, "_file_cache", type(vk._file_cache)())
+    monkeypatch.setattr(vk, "FILE_CACHE_ROWS", 100)
+    ranged = vk._columns(source, path, 12, 14, cols)
+    assert not vk._file_cache
+    assert all(ranged[c].tolist() == kept[c].tolist() for c in cols)

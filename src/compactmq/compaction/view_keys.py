@@ -197,6 +197,9 @@ def _columns(source: dict, name: str, lo: int, hi: int, wanted: tuple) -> dict:
     if cols is None:
         import pyarrow.parquet as pq
 
+        if pq.read_metadata(name).num_rows > FILE_CACHE_ROWS:  # too large to keep: its rows of lo .. hi
+            t = _read_table(source, name, lo, hi, [c for c in wanted if c in pq.read_schema(name).names])
+            return {c: t.column(c).to_numpy() for c in t.column_names}
         t = pq.read_table(name)
         cols = {c: t.column(c).to_numpy() for c in t.column_names}
         lids = cols["ledger_id"]
