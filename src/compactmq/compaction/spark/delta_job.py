@@ -45,19 +45,9 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
             import pyarrow as pa
 
             from .. import entry_scan as es
-            from .. import tasks
 
             for _ in batches:
-                stats: dict = {}
-                combiner = es.LatestCombiner()
-                for g in fresh:
-                    for part in tasks.group_rows(plan, g, stats):
-                        combiner.add(part)
-                latest = combiner.rows()
-                if counter is not None:
-                    counter.add(stats.get("messages", 0))
-                if keyless_counter is not None:
-                    keyless_counter.add(stats.get("keyless", 0))
+                latest = new_latest(plan, fresh, counter, keyless_counter)
                 p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
                 found = delta.lookup(plan, latest.h1, latest.h2, p2)
                 z = np.zeros(len(marked), np.int64)  # every old group has its say
@@ -111,6 +101,25 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
 
 
+def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None):
+    """In one task: the new groups ``fresh`` parsed and combined to one row per key (its latest
+    message, tombstones included); the messages parsed counted into ``counter``, the retained
+    keyless ones into ``keyless_counter``."""
+    from .. import entry_scan as es
+    from .. import tasks
+
+    stats: dict = {}
+    combiner = es.LatestCombiner()
+    for g in fresh:
+        for part in tasks.group_rows(plan, g, stats):
+            combiner.add(part)
+    if counter is not None:
+        counter.add(stats.get("messages", 0))
+    if keyless_counter is not None:
+        keyless_counter.add(stats.get("keyless", 0))
+    return combiner.rows()
+
+
 def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None) -> list[dict]:
     """A delta run of few new messages over a large previous view, in two jobs. One task parses
     and combines the new messages (one row per key, to the driver: what grows with the new
@@ -126,16 +135,7 @@ def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter
         from .. import tasks
 
         for _ in batches:
-            stats: dict = {}
-            combiner = es.LatestCombiner()
-            for g in fresh:
-                for part in tasks.group_rows(plan, g, stats):
-                    combiner.add(part)
-            if counter is not None:
-                counter.add(stats.get("messages", 0))
-            if keyless_counter is not None:
-                keyless_counter.add(stats.get("keyless", 0))
-            yield tasks.rows_to_arrow(combiner.rows(), False)
+            yield tasks.rows_to_arrow(new_latest(plan, fresh, counter, keyless_counter), False)
 
     schema = "h1 long, h2 long, pos long, flags byte"
     latest = spark.range(0, 1, 1, 1).mapInArrow(parse, schema).toArrow()
