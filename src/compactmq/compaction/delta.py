@@ -38,10 +38,13 @@ What grows with what
 The shuffles carry the new rows (after the per-task combiner) and the superseded positions:
 both grow with the new data. The sidecar is read, not shuffled: each lookup worker reads its
 columns once (about 0.2 s per million keys, from local Parquet; a worker keeps up to
-``CACHE_ROWS`` of them for the run's old groups), and each old group's task reads its own
-ledgers' rows. Reading the whole sidecar is the part that still grows with the view: for tens
-of millions of keys, letting Spark read it as Parquet and join it against the broadcast new
-keys would keep it out of the Python workers. Nothing is rewritten that did not change: unchanged old
+``CACHE_ROWS`` of them for the run's old groups, and keeps the files it read for later runs,
+``view_keys._columns``), and each old group's task reads its own ledgers' rows. Reading the
+sidecar is the part that still grows with the view. Over a large view (more than
+``spark.delta_job.SPLIT_OLD_ENTRIES`` entries) the new keys are broadcast instead and each old
+group's task looks them up in its own rows (``superseded_in``): the view is read once, in
+parallel, by the tasks that retire its rows. For an old group only the entries that lost a
+message are worked on (masks, drops); the others are left as they are. Nothing is rewritten that did not change: unchanged old
 entries stay where they are, an old batch that lost some messages gets a mask, and the sidecar
 gains one file of new rows and one of retired ones per group.
 

@@ -8,8 +8,11 @@ group -- are routed to phase two by group (``pipeline.copy_survivors``). With fe
 ``FUSED_MAX_ENTRIES``: about 1 % of a 100 M-message topic), ONE task parses and combines all of
 them, looks them up and does every group's phase two (``pipeline.copy_groups``): one stage, no
 shuffle, as little of Spark's fixed cost per job as a job can have (the new survivors of 1 % of
-10 M messages take a tenth of a second to copy). Either way only new rows and superseded
-positions cross the JVM.
+10 M messages take a tenth of a second to copy). When the previous view is large (more than
+``SPLIT_OLD_ENTRIES`` entries), that one task would read its whole key sidecar alone; the run
+is then two jobs (``_split``): the new messages parsed and combined in one task, their keys
+broadcast, and a task per group -- an old group's looks the keys up in its own rows only. In
+every shape only new rows and superseded positions cross the JVM.
 """
 
 from __future__ import annotations
