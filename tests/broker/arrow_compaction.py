@@ -43,7 +43,7 @@ from compactmq.compaction import (
     TopicCompactionService,
 )
 from compactmq.compaction.lag import last_compactable
-from compactmq.compaction.service import topic_settings
+from compactmq.compaction.runner import topic_settings
 from compactmq.errors import CompactionError, CompactMQError, Conflict
 from compactmq.naming import canonical
 from compactmq.protocol import batch as batch_codec

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from compactmq.compaction.lag import compaction_lag_ms, entry_before, first_uncompacted, last_compactable
-from compactmq.compaction.service import CompactionRunner
+from compactmq.compaction.runner import CompactionRunner
 from compactmq.config import load_config
 from compactmq.storage import COMPACTION_MIN_LAG, Position, Storage
 

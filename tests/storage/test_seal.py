@@ -102,7 +102,7 @@ def test_without_a_writer_the_job_seals_a_ledger_a_crash_left_open(tmp_path):
 
 
 def test_a_read_only_run_plans_over_sealed_ledgers_only(tmp_path):
-    from compactmq.compaction.service import CompactionRunner
+    from compactmq.compaction.runner import CompactionRunner
 
     data = tmp_path / "data"
     writer = Storage(data, cfg())

@@ -62,7 +62,7 @@ entry once, as a rewrite would; ``size_bytes`` counts what is stored (the manife
 included, and every segment it names), so a masked entry counts at its base copy's size, and a
 superseded or dropped copy still counts until the chain is rewritten.
 
-What a run writes (``service.CompactionRunner``)
+What a run writes (``runner.CompactionRunner``)
 ------------------------------------------------
 * *Incremental* (the previous view is a local chain with a key sidecar and the merge policy
   allows it): a live group's task writes its survivors into a segment; a compacted group's task

@@ -3,7 +3,7 @@
 Why
 ---
 Planning a run asks the previous view two things: how many entries it holds, and how many of
-them each ledger holds (``service`` turns those into the compacted segments of the plan). A
+them each ledger holds (``runner`` turns those into the compacted segments of the plan). A
 ``CompactedLedgerReader`` answers both, but opening a chain whose runs dropped or masked entries
 merges every segment's index (``chain.merge_chunked``): work that grows with the view, paid by
 every incremental run before it has done anything (about 0.15 s at a million entries, a sixth

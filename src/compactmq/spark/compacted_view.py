@@ -37,7 +37,8 @@ class CompactedView:
 
 def describe(storage, topic: str, config) -> CompactedView:
     """The compacted view of ``topic`` as the metadata store names it now (driver side)."""
-    from ..compaction.service import LedgerCompactionService, topic_settings
+    from ..compaction.runner import topic_settings
+    from ..compaction.service import LedgerCompactionService
     from ..config import RETENTION_BOUNDED
 
     settings = topic_settings(storage, topic, config)
