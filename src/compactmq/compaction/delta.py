@@ -44,7 +44,7 @@ sidecar is the part that still grows with the view. Over a large view (more than
 ``spark.delta_job.SPLIT_OLD_ENTRIES`` entries) the new keys are broadcast instead and each old
 group's task looks them up in its own rows (``superseded_in``): the view is read once, in
 parallel, by the tasks that retire its rows. For an old group only the entries that lost a
-message are worked on (masks, drops); the others are left as they are. Nothing is rewritten that did not change: unchanged old
+message are worked on (masks, drops). Nothing is rewritten that did not change: unchanged old
 entries stay where they are, an old batch that lost some messages gets a mask, and the sidecar
 gains one file of new rows and one of retired ones per group.
 
