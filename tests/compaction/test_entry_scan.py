@@ -311,3 +311,30 @@ def test_streaming_combiner_keeps_each_key_s_last_row(path, keys, cuts):
         assert got == last  # exactly one row per key
     else:
         assert set(last.items()) <= set(got.items())  # numpy may keep harmless extra rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**22 - 1), st.integers(0, 2**24 - 1), st.integers(0, 2**16 - 1)),
+        max_size=300,
+    ),
+    st.integers(0, 3),
+)
+def test_position_order_is_a_stable_argsort(parts, repeat):
+    """The dense re-packing sorts like ``argsort(kind="stable")``, ties (a position twice) in
+    index order, whether the key fits in 63 bits or falls back to argsort (wide ordinals)."""
+    pos = np.array([(o << 40) | (e << 16) | b for o, e, b in parts], np.int64)
+    pos = np.concatenate([pos] + [pos[::2]] * repeat)
+    assert es.position_order(pos).tolist() == np.argsort(pos, kind="stable").tolist()
+
+
+def test_position_order_sorts_a_large_group():
+    """A million positions over a few hundred ledgers (the dense key's case) come out sorted."""
+    rng = np.random.default_rng(7)
+    n = 1_000_000
+    ords = rng.integers(300, 600, n)
+    pos = (ords << 40) | (rng.integers(0, 100_000, n) << 16) | rng.integers(0, 100, n)
+    order = es.position_order(pos)
+    assert (np.diff(pos[order]) >= 0).all()
+    assert sorted(order.tolist()) == list(range(n))

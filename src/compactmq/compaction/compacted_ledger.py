@@ -192,9 +192,14 @@ class CompactedLedgerWriter:
 
 
 def _joined_index(blocks: list) -> np.ndarray:
-    """Index blocks as one index array in the file's big-endian layout (np.concatenate returns
-    native byte order)."""
-    return np.concatenate(blocks).astype(INDEX_DTYPE) if blocks else np.zeros(0, INDEX_DTYPE)
+    """Index blocks as one index array in the file's big-endian layout, copied once into place
+    (``np.concatenate`` would return native byte order, and converting back is a second copy)."""
+    out = np.empty(sum(len(b) for b in blocks), INDEX_DTYPE)
+    at = 0
+    for block in blocks:
+        out[at : at + len(block)] = block
+        at += len(block)
+    return out
 
 
 def _index_tail(index_offset: int, index: np.ndarray) -> bytes:
@@ -205,8 +210,11 @@ def _index_tail(index_offset: int, index: np.ndarray) -> bytes:
 
 def _finish_file(f, index_offset: int, index: np.ndarray) -> None:
     """Write ``index`` and the trailer after the records, make the file durable and close it:
-    from then on it is a complete compacted ledger."""
-    f.write(_index_tail(index_offset, index))
+    from then on it is a complete compacted ledger. The index is written from its own memory
+    (the bytes ``_index_tail`` gives, without copying them twice)."""
+    raw = memoryview(np.ascontiguousarray(index)).cast("B")
+    f.write(raw)
+    f.write(TRAILER.pack(index_offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
     f.flush()
     os.fsync(f.fileno())
     f.close()
@@ -281,7 +289,7 @@ class PartWriter:
         out = np.empty(int(rec.sum()), np.uint8)
         hdr = np.empty(len(keep), dtype=[("length", ">u4"), ("ledger_id", ">i8"), ("entry_id", ">i8")])
         hdr["length"], hdr["ledger_id"], hdr["entry_id"] = ln, ledger_id, eids
-        out[starts[:, None] + np.arange(hsize)] = hdr.view(np.uint8).reshape(-1, hsize)
+        copy_ranges(out, starts, hdr.view(np.uint8), np.arange(len(keep)) * hsize, np.full(len(keep), hsize))
         in_buf = xo < 0
         copy_ranges(out, starts[in_buf] + hsize, buf, src[in_buf], ln[in_buf])
         copy_ranges(out, starts[~in_buf] + hsize, extra, xo[~in_buf], ln[~in_buf])

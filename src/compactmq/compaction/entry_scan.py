@@ -79,6 +79,31 @@ def unpack_positions(pos):
     )
 
 
+def position_order(pos: np.ndarray) -> np.ndarray:
+    """``np.argsort(pos, kind="stable")`` of packed positions, about twice as fast on millions.
+
+    Positions use few of their bits (a group spans few ordinals, entry ids stay far below 2^24
+    and batch indexes below 2^16), so each is re-packed densely -- ordinal, entry id and batch
+    index each in just the bits its largest value needs -- with its index in the bits below,
+    and one value sort orders both (ties keep index order). When the dense key and the index
+    do not fit in 63 bits together, it is a plain argsort."""
+    pos = np.asarray(pos, np.int64)
+    n = len(pos)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    ords, eids, bidx = unpack_positions(pos)
+    lo = int(ords.min())
+    ob = (int(ords.max()) - lo).bit_length()
+    eb, bb = int(eids.max()).bit_length(), int(bidx.max()).bit_length()
+    ib = (n - 1).bit_length()
+    if ob + eb + bb + ib > 63:
+        return np.argsort(pos, kind="stable")
+    key = (((ords - lo) << (eb + bb)) | (eids << bb) | bidx) << ib
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    return key & ((1 << ib) - 1)
+
+
 def _take(buf: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take(buf, idx, mode="clip")
 

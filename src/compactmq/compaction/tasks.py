@@ -550,43 +550,60 @@ def _copy_group_to(
     plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
 ) -> dict:
     writer = PartWriter(path, complete=complete)
+    if len(positions) > 1 and (positions[1:] < positions[:-1]).any():
+        positions = np.sort(positions)
     ords, eids, bidx = es.unpack_positions(positions)
     entries = messages = 0
-    for o in plan.groups[group]:
-        m = ords == o
-        if not m.any():
+    # positions are sorted: each segment's survivors are one slice, and within it the entry ids
+    # are sorted, so every selection below is a slice found by binary search (a boolean mask per
+    # segment and per chunk would scan all the group's survivors each time: quadratic)
+    bounds = np.searchsorted(ords, np.asarray(plan.groups[group], np.int64), side="left")
+    ends = np.searchsorted(ords, np.asarray(plan.groups[group], np.int64), side="right")
+    for o, a, b in zip(plan.groups[group], bounds.tolist(), ends.tolist()):
+        if a == b:
             continue
         seg = plan.segments[o]
-        cand, inverse = np.unique(eids[m], return_inverse=True)
+        cand, inverse = _sorted_unique(eids[a:b])
         pieces = load_pieces(seg, cand) if seg.kind == COMPACTED else [load_live(seg, cand)]
         if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
-            entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[m])
-            messages += int(m.sum())
+            entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[a:b])
+            messages += b - a
             continue
         buf, seg_eids, offs, lens = pieces[0]
         at = np.searchsorted(seg_eids, cand)
         if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
             raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[m]
+        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[a:b]
         for lo, hi in chunks(c_lens):
-            sel = (inverse >= lo) & (inverse < hi)
+            sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
             src, new_lens, extra, extra_off = es.rebuild_ranges(
                 buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
             )
             entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
-        messages += int(m.sum())
+        messages += b - a
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
 
 
+def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of a sorted array, without sorting it again."""
+    if not len(values):
+        return values, np.zeros(0, np.int64)
+    first = np.empty(len(values), bool)
+    first[0] = True
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    return values[first], np.cumsum(first, dtype=np.int64) - 1
+
+
 def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
     """Copy the survivors of entries ``cand`` (sorted, held by several pieces) a chunk of
-    entries at a time, each chunk gathered into a buffer of its own (memory stays one chunk)."""
+    entries at a time, each chunk gathered into a buffer of its own (memory stays one chunk).
+    ``inverse`` (each survivor's index in ``cand``) is sorted."""
     c_lens = _locate(pieces, cand)[2]
     written = 0
     for lo, hi in chunks(c_lens):
         buf, _, c_offs, cl = gather(pieces, cand[lo:hi])
-        sel = (inverse >= lo) & (inverse < hi)
+        sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
         src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs, cl, inverse[sel] - lo, bidx[sel])
         written += writer.append_ranges(ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
     return written

@@ -282,7 +282,7 @@ def key_columns(survivors_df) -> list[str]:
 
 def gather_sorted(batches, cols: list[str]):
     """The Arrow batches of one phase-two task as numpy columns sorted by ``pos``, or None when
-    the task got none. Sorting here (one numpy argsort) is cheaper than asking Spark to sort the
+    the task got none. Sorting here (``entry_scan.position_order``) is cheaper than asking Spark to sort the
     rows before handing them over."""
     parts: dict = {c: [] for c in cols}
     for b in batches:
@@ -291,7 +291,7 @@ def gather_sorted(batches, cols: list[str]):
     if not parts["pos"]:
         return None
     arrays = {c: np.concatenate(v) for c, v in parts.items()}
-    order = np.argsort(arrays["pos"])
+    order = es.position_order(arrays["pos"])
     return {c: a[order] for c, a in arrays.items()}
 
 

@@ -24,6 +24,11 @@ RUN_DEFAULTS: dict[str, str] = {
     # aggregate would build a hash map of every row for nothing (about 1 JVM CPU-second per
     # 10 M messages; bench/results/phase_one.json)
     "spark.sql.execution.bypassPartialAggregation": "true",
+    # the keep-latest aggregate's shuffle starts with this many partitions, which adaptive query
+    # execution then coalesces to what the rows need (two at 10 M messages over 1 M keys). With
+    # only ``spark.sql.shuffle.partitions`` (4 to 8) a task of a 30 M-key topic held 7 M keys and
+    # its hash map spilled: 42.6 s against 35.0 s with 200 or 64 (bench/results/compaction_30m.json)
+    "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "64",
     "spark.sql.session.timeZone": "UTC",
 }
 
@@ -33,6 +38,7 @@ TEST_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "4",  # tiny topics
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
 }
