@@ -87,6 +87,38 @@ def test_chunked_scan_and_copy_match_unchunked(tmp_path, monkeypatch):
         storage.close()
 
 
+def test_a_combiner_that_gives_up_hands_on_rows_the_aggregate_reduces_alike(tmp_path, monkeypatch):
+    """A group whose keys barely repeat stops combining after the probe (``COMBINE_PROBE_ROWS``):
+    its first rows come out combined, the rest as parsed, and the per-key latest the aggregate
+    finds is the same as from a combiner that never gives up."""
+    storage, plan = _plan(tmp_path, combine=True)
+    try:
+        monkeypatch.setattr(tasks, "CHUNK_BYTES", 256)  # many chunks per segment
+        monkeypatch.setattr(tasks, "COMBINE_PROBE_ROWS", 20)
+
+        def rows_with(max_distinct):
+            monkeypatch.setattr(tasks, "COMBINE_MAX_DISTINCT", max_distinct)
+            return [es.Rows.concat(list(tasks.group_rows(plan, g))) for g in range(len(plan.groups))]
+
+        def latest(groups):
+            best: dict = {}
+            for rows in groups:
+                for h1, h2, p, f in zip(
+                    rows.h1.tolist(), rows.h2.tolist(), rows.pos.tolist(), rows.flags.tolist()
+                ):
+                    p2 = (p << 1) | bool(f & es.FLAG_TOMBSTONE)
+                    best[(h1, h2)] = max(best.get((h1, h2), -1), p2)
+            return best
+
+        kept = rows_with(1.0)  # never gives up: one row per key and group
+        given_up = rows_with(0.0)  # gives up at the first probe
+        assert all(len({(a, b) for a, b in zip(r.h1.tolist(), r.h2.tolist())}) == len(r) for r in kept)
+        assert sum(map(len, given_up)) > sum(map(len, kept))
+        assert latest(given_up) == latest(kept)
+    finally:
+        storage.close()
+
+
 def test_group_rows_counts_the_keyless_messages_it_retains(tmp_path):
     cfg = load_config(overrides={"managedLedgerSyncData": False})
     storage = Storage(str(tmp_path / "data"), cfg)

@@ -679,6 +679,11 @@ class LatestCombiner:
         else:
             self._table.add(rows.h1, rows.h2, rows.pos, rows.flags)
 
+    def distinct(self) -> int | None:
+        """The keys held so far (None without the extension: its chunks are combined only at
+        the end)."""
+        return None if self._table is None else self._table.count
+
     def rows(self) -> Rows:
         if self._table is None:
             return combine_latest(Rows.concat(self._parts)) if self._parts else _no_rows()
