@@ -81,8 +81,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         keyed = pipeline.with_key_hash(
             pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh)
         )
-        p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
-        latest = keyed.groupBy("h1", "h2").agg(F.max(p2).alias("p2"))
+        latest = pipeline.narrow(keyed).groupBy("h1", "h2").agg(F.max("p2").alias("p2"))
 
         def look_up(batches):
             import pyarrow as pa

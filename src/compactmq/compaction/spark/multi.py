@@ -163,7 +163,6 @@ def keep_latest(keyed, joint: JointPlan):
     plans = joint.plans
     if all(p.drop_before == 0 and p.tombstones_from is None for p in plans):
         return pipeline.keep_latest(keyed)
-    p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
     pos = F.shiftright("p2", 1)
     tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
     live = None
@@ -179,8 +178,9 @@ def keep_latest(keyed, joint: JointPlan):
         )
     assert live is not None
     return (
-        keyed.groupBy("h1", "h2")
-        .agg(F.max(p2).alias("p2"))
+        pipeline.narrow(keyed)
+        .groupBy("h1", "h2")
+        .agg(F.max("p2").alias("p2"))
         .where(live.otherwise(False))
         .select(pos.alias("pos"), "h1", "h2", F.col("p2").bitwiseAND(F.lit(1)).alias("tomb"))
     )
