@@ -212,7 +212,7 @@ def test_gather_copies_the_entries_of_several_segments_in_id_order():
 
 def _rewritten(entry: bytes, kept: list) -> bytes:
     """``entry`` as phase two rewrites it to keep only batch indexes ``kept``."""
-    from compactmq.compaction.entry_scan import rebuild_ranges
+    from compactmq.compaction.batch_rewrite import rebuild_ranges
 
     buf = np.frombuffer(entry, np.uint8)
     src, lens, extra, xo = rebuild_ranges(buf, [0], [len(entry)], np.zeros(len(kept), np.int64), kept)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from compactmq.compaction import batch_rewrite
 from compactmq.compaction import entry_scan as es
 from compactmq.protocol import pulsar_pb2 as pb
 
@@ -129,7 +130,7 @@ def test_rebuild_batch_with_placeholders(path, codec):
     msgs = [("a", b"A1", 1), ("b", b"B1", 2), (None, b"N", 0), ("a", b"", 0), ("c", b"C" * 50, 3)]
     blobs = [E.batch(msgs, codec=codec), E.single("x", b"y"), E.batch([("q", b"1", 0)], codec=codec)]
     buf, offs, lens = _concat(blobs)
-    out = es.rebuild_entries(buf, offs, lens, [0, 0, 1], [1, 4, 0])
+    out = batch_rewrite.rebuild_entries(buf, offs, lens, [0, 0, 1], [1, 4, 0])
     assert out[2] is None  # no survivor: not written
     assert bytes(out[1]) == blobs[1]
     md, got = E.decode(bytes(out[0]))
@@ -149,7 +150,7 @@ def test_rebuild_batch_with_placeholders(path, codec):
     parse_entry(bytes(out[0]), verify_checksum=True)  # checksum recomputed
     # a second rewrite of the rewritten batch keeps placeholders and drops one more
     buf2, offs2, lens2 = _concat([bytes(out[0])])
-    again = es.rebuild_entries(buf2, offs2, lens2, [0], [4])
+    again = batch_rewrite.rebuild_entries(buf2, offs2, lens2, [0], [4])
     _, got2 = E.decode(bytes(again[0]))
     assert [(i, p, co) for i, _, p, _, co in got2] == [
         (0, b"", True),
@@ -160,7 +161,7 @@ def test_rebuild_batch_with_placeholders(path, codec):
     ]
     # all survive: the bytes are untouched
     assert (
-        bytes(es.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0])
+        bytes(batch_rewrite.rebuild_entries(buf, offs, lens, [0, 0, 0, 0, 0, 1, 2], [0, 1, 2, 3, 4, 0, 0])[0])
         == blobs[0]
     )
 
@@ -183,7 +184,9 @@ def test_native_and_numpy_batch_rewrites_agree(monkeypatch, blobs, rnd):
     got = []
     for flag in ("1", "0"):
         monkeypatch.setenv("COMPACTMQ_NATIVE", flag)
-        got.append([None if x is None else bytes(x) for x in es.rebuild_entries(buf, offs, lens, se, sb)])
+        got.append(
+            [None if x is None else bytes(x) for x in batch_rewrite.rebuild_entries(buf, offs, lens, se, sb)]
+        )
     assert got[0] == got[1]
 
 

@@ -31,7 +31,7 @@ keeps only some of its batch indexes). The entries of the view are, for every po
 *latest* run touching it said: its copy; nothing after a drop; after a mask of run r, the
 *base* copy (the latest copy of an earlier run) rewritten so only the mask's batch indexes stay
 live and every other message is a ``compacted_out`` placeholder: exactly the bytes phase two
-writes when it rewrites a batch (``entry_scan.rebuild_ranges``, the one rewrite function, used
+writes when it rewrites a batch (``batch_rewrite.rebuild_ranges``, the one rewrite function, used
 on read). A mask of a mask is therefore a mask of the base: the survivors of a later run are a
 subset of an earlier one's, and a placeholder stays as it is. A dropped position never comes
 back (positions only grow), so a drop is final.

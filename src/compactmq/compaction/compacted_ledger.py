@@ -718,8 +718,8 @@ class CompactedLedgerReader:
     def masked_piece(self, sel: np.ndarray) -> tuple:
         """``(buf, offsets, lengths)`` of the bytes of entries ``sel`` (view indexes, each read
         through a mask) as the view serves them: each base copy rewritten so only its mask's
-        batch indexes stay (``entry_scan.rebuild_ranges``, the rewrite phase two does)."""
-        from .entry_scan import rebuild_ranges
+        batch indexes stay (``batch_rewrite.rebuild_ranges``, the rewrite phase two does)."""
+        from .batch_rewrite import rebuild_ranges
 
         assert self.manifest is not None and self.mask_ids is not None
         sel = np.asarray(sel, np.int64)

@@ -139,7 +139,7 @@ def check_records(lib, buf: np.ndarray, offsets, lengths, ids) -> bool:
 
 
 def rebuild_subs(lib, buf: np.ndarray, sub, fs, fe, keep: np.ndarray, tail: bytes, size: int) -> np.ndarray:
-    """The new bodies of batches losing messages (``entry_scan.rebuild_ranges``): the
+    """The new bodies of batches losing messages (``batch_rewrite.rebuild_ranges``): the
     sub-messages ``sub`` (``entry_scan.SubMessages``) of ``buf``, those not ``keep`` as
     placeholders (their payload_size field, ``fs``..``fe`` per dropped one, cut, ``tail``
     appended), laid end to end in ``size`` bytes."""

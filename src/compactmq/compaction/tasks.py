@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..errors import CompactionError
+from . import batch_rewrite
 from . import entry_scan as es
 from . import native
 from .compacted_ledger import CompactedLedgerReader, PartWriter, read_file_bytes
@@ -601,7 +602,7 @@ def _copy_group_to(
         c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[a:b]
         for lo, hi in chunks(c_lens):
             sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
-            src, new_lens, extra, extra_off = es.rebuild_ranges(
+            src, new_lens, extra, extra_off = batch_rewrite.rebuild_ranges(
                 buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
             )
             entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
@@ -629,7 +630,9 @@ def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) ->
     for lo, hi in chunks(c_lens):
         buf, _, c_offs, cl = gather(pieces, cand[lo:hi])
         sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
-        src, new_lens, extra, extra_off = es.rebuild_ranges(buf, c_offs, cl, inverse[sel] - lo, bidx[sel])
+        src, new_lens, extra, extra_off = batch_rewrite.rebuild_ranges(
+            buf, c_offs, cl, inverse[sel] - lo, bidx[sel]
+        )
         written += writer.append_ranges(ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
     return written
 
