@@ -214,7 +214,7 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
     table = joint.plan.group_of_ordinal()
     ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
     group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
-    keys = pipeline.largest_first(survivors_df.sparkSession, n)
+    keys = pipeline.partition_keys(survivors_df.sparkSession, n)
     route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
 
     key_cols = pipeline.key_columns(survivors_df)

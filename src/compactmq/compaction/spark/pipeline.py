@@ -208,7 +208,7 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
         # expression of the partitioning only: the shuffled rows are the survivors' columns,
         # nothing more, and the task finds each row's group from its position; nor does Spark
         # sort them (``gather_sorted``).
-        keys = largest_first(survivors_df.sparkSession, n)
+        keys = partition_keys(survivors_df.sparkSession, n)
         route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
@@ -332,15 +332,6 @@ def routes(plan: RunPlan, keys: list[int], pos: np.ndarray) -> np.ndarray:
     ``keys``: ``partition_keys`` of the group count."""
     table = np.asarray(keys, np.int32)[np.asarray(plan.group_of_ordinal(), np.int64)]
     return table[np.asarray(pos, np.int64) >> _POS_SHIFT] if len(pos) else np.zeros(0, np.int32)
-
-
-def largest_first(spark, n: int) -> list[int]:
-    """Phase two's route key of each of ``n`` groups, the last group's task first: Spark starts
-    a stage's tasks in partition order, and a later group keeps more of its messages (a later
-    message outlives an earlier one of its key), so in position order the largest task would
-    start last and run alone at the end. At 30 M messages over 30 M keys the four parts were
-    0.59, 0.76, 0.98 and 1.25 GB; largest first, two cores finish them about together."""
-    return partition_keys(spark, n)[::-1]
 
 
 #: ``partition_keys`` answers by partition count: Spark's partitioning hash is fixed for a given
