@@ -205,7 +205,11 @@ def _joined_index(blocks: list) -> np.ndarray:
 def _index_tail(index_offset: int, index: np.ndarray) -> bytes:
     """What follows the records (which end at ``index_offset``): the index, then the trailer."""
     raw = index.tobytes()
-    return raw + TRAILER.pack(index_offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC)
+    return raw + _trailer(index_offset, len(index), raw)
+
+
+def _trailer(index_offset: int, count: int, raw_index) -> bytes:
+    return TRAILER.pack(index_offset, count, _crc32c(raw_index), 0, TRAILER_MAGIC)
 
 
 def _finish_file(f, index_offset: int, index: np.ndarray) -> None:
@@ -214,7 +218,7 @@ def _finish_file(f, index_offset: int, index: np.ndarray) -> None:
     (the bytes ``_index_tail`` gives, without copying them twice)."""
     raw = memoryview(np.ascontiguousarray(index)).cast("B")
     f.write(raw)
-    f.write(TRAILER.pack(index_offset, len(index), _crc32c(raw), 0, TRAILER_MAGIC))
+    f.write(_trailer(index_offset, len(index), raw))
     f.flush()
     os.fsync(f.fileno())
     f.close()

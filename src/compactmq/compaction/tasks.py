@@ -161,7 +161,7 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
     it costs the JVM (Arrow in, two shuffle passes, the aggregate), so removing fewer than a
     fifth of the rows costs more than it saves: at 30 M messages over 30 M keys it removed 12 %."""
     combiner = None
-    taken = 0
+    combining, taken = plan.combine, 0
     for rows, combine in _group_sources(plan, group):
         if stats is not None:
             stats["messages"] = stats.get("messages", 0) + len(rows)
@@ -171,7 +171,7 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
                 rows = rows.take(np.flatnonzero(keep))
         elif stats is not None:
             stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
-        if plan.combine and combine and taken >= 0:
+        if combining and combine:
             combiner = combiner or es.LatestCombiner()
             combiner.add(rows)
             taken += len(rows)
@@ -182,7 +182,7 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
                 and distinct > COMBINE_MAX_DISTINCT * taken
             ):
                 yield from _arrow_sized(combiner.rows())
-                combiner, taken = None, -1  # from now on rows pass uncombined
+                combiner, combining = None, False  # from now on rows pass uncombined
         else:
             yield from _arrow_sized(rows)
     if combiner is not None:
@@ -583,13 +583,14 @@ def _copy_group_to(
     # positions are sorted: each segment's survivors are one slice, and within it the entry ids
     # are sorted, so every selection below is a slice found by binary search (a boolean mask per
     # segment and per chunk would scan all the group's survivors each time: quadratic)
-    bounds = np.searchsorted(ords, np.asarray(plan.groups[group], np.int64), side="left")
-    ends = np.searchsorted(ords, np.asarray(plan.groups[group], np.int64), side="right")
+    mine = np.asarray(plan.groups[group], np.int64)
+    bounds, ends = np.searchsorted(ords, mine, side="left"), np.searchsorted(ords, mine, side="right")
     for o, a, b in zip(plan.groups[group], bounds.tolist(), ends.tolist()):
         if a == b:
             continue
         seg = plan.segments[o]
-        cand, inverse = _sorted_unique(eids[a:b])
+        cand, counts = sorted_runs(eids[a:b])
+        inverse = np.repeat(np.arange(len(cand), dtype=np.int64), counts)  # survivor -> its entry
         pieces = load_pieces(seg, cand) if seg.kind == COMPACTED else [load_live(seg, cand)]
         if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
             entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[a:b])
@@ -609,16 +610,6 @@ def _copy_group_to(
         messages += b - a
     writer.close()
     return {"group": group, "path": path, "entries": entries, "messages": messages}
-
-
-def _sorted_unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` of a sorted array, without sorting it again."""
-    if not len(values):
-        return values, np.zeros(0, np.int64)
-    first = np.empty(len(values), bool)
-    first[0] = True
-    np.not_equal(values[1:], values[:-1], out=first[1:])
-    return values[first], np.cumsum(first, dtype=np.int64) - 1
 
 
 def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
