@@ -211,6 +211,12 @@ SETTINGS: dict[str, Setting] = {
         True,
         "an incremental run masks an old batch that lost some messages instead of rewriting it",
     ),
+    "compactionDirectIO": _s(
+        bool,
+        True,
+        "phase-two tasks write compacted segments with direct I/O (O_DIRECT), bypassing the page cache, "
+        "where the file system allows it (elsewhere they write through it)",
+    ),
     "compactionChainDeltaRuns": _s(
         bool,
         True,

@@ -47,6 +47,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from ..errors import StorageError
+from ..storage.direct_file import DirectWriter
 from ..storage.managed_ledger import fsync_dir
 from . import chain
 
@@ -219,6 +220,9 @@ def _finish_file(f, index_offset: int, index: np.ndarray) -> None:
     raw = memoryview(np.ascontiguousarray(index)).cast("B")
     f.write(raw)
     f.write(_trailer(index_offset, len(index), raw))
+    if isinstance(f, DirectWriter):
+        f.close()  # fsyncs
+        return
     f.flush()
     os.fsync(f.fileno())
     f.close()
@@ -249,11 +253,13 @@ class PartWriter:
     With ``complete=True`` a *segment* of a chain (``chain``): a whole compacted-ledger file
     (header, records, index, trailer), flushed and fsynced by ``close``."""
 
-    def __init__(self, path: str, complete: bool = False):
+    def __init__(self, path: str, complete: bool = False, direct: bool = False):
         self.path = path
         self.complete = complete
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._f = open(path, "wb", buffering=1 << 20)
+        # the records are built in the writer's own aligned buffer and written from there
+        # (``storage.direct_file``; with ``direct``, bypassing the page cache where allowed)
+        self._f = DirectWriter(path, direct=direct)
         self._offset = 0
         if complete:
             self._f.write(HEADER)
@@ -290,19 +296,21 @@ class PartWriter:
         rec = hsize + ln
         starts = np.zeros(len(keep), np.int64)
         np.cumsum(rec[:-1], out=starts[1:])
-        out = np.empty(int(rec.sum()), np.uint8)
+        size = int(rec.sum())
+        out = self._f.reserve(size)
         hdr = np.empty(len(keep), dtype=[("length", ">u4"), ("ledger_id", ">i8"), ("entry_id", ">i8")])
         hdr["length"], hdr["ledger_id"], hdr["entry_id"] = ln, ledger_id, eids
         copy_ranges(out, starts, hdr.view(np.uint8), np.arange(len(keep)) * hsize, np.full(len(keep), hsize))
         in_buf = xo < 0
         copy_ranges(out, starts[in_buf] + hsize, buf, src[in_buf], ln[in_buf])
         copy_ranges(out, starts[~in_buf] + hsize, extra, xo[~in_buf], ln[~in_buf])
-        self._f.write(out.data)
+        del out
+        self._f.commit()
         rows = np.empty(len(keep), INDEX_DTYPE)
         rows["ledger_id"], rows["entry_id"] = ledger_id, eids
         rows["offset"], rows["length"] = starts + self._offset, ln
         self._blocks.append(rows)
-        self._offset += len(out)
+        self._offset += size
         return len(keep)
 
     def close(self) -> int:
@@ -310,7 +318,7 @@ class PartWriter:
         if self.complete:
             _finish_file(self._f, self._offset, index)
             return len(index)
-        self._f.close()
+        self._f.close(sync=False)
         with open(self.path + ".idx", "wb") as f:
             f.write(index.tobytes())
         return len(index)

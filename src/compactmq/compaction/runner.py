@@ -168,6 +168,8 @@ class CompactionRunner:
                         "incremental": incremental,
                         # old batches that lost some message are masked, not rewritten
                         "masks": bool(self.config.get("compactionChainMasks", True)),
+                        # segments are written with direct I/O where the file system allows it
+                        "direct_io": bool(self.config.get("compactionDirectIO", True)),
                         # only the new messages go through Spark, looked up in the sidecar (``delta``)
                         "delta": incremental
                         and plan.strategy == "keep-latest"

@@ -575,7 +575,8 @@ def _write_keys(plan: RunPlan, positions: np.ndarray, keys: dict, path: str) -> 
 def _copy_group_to(
     plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
 ) -> dict:
-    writer = PartWriter(path, complete=complete)
+    # a chain segment bypasses the page cache unless turned off (``compactionDirectIO``)
+    writer = PartWriter(path, complete=complete, direct=bool((plan.extra.get("chain") or {}).get("direct_io")))
     if len(positions) > 1 and (positions[1:] < positions[:-1]).any():
         positions = np.sort(positions)
     ords, eids, bidx = es.unpack_positions(positions)

@@ -1,0 +1,156 @@
+"""Writing a large new file sequentially without passing it through the page cache.
+
+A compaction run writes its whole compacted view at once: gigabytes that nobody reads in the
+next seconds (consumers read the view a little at a time, long after). Written the ordinary way,
+every byte is first copied by the kernel into the page cache, whose pages must be found for it
+(evicting what a busy broker host keeps hot, or, on a virtual machine that hands idle memory back
+to its host, faulting them in afresh), and only then written back. Databases that write their
+compaction output in bulk skip that detour with direct I/O (``O_DIRECT``): the device reads the
+bytes straight from the writer's buffer. On this project's 2-core test machine a buffered 1 GB
+write into memory the guest had given back cost 2.5 CPU-s; the direct write of the same gigabyte
+0.04 CPU-s and 0.5 s of device time.
+
+Direct I/O asks three things: the buffer's address, the file offset and the length of every
+write are multiples of the device's block size. ``DirectWriter`` meets them by owning one
+page-aligned buffer that the caller fills in place (``reserve`` returns a view of it, ``commit``
+takes it): bytes gather there until a few megabytes are pending, then the whole blocks among
+them are written and the partial last block moves to the front of the buffer, where the next
+reservation continues it. ``close`` writes the last partial
+block padded to a whole one, truncates the file back to its true length, and fsyncs it.
+
+Where the file system refuses ``O_DIRECT`` (tmpfs, some network and FUSE file systems answer
+``EINVAL`` at open) or the caller turns it off, the same calls write through the page cache, so
+callers need no second code path. Readers are unaffected: after a direct write the kernel serves
+the file's bytes like any other (the page cache is kept coherent).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+#: the alignment used for addresses, offsets and lengths: the page size, a multiple of every
+#: logical block size in practice (512 or 4096 bytes)
+BLOCK = mmap.PAGESIZE
+
+
+def _open(path: str, direct: bool) -> tuple[int, bool]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    o_direct = getattr(os, "O_DIRECT", 0)
+    if direct and o_direct:
+        try:
+            return os.open(path, flags | o_direct, 0o644), True
+        except OSError:  # the file system does not do direct I/O: write through the page cache
+            pass
+    return os.open(path, flags, 0o644), False
+
+
+class DirectWriter:
+    """A new file written front to back, with ``O_DIRECT`` when ``direct`` and the file system
+    allows it (``self.direct`` says which).
+
+    Fill it either by ``write(data)`` (one copy into the aligned buffer) or, to save that copy,
+    by ``reserve(n)`` (a writable ``uint8`` view of the next ``n`` bytes) then ``commit()``.
+    ``close()`` makes the file durable; ``abort()`` closes and removes it."""
+
+    def __init__(self, path: str, direct: bool = True, buffer_bytes: int = 8 << 20):
+        self.path = path
+        self._fd, self.direct = _open(path, direct)
+        self._buf = self._grow(None, buffer_bytes)
+        self._flush_at = len(self._buf) // 2  # small appends are gathered up to this many bytes
+        self._pending = 0  # bytes at the buffer's front not yet written
+        self._reserved = 0
+        self._written = 0  # bytes of the file already written (a multiple of BLOCK when direct)
+
+    @staticmethod
+    def _grow(old, size: int):
+        size = -(-size // BLOCK) * BLOCK
+        new = mmap.mmap(-1, size)  # anonymous mappings are page-aligned
+        if old is not None:
+            new[: len(old)] = old[:]
+            _close_map(old)
+        return new
+
+    def tell(self) -> int:
+        """Bytes in the file so far (committed ones, written or pending)."""
+        return self._written + self._pending
+
+    def reserve(self, n: int) -> np.ndarray:
+        """A writable view of the file's next ``n`` bytes, to fill before the following ``commit``
+        (and to let go of then: the buffer cannot grow while a view of it is held)."""
+        need = self._pending + n
+        if need > len(self._buf):
+            self._buf = self._grow(self._buf, max(need, 2 * len(self._buf)))
+        self._reserved = n
+        return np.frombuffer(self._buf, np.uint8, n, self._pending)
+
+    def commit(self) -> None:
+        """Take what the last ``reserve`` handed out as written (it reaches the file once enough
+        is gathered: whole blocks at a time when direct, the rest kept for the next)."""
+        self._pending += self._reserved
+        self._reserved = 0
+        if self._pending >= self._flush_at:
+            self._drain()
+
+    def write(self, data) -> None:
+        """Append ``data`` (any bytes-like object)."""
+        view = memoryview(data).cast("B")
+        for at in range(0, len(view), self._flush_at):
+            piece = view[at : at + self._flush_at]
+            self.reserve(len(piece))[:] = np.frombuffer(piece, np.uint8)
+            self.commit()
+
+    def _drain(self) -> None:
+        end = self._pending
+        whole = end - end % BLOCK if self.direct else end
+        if whole:
+            self._write_all(memoryview(self._buf)[:whole])
+            if end > whole:
+                self._buf[: end - whole] = self._buf[whole:end]
+            self._pending = end - whole
+
+    def _write_all(self, view: memoryview) -> None:
+        done = 0
+        while done < len(view):
+            done += os.write(self._fd, view[done:])
+        self._written += len(view)
+
+    def close(self, sync: bool = True) -> int:
+        """Write what is left, fsync (unless ``sync`` is false) and close; returns the size."""
+        size = self.tell()
+        try:
+            self._drain()
+            if self._pending:  # direct: one padded block, then the file cut to its true length
+                self._buf[self._pending : BLOCK] = bytes(BLOCK - self._pending)
+                self._write_all(memoryview(self._buf)[:BLOCK])
+                os.ftruncate(self._fd, size)
+                self._pending = 0
+            if sync:
+                os.fsync(self._fd)
+        finally:
+            self._release()
+        return size
+
+    def abort(self) -> None:
+        """Close without finishing and remove the file."""
+        self._release()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        _close_map(self._buf)
+
+
+def _close_map(m: mmap.mmap) -> None:
+    """Unmap ``m`` now, or, while a caller still holds a view of it, when the last view goes."""
+    try:
+        m.close()
+    except BufferError:
+        pass
