@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from compactmq.compaction import entry_scan as es
-from compactmq.compaction import tasks
+from compactmq.compaction import previous_view, tasks
+from compactmq.compaction.compacted_ledger import read_part_index
 from compactmq.compaction.plan import RunPlan, build_groups, build_segments
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
@@ -80,6 +81,9 @@ def test_chunked_scan_and_copy_match_unchunked(tmp_path, monkeypatch):
                 mine = surv[table[surv >> (es.ENTRY_BITS + es.BATCH_BITS)] == g]
                 out = tasks.copy_group(plan, g, mine)
                 parts.append(open(out["path"], "rb").read())
+                # the per-ledger counts the task reports are those of the index it wrote
+                lids, counts = np.unique(read_part_index(out["path"])["ledger_id"], return_counts=True)
+                assert previous_view.part_counts([out]) == dict(zip(lids.tolist(), counts.tolist()))
             return sorted(rows.pos.tolist()), parts
 
         assert run(1 << 30) == run(64)

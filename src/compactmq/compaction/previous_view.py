@@ -104,6 +104,22 @@ class PreviousView:
         return self.reader.columns(i, j)
 
 
+def part_counts(parts: list[dict]) -> Optional[dict[int, int]]:
+    """Entries per ledger that phase-two tasks report having written (each part's ``ledgers``:
+    raw ``>i8`` pairs ledger id, count), summed; None when a part did not report them, and the
+    segments must be read instead (``segment_counts``: their whole index, which a run just wrote
+    with direct I/O and the page cache does not hold)."""
+    out: dict[int, int] = {}
+    for part in parts:
+        raw = part.get("ledgers")
+        if raw is None:
+            return None
+        pairs = np.frombuffer(bytes(raw), ">i8").reshape(-1, 2)
+        for lid, c in pairs.tolist():
+            out[lid] = out.get(lid, 0) + c
+    return out
+
+
 def segment_counts(paths: list[str]) -> dict[int, int]:
     """Entries per ledger in the segment files at ``paths``, summed."""
     out: dict[int, int] = {}

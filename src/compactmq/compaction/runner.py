@@ -326,7 +326,9 @@ class CompactionRunner:
         # (an old group's segment rewrites entries the view already counts)
         fresh_parts = [p for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED]
         counted = fresh_parts if info["incremental"] else written
-        added = previous_view.segment_counts([p["path"] for p in counted])
+        added = previous_view.part_counts(counted)
+        if added is None:
+            added = previous_view.segment_counts([p["path"] for p in counted])
         if not info["incremental"]:
             manifest, entries = chain.Manifest.fresh(segments), sum(p["entries"] for p in written)
             manifest.ledgers = previous_view.ledger_counts(None, np.zeros(0, np.int64), added, entries)

@@ -581,6 +581,7 @@ def _copy_group_to(
         positions = np.sort(positions)
     ords, eids, bidx = es.unpack_positions(positions)
     entries = messages = 0
+    per_ledger: dict[int, int] = {}  # entries written per source ledger (the view's counts)
     # positions are sorted: each segment's survivors are one slice, and within it the entry ids
     # are sorted, so every selection below is a slice found by binary search (a boolean mask per
     # segment and per chunk would scan all the group's survivors each time: quadratic)
@@ -590,12 +591,14 @@ def _copy_group_to(
         if a == b:
             continue
         seg = plan.segments[o]
+        before = entries
         cand, counts = sorted_runs(eids[a:b])
         inverse = np.repeat(np.arange(len(cand), dtype=np.int64), counts)  # survivor -> its entry
         pieces = load_pieces(seg, cand) if seg.kind == COMPACTED else [load_live(seg, cand)]
         if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
             entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[a:b])
             messages += b - a
+            per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + entries - before
             continue
         buf, seg_eids, offs, lens = pieces[0]
         at = np.searchsorted(seg_eids, cand)
@@ -609,8 +612,10 @@ def _copy_group_to(
             )
             entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
         messages += b - a
+        per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + entries - before
     writer.close()
-    return {"group": group, "path": path, "entries": entries, "messages": messages}
+    ledgers = np.array(sorted(per_ledger.items()), ">i8").reshape(-1, 2)
+    return {"group": group, "path": path, "entries": entries, "messages": messages, "ledgers": ledgers.tobytes()}
 
 
 def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:

@@ -274,7 +274,10 @@ def runs_of(values: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 #: what a phase-two task reports of each part it wrote (Spark DDL and Arrow schema alike)
-PART_DDL = "group int, path string, entries long, messages long, tombstones long, keys string, dropped binary, masks binary"
+PART_DDL = (
+    "group int, path string, entries long, messages long, tombstones long, keys string, "
+    "dropped binary, masks binary, ledgers binary"
+)
 
 
 def part_schema(*leading):
@@ -285,6 +288,7 @@ def part_schema(*leading):
     fields += [("messages", pa.int64()), ("tombstones", pa.int64()), ("keys", pa.string())]
     fields += [("dropped", pa.binary())]  # entries of the previous view an incremental run drops
     fields += [("masks", pa.binary())]  # and the masks it puts on old batches (``tasks.encode_masks``)
+    fields += [("ledgers", pa.binary())]  # entries written per source ledger (``previous_view.part_counts``)
     return pa.schema([*leading, *fields])
 
 

@@ -30,6 +30,15 @@ RUN_DEFAULTS: dict[str, str] = {
     # its hash map spilled: 42.6 s against 35.0 s with 200 or 64 (bench/results/compaction_30m.json)
     "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "64",
     "spark.sql.session.timeZone": "UTC",
+    # Python workers keep the memory they free for their next task instead of handing it back
+    # to the kernel: glibc neither maps large blocks apart nor trims its heap, and Arrow
+    # allocates through it too (its default pool returns memory within milliseconds). A task's
+    # arrays are the same size run after run; on a virtual machine that gives idle guest memory
+    # back to its host, memory touched afresh cost 2.3 CPU-s per GB against 0.04 kept (workers
+    # idle for a minute exit, and their memory goes with them)
+    "spark.executorEnv.MALLOC_MMAP_MAX_": "0",
+    "spark.executorEnv.MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
 }
 
 TEST_CONF: dict[str, str] = {
