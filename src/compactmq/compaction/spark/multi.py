@@ -177,12 +177,13 @@ def keep_latest(keyed, joint: JointPlan):
             else live.when(pos < F.lit(joint.end(i)), rule)
         )
     assert live is not None
+    kept = any(p.tombstones_from is not None for p in plans)  # a tombstone may survive
     return (
         pipeline.narrow(keyed)
         .groupBy("h1", "h2")
         .agg(F.max("p2").alias("p2"))
         .where(live.otherwise(False))
-        .select(pos.alias("pos"), "h1", "h2", F.col("p2").bitwiseAND(F.lit(1)).alias("tomb"))
+        .select(pos.alias("pos"), "h1", "h2", *pipeline.tomb_column(kept))
     )
 
 
