@@ -479,7 +479,8 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
     """The same batched history compacted four ways after each step: a chain whose delta runs
     mask the old batches that lost a message (``compactionChainMasks``, the default), the same
     by runs that re-aggregate every key of the view (``compactionChainDeltaRuns`` false), a
-    chain whose runs rewrite such batches, and a fresh full run every time
+    chain whose runs rewrite such batches (written through the page cache: ``compactionDirectIO``
+    false), and a fresh full run every time
     (``compactionChainMaxRuns`` 1). Every entry reads back with the same bytes through all four, through the broker's read path and
     through the reader itself (what the Spark source and the next run's phase two read), and
     each matches the reference model."""
@@ -496,6 +497,7 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
             "compactionChainMaxRuns": 50,
             "compactionChainMaxStaleRatio": 0.99,
             "compactionChainMasks": False,
+            "compactionDirectIO": False,  # its segments go through the page cache, the others' not
         },
         "fresh": {"compactionChainMaxRuns": 1},
     }
