@@ -245,10 +245,16 @@ def chunks(lengths: np.ndarray, limit: Optional[int] = None):
     return out
 
 
-def rows_to_arrow(rows: es.Rows, with_event_time: bool):
-    """One Arrow record batch ``h1 long, h2 long, pos long, flags byte[, et long]``."""
+def rows_to_arrow(rows: es.Rows, with_event_time: bool, packed: bool = False):
+    """One Arrow record batch ``h1 long, h2 long, pos long, flags byte[, et long]``, or with
+    ``packed`` (keep-latest) ``h1 long, h2 long, p2 long``: position and tombstone bit in one
+    long, ``(pos << 1) | tomb`` (``pipeline.read_rows``)."""
     import pyarrow as pa
 
+    if packed:
+        p2 = (np.asarray(rows.pos, np.int64) << 1) | ((rows.flags & es.FLAG_TOMBSTONE) != 0)
+        cols = [pa.array(rows.h1, pa.int64()), pa.array(rows.h2, pa.int64()), pa.array(p2, pa.int64())]
+        return pa.RecordBatch.from_arrays(cols, names=["h1", "h2", "p2"])
     cols = [
         pa.array(rows.h1, pa.int64()),
         pa.array(rows.h2, pa.int64()),
@@ -576,7 +582,9 @@ def _copy_group_to(
     plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
 ) -> dict:
     # a chain segment bypasses the page cache unless turned off (``compactionDirectIO``)
-    writer = PartWriter(path, complete=complete, direct=bool((plan.extra.get("chain") or {}).get("direct_io")))
+    writer = PartWriter(
+        path, complete=complete, direct=bool((plan.extra.get("chain") or {}).get("direct_io"))
+    )
     if len(positions) > 1 and (positions[1:] < positions[:-1]).any():
         positions = np.sort(positions)
     ords, eids, bidx = es.unpack_positions(positions)
@@ -615,7 +623,13 @@ def _copy_group_to(
         per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + entries - before
     writer.close()
     ledgers = np.array(sorted(per_ledger.items()), ">i8").reshape(-1, 2)
-    return {"group": group, "path": path, "entries": entries, "messages": messages, "ledgers": ledgers.tobytes()}
+    return {
+        "group": group,
+        "path": path,
+        "entries": entries,
+        "messages": messages,
+        "ledgers": ledgers.tobytes(),
+    }
 
 
 def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:

@@ -78,10 +78,8 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     )
     rows = markers
     if fresh:
-        keyed = pipeline.with_key_hash(
-            pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh)
-        )
-        latest = pipeline.narrow(keyed).groupBy("h1", "h2").agg(F.max("p2").alias("p2"))
+        packed = pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh, packed=True)
+        latest = packed.groupBy("h1", "h2").agg(F.max("p2").alias("p2"))
 
         def look_up(batches):
             import pyarrow as pa

@@ -131,12 +131,14 @@ def unsalt(h1: np.ndarray, h2: np.ndarray, local_pos: np.ndarray, index: int) ->
     return np.where(keyless, local_pos, np.asarray(h1, np.int64) ^ np.int64(_salt(index)))
 
 
-def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None):
+def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None, packed=False):
     """Phase-one rows of every group of every plan, one task per group (``pipeline.read_rows``
-    for several plans); ``counters[i]`` adds up plan ``i``'s messages parsed."""
+    for several plans, ``packed`` alike); ``counters[i]`` adds up plan ``i``'s messages parsed."""
+    from . import pipeline
+
     plans, offsets, owners = joint.plans, joint.offsets, joint.owners
     with_et = joint.plan.strategy == "event-time"
-    schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
+    schema = pipeline.row_schema(with_et, packed)
 
     def parse(batches):
         for batch in batches:
@@ -144,7 +146,7 @@ def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None):
                 i, local = owners[g]
                 stats: dict = {}
                 for rows in tasks.group_rows(plans[i], local, stats):
-                    yield tasks.rows_to_arrow(relabel(rows, i, offsets[i]), with_et)
+                    yield tasks.rows_to_arrow(relabel(rows, i, offsets[i]), with_et, packed)
                 if counters is not None:
                     counters[i].add(stats.get("messages", 0))
                 if keyless_counters is not None:
@@ -154,15 +156,15 @@ def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None):
     return spark.range(0, n, 1, n).mapInArrow(parse, schema)
 
 
-def keep_latest(keyed, joint: JointPlan):
-    """keep-latest over the joint rows, each plan with its own key TTL and tombstone cuts."""
+def keep_latest(packed, joint: JointPlan):
+    """keep-latest over the joint ``packed`` rows, each plan with its own key TTL and tombstone cuts."""
     from pyspark.sql import functions as F
 
     from . import pipeline
 
     plans = joint.plans
     if all(p.drop_before == 0 and p.tombstones_from is None for p in plans):
-        return pipeline.keep_latest(keyed)
+        return pipeline.keep_latest(packed)
     pos = F.shiftright("p2", 1)
     tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
     live = None
@@ -179,8 +181,7 @@ def keep_latest(keyed, joint: JointPlan):
     assert live is not None
     kept = any(p.tombstones_from is not None for p in plans)  # a tombstone may survive
     return (
-        pipeline.narrow(keyed)
-        .groupBy("h1", "h2")
+        packed.groupBy("h1", "h2")
         .agg(F.max("p2").alias("p2"))
         .where(live.otherwise(False))
         .select(pos.alias("pos"), "h1", "h2", *pipeline.tomb_column(kept))
@@ -191,10 +192,10 @@ def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters
     """Phase one of a joint job: the joint packed positions of the surviving messages."""
     from . import pipeline
 
-    keyed = pipeline.with_key_hash(read_rows(spark, joint, counters, keyless_counters))
     name = joint.plan.strategy
     if name == "keep-latest":
-        return keep_latest(keyed, joint)
+        return keep_latest(read_rows(spark, joint, counters, keyless_counters, packed=True), joint)
+    keyed = pipeline.with_key_hash(read_rows(spark, joint, counters, keyless_counters))
     if name == "keep-first":
         return pipeline.keep_first(keyed)
     if name == "event-time":

@@ -6,7 +6,8 @@ group, so each task parses its own ledger files) and finds the surviving positio
 Spark's own operators:
 
 * keep-latest: ``max((pos << 1) | tombstone)`` per key -- one long, so Spark plans a hash
-  aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0. It is one aggregate,
+  aggregate (DESIGN §6); a survivor is a maximum whose tombstone bit is 0. The workers hand
+  these rows over packed, ``(h1, h2, p2)`` (``read_rows``). It is one aggregate,
   after the shuffle: the parsing tasks' combiner has done the partial aggregation already, so the
   session bypasses Spark's (``session.RUN_DEFAULTS``);
 * keep-first / event-time: per key, the last tombstone (a window aggregate), then the first
@@ -43,12 +44,24 @@ from ..plan import COMPACTED, RunPlan
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
 
 
-def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None, groups=None):
+def row_schema(with_et: bool, packed: bool) -> str:
+    """The Spark schema of phase-one rows (``tasks.rows_to_arrow``)."""
+    if packed:
+        return "h1 long, h2 long, p2 long"
+    return "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
+
+
+def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None, groups=None, packed=False):
     """Phase-one rows of every group (of ``groups`` when given), parsed in Python workers (one
     task per group). ``counter`` (a Spark accumulator) adds up the messages parsed,
-    ``keyless_counter`` the keyless messages retained (they all survive)."""
+    ``keyless_counter`` the keyless messages retained (they all survive).
+
+    ``packed`` (keep-latest): rows ``h1, h2, p2``, position and tombstone bit in one long
+    (``(pos << 1) | tomb``), the one value keep-latest aggregates. Packed by the worker, the JVM
+    converts three columns instead of four and projects nothing before the shuffle (given the
+    expression inside the aggregate instead, Spark shuffled ``pos`` and ``tomb`` apart)."""
     with_et = plan.strategy == "event-time"
-    schema = "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
+    schema = row_schema(with_et, packed)
 
     def parse(batches):
         for batch in batches:
@@ -56,7 +69,7 @@ def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None, groups=N
                 group = index if groups is None else groups[index]
                 stats: dict = {}
                 for rows in tasks.group_rows(plan, group, stats):
-                    yield tasks.rows_to_arrow(rows, with_et)
+                    yield tasks.rows_to_arrow(rows, with_et, packed)
                 if counter is not None:
                     counter.add(stats.get("messages", 0))
                 if keyless_counter is not None:
@@ -79,10 +92,11 @@ def with_key_hash(rows):
     )
 
 
-def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
-    """Survivors ``pos`` of keep-latest: the last message per key, unless it is a tombstone (one
-    at or after ``tombstones_from`` stays: tombstone retention) or it lies before ``drop_before``
-    (the key's time-to-live ran out); both are packed positions, see ``RunPlan``."""
+def keep_latest(packed, drop_before: int = 0, tombstones_from=None):
+    """Survivors ``pos`` of keep-latest over ``packed`` rows (``read_rows``): the last message
+    per key, unless it is a tombstone (one at or after ``tombstones_from`` stays: tombstone
+    retention) or it lies before ``drop_before`` (the key's time-to-live ran out); both are
+    packed positions, see ``RunPlan``."""
     from pyspark.sql import functions as F
 
     pos = F.shiftright("p2", 1)
@@ -92,8 +106,7 @@ def keep_latest(keyed, drop_before: int = 0, tombstones_from=None):
     if drop_before:
         live = live & (pos >= F.lit(int(drop_before)))
     return (
-        narrow(keyed)
-        .groupBy("h1", "h2")
+        packed.groupBy("h1", "h2")
         .agg(F.max("p2").alias("p2"))
         .where(live)
         .select(pos.alias("pos"), "h1", "h2", *tomb_column(tombstones_from is not None))
@@ -108,17 +121,6 @@ def tomb_column(kept: bool) -> list:
     from pyspark.sql import functions as F
 
     return [F.col("p2").bitwiseAND(F.lit(1)).alias("tomb")] if kept else []
-
-
-def narrow(keyed):
-    """``h1, h2, p2``: keep-latest's rows with position and tombstone bit in one long
-    (``(pos << 1) | tomb``), computed before the shuffle. Given the expression inside the
-    aggregate instead, Spark shuffles ``pos`` and ``tomb`` apart: four columns instead of three
-    (a fifth more bytes in the largest shuffle of a run)."""
-    from pyspark.sql import functions as F
-
-    p2 = F.shiftleft(F.col("pos"), 1).bitwiseOR(F.col("tomb").cast("long"))
-    return keyed.select("h1", "h2", p2.alias("p2"))
 
 
 def _after_last_tombstone(keyed):
@@ -186,9 +188,10 @@ def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None
     strategies also their key hash (and tombstone bit where tombstones may survive, event time
     for event-time): what phase two writes into
     the new view's key sidecar (``view_keys``), so the next run need not parse the view."""
-    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-latest":
-        return keep_latest(keyed, plan.drop_before, plan.tombstones_from)
+        packed = read_rows(spark, plan, counter, keyless_counter, packed=True)
+        return keep_latest(packed, plan.drop_before, plan.tombstones_from)
+    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
     if plan.strategy == "keep-first":
         return keep_first(keyed)
     if plan.strategy == "event-time":
