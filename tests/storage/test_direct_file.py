@@ -2,6 +2,7 @@
 file system refuses it, through the page cache) are exactly the bytes appended, whatever their
 sizes and alignment."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -75,3 +76,16 @@ def test_abort_removes_the_file(tmp_path):
     w.write(b"partial" * 1000)
     w.abort()
     assert not os.path.exists(path)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failed_background_write_reaches_the_caller():
+    """Writes happen in a background thread; their errors still surface (here: no space left on
+    ``/dev/full``), at the next write that needs the buffer back or at ``close``."""
+    w = DirectWriter("/dev/full", buffer_bytes=1 << 20)
+    with pytest.raises(OSError):
+        for _ in range(8):
+            w.write(b"x" * (1 << 20))
+        w.close()
+    with contextlib.suppress(OSError):
+        w.close()  # releases the descriptor and the thread when the error came from a write

@@ -18,16 +18,24 @@ them are written and the partial last block moves to the front of the buffer, wh
 reservation continues it. ``close`` writes the last partial
 block padded to a whole one, truncates the file back to its true length, and fsyncs it.
 
+A direct write returns only once the device has the bytes, so the writer does not wait for it:
+there are two buffers, and while a background thread writes one (``os.write`` releases the
+GIL) the caller fills the other; it waits only when it needs the first one back. One write is in
+flight at a time, so the file is still written in order.
+
 Where the file system refuses ``O_DIRECT`` (tmpfs, some network and FUSE file systems answer
-``EINVAL`` at open) or the caller turns it off, the same calls write through the page cache, so
-callers need no second code path. Readers are unaffected: after a direct write the kernel serves
+``EINVAL`` at open, a few only at the first write) or the caller turns it off, the same calls
+write through the page cache, so callers need no second code path. Readers are unaffected: after a direct write the kernel serves
 the file's bytes like any other (the page cache is kept coherent).
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Optional
 
 import numpy as np
 
@@ -53,25 +61,21 @@ class DirectWriter:
 
     Fill it either by ``write(data)`` (one copy into the aligned buffer) or, to save that copy,
     by ``reserve(n)`` (a writable ``uint8`` view of the next ``n`` bytes) then ``commit()``.
-    ``close()`` makes the file durable; ``abort()`` closes and removes it."""
+    ``close()`` makes the file durable; ``abort()`` closes and removes it. Not thread-safe: one
+    caller fills it (its own background thread does the writing)."""
 
     def __init__(self, path: str, direct: bool = True, buffer_bytes: int = 8 << 20):
         self.path = path
         self._fd, self.direct = _open(path, direct)
-        self._buf = self._grow(None, buffer_bytes)
+        self._bufs = [_grow(None, buffer_bytes), _grow(None, buffer_bytes)]
+        self._cur = 0
+        self._buf = self._bufs[0]  # the one being filled
         self._flush_at = len(self._buf) // 2  # small appends are gathered up to this many bytes
         self._pending = 0  # bytes at the buffer's front not yet written
         self._reserved = 0
-        self._written = 0  # bytes of the file already written (a multiple of BLOCK when direct)
-
-    @staticmethod
-    def _grow(old, size: int):
-        size = -(-size // BLOCK) * BLOCK
-        new = mmap.mmap(-1, size)  # anonymous mappings are page-aligned
-        if old is not None:
-            new[: len(old)] = old[:]
-            _close_map(old)
-        return new
+        self._written = 0  # bytes of the file handed to the device (a multiple of BLOCK when direct)
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._inflight: Optional[Future] = None  # the write of the other buffer
 
     def tell(self) -> int:
         """Bytes in the file so far (committed ones, written or pending)."""
@@ -82,7 +86,8 @@ class DirectWriter:
         (and to let go of then: the buffer cannot grow while a view of it is held)."""
         need = self._pending + n
         if need > len(self._buf):
-            self._buf = self._grow(self._buf, max(need, 2 * len(self._buf)))
+            k = self._cur
+            self._buf = self._bufs[k] = _grow(self._buf, max(need, 2 * len(self._buf)), self._pending)
         self._reserved = n
         return np.frombuffer(self._buf, np.uint8, n, self._pending)
 
@@ -103,29 +108,52 @@ class DirectWriter:
             self.commit()
 
     def _drain(self) -> None:
+        """Hand the pending whole blocks to the background writer and go on in the other buffer
+        (the partial last block moves to its front)."""
         end = self._pending
         whole = end - end % BLOCK if self.direct else end
-        if whole:
-            self._write_all(memoryview(self._buf)[:whole])
-            if end > whole:
-                self._buf[: end - whole] = self._buf[whole:end]
-            self._pending = end - whole
+        if not whole:
+            return
+        self._wait()  # the other buffer is free once its write is done
+        full = self._buf
+        k = 1 - self._cur
+        rest = end - whole
+        if rest:
+            self._bufs[k][:rest] = full[whole:end]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="direct-write")
+        self._inflight = self._pool.submit(self._write_all, memoryview(full)[:whole])
+        self._written += whole
+        self._cur, self._buf, self._pending = k, self._bufs[k], rest
+
+    def _wait(self) -> None:
+        if self._inflight is not None:
+            inflight, self._inflight = self._inflight, None
+            inflight.result()  # a failed write raises here
 
     def _write_all(self, view: memoryview) -> None:
         done = 0
-        while done < len(view):
-            done += os.write(self._fd, view[done:])
-        self._written += len(view)
+        try:
+            while done < len(view):
+                try:
+                    done += os.write(self._fd, view[done:])
+                except OSError as e:
+                    if e.errno != errno.EINVAL or not _drop_direct(self._fd):
+                        raise
+        finally:
+            view.release()
 
     def close(self, sync: bool = True) -> int:
         """Write what is left, fsync (unless ``sync`` is false) and close; returns the size."""
         size = self.tell()
         try:
             self._drain()
+            self._wait()
             if self._pending:  # direct: one padded block, then the file cut to its true length
                 self._buf[self._pending : BLOCK] = bytes(BLOCK - self._pending)
                 self._write_all(memoryview(self._buf)[:BLOCK])
                 os.ftruncate(self._fd, size)
+                self._written += self._pending
                 self._pending = 0
             if sync:
                 os.fsync(self._fd)
@@ -142,10 +170,40 @@ class DirectWriter:
             pass
 
     def _release(self) -> None:
+        try:
+            self._wait()
+        except OSError:
+            pass  # the file is being abandoned or the error was raised already
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        _close_map(self._buf)
+        for b in self._bufs:
+            _close_map(b)
+
+
+def _drop_direct(fd: int) -> bool:
+    """Turn ``O_DIRECT`` off on ``fd`` (a file system that took it at open but refuses a write:
+    the rest goes through the page cache); False when it was not on."""
+    import fcntl
+
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    if not flags & getattr(os, "O_DIRECT", 0):
+        return False
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+    return True
+
+
+def _grow(old: Optional[mmap.mmap], size: int, keep: int = 0) -> mmap.mmap:
+    """A page-aligned buffer of at least ``size`` bytes (anonymous mappings are), holding the
+    first ``keep`` bytes of ``old``, which is let go of."""
+    new = mmap.mmap(-1, -(-size // BLOCK) * BLOCK)
+    if old is not None:
+        new[:keep] = old[:keep]
+        _close_map(old)
+    return new
 
 
 def _close_map(m: mmap.mmap) -> None:
