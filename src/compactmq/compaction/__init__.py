@@ -53,8 +53,9 @@ A run
    hashes and positions are shuffled.
 3. *Phase two* (Spark): group the surviving positions by source ledger, and copy the raw bytes of
    the surviving entries, in id order, into new *segments* (rewriting batches as above): each
-   task writes one complete compacted-ledger file. Payload bytes never cross a shuffle: each
-   task re-reads its own source ledgers.
+   task writes one complete compacted-ledger file, with direct I/O where the file system allows
+   it (``storage.direct_file``: a run's gigabytes bypass the page cache). Payload bytes never
+   cross a shuffle: each task re-reads its own source ledgers.
 4. *Commit*: write the view's *chain manifest* naming its segments (``chain``), then in ONE
    metadata transaction make it the topic's compacted view together with the new horizon. Only
    afterwards delete the previous view's manifest and the segments the new one does not name,
