@@ -89,3 +89,12 @@ def test_a_failed_background_write_reaches_the_caller():
         w.close()
     with contextlib.suppress(OSError):
         w.close()  # releases the descriptor and the thread when the error came from a write
+
+
+def test_a_writer_dropped_unfinished_gives_back_its_descriptor(tmp_path):
+    before = len(os.listdir("/proc/self/fd"))
+    for k in range(20):
+        w = DirectWriter(str(tmp_path / f"f{k}"))
+        w.write(b"x" * (5 << 20))  # a background write in flight
+        del w
+    assert len(os.listdir("/proc/self/fd")) <= before + 1

@@ -122,7 +122,8 @@ class DirectWriter:
             self._bufs[k][:rest] = full[whole:end]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="direct-write")
-        self._inflight = self._pool.submit(self._write_all, memoryview(full)[:whole])
+        # (a function of the descriptor, not a method: the thread holds no reference to the writer)
+        self._inflight = self._pool.submit(_write_all, self._fd, memoryview(full)[:whole])
         self._written += whole
         self._cur, self._buf, self._pending = k, self._bufs[k], rest
 
@@ -130,18 +131,6 @@ class DirectWriter:
         if self._inflight is not None:
             inflight, self._inflight = self._inflight, None
             inflight.result()  # a failed write raises here
-
-    def _write_all(self, view: memoryview) -> None:
-        done = 0
-        try:
-            while done < len(view):
-                try:
-                    done += os.write(self._fd, view[done:])
-                except OSError as e:
-                    if e.errno != errno.EINVAL or not _drop_direct(self._fd):
-                        raise
-        finally:
-            view.release()
 
     def close(self, sync: bool = True) -> int:
         """Write what is left, fsync (unless ``sync`` is false) and close; returns the size."""
@@ -151,7 +140,7 @@ class DirectWriter:
             self._wait()
             if self._pending:  # direct: one padded block, then the file cut to its true length
                 self._buf[self._pending : BLOCK] = bytes(BLOCK - self._pending)
-                self._write_all(memoryview(self._buf)[:BLOCK])
+                _write_all(self._fd, memoryview(self._buf)[:BLOCK])
                 os.ftruncate(self._fd, size)
                 self._written += self._pending
                 self._pending = 0
@@ -169,19 +158,40 @@ class DirectWriter:
         except FileNotFoundError:
             pass
 
+    def __del__(self) -> None:
+        # a writer dropped unfinished (its task failed) still gives back its descriptor
+        if getattr(self, "_fd", -1) >= 0:
+            try:
+                self._release()
+            except Exception:
+                pass
+
     def _release(self) -> None:
         try:
             self._wait()
         except OSError:
             pass  # the file is being abandoned or the error was raised already
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(wait=False)  # idle: its one write was waited for above
             self._pool = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         for b in self._bufs:
             _close_map(b)
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    done = 0
+    try:
+        while done < len(view):
+            try:
+                done += os.write(fd, view[done:])
+            except OSError as e:
+                if e.errno != errno.EINVAL or not _drop_direct(fd):
+                    raise
+    finally:
+        view.release()
 
 
 def _drop_direct(fd: int) -> bool:
