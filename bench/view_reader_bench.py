@@ -38,7 +38,7 @@ def log(msg: str) -> None:
 
 def _write_segment(path: str, positions: np.ndarray) -> tuple:
     """A complete segment of 8-byte entries at ``positions`` (packed ``ledger << 32 | entry``)."""
-    from compactmq.compaction.compacted_ledger import PartWriter
+    from compactmq.compaction.compacted_writer import PartWriter
 
     w = PartWriter(path, complete=True)
     lids = positions >> 32

@@ -7,7 +7,8 @@ import pytest
 
 from compactmq.broker import compacted_source
 from compactmq.broker.compacted_source import for_delivery, last_batch_index, within_budget
-from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
+from compactmq.compaction.compacted_ledger import CompactedLedgerReader
+from compactmq.compaction.compacted_writer import CompactedLedgerWriter
 from compactmq.compaction.service import LedgerView
 from compactmq.protocol import batch as batch_codec
 from compactmq.protocol import frames

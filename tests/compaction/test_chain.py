@@ -12,6 +12,7 @@ import pytest
 
 from compactmq.compaction import chain
 from compactmq.compaction import compacted_ledger as cl
+from compactmq.compaction import compacted_writer as cw
 from compactmq.errors import StorageError
 
 
@@ -19,7 +20,7 @@ def _segment(directory, run_id, group, items) -> tuple:
     """Write a complete segment of ``items`` ((ledger, entry, bytes) in id order)."""
     name = chain.segment_name(run_id, group)
     path = os.path.join(directory, name)
-    w = cl.PartWriter(path, complete=True)
+    w = cw.PartWriter(path, complete=True)
     for lid, eid, data in items:
         w.append(lid, eid, data)
     n = w.close()
@@ -102,7 +103,7 @@ def test_a_fresh_chain_needs_no_sort_and_a_one_file_view_still_reads(tmp_path):
     assert _view(r) == [((g, e), bytes([g, e])) for g in range(3) for e in range(3)]
     assert list(r.segment_ids) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     old = os.path.join(d, "000000000001.compacted")  # the old layout, one file
-    w = cl.CompactedLedgerWriter(old)
+    w = cw.CompactedLedgerWriter(old)
     w.append(1, 1, b"x")
     w.finish()
     one = cl.CompactedLedgerReader(old)

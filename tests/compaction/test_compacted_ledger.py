@@ -7,11 +7,12 @@ import os
 import pytest
 
 from compactmq.compaction import compacted_ledger as cl
+from compactmq.compaction import compacted_writer as cw
 from compactmq.errors import StorageError
 
 
 def _write(path, items):
-    w = cl.CompactedLedgerWriter(path)
+    w = cw.CompactedLedgerWriter(path)
     for lid, eid, data in items:
         w.append(lid, eid, data)
     w.finish()
@@ -40,7 +41,7 @@ def test_read_through_pyarrow_uri(tmp_path):
 
 
 def test_ids_must_increase(tmp_path):
-    w = cl.CompactedLedgerWriter(str(tmp_path / "x"))
+    w = cw.CompactedLedgerWriter(str(tmp_path / "x"))
     w.append(3, 4, b"")
     with pytest.raises(StorageError):
         w.append(3, 4, b"")
@@ -49,20 +50,20 @@ def test_ids_must_increase(tmp_path):
 
 
 def test_parts_concatenate_in_order(tmp_path):
-    a, b = cl.PartWriter(str(tmp_path / "pa")), cl.PartWriter(str(tmp_path / "pb"))
+    a, b = cw.PartWriter(str(tmp_path / "pa")), cw.PartWriter(str(tmp_path / "pb"))
     a.append(1, 0, b"x")
     a.append(1, 5, b"yy")
     b.append(2, 0, b"zzz")
     a.close(), b.close()
     out = str(tmp_path / "7.compacted")
-    assert cl.concatenate_parts(out, [str(tmp_path / "pa"), str(tmp_path / "pb")]) == 3
+    assert cw.concatenate_parts(out, [str(tmp_path / "pa"), str(tmp_path / "pb")]) == 3
     assert [(tuple(p), d) for p, d in cl.CompactedLedgerReader(out)] == [
         ((1, 0), b"x"),
         ((1, 5), b"yy"),
         ((2, 0), b"zzz"),
     ]
     with pytest.raises(StorageError):  # out of order
-        cl.concatenate_parts(str(tmp_path / "8.compacted"), [str(tmp_path / "pb"), str(tmp_path / "pa")])
+        cw.concatenate_parts(str(tmp_path / "8.compacted"), [str(tmp_path / "pb"), str(tmp_path / "pa")])
     assert not os.path.exists(tmp_path / "8.compacted")
 
 

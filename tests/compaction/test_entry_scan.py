@@ -249,16 +249,17 @@ def test_native_and_numpy_scans_agree_on_malformed_input(monkeypatch):
 
 def test_copy_ranges_and_part_writer_ranges(path, tmp_path):
     from compactmq.compaction import compacted_ledger as cl
+    from compactmq.compaction import compacted_writer as cw
 
     src = np.frombuffer(bytes(range(200)), np.uint8)
     dst = np.zeros(50, np.uint8)
     es.copy_ranges(dst, [0, 10, 30], src, [5, 100, 0], [3, 0, 4])
     assert dst[:3].tolist() == [5, 6, 7] and dst[30:34].tolist() == [0, 1, 2, 3] and not dst[3:30].any()
-    w = cl.PartWriter(str(tmp_path / "p"))
+    w = cw.PartWriter(str(tmp_path / "p"))
     extra = np.frombuffer(b"XYZ", np.uint8)
     assert w.append_ranges(7, [1, 2, 3, 4], src, [10, 0, 0, 20], [2, -1, 3, 1], extra, [-1, -1, 0, -1]) == 3
     w.close()
-    cl.concatenate_parts(str(tmp_path / "c"), [str(tmp_path / "p")])
+    cw.concatenate_parts(str(tmp_path / "c"), [str(tmp_path / "p")])
     got = [(tuple(p), d) for p, d in cl.CompactedLedgerReader(str(tmp_path / "c"))]
     assert got == [((7, 1), bytes([10, 11])), ((7, 3), b"XYZ"), ((7, 4), bytes([20]))]
 

@@ -19,12 +19,13 @@ import pytest
 
 from compactmq.compaction import chain
 from compactmq.compaction import compacted_ledger as cl
+from compactmq.compaction import compacted_writer as cw
 
 
 def _segment(directory, run_id, group, items) -> tuple:
     name = chain.segment_name(run_id, group)
     path = os.path.join(directory, name)
-    w = cl.PartWriter(path, complete=True)
+    w = cw.PartWriter(path, complete=True)
     for lid, eid, data in items:
         w.append(lid, eid, data)
     n = w.close()
@@ -169,7 +170,7 @@ def test_a_large_chain_reads_like_the_model(tmp_path, monkeypatch, sample):
 
 
 def _one_file(path, n):
-    w = cl.CompactedLedgerWriter(path)
+    w = cw.CompactedLedgerWriter(path)
     for i in range(n):
         w.append(i // 1000, i % 1000, b"x")
     w.finish()

@@ -10,7 +10,7 @@ import pytest
 
 from compactmq.compaction import entry_scan as es
 from compactmq.compaction import previous_view, tasks
-from compactmq.compaction.compacted_ledger import read_part_index
+from compactmq.compaction.compacted_writer import read_part_index
 from compactmq.compaction.plan import RunPlan, build_groups, build_segments
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb

@@ -10,12 +10,8 @@ import pytest
 
 from compactmq.compaction import entry_scan as es
 from compactmq.compaction import tasks, view_keys
-from compactmq.compaction.compacted_ledger import (
-    CompactedLedgerReader,
-    concatenate_parts,
-    remove_orphans,
-    topic_dir,
-)
+from compactmq.compaction.compacted_ledger import CompactedLedgerReader, remove_orphans, topic_dir
+from compactmq.compaction.compacted_writer import concatenate_parts
 from compactmq.compaction.plan import RunPlan, build_groups, build_segments
 
 from .test_tasks import _plan

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from compactmq.compaction.compacted_ledger import CompactedLedgerReader, CompactedLedgerWriter
+from compactmq.compaction.compacted_ledger import CompactedLedgerReader
+from compactmq.compaction.compacted_writer import CompactedLedgerWriter
 from compactmq.config import load_config
 from compactmq.storage import Position, Storage
 from compactmq.storage.offload import FAULT_ENV, open_store
@@ -141,7 +142,7 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
     """Commit ``entries`` as a compacted ledger stored the way a run's phase-two tasks write it
     straight to the object store (parts and their indexes, uploaded; a manifest beside them),
     with its catalog row in the commit's transaction."""
-    from compactmq.compaction.compacted_ledger import PartWriter, write_manifest
+    from compactmq.compaction.compacted_writer import PartWriter, write_manifest
     from compactmq.storage.offload import COMPACTED, OffloadRecord
 
     meta = st.metadata
@@ -281,7 +282,7 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
     import numpy as np  # noqa: F401 - the chain module's arrays
 
     from compactmq.compaction import chain
-    from compactmq.compaction.compacted_ledger import PartWriter
+    from compactmq.compaction.compacted_writer import PartWriter
 
     conf = {
         **SMALL,

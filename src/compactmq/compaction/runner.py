@@ -38,8 +38,8 @@ from .compacted_ledger import (
     compacted_ledger_path,
     remove_orphans,
     topic_dir,
-    write_manifest,
 )
+from .compacted_writer import write_manifest
 from .lag import last_compactable, lag_seconds_setting
 from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir

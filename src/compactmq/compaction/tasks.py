@@ -17,7 +17,8 @@ from ..errors import CompactionError
 from . import batch_rewrite
 from . import entry_scan as es
 from . import native
-from .compacted_ledger import CompactedLedgerReader, PartWriter, read_file_bytes
+from .compacted_ledger import CompactedLedgerReader, read_file_bytes
+from .compacted_writer import PartWriter
 from .plan import COMPACTED, RunPlan, Segment
 
 # readers of compacted ledgers opened by this worker process (worker processes are reused)
