@@ -2,7 +2,7 @@
 
 Phase one of a compaction run parses every stored entry of the history: the outer
 ``MessageMetadata``, every sub-message of a batch, the two key hashes, and the map-side
-keep-latest combiner. This times exactly that (``entry_scan.entry_rows`` then ``combine_latest``)
+keep-latest combiner. This times exactly that (``message_rows.entry_rows`` then ``combine_latest``)
 on in-memory entries built as ``compaction_bench.py`` builds them (100-byte payloads, 1 %
 tombstones), once with the accelerator and once with ``COMPACTMQ_NATIVE=0`` (numpy only), in
 both layouts, and reports messages per second of wall and of CPU time (best of --repeat, single thread).
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
 
     from compaction_bench import build_entries, make_messages
 
-    from compactmq.compaction import entry_scan as es
+    from compactmq.compaction import message_rows as mr
     from compactmq.compaction import native
 
     describe = getattr(native, "describe", None)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                     continue
 
             def run():
-                es.combine_latest(es.entry_rows(buf, ids, offs, lens, 0))
+                mr.combine_latest(mr.entry_rows(buf, ids, offs, lens, 0))
 
             s, cpu = _time(run, args.repeat)
             row[path] = {

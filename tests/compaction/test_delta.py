@@ -10,6 +10,7 @@ import numpy as np
 
 from compactmq.compaction import delta, view_keys
 from compactmq.compaction import entry_scan as es
+from compactmq.compaction import message_rows as mr
 from compactmq.compaction.plan import COMPACTED, RunPlan, Segment
 
 
@@ -82,7 +83,7 @@ def test_superseded_rows_agree_with_and_without_the_extension(monkeypatch):
     rng = np.random.default_rng(3)
     old_h1 = rng.integers(0, 50, 2000)
     old_h2 = rng.integers(-(2**62), 2**62, 2000)
-    old = es.Rows(
+    old = mr.Rows(
         old_h1, old_h2, np.arange(2000, dtype=np.int64), np.zeros(2000, np.int8), np.zeros(2000, np.int64)
     )
     pick = rng.choice(2000, 300, replace=False)

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compactmq.compaction import batch_rewrite
 from compactmq.compaction import entry_scan as es
+from compactmq.compaction import message_rows as mr
 from compactmq.protocol import pulsar_pb2 as pb
 
 from . import entries as E
@@ -92,7 +93,7 @@ def path(request, monkeypatch):
 @given(st.lists(entry, min_size=1, max_size=8))
 def test_rows_match_protobuf(path, blobs):
     buf, offs, lens = _concat(blobs)
-    rows = es.entry_rows(buf, np.arange(len(blobs)), offs, lens, 3)
+    rows = mr.entry_rows(buf, np.arange(len(blobs)), offs, lens, 3)
     keys = {m[1] for b in blobs for m in E.decode(b)[1]}
     assert _rows_as_set(rows, keys) == _expected(blobs)
     assert (es.unpack_positions(rows.pos)[0] == 3).all()
@@ -209,14 +210,14 @@ def test_key_hash_separates_similar_keys():
 def test_combine_latest_keeps_the_last_row_per_key_in_position_order(path):
     h1 = np.array([5, 7, 5, 5, 9, 7], np.int64)
     h2 = np.array([1, 1, 2, 1, 1, 1], np.int64)  # (5, 2) shares h1 with (5, 1): a collision
-    rows = es.Rows(
+    rows = mr.Rows(
         h1,
         h2,
         np.arange(6, dtype=np.int64) * 10,
         np.array([0, 0, 0, 1, 0, 0], np.int8),
         np.zeros(6, np.int64),
     )
-    out = es.combine_latest(rows)
+    out = mr.combine_latest(rows)
     # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50 -- exactly, on both
     # paths, although the collision interleaves (5,1) and (5,2): a delta run and the Python
     # reduce take the combiner's rows as one per key
@@ -240,7 +241,7 @@ def test_native_and_numpy_scans_agree_on_malformed_input(monkeypatch):
         for flag in ("1", "0"):
             monkeypatch.setenv("COMPACTMQ_NATIVE", flag)
             try:
-                rows = es.entry_rows(buf, np.arange(2), offs, lens, 0)
+                rows = mr.entry_rows(buf, np.arange(2), offs, lens, 0)
                 outcomes.append(("ok", rows.pos.tolist()))
             except es.CompactionError:
                 outcomes.append(("error", None))
@@ -270,8 +271,8 @@ def test_combiner_never_drops_a_key_s_last_row(path, keys):
     h1 = np.array([k for k, _ in keys], np.int64)
     h2 = np.array([k2 for _, k2 in keys], np.int64)
     n = len(keys)
-    rows = es.Rows(h1, h2, np.arange(n, dtype=np.int64), np.zeros(n, np.int8), np.zeros(n, np.int64))
-    out = es.combine_latest(rows)
+    rows = mr.Rows(h1, h2, np.arange(n, dtype=np.int64), np.zeros(n, np.int8), np.zeros(n, np.int64))
+    out = mr.combine_latest(rows)
     last = {}
     for i, k in enumerate(keys):
         last[k] = i
@@ -296,8 +297,8 @@ def test_streaming_combiner_keeps_each_key_s_last_row(path, keys, cuts):
     h2 = np.array([k2 for _, k2, _ in keys], np.int64)
     pos = np.arange(n, dtype=np.int64) * 3
     flags = np.array([int(t) for _, _, t in keys], np.int8)
-    rows = es.Rows(h1, h2, pos, flags, np.zeros(n, np.int64))
-    combiner = es.LatestCombiner()
+    rows = mr.Rows(h1, h2, pos, flags, np.zeros(n, np.int64))
+    combiner = mr.LatestCombiner()
     if path == "native":
         combiner._table = native.LatestTable(native.library(), capacity=2)  # grows many times
     at = 0

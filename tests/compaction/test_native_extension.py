@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from compactmq.compaction import entry_scan as es
+from compactmq.compaction import message_rows as mr
 from compactmq.compaction import native
 from compactmq.errors import CompactionError
 
@@ -47,7 +48,7 @@ def test_missing_extension_means_numpy_with_one_warning(first_call, monkeypatch,
     assert len(_warnings(caplog)) == 1 and "not installed" in _warnings(caplog)[0].getMessage()
     assert native.describe().startswith("numpy")
     buf, offs, lens = _one_batch()
-    rows = es.entry_rows(buf, np.arange(1), offs, lens, 0)
+    rows = mr.entry_rows(buf, np.arange(1), offs, lens, 0)
     assert len(rows) == 3 and int(rows.flags[2] & es.FLAG_TOMBSTONE)
 
 

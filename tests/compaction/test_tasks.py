@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from compactmq.compaction import entry_scan as es
+from compactmq.compaction import message_rows as mr
 from compactmq.compaction import previous_view, tasks
 from compactmq.compaction.compacted_writer import read_part_index
 from compactmq.compaction.plan import RunPlan, build_groups, build_segments
@@ -67,7 +68,7 @@ def test_chunked_scan_and_copy_match_unchunked(tmp_path, monkeypatch):
 
         def run(limit):
             monkeypatch.setattr(tasks, "CHUNK_BYTES", limit)
-            rows = es.Rows.concat([r for g in range(len(plan.groups)) for r in tasks.group_rows(plan, g)])
+            rows = mr.Rows.concat([r for g in range(len(plan.groups)) for r in tasks.group_rows(plan, g)])
             # survivors: last row per key, not a tombstone
             last = {}
             for h1, h2, p, f in zip(
@@ -102,7 +103,7 @@ def test_a_combiner_that_gives_up_hands_on_rows_the_aggregate_reduces_alike(tmp_
 
         def rows_with(max_distinct):
             monkeypatch.setattr(tasks, "COMBINE_MAX_DISTINCT", max_distinct)
-            return [es.Rows.concat(list(tasks.group_rows(plan, g))) for g in range(len(plan.groups))]
+            return [mr.Rows.concat(list(tasks.group_rows(plan, g))) for g in range(len(plan.groups))]
 
         def latest(groups):
             best: dict = {}
@@ -154,7 +155,7 @@ def test_group_rows_counts_the_keyless_messages_it_retains(tmp_path):
                 combine=True,
             )
             stats: dict = {}
-            rows = es.Rows.concat(list(tasks.group_rows(plan, 0, stats)))
+            rows = mr.Rows.concat(list(tasks.group_rows(plan, 0, stats)))
             assert stats["messages"] == 5 and stats.get("keyless", 0) == keyless
             assert len(rows) == 1 + keyless  # the key's last row, and each retained keyless message
     finally:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from compactmq.compaction import entry_scan as es
+from compactmq.compaction import message_rows as mr
 from compactmq.compaction import tasks, view_keys
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader, remove_orphans, topic_dir
 from compactmq.compaction.compacted_writer import concatenate_parts
@@ -17,11 +18,11 @@ from compactmq.compaction.plan import RunPlan, build_groups, build_segments
 from .test_tasks import _plan
 
 
-def _all_rows(plan: RunPlan) -> es.Rows:
-    return es.Rows.concat([r for g in range(len(plan.groups)) for r in tasks.group_rows(plan, g)])
+def _all_rows(plan: RunPlan) -> mr.Rows:
+    return mr.Rows.concat([r for g in range(len(plan.groups)) for r in tasks.group_rows(plan, g)])
 
 
-def _keep_latest(rows: es.Rows) -> np.ndarray:
+def _keep_latest(rows: mr.Rows) -> np.ndarray:
     """Indexes of keep-latest survivors (the last row per key, unless a tombstone)."""
     last: dict = {}
     for i, (a, b) in enumerate(zip(rows.h1.tolist(), rows.h2.tolist())):

@@ -66,6 +66,7 @@ import numpy as np
 
 from ..errors import CompactionError
 from . import entry_scan as es
+from . import message_rows as mr
 from .plan import COMPACTED, RunPlan
 
 # the kinds of row the lookup emits (and phase two routes)
@@ -101,7 +102,7 @@ def marker_position(plan: RunPlan, group: int) -> int:
     )
 
 
-def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
+def old_rows(plan: RunPlan, segments: Optional[list] = None) -> mr.Rows:
     """The live rows of the previous view's sidecar in ``segments`` (all compacted segments by
     default), in position order, positions packed with the plan's ordinals."""
     from . import view_keys
@@ -113,7 +114,7 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
     if segments is not None:
         if cached is None:  # this worker looked nothing up: read only these ledgers' rows
             parts = view_keys.segment_rows(source, segments, False)
-            return es.Rows.concat(parts) if parts else _no_rows()
+            return mr.Rows.concat(parts) if parts else _no_rows()
         shift = es.ENTRY_BITS + es.BATCH_BITS
         lo = min(s.ordinal for s in segments) << shift
         hi = (max(s.ordinal for s in segments) + 1) << shift
@@ -121,7 +122,7 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
         return cached.take(slice(int(a), int(b)))
     if cached is None:
         parts = view_keys.segment_rows(source, compacted_segments(plan), False)
-        rows = es.Rows.concat(parts) if parts else _no_rows()
+        rows = mr.Rows.concat(parts) if parts else _no_rows()
         _old_cache.clear()
         _order_cache.clear()
         if len(rows) <= CACHE_ROWS:
@@ -130,9 +131,9 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> es.Rows:
     return cached
 
 
-def _no_rows() -> es.Rows:
+def _no_rows() -> mr.Rows:
     z = np.zeros(0, np.int64)
-    return es.Rows(z, z.copy(), z.copy(), np.zeros(0, np.int8), z.copy())
+    return mr.Rows(z, z.copy(), z.copy(), np.zeros(0, np.int8), z.copy())
 
 
 def survives(plan: RunPlan, pos: np.ndarray, tomb: np.ndarray) -> np.ndarray:
@@ -171,7 +172,7 @@ def match(old_h1, old_h2, new_h1, new_h2, old_order=None) -> tuple[np.ndarray, n
     return i[same].astype(np.int64), j[same].astype(np.int64)
 
 
-def by_hash(rows: es.Rows) -> np.ndarray:
+def by_hash(rows: mr.Rows) -> np.ndarray:
     """``argsort`` of ``rows.h1`` (remembered with the cached rows, ``old_rows``)."""
     if _order_cache.get("rows") is not rows:
         _order_cache.clear()
@@ -179,7 +180,7 @@ def by_hash(rows: es.Rows) -> np.ndarray:
     return _order_cache["order"]
 
 
-def superseded_rows(old: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+def superseded_rows(old: mr.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     """Indexes of the ``old`` rows whose key is one of the new keys ``(h1, h2)`` (unique): with
     the extension, the map-side combiner's hash table over the old rows then the new ones (an
     old row that is not the last of its key has a new one after it: one pass, no sort), else
@@ -193,7 +194,7 @@ def superseded_rows(old: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~last[: len(old)])
 
 
-def superseded_in(rows: es.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+def superseded_in(rows: mr.Rows, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
     """Packed positions of the old ``rows`` (a group's) whose key is one of the new keys
     ``(h1, h2)``: what a newer message supersedes (a keyless row is a key of its own)."""
     i = superseded_rows(rows, np.asarray(h1, np.int64), np.asarray(h2, np.int64))
@@ -227,7 +228,7 @@ def retire_group(
     group: int,
     superseded: np.ndarray,
     stats: Optional[dict] = None,
-    rows: Optional[es.Rows] = None,
+    rows: Optional[mr.Rows] = None,
 ) -> dict:
     """Step 3 for old ``group``: what the run drops and masks of its entries, and its ``gone``
     sidecar file. ``superseded``: the packed positions of its messages newer ones replace.

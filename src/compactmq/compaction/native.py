@@ -164,7 +164,7 @@ def rebuild_subs(lib, buf: np.ndarray, sub, fs, fe, keep: np.ndarray, tail: byte
 
 def single_rows(lib, buf: np.ndarray, offsets, lengths, seeds: np.ndarray):
     """``(h1, h2, flags, event_time)`` of entries that each hold one message (the phase-one rows
-    of ``entry_scan.entry_rows`` but their positions and the keyless rows' stand-in hashes), or
+    of ``message_rows.entry_rows`` but their positions and the keyless rows' stand-in hashes), or
     None when some entry is a batch or a marker."""
     off, ln = _i64(offsets), _i64(lengths)
     n = len(off)

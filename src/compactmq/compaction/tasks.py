@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import CompactionError
 from . import batch_rewrite
 from . import entry_scan as es
+from . import message_rows as mr
 from . import native
 from .compacted_ledger import CompactedLedgerReader, read_file_bytes
 from .compacted_writer import PartWriter
@@ -149,7 +150,7 @@ COMBINE_PROBE_ROWS = 2_000_000
 COMBINE_MAX_DISTINCT = 0.8
 
 
-def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Iterator[es.Rows]:
+def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Iterator[mr.Rows]:
     """Phase-one rows of every segment of a group. Keyless rows are dropped unless retained;
     for keep-latest the group goes through the map-side combiner (``LatestCombiner``).
     ``stats["messages"]`` adds up the messages parsed, ``stats["keyless"]`` the keyless ones kept
@@ -173,7 +174,7 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
         elif stats is not None:
             stats["keyless"] = stats.get("keyless", 0) + int(np.count_nonzero(rows.flags & es.FLAG_KEYLESS))
         if combining and combine:
-            combiner = combiner or es.LatestCombiner()
+            combiner = combiner or mr.LatestCombiner()
             combiner.add(rows)
             taken += len(rows)
             distinct = combiner.distinct()
@@ -190,7 +191,7 @@ def group_rows(plan: RunPlan, group: int, stats: Optional[dict] = None) -> Itera
         yield from _arrow_sized(combiner.rows())
 
 
-def _arrow_sized(rows: es.Rows) -> Iterator[es.Rows]:
+def _arrow_sized(rows: mr.Rows) -> Iterator[mr.Rows]:
     for start in range(0, len(rows), ARROW_BATCH_ROWS):
         yield rows.take(slice(start, start + ARROW_BATCH_ROWS))
 
@@ -211,16 +212,16 @@ def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
         pieces = load_pieces(seg)
         if len(pieces) > 1:  # a chained view: rows of each file, merged back into id order
             rows = [
-                es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal)
+                mr.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal)
                 for buf, eids, offs, lens in pieces
                 for lo, hi in chunks(lens)
             ]
-            merged = es.Rows.concat(rows)
+            merged = mr.Rows.concat(rows)
             yield merged.take(np.argsort(merged.pos, kind="stable")), True
             continue
         for buf, eids, offs, lens in pieces:
             for lo, hi in chunks(lens):
-                yield es.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
+                yield mr.entry_rows(buf, eids[lo:hi], offs[lo:hi], lens[lo:hi], seg.ordinal), True
 
 
 ARROW_BATCH_ROWS = 1 << 20
@@ -246,7 +247,7 @@ def chunks(lengths: np.ndarray, limit: Optional[int] = None):
     return out
 
 
-def rows_to_arrow(rows: es.Rows, with_event_time: bool, packed: bool = False):
+def rows_to_arrow(rows: mr.Rows, with_event_time: bool, packed: bool = False):
     """One Arrow record batch ``h1 long, h2 long, pos long, flags byte[, et long]``, or with
     ``packed`` (keep-latest) ``h1 long, h2 long, p2 long``: position and tombstone bit in one
     long, ``(pos << 1) | tomb`` (``pipeline.read_rows``)."""

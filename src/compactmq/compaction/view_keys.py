@@ -63,6 +63,7 @@ from typing import Optional
 import numpy as np
 
 from . import entry_scan as es
+from . import message_rows as mr
 
 SUFFIX = ".keys"
 STORE_DIR = "keys"
@@ -269,6 +270,6 @@ def segment_rows(source: dict, segments: list, with_event_time: bool) -> list:
         pos = (np.int64(seg.ordinal) << (es.ENTRY_BITS + es.BATCH_BITS)) | ids[a:b]
         keyless = (flags[a:b] & es.FLAG_KEYLESS) != 0
         out.append(
-            es.Rows(np.where(keyless, pos, h1[a:b]), h2[a:b].copy(), pos, flags[a:b].copy(), et[a:b].copy())
+            mr.Rows(np.where(keyless, pos, h1[a:b]), h2[a:b].copy(), pos, flags[a:b].copy(), et[a:b].copy())
         )
     return out

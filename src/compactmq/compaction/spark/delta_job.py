@@ -105,11 +105,11 @@ def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=No
     """In one task: the new groups ``fresh`` parsed and combined to one row per key (its latest
     message, tombstones included); the messages parsed counted into ``counter``, the retained
     keyless ones into ``keyless_counter``."""
-    from .. import entry_scan as es
+    from .. import message_rows as mr
     from .. import tasks
 
     stats: dict = {}
-    combiner = es.LatestCombiner()
+    combiner = mr.LatestCombiner()
     for g in fresh:
         for part in tasks.group_rows(plan, g, stats):
             combiner.add(part)

@@ -54,6 +54,7 @@ import numpy as np
 from ... import errors
 from .. import CompactionProgress, ProgressCallback
 from .. import entry_scan as es
+from .. import message_rows as mr
 from .. import tasks
 from ..plan import RunPlan
 
@@ -116,12 +117,12 @@ class JointPlan:
         return (self.offsets[i] + len(self.plans[i].segments)) << _POS_SHIFT
 
 
-def relabel(rows: es.Rows, index: int, offset: int) -> es.Rows:
+def relabel(rows: mr.Rows, index: int, offset: int) -> mr.Rows:
     """Rows of plan ``index`` in the joint job: positions offset, key hashes salted."""
     pos = rows.pos + np.int64(offset << _POS_SHIFT) if offset else rows.pos
     keyless = (rows.flags & es.FLAG_KEYLESS) != 0
     h1 = np.where(keyless, pos, rows.h1 ^ np.int64(_salt(index)))
-    return es.Rows(h1, rows.h2, pos, rows.flags, rows.event_time)
+    return mr.Rows(h1, rows.h2, pos, rows.flags, rows.event_time)
 
 
 def unsalt(h1: np.ndarray, h2: np.ndarray, local_pos: np.ndarray, index: int) -> np.ndarray:
