@@ -116,8 +116,8 @@ def keep_latest(packed, drop_before: int = 0, tombstones_from=None):
 def tomb_column(kept: bool) -> list:
     """The survivors' ``tomb`` column, when tombstones may survive (``kept``: tombstone
     retention). Otherwise every survivor is a value and phase two takes the bits as zeros
-    (``copy_part``) rather than have a column of zeros shuffled: a fifth of the bytes of the
-    survivors' shuffle at 30 M keys."""
+    (``copy_part``) rather than have a column of zeros shuffled: 8 of a row's 40 bytes, 6 % of
+    the survivors' compressed shuffle at 30 M keys (460 MB against 492)."""
     from pyspark.sql import functions as F
 
     return [F.col("p2").bitwiseAND(F.lit(1)).alias("tomb")] if kept else []
@@ -186,8 +186,8 @@ def user_strategy(keyed, plan: RunPlan, strategy):
 def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None):
     """Phase one: the packed positions of the surviving messages (``pos``); for the built-in
     strategies also their key hash (and tombstone bit where tombstones may survive, event time
-    for event-time): what phase two writes into
-    the new view's key sidecar (``view_keys``), so the next run need not parse the view."""
+    for event-time): what phase two writes into the new view's key sidecar (``view_keys``), so
+    the next run need not parse the view."""
     if plan.strategy == "keep-latest":
         packed = read_rows(spark, plan, counter, keyless_counter, packed=True)
         return keep_latest(packed, plan.drop_before, plan.tombstones_from)
