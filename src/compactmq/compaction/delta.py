@@ -114,7 +114,7 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> mr.Rows:
     if segments is not None:
         if cached is None:  # this worker looked nothing up: read only these ledgers' rows
             parts = view_keys.segment_rows(source, segments, False)
-            return mr.Rows.concat(parts) if parts else _no_rows()
+            return mr.Rows.concat(parts) if parts else mr.no_rows()
         shift = es.ENTRY_BITS + es.BATCH_BITS
         lo = min(s.ordinal for s in segments) << shift
         hi = (max(s.ordinal for s in segments) + 1) << shift
@@ -122,18 +122,13 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> mr.Rows:
         return cached.take(slice(int(a), int(b)))
     if cached is None:
         parts = view_keys.segment_rows(source, compacted_segments(plan), False)
-        rows = mr.Rows.concat(parts) if parts else _no_rows()
+        rows = mr.Rows.concat(parts) if parts else mr.no_rows()
         _old_cache.clear()
         _order_cache.clear()
         if len(rows) <= CACHE_ROWS:
             _old_cache[plan.run_dir] = rows
         return rows
     return cached
-
-
-def _no_rows() -> mr.Rows:
-    z = np.zeros(0, np.int64)
-    return mr.Rows(z, z.copy(), z.copy(), np.zeros(0, np.int8), z.copy())
 
 
 def survives(plan: RunPlan, pos: np.ndarray, tomb: np.ndarray) -> np.ndarray:

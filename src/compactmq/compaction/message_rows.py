@@ -143,14 +143,15 @@ class LatestCombiner:
 
     def rows(self) -> Rows:
         if self._table is None:
-            return combine_latest(Rows.concat(self._parts)) if self._parts else _no_rows()
+            return combine_latest(Rows.concat(self._parts)) if self._parts else no_rows()
         c = self._table.columns()
         return Rows(c["h1"], c["h2"], c["pos"], c["flags"], np.zeros(len(c["pos"]), np.int64))
 
 
-def _no_rows() -> Rows:
+def no_rows() -> Rows:
+    """Rows of nothing."""
     z = np.zeros(0, np.int64)
-    return Rows(z, z, z, np.zeros(0, np.int8), z)
+    return Rows(z, z.copy(), z.copy(), np.zeros(0, np.int8), z.copy())
 
 
 def combine_latest(rows: Rows) -> Rows:

@@ -253,17 +253,13 @@ def rows_to_arrow(rows: mr.Rows, with_event_time: bool, packed: bool = False):
     long, ``(pos << 1) | tomb`` (``pipeline.read_rows``)."""
     import pyarrow as pa
 
+    cols = [pa.array(rows.h1, pa.int64()), pa.array(rows.h2, pa.int64())]
+    names = ["h1", "h2"]
     if packed:
         p2 = (np.asarray(rows.pos, np.int64) << 1) | ((rows.flags & es.FLAG_TOMBSTONE) != 0)
-        cols = [pa.array(rows.h1, pa.int64()), pa.array(rows.h2, pa.int64()), pa.array(p2, pa.int64())]
-        return pa.RecordBatch.from_arrays(cols, names=["h1", "h2", "p2"])
-    cols = [
-        pa.array(rows.h1, pa.int64()),
-        pa.array(rows.h2, pa.int64()),
-        pa.array(rows.pos, pa.int64()),
-        pa.array(rows.flags, pa.int8()),
-    ]
-    names = ["h1", "h2", "pos", "flags"]
+        return pa.RecordBatch.from_arrays([*cols, pa.array(p2, pa.int64())], names=[*names, "p2"])
+    cols += [pa.array(rows.pos, pa.int64()), pa.array(rows.flags, pa.int8())]
+    names += ["pos", "flags"]
     if with_event_time:
         cols.append(pa.array(rows.event_time, pa.int64()))
         names.append("et")
@@ -601,28 +597,15 @@ def _copy_group_to(
         if a == b:
             continue
         seg = plan.segments[o]
-        before = entries
         cand, counts = sorted_runs(eids[a:b])
         inverse = np.repeat(np.arange(len(cand), dtype=np.int64), counts)  # survivor -> its entry
         pieces = load_pieces(seg, cand) if seg.kind == COMPACTED else [load_live(seg, cand)]
-        if len(pieces) > 1:  # a chained view's entries of this ledger lie in several segments
-            entries += _copy_gathered(writer, seg.ledger_id, pieces, cand, inverse, bidx[a:b])
-            messages += b - a
-            per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + entries - before
-            continue
-        buf, seg_eids, offs, lens = pieces[0]
-        at = np.searchsorted(seg_eids, cand)
-        if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
-            raise CompactionError(f"surviving entries of ledger {seg.ledger_id} vanished during compaction")
-        c_offs, c_lens, c_bidx = offs[at], lens[at], bidx[a:b]
-        for lo, hi in chunks(c_lens):
-            sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
-            src, new_lens, extra, extra_off = batch_rewrite.rebuild_ranges(
-                buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, c_bidx[sel]
-            )
-            entries += writer.append_ranges(seg.ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+        # several pieces: a chained view's entries of this ledger lie in several segments
+        copy = _copy_gathered if len(pieces) > 1 else _copy_piece
+        written = copy(writer, seg.ledger_id, pieces, cand, inverse, bidx[a:b])
+        entries += written
         messages += b - a
-        per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + entries - before
+        per_ledger[seg.ledger_id] = per_ledger.get(seg.ledger_id, 0) + written
     writer.close()
     ledgers = np.array(sorted(per_ledger.items()), ">i8").reshape(-1, 2)
     return {
@@ -632,6 +615,25 @@ def _copy_group_to(
         "messages": messages,
         "ledgers": ledgers.tobytes(),
     }
+
+
+def _copy_piece(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
+    """Copy the survivors of entries ``cand`` (sorted, all in the one piece of ``pieces``) a
+    chunk of entries at a time, straight from the piece's buffer. ``inverse`` (each survivor's
+    index in ``cand``) is sorted."""
+    buf, seg_eids, offs, lens = pieces[0]
+    at = np.searchsorted(seg_eids, cand)
+    if (at >= len(seg_eids)).any() or (seg_eids[np.minimum(at, len(seg_eids) - 1)] != cand).any():
+        raise CompactionError(f"surviving entries of ledger {ledger_id} vanished during compaction")
+    c_offs, c_lens = offs[at], lens[at]
+    written = 0
+    for lo, hi in chunks(c_lens):
+        sel = slice(*np.searchsorted(inverse, [lo, hi]).tolist())
+        src, new_lens, extra, extra_off = batch_rewrite.rebuild_ranges(
+            buf, c_offs[lo:hi], c_lens[lo:hi], inverse[sel] - lo, bidx[sel]
+        )
+        written += writer.append_ranges(ledger_id, cand[lo:hi], buf, src, new_lens, extra, extra_off)
+    return written
 
 
 def _copy_gathered(writer, ledger_id: int, pieces: list, cand, inverse, bidx) -> int:
