@@ -25,6 +25,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..naming import TopicName
+from ..auth.policy_values import Target, check_policy_values
 from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
@@ -687,6 +688,9 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         topic = _persistent(topic_name(**path))
         n = await _kind(ctx, topic)
         values = policy.parse(await read_json(request, policy.summary))
+        # every value through its rule (auth.policy_values), off the event loop (realpath)
+        where = Target(ctx.service.config, TopicName.parse(topic).namespace_name, topic)
+        values = await ctx.run_blocking(check_policy_values, values, where)
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, values)
         await ctx.service.topics.policies_changed(topic)
