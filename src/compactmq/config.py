@@ -114,6 +114,12 @@ SETTINGS: dict[str, Setting] = {
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),
+    "maxNumPartitionsPerPartitionedTopic": _s(
+        int,
+        0,
+        "most partitions a partitioned topic may have (REST, autoTopicCreation policies); 0: no limit "
+        "(Pulsar's default)",
+    ),
     "keepAliveIntervalSeconds": _s(int, 30, "PING interval; a peer silent for twice this is dropped"),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
     "maxPendingPublishBytesPerConnection": _s(

@@ -199,3 +199,184 @@ def test_offload_policies_only_the_operators_locations(env):
     ):
         assert "not allowed on this broker" in acme.error("POST", f"{NS}/offloadPolicies", 412, policy)
     acme.ok("DELETE", f"{NS}/removeOffloadPolicies")
+
+
+# --- every PUT/POST body route, hostile values --------------------------------------------------
+
+PATH_VALUES = {"tenant": "acme", "namespace": "ops", "topic": "t", "domain": "persistent", "role": "r"}
+#: object bodies: a valid baseline, and the fields the sweep replaces one at a time
+OBJECT_FIELDS: dict[str, tuple[dict, tuple[str, ...]]] = {
+    "compactedExport": ({"format": "parquet"}, ("path", "root", "format", "view", "partitionBy")),
+    "offloadPolicies": (
+        {"managedLedgerOffloadDriver": "filesystem"},  # + the broker's own fileSystemURI (``env``)
+        (
+            "managedLedgerOffloadDriver",
+            "fileSystemURI",
+            "s3ManagedLedgerOffloadBucket",
+            "s3ManagedLedgerOffloadRegion",
+            "s3ManagedLedgerOffloadServiceEndpoint",
+            "gcsManagedLedgerOffloadBucket",
+            "managedLedgerOffloadThresholdInBytes",
+        ),
+    ),
+    "retention": (
+        {"retentionTimeInMinutes": 1, "retentionSizeInMB": 1},
+        ("retentionTimeInMinutes", "retentionSizeInMB"),
+    ),
+    "autoTopicCreation": (
+        {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2},
+        ("allowAutoTopicCreation", "topicType", "defaultNumPartitions"),
+    ),
+    "schema": ({"type": "STRING", "schema": ""}, ("type",)),
+    "version": ({"type": "STRING", "schema": ""}, ("type",)),
+    "compatibility": ({"type": "STRING", "schema": ""}, ("type",)),
+    "offload": ({"ledgerId": 1, "entryId": 0}, ("ledgerId", "entryId")),
+    "{tenant}": ({"adminRoles": ["acme-admin"]}, ("adminRoles", "allowedClusters")),  # superuser only
+    "{namespace}": ({}, ("auth_policies",)),  # the namespace exists: 409 whatever the body
+}
+
+
+def body_routes():
+    """``(method, path, suffix, body type)`` of every admin route that reads a request body."""
+    from compactmq.admin.app import build_router
+
+    out = []
+    for route in build_router().routes:
+        if route.method not in ("PUT", "POST"):
+            continue
+        suffix = route.pattern.rsplit("/", 1)[-1]
+        if route.body is None and suffix != "{namespace}":
+            continue  # the body is not read (topic creation, compaction and unload triggers)
+        path = route.pattern
+        for name, value in PATH_VALUES.items():
+            path = path.replace("{" + name + "}", value)
+        out.append((route.method, path, suffix, route.body))
+    return out
+
+
+def hostile_strings(base: Path, data_dir: Path) -> list[str]:
+    return [
+        str(data_dir),
+        str(base / "sentinel"),
+        f"{base / 'exports'}/../sentinel",
+        "/",
+        "/etc/passwd",
+        "..",
+        "../../..",
+        "relative/dir",
+        "~root/.ssh",
+        "file:///",
+        f"file://{data_dir}",
+        "s3://evil-bucket/x",
+        "gs://evil-bucket/x",
+        "hdfs://evil:8020/x",
+        "http://127.0.0.1:1/",
+        "https://attacker.example/x?y=../..",
+        f"{CANARY}.Strategy",
+        "multiprocessing.pool.Pool",
+        "os.system",
+        "compactmq.compaction.spark.SparkCompactionServiceFactory",
+        "x" * 200_000,
+    ]
+
+
+def bodies_for(suffix: str, body_type: str | None, value, own_uri: str):
+    yield value
+    if body_type == "object" or suffix in OBJECT_FIELDS:
+        baseline, fields = OBJECT_FIELDS[suffix]
+        if suffix == "offloadPolicies":
+            baseline = {**baseline, "fileSystemURI": own_uri}
+        for field in fields:
+            yield {**baseline, field: value}
+
+
+def snapshot(base: Path, data_dir: Path) -> dict:
+    """Every file and directory under ``base`` except the data directory and the broker's log."""
+    out = {}
+    for root, dirs, files in os.walk(base):
+        if Path(root) == data_dir or data_dir in Path(root).parents:
+            continue
+        for name in dirs + files:
+            p = Path(root) / name
+            if p == data_dir or name.startswith("broker-") or name == "IMPORTED":
+                continue
+            st = p.lstat()
+            out[str(p)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def refused(client, method: str, path: str, body) -> None:
+    status, out, _ = client.call(method, path, body)
+    assert 400 <= status < 500, (method, path, str(body)[:200], status, out)
+    assert isinstance(out, dict) and out.get("reason"), (method, path, str(body)[:200], out)
+    assert len(out["reason"]) <= 1000
+
+
+def serves(sb) -> None:
+    """The broker still answers the admin API and the official client (produce, consume)."""
+    from broker.conftest import make_client
+    import pulsar
+
+    assert sb.broker.alive()
+    sb.as_token("acme-admin").ok("GET", f"{NS}/compactionThreshold")
+    client = make_client(sb.broker.url, authentication=pulsar.AuthenticationToken(sb.token(SUPERUSER)))
+    try:
+        consumer = client.subscribe("persistent://acme/ops/alive", "s")
+        client.create_producer("persistent://acme/ops/alive").send(b"still here")
+        assert consumer.receive(10_000).data() == b"still here"
+    finally:
+        client.close()
+
+
+def test_every_body_route_refuses_hostile_values(env):
+    sb, base, _, offload = env
+    data_dir = Path(sb.broker.data_dir)
+    acme = sb.as_token("acme-admin")
+    routes = body_routes()
+    object_suffixes = {s for _, _, s, t in routes if t == "object"}
+    assert object_suffixes <= set(OBJECT_FIELDS), (
+        f"new object body routes to cover: {object_suffixes - set(OBJECT_FIELDS)}"
+    )
+    before = snapshot(base, data_dir)
+    t0 = time.monotonic()
+    values = [*hostile_strings(base, data_dir), 2**70, -(2**70), ["..", "/"], {"path": "/"}]
+    for method, path, suffix, body_type in routes:
+        for value in values:
+            for body in bodies_for(suffix, body_type, value, f"file://{offload}"):
+                refused(acme, method, path, body)
+    assert time.monotonic() - t0 < 60
+    assert snapshot(base, data_dir) == before
+    assert not canary_imported(base)
+    serves(sb)
+
+
+def test_random_hostile_values(env):
+    """The same, with values hypothesis builds from the hostile seeds (bounded: ~200 requests)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    sb, base, _, offload = env
+    data_dir = Path(sb.broker.data_dir)
+    acme = sb.as_token("acme-admin")
+    routes = body_routes()
+    seeds = hostile_strings(base, data_dir)[:-1]
+    value = st.one_of(
+        st.sampled_from(seeds),
+        st.builds(lambda a, b: a + b, st.sampled_from(seeds), st.text(max_size=40)),
+        st.builds(lambda a, n: "/".join([a] + [".."] * n), st.sampled_from(seeds), st.integers(1, 20)),
+        st.builds(lambda a: "x" * a, st.integers(100_000, 300_000)),
+        st.lists(st.sampled_from(seeds), min_size=1, max_size=3),
+    )
+    before = snapshot(base, data_dir)
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(route=st.sampled_from(routes), value=value, pick=st.integers(0, 20))
+    def check(route, value, pick):
+        method, path, suffix, body_type = route
+        bodies = list(bodies_for(suffix, body_type, value, f"file://{offload}"))
+        refused(acme, method, path, bodies[pick % len(bodies)])
+
+    check()
+    assert snapshot(base, data_dir) == before
+    assert not canary_imported(base)
+    serves(sb)

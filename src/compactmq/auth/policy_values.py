@@ -87,7 +87,8 @@ def _scalar(value: Any, target: Target) -> Any:
     if isinstance(value, str) and len(value) <= MAX_STRING:
         return value
     raise PreconditionFailed(
-        f"policy value {str(value)[:80]!r}...: expected a number, a flag or a short name"
+        f"policy value {str(value)[:80]!r}...: expected a 64-bit number, a flag or a name of at most "
+        f"{MAX_STRING} characters"
     )
 
 
@@ -113,6 +114,33 @@ for _key in _SCALAR_KEYS:
     _register(
         _key, NOTHING, "a number, flag or enum the broker only compares (checked by its parser)", _scalar
     )
+
+
+# --- partition counts: each partition is a directory and files -------------------------------
+
+
+def check_partitions(n: int, config: Mapping[str, Any]) -> int:
+    """``n`` when ``maxNumPartitionsPerPartitionedTopic`` (0: no limit) allows it."""
+    limit = int(config.get("maxNumPartitionsPerPartitionedTopic") or 0)
+    if limit > 0 and n > limit:
+        raise PreconditionFailed(
+            f"{n} partitions: this broker allows at most {limit} (maxNumPartitionsPerPartitionedTopic)"
+        )
+    return n
+
+
+def _auto_topic_creation(value: Any, target: Target) -> Any:
+    if isinstance(value, dict) and value.get("defaultNumPartitions") is not None:
+        check_partitions(_scalar(value["defaultNumPartitions"], target), target.config)
+    return value
+
+
+_register(
+    "autoTopicCreation",
+    NOTHING,
+    "allow flag, topic type and a partition count bounded by maxNumPartitionsPerPartitionedTopic",
+    _auto_topic_creation,
+)
 
 
 # --- compactionStrategy: an import --------------------------------------------------------------
@@ -187,8 +215,7 @@ def _offload(value: Any, target: Target) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise PreconditionFailed("offloadPolicies must be an object")
     for key, field in value.items():
-        if isinstance(field, str) and len(field) > MAX_STRING:
-            raise PreconditionFailed(f"offloadPolicies: {key} is longer than {MAX_STRING} characters")
+        _scalar(field, target)  # short strings, 64-bit numbers
     driver = str(value.get("managedLedgerOffloadDriver") or "").strip().lower()
     own = _DRIVER_FIELDS.get("s3" if driver in ("aws-s3", "s3") else driver, ())
     stray = sorted(k for k in _LOCATION_FIELDS if value.get(k) not in (None, "") and k not in own)
