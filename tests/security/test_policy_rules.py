@@ -208,3 +208,34 @@ def test_partition_counts_follow_the_operators_limit():
     with pytest.raises(PreconditionFailed, match="maxNumPartitionsPerPartitionedTopic"):
         check_policy_values({"autoTopicCreation": body}, limited)
     assert check_policy_values({"autoTopicCreation": {**body, "defaultNumPartitions": 4}}, limited)
+
+
+def test_compaction_run_refuses_a_stored_strategy_it_was_never_allowed(tmp_path):
+    """A policy stored before the rule (or straight into the metadata store) naming a class: the
+    run fails with the rule's reason, having imported nothing."""
+    from compactmq.compaction.runner import CompactionRunner
+    from compactmq.errors import CompactMQError
+    from compactmq.storage import COMPACTION_STRATEGY, Storage
+
+    topic = "persistent://public/default/stored"
+    config = load_config(overrides={"dataDir": str(tmp_path / "data")})
+    storage = Storage(tmp_path / "data", config)
+    plans: list = []
+
+    class Engine:  # records plans; the run must stop before it plans anything
+        parallelism = 1
+        last_stats: dict = {}
+
+        def run(self, plan, strategy, report):
+            plans.append(plan)
+            return []
+
+    try:
+        storage.open_managed_ledger(topic).append_many([b"e", b"e"], [1, 2])
+        storage.metadata.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod.Evil")
+        with pytest.raises(CompactMQError, match="not allowed on this broker"):
+            CompactionRunner(storage, topic, config, Engine()).run()
+        assert not plans and storage.metadata.get_compaction_state(topic).status == "ERROR"
+        assert "cmq_never_imported_mod" not in sys.modules
+    finally:
+        storage.close()
