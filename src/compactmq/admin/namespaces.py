@@ -11,9 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.policy_values import Target, check_policy_values
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
-from ..auth.policy_values import Target, check_policy_values
 from ..storage import COMPACTION_THRESHOLD
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .permissions import grant_creation_permissions, namespace_creation_grants, tenant_info

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ..broker.dedup import DEDUP_CURSOR
+from ..auth.policy_values import Target, check_partitions, check_policy_values
 from ..errors import (
     AlreadyExists,
     CompactMQError,
@@ -25,7 +26,6 @@ from ..errors import (
     TopicNotFound,
 )
 from ..naming import TopicName
-from ..auth.policy_values import Target, check_partitions, check_policy_values
 from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent

@@ -172,9 +172,7 @@ def _export(value: Any, target: Target) -> dict[str, Any]:
             where = export_namespace_location(target.config, target.namespace, policy)
         else:
             where = export_location(target.config, target.topic, policy)
-    except InvalidConfiguration as e:
-        raise PreconditionFailed(str(e)) from None
-    except InvalidInput as e:
+    except InvalidInput as e:  # InvalidConfiguration too: no root, a root not allowed, outside it
         raise PreconditionFailed(str(e)) from None
     given = policy.pop("path", None)
     if given is not None and given.rstrip("/") != where.rstrip("/"):
@@ -214,7 +212,7 @@ _LOCATION_FIELDS = tuple(sorted({f for fields in _DRIVER_FIELDS.values() for f i
 def _offload(value: Any, target: Target) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise PreconditionFailed("offloadPolicies must be an object")
-    for key, field in value.items():
+    for field in value.values():
         _scalar(field, target)  # short strings, 64-bit numbers
     driver = str(value.get("managedLedgerOffloadDriver") or "").strip().lower()
     own = _DRIVER_FIELDS.get("s3" if driver in ("aws-s3", "s3") else driver, ())
