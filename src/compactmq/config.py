@@ -114,6 +114,12 @@ SETTINGS: dict[str, Setting] = {
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),
+    "maxNumPartitionsPerPartitionedTopic": _s(
+        int,
+        0,
+        "most partitions a partitioned topic may have (REST, autoTopicCreation policies); 0: no limit "
+        "(Pulsar's default)",
+    ),
     "keepAliveIntervalSeconds": _s(int, 30, "PING interval; a peer silent for twice this is dropped"),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
     "maxPendingPublishBytesPerConnection": _s(
@@ -233,6 +239,25 @@ SETTINGS: dict[str, Setting] = {
     "topicCompactionStrategy": _s(
         str, "keep-latest", "keep-latest, keep-first, event-time, or a dotted class name"
     ),
+    "topicCompactionStrategyAllowedClasses": _s(
+        str,
+        "",
+        "comma list of dotted strategy class names a compactionStrategy policy may name (besides "
+        "keep-latest, keep-first, event-time and topicCompactionStrategy); empty: built-ins only",
+    ),
+    # --- compactedExport policy: where exports may go (docs/security.md) -----------------
+    "compactedExportRoot": _s(
+        str,
+        "",
+        "local directory under which compactedExport tables are written, each at "
+        "<root>/<domain>/<tenant>/<namespace>/<topic>; empty: the compactedExport policy is refused",
+    ),
+    "compactedExportObjectStoreRoots": _s(
+        str,
+        "",
+        "comma list of object-store roots (s3://bucket/prefix, gs://bucket/prefix) a compactedExport "
+        'policy may choose with "root" instead of compactedExportRoot (Delta tables only)',
+    ),
     "topicCompactionRetentionMode": _s(
         str,
         RETENTION_BOUNDED,
@@ -304,6 +329,13 @@ SETTINGS: dict[str, Setting] = {
     ),
     "managedLedgerOffloadThresholdInSeconds": _s(
         int, -1, "offload sealed ledgers older than this (-1: never)"
+    ),
+    "managedLedgerOffloadAllowedLocations": _s(
+        str,
+        "",
+        "comma list of offload locations a namespace offloadPolicies may name besides the broker's own: "
+        "driver=bucket-or-URI[@endpoint], e.g. aws-s3=team-bucket@https://s3.example.com, "
+        "filesystem=file:///mnt/offload; empty: only the location configured above",
     ),
     "managedLedgerOffloadReadCacheSizeInBytes": _s(
         int, 64 * 1024 * 1024, "memory for recently read ranges of offloaded ledgers (compactmq's own key)"

@@ -131,9 +131,12 @@ def test_router_domain_segment_and_allowed_methods():
     ],
 )
 def test_policy_validation(path, body, error):
+    from compactmq.auth.policy_values import Target, check_policy_values
+    from compactmq.config import load_config
+
     policy = next(p for p in POLICIES if p.path == path)
-    with pytest.raises(error):
-        policy.parse(body)
+    with pytest.raises(error):  # the parser (shape) or the rule of the value (security)
+        check_policy_values(policy.parse(body), Target(load_config(), "public/default"))
 
 
 def test_policy_round_trip():

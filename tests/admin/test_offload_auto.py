@@ -99,8 +99,8 @@ def test_age_threshold_offloads_old_ledgers(tiered):  # noqa: F811
 
 
 def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
-    """A broker with no driver configured: a namespace's offloadPolicies name the store and the
-    threshold, and its topics offload there on their own."""
+    """A broker with no driver configured: a namespace's offloadPolicies name the store (one the
+    operator allowed) and the threshold, and its topics offload there on their own."""
     store = tmp_path / "ns-store"
     broker = start_broker(
         tmp_path / "data",
@@ -109,6 +109,8 @@ def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
         managedLedgerOffloadDeletionLagMs="0",
         defaultRetentionTimeInMinutes="-1",
         defaultRetentionSizeInMB="-1",
+        # namespace policies may name only places the operator allowed (docs/security.md)
+        managedLedgerOffloadAllowedLocations=f"filesystem=file://{store}",
     )
     try:
         http = Http(web_url(broker))

@@ -62,6 +62,8 @@ def tiered(request, tmp_path):
         defaultRetentionTimeInMinutes="-1",
         defaultRetentionSizeInMB="-1",
         s3ManagedLedgerOffloadReadBufferSizeInBytes="4096",
+        # the places namespace policies below may name (besides the broker's own location)
+        managedLedgerOffloadAllowedLocations="filesystem=file:///tmp/elsewhere, filesystem=file:///tmp/x",
         **conf,
     )
     yield broker, Http(web_url(broker)), objects
@@ -258,6 +260,12 @@ def test_offload_admin_errors_and_namespace_policies(tiered):
     assert "s3ManagedLedgerOffloadBucket" in http.error(
         "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "aws-s3"}
     )
+    # a place the operator did not allow (docs/security.md): refused, whatever the driver
+    for where in (
+        {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{broker.data_dir}"},
+        {"managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": "mine"},
+    ):
+        assert "not allowed on this broker" in http.error("POST", f"{nsp}/offloadPolicies", 412, where)
     assert "unknown managedLedgerOffloadDriver" in http.error(
         "POST", f"{nsp}/offloadPolicies", 412, {"managedLedgerOffloadDriver": "tape"}
     )

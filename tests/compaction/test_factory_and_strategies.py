@@ -108,9 +108,22 @@ def test_resolve_strategy_names_and_user_class():
     assert isinstance(resolve_strategy(None), KeepLatestStrategy)
     assert isinstance(resolve_strategy("keep-first"), KeepFirstStrategy)
     assert isinstance(resolve_strategy("event-time"), EventTimeStrategy)
-    user = resolve_strategy(f"{__name__}.LongestPayloadWins")
+    user = resolve_strategy(f"{__name__}.LongestPayloadWins", {f"{__name__}.LongestPayloadWins"})
     assert fold([_m("k", b"xxx", 0), _m("k", b"y", 1)], user).payload == b"xxx"
     with pytest.raises(InvalidConfiguration):
         resolve_strategy("newest")
     with pytest.raises(InvalidConfiguration):
-        resolve_strategy(f"{__name__}.HISTORY")
+        resolve_strategy(f"{__name__}.HISTORY", {f"{__name__}.HISTORY"})
+
+
+def test_resolve_strategy_imports_only_allowed_classes():
+    import sys
+
+    name = "tests_never_imported_canary.Strategy"
+    with pytest.raises(InvalidConfiguration, match="not allowed on this broker"):
+        resolve_strategy(f"{__name__}.LongestPayloadWins")  # a class, but not on the list
+    with pytest.raises(InvalidConfiguration, match="topicCompactionStrategyAllowedClasses"):
+        resolve_strategy("multiprocessing.pool.Pool", {name})
+    with pytest.raises(InvalidConfiguration):
+        resolve_strategy(name + "X", {name})
+    assert "tests_never_imported_canary" not in sys.modules

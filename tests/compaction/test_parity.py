@@ -147,6 +147,8 @@ def test_spark_service_matches_reference(
         # short chains and a high stale bound: runs extend chains, and merge them, often
         "compactionChainMaxRuns": chain_runs,
         "compactionChainMaxStaleRatio": stale,
+        # a policy may name the user class only when the operator allowed it (docs/security.md)
+        "topicCompactionStrategyAllowedClasses": USER,
     }
     if not by_policy:
         overrides["topicCompactionStrategy"] = name

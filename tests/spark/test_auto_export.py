@@ -6,6 +6,7 @@ back with pyarrow / deltalake until it shows the compacted view the official cli
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,35 @@ from compactmq.cli.main import main
 from .helpers import produce, read_all
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def export_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("exports")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, export_root):
+    """The Spark tests' broker, with an export root: tables go only under it (docs/security.md)."""
+    from broker.conftest import BrokerProcess
+
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("broker") / "data",
+        {
+            "defaultRetentionTimeInMinutes": "-1",
+            "defaultRetentionSizeInMB": "-1",
+            "compactedExportRoot": str(export_root),
+        },
+    )
+    b.start()
+    yield b
+    b.stop()
+
+
+def location(root, topic: str) -> str:
+    from compactmq.storage.engine import topic_relpath
+
+    return os.path.join(os.path.realpath(root), topic_relpath(topic))
 
 
 def rest(broker, method, path, body=None):
@@ -66,17 +96,17 @@ def compact_and_wait(broker, client, topic, path, fmt, timeout=240.0):
 
 
 def test_policy_re_exports_after_each_compaction(
-    cmq_spark, spark_in_broker, broker, client, tmp_path, capsys
+    cmq_spark, spark_in_broker, broker, client, export_root, capsys
 ):
     from deltalake import DeltaTable
 
     admin = f"http://127.0.0.1:{broker.web_port}"
     ns = f"public/exports{time.monotonic_ns()}"
     rest(broker, "PUT", f"/admin/v2/namespaces/{ns}")
-    base = tmp_path / "ns"
-    assert main(["--admin-url", admin, "namespaces", "set-compacted-export", ns, "--path", str(base)]) == 0
+    base = os.path.dirname(location(export_root, f"persistent://{ns}/x"))
+    assert main(["--admin-url", admin, "namespaces", "set-compacted-export", ns]) == 0
     assert rest(broker, "GET", f"/admin/v2/namespaces/{ns}/compactedExport") == {
-        "path": str(base),
+        "path": base,
         "format": "parquet",
         "view": "compacted",
         "partitionBy": [],
@@ -85,29 +115,24 @@ def test_policy_re_exports_after_each_compaction(
     assert main(["--admin-url", admin, "namespaces", "get-compacted-export", ns]) == 0
     assert f"compacted view as parquet at {base}" in capsys.readouterr().out
 
-    # a namespace policy: each topic's table under the base directory, Parquet rewritten
+    # a namespace policy: each topic's table at its derived location, Parquet rewritten
     topic = f"persistent://{ns}/prices"
     produce(
         client, topic, [(f"k{i % 7}", f"v{i}".encode() if i % 5 else b"") for i in range(60)], batching=True
     )
-    compact_and_wait(broker, client, topic, str(base / "prices"), "parquet")
+    compact_and_wait(broker, client, topic, location(export_root, topic), "parquet")
 
     # a topic policy wins over the namespace's: Delta, merged on re-export
     other = f"persistent://{ns}/quotes"
-    delta = str(tmp_path / "delta")
+    delta = location(export_root, other)
     rest(broker, "PUT", f"/admin/v2/{other.replace('://', '/', 1)}")
-    rest(
-        broker,
-        "POST",
-        f"/admin/v2/{other.replace('://', '/', 1)}/compactedExport",
-        {"path": delta, "format": "delta"},
-    )
+    rest(broker, "POST", f"/admin/v2/{other.replace('://', '/', 1)}/compactedExport", {"format": "delta"})
     produce(client, other, [(f"q{i % 10}", f"a{i}".encode()) for i in range(50)])
     compact_and_wait(broker, client, other, delta, "delta")
     produce(client, other, [("q1", b"b1"), ("q2", b""), ("q42", b"b42")])
     compact_and_wait(broker, client, other, delta, "delta")
     assert DeltaTable(delta).history(1)[0]["operation"] == "MERGE"
-    assert not (base / "quotes").exists()
+    assert not os.path.islink(delta)  # not the namespace policy's Parquet table
 
 
 def test_bad_policy_is_a_clear_error(broker):

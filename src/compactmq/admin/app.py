@@ -58,7 +58,14 @@ def build_router() -> Router:
     return router
 
 
+#: the longest reason an error answers: a reason may quote the value it refuses, and a refused
+#: value may be huge (the whole request body); the start says what was wrong
+MAX_REASON = 1000
+
+
 def error_response(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    if len(reason) > MAX_REASON:
+        reason = reason[: MAX_REASON - 3] + "..."
     return web.json_response({"reason": reason}, status=status, headers=headers)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.policy_values import Target, check_policy_values
 from ..broker.namespaces import POLICY_KEY, validate_override
 from ..errors import NotFound
 from .common import Context, read_json
@@ -55,6 +56,8 @@ async def set_auto_topic_creation(ctx: Context, request: web.Request, tenant: st
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
     value = validate_override(await read_json(request, "the autoTopicCreation object"))
+    checked = check_policy_values({POLICY_KEY: value}, Target(ctx.service.config, name))
+    value = checked[POLICY_KEY]
     await ctx.run_blocking(ctx.metadata.set_namespace_policy, name, POLICY_KEY, value)
     return None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..auth.policy_values import Target, check_policy_values
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
@@ -158,6 +159,8 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
         values = policy.parse(await read_json(request, policy.summary))
+        # every value through its rule (auth.policy_values), off the event loop (realpath)
+        values = await ctx.run_blocking(check_policy_values, values, Target(ctx.service.config, name))
         await ctx.run_blocking(_set_namespace_policies, ctx, name, values)
         await ctx.service.topics.policies_changed(name)
         return None

@@ -194,10 +194,10 @@ def add_routes(router: Router) -> None:
 def _message_id(body: Any) -> Position:
     if not isinstance(body, dict) or "ledgerId" not in body or "entryId" not in body:
         raise InvalidInput('the body must be a message id: {"ledgerId": long, "entryId": long}')
-    try:
-        return Position(int(body["ledgerId"]), int(body["entryId"]))
-    except (TypeError, ValueError):
-        raise InvalidInput(f"invalid message id {body!r}") from None
+    ids = (body["ledgerId"], body["entryId"])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and -1 <= i < 1 << 63 for i in ids):
+        raise InvalidInput(f"invalid message id {body!r:.200}: ledgerId and entryId are 64-bit integers")
+    return Position(*ids)
 
 
 def _message_id_json(pos) -> dict[str, int]:

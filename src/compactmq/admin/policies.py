@@ -15,7 +15,7 @@ from ..broker.dedup import POLICY_KEY as DEDUP_KEY
 from ..broker.schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, VALIDATION_KEY, check_strategy
 from ..compaction.hooks import POLICY_KEY as EXPORT_KEY
 from ..compaction.hooks import parse_export_policy
-from ..errors import InvalidConfiguration, InvalidInput
+from ..errors import InvalidInput
 from ..config import RETENTION_MODES, parse_bool
 from ..storage import (
     COMPACTED_VIEW_KEY_TTL,
@@ -100,17 +100,13 @@ def _render_retention(values: Mapping[str, Any]) -> Any:
 
 
 def _strategy(body: Any) -> dict[str, Any]:
+    """The shape only: which names this broker allows is the registry's rule
+    (``auth.policy_values``); nothing is resolved or imported here."""
     if not isinstance(body, str) or not body.strip():
         raise InvalidInput(
             "compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "
-            "or a dotted class name"
+            "or a class the operator allowed (topicCompactionStrategyAllowedClasses)"
         )
-    from ..compaction.strategies import resolve_strategy
-
-    try:
-        resolve_strategy(body)
-    except InvalidConfiguration as e:
-        raise PreconditionFailed(str(e)) from None
     return {COMPACTION_STRATEGY: body.strip()}
 
 
@@ -184,7 +180,7 @@ POLICIES: tuple[Policy, ...] = (
         _single(COMPACTION_STRATEGY),
         {COMPACTION_STRATEGY: "topicCompactionStrategy"},
         "string",
-        "compaction strategy: keep-latest, keep-first, event-time or a dotted class name",
+        "compaction strategy: keep-latest, keep-first, event-time or a class the operator allowed",
     ),
     Policy(
         "compactionRetainNullKey",
@@ -288,8 +284,9 @@ POLICIES: tuple[Policy, ...] = (
         _single(EXPORT_KEY),
         {},
         "object",
-        "re-export the compacted view after every compaction: {path, format: parquet|delta|iceberg, "
-        "view: compacted|latest, partitionBy: [...]}",
+        "re-export the compacted view after every compaction, under the broker's compactedExportRoot: "
+        "{format: parquet|delta|iceberg, view: compacted|latest, partitionBy: [...], root: an allowed "
+        "object-store root}",
     ),
 )
 

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ..broker.dedup import DEDUP_CURSOR
+from ..auth.policy_values import Target, check_partitions, check_policy_values
 from ..errors import (
     AlreadyExists,
     CompactMQError,
@@ -214,7 +215,7 @@ async def delete_topic(ctx: Context, request: web.Request, **path: str) -> Any:
 
 def _partitions_body(body: Any) -> int:
     if isinstance(body, bool) or not isinstance(body, int):
-        raise InvalidInput(f"the body must be the number of partitions (a JSON integer), not {body!r}")
+        raise InvalidInput(f"the body must be the number of partitions (a JSON integer), not {body!r:.80}")
     if body < 1:
         raise PreconditionFailed(f"the number of partitions must be at least 1, not {body}")
     return body
@@ -225,7 +226,9 @@ async def create_partitioned_topic(ctx: Context, request: web.Request, **path: s
     tn = TopicName.parse(topic)
     if tn.partition_index >= 0:
         raise PreconditionFailed(f"{topic} is a partition name; a partitioned topic cannot have it")
-    n = _partitions_body(await read_json(request, "the number of partitions"))
+    n = check_partitions(
+        _partitions_body(await read_json(request, "the number of partitions")), ctx.service.config
+    )
     await _require_namespace(ctx, tn.namespace_name)
     if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
         raise AlreadyExists(f"a non-partitioned topic {topic} already exists")
@@ -245,7 +248,9 @@ def _create_partitions(ctx: Context, topic: str, first: int, n: int) -> None:
 
 async def update_partitioned_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = _persistent(topic_name(**path))
-    n = _partitions_body(await read_json(request, "the number of partitions"))
+    n = check_partitions(
+        _partitions_body(await read_json(request, "the number of partitions")), ctx.service.config
+    )
     old = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
     if old is None:
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
@@ -687,6 +692,9 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         topic = _persistent(topic_name(**path))
         n = await _kind(ctx, topic)
         values = policy.parse(await read_json(request, policy.summary))
+        # every value through its rule (auth.policy_values), off the event loop (realpath)
+        where = Target(ctx.service.config, TopicName.parse(topic).namespace_name, topic)
+        values = await ctx.run_blocking(check_policy_values, values, where)
         targets = [topic] + _partition_names(topic, n or 0)
         await ctx.run_blocking(_set_topic_policies, ctx, targets, values)
         await ctx.service.topics.policies_changed(topic)

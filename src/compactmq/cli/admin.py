@@ -269,7 +269,13 @@ def _schema_strategy_args(p: argparse.ArgumentParser) -> None:
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", required=True, help="table location (for a namespace: the base directory)")
+    p.add_argument(
+        "--root",
+        default=None,
+        help="an object-store root the broker allows (compactedExportObjectStoreRoots; Delta only); "
+        "default: the broker's compactedExportRoot. The table's location under it is derived from "
+        "the topic's name",
+    )
     p.add_argument(
         "--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet"
     )
@@ -278,8 +284,8 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 
 
 def _export_body(a: argparse.Namespace) -> dict:
-    return {
-        "path": a.path,
+    body = {} if a.root is None else {"root": a.root}
+    return body | {
         "format": a.table_format,
         "view": a.view,
         "partitionBy": [c.strip() for c in a.partition_by.split(",") if c.strip()],
@@ -290,7 +296,8 @@ def _render_export(b: Any) -> str:
     if not b:
         return "no compacted export set"
     by = f", partitioned by {','.join(b['partitionBy'])}" if b.get("partitionBy") else ""
-    return f"{b.get('view', 'compacted')} view as {b.get('format', 'parquet')} at {b['path']}{by}"
+    where = b.get("path") or "the broker's export root"
+    return f"{b.get('view', 'compacted')} view as {b.get('format', 'parquet')} at {where}{by}"
 
 
 def _not_set_or(b: Any) -> str:

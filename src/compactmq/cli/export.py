@@ -31,6 +31,12 @@ def add_commands(topics) -> None:
     p.add_argument("--partition-by", default="", help="comma-separated columns to partition the table by")
     p.add_argument("--view", choices=("compacted", "latest"), default="compacted")
     p.add_argument(
+        "--strategy-classes",
+        default="",
+        help="comma-separated strategy classes a --view latest read may import when the topic's "
+        "compactionStrategy policy names one (default: built-ins only)",
+    )
+    p.add_argument(
         "--service-url", default="pulsar://127.0.0.1:6650", help="the broker's binary protocol URL"
     )
     p.add_argument("--data-dir", default=None, help="read ledger files from this data directory instead")
@@ -45,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         options = {"path": args.data_dir}
     else:
         options = {"service.url": args.service_url, "admin.url": args.admin_url}
+    if args.strategy_classes:
+        options["compactionStrategyClasses"] = args.strategy_classes
     partition_by = [c.strip() for c in args.partition_by.split(",") if c.strip()]
     try:
         message = export_compacted(

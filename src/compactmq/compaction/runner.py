@@ -45,7 +45,7 @@ from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock
-from .strategies import resolve_strategy
+from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
@@ -143,7 +143,8 @@ class CompactionRunner:
             held = False
             self.abort_hook("start")
             try:
-                strategy = resolve_strategy(settings["strategy"])
+                # a policy names only a built-in or a class the operator allowed (docs/security.md)
+                strategy = resolve_strategy(settings["strategy"], allowed_strategy_classes(self.config))
                 new_id = meta.allocate_ledger_id()
                 steps: dict = {}
                 mark = time.perf_counter()

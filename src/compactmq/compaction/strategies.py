@@ -11,7 +11,7 @@ The three built-ins carry a ``native`` name so the Spark pipeline runs them as p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Collection, Optional
 
 from ..errors import InvalidConfiguration
 from . import load_class
@@ -66,6 +66,9 @@ class EventTimeStrategy(TopicCompactionStrategy):
         return prev.event_time > cur.event_time
 
 
+#: the longest strategy name a policy may hold
+MAX_NAME = 256
+
 BUILTIN = {
     "keep-latest": KeepLatestStrategy,
     "keep-first": KeepFirstStrategy,
@@ -73,20 +76,48 @@ BUILTIN = {
 }
 
 
-def resolve_strategy(name: Optional[str]) -> TopicCompactionStrategy:
-    """A strategy from a short name (keep-latest, keep-first, event-time) or a dotted class name.
+def allowed_strategy_classes(config) -> frozenset[str]:
+    """The dotted class names a ``compactionStrategy`` policy may name on this broker: the
+    operator's ``topicCompactionStrategyAllowedClasses`` list, plus the broker's own default
+    ``topicCompactionStrategy`` when that is a class (the operator chose it). Nothing else is ever
+    imported because of a policy (docs/security.md)."""
+    from ..config import config_list
+
+    names = set(config_list(config, "topicCompactionStrategyAllowedClasses")) if config else set()
+    default = str((config or {}).get("topicCompactionStrategy") or "").strip()
+    if default and default not in BUILTIN:
+        names.add(default)
+    return frozenset(names)
+
+
+def check_strategy_name(name: Any, allowed: Collection[str]) -> str:
+    """``name`` stripped, when it is a built-in or in ``allowed``; ``InvalidConfiguration`` (with
+    the list of what is allowed) otherwise. Pure string work: nothing is imported."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        raise InvalidConfiguration(
+            f"compactionStrategy must be a non-empty string of at most {MAX_NAME} characters"
+        )
+    name = name.strip()
+    if name in BUILTIN or name in allowed:
+        return name
+    choices = ", ".join([*BUILTIN, *sorted(allowed)])
+    raise InvalidConfiguration(
+        f"compaction strategy {name[:200]!r} is not allowed on this broker: use one of {choices} "
+        "(an operator may allow more classes with topicCompactionStrategyAllowedClasses)"
+    )
+
+
+def resolve_strategy(name: Optional[str], allowed: Collection[str] = ()) -> TopicCompactionStrategy:
+    """A strategy from a short name (keep-latest, keep-first, event-time) or a dotted class name
+    listed in ``allowed`` (``allowed_strategy_classes``). The name is checked before anything is
+    imported: a name from a policy that is not on the list is refused, never imported.
 
     Raises:
-        InvalidConfiguration: unknown name, or a class without ``should_keep_left``.
+        InvalidConfiguration: a name not allowed, or a class without ``should_keep_left``.
     """
-    name = (name or "keep-latest").strip()
+    name = check_strategy_name(name or "keep-latest", allowed)
     if name in BUILTIN:
         return BUILTIN[name]()
-    if "." not in name:
-        raise InvalidConfiguration(
-            f"unknown compaction strategy {name!r}: use keep-latest, keep-first, event-time "
-            "or a dotted class name"
-        )
     cls = load_class(name, "topicCompactionStrategy")
     strategy = cls() if isinstance(cls, type) else cls
     if not callable(getattr(strategy, "should_keep_left", None)):

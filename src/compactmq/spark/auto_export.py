@@ -7,9 +7,9 @@ else its namespace's), and when there is one writes the view with ``export.expor
 
 * read straight from the broker's own data directory (the direct path, read-only), on the
   process's Spark session (the one compaction uses);
-* to ``path`` for a topic policy on a non-partitioned topic, else to ``path/<local name>`` (a
-  namespace policy covers many topics, and a partitioned topic's policy is copied to each
-  partition, so each partition gets its own table);
+* to the location ``compaction.hooks.export_location`` derives from the topic's name under the
+  operator's export root (each partition of a partitioned topic gets its own table), never to a
+  path the policy chose;
 * incrementally where the format allows: an existing Delta table is MERGEd (only the rows of
   changed keys are written), an Iceberg table gets a new snapshot, Parquet is rewritten.
 
@@ -19,32 +19,29 @@ Topics without a policy cost one metadata read per compaction, and no Spark work
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-def table_path(policy: dict, scope: str, topic: str) -> str:
-    from ..naming import TopicName
-
-    name = TopicName.parse(topic)
-    if scope == "topic" and name.partition_index < 0:
-        return policy["path"]
-    return os.path.join(policy["path"], name.local_name)
-
-
 def export_after_compaction(storage: Any, config: Any, topic: str, result: Any) -> None:
-    from ..compaction.hooks import applied_export_policy
+    from ..compaction.hooks import applied_export_policy, export_location
+    from ..compaction.strategies import allowed_strategy_classes
 
     found = applied_export_policy(storage.metadata, topic)
     if found is None:
         return
     policy, scope = found
+    # the location is derived again at every run (never the stored path): a policy stored before
+    # the export root existed, or a root the operator has since removed, exports nothing
+    path = export_location(config, topic, policy)
     from ..compaction.spark.session import get_session
     from .export import export_compacted
 
-    path = table_path(policy, scope, topic)
+    options = {"path": str(storage.data_dir)}
+    classes = sorted(allowed_strategy_classes(config))
+    if classes:  # view=latest folds with the topic's strategy: only what the operator allowed
+        options["compactionStrategyClasses"] = ",".join(classes)
     message = export_compacted(
         get_session(),
         topic,
@@ -52,6 +49,6 @@ def export_after_compaction(storage: Any, config: Any, topic: str, result: Any) 
         policy.get("format", "parquet"),
         view=policy.get("view", "compacted"),
         partition_by=policy.get("partitionBy", []),
-        options={"path": str(storage.data_dir)},
+        options=options,
     )
     log.info("compactedExport of %s (%s policy): %s", topic, scope, message)

@@ -35,8 +35,19 @@ class CompactedView:
     spans: tuple = ()
 
 
+def checked_strategy(name, allowed) -> str:
+    """The strategy name of a topic's policy, when this read may use it: a built-in, or a class the
+    reader listed in its ``compactionStrategyClasses`` option (``allowed``). Anything else is one
+    clear ``InvalidConfiguration``, raised on the driver before any import: a tenant admin's
+    policy never makes a reader import code the reader did not choose (docs/security.md)."""
+    from ..compaction.strategies import check_strategy_name
+
+    return check_strategy_name(name or "keep-latest", allowed)
+
+
 def describe(storage, topic: str, config) -> CompactedView:
-    """The compacted view of ``topic`` as the metadata store names it now (driver side)."""
+    """The compacted view of ``topic`` as the metadata store names it now (driver side). Its
+    ``strategy`` is the policy's name as stored: a ``latest`` read checks it (``checked_strategy``)."""
     from ..compaction.runner import topic_settings
     from ..compaction.service import LedgerCompactionService
     from ..config import RETENTION_BOUNDED
@@ -84,9 +95,11 @@ def read_slice(path: str, first: int, stop: int) -> Iterator[tuple[int, int, byt
 
 
 def strategy(name: str):
+    """The strategy object of a name in a split. Splits are planned by this reader's own driver,
+    which let only ``checked_strategy`` names into them, so the name is resolved as given."""
     from ..compaction.strategies import resolve_strategy
 
-    return resolve_strategy(name)
+    return resolve_strategy(name, (name,))
 
 
 def fold(messages, strat):

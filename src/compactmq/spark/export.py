@@ -13,7 +13,9 @@ view is one row per key) and written with a table library that needs no JVM:
 An export replaces the table's contents with the current view (the view is a snapshot, not a log),
 incrementally where the format allows: an existing Delta table is MERGEd on ``__messageId`` (rows of
 changed keys inserted, vanished ones deleted, the rest untouched); an existing Iceberg table gets a
-new snapshot (``overwrite``); Parquet is rewritten.
+new snapshot (``overwrite``); Parquet is rewritten as a new version directory that ``path`` (a
+symbolic link) is switched to, so an export never deletes a directory it did not create
+(``write_parquet_version``).
 """
 
 from __future__ import annotations
@@ -64,19 +66,10 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
             f"--partition-by {','.join(missing)}: no such column (columns: {', '.join(table.column_names)})"
         )
     if fmt == "parquet":
-        import shutil
-
-        import pyarrow.dataset as ds
-
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        ds.write_dataset(
-            table,
-            path,
-            format="parquet",
-            partitioning=list(partition_by) or None,
-            partitioning_flavor="hive" if partition_by else None,
-        )
+        if "://" in path:  # an object store: pyarrow refuses to write over existing data
+            _write_parquet(table, path, partition_by)
+        else:
+            write_parquet_version(table, path, partition_by)
         return f"{table.num_rows} rows to Parquet dataset {path}"
     if fmt == "delta":
         from deltalake import DeltaTable, write_deltalake
@@ -108,6 +101,64 @@ def write_table(table, path: str, fmt: str, partition_by: Sequence[str] = (), to
         ice.append(table)
         return f"{table.num_rows} rows to Iceberg table {name} (catalog {path}/catalog.db)"
     raise InvalidConfiguration(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+def _write_parquet(table, path: str, partition_by: Sequence[str], existing: str = "error") -> None:
+    import pyarrow.dataset as ds
+
+    ds.write_dataset(
+        table,
+        path,
+        format="parquet",
+        partitioning=list(partition_by) or None,
+        partitioning_flavor="hive" if partition_by else None,
+        existing_data_behavior=existing,
+    )
+
+
+#: written first into every Parquet version directory an export creates: the proof, checked
+#: before a version is deleted, that the export made it (a dot file: readers skip it)
+VERSION_MARKER = ".compactmq-export"
+
+
+def versions_dir(path: str) -> str:
+    """Where the versions of the Parquet table at ``path`` live: a directory of their own beside
+    it (``.<name>.versions``); ``path`` itself is a symbolic link to the version in force."""
+    parent, name = os.path.split(os.path.abspath(path))
+    return os.path.join(parent, f".{name}.versions")
+
+
+def write_parquet_version(table, path: str, partition_by: Sequence[str] = ()) -> str:
+    """Rewrite the Parquet table at ``path`` without deleting anything the export did not create:
+    the rows go to a new version directory (marked), ``path`` is switched to it atomically (a
+    symbolic link replaced by ``rename``), then older versions *carrying the marker* are removed.
+    A reader opening ``path`` sees the old version or the new one, never half of one. A ``path``
+    that exists and is not such a link was not made by an export: refused, left untouched."""
+    import shutil
+    import time
+
+    if os.path.lexists(path) and not os.path.islink(path):
+        raise InvalidConfiguration(
+            f"{path} exists and was not written by a compacted export; move it away (an export never "
+            "deletes what it did not create)"
+        )
+    versions = versions_dir(path)
+    os.makedirs(versions, exist_ok=True)
+    version = os.path.join(versions, f"v{time.time_ns()}")
+    os.makedirs(version)
+    with open(os.path.join(version, VERSION_MARKER), "w"):
+        pass
+    _write_parquet(table, version, partition_by, "overwrite_or_ignore")  # it holds only the marker
+    link = f"{version}.link"
+    os.symlink(version, link)
+    os.replace(link, path)  # the switch
+    for entry in os.listdir(versions):
+        old = os.path.join(versions, entry)
+        if old == version or os.path.islink(old) or not os.path.isdir(old):
+            continue
+        if os.path.isfile(os.path.join(old, VERSION_MARKER)):
+            shutil.rmtree(old, ignore_errors=True)
+    return version
 
 
 def _same_layout(dt, table, partition_by: Sequence[str]) -> bool:

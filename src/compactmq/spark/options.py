@@ -64,6 +64,9 @@ class ReadOptions:
     max_offsets_per_trigger: int = 0
     client: dict = field(default_factory=dict)  # pulsar.client.* without the prefix
     direct: bool = True  # read files when the data directory is visible
+    # dotted strategy classes a topic's compactionStrategy policy may make this read import
+    # (view=latest); built-ins are always allowed, any other name is refused (docs/security.md)
+    strategy_classes: tuple = ()
 
     def topic_offset(self, which: str, topic: str, partition_base: str | None = None):
         """The start or end bound for one topic partition: "earliest", "latest" or an id tuple."""
@@ -230,6 +233,9 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
         max_offsets_per_trigger=_int("maxOffsetsPerTrigger", o.get("maxoffsetspertrigger", 0)),
         client=client,
         direct=_bool("direct", o.get("direct", True)),
+        strategy_classes=tuple(
+            c.strip() for c in str(o.get("compactionstrategyclasses") or "").split(",") if c.strip()
+        ),
     )
 
 

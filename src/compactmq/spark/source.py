@@ -189,13 +189,17 @@ def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split,
     )
     if opts.view == "compacted":
         return compacted + live
-    # latest: the tail after the horizon is folded on the driver and travels with every split
+    # latest: the tail after the horizon is folded on the driver and travels with every split; the
+    # topic's strategy policy is checked here, before anything is read or imported
+    from . import compacted_view
+
+    strategy = compacted_view.checked_strategy(view.strategy if view else None, opts.strategy_classes)
     messages = []
     for s in live:
         messages.extend(P.bounded(read_messages(s, backend_args(backend)), s))
     tail = P.build_tail(
         messages,
-        view.strategy if view else "keep-latest",
+        strategy,
         opts.include_tombstones,
         view.retain_null_key if view else False,
     )

@@ -146,6 +146,51 @@ def location_from_settings(settings: Mapping[str, object], prefix: str = "") -> 
     )
 
 
+def _driver_family(driver: str) -> str:
+    d = driver.lower()
+    return "s3" if d in S3_DRIVERS else "gcs" if d in GCS_DRIVERS else d
+
+
+def _place(loc: OffloadLocation) -> tuple[str, str, str]:
+    """What makes two locations the same place: driver family, bucket or URI, endpoint."""
+    return (_driver_family(loc.driver), loc.root.rstrip("/"), loc.endpoint.rstrip("/"))
+
+
+def allowed_locations(config: Mapping[str, object]) -> list[tuple[str, str, str]]:
+    """The places a namespace's ``offloadPolicies`` may name: the broker's own configured location
+    and each ``managedLedgerOffloadAllowedLocations`` entry (``driver=bucket-or-URI[@endpoint]``)."""
+    out = []
+    own = location_from_settings(config)
+    if own is not None:
+        out.append(_place(own))
+    for item in str(config.get("managedLedgerOffloadAllowedLocations") or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        driver, sep, rest = item.partition("=")
+        root, _, endpoint = rest.partition("@")
+        if not sep or not driver.strip() or not root.strip():
+            raise InvalidConfiguration(
+                f"managedLedgerOffloadAllowedLocations entry {item!r}: expected driver=bucket-or-URI[@endpoint]"
+            )
+        out.append((_driver_family(driver.strip()), root.strip().rstrip("/"), endpoint.strip().rstrip("/")))
+    return out
+
+
+def check_location_allowed(loc: OffloadLocation, config: Mapping[str, object]) -> None:
+    """``InvalidConfiguration`` unless ``loc`` (from a namespace policy) is a place the operator
+    allowed: a tenant admin may not send the broker's writes, and the requests it signs with its
+    own credentials, anywhere else (docs/security.md)."""
+    allowed = allowed_locations(config)
+    if _place(loc) in allowed:
+        return
+    shown = ", ".join(f"{d}={r}" + (f"@{e}" if e else "") for d, r, e in allowed) or "none"
+    raise InvalidConfiguration(
+        f"offload location {loc.describe()[:200]} is not allowed on this broker (allowed: {shown}; "
+        "an operator adds more with managedLedgerOffloadAllowedLocations)"
+    )
+
+
 def _filesystem(loc: OffloadLocation):
     """``(pyarrow FileSystem, base path inside it)`` for a location."""
     from pyarrow import fs

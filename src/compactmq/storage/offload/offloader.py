@@ -50,7 +50,7 @@ from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageErr
 from .. import ledger_file as lf
 from ..position import Position
 from . import blocks as bk
-from .blobstore import OffloadLocation, location_from_settings, open_store
+from .blobstore import OffloadLocation, check_location_allowed, location_from_settings, open_store
 from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,12 @@ class LedgerOffloader:
     def location_for(self, topic: str) -> OffloadLocation | None:
         """Where ``topic`` offloads to: its namespace's ``offloadPolicies``, else broker.conf."""
         pol = self._policies(topic).get(OFFLOAD_POLICIES) or {}
-        settings = pol if pol.get("managedLedgerOffloadDriver") else self.config
-        return location_from_settings(settings, prefix=self.instance)
+        if not pol.get("managedLedgerOffloadDriver"):
+            return location_from_settings(self.config, prefix=self.instance)
+        loc = location_from_settings(pol, prefix=self.instance)
+        if loc is not None:  # a tenant's policy, maybe stored before the allowlist: checked at use too
+            check_location_allowed(loc, self.config)
+        return loc
 
     def settings_for(self, topic: str) -> dict[str, int]:
         """thresholdBytes, thresholdSeconds, deletionLagMs in force for ``topic``."""
