@@ -114,8 +114,19 @@ SETTINGS: dict[str, Setting] = {
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),
-    "keepAliveIntervalSeconds": _s(int, 30, "PING interval; a peer silent for twice this is dropped"),
+    "keepAliveIntervalSeconds": _s(
+        int,
+        30,
+        "PING interval; a peer silent for twice this is dropped, one that has not completed "
+        "CONNECT this long after accept too",
+    ),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
+    "brokerMaxConnections": _s(
+        int, 0, "open binary-protocol connections allowed; more are closed at accept (0 = unlimited)"
+    ),
+    "brokerMaxConnectionsPerIp": _s(
+        int, 0, "open binary-protocol connections allowed per remote IP (0 = unlimited)"
+    ),
     "maxPendingPublishBytesPerConnection": _s(
         int, 16 * 1024 * 1024, "unpersisted bytes per connection above which its socket is paused"
     ),
