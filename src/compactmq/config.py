@@ -131,6 +131,17 @@ SETTINGS: dict[str, Setting] = {
         int, 16 * 1024 * 1024, "unpersisted bytes per connection above which its socket is paused"
     ),
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
+    # --- the web port's limits (admin.http_limits) ---------------------------------------
+    "httpMaxRequestSize": _s(
+        int, -1, "largest HTTP request body in bytes; <= 0: 1 MiB (compactmq never runs without a limit)"
+    ),
+    "httpMaxRequestHeaderSize": _s(int, 8192, "longest HTTP request line or header field, in bytes"),
+    "httpRequestHeaderTimeoutSeconds": _s(
+        int, 30, "seconds an HTTP connection has to deliver a request's headers (compactmq's own key)"
+    ),
+    "httpRequestBodyTimeoutSeconds": _s(
+        int, 30, "seconds an HTTP request has to deliver its body after its headers (compactmq's own key)"
+    ),
     # --- deduplication, producers, consumers, schemas, listeners (issue 12) ---------------
     "brokerDeduplicationEnabled": _s(
         bool, False, "drop messages whose sequence id a producer already published"
