@@ -19,7 +19,7 @@ import pulsar
 import pytest
 
 from broker.conftest import make_client  # tests/ is on sys.path
-from compactmq.broker.admission import PREAUTH_MAX_FRAME_SIZE
+from compactmq.broker.admission import PREAUTH_BUFFER_BUDGET, PREAUTH_MAX_FRAME_SIZE
 from compactmq.protocol import frames
 from compactmq.protocol import pulsar_pb2 as pb
 from tests.protocol import client_commands as commands
@@ -207,3 +207,40 @@ def test_an_authenticated_client_outlives_the_handshake_deadline(deadline):
         assert [reader.read_next(10_000).data() for _ in range(2)] == [b"before", b"after"]
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def plain_secured(tmp_path_factory, pki):
+    s = start_secured_broker(tmp_path_factory.mktemp("budget"), pki)
+    yield s
+    s.broker.stop()
+
+
+def test_partial_frames_of_strangers_share_one_budget(plain_secured):
+    """Strangers each holding most of a 64 KiB frame: past PREAUTH_BUFFER_BUDGET in total the
+    newcomers are closed, the earlier ones stay, and a real client still connects."""
+    part = struct.pack(">I", PREAUTH_MAX_FRAME_SIZE - 16) + b"\0" * (60 * 1024)
+    fit = PREAUTH_BUFFER_BUDGET // len(part)
+    socks = []
+    try:
+        for _ in range(fit + 20):
+            s = open_raw(plain_secured.broker.port)
+            try:
+                s.sendall(part)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            socks.append(s)
+        time.sleep(1.0)  # let the broker read them all
+        closed = [closed_within(s, 0.02) for s in socks]
+        assert not any(closed[: fit - 5]), "a stranger within the budget was closed"
+        assert sum(closed[fit:]) >= 15, "strangers past the budget stayed connected"
+        client = make_client(
+            plain_secured.broker.url, authentication=pulsar.AuthenticationToken(plain_secured.token("admin"))
+        )
+        try:
+            client.create_producer(f"persistent://public/default/budget-{time.monotonic_ns()}").send(b"ok")
+        finally:
+            client.close()
+    finally:
+        for s in socks:
+            s.close()

@@ -13,6 +13,11 @@ they are. Three rules bound what such a peer can hold:
   before CONNECT succeeds are CONNECT and AUTH_RESPONSE carrying credentials (a JWT, a basic
   user:password, SASL data): a few KiB even for tokens with many claims; 64 KiB leaves an
   order of magnitude of headroom. Once connected, the normal ``maxMessageSize`` limit applies.
+* **A shared budget for partial frames before CONNECT** (``PREAUTH_BUFFER_BUDGET``): bytes
+  of unfinished frames that connections not yet connected hold, summed over all of them. A
+  connection whose bytes would take the sum past it is closed. Without it, 1,000 strangers
+  each holding 60 KiB of a frame they never finish cost the broker ~60 MiB; with it, at most
+  the budget. A real client's CONNECT arrives whole in one or two reads and holds nothing.
 * **A handshake deadline.** A connection that has not completed CONNECT (authentication
   included) within ``keepAliveIntervalSeconds`` of being accepted is closed, whatever it sent
   meanwhile: Pulsar closes a connection whose handshake did not complete by its first
@@ -31,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: largest frame (``total_size``) accepted before CONNECT succeeds; see the module docstring
 PREAUTH_MAX_FRAME_SIZE = 64 * 1024
+#: bytes of unfinished frames all connections not yet connected may hold together
+PREAUTH_BUFFER_BUDGET = 16 * 1024 * 1024
 #: the handshake deadline when ``keepAliveIntervalSeconds`` is 0 (Pulsar's default interval)
 DEFAULT_HANDSHAKE_SECONDS = 30
 
@@ -49,6 +56,8 @@ class ConnectionCounter:
         self.max_per_ip = max(0, int(config["brokerMaxConnectionsPerIp"]))
         self.total = 0
         self.refused = 0  # connections closed at accept, since start
+        self.preauth_buffered = 0  # bytes of partial frames held by connections before CONNECT
+        self.preauth_budget = PREAUTH_BUFFER_BUDGET
         self._per_ip: dict[str, int] = {}
 
     def admit(self, ip: str) -> bool:
@@ -63,6 +72,12 @@ class ConnectionCounter:
         self.total += 1
         self._per_ip[ip] = held + 1
         return True
+
+    def charge_preauth(self, delta: int) -> bool:
+        """Add ``delta`` bytes (negative: give back) to what unconnected peers hold; False
+        when the sum is now past the budget (the caller closes the connection it charged)."""
+        self.preauth_buffered += delta
+        return self.preauth_buffered <= self.preauth_budget
 
     def _refuse(self, ip: str, key: str, limit: int) -> None:
         self.refused += 1

@@ -58,6 +58,7 @@ class ServerConnection(asyncio.Protocol):
         self.decoder = frames.FrameDecoder(min(admission.PREAUTH_MAX_FRAME_SIZE, self._max_frame_size))
         self._admitted_ip: str | None = None  # counted by service.connection_counter
         self._handshake_handle: asyncio.TimerHandle | None = None
+        self._preauth_charged = 0  # bytes of partial frames charged to the pre-CONNECT budget
         self.state = BrokerConnectionState()
         self.handler = CommandHandler(self)
         self.reads: ReadPauser | None = None
@@ -104,6 +105,10 @@ class ServerConnection(asyncio.Protocol):
         except ProtocolError as err:
             self._protocol_failure(err)
             return
+        if self._handshake_handle is not None and not self._charge_preauth():
+            log.debug("closing connection from %s: pre-CONNECT buffer budget spent", self.peer)
+            self.abort()
+            return
         if not frames_in:
             return  # part of a frame: not yet a sign of life (a trickling peer stays silent)
         self.last_seen = self._loop.time()
@@ -119,7 +124,19 @@ class ServerConnection(asyncio.Protocol):
         if self._handshake_handle is not None:
             self._handshake_handle.cancel()
             self._handshake_handle = None
+        self._release_preauth()
         self.decoder.max_frame_size = self._max_frame_size
+
+    def _charge_preauth(self) -> bool:
+        """Charge what the decoder holds now to the shared pre-CONNECT budget (admission)."""
+        held = self.decoder.buffered
+        delta, self._preauth_charged = held - self._preauth_charged, held
+        return self.service.connection_counter.charge_preauth(delta)
+
+    def _release_preauth(self) -> None:
+        if self._preauth_charged:
+            self.service.connection_counter.charge_preauth(-self._preauth_charged)
+            self._preauth_charged = 0
 
     def _handshake_expired(self) -> None:
         self._handshake_handle = None
@@ -167,6 +184,7 @@ class ServerConnection(asyncio.Protocol):
             return  # refused at accept: nothing was set up
         self.service.connection_counter.release(self._admitted_ip)
         self._admitted_ip = None
+        self._release_preauth()
         if self._handshake_handle is not None:
             self._handshake_handle.cancel()
         if self._keepalive_handle is not None:
