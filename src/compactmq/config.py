@@ -120,12 +120,34 @@ SETTINGS: dict[str, Setting] = {
         "most partitions a partitioned topic may have (REST, autoTopicCreation policies); 0: no limit "
         "(Pulsar's default)",
     ),
-    "keepAliveIntervalSeconds": _s(int, 30, "PING interval; a peer silent for twice this is dropped"),
+    "keepAliveIntervalSeconds": _s(
+        int,
+        30,
+        "PING interval; a peer silent for twice this is dropped, one that has not completed "
+        "CONNECT this long after accept too",
+    ),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
+    "brokerMaxConnections": _s(
+        int, 0, "open binary-protocol connections allowed; more are closed at accept (0 = unlimited)"
+    ),
+    "brokerMaxConnectionsPerIp": _s(
+        int, 0, "open binary-protocol connections allowed per remote IP (0 = unlimited)"
+    ),
     "maxPendingPublishBytesPerConnection": _s(
         int, 16 * 1024 * 1024, "unpersisted bytes per connection above which its socket is paused"
     ),
     "maxConcurrentLookupRequest": _s(int, 50000, "accepted for broker.conf compatibility"),
+    # --- the web port's limits (admin.http_limits) ---------------------------------------
+    "httpMaxRequestSize": _s(
+        int, -1, "largest HTTP request body in bytes; <= 0: 1 MiB (compactmq never runs without a limit)"
+    ),
+    "httpMaxRequestHeaderSize": _s(int, 8192, "longest HTTP request line or header field, in bytes"),
+    "httpRequestHeaderTimeoutSeconds": _s(
+        int, 30, "seconds an HTTP connection has to deliver a request's headers (compactmq's own key)"
+    ),
+    "httpRequestBodyTimeoutSeconds": _s(
+        int, 30, "seconds an HTTP request has to deliver its body after its headers (compactmq's own key)"
+    ),
     # --- deduplication, producers, consumers, schemas, listeners (issue 12) ---------------
     "brokerDeduplicationEnabled": _s(
         bool, False, "drop messages whose sequence id a producer already published"

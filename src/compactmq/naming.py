@@ -69,6 +69,10 @@ class TopicName:
                 )
         if not local:
             raise InvalidTopicName(f"invalid topic name {name!r}: the topic part is empty")
+        for what, value in (("tenant", tenant), ("namespace", namespace), ("topic", local)):
+            if value in (".", ".."):
+                # a path segment, not a name: in a REST path or a directory it means another place
+                raise InvalidTopicName(f"invalid topic name {name!r}: the {what} cannot be {value!r}")
         if any(c in local for c in "\x00\n\r"):
             raise InvalidTopicName(f"invalid topic name {name!r}: control characters")
         return cls(domain, tenant, namespace, local)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from compactmq.broker.admission import ConnectionCounter
 from compactmq.broker.connection import ServerConnection
 from compactmq.broker.producers import Producer
 from compactmq.broker.server import ServerState
@@ -69,7 +70,7 @@ def make_connection(high_water=1000):
     cfg = load_config(
         overrides={"maxPendingPublishBytesPerConnection": high_water, "keepAliveIntervalSeconds": 0}
     )
-    service = SimpleNamespace(config=cfg, state=ServerState())
+    service = SimpleNamespace(config=cfg, state=ServerState(), connection_counter=ConnectionCounter(cfg))
     conn = ServerConnection(service)
     transport = FakeTransport()
     conn.connection_made(transport)

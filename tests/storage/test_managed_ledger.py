@@ -312,11 +312,15 @@ def test_delete_managed_ledger(open_storage):
 
 
 def test_topic_dirs_are_safe_for_any_name(open_storage):
+    from compactmq.errors import InvalidTopicName
+
     st = open_storage()
-    for name in ("persistent://../../x", "persistent://a/b/..", "persistent://a/b/c%2F:="):
-        d = st.topic_dir(name)
-        assert d.startswith(str(st.data_dir / "ledgers")) and "/../" not in d and not d.endswith("/..")
-    ml = st.open_managed_ledger("persistent://public/default/..")
+    d = st.topic_dir("persistent://a/b/c%2F:=")
+    assert d.startswith(str(st.data_dir / "ledgers")) and "/../" not in d and not d.endswith("/..")
+    for name in ("persistent://../../x", "persistent://a/b/..", "persistent://a/b/."):
+        with pytest.raises(InvalidTopicName):  # '.' and '..' are path segments, not names
+            st.open_managed_ledger(name)
+    ml = st.open_managed_ledger("persistent://public/default/...")
     ml.append(b"ok")
     assert ml.read_entry(ml.last_position()) == b"ok"
 

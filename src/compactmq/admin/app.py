@@ -33,7 +33,7 @@ from ..auth import SLOW_METHODS, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION
 from ..errors import AuthenticationFailed, CompactMQError
-from . import auto_topic_creation, lookup, namespaces, offload, permissions, schemas, topics
+from . import auto_topic_creation, http_limits, lookup, namespaces, offload, permissions, schemas, topics
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -128,7 +128,11 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     async def not_found(request: web.Request) -> web.Response:
         return error_response(404, f"no such path: {request.rel_url.path}")
 
-    app = web.Application(client_max_size=1024 * 1024)
+    config = getattr(service, "config", None) or {}
+    app = web.Application(
+        client_max_size=http_limits.max_body_size(config),
+        middlewares=[http_limits.body_deadline_middleware(config, error_response)],
+    )
     app[CONTEXT] = ctx
     app.router.add_get(OPENAPI_PATH, openapi_json)
     app.router.add_get("/metrics", metrics)

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import StorageError
+from . import http_limits
 from .app import build_app
 from .metrics import TrafficSampler
 
@@ -60,7 +61,10 @@ async def start(
     HTTPS on ``tls_port`` when there is a TLS context."""
     sampler = TrafficSampler(service)
     app = build_app(service, sampler)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # header deadline and sizes (http_limits); the body's are the app's middleware
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, **http_limits.handler_settings(service.config)
+    )
     await runner.setup()
     try:
         if port is not None:

@@ -12,7 +12,10 @@ connection stops being ``writable`` and dispatchers skip its consumers until
 
 A framing error (ProtocolError) ends the connection with an ERROR on the wire where a request
 id is known; errors of single commands are answered by the handler and the connection stays.
-Keep-alive: a PING every ``keepAliveIntervalSeconds``; a peer silent for twice that is dropped.
+Keep-alive: a PING every ``keepAliveIntervalSeconds``; a peer that sent no complete frame for
+twice that is dropped (bytes of a partial frame are not a sign of life).
+Before CONNECT succeeds the limits of ``admission`` hold: connection counts checked at accept,
+small frames only, and a deadline for the handshake.
 ``is_alive`` PINGs on demand: a newcomer claiming a producer name or an exclusive subscription
 held by this connection gets it if nothing comes back in time (see ``handlers``).
 """
@@ -27,6 +30,7 @@ from ..errors import CompactMQError, ProtocolError, ServerError
 from ..protocol import commands, frames
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.connection import BrokerConnectionState
+from . import admission
 from .flow import ReadPauser
 from .handlers import CommandHandler
 
@@ -49,7 +53,12 @@ class ServerConnection(asyncio.Protocol):
         self.service = service
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.decoder = frames.FrameDecoder(frames.max_frame_size_for(service.config["maxMessageSize"]))
+        # small frames until CONNECT succeeds (admission.PREAUTH_MAX_FRAME_SIZE), then this
+        self._max_frame_size = frames.max_frame_size_for(service.config["maxMessageSize"])
+        self.decoder = frames.FrameDecoder(min(admission.PREAUTH_MAX_FRAME_SIZE, self._max_frame_size))
+        self._admitted_ip: str | None = None  # counted by service.connection_counter
+        self._handshake_handle: asyncio.TimerHandle | None = None
+        self._preauth_charged = 0  # bytes of partial frames charged to the pre-CONNECT budget
         self.state = BrokerConnectionState()
         self.handler = CommandHandler(self)
         self.reads: ReadPauser | None = None
@@ -74,24 +83,68 @@ class ServerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        if not self.service.connection_counter.admit(ip):  # over brokerMaxConnections[PerIp]
+            self.closed = True
+            transport.abort()
+            return
+        self._admitted_ip = ip
+        self._handshake_handle = self._loop.call_later(
+            admission.handshake_deadline_seconds(self.service.config), self._handshake_expired
+        )
         self.reads = ReadPauser(transport, self.service.config["maxPendingPublishBytesPerConnection"])
         self.last_seen = self._loop.time()
         self.service.state.add_connection(self)
         self._schedule_keepalive()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            frames_in = self.decoder.feed(data)
+        except ProtocolError as err:
+            self._protocol_failure(err)
+            return
+        if self._handshake_handle is not None and not self._charge_preauth():
+            log.debug("closing connection from %s: pre-CONNECT buffer budget spent", self.peer)
+            self.abort()
+            return
+        if not frames_in:
+            return  # part of a frame: not yet a sign of life (a trickling peer stays silent)
         self.last_seen = self._loop.time()
         if self._liveness:
             for fut in self._liveness:
                 if not fut.done():
                     fut.set_result(True)
             self._liveness.clear()
-        try:
-            frames_in = self.decoder.feed(data)
-        except ProtocolError as err:
-            self._protocol_failure(err)
-            return
         self._handle_frames(frames_in)
+
+    def handshake_done(self) -> None:
+        """CONNECT succeeded: the deadline is off and frames may be as large as messages."""
+        if self._handshake_handle is not None:
+            self._handshake_handle.cancel()
+            self._handshake_handle = None
+        self._release_preauth()
+        self.decoder.max_frame_size = self._max_frame_size
+
+    def _charge_preauth(self) -> bool:
+        """Charge what the decoder holds now to the shared pre-CONNECT budget (admission)."""
+        held = self.decoder.buffered
+        delta, self._preauth_charged = held - self._preauth_charged, held
+        return self.service.connection_counter.charge_preauth(delta)
+
+    def _release_preauth(self) -> None:
+        if self._preauth_charged:
+            self.service.connection_counter.charge_preauth(-self._preauth_charged)
+            self._preauth_charged = 0
+
+    def _handshake_expired(self) -> None:
+        self._handshake_handle = None
+        if self.closed or self.state.connected:
+            self.handshake_done()
+            return
+        log.info("closing connection from %s: no successful CONNECT in time", self.peer)
+        self.abort()
 
     def _handle_frames(self, frames_in: list) -> None:
         state = self.state
@@ -127,6 +180,13 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self._admitted_ip is None:
+            return  # refused at accept: nothing was set up
+        self.service.connection_counter.release(self._admitted_ip)
+        self._admitted_ip = None
+        self._release_preauth()
+        if self._handshake_handle is not None:
+            self._handshake_handle.cancel()
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
         self.state.close()

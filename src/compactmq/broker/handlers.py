@@ -149,6 +149,7 @@ class CommandHandler:
     def _connected(self, principal) -> None:
         self.conn.principal = principal
         self.conn.state.send(T.CONNECTED)
+        self.conn.handshake_done()  # full-size frames from now on, no handshake deadline
         flags = None
         if self.conn.principal is not security.UNAUTHENTICATED:
             flags = pb.FeatureFlags(supports_auth_refresh=True)  # the broker can AUTH_CHALLENGE

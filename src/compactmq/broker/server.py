@@ -38,6 +38,7 @@ from ..compaction.hooks import PostCompactionHook
 from ..config import SETTINGS, Config
 from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
+from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
 from .entry_source import CacheBudget
 from .lookup import Listeners, listeners_from_config
@@ -158,6 +159,13 @@ class BrokerService:
         cache_mb = config.get("managedLedgerCacheSizeMB", SETTINGS["managedLedgerCacheSizeMB"].default)
         self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
         self.state = ServerState()
+        # brokerMaxConnections / brokerMaxConnectionsPerIp (admission)
+        self.connection_counter = ConnectionCounter(
+            {
+                k: config.get(k, SETTINGS[k].default)
+                for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")
+            }
+        )
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
@@ -289,6 +297,8 @@ class BrokerServer:
                 self.host,
                 port,
                 ssl=ssl_context,
+                # a TLS handshake gets no longer than the CONNECT handshake after it (admission)
+                ssl_handshake_timeout=handshake_deadline_seconds(service.config) if ssl_context else None,
                 reuse_address=True,
                 backlog=1024,
             )

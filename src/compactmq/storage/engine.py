@@ -6,6 +6,7 @@ import fcntl
 import logging
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -16,6 +17,7 @@ from urllib.parse import quote
 from ..config import Config, load_config
 from ..errors import CompactMQError, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
+from . import dir_owner
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
 from .offload import LedgerOffloader
@@ -30,12 +32,30 @@ LEDGERS_DIR = "ledgers"
 COMPACTED_DIR = "compacted"
 
 
+# A name part whose encoding passes this many characters is shortened to its first
+# ``_KEPT_CHARS`` characters, the marker ``~`` and the first 16 hex digits of its SHA-1.
+_MAX_COMPONENT = 200
+_KEPT_CHARS = 150
+_SHORTENED = re.compile(r"^.{%d}~[0-9a-f]{16}$" % _KEPT_CHARS, re.DOTALL)
+
+
 def _path_component(text: str) -> str:
     """A name part as one safe directory name: percent-encoded (dots too, so '.' and '..'
-    cannot escape), and shortened with a hash when it would pass filesystem limits."""
+    cannot escape), and shortened with a hash when it would pass filesystem limits.
+
+    The mapping is injective. ``quote`` never writes ``%7E`` (``~`` is one of its safe
+    characters) and writes ``%`` only as the start of an escape, so its output names one text.
+    A shortened name has one shape (``_SHORTENED``); a short name that happens to have that
+    shape gets its ``~`` written ``%7E`` instead, which no other name's encoding contains and
+    which no longer has the shape. Every other name maps where it always did, so existing
+    data directories keep opening."""
     enc = quote(text, safe="-_=:").replace(".", "%2E")
-    if len(enc) > 200:
-        enc = enc[:150] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    if len(enc) > _MAX_COMPONENT:
+        return enc[:_KEPT_CHARS] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    if _SHORTENED.match(enc):
+        enc = enc.replace("~", "%7E")
+        if len(enc) > _MAX_COMPONENT:  # many '~': shorten it too (its hash differs from others')
+            return enc[:_KEPT_CHARS] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
     return enc
 
 
@@ -152,6 +172,8 @@ class Storage:
             if not self.metadata.topic_exists(name):
                 if not create or self.read_only:
                     raise TopicNotFound(f"topic {name} does not exist")
+                if dir_owner.owned_by_another(self.topic_dir(name), name):
+                    dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
                 self.metadata.create_topic(name)
             ml = ManagedLedger(
                 name,
@@ -199,6 +221,9 @@ class Storage:
             ml.close()
         self.metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
+            if dir_owner.owned_by_another(d, name):  # never another topic's files
+                log.warning("not deleting %s: it belongs to another topic", d)
+                continue
             shutil.rmtree(d, ignore_errors=True)
         try:  # its offloaded objects are dead now; a failure here is retried by maintenance
             self.offloader.delete_dead(name)

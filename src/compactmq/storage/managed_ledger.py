@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInput, NotAllowed, NotFound, StorageError
+from . import dir_owner
 from . import ledger_file as lf
 from .cursor import Cursor, RangeSet
 from .metadata import COMPACTION_CURSOR, RETENTION_SIZE_MB, RETENTION_TIME_MINUTES, MetadataStore
@@ -246,6 +247,7 @@ class ManagedLedger:
             self._load_read_only()
         else:
             os.makedirs(directory, exist_ok=True)
+            dir_owner.claim(directory, topic)  # before _recover deletes anything in it
             self._recover()
         self._attach_offload_records()
         for rec in store.load_cursors(topic):
