@@ -270,6 +270,15 @@ SETTINGS: dict[str, Setting] = {
         str, PULSAR_AUTHORIZATION_PROVIDER, "only Pulsar's default provider is implemented"
     ),
     "superUserRoles": _s(str, "", "comma list of roles that may do everything"),
+    "brokerClientAuthenticationPlugin": _s(
+        str,
+        "",
+        "credentials of the broker's own admin client (Pulsar's client class name: AuthenticationToken, "
+        "AuthenticationBasic, AuthenticationTls); at start it creates public/default with them",
+    ),
+    "brokerClientAuthenticationParameters": _s(
+        str, "", "parameters of brokerClientAuthenticationPlugin (token:..., file:///..., JSON)"
+    ),
     # --- TLS ---------------------------------------------------------------------------
     "brokerServicePortTls": _s(OptionalInt, None, "binary protocol over TLS; empty: off, 0: a free port"),
     "webServicePortTls": _s(OptionalInt, None, "admin REST API over HTTPS; empty: off, 0: a free port"),
