@@ -159,12 +159,21 @@ SETTINGS: dict[str, Setting] = {
         bool, False, "refuse producers without a schema on topics that have one"
     ),
     # --- storage (managed ledger) ------------------------------------------------------
-    "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
+    "managedLedgerMaxEntriesPerLedger": _s(
+        int, 50000, "roll a ledger after this many entries (once older than the minimum rollover time)"
+    ),
     "managedLedgerCacheSizeMB": _s(
         int, 256, "memory for recently published entries served to consumers that keep up (all topics)"
     ),
-    "managedLedgerMaxSizePerLedgerMbytes": _s(int, 2048, "roll a ledger after this many MiB"),
+    "managedLedgerMaxSizePerLedgerMbytes": _s(
+        int, 2048, "roll a ledger after this many MiB (once older than the minimum rollover time)"
+    ),
     "managedLedgerMaxLedgerRolloverTimeMinutes": _s(int, 240, "roll a ledger after this age"),
+    "managedLedgerMinLedgerRolloverTimeMinutes": _s(
+        int,
+        10,
+        "never roll a ledger younger than this, however full (Pulsar's rule; 0: roll as soon as a limit is reached)",
+    ),
     "managedLedgerSyncData": _s(bool, True, "fsync before acknowledging an append (journalSyncData)"),
     "managedLedgerGroupCommitMaxDelayMicros": _s(
         int, 1000, "longest an append waits to share an fsync with others (group commit)"
