@@ -140,6 +140,13 @@ SETTINGS: dict[str, Setting] = {
     "maxProducersPerTopic": _s(int, 0, "producers a topic accepts at once (0: no limit)"),
     "maxConsumersPerTopic": _s(int, 0, "consumers a topic accepts at once (0: no limit)"),
     "maxConsumersPerSubscription": _s(int, 0, "consumers a subscription accepts at once (0: no limit)"),
+    "acknowledgmentAtBatchIndexLevelEnabled": _s(
+        bool,
+        True,
+        "keep acknowledgements of single messages of a batch (PIP-54): redelivery then skips them; "
+        "false, Pulsar's default, ignores them until the whole batch is acknowledged (compactmq "
+        "defaults to true)",
+    ),
     "maxUnackedMessagesPerConsumer": _s(
         int,
         50000,
