@@ -12,6 +12,10 @@ Two things here keep the default run short (CI has two cores and a time limit):
   with the C1 compiler only and the serial collector. These JVMs live seconds to minutes on small
   data, where C2's compile threads and the parallel collector cost more CPU than they win back:
   start-up plus a first job takes about half the CPU. Production keeps the JVM's defaults.
+- ledgers roll as soon as they reach the entry/size limits a test sets: the test process's
+  default ``managedLedgerMinLedgerRolloverTimeMinutes`` is 0 (set below; test brokers get it as
+  an override in ``broker/conftest.py``), as Pulsar's own tests set it. Production keeps
+  Pulsar's 10 minutes; the tests of the minimum itself set it explicitly.
 - the run is split over pytest-xdist workers by module (``scripts/test.sh``: ``--dist loadfile``,
   so a module's broker is started once, and ``--no-loadscope-reorder``); modules that start a JVM
   are queued first, so the long ones start early and the tail of the run is short unit tests.
@@ -26,6 +30,18 @@ import pytest
 #: JVM flags for the short-lived Spark drivers of the test run (see the module docstring)
 TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTS)
+
+
+def _roll_ledgers_at_once_in_tests() -> None:
+    import dataclasses
+
+    from compactmq.config import SETTINGS
+
+    key = "managedLedgerMinLedgerRolloverTimeMinutes"
+    SETTINGS[key] = dataclasses.replace(SETTINGS[key], default=0)
+
+
+_roll_ledgers_at_once_in_tests()
 
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")

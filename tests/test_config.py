@@ -1,6 +1,6 @@
 import pytest
 
-from compactmq.config import config_list, load_config, parse_override
+from compactmq.config import config_list, describe_unknown_keys, load_config, parse_override, suggest_key
 from compactmq.errors import InvalidConfiguration
 
 
@@ -18,7 +18,6 @@ def test_layers_merge_in_order(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"noSuchKey": "1"}, "unknown config key 'noSuchKey'"),
         ({"brokerServicePort": "six"}, "expected an integer"),
         ({"topicCompactionRetainNullKey": "maybe"}, "expected true or false"),
     ],
@@ -89,10 +88,35 @@ def test_pulsar_conf_accepted_with_ignored_keys_reported(tmp_path):
         "zookeeperServers",
         "functionsWorkerEnabled",
     )
-    # a misspelled key is still an error, in a Pulsar-style file too
-    conf.write_text(PULSAR_STYLE_CONF.replace("\\\n", "") + "authenticationEnable=true\n")
-    with pytest.raises(InvalidConfiguration, match="unknown config key 'authenticationEnable'"):
-        load_config(conf)
+    assert cfg.unknown_keys == ()
+
+
+def test_unknown_keys_never_stop_the_broker_and_near_misses_get_a_suggestion(tmp_path):
+    """Pulsar ignores keys it does not know; a typo of a key that would have taken effect is
+    reported with the key it probably meant."""
+    conf = tmp_path / "standalone.conf"
+    conf.write_text(
+        PULSAR_STYLE_CONF.replace("\\\n", "")
+        + "authenticationEnable=true\nsomeKeyOfAFutureRelease=1\nauthenticationEnable=false\n"
+    )
+    cfg = load_config(conf, {"BrokerServicePort": "7000", "managedLedgerMaxEntriesPerLedgr": "5"})
+    assert cfg.unknown_keys == (
+        "authenticationEnable",
+        "someKeyOfAFutureRelease",
+        "BrokerServicePort",
+        "managedLedgerMaxEntriesPerLedgr",
+    )
+    assert cfg["brokerServicePort"] == 6650 and cfg["managedLedgerMaxEntriesPerLedger"] == 50000
+    assert describe_unknown_keys(cfg.unknown_keys) == (
+        "authenticationEnable (did you mean authenticationEnabled?), someKeyOfAFutureRelease, "
+        "BrokerServicePort (did you mean brokerServicePort?), "
+        "managedLedgerMaxEntriesPerLedgr (did you mean managedLedgerMaxEntriesPerLedger?)"
+    )
+    # with_overrides keeps both lists and adds to them
+    more = cfg.with_overrides({"superUserRole": "x"})
+    assert more.unknown_keys[-1] == "superUserRole" and more.ignored_keys == cfg.ignored_keys
+    assert suggest_key("superUserRole") == "superUserRoles"
+    assert suggest_key("zzz") is None
 
 
 def test_security_defaults_are_pulsars():

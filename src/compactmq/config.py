@@ -4,8 +4,8 @@
 
     built-in defaults  <  config file (broker.conf syntax: ``key=value``, ``#`` comments)  <  overrides
 
-Every key is declared once in ``SETTINGS`` with its type, default and a line of help. An
-unknown key or a value of the wrong type is a one-line ``InvalidConfiguration``. Keys that start
+Every key is declared once in ``SETTINGS`` with its type, default and a line of help. A value
+of the wrong type for a declared key is a one-line ``InvalidConfiguration``. Keys that start
 with ``spark.`` pass through untouched to the Spark session builder. An empty value (``key=``,
 as Pulsar's shipped files are full of) means the default.
 
@@ -15,11 +15,18 @@ have (BookKeeper, ZooKeeper, the load balancer, functions, ...) are known by nam
 ``Config.ignored_keys`` so that the broker can list them once at start. Relative paths in the
 file are left relative: they resolve against the current directory, as in Pulsar.
 
+A key nobody knows never stops the broker either (Pulsar ignores keys it does not know, so a
+file written for one Pulsar release works on another): it is collected in
+``Config.unknown_keys`` and the broker lists them once at start, each near miss of a key that
+would have taken effect with a "did you mean" (``describe_unknown_keys``) -- a typo of an
+implemented key is the case that deserves the warning most.
+
 Nothing is read at import time: tests pass plain dicts as ``overrides``.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from collections.abc import Mapping
@@ -161,6 +168,13 @@ SETTINGS: dict[str, Setting] = {
     "maxProducersPerTopic": _s(int, 0, "producers a topic accepts at once (0: no limit)"),
     "maxConsumersPerTopic": _s(int, 0, "consumers a topic accepts at once (0: no limit)"),
     "maxConsumersPerSubscription": _s(int, 0, "consumers a subscription accepts at once (0: no limit)"),
+    "acknowledgmentAtBatchIndexLevelEnabled": _s(
+        bool,
+        True,
+        "keep acknowledgements of single messages of a batch (PIP-54): redelivery then skips them; "
+        "false, Pulsar's default, ignores them until the whole batch is acknowledged (compactmq "
+        "defaults to true)",
+    ),
     "maxUnackedMessagesPerConsumer": _s(
         int,
         50000,
@@ -180,12 +194,21 @@ SETTINGS: dict[str, Setting] = {
         bool, False, "refuse producers without a schema on topics that have one"
     ),
     # --- storage (managed ledger) ------------------------------------------------------
-    "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
+    "managedLedgerMaxEntriesPerLedger": _s(
+        int, 50000, "roll a ledger after this many entries (once older than the minimum rollover time)"
+    ),
     "managedLedgerCacheSizeMB": _s(
         int, 256, "memory for recently published entries served to consumers that keep up (all topics)"
     ),
-    "managedLedgerMaxSizePerLedgerMbytes": _s(int, 2048, "roll a ledger after this many MiB"),
+    "managedLedgerMaxSizePerLedgerMbytes": _s(
+        int, 2048, "roll a ledger after this many MiB (once older than the minimum rollover time)"
+    ),
     "managedLedgerMaxLedgerRolloverTimeMinutes": _s(int, 240, "roll a ledger after this age"),
+    "managedLedgerMinLedgerRolloverTimeMinutes": _s(
+        int,
+        10,
+        "never roll a ledger younger than this, however full (Pulsar's rule; 0: roll as soon as a limit is reached)",
+    ),
     "managedLedgerSyncData": _s(bool, True, "fsync before acknowledging an append (journalSyncData)"),
     "managedLedgerGroupCommitMaxDelayMicros": _s(
         int, 1000, "longest an append waits to share an fsync with others (group commit)"
@@ -310,6 +333,15 @@ SETTINGS: dict[str, Setting] = {
         str, PULSAR_AUTHORIZATION_PROVIDER, "only Pulsar's default provider is implemented"
     ),
     "superUserRoles": _s(str, "", "comma list of roles that may do everything"),
+    "brokerClientAuthenticationPlugin": _s(
+        str,
+        "",
+        "credentials of the broker's own admin client (Pulsar's client class name: AuthenticationToken, "
+        "AuthenticationBasic, AuthenticationTls); at start it creates public/default with them",
+    ),
+    "brokerClientAuthenticationParameters": _s(
+        str, "", "parameters of brokerClientAuthenticationPlugin (token:..., file:///..., JSON)"
+    ),
     # --- TLS ---------------------------------------------------------------------------
     "brokerServicePortTls": _s(OptionalInt, None, "binary protocol over TLS; empty: off, 0: a free port"),
     "webServicePortTls": _s(OptionalInt, None, "admin REST API over HTTPS; empty: off, 0: a free port"),
@@ -428,17 +460,43 @@ def is_ignored_pulsar_key(key: str) -> bool:
     return key not in SETTINGS and (key in pulsar_conf_keys() or key.startswith(IGNORED_PREFIXES))
 
 
+def suggest_key(key: str) -> str | None:
+    """The implemented key ``key`` is a near miss of (a typo, another case), or None."""
+    by_lower = {k.lower(): k for k in SETTINGS}
+    if key.lower() in by_lower:
+        return by_lower[key.lower()]
+    close = difflib.get_close_matches(key, SETTINGS, n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
+def describe_unknown_keys(keys: tuple[str, ...] | list[str]) -> str:
+    """``a (did you mean b?), c``: the unknown keys, each with its suggestion when it has one."""
+    parts = []
+    for key in keys:
+        hint = suggest_key(key)
+        parts.append(f"{key} (did you mean {hint}?)" if hint else key)
+    return ", ".join(parts)
+
+
 class Config(Mapping[str, Any]):
     """Merged, validated configuration. Read with ``cfg["key"]``; Spark settings in ``cfg.spark``.
 
     ``ignored_keys`` lists, in the order first seen, the Pulsar keys that were accepted without
-    effect (see the module docstring); the broker logs them once at start.
+    effect (see the module docstring); ``unknown_keys`` the keys that are neither compactmq's nor
+    Pulsar's. The broker logs each list once at start.
     """
 
-    def __init__(self, values: dict[str, Any], spark: dict[str, str], ignored_keys: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        values: dict[str, Any],
+        spark: dict[str, str],
+        ignored_keys: tuple[str, ...] = (),
+        unknown_keys: tuple[str, ...] = (),
+    ):
         self._values = values
         self.spark = spark
         self.ignored_keys = ignored_keys
+        self.unknown_keys = unknown_keys
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -450,8 +508,14 @@ class Config(Mapping[str, Any]):
         return len(self._values)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
-        merged = _merge(dict(self._values), dict(self.spark), list(self.ignored_keys), overrides, "override")
-        return Config(_apply_aliases(dict(merged)), merged.spark, merged.ignored_keys)
+        merged = _merge(
+            dict(self._values),
+            dict(self.spark),
+            list(self.ignored_keys),
+            overrides,
+            list(self.unknown_keys),
+        )
+        return Config(_apply_aliases(dict(merged)), merged.spark, merged.ignored_keys, merged.unknown_keys)
 
     @property
     def data_dir(self) -> Path:
@@ -494,7 +558,7 @@ def _merge(
     spark: dict[str, str],
     ignored: list[str],
     layer: Mapping[str, Any],
-    source: str,
+    unknown: list[str],
 ) -> Config:
     for key, value in layer.items():
         if key.startswith(SPARK_PREFIX):
@@ -508,9 +572,9 @@ def _merge(
         elif is_ignored_pulsar_key(key):
             if key not in ignored:
                 ignored.append(key)
-        else:
-            raise InvalidConfiguration(f"unknown config key {key!r} (from {source})")
-    return Config(values, spark, tuple(ignored))
+        elif key not in unknown:  # reported at start, never fatal (Pulsar ignores such keys)
+            unknown.append(key)
+    return Config(values, spark, tuple(ignored), tuple(unknown))
 
 
 def _apply_aliases(values: dict[str, Any]) -> dict[str, Any]:
@@ -529,13 +593,14 @@ def load_config(file: str | os.PathLike | None = None, overrides: Mapping[str, A
     values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
     spark = dict(SPARK_DEFAULTS)
     ignored: list[str] = []
+    unknown: list[str] = []
     if file is not None:
         path = Path(file)
         try:
             text = path.read_text()
         except OSError as e:
             raise InvalidConfiguration(f"cannot read config file {path}: {e.strerror}") from None
-        _merge(values, spark, ignored, parse_conf_text(text, str(path)), str(path))
+        _merge(values, spark, ignored, parse_conf_text(text, str(path)), unknown)
     if overrides:
-        _merge(values, spark, ignored, overrides, "override")
-    return Config(_apply_aliases(values), spark, tuple(ignored))
+        _merge(values, spark, ignored, overrides, unknown)
+    return Config(_apply_aliases(values), spark, tuple(ignored), tuple(unknown))

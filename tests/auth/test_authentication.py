@@ -256,6 +256,8 @@ def test_anonymous_role_and_disabled_service(secret):
     assert svc.authenticate_http(None, None) == Principal("guest", "anonymous", None)
     # bad credentials are refused, not downgraded to the anonymous role
     refused(svc, "token", b"garbage", "malformed")
+    # a method no provider has falls back to the anonymous role (Pulsar's ServerCnx.handleConnect)
+    assert svc.authenticate_connect("unknown", b"admin:123456", None) == Principal("guest", "anonymous", None)
     off = AuthenticationService.from_config(load_config())
     assert not off.enabled
     assert off.authenticate_connect("token", b"garbage", None) == Principal(None, "none", None)

@@ -65,8 +65,10 @@ class BrokerProcess:
             "WARNING",
         ]
         # no background Spark warm-up in test brokers (a JVM each otherwise); a test that wants it
-        # sets compactionSparkWarmup=true in its overrides
-        for k, v in {"compactionSparkWarmup": "false", **self.overrides}.items():
+        # sets compactionSparkWarmup=true in its overrides. Ledgers roll by their limits at once
+        # (managedLedgerMinLedgerRolloverTimeMinutes=0, as in the test process: tests/conftest.py)
+        defaults = {"compactionSparkWarmup": "false", "managedLedgerMinLedgerRolloverTimeMinutes": "0"}
+        for k, v in {**defaults, **self.overrides}.items():
             cmd += ["--config-override", f"{k}={v}"]
         cmd += self.extra_args
         log = open(self.log_path, "ab")

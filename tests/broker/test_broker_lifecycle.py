@@ -181,7 +181,6 @@ def test_consumer_that_flows_nothing_gets_nothing(broker, topic):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--config-override", "noSuchKey=1"], "unknown config key"),
         (["--config-override", "brokerServicePort=abc"], "expected an integer"),
         (
             ["--config-override", "keepAliveIntervalSeconds=5", "allowAutoTopicCreation=maybe"],

@@ -48,6 +48,27 @@ def test_strategies(strategy, old, new, ok):
             schema_compat.check(strategy, [old], new)
 
 
+def named(name: str, *fields, nested: dict | None = None) -> tuple[int, bytes]:
+    body = {"type": "record", "name": name, "fields": list(fields) + ([nested] if nested else [])}
+    return 4, json.dumps(body).encode()
+
+
+def test_records_resolve_by_fields_whatever_their_names():
+    """Pulsar's check (Avro's resolving grammar) matches records by fields, not names: a renamed
+    record class is compatible, nested records too; enums and fixed types keep their names."""
+    for strategy in ("BACKWARD", "FORWARD", "FULL", "FULL_TRANSITIVE"):
+        schema_compat.check(strategy, [named("User1", A)], named("User2", A))
+        sub = {"name": "j", "type": {"type": "record", "name": "Sub1", "fields": [A]}}
+        renamed = {"name": "j", "type": {"type": "record", "name": "Sub2", "fields": [A]}}
+        schema_compat.check(strategy, [named("R", A, nested=sub)], named("R", A, nested=renamed))
+    with pytest.raises(IncompatibleSchema):  # the fields still have to resolve
+        schema_compat.check("FULL", [named("User1", A)], named("User2", {"name": "a", "type": "int"}))
+    enum1 = {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED"]}}
+    enum2 = {"name": "e", "type": {"type": "enum", "name": "Colour", "symbols": ["RED"]}}
+    with pytest.raises(IncompatibleSchema):
+        schema_compat.check("FULL", [named("R", enum1)], named("R", enum2))
+
+
 def test_transitive_checks_every_version_in_force():
     v1, v2 = rec(A, B_REQ), rec(A)
     v3 = rec(A, {"name": "b", "type": "string", "default": ""})  # reads v2 data, not v1's int b

@@ -74,6 +74,9 @@ def start_secured_broker(directory: Path, pki: Pki, **overrides: str) -> Secured
         authenticationProviders=PROVIDERS,
         superUserRoles=SUPERUSER,
         tokenSecretKey=file_url(directory / "secret.key"),
+        # the broker's own admin client is a superuser: it creates public/default (as on Pulsar)
+        brokerClientAuthenticationPlugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        brokerClientAuthenticationParameters="token:" + mint_token(SUPERUSER, secret),
         basicAuthConf=str(htpasswd),
         webServicePortTls=str(tls_port),
         tlsCertificateFilePath=str(pki.server.cert),

@@ -289,6 +289,9 @@ def test_rs256_tokens_with_audience(tmp_path, pki):
         tokenPublicKey=file_url(public),
         tokenAudienceClaim="aud",
         tokenAudience="compactmq-admin",
+        brokerClientAuthenticationPlugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        brokerClientAuthenticationParameters="token:"
+        + mint_token(SUPERUSER, keys, claims={"aud": "compactmq-admin"}),
     )
     try:
         url = f"http://127.0.0.1:{broker.web_port}"

@@ -384,7 +384,7 @@ def test_started_from_the_unmodified_file(standalone):
         "bookkeeperClientTimeoutInSeconds",
         "loadBalancerEnabled",
         "functionsWorkerEnabled",
-        "brokerClientAuthenticationParameters",
+        "brokerClientTrustCertsFilePath",
     ):
         assert key in ignored[0], key
     for key in ("authenticationEnabled", "tlsCertificateFilePath", "superUserRoles", "brokerServicePortTls"):

@@ -58,6 +58,9 @@ class SecuredBroker:
                 "authenticationProviders": PROVIDERS,
                 "superUserRoles": "admin",
                 "tokenSecretKey": file_url(directory / "secret.key"),
+                # the broker's own admin client is a superuser: it creates public/default (as on Pulsar)
+                "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+                "brokerClientAuthenticationParameters": "token:" + mint_token("admin", self.secret),
                 "basicAuthConf": str(htpasswd),
                 "brokerServicePortTls": str(self.tls_port),
                 "webServicePortTls": str(self.web_tls_port),

@@ -22,7 +22,11 @@ TOPIC = "persistent://public/default/crash"
 THREADS = 3  # thread 0 uses append_many, the others append
 BATCH = 8
 MAX_PER_THREAD = 150  # per round, so the data (and the test) stays small
-OVERRIDES = {"managedLedgerMaxEntriesPerLedger": 97, "managedLedgerGroupCommitMaxDelayMicros": 200}
+OVERRIDES = {
+    "managedLedgerMaxEntriesPerLedger": 97,
+    "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # roll by entry count at once (conftest.py)
+    "managedLedgerGroupCommitMaxDelayMicros": 200,
+}
 ACK = struct.Struct(">HHI")  # round, thread, entries of that thread acknowledged so far
 
 

@@ -21,6 +21,7 @@ from compactmq.storage.offload import blocks as bk
 TOPIC = "persistent://public/default/tiered"
 SMALL = {
     "managedLedgerMaxEntriesPerLedger": 10,
+    "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # the child process too (tests/conftest.py)
     "managedLedgerOffloadDeletionLagMs": 0,
     "s3ManagedLedgerOffloadReadBufferSizeInBytes": 4096,
 }

@@ -47,8 +47,21 @@ def test_slowest_durable_cursor_decides(ml):
     before = ledger_ids(ml)
     ml.open_cursor("fast").ack_cumulative(ml.positions[13])
     ml.open_cursor("slow").ack_cumulative(ml.positions[3])  # last entry of the first ledger
-    ml.open_cursor("reader", durable=False)  # readers do not hold data back
     assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:1]
+
+
+def test_a_reader_holds_data_only_beside_a_durable_cursor(ml):
+    """Pulsar's internalTrimLedgers: with durable cursors the slowest of *all* cursors (readers'
+    non-durable ones are in the same container) decides; with none, every ledger but the one
+    being written counts as consumed, readers or not."""
+    before = ledger_ids(ml)
+    reader = ml.open_cursor("reader", durable=False)
+    reader.ack_cumulative(ml.positions[5])  # part-way through the second ledger
+    ml.open_cursor("fast").ack_cumulative(ml.positions[13])
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:1]
+    ml.delete_cursor("fast")
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[1:-1]
+    assert ledger_ids(ml) == before[-1:]
 
 
 def test_compaction_cursor_counts_like_any_durable_cursor(ml):

@@ -18,7 +18,9 @@ The *method* is the name a client puts in CONNECT's ``auth_method_name`` (its cr
 ``Basic`` is basic), and a verified TLS client certificate stands for the ``tls`` method. A
 provider answers a ``Principal`` (role, method, and when the credential expires) or raises
 ``AuthenticationFailed`` with a reason a client can act on -- never the credential itself.
-A client that sends nothing gets ``anonymousUserRole`` when one is configured.
+A client that sends nothing gets ``anonymousUserRole`` when one is configured; so does, as on
+Pulsar, a client whose CONNECT names a method the broker has no provider for (its credential is
+ignored). Bad credentials of a configured method are refused, never downgraded.
 
 ``AuthenticationService`` holds the configured providers and picks one per request. It is
 built once at start (``from_config``: keys are read, key files loaded, htpasswd parsed) and
@@ -164,6 +166,10 @@ class AuthenticationService:
                 return self.providers[METHOD_TLS].authenticate(b"", peer_cert)
             return self._anonymous()
         provider = self.providers.get(method)
+        if provider is None and self.anonymous_role is not None:
+            # Pulsar's ServerCnx: a method no provider has falls back to the anonymous role
+            # (its credential is not looked at), so authorization decides what it may do
+            return self._anonymous()
         if provider is None:
             raise AuthenticationFailed(
                 f"authentication method {method!r} is not enabled on this broker; "

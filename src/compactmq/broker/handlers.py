@@ -468,12 +468,20 @@ class CommandHandler:
         consumer = self.consumers.get(cmd.consumer_id)
         if consumer is not None:
             sub = consumer.subscription
+            batch_index = self.service.config.get(BATCH_INDEX_ACK_KEY, True)
             if cmd.ack_type == pb.CommandAck.Cumulative:
                 if cmd.message_id:
                     mid = cmd.message_id[0]
-                    sub.ack_cumulative(_position(mid), list(mid.ack_set) or None)
+                    position, ack_set = _position(mid), list(mid.ack_set) or None
+                    if batch_index or not (ack_set and any(ack_set)):
+                        sub.ack_cumulative(position, ack_set)
+                    elif position.entry_id > 0:  # Pulsar: mark-delete up to the entry before the batch
+                        sub.ack_cumulative(Position(position.ledger_id, position.entry_id - 1))
             else:
-                sub.ack_individual([(_position(m), list(m.ack_set) or None) for m in cmd.message_id])
+                acks = [(_position(m), list(m.ack_set) or None) for m in cmd.message_id]
+                if not batch_index:  # Pulsar keeps no partial batch acks then: the batch stays whole
+                    acks = [(p, None) for p, ack_set in acks if not (ack_set and any(ack_set))]
+                sub.ack_individual(acks)
         if cmd.HasField("request_id"):
             self.conn.send_command(commands.ack_response(cmd.consumer_id, cmd.request_id))
 
@@ -627,6 +635,10 @@ class CommandHandler:
 
 class _ConsumerNotFound(NotFound):
     server_error = ServerError.ConsumerNotFound
+
+
+#: broker.conf key: keep acknowledgements of single messages of a batch (PIP-54 ``ack_set``)
+BATCH_INDEX_ACK_KEY = "acknowledgmentAtBatchIndexLevelEnabled"
 
 
 def _position(mid: pb.MessageIdData) -> Position:

@@ -14,7 +14,12 @@ BACKWARD_TRANSITIVE, ...   the same, against every version in force rather than 
 
 "Can read" is Avro's schema resolution (reader schema against writer schema: fields added with
 a default, removed fields, type promotions, enum symbols, unions...). It is not re-implemented
-here: Apache Avro's own ``avro.compatibility.ReaderWriterCompatibilityChecker`` decides. Avro
+here: Apache Avro's own ``avro.compatibility.ReaderWriterCompatibilityChecker`` decides, with
+the one difference Pulsar's check has from it: Pulsar validates with Avro's
+``SchemaValidatorBuilder``, whose resolving grammar matches two records by their fields and not
+by their names (enums and fixed types must still have the same name). So a producer whose
+record class was renamed (``User1`` then ``User2``, the Python client's ``Example`` then
+``ExampleRequiredDefault``) is accepted when the fields resolve, as on Pulsar. Avro
 and JSON schemas are both compared this way (Pulsar's JSON schema definitions are Avro record
 schemas). Schemas of other types are compatible with any schema of the same type (Pulsar checks
 no more for them), and a change of type is refused unless the strategy is ALWAYS_COMPATIBLE.
@@ -133,10 +138,28 @@ def same(type_: int, a: bytes, b: bytes) -> bool:
     return _comparable(type_, a) and _comparable(type_, b) and _parse(bytes(a)) == _parse(bytes(b))
 
 
-def _can_read(reader: bytes, writer: bytes) -> tuple[bool, str]:
-    from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+@lru_cache(maxsize=1)
+def _checker_class() -> Any:
+    from avro.compatibility import CompatibleResult, ReaderWriterCompatibilityChecker, SchemaType, merge
 
-    result = ReaderWriterCompatibilityChecker().get_compatibility(_parse(reader), _parse(writer))
+    class RecordsByFieldsChecker(ReaderWriterCompatibilityChecker):
+        """Avro's checker, records resolved by their fields whatever their names (see the
+        module docstring: Pulsar's resolving-grammar check)."""
+
+        def calculate_compatibility(self, reader: Any, writer: Any, location: list[str]) -> Any:
+            if reader.type == writer.type == SchemaType.RECORD:
+                return merge(
+                    CompatibleResult, self.check_reader_writer_record_fields(reader, writer, location)
+                )
+            return super().calculate_compatibility(reader, writer, location)
+
+    return RecordsByFieldsChecker
+
+
+def _can_read(reader: bytes, writer: bytes) -> tuple[bool, str]:
+    from avro.compatibility import SchemaCompatibilityType
+
+    result = _checker_class()().get_compatibility(_parse(reader), _parse(writer))
     if result.compatibility is SchemaCompatibilityType.compatible:
         return True, ""
     return False, "; ".join(str(m) for m in result.messages) or "not compatible"

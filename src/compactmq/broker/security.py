@@ -45,6 +45,7 @@ from ..errors import AuthenticationFailed, ServerError
 from ..naming import TopicName
 from ..protocol import commands
 from ..protocol import pulsar_pb2 as pb
+from .namespaces import NamespaceNotFound
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import ServerConnection
@@ -195,11 +196,19 @@ class CredentialRefresher:
 async def authorize(conn: ServerConnection, action: str, topic: str, subscription: str | None = None) -> None:
     """Raise ``AuthorizationFailed`` unless the connection's role may ``action`` (produce,
     consume, lookup) on ``topic``; ``consume`` also honours a subscription reserved for other
-    roles (the namespace's ``subscription_auth_roles``)."""
+    roles (the namespace's ``subscription_auth_roles``). A topic of a namespace that does not
+    exist is ``NamespaceNotFound`` (TopicNotFound) first, whoever asks: Pulsar reads the
+    namespace's policies to decide, and answers "Namespace not found" without them."""
     authorization: Any = getattr(conn.service, "authorization", None)
     if authorization is None or not authorization.enabled:
         return
-    name = str(TopicName.parse(topic))  # InvalidTopicName before any lookup of grants
+    tn = TopicName.parse(topic)  # InvalidTopicName before any lookup of grants
+    name = str(tn)
+    exists = await conn.service.run_blocking(
+        conn.service.storage.metadata.namespace_exists, tn.namespace_name
+    )
+    if not exists:
+        raise NamespaceNotFound(f"Namespace not found: {tn.namespace_name} (topic {tn})")
     check = {
         "produce": authorization.check_produce,
         "consume": authorization.check_consume,

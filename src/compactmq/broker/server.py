@@ -40,6 +40,7 @@ from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
+from .default_namespace import ensure_default_namespace
 from .entry_source import CacheBudget
 from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
@@ -233,11 +234,16 @@ class BrokerServer:
                     f"(an empty {name} turns the plain port off, for a TLS-only broker)"
                 )
         authentication = AuthenticationService.from_config(self.config)
+        loop = asyncio.get_running_loop()
         if self._storage is None:
             from ..storage import Storage
 
-            loop = asyncio.get_running_loop()
-            self._storage = await loop.run_in_executor(None, Storage, self.config.data_dir, self.config)
+            # public/default is created below, as a Pulsar standalone creates it
+            opener = functools.partial(Storage, self.config.data_dir, self.config, bootstrap_defaults=False)
+            self._storage = await loop.run_in_executor(None, opener)
+        await loop.run_in_executor(
+            None, ensure_default_namespace, self._storage.metadata, self.config, authentication
+        )
         listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):

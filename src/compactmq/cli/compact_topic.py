@@ -174,7 +174,7 @@ def _partitions_of(data_dir, topic: str) -> int:
     from ..storage.engine import METADATA_FILE
     from ..storage.metadata import MetadataStore
 
-    meta = MetadataStore(Path(data_dir) / METADATA_FILE)
+    meta = MetadataStore(Path(data_dir) / METADATA_FILE, bootstrap=False)
     try:
         return int(meta.get_partitions(topic) or 0)
     finally:

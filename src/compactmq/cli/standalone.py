@@ -2,8 +2,9 @@
 
 Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config FILE`` <
 ``--config-override KEY=VALUE``); the dedicated flags (--data-dir, --bind, --broker-port,
---web-port, --broker-port-tls, --web-port-tls) are overrides too, applied last. An unknown key or a bad value is a one-line error
-before anything starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
+--web-port, --broker-port-tls, --web-port-tls) are overrides too, applied last. A bad value of a
+known key is a one-line error before anything starts; keys compactmq does not know are listed
+once, on one warning line (with a "did you mean" for near misses), and the broker starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
 with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
 After the ready line, with ``compactionSparkWarmup`` (the default), the compaction factory warms
 its engine in the background (``compaction.spark.warmup``: the first compaction then finds Spark
@@ -18,7 +19,7 @@ import logging
 import signal
 import sys
 
-from ..config import load_config, parse_override
+from ..config import describe_unknown_keys, load_config, parse_override
 
 
 def add_parser(subparsers) -> None:
@@ -81,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     if ignored:  # a Pulsar broker.conf/standalone.conf: keys of parts compactmq does not have
         logging.getLogger(__name__).warning(
             "ignoring %d Pulsar config keys compactmq has no part for: %s", len(ignored), ", ".join(ignored)
+        )
+    unknown = config.unknown_keys
+    if unknown:  # neither ours nor Pulsar's: a newer release's key, or a typo (then a suggestion)
+        logging.getLogger(__name__).warning(
+            "ignoring %d unknown config keys: %s", len(unknown), describe_unknown_keys(unknown)
         )
     try:
         import uvloop  # optional: the "fast" extra

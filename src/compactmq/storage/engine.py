@@ -72,6 +72,8 @@ class Storage:
     while the metadata store stays writable (compaction commits go through it).
 
     ``clock`` returns milliseconds since the epoch (tests pass a fake one).
+    ``bootstrap_defaults=False``: the ``public/default`` namespace is not created here (the
+    standalone broker creates it under Pulsar's rule, ``broker.default_namespace``).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class Storage:
         *,
         clock: Callable[[], int] | None = None,
         read_only: bool = False,
+        bootstrap_defaults: bool = True,
     ):
         self.data_dir = Path(data_dir)
         self.config = config if config is not None else load_config()
@@ -103,7 +106,10 @@ class Storage:
                 os.close(self._lock_fd)
                 self._lock_fd = None
                 raise StorageError(f"data directory {self.data_dir} is in use by another process") from None
-        self.metadata = MetadataStore(self.data_dir / METADATA_FILE, clock=self._clock)
+        # a read-only opener never creates the default namespace (see MetadataStore)
+        self.metadata = MetadataStore(
+            self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
+        )
         self.metadata.add_listener(self._on_metadata_event)
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(

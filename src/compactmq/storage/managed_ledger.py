@@ -12,9 +12,14 @@ Writing (one writer per topic per data directory; the Storage holds a lock file)
   written before it started, and every appender waiting on those records returns with it.
 * Readers see an entry only once it is durable (the "last confirmed" entry, as BookKeeper's
   LAC), so no reader sees an entry that a crash could take back.
-* Rollover (entries, size or age past the config limits; checked before each append): fsync
-  the file, write its index, then in ONE metadata transaction record it CLOSED and the next
-  ledger OPEN; then create the new file (header fsynced, directory fsynced).
+* Rollover, checked before each append and on the broker's timer, by Pulsar's rule
+  (``ManagedLedgerImpl.currentLedgerIsFull``): the ledger is full when it holds
+  ``managedLedgerMaxEntriesPerLedger`` entries or ``managedLedgerMaxSizePerLedgerMbytes``, or is
+  ``managedLedgerMaxLedgerRolloverTimeMinutes`` old; a full ledger rolls only once it is older
+  than ``managedLedgerMinLedgerRolloverTimeMinutes`` (0: at once). So a burst of 200 k messages
+  stays in one young ledger instead of four, which retention cannot delete under a reader.
+  Rolling: fsync the file, write its index, then in ONE metadata transaction record it CLOSED
+  and the next ledger OPEN; then create the new file (header fsynced, directory fsynced).
 
 Opening a managed ledger recovers it: every ledger still OPEN in the metadata store (the
 broker stopped without closing it) is scanned, its torn tail (a record that is short or fails
@@ -221,6 +226,7 @@ class ManagedLedger:
         self._max_entries = max(1, int(config["managedLedgerMaxEntriesPerLedger"]))
         self._max_bytes = max(1, int(config["managedLedgerMaxSizePerLedgerMbytes"])) * MiB
         self._max_age_ms = int(config["managedLedgerMaxLedgerRolloverTimeMinutes"]) * 60_000
+        self._min_age_ms = max(0, int(config["managedLedgerMinLedgerRolloverTimeMinutes"])) * 60_000
         self._sync_data = bool(config["managedLedgerSyncData"])
         self._group_delay_s = max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
         self._default_retention_minutes = int(config["defaultRetentionTimeInMinutes"])
@@ -652,12 +658,17 @@ class ManagedLedger:
         led = self._current
         if led is None or led.count == 0:
             return
-        if (
-            led.count >= self._max_entries
-            or led.size >= self._max_bytes
-            or now - led.created_ms >= self._max_age_ms
-        ):
+        if self._is_full(led, now):
             self._rollover_locked(now)
+
+    def _is_full(self, led: _Ledger, now: int) -> bool:
+        """Pulsar's ``currentLedgerIsFull``: a size or age limit reached, and (when a minimum
+        is set) the ledger older than the minimum rollover time, however full it is."""
+        age = now - led.created_ms
+        space_reached = led.count >= self._max_entries or led.size >= self._max_bytes
+        if not (space_reached or age >= self._max_age_ms):
+            return False
+        return age > self._min_age_ms if self._min_age_ms > 0 else True
 
     @_os_errors_as_storage_errors
     def maybe_rollover(self) -> bool:
@@ -1139,8 +1150,14 @@ class ManagedLedger:
     ) -> list[int]:
         """Delete whole ledgers that retention no longer keeps (Pulsar's rules):
 
-        * a ledger holding any entry that some durable cursor (``__compaction`` included)
-          has not acknowledged up to its mark-delete position stays;
+        * with no durable cursor (``__compaction`` included) every ledger but the one being
+          written counts as consumed: a reader's non-durable cursor alone holds nothing, as in
+          Pulsar (``ManagedLedgerImpl.internalTrimLedgers``: no durable cursors, the slowest
+          reader is the current ledger; the minimum rollover time is what keeps a young burst
+          in that ledger);
+        * otherwise a ledger holding any entry that some cursor -- durable, or a reader's
+          non-durable one, all in Pulsar's cursor container -- has not acknowledged up to its
+          mark-delete position stays;
         * of the fully acknowledged ledgers, oldest first, a ledger goes when it is past the
           time limit (closed longer ago than the retention time) OR the topic is over the
           size limit without it; the first ledger that is within both limits stops the trim;
@@ -1161,9 +1178,9 @@ class ManagedLedger:
             return []
         self._sync_compaction_cursor()
         with self._lock:
-            durable = [c.mark_delete_position for c in self._cursors.values() if c.durable]
-            if durable:
-                boundary = self.next_position(min(durable)).ledger_id
+            if any(c.durable for c in self._cursors.values()):
+                slowest = min(c.mark_delete_position for c in self._cursors.values())
+                boundary = self.next_position(slowest).ledger_id
             else:
                 boundary = (
                     self._current.ledger_id

@@ -170,8 +170,13 @@ def _namespace_of(topic: str) -> str:
 class MetadataStore:
     """SQLite-backed metadata. ``clock`` returns milliseconds since the epoch."""
 
-    def __init__(self, path: str | Path, clock: Callable[[], int] | None = None):
+    def __init__(self, path: str | Path, clock: Callable[[], int] | None = None, *, bootstrap: bool = True):
+        """``bootstrap``: create the ``public`` tenant and ``public/default`` namespace when
+        missing (what embedded uses and tests expect). The standalone broker passes False and
+        creates them itself, under Pulsar's rule (``broker.default_namespace``); other processes
+        opening a broker's data directory (``compact-topic``) pass False and never create them."""
         self.path = str(path)
+        self._bootstrap_defaults = bootstrap
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._lock = threading.RLock()
         self._depth = 0
@@ -274,7 +279,10 @@ class MetadataStore:
                 pass
 
     def _bootstrap(self) -> None:
-        # Like a Pulsar standalone: the default tenant and namespace exist from the start.
+        self._db.execute("INSERT OR IGNORE INTO sequences(name, value) VALUES ('ledger_id', 0)")
+        if not self._bootstrap_defaults:
+            return
+        # Like a Pulsar standalone without security: the default tenant and namespace exist.
         now = self.now_ms()
         self._db.execute(
             "INSERT OR IGNORE INTO tenants(name, info, created_ms) VALUES ('public', '{}', ?)", (now,)
@@ -283,7 +291,6 @@ class MetadataStore:
             "INSERT OR IGNORE INTO namespaces(name, tenant, created_ms) VALUES ('public/default', 'public', ?)",
             (now,),
         )
-        self._db.execute("INSERT OR IGNORE INTO sequences(name, value) VALUES ('ledger_id', 0)")
 
     # --- ids ---------------------------------------------------------------------------------
 

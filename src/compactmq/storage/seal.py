@@ -142,7 +142,9 @@ def seal_before_compaction(
     try:
         while True:
             try:
-                storage = Storage(data_dir, config)  # the lock is free: no broker writes here
+                storage = Storage(
+                    data_dir, config, bootstrap_defaults=False
+                )  # the lock is free: no broker writes here
             except StorageError as e:
                 if "in use" not in str(e):
                     raise
@@ -153,7 +155,7 @@ def seal_before_compaction(
                     storage.close()  # closing the topic seals its current ledger
                 return SEALED_HERE
             if meta is None:
-                meta = MetadataStore(Path(data_dir) / METADATA_FILE)
+                meta = MetadataStore(Path(data_dir) / METADATA_FILE, bootstrap=False)
                 if not meta.topic_exists(topic):
                     raise TopicNotFound(f"topic {topic} does not exist")
                 request_id = file_request(meta, topic)

@@ -1,0 +1,1 @@
+"""Pulsar's own files and the official client's own test setup, run unchanged against compactmq."""
