@@ -1,0 +1,91 @@
+"""A real ZooKeeper server for the tests: Debian's ``zookeeper`` package, started as its own process.
+
+``scripts/setup.sh`` installs the package (``apt-get install zookeeper``: ZooKeeper 3.8 with its
+jars in /usr/share/java, no service started). ``ZooKeeperServer.start`` writes a ``zoo.cfg`` for a
+standalone server on a free port of 127.0.0.1 with a temporary data directory, runs
+``java -cp zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg`` and waits until
+the server answers ``ruok``; ``stop`` kills it. ``ZOOKEEPER_JAR`` names another jar (a ZooKeeper
+distribution's ``lib/*`` classpath works too).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
+
+
+def find_classpath() -> str | None:
+    """The classpath of an installed ZooKeeper server, or None."""
+    jar = os.environ.get("ZOOKEEPER_JAR") or DEBIAN_JAR
+    if shutil.which("java") is None:
+        return None
+    return jar if ("*" in jar or Path(jar).is_file()) else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter(port: int, word: bytes = b"ruok") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(word)
+        out = b""
+        while chunk := s.recv(1024):
+            out += chunk
+        return out
+
+
+class ZooKeeperServer:
+    def __init__(self, workdir: Path, classpath: str):
+        self.workdir = workdir
+        self.classpath = classpath
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> ZooKeeperServer:
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.workdir / "zoo.cfg"
+        # tickTime 500: sessions may be as short as 1 s (2 ticks), so expiry tests stay fast
+        cfg.write_text(
+            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n"
+        )
+        log = open(self.workdir / "zookeeper.log", "wb")
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", self.classpath,
+             "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited: {(self.workdir / 'zookeeper.log').read_text()[-2000:]}"
+                )
+            try:
+                if four_letter(self.port) == b"imok":
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not answer ruok on {self.hosts} within {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
