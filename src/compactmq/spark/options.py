@@ -5,7 +5,8 @@ Names follow what users already know. pulsar-spark's: ``service.url``, ``admin.u
 ``endingTime``, ``failOnDataLoss``, ``pulsar.client.*``. Kafka's are aliases: ``subscribe``
 (= ``topics``), ``subscribePattern`` (= ``topicsPattern``), ``startingTimestamp`` / ``endingTimestamp``,
 ``minPartitions``, ``maxRecordsPerPartition``, ``maxOffsetsPerTrigger``. Our own: ``view`` (raw |
-compacted | latest), ``includeTombstones``, and ``path`` / ``dataDir`` (a data directory the job can
+compacted | latest), ``includeTombstones``, ``columnar`` (default true; false parses the direct
+path's messages one by one, the previous path, for comparison), and ``path`` / ``dataDir`` (a data directory the job can
 read: the fast path that reads ledger files instead of asking the broker).
 
 Offsets (``startingOffsets`` / ``endingOffsets``) are ``earliest``, ``latest`` or JSON mapping each
@@ -64,6 +65,7 @@ class ReadOptions:
     max_offsets_per_trigger: int = 0
     client: dict = field(default_factory=dict)  # pulsar.client.* without the prefix
     direct: bool = True  # read files when the data directory is visible
+    columnar: bool = True  # direct raw/compacted splits parsed as columns (false: the row path)
 
     def topic_offset(self, which: str, topic: str, partition_base: str | None = None):
         """The start or end bound for one topic partition: "earliest", "latest" or an id tuple."""
@@ -230,6 +232,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
         max_offsets_per_trigger=_int("maxOffsetsPerTrigger", o.get("maxoffsetspertrigger", 0)),
         client=client,
         direct=_bool("direct", o.get("direct", True)),
+        columnar=_bool("columnar", o.get("columnar", True)),
     )
 
 

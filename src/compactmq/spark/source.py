@@ -203,10 +203,11 @@ def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split,
     return compacted + [replace(base, kind="tail", latest=tail, parts=tuple(compacted))]
 
 
-def backend_args(backend) -> tuple:
-    """What a worker needs to read a split: ("direct",) or ("broker", service_url, client options)."""
+def backend_args(backend, opts: ReadOptions | None = None) -> tuple:
+    """What a worker needs to read a split: ("direct",) or ("broker", service_url, client options);
+    ("direct", "rows") when the ``columnar=false`` option asks for the row path (see ``columnar``)."""
     if is_direct(backend):
-        return ("direct",)
+        return ("direct",) if opts is None or opts.columnar else ("direct", "rows")
     return ("broker", backend.service_url, backend.client_options)
 
 
@@ -263,7 +264,7 @@ class CompactMQReader(DataSourceReader):
         backend = open_backend(self.opts)
         try:
             splits = plan_read(self.opts, backend)
-            args = backend_args(backend)
+            args = backend_args(backend, self.opts)
         finally:
             backend.close()
         return [SplitPartition(s, args) for s in splits] or [SplitPartition(None)]
@@ -275,10 +276,29 @@ class CompactMQReader(DataSourceReader):
         yield from read_split_batches(split, args, self.schema, self.topic_schema)
 
 
+def columnar(split: P.Split, args: tuple) -> bool:
+    """Whether a split is read as columns (``entry_columns``): the direct path's raw and
+    compacted splits; ``latest`` folds and the broker path build rows. The ``columnar=false``
+    option reads everything as rows (the previous path: benchmarks and parity tests)."""
+    return (
+        args[0] == "direct"
+        and "rows" not in args[1:]
+        and split.kind in ("live", "compacted")
+        and split.latest is None
+    )
+
+
 def read_split_batches(split, args, schema, topic_schema_: TopicSchema) -> Iterator:
     pa_schema = arrow_schema(schema)
     value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
     decoder = ValueDecoder(topic_schema_, value_fields)
+    if columnar(split, args):
+        from .arrow_columns import record_batches as column_batches
+        from .direct import read_split_columns
+
+        chunks = read_split_columns(split)
+        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS)
+        return
     yield from record_batches(split_rows(split, args), split.topic, decoder, pa_schema)
 
 
