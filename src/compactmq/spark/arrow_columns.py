@@ -78,10 +78,11 @@ def _timestamps(ms: np.ndarray, valid: np.ndarray | None, typ):
 
 
 def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n x 10 bytes, lengths) of the protobuf varints of non-negative ``values``."""
+    """(n x w bytes, lengths) of the protobuf varints of non-negative ``values`` (w: the longest)."""
     x = np.asarray(values, np.int64).astype(np.uint64)
     out = np.zeros((len(x), 10), np.uint8)
     lens = np.ones(len(x), np.int64)
+    width = 1
     for k in range(10):
         out[:, k] = (x & np.uint64(0x7F)).astype(np.uint8)
         x = x >> np.uint64(7)
@@ -90,12 +91,15 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             break
         out[more, k] |= 0x80
         lens += more
-    return out, lens
+        width = k + 2
+    return out[:, :width], lens
 
 
 def message_ids(cols: MessageColumns, partition: int, typ):
     """``__messageId``: fields 1 ledgerId, 2 entryId, 3 partition (when >= 0), 4 batch_index
-    (when >= 0) and 6 batch_size (when in a batch of known size), in field order."""
+    (when >= 0) and 6 batch_size (when in a batch of known size), in field order. Every row is
+    laid out at full width (tag and longest varint of each field) beside a mask of the bytes it
+    really has; the mask, read row by row, picks the serialized ids end to end."""
     import pyarrow as pa
 
     n = len(cols)
@@ -107,19 +111,14 @@ def message_ids(cols: MessageColumns, partition: int, typ):
         (0x20, np.maximum(cols.batch_index, 0), in_batch),
         (0x30, cols.batch_size, in_batch & (cols.batch_size > 0)),
     ]
-    encoded = [(tag, *_varints(v), present) for tag, v, present in parts]
-    sizes = sum(np.where(present, 1 + lens, 0) for _, _, lens, present in encoded)
-    offsets = _offsets(sizes)
-    data = np.zeros(int(offsets[-1]), np.uint8)
-    cursor = offsets[:-1].astype(np.int64)
-    for tag, raw, lens, present in encoded:
-        rows = np.flatnonzero(present)
-        data[cursor[rows]] = tag
-        at = cursor[rows] + 1
-        for k in range(int(lens[rows].max()) if rows.size else 0):
-            live = lens[rows] > k
-            data[at[live] + k] = raw[rows[live], k]
-        cursor[rows] += 1 + lens[rows]
+    blocks, masks = [], []
+    for tag, values, present in parts:
+        raw, lens = _varints(values)
+        blocks += [np.full((n, 1), tag, np.uint8), raw]
+        masks += [present[:, None], present[:, None] & (np.arange(raw.shape[1]) < lens[:, None])]
+    laid, mask = np.hstack(blocks), np.hstack(masks)
+    data = np.ascontiguousarray(laid[mask])
+    offsets = _offsets(mask.sum(axis=1))
     return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
