@@ -194,11 +194,24 @@ def record_batch(cols: MessageColumns, topic: str, partition: int, decoder: Valu
     return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
 
+def key_mask(cols: MessageColumns, keys: frozenset) -> np.ndarray:
+    """Mask of the messages whose key is one of ``keys``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    key_array = binary_array(cols.buf, cols.key_off, cols.key_len, pa.binary())
+    wanted = pa.array(sorted(k.encode() for k in keys), pa.binary())
+    return pc.is_in(key_array, value_set=wanted).fill_null(False).to_numpy(zero_copy_only=False)
+
+
 def record_batches(
-    chunks, topic: str, partition: int, decoder: ValueDecoder, pa_schema, max_rows: int
+    chunks, topic: str, partition: int, decoder: ValueDecoder, pa_schema, max_rows: int, keys=None
 ) -> Iterator:
-    """Record batches of at most ``max_rows`` rows from an iterable of ``MessageColumns``."""
+    """Record batches of at most ``max_rows`` rows from an iterable of ``MessageColumns``
+    (with ``keys``, of the messages with one of those keys only)."""
     for cols in chunks:
+        if keys is not None:
+            cols = cols.take(key_mask(cols, keys))
         for a in range(0, len(cols), max_rows):
             piece = cols if len(cols) <= max_rows else cols.take(slice(a, a + max_rows))
             if len(piece):

@@ -181,7 +181,15 @@ def _ledger_chunks(split: Split) -> Iterator:
         stop = max(e + 1, min(stop, int(np.searchsorted(offs, offs[e] + CHUNK_BYTES))))
         lo_byte, hi_byte = int(offs[e]), int(offs[stop - 1] + lens[stop - 1])
         region = whole[lo_byte:hi_byte]  # a view of the mapped file: copied only if decompressed
-        yield parse_entries(region, offs[e:stop] - lo_byte, lens[e:stop], split.ledger_id, np.arange(e, stop))
+        yield parse_entries(
+            region,
+            offs[e:stop] - lo_byte,
+            lens[e:stop],
+            split.ledger_id,
+            np.arange(e, stop),
+            split.start_time,
+            split.end_time,
+        )
         e = stop
 
 
@@ -200,4 +208,5 @@ def _compacted_chunks(split: Split) -> Iterator:
         lens = np.fromiter((len(d) for d in entries), np.int64, len(entries))
         offs = np.zeros(len(entries), np.int64)
         np.cumsum(lens[:-1], out=offs[1:])
-        yield parse_entries(np.frombuffer(b"".join(entries), np.uint8), offs, lens, lids, eids)
+        buf = np.frombuffer(b"".join(entries), np.uint8)
+        yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)

@@ -106,9 +106,13 @@ def _empty_i64() -> np.ndarray:
     return np.zeros(0, np.int64)
 
 
-def parse_entries(buf: np.ndarray, offsets, lengths, ledger_ids, entry_ids) -> MessageColumns:
+def parse_entries(
+    buf: np.ndarray, offsets, lengths, ledger_ids, entry_ids, start_time=None, end_time=None
+) -> MessageColumns:
     """The messages of the entries ``buf[offsets[i] : offsets[i] + lengths[i]]`` (entry ``i`` has
-    id ``(ledger_ids[i], entry_ids[i])``; entries in id order).
+    id ``(ledger_ids[i], entry_ids[i])``; entries in id order). An entry published outside
+    ``[start_time, end_time)`` (ms; None: unbounded) is skipped whole, before its payload is
+    decompressed or split (its messages share its publish time).
 
     Raises:
         UnreadableEntry / MalformedEntry: an entry that does not decode (as the row path does).
@@ -122,6 +126,10 @@ def parse_entries(buf: np.ndarray, offsets, lengths, ledger_ids, entry_ids) -> M
         return MessageColumns(buf, *([z] * 16))
     info = es.scan_entry_metadata(buf, offsets, lengths)
     live = ~info.marker
+    if start_time is not None:
+        live &= info.publish_time >= start_time
+    if end_time is not None:
+        live &= info.publish_time < end_time
     pstart, pend = info.md_end.copy(), info.end.copy()
     packed = np.flatnonzero(live & (info.compression != 0) & ~info.encrypted)
     if packed.size:  # one decompression per entry, laid after the entries

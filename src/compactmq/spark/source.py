@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ..errors import CompactMQError, InvalidConfiguration
 from . import plan as P
 from .options import ReadOptions, parse_read_options
+from .pushdown import Pushed, push, time_window
 from .values import (
     TopicSchema,
     ValueDecoder,
@@ -259,12 +260,14 @@ class CompactMQReader(DataSourceReader):
         self.opts = opts
         self.schema = schema
         self.topic_schema = topic_schema_
+        self.pushed = Pushed()
 
     def partitions(self):
-        backend = open_backend(self.opts)
+        opts = time_window(self.opts, self.pushed)
+        backend = open_backend(opts)
         try:
-            splits = plan_read(self.opts, backend)
-            args = backend_args(backend, self.opts)
+            splits = plan_read(opts, backend)
+            args = backend_args(backend, opts)
         finally:
             backend.close()
         return [SplitPartition(s, args) for s in splits] or [SplitPartition(None)]
@@ -273,7 +276,17 @@ class CompactMQReader(DataSourceReader):
         split, args = partition.value
         if split is None:
             return
-        yield from read_split_batches(split, args, self.schema, self.topic_schema)
+        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed.keys)
+
+
+class CompactMQFilteringReader(CompactMQReader):
+    """The reader with ``pushFilters`` (``pushdown``): Spark asks for it only when its conf
+    ``spark.sql.python.filterPushdown.enabled`` is on, and refuses a reader that has it otherwise,
+    hence a class of its own."""
+
+    def pushFilters(self, filters):
+        self.pushed = push(filters, self.opts.view)
+        return filters  # all of them: Spark checks every row again (see ``pushdown``)
 
 
 def columnar(split: P.Split, args: tuple) -> bool:
@@ -288,7 +301,10 @@ def columnar(split: P.Split, args: tuple) -> bool:
     )
 
 
-def read_split_batches(split, args, schema, topic_schema_: TopicSchema) -> Iterator:
+def read_split_batches(
+    split, args, schema, topic_schema_: TopicSchema, keys: frozenset | None = None
+) -> Iterator:
+    """Arrow batches of one split; with ``keys``, only the rows whose ``__key`` is one of them."""
     pa_schema = arrow_schema(schema)
     value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
     decoder = ValueDecoder(topic_schema_, value_fields)
@@ -297,13 +313,18 @@ def read_split_batches(split, args, schema, topic_schema_: TopicSchema) -> Itera
         from .direct import read_split_columns
 
         chunks = read_split_columns(split)
-        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS)
+        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys)
         return
-    yield from record_batches(split_rows(split, args), split.topic, decoder, pa_schema)
+    rows = split_rows(split, args)
+    if keys is not None:
+        rows = (row for row in rows if row[0].key in keys)
+    yield from record_batches(rows, split.topic, decoder, pa_schema)
 
 
 class CompactMQDataSource(DataSource):
     """``spark.read.format("compactmq")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    pushdown = False  # batch reads take pushed filters (``CompactMQPushdownDataSource``)
 
     @classmethod
     def name(cls) -> str:
@@ -323,7 +344,8 @@ class CompactMQDataSource(DataSource):
         return self._topic_schema
 
     def reader(self, schema):
-        return CompactMQReader(self._read_options(), schema, self._schema_info())
+        cls = CompactMQFilteringReader if self.pushdown else CompactMQReader
+        return cls(self._read_options(), schema, self._schema_info())
 
     def streamReader(self, schema):
         from .stream import CompactMQStreamReader
@@ -339,3 +361,9 @@ class CompactMQDataSource(DataSource):
         from .writer import CompactMQStreamWriter
 
         return CompactMQStreamWriter(self.options, schema, overwrite)
+
+
+class CompactMQPushdownDataSource(CompactMQDataSource):
+    """The format with filter pushdown on (what ``register`` registers by default)."""
+
+    pushdown = True
