@@ -5,7 +5,10 @@ Starts ``compactmq standalone`` with a fresh data directory, publishes ``--messa
 once (in this process, on the same local Spark session: a run reads sealed ledgers only), then for
 each view (``compacted``, ``raw``) and each path:
 
-* ``direct``: ledger / compacted-ledger files of the data directory (``load(data_dir)``);
+* ``direct``: ledger / compacted-ledger files of the data directory (``load(data_dir)``), parsed
+  as columns (``entry_columns``);
+* ``direct-rows``: the same files through the per-message row path (``columnar=false``), the
+  scan before the columnar one, measured in the same run for the ratio;
 * ``broker``: the official client and the admin REST API (``service.url`` / ``admin.url``);
 * ``parquet``: ``spark.read.parquet`` of a Parquet copy of the same rows, written first (the
   yardstick: Spark's fastest native reader);
@@ -59,6 +62,11 @@ def main(argv=None) -> int:
     p.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     p.add_argument("--out", default=None)
     p.add_argument("--reuse", action="store_true", help="with --work: skip publishing if the topic is there")
+    p.add_argument(
+        "--paths",
+        default="direct,direct-rows,broker,parquet",
+        help="comma-separated paths to time (direct, direct-rows, broker, parquet)",
+    )
     args = p.parse_args(argv)
     if args.full:
         args.messages, args.keys = 10_000_000, 1_000_000
@@ -115,6 +123,8 @@ def main(argv=None) -> int:
                 .option("view", view)
                 .option("minPartitions", str(args.cores))
             )
+            if path == "direct-rows":
+                return r.option("columnar", "false").load(data_dir)
             if path == "direct":
                 return r.load(data_dir)
             return r.option("service.url", broker.url).option("admin.url", broker.admin_url).load()
@@ -124,10 +134,11 @@ def main(argv=None) -> int:
             source(view, "direct").select("value", "__key", "__messageId", "__publishTime").write.mode(
                 "overwrite"
             ).parquet(copy)
+            wanted = args.paths.split(",")
             frames = {
-                "direct": source(view, "direct"),
-                "broker": source(view, "broker"),
-                "parquet": spark.read.parquet(copy),
+                path: spark.read.parquet(copy) if path == "parquet" else source(view, path)
+                for path in ("direct", "direct-rows", "broker", "parquet")
+                if path in wanted
             }
             results[view] = {}
             for path, df in frames.items():
@@ -146,17 +157,21 @@ def main(argv=None) -> int:
                     "load_average_after": [round(x, 2) for x in os.getloadavg()],
                 }
                 print(
-                    f"{view:9} {path:7} {rows:>10} rows {secs:8.2f}s "
+                    f"{view:9} {path:11} {rows:>10} rows {secs:8.2f}s "
                     f"{rows / secs / args.cores:>12,.0f} rows/s/core (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
                 if "parquet" in results[view]:
                     parquet = results[view]["parquet"]["seconds"]
-                    for done in ("direct", "broker"):
+                    for done in ("direct", "direct-rows", "broker"):
                         if done in results[view]:
                             results[view][done]["fraction_of_parquet_speed"] = round(
                                 parquet / results[view][done]["seconds"], 4
                             )
+                if "direct-rows" in results[view] and "direct" in results[view]:
+                    results[view]["direct"]["speedup_over_rows"] = round(
+                        results[view]["direct-rows"]["seconds"] / results[view]["direct"]["seconds"], 2
+                    )
                 write(out, report)
     finally:
         broker.stop()

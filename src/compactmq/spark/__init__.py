@@ -35,11 +35,22 @@ from __future__ import annotations
 FORMAT = "compactmq"
 
 
-def register(spark) -> None:
-    """Register the ``compactmq`` format in ``spark`` (a SparkSession)."""
-    from .source import CompactMQDataSource
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-    spark.dataSource.register(CompactMQDataSource)
+
+def register(spark, pushdown: bool = True) -> None:
+    """Register the ``compactmq`` format in ``spark`` (a SparkSession).
+
+    With ``pushdown`` (the default) filters on ``__key`` and ``__publishTime`` are pushed into
+    the source (``pushdown``); this turns Spark's ``spark.sql.python.filterPushdown.enabled`` on
+    for the session, without which Spark refuses a Python source that takes filters."""
+    from .source import CompactMQDataSource, CompactMQPushdownDataSource
+
+    if pushdown:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(CompactMQPushdownDataSource)
+    else:
+        spark.dataSource.register(CompactMQDataSource)
 
 
 __all__ = ["FORMAT", "register"]

@@ -115,7 +115,8 @@ def read_split(split: Split) -> Iterator[Message]:
     yield from _read_ledger(split)
 
 
-def _read_ledger(split: Split) -> Iterator[Message]:
+def _open_ledger(split: Split):
+    """(file bytes, record scan) of a live split's ledger file."""
     import mmap
 
     from ..storage import ledger_file as lf
@@ -131,7 +132,13 @@ def _read_ledger(split: Split) -> Iterator[Message]:
             index = f.read()
     except FileNotFoundError:
         pass
-    scan = lf.scan_records(buf, index=index, verify_crc=False)
+    return buf, lf.scan_records(buf, index=index, verify_crc=False)
+
+
+def _read_ledger(split: Split) -> Iterator[Message]:
+    from ..storage import ledger_file as lf
+
+    buf, scan = _open_ledger(split)
     mv = memoryview(buf)
     n = len(scan.entry_ids)
     hi = min(split.hi, n - 1)
@@ -139,3 +146,67 @@ def _read_ledger(split: Split) -> Iterator[Message]:
         start = int(scan.offsets[e]) + lf.RECORD_HEADER_SIZE
         data = bytes(mv[start : start + int(scan.lengths[e])])
         yield from entry_messages(split.ledger_id, e, data, split.partition)
+
+
+# --- the columnar path -------------------------------------------------------------------------
+
+CHUNK_ENTRIES = 2048  # entries parsed together (the record batches are cut smaller after)
+CHUNK_BYTES = 16 << 20
+
+
+def read_split_columns(split: Split) -> Iterator:
+    """``entry_columns.MessageColumns`` of a ``live`` or ``compacted`` split, chunk by chunk,
+    within the split's id and publish-time bounds (what ``read_split`` then ``plan.bounded``
+    give, as columns)."""
+    chunks = _compacted_chunks(split) if split.kind == "compacted" else _ledger_chunks(split)
+    for cols in chunks:
+        keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
+        yield cols if keep.all() else cols.take(keep)
+
+
+def _ledger_chunks(split: Split) -> Iterator:
+    import numpy as np
+
+    from ..storage import ledger_file as lf
+    from .entry_columns import parse_entries
+
+    buf, scan = _open_ledger(split)
+    whole = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+    hi = min(split.hi, len(scan.entry_ids) - 1)
+    offs = np.asarray(scan.offsets, np.int64) + lf.RECORD_HEADER_SIZE
+    lens = np.asarray(scan.lengths, np.int64)
+    e = split.lo
+    while e <= hi:
+        stop = min(hi + 1, e + CHUNK_ENTRIES)
+        stop = max(e + 1, min(stop, int(np.searchsorted(offs, offs[e] + CHUNK_BYTES))))
+        lo_byte, hi_byte = int(offs[e]), int(offs[stop - 1] + lens[stop - 1])
+        region = whole[lo_byte:hi_byte]  # a view of the mapped file: copied only if decompressed
+        yield parse_entries(
+            region,
+            offs[e:stop] - lo_byte,
+            lens[e:stop],
+            split.ledger_id,
+            np.arange(e, stop),
+            split.start_time,
+            split.end_time,
+        )
+        e = stop
+
+
+def _compacted_chunks(split: Split) -> Iterator:
+    import numpy as np
+
+    from ..compaction.compacted_ledger import CompactedLedgerReader
+    from .entry_columns import parse_entries
+
+    reader = CompactedLedgerReader(split.path)
+    stop = min(split.hi, len(reader))
+    for i in range(split.lo, stop, CHUNK_ENTRIES):
+        j = min(stop, i + CHUNK_ENTRIES)
+        lids, eids = reader.columns(i, j)[:2]
+        entries = reader.entries(i, j)  # one read per segment, one bytes object per entry
+        lens = np.fromiter((len(d) for d in entries), np.int64, len(entries))
+        offs = np.zeros(len(entries), np.int64)
+        np.cumsum(lens[:-1], out=offs[1:])
+        buf = np.frombuffer(b"".join(entries), np.uint8)
+        yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)

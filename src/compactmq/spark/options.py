@@ -5,7 +5,8 @@ Names follow what users already know. pulsar-spark's: ``service.url``, ``admin.u
 ``endingTime``, ``failOnDataLoss``, ``pulsar.client.*``. Kafka's are aliases: ``subscribe``
 (= ``topics``), ``subscribePattern`` (= ``topicsPattern``), ``startingTimestamp`` / ``endingTimestamp``,
 ``minPartitions``, ``maxRecordsPerPartition``, ``maxOffsetsPerTrigger``. Our own: ``view`` (raw |
-compacted | latest), ``includeTombstones``, and ``path`` / ``dataDir`` (a data directory the job can
+compacted | latest), ``includeTombstones``, ``columnar`` (default true; false parses the direct
+path's messages one by one, the previous path, for comparison), and ``path`` / ``dataDir`` (a data directory the job can
 read: the fast path that reads ledger files instead of asking the broker).
 
 Offsets (``startingOffsets`` / ``endingOffsets``) are ``earliest``, ``latest`` or JSON mapping each
@@ -67,6 +68,7 @@ class ReadOptions:
     # dotted strategy classes a topic's compactionStrategy policy may make this read import
     # (view=latest); built-ins are always allowed, any other name is refused (docs/security.md)
     strategy_classes: tuple = ()
+    columnar: bool = True  # direct raw/compacted splits parsed as columns (false: the row path)
 
     def topic_offset(self, which: str, topic: str, partition_base: str | None = None):
         """The start or end bound for one topic partition: "earliest", "latest" or an id tuple."""
@@ -236,6 +238,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
         strategy_classes=tuple(
             c.strip() for c in str(o.get("compactionstrategyclasses") or "").split(",") if c.strip()
         ),
+        columnar=_bool("columnar", o.get("columnar", True)),
     )
 
 

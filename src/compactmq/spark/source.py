@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ..errors import CompactMQError, InvalidConfiguration
 from . import plan as P
 from .options import ReadOptions, parse_read_options
+from .pushdown import Pushed, push, time_window
 from .values import (
     TopicSchema,
     ValueDecoder,
@@ -207,10 +208,11 @@ def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split,
     return compacted + [replace(base, kind="tail", latest=tail, parts=tuple(compacted))]
 
 
-def backend_args(backend) -> tuple:
-    """What a worker needs to read a split: ("direct",) or ("broker", service_url, client options)."""
+def backend_args(backend, opts: ReadOptions | None = None) -> tuple:
+    """What a worker needs to read a split: ("direct",) or ("broker", service_url, client options);
+    ("direct", "rows") when the ``columnar=false`` option asks for the row path (see ``columnar``)."""
     if is_direct(backend):
-        return ("direct",)
+        return ("direct",) if opts is None or opts.columnar else ("direct", "rows")
     return ("broker", backend.service_url, backend.client_options)
 
 
@@ -262,12 +264,14 @@ class CompactMQReader(DataSourceReader):
         self.opts = opts
         self.schema = schema
         self.topic_schema = topic_schema_
+        self.pushed = Pushed()
 
     def partitions(self):
-        backend = open_backend(self.opts)
+        opts = time_window(self.opts, self.pushed)
+        backend = open_backend(opts)
         try:
-            splits = plan_read(self.opts, backend)
-            args = backend_args(backend)
+            splits = plan_read(opts, backend)
+            args = backend_args(backend, opts)
         finally:
             backend.close()
         return [SplitPartition(s, args) for s in splits] or [SplitPartition(None)]
@@ -276,18 +280,55 @@ class CompactMQReader(DataSourceReader):
         split, args = partition.value
         if split is None:
             return
-        yield from read_split_batches(split, args, self.schema, self.topic_schema)
+        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed.keys)
 
 
-def read_split_batches(split, args, schema, topic_schema_: TopicSchema) -> Iterator:
+class CompactMQFilteringReader(CompactMQReader):
+    """The reader with ``pushFilters`` (``pushdown``): Spark asks for it only when its conf
+    ``spark.sql.python.filterPushdown.enabled`` is on, and refuses a reader that has it otherwise,
+    hence a class of its own."""
+
+    def pushFilters(self, filters):
+        self.pushed = push(filters, self.opts.view)
+        return filters  # all of them: Spark checks every row again (see ``pushdown``)
+
+
+def columnar(split: P.Split, args: tuple) -> bool:
+    """Whether a split is read as columns (``entry_columns``): the direct path's raw and
+    compacted splits; ``latest`` folds and the broker path build rows. The ``columnar=false``
+    option reads everything as rows (the previous path: benchmarks and parity tests)."""
+    return (
+        args[0] == "direct"
+        and "rows" not in args[1:]
+        and split.kind in ("live", "compacted")
+        and split.latest is None
+    )
+
+
+def read_split_batches(
+    split, args, schema, topic_schema_: TopicSchema, keys: frozenset | None = None
+) -> Iterator:
+    """Arrow batches of one split; with ``keys``, only the rows whose ``__key`` is one of them."""
     pa_schema = arrow_schema(schema)
     value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
     decoder = ValueDecoder(topic_schema_, value_fields)
-    yield from record_batches(split_rows(split, args), split.topic, decoder, pa_schema)
+    if columnar(split, args):
+        from .arrow_columns import record_batches as column_batches
+        from .direct import read_split_columns
+
+        chunks = read_split_columns(split)
+        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys)
+        return
+    rows = split_rows(split, args)
+    if keys is not None:
+        rows = (row for row in rows if row[0].key in keys)
+    yield from record_batches(rows, split.topic, decoder, pa_schema)
 
 
 class CompactMQDataSource(DataSource):
     """``spark.read.format("compactmq")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    pushdown = False  # batch reads take pushed filters (``CompactMQPushdownDataSource``)
 
     @classmethod
     def name(cls) -> str:
@@ -307,7 +348,8 @@ class CompactMQDataSource(DataSource):
         return self._topic_schema
 
     def reader(self, schema):
-        return CompactMQReader(self._read_options(), schema, self._schema_info())
+        cls = CompactMQFilteringReader if self.pushdown else CompactMQReader
+        return cls(self._read_options(), schema, self._schema_info())
 
     def streamReader(self, schema):
         from .stream import CompactMQStreamReader
@@ -323,3 +365,9 @@ class CompactMQDataSource(DataSource):
         from .writer import CompactMQStreamWriter
 
         return CompactMQStreamWriter(self.options, schema, overwrite)
+
+
+class CompactMQPushdownDataSource(CompactMQDataSource):
+    """The format with filter pushdown on (what ``register`` registers by default)."""
+
+    pushdown = True

@@ -138,7 +138,7 @@ class CompactMQStreamReader(DataSourceStreamReader):
         backend = open_backend(opts)
         try:
             splits = plan_read(opts, backend, ranges)
-            args = backend_args(backend)
+            args = backend_args(backend, opts)
         finally:
             backend.close()
         return [SplitPartition(s, args) for s in splits]

@@ -1,0 +1,154 @@
+"""Filters pushed into the source: what ``pushdown.push`` keeps, that a pushed read returns fewer
+rows from the source, and that a filtered query equals the unfiltered one filtered afterwards."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+
+from compactmq.spark.pushdown import Pushed, push
+
+UTC = dt.timezone.utc
+OPS = {
+    GreaterThan: lambda a, b: a > b,
+    GreaterThanOrEqual: lambda a, b: a >= b,
+    LessThan: lambda a, b: a < b,
+    LessThanOrEqual: lambda a, b: a <= b,
+    EqualTo: lambda a, b: a == b,
+}
+
+
+def at(micros: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=micros)
+
+
+def test_key_filters_intersect_and_other_filters_are_ignored():
+    got = push(
+        [
+            In(("__key",), ("a", "b", None, "c")),
+            EqualTo(("__key",), "b"),
+            EqualTo(("value",), b"x"),
+            GreaterThan(("__key",), "a"),
+        ],
+        "raw",
+    )
+    assert got == Pushed(keys=frozenset({"b"}))
+    assert push([In(("__key",), ("a",)), In(("__key",), ("b",))], "latest").keys == frozenset()
+
+
+def test_time_filters_are_not_pushed_into_latest_nor_read_from_naive_times():
+    t = at(5_000_000)
+    assert push([GreaterThan(("__publishTime",), t)], "latest") == Pushed()
+    assert push([GreaterThan(("__publishTime",), t.replace(tzinfo=None))], "raw") == Pushed()
+    assert push([GreaterThan(("__publishTime",), t)], "compacted").time_lo is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**42),
+    st.integers(-3000, 3000),
+    st.sampled_from(list(OPS)),
+    st.sampled_from(list(OPS)),
+    st.integers(-3000, 3000),
+)
+def test_the_time_window_holds_every_row_spark_keeps(publish_ms, d1, op1, op2, d2):
+    """Spark keeps a row when ``publish_ms * 1000 <op> micros`` for every filter: such a row is
+    always inside the pushed window (a superset; Spark checks again)."""
+    micros1 = publish_ms * 1000 + d1
+    micros2 = publish_ms * 1000 + d2
+    filters = [op1(("__publishTime",), at(micros1)), op2(("__publishTime",), at(micros2))]
+    pushed = push(filters, "raw")
+    if OPS[op1](publish_ms * 1000, micros1) and OPS[op2](publish_ms * 1000, micros2):
+        assert pushed.time_lo is None or publish_ms >= pushed.time_lo
+        assert pushed.time_hi is None or publish_ms < pushed.time_hi
+
+
+# --- through the source -----------------------------------------------------------------------
+
+
+def source_rows(broker, topic, view, filters, columnar=True):
+    """Rows the source itself returns (before Spark filters again) for pushed ``filters``."""
+    from pyspark.sql.types import (
+        BinaryType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from compactmq.spark.options import parse_read_options
+    from compactmq.spark.source import CompactMQFilteringReader, topic_schema
+
+    opts = parse_read_options(
+        {"topic": topic, "view": view, "path": str(broker.data_dir), "columnar": str(columnar).lower()}
+    )
+    schema = StructType(
+        [
+            StructField("value", BinaryType()),
+            StructField("__key", StringType()),
+            StructField("__topic", StringType()),
+            StructField("__messageId", BinaryType()),
+            StructField("__publishTime", TimestampType()),
+            StructField("__eventTime", TimestampType()),
+            StructField("__messageProperties", MapType(StringType(), StringType())),
+        ]
+    )
+    reader = CompactMQFilteringReader(opts, schema, topic_schema(opts))
+    assert list(reader.pushFilters(filters)) == filters  # all handed back to Spark
+    rows = []
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            rows += batch.to_pylist()
+    return rows
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_pushed_filters_read_less_and_change_no_result(cmq_spark, broker, client, topic):
+    from .helpers import compact, produce
+
+    items = [(f"k{i % 20}", f"a{i}".encode()) for i in range(100)]
+    produce(client, topic, items, batching=True)
+    time.sleep(0.05)
+    cut = dt.datetime.now(UTC)
+    time.sleep(0.05)
+    produce(client, topic, [(f"k{i % 10}", f"b{i}".encode()) for i in range(60)])
+    compact(broker, topic)
+    produce(client, topic, [(f"k{i % 7}", f"c{i}".encode()) for i in range(30)], batching=True)
+
+    keys = In(("__key",), ("k3", "k11", "nope"))
+    late = GreaterThanOrEqual(("__publishTime",), cut)
+    for view in ("raw", "compacted", "latest"):
+        everything = source_rows(broker, topic, view, [])
+        for filters in ([keys], [late], [keys, late]):
+            if view == "latest" and filters == [late]:
+                continue
+            pushed = source_rows(broker, topic, view, filters)
+            assert len(pushed) < len(everything), (view, filters)
+            assert source_rows(broker, topic, view, filters, columnar=False) == pushed
+
+        df = (
+            cmq_spark.read.format("compactmq")
+            .option("topic", topic)
+            .option("view", view)
+            .load(str(broker.data_dir))
+            .selectExpr("*", "unix_micros(__publishTime) AS us")
+        )
+        cut_us = (cut - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(microseconds=1)
+        cond = "__key in ('k3', 'k11', 'nope')"
+        if view != "latest":
+            cond += f" and __publishTime >= timestamp_micros({cut_us})"
+        filtered = df.where(cond)
+        plan = filtered._jdf.queryExecution().executedPlan().toString()
+        print(plan)
+        got = sorted(map(tuple, filtered.collect()), key=repr)
+        want = [
+            r for r in df.collect() if r["__key"] in ("k3", "k11") and (view == "latest" or r["us"] >= cut_us)
+        ]
+        assert got == sorted(map(tuple, want), key=repr), view
+        assert got
