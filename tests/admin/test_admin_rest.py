@@ -189,6 +189,11 @@ def test_topic_policies_and_their_errors(http, topic):
     assert http.ok("GET", path + "/compactionStrategy") == "keep-first"
     http.error("POST", path + "/compactionStrategy", 412, "no-such-strategy")
     http.error("POST", path + "/compactionStrategy", 412, "no.such.module.Strategy")
+    # no compactedExportRoot on this broker: the export policy is refused, with what to set
+    assert "compactedExportRoot" in http.error("POST", path + "/compactedExport", 412, {"format": "delta"})
+    assert "compactedExportRoot" in http.error(
+        "POST", f"{NS}/public/default/compactedExport", 412, {"format": "parquet"}
+    )
 
     http.ok("POST", path + "/compactionRetainNullKey", True)
     assert http.ok("GET", path + "/compactionRetainNullKey") is True

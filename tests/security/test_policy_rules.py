@@ -239,3 +239,25 @@ def test_compaction_run_refuses_a_stored_strategy_it_was_never_allowed(tmp_path)
         assert "cmq_never_imported_mod" not in sys.modules
     finally:
         storage.close()
+
+
+def test_spark_latest_plan_refuses_a_policy_class_before_reading(tmp_path):
+    """A data directory whose topic policy names a class (stored by any means): a ``view=latest``
+    read plans nothing and imports nothing unless its own option lists the class."""
+    from compactmq.spark.options import parse_read_options
+    from compactmq.spark.source import plan_read
+    from compactmq.storage import COMPACTION_STRATEGY, Storage
+
+    topic = "persistent://public/default/latest"
+    data = tmp_path / "data"
+    storage = Storage(data, load_config(overrides={"dataDir": str(data)}))
+    try:
+        storage.open_managed_ledger(topic).append_many([b"e"], [1])
+        storage.metadata.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod2.Evil")
+    finally:
+        storage.close()
+    opts = {"topic": topic, "path": str(data), "view": "latest"}
+    with pytest.raises(InvalidConfiguration, match="not allowed"):
+        plan_read(parse_read_options(opts))
+    assert "cmq_never_imported_mod2" not in sys.modules
+    assert plan_read(parse_read_options({**opts, "view": "compacted"})) is not None  # the rule is latest's
