@@ -302,3 +302,12 @@ def test_commit_ephemeral_put(open_store):
     assert b.get("/lock-holder/owner").stat.ephemeral
     a.close()
     wait_until(lambda: not b.exists("/lock-holder/owner"))
+
+
+def test_commit_creates_a_key_and_its_children_and_parents_roll_back(store):
+    store.commit([Put("/p/locator", b"1", NEW), Put("/p/locator/0001", b"v", NEW), Put("/p/x/y/z", b"z")])
+    assert store.get("/p/locator").value == b"1" and store.get_children("/p/locator") == ["0001"]
+    assert store.get("/p/x/y").value == b""
+    with pytest.raises(BadVersion):  # the failing op comes after puts that need new parents
+        store.commit([Put("/q/a/b", b"x"), Put("/q/c", b"y", NEW), Check("/p/locator", 5)])
+    assert not store.exists("/q")  # the parents went with the rest
