@@ -119,7 +119,11 @@ class ZKMetadataStore(MetadataStore):
             self._zk.close()
             raise StoreUnavailable(f"ZooKeeper {hosts} not reachable within {self._timeout:g} s") from exc
         if chroot:
-            self._call(self._zk.ensure_path_async(chroot), chroot)
+            try:
+                self._call(self._zk.ensure_path_async(chroot), chroot)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def from_url(cls, rest: str, *, data_dir: Path, session_timeout_ms: int, operation_timeout_s: float):
@@ -289,7 +293,7 @@ class ZKMetadataStore(MetadataStore):
         registered = self._notifier.add_watch(path, callback)
         state = _WatchState(self, registered)
         self._watch_states.append(state)
-        for armed in state.arm():  # the watch is set on the server when this returns
+        for armed in filter(None, state.arm()):  # the watch is set on the server when this returns
             try:
                 self._call(armed, path)
             except zke.NoNodeError:
