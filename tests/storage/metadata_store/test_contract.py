@@ -311,3 +311,14 @@ def test_commit_creates_a_key_and_its_children_and_parents_roll_back(store):
     with pytest.raises(BadVersion):  # the failing op comes after puts that need new parents
         store.commit([Put("/q/a/b", b"x"), Put("/q/c", b"y", NEW), Check("/p/locator", 5)])
     assert not store.exists("/q")  # the parents went with the rest
+
+
+def test_ephemeral_sequential_keys_queue_and_vanish(open_store):
+    """A lock or election queue: ephemeral sequential children, in order, gone with their session."""
+    a, b = open_store(), open_store()
+    first = a.put("/election/n-", b"a", ephemeral=True, sequential=True)
+    second = b.put("/election/n-", b"b", ephemeral=True, sequential=True)
+    assert first.ephemeral and second.ephemeral
+    assert b.get_children("/election") == [first.path.rsplit("/", 1)[1], second.path.rsplit("/", 1)[1]]
+    a.close()
+    wait_until(lambda: b.get_children("/election") == [second.path.rsplit("/", 1)[1]])

@@ -28,3 +28,22 @@ def test_new_tables_beside_todays_in_one_file(tmp_path):
     with create_metadata_store("sqlite:metadata.db", data_dir=tmp_path) as again:
         assert again.get_children("/managed-ledgers/public/default/persistent") == ["t"]
         assert again.exists("/admin/policies/public")
+
+
+def test_a_writer_holding_the_file_too_long_is_store_unavailable(tmp_path):
+    import pytest
+
+    from compactmq.storage.metadata_store import StoreUnavailable
+
+    with create_metadata_store(None, data_dir=tmp_path, operation_timeout_s=0.3) as store:
+        store.put("/a", b"1")
+        other = sqlite3.connect(tmp_path / "metadata.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process in a long write transaction
+        try:
+            with pytest.raises(StoreUnavailable):
+                store.put("/a", b"2")
+            assert store.get("/a").value == b"1"  # readers are not blocked (WAL)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        store.put("/a", b"2")
