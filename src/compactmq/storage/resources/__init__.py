@@ -13,7 +13,10 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``ManagedLedgerResources``        /managed-ledgers/{tenant}/{ns}/persistent/{topic}[/{cursor}]
 ``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
+``LedgerIdResources``             /ledgers/next-id
 ================================  ======================================================
+
+``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``.
 
 Names become segments through ``encode_segment`` (Pulsar's ``Codec.encode``): a topic name can
 never reach another subtree or a parent path.
@@ -24,6 +27,8 @@ from __future__ import annotations
 from ..metadata_store import MetadataStore
 from .base import decode_segment, encode_segment
 from .compaction_state import CompactionStateResources, StaleCompaction
+from .cursor_writer import CursorWriter
+from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
 from .schemas import SchemaResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
@@ -38,10 +43,13 @@ class PulsarResources:
         self.managed_ledgers = ManagedLedgerResources(local)
         self.schemas = SchemaResources(local)
         self.compaction = CompactionStateResources(local)
+        self.ledger_ids = LedgerIdResources(local)
 
 
 __all__ = [
     "CompactionStateResources",
+    "CursorWriter",
+    "LedgerIdResources",
     "ManagedLedgerResources",
     "NamespaceResources",
     "PartitionedTopicResources",
