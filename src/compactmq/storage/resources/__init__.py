@@ -16,7 +16,8 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``LedgerIdResources``             /ledgers/next-id
 ================================  ======================================================
 
-``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``.
+``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
+``MetadataCache`` keeps values read until a watch says their key changed.
 
 Names become segments through ``encode_segment`` (Pulsar's ``Codec.encode``): a topic name can
 never reach another subtree or a parent path.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from ..metadata_store import MetadataStore
 from .base import decode_segment, encode_segment
+from .cache import MetadataCache
 from .compaction_state import CompactionStateResources, StaleCompaction
 from .cursor_writer import CursorWriter
 from .ledger_ids import LedgerIdResources
@@ -50,6 +52,7 @@ __all__ = [
     "CompactionStateResources",
     "CursorWriter",
     "LedgerIdResources",
+    "MetadataCache",
     "ManagedLedgerResources",
     "NamespaceResources",
     "PartitionedTopicResources",
