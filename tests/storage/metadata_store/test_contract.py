@@ -230,9 +230,11 @@ def test_own_changes_are_reported_and_cancel_stops(store):
     store.put("/self", b"1")
     recorder.wait_for(CREATED, "/self")
     watch.cancel()
+    later = Recorder()
+    store.watch("/self", later)
     store.put("/self", b"2")
     store.put("/self/child", b"c")
-    time.sleep(0.3)
+    later.wait_for(CHILDREN, "/self")  # delivered after everything the cancelled watch could see
     assert recorder.seen == [Notification(CREATED, "/self")]
 
 
@@ -284,8 +286,9 @@ def test_commit_all_or_nothing(store, failing, error):
         store.commit([Put("/m/b", b"b0"), Put("/m/a", b"a1", 0), Put("/m/c", b"c", NEW), failing])
     assert store.get("/m/a").value == b"a0" and store.get("/m/a").stat.version == 0
     assert not store.exists("/m/b") and not store.exists("/m/c")
-    time.sleep(0.2)
-    assert recorder.seen == []  # a rolled-back commit notifies nobody
+    store.put("/m/b", b"sentinel")
+    recorder.wait_for(CREATED, "/m/b")
+    assert recorder.seen == [Notification(CREATED, "/m/b")]  # the rolled-back commit notified nobody
 
 
 def test_commit_values_total_limited(store):
