@@ -35,3 +35,7 @@ def open_storage(tmp_path, clock):
     yield _open
     for st in opened:
         st.close()
+
+
+# one real ZooKeeper server for every storage test that names it (metadata store, resources)
+from .metadata_store.zk_server import zookeeper  # noqa: E402,F401

@@ -4,39 +4,22 @@
 opened twice in a test share data with separate sessions (two brokers on one store). ZooKeeper
 tests get a chroot of their own on the one server, so they stay independent without a restart.
 
-ZooKeeper missing fails the ZooKeeper tests (CI installs it through scripts/setup.sh); on a
-machine without it, ``COMPACTMQ_SKIP_ZOOKEEPER=1`` skips them instead, never in CI.
+The ``zookeeper`` fixture itself is in ``zk_server.py`` (tests/storage/conftest.py makes it one
+server for the whole session, shared with the resources tests).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
 
 from compactmq.storage.metadata_store import create_metadata_store
 
-from .zk_server import ZooKeeperServer, find_classpath
 
 IMPLEMENTATIONS = ["memory", "sqlite", "zk"]
 #: short sessions, so expiry tests are quick (ZooKeeper's floor here is 2 ticks = 1 s)
 SESSION_TIMEOUT_MS = 2_000
-
-
-@pytest.fixture(scope="session")
-def zookeeper(tmp_path_factory):
-    classpath = find_classpath()
-    if classpath is None:
-        if os.environ.get("COMPACTMQ_SKIP_ZOOKEEPER") == "1" and not os.environ.get("CI"):
-            pytest.skip("ZooKeeper not installed and COMPACTMQ_SKIP_ZOOKEEPER=1")
-        pytest.fail(
-            "ZooKeeper is not installed: run scripts/setup.sh (apt-get install zookeeper), or set "
-            "ZOOKEEPER_JAR; COMPACTMQ_SKIP_ZOOKEEPER=1 skips these tests outside CI"
-        )
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), classpath).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

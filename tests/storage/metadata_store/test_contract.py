@@ -230,9 +230,11 @@ def test_own_changes_are_reported_and_cancel_stops(store):
     store.put("/self", b"1")
     recorder.wait_for(CREATED, "/self")
     watch.cancel()
+    later = Recorder()
+    store.watch("/self", later)
     store.put("/self", b"2")
     store.put("/self/child", b"c")
-    time.sleep(0.3)
+    later.wait_for(CHILDREN, "/self")  # delivered after everything the cancelled watch could see
     assert recorder.seen == [Notification(CREATED, "/self")]
 
 
@@ -284,8 +286,9 @@ def test_commit_all_or_nothing(store, failing, error):
         store.commit([Put("/m/b", b"b0"), Put("/m/a", b"a1", 0), Put("/m/c", b"c", NEW), failing])
     assert store.get("/m/a").value == b"a0" and store.get("/m/a").stat.version == 0
     assert not store.exists("/m/b") and not store.exists("/m/c")
-    time.sleep(0.2)
-    assert recorder.seen == []  # a rolled-back commit notifies nobody
+    store.put("/m/b", b"sentinel")
+    recorder.wait_for(CREATED, "/m/b")
+    assert recorder.seen == [Notification(CREATED, "/m/b")]  # the rolled-back commit notified nobody
 
 
 def test_commit_values_total_limited(store):
@@ -302,3 +305,23 @@ def test_commit_ephemeral_put(open_store):
     assert b.get("/lock-holder/owner").stat.ephemeral
     a.close()
     wait_until(lambda: not b.exists("/lock-holder/owner"))
+
+
+def test_commit_creates_a_key_and_its_children_and_parents_roll_back(store):
+    store.commit([Put("/p/locator", b"1", NEW), Put("/p/locator/0001", b"v", NEW), Put("/p/x/y/z", b"z")])
+    assert store.get("/p/locator").value == b"1" and store.get_children("/p/locator") == ["0001"]
+    assert store.get("/p/x/y").value == b""
+    with pytest.raises(BadVersion):  # the failing op comes after puts that need new parents
+        store.commit([Put("/q/a/b", b"x"), Put("/q/c", b"y", NEW), Check("/p/locator", 5)])
+    assert not store.exists("/q")  # the parents went with the rest
+
+
+def test_ephemeral_sequential_keys_queue_and_vanish(open_store):
+    """A lock or election queue: ephemeral sequential children, in order, gone with their session."""
+    a, b = open_store(), open_store()
+    first = a.put("/election/n-", b"a", ephemeral=True, sequential=True)
+    second = b.put("/election/n-", b"b", ephemeral=True, sequential=True)
+    assert first.ephemeral and second.ephemeral
+    assert b.get_children("/election") == [first.path.rsplit("/", 1)[1], second.path.rsplit("/", 1)[1]]
+    a.close()
+    wait_until(lambda: b.get_children("/election") == [second.path.rsplit("/", 1)[1]])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -81,29 +80,43 @@ def test_ephemeral_keys_of_a_killed_process_expire(kind, tmp_path, request):
         survivor.close()
 
 
-def test_sqlite_store_whose_session_expired_starts_a_new_one(tmp_path):
-    a = create_metadata_store("sqlite:meta.db", data_dir=tmp_path, session_timeout_ms=1000)
-    b = create_metadata_store("sqlite:meta.db", data_dir=tmp_path, session_timeout_ms=1000)
+#: a process that holds an ephemeral key, reports its session events, and takes the key back
+#: once it has a new session
+HUNG_CHILD = """
+import sys, time
+from compactmq.storage.metadata_store import create_metadata_store, NEW, SessionEvent
+store = create_metadata_store(sys.argv[1], data_dir=sys.argv[2], session_timeout_ms=1000)
+def on_event(event):
+    print(event.value, flush=True)
+    if event is SessionEvent.SESSION_REESTABLISHED:
+        store.put("/owners/t", b"child again", NEW, ephemeral=True)
+        print("retaken", flush=True)
+store.register_session_listener(on_event)
+store.put("/owners/t", b"child", NEW, ephemeral=True)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_sqlite_store_that_hung_past_its_timeout_gets_a_new_session(tmp_path):
+    survivor = create_metadata_store("sqlite:meta.db", data_dir=tmp_path, session_timeout_ms=1000)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HUNG_CHILD, "sqlite:meta.db", str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     try:
-        events = Events()
-        a.register_session_listener(events)
-        a.put("/owners/t", b"a", NEW, ephemeral=True)
-        old_session = a.session
-        # as if a had hung for longer than its timeout: its heartbeat is far in the past
-        with sqlite3.connect(tmp_path / "meta.db") as db:
-            db.execute("UPDATE store_sessions SET heartbeat_ms = 0 WHERE id = ?", (old_session,))
-        events.wait_for(SessionEvent.SESSION_LOST)
-        events.wait_for(SessionEvent.SESSION_REESTABLISHED)
-        assert events.seen.index(SessionEvent.SESSION_LOST) < events.seen.index(
-            SessionEvent.SESSION_REESTABLISHED
-        )
-        assert a.session != old_session
-        wait_until(lambda: not b.exists("/owners/t"))
-        st = a.put("/owners/t", b"a again", NEW, ephemeral=True)
-        assert st.created_by_self and b.get("/owners/t").stat.ephemeral
+        assert child.stdout.readline().strip() == "ready"
+        assert survivor.get("/owners/t").stat.ephemeral
+        child.send_signal(signal.SIGSTOP)  # hung: no heartbeat
+        wait_until(lambda: not survivor.exists("/owners/t"))  # expired by the survivor
+        child.send_signal(signal.SIGCONT)
+        lines = [child.stdout.readline().strip() for _ in range(3)]
+        assert lines == ["SessionLost", "SessionReestablished", "retaken"]
+        got = survivor.get("/owners/t")
+        assert got.value == b"child again" and got.stat.ephemeral and not got.stat.created_by_self
     finally:
-        a.close()
-        b.close()
+        child.kill()
+        child.wait()
+        survivor.close()
 
 
 def test_zk_session_expiry_is_reported_and_the_store_goes_on(zookeeper, tmp_path):

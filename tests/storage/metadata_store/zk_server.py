@@ -6,6 +6,9 @@ standalone server on a free port of 127.0.0.1 with a temporary data directory, r
 ``java -cp zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg`` and waits until
 the server answers ``ruok``; ``stop`` kills it. ``ZOOKEEPER_JAR`` names another jar (a ZooKeeper
 distribution's ``lib/*`` classpath works too).
+
+ZooKeeper missing fails the tests that use it (CI installs it through scripts/setup.sh); on a
+machine without it, ``COMPACTMQ_SKIP_ZOOKEEPER=1`` skips them instead, never in CI.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 
@@ -89,3 +94,18 @@ class ZooKeeperServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    classpath = find_classpath()
+    if classpath is None:
+        if os.environ.get("COMPACTMQ_SKIP_ZOOKEEPER") == "1" and not os.environ.get("CI"):
+            pytest.skip("ZooKeeper not installed and COMPACTMQ_SKIP_ZOOKEEPER=1")
+        pytest.fail(
+            "ZooKeeper is not installed: run scripts/setup.sh (apt-get install zookeeper), or set "
+            "ZOOKEEPER_JAR; COMPACTMQ_SKIP_ZOOKEEPER=1 skips these tests outside CI"
+        )
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), classpath).start()
+    yield server
+    server.stop()

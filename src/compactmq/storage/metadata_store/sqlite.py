@@ -29,6 +29,7 @@ up to ``metadataStoreOperationTimeoutSeconds``).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -73,6 +74,8 @@ CREATE TABLE IF NOT EXISTS store_changes (
 INSERT OR IGNORE INTO store_nodes (path, parent, name, value, version, created_ms, modified_ms)
     VALUES ('/', '', '', x'', 0, 0, 0);
 """
+
+log = logging.getLogger(__name__)
 
 _COLUMNS = "value, version, created_ms, modified_ms, session, next_seq"
 
@@ -261,12 +264,12 @@ class SqliteMetadataStore(LocalMetadataStore):
                     next_heartbeat = elapsed + heartbeat_every
                     self._heartbeat()
                     self._expire_others()
-            except StoreUnavailable:
-                pass  # busy or closing: the next round tries again
-            except sqlite3.Error:
+            except (StoreUnavailable, sqlite3.Error) as exc:
                 if self._closed:
                     return
-                raise
+                # busy beyond the timeout, or a disk error: the next round tries again (a session
+                # that cannot heartbeat for a whole timeout is expired by the others, as it should)
+                log.warning("metadata store %s: background round failed: %s", self.path, exc)
 
     def close(self) -> None:
         if self._closed:

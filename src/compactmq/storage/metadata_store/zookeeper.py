@@ -13,9 +13,10 @@ Mapping of the contract onto ZooKeeper
   another client created it meanwhile); ``NEW`` is ``create`` (``NodeExists`` -> ``BadVersion``);
   ``n`` is ``set`` at version n (``NoNode`` -> ``BadVersion``, as Pulsar's stores answer). Parents
   are created by kazoo's ``makepath`` as empty persistent znodes, as the other stores do.
-* ``commit`` is one ZooKeeper ``multi``. A ``Put`` without an expectation becomes ``create`` or a
-  ``set`` at the version just read; if another client changed that key in between, the multi fails
-  and is retried (only that case: an explicit expectation that fails is the caller's answer).
+* ``commit`` is one ZooKeeper ``multi`` (``_Multi``), missing parents created inside it. A ``Put``
+  without an expectation becomes ``create`` or a ``set`` at the version just read; if another
+  client changed that key (or created a parent) in between, the multi fails and is retried (only
+  that case: an explicit expectation that fails is the caller's answer).
 * Watches: ZooKeeper 3.8's watches are one-shot; each ``watch`` re-arms an ``exists`` watch (data:
   Created/Modified/Deleted) and a ``get_children`` watch (ChildrenChanged) every time one fires;
   what is reported is the difference between the state the last read saw and the new one
@@ -118,7 +119,11 @@ class ZKMetadataStore(MetadataStore):
             self._zk.close()
             raise StoreUnavailable(f"ZooKeeper {hosts} not reachable within {self._timeout:g} s") from exc
         if chroot:
-            self._call(self._zk.ensure_path_async(chroot), chroot)
+            try:
+                self._call(self._zk.ensure_path_async(chroot), chroot)
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def from_url(cls, rest: str, *, data_dir: Path, session_timeout_ms: int, operation_timeout_s: float):
@@ -236,22 +241,25 @@ class ZKMetadataStore(MetadataStore):
 
     def commit(self, ops) -> list[Stat | None]:
         ops = check_ops(ops)
-        for op in ops:  # parents first, outside the multi (empty persistent znodes: harmless)
-            if isinstance(op, Put) and parent_of(op.path) != "/":
-                self._ensure_parent(parent_of(op.path))
+        if not ops:
+            return []
         for attempt in range(_MULTI_ATTEMPTS):
-            txn, guessed = self._zk.transaction(), set()
+            multi = _Multi(self)
             for i, op in enumerate(ops):
-                self._add_to_multi(txn, i, op, guessed)
-            results = self._call(txn.commit_async(), ops[0].path if ops else "/")
-            failed = next(((i, r) for i, r in enumerate(results) if isinstance(r, Exception)
+                multi.add(i, op)
+            results = self._call(multi.txn.commit_async(), ops[0].path)
+            failed = next((j for j, r in enumerate(results) if isinstance(r, Exception)
                            and not isinstance(r, zke.RolledBackError)), None)  # fmt: skip
             if failed is None:
-                return [self._multi_stat(op, r) for op, r in zip(ops, results)]
-            i, error = failed
-            if i in guessed and attempt + 1 < _MULTI_ATTEMPTS:
-                continue  # an unversioned put lost a race: read again and retry
-            raise self._multi_error(ops[i], error)
+                return [self._multi_stat(op, results[multi.index_of[i]]) for i, op in enumerate(ops)]
+            owner = multi.owners[failed]
+            if attempt + 1 < _MULTI_ATTEMPTS and (owner is None or failed in multi.guessed):
+                continue  # a parent create or an unversioned put lost a race: read again, retry
+            if owner is None:
+                raise BadVersion(
+                    f"a parent in the commit kept being created by another client ({ops[0].path})"
+                )
+            raise self._multi_error(ops[owner], results[failed])
         raise BadVersion("the commit kept losing races to other clients")  # pragma: no cover
 
     def _multi_stat(self, op, result) -> Stat | None:
@@ -266,30 +274,6 @@ class ZKMetadataStore(MetadataStore):
             return self._stat(op.path, zstat)
         now = time.time_ns() // 1_000_000
         return Stat(op.path, 0, now, now, op.ephemeral, op.ephemeral)
-
-    def _ensure_parent(self, parent: str) -> None:
-        try:
-            self._call(self._zk.ensure_path_async(self._full(parent)), parent)
-        except zke.NoChildrenForEphemeralsError:
-            raise InvalidPath(f"{parent} is ephemeral: ephemeral keys cannot have children") from None
-
-    def _add_to_multi(self, txn, i: int, op, guessed: set[int]) -> None:
-        full = self._full(op.path)
-        if isinstance(op, Check):
-            txn.check(full, op.version)
-        elif isinstance(op, Delete):
-            txn.delete(full, -1 if op.expected_version is None else op.expected_version)
-        elif op.expected_version == NEW:
-            txn.create(full, op.value, ephemeral=op.ephemeral)
-        elif op.expected_version is not None:
-            txn.set_data(full, op.value, op.expected_version)
-        else:
-            guessed.add(i)
-            zstat = self._call(self._zk.exists_async(full), op.path)
-            if zstat is None:
-                txn.create(full, op.value, ephemeral=op.ephemeral)
-            else:
-                txn.set_data(full, op.value, zstat.version)
 
     def _multi_error(self, op, error: Exception) -> MetadataStoreError:
         if isinstance(op, Delete) and isinstance(error, zke.NoNodeError):
@@ -309,7 +293,7 @@ class ZKMetadataStore(MetadataStore):
         registered = self._notifier.add_watch(path, callback)
         state = _WatchState(self, registered)
         self._watch_states.append(state)
-        for armed in state.arm():  # the watch is set on the server when this returns
+        for armed in filter(None, state.arm()):  # the watch is set on the server when this returns
             try:
                 self._call(armed, path)
             except zke.NoNodeError:
@@ -432,3 +416,68 @@ class _WatchState:
         old, self.children = self.children, new
         if old is not _UNKNOWN and new != old and (old is not None or new > 0):
             self._report(NotificationType.CHILDREN_CHANGED)
+
+
+class _Multi:
+    """One ZooKeeper ``multi`` being built from the caller's ops.
+
+    Missing parents are created inside the multi (so they are all-or-nothing too), which means
+    ZooKeeper's operations do not line up with the caller's: ``owners`` maps each operation to the
+    caller's op (None for a parent create), ``index_of`` the other way. ``known`` is the existence
+    of paths as the ops so far leave them; ``guessed`` holds operations built from a read (an
+    unversioned put became create or set-at-version) that may lose a race and be retried.
+    """
+
+    def __init__(self, store: ZKMetadataStore):
+        self.store = store
+        self.txn = store._zk.transaction()
+        self.owners: list[int | None] = []
+        self.index_of: dict[int, int] = {}
+        self.guessed: set[int] = set()
+        self.known: dict[str, bool] = {}
+
+    def _push(self, owner: int | None) -> None:
+        if owner is not None:
+            self.index_of[owner] = len(self.owners)
+        self.owners.append(owner)
+
+    def _exists(self, path: str):
+        return self.store._call(self.store._zk.exists_async(self.store._full(path)), path)
+
+    def add(self, i: int, op) -> None:
+        full = self.store._full(op.path)
+        if isinstance(op, Check):
+            self.txn.check(full, op.version)
+        elif isinstance(op, Delete):
+            self.txn.delete(full, -1 if op.expected_version is None else op.expected_version)
+            self.known[op.path] = False
+        else:
+            self._add_parents(op.path)
+            if op.expected_version == NEW:
+                self.txn.create(full, op.value, ephemeral=op.ephemeral)
+            elif op.expected_version is not None:
+                self.txn.set_data(full, op.value, op.expected_version)
+            else:
+                self.guessed.add(len(self.owners))
+                zstat = None if self.known.get(op.path) is False else self._exists(op.path)
+                if zstat is None:
+                    self.txn.create(full, op.value, ephemeral=op.ephemeral)
+                else:
+                    self.txn.set_data(full, op.value, zstat.version)
+            self.known[op.path] = True
+        self._push(i)
+
+    def _add_parents(self, path: str) -> None:
+        missing = []
+        parent = parent_of(path)
+        while parent != "/":
+            if parent not in self.known:
+                self.known[parent] = self._exists(parent) is not None
+            if self.known[parent]:
+                break
+            missing.append(parent)
+            parent = parent_of(parent)
+        for parent in reversed(missing):
+            self.txn.create(self.store._full(parent), b"")
+            self.known[parent] = True
+            self._push(None)

@@ -1,0 +1,65 @@
+"""Typed resources over the metadata store (Pulsar's ``*Resources`` classes).
+
+Each resource owns one subtree of the store, written once in its module with Pulsar's paths
+where Pulsar has them, and speaks in names and JSON values; nothing above this package sees a
+path, a version number it did not get from here, or the store's API. ``PulsarResources`` bundles
+them: tenants, namespaces and partitioned topics live in the configuration store
+(``configurationMetadataStoreUrl``, by default the same store), the rest in the local one.
+
+================================  ======================================================
+``TenantResources``               /admin/policies/{tenant}
+``NamespaceResources``            /admin/policies/{tenant}/{namespace}
+``PartitionedTopicResources``     /admin/partitioned-topics/{tenant}/{ns}/{domain}/{topic}
+``ManagedLedgerResources``        /managed-ledgers/{tenant}/{ns}/persistent/{topic}[/{cursor}]
+``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
+``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
+``LedgerIdResources``             /ledgers/next-id
+================================  ======================================================
+
+``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
+``MetadataCache`` keeps values read until a watch says their key changed.
+
+Names become segments through ``encode_segment`` (Pulsar's ``Codec.encode``): a topic name can
+never reach another subtree or a parent path.
+"""
+
+from __future__ import annotations
+
+from ..metadata_store import MetadataStore
+from .base import decode_segment, encode_segment
+from .cache import MetadataCache
+from .compaction_state import CompactionStateResources, StaleCompaction
+from .cursor_writer import CursorWriter
+from .ledger_ids import LedgerIdResources
+from .managed_ledgers import ManagedLedgerResources
+from .schemas import SchemaResources
+from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
+
+
+class PulsarResources:
+    def __init__(self, local: MetadataStore, configuration: MetadataStore | None = None):
+        configuration = configuration or local
+        self.tenants = TenantResources(configuration)
+        self.namespaces = NamespaceResources(configuration)
+        self.partitioned_topics = PartitionedTopicResources(configuration)
+        self.managed_ledgers = ManagedLedgerResources(local)
+        self.schemas = SchemaResources(local)
+        self.compaction = CompactionStateResources(local)
+        self.ledger_ids = LedgerIdResources(local)
+
+
+__all__ = [
+    "CompactionStateResources",
+    "CursorWriter",
+    "LedgerIdResources",
+    "MetadataCache",
+    "ManagedLedgerResources",
+    "NamespaceResources",
+    "PartitionedTopicResources",
+    "PulsarResources",
+    "SchemaResources",
+    "StaleCompaction",
+    "TenantResources",
+    "decode_segment",
+    "encode_segment",
+]
