@@ -244,7 +244,11 @@ def prepare(work_dir: str, layout: str, n: int, keys: int, seed: int, in_child: 
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     cfg = load_config(
-        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+        overrides={
+            "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # ledgers of PER_LEDGER entries at once
+            "managedLedgerSyncData": False,
+        }
     )
     storage = Storage(os.path.join(d, "data"), cfg)
     ml = storage.open_managed_ledger(TOPIC)
@@ -507,7 +511,11 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
     from compactmq.storage import Storage
 
     cfg = load_config(
-        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+        overrides={
+            "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # ledgers of PER_LEDGER entries at once
+            "managedLedgerSyncData": False,
+        }
     )
     storage = Storage(os.path.join(d, "data"), cfg)
     try:
@@ -550,7 +558,11 @@ def incremental(
     from compactmq.storage import Storage
 
     cfg = load_config(
-        overrides={"managedLedgerMaxEntriesPerLedger": PER_LEDGER, "managedLedgerSyncData": False}
+        overrides={
+            "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # ledgers of PER_LEDGER entries at once
+            "managedLedgerSyncData": False,
+        }
     )
     storage = Storage(os.path.join(d, "data"), cfg)
     try:

@@ -211,6 +211,7 @@ def bench_driver(
     plain_data = tempfile.mkdtemp(dir=work, prefix=f"{name}-untiered-")
     base = {
         "managedLedgerMaxEntriesPerLedger": PER_LEDGER,
+        "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # ledgers of PER_LEDGER entries at once
         "managedLedgerSyncData": False,
         **TEST_CONF,
     }

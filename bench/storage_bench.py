@@ -83,7 +83,13 @@ def _run_threads(n_threads: int, work) -> float:
 class StorageSide:
     def __init__(self, workdir: Path, **overrides):
         self.dir = Path(tempfile.mkdtemp(dir=workdir))
-        cfg = load_config(overrides={"managedLedgerMaxEntriesPerLedger": 50_000, **overrides})
+        cfg = load_config(
+            overrides={
+                "managedLedgerMaxEntriesPerLedger": 50_000,
+                "managedLedgerMinLedgerRolloverTimeMinutes": 0,  # the rollover cost is measured
+                **overrides,
+            }
+        )
         self.st = Storage(self.dir, cfg)
         self.ml = self.st.open_managed_ledger("bench")
 
@@ -174,7 +180,14 @@ def write_trial(workdir, data, storage_overrides, plain_sync, op, trial) -> tupl
 def prepare_read(workdir, data):
     d = Path(tempfile.mkdtemp(dir=workdir))
     st = Storage(
-        d, load_config(overrides={"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 50_000})
+        d,
+        load_config(
+            overrides={
+                "managedLedgerSyncData": False,
+                "managedLedgerMaxEntriesPerLedger": 50_000,
+                "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+            }
+        ),
     )
     ml = st.open_managed_ledger("bench")
     for i in range(0, len(data), 1000):

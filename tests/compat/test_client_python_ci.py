@@ -28,6 +28,7 @@ def ci_ready(upstream_ci):
 def test_setup_script_creates_and_grants_the_default_namespace(upstream_ci, ci_ready):
     before, statuses = ci_ready
     assert "public" not in before  # the broker's own admin client could not create it
+    assert statuses["clusters/standalone"] == 409  # compactmq's one cluster exists from the start
     assert statuses["tenants/public"] == 204
     assert statuses["namespaces/public/default"] == 204
     assert statuses["namespaces/public/default-2"] == 204

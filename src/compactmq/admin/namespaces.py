@@ -35,6 +35,13 @@ def add_routes(router: Router) -> None:
         "DELETE", "/admin/v2/tenants/{tenant}", delete_tenant, "delete a tenant with no namespaces", ok=204
     )
     router.add("GET", "/admin/v2/clusters", list_clusters, "clusters (always the one standalone cluster)")
+    router.add(
+        "PUT",
+        "/admin/v2/clusters/{cluster}",
+        create_cluster,
+        "create a cluster: this broker's exists already (409), others cannot be added (412)",
+        ok=204,
+    )
     router.add("GET", "/admin/v2/namespaces/{tenant}", list_namespaces, "list the namespaces of a tenant")
     router.add("GET", NS, get_namespace_policies, "every policy of a namespace")
     router.add("PUT", NS, create_namespace, "create a namespace", ok=204)
@@ -55,6 +62,15 @@ def _check_name(what: str, name: str) -> None:
 
 async def list_clusters(ctx: Context, request: web.Request) -> Any:
     return [getattr(ctx.service, "cluster_name", "standalone")]
+
+
+async def create_cluster(ctx: Context, request: web.Request, cluster: str) -> Any:
+    """Setup scripts written for Pulsar PUT the ``standalone`` cluster first (the Python client's
+    CI does): it exists from the start here, so this answers Pulsar's 409 for an existing one."""
+    own = getattr(ctx.service, "cluster_name", "standalone")
+    if cluster == own:
+        raise AlreadyExists(f"Cluster {cluster} already exists")
+    raise PreconditionFailed(f"this broker serves one cluster, {own}; cluster {cluster!r} cannot be added")
 
 
 async def list_tenants(ctx: Context, request: web.Request) -> Any:
