@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
 from ..config import load_config, parse_override
+from ..storage.modes import PRIVATE_UMASK
 
 
 def add_parser(subparsers) -> None:
@@ -73,6 +75,8 @@ def build_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)  # InvalidConfiguration -> one line from cli.main
+    # what this process and its children (SQLite, pyarrow, Spark) create is owner-only
+    os.umask(PRIVATE_UMASK)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
