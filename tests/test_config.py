@@ -125,7 +125,8 @@ def test_security_defaults_are_pulsars():
     assert cfg["authenticationRefreshCheckSeconds"] == 60
     assert cfg["tokenPublicAlg"] == "RS256" and cfg["tokenAuthClaim"] == "sub"
     assert cfg["tokenAllowedClockSkewSeconds"] == 0
-    assert cfg["authenticateMetricsEndpoint"] is False
+    # unset: follows authenticationEnabled (stricter than Pulsar's false), see metrics_need_authentication
+    assert cfg["authenticateMetricsEndpoint"] is None
     assert cfg["brokerServicePortTls"] is None and cfg["webServicePortTls"] is None
     assert cfg.ignored_keys == ()
     assert config_list(cfg, "superUserRoles") == []

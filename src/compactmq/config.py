@@ -318,7 +318,12 @@ SETTINGS: dict[str, Setting] = {
         int, 60, "how often connections are checked for expired credentials (AUTH_CHALLENGE)"
     ),
     "anonymousUserRole": _s(str, "", "role given to clients without credentials; empty refuses them"),
-    "authenticateMetricsEndpoint": _s(bool, False, "require authentication on /metrics"),
+    "authenticateMetricsEndpoint": _s(
+        bool,
+        None,
+        "require authentication on /metrics; unset: true when authenticationEnabled "
+        "(Pulsar's default is false: compactmq does not expose topic names to strangers)",
+    ),
     "tokenSecretKey": _s(str, "", "HS256 secret: file:///path, data:;base64,..., or the base64 text"),
     "tokenPublicKey": _s(str, "", "public key for RS256/ES256 tokens: file:///path or data:;base64,..."),
     "tokenPublicAlg": _s(str, "RS256", "signature algorithm of tokenPublicKey (RS256, ES256, ...)"),
@@ -441,6 +446,15 @@ def _coerce(key: str, value: Any) -> Any:
         except ValueError:
             raise InvalidConfiguration(f"config {key}={value!r}: expected an integer") from None
     return str(value).strip() if not isinstance(value, str) else value.strip()
+
+
+def metrics_need_authentication(config: Mapping[str, Any]) -> bool:
+    """Whether ``/metrics`` requires credentials: ``authenticateMetricsEndpoint`` when set,
+    else ``authenticationEnabled`` (its metrics name every tenant's topics)."""
+    value = config.get("authenticateMetricsEndpoint")
+    if value is None:
+        return bool(config.get("authenticationEnabled", False))
+    return bool(value)
 
 
 def is_secret_key(key: str) -> bool:

@@ -291,3 +291,36 @@ def test_nothing_secret_in_reprs(secret, htpasswd):
     svc = service((PROVIDER_TOKEN, PROVIDER_BASIC), **keys)
     text = repr(svc.providers)
     assert secret.hex() not in text and "$2y$" not in text and "apr1" not in text
+
+
+def test_an_unknown_user_costs_one_hash_check_like_a_wrong_password(tmp_path, monkeypatch):
+    """Counted, not timed: every refusal checks exactly one hash of the file's usual kind and
+    cost, so the answer's timing does not say whether the user exists."""
+    import bcrypt
+
+    from compactmq.auth import basic as basic_module
+
+    path = write_htpasswd(
+        tmp_path / ".htpasswd",
+        {"ann": ("pw-a", BCRYPT), "ben": ("pw-b", BCRYPT), "old": ("pw-o", APR1)},
+    )
+    svc = service((PROVIDER_BASIC,), basicAuthConf=str(path))
+    checked: list[bytes] = []
+    real_checkpw = bcrypt.checkpw
+
+    def counting_checkpw(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(basic_module.bcrypt, "checkpw", counting_checkpw)
+    refused(svc, "basic", basic("ann", "wrong"), "unknown user or wrong password")
+    assert len(checked) == 1
+    known_cost = checked[0][:7]  # $2b$04$: scheme and cost
+    checked.clear()
+    for unknown in ("nobody", "ann2", "x" * 300):
+        refused(svc, "basic", basic(unknown, "wrong"), "unknown user or wrong password")
+        assert len(checked) == 1 and checked[0][:7] == known_cost, (unknown, checked)
+        checked.clear()
+    # the stand-in check never lets anyone in, whatever password matches it
+    for password in ("pw-a", "pw-b"):
+        refused(svc, "basic", basic("nobody", password), "unknown user or wrong password")

@@ -161,3 +161,18 @@ def test_expired_token_refused_by_the_broker_too(tmp_path, capsys):
     with pytest.raises(AuthenticationFailed, match="expired"):
         broker_role(token, tokenSecretKey=f"file://{key}")
     assert Path(key).exists()
+
+
+def test_overwritten_key_files_become_owner_only(capsys, tmp_path):
+    """os.open's mode only applies to new files: an existing world-readable file that a key is
+    written over must end up 0600 (the public key of a pair 0644) all the same."""
+    secret = tmp_path / "secret.key"
+    private, public = tmp_path / "my-private.key", tmp_path / "my-public.key"
+    for path in (secret, private, public):
+        path.write_bytes(b"old")
+        path.chmod(0o666)
+    ok(capsys, "create-secret-key", "--output", str(secret))
+    ok(capsys, "create-key-pair", "--output-private-key", str(private), "--output-public-key", str(public))
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
+    assert private.stat().st_mode & 0o777 == 0o600 and private.read_bytes() != b"old"
+    assert public.stat().st_mode & 0o777 == 0o644

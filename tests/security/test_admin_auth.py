@@ -11,7 +11,8 @@ module: token HS256, basic and TLS providers, ``admin`` the superuser, the HTTPS
 * the permission paths: bodies, 400 for an unknown action, 412 revoking a topic grant that is not
   there, topic grants merged with the namespace's;
 * ``GET .../partitions`` (the HTTP half of a lookup) needs produce or consume, like a lookup;
-* ``/metrics`` stays open (``authenticateMetricsEndpoint`` is false by default);
+* ``/metrics`` needs credentials (``authenticateMetricsEndpoint`` unset follows
+  ``authenticationEnabled``; explicit false is tested in ``test_metrics_auth``);
 * TLS client certificates over https: the CN is the role; no certificate 401; an untrusted one
   fails the handshake;
 * RS256 tokens on a second broker, with an audience.
@@ -78,8 +79,10 @@ def test_missing_and_bad_credentials_are_401(sb):
     assert sb.broker.alive()
 
 
-def test_metrics_open_unless_configured(sb):
-    status, text, _ = sb.anonymous().call("GET", "/metrics")
+def test_metrics_need_credentials_when_authentication_is_on(sb):
+    status, body, headers = sb.anonymous().call("GET", "/metrics")
+    assert status == 401 and body["reason"] and headers.get("WWW-Authenticate")
+    status, text, _ = sb.as_token(SUPERUSER).call("GET", "/metrics")
     assert status == 200 and "pulsar_" in text
 
 

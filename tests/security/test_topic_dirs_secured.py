@@ -117,3 +117,30 @@ def test_dot_topic_names_are_refused_over_rest(secured, name):
             secured.broker.data_dir, "ledgers", "persistent", "public", "default", "%2E" * (len(name) // 3)
         )
     )
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_topic_names_are_invalid_topic_name_errors_on_the_raw_wire(secured, name):
+    """What the official client hides: the broker's answer is ServerError InvalidTopicName."""
+    import socket
+
+    from compactmq.protocol import frames
+    from compactmq.protocol import pulsar_pb2 as pb
+    from tests.protocol import client_commands as commands
+
+    with socket.create_connection(("127.0.0.1", secured.broker.port), timeout=10) as s:
+        auth = secured.token("bob").encode()
+        s.sendall(frames.encode_command(commands.connect(auth_method_name="token", auth_data=auth)))
+        s.sendall(frames.encode_command(commands.lookup(f"persistent://public/default/{name}", 1)))
+        s.sendall(frames.encode_command(commands.producer(f"persistent://public/default/{name}", 1, 2)))
+        decoder, got = frames.FrameDecoder(), []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += decoder.feed(s.recv(65536))
+    assert [f.type for f in got] == [
+        pb.BaseCommand.CONNECTED,
+        pb.BaseCommand.LOOKUP_RESPONSE,
+        pb.BaseCommand.ERROR,
+    ]
+    assert got[1].command.lookupTopicResponse.error == pb.InvalidTopicName
+    assert got[2].command.error.error == pb.InvalidTopicName

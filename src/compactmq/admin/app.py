@@ -7,8 +7,9 @@ synchronous, so every storage call goes through ``service.run_blocking``, never 
 
 Access, in one place (the ``admin`` dispatcher, see ``access``): every request is authenticated
 first (401), then the matched route's requirement is checked for the caller's role (403); no
-handler checks anything itself. ``/metrics`` authenticates only when
-``authenticateMetricsEndpoint`` is true, as in Pulsar.
+handler checks anything itself. ``/metrics`` authenticates when ``authenticateMetricsEndpoint``
+is true, and by default whenever authentication is on (Pulsar's default is off; its metrics
+name every tenant's topics).
 
 Errors, in one place (``error_response``): a ``CompactMQError`` answers its ``http_status``
 with ``{"reason": str(err)}``; an unknown path 404, a known path with another method 405; any
@@ -31,7 +32,7 @@ from aiohttp import web
 
 from ..auth import SLOW_METHODS, http_method, off_loop
 from ..auth.tls import peer_certificate
-from ..config import VERSION
+from ..config import VERSION, metrics_need_authentication
 from ..errors import AuthenticationFailed, CompactMQError
 from . import auto_topic_creation, http_limits, lookup, namespaces, offload, permissions, schemas, topics
 from .access import AUTHENTICATED, www_authenticate
@@ -111,7 +112,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
         return (await _authenticate(ctx, request))[1] or web.json_response(openapi)
 
     async def metrics(request: web.Request) -> web.Response:
-        if service.config.get("authenticateMetricsEndpoint", False):
+        if metrics_need_authentication(service.config):
             denied = (await _authenticate(ctx, request))[1]
             if denied is not None:
                 return denied

@@ -17,6 +17,11 @@ remembered for the life of the process as an HMAC of ``user:password`` under a r
 per-process key, so a client that sends the same credentials on every HTTP request pays the
 hash once; failures are never remembered, so guessing stays as slow as the hash makes it.
 
+An unknown user costs what a known user with a wrong password costs: the password is checked
+against a stand-in hash (``_stand_in_hash``: the hash of a user of the file's most common kind
+and cost) and the answer is "no" whatever that check says, so timing does not tell which users
+exist.
+
 On the wire the client sends ``user:password`` as CONNECT's ``auth_data``; over HTTP it is the
 ``Authorization: Basic`` header.
 """
@@ -111,11 +116,34 @@ def conf_from_extra_opts(extra_opts: str) -> str | None:
     return None
 
 
+def _cost_of(hashed: str) -> tuple[str, str]:
+    """What a check of ``hashed`` costs: its scheme and work factor (bcrypt's cost field, the
+    ``rounds=`` of SHA crypt; the other schemes have a fixed cost)."""
+    scheme = _scheme_of(hashed) or ""
+    if scheme == "bcrypt":
+        return scheme, hashed[4:6]
+    if scheme in ("crypt-5", "crypt-6") and hashed[3:].startswith("rounds="):
+        return scheme, hashed[3:].split("$", 1)[0]
+    return scheme, ""
+
+
+def _stand_in_hash(users: Mapping[str, str]) -> str:
+    """A hash an unknown user's password is checked against, so that answering costs what a
+    known user's wrong password costs: one of the users' own, of the most common scheme and
+    cost (the first such user). The caller ignores the result of that check."""
+    counts: dict[tuple[str, str], int] = {}
+    for hashed in users.values():
+        counts[_cost_of(hashed)] = counts.get(_cost_of(hashed), 0) + 1
+    common = max(counts, key=lambda c: counts[c])  # max keeps the first of equal counts
+    return next(h for h in users.values() if _cost_of(h) == common)
+
+
 class BasicAuthenticationProvider:
     method = METHOD_BASIC
 
     def __init__(self, users: Mapping[str, str]):
         self._users = dict(users)
+        self._stand_in = _stand_in_hash(self._users) if self._users else ""
         self._remember_key = os.urandom(32)
         self._remembered: set[bytes] = set()
 
@@ -150,6 +178,8 @@ class BasicAuthenticationProvider:
             raise AuthenticationFailed("basic credentials must be user:password")
         hashed = self._users.get(user)
         if hashed is None:
+            if self._stand_in:  # the same work as a wrong password; the answer is no regardless
+                _verify(_scheme_of(self._stand_in) or "", password, self._stand_in)
             raise AuthenticationFailed(_UNKNOWN)
         mark = hmac.new(self._remember_key, f"{user}\0{password}\0{hashed}".encode(), hashlib.sha256).digest()
         if mark not in self._remembered:

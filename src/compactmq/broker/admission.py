@@ -4,8 +4,9 @@ Anyone who can reach the port can open connections; until CONNECT succeeds nothi
 they are. Three rules bound what such a peer can hold:
 
 * **Connection counts** (Pulsar's ``brokerMaxConnections`` and ``brokerMaxConnectionsPerIp``,
-  0 = unlimited, the default). A connection over either limit is closed as soon as it is
-  accepted, before a byte is read, as Pulsar's broker does; it is never counted. Connections
+  0 = unlimited, the default). A connection over either limit is answered at accept, before a
+  byte is read, with ERROR NotAllowedError (request id -1) and closed, as Pulsar's broker does;
+  it is never counted. Connections
   are counted from accept (after the TLS handshake on the TLS port) to close.
 * **Small frames before CONNECT.** Until the handshake is complete the decoder accepts frames
   of at most ``PREAUTH_MAX_FRAME_SIZE`` bytes, so a stranger cannot make the broker buffer a
@@ -60,18 +61,16 @@ class ConnectionCounter:
         self.preauth_budget = PREAUTH_BUFFER_BUDGET
         self._per_ip: dict[str, int] = {}
 
-    def admit(self, ip: str) -> bool:
-        """Count a new connection from ``ip``; False (nothing counted) when over a limit."""
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection from ``ip``: None, or why it is refused (nothing counted)."""
         if self.max_total and self.total >= self.max_total:
-            self._refuse(ip, "brokerMaxConnections", self.max_total)
-            return False
+            return self._refuse(ip, "brokerMaxConnections", self.max_total, "")
         held = self._per_ip.get(ip, 0)
         if self.max_per_ip and held >= self.max_per_ip:
-            self._refuse(ip, "brokerMaxConnectionsPerIp", self.max_per_ip)
-            return False
+            return self._refuse(ip, "brokerMaxConnectionsPerIp", self.max_per_ip, f" on address {ip}")
         self.total += 1
         self._per_ip[ip] = held + 1
-        return True
+        return None
 
     def charge_preauth(self, delta: int) -> bool:
         """Add ``delta`` bytes (negative: give back) to what unconnected peers hold; False
@@ -79,10 +78,11 @@ class ConnectionCounter:
         self.preauth_buffered += delta
         return self.preauth_buffered <= self.preauth_budget
 
-    def _refuse(self, ip: str, key: str, limit: int) -> None:
+    def _refuse(self, ip: str, key: str, limit: int, where: str) -> str:
         self.refused += 1
         # debug, not warning: a flood of refused connections must not become a flood of log lines
         log.debug("refusing a connection from %s: %s (%d) reached", ip, key, limit)
+        return f"Reached the maximum number of connections{where}"  # Pulsar's wording
 
     def release(self, ip: str) -> None:
         held = self._per_ip.get(ip, 0)

@@ -84,9 +84,12 @@ class ServerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
-        if not self.service.connection_counter.admit(ip):  # over brokerMaxConnections[PerIp]
+        refused = self.service.connection_counter.admit(ip)  # brokerMaxConnections[PerIp]
+        if refused is not None:
             self.closed = True
-            transport.abort()
+            error = commands.error(_BROKER_REQUEST_ID, ServerError.NotAllowedError, refused)
+            transport.write(frames.encode_command(error))
+            transport.close()  # after the ERROR is written
             return
         self._admitted_ip = ip
         self._handshake_handle = self._loop.call_later(

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from ..config import load_config, parse_override
+from ..storage.modes import PRIVATE_UMASK
 from ..errors import InvalidConfiguration
 from .output import Output
 
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from ..naming import canonical
 
     config = build_config(args)
+    os.umask(PRIVATE_UMASK)  # the files this job writes into the data directory are owner-only
     topic = canonical(args.topic)
     if not topic.startswith("persistent://"):
         from ..errors import NotAllowed

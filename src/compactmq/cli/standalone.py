@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
 from ..config import describe_unknown_keys, load_config, parse_override
+from ..storage.modes import PRIVATE_UMASK
 
 
 def add_parser(subparsers) -> None:
@@ -74,6 +76,8 @@ def build_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)  # InvalidConfiguration -> one line from cli.main
+    # what this process and its children (SQLite, pyarrow, Spark) create is owner-only
+    os.umask(PRIVATE_UMASK)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -262,6 +262,9 @@ def _write(path: str, data: bytes, mode: int) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as f:
+            # the mode of os.open only applies to a new file: an existing one (overwritten) keeps
+            # its own, so set it before a byte of the key is written
+            os.fchmod(f.fileno(), mode)
             f.write(data)
     except OSError as e:
         raise InvalidConfiguration(f"cannot write {path}: {e.strerror}") from None

@@ -107,6 +107,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import StorageError
+from ..storage.modes import open_private
 
 MAGIC = b"CMQCHAN1"  # a manifest without masks (the first format; still written when there are none)
 MAGIC_MASKS = b"CMQCHAN2"  # a manifest with a mask section after the dropped positions
@@ -295,7 +296,7 @@ def write(path: str, manifest: Manifest) -> int:
     import crc32c
 
     crc, size = 0, 0
-    with open(path, "wb") as f:
+    with open_private(path) as f:
         for piece in _pieces(manifest):  # streamed, with a running checksum: no joined copy
             f.write(piece)
             crc = crc32c.crc32c(piece, crc)

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import StorageError
 from ..storage.direct_file import DirectWriter
 from ..storage.managed_ledger import fsync_dir
+from ..storage.modes import open_private
 from .compacted_ledger import (
     _PART_ENTRY,
     HEADER,
@@ -49,7 +50,7 @@ class CompactedLedgerWriter:
     def __init__(self, path: str):
         self.path = path
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._f = open(path, "wb")
+        self._f = open_private(path)
         self._f.write(HEADER)
         self._offset = len(HEADER)
         self._index: list[np.ndarray] = []
@@ -235,7 +236,7 @@ class PartWriter:
             _finish_file(self._f, self._offset, index)
             return len(index)
         self._f.close(sync=False)
-        with open(self.path + ".idx", "wb") as f:
+        with open_private(self.path + ".idx") as f:
             f.write(index.tobytes())
         return len(index)
 

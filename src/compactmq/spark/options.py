@@ -256,6 +256,11 @@ _CLIENT_KWARGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
         lambda v: _bool("tlsAllowInsecureConnection", v),
     ),
     "tlsvalidatehostname": ("tls_validate_hostname", lambda v: _bool("tlsValidateHostname", v)),
+    # the Java client's name for the same switch (ClientBuilder.enableTlsHostnameVerification)
+    "tlshostnameverificationenable": (
+        "tls_validate_hostname",
+        lambda v: _bool("tlsHostnameVerificationEnable", v),
+    ),
     "tlscertificatefilepath": ("tls_certificate_file_path", str),
     "tlskeyfilepath": ("tls_private_key_file_path", str),
 }
@@ -282,6 +287,10 @@ def client_kwargs(client: Mapping[str, Any]) -> dict:
             raise InvalidConfiguration(f"option pulsar.client.{key} is not supported by the Python client")
     if plugin or params:
         kw["authentication"] = _authentication(plugin, params)
+    # over pulsar+ssl:// the source sends its credentials: check the broker's certificate names
+    # the host it dialled, unless told not to (or told to trust any certificate), as its admin
+    # HTTPS calls do (admin_ssl_context). The Python client's own default is off.
+    kw.setdefault("tls_validate_hostname", not kw.get("tls_allow_insecure_connection", False))
     return kw
 
 
@@ -377,6 +386,14 @@ def admin_headers(client: Mapping[str, Any]) -> dict:
     return {}
 
 
+def _validate_hostname(lowered: Mapping[str, Any]) -> bool:
+    """tlsValidateHostname / tlsHostnameVerificationEnable (either; default true)."""
+    for key in ("tlsvalidatehostname", "tlshostnameverificationenable"):
+        if str(lowered.get(key, "true")).strip().lower() in ("false", "0", "no"):
+            return False
+    return True
+
+
 def admin_ssl_context(client: Mapping[str, Any]):
     """The TLS context of admin REST calls over ``https://``: the same trust store (and client
     certificate) as the binary protocol's ``pulsar.client.tls*`` options; None: Python's defaults."""
@@ -394,7 +411,7 @@ def admin_ssl_context(client: Mapping[str, Any]):
     if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    elif str(lowered.get("tlsvalidatehostname", "true")).strip().lower() in ("false", "0", "no"):
+    elif not _validate_hostname(lowered):
         ctx.check_hostname = False
     if cert and key:
         ctx.load_cert_chain(str(cert), str(key))

@@ -39,6 +39,8 @@ from typing import Optional
 
 import numpy as np
 
+from .modes import FILE_MODE
+
 #: the alignment used for addresses, offsets and lengths: the page size, a multiple of every
 #: logical block size in practice (512 or 4096 bytes)
 BLOCK = mmap.PAGESIZE
@@ -49,10 +51,10 @@ def _open(path: str, direct: bool) -> tuple[int, bool]:
     o_direct = getattr(os, "O_DIRECT", 0)
     if direct and o_direct:
         try:
-            return os.open(path, flags | o_direct, 0o644), True
+            return os.open(path, flags | o_direct, FILE_MODE), True
         except OSError:  # the file system does not do direct I/O: write through the page cache
             pass
-    return os.open(path, flags, 0o644), False
+    return os.open(path, flags, FILE_MODE), False
 
 
 class DirectWriter:

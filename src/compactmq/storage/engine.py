@@ -19,6 +19,7 @@ from ..errors import CompactMQError, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from . import dir_owner
 from .managed_ledger import ManagedLedger
+from .modes import DIR_MODE, FILE_MODE, private_data_dir
 from .metadata import MetadataStore
 from .offload import LedgerOffloader
 from .seal import SealRequestWatcher, open_ledger_left
@@ -94,12 +95,13 @@ class Storage:
         self._lock_fd: int | None = None
         self._closed = False
         try:
-            (self.data_dir / LEDGERS_DIR).mkdir(parents=True, exist_ok=True)
-            (self.data_dir / COMPACTED_DIR).mkdir(parents=True, exist_ok=True)
+            private_data_dir(self.data_dir)  # owner-only (modes)
+            (self.data_dir / LEDGERS_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
+            (self.data_dir / COMPACTED_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create data directory {self.data_dir}: {e}") from e
         if not read_only:
-            self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, FILE_MODE)
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

@@ -50,6 +50,7 @@ import numpy as np
 
 from ..errors import InvalidInput, NotAllowed, NotFound, StorageError
 from . import dir_owner
+from .modes import FILE_MODE
 from . import ledger_file as lf
 from .cursor import Cursor, RangeSet
 from .metadata import COMPACTION_CURSOR, RETENTION_SIZE_MB, RETENTION_TIME_MINUTES, MetadataStore
@@ -189,7 +190,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
     """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         _pwrite_all(fd, data, 0)
         if sync:
@@ -427,7 +428,7 @@ class ManagedLedger:
     def _start_ledger(self, ledger_id: int, now: int) -> None:
         """Create the file of a ledger already recorded OPEN, and make it current."""
         path = self.ledger_path(ledger_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             _pwrite_all(fd, lf.encode_file_header(ledger_id), 0)
             os.fsync(fd)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import AlreadyExists, Conflict, MetadataError, NotFound, TopicNotFound
 from ..naming import TopicName
+from .modes import create_private_file
 from .position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 
 SCHEMA_VERSION = 1
@@ -183,6 +184,8 @@ class MetadataStore:
         self._listeners: list[Callable[[str, str], None]] = []
         self._pending_events: list[tuple[str, str]] = []
         try:
+            if self.path != ":memory:":
+                create_private_file(self.path)  # 0600; SQLite gives its -wal/-shm the same mode
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")

@@ -13,12 +13,13 @@ import os
 from typing import Optional
 
 from ..errors import Conflict
+from .modes import FILE_MODE
 
 
 class TopicLock:
     def __init__(self, directory: str):
         os.makedirs(directory, exist_ok=True)
-        self.fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
