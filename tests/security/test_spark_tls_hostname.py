@@ -30,6 +30,7 @@ def misnamed(tmp_path_factory, pki):
     (directory / "secret.key").write_bytes(secret)
     cert = pki.ca.issue("elsewhere", hosts=("other.example",), server=True, stem="elsewhere")
     tls_port = free_port()
+    token = mint_token("admin", secret)
     broker = BrokerProcess(
         directory / "data",
         {
@@ -41,10 +42,13 @@ def misnamed(tmp_path_factory, pki):
             "tlsCertificateFilePath": str(cert.cert),
             "tlsKeyFilePath": str(cert.key),
             "tlsTrustCertsFilePath": str(pki.ca.cert_path),
+            # the standalone creates public/default only through a client allowed to (as Pulsar's)
+            "brokerClientAuthenticationPlugin": TOKEN_PLUGIN,
+            "brokerClientAuthenticationParameters": f"token:{token}",
         },
     )
     broker.start()
-    yield broker, tls_port, mint_token("admin", secret)
+    yield broker, tls_port, token
     broker.stop()
 
 
