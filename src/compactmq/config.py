@@ -114,6 +114,20 @@ SETTINGS: dict[str, Setting] = {
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),
+    "brokerDeleteInactiveTopicsEnabled": _s(
+        bool, True, "delete topics without producers, consumers (and, per the mode, subscriptions)"
+    ),
+    "brokerDeleteInactiveTopicsFrequencySeconds": _s(
+        int, 60, "how often inactive topics are deleted, or unloaded from memory when they are kept"
+    ),
+    "brokerDeleteInactiveTopicsMode": _s(
+        str,
+        "delete_when_no_subscriptions",
+        "delete_when_no_subscriptions or delete_when_subscriptions_caught_up",
+    ),
+    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": _s(
+        OptionalInt, None, "how long a topic must be inactive before it goes; empty: the frequency"
+    ),
     "keepAliveIntervalSeconds": _s(int, 30, "PING interval; a peer silent for twice this is dropped"),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
     "maxPendingPublishBytesPerConnection": _s(
@@ -154,8 +168,15 @@ SETTINGS: dict[str, Setting] = {
     # --- storage (managed ledger) ------------------------------------------------------
     "managedLedgerMaxEntriesPerLedger": _s(int, 50000, "roll a ledger after this many entries"),
     "managedLedgerCacheSizeMB": _s(
-        int, 256, "memory for recently published entries served to consumers that keep up (all topics)"
+        int,
+        256,
+        "memory for recently published entries served to consumers that keep up (all topics; "
+        "entries count with their in-memory overhead)",
     ),
+    "managedLedgerCacheEvictionTimeThresholdMillis": _s(
+        int, 1000, "cached entries older than this are evicted (0: no age limit)"
+    ),
+    "managedLedgerCacheEvictionIntervalMs": _s(int, 10, "how often cached entries are checked for age"),
     "managedLedgerMaxSizePerLedgerMbytes": _s(int, 2048, "roll a ledger after this many MiB"),
     "managedLedgerMaxLedgerRolloverTimeMinutes": _s(int, 240, "roll a ledger after this age"),
     "managedLedgerSyncData": _s(bool, True, "fsync before acknowledging an append (journalSyncData)"),
