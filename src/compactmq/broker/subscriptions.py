@@ -355,6 +355,8 @@ class Subscription:
                     await asyncio.sleep(1.0)
                     continue
                 self._acked.difference_update(individual)
+                if not self._acked:
+                    self._acked = set()  # a set keeps the table of its largest size: give it back
                 if self._acked_up_to == up_to:
                     self._acked_up_to = None
         finally:
