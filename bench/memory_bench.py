@@ -231,7 +231,7 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
 
 def run_broker(label: str, src: str | None, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
-        broker = StandaloneBroker(os.path.join(tmp, "data"), src=src)
+        broker = StandaloneBroker(os.path.join(tmp, "data"), args.override, src=src)
         sampler = RssSampler(broker.proc.pid, args.sample)
         sampler.start()
         try:
@@ -294,6 +294,7 @@ def main() -> None:
     ap.add_argument("--soak-producers", type=int, default=20)
     ap.add_argument("--sample", type=float, default=0.5, help="seconds between RSS samples")
     ap.add_argument("--quick", action="store_true", help="4 rounds of 20,000 messages, a 25 s soak")
+    ap.add_argument("--override", action="append", default=[], help="broker config key=value (repeatable)")
     ap.add_argument("--compare", help="another checkout's src directory, run first (the 'before')")
     ap.add_argument("--out", default=str(RESULTS / "memory.json"))
     args = ap.parse_args()
