@@ -7,6 +7,8 @@ RSS from ``/proc/<pid>/status`` every ``--sample`` seconds while the official cl
   ``--topics`` *new* topics, one producer and one Shared consumer per topic that acknowledges
   everything; producers and consumers then close. RSS is read ``--settle`` seconds after each
   round (past the cache's age threshold, so what is left is what the broker keeps for good).
+- ``idle``: ``--idle-topics`` topics with one idle producer each (one client connection); the
+  figure of merit is the broker's RSS per topic (KiB), read once the producers are attached.
 - ``soak``: ``--soak-producers`` producers and as many consumers (Shared, acknowledging) on
   ``--soak-topics`` topics for ``--soak-seconds``; the figure of merit is the RSS growth over the
   last half of the run (flat: a few percent).
@@ -229,6 +231,34 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
     return row
 
 
+def run_idle(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
+    sampler.phase = "idle topics"
+    client = _client(broker.url)
+    prefix = uuid.uuid4().hex[:8]
+    time.sleep(args.settle)
+    before = rss_bytes(broker.proc.pid)
+    t0 = time.perf_counter()
+    producers = [
+        client.create_producer(f"persistent://public/default/mem-idle-{prefix}-{i}", batching_enabled=False)
+        for i in range(args.idle_topics)
+    ]
+    secs = time.perf_counter() - t0
+    time.sleep(args.settle)
+    after = rss_bytes(broker.proc.pid)
+    for p in producers:
+        p.close()
+    client.close()
+    row = {
+        "topics": args.idle_topics,
+        "rss_mib_before": round(before / 2**20, 1),
+        "rss_mib_after": round(after / 2**20, 1),
+        "kib_per_topic": round((after - before) / 1024 / args.idle_topics, 1),
+        "seconds_to_attach": round(secs, 1),
+    }
+    print(json.dumps({"idle": row}), flush=True)
+    return row
+
+
 def run_broker(label: str, src: str | None, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         broker = StandaloneBroker(os.path.join(tmp, "data"), args.override, src=src)
@@ -241,6 +271,8 @@ def run_broker(label: str, src: str | None, args) -> dict:
                 result["rounds"] = run_rounds(broker, sampler, args)
             if args.mode in ("soak", "both"):
                 result["soak"] = run_soak(broker, sampler, args)
+            if args.mode == "idle":
+                result["idle"] = run_idle(broker, sampler, args)
         finally:
             sampler.stop()
             broker.stop()
@@ -275,7 +307,8 @@ def plot(results: list[dict], path: Path) -> None:
     ax2.set_xlabel("round (fresh topics each)")
     ax2.set_ylabel("broker RSS after the round (MiB)")
     ax2.set_title("RSS per round")
-    ax2.legend()
+    if any(res.get("rounds") for res in results):
+        ax2.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"wrote {path}")
@@ -283,7 +316,10 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=("rounds", "soak", "both"), default="both")
+    ap.add_argument("--mode", choices=("rounds", "soak", "both", "idle"), default="both")
+    ap.add_argument(
+        "--idle-topics", type=int, default=10_000, help="topics with one idle producer each (idle)"
+    )
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--topics", type=int, default=4, help="new topics per round")
     ap.add_argument("--messages", type=int, default=200_000, help="messages per round")
@@ -300,6 +336,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.messages, args.soak_seconds, args.settle = 4, 20_000, 25, 2.0
+        args.idle_topics = min(args.idle_topics, 500)
     runs = []
     if args.compare:
         runs.append(run_broker("before", args.compare, args))
