@@ -32,7 +32,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 class StandaloneBroker:
-    def __init__(self, data_dir: str, overrides: Iterable[str] = ()) -> None:
+    def __init__(self, data_dir: str, overrides: Iterable[str] = (), src: str | None = None) -> None:
+        """``src``: run the broker from another checkout's ``src`` directory (before/after runs)."""
         self.data_dir = data_dir
         self.port, self.web_port = free_port(), free_port()
         cmd = [
@@ -53,7 +54,8 @@ class StandaloneBroker:
         # the client benchmarks measure the broker, not a JVM starting beside it
         for override in ["compactionSparkWarmup=false", *overrides]:
             cmd += ["--config-override", override]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+        env = {**os.environ, "PYTHONPATH": src} if src else None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env)
         line = self.proc.stdout.readline()
         if b"ready" not in line:
             raise RuntimeError(f"broker did not start: {line!r}")

@@ -133,6 +133,20 @@ SETTINGS: dict[str, Setting] = {
         "PING interval; a peer silent for twice this is dropped, one that has not completed "
         "CONNECT this long after accept too",
     ),
+    "brokerDeleteInactiveTopicsEnabled": _s(
+        bool, True, "delete topics without producers, consumers (and, per the mode, subscriptions)"
+    ),
+    "brokerDeleteInactiveTopicsFrequencySeconds": _s(
+        int, 60, "how often inactive topics are deleted, or unloaded from memory when they are kept"
+    ),
+    "brokerDeleteInactiveTopicsMode": _s(
+        str,
+        "delete_when_no_subscriptions",
+        "delete_when_no_subscriptions or delete_when_subscriptions_caught_up",
+    ),
+    "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds": _s(
+        OptionalInt, None, "how long a topic must be inactive before it goes; empty: the frequency"
+    ),
     "maxMessageSize": _s(int, 5 * 1024 * 1024, "largest message a producer may send, in bytes"),
     "brokerMaxConnections": _s(
         int, 0, "open binary-protocol connections allowed; more are closed at accept (0 = unlimited)"
@@ -198,8 +212,15 @@ SETTINGS: dict[str, Setting] = {
         int, 50000, "roll a ledger after this many entries (once older than the minimum rollover time)"
     ),
     "managedLedgerCacheSizeMB": _s(
-        int, 256, "memory for recently published entries served to consumers that keep up (all topics)"
+        int,
+        256,
+        "memory for recently published entries served to consumers that keep up (all topics; "
+        "entries count with their in-memory overhead)",
     ),
+    "managedLedgerCacheEvictionTimeThresholdMillis": _s(
+        int, 1000, "cached entries older than this are evicted (0: no age limit)"
+    ),
+    "managedLedgerCacheEvictionIntervalMs": _s(int, 10, "how often cached entries are checked for age"),
     "managedLedgerMaxSizePerLedgerMbytes": _s(
         int, 2048, "roll a ledger after this many MiB (once older than the minimum rollover time)"
     ),

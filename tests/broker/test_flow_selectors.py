@@ -140,7 +140,7 @@ def test_sticky_ranges_route_and_refuse_overlaps():
 
 
 def test_tail_cache_reads_from_position_and_trims_oldest():
-    cache = TailCache(max_bytes=10)
+    cache = TailCache(max_bytes=10, entry_overhead=0)  # payload bytes only: the trimming rules
     assert not cache.covers(Position(1, 0))
     for i in range(5):
         cache.append(Position(1, i), b"ab")
@@ -161,7 +161,7 @@ def test_tail_caches_share_a_broker_wide_budget():
     from compactmq.broker.entry_source import CacheBudget
 
     budget = CacheBudget(limit=10)
-    a, b = TailCache(100, budget), TailCache(100, budget)
+    a, b = TailCache(100, budget, entry_overhead=0), TailCache(100, budget, entry_overhead=0)
     for i in range(4):
         a.append(Position(1, i), b"xx")
     assert budget.used == 8

@@ -125,3 +125,26 @@ def test_max_consumers_per_subscription(client, topic):
     client.subscribe(topic, "other", consumer_type=Shared)  # the limit is per subscription
     c1.close()
     client.subscribe(topic, "s", consumer_type=Shared)
+
+
+def test_pending_acks_give_their_table_back_once_empty():
+    """A subscription that had thousands of entries pending and caught up holds no big table."""
+    import sys
+
+    from compactmq.broker.limits import PendingAcks
+
+    class Consumer:
+        unacked_messages = 0
+        blocked_on_unacked = False
+
+    pending, consumer = PendingAcks(), Consumer()
+    empty = sys.getsizeof(pending)
+    for i in range(5000):
+        pending.add(i, consumer, 3 if i % 2 else 1)
+    assert pending.total == 10000 and consumer.unacked_messages == 10000
+    for i in range(4999):
+        pending.pop(i)
+    assert sys.getsizeof(pending) > 10 * empty  # still one pending: the table stays
+    del pending[4999]
+    assert len(pending) == 0 and pending.total == 0 and consumer.unacked_messages == 0
+    assert sys.getsizeof(pending) <= empty and not pending.counts

@@ -25,6 +25,17 @@ broker-wide ``compactmq_compaction_running``, ``compactmq_compaction_monitor_che
 ``compactmq_compaction_engine_warm`` (1 once the background warm-up of ``compactionSparkWarmup``
 finished; label ``state``: off, warming, warm or failed).
 
+Process and entry-cache metrics come from ``prometheus_client`` (the maintained Prometheus library):
+its ``ProcessCollector`` gives the standard ``process_resident_memory_bytes``,
+``process_virtual_memory_bytes``, ``process_cpu_seconds_total``, ``process_open_fds``,
+``process_max_fds`` and ``process_start_time_seconds``; ``EntryCacheCollector`` gives Pulsar's
+managed-ledger cache metrics (label ``cluster``): ``pulsar_ml_count`` (managed ledgers open),
+``pulsar_ml_cache_used_size`` (bytes the cache holds, each entry with its in-memory overhead),
+``pulsar_ml_cache_entries``, ``pulsar_ml_cache_hits_rate`` / ``pulsar_ml_cache_misses_rate``
+(entries/s), ``pulsar_ml_cache_hits_throughput`` / ``pulsar_ml_cache_misses_throughput``
+(bytes/s), ``pulsar_ml_cache_evictions`` (eviction operations during the last minute) and the
+counters ``pulsar_ml_cache_inserted_entries_total`` / ``pulsar_ml_cache_evicted_entries_total``.
+
 Messages in are the topic's exact count (its live producers' counters plus what its closed
 producers published); messages out add up consumers' counters, sampled (what a consumer sent
 after the last sample and before it left is not counted). Rates are the difference between two
@@ -34,15 +45,21 @@ samples ``RATE_INTERVAL_SECONDS`` apart.
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from ..errors import CompactMQError
 from ..naming import TopicName
 
 RATE_INTERVAL_SECONDS = 2.0
+# pulsar_ml_cache_evictions counts the evictions of this last stretch (Pulsar: the last minute)
+EVICTIONS_WINDOW_SECONDS = 60.0
 
 
 @dataclass
@@ -62,6 +79,35 @@ class TopicTraffic:
         return self._producer_rates.get(serial, 0.0)
 
 
+@dataclass
+class CacheRates:
+    """Rates of the broker's entry cache (``broker.entry_cache.EntryCacheManager``) between
+    the last two samples, and the evictions of the last ``EVICTIONS_WINDOW_SECONDS``."""
+
+    hits_rate: float = 0.0
+    hits_throughput: float = 0.0
+    misses_rate: float = 0.0
+    misses_throughput: float = 0.0
+    evictions_last_minute: int = 0
+    _last: tuple[int, int, int, int] | None = None
+    _evictions: collections.deque = field(default_factory=collections.deque)
+
+    def sample(self, cache: Any, now: float, elapsed: float) -> None:
+        counters = (cache.hits, cache.hit_bytes, cache.misses, cache.miss_bytes)
+        if self._last is not None:
+            h, hb, m, mb = (now_ - before for now_, before in zip(counters, self._last))
+            self.hits_rate, self.hits_throughput = h / elapsed, hb / elapsed
+            self.misses_rate, self.misses_throughput = m / elapsed, mb / elapsed
+        self._last = counters
+        window = self._evictions
+        if not window:  # what was evicted before the first sample counts too
+            window.append((now - elapsed, 0))
+        window.append((now, cache.evictions))
+        while len(window) > 1 and window[0][0] < now - EVICTIONS_WINDOW_SECONDS:
+            window.popleft()
+        self.evictions_last_minute = cache.evictions - window[0][1]
+
+
 class TrafficSampler:
     """Per-topic message and byte counters and rates, from the live producers and consumers."""
 
@@ -72,6 +118,7 @@ class TrafficSampler:
         self._seen: dict[tuple[str, int], tuple[int, int]] = {}  # (kind, serial) -> (msgs, bytes)
         self._producer_last: dict[int, int] = {}
         self._last_rate_at = clock()
+        self.cache = CacheRates()
         self._lock = threading.Lock()
         self._task: asyncio.Task | None = None
 
@@ -130,6 +177,13 @@ class TrafficSampler:
                         rates[p.serial] = (p.messages_in - prev) / elapsed
                         self._producer_last[p.serial] = p.messages_in
                 t._producer_rates = rates
+            # producers that left: their last counts are not needed any more
+            live = {serial for t in self._topics.values() for serial in t._producer_rates}
+            for serial in [s for s in self._producer_last if s not in live]:
+                del self._producer_last[serial]
+            cache = getattr(self.service, "tail_cache_budget", None)
+            if cache is not None:
+                self.cache.sample(cache, now, elapsed)
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -210,6 +264,64 @@ COMPACTION_FAMILIES = (
     ("pulsar_compaction_lag_seconds", "gauge", "age of the oldest uncompacted message (0: all compacted)"),
     ("pulsar_compaction_last_phase_seconds", "gauge", "wall time of each phase of the last committed run"),
 )
+
+
+class EntryCacheCollector:
+    """Pulsar's managed-ledger cache metrics (see the module notes), for ``prometheus_client``."""
+
+    def __init__(self, service: Any, rates: CacheRates, cluster: str) -> None:
+        self.service, self.rates, self.cluster = service, rates, cluster
+
+    def collect(self):
+        labels = ["cluster"]
+        value = [self.cluster]
+        cache = getattr(self.service, "tail_cache_budget", None)
+        storage = getattr(self.service, "storage", None)
+        count = storage.open_managed_ledger_count() if hasattr(storage, "open_managed_ledger_count") else 0
+        gauges = [
+            ("pulsar_ml_count", "managed ledgers open in the broker", count),
+            ("pulsar_ml_cache_used_size", "bytes the entry cache holds (payloads and their overhead)", 0),
+            ("pulsar_ml_cache_entries", "entries in the entry cache", 0),
+            ("pulsar_ml_cache_hits_rate", "entries per second read from the cache", self.rates.hits_rate),
+            (
+                "pulsar_ml_cache_hits_throughput",
+                "bytes per second read from the cache",
+                self.rates.hits_throughput,
+            ),
+            ("pulsar_ml_cache_misses_rate", "entries per second read from storage", self.rates.misses_rate),
+            (
+                "pulsar_ml_cache_misses_throughput",
+                "bytes per second read from storage",
+                self.rates.misses_throughput,
+            ),
+            (
+                "pulsar_ml_cache_evictions",
+                "cache evictions during the last minute",
+                self.rates.evictions_last_minute,
+            ),
+        ]
+        if cache is not None:
+            gauges[1] = (*gauges[1][:2], cache.used)
+            gauges[2] = (*gauges[2][:2], cache.entries)
+        for name, help_, v in gauges:
+            g = GaugeMetricFamily(name, help_, labels=labels)
+            g.add_metric(value, v)
+            yield g
+        for name, help_, attr in (
+            ("pulsar_ml_cache_inserted_entries_total", "entries put in the cache", "inserted_entries"),
+            ("pulsar_ml_cache_evicted_entries_total", "entries evicted from the cache", "evicted_entries"),
+        ):
+            c = CounterMetricFamily(name, help_, labels=labels)
+            c.add_metric(value, getattr(cache, attr, 0) if cache is not None else 0)
+            yield c
+
+
+def render_library_metrics(ctx: Any, cluster: str) -> str:
+    """The families ``prometheus_client`` renders: process metrics and the entry cache."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    registry.register(EntryCacheCollector(ctx.service, ctx.sampler.cache, cluster))
+    return generate_latest(registry).decode()
 
 
 def render_metrics(ctx: Any) -> str:
@@ -317,4 +429,4 @@ def render_metrics(ctx: Any) -> str:
         + [fam.render() for fam in families.values()]
         + [running.render(), checks.render(), warm.render()]
     )
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + render_library_metrics(ctx, cluster)

@@ -496,6 +496,8 @@ class KeySharedDispatcher(Dispatcher):
         positions = list(positions)
         for p in positions:
             self.hashes.pop(p, None)
+        if not self.hashes:
+            self.hashes = {}  # an emptied dict gives its table back
         super().acknowledged(positions)
         self._release_joined()
 

@@ -6,17 +6,20 @@ compacted ledger up to the compaction horizon and then continues with the topic'
 (issue 5 builds it; it only has to implement the three methods below).
 
 ``LedgerEntrySource`` serves the live topic: recently published entries come from the topic's
-``TailCache`` without leaving the event loop (a consumer that keeps up never touches the disk
-path), older ones from the managed ledger through the broker's thread pool.
+``TailCache`` (``entry_cache``) without leaving the event loop (a consumer that keeps up never
+touches the disk path), older ones from the managed ledger through the broker's thread pool;
+each read counts as cache hits or misses for ``/metrics``.
 """
 
 from __future__ import annotations
 
 import abc
-import bisect
 from typing import TYPE_CHECKING, Callable
 
 from ..storage.position import Position
+from .entry_cache import CacheBudget, EntryCacheManager, TailCache
+
+__all__ = ["CacheBudget", "EntryCacheManager", "EntrySource", "LedgerEntrySource", "TailCache"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topics import Topic
@@ -47,83 +50,6 @@ class EntrySource(abc.ABC):
         """Position of the last entry this source can deliver, None when there is none."""
 
 
-class CacheBudget:
-    """Bytes all tail caches of a broker may hold together (so a thousand partitions do not
-    mean a thousand full caches). A cache that appends while the broker is over budget drops
-    its own oldest entries: busy topics recycle their space, nothing is ever read from disk
-    that a consumer keeping up would need."""
-
-    __slots__ = ("limit", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-
-
-class TailCache:
-    """The most recently appended entries of a topic, bounded in bytes (pure, no I/O)."""
-
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024, budget: CacheBudget | None = None) -> None:
-        self.max_bytes = max_bytes
-        self.budget = budget
-        self._positions: list[Position] = []
-        self._entries: list[bytes] = []
-        self._head = 0  # index of the oldest live element (trimmed lazily)
-        self.size = 0
-
-    def __len__(self) -> int:
-        return len(self._positions) - self._head
-
-    def append(self, position: Position, entry: bytes) -> None:
-        self._positions.append(position)
-        self._entries.append(entry)
-        self.size += len(entry)
-        budget = self.budget
-        if budget is not None:
-            budget.used += len(entry)
-        while self._head < len(self._positions) and (
-            self.size > self.max_bytes or (budget is not None and budget.used > budget.limit)
-        ):
-            n = len(self._entries[self._head])
-            self.size -= n
-            if budget is not None:
-                budget.used -= n
-            self._entries[self._head] = b""
-            self._head += 1
-        # Compact the lists once the dead prefix is as large as the live part.
-        if self._head > 1024 and self._head * 2 > len(self._positions):
-            del self._positions[: self._head]
-            del self._entries[: self._head]
-            self._head = 0
-
-    def first_position(self) -> Position | None:
-        return self._positions[self._head] if len(self) else None
-
-    def covers(self, start: Position) -> bool:
-        """True when every entry >= ``start`` that exists is in the cache."""
-        first = self.first_position()
-        return first is not None and start >= first
-
-    def read(self, start: Position, max_entries: int) -> list[Entry]:
-        at = bisect.bisect_left(self._positions, start, lo=self._head)
-        end = min(at + max_entries, len(self._positions))
-        return list(zip(self._positions[at:end], self._entries[at:end]))
-
-    def get(self, position: Position) -> bytes | None:
-        at = bisect.bisect_left(self._positions, position, lo=self._head)
-        if at < len(self._positions) and self._positions[at] == position:
-            return self._entries[at]
-        return None
-
-    def clear(self) -> None:
-        if self.budget is not None:
-            self.budget.used -= self.size
-        self._positions.clear()
-        self._entries.clear()
-        self._head = 0
-        self.size = 0
-
-
 class LedgerEntrySource(EntrySource):
     """The live topic: tail cache first, managed ledger (in the thread pool) otherwise."""
 
@@ -134,14 +60,24 @@ class LedgerEntrySource(EntrySource):
     async def read(self, start: Position, max_entries: int) -> list[Entry]:
         cache = self._topic.tail_cache
         if cache.covers(start):
-            return cache.read(start, max_entries)
+            hits = cache.read(start, max_entries)
+            if cache.budget is not None:
+                cache.budget.hit(hits)
+            return hits
         ledger = self._topic.ledger
         entries = await self._run(ledger.read_entries, start, max_entries, MAX_BYTES_PER_READ)
-        return [(Position(*p), e) for p, e in entries]
+        out = [(Position(*p), e) for p, e in entries]
+        if cache.budget is not None:
+            cache.budget.miss(out)
+        return out
 
     async def read_one(self, position: Position) -> bytes | None:
-        entry = self._topic.tail_cache.get(position)
+        cache = self._topic.tail_cache
+        entry = cache.get(position)
         if entry is not None:
+            if cache.budget is not None:
+                cache.budget.hits += 1
+                cache.budget.hit_bytes += len(entry)
             return entry
         entries = await self.read(position, 1)
         if entries and entries[0][0] == position:

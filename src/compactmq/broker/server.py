@@ -41,7 +41,8 @@ from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
 from .default_namespace import ensure_default_namespace
-from .entry_source import CacheBudget
+from .entry_cache import EntryCacheManager
+from .inactive_topics import InactiveTopicSweeper
 from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
@@ -138,6 +139,18 @@ class Housekeeping:
                 pass
 
 
+def _entry_cache_manager(config: Config) -> EntryCacheManager:
+    """The broker-wide entry cache bounds (``entry_cache``) from Pulsar's keys."""
+
+    def key(name: str) -> int:
+        return int(config.get(name, SETTINGS[name].default))
+
+    return EntryCacheManager(
+        max(0, key("managedLedgerCacheSizeMB")) << 20,
+        max(0, key("managedLedgerCacheEvictionTimeThresholdMillis")) / 1000,
+    )
+
+
 class BrokerService:
     """What every connection shares: config, storage, topics, schemas, the thread pool."""
 
@@ -157,8 +170,7 @@ class BrokerService:
         # that need time to pass replace it rather than sleep
         self.clock: Callable[[], float] = time.monotonic
         self.tail_cache_bytes = TAIL_CACHE_BYTES_PER_TOPIC
-        cache_mb = config.get("managedLedgerCacheSizeMB", SETTINGS["managedLedgerCacheSizeMB"].default)
-        self.tail_cache_budget = CacheBudget(max(0, int(cache_mb)) << 20)
+        self.tail_cache_budget = _entry_cache_manager(config)
         self.state = ServerState()
         # brokerMaxConnections / brokerMaxConnectionsPerIp (admission)
         self.connection_counter = ConnectionCounter(
@@ -176,6 +188,7 @@ class BrokerService:
         self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
         self.post_compaction_hooks: tuple = ()  # compaction.hooks.PostCompactionHook, wired in by the entry point
         self.housekeeping = Housekeeping(self)
+        self.inactive_topics = InactiveTopicSweeper(self)
         # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
         # None (a service built by hand in tests) means no authentication and no checks.
         self.authentication: Any = None
@@ -277,6 +290,12 @@ class BrokerServer:
         try:
             await service.compaction_monitor.start()
             service.housekeeping.start()
+            service.inactive_topics.start()
+            interval_ms = self.config.get(
+                "managedLedgerCacheEvictionIntervalMs",
+                SETTINGS["managedLedgerCacheEvictionIntervalMs"].default,
+            )
+            service.tail_cache_budget.start(service.state.spawn, max(1, int(interval_ms)) / 1000)
             service.credential_refresher.start()
             await self.start_web()
         except BaseException:
@@ -367,6 +386,8 @@ class BrokerServer:
         except asyncio.TimeoutError:
             log.warning("topics did not close within %ss", SHUTDOWN_GRACE_SECONDS)
         await service.housekeeping.close()
+        await service.inactive_topics.close()
+        await service.tail_cache_budget.close()
         if service.credential_refresher is not None:
             await service.credential_refresher.close()
         # 4. close connections, let in-flight tasks finish

@@ -25,6 +25,7 @@ import asyncio
 import bisect
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConsumerBusy
@@ -237,6 +238,7 @@ class Subscription:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
+        self.topic.last_active = time.monotonic()  # the inactive-topic clock starts now
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
         if not self.consumers and not self.durable and not self._keep_on_empty:
@@ -353,6 +355,8 @@ class Subscription:
                     await asyncio.sleep(1.0)
                     continue
                 self._acked.difference_update(individual)
+                if not self._acked:
+                    self._acked = set()  # a set keeps the table of its largest size: give it back
                 if self._acked_up_to == up_to:
                     self._acked_up_to = None
         finally:

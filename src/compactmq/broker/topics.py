@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
@@ -23,6 +24,7 @@ from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
 from .dedup import Deduplication, entry_sequence
+from .entry_cache import slowest_active_read
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .limits import check_consumers, check_producers
 from .namespaces import check_namespace
@@ -75,6 +77,8 @@ class Topic:
         self.closed = False
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
         self.epoch = -1  # topic epoch (see producers): -1 until an exclusive producer takes the topic
+        # monotonic seconds of the last attach/detach: the inactive-topic sweep (inactive_topics)
+        self.last_active = time.monotonic()
 
     def __repr__(self) -> str:
         return f"Topic({self.name})"
@@ -130,14 +134,27 @@ class Topic:
                         cb(None, None)
                         continue
                     pos = next(stored)
-                    self.tail_cache.append(pos, entry)
                     self.last_position = pos
                     cb(pos, None)
+                self._cache(positions, entries)
                 for sub in list(self.subscriptions.values()):
                     if sub.dispatcher is not None:
                         sub.dispatcher.wake()
         finally:
             self._append_task = None
+
+    def _cache(self, positions: list[Position], entries: list[bytes]) -> None:
+        """Keep what was just appended for the subscriptions reading the tail; drop what every
+        one of them has read (``entry_cache``). Nobody reading: nothing is kept."""
+        cache = self.tail_cache
+        slowest = slowest_active_read(self.subscriptions.values())
+        if slowest is None:
+            if len(cache):
+                cache.clear()
+            return
+        cache.evict_before(slowest)
+        if positions:
+            cache.extend(zip(positions, entries))
 
     def _take_batch(self) -> list:
         n = 0
@@ -183,6 +200,7 @@ class Topic:
             old.connection.close_producer_by_broker(old)
         self._take_epoch(producer)
         self.producers[producer.serial] = producer
+        self.last_active = time.monotonic()
 
     def _take_epoch(self, producer: Producer) -> None:
         if producer.exclusive:
@@ -226,6 +244,7 @@ class Topic:
 
     def remove_producer(self, producer: Producer) -> None:
         producer.closed = True
+        self.last_active = time.monotonic()
         if self.producers.pop(producer.serial, None) is not None:
             # what a closed producer published still counts in the topic's totals (stats, /metrics)
             self.closed_producers_in[0] += producer.messages_in
@@ -286,6 +305,7 @@ class Topic:
                 )
                 consumer = make_consumer(sub)
                 sub.add_consumer(consumer, sub_type, key_shared_sticky)
+                self.last_active = time.monotonic()
             except BaseException:
                 if created and not durable:
                     self.drop_subscription(sub)
@@ -421,6 +441,12 @@ class TopicManager:
         self.service = service
         self.loaded: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future] = {}
+        # topics whose managed ledger is closing (unload(close_ledger=True)): a load waits for it,
+        # so it never gets the ledger that is being closed
+        self._unloading: dict[str, asyncio.Future] = {}
+        # called with the name of a topic the broker deleted by itself (inactive_topics): the
+        # adapters above forget what they keep per topic (the admin's traffic counters)
+        self.deleted_listeners: list[Callable[[str], None]] = []
         from .nonpersistent import NonPersistentTopics  # it builds on Topic, defined above
 
         self.non_persistent = NonPersistentTopics(self)
@@ -443,6 +469,9 @@ class TopicManager:
         if not tn.persistent:  # in memory only, never loaded from storage (see nonpersistent)
             return self.non_persistent.get(tn, create)
         key = str(tn)
+        unloading = self._unloading.get(key)
+        if unloading is not None:
+            await asyncio.shield(unloading)
         topic = self.loaded.get(key)
         if topic is not None and not topic.closed:
             return topic
@@ -537,10 +566,39 @@ class TopicManager:
                 except Exception:  # noqa: BLE001 - the policy is stored; the next load applies it
                     log.exception("applying the policies of %s failed", topic.name)
 
-    async def unload(self, name: str) -> None:
-        topic = self.loaded.pop(str(TopicName.parse(name)), None)
-        if topic is not None:
+    async def unload(self, name: str, close_ledger: bool = False) -> None:
+        """Close a loaded topic (clients are told to reconnect). ``close_ledger``: close its
+        managed ledger too (sealing the current ledger), so nothing of it stays in memory."""
+        key = str(TopicName.parse(name))
+        topic = self.loaded.pop(key, None)
+        if topic is None:
+            return
+        if not close_ledger or key in self._unloading:
             await topic.close()
+            return
+        done = self._unloading[key] = asyncio.get_running_loop().create_future()
+        try:
+            await topic.close()
+            await self.service.run_blocking(topic.ledger.close)
+            monitor = self.service.compaction_monitor
+            if monitor is not None and not monitor.is_running(key):
+                monitor.forget(key)  # its compaction service, made again on demand
+        finally:
+            del self._unloading[key]
+            done.set_result(None)
+
+    async def delete_inactive(self, name: str) -> None:
+        """Delete a topic nobody uses (``inactive_topics``): unload it, then its ledgers,
+        cursors, schemas and metadata."""
+        await self.unload(name)
+        await self.service.run_blocking(self.service.storage.delete_managed_ledger, name)
+        await self.service.run_blocking(self.service.schemas.topic_deleted, name)
+        monitor = self.service.compaction_monitor
+        if monitor is not None:
+            monitor.stats.pop(name, None)
+            monitor.forget(name)
+        for listener in list(self.deleted_listeners):
+            listener(name)
 
     async def close_all(self) -> None:
         topics = list(self.loaded.values())

@@ -199,6 +199,11 @@ class Storage:
     def topics(self) -> list[str]:
         return self.metadata.topics()
 
+    def open_managed_ledger_count(self) -> int:
+        """Managed ledgers open in this process (``pulsar_ml_count``)."""
+        with self._lock:
+            return sum(1 for ml in self._mls.values() if not ml.closed)
+
     def seal_current_ledger(self, topic: str) -> bool:
         """Seal what ``topic`` is writing (a rollover), so that every entry it holds now is in a
         sealed ledger; True when a ledger was sealed. A topic no one has open needs nothing, unless
