@@ -12,13 +12,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import TopicNotFound
 from .compacted_view import describe as describe_view
 from .compacted_view import read_slice
-from .messages import Message, entry_messages
 from .plan import Layout, Split
 from .values import TopicSchema
+
+if TYPE_CHECKING:  # the row path's messages (protobuf) are imported only where rows are read
+    from .messages import Message
 
 
 class DirectBackend:
@@ -108,6 +111,8 @@ class DirectBackend:
 
 def read_split(split: Split) -> Iterator[Message]:
     """Messages of a ``live`` or ``compacted`` split, from the files alone (executor side)."""
+    from .messages import entry_messages
+
     if split.kind == "compacted":
         for lid, eid, data in read_slice(split.path, split.lo, split.hi):
             yield from entry_messages(lid, eid, data, split.partition)
@@ -137,6 +142,7 @@ def _open_ledger(split: Split):
 
 def _read_ledger(split: Split) -> Iterator[Message]:
     from ..storage import ledger_file as lf
+    from .messages import entry_messages
 
     buf, scan = _open_ledger(split)
     mv = memoryview(buf)
