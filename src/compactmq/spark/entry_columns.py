@@ -130,13 +130,7 @@ def parse_entries(
         live &= info.publish_time >= start_time
     if end_time is not None:
         live &= info.publish_time < end_time
-    pstart, pend = info.md_end.copy(), info.end.copy()
-    packed = np.flatnonzero(live & (info.compression != 0) & ~info.encrypted)
-    if packed.size:  # one decompression per entry, laid after the entries
-        pbuf, s, e = es.batch_payloads(buf, info, packed)
-        base = len(buf)
-        buf = np.concatenate([buf, pbuf])
-        pstart[packed], pend[packed] = s + base, e + base
+    buf, pstart, pend = _payloads(buf, info, live)
     batched = np.flatnonzero(live & info.batched & ~info.encrypted)
     single = np.flatnonzero(live & ~(info.batched & ~info.encrypted))
     sub = _batch_messages(buf, pstart[batched], pend[batched], info.num_messages[batched])
@@ -150,17 +144,9 @@ def parse_entries(
     def pick(single_col, sub_col):
         return np.concatenate([single_col, sub_col[keep]])[order]
 
-    meta_start = pick(info.md_start[single], sub.smm_start)
-    meta_end = pick(info.md_end[single], sub.smm_end)
     numbers = np.where(in_batch, SM_PROPERTIES, MD_PROPERTIES)
-    prop_row, kv_off, kv_len = repeated_fields(buf, meta_start, meta_end, numbers)
-    kv = es.scan_fields(buf, kv_off, kv_off + kv_len, {KV_KEY: es.BYTES, KV_VALUE: es.BYTES})
-    kv_key = (kv[KV_KEY].value.astype(np.int64), np.where(kv[KV_KEY].present, kv[KV_KEY].length, 0))
-    kv_value = (kv[KV_VALUE].value.astype(np.int64), np.where(kv[KV_VALUE].present, kv[KV_VALUE].length, 0))
-    prop_row, kv_key, kv_value = _distinct_keys(buf, prop_row, kv_key, kv_value)
-    prop_count = np.bincount(prop_row, minlength=len(ent)).astype(np.int64)
-    prop_start = np.zeros(len(ent), np.int64)
-    np.cumsum(prop_count[:-1], out=prop_start[1:])
+    meta = (pick(info.md_start[single], sub.smm_start), pick(info.md_end[single], sub.smm_end))
+    prop_start, prop_count, kv_key, kv_value = _properties(buf, *meta, numbers)
     return MessageColumns(
         buf=buf,
         ledger_id=ledger_ids[ent],
@@ -180,6 +166,33 @@ def parse_entries(
         kv_value_off=kv_value[0],
         kv_value_len=kv_value[1],
     )
+
+
+def _payloads(buf: np.ndarray, info, live: np.ndarray) -> tuple:
+    """``(buffer, payload starts, payload ends)`` of the entries: in place, but for the
+    compressed ones (not encrypted), decompressed once per entry and laid after the entries."""
+    pstart, pend = info.md_end.copy(), info.end.copy()
+    packed = np.flatnonzero(live & (info.compression != 0) & ~info.encrypted)
+    if packed.size:
+        pbuf, s, e = es.batch_payloads(buf, info, packed)
+        base = len(buf)
+        buf = np.concatenate([buf, pbuf])
+        pstart[packed], pend[packed] = s + base, e + base
+    return buf, pstart, pend
+
+
+def _properties(buf: np.ndarray, meta_start, meta_end, numbers) -> tuple:
+    """``(prop_start, prop_count, (key offsets, lengths), (value offsets, lengths))`` of the
+    properties (field ``numbers[i]``) of the metadata ``buf[meta_start[i]:meta_end[i]]``."""
+    row, kv_off, kv_len = repeated_fields(buf, meta_start, meta_end, numbers)
+    kv = es.scan_fields(buf, kv_off, kv_off + kv_len, {KV_KEY: es.BYTES, KV_VALUE: es.BYTES})
+    key = (kv[KV_KEY].value.astype(np.int64), np.where(kv[KV_KEY].present, kv[KV_KEY].length, 0))
+    value = (kv[KV_VALUE].value.astype(np.int64), np.where(kv[KV_VALUE].present, kv[KV_VALUE].length, 0))
+    row, key, value = _distinct_keys(buf, row, key, value)
+    count = np.bincount(row, minlength=len(meta_start)).astype(np.int64)
+    start = np.zeros(len(meta_start), np.int64)
+    np.cumsum(count[:-1], out=start[1:])
+    return start, count, key, value
 
 
 def _distinct_keys(buf: np.ndarray, row: np.ndarray, key: tuple, value: tuple) -> tuple:
