@@ -178,25 +178,43 @@ def _ledger_chunks(split: Split) -> Iterator:
 
     buf, scan = _open_ledger(split)
     whole = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
-    hi = min(split.hi, len(scan.entry_ids) - 1)
-    offs = np.asarray(scan.offsets, np.int64) + lf.RECORD_HEADER_SIZE
-    lens = np.asarray(scan.lengths, np.int64)
-    e = split.lo
-    while e <= hi:
-        stop = min(hi + 1, e + CHUNK_ENTRIES)
-        stop = max(e + 1, min(stop, int(np.searchsorted(offs, offs[e] + CHUNK_BYTES))))
-        lo_byte, hi_byte = int(offs[e]), int(offs[stop - 1] + lens[stop - 1])
+    sel = _in_window(split, scan)
+    offs = np.asarray(scan.offsets, np.int64)[sel] + lf.RECORD_HEADER_SIZE
+    lens = np.asarray(scan.lengths, np.int64)[sel]
+    a = 0
+    while a < len(sel):
+        b = min(len(sel), a + CHUNK_ENTRIES)
+        b = max(a + 1, min(b, int(np.searchsorted(offs, offs[a] + CHUNK_BYTES))))
+        lo_byte, hi_byte = int(offs[a]), int(offs[b - 1] + lens[b - 1])
         region = whole[lo_byte:hi_byte]  # a view of the mapped file: copied only if decompressed
         yield parse_entries(
             region,
-            offs[e:stop] - lo_byte,
-            lens[e:stop],
+            offs[a:b] - lo_byte,
+            lens[a:b],
             split.ledger_id,
-            np.arange(e, stop),
+            sel[a:b],
             split.start_time,
             split.end_time,
         )
-        e = stop
+        a = b
+
+
+def _in_window(split: Split, scan):
+    """Entry ids of a live split, without those the ledger index shows were published outside
+    the split's time window. The index keeps the publish time the broker stored with the entry:
+    the metadata's, or the time of the write when the metadata had 0 -- so only a window that
+    starts after 0 (which no such entry is in) is read from the index; the metadata decides."""
+    import numpy as np
+
+    hi = min(split.hi, len(scan.entry_ids) - 1)
+    ids = np.arange(split.lo, hi + 1, dtype=np.int64)
+    if split.start_time is None or split.start_time <= 0 or not len(ids):
+        return ids
+    pts = np.asarray(scan.publish_times, np.int64)[ids]
+    keep = pts >= split.start_time
+    if split.end_time is not None:
+        keep &= pts < split.end_time
+    return ids[keep]
 
 
 def _compacted_chunks(split: Split) -> Iterator:
