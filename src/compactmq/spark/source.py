@@ -1,10 +1,13 @@
 """The ``compactmq`` data source: topics as tables through Spark's Python Data Source API.
 
-``CompactMQDataSource`` is what ``compactmq.spark.register(spark)`` registers. A batch read plans
-on the driver (``plan_read``: topic partitions, their layout, the splits of ``plan``) and reads each
-split in a Python worker, which turns messages into Arrow record batches (``values``). Which
-backend plans and reads is decided once from the options: the data directory when ``path`` names
-one this process can see (the fast path), else the broker (``service.url``).
+``CompactMQDataSource`` is what ``compactmq.spark.register(spark)`` registers (its subclass
+``CompactMQPushdownDataSource``, whose reader takes pushed filters, by default: ``pushdown``). A
+batch read plans on the driver (``plan_read``: topic partitions, their layout, the splits of
+``plan``) and reads each split in a Python worker, which turns it into Arrow record batches:
+straight from the entries for the direct path's raw and compacted splits (``entry_columns``,
+``arrow_columns``), through one ``Message`` per message otherwise (``messages``, ``values``).
+Which backend plans and reads is decided once from the options: the data directory when ``path``
+names one this process can see (the fast path), else the broker (``service.url``).
 
 The Python Data Source API reruns the reader for every scan of a plan, so a DataFrame used twice is
 read twice (cache it); it prunes no columns.
