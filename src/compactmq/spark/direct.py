@@ -157,7 +157,7 @@ def _read_ledger(split: Split) -> Iterator[Message]:
 # --- the columnar path -------------------------------------------------------------------------
 
 CHUNK_ENTRIES = 2048  # entries parsed together (the record batches are cut smaller after)
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20  # bounds a chunk's buffer (and its decompressed payloads' count)
 
 
 def read_split_columns(split: Split) -> Iterator:
@@ -225,12 +225,17 @@ def _compacted_chunks(split: Split) -> Iterator:
 
     reader = CompactedLedgerReader(split.path)
     stop = min(split.hi, len(reader))
-    for i in range(split.lo, stop, CHUNK_ENTRIES):
+    i = split.lo
+    while i < stop:
         j = min(stop, i + CHUNK_ENTRIES)
-        lids, eids = reader.columns(i, j)[:2]
+        lids, eids, _, _, stored = reader.columns(i, j)
+        # at most CHUNK_BYTES of entries (at least one): a compacted batch can be large
+        j = i + max(1, int(np.searchsorted(np.cumsum(stored), CHUNK_BYTES, side="right")))
+        lids, eids = lids[: j - i], eids[: j - i]
         entries = reader.entries(i, j)  # one read per segment, one bytes object per entry
         lens = np.fromiter((len(d) for d in entries), np.int64, len(entries))
         offs = np.zeros(len(entries), np.int64)
         np.cumsum(lens[:-1], out=offs[1:])
         buf = np.frombuffer(b"".join(entries), np.uint8)
         yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
+        i = j
