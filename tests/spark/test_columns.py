@@ -85,7 +85,10 @@ def arrow_schema_for(schema: TopicSchema):
 # --- random entries ---------------------------------------------------------------------------
 
 keys = st.one_of(st.none(), st.text(max_size=6))
-props = st.dictionaries(st.text(max_size=4), st.text(max_size=5), max_size=3)
+# lists, not dicts: a producer may repeat a property key (the row path keeps it as a dict does)
+props = st.lists(
+    st.tuples(st.sampled_from(["a", "b", ""]) | st.text(max_size=3), st.text(max_size=5)), max_size=4
+)
 
 
 def payloads(kind: int):
@@ -141,7 +144,7 @@ def build(spec, publish_time: int) -> bytes:
                 smm.partition_key = key
             if et:
                 smm.event_time = et
-            for k, v in kv.items():
+            for k, v in kv:
                 smm.properties.add(key=k, value=v)
             if dropped:
                 smm.compacted_out = True
@@ -155,7 +158,7 @@ def build(spec, publish_time: int) -> bytes:
             md.partition_key = key
         if et:
             md.event_time = et
-        for k, v in kv.items():
+        for k, v in kv:
             md.properties.add(key=k, value=v)
         if shape == "marker":
             md.marker_type = 1
@@ -274,3 +277,36 @@ def test_a_truncated_batch_is_refused_as_the_row_path_refuses_it():
     for flag in ("1", "0"):
         with native(flag), pytest.raises(CompactMQError):
             parse_entries(np.frombuffer(entry, np.uint8), [0], [len(entry)], 1, [0])
+
+
+def test_keys_and_properties_that_are_not_utf8_get_replacement_characters():
+    """The row path fails the task on such a key (protobuf hands it over as bytes, Arrow refuses
+    them as a string); the columnar scan decodes it as a string value is decoded."""
+    import pyarrow as pa
+
+    from compactmq.protocol.frames import build_entry
+
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=5)
+    kv = pb.KeyValue(key="p", value="v").SerializeToString().replace(b"\x12\x01v", b"\x12\x02\xc3(")
+    raw_md = md.SerializeToString() + b"\x32\x02\xff\xfe" + b"\x22" + bytes([len(kv)]) + kv
+    entry = build_entry(md, b"value")
+    (size,) = struct.unpack_from(">I", entry, 6)
+    body = struct.pack(">I", len(raw_md)) + raw_md + entry[10 + size :]
+    import crc32c
+
+    entry = entry[:2] + struct.pack(">I", crc32c.crc32c(body)) + body
+    pa_schema, names = arrow_schema_for(TopicSchema(V.STRING))
+    for flag in ("1", "0"):
+        with native(flag):
+            cols = parse_entries(np.frombuffer(entry, np.uint8), [0], [len(entry)], 1, [0])
+            batch = record_batch(cols, "t", -1, ValueDecoder(TopicSchema(V.STRING), names), pa_schema)
+    row = batch.to_pylist()[0]
+    assert row["__key"] == "\ufffd\ufffd" and row["value"] == "value"
+    assert row["__messageProperties"] == [("p", "\ufffd(")]
+    with pytest.raises((pa.ArrowInvalid, UnicodeDecodeError)):
+        to_record_batch(
+            [(m, False) for m in entry_messages(1, 0, entry)],
+            "t",
+            ValueDecoder(TopicSchema(V.STRING), names),
+            pa_schema,
+        )

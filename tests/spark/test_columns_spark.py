@@ -89,3 +89,22 @@ def test_columnar_equals_rows_on_an_avro_topic(cmq_spark, broker, client, topic)
     got = collect(cmq_spark, broker, topic, True)
     assert got == collect(cmq_spark, broker, topic, False)
     assert sorted(r["volume"] for r in got) == list(range(40))
+
+
+def test_chunks_cut_anywhere_give_the_rows_of_the_row_path(broker, client, topic, monkeypatch):
+    from compactmq.spark import direct
+
+    from .test_pushdown import source_rows
+
+    items = [(f"k{i % 11}", b"x" * (i % 50)) for i in range(200)]
+    produce(client, topic, items[:120], batching=True, compression=pulsar.CompressionType.LZ4)
+    produce(client, topic, items[120:])
+    compact(broker, topic)
+    produce(client, topic, items[:30], batching=True)
+    want = {view: source_rows(broker, topic, view, [], columnar=False) for view in ("raw", "compacted")}
+    assert len(want["raw"]) == 230
+    for entries, size in ((1, 1), (3, 10_000), (1000, 700)):
+        monkeypatch.setattr(direct, "CHUNK_ENTRIES", entries)
+        monkeypatch.setattr(direct, "CHUNK_BYTES", size)
+        for view in ("raw", "compacted"):
+            assert source_rows(broker, topic, view, []) == want[view], (entries, size, view)

@@ -152,3 +152,32 @@ def test_pushed_filters_read_less_and_change_no_result(cmq_spark, broker, client
         ]
         assert got == sorted(map(tuple, want), key=repr), view
         assert got
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_a_time_window_skips_entries_by_the_ledger_index(broker, client, topic, monkeypatch):
+    from compactmq.spark import entry_columns
+
+    from .helpers import produce
+
+    produce(client, topic, [(f"k{i}", b"early") for i in range(40)])
+    time.sleep(0.05)
+    cut = dt.datetime.now(UTC)
+    time.sleep(0.05)
+    produce(client, topic, [(f"k{i}", b"late") for i in range(25)])
+    parsed = []
+    real = entry_columns.parse_entries
+
+    def counting(buf, offsets, *rest):
+        parsed.append(len(offsets))
+        return real(buf, offsets, *rest)
+
+    monkeypatch.setattr(entry_columns, "parse_entries", counting)
+    rows = source_rows(broker, topic, "raw", [GreaterThanOrEqual(("__publishTime",), cut)])
+    assert sorted(r["value"] for r in rows) == [b"late"] * 25
+    assert sum(parsed) == 25  # one entry per message: the 40 early ones were never parsed
+    assert (
+        source_rows(broker, topic, "raw", [GreaterThanOrEqual(("__publishTime",), cut)], columnar=False)
+        == rows
+    )

@@ -25,7 +25,9 @@ Reads go through the broker (``service.url`` and, for splitting by ledger and sc
 ``admin.url``), or, the fast path, straight to the files of a data directory this job can see
 (``path`` / ``load(path)``, read-only, beside a running broker). Modules: ``options`` (parsing),
 ``plan`` (splits), ``direct`` and ``broker`` (the two backends), ``compacted_view`` (the one place
-that reads compaction's output), ``messages`` and ``values`` (entries to Arrow rows), ``source``
+that reads compaction's output), ``entry_columns`` and ``arrow_columns`` (entries straight to
+Arrow columns: the direct path's raw and compacted splits), ``messages`` and ``values`` (entries
+to rows, then Arrow: ``latest`` and the broker path), ``pushdown`` (filters Spark pushes), ``source``
 (the batch reader), ``stream`` (the streaming reader), ``writer`` (batch and streaming writes),
 ``export`` (the compacted view as a Parquet / Delta / Iceberg table).
 """

@@ -7,10 +7,12 @@ int64 microseconds, ``__messageProperties`` a map over the key and value string 
 ``__messageId`` the ``MessageIdData`` protobuf bytes ``pulsar.MessageId.serialize()`` writes,
 encoded for all messages at once (a varint is at most 10 bytes: one vectorised step per byte).
 
-The value columns follow ``values.ValueDecoder``: bytes as they are, strings from the same bytes
-(checked as UTF-8; a batch holding invalid UTF-8 is decoded with replacement characters, as the row
-path does), primitives read big-endian from values of exactly their width (null otherwise), and
-Avro / JSON records decoded by the ``ValueDecoder`` itself from the value column (a library call
+Every string column is checked as UTF-8 (one vectorised pass); a batch holding bytes that are not
+is decoded with replacement characters -- as the row path decodes a string value, and where it
+would fail the task on a key or property (protobuf hands it such a field as bytes). The value
+columns follow ``values.ValueDecoder``: bytes as they are, strings from the same bytes,
+primitives read big-endian from values of exactly their width (null otherwise), and Avro / JSON
+records decoded by the ``ValueDecoder`` itself from the value column (a library call
 per record: the metadata columns cost nothing per row, the schema decoding remains).
 The batches equal ``values.to_record_batch`` of the same messages (``tests/spark/test_columns.py``).
 """
@@ -52,9 +54,15 @@ def binary_array(buf: np.ndarray, off: np.ndarray, ln: np.ndarray, typ):
     lens = np.where(valid, ln, 0)
     data = es.gather_ranges(buf, off, lens)
     validity, nulls = _validity(valid)
-    return pa.Array.from_buffers(
-        typ, len(ln), [validity, pa.py_buffer(_offsets(lens)), pa.py_buffer(data)], null_count=nulls
-    )
+    buffers = [validity, pa.py_buffer(_offsets(lens)), pa.py_buffer(data)]
+    arr = pa.Array.from_buffers(typ, len(ln), buffers, null_count=nulls)
+    if pa.types.is_string(typ):
+        try:
+            arr.validate(full=True)  # one vectorised UTF-8 check
+        except pa.ArrowInvalid:  # a producer's bytes that are not UTF-8: replacement characters
+            raw = pa.Array.from_buffers(pa.binary(), len(ln), buffers, null_count=nulls).to_pylist()
+            arr = pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], typ)
+    return arr
 
 
 def _repeat_string(text: str, n: int, typ):
@@ -147,14 +155,8 @@ def value_arrays(cols: MessageColumns, decoder: ValueDecoder, value_fields: list
         values = binary_array(cols.buf, cols.value_off, cols.value_len, pa.binary()).to_pylist()
         return [pa.array(col, type=f.type) for col, f in zip(decoder.columns(values), value_fields)]
     f = value_fields[0]
-    if t == STRING:
-        arr = binary_array(cols.buf, cols.value_off, cols.value_len, pa.string())
-        try:
-            arr.validate(full=True)
-        except pa.ArrowInvalid:  # invalid UTF-8 somewhere: decode as the row path does
-            raw = binary_array(cols.buf, cols.value_off, cols.value_len, pa.binary()).to_pylist()
-            return [pa.array(decoder.columns(raw)[0], type=f.type)]
-        return [arr]
+    if t == STRING:  # invalid UTF-8 decoded with replacement characters, as the row path does
+        return [binary_array(cols.buf, cols.value_off, cols.value_len, f.type)]
     if t in _PRIMITIVE_STRUCT:
         return [_primitive(cols, _PRIMITIVE_STRUCT[t], f.type)]
     return [binary_array(cols.buf, cols.value_off, cols.value_len, f.type)]

@@ -12,13 +12,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import TopicNotFound
 from .compacted_view import describe as describe_view
 from .compacted_view import read_slice
-from .messages import Message, entry_messages
 from .plan import Layout, Split
 from .values import TopicSchema
+
+if TYPE_CHECKING:  # the row path's messages (protobuf) are imported only where rows are read
+    from .messages import Message
 
 
 class DirectBackend:
@@ -108,6 +111,8 @@ class DirectBackend:
 
 def read_split(split: Split) -> Iterator[Message]:
     """Messages of a ``live`` or ``compacted`` split, from the files alone (executor side)."""
+    from .messages import entry_messages
+
     if split.kind == "compacted":
         for lid, eid, data in read_slice(split.path, split.lo, split.hi):
             yield from entry_messages(lid, eid, data, split.partition)
@@ -137,6 +142,7 @@ def _open_ledger(split: Split):
 
 def _read_ledger(split: Split) -> Iterator[Message]:
     from ..storage import ledger_file as lf
+    from .messages import entry_messages
 
     buf, scan = _open_ledger(split)
     mv = memoryview(buf)
@@ -151,7 +157,7 @@ def _read_ledger(split: Split) -> Iterator[Message]:
 # --- the columnar path -------------------------------------------------------------------------
 
 CHUNK_ENTRIES = 2048  # entries parsed together (the record batches are cut smaller after)
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 4 << 20  # bounds a chunk's buffer (and its decompressed payloads' count)
 
 
 def read_split_columns(split: Split) -> Iterator:
@@ -172,25 +178,43 @@ def _ledger_chunks(split: Split) -> Iterator:
 
     buf, scan = _open_ledger(split)
     whole = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
-    hi = min(split.hi, len(scan.entry_ids) - 1)
-    offs = np.asarray(scan.offsets, np.int64) + lf.RECORD_HEADER_SIZE
-    lens = np.asarray(scan.lengths, np.int64)
-    e = split.lo
-    while e <= hi:
-        stop = min(hi + 1, e + CHUNK_ENTRIES)
-        stop = max(e + 1, min(stop, int(np.searchsorted(offs, offs[e] + CHUNK_BYTES))))
-        lo_byte, hi_byte = int(offs[e]), int(offs[stop - 1] + lens[stop - 1])
+    sel = _in_window(split, scan)
+    offs = np.asarray(scan.offsets, np.int64)[sel] + lf.RECORD_HEADER_SIZE
+    lens = np.asarray(scan.lengths, np.int64)[sel]
+    a = 0
+    while a < len(sel):
+        b = min(len(sel), a + CHUNK_ENTRIES)
+        b = max(a + 1, min(b, int(np.searchsorted(offs, offs[a] + CHUNK_BYTES))))
+        lo_byte, hi_byte = int(offs[a]), int(offs[b - 1] + lens[b - 1])
         region = whole[lo_byte:hi_byte]  # a view of the mapped file: copied only if decompressed
         yield parse_entries(
             region,
-            offs[e:stop] - lo_byte,
-            lens[e:stop],
+            offs[a:b] - lo_byte,
+            lens[a:b],
             split.ledger_id,
-            np.arange(e, stop),
+            sel[a:b],
             split.start_time,
             split.end_time,
         )
-        e = stop
+        a = b
+
+
+def _in_window(split: Split, scan):
+    """Entry ids of a live split, without those the ledger index shows were published outside
+    the split's time window. The index keeps the publish time the broker stored with the entry:
+    the metadata's, or the time of the write when the metadata had 0 -- so only a window that
+    starts after 0 (which no such entry is in) is read from the index; the metadata decides."""
+    import numpy as np
+
+    hi = min(split.hi, len(scan.entry_ids) - 1)
+    ids = np.arange(split.lo, hi + 1, dtype=np.int64)
+    if split.start_time is None or split.start_time <= 0 or not len(ids):
+        return ids
+    pts = np.asarray(scan.publish_times, np.int64)[ids]
+    keep = pts >= split.start_time
+    if split.end_time is not None:
+        keep &= pts < split.end_time
+    return ids[keep]
 
 
 def _compacted_chunks(split: Split) -> Iterator:
@@ -201,12 +225,17 @@ def _compacted_chunks(split: Split) -> Iterator:
 
     reader = CompactedLedgerReader(split.path)
     stop = min(split.hi, len(reader))
-    for i in range(split.lo, stop, CHUNK_ENTRIES):
+    i = split.lo
+    while i < stop:
         j = min(stop, i + CHUNK_ENTRIES)
-        lids, eids = reader.columns(i, j)[:2]
+        lids, eids, _, _, stored = reader.columns(i, j)
+        # at most CHUNK_BYTES of entries (at least one): a compacted batch can be large
+        j = i + max(1, int(np.searchsorted(np.cumsum(stored), CHUNK_BYTES, side="right")))
+        lids, eids = lids[: j - i], eids[: j - i]
         entries = reader.entries(i, j)  # one read per segment, one bytes object per entry
         lens = np.fromiter((len(d) for d in entries), np.int64, len(entries))
         offs = np.zeros(len(entries), np.int64)
         np.cumsum(lens[:-1], out=offs[1:])
         buf = np.frombuffer(b"".join(entries), np.uint8)
         yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
+        i = j

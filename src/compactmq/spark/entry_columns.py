@@ -130,13 +130,7 @@ def parse_entries(
         live &= info.publish_time >= start_time
     if end_time is not None:
         live &= info.publish_time < end_time
-    pstart, pend = info.md_end.copy(), info.end.copy()
-    packed = np.flatnonzero(live & (info.compression != 0) & ~info.encrypted)
-    if packed.size:  # one decompression per entry, laid after the entries
-        pbuf, s, e = es.batch_payloads(buf, info, packed)
-        base = len(buf)
-        buf = np.concatenate([buf, pbuf])
-        pstart[packed], pend[packed] = s + base, e + base
+    buf, pstart, pend = _payloads(buf, info, live)
     batched = np.flatnonzero(live & info.batched & ~info.encrypted)
     single = np.flatnonzero(live & ~(info.batched & ~info.encrypted))
     sub = _batch_messages(buf, pstart[batched], pend[batched], info.num_messages[batched])
@@ -150,14 +144,9 @@ def parse_entries(
     def pick(single_col, sub_col):
         return np.concatenate([single_col, sub_col[keep]])[order]
 
-    meta_start = pick(info.md_start[single], sub.smm_start)
-    meta_end = pick(info.md_end[single], sub.smm_end)
     numbers = np.where(in_batch, SM_PROPERTIES, MD_PROPERTIES)
-    prop_row, kv_off, kv_len = repeated_fields(buf, meta_start, meta_end, numbers)
-    kv = es.scan_fields(buf, kv_off, kv_off + kv_len, {KV_KEY: es.BYTES, KV_VALUE: es.BYTES})
-    prop_count = np.bincount(prop_row, minlength=len(ent)).astype(np.int64)
-    prop_start = np.zeros(len(ent), np.int64)
-    np.cumsum(prop_count[:-1], out=prop_start[1:])
+    meta = (pick(info.md_start[single], sub.smm_start), pick(info.md_end[single], sub.smm_end))
+    prop_start, prop_count, kv_key, kv_value = _properties(buf, *meta, numbers)
     return MessageColumns(
         buf=buf,
         ledger_id=ledger_ids[ent],
@@ -172,11 +161,66 @@ def parse_entries(
         value_len=pick(pend[single] - pstart[single], sub.payload_size),
         prop_start=prop_start,
         prop_count=prop_count,
-        kv_key_off=kv[KV_KEY].value.astype(np.int64),
-        kv_key_len=np.where(kv[KV_KEY].present, kv[KV_KEY].length, 0),
-        kv_value_off=kv[KV_VALUE].value.astype(np.int64),
-        kv_value_len=np.where(kv[KV_VALUE].present, kv[KV_VALUE].length, 0),
+        kv_key_off=kv_key[0],
+        kv_key_len=kv_key[1],
+        kv_value_off=kv_value[0],
+        kv_value_len=kv_value[1],
     )
+
+
+def _payloads(buf: np.ndarray, info, live: np.ndarray) -> tuple:
+    """``(buffer, payload starts, payload ends)`` of the entries: in place, but for the
+    compressed ones (not encrypted), decompressed once per entry and laid after the entries."""
+    pstart, pend = info.md_end.copy(), info.end.copy()
+    packed = np.flatnonzero(live & (info.compression != 0) & ~info.encrypted)
+    if packed.size:
+        pbuf, s, e = es.batch_payloads(buf, info, packed)
+        base = len(buf)
+        buf = np.concatenate([buf, pbuf])
+        pstart[packed], pend[packed] = s + base, e + base
+    return buf, pstart, pend
+
+
+def _properties(buf: np.ndarray, meta_start, meta_end, numbers) -> tuple:
+    """``(prop_start, prop_count, (key offsets, lengths), (value offsets, lengths))`` of the
+    properties (field ``numbers[i]``) of the metadata ``buf[meta_start[i]:meta_end[i]]``."""
+    row, kv_off, kv_len = repeated_fields(buf, meta_start, meta_end, numbers)
+    kv = es.scan_fields(buf, kv_off, kv_off + kv_len, {KV_KEY: es.BYTES, KV_VALUE: es.BYTES})
+    key = (kv[KV_KEY].value.astype(np.int64), np.where(kv[KV_KEY].present, kv[KV_KEY].length, 0))
+    value = (kv[KV_VALUE].value.astype(np.int64), np.where(kv[KV_VALUE].present, kv[KV_VALUE].length, 0))
+    row, key, value = _distinct_keys(buf, row, key, value)
+    count = np.bincount(row, minlength=len(meta_start)).astype(np.int64)
+    start = np.zeros(len(meta_start), np.int64)
+    np.cumsum(count[:-1], out=start[1:])
+    return start, count, key, value
+
+
+def _distinct_keys(buf: np.ndarray, row: np.ndarray, key: tuple, value: tuple) -> tuple:
+    """The properties as a dict holds them (what the row path builds): a key a message repeats
+    stays at its first place with its last value. Keys are compared by two 64-bit hashes
+    (``entry_scan.hash_keys``), then, for the rare message that repeats one, byte for byte."""
+    n = len(row)
+    if n < 2 or np.all(np.diff(row) > 0):  # at most one property per message: nothing to merge
+        return row, key, value
+    h1, h2 = es.hash_keys(buf, key[0], key[1])
+    order = np.lexsort((np.arange(n), h2, h1, row))
+    r, a, b = row[order], h1[order], h2[order]
+    same = (r[1:] == r[:-1]) & (a[1:] == a[:-1]) & (b[1:] == b[:-1])
+    if not same.any():
+        return row, key, value
+    for i in np.flatnonzero(same):  # a hash match: the bytes decide (a collision keeps both)
+        x, y = order[i], order[i + 1]
+        kx = buf[key[0][x] : key[0][x] + key[1][x]]
+        ky = buf[key[0][y] : key[0][y] + key[1][y]]
+        same[i] = np.array_equal(kx, ky)
+    first = np.concatenate([[True], ~same])  # the first of each run of equal keys
+    last = np.concatenate([~same, [True]])
+    group = np.cumsum(first) - 1
+    keep = order[first]  # the first place of each key ...
+    take_value = order[last][group[first]]  # ... with the value of its last occurrence
+    by_place = np.argsort(keep, kind="stable")
+    keep, take_value = keep[by_place], take_value[by_place]
+    return row[keep], (key[0][keep], key[1][keep]), (value[0][take_value], value[1][take_value])
 
 
 def _batch_messages(

@@ -1,10 +1,13 @@
 """The ``compactmq`` data source: topics as tables through Spark's Python Data Source API.
 
-``CompactMQDataSource`` is what ``compactmq.spark.register(spark)`` registers. A batch read plans
-on the driver (``plan_read``: topic partitions, their layout, the splits of ``plan``) and reads each
-split in a Python worker, which turns messages into Arrow record batches (``values``). Which
-backend plans and reads is decided once from the options: the data directory when ``path`` names
-one this process can see (the fast path), else the broker (``service.url``).
+``CompactMQDataSource`` is what ``compactmq.spark.register(spark)`` registers (its subclass
+``CompactMQPushdownDataSource``, whose reader takes pushed filters, by default: ``pushdown``). A
+batch read plans on the driver (``plan_read``: topic partitions, their layout, the splits of
+``plan``) and reads each split in a Python worker, which turns it into Arrow record batches:
+straight from the entries for the direct path's raw and compacted splits (``entry_columns``,
+``arrow_columns``), through one ``Message`` per message otherwise (``messages``, ``values``).
+Which backend plans and reads is decided once from the options: the data directory when ``path``
+names one this process can see (the fast path), else the broker (``service.url``).
 
 The Python Data Source API reruns the reader for every scan of a plan, so a DataFrame used twice is
 read twice (cache it); it prunes no columns.
@@ -101,18 +104,21 @@ def _bounds(opts: ReadOptions, layout: P.Layout, base_name: str):
     return tuple(start), tuple(end)
 
 
-def plan_read(opts: ReadOptions, backend=None, ranges: dict | None = None) -> list:
-    """The splits of a batch read (or of one micro-batch, with ``ranges`` = {topic: (start, end)})."""
+def plan_read(
+    opts: ReadOptions, backend=None, ranges: dict | None = None, keys: frozenset | None = None
+) -> list:
+    """The splits of a batch read (or of one micro-batch, with ``ranges`` = {topic: (start, end)});
+    with ``keys`` (pushed ``__key`` filters), a ``latest`` tail keeps only those keys."""
     own = backend is None
     backend = backend or open_backend(opts)
     try:
-        return _plan(opts, backend, ranges)
+        return _plan(opts, backend, ranges, keys)
     finally:
         if own:
             backend.close()
 
 
-def _plan(opts: ReadOptions, backend, ranges: dict | None) -> list:
+def _plan(opts: ReadOptions, backend, ranges: dict | None, keys: frozenset | None = None) -> list:
     from ..naming import TopicName
 
     direct = is_direct(backend)
@@ -137,7 +143,7 @@ def _plan(opts: ReadOptions, backend, ranges: dict | None) -> list:
             end_time=opts.ending_time,
             view=opts.view,
         )
-        splits.extend(_plan_partition(opts, backend, layout, base, direct))
+        splits.extend(_plan_partition(opts, backend, layout, base, direct, keys))
     return (
         P.balance(splits, opts.min_partitions, opts.max_records_per_partition)
         if opts.view != "latest"
@@ -164,7 +170,9 @@ def _with_paths(backend, splits: list, direct: bool) -> list:
     ]
 
 
-def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool) -> list:
+def _plan_partition(
+    opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool, keys: frozenset | None = None
+) -> list:
     start, end = base.start_id, base.end_id
     if not direct and not layout.ledgers:  # broker without admin.url: one reader over the whole range
         if layout.last is None:
@@ -197,7 +205,7 @@ def _plan_partition(opts: ReadOptions, backend, layout: P.Layout, base: P.Split,
     strategy = compacted_view.checked_strategy(view.strategy if view else None, opts.strategy_classes)
     messages = []
     for s in live:
-        messages.extend(P.bounded(read_messages(s, backend_args(backend)), s))
+        messages.extend(with_keys(P.bounded(read_messages(s, backend_args(backend)), s), keys))
     tail = P.build_tail(
         messages,
         strategy,
@@ -226,8 +234,14 @@ def read_messages(split: P.Split, args: tuple) -> Iterator:
     return read_split(split, args[1], args[2])
 
 
-def split_rows(split: P.Split, args: tuple) -> Iterator:
-    """``(Message, deleted)`` rows of one split, views and bounds applied."""
+def with_keys(messages, keys: frozenset | None):
+    """The messages with one of ``keys`` (all when None). A view's row for a key depends on that
+    key's messages only (``latest`` folds per key), so dropping the others first is exact."""
+    return messages if keys is None else (m for m in messages if m.key in keys)
+
+
+def split_rows(split: P.Split, args: tuple, keys: frozenset | None = None) -> Iterator:
+    """``(Message, deleted)`` rows of one split, views and bounds applied (and ``keys``)."""
     if split.kind == "tail":
         tail = split.latest
         from . import compacted_view
@@ -235,11 +249,11 @@ def split_rows(split: P.Split, args: tuple) -> Iterator:
         known: set = set()
         if not compacted_view.reducible(compacted_view.strategy(tail.strategy)):
             for part in split.parts:
-                for m in P.bounded(read_messages(part, args), part):
+                for m in with_keys(P.bounded(read_messages(part, args), part), keys):
                     if m.key in tail.by_key:
                         known.add(m.key)
         return P.resolve_tail(tail, known)
-    messages = P.bounded(read_messages(split, args), split)
+    messages = with_keys(P.bounded(read_messages(split, args), split), keys)
     if split.kind == "view" and split.latest is not None:
         t = split.latest
         return P.fold_all(messages, t.strategy, t.include_tombstones, t.retain_null_key)
@@ -270,7 +284,7 @@ class CompactMQReader(DataSourceReader):
         opts = time_window(self.opts, self.pushed)
         backend = open_backend(opts)
         try:
-            splits = plan_read(opts, backend)
+            splits = plan_read(opts, backend, keys=self.pushed.keys)
             args = backend_args(backend, opts)
         finally:
             backend.close()
@@ -319,8 +333,8 @@ def read_split_batches(
         chunks = read_split_columns(split)
         yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys)
         return
-    rows = split_rows(split, args)
-    if keys is not None:
+    rows = split_rows(split, args, keys)
+    if keys is not None:  # the tail's own keys and the keyless messages it keeps
         rows = (row for row in rows if row[0].key in keys)
     yield from record_batches(rows, split.topic, decoder, pa_schema)
 

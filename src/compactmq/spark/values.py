@@ -165,10 +165,13 @@ class ValueDecoder:
         self.schema = schema
         self.fields = field_names
         self._reader = None
+        self._fast = None
         if schema.is_record and schema.type == AVRO:
-            import avro.io
+            self._fast = _fastavro_schema(schema.definition)
+            if self._fast is None:
+                import avro.io
 
-            self._reader = avro.io.DatumReader(schema.avro())
+                self._reader = avro.io.DatumReader(schema.avro())
 
     def columns(self, values: list[bytes | None]) -> list[list[Any]]:
         """One list per value column, ``None`` where a value is absent (tombstone, null, bad)."""
@@ -187,6 +190,12 @@ class ValueDecoder:
         if not value:
             return None
         try:
+            if self._fast is not None:
+                import io
+
+                import fastavro
+
+                return fastavro.schemaless_reader(io.BytesIO(value), self._fast)
             if self._reader is not None:
                 import io
 
@@ -197,6 +206,20 @@ class ValueDecoder:
             return decoded if isinstance(decoded, dict) else None
         except Exception:  # a payload that does not match the schema: null fields, not a failed job  # noqa: BLE001
             return None
+
+
+def _fastavro_schema(definition: str):
+    """The schema parsed by fastavro (the C decoder of the Avro spec, several times faster than
+    the ``avro`` package's pure Python reader and equal to it: ``tests/spark/test_columns.py``),
+    or None when fastavro is not installed or does not take the definition (``avro`` reads)."""
+    try:
+        import fastavro
+    except ImportError:
+        return None
+    try:
+        return fastavro.parse_schema(json.loads(definition))
+    except Exception:  # a definition only the avro package accepts: it decodes  # noqa: BLE001
+        return None
 
 
 def _normalize(value):
