@@ -91,6 +91,8 @@ class RunProgress:
     phase_started: float = 0.0
     started_at: float | None = None
     before_version: Any = None  # the compaction state's version when the run began
+    job_group: list[str] = field(default_factory=list)  # the topics of its joint job (itself alone)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
         if phase != self.phase:
@@ -151,6 +153,7 @@ class CompactionMonitor:
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
         self.stats: dict[str, TopicCompactionStats] = {}
+        self.last_runs: dict[str, dict[str, Any]] = {}  # topic -> its last run here (``last_run``)
         self._factory: Optional["CompactionServiceFactory"] = None
         self._factory_lock = threading.Lock()
         self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
@@ -351,8 +354,10 @@ class CompactionMonitor:
         """One run of one topic (``service.compact``), or of several topics together
         (``factory.compact_together``); each topic's outcome is recorded on its own."""
         begun: list[tuple[RunProgress, _Begun]] = []
+        group = [run.topic for run in runs]
         try:
             for run in runs:
+                run.job_group = group
                 try:
                     begun.append((run, self._begin(run)))
                 except BaseException as e:
@@ -376,10 +381,34 @@ class CompactionMonitor:
                 except Exception:  # pragma: no cover
                     log.exception("closing the compaction service of %s failed", run.topic)
         for (run, b), outcome in zip(begun, outcomes):
+            mark = time.perf_counter()
             if isinstance(outcome, BaseException):
                 self._failed(run, outcome)
             else:
+                run.phases.update(getattr(outcome, "step_seconds", None) or {})
                 self._succeeded(run, b, outcome)
+            run.phases["after"] = time.perf_counter() - mark
+            self._record_last_run(run, outcome)
+
+    def _record_last_run(self, run: RunProgress, outcome: Any) -> None:
+        """What the topic stats show of the topic's last run in this process
+        (``lastCompactionRun``): why it ran, its outcome, the topics of its job, its job group,
+        and where its time went (the monitor's own phases around the run's steps)."""
+        self.last_runs[run.topic] = {
+            "reason": run.reason,
+            "status": "ERROR" if isinstance(outcome, BaseException) else "SUCCESS",
+            "jobTopics": list(run.job_group),
+            "jobGroup": None if isinstance(outcome, BaseException) else _job_of(outcome),
+            "queuedAt": int(run.queued_at * 1000),
+            "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
+        }
+        split = getattr(outcome, "engine_seconds", None)
+        if split:
+            self.last_runs[run.topic]["sparkMs"] = {k: round(float(v) * 1000, 1) for k, v in split.items()}
+
+    def last_run(self, topic: str) -> Optional[dict[str, Any]]:
+        """The topic's last run in this process (``_record_last_run``), None before its first."""
+        return self.last_runs.get(topic)
 
     def _reporter(self, run: RunProgress):
         return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
@@ -388,7 +417,9 @@ class CompactionMonitor:
         """What a run needs before it starts: the topic's state and sizes, a fresh service."""
         topic = run.topic
         meta = self.storage.metadata
+        mark = time.perf_counter()
         run.started_at = self.clock()
+        run.phases["queue"] = max(0.0, run.started_at - run.queued_at)  # trigger -> a worker took it
         run.update("start", 0, 0, run.started_at)
         before = meta.get_compaction_state(topic)
         run.before_version = before.version
@@ -409,6 +440,7 @@ class CompactionMonitor:
             self._running.pop(topic, None)
             service.close()
             raise ServiceNotReady("the broker is shutting down")
+        run.phases["begin"] = time.perf_counter() - mark
         return _Begun(before, ml, prev_size, live_before, service)
 
     def _failed(self, run: RunProgress, e: BaseException) -> None:
@@ -517,6 +549,8 @@ class CompactionMonitor:
             }
         if state.status == ERROR and run is None:
             body["lastError"] = state.last_error or "unknown error"
+        if run is not None and len(run.job_group) > 1:
+            body["progress"]["jobTopics"] = len(run.job_group)
         return body
 
     # --- the periodic check ---------------------------------------------------------------------
@@ -611,6 +645,12 @@ def ensure_compaction_cursor(ml) -> None:
     from then on retention keeps every entry until a compaction has read it."""
     if ml.get_cursor(COMPACTION_CURSOR) is None:
         ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
+
+
+def _job_of(result: Any) -> Optional[str]:
+    """The engine's job group of a committed run, as the run recorded it (None when unknown)."""
+    job = getattr(result, "job", None)
+    return job if isinstance(job, str) else None
 
 
 def _pos(p) -> str:
