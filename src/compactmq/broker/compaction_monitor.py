@@ -10,6 +10,14 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   worker pool and report the phase ``queued``. ``trigger_together(topics)`` queues the
   partitions of a partitioned topic as ONE run (one worker, the factory's ``compact_together``:
   one Spark job for the default factory); each partition still has its own status and outcome.
+* **Joint jobs.** Runs wait in ``_pending`` until a worker is free; a free worker takes every
+  waiting run that fits one job (``_take_job``: at most ``compactionJointMaxTopics`` topics and
+  ``compactionJointMaxBytes`` of backlog, the first always) and hands them to
+  ``compact_together``. So the topics due at one check, and the triggers that arrive while every
+  worker is busy, are compacted by one Spark job each batch, paying a job's fixed cost once;
+  each topic still locks, plans, commits and fails on its own. Order: manual triggers first,
+  then the most overdue (backlog / threshold, lag / max lag), then the first queued. A trigger
+  that finds a worker free starts at once, alone: nothing waits to be gathered.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
   survives a restart (unlike Pulsar, whose status is in broker memory). While a run is in this
@@ -32,7 +40,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
   by age (a run could not move its horizon).
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
-  per run: entries read, kept, removed, bytes in and out, duration.
+  per run: entries read, kept, removed, bytes in and out, duration; and each topic's last run
+  here (``last_run``, the topic stats' ``lastCompactionRun``): its reason, outcome, the topics of
+  its job, the job group, and milliseconds per phase (queue wait, the run's steps, bookkeeping).
 * **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
   broker and the admin adapter read the compacted view and its stats through; everything this
   monitor knows of compacted data (sizes, locks, cancellation) it also asks the service.
@@ -92,6 +102,9 @@ class RunProgress:
     started_at: float | None = None
     before_version: Any = None  # the compaction state's version when the run began
     job_group: list[str] = field(default_factory=list)  # the topics of its joint job (itself alone)
+    priority: float = 0.0  # how overdue (``_priority``); manual triggers go first whatever it is
+    size_bytes: int = 0  # what it would read from the topic (its backlog), for the job's bound
+    seq: int = 0  # arrival order in this monitor
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
@@ -150,6 +163,13 @@ class CompactionMonitor:
         self.default_max_lag = int(self.config.get("brokerServiceCompactionMaxLagInSeconds", 0))
         self.default_min_lag = int(self.config.get("brokerServiceCompactionMinLagInSeconds", 0))
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
+        # bounds of one joint job (``_take_job``)
+        self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))
+        self.max_job_bytes = max(1, int(self.config.get("compactionJointMaxBytes", 1 << 30)))
+        self._pending: list[list[RunProgress]] = []  # units waiting for a worker (``_pump``)
+        self._active = 0  # jobs in the worker pool
+        self._seq = 0  # arrival order, the last tie-break of priorities
+        self.jobs_started = 0  # jobs handed to the worker pool (tests and metrics)
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
         self.stats: dict[str, TopicCompactionStats] = {}
@@ -179,6 +199,10 @@ class CompactionMonitor:
             except (asyncio.CancelledError, Exception):
                 pass
         # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
+        for unit in self._pending:
+            for run in unit:
+                self._runs.pop(run.topic, None)
+        self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._futures:
             for service in list(self._running.values()):
@@ -237,8 +261,8 @@ class CompactionMonitor:
             Conflict: a compaction of this topic is already queued or running.
             ServiceNotReady: the broker is shutting down.
         """
-        topic = await self._admit(name)
-        self._start([RunProgress(topic, reason, queued_at=self.clock())])
+        topic, size = await self._admit(name)
+        self._start([self._progress(topic, reason, size=size)])
 
     async def trigger_together(self, names: list[str], reason: str = "manual") -> list[str]:
         """Queue ONE run compacting the topics ``names`` together: the partitions of a
@@ -251,23 +275,30 @@ class CompactionMonitor:
         Raises:
             the errors of ``trigger`` other than Conflict and TopicNotFound.
         """
-        topics, conflicts = [], []
+        runs: dict[str, RunProgress] = {}
+        conflicts = []
         for name in names:
             try:
-                topic = await self._admit(name)
+                topic, size = await self._admit(name)
             except Conflict:
                 conflicts.append(str(TopicName.parse(name)))
                 continue
             except TopicNotFound:
                 continue
-            if topic not in topics:
-                topics.append(topic)
-        if topics:
-            self._start([RunProgress(t, reason, queued_at=self.clock()) for t in topics])
+            runs.setdefault(topic, self._progress(topic, reason, size=size))
+        if runs:
+            self._start(list(runs.values()))
         return conflicts
 
-    async def _admit(self, name: str) -> str:
-        """The canonical name of a topic that may start a run now (the checks of ``trigger``)."""
+    def _progress(self, topic: str, reason: str, priority: float = 0.0, size: int = 0) -> RunProgress:
+        self._seq += 1
+        return RunProgress(
+            topic, reason, queued_at=self.clock(), priority=priority, size_bytes=size, seq=self._seq
+        )
+
+    async def _admit(self, name: str) -> tuple[str, int]:
+        """The canonical name of a topic that may start a run now (the checks of ``trigger``), and
+        its backlog since the horizon in bytes (what bounds a joint job)."""
         tn = TopicName.parse(name)
         if not tn.persistent:
             raise NotAllowed(f"{tn}: compaction is only for persistent topics")
@@ -276,28 +307,73 @@ class CompactionMonitor:
             raise ServiceNotReady("the broker is shutting down")
         if topic in self._runs:
             raise Conflict(f"a compaction of {topic} is already running")
-        exists = await self.service.run_blocking(self.storage.metadata.topic_exists, topic)
-        if not exists:
-            raise TopicNotFound(f"topic {topic} does not exist")
-        if await self.service.run_blocking(self._running_elsewhere, topic):
+        size = await self.service.run_blocking(self._admission, topic)
+        if size is None:
             raise Conflict(f"a compaction of {topic} is already running in another process")
         if topic in self._runs:  # another trigger got in while we looked
             raise Conflict(f"a compaction of {topic} is already running")
-        return topic
+        return topic, size
+
+    def _admission(self, topic: str) -> Optional[int]:
+        """(worker thread) The topic's backlog since its horizon in bytes, or None while a
+        ``compact-topic`` job compacts it. Raises TopicNotFound."""
+        meta = self.storage.metadata
+        if not meta.topic_exists(topic):
+            raise TopicNotFound(f"topic {topic} does not exist")
+        if self._running_elsewhere(topic):
+            return None
+        try:
+            ml = self.storage.open_managed_ledger(topic, create=False)
+            horizon = meta.get_compaction_state(topic).horizon
+            return ml.size_after(horizon) if horizon is not None else ml.total_size()
+        except CompactMQError:
+            return 0  # the run finds out what is wrong and records it
 
     def _start(self, runs: list[RunProgress]) -> None:
-        """Register ``runs`` and queue them as one job of the worker pool (no await in between,
-        so no other trigger can slip in)."""
+        """Register ``runs`` (one unit: they will share a job) and queue them for the worker
+        pool (no await in between, so no other trigger can slip in)."""
         for run in runs:
             self._runs[run.topic] = run
+        self._pending.append(runs)
+        self._pump()
+
+    def _pump(self) -> None:
+        """(event loop) Hand jobs to the worker pool while it has a free worker: each job takes
+        the waiting units first by priority (``_take_job``), so triggers that arrive while every
+        worker is busy (the due topics of a check, manual triggers during a run) are compacted
+        together by the next job. A trigger that finds a worker free starts at once, alone."""
         loop = asyncio.get_running_loop()
-        if len(runs) == 1:
-            fut = loop.run_in_executor(self._executor, self._run_blocking, runs[0])
-        else:
-            fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
-        self._futures.add(fut)
-        topics = [run.topic for run in runs]
-        fut.add_done_callback(lambda f: self._run_done(topics, f))
+        while self._pending and self._active < self.max_runs and not self._closing:
+            runs = self._take_job()
+            self._active += 1
+            self.jobs_started += 1
+            if len(runs) == 1:
+                fut = loop.run_in_executor(self._executor, self._run_blocking, runs[0])
+            else:
+                fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
+            self._futures.add(fut)
+            topics = [run.topic for run in runs]
+            fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
+
+    def _take_job(self) -> list[RunProgress]:
+        """The next job's runs: the waiting units in priority order (manual triggers first, then
+        the most overdue, then the earliest), as many as fit ``compactionJointMaxTopics`` topics
+        and ``compactionJointMaxBytes`` of backlog; the first unit always goes (a partitioned
+        topic's partitions are one unit, never split)."""
+        self._pending.sort(key=_unit_order)
+        job: list[RunProgress] = []
+        size = 0
+        rest = []
+        for unit in self._pending:
+            unit_size = sum(run.size_bytes for run in unit)
+            fits = len(job) + len(unit) <= self.max_job_topics and size + unit_size <= self.max_job_bytes
+            if not job or fits:
+                job.extend(unit)
+                size += unit_size
+            else:
+                rest.append(unit)
+        self._pending = rest
+        return job
 
     def _running_elsewhere(self, topic: str) -> bool:
         """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
@@ -311,10 +387,13 @@ class CompactionMonitor:
 
     def _run_done(self, topics: list[str], fut: asyncio.Future) -> None:
         self._futures.discard(fut)
+        self._active -= 1
         for topic in topics:
             self._runs.pop(topic, None)
         if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
             pass
+        if not self._closing:
+            self._pump()  # the triggers that arrived meanwhile: the next job
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
@@ -572,15 +651,17 @@ class CompactionMonitor:
         busy = set(self._runs)
         due = await self.service.run_blocking(self._due_topics, busy)
         self.checks += 1
+        if self._closing:
+            return []
         triggered = []
-        for topic, reason in due:
-            try:
-                await self.trigger(topic, reason=reason)
-                triggered.append(topic)
-            except Conflict:
+        for topic, reason, priority, size in due:
+            if topic in self._runs:  # triggered by hand while the check looked
                 continue
-            except CompactMQError as e:
-                log.warning("automatic compaction of %s not started: %s", topic, e)
+            run = self._progress(topic, reason, priority, size)
+            self._runs[topic] = run
+            self._pending.append([run])
+            triggered.append(topic)
+        self._pump()  # no await since the check: every due topic waits together
         return triggered
 
     def threshold_of(self, topic: str) -> int:
@@ -596,8 +677,9 @@ class CompactionMonitor:
     def min_lag_of(self, topic: str) -> int:
         return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
 
-    def _due_topics(self, busy: set[str]) -> list[tuple[str, str]]:
-        """``(topic, why)`` of every topic due for compaction, by size or by age."""
+    def _due_topics(self, busy: set[str]) -> list[tuple[str, str, float, int]]:
+        """``(topic, why, priority, backlog bytes)`` of every topic due for compaction, by size or
+        by age (``_why_due``), leaving out those a ``compact-topic`` job compacts right now."""
         meta = self.storage.metadata
         due = []
         for topic in meta.topics():
@@ -610,16 +692,22 @@ class CompactionMonitor:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
-                why = self._why_due(
-                    ml, meta.get_compaction_state(topic).horizon, threshold, max_lag, self.min_lag_of(topic)
-                )
-                if why is not None:
-                    due.append((topic, why))
+                state = meta.get_compaction_state(topic)
+                found = self._overdue(ml, state.horizon, threshold, max_lag, self.min_lag_of(topic))
+                if found is not None and not (state.status == RUNNING and self._running_elsewhere(topic)):
+                    due.append((topic, *found))
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
         return due
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
+        """Why the topic is due for compaction, or None when it is not."""
+        found = self._overdue(ml, horizon, threshold, max_lag, min_lag)
+        return None if found is None else found[0]
+
+    def _overdue(self, ml, horizon, threshold: int, max_lag: int, min_lag: int):
+        """``(why, priority, backlog bytes)`` when the topic is due, else None. The priority is how
+        far past its policy it is: the larger of backlog / threshold and lag / max lag."""
         now_ms = int(self.clock() * 1000)
         end = ml.last_position()
         if min_lag > 0:
@@ -628,16 +716,23 @@ class CompactionMonitor:
                 return None  # everything uncompacted is younger than the minimum lag
         if end is None:
             return None
-        if threshold > 0:
-            after = ml.size_after(horizon) if horizon is not None else ml.total_size()
-            backlog = after - ml.size_after(end)  # what a run would compact now
-            if backlog > threshold:
-                return f"backlog {backlog} B > threshold {threshold} B"
+        after = ml.size_after(horizon) if horizon is not None else ml.total_size()
+        backlog = after - ml.size_after(end)  # what a run would compact now
+        why, priority = None, 0.0
+        if threshold > 0 and backlog > threshold:
+            why, priority = f"backlog {backlog} B > threshold {threshold} B", backlog / threshold
         if max_lag > 0:
             lag_ms = compaction_lag_ms(ml, horizon, now_ms)
             if lag_ms > max_lag * 1000:
-                return f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
-        return None
+                priority = max(priority, lag_ms / (max_lag * 1000))
+                why = why or f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
+        return None if why is None else (why, priority, max(0, backlog))
+
+
+def _unit_order(unit: list[RunProgress]) -> tuple:
+    """Manual triggers first, then the most overdue unit, then the first queued."""
+    manual = any(run.reason == "manual" for run in unit)
+    return (not manual, -max(run.priority for run in unit), min(run.seq for run in unit))
 
 
 def ensure_compaction_cursor(ml) -> None:
