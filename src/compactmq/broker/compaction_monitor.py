@@ -482,12 +482,26 @@ class CompactionMonitor:
             "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
         }
         split = getattr(outcome, "engine_seconds", None)
-        if split:
-            self.last_runs[run.topic]["sparkMs"] = {k: round(float(v) * 1000, 1) for k, v in split.items()}
+        if callable(split):
+            self.last_runs[run.topic]["sparkMs"] = split  # asked of the engine when someone looks
 
     def last_run(self, topic: str) -> Optional[dict[str, Any]]:
-        """The topic's last run in this process (``_record_last_run``), None before its first."""
-        return self.last_runs.get(topic)
+        """(worker thread) The topic's last run in this process (``_record_last_run``), None
+        before its first; the engine's split of its step (``sparkMs``) is read on the first look."""
+        last = self.last_runs.get(topic)
+        if last is not None and callable(last.get("sparkMs")):
+            try:
+                split = last["sparkMs"]()
+            except Exception:  # a timing never fails a stats request
+                split = None
+            last = dict(last)
+            if split:
+                last["sparkMs"] = {k: round(float(v) * 1000, 1) for k, v in split.items()}
+                last["sparkMs"]["count"] = int(split.get("count", 0))
+            else:
+                last.pop("sparkMs")
+            self.last_runs[topic] = last
+        return last
 
     def _reporter(self, run: RunProgress):
         return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())

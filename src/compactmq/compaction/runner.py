@@ -128,16 +128,25 @@ class CompactionRunner:
     def data_dir(self) -> str:
         return str(self.storage.data_dir)
 
-    def _engine_split(self) -> Optional[dict]:
+    def _engine_split(self) -> Optional[Callable[[], Optional[dict]]]:
         """The engine's own split of the ``spark`` step (``spark.timeline``: seconds of the
-        driver, of the jobs, and the rest, plus the jobs' count), when it reports one."""
-        timings = self.engine.last_stats.get("timings") or {}
-        if not timings or "spark" not in self._steps:
+        driver, of the jobs, and the rest, plus the jobs' count), as a function to call when
+        someone looks (it asks Spark), or None when the engine reports none."""
+        timings = self.engine.last_stats.get("timings")
+        total = self._steps.get("spark")
+        if timings is None or total is None:
             return None
-        split = {k: float(v) for k, v in timings.items()}
-        # the engine measured inside the step: what it did not see is the driver's too
-        rest = self._steps["spark"] - sum(v for k, v in split.items() if k != "count")
-        split["driver"] = round(split.get("driver", 0.0) + max(0.0, rest), 4)
+
+        def split() -> Optional[dict]:
+            found = timings() if callable(timings) else timings
+            if not found:
+                return None
+            out = {k: float(v) for k, v in found.items()}
+            # the engine measured inside the step: what it did not see is the driver's too
+            rest = total - sum(v for k, v in out.items() if k != "count")
+            out["driver"] = round(out.get("driver", 0.0) + max(0.0, rest), 4)
+            return out
+
         return split
 
     def run(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:

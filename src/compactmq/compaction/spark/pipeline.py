@@ -348,8 +348,9 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
 
 def route_column(keys: list[int], table: list[int]):
     """The phase-two route of a survivor (``copy_survivors``): the partition key of the group of
-    its segment, ``keys[table[ordinal]]``. As SQL text (integers this code formats): one round
-    trip to the JVM, where a literal column per segment took several each."""
+    its segment, ``keys[table[ordinal]]`` (with ``keys`` the identity: its group). As SQL text
+    (integers this code formats): one round trip to the JVM, where a literal column per segment
+    took several each."""
     from pyspark.sql import functions as F
 
     literals = ", ".join(str(int(keys[g])) for g in table)
