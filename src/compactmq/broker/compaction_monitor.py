@@ -13,9 +13,10 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
 * **Joint jobs.** Runs wait in ``_pending`` until a worker is free; a free worker takes every
   waiting run that fits one job (``_take_job``: at most ``compactionJointMaxTopics`` topics and
   ``compactionJointMaxBytes`` of backlog, the first always) and hands them to
-  ``compact_together``. So the topics due at one check, and the triggers that arrive while every
-  worker is busy, are compacted by one Spark job each batch, paying a job's fixed cost once;
-  each topic still locks, plans, commits and fails on its own. Order: manual triggers first,
+  ``compact_together`` (``compaction_due`` holds the rule). So the topics due at one check, and
+  the triggers that arrive while every worker is busy, are compacted by one Spark job each
+  batch, paying a job's fixed cost once; each topic still locks, plans, commits and fails on
+  its own. Order: manual triggers first,
   then the most overdue (backlog / threshold, lag / max lag), then the first queued. A trigger
   that finds a worker free starts at once, alone: nothing waits to be gathered.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
@@ -24,8 +25,8 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   process its live progress (phase, entries processed, estimated total, an ETA) is added.
   A run cut short by a crash leaves RUNNING in the store: at start the monitor turns such a
   state into ERROR, unless another process (a ``compact-topic`` job) holds the topic's lock.
-* **The periodic check**, every ``brokerServiceCompactionMonitorIntervalInSeconds``: for each
-  persistent topic with a threshold (topic policy, else namespace policy, else
+* **The periodic check** (the rules are in ``compaction_due``), every
+  ``brokerServiceCompactionMonitorIntervalInSeconds``: for each persistent topic with a threshold (topic policy, else namespace policy, else
   ``brokerServiceCompactionThresholdInBytes``; 0 disables), estimate the backlog since the
   horizon -- the bytes after the horizon, or, for a topic never compacted (typically read only
   by readers, with no cursor to measure), its total size -- and trigger a run when it exceeds
@@ -65,15 +66,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
-from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
-from ..storage import (
-    COMPACTION_CURSOR,
-    COMPACTION_MAX_LAG,
-    COMPACTION_MIN_LAG,
-    COMPACTION_THRESHOLD,
-    ERROR,
-    RUNNING,
-)
+from ..storage import ERROR, RUNNING
+from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
+
+__all__ = ["CompactionMonitor", "RunProgress", "TopicCompactionStats", "ensure_compaction_cursor"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compaction import CompactionServiceFactory, TopicCompactionService
@@ -159,9 +155,7 @@ class CompactionMonitor:
         self.clock = clock
         self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
         self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
-        self.default_threshold = int(self.config["brokerServiceCompactionThresholdInBytes"])
-        self.default_max_lag = int(self.config.get("brokerServiceCompactionMaxLagInSeconds", 0))
-        self.default_min_lag = int(self.config.get("brokerServiceCompactionMinLagInSeconds", 0))
+        self._due = DueCheck(self.storage, self.config)
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
         # bounds of one joint job (``_take_job``)
         self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))
@@ -356,23 +350,8 @@ class CompactionMonitor:
             fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
 
     def _take_job(self) -> list[RunProgress]:
-        """The next job's runs: the waiting units in priority order (manual triggers first, then
-        the most overdue, then the earliest), as many as fit ``compactionJointMaxTopics`` topics
-        and ``compactionJointMaxBytes`` of backlog; the first unit always goes (a partitioned
-        topic's partitions are one unit, never split)."""
-        self._pending.sort(key=_unit_order)
-        job: list[RunProgress] = []
-        size = 0
-        rest = []
-        for unit in self._pending:
-            unit_size = sum(run.size_bytes for run in unit)
-            fits = len(job) + len(unit) <= self.max_job_topics and size + unit_size <= self.max_job_bytes
-            if not job or fits:
-                job.extend(unit)
-                size += unit_size
-            else:
-                rest.append(unit)
-        self._pending = rest
+        """The next job's runs (``compaction_due.take_job``)."""
+        job, self._pending = take_job(self._pending, self.max_job_topics, self.max_job_bytes)
         return job
 
     def _running_elsewhere(self, topic: str) -> bool:
@@ -678,82 +657,15 @@ class CompactionMonitor:
         self._pump()  # no await since the check: every due topic waits together
         return triggered
 
-    def threshold_of(self, topic: str) -> int:
-        value = self.storage.metadata.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
-        try:
-            return int(value or 0)
-        except (TypeError, ValueError):
-            return 0
-
-    def max_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MAX_LAG, self.default_max_lag)
-
-    def min_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
-
     def _due_topics(self, busy: set[str]) -> list[tuple[str, str, float, int]]:
-        """``(topic, why, priority, backlog bytes)`` of every topic due for compaction, by size or
-        by age (``_why_due``), leaving out those a ``compact-topic`` job compacts right now."""
-        meta = self.storage.metadata
-        due = []
-        for topic in meta.topics():
-            try:
-                if not TopicName.parse(topic).persistent or topic in busy:
-                    continue
-                threshold = self.threshold_of(topic)
-                max_lag = self.max_lag_of(topic)
-                if threshold <= 0 and max_lag <= 0:
-                    continue
-                ml = self.storage.open_managed_ledger(topic, create=False)
-                ensure_compaction_cursor(ml)
-                state = meta.get_compaction_state(topic)
-                found = self._overdue(ml, state.horizon, threshold, max_lag, self.min_lag_of(topic))
-                if found is not None and not (state.status == RUNNING and self._running_elsewhere(topic)):
-                    due.append((topic, *found))
-            except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
-                log.debug("threshold check of %s skipped: %s", topic, e)
-        return due
+        """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``),
+        leaving out those a ``compact-topic`` job compacts right now."""
+        return self._due.due_topics(busy, int(self.clock() * 1000), self._running_elsewhere)
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
         """Why the topic is due for compaction, or None when it is not."""
-        found = self._overdue(ml, horizon, threshold, max_lag, min_lag)
+        found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000))
         return None if found is None else found[0]
-
-    def _overdue(self, ml, horizon, threshold: int, max_lag: int, min_lag: int):
-        """``(why, priority, backlog bytes)`` when the topic is due, else None. The priority is how
-        far past its policy it is: the larger of backlog / threshold and lag / max lag."""
-        now_ms = int(self.clock() * 1000)
-        end = ml.last_position()
-        if min_lag > 0:
-            end = last_compactable(ml, min_lag, now_ms)
-            if end is None or (horizon is not None and tuple(end) <= tuple(horizon)):
-                return None  # everything uncompacted is younger than the minimum lag
-        if end is None:
-            return None
-        after = ml.size_after(horizon) if horizon is not None else ml.total_size()
-        backlog = after - ml.size_after(end)  # what a run would compact now
-        why, priority = None, 0.0
-        if threshold > 0 and backlog > threshold:
-            why, priority = f"backlog {backlog} B > threshold {threshold} B", backlog / threshold
-        if max_lag > 0:
-            lag_ms = compaction_lag_ms(ml, horizon, now_ms)
-            if lag_ms > max_lag * 1000:
-                priority = max(priority, lag_ms / (max_lag * 1000))
-                why = why or f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
-        return None if why is None else (why, priority, max(0, backlog))
-
-
-def _unit_order(unit: list[RunProgress]) -> tuple:
-    """Manual triggers first, then the most overdue unit, then the first queued."""
-    manual = any(run.reason == "manual" for run in unit)
-    return (not manual, -max(run.priority for run in unit), min(run.seq for run in unit))
-
-
-def ensure_compaction_cursor(ml) -> None:
-    """Create the ``__compaction`` durable cursor at the earliest position when it is missing:
-    from then on retention keeps every entry until a compaction has read it."""
-    if ml.get_cursor(COMPACTION_CURSOR) is None:
-        ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
 
 
 def _job_of(result: Any) -> Optional[str]:
