@@ -67,6 +67,9 @@ def test_topics_due_at_one_check_share_one_job_and_fail_apart(spark_in_broker, b
         assert last["reason"].startswith("backlog")
         assert last["status"] == ("ERROR" if topic == bad else "SUCCESS")
     assert "bogus" in http.ok("GET", topic_path(bad) + "/compaction")["lastError"]
+    _, text = http.call("GET", "/metrics")
+    shared = [line for line in text.splitlines() if line.startswith("pulsar_compaction_last_job_topics{")]
+    assert sum(1 for line in shared if line.endswith(f" {len(TOPICS)}")) == len(TOPICS), shared
     for i, topic in enumerate(TOPICS[:3]):
         want = {f"k{k}": [f"t{i}-{2 * KEYS + k}".encode()] for k in range(KEYS)}
         assert _read_compacted(broker, topic) == want, topic
