@@ -117,3 +117,29 @@ def test_triggers_during_a_job_are_honoured_together_by_the_next_manual_first(en
     assert job[0] == manual and set(job[1:]) == {*TOPICS[1:], late}
     assert job[1] == late  # an hour old against a max lag of 1 s: by far the most overdue
     assert all(meta.get_compaction_state(t).status == SUCCESS for t in job)
+
+
+def test_a_topic_whose_last_run_failed_gets_a_job_of_its_own(env):  # noqa: F811
+    """A failure of a joint Spark job fails every topic in it: the topic that failed last time
+    runs alone at the next check, so it cannot take the healthy topics down at every check."""
+    service, monitor, factory = _setup(env)
+    factory.fail.add(TOPICS[3])
+    factory.release.set()
+
+    async def run():
+        await monitor.check_once()
+        for topic in TOPICS:
+            await wait_idle(monitor, topic)
+        for i, topic in enumerate(TOPICS):  # all due again
+            publish(service.storage, topic, 10 * (i + 1), size=100)
+        await monitor.check_once()
+        for topic in TOPICS:
+            await wait_idle(monitor, topic)
+        await monitor.close()
+
+    asyncio.run(run())
+    first = list(reversed(TOPICS[1:]))
+    # the second check: the failed topic (8000 B uncompacted, the most overdue) in a job of its
+    # own, then the others together in priority order (due-0 is due now too: 2000 B)
+    assert factory.together == [first, [TOPICS[4], TOPICS[2], TOPICS[0], TOPICS[1]]]
+    assert factory.started[len(first)] == TOPICS[3]

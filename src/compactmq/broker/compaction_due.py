@@ -15,7 +15,10 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
   partitions of a partitioned topic, which are never split). A job takes the waiting units in
   order -- manual triggers first, then the most overdue, then the first queued (``unit_order``)
   -- as long as they fit its bounds: a number of topics and a number of backlog bytes. The
-  first unit always goes, whatever its size, so nothing waits forever.
+  first unit always goes, whatever its size, so nothing waits forever. A topic whose last run
+  failed runs *alone*: a failure of the Spark job fails every topic in it, so a topic that
+  breaks its job (a damaged ledger, a bad policy) must not take the healthy ones down with it
+  at every check.
 """
 
 from __future__ import annotations
@@ -115,12 +118,15 @@ def take_job(pending: list, max_topics: int, max_bytes: int) -> tuple[list, list
     job: list = []
     size = 0
     rest = []
+    closed = False  # the job took a unit that must run alone
     for unit in sorted(pending, key=unit_order):
         unit_size = sum(run.size_bytes for run in unit)
+        alone = any(getattr(run, "alone", False) for run in unit)
         fits = len(job) + len(unit) <= max_topics and size + unit_size <= max_bytes
-        if not job or fits:
+        if not job or (fits and not alone and not closed):
             job.extend(unit)
             size += unit_size
+            closed = alone
         else:
             rest.append(unit)
     return job, rest

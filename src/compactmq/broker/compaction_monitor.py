@@ -101,6 +101,7 @@ class RunProgress:
     priority: float = 0.0  # how overdue (``_priority``); manual triggers go first whatever it is
     size_bytes: int = 0  # what it would read from the topic (its backlog), for the job's bound
     seq: int = 0  # arrival order in this monitor
+    alone: bool = False  # its last run here failed: it gets a job of its own (``compaction_due``)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
@@ -286,8 +287,15 @@ class CompactionMonitor:
 
     def _progress(self, topic: str, reason: str, priority: float = 0.0, size: int = 0) -> RunProgress:
         self._seq += 1
+        failed = (self.last_runs.get(topic) or {}).get("status") == "ERROR"
         return RunProgress(
-            topic, reason, queued_at=self.clock(), priority=priority, size_bytes=size, seq=self._seq
+            topic,
+            reason,
+            queued_at=self.clock(),
+            priority=priority,
+            size_bytes=size,
+            seq=self._seq,
+            alone=failed,
         )
 
     async def _admit(self, name: str) -> tuple[str, int]:
