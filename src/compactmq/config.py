@@ -270,6 +270,17 @@ SETTINGS: dict[str, Setting] = {
         "drop a key from the compacted view once its latest message is this old (keep-latest); 0: never",
     ),
     "compactionMaxConcurrentRuns": _s(int, 1, "compactions running at once in this broker"),
+    "compactionJointMaxTopics": _s(
+        int,
+        100,
+        "topics one joint compaction job may take: runs waiting for a worker (the due topics of a "
+        "monitor check, triggers during a run) are compacted together, up to this many",
+    ),
+    "compactionJointMaxBytes": _s(
+        int,
+        1 << 30,
+        "backlog bytes one joint compaction job may take (the first topic always goes)",
+    ),
     "compactionChainMaxRuns": _s(
         int,
         8,

@@ -158,6 +158,8 @@ def test_one_run_per_topic_conflict_and_live_progress(env):
         await wait_idle(monitor, T1)
         body = monitor.status_blocking(T1)
         assert body == {"status": SUCCESS, "lastError": ""}
+        last = monitor.last_run(T1)  # ours: the last run in this process (topic stats)
+        assert last["status"] == SUCCESS and last["reason"] == "manual" and last["jobTopics"] == [T1]
         assert monitor.stats[T1].succeed_count == 1 and monitor.stats[T1].removed_event_count == 3
         await monitor.close()
 

@@ -54,6 +54,11 @@ def test_partitions_run_as_one_job_each_with_its_own_outcome(env):  # noqa: F811
         factory.release.set()
         for name in PARTS:
             await wait_idle(monitor, name)
+        # each topic's last run: its own outcome, the topics of its job, where its time went
+        last = {name: monitor.last_run(name) for name in (PARTS[0], PARTS[2])}
+        assert last[PARTS[0]]["status"] == "SUCCESS" and last[PARTS[2]]["status"] == "ERROR"
+        assert all(v["jobTopics"] == [PARTS[0], PARTS[2]] for v in last.values())
+        assert {"queue", "begin", "after"} <= set(last[PARTS[0]]["phasesMs"])
         await monitor.close()
 
     asyncio.run(run())

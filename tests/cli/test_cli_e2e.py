@@ -127,6 +127,7 @@ def test_tenants_namespaces_and_topics(cli):
         "compactionLagInMillis",
         "lastCompactionPhaseTimesInMillis",
         "lastCompactionJob",  # ours: the Spark job group of the last run
+        "lastCompactionRun",  # ours (issue 30): the last run in this broker, its job's topics
     }
     assert "ledgers" in as_json(cli("topics", "stats-internal", t, output="json"))
     fails(cli("namespaces", "delete", "clitenant/ns1"), "HTTP 409")

@@ -20,8 +20,10 @@ Ours, named in Pulsar's style (Pulsar has no such metrics): ``pulsar_compaction_
 (keys in the compacted view; -1 when the service does not count them),
 ``pulsar_compaction_lag_seconds`` (age of the oldest uncompacted message, 0 when everything is
 compacted: what ``compactionMaxLagSeconds`` bounds), ``pulsar_compaction_last_phase_seconds``
-(wall time of each phase of the last run that committed the view, label ``phase``), and the
-broker-wide ``compactmq_compaction_running``, ``compactmq_compaction_monitor_checks_total`` and
+(wall time of each phase of the last run that committed the view, label ``phase``),
+``pulsar_compaction_last_job_topics`` (topics that shared the Spark job of the topic's last run
+in this broker: the monitor's joint jobs), and the broker-wide ``compactmq_compaction_running``,
+``compactmq_compaction_jobs_total``, ``compactmq_compaction_monitor_checks_total`` and
 ``compactmq_compaction_engine_warm`` (1 once the background warm-up of ``compactionSparkWarmup``
 finished; label ``state``: off, warming, warm or failed).
 
@@ -263,6 +265,11 @@ COMPACTION_FAMILIES = (
     ("pulsar_compaction_compacted_keys", "gauge", "keys in the compacted view in force (-1: not counted)"),
     ("pulsar_compaction_lag_seconds", "gauge", "age of the oldest uncompacted message (0: all compacted)"),
     ("pulsar_compaction_last_phase_seconds", "gauge", "wall time of each phase of the last committed run"),
+    (
+        "pulsar_compaction_last_job_topics",
+        "gauge",
+        "topics that shared the Spark job of the last run in this broker (1: alone; 0: none yet)",
+    ),
 )
 
 
@@ -407,6 +414,8 @@ def render_metrics(ctx: Any) -> str:
         f["pulsar_compaction_lag_seconds"].add(labels, lag_ms / 1000)
         for phase, seconds in sorted(phases.items()):
             f["pulsar_compaction_last_phase_seconds"].add({**labels, "phase": str(phase)}, float(seconds))
+        last = monitor.last_runs.get(name) if monitor is not None else None
+        f["pulsar_compaction_last_job_topics"].add(labels, len(last["jobTopics"]) if last else 0)
 
     running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
     running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)
@@ -414,6 +423,12 @@ def render_metrics(ctx: Any) -> str:
         "compactmq_compaction_monitor_checks_total", "counter", "periodic compaction threshold checks done"
     )
     checks.add({"cluster": cluster}, monitor.checks if monitor is not None else 0)
+    jobs = _Family(
+        "compactmq_compaction_jobs_total",
+        "counter",
+        "compaction jobs handed to the worker pool (a joint job of several topics counts once)",
+    )
+    jobs.add({"cluster": cluster}, monitor.jobs_started if monitor is not None else 0)
     warm = _Family(
         "compactmq_compaction_engine_warm",
         "gauge",
@@ -427,6 +442,6 @@ def render_metrics(ctx: Any) -> str:
     out = (
         [topics_count.render()]
         + [fam.render() for fam in families.values()]
-        + [running.render(), checks.render(), warm.render()]
+        + [running.render(), checks.render(), jobs.render(), warm.render()]
     )
     return "\n".join(out) + "\n" + render_library_metrics(ctx, cluster)

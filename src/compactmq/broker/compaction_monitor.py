@@ -10,14 +10,23 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   worker pool and report the phase ``queued``. ``trigger_together(topics)`` queues the
   partitions of a partitioned topic as ONE run (one worker, the factory's ``compact_together``:
   one Spark job for the default factory); each partition still has its own status and outcome.
+* **Joint jobs.** Runs wait in ``_pending`` until a worker is free; a free worker takes every
+  waiting run that fits one job (``_take_job``: at most ``compactionJointMaxTopics`` topics and
+  ``compactionJointMaxBytes`` of backlog, the first always) and hands them to
+  ``compact_together`` (``compaction_due`` holds the rule). So the topics due at one check, and
+  the triggers that arrive while every worker is busy, are compacted by one Spark job each
+  batch, paying a job's fixed cost once; each topic still locks, plans, commits and fails on
+  its own. Order: manual triggers first,
+  then the most overdue (backlog / threshold, lag / max lag), then the first queued. A trigger
+  that finds a worker free starts at once, alone: nothing waits to be gathered.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
   survives a restart (unlike Pulsar, whose status is in broker memory). While a run is in this
   process its live progress (phase, entries processed, estimated total, an ETA) is added.
   A run cut short by a crash leaves RUNNING in the store: at start the monitor turns such a
   state into ERROR, unless another process (a ``compact-topic`` job) holds the topic's lock.
-* **The periodic check**, every ``brokerServiceCompactionMonitorIntervalInSeconds``: for each
-  persistent topic with a threshold (topic policy, else namespace policy, else
+* **The periodic check** (the rules are in ``compaction_due``), every
+  ``brokerServiceCompactionMonitorIntervalInSeconds``: for each persistent topic with a threshold (topic policy, else namespace policy, else
   ``brokerServiceCompactionThresholdInBytes``; 0 disables), estimate the backlog since the
   horizon -- the bytes after the horizon, or, for a topic never compacted (typically read only
   by readers, with no cursor to measure), its total size -- and trigger a run when it exceeds
@@ -32,7 +41,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
   by age (a run could not move its horizon).
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
-  per run: entries read, kept, removed, bytes in and out, duration.
+  per run: entries read, kept, removed, bytes in and out, duration; and each topic's last run
+  here (``last_run``, the topic stats' ``lastCompactionRun``): its reason, outcome, the topics of
+  its job, the job group, and milliseconds per phase (queue wait, the run's steps, bookkeeping).
 * **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
   broker and the admin adapter read the compacted view and its stats through; everything this
   monitor knows of compacted data (sizes, locks, cancellation) it also asks the service.
@@ -55,15 +66,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
-from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
-from ..storage import (
-    COMPACTION_CURSOR,
-    COMPACTION_MAX_LAG,
-    COMPACTION_MIN_LAG,
-    COMPACTION_THRESHOLD,
-    ERROR,
-    RUNNING,
-)
+from ..storage import ERROR, RUNNING
+from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
+
+__all__ = ["CompactionMonitor", "RunProgress", "TopicCompactionStats", "ensure_compaction_cursor"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compaction import CompactionServiceFactory, TopicCompactionService
@@ -91,6 +97,12 @@ class RunProgress:
     phase_started: float = 0.0
     started_at: float | None = None
     before_version: Any = None  # the compaction state's version when the run began
+    job_group: list[str] = field(default_factory=list)  # the topics of its joint job (itself alone)
+    priority: float = 0.0  # how overdue (``_priority``); manual triggers go first whatever it is
+    size_bytes: int = 0  # what it would read from the topic (its backlog), for the job's bound
+    seq: int = 0  # arrival order in this monitor
+    alone: bool = False  # its last run here failed: it gets a job of its own (``compaction_due``)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
         if phase != self.phase:
@@ -144,13 +156,19 @@ class CompactionMonitor:
         self.clock = clock
         self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
         self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
-        self.default_threshold = int(self.config["brokerServiceCompactionThresholdInBytes"])
-        self.default_max_lag = int(self.config.get("brokerServiceCompactionMaxLagInSeconds", 0))
-        self.default_min_lag = int(self.config.get("brokerServiceCompactionMinLagInSeconds", 0))
+        self._due = DueCheck(self.storage, self.config)
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
+        # bounds of one joint job (``_take_job``)
+        self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))
+        self.max_job_bytes = max(1, int(self.config.get("compactionJointMaxBytes", 1 << 30)))
+        self._pending: list[list[RunProgress]] = []  # units waiting for a worker (``_pump``)
+        self._active = 0  # jobs in the worker pool
+        self._seq = 0  # arrival order, the last tie-break of priorities
+        self.jobs_started = 0  # jobs handed to the worker pool (tests and metrics)
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
         self.stats: dict[str, TopicCompactionStats] = {}
+        self.last_runs: dict[str, dict[str, Any]] = {}  # topic -> its last run here (``last_run``)
         self._factory: Optional["CompactionServiceFactory"] = None
         self._factory_lock = threading.Lock()
         self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
@@ -176,6 +194,10 @@ class CompactionMonitor:
             except (asyncio.CancelledError, Exception):
                 pass
         # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
+        for unit in self._pending:
+            for run in unit:
+                self._runs.pop(run.topic, None)
+        self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._futures:
             for service in list(self._running.values()):
@@ -234,8 +256,8 @@ class CompactionMonitor:
             Conflict: a compaction of this topic is already queued or running.
             ServiceNotReady: the broker is shutting down.
         """
-        topic = await self._admit(name)
-        self._start([RunProgress(topic, reason, queued_at=self.clock())])
+        topic, size = await self._admit(name)
+        self._start([self._progress(topic, reason, size=size)])
 
     async def trigger_together(self, names: list[str], reason: str = "manual") -> list[str]:
         """Queue ONE run compacting the topics ``names`` together: the partitions of a
@@ -248,23 +270,37 @@ class CompactionMonitor:
         Raises:
             the errors of ``trigger`` other than Conflict and TopicNotFound.
         """
-        topics, conflicts = [], []
+        runs: dict[str, RunProgress] = {}
+        conflicts = []
         for name in names:
             try:
-                topic = await self._admit(name)
+                topic, size = await self._admit(name)
             except Conflict:
                 conflicts.append(str(TopicName.parse(name)))
                 continue
             except TopicNotFound:
                 continue
-            if topic not in topics:
-                topics.append(topic)
-        if topics:
-            self._start([RunProgress(t, reason, queued_at=self.clock()) for t in topics])
+            runs.setdefault(topic, self._progress(topic, reason, size=size))
+        if runs:
+            self._start(list(runs.values()))
         return conflicts
 
-    async def _admit(self, name: str) -> str:
-        """The canonical name of a topic that may start a run now (the checks of ``trigger``)."""
+    def _progress(self, topic: str, reason: str, priority: float = 0.0, size: int = 0) -> RunProgress:
+        self._seq += 1
+        failed = (self.last_runs.get(topic) or {}).get("status") == "ERROR"
+        return RunProgress(
+            topic,
+            reason,
+            queued_at=self.clock(),
+            priority=priority,
+            size_bytes=size,
+            seq=self._seq,
+            alone=failed,
+        )
+
+    async def _admit(self, name: str) -> tuple[str, int]:
+        """The canonical name of a topic that may start a run now (the checks of ``trigger``), and
+        its backlog since the horizon in bytes (what bounds a joint job)."""
         tn = TopicName.parse(name)
         if not tn.persistent:
             raise NotAllowed(f"{tn}: compaction is only for persistent topics")
@@ -273,28 +309,58 @@ class CompactionMonitor:
             raise ServiceNotReady("the broker is shutting down")
         if topic in self._runs:
             raise Conflict(f"a compaction of {topic} is already running")
-        exists = await self.service.run_blocking(self.storage.metadata.topic_exists, topic)
-        if not exists:
-            raise TopicNotFound(f"topic {topic} does not exist")
-        if await self.service.run_blocking(self._running_elsewhere, topic):
+        size = await self.service.run_blocking(self._admission, topic)
+        if size is None:
             raise Conflict(f"a compaction of {topic} is already running in another process")
         if topic in self._runs:  # another trigger got in while we looked
             raise Conflict(f"a compaction of {topic} is already running")
-        return topic
+        return topic, size
+
+    def _admission(self, topic: str) -> Optional[int]:
+        """(worker thread) The topic's backlog since its horizon in bytes, or None while a
+        ``compact-topic`` job compacts it. Raises TopicNotFound."""
+        meta = self.storage.metadata
+        if not meta.topic_exists(topic):
+            raise TopicNotFound(f"topic {topic} does not exist")
+        if self._running_elsewhere(topic):
+            return None
+        try:
+            ml = self.storage.open_managed_ledger(topic, create=False)
+            horizon = meta.get_compaction_state(topic).horizon
+            return ml.size_after(horizon) if horizon is not None else ml.total_size()
+        except CompactMQError:
+            return 0  # the run finds out what is wrong and records it
 
     def _start(self, runs: list[RunProgress]) -> None:
-        """Register ``runs`` and queue them as one job of the worker pool (no await in between,
-        so no other trigger can slip in)."""
+        """Register ``runs`` (one unit: they will share a job) and queue them for the worker
+        pool (no await in between, so no other trigger can slip in)."""
         for run in runs:
             self._runs[run.topic] = run
+        self._pending.append(runs)
+        self._pump()
+
+    def _pump(self) -> None:
+        """(event loop) Hand jobs to the worker pool while it has a free worker: each job takes
+        the waiting units first by priority (``_take_job``), so triggers that arrive while every
+        worker is busy (the due topics of a check, manual triggers during a run) are compacted
+        together by the next job. A trigger that finds a worker free starts at once, alone."""
         loop = asyncio.get_running_loop()
-        if len(runs) == 1:
-            fut = loop.run_in_executor(self._executor, self._run_blocking, runs[0])
-        else:
-            fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
-        self._futures.add(fut)
-        topics = [run.topic for run in runs]
-        fut.add_done_callback(lambda f: self._run_done(topics, f))
+        while self._pending and self._active < self.max_runs and not self._closing:
+            runs = self._take_job()
+            self._active += 1
+            self.jobs_started += 1
+            if len(runs) == 1:
+                fut = loop.run_in_executor(self._executor, self._run_blocking, runs[0])
+            else:
+                fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
+            self._futures.add(fut)
+            topics = [run.topic for run in runs]
+            fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
+
+    def _take_job(self) -> list[RunProgress]:
+        """The next job's runs (``compaction_due.take_job``)."""
+        job, self._pending = take_job(self._pending, self.max_job_topics, self.max_job_bytes)
+        return job
 
     def _running_elsewhere(self, topic: str) -> bool:
         """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
@@ -308,10 +374,13 @@ class CompactionMonitor:
 
     def _run_done(self, topics: list[str], fut: asyncio.Future) -> None:
         self._futures.discard(fut)
+        self._active -= 1
         for topic in topics:
             self._runs.pop(topic, None)
         if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
             pass
+        if not self._closing:
+            self._pump()  # the triggers that arrived meanwhile: the next job
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
@@ -351,8 +420,10 @@ class CompactionMonitor:
         """One run of one topic (``service.compact``), or of several topics together
         (``factory.compact_together``); each topic's outcome is recorded on its own."""
         begun: list[tuple[RunProgress, _Begun]] = []
+        group = [run.topic for run in runs]
         try:
             for run in runs:
+                run.job_group = group
                 try:
                     begun.append((run, self._begin(run)))
                 except BaseException as e:
@@ -376,10 +447,48 @@ class CompactionMonitor:
                 except Exception:  # pragma: no cover
                     log.exception("closing the compaction service of %s failed", run.topic)
         for (run, b), outcome in zip(begun, outcomes):
+            mark = time.perf_counter()
             if isinstance(outcome, BaseException):
                 self._failed(run, outcome)
             else:
+                run.phases.update(getattr(outcome, "step_seconds", None) or {})
                 self._succeeded(run, b, outcome)
+            run.phases["after"] = time.perf_counter() - mark
+            self._record_last_run(run, outcome)
+
+    def _record_last_run(self, run: RunProgress, outcome: Any) -> None:
+        """What the topic stats show of the topic's last run in this process
+        (``lastCompactionRun``): why it ran, its outcome, the topics of its job, its job group,
+        and where its time went (the monitor's own phases around the run's steps)."""
+        self.last_runs[run.topic] = {
+            "reason": run.reason,
+            "status": "ERROR" if isinstance(outcome, BaseException) else "SUCCESS",
+            "jobTopics": list(run.job_group),
+            "jobGroup": None if isinstance(outcome, BaseException) else _job_of(outcome),
+            "queuedAt": int(run.queued_at * 1000),
+            "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
+        }
+        split = getattr(outcome, "engine_seconds", None)
+        if callable(split):
+            self.last_runs[run.topic]["sparkMs"] = split  # asked of the engine when someone looks
+
+    def last_run(self, topic: str) -> Optional[dict[str, Any]]:
+        """(worker thread) The topic's last run in this process (``_record_last_run``), None
+        before its first; the engine's split of its step (``sparkMs``) is read on the first look."""
+        last = self.last_runs.get(topic)
+        if last is not None and callable(last.get("sparkMs")):
+            try:
+                split = last["sparkMs"]()
+            except Exception:  # a timing never fails a stats request
+                split = None
+            last = dict(last)
+            if split:
+                last["sparkMs"] = {k: round(float(v) * 1000, 1) for k, v in split.items()}
+                last["sparkMs"]["count"] = int(split.get("count", 0))
+            else:
+                last.pop("sparkMs")
+            self.last_runs[topic] = last
+        return last
 
     def _reporter(self, run: RunProgress):
         return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
@@ -388,7 +497,9 @@ class CompactionMonitor:
         """What a run needs before it starts: the topic's state and sizes, a fresh service."""
         topic = run.topic
         meta = self.storage.metadata
+        mark = time.perf_counter()
         run.started_at = self.clock()
+        run.phases["queue"] = max(0.0, run.started_at - run.queued_at)  # trigger -> a worker took it
         run.update("start", 0, 0, run.started_at)
         before = meta.get_compaction_state(topic)
         run.before_version = before.version
@@ -409,6 +520,7 @@ class CompactionMonitor:
             self._running.pop(topic, None)
             service.close()
             raise ServiceNotReady("the broker is shutting down")
+        run.phases["begin"] = time.perf_counter() - mark
         return _Begun(before, ml, prev_size, live_before, service)
 
     def _failed(self, run: RunProgress, e: BaseException) -> None:
@@ -517,6 +629,8 @@ class CompactionMonitor:
             }
         if state.status == ERROR and run is None:
             body["lastError"] = state.last_error or "unknown error"
+        if run is not None and len(run.job_group) > 1:
+            body["progress"]["jobTopics"] = len(run.job_group)
         return body
 
     # --- the periodic check ---------------------------------------------------------------------
@@ -538,79 +652,34 @@ class CompactionMonitor:
         busy = set(self._runs)
         due = await self.service.run_blocking(self._due_topics, busy)
         self.checks += 1
+        if self._closing:
+            return []
         triggered = []
-        for topic, reason in due:
-            try:
-                await self.trigger(topic, reason=reason)
-                triggered.append(topic)
-            except Conflict:
+        for topic, reason, priority, size in due:
+            if topic in self._runs:  # triggered by hand while the check looked
                 continue
-            except CompactMQError as e:
-                log.warning("automatic compaction of %s not started: %s", topic, e)
+            run = self._progress(topic, reason, priority, size)
+            self._runs[topic] = run
+            self._pending.append([run])
+            triggered.append(topic)
+        self._pump()  # no await since the check: every due topic waits together
         return triggered
 
-    def threshold_of(self, topic: str) -> int:
-        value = self.storage.metadata.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
-        try:
-            return int(value or 0)
-        except (TypeError, ValueError):
-            return 0
-
-    def max_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MAX_LAG, self.default_max_lag)
-
-    def min_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
-
-    def _due_topics(self, busy: set[str]) -> list[tuple[str, str]]:
-        """``(topic, why)`` of every topic due for compaction, by size or by age."""
-        meta = self.storage.metadata
-        due = []
-        for topic in meta.topics():
-            try:
-                if not TopicName.parse(topic).persistent or topic in busy:
-                    continue
-                threshold = self.threshold_of(topic)
-                max_lag = self.max_lag_of(topic)
-                if threshold <= 0 and max_lag <= 0:
-                    continue
-                ml = self.storage.open_managed_ledger(topic, create=False)
-                ensure_compaction_cursor(ml)
-                why = self._why_due(
-                    ml, meta.get_compaction_state(topic).horizon, threshold, max_lag, self.min_lag_of(topic)
-                )
-                if why is not None:
-                    due.append((topic, why))
-            except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
-                log.debug("threshold check of %s skipped: %s", topic, e)
-        return due
+    def _due_topics(self, busy: set[str]) -> list[tuple[str, str, float, int]]:
+        """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``),
+        leaving out those a ``compact-topic`` job compacts right now."""
+        return self._due.due_topics(busy, int(self.clock() * 1000), self._running_elsewhere)
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
-        now_ms = int(self.clock() * 1000)
-        end = ml.last_position()
-        if min_lag > 0:
-            end = last_compactable(ml, min_lag, now_ms)
-            if end is None or (horizon is not None and tuple(end) <= tuple(horizon)):
-                return None  # everything uncompacted is younger than the minimum lag
-        if end is None:
-            return None
-        if threshold > 0:
-            after = ml.size_after(horizon) if horizon is not None else ml.total_size()
-            backlog = after - ml.size_after(end)  # what a run would compact now
-            if backlog > threshold:
-                return f"backlog {backlog} B > threshold {threshold} B"
-        if max_lag > 0:
-            lag_ms = compaction_lag_ms(ml, horizon, now_ms)
-            if lag_ms > max_lag * 1000:
-                return f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
-        return None
+        """Why the topic is due for compaction, or None when it is not."""
+        found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000))
+        return None if found is None else found[0]
 
 
-def ensure_compaction_cursor(ml) -> None:
-    """Create the ``__compaction`` durable cursor at the earliest position when it is missing:
-    from then on retention keeps every entry until a compaction has read it."""
-    if ml.get_cursor(COMPACTION_CURSOR) is None:
-        ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
+def _job_of(result: Any) -> Optional[str]:
+    """The engine's job group of a committed run, as the run recorded it (None when unknown)."""
+    job = getattr(result, "job", None)
+    return job if isinstance(job, str) else None
 
 
 def _pos(p) -> str:

@@ -162,7 +162,10 @@ class CompactionResult:
     removed_event_count: int
     duration_ms: int
     previous_ledger_id: Optional[int] = None
-    step_seconds: Optional[dict] = None  # wall time of plan / spark / build / commit / cleanup
+    step_seconds: Optional[dict] = None  # wall time of start / seal / plan / spark / build / commit / cleanup
+    job: Optional[str] = None  # the engine's name of the job that ran it (Spark job group)
+    #: the engine's split of its step (``spark.timeline``), computed when called
+    engine_seconds: Optional[Callable[[], Optional[dict]]] = None
 
 
 #: an entry of a compacted view: its original position and its bytes

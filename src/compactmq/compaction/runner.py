@@ -113,14 +113,48 @@ class CompactionRunner:
         self._prev_reader: Optional[previous_view.PreviousView] = None  # the view in force, once planned
         self._prev_start = 0  # its first entry retention keeps
         self._prev_sidecar: tuple = ("", [], [])  # its local sidecar: directory, files, gone files
+        self._steps: dict = {}  # wall seconds of each step of this run (``_step``)
+        self._mark = 0.0
+
+    def _step(self, name: str) -> None:
+        """Close step ``name``: the wall time since the previous step ended (or the run began) is
+        recorded in the run's ``phaseSeconds`` (topic stats' ``lastCompactionPhaseTimesInMillis``),
+        so an operator sees where a run's time went."""
+        now = time.perf_counter()
+        self._steps[name] = round(self._steps.get(name, 0.0) + now - self._mark, 4)
+        self._mark = now
 
     @property
     def data_dir(self) -> str:
         return str(self.storage.data_dir)
 
+    def _engine_split(self) -> Optional[Callable[[], Optional[dict]]]:
+        """The engine's own split of the ``spark`` step (``spark.timeline``: seconds of the
+        driver, of the jobs, and the rest, plus the jobs' count), as a function to call when
+        someone looks (it asks Spark), or None when the engine reports none."""
+        timings = self.engine.last_stats.get("timings")
+        total = self._steps.get("spark")
+        if timings is None or total is None:
+            return None
+
+        def split() -> Optional[dict]:
+            found = timings() if callable(timings) else timings
+            if not found:
+                return None
+            out = {k: float(v) for k, v in found.items()}
+            # the engine measured inside the step: what it did not see is the driver's too
+            rest = total - sum(v for k, v in out.items() if k != "count")
+            out["driver"] = round(out.get("driver", 0.0) + max(0.0, rest), 4)
+            return out
+
+        return split
+
     def run(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
         report = progress or (lambda p: None)
         t0 = self.clock()
+        self._steps, self._mark = {}, time.perf_counter()
+        steps = self._steps
+        step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
         meta = self.storage.metadata
         final_path = None
@@ -146,15 +180,7 @@ class CompactionRunner:
                 # a policy names only a built-in or a class the operator allowed (docs/security.md)
                 strategy = resolve_strategy(settings["strategy"], allowed_strategy_classes(self.config))
                 new_id = meta.allocate_ledger_id()
-                steps: dict = {}
-                mark = time.perf_counter()
-
-                def step(name: str) -> None:
-                    nonlocal mark
-                    now = time.perf_counter()
-                    steps[name] = round(now - mark, 3)
-                    mark = now
-
+                step("start")
                 # retention keeps what the run reads until the commit moves the cursor past it
                 held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
@@ -300,6 +326,8 @@ class CompactionRunner:
                 duration_ms=duration,
                 previous_ledger_id=previous,
                 step_seconds=steps,
+                job=self.engine.last_stats.get("job_group"),
+                engine_seconds=self._engine_split(),
             )
         finally:
             lock.release()
@@ -558,7 +586,9 @@ class CompactionRunner:
         from ..storage.ledger_file import index_path_for
 
         ml = self._managed_ledger()
+        self._step("start")
         last = self._last_compactable(ml, settings)  # sealed ledgers only; stops before too young entries
+        self._step("seal")
         first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h

@@ -8,12 +8,15 @@ with ``compactionSparkWarmup`` creates and warms it in the background at start (
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 import uuid
 from typing import Mapping, Optional
 
 from .. import CompactionProgress, CompactionServiceFactory
 from ..service import LedgerCompactionService
+from . import timeline
 from .session import get_session
 
 
@@ -44,6 +47,7 @@ class SparkEngine:
         from . import pipeline
 
         sc = self.spark.sparkContext
+        started = time.time()
         counter = sc.accumulator(0)
         keyless = sc.accumulator(0)
         group = f"compactmq-{uuid.uuid4().hex[:12]}"
@@ -68,7 +72,13 @@ class SparkEngine:
             stop.set()
             poller.join()
             sc.setLocalProperty("spark.jobGroup.id", None)
-        self.last_stats = {"messages_read": counter.value, "keyless_kept": keyless.value, "job_group": group}
+        self.last_stats = {
+            "messages_read": counter.value,
+            "keyless_kept": keyless.value,
+            "job_group": group,
+            # read from Spark only when someone looks (``timeline``): not on the run's path
+            "timings": functools.partial(timeline.split, sc, group, started, time.time()),
+        }
         report(CompactionProgress("phase-two", plan.estimated_entries, plan.estimated_entries))
         return parts
 

@@ -208,17 +208,16 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
     """Phase two of a joint job: one shuffle of the survivors to one task per group (of any
     plan); each task copies with its plan, positions turned back into the plan's own. Returns
     the part descriptions of each plan, as ``pipeline.copy_survivors`` does for one."""
-    from pyspark.sql import functions as F
-
     from . import pipeline
 
     plans, offsets, owners = joint.plans, joint.offsets, joint.owners
     n = max(1, len(owners))
     table = joint.plan.group_of_ordinal()
-    ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
-    group = F.element_at(F.array(*[F.lit(g) for g in table]), ordinal)
+    # both as SQL text, one round trip each: a job over many topics has many segments, and a
+    # literal column per segment cost several round trips each
+    group = pipeline.route_column(list(range(n)), table)
     keys = pipeline.partition_keys(survivors_df.sparkSession, n)
-    route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
+    route = pipeline.route_column(keys, table)
 
     key_cols = pipeline.key_columns(survivors_df)
 

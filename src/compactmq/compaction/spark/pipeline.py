@@ -99,17 +99,19 @@ def keep_latest(packed, drop_before: int = 0, tombstones_from=None):
     packed positions, see ``RunPlan``."""
     from pyspark.sql import functions as F
 
-    pos = F.shiftright("p2", 1)
-    live = F.col("p2").bitwiseAND(F.lit(1)) == 0
+    # the expressions as SQL text (of integers this code formats): one round trip to the JVM
+    # each, where building them column by column took a dozen (a run's fixed cost)
+    live = "(p2 & 1) = 0"
     if tombstones_from is not None:
-        live = live | (pos >= F.lit(int(tombstones_from)))
+        live = f"({live} OR shiftright(p2, 1) >= {int(tombstones_from)})"
     if drop_before:
-        live = live & (pos >= F.lit(int(drop_before)))
+        live = f"{live} AND shiftright(p2, 1) >= {int(drop_before)}"
+    kept = tombstones_from is not None
     return (
         packed.groupBy("h1", "h2")
-        .agg(F.max("p2").alias("p2"))
+        .agg(F.expr("max(p2) AS p2"))
         .where(live)
-        .select(pos.alias("pos"), "h1", "h2", *tomb_column(tombstones_from is not None))
+        .selectExpr("shiftright(p2, 1) AS pos", "h1", "h2", *(["p2 & 1 AS tomb"] if kept else []))
     )
 
 
@@ -214,7 +216,6 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
     if routed:
         route = F.col("route")
     else:
-        ordinal = (F.shiftright("pos", _POS_SHIFT) + 1).cast("int")
         # Hash partitioning by the group number would put several groups in one task (0 and 1
         # both land in partition 1 of 2), serialising phase two. Instead each group gets a key
         # that Spark's own hash partitioning sends to a partition of its own. The key is an
@@ -222,7 +223,7 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
         # nothing more, and the task finds each row's group from its position; nor does Spark
         # sort them (``gather_sorted``).
         keys = partition_keys(survivors_df.sparkSession, n)
-        route = F.element_at(F.array(*[F.lit(keys[g]) for g in table]), ordinal)
+        route = route_column(keys, table)
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
 
@@ -343,6 +344,17 @@ def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: l
     part.setdefault("masks", b"")
     part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
     return part
+
+
+def route_column(keys: list[int], table: list[int]):
+    """The phase-two route of a survivor (``copy_survivors``): the partition key of the group of
+    its segment, ``keys[table[ordinal]]`` (with ``keys`` the identity: its group). As SQL text
+    (integers this code formats): one round trip to the JVM, where a literal column per segment
+    took several each."""
+    from pyspark.sql import functions as F
+
+    literals = ", ".join(str(int(keys[g])) for g in table)
+    return F.expr(f"element_at(array({literals}), CAST(shiftright(pos, {_POS_SHIFT}) + 1 AS INT))")
 
 
 def routes(plan: RunPlan, keys: list[int], pos: np.ndarray) -> np.ndarray:

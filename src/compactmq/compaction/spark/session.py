@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Mapping, Optional
 
 RUN_DEFAULTS: dict[str, str] = {
@@ -62,18 +63,33 @@ def session_conf(spark_conf: Optional[Mapping[str, str]] = None) -> dict[str, st
     return conf
 
 
+#: the session ``get_session`` last returned and the settings it was asked with: every run asks
+#: for the session, and going through the builder again costs some twenty round trips to the
+#: JVM (a setting each, the log level) and a warning per run, for a session that already exists
+_last: tuple = (None, None)
+_last_lock = threading.Lock()
+
+
 def get_session(spark_conf: Optional[Mapping[str, str]] = None):
     """The process's SparkSession, created with compaction's settings when there is none yet."""
+    global _last
+    conf = session_conf(spark_conf)
+    with _last_lock:
+        known, session = _last
+        if known == conf and session is not None and session.sparkContext._jsc is not None:
+            return session  # not stopped since: the same session the builder would return
     # Python workers must run the interpreter (and see the packages) of this process
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in session_conf(spark_conf).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    with _last_lock:
+        _last = (conf, session)
     return session
 
 

@@ -1,0 +1,142 @@
+"""Which topics are due for compaction, and which of the waiting runs the next job takes.
+
+The compaction monitor (``compaction_monitor``) asks this module two questions.
+
+* **Is a topic due?** (``DueCheck.due_topics``, at every periodic check.) A persistent topic with
+  a compaction threshold (topic policy, else namespace policy, else
+  ``brokerServiceCompactionThresholdInBytes``) is due when its backlog since the horizon -- what
+  a run would compact now -- exceeds it; one with a maximum lag (``compactionMaxLagSeconds``,
+  ``compaction.lag``) when its oldest uncompacted message is older than that. A minimum lag
+  holds back what is younger than it, by size and by age. Each due topic comes with a
+  *priority*, how far past its policy it is (the larger of backlog / threshold and lag / max
+  lag), and its backlog in bytes. The check also creates the ``__compaction`` cursor of every
+  topic with a threshold or a maximum lag, so retention keeps what compaction has not read.
+* **What does the next job take?** (``take_job``.) Runs wait in *units* (one topic, or the
+  partitions of a partitioned topic, which are never split). A job takes the waiting units in
+  order -- manual triggers first, then the most overdue, then the first queued (``unit_order``)
+  -- as long as they fit its bounds: a number of topics and a number of backlog bytes. The
+  first unit always goes, whatever its size, so nothing waits forever. A topic whose last run
+  failed runs *alone*: a failure of the Spark job fails every topic in it, so a topic that
+  breaks its job (a damaged ledger, a bad policy) must not take the healthy ones down with it
+  at every check.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
+from ..errors import CompactMQError
+from ..naming import TopicName
+from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD, RUNNING
+
+log = logging.getLogger(__name__)
+
+
+class DueCheck:
+    """The periodic check's reading of policies and backlogs (see the module notes)."""
+
+    def __init__(self, storage, config) -> None:
+        self.storage = storage
+        self.default_threshold = int(config["brokerServiceCompactionThresholdInBytes"])
+        self.default_max_lag = int(config.get("brokerServiceCompactionMaxLagInSeconds", 0))
+        self.default_min_lag = int(config.get("brokerServiceCompactionMinLagInSeconds", 0))
+
+    def threshold_of(self, topic: str) -> int:
+        value = self.storage.metadata.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
+        try:
+            return int(value or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    def max_lag_of(self, topic: str) -> int:
+        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MAX_LAG, self.default_max_lag)
+
+    def min_lag_of(self, topic: str) -> int:
+        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
+
+    def due_topics(
+        self, busy: set[str], now_ms: int, running_elsewhere: Callable[[str], bool]
+    ) -> list[tuple[str, str, float, int]]:
+        """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
+        those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are."""
+        meta = self.storage.metadata
+        due = []
+        for topic in meta.topics():
+            try:
+                if not TopicName.parse(topic).persistent or topic in busy:
+                    continue
+                threshold = self.threshold_of(topic)
+                max_lag = self.max_lag_of(topic)
+                if threshold <= 0 and max_lag <= 0:
+                    continue
+                ml = self.storage.open_managed_ledger(topic, create=False)
+                ensure_compaction_cursor(ml)
+                state = meta.get_compaction_state(topic)
+                found = overdue(ml, state.horizon, threshold, max_lag, self.min_lag_of(topic), now_ms)
+                if found is not None and not (state.status == RUNNING and running_elsewhere(topic)):
+                    due.append((topic, *found))
+            except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
+                log.debug("threshold check of %s skipped: %s", topic, e)
+        return due
+
+
+def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int):
+    """``(why, priority, backlog bytes)`` when the topic is due, else None (module notes)."""
+    end = ml.last_position()
+    if min_lag > 0:
+        end = last_compactable(ml, min_lag, now_ms)
+        if end is None or (horizon is not None and tuple(end) <= tuple(horizon)):
+            return None  # everything uncompacted is younger than the minimum lag
+    if end is None:
+        return None
+    after = ml.size_after(horizon) if horizon is not None else ml.total_size()
+    backlog = after - ml.size_after(end)  # what a run would compact now
+    why, priority = None, 0.0
+    if threshold > 0 and backlog > threshold:
+        why, priority = f"backlog {backlog} B > threshold {threshold} B", backlog / threshold
+    if max_lag > 0:
+        lag_ms = compaction_lag_ms(ml, horizon, now_ms)
+        if lag_ms > max_lag * 1000:
+            priority = max(priority, lag_ms / (max_lag * 1000))
+            why = why or f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
+    return None if why is None else (why, priority, max(0, backlog))
+
+
+def unit_order(unit: Sequence[Any]) -> tuple:
+    """Manual triggers first, then the most overdue unit, then the first queued (``RunProgress``
+    fields ``reason``, ``priority``, ``seq``)."""
+    manual = any(run.reason == "manual" for run in unit)
+    return (not manual, -max(run.priority for run in unit), min(run.seq for run in unit))
+
+
+def take_job(pending: list, max_topics: int, max_bytes: int) -> tuple[list, list]:
+    """``(the next job's runs, the units left waiting)`` from ``pending`` units of runs (fields
+    ``size_bytes`` and those of ``unit_order``), within ``max_topics`` topics and ``max_bytes``
+    of backlog; the first unit in order always goes."""
+    job: list = []
+    size = 0
+    rest = []
+    closed = False  # the job took a unit that must run alone
+    for unit in sorted(pending, key=unit_order):
+        unit_size = sum(run.size_bytes for run in unit)
+        alone = any(getattr(run, "alone", False) for run in unit)
+        fits = len(job) + len(unit) <= max_topics and size + unit_size <= max_bytes
+        if not job or (fits and not alone and not closed):
+            job.extend(unit)
+            size += unit_size
+            closed = alone
+        else:
+            rest.append(unit)
+    return job, rest
+
+
+def ensure_compaction_cursor(ml) -> None:
+    """Create the ``__compaction`` durable cursor at the earliest position when it is missing:
+    from then on retention keeps every entry until a compaction has read it."""
+    if ml.get_cursor(COMPACTION_CURSOR) is None:
+        ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
+
+
+__all__ = ["DueCheck", "ensure_compaction_cursor", "overdue", "take_job", "unit_order"]
