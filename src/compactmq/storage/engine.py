@@ -20,7 +20,11 @@ from ..naming import TopicName, canonical
 from . import dir_owner
 from .managed_ledger import ManagedLedger
 from .metadata import MetadataStore
+from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_MS, create_metadata_store
+from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
+from .resources import PulsarResources
+from .resources.legacy_import import import_legacy
 from .seal import SealRequestWatcher, open_ledger_left
 from .topic_lock import TopicLock
 
@@ -111,6 +115,12 @@ class Storage:
             self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
         )
         self.metadata.add_listener(self._on_metadata_event)
+        try:
+            self._open_resources()
+        except BaseException:
+            self.metadata.close()
+            self._release_lock()
+            raise
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(
             self.metadata,
@@ -125,6 +135,39 @@ class Storage:
             self._sweep_offload()
             # a compact-topic job beside this process asks it to seal a topic (storage.seal)
             self._seal_watcher = SealRequestWatcher(self)
+
+    def _open_resources(self) -> None:
+        """The metadata store ``metadataStoreUrl`` names (embedded: ``metadata.db`` here, beside the
+        old tables) and the resources over it; the old tables' content is imported once."""
+        self.metadata_store = self._open_store(str(self.config.get("metadataStoreUrl") or ""))
+        self.configuration_store = self.metadata_store
+        conf_url = str(self.config.get("configurationMetadataStoreUrl") or "")
+        if conf_url and conf_url != str(self.config.get("metadataStoreUrl") or ""):
+            try:
+                self.configuration_store = self._open_store(conf_url)
+            except BaseException:
+                self.metadata_store.close()
+                raise
+        self.resources = PulsarResources(self.metadata_store, self.configuration_store)
+        if not self.read_only:  # the writer imports; a compact-topic job beside it never does
+            import_legacy(self.metadata, self.configuration_store)
+
+    def _open_store(self, url: str) -> KeyValueStore:
+        return create_metadata_store(
+            url,
+            data_dir=self.data_dir,
+            session_timeout_ms=int(
+                self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS
+            ),
+            operation_timeout_s=float(
+                self.config.get("metadataStoreOperationTimeoutSeconds") or DEFAULT_OPERATION_TIMEOUT_S
+            ),
+        )
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -291,9 +334,10 @@ class Storage:
         for ml in mls:
             ml.close()
         self.metadata.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self.configuration_store is not self.metadata_store:
+            self.configuration_store.close()
+        self.metadata_store.close()
+        self._release_lock()
 
     def __enter__(self) -> "Storage":
         return self

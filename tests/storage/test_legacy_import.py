@@ -1,0 +1,90 @@
+"""The one-time import of the old metadata tables into the metadata store.
+
+The old data directory is written in the test with the old API (``storage.metadata.MetadataStore``,
+what today's main writes), then opened the new way."""
+
+from __future__ import annotations
+
+import pytest
+
+from compactmq.storage.engine import Storage
+from compactmq.storage.metadata import MetadataStore as OldMetadata
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.resources import PulsarResources
+from compactmq.storage.resources.legacy_import import TENANTS_NAMESPACES, import_legacy, marker_path
+
+
+def _old_data_dir(path):
+    """A data directory as today's main leaves it: tenants (with info), namespaces, a topic."""
+    old = OldMetadata(path / "metadata.db", bootstrap=True)
+    old.create_tenant("acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    old.create_namespace("acme/orders")
+    old.create_namespace("acme/pay ments")  # a name that needs encoding as a path segment
+    old.create_topic("persistent://other/ns/t")  # auto-creates tenant "other" and other/ns
+    old.close()
+
+
+@pytest.fixture
+def old_dir(tmp_path):
+    _old_data_dir(tmp_path)
+    return tmp_path
+
+
+def test_tenants_and_namespaces_imported_once_in_the_same_file(old_dir):
+    old = OldMetadata(old_dir / "metadata.db", bootstrap=False)
+    store = create_metadata_store("", data_dir=old_dir)  # the embedded default: the same file
+    try:
+        assert import_legacy(old, store, (TENANTS_NAMESPACES,)) == ["tenants-namespaces"]
+        res = PulsarResources(store)
+        assert res.tenants.list_tenants() == ["acme", "other", "public"]
+        assert res.tenants.get("acme") == {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}
+        assert res.namespaces.list_namespaces("acme") == ["acme/orders", "acme/pay ments"]
+        assert res.namespaces.exists("other/ns") and res.namespaces.exists("public/default")
+        assert store.exists(marker_path("tenants-namespaces"))
+        # once: a tenant deleted afterwards in the store is not brought back by a second start
+        res.namespaces.delete("other/ns")
+        res.tenants.delete("other")
+        assert import_legacy(old, store, (TENANTS_NAMESPACES,)) == []
+        assert res.tenants.get("other") is None
+    finally:
+        store.close()
+        old.close()
+
+
+def test_keys_already_in_the_store_are_kept(old_dir):
+    """A tenant that already exists in the store (another importer, a bootstrap) is not overwritten."""
+    old = OldMetadata(old_dir / "metadata.db", bootstrap=False)
+    store = create_metadata_store("memory:", data_dir=old_dir)
+    try:
+        res = PulsarResources(store)
+        res.tenants.create("acme", {"adminRoles": ["newer"]})
+        import_legacy(old, store, (TENANTS_NAMESPACES,))
+        assert res.tenants.get("acme") == {"adminRoles": ["newer"]}
+        assert res.namespaces.exists("acme/orders")
+    finally:
+        store.close()
+        old.close()
+
+
+def test_storage_opens_the_store_beside_the_old_tables(old_dir):
+    with Storage(old_dir) as storage:
+        assert storage.configuration_store is storage.metadata_store
+        assert storage.metadata_store.path == (old_dir / "metadata.db").resolve()
+        # the old tables are still read where callers have not moved yet
+        assert storage.metadata.get_tenant("acme") == {
+            "adminRoles": ["ops"],
+            "allowedClusters": ["standalone"],
+        }
+    # reopens (the store's session ended cleanly, the directory lock was released)
+    with Storage(old_dir) as storage:
+        assert storage.topics() == ["persistent://other/ns/t"]
+
+
+def test_a_bad_metadata_store_url_is_one_clear_error_and_releases_the_directory(tmp_path):
+    from compactmq.config import load_config
+    from compactmq.errors import InvalidConfiguration
+
+    cfg = load_config(overrides={"metadataStoreUrl": "etcd:localhost:2379"})
+    with pytest.raises(InvalidConfiguration, match="unknown scheme"):
+        Storage(tmp_path, cfg)
+    Storage(tmp_path).close()  # the lock was released
