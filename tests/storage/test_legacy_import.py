@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from compactmq.errors import Conflict, NotFound
 from compactmq.storage.engine import Storage
 from compactmq.storage.metadata import MetadataStore as OldMetadata
 from compactmq.storage.metadata_store import create_metadata_store
@@ -75,9 +76,30 @@ def test_storage_opens_the_store_beside_the_old_tables(old_dir):
             "adminRoles": ["ops"],
             "allowedClusters": ["standalone"],
         }
+        # tenants and namespaces were imported at start: the resources answer for them now
+        assert storage.resources.tenants.get("acme") == {
+            "adminRoles": ["ops"],
+            "allowedClusters": ["standalone"],
+        }
+        assert storage.resources.namespaces.exists("acme/pay ments")
+        # a topic created in a namespace nobody made creates it (and its tenant), as before
+        storage.open_managed_ledger("persistent://new-tenant/new-ns/t")
+        assert storage.resources.tenants.get("new-tenant") == {}
+        assert storage.resources.namespaces.list_namespaces("new-tenant") == ["new-tenant/new-ns"]
     # reopens (the store's session ended cleanly, the directory lock was released)
     with Storage(old_dir) as storage:
-        assert storage.topics() == ["persistent://other/ns/t"]
+        assert storage.topics() == ["persistent://new-tenant/new-ns/t", "persistent://other/ns/t"]
+        # deleting a namespace: refused while it has topics, then it goes with its policies
+        storage.metadata.set_namespace_policy("acme/orders", "retentionTimeInMinutes", 5)
+        with pytest.raises(Conflict, match="still has topics"):
+            storage.delete_namespace("other/ns")
+        storage.delete_namespace("acme/orders")
+        assert not storage.resources.namespaces.exists("acme/orders")
+        assert storage.metadata.get_namespace_policies("acme/orders") == {}
+        with pytest.raises(NotFound):
+            storage.delete_namespace("acme/orders")
+        storage.resources.namespaces.create("acme/orders", {})  # created again: no old policies
+        assert storage.metadata.get_namespace_policies("acme/orders") == {}
 
 
 def test_a_bad_metadata_store_url_is_one_clear_error_and_releases_the_directory(tmp_path):

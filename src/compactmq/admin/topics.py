@@ -130,7 +130,7 @@ def _persistent(tn: TopicName) -> str:
 
 
 async def _require_namespace(ctx: Context, namespace: str) -> None:
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, namespace):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, namespace):
         raise NotFound(f"namespace {namespace} does not exist")
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from ..config import Config, load_config
-from ..errors import CompactMQError, StorageError, TopicNotFound
+from ..errors import AlreadyExists, CompactMQError, Conflict, NotFound, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from . import dir_owner
 from .managed_ledger import ManagedLedger
@@ -116,7 +116,7 @@ class Storage:
         )
         self.metadata.add_listener(self._on_metadata_event)
         try:
-            self._open_resources()
+            self._open_resources(bootstrap=bootstrap_defaults and not read_only)
         except BaseException:
             self.metadata.close()
             self._release_lock()
@@ -136,7 +136,7 @@ class Storage:
             # a compact-topic job beside this process asks it to seal a topic (storage.seal)
             self._seal_watcher = SealRequestWatcher(self)
 
-    def _open_resources(self) -> None:
+    def _open_resources(self, bootstrap: bool) -> None:
         """The metadata store ``metadataStoreUrl`` names (embedded: ``metadata.db`` here, beside the
         old tables) and the resources over it; the old tables' content is imported once."""
         self.metadata_store = self._open_store(str(self.config.get("metadataStoreUrl") or ""))
@@ -151,6 +151,8 @@ class Storage:
         self.resources = PulsarResources(self.metadata_store, self.configuration_store)
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
             import_legacy(self.metadata, self.configuration_store)
+        if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
+            self.ensure_namespace("public/default")
 
     def _open_store(self, url: str) -> KeyValueStore:
         return create_metadata_store(
@@ -168,6 +170,38 @@ class Storage:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    # --- tenants and namespaces ------------------------------------------------------------
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` and its tenant (with no info) when missing, as a standalone broker
+        does for a topic auto-created in a namespace nobody made."""
+        if self.resources.namespaces.exists(namespace):
+            return
+        tenant = namespace.partition("/")[0]
+        for create in (
+            lambda: self.resources.tenants.create(tenant, {}),
+            lambda: self.resources.namespaces.create(namespace, {}),
+        ):
+            try:
+                create()
+            except AlreadyExists:
+                pass  # another thread or process made it meanwhile
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Delete a namespace that has no topics, with its policies. ``Conflict`` when topics
+        remain, ``NotFound`` when it does not exist.
+
+        Topics and policies are still in the old tables: the policies go first, so a crash in
+        between leaves a namespace without policies (what its deletion asked for), never a
+        namespace created again later that inherits the old one's policies."""
+        if self.metadata.topics(namespace):
+            raise Conflict(f"namespace {namespace!r} still has topics")
+        if not self.resources.namespaces.exists(namespace):
+            raise NotFound(f"namespace {namespace!r} does not exist")
+        own = self.metadata.get_namespace_policies(namespace)
+        self.metadata.set_policies("namespace", namespace, dict.fromkeys(own))
+        self.resources.namespaces.delete(namespace)
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -223,6 +257,7 @@ class Storage:
                     raise TopicNotFound(f"topic {name} does not exist")
                 if dir_owner.owned_by_another(self.topic_dir(name), name):
                     dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
+                self.ensure_namespace(TopicName.parse(name).namespace_name)
                 self.metadata.create_topic(name)
             ml = ManagedLedger(
                 name,

@@ -68,7 +68,7 @@ TENANTS_NAMESPACES = Kind("tenants-namespaces", _tenants_and_namespaces)
 
 #: the kinds whose callers use the resources today (a kind is imported only once its callers
 #: moved: until then the old tables stay its truth), in import order
-KINDS: tuple[Kind, ...] = ()
+KINDS: tuple[Kind, ...] = (TENANTS_NAMESPACES,)
 
 
 def marker_path(kind: str) -> str:
