@@ -387,7 +387,12 @@ def test_started_from_the_unmodified_file(standalone):
         "brokerClientTrustCertsFilePath",
     ):
         assert key in ignored[0], key
-    implemented = ("authenticationEnabled", "tlsCertificateFilePath", "superUserRoles", "brokerServicePortTls")
+    implemented = (
+        "authenticationEnabled",
+        "tlsCertificateFilePath",
+        "superUserRoles",
+        "brokerServicePortTls",
+    )
     for key in implemented + ("metadataStoreUrl", "metadataStoreSessionTimeoutMillis"):
         assert f" {key}," not in ignored[0] and not ignored[0].endswith(key), key  # implemented keys act
     assert standalone.superuser_token not in log  # a secret of an ignored key is never logged
