@@ -91,3 +91,26 @@ def test_tenants_and_namespaces_on_each_store(tmp_path, store_url):
             assert old.get_tenant("acme") in (None, {}) and not old.namespace_exists("acme/orders")
         finally:
             old.close()
+
+
+def test_an_old_data_directory_opens_with_its_tenants_and_namespaces(tmp_path, store_url):
+    """A data directory written by the old code (tenants and namespaces in the old tables) keeps
+    them when a broker opens it, whichever store the broker is told to use."""
+    data = tmp_path / "data"
+    data.mkdir()
+    old = OldMetadata(data / "metadata.db", bootstrap=True)
+    old.create_tenant("legacy", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    old.create_namespace("legacy/ns")
+    old.close()
+    broker = start_broker(data, metadataStoreUrl=store_url)
+    try:
+        http = Http(web_url(broker))
+        assert http.ok("GET", f"{TENANTS}/legacy") == {
+            "adminRoles": ["ops"],
+            "allowedClusters": ["standalone"],
+        }
+        assert http.ok("GET", f"{NS}/legacy") == ["legacy/ns"]
+        http.ok("PUT", topic_path("persistent://legacy/ns/t"))  # the namespace is usable
+        assert http.ok("GET", f"{NS}/public") == ["public/default"]
+    finally:
+        broker.stop()
