@@ -15,6 +15,7 @@ pytest.importorskip("pulsar")
 
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
+from compactmq.naming import TopicName  # noqa: E402
 from compactmq.storage.metadata import MetadataStore as OldMetadata  # noqa: E402
 from compactmq.storage.metadata_store import create_metadata_store  # noqa: E402
 from compactmq.storage.resources import PulsarResources  # noqa: E402
@@ -58,6 +59,20 @@ def _lifecycle(http: Http) -> None:
     http.ok("PUT", f"{NS}/acme/billing")
     assert http.ok("GET", f"{NS}/acme/billing/compactionThreshold") is None
     http.ok("DELETE", f"{NS}/acme/billing")
+    # partitioned topics: their metadata lives in the same store
+    parted = topic_path("persistent://acme/orders/parted")
+    http.ok("PUT", parted + "/partitions", 2)
+    http.error("PUT", parted + "/partitions", 409, 2)
+    assert http.ok("GET", parted + "/partitions") == {"partitions": 2}
+    http.ok("POST", parted + "/partitions", 3)
+    http.error("POST", parted + "/partitions", 412, 1)
+    assert http.ok("GET", "/admin/v2/persistent/acme/orders/partitioned") == [
+        "persistent://acme/orders/parted"
+    ]
+    http.error("DELETE", f"{NS}/acme/orders", 409)  # still has a partitioned topic
+    http.ok("PUT", topic_path("persistent://acme/orders/gone") + "/partitions", 1)
+    http.ok("DELETE", topic_path("persistent://acme/orders/gone") + "/partitions")
+    http.error("DELETE", topic_path("persistent://acme/orders/gone") + "/partitions", 404)
 
 
 def test_tenants_and_namespaces_on_each_store(tmp_path, store_url):
@@ -72,6 +87,9 @@ def test_tenants_and_namespaces_on_each_store(tmp_path, store_url):
         http = Http(web_url(broker))
         assert http.ok("GET", f"{TENANTS}/acme")["adminRoles"] == ["dev", "ops"]
         assert http.ok("GET", f"{NS}/acme") == ["acme/orders"]
+        assert http.ok("GET", topic_path("persistent://acme/orders/parted") + "/partitions") == {
+            "partitions": 3
+        }
     finally:
         broker.stop()
     if store_url:  # ZooKeeper holds them; the data directory's old tables never did
@@ -83,12 +101,16 @@ def test_tenants_and_namespaces_on_each_store(tmp_path, store_url):
                 "allowedClusters": ["standalone"],
             }
             assert res.namespaces.list_namespaces("acme") == ["acme/orders"]
+            assert res.partitioned_topics.list_topics("acme/orders") == [
+                TopicName.parse("acme/orders/parted")
+            ]
         finally:
             kv.close()
         old = OldMetadata(data / "metadata.db", bootstrap=False)
         try:
             # (creating a topic still leaves the old tables an empty placeholder row, never read)
-            assert old.get_tenant("acme") in (None, {}) and not old.namespace_exists("acme/orders")
+            assert old.get_tenant("acme") in (None, {})  # the tenant's info never went there
+            assert old.partitioned_topics() == {}
         finally:
             old.close()
 
@@ -101,6 +123,7 @@ def test_an_old_data_directory_opens_with_its_tenants_and_namespaces(tmp_path, s
     old = OldMetadata(data / "metadata.db", bootstrap=True)
     old.create_tenant("legacy", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
     old.create_namespace("legacy/ns")
+    old.create_partitioned_topic("persistent://legacy/ns/parted", 2)
     old.close()
     broker = start_broker(data, metadataStoreUrl=store_url)
     try:
@@ -111,6 +134,9 @@ def test_an_old_data_directory_opens_with_its_tenants_and_namespaces(tmp_path, s
         }
         assert http.ok("GET", f"{NS}/legacy") == ["legacy/ns"]
         http.ok("PUT", topic_path("persistent://legacy/ns/t"))  # the namespace is usable
+        assert http.ok("GET", topic_path("persistent://legacy/ns/parted") + "/partitions") == {
+            "partitions": 2
+        }
         assert http.ok("GET", f"{NS}/public") == ["public/default"]
     finally:
         broker.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.errors import Conflict, NotFound
+from compactmq.errors import Conflict, NotFound, TopicNotFound
 from compactmq.storage.engine import Storage
 from compactmq.storage.metadata import MetadataStore as OldMetadata
 from compactmq.storage.metadata_store import create_metadata_store
@@ -22,6 +22,7 @@ def _old_data_dir(path):
     old.create_namespace("acme/orders")
     old.create_namespace("acme/pay ments")  # a name that needs encoding as a path segment
     old.create_topic("persistent://other/ns/t")  # auto-creates tenant "other" and other/ns
+    old.create_partitioned_topic("persistent://acme/orders/parted", 3)
     old.close()
 
 
@@ -82,6 +83,21 @@ def test_storage_opens_the_store_beside_the_old_tables(old_dir):
             "allowedClusters": ["standalone"],
         }
         assert storage.resources.namespaces.exists("acme/pay ments")
+        # so were the partitioned topics
+        assert storage.partitions("persistent://acme/orders/parted") == 3
+        assert storage.partitioned_topics() == {"persistent://acme/orders/parted": 3}
+        assert storage.partitioned_topics("acme/orders") == {"persistent://acme/orders/parted": 3}
+        assert storage.partitions("persistent://acme/orders/not-parted") is None
+        storage.update_partitioned_topic("persistent://acme/orders/parted", 3)  # same number: nothing
+        with pytest.raises(Conflict, match="cannot shrink"):
+            storage.update_partitioned_topic("persistent://acme/orders/parted", 2)
+        storage.update_partitioned_topic("persistent://acme/orders/parted", 4)
+        assert storage.partitions("persistent://acme/orders/parted") == 4
+        storage.delete_partitioned_topic("persistent://acme/orders/parted")
+        with pytest.raises(TopicNotFound):
+            storage.delete_partitioned_topic("persistent://acme/orders/parted")
+        with pytest.raises(TopicNotFound):
+            storage.update_partitioned_topic("persistent://acme/orders/parted", 5)
         # a topic created in a namespace nobody made creates it (and its tenant), as before
         storage.open_managed_ledger("persistent://new-tenant/new-ns/t")
         assert storage.resources.tenants.get("new-tenant") == {}

@@ -148,7 +148,7 @@ async def create_namespace(ctx: Context, request: web.Request, tenant: str, name
 async def delete_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
-    partitioned = await ctx.run_blocking(ctx.metadata.partitioned_topics, name)
+    partitioned = await ctx.run_blocking(ctx.storage.partitioned_topics, name)
     if partitioned:
         raise Conflict(f"namespace {name} still has partitioned topics: {', '.join(partitioned)}")
     await ctx.run_blocking(ctx.storage.delete_namespace, name)

@@ -203,6 +203,53 @@ class Storage:
         self.metadata.set_policies("namespace", namespace, dict.fromkeys(own))
         self.resources.namespaces.delete(namespace)
 
+    # --- partitioned topics (their metadata is in the resources) ----------------------------
+
+    def partitions(self, topic: str) -> int | None:
+        """Partitions of a partitioned topic, None when ``topic`` is not one."""
+        return self.resources.partitioned_topics.partitions(TopicName.parse(topic))
+
+    def partitioned_topics(self, namespace: str | None = None) -> dict[str, int]:
+        """``{name: partitions}`` of the partitioned topics of ``namespace`` (None: of all), sorted."""
+        res = self.resources
+        if namespace is None:
+            namespaces = [n for t in res.tenants.list_tenants() for n in res.namespaces.list_namespaces(t)]
+        else:
+            namespaces = [namespace]
+        found = {}
+        for ns in namespaces:
+            for domain in ("persistent", "non-persistent"):
+                for tn in res.partitioned_topics.list_topics(ns, domain):
+                    n = res.partitioned_topics.partitions(tn)
+                    if n is not None:  # deleted meanwhile
+                        found[str(tn)] = n
+        return dict(sorted(found.items()))
+
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """``AlreadyExists`` when it exists; fewer than one partition is ``InvalidInput``."""
+        self.resources.partitioned_topics.create(TopicName.parse(topic), partitions)
+
+    def update_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """Partitions can only be added (as in Pulsar); the same number changes nothing."""
+        tn = TopicName.parse(topic)
+        current = self.resources.partitioned_topics.partitions(tn)
+        if current is None:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist")
+        if partitions == current:
+            return
+        if partitions < current:
+            raise Conflict(f"cannot shrink {topic} from {current} to {partitions} partitions")
+        try:
+            self.resources.partitioned_topics.update_partitions(tn, partitions)
+        except NotFound:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist") from None
+
+    def delete_partitioned_topic(self, topic: str) -> None:
+        try:
+            self.resources.partitioned_topics.delete(TopicName.parse(topic))
+        except NotFound:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist") from None
+
     # --- paths -----------------------------------------------------------------------------
 
     def topic_dir(self, topic: str) -> str:

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put
 from .base import Json, dumps
-from .tenants import namespace_path, tenant_path
+from ...naming import TopicName
+from .tenants import namespace_path, partitioned_topic_path, tenant_path
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class LegacyMetadata(Protocol):
     def tenants(self) -> list[str]: ...
     def get_tenant(self, name: str) -> dict[str, Any] | None: ...
     def namespaces(self, tenant: str | None = None) -> list[str]: ...
+    def partitioned_topics(self, namespace: str | None = None) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,17 @@ def _tenants_and_namespaces(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
         yield namespace_path(namespace), {}
 
 
+def _partitioned_topics(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
+    for topic, partitions in old.partitioned_topics().items():
+        yield partitioned_topic_path(TopicName.parse(topic)), {"partitions": partitions}
+
+
 TENANTS_NAMESPACES = Kind("tenants-namespaces", _tenants_and_namespaces)
+PARTITIONED_TOPICS = Kind("partitioned-topics", _partitioned_topics)
 
 #: the kinds whose callers use the resources today (a kind is imported only once its callers
 #: moved: until then the old tables stay its truth), in import order
-KINDS: tuple[Kind, ...] = (TENANTS_NAMESPACES,)
+KINDS: tuple[Kind, ...] = (TENANTS_NAMESPACES, PARTITIONED_TOPICS)
 
 
 def marker_path(kind: str) -> str:

@@ -83,12 +83,16 @@ class NamespaceResources(BaseResources):
         return [f"{tenant}/{ns}" for ns in self._children(f"{POLICIES_ROOT}/{encode_segment(tenant)}")]
 
 
+def partitioned_topic_path(topic: TopicName) -> str:
+    return "/".join(
+        (PARTITIONED_TOPICS_ROOT, encode_segment(topic.tenant), encode_segment(topic.namespace),
+         topic.domain, encode_segment(topic.local_name))
+    )  # fmt: skip
+
+
 class PartitionedTopicResources(BaseResources):
     def _path(self, topic: TopicName) -> str:
-        return "/".join(
-            (PARTITIONED_TOPICS_ROOT, encode_segment(topic.tenant), encode_segment(topic.namespace),
-             topic.domain, encode_segment(topic.local_name))
-        )  # fmt: skip
+        return partitioned_topic_path(topic)
 
     def create(self, topic: TopicName, partitions: int) -> None:
         if partitions < 1:
@@ -98,6 +102,11 @@ class PartitionedTopicResources(BaseResources):
     def get(self, topic: TopicName) -> Json | None:
         got = self._read(self._path(topic))
         return None if got is None else got[0]
+
+    def partitions(self, topic: TopicName) -> int | None:
+        """The number of partitions of ``topic``; None when it is not a partitioned topic."""
+        meta = self.get(topic)
+        return None if meta is None else int(meta["partitions"])
 
     def update_partitions(self, topic: TopicName, partitions: int) -> Json:
         def grow(meta: Json) -> Json:
