@@ -78,8 +78,9 @@ def test_pulsar_conf_accepted_with_ignored_keys_reported(tmp_path):
     assert config_list(cfg, "superUserRoles") == ["admin", "ops"]
     assert config_list(cfg, "authenticationProviders")[1].endswith("AuthenticationProviderTls")
     # parts we do not have: accepted, listed once in the order seen (prefix match for new names)
+    # the metadata store keys are declared (an empty URL means the embedded store)
+    assert cfg["metadataStoreUrl"] == "" and cfg["metadataStoreSessionTimeoutMillis"] == 30000
     assert cfg.ignored_keys == (
-        "metadataStoreUrl",
         "clusterName",
         "maxUnackedMessagesPerSubscriptionOnBrokerBlocked",
         "bookkeeperClientTimeoutInSeconds",

@@ -104,6 +104,20 @@ def _s(type_: type, default: Any, help_: str) -> Setting:
 SETTINGS: dict[str, Setting] = {
     # --- standalone broker -------------------------------------------------------------
     "dataDir": _s(str, "data", "directory holding ledgers, compacted ledgers and metadata.db"),
+    # --- metadata store (Pulsar's keys; declared here, so IGNORED_PREFIXES no longer swallows them) ---
+    "metadataStoreUrl": _s(
+        str,
+        "",
+        "metadata store: empty = embedded (sqlite: metadata.db in dataDir), sqlite:<path>, "
+        "zk:host:port[,host:port...][/chroot], memory:[name] (tests)",
+    ),
+    "configurationMetadataStoreUrl": _s(
+        str, "", "store of tenants, namespaces and partitioned topics; empty: the same as metadataStoreUrl"
+    ),
+    "metadataStoreSessionTimeoutMillis": _s(
+        int, 30000, "metadata store session timeout: ephemeral keys of a silent session go after it"
+    ),
+    "metadataStoreOperationTimeoutSeconds": _s(int, 30, "longest wait for one metadata store operation"),
     "bindAddress": _s(str, "127.0.0.1", "address the broker and web service listen on"),
     "advertisedAddress": _s(str, "", "host name put in lookup answers; empty means bindAddress"),
     "advertisedListeners": _s(

@@ -70,7 +70,7 @@ def test_error_mapping(service, monkeypatch):
     def boom():
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(service.storage.metadata, "tenants", boom)
+    monkeypatch.setattr(service.storage.resources.tenants, "list_tenants", boom)
     (s404, _, b404), (s405, h405, b405), (s500, _, b500), (s503, _, b503), (s_other, _, b_other) = (
         request_all(
             service,

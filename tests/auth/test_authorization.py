@@ -14,28 +14,39 @@ from compactmq.errors import (
     NotFound,
 )
 from compactmq.storage.metadata import MetadataStore
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.resources import PulsarResources
 
 T = "persistent://acme/orders/events"
 
 
 @pytest.fixture
-def metadata(tmp_path):
+def resources(tmp_path):
+    """Tenants and namespaces, in the embedded store (the same metadata.db as the old tables)."""
+    kv = create_metadata_store("", data_dir=tmp_path)
+    res = PulsarResources(kv)
+    res.tenants.create("acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]})
+    res.namespaces.create("acme/orders", {})
+    res.namespaces.create("acme/other", {})
+    yield res
+    kv.close()
+
+
+@pytest.fixture
+def metadata(tmp_path, resources):
     store = MetadataStore(tmp_path / "metadata.db")
-    store.create_tenant("acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]})
-    store.create_namespace("acme/orders")
-    store.create_namespace("acme/other")
     yield store
     store.close()
 
 
 @pytest.fixture
-def authz(metadata):
+def authz(metadata, resources):
     cfg = load_config(overrides={"authorizationEnabled": "true", "superUserRoles": "root, ops"})
-    return AuthorizationService(cfg, metadata)
+    return AuthorizationService(cfg, metadata, resources)
 
 
-def test_disabled_lets_everything_through(metadata):
-    off = AuthorizationService(load_config(), metadata)
+def test_disabled_lets_everything_through(metadata, resources):
+    off = AuthorizationService(load_config(), metadata, resources)
     assert not off.enabled
     assert off.can_produce(None, T) and off.can_consume(None, T, "s") and off.is_superuser(None)
     off.check_superuser(None)
@@ -140,7 +151,7 @@ def test_grant_errors(authz):
     assert authz.namespace_permissions("acme/orders") == {}
 
 
-def test_only_pulsars_authorization_provider(metadata):
+def test_only_pulsars_authorization_provider(metadata, resources):
     cfg = load_config(overrides={"authorizationProvider": "com.example.MyAuthz"})
     with pytest.raises(InvalidConfiguration, match="only org.apache.pulsar.broker.authorization"):
-        AuthorizationService(cfg, metadata)
+        AuthorizationService(cfg, metadata, resources)

@@ -7,7 +7,8 @@ from security.helpers import data_url, make_pki, mint_token, secret_key, write_h
 from compactmq.auth import AuthenticationService
 from compactmq.broker.default_namespace import ensure_default_namespace, may_create
 from compactmq.config import load_config
-from compactmq.storage.metadata import MetadataStore
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.resources import PulsarResources
 
 TOKEN, BASIC, TLS = (
     f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
@@ -96,17 +97,18 @@ def test_the_broker_client_credentials_of_a_superuser(tmp_path):
 
 
 def test_created_with_pulsars_tenant_info_and_again_after_a_delete(tmp_path):
-    meta = MetadataStore(tmp_path / "metadata.db", bootstrap=False)
+    kv = create_metadata_store("", data_dir=tmp_path)
+    res = PulsarResources(kv)
     try:
-        assert not meta.namespace_exists("public/default") and meta.get_tenant("public") is None
+        assert not res.namespaces.exists("public/default") and res.tenants.get("public") is None
         refused = load_config(overrides=secured(tokenSecretKey=data_url(SECRET)))
-        assert not ensure_default_namespace(meta, refused, AuthenticationService.from_config(refused))
-        assert meta.get_tenant("public") is None  # nothing is created when the client is refused
+        assert not ensure_default_namespace(res, refused, AuthenticationService.from_config(refused))
+        assert res.tenants.get("public") is None  # nothing is created when the client is refused
         plain = load_config(overrides={"superUserRoles": "admin"})
-        assert ensure_default_namespace(meta, plain, AuthenticationService.from_config(plain))
-        assert meta.get_tenant("public") == {"adminRoles": ["admin"], "allowedClusters": ["standalone"]}
-        meta.delete_namespace("public/default")
-        assert ensure_default_namespace(meta, plain, AuthenticationService.from_config(plain))
-        assert meta.namespace_exists("public/default")
+        assert ensure_default_namespace(res, plain, AuthenticationService.from_config(plain))
+        assert res.tenants.get("public") == {"adminRoles": ["admin"], "allowedClusters": ["standalone"]}
+        res.namespaces.delete("public/default")
+        assert ensure_default_namespace(res, plain, AuthenticationService.from_config(plain))
+        assert res.namespaces.exists("public/default")
     finally:
-        meta.close()
+        kv.close()

@@ -27,7 +27,7 @@ def test_compact_topic_on_a_partitioned_topic_is_one_job(spark, tmp_path):
     cfg = load_config(overrides={"managedLedgerSyncData": False})
     storage = Storage(str(tmp_path), cfg)
     try:
-        storage.metadata.create_partitioned_topic(TOPIC, 2)
+        storage.create_partitioned_topic(TOPIC, 2)
         names = [f"{TOPIC}-partition-{i}" for i in range(2)]
         for i, name in enumerate(names):  # the same keys in both partitions, values of their own
             ml = storage.open_managed_ledger(name)

@@ -184,8 +184,8 @@ def test_offloader_refuses_a_stored_location_it_was_never_allowed(tmp_path):
     config = load_config(overrides={"dataDir": str(tmp_path / "data")})
     storage = Storage(tmp_path / "data", config)
     try:
-        storage.metadata.create_tenant("acme", {"adminRoles": []})
-        storage.metadata.create_namespace("acme/ops")
+        storage.resources.tenants.create("acme", {"adminRoles": []})
+        storage.resources.namespaces.create("acme/ops", {})
         storage.metadata.set_policies(
             "namespace",
             "acme/ops",

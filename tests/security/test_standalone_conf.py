@@ -380,14 +380,20 @@ def test_started_from_the_unmodified_file(standalone):
     assert len(ignored) == 1, ignored  # listed once, on one line
     for key in (
         "zookeeperServers",
-        "metadataStoreUrl",
+        "metadataStoreConfigPath",
         "bookkeeperClientTimeoutInSeconds",
         "loadBalancerEnabled",
         "functionsWorkerEnabled",
         "brokerClientTrustCertsFilePath",
     ):
         assert key in ignored[0], key
-    for key in ("authenticationEnabled", "tlsCertificateFilePath", "superUserRoles", "brokerServicePortTls"):
+    implemented = (
+        "authenticationEnabled",
+        "tlsCertificateFilePath",
+        "superUserRoles",
+        "brokerServicePortTls",
+    )
+    for key in implemented + ("metadataStoreUrl", "metadataStoreSessionTimeoutMillis"):
         assert f" {key}," not in ignored[0] and not ignored[0].endswith(key), key  # implemented keys act
     assert standalone.superuser_token not in log  # a secret of an ignored key is never logged
 

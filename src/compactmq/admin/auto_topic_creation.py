@@ -42,7 +42,7 @@ def add_routes(router: Router) -> None:
 
 
 async def _require(ctx: Context, namespace: str) -> None:
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, namespace):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, namespace):
         raise NotFound(f"Namespace does not exist: {namespace}")
 
 

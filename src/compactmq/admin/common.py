@@ -37,7 +37,7 @@ class Context:
         if self._authorization is None:
             from ..auth.authorization import AuthorizationService
 
-            self._authorization = AuthorizationService(self.service.config, self.metadata)
+            self._authorization = AuthorizationService(self.service.config, self.metadata, self.resources)
         return self._authorization
 
     @property
@@ -47,6 +47,11 @@ class Context:
     @property
     def metadata(self):
         return self.service.storage.metadata
+
+    @property
+    def resources(self):
+        """The typed resources (``storage.resources.PulsarResources``): tenants and namespaces."""
+        return self.service.storage.resources
 
     @property
     def monitor(self):

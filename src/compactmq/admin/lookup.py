@@ -71,7 +71,7 @@ async def namespace_topics(ctx: Context, request: web.Request, tenant: str, name
     if mode not in MODES:
         raise InvalidInput(f"unknown mode {mode!r}: expected {', '.join(MODES)}")
     ns = f"{tenant}/{namespace}"
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, ns):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, ns):
         raise NotFound(f"namespace {ns} does not exist")
     names = await ctx.run_blocking(ctx.metadata.topics, ns)
     names = list(names) + nonpersistent.names(ctx, ns)  # the non-persistent ones in use

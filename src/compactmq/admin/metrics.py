@@ -346,7 +346,8 @@ def render_metrics(ctx: Any) -> str:
         ns = TopicName.parse(name).namespace_name
         per_namespace[ns] = per_namespace.get(ns, 0) + 1
     topics_count = _Family("pulsar_topics_count", "gauge", "topics of the namespace")
-    for ns in meta.namespaces():
+    tenants, namespaces = ctx.resources.tenants, ctx.resources.namespaces
+    for ns in sorted(n for t in tenants.list_tenants() for n in namespaces.list_namespaces(t)):
         topics_count.add({"cluster": cluster, "namespace": ns}, per_namespace.get(ns, 0))
 
     for name in topics:

@@ -74,11 +74,11 @@ async def create_cluster(ctx: Context, request: web.Request, cluster: str) -> An
 
 
 async def list_tenants(ctx: Context, request: web.Request) -> Any:
-    return await ctx.run_blocking(ctx.metadata.tenants)
+    return sorted(await ctx.run_blocking(ctx.resources.tenants.list_tenants))
 
 
 async def get_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
-    info = await ctx.run_blocking(ctx.metadata.get_tenant, tenant)
+    info = await ctx.run_blocking(ctx.resources.tenants.get, tenant)
     if info is None:
         raise NotFound(f"tenant {tenant} does not exist")
     info.setdefault("adminRoles", [])
@@ -99,18 +99,18 @@ async def _tenant_info(request: web.Request) -> dict:
 async def create_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
     _check_name("tenant", tenant)
     info = tenant_info(ctx, await _tenant_info(request))
-    await ctx.run_blocking(ctx.metadata.create_tenant, tenant, info)
+    await ctx.run_blocking(ctx.resources.tenants.create, tenant, info)
     return None
 
 
 async def update_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
     info = tenant_info(ctx, await _tenant_info(request))
-    await ctx.run_blocking(ctx.metadata.update_tenant, tenant, info)
+    await ctx.run_blocking(ctx.resources.tenants.update, tenant, lambda _old: info)
     return None
 
 
 async def delete_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
-    await ctx.run_blocking(ctx.metadata.delete_tenant, tenant)
+    await ctx.run_blocking(ctx.resources.tenants.delete, tenant)
     return None
 
 
@@ -118,28 +118,28 @@ async def delete_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
 
 
 async def list_namespaces(ctx: Context, request: web.Request, tenant: str) -> Any:
-    if await ctx.run_blocking(ctx.metadata.get_tenant, tenant) is None:
+    if await ctx.run_blocking(ctx.resources.tenants.get, tenant) is None:
         raise NotFound(f"tenant {tenant} does not exist")
-    return await ctx.run_blocking(ctx.metadata.namespaces, tenant)
+    return sorted(await ctx.run_blocking(ctx.resources.namespaces.list_namespaces, tenant))
 
 
 async def _require(ctx: Context, namespace: str) -> None:
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, namespace):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, namespace):
         raise NotFound(f"namespace {namespace} does not exist")
 
 
 async def create_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     _check_name("namespace", namespace)
     name = f"{tenant}/{namespace}"
-    if await ctx.run_blocking(ctx.metadata.get_tenant, tenant) is None:
+    if await ctx.run_blocking(ctx.resources.tenants.get, tenant) is None:
         raise NotFound(f"tenant {tenant} does not exist")
-    if await ctx.run_blocking(ctx.metadata.namespace_exists, name):
+    if await ctx.run_blocking(ctx.resources.namespaces.exists, name):
         raise AlreadyExists(f"namespace {name} already exists")
     raw = await request.read()  # optional: a Pulsar Policies object
     grants = namespace_creation_grants(
         await read_json(request, "the namespace policies") if raw.strip() else None
     )
-    await ctx.run_blocking(ctx.metadata.create_namespace, name)
+    await ctx.run_blocking(ctx.resources.namespaces.create, name, {})
     if grants:
         await ctx.run_blocking(grant_creation_permissions, ctx, name, grants)
     return None
@@ -148,10 +148,10 @@ async def create_namespace(ctx: Context, request: web.Request, tenant: str, name
 async def delete_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
-    partitioned = await ctx.run_blocking(ctx.metadata.partitioned_topics, name)
+    partitioned = await ctx.run_blocking(ctx.storage.partitioned_topics, name)
     if partitioned:
         raise Conflict(f"namespace {name} still has partitioned topics: {', '.join(partitioned)}")
-    await ctx.run_blocking(ctx.metadata.delete_namespace, name)
+    await ctx.run_blocking(ctx.storage.delete_namespace, name)
     return None
 
 

@@ -177,7 +177,7 @@ def add_routes(router: Router) -> None:
 
     async def remove_offload_policies(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
         name = f"{tenant}/{namespace}"
-        if not await ctx.run_blocking(ctx.metadata.namespace_exists, name):
+        if not await ctx.run_blocking(ctx.resources.namespaces.exists, name):
             raise NotFound(f"namespace {name} does not exist")
         await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {OFFLOAD_POLICIES: None})
         return None

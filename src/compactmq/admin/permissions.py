@@ -148,7 +148,7 @@ def tenant_info(ctx: Context, body: Any) -> dict[str, Any]:
 
 async def _namespace(ctx: Context, tenant: str, namespace: str) -> str:
     name = f"{tenant}/{namespace}"
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, name):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, name):
         raise NotFound(f"namespace {name} does not exist")
     return name
 

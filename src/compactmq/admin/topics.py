@@ -130,14 +130,14 @@ def _persistent(tn: TopicName) -> str:
 
 
 async def _require_namespace(ctx: Context, namespace: str) -> None:
-    if not await ctx.run_blocking(ctx.metadata.namespace_exists, namespace):
+    if not await ctx.run_blocking(ctx.resources.namespaces.exists, namespace):
         raise NotFound(f"namespace {namespace} does not exist")
 
 
 async def _kind(ctx: Context, topic: str) -> int | None:
     """Partitions of ``topic`` when it is a partitioned topic, 0 for a non-partitioned one;
     ``TopicNotFound`` when it is neither."""
-    partitions = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
+    partitions = await ctx.run_blocking(ctx.storage.partitions, topic)
     if partitions is not None:
         return partitions
     if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
@@ -167,7 +167,7 @@ async def list_partitioned_topics(
 ) -> Any:
     ns = f"{tenant}/{namespace}"
     await _require_namespace(ctx, ns)
-    names = await ctx.run_blocking(ctx.metadata.partitioned_topics, ns)
+    names = await ctx.run_blocking(ctx.storage.partitioned_topics, ns)
     return [n for n in names if n.startswith(f"{domain}://")]
 
 
@@ -175,7 +175,7 @@ async def create_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = _persistent(topic_name(**path))
     tn = TopicName.parse(topic)
     await _require_namespace(ctx, tn.namespace_name)
-    if await ctx.run_blocking(ctx.metadata.get_partitions, topic) is not None:
+    if await ctx.run_blocking(ctx.storage.partitions, topic) is not None:
         raise AlreadyExists(f"{topic} already exists as a partitioned topic")
     if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
         raise AlreadyExists(f"topic {topic} already exists")
@@ -232,7 +232,7 @@ async def create_partitioned_topic(ctx: Context, request: web.Request, **path: s
     await _require_namespace(ctx, tn.namespace_name)
     if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
         raise AlreadyExists(f"a non-partitioned topic {topic} already exists")
-    await ctx.run_blocking(ctx.metadata.create_partitioned_topic, topic, n)
+    await ctx.run_blocking(ctx.storage.create_partitioned_topic, topic, n)
     await ctx.run_blocking(_create_partitions, ctx, topic, 0, n)
     return None
 
@@ -251,12 +251,12 @@ async def update_partitioned_topic(ctx: Context, request: web.Request, **path: s
     n = check_partitions(
         _partitions_body(await read_json(request, "the number of partitions")), ctx.service.config
     )
-    old = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
+    old = await ctx.run_blocking(ctx.storage.partitions, topic)
     if old is None:
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
     if n < old:
         raise PreconditionFailed(f"partitions can only be added: {topic} has {old}, asked for {n}")
-    await ctx.run_blocking(ctx.metadata.update_partitioned_topic, topic, n)
+    await ctx.run_blocking(ctx.storage.update_partitioned_topic, topic, n)
     await ctx.run_blocking(_create_partitions, ctx, topic, old, n)
     return None
 
@@ -271,7 +271,7 @@ async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: s
         # a client's lookup over HTTP (http:// service URL): a topic it may auto-create is answered
         # as the binary PARTITIONED_METADATA answers it (0, or a new partitioned topic by type)
         return {"partitions": await ctx.service.topics.partitions(topic, auto_create=True)}
-    n = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
+    n = await ctx.run_blocking(ctx.storage.partitions, topic)
     if n is None and not await ctx.run_blocking(ctx.metadata.topic_exists, topic):
         raise TopicNotFound(f"topic {topic} does not exist")
     return {"partitions": n or 0}
@@ -279,14 +279,14 @@ async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: s
 
 async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = _persistent(topic_name(**path))
-    n = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
+    n = await ctx.run_blocking(ctx.storage.partitions, topic)
     if n is None:
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
     force = query_flag(request, "force")
     for name in _partition_names(topic, n):
         if await ctx.run_blocking(ctx.metadata.topic_exists, name):
             await _delete_one(ctx, name, force)
-    await ctx.run_blocking(ctx.metadata.delete_partitioned_topic, topic)
+    await ctx.run_blocking(ctx.storage.delete_partitioned_topic, topic)
     await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
     return None
 
@@ -461,7 +461,7 @@ _SUMMED = (
 
 async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = _persistent(topic_name(**path))
-    n = await ctx.run_blocking(ctx.metadata.get_partitions, topic)
+    n = await ctx.run_blocking(ctx.storage.partitions, topic)
     if n is None:
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
     ctx.sampler.refresh()

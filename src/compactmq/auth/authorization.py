@@ -64,7 +64,9 @@ def empty_auth_policies() -> dict[str, Any]:
 class AuthorizationService:
     """Checks and grants over the metadata store (``compactmq.storage.metadata.MetadataStore``)."""
 
-    def __init__(self, config: Mapping[str, Any], metadata: Any):
+    def __init__(self, config: Mapping[str, Any], metadata: Any, resources: Any):
+        """``metadata``: the old store (namespace policies, where grants live); ``resources``:
+        ``storage.resources.PulsarResources`` (tenants and namespaces)."""
         self.enabled = bool(config.get("authorizationEnabled", False))
         provider = config.get("authorizationProvider") or PULSAR_AUTHORIZATION_PROVIDER
         if provider != PULSAR_AUTHORIZATION_PROVIDER:
@@ -74,6 +76,7 @@ class AuthorizationService:
         roles = config_list(config, "superUserRoles") if "superUserRoles" in config else []
         self.superusers = frozenset(roles)
         self.metadata = metadata
+        self.resources = resources
 
     # --- questions ---------------------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class AuthorizationService:
             return True
         if role is None:
             return False
-        info = self.metadata.get_tenant(tenant) or {}
+        info = self.resources.tenants.get(tenant) or {}
         return role in (info.get("adminRoles") or ())
 
     def can_produce(self, role: str | None, topic: str) -> bool:
@@ -256,7 +259,7 @@ class AuthorizationService:
         self.metadata.set_namespace_policy(namespace, AUTH_POLICIES, dict(policies))
 
     def _require_namespace(self, namespace: str) -> None:
-        if not self.metadata.namespace_exists(namespace):
+        if not self.resources.namespaces.exists(namespace):
             raise NotFound(f"namespace {namespace!r} does not exist")
 
 

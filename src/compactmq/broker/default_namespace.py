@@ -147,28 +147,28 @@ def may_create(config: Mapping[str, Any], authentication: AuthenticationService)
 
 
 def ensure_default_namespace(
-    metadata: Any, config: Mapping[str, Any], authentication: AuthenticationService
+    resources: Any, config: Mapping[str, Any], authentication: AuthenticationService
 ) -> bool:
     """Create the ``public`` tenant and ``public/default`` when missing and the broker's admin
     client may (one log line when it may not). Returns whether both exist afterwards."""
     namespace = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}"
-    if metadata.namespace_exists(namespace):
+    if resources.namespaces.exists(namespace):
         return True
     allowed, why = may_create(config, authentication)
     if not allowed:
         log.warning("%s not created: %s; create it over the admin API", namespace, why)
         return False
-    if metadata.get_tenant(DEFAULT_TENANT) is None:
+    if resources.tenants.get(DEFAULT_TENANT) is None:
         info = {
             "adminRoles": sorted(set(config_list(config, "superUserRoles"))),
             "allowedClusters": [CLUSTER],
         }
         try:
-            metadata.create_tenant(DEFAULT_TENANT, info)
+            resources.tenants.create(DEFAULT_TENANT, info)
         except AlreadyExists:
             pass
     try:
-        metadata.create_namespace(namespace)
+        resources.namespaces.create(namespace, {})
     except AlreadyExists:
         pass
     return True

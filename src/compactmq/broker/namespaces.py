@@ -108,18 +108,16 @@ def resolve(override: Mapping[str, Any] | None, config: Mapping[str, Any]) -> Au
     )
 
 
-def _namespace_facts(metadata: Any, namespace: str) -> tuple[bool, Any]:
-    if not metadata.namespace_exists(namespace):
+def _namespace_facts(storage: Any, namespace: str) -> tuple[bool, Any]:
+    if not storage.resources.namespaces.exists(namespace):
         return False, None
-    return True, metadata.get_namespace_policies(namespace).get(POLICY_KEY)
+    return True, storage.metadata.get_namespace_policies(namespace).get(POLICY_KEY)
 
 
 async def check_namespace(service: "BrokerService", tn: TopicName) -> AutoTopicCreation:
     """Raise ``NamespaceNotFound`` unless ``tn``'s namespace exists; return the auto-creation
     rule in force there (one metadata read, in the thread pool)."""
-    exists, override = await service.run_blocking(
-        _namespace_facts, service.storage.metadata, tn.namespace_name
-    )
+    exists, override = await service.run_blocking(_namespace_facts, service.storage, tn.namespace_name)
     if not exists:
         raise NamespaceNotFound(f"Namespace not found: {tn.namespace_name} (topic {tn})")
     return resolve(override, service.config)

@@ -205,7 +205,7 @@ async def authorize(conn: ServerConnection, action: str, topic: str, subscriptio
     tn = TopicName.parse(topic)  # InvalidTopicName before any lookup of grants
     name = str(tn)
     exists = await conn.service.run_blocking(
-        conn.service.storage.metadata.namespace_exists, tn.namespace_name
+        conn.service.storage.resources.namespaces.exists, tn.namespace_name
     )
     if not exists:
         raise NamespaceNotFound(f"Namespace not found: {tn.namespace_name} (topic {tn})")

@@ -255,7 +255,7 @@ class BrokerServer:
             opener = functools.partial(Storage, self.config.data_dir, self.config, bootstrap_defaults=False)
             self._storage = await loop.run_in_executor(None, opener)
         await loop.run_in_executor(
-            None, ensure_default_namespace, self._storage.metadata, self.config, authentication
+            None, ensure_default_namespace, self._storage.resources, self.config, authentication
         )
         listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
@@ -263,7 +263,9 @@ class BrokerServer:
             advertised = _wildcard_advertised_host()
         service = BrokerService(self.config, self._storage, "", None)
         service.authentication = authentication
-        service.authorization = AuthorizationService(self.config, self._storage.metadata)
+        service.authorization = AuthorizationService(
+            self.config, self._storage.metadata, self._storage.resources
+        )
         service.credential_refresher = security.CredentialRefresher(service)
         self.service = service
         try:

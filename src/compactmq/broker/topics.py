@@ -501,13 +501,13 @@ class TopicManager:
         allowed = create and auto.allowed
         base = tn.partitioned_base
         if tn.partition_index >= 0:
-            partitions = await self.service.run_blocking(self.metadata.get_partitions, str(base))
+            partitions = await self.service.run_blocking(self.service.storage.partitions, str(base))
             if partitions is not None:
                 if tn.partition_index >= partitions:
                     raise TopicNotFound(f"topic {tn}: {base} has only {partitions} partitions")
                 allowed = True
         else:
-            partitions = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+            partitions = await self.service.run_blocking(self.service.storage.partitions, str(tn))
             if partitions is not None:
                 raise NotAllowed(f"{tn} is a partitioned topic: use its partitions")
         try:
@@ -532,7 +532,7 @@ class TopicManager:
         auto = await check_namespace(self.service, tn)  # NamespaceNotFound, as Pulsar answers
         if tn.partition_index >= 0:
             return 0
-        n = await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+        n = await self.service.run_blocking(self.service.storage.partitions, str(tn))
         if n is not None:
             return n
         if auto_create and auto.allowed and auto.partitioned and str(tn) not in self.loaded:
@@ -547,11 +547,13 @@ class TopicManager:
         if tn.partition_index >= 0:
             raise InvalidTopicName(f"{tn} is a partition name; a partitioned topic cannot be one")
         try:
-            await self.service.run_blocking(self.metadata.create_partitioned_topic, str(tn), partitions)
+            await self.service.run_blocking(
+                self.service.storage.create_partitioned_topic, str(tn), partitions
+            )
         except CompactMQError as exc:
             if type(exc).__name__ != "AlreadyExists":
                 raise
-        return await self.service.run_blocking(self.metadata.get_partitions, str(tn))
+        return await self.service.run_blocking(self.service.storage.partitions, str(tn))
 
     async def policies_changed(self, name: str) -> None:
         """A topic or namespace policy changed (admin API): loaded topics it covers re-read

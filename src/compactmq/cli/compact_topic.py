@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             f"{topic}: compaction applies only to persistent topics (a non-persistent topic stores nothing)"
         )
     check_data_dir(config.data_dir, topic)
-    partitions = _partitions_of(config.data_dir, topic)
+    partitions = _partitions_of(config, topic)
     topics = [f"{topic}-partition-{i}" for i in range(partitions)] if partitions else [topic]
     from ..storage.seal import NOT_SEALED, seal_before_compaction
 
@@ -171,16 +171,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partitions_of(data_dir, topic: str) -> int:
-    """The partitions of ``topic`` when it is a partitioned topic, else 0."""
-    from ..storage.engine import METADATA_FILE
-    from ..storage.metadata import MetadataStore
+def _partitions_of(config, topic: str) -> int:
+    """The partitions of ``topic`` when it is a partitioned topic, else 0 (read from the store the
+    broker's ``configurationMetadataStoreUrl``/``metadataStoreUrl`` names)."""
+    from ..naming import TopicName
+    from ..storage.metadata_store import store_from_config
+    from ..storage.resources import PulsarResources
 
-    meta = MetadataStore(Path(data_dir) / METADATA_FILE, bootstrap=False)
+    store = store_from_config(config, configuration=True)
     try:
-        return int(meta.get_partitions(topic) or 0)
+        return int(PulsarResources(store).partitioned_topics.partitions(TopicName.parse(topic)) or 0)
     finally:
-        meta.close()
+        store.close()
 
 
 def _compact(config, topics: list[str], progress: "ProgressLine") -> list:

@@ -48,7 +48,7 @@ class DirectBackend:
         from ..naming import TopicName
 
         meta = self.storage.metadata
-        partitioned = meta.partitioned_topics()
+        partitioned = self.storage.partitioned_topics()
         if pattern is not None:
             regex = re.compile(pattern)
             names = sorted(

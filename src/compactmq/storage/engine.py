@@ -15,13 +15,17 @@ from typing import Callable
 from urllib.parse import quote
 
 from ..config import Config, load_config
-from ..errors import CompactMQError, StorageError, TopicNotFound
+from ..errors import AlreadyExists, CompactMQError, Conflict, NotFound, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from . import dir_owner
 from .managed_ledger import ManagedLedger
 from .modes import DIR_MODE, FILE_MODE, private_data_dir
 from .metadata import MetadataStore
+from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_MS, create_metadata_store
+from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
+from .resources import PulsarResources
+from .resources.legacy_import import import_legacy
 from .seal import SealRequestWatcher, open_ledger_left
 from .topic_lock import TopicLock
 
@@ -113,6 +117,12 @@ class Storage:
             self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
         )
         self.metadata.add_listener(self._on_metadata_event)
+        try:
+            self._open_resources(bootstrap=bootstrap_defaults and not read_only)
+        except BaseException:
+            self.metadata.close()
+            self._release_lock()
+            raise
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(
             self.metadata,
@@ -127,6 +137,120 @@ class Storage:
             self._sweep_offload()
             # a compact-topic job beside this process asks it to seal a topic (storage.seal)
             self._seal_watcher = SealRequestWatcher(self)
+
+    def _open_resources(self, bootstrap: bool) -> None:
+        """The metadata store ``metadataStoreUrl`` names (embedded: ``metadata.db`` here, beside the
+        old tables) and the resources over it; the old tables' content is imported once."""
+        self.metadata_store = self._open_store(str(self.config.get("metadataStoreUrl") or ""))
+        self.configuration_store = self.metadata_store
+        conf_url = str(self.config.get("configurationMetadataStoreUrl") or "")
+        if conf_url and conf_url != str(self.config.get("metadataStoreUrl") or ""):
+            try:
+                self.configuration_store = self._open_store(conf_url)
+            except BaseException:
+                self.metadata_store.close()
+                raise
+        self.resources = PulsarResources(self.metadata_store, self.configuration_store)
+        if not self.read_only:  # the writer imports; a compact-topic job beside it never does
+            import_legacy(self.metadata, self.configuration_store)
+        if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
+            self.ensure_namespace("public/default")
+
+    def _open_store(self, url: str) -> KeyValueStore:
+        return create_metadata_store(
+            url,
+            data_dir=self.data_dir,
+            session_timeout_ms=int(
+                self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS
+            ),
+            operation_timeout_s=float(
+                self.config.get("metadataStoreOperationTimeoutSeconds") or DEFAULT_OPERATION_TIMEOUT_S
+            ),
+        )
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # --- tenants and namespaces ------------------------------------------------------------
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` and its tenant (with no info) when missing, as a standalone broker
+        does for a topic auto-created in a namespace nobody made."""
+        if self.resources.namespaces.exists(namespace):
+            return
+        tenant = namespace.partition("/")[0]
+        for create in (
+            lambda: self.resources.tenants.create(tenant, {}),
+            lambda: self.resources.namespaces.create(namespace, {}),
+        ):
+            try:
+                create()
+            except AlreadyExists:
+                pass  # another thread or process made it meanwhile
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Delete a namespace that has no topics, with its policies. ``Conflict`` when topics
+        remain, ``NotFound`` when it does not exist.
+
+        Topics and policies are still in the old tables: the policies go first, so a crash in
+        between leaves a namespace without policies (what its deletion asked for), never a
+        namespace created again later that inherits the old one's policies."""
+        if self.metadata.topics(namespace):
+            raise Conflict(f"namespace {namespace!r} still has topics")
+        if not self.resources.namespaces.exists(namespace):
+            raise NotFound(f"namespace {namespace!r} does not exist")
+        own = self.metadata.get_namespace_policies(namespace)
+        self.metadata.set_policies("namespace", namespace, dict.fromkeys(own))
+        self.resources.namespaces.delete(namespace)
+
+    # --- partitioned topics (their metadata is in the resources) ----------------------------
+
+    def partitions(self, topic: str) -> int | None:
+        """Partitions of a partitioned topic, None when ``topic`` is not one."""
+        return self.resources.partitioned_topics.partitions(TopicName.parse(topic))
+
+    def partitioned_topics(self, namespace: str | None = None) -> dict[str, int]:
+        """``{name: partitions}`` of the partitioned topics of ``namespace`` (None: of all), sorted."""
+        res = self.resources
+        if namespace is None:
+            namespaces = [n for t in res.tenants.list_tenants() for n in res.namespaces.list_namespaces(t)]
+        else:
+            namespaces = [namespace]
+        found = {}
+        for ns in namespaces:
+            for domain in ("persistent", "non-persistent"):
+                for tn in res.partitioned_topics.list_topics(ns, domain):
+                    n = res.partitioned_topics.partitions(tn)
+                    if n is not None:  # deleted meanwhile
+                        found[str(tn)] = n
+        return dict(sorted(found.items()))
+
+    def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """``AlreadyExists`` when it exists; fewer than one partition is ``InvalidInput``."""
+        self.resources.partitioned_topics.create(TopicName.parse(topic), partitions)
+
+    def update_partitioned_topic(self, topic: str, partitions: int) -> None:
+        """Partitions can only be added (as in Pulsar); the same number changes nothing."""
+        tn = TopicName.parse(topic)
+        current = self.resources.partitioned_topics.partitions(tn)
+        if current is None:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist")
+        if partitions == current:
+            return
+        if partitions < current:
+            raise Conflict(f"cannot shrink {topic} from {current} to {partitions} partitions")
+        try:
+            self.resources.partitioned_topics.update_partitions(tn, partitions)
+        except NotFound:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist") from None
+
+    def delete_partitioned_topic(self, topic: str) -> None:
+        try:
+            self.resources.partitioned_topics.delete(TopicName.parse(topic))
+        except NotFound:
+            raise TopicNotFound(f"partitioned topic {topic} does not exist") from None
 
     # --- paths -----------------------------------------------------------------------------
 
@@ -182,6 +306,7 @@ class Storage:
                     raise TopicNotFound(f"topic {name} does not exist")
                 if dir_owner.owned_by_another(self.topic_dir(name), name):
                     dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
+                self.ensure_namespace(TopicName.parse(name).namespace_name)
                 self.metadata.create_topic(name)
             ml = ManagedLedger(
                 name,
@@ -298,9 +423,10 @@ class Storage:
         for ml in mls:
             ml.close()
         self.metadata.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self.configuration_store is not self.metadata_store:
+            self.configuration_store.close()
+        self.metadata_store.close()
+        self._release_lock()
 
     def __enter__(self) -> "Storage":
         return self

@@ -23,7 +23,11 @@ POLICIES_ROOT = "/admin/policies"
 PARTITIONED_TOPICS_ROOT = "/admin/partitioned-topics"
 
 
-def _namespace_path(namespace: str) -> str:
+def tenant_path(tenant: str) -> str:
+    return f"{POLICIES_ROOT}/{encode_segment(tenant)}"
+
+
+def namespace_path(namespace: str) -> str:
     tenant, sep, name = namespace.partition("/")
     if not sep or not tenant or not name or "/" in name:
         raise InvalidInput(f"namespace {namespace!r} is not tenant/namespace")
@@ -32,7 +36,7 @@ def _namespace_path(namespace: str) -> str:
 
 class TenantResources(BaseResources):
     def _path(self, tenant: str) -> str:
-        return f"{POLICIES_ROOT}/{encode_segment(tenant)}"
+        return tenant_path(tenant)
 
     def create(self, tenant: str, info: Json) -> None:
         self._create(self._path(tenant), info, f"tenant {tenant}")
@@ -59,32 +63,36 @@ class NamespaceResources(BaseResources):
         tenant = namespace.partition("/")[0]
         if not self.store.exists(f"{POLICIES_ROOT}/{encode_segment(tenant)}"):
             raise NotFound(f"tenant {tenant} does not exist")
-        self._create(_namespace_path(namespace), policies, f"namespace {namespace}")
+        self._create(namespace_path(namespace), policies, f"namespace {namespace}")
 
     def exists(self, namespace: str) -> bool:
-        return self.store.exists(_namespace_path(namespace))
+        return self.store.exists(namespace_path(namespace))
 
     def get_policies(self, namespace: str) -> Json | None:
-        got = self._read(_namespace_path(namespace))
+        got = self._read(namespace_path(namespace))
         return None if got is None else got[0]
 
     def set_policies(self, namespace: str, fn: Callable[[Json], Json]) -> Json:
         """Read-modify-write of the namespace's policies (``fn`` is re-applied if another won)."""
-        return self._update(_namespace_path(namespace), fn, f"namespace {namespace}")
+        return self._update(namespace_path(namespace), fn, f"namespace {namespace}")
 
     def delete(self, namespace: str) -> None:
-        self._delete(_namespace_path(namespace), f"namespace {namespace}")
+        self._delete(namespace_path(namespace), f"namespace {namespace}")
 
     def list_namespaces(self, tenant: str) -> list[str]:
         return [f"{tenant}/{ns}" for ns in self._children(f"{POLICIES_ROOT}/{encode_segment(tenant)}")]
 
 
+def partitioned_topic_path(topic: TopicName) -> str:
+    return "/".join(
+        (PARTITIONED_TOPICS_ROOT, encode_segment(topic.tenant), encode_segment(topic.namespace),
+         topic.domain, encode_segment(topic.local_name))
+    )  # fmt: skip
+
+
 class PartitionedTopicResources(BaseResources):
     def _path(self, topic: TopicName) -> str:
-        return "/".join(
-            (PARTITIONED_TOPICS_ROOT, encode_segment(topic.tenant), encode_segment(topic.namespace),
-             topic.domain, encode_segment(topic.local_name))
-        )  # fmt: skip
+        return partitioned_topic_path(topic)
 
     def create(self, topic: TopicName, partitions: int) -> None:
         if partitions < 1:
@@ -94,6 +102,11 @@ class PartitionedTopicResources(BaseResources):
     def get(self, topic: TopicName) -> Json | None:
         got = self._read(self._path(topic))
         return None if got is None else got[0]
+
+    def partitions(self, topic: TopicName) -> int | None:
+        """The number of partitions of ``topic``; None when it is not a partitioned topic."""
+        meta = self.get(topic)
+        return None if meta is None else int(meta["partitions"])
 
     def update_partitions(self, topic: TopicName, partitions: int) -> Json:
         def grow(meta: Json) -> Json:

@@ -1,0 +1,125 @@
+"""One-time import of the metadata a data directory kept in the old SQLite tables into the resources.
+
+Until this issue, ``metadata.db`` held tenants, namespaces, policies and the rest in tables of its
+own (``storage/metadata.py``). The metadata store now keeps them as versioned keys; this module
+copies what the old tables hold into the store once, when a broker starts, so a data directory
+written by an older compactmq opens with everything it had.
+
+The import goes by *kind* (tenants and namespaces first; the others as their callers move to the
+resources), and each kind has a marker key, ``/compactmq/legacy-import/<kind>``. A kind whose
+marker exists was imported (or the store was born with it); from then on the store is the only
+truth for that kind and the old tables are never read for it again. Each kind is written in one
+``commit`` together with its marker, so a crash leaves all of it or none of it. A commit has a size
+limit (``MAX_VALUE_SIZE``): a kind too large for one commit is written in several, the marker in
+the last; a rerun after a crash between them skips keys already there, so nothing is written twice.
+
+Keys that already exist in the store are never overwritten (``NEW`` expected versions): when two
+processes import at once (brokers sharing ZooKeeper, each with an old data directory), the loser
+gets ``BadVersion``, reads the marker again and finds the winner's import.
+
+The old store is read through its public methods only (no SQL here): it is the source, never
+written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put
+from .base import Json, dumps
+from ...naming import TopicName
+from .tenants import namespace_path, partitioned_topic_path, tenant_path
+
+log = logging.getLogger(__name__)
+
+MARKER_ROOT = "/compactmq/legacy-import"
+#: commits lost to a concurrent importer before giving up (each loss means another process wrote)
+ATTEMPTS = 5
+
+
+class LegacyMetadata(Protocol):
+    """What the import reads of the old store (``storage.metadata.MetadataStore``)."""
+
+    def tenants(self) -> list[str]: ...
+    def get_tenant(self, name: str) -> dict[str, Any] | None: ...
+    def namespaces(self, tenant: str | None = None) -> list[str]: ...
+    def partitioned_topics(self, namespace: str | None = None) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of metadata: its name (the marker's) and what it reads from the old tables,
+    as ``(path, value)`` pairs in the order they must be created (parents first)."""
+
+    name: str
+    read: Callable[[LegacyMetadata], Iterator[tuple[str, Json]]]
+
+
+def _tenants_and_namespaces(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
+    for tenant in old.tenants():
+        yield tenant_path(tenant), dict(old.get_tenant(tenant) or {})
+    for namespace in old.namespaces():
+        # the policies follow with their own kind; a namespace starts with none
+        yield namespace_path(namespace), {}
+
+
+def _partitioned_topics(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
+    for topic, partitions in old.partitioned_topics().items():
+        yield partitioned_topic_path(TopicName.parse(topic)), {"partitions": partitions}
+
+
+TENANTS_NAMESPACES = Kind("tenants-namespaces", _tenants_and_namespaces)
+PARTITIONED_TOPICS = Kind("partitioned-topics", _partitioned_topics)
+
+#: the kinds whose callers use the resources today (a kind is imported only once its callers
+#: moved: until then the old tables stay its truth), in import order
+KINDS: tuple[Kind, ...] = (TENANTS_NAMESPACES, PARTITIONED_TOPICS)
+
+
+def marker_path(kind: str) -> str:
+    return f"{MARKER_ROOT}/{kind}"
+
+
+def import_legacy(old: LegacyMetadata, store: MetadataStore, kinds: tuple[Kind, ...] = KINDS) -> list[str]:
+    """Import every kind of ``kinds`` not imported yet; returns the names of those imported now."""
+    done = []
+    for kind in kinds:
+        if _import_kind(old, store, kind):
+            done.append(kind.name)
+    return done
+
+
+def _import_kind(old: LegacyMetadata, store: MetadataStore, kind: Kind) -> bool:
+    marker = marker_path(kind.name)
+    for _ in range(ATTEMPTS):
+        if store.exists(marker):
+            return False
+        puts = [Put(path, dumps(value), NEW) for path, value in kind.read(old) if not store.exists(path)]
+        count = len(puts)
+        puts.append(Put(marker, dumps({"imported": count}), NEW))  # last: in the last commit
+        try:
+            for batch in _batches(puts):
+                store.commit(batch)
+        except BadVersion:
+            continue  # another process imported (some of) it meanwhile: look again
+        if count:
+            log.info("imported %d %s keys from the old metadata tables", count, kind.name)
+        return True
+    raise BadVersion(f"legacy import of {kind.name}: still contended after {ATTEMPTS} attempts")
+
+
+def _batches(puts: list[Put]) -> Iterator[list[Put]]:
+    """``puts`` in commits under the store's size limit (one commit for a usual data directory)."""
+    batch: list[Put] = []
+    size = 0
+    for put in puts:
+        if batch and size + len(put.value) > MAX_VALUE_SIZE // 2:
+            yield batch
+            batch, size = [], 0
+        batch.append(put)
+        size += len(put.value)
+    if batch:
+        yield batch

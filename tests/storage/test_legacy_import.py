@@ -1,0 +1,128 @@
+"""The one-time import of the old metadata tables into the metadata store.
+
+The old data directory is written in the test with the old API (``storage.metadata.MetadataStore``,
+what today's main writes), then opened the new way."""
+
+from __future__ import annotations
+
+import pytest
+
+from compactmq.errors import Conflict, NotFound, TopicNotFound
+from compactmq.storage.engine import Storage
+from compactmq.storage.metadata import MetadataStore as OldMetadata
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.resources import PulsarResources
+from compactmq.storage.resources.legacy_import import TENANTS_NAMESPACES, import_legacy, marker_path
+
+
+def _old_data_dir(path):
+    """A data directory as today's main leaves it: tenants (with info), namespaces, a topic."""
+    old = OldMetadata(path / "metadata.db", bootstrap=True)
+    old.create_tenant("acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+    old.create_namespace("acme/orders")
+    old.create_namespace("acme/pay ments")  # a name that needs encoding as a path segment
+    old.create_topic("persistent://other/ns/t")  # auto-creates tenant "other" and other/ns
+    old.create_partitioned_topic("persistent://acme/orders/parted", 3)
+    old.close()
+
+
+@pytest.fixture
+def old_dir(tmp_path):
+    _old_data_dir(tmp_path)
+    return tmp_path
+
+
+def test_tenants_and_namespaces_imported_once_in_the_same_file(old_dir):
+    old = OldMetadata(old_dir / "metadata.db", bootstrap=False)
+    store = create_metadata_store("", data_dir=old_dir)  # the embedded default: the same file
+    try:
+        assert import_legacy(old, store, (TENANTS_NAMESPACES,)) == ["tenants-namespaces"]
+        res = PulsarResources(store)
+        assert res.tenants.list_tenants() == ["acme", "other", "public"]
+        assert res.tenants.get("acme") == {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}
+        assert res.namespaces.list_namespaces("acme") == ["acme/orders", "acme/pay ments"]
+        assert res.namespaces.exists("other/ns") and res.namespaces.exists("public/default")
+        assert store.exists(marker_path("tenants-namespaces"))
+        # once: a tenant deleted afterwards in the store is not brought back by a second start
+        res.namespaces.delete("other/ns")
+        res.tenants.delete("other")
+        assert import_legacy(old, store, (TENANTS_NAMESPACES,)) == []
+        assert res.tenants.get("other") is None
+    finally:
+        store.close()
+        old.close()
+
+
+def test_keys_already_in_the_store_are_kept(old_dir):
+    """A tenant that already exists in the store (another importer, a bootstrap) is not overwritten."""
+    old = OldMetadata(old_dir / "metadata.db", bootstrap=False)
+    store = create_metadata_store("memory:", data_dir=old_dir)
+    try:
+        res = PulsarResources(store)
+        res.tenants.create("acme", {"adminRoles": ["newer"]})
+        import_legacy(old, store, (TENANTS_NAMESPACES,))
+        assert res.tenants.get("acme") == {"adminRoles": ["newer"]}
+        assert res.namespaces.exists("acme/orders")
+    finally:
+        store.close()
+        old.close()
+
+
+def test_storage_opens_the_store_beside_the_old_tables(old_dir):
+    with Storage(old_dir) as storage:
+        assert storage.configuration_store is storage.metadata_store
+        assert storage.metadata_store.path == (old_dir / "metadata.db").resolve()
+        # the old tables are still read where callers have not moved yet
+        assert storage.metadata.get_tenant("acme") == {
+            "adminRoles": ["ops"],
+            "allowedClusters": ["standalone"],
+        }
+        # tenants and namespaces were imported at start: the resources answer for them now
+        assert storage.resources.tenants.get("acme") == {
+            "adminRoles": ["ops"],
+            "allowedClusters": ["standalone"],
+        }
+        assert storage.resources.namespaces.exists("acme/pay ments")
+        # so were the partitioned topics
+        assert storage.partitions("persistent://acme/orders/parted") == 3
+        assert storage.partitioned_topics() == {"persistent://acme/orders/parted": 3}
+        assert storage.partitioned_topics("acme/orders") == {"persistent://acme/orders/parted": 3}
+        assert storage.partitions("persistent://acme/orders/not-parted") is None
+        storage.update_partitioned_topic("persistent://acme/orders/parted", 3)  # same number: nothing
+        with pytest.raises(Conflict, match="cannot shrink"):
+            storage.update_partitioned_topic("persistent://acme/orders/parted", 2)
+        storage.update_partitioned_topic("persistent://acme/orders/parted", 4)
+        assert storage.partitions("persistent://acme/orders/parted") == 4
+        storage.delete_partitioned_topic("persistent://acme/orders/parted")
+        with pytest.raises(TopicNotFound):
+            storage.delete_partitioned_topic("persistent://acme/orders/parted")
+        with pytest.raises(TopicNotFound):
+            storage.update_partitioned_topic("persistent://acme/orders/parted", 5)
+        # a topic created in a namespace nobody made creates it (and its tenant), as before
+        storage.open_managed_ledger("persistent://new-tenant/new-ns/t")
+        assert storage.resources.tenants.get("new-tenant") == {}
+        assert storage.resources.namespaces.list_namespaces("new-tenant") == ["new-tenant/new-ns"]
+    # reopens (the store's session ended cleanly, the directory lock was released)
+    with Storage(old_dir) as storage:
+        assert storage.topics() == ["persistent://new-tenant/new-ns/t", "persistent://other/ns/t"]
+        # deleting a namespace: refused while it has topics, then it goes with its policies
+        storage.metadata.set_namespace_policy("acme/orders", "retentionTimeInMinutes", 5)
+        with pytest.raises(Conflict, match="still has topics"):
+            storage.delete_namespace("other/ns")
+        storage.delete_namespace("acme/orders")
+        assert not storage.resources.namespaces.exists("acme/orders")
+        assert storage.metadata.get_namespace_policies("acme/orders") == {}
+        with pytest.raises(NotFound):
+            storage.delete_namespace("acme/orders")
+        storage.resources.namespaces.create("acme/orders", {})  # created again: no old policies
+        assert storage.metadata.get_namespace_policies("acme/orders") == {}
+
+
+def test_a_bad_metadata_store_url_is_one_clear_error_and_releases_the_directory(tmp_path):
+    from compactmq.config import load_config
+    from compactmq.errors import InvalidConfiguration
+
+    cfg = load_config(overrides={"metadataStoreUrl": "etcd:localhost:2379"})
+    with pytest.raises(InvalidConfiguration, match="unknown scheme"):
+        Storage(tmp_path, cfg)
+    Storage(tmp_path).close()  # the lock was released
