@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from compactmq.compaction.spark.session import TEST_CONF
 
-from broker.conftest import BrokerProcess, make_client  # tests/ is on sys.path (pytest rootdir-less import)
+from harness.broker import ROOT as ROOT_DIR, BrokerProcess, make_client  # tests/ is on sys.path
+from harness.http import Http
+from harness.wait import wait_until
+
+__all__ = ["ROOT_DIR", "BrokerProcess", "Http", "make_client", "wait_until"]  # re-exported for the tests
 
 MONITOR_INTERVAL_SECONDS = 2
-ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
 def start_broker(data_dir: Path, **overrides: str) -> BrokerProcess:
@@ -31,44 +31,6 @@ def start_broker(data_dir: Path, **overrides: str) -> BrokerProcess:
     )
     b.start(timeout=60)
     return b
-
-
-class Http:
-    """``call(method, path, body)`` -> (status, parsed JSON body or text or None)."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/")
-
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(
-            self.base + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"} if data is not None else {},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                status, payload, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as e:
-            status, payload, ctype = e.code, e.read(), e.headers.get("Content-Type", "")
-        if not payload:
-            return status, None
-        if "json" in ctype:
-            return status, json.loads(payload)
-        return status, payload.decode()
-
-    def ok(self, method: str, path: str, body: Any = None, expect: int | None = None) -> Any:
-        status, out = self.call(method, path, body)
-        want = expect or (204 if method in ("PUT", "POST", "DELETE") else 200)
-        assert status == want, (method, path, status, out)
-        return out
-
-    def error(self, method: str, path: str, status: int, body: Any = None, raw: bytes | None = None) -> str:
-        got, out = self.call(method, path, body, raw)
-        assert got == status, (method, path, got, out)
-        assert isinstance(out, dict) and isinstance(out.get("reason"), str) and out["reason"], out
-        return out["reason"]
 
 
 def monitor_checks(http: Http) -> int:
@@ -85,10 +47,7 @@ def wait_monitor_checks(http: Http, n: int, timeout: float = 60.0) -> None:
     """Wait until the monitor has done ``n`` more complete checks (each then triggered what it
     found due), so a test can assert that a check did NOT trigger a run."""
     target = monitor_checks(http) + n
-    deadline = time.monotonic() + timeout
-    while monitor_checks(http) < target:
-        assert time.monotonic() < deadline, f"the compaction monitor did not check {n} times in {timeout} s"
-        time.sleep(0.1)
+    wait_until(lambda: monitor_checks(http) >= target, timeout, f"the compaction monitor to check {n} times")
 
 
 def web_url(broker: BrokerProcess) -> str:
@@ -117,16 +76,16 @@ def publish(
 
 
 def wait_status(http: Http, topic: str, want: str, timeout: float = 120.0, running_ok: bool = True) -> dict:
-    deadline = time.monotonic() + timeout
-    body = None
-    while time.monotonic() < deadline:
+    """Wait until the topic's compaction status is ``want`` and answer the status body; with
+    ``running_ok`` False, any status other than RUNNING and ``want`` fails at once."""
+
+    def reached():
         body = http.ok("GET", topic_path(topic) + "/compaction")
-        if body["status"] == want:
-            return body
-        if not running_ok and body["status"] not in ("RUNNING", want):
-            break
-        time.sleep(0.2)
-    raise AssertionError(f"{topic}: status {body} never became {want}")
+        if not running_ok:
+            assert body["status"] in ("RUNNING", want), f"{topic}: status {body} never became {want}"
+        return body if body["status"] == want else None
+
+    return wait_until(reached, timeout, f"{topic}: compaction status {want}", interval=0.1)
 
 
 def poke_policy(data_dir: Path, scope: str, name: str, key: str, value: Any) -> None:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import glob
 import os
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,8 +16,10 @@ import pytest
 
 pytest.importorskip("pulsar")
 
-from admin.harness import ROOT_DIR, Http, start_broker, topic_path, wait_status, web_url  # noqa: E402
-from broker.conftest import make_client  # noqa: E402
+from admin.harness import Http, start_broker, topic_path, wait_status, web_url  # noqa: E402
+from harness.broker import make_client  # noqa: E402
+from harness.cli import CliResult, run_cli  # noqa: E402
+from harness.wait import wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
@@ -68,17 +67,6 @@ def tiered(request, tmp_path):
     )
     yield broker, Http(web_url(broker)), objects
     broker.stop()
-
-
-def wait_until(what: str, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {timeout}s (last: {last!r})")
 
 
 def new_namespace(http: Http) -> str:
@@ -148,7 +136,10 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     stop_at = ledgers[-2]  # everything before the last two ledgers
     http.ok("PUT", tp + "/offload", {"ledgerId": stop_at, "entryId": 0})
     st = wait_until(
-        "offload SUCCESS", lambda: (s := http.ok("GET", tp + "/offload"))["status"] == "SUCCESS" and s
+        lambda: (s := http.ok("GET", tp + "/offload"))["status"] == "SUCCESS" and s,
+        60.0,
+        "offload SUCCESS",
+        interval=0.1,
     )
     assert st["lastError"] == "" and st["firstUnoffloadedMessage"]["ledgerId"] == stop_at
 
@@ -162,12 +153,14 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     # the lag passes (policy removed: the broker's 0 applies): the monitor deletes local copies
     http.ok("DELETE", f"/admin/v2/namespaces/{ns}/offloadDeletionLagMs")
     wait_until(
-        "local copies deleted",
         lambda: all(
             led["localCopyDeleted"]
             for led in http.ok("GET", tp + "/internalStats")["ledgers"]
             if led["offloaded"]
         ),
+        60.0,
+        "local copies deleted",
+        interval=0.1,
     )
     local_after = ledger_files(broker, topic)
     assert len(local_before) - len(local_after) == len(done)
@@ -205,11 +198,13 @@ def test_offload_over_rest_restart_read_seek_compact(tiered):
     last = stats["ledgers"][-1]["ledgerId"]
     http.ok("PUT", tp + "/offload", {"ledgerId": last, "entryId": 0})
     wait_until(
-        "compacted ledger offloaded",
         lambda: (
             (c := http.ok("GET", tp + "/internalStats")["compactedLedger"])["offloaded"]
             and c["localCopyDeleted"]
         ),
+        60.0,
+        "compacted ledger offloaded",
+        interval=0.1,
     )
     assert not glob.glob(str(broker.data_dir / "compacted" / "**" / f"{cid:012d}.compacted"), recursive=True)
     assert any(k.endswith(".compacted") for k in objects())
@@ -293,9 +288,8 @@ def test_offload_without_a_driver_is_412(tmp_path):
         broker.stop()
 
 
-def cli(broker, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", web_url(broker), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT_DIR)
+def cli(broker, *args: str) -> CliResult:
+    return run_cli("--admin-url", web_url(broker), *args)
 
 
 def test_cli_offload_commands(tiered):

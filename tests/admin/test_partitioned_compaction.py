@@ -8,17 +8,16 @@ One broker (one JVM) for the module; the tests run in file order."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
 pytest.importorskip("pulsar")
 
-from broker.conftest import make_client  # noqa: E402
+from harness.broker import make_client  # noqa: E402
+from harness.cli import CliResult, run_cli  # noqa: E402
 
-from .harness import ROOT_DIR, Http, poke_policy, start_broker, topic_path, wait_status, web_url  # noqa: E402
+from .harness import Http, poke_policy, start_broker, topic_path, wait_status, web_url  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -206,6 +205,5 @@ def test_a_failing_partition_is_an_aggregate_error_and_the_others_commit(
     assert all(line.strip().endswith(": SUCCESS") for line in lines[1:])
 
 
-def _cli(broker, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", web_url(broker), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
+def _cli(broker, *args: str) -> CliResult:
+    return run_cli("--admin-url", web_url(broker), *args)

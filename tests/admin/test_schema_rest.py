@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from broker.conftest import BrokerProcess, make_client
+from harness.broker import BrokerProcess, make_client
 
 from .harness import Http
 

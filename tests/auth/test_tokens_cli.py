@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,8 @@ from compactmq.auth import AuthenticationService
 from compactmq.cli.main import main
 from compactmq.config import PROVIDER_TOKEN, load_config
 from compactmq.errors import AuthenticationFailed
+
+from harness.cli import run_cli
 
 
 def tokens(capsys, *args: str) -> tuple[int, str, str]:
@@ -67,13 +67,19 @@ def test_secret_key_and_token_the_broker_accepts(tmp_path, capsys):
     assert broker_role(token, tokenSecretKey=f"data:;base64,{b64.read_text()}") == "worker"
 
 
+def secret_key_on_stdout(*args: str) -> bytes:
+    """What ``tokens create-secret-key`` writes to stdout, as bytes (a pipe's view of it)."""
+    proc = run_cli("tokens", "create-secret-key", *args, text=False)
+    assert proc.returncode == 0 and not proc.stderr, proc
+    return proc.stdout
+
+
 def test_secret_key_on_stdout_is_raw_or_base64():
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "tokens", "create-secret-key"]
-    raw = subprocess.run(cmd, capture_output=True, timeout=60, check=True).stdout
+    raw = secret_key_on_stdout()
     assert len(raw) == 32
-    text = subprocess.run([*cmd, "--base64"], capture_output=True, timeout=60, check=True).stdout
+    text = secret_key_on_stdout("--base64")
     assert len(base64.b64decode(text, validate=True)) == 32
-    sized = subprocess.run([*cmd, "-a", "HS512"], capture_output=True, timeout=60, check=True).stdout
+    sized = secret_key_on_stdout("-a", "HS512")
     assert len(sized) == 64
 
 

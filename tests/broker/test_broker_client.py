@@ -11,6 +11,8 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from harness.wait import wait_until  # noqa: E402
+
 from .conftest import make_client, subscription_stats, wait_backlog, wait_unacked  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -194,9 +196,7 @@ def test_reader_latest_inclusive_and_inside_a_batch(client, topic):
     for i in range(5):
         batched.send_async(b"b%d" % i, lambda res, mid: ids.append(mid))
     batched.flush()
-    deadline = time.time() + 5
-    while len(ids) < 5 and time.time() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(ids) == 5, 5, "5 send receipts", interval=0.01)
     ids.sort(key=lambda m: (m.ledger_id(), m.entry_id(), m.batch_index()))
     assert (
         client.create_reader(topic + "-b", ids[2], start_message_id_inclusive=True).read_next(5000).data()

@@ -13,6 +13,8 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from harness.wait import wait_until  # noqa: E402
+
 from .conftest import ROOT, BrokerProcess, make_client, wait_backlog, wait_unacked  # noqa: E402
 from .test_broker_client import RawClient, drain  # noqa: E402
 
@@ -69,9 +71,8 @@ def test_killed_broker_keeps_every_receipted_message(broker, topic):
     for i in range(2000):
         producer.send_async(b"k%d" % i, lambda res, mid, i=i: res == pulsar.Result.Ok and receipted.append(i))
     producer.flush()
-    deadline = time.time() + 10
-    while len(receipted) < 2000 and time.time() < deadline:
-        time.sleep(0.01)  # callbacks run on the client's listener thread
+    # callbacks run on the client's listener thread
+    wait_until(lambda: len(receipted) == 2000, 10, "2000 send receipts", interval=0.01)
     c.close()
     assert len(receipted) == 2000
     broker.stop(signal.SIGKILL)
@@ -235,16 +236,15 @@ def test_housekeeping_rolls_ledgers_and_applies_retention(tmp_path):
         assert len({m.ledger_id() for m in ids}) >= 3  # rolled every 10 entries
         for _ in range(35):
             consumer.acknowledge(consumer.receive(5000))
-        deadline = time.time() + 10
-        first = None
-        while time.time() < deadline:
+
+        def first_ledger() -> int:
             reader = c.create_reader("retained", pulsar.MessageId.earliest)
             first = reader.read_next(5000).message_id()
             reader.close()
-            if first.ledger_id() != ids[0].ledger_id():
-                break
-            time.sleep(0.5)
-        assert first.ledger_id() != ids[0].ledger_id()  # acknowledged ledgers were deleted
+            return first.ledger_id()
+
+        # acknowledged ledgers were deleted
+        wait_until(lambda: first_ledger() != ids[0].ledger_id(), 10, "the first ledger to be deleted", 0.5)
         c.close()
     finally:
         b.stop()

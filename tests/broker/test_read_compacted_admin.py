@@ -7,10 +7,6 @@ module's Spark JVM is the broker's (nothing compacts in the test process).
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.request
-
 import pytest
 
 pulsar = pytest.importorskip("pulsar")
@@ -27,39 +23,30 @@ from .test_read_compacted import (  # noqa: E402
     read_available,
 )
 
+from harness.http import rest as admin  # noqa: E402
+from harness.wait import wait_until  # noqa: E402
+
 from .factories import compaction_factory  # noqa: E402,F401 - the broker runs each factory
 
 pytestmark = pytest.mark.integration
-
-
-def admin(broker, method: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{broker.web_port}{path}",
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        raw = resp.read()
-        return resp.status, (json.loads(raw) if raw else None)
 
 
 def rest_path(topic: str) -> str:
     return "/admin/v2/" + topic.replace("://", "/")
 
 
+def compaction_status(broker, topic: str, fail_on_error: bool = True) -> dict | None:
+    """The topic's compaction status body when it is SUCCESS, else None (an ERROR fails)."""
+    status, body = admin(broker, "GET", rest_path(topic) + "/compaction")
+    assert status == 200, (status, body)
+    assert body["status"] != "ERROR" or not fail_on_error, body
+    return body if body["status"] == "SUCCESS" else None
+
+
 def compact_in_broker(broker, topic: str, timeout: float = 180.0) -> dict:
     status, _ = admin(broker, "PUT", rest_path(topic) + "/compaction")
     assert status == 204
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _, body = admin(broker, "GET", rest_path(topic) + "/compaction")
-        if body["status"] == "SUCCESS":
-            return body
-        assert body["status"] != "ERROR", body
-        time.sleep(0.2)
-    pytest.fail(f"compaction of {topic} did not finish in {timeout}s")
+    return wait_until(lambda: compaction_status(broker, topic), timeout, f"compaction of {topic}", 0.1)
 
 
 def test_compaction_in_the_broker_between_two_reads(broker, client, topic):
@@ -85,13 +72,10 @@ def test_partitioned_topic_read_compacted(broker, client, topic):
     produce(client, topic, items, batching=True)
     compact_in_broker(broker, topic)  # fans out to the partitions
     for i in range(3):
-        deadline = time.monotonic() + 180
-        while True:
-            _, body = admin(broker, "GET", rest_path(f"{topic}-partition-{i}") + "/compaction")
-            if body["status"] == "SUCCESS" or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert body["status"] == "SUCCESS", body
+        partition = f"{topic}-partition-{i}"
+        wait_until(
+            lambda: compaction_status(broker, partition, False), 180, f"compaction of {partition}", 0.1
+        )
     c = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True)
     got = drain(c, 1000)
     assert {m.partition_key(): m.data() for m in got} == latest(items)

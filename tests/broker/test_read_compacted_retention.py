@@ -8,13 +8,13 @@ and applies retention (0: acknowledged data goes) every second.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from .conftest import BrokerProcess, make_client  # noqa: E402
+from harness.broker import BrokerProcess, make_client  # noqa: E402
+from harness.wait import wait_until  # noqa: E402
+
 from .factories import compaction_factory, compactor  # noqa: E402,F401 - every test runs on each factory
 from .test_read_compacted import compact, compacted_reader, kv, latest, produce, read_available  # noqa: E402
 
@@ -71,9 +71,10 @@ def trimmed_compacted_topic(broker, client, topic):
         hold.acknowledge_cumulative(hold.receive(5000))
     hold.close()
     before = ledgers_of(broker, topic)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and len(ledgers_of(broker, topic)) > 1:
-        time.sleep(0.2)
+    # every closed ledger is acknowledged: retention deletes them all, the current one stays
+    wait_until(
+        lambda: len(ledgers_of(broker, topic)) <= 1, 15, f"retention to delete the ledgers {before}", 0.2
+    )
     after = ledgers_of(broker, topic)
     assert len(after) < len(before), f"retention deleted no ledger in 15 s ({before} -> {after})"
     return items

@@ -7,11 +7,11 @@ latest value per key, deletes (tombstones) included, whatever part of the topic 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pulsar = pytest.importorskip("pulsar")
+
+from harness.wait import wait_until  # noqa: E402
 
 from .factories import compaction_factory, compactor  # noqa: E402,F401 - every test runs on each factory
 from .test_read_compacted import BATCHING, compact, kv, latest, produce  # noqa: E402
@@ -25,13 +25,9 @@ def snapshot(view) -> dict:
     return out
 
 
-def eventually(fn, want, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    got = fn()
-    while got != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        got = fn()
-    return got
+def holds(view, want: dict, timeout: float = 5.0) -> bool:
+    """Wait until the view's map is ``want`` (it applies what the topic gets asynchronously)."""
+    return wait_until(lambda: snapshot(view) == want, timeout, f"the table view to hold {want}")
 
 
 def test_table_view_on_an_empty_topic(client, topic):
@@ -40,7 +36,7 @@ def test_table_view_on_an_empty_topic(client, topic):
     try:
         assert snapshot(view) == {}
         produce(client, topic, [("a", b"1"), ("b", b"2"), ("a", b"")], batching=False)
-        assert eventually(lambda: snapshot(view), {"b": b"2"}) == {"b": b"2"}
+        assert holds(view, {"b": b"2"})
     finally:
         view.close()
 
@@ -86,7 +82,7 @@ def test_table_view_on_a_compacted_topic_with_a_tail_and_deletes(broker, client,
         # and it keeps listening: a delete after creation removes the key
         produce(client, topic, [("k1", b""), ("later", b"l")], batching)
         want = latest(before + tail + [("k1", b""), ("later", b"l")])
-        assert eventually(lambda: snapshot(view), want) == want
+        assert holds(view, want)
     finally:
         view.close()
 

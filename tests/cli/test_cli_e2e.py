@@ -1,20 +1,22 @@
-"""The ``compactmq`` CLI as a subprocess against a running standalone broker (one broker, one JVM,
-for the module): pulsar-admin-shaped commands with global options first, ``--output json``,
-sizes and durations with units, errors as one line with exit status 1, ``compact --wait`` and
-``compaction-status -w`` with progress, 409 on a concurrent trigger, automatic compaction."""
+"""The ``compactmq`` CLI against a running standalone broker (one broker, one JVM, for the
+module; each command runs in this process through ``main(argv)``, ``harness.cli``, its output and
+exit status captured as a subprocess would have them): pulsar-admin-shaped commands with global
+options first, ``--output json``, sizes and durations with units, errors as one line with exit
+status 1, ``compact --wait`` and ``compaction-status -w`` with progress, 409 on a concurrent
+trigger, automatic compaction. ``tests/cli/test_console_script.py`` runs the installed command
+as its own process."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 
 import pytest
 
 pytest.importorskip("pulsar")
 
-from admin.harness import ROOT_DIR, poke_policy, publish, start_broker, web_url  # noqa: E402
+from admin.harness import poke_policy, publish, start_broker  # noqa: E402
+from harness.cli import CliResult, admin_cli  # noqa: E402
+from harness.wait import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -30,21 +32,15 @@ def broker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cli(broker):
-    def run(*args: str, output: str | None = None, url: str | None = None) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", url or web_url(broker)]
-        if output:
-            cmd += ["--output", output]
-        return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
-
-    return run
+    return admin_cli(broker)
 
 
-def ok(proc: subprocess.CompletedProcess) -> str:
+def ok(proc: CliResult) -> str:
     assert proc.returncode == 0, (proc.args, proc.returncode, proc.stdout, proc.stderr)
     return proc.stdout
 
 
-def fails(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+def fails(proc: CliResult, *fragments: str) -> str:
     assert proc.returncode == 1, (proc.args, proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert lines and lines[-1].startswith("compactmq: error: "), proc.stderr
@@ -53,7 +49,7 @@ def fails(proc: subprocess.CompletedProcess, *fragments: str) -> str:
     return proc.stderr
 
 
-def as_json(proc: subprocess.CompletedProcess):
+def as_json(proc: CliResult):
     return json.loads(ok(proc))
 
 
@@ -81,13 +77,12 @@ def test_threshold_set_by_cli_compacts_automatically(spark_in_broker, broker, cl
     publish(broker, topic, 500, keys=5)
     ok(cli("topics", "set-compaction-threshold", topic, "--threshold", "1K"))
     assert as_json(cli("topics", "get-compaction-threshold", topic, output="json")) == 1024
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = as_json(cli("topics", "compaction-status", topic, output="json"))
-        if status["status"] == "SUCCESS":
-            break
-        time.sleep(0.5)
-    assert status["status"] == "SUCCESS"
+    wait_until(
+        lambda: as_json(cli("topics", "compaction-status", topic, output="json"))["status"] == "SUCCESS",
+        60,
+        "the automatic compaction to succeed",
+        interval=0.5,
+    )
     assert "__compaction" in as_json(cli("topics", "internal-stats", topic, output="json"))["cursors"]
 
 

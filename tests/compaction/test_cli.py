@@ -1,4 +1,5 @@
-"""``compactmq compact-topic`` as its own process beside a read-write Storage."""
+"""``compactmq compact-topic`` as its own process beside a read-write Storage (the one test of the
+command as a process; its other tests run it in this process, ``harness.cli``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from compactmq.compaction.spark import SparkCompactionService
 from compactmq.config import load_config
 from compactmq.storage import Storage
+
+from harness.cli import run_cli
 
 from . import entries as E
 
@@ -61,21 +64,5 @@ def test_compact_topic_command_commits_and_service_sees_it(spark, tmp_path):
 
 
 def test_bad_topic_is_one_line_error(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compactmq.cli.main",
-            "compact-topic",
-            "--topic",
-            "no-such",
-            "--data-dir",
-            str(tmp_path),
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_cli("compact-topic", "--topic", "no-such", "--data-dir", str(tmp_path), "--quiet")
     assert out.returncode == 1 and out.stderr.startswith("compactmq: error:") and "no-such" in out.stderr

@@ -1,13 +1,13 @@
 """``compactmq compact-topic`` on a partitioned topic: all partitions in one Spark job, one
 progress line for the topic, each partition committed (beside a read-write Storage, which
-answers the job's seal requests as a broker would)."""
+answers the job's seal requests as a broker would).
+
+The command runs in this process (``harness.cli``: ``main(argv)``, its streams captured) on the
+test run's SparkSession; ``test_cli.py`` runs compact-topic as a process of its own."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,11 +15,12 @@ from compactmq.compaction.spark import SparkCompactionService
 from compactmq.config import load_config
 from compactmq.storage import Storage
 
+from harness.cli import run_cli
+
 from . import entries as E
 
 pytestmark = [pytest.mark.spark]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC = "persistent://public/default/cli-parted"
 
 
@@ -32,27 +33,18 @@ def test_compact_topic_on_a_partitioned_topic_is_one_job(spark, tmp_path):
         for i, name in enumerate(names):  # the same keys in both partitions, values of their own
             ml = storage.open_managed_ledger(name)
             ml.append_many([E.single(f"k{j % 3}", b"p%dv%d" % (i, j)) for j in range(30)])
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "compactmq.cli.main",
-                "--output",
-                "json",
-                "compact-topic",
-                "--topic",
-                TOPIC,
-                "--data-dir",
-                str(tmp_path),
-                "--spark-master",
-                "local[1]",
-                "--config-override",
-                "spark.ui.enabled=false",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=240,
+        out = run_cli(
+            "--output",
+            "json",
+            "compact-topic",
+            "--topic",
+            TOPIC,
+            "--data-dir",
+            str(tmp_path),
+            "--spark-master",
+            "local[1]",  # ignored here: the command reuses the run's session, as a broker does
+            "--config-override",
+            "spark.ui.enabled=false",
         )
         assert out.returncode == 0, out.stderr[-2000:]
         body = json.loads(out.stdout)

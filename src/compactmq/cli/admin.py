@@ -628,9 +628,11 @@ def render_progress(status: dict, width: int = 30) -> str:
 
 
 def wait_for_compaction(
-    client: AdminClient, topic: str, out: Output, poll_seconds: float = 0.5, stream=sys.stderr
+    client: AdminClient, topic: str, out: Output, poll_seconds: float = 0.5, stream=None
 ) -> dict:
-    """Poll the status until it leaves RUNNING, drawing progress on ``stream``; return the final status."""
+    """Poll the status until it leaves RUNNING, drawing progress on ``stream`` (stderr as it is at
+    the call, not at import: ``main`` may run with its streams redirected); return the final status."""
+    stream = stream or sys.stderr
     path = f"{topic_path(topic)}/compaction"
     live = hasattr(stream, "isatty") and stream.isatty()
     last = None

@@ -1,0 +1,47 @@
+"""The pytest fixtures of a test broker; a package's ``conftest.py`` imports those it uses.
+
+- ``compaction_factory`` (module): the ``compactionServiceFactoryClassName`` of the module's
+  broker; None runs the configured default. A module overrides it (``tests/broker/factories.py``
+  runs its tests against the Spark and the Arrow factory).
+- ``broker`` (module): one ``BrokerProcess`` per test module, started before its first test and
+  stopped after its last.
+- ``client`` (function): a ``pulsar.Client`` of that broker, closed after the test.
+- ``topic`` (function): a fresh persistent topic name per test.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .broker import BrokerProcess, make_client
+
+
+@pytest.fixture(scope="module")
+def compaction_factory():
+    """The compaction service factory of the module's broker (None: the configured default)."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, compaction_factory):
+    overrides = {"compactionServiceFactoryClassName": compaction_factory} if compaction_factory else {}
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def client(broker):
+    c = make_client(broker.url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def topic(request):
+    """A fresh topic name per test."""
+    name = request.node.name.replace("[", "-").replace("]", "")
+    return f"persistent://public/default/{name}-{time.monotonic_ns()}"

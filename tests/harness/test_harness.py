@@ -1,0 +1,76 @@
+"""The harness itself: the in-process CLI runner answers what a child process would, and leaves
+nothing behind; ``wait_until`` returns the first truthy value and names what it waited for."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import pytest
+
+import compactmq.cli.main as cli_main
+from harness.cli import run_cli
+from harness.wait import wait_until
+
+
+def test_exit_status_and_streams_are_a_process_s():
+    usage = run_cli("topics", "nosuchcommand")
+    assert usage.returncode == 2 and usage.stdout == "" and "usage: compactmq" in usage.stderr
+    assert usage.args == ["compactmq", "topics", "nosuchcommand"]
+    helped = run_cli("--help")
+    assert helped.returncode == 0 and "compact-topic" in helped.stdout and helped.stderr == ""
+    failed = run_cli("--admin-url", "http://127.0.0.1:9", "tenants", "list")
+    assert failed.returncode == 1 and failed.stderr.startswith("compactmq: error: cannot reach")
+
+
+def test_raw_bytes_on_stdout_and_stdin():
+    raw = run_cli("tokens", "create-secret-key", text=False)
+    assert raw.returncode == 0 and isinstance(raw.stdout, bytes) and len(raw.stdout) == 32
+    token = run_cli("tokens", "create", "-s", "alice", "-sk", f"data:;base64,{'a' * 44}").stdout.strip()
+    shown = run_cli("tokens", "show", "--stdin", input=token + "\n")
+    assert shown.returncode == 0 and shown.stdout.endswith('---\n{"sub":"alice"}\n')
+
+
+def test_an_uncaught_exception_is_a_traceback_and_status_1(monkeypatch):
+    def boom(argv):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli_main, "main", boom)
+    proc = run_cli("tenants", "list")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "RuntimeError: a bug" in proc.stderr
+
+
+def test_nothing_outlives_the_call(monkeypatch):
+    def meddle(argv):
+        os.environ["HARNESS_PROBE"] = "changed"
+        logging.getLogger().addHandler(logging.NullHandler())
+        logging.getLogger().setLevel(logging.DEBUG)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("out")
+        sys.exit("a message")
+
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    root = logging.getLogger()
+    handlers, level, sigterm = list(root.handlers), root.level, signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(cli_main, "main", meddle)
+    proc = run_cli("x", env={"HARNESS_PROBE": "set"})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "out\n", "a message\n")
+    assert "HARNESS_PROBE" not in os.environ
+    assert (sys.stdin, sys.stdout, sys.stderr) == streams
+    assert (root.handlers, root.level, signal.getsignal(signal.SIGTERM)) == (handlers, level, sigterm)
+
+
+def test_standalone_is_refused_but_not_a_topic_named_so():
+    with pytest.raises(ValueError, match="harness.broker"):
+        run_cli("--admin-url", "http://127.0.0.1:9", "standalone", "--data-dir", "/nonexistent")
+    proc = run_cli("--admin-url", "http://127.0.0.1:9", "topics", "stats", "standalone")
+    assert proc.returncode == 1 and "cannot reach" in proc.stderr
+
+
+def test_wait_until_returns_the_first_truthy_value_or_names_what_it_waited_for():
+    values = iter([0, None, [], "done", "later"])
+    assert wait_until(lambda: next(values), timeout=5, interval=0) == "done"
+    with pytest.raises(AssertionError, match=r"waiting for the moon \(last: False\)"):
+        wait_until(lambda: False, timeout=0.05, what="the moon", interval=0.01)
