@@ -27,4 +27,7 @@ def crashed(report: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(crashed(sys.argv[1])))
+    # one id per line and nothing else: an empty list must print no line at all, or the caller
+    # would read one empty id and rerun the whole suite in place of the failed run
+    for node_id in crashed(sys.argv[1]):
+        print(node_id)

@@ -20,7 +20,7 @@ rc=0
 if [ "$rc" -ne 1 ] || [ ! -s "$report" ]; then
     exit "$rc"
 fi
-mapfile -t crashed < <(.venv/bin/python scripts/crashed_tests.py "$report")
+mapfile -t crashed < <(.venv/bin/python scripts/crashed_tests.py "$report" | grep -v '^$' || true)
 if [ "${#crashed[@]}" -eq 0 ]; then
     exit "$rc"
 fi

@@ -57,7 +57,7 @@ def test_size_threshold_set_with_the_cli_offloads_sealed_ledgers(tiered):  # noq
             and ledgers
         )
 
-    ledgers = wait_until("automatic offload", settled)
+    ledgers = wait_until(settled, what="automatic offload")
     offloaded = [led["ledgerId"] for led in ledgers if led["offloaded"]]
     assert len(offloaded) >= 3 and offloaded == [led["ledgerId"] for led in ledgers[: len(offloaded)]]
     assert [(k, v) for k, v, _ in read_all(broker, topic)] == sent
@@ -68,17 +68,17 @@ def test_size_threshold_set_with_the_cli_offloads_sealed_ledgers(tiered):  # noq
     first_new = ledgers[-1]["ledgerId"]
     produce(broker, topic, 75)  # three full ledgers
     wait_until(
-        "the monitor rolled the last full ledger",
         lambda: (
             (ls := stats_of(http, topic)["ledgers"])[-1]["entries"] == 0
             and ls[-1]["ledgerId"] > first_new + 2
         ),
+        what="the monitor rolled the last full ledger",
     )
     # a manual offload of what is already offloaded (nothing new), queued behind any automatic check
     first_local = ledgers[len(offloaded)]["ledgerId"]
     http.ok("PUT", topic_path(topic) + "/offload", {"ledgerId": first_local, "entryId": 0})
     wait_until(
-        "offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS"
+        lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS", what="offload SUCCESS"
     )
     ledgers = stats_of(http, topic)["ledgers"]
     assert [led["ledgerId"] for led in ledgers if led["offloaded"]] == offloaded
@@ -91,8 +91,8 @@ def test_age_threshold_offloads_old_ledgers(tiered):  # noqa: F811
     http.ok("PUT", f"/admin/v2/namespaces/{ns}/offloadThresholdInSeconds", 0)
     sent = produce(broker, topic, 80)
     ledgers = wait_until(
-        "offload by age",
         lambda: (ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls,
+        what="offload by age",
     )
     assert len(ledgers) >= 4 and not ledgers[-1]["offloaded"]  # the ledger being written stays
     assert [(k, v) for k, v, _ in read_all(broker, topic)] == sent
@@ -133,10 +133,10 @@ def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
         sent = produce(broker, topic, 70)
         produce(broker, other, 70)
         ledgers = wait_until(
-            "offload through the namespace's policies",
             lambda: (
                 (ls := stats_of(http, topic)["ledgers"]) and all(led["offloaded"] for led in ls[:-1]) and ls
             ),
+            what="offload through the namespace's policies",
         )
         assert all(store.name in (led.get("offloadLocation") or "") for led in ledgers[:-1])
         assert len([p for p in store.rglob("*") if p.is_file()]) == 2 * (len(ledgers) - 1)

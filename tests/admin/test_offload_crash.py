@@ -50,7 +50,7 @@ def stored(objects) -> set[str]:
 
 
 def wait_killed(broker, timeout: float = 60.0) -> None:
-    wait_until("the broker killed itself", lambda: broker.proc.poll() is not None, timeout)
+    wait_until(lambda: broker.proc.poll() is not None, timeout, what="the broker killed itself")
     assert broker.stop() == -signal.SIGKILL
 
 
@@ -90,17 +90,18 @@ def test_sigkill_at_each_offload_step(tmp_path, driver, point, monkeypatch):
             {"ledgerId": stats["ledgers"][-1]["ledgerId"], "entryId": 0},
         )
         wait_until(
-            "offload SUCCESS", lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS"
+            lambda: http.ok("GET", topic_path(topic) + "/offload")["status"] == "SUCCESS",
+            what="offload SUCCESS",
         )
         stats = http.ok("GET", topic_path(topic) + "/internalStats")
         assert [led["ledgerId"] for led in stats["ledgers"] if led["offloaded"]] == sealed
         wait_until(
-            "local copies deleted",
             lambda: all(
                 led["localCopyDeleted"]
                 for led in http.ok("GET", topic_path(topic) + "/internalStats")["ledgers"]
                 if led["offloaded"]
             ),
+            what="local copies deleted",
         )
         assert len(ledger_files(broker, topic)) == 1
         found = stored(objects)
@@ -126,8 +127,8 @@ def test_sigkill_while_deleting_dead_objects(tmp_path, driver, how, monkeypatch)
             last = http.ok("GET", topic_path(t) + "/internalStats")["ledgers"][-1]["ledgerId"]
             http.ok("PUT", topic_path(t) + "/offload", {"ledgerId": last, "entryId": 0})
             wait_until(
-                "offload SUCCESS",
                 lambda t=t: http.ok("GET", topic_path(t) + "/offload")["status"] == "SUCCESS",
+                what="offload SUCCESS",
             )
         before = stored(objects)
         kept_objects = {k for k in before if "/kept/" in k}

@@ -181,12 +181,14 @@ def test_compact_topic_on_a_standalone_cluster_reads_offloaded_ledgers(tmp_path,
         # the broker is still writing its current ledger: the job has to have it sealed
         assert current["entries"] > 0, stats["ledgers"]
         http.ok("PUT", tp + "/offload", {"ledgerId": current["ledgerId"], "entryId": 0})
-        wait_until("offload SUCCESS", lambda: http.ok("GET", tp + "/offload")["status"] == "SUCCESS", 120)
         wait_until(
-            "local copies deleted",
+            lambda: http.ok("GET", tp + "/offload")["status"] == "SUCCESS", 120, what="offload SUCCESS"
+        )
+        wait_until(
             lambda: all(
                 led["localCopyDeleted"] for led in http.ok("GET", tp + "/internalStats")["ledgers"][:-1]
             ),
+            what="local copies deleted",
         )
         # of the topic's data only the ledger being written is left on the broker's disk
         assert len(ledger_files(broker, topic)) == 1
