@@ -65,13 +65,13 @@ class SparkDaemon:
             ),
         )
         wait_until(
-            f"spark {args[0]} ready",
             lambda: (
                 self.proc.poll() is None
                 and ready in self.log.read_text()
                 or (self.proc.poll() is not None and pytest.fail(self.log.read_text()[-3000:]))
             ),
             120,
+            what=f"spark {args[0]} ready",
         )
 
     def stop(self) -> None:
