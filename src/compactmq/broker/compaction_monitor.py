@@ -68,6 +68,7 @@ from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, Topi
 from ..naming import TopicName
 from ..storage import ERROR, RUNNING
 from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
+from .background import stop_task
 
 __all__ = ["CompactionMonitor", "RunProgress", "TopicCompactionStats", "ensure_compaction_cursor"]
 
@@ -187,12 +188,7 @@ class CompactionMonitor:
     async def close(self) -> None:
         """Stop checking, cancel running Spark jobs, wait (bounded) for runs to record their end."""
         self._closing = True
-        if self._check_task is not None:
-            self._check_task.cancel()
-            try:
-                await self._check_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await stop_task(self._check_task)
         # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
         for unit in self._pending:
             for run in unit:

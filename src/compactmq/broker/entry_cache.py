@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..storage.position import Position
+from .background import stop_task
 
 Entry = tuple[Position, bytes]
 
@@ -91,12 +92,7 @@ class EntryCacheManager:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await stop_task(task)
 
     def evict_expired(self) -> int:
         """Drop every entry cached longer ago than the age limit; returns how many."""

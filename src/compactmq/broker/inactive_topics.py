@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CompactMQError, InvalidConfiguration
 from .dedup import DEDUP_CURSOR
+from .background import stop_task
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
@@ -94,12 +95,7 @@ class InactiveTopicSweeper:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await stop_task(task)
 
     async def run_once(self) -> None:
         """Delete or unload every topic inactive for long enough."""

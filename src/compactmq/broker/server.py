@@ -46,6 +46,7 @@ from .inactive_topics import InactiveTopicSweeper
 from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
+from .background import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +132,7 @@ class Housekeeping:
             log.info("retention deleted ledgers %s of %s", ids, topic)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await stop_task(self._task)
 
 
 def _entry_cache_manager(config: Config) -> EntryCacheManager:
