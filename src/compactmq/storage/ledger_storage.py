@@ -1,0 +1,337 @@
+"""Where a managed ledger's bytes live: the ``LedgerStorage`` interface and its local files.
+
+A managed ledger (``managed_ledger.py``) decides WHAT its ledgers hold: records framed by
+``ledger_file`` (header, CRC per entry), an index written when a ledger is sealed, which
+ledgers exist (the metadata store says). A ``LedgerStorage`` only keeps the bytes, per
+ledger id, for one topic:
+
+* ``create(ledger_id)`` makes an empty ledger, durable (its file header written and synced),
+  and returns a ``LedgerWriter``: ``write(data, offset)`` places bytes at a byte offset (the
+  appender always writes at the end), ``truncate`` cuts a failed write back, ``sync`` makes
+  what was written durable (fdatasync; ``sync_all``: fsync, when sealing), ``close``
+  releases it;
+* ``read_all`` / ``read_range`` read a ledger's bytes (a whole ledger for recovery scans, a
+  range of records for readers); ``cut`` shortens a ledger nobody writes (a torn tail);
+* ``write_index`` / ``read_index`` keep the index beside the ledger (opaque bytes here);
+* ``exists``, ``list``, ``delete``, ``discard_partial_writes`` serve recovery and retention;
+* ``location`` names a ledger for a process that is not this broker (a Spark task), the only
+  place a path (or, for another implementation, a URI) comes out.
+
+Nothing here hands out a file descriptor or a path to the appender or the reader, so a second
+implementation (ledgers written straight to object storage) fits behind the same calls;
+``tests/storage/test_ledger_storage_contract.py`` is the contract every implementation passes.
+Offsets are byte offsets in the ledger's byte stream, which ``ledger_file`` defines.
+
+``LocalLedgerStorage``: one ``<ledger_id>.log`` file per ledger plus its ``.idx`` in the
+topic's directory. A writer keeps one fd open for writes and syncs; readers share a small
+LRU of read fds (``MAX_OPEN_READ_FDS``), closed ledgers being opened on demand.
+
+Thread safety: a writer's ``write``/``truncate`` are called by one thread at a time (the
+managed ledger's lock); ``sync`` may run at the same time as writes; the managed ledger closes
+a writer only after the last sync running on it. Read calls may come from any thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+
+from ..errors import StorageError
+from . import dir_owner
+from . import ledger_file as lf
+from .modes import FILE_MODE
+
+# Read file descriptors kept open per managed ledger (closed ledgers are opened on demand).
+MAX_OPEN_READ_FDS = 32
+
+
+class LedgerWriter(ABC):
+    """Appends to one ledger being written (see the module docstring). ``write`` and
+    ``truncate`` come from one thread at a time; ``sync`` may run at the same time as them and
+    as other syncs; ``close`` never runs during a sync (the managed ledger defers it)."""
+
+    @abstractmethod
+    def write(self, data: bytes, offset: int) -> None:
+        """Place ``data`` at ``offset`` (the end of what was written so far)."""
+
+    @abstractmethod
+    def truncate(self, offset: int) -> None:
+        """Drop every byte from ``offset`` on (a failed write is undone)."""
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Make every byte written so far durable (the group commit's call)."""
+
+    @abstractmethod
+    def sync_all(self) -> None:
+        """``sync``, and the ledger's size and metadata too (sealing a ledger)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the writer (no sync)."""
+
+
+class LedgerStorage(ABC):
+    """The bytes of one topic's ledgers (see the module docstring for the contract)."""
+
+    @abstractmethod
+    def claim(self, topic: str) -> None:
+        """Take the topic's ledger space for writing (before recovery deletes anything)."""
+
+    @abstractmethod
+    def create(self, ledger_id: int) -> LedgerWriter:
+        """A new, durable, empty ledger (its header only), open for appending."""
+
+    @abstractmethod
+    def read_all(self, ledger_id: int) -> bytes | None:
+        """Every byte of a ledger; None when it does not exist."""
+
+    @abstractmethod
+    def read_range(self, ledger_id: int, lo: int, hi: int) -> bytes:
+        """Bytes ``[lo, hi)`` of a ledger (``StorageError`` when it cannot be read)."""
+
+    @abstractmethod
+    def cut(self, ledger_id: int, end: int) -> None:
+        """Durably shorten a ledger that nobody writes to ``end`` bytes (a torn tail)."""
+
+    @abstractmethod
+    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+        """Store a ledger's index, replacing any: a crash leaves the old one or the new one."""
+
+    @abstractmethod
+    def read_index(self, ledger_id: int) -> bytes | None:
+        """A ledger's index bytes; None when there is none or it cannot be read."""
+
+    @abstractmethod
+    def exists(self, ledger_id: int) -> bool:
+        """True while the ledger's bytes are readable here."""
+
+    @abstractmethod
+    def list(self) -> set[int]:
+        """Ids of every ledger with bytes here (including unfinished ones)."""
+
+    @abstractmethod
+    def delete(self, ledger_id: int, durable: bool = False) -> None:
+        """Delete a ledger and its index (no error when absent); ``durable``: the deletion
+        survives a crash once this returns."""
+
+    @abstractmethod
+    def discard_partial_writes(self) -> None:
+        """Remove what an interrupted index or ledger write left behind (recovery)."""
+
+    @abstractmethod
+    def location(self, ledger_id: int) -> str:
+        """Where another process reads this ledger from (path or URI)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release read handles (the storage may be used again; handles reopen)."""
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (a created, renamed or deleted file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """One ``pwrite`` of joined bytes: measured 2.5x cheaper per call than ``pwritev`` of
+    header + entry buffers, and the join costs less than the difference for entry sizes up
+    to megabytes."""
+    done = os.pwrite(fd, data, offset)
+    if done < len(data):  # short write (disk full, signal): finish or fail
+        _finish_write(fd, data, offset, done)
+
+
+def _finish_write(fd: int, data: bytes, offset: int, done: int) -> None:
+    view = memoryview(data)
+    while done < len(data):
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n <= 0:
+            raise OSError("short write")
+        done += n
+
+
+def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
+    """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        _pwrite_all(fd, data, 0)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path))
+
+
+class LocalLedgerWriter(LedgerWriter):
+    """One ledger file open for appending. No lock: ``write`` is the append hot path."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def write(self, data: bytes, offset: int) -> None:
+        done = os.pwrite(self._fd, data, offset)
+        if done < len(data):  # short write (disk full, signal): finish or fail
+            _finish_write(self._fd, data, offset, done)
+
+    def truncate(self, offset: int) -> None:
+        os.ftruncate(self._fd, offset)
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def sync_all(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class LocalLedgerStorage(LedgerStorage):
+    """Ledgers as ``<id>.log`` + ``<id>.idx`` files in one topic directory."""
+
+    def __init__(self, directory: str, topic: str):
+        self.directory = directory
+        self._topic = topic
+        self._lock = threading.Lock()  # the read fd cache
+        self._read_fds: OrderedDict[int, int] = OrderedDict()
+
+    def path(self, ledger_id: int) -> str:
+        return os.path.join(self.directory, f"{ledger_id:012d}.log")
+
+    def claim(self, topic: str) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        dir_owner.claim(self.directory, topic)
+
+    def create(self, ledger_id: int) -> LocalLedgerWriter:
+        fd = os.open(self.path(ledger_id), os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            _pwrite_all(fd, lf.encode_file_header(ledger_id), 0)
+            os.fsync(fd)
+            fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        return LocalLedgerWriter(fd)
+
+    def read_all(self, ledger_id: int) -> bytes | None:
+        try:
+            with open(self.path(ledger_id), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def read_range(self, ledger_id: int, lo: int, hi: int) -> bytes:
+        with self._lock:
+            try:
+                fd = self._read_fd(ledger_id)
+            except OSError as e:
+                raise StorageError(f"{self._topic}: cannot open ledger {ledger_id}: {e}") from e
+            return lf.read_records(fd, lo, hi)
+
+    def _read_fd(self, ledger_id: int) -> int:
+        fd = self._read_fds.get(ledger_id)
+        if fd is not None:
+            self._read_fds.move_to_end(ledger_id)
+            return fd
+        fd = os.open(self.path(ledger_id), os.O_RDONLY)
+        self._read_fds[ledger_id] = fd
+        while len(self._read_fds) > MAX_OPEN_READ_FDS:
+            _, old = self._read_fds.popitem(last=False)
+            _close_quietly(old)
+        return fd
+
+    def _forget(self, ledger_id: int) -> None:
+        with self._lock:
+            fd = self._read_fds.pop(ledger_id, None)
+        if fd is not None:
+            _close_quietly(fd)
+
+    def cut(self, ledger_id: int, end: int) -> None:
+        fd = os.open(self.path(ledger_id), os.O_RDWR)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+        write_file_atomically(lf.index_path_for(self.path(ledger_id)), data, sync=durable)
+
+    def read_index(self, ledger_id: int) -> bytes | None:
+        try:
+            with open(lf.index_path_for(self.path(ledger_id)), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def exists(self, ledger_id: int) -> bool:
+        with self._lock:
+            if ledger_id in self._read_fds:
+                return True
+        return os.path.exists(self.path(ledger_id))
+
+    def list(self) -> set[int]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return set()
+        ids = set()
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if ext in ("log", "idx", "idx.tmp", "log.tmp") and stem.isdigit():
+                ids.add(int(stem))
+        return ids
+
+    def delete(self, ledger_id: int, durable: bool = False) -> None:
+        self._forget(ledger_id)
+        path = self.path(ledger_id)
+        idx = lf.index_path_for(path)
+        for p in (path, idx, path + ".tmp", idx + ".tmp"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        if durable:
+            fsync_dir(self.directory)
+
+    def discard_partial_writes(self) -> None:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        for name in names:
+            stem, _, ext = name.partition(".")
+            if ext in ("idx.tmp", "log.tmp") and stem.isdigit():
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except FileNotFoundError:
+                    pass
+
+    def location(self, ledger_id: int) -> str:
+        return self.path(ledger_id)
+
+    def close(self) -> None:
+        with self._lock:
+            fds = list(self._read_fds.values())
+            self._read_fds.clear()
+        for fd in fds:
+            _close_quietly(fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
