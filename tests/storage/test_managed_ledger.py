@@ -444,12 +444,13 @@ def test_oversized_entry_is_refused(open_storage, monkeypatch):
 
 
 def test_closed_ledger_indexes_are_evicted_and_reloaded(open_storage, monkeypatch):
-    from compactmq.storage import managed_ledger as mlmod
+    from compactmq.storage import reader
 
-    monkeypatch.setattr(mlmod, "MAX_LOADED_INDEXES", 2)
+    monkeypatch.setattr(reader, "MAX_LOADED_INDEXES", 2)
     ml = open_storage(managedLedgerMaxEntriesPerLedger=2).open_managed_ledger("t")
     ps = [ml.append(b"%d" % i) for i in range(12)]
-    loaded = [led for led in ml._ledgers if led.offsets is not None and led is not ml._current]
+    state = ml._ledgers
+    loaded = [led for led in state.ledgers if led.offsets is not None and led is not state.current]
     assert len(loaded) <= 2
     assert [d for _, d in ml.read_entries(ps[0], 100)] == [b"%d" % i for i in range(12)]
     assert ml.find_position_by_publish_time(0) == ps[0]

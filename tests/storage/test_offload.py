@@ -103,8 +103,7 @@ def test_a_read_of_one_entry_fetches_one_small_range(tmp_path, clock, offload_co
     st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
     ml = st.open_managed_ledger(TOPIC)
     ml.append_many([os.urandom(1000) for _ in range(1000)])
-    ml.maybe_rollover  # noqa: B018 - the ledger is sealed by the next call
-    ml._rollover_locked(clock())
+    assert ml.rollover()  # sealed now, whatever its age
     (lid,) = ml.sealed_ledgers_to_offload()
     st.offloader.offload(ml)
     st.offloader.cache.__init__(1 << 30)  # cold cache

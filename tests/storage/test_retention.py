@@ -119,3 +119,29 @@ def test_trimmed_ledgers_stay_gone_after_restart(open_storage, clock):
     st.close()
     ml = open_storage(managedLedgerMaxEntriesPerLedger=2).open_managed_ledger("t")
     assert [p for p, _ in ml.read_entries(Position(0, 0), 10)] == ps[4:]
+
+
+def test_a_retention_hold_keeps_ledgers_for_its_owner_until_released(ml):
+    """Generic holds: an opaque owner keeps every ledger from a position on; a second hold by
+    the same owner is refused (False); releasing it hands the ledgers back to retention."""
+    before = ledger_ids(ml)
+    ml.open_cursor("s").ack_cumulative(ml.positions[13])
+    assert ml.hold_retention("backup-job", ml.positions[4]) is True  # first entry of ledger 2
+    assert ml.hold_retention("backup-job") is False
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:1]
+    assert ml.read_entry(ml.positions[4]) == b"0004"
+    ml.release_retention_hold("backup-job")
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[1:-1]
+
+
+def test_a_watched_hold_placed_by_another_process_is_honoured(open_storage, ml):
+    """A read-only process (another compactor, say) writes its hold to the metadata store only;
+    the writer re-reads watched owners before it trims."""
+    before = ledger_ids(ml)
+    ml.open_cursor("s").ack_cumulative(ml.positions[13])
+    ml.watch_retention_hold("offsite-copy")
+    reader = open_storage(read_only=True).open_managed_ledger("t", create=False)
+    assert reader.hold_retention("offsite-copy", ml.positions[8]) is True
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:2]
+    reader.release_retention_hold("offsite-copy")
+    assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[2:-1]

@@ -11,20 +11,50 @@ the next ledger when needed), the mark-delete position moves to the end of that 
 
 Durable cursors are saved in the metadata store after every change (one row, one commit);
 non-durable cursors (readers) live in memory only and do not hold back retention.
+
+A cursor knows its managed ledger only as a ``CursorHost``: the few calls it makes (positions,
+reads, saving and re-reading its record). ``ManagedLedger`` is one; this module imports none
+of the managed ledger's modules, so there is no import loop between the two.
 """
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 import numpy as np
 
+from .ledger_metadata import StoredCursor
 from .position import Position, pack, unpack
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .managed_ledger import ManagedLedger
+
+class CursorHost(Protocol):
+    """What a cursor asks of the managed ledger it belongs to."""
+
+    topic: str
+
+    def next_position(self, position: Position) -> Position: ...
+
+    def previous_position(self, position: Position) -> Position: ...
+
+    def last_position(self) -> Position | None: ...
+
+    def entries_after(self, position: Position) -> int: ...
+
+    def size_after(self, position: Position) -> int: ...
+
+    def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int | None = None
+    ) -> list[tuple[Position, bytes]]: ...
+
+    def save_cursor_state(self, cursor: "Cursor") -> None:
+        """Persist a durable cursor's mark-delete position, acked ranges and properties."""
+        ...
+
+    def cursor_record(self, name: str) -> StoredCursor | None:
+        """The cursor's record as the metadata store has it now."""
+        ...
 
 
 class RangeSet:
@@ -100,7 +130,7 @@ class Cursor:
 
     def __init__(
         self,
-        ledger: "ManagedLedger",
+        ledger: CursorHost,
         name: str,
         durable: bool,
         mark_delete: Position,
@@ -259,7 +289,7 @@ class Cursor:
 
     def _persist(self) -> None:
         if self.durable and not self._deleted:
-            self._ml._save_cursor(self)
+            self._ml.save_cursor_state(self)
 
     def _snapshot(self) -> tuple[Position, bytes, dict[str, Any]]:
         with self._lock:
@@ -270,7 +300,7 @@ class Cursor:
         it: ``commit_compaction`` advances ``__compaction``). Positions only move forward."""
         if not self.durable:
             return
-        rec = self._ml._load_cursor_record(self.name)
+        rec = self._ml.cursor_record(self.name)
         if rec is None:
             return
         with self._lock:
