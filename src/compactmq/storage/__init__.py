@@ -54,6 +54,11 @@ index of a CLOSED ledger is rebuilt from its file. A new ledger is then opened f
 A write or sync that fails *fences* the managed ledger (appends refuse, reads go on);
 ``Storage.open_managed_ledger`` then reopens it, which runs the recovery above.
 
+``ManagedLedger`` is a facade over parts with one job each (its module docstring maps them:
+recovery, appender, reader, cursors, retention, offload state); they reach ledger bytes only
+through ``ledger_storage.LedgerStorage`` (local files today) and the metadata store only
+through the calls named by ``ledger_metadata.LedgerMetadata``.
+
 Retention follows Pulsar: see ``ManagedLedger.trim_to_retention``; the broker calls
 ``Storage.run_maintenance()`` every ``retentionCheckIntervalInSeconds`` (it also rolls idle
 ledgers by age).

@@ -73,9 +73,7 @@ class CursorRegistry:
         if where == "latest":
             last = host.last_position()
             return last if last is not None else host.previous_position(host.next_position(EARLIEST))
-        raise ValueError(
-            f"initial_position must be 'earliest', 'latest' or a Position, not {initial_position!r}"
-        )
+        raise ValueError(f"initial_position must be 'earliest', 'latest' or a Position, not {where!r}")
 
     def earliest_mark_delete(self) -> Position:
         """The mark-delete position of a cursor before the first entry."""
