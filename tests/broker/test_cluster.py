@@ -147,6 +147,8 @@ def test_every_broker_registers_and_lists_the_cluster(cluster):
     assert len(leaders) == 1 and leaders <= set(expected)
     assert rest(cluster[0], "GET", "/admin/v2/brokers/other-cluster")[0] == 404
     assert ok(rest(cluster[1], "GET", f"/admin/v2/namespaces/{NS}/bundles")) == bundles_data(BOUNDARIES)
+    assert rest(cluster[1], "PUT", f"/admin/v2/namespaces/{NS}/0x1_0x2/unload")[0] == 412  # not a bundle
+    assert rest(cluster[1], "GET", "/admin/v2/namespaces/public/nope/bundles")[0] == 404
     out = run_cli(
         *["--admin-url", f"http://127.0.0.1:{cluster[2].web_port}", "brokers", "list", "standalone"]
     )
@@ -246,6 +248,52 @@ def test_topic_unload_closes_it_on_its_owner(cluster, client):
 
 
 # --- slow: a broker dies or leaves -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_broker_frozen_past_its_session_loses_its_bundles_and_refuses_them_when_resumed(
+    tmp_path_factory,
+    zookeeper,  # noqa: F811
+):
+    brokers = start_cluster(tmp_path_factory, zookeeper, metadataStoreSessionTimeoutMillis="2000")
+    client = make_client(service_url(brokers))
+    frozen = None
+    try:
+        topic = topics_in(BOUNDARIES[0], 1, "freeze")[0]
+        produce_consume(client, topic, 1)
+        frozen = next(b for b in brokers if b.web_port == owner_web_port(brokers, topic))
+        others = [b for b in brokers if b is not frozen]
+        frozen.proc.send_signal(signal.SIGSTOP)
+        wait_until(
+            lambda: broker_id(frozen) not in ok(rest(others[0], "GET", "/admin/v2/brokers/standalone")),
+            timeout=20,
+            what="the frozen broker's registration to expire",
+        )
+        fresh = topics_in(BOUNDARIES[0], 1, "after-freeze")[0]
+        c2 = make_client(service_url(others))
+        try:
+            produce_consume(c2, fresh, 1)  # another broker took the bundle
+        finally:
+            c2.close()
+        new_owner = owner_web_port(others, fresh)
+        assert new_owner != frozen.web_port
+        frozen.proc.send_signal(signal.SIGCONT)
+        frozen_id = broker_id(frozen)
+        # resumed: it learns its session is gone, registers again, and serves nothing it lost
+        wait_until(
+            lambda: frozen_id in ok(rest(others[0], "GET", "/admin/v2/brokers/standalone")),
+            timeout=20,
+            what="the resumed broker to register again",
+        )
+        owned = ok(rest(frozen, "GET", f"/admin/v2/brokers/standalone/{frozen_id}/ownedNamespaces"))
+        assert f"{NS}/{bundle_of(NS, BOUNDARIES, fresh).range}" not in owned
+        assert owner_web_port(brokers, fresh) == new_owner
+    finally:
+        if frozen is not None and frozen.alive():
+            frozen.proc.send_signal(signal.SIGCONT)
+        client.close()
+        for b in brokers:
+            b.stop(signal.SIGKILL)
 
 
 @pytest.mark.slow
