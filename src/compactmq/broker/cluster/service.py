@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ServiceNotReady
+from ...errors import InvalidConfiguration, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
 from .bundles import Bundle, all_bundles, bundle_of, stored_boundaries
@@ -74,7 +74,10 @@ class ClusterService:
         self.report_interval = max(100, int(config["loadBalancerReportUpdateMinIntervalMillis"])) / 1000
         self.resources = service.storage.resources
         self.store = service.storage.metadata_store
-        self.broker_id = broker_id_of(service.web_url or "", service.web_url_tls)
+        try:
+            self.broker_id = broker_id_of(service.web_url or "", service.web_url_tls)
+        except ValueError as exc:  # a broker with no web port cannot be named in the cluster
+            raise InvalidConfiguration(str(exc)) from None
         self.membership = Membership(
             self.resources, self.broker_id, registration_data(service, self.cluster_name)
         )
@@ -82,6 +85,7 @@ class ClusterService:
         self._boundaries: dict[str, list[int]] = {}
         self._pending: dict[str, dict[Bundle, float]] = {}  # leader: broker -> bundle -> when
         self._wake = asyncio.Event()
+        self._force_report = False
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closing = False
@@ -118,7 +122,8 @@ class ClusterService:
         if event is SessionEvent.SESSION_LOST:
             loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost()))
         elif event is SessionEvent.SESSION_REESTABLISHED:
-            loop.call_soon_threadsafe(self._wake.set)  # the report loop registers again
+            self._force_report = True  # the report loop registers again, load changed or not
+            loop.call_soon_threadsafe(self._wake.set)
             try:
                 self.membership.elect()
             except Exception:  # noqa: BLE001
@@ -140,12 +145,14 @@ class ClusterService:
                 pass
             self._wake.clear()
             load = self._load()
-            if load == last and not self.membership.closed:
+            if (load == last and not self._force_report) or self.membership.closed:
                 continue
+            self._force_report = False
             try:
                 await self.service.run_blocking(self.membership.report, load)
                 last = load
             except MetadataStoreError:
+                self._force_report = True
                 log.warning("writing the load report failed; trying again", exc_info=True)
 
     def _load(self) -> dict[str, Any]:
@@ -251,7 +258,7 @@ class ClusterService:
             pending = self._pending.get(broker, {})
             for b, when in list(pending.items()):
                 if str(b) in reported or now - when > PENDING_ASSIGNMENT_SECONDS:
-                    del pending[b]
+                    pending.pop(b, None)
             data = brokers[broker]
             return (int(data.get("numBundles") or 0) + len(pending), int(data.get("numTopics") or 0), broker)
 
