@@ -170,6 +170,36 @@ def test_topics_spread_over_the_brokers_and_a_multi_host_client_uses_them_all(cl
     assert len(set().union(*owned.values())) == 4
 
 
+def test_a_partitioned_topic_spreads_its_partitions_and_works_through_any_broker(cluster, client):
+    topic = f"persistent://{NS}/parts-{uuid.uuid4().hex[:8]}"
+    local = topic.split("://", 1)[1]
+    assert rest(cluster[1], "PUT", f"/admin/v2/persistent/{local}/partitions", 6)[0] == 204
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    sent = {f"k{i}".encode() for i in range(24)}
+    for i, payload in enumerate(sorted(sent)):
+        producer.send(payload, partition_key=str(i))
+    got = set()
+    for _ in sent:
+        msg = consumer.receive(timeout_millis=15000)
+        consumer.acknowledge(msg)
+        got.add(msg.data())
+    producer.close()
+    consumer.close()
+    assert got == sent
+    owners = {owner_web_port(cluster, f"{topic}-partition-{i}") for i in range(6)}
+    assert len(owners) >= 2  # partitions hash into different bundles, owned by different brokers
+
+
+def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):
+    http_client = make_client(f"http://127.0.0.1:{cluster[2].web_port}")
+    try:
+        for lo in BOUNDARIES[:-1]:  # a fresh topic in every bundle: some are owned elsewhere
+            produce_consume(http_client, topics_in(lo, 1, "http")[0], 1)
+    finally:
+        http_client.close()
+
+
 def test_lookup_and_admin_calls_reach_the_owner(cluster, client):
     topic = topics_in(BOUNDARIES[0], 1, "lookup")[0]
     produce_consume(client, topic, 1)
