@@ -277,6 +277,23 @@ def test_topic_unload_closes_it_on_its_owner(cluster, client):
     producer.close()
 
 
+def test_namespace_unload_hands_every_bundle_back(cluster, client):
+    for lo in BOUNDARIES[:-1]:
+        produce_consume(client, topics_in(lo, 1, "nsunload")[0], 1)
+
+    def owned_anywhere() -> int:
+        return sum(
+            len(ok(rest(b, "GET", f"/admin/v2/brokers/standalone/{broker_id(b)}/ownedNamespaces")))
+            for b in cluster
+        )
+
+    assert owned_anywhere() == 4
+    out = run_cli("--admin-url", f"http://127.0.0.1:{cluster[0].web_port}", "namespaces", "unload", NS)
+    assert out.returncode == 0, out.stderr
+    assert owned_anywhere() == 0  # each owner gave its bundles up before the call answered
+    produce_consume(client, topics_in(BOUNDARIES[0], 1, "after-nsunload")[0], 1)
+
+
 # --- slow: a broker dies or leaves -------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@
 ``GET  /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``     bundles a broker owns
 ``GET  /admin/v2/namespaces/{t}/{ns}/bundles``                    Pulsar's ``BundlesData``
 ``PUT  /admin/v2/namespaces/{t}/{ns}/{bundle}/unload``            hand a bundle back (``?destinationBroker=``)
+``PUT  /admin/v2/namespaces/{t}/{ns}/unload``                     every bundle, each on its owner
 ``PUT  /admin/v2/{domain}/{t}/{ns}/{topic}/unload``               close a topic (clients reconnect)
 ================================================================  ==============================
 
@@ -25,16 +26,19 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+import aiohttp
 from aiohttp import web
 
-from ..broker.cluster.bundles import bundle_of, bundles_data, parse_range, stored_boundaries
-from ..errors import NotFound
+from ..broker.cluster.bundles import all_bundles, bundle_of, bundles_data, parse_range, stored_boundaries
+from ..errors import NotFound, ServiceNotReady
 from ..naming import TopicName
 from .common import Context
 
 #: topic routes any broker serves (partitioned metadata lives in the shared store)
 _ANY_BROKER_SUFFIXES = ("/partitions", "/partitioned-stats", "/partitioned-internalStats")
 TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+#: longest wait for another broker to unload a bundle a namespace unload sent it
+FORWARD_TIMEOUT_S = 30.0
 
 
 def add_routes(router: Any) -> None:
@@ -56,6 +60,13 @@ def add_routes(router: Any) -> None:
         "/admin/v2/namespaces/{tenant}/{namespace}/{bundle}/unload",
         unload_bundle,
         "unload a bundle: its owner closes its topics and gives it up (?destinationBroker=host:port)",
+        ok=204,
+    )
+    router.add(
+        "PUT",
+        "/admin/v2/namespaces/{tenant}/{namespace}/unload",
+        unload_namespace,
+        "unload every bundle of a namespace (each on its owner)",
         ok=204,
     )
     router.add("PUT", TOPIC + "/unload", unload_topic, "unload a topic: close it on its owner", ok=204)
@@ -141,6 +152,41 @@ async def unload_bundle(ctx: Context, request: web.Request, tenant: str, namespa
     if owner is None:
         return None  # nobody owns it: nothing to unload (Pulsar answers the same)
     return redirect(request, owner, authoritative=True)
+
+
+async def unload_namespace(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
+    """Each bundle: unloaded here when owned here, else the same PUT is sent to its owner (with
+    the caller's credentials, which the owner checks again)."""
+    ns = f"{tenant}/{namespace}"
+    boundaries = await _boundaries(ctx, ns)
+    cluster = _cluster(ctx)
+    for bundle in all_bundles(ns, boundaries):
+        if cluster is None:
+            await _close_loaded(ctx, bundle, boundaries)
+        elif bundle in cluster.owned:
+            await cluster.unload_bundle(bundle)
+        else:
+            owner = await cluster.owner_of(bundle)
+            if owner is not None:
+                await _forward_unload(request, owner, bundle)
+    return None
+
+
+async def _forward_unload(request: web.Request, owner: dict[str, Any], bundle: Any) -> None:
+    base = str(owner.get("httpUrl") or owner.get("httpUrlTls") or "").rstrip("/")
+    if not base:
+        raise ServiceNotReady(f"the owner of {bundle} advertises no web URL")
+    tenant, _, name = bundle.namespace.partition("/")
+    url = f"{base}/admin/v2/namespaces/{tenant}/{name}/{bundle.range}/unload"
+    headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+    timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        try:
+            async with session.put(url, headers=headers, allow_redirects=False) as resp:
+                if resp.status >= 400:
+                    raise ServiceNotReady(f"unloading {bundle} on its owner failed: HTTP {resp.status}")
+        except aiohttp.ClientError as exc:
+            raise ServiceNotReady(f"the owner of {bundle} did not answer: {exc}") from None
 
 
 async def _close_loaded(ctx: Context, target: Any, boundaries: list[int]) -> None:

@@ -30,10 +30,11 @@ def _lookup(a: Any, c: AdminClient, o: Output) -> None:
 
 
 def _unload_namespace(a: Any, c: AdminClient, o: Output) -> None:
-    ranges = [a.bundle] if a.bundle else _ranges(c.request("GET", namespace_path(a.namespace) + "/bundles"))
     query = {"destinationBroker": a.destination_broker} if a.destination_broker else None
-    for r in ranges:
-        c.request("PUT", f"{namespace_path(a.namespace)}/{r}/unload", query=query)
+    if a.bundle:
+        c.request("PUT", f"{namespace_path(a.namespace)}/{a.bundle}/unload", query=query)
+    else:
+        c.request("PUT", f"{namespace_path(a.namespace)}/unload")
     o.done(f"unloaded {a.namespace}" + (f" bundle {a.bundle}" if a.bundle else ""))
 
 
