@@ -171,7 +171,10 @@ def test_topics_spread_over_the_brokers_and_a_multi_host_client_uses_them_all(cl
 
 
 def test_a_partitioned_topic_spreads_its_partitions_and_works_through_any_broker(cluster, client):
-    topic = f"persistent://{NS}/parts-{uuid.uuid4().hex[:8]}"
+    while True:  # a name whose 6 partitions fall into all 4 bundles
+        topic = f"persistent://{NS}/parts-{uuid.uuid4().hex[:8]}"
+        if len({bundle_of(NS, BOUNDARIES, f"{topic}-partition-{i}") for i in range(6)}) == 4:
+            break
     local = topic.split("://", 1)[1]
     assert rest(cluster[1], "PUT", f"/admin/v2/persistent/{local}/partitions", 6)[0] == 204
     producer = client.create_producer(topic)
@@ -188,7 +191,7 @@ def test_a_partitioned_topic_spreads_its_partitions_and_works_through_any_broker
     consumer.close()
     assert got == sent
     owners = {owner_web_port(cluster, f"{topic}-partition-{i}") for i in range(6)}
-    assert len(owners) >= 2  # partitions hash into different bundles, owned by different brokers
+    assert owners == {b.web_port for b in cluster}  # 4 bundles over 3 brokers: every broker serves some
 
 
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):
@@ -395,4 +398,40 @@ def test_graceful_shutdown_hands_its_bundles_back_at_once(tmp_path_factory, zook
     finally:
         client.close()
         for b in brokers:
+            b.stop(signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_lookups_answer_the_owners_named_listener_and_its_advertised_address(tmp_path_factory, zookeeper):  # noqa: F811
+    store = f"zk:{zookeeper.hosts}/c{uuid.uuid4().hex[:10]}"
+    brokers = [BrokerProcess(tmp_path_factory.mktemp(f"listen-b{i}") / "data") for i in range(2)]
+    for b in brokers:  # two names for one socket, so the address answered is visible
+        b.overrides = {
+            "metadataStoreUrl": store,
+            "advertisedListeners": f"internal:pulsar://127.0.0.1:{b.port},external:pulsar://localhost:{b.port}",
+            "internalListenerName": "internal",
+        }
+    named = BrokerProcess(tmp_path_factory.mktemp("listen-named") / "data")
+    named.overrides = {"metadataStoreUrl": store, "advertisedAddress": "localhost"}
+    try:
+        for b in brokers:
+            b.start()
+        topics = [topics_in(lo, 1, "listen")[0] for lo in BOUNDARIES[:-1]]
+        client = make_client(service_url(brokers), listener_name="external")
+        try:
+            for t in topics:
+                produce_consume(client, t, 1)
+        finally:
+            client.close()
+        for t in topics:
+            owner = next(b for b in brokers if b.web_port == owner_web_port(brokers, t))
+            local = t.split("://", 1)[1]
+            for asked in brokers:
+                path = f"/lookup/v2/topic/persistent/{local}?listenerName=external"
+                assert ok(rest(asked, "GET", path))["brokerUrl"] == f"pulsar://localhost:{owner.port}"
+        named.start()  # advertisedAddress names the broker in the cluster and in its URLs
+        listed = ok(rest(brokers[0], "GET", "/admin/v2/brokers/standalone"))
+        assert f"localhost:{named.web_port}" in listed
+    finally:
+        for b in [*brokers, named]:
             b.stop(signal.SIGKILL)
