@@ -153,6 +153,15 @@ def test_every_broker_registers_and_lists_the_cluster(cluster):
         *["--admin-url", f"http://127.0.0.1:{cluster[2].web_port}", "brokers", "list", "standalone"]
     )
     assert out.returncode == 0 and sorted(out.stdout.split()) == expected
+    admin = ["--admin-url", f"http://127.0.0.1:{cluster[0].web_port}"]
+    assert run_cli(*admin, "brokers", "leader-broker").stdout.strip() in expected
+    bundles = run_cli(*admin, "namespaces", "bundles", NS).stdout.split()
+    assert bundles == [
+        "0x00000000_0x40000000",
+        "0x40000000_0x80000000",
+        "0x80000000_0xc0000000",
+        "0xc0000000_0xffffffff",
+    ]
 
 
 def test_topics_spread_over_the_brokers_and_a_multi_host_client_uses_them_all(cluster, client):
@@ -220,6 +229,8 @@ def test_lookup_and_admin_calls_reach_the_owner(cluster, client):
     location = urlsplit(headers["Location"])
     assert location.port == owner.web_port and location.path == path
     assert ok(rest(other, "GET", path))["publishers"] == []  # urllib follows a GET's 307
+    out = run_cli("--admin-url", f"http://127.0.0.1:{other.web_port}", "topics", "lookup", topic)
+    assert out.stdout.strip() == f"pulsar://127.0.0.1:{owner.port}"
     # partitioned metadata (what a client's HTTP lookup asks first): any broker answers itself
     status, _, body = get_raw(other, f"/admin/v2/persistent/{local}/partitions?checkAllowAutoCreation=true")
     assert status == 200 and json.loads(body) == {"partitions": 0}
