@@ -5,7 +5,8 @@ Lookup (binary ``LOOKUP``, HTTP ``/lookup/v2``, the admin API's 307), with Pulsa
 1. The bundle of the topic (``bundles``) is owned by this broker: ``Connect`` here (no store
    access: the owned set is in memory, so a lookup costs what it costs on one broker).
 2. Someone owns it (``/namespace/{t}/{ns}/{range}``): ``Connect`` to the owner's URLs, as Pulsar
-   answers; the client connects there directly.
+   answers; the client connects there directly. The owner read is kept until a watch on the key
+   reports a change (it is watched before it is read, so no change can slip in between).
 3. Nobody owns it, and the request is ``authoritative`` (a leader sent the client here): this
    broker takes it (ephemeral create; if another broker won the race, case 2).
 4. Nobody owns it, this broker is not the leader and a leader is registered: ``Redirect`` to the
@@ -84,6 +85,10 @@ class ClusterService:
         self.owned: set[Bundle] = set()
         self._boundaries: dict[str, list[int]] = {}
         self._pending: dict[str, dict[Bundle, float]] = {}  # leader: broker -> bundle -> when
+        # owners of bundles other brokers hold, kept until a watch says the key changed
+        self._owners: dict[Bundle, dict[str, Any]] = {}
+        self._owner_watches: dict[Bundle, Any] = {}
+        self._owner_generation: dict[Bundle, int] = {}
         self._wake = asyncio.Event()
         self._force_report = False
         self._task: asyncio.Task | None = None
@@ -106,6 +111,8 @@ class ClusterService:
             return
         self.closing = True
         await self.service.run_blocking(self.membership.close)
+        for watch in list(self._owner_watches.values()):
+            watch.cancel()
         for bundle in sorted(self.owned):
             try:
                 await self.unload_bundle(bundle)
@@ -132,6 +139,7 @@ class ClusterService:
     async def _ownership_lost(self) -> None:
         lost = list(self.owned)
         self.owned.clear()
+        self._owners.clear()  # a watch may have missed changes while the session was gone
         log.warning("metadata store session lost: %d bundle(s) are no longer owned here", len(lost))
         for bundle in lost:
             await self._close_topics(bundle)
@@ -188,6 +196,9 @@ class ClusterService:
             return Decision(own=True)
         if self.closing:
             raise ServiceNotReady(f"broker {self.broker_id} is shutting down; look up {tn} again")
+        cached = self._owners.get(bundle)
+        if cached is not None:  # owned elsewhere, and no change seen since it was read
+            return Decision(own=False, target=cached)
         decision = await self.service.run_blocking(self._resolve, bundle, authoritative)
         if decision.acquired is not None:
             self.owned.add(decision.acquired)
@@ -205,10 +216,15 @@ class ClusterService:
 
     def _resolve(self, bundle: Bundle, authoritative: bool) -> Decision:
         """Blocking: the owner, or an assignment (the module docstring's cases 2-5)."""
+        generation = self._watch_owner(bundle)
         found = self.resources.ownership.owner(bundle.namespace, bundle.range)
         if found is not None:
             data, mine = found
-            return Decision(own=True, acquired=bundle) if mine else Decision(own=False, target=data)
+            if mine:
+                return Decision(own=True, acquired=bundle)
+            if self._owner_generation.get(bundle) == generation:  # no change while it was read
+                self._owners[bundle] = data
+            return Decision(own=False, target=data)
         if authoritative or not self.balancer:
             return self._acquire(bundle)
         leader = self.membership.current_leader()
@@ -223,6 +239,21 @@ class ClusterService:
             return self._acquire(bundle)
         self._pending.setdefault(chosen, {})[bundle] = time.monotonic()
         return Decision(own=False, target=brokers[chosen], redirect=True, authoritative=True)
+
+    def _watch_owner(self, bundle: Bundle) -> int:
+        """Blocking: watch the bundle's owner key (once per bundle) before it is read, so that a
+        change after the read always drops the cached owner. Returns the change count seen."""
+        if bundle not in self._owner_watches:
+            self._owner_generation.setdefault(bundle, 0)
+
+            def changed(_notification: Any) -> None:
+                self._owner_generation[bundle] = self._owner_generation.get(bundle, 0) + 1
+                self._owners.pop(bundle, None)
+
+            self._owner_watches[bundle] = self.resources.ownership.watch(
+                bundle.namespace, bundle.range, changed
+            )
+        return self._owner_generation.get(bundle, 0)
 
     def _acquire(self, bundle: Bundle) -> Decision:
         data, mine = self.resources.ownership.try_acquire(

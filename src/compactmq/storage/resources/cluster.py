@@ -161,6 +161,10 @@ class OwnershipResources(BaseResources):
             return False
         return True
 
+    def watch(self, namespace: str, bundle_range: str, callback: Callable[[Notification], None]) -> Watch:
+        """Call ``callback`` whenever the bundle's owner key is created, changed or deleted."""
+        return self.store.watch(self._path(namespace, bundle_range), callback)
+
     def owned_ranges(self, namespace: str) -> dict[str, Json]:
         """range -> owner data, for every owned bundle of ``namespace``."""
         tenant, _, name = namespace.partition("/")
