@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
+import sys
+import urllib.request
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -446,3 +450,43 @@ def test_lookups_answer_the_owners_named_listener_and_its_advertised_address(tmp
     finally:
         for b in [*brokers, named]:
             b.stop(signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_cluster_script_starts_zookeeper_and_three_brokers_and_stops_them(tmp_path):
+    import subprocess
+
+    from .conftest import ROOT, free_port
+
+    env = {
+        **os.environ,
+        "ZK_PORT": str(free_port()),
+        "BROKER_PORTS": " ".join(str(free_port()) for _ in range(3)),
+        "WEB_PORTS": " ".join(str(free_port()) for _ in range(3)),
+        "COMPACTMQ": str(Path(sys.executable).parent / "compactmq"),
+    }
+    script = [str(ROOT / "scripts" / "cluster.sh")]
+    started = subprocess.run(
+        [*script, "start", str(tmp_path)], env=env, capture_output=True, text=True, timeout=180
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        info = json.loads((tmp_path / "cluster.json").read_text())
+        assert [p["role"] for p in info["processes"]] == ["zookeeper", "broker", "broker", "broker"]
+        client = make_client(info["serviceUrl"])
+        try:
+            for lo in BOUNDARIES[:-1]:
+                produce_consume(client, topics_in(lo, 1, "script")[0], 1)
+        finally:
+            client.close()
+        web = info["processes"][1]["webServiceUrl"]
+        with urllib.request.urlopen(f"{web}/admin/v2/brokers/standalone", timeout=10) as resp:
+            assert len(json.loads(resp.read())) == 3
+    finally:
+        stopped = subprocess.run(
+            [*script, "stop", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+        )
+    assert stopped.returncode == 0, stopped.stderr
+    for p in info["processes"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(p["pid"], 0)
