@@ -168,6 +168,19 @@ def test_every_broker_registers_and_lists_the_cluster(cluster):
     ]
 
 
+def test_a_namespace_created_with_its_bundle_count_keeps_it(cluster, client):
+    ns = f"public/split{uuid.uuid4().hex[:6]}"
+    admin = ["--admin-url", f"http://127.0.0.1:{cluster[0].web_port}"]
+    assert run_cli(*admin, "namespaces", "create", ns, "--bundles", "2").returncode == 0
+    body = ok(rest(cluster[2], "GET", f"/admin/v2/namespaces/{ns}/bundles"))
+    assert body == {"boundaries": ["0x00000000", "0x80000000", "0xffffffff"], "numBundles": 2}
+    produce_consume(client, f"persistent://{ns}/t", 1)
+    bad = f"/admin/v2/namespaces/public/bad{uuid.uuid4().hex[:6]}"
+    assert rest(cluster[1], "PUT", bad, {"bundles": {"numBundles": 0}})[0] == 412
+    assert rest(cluster[1], "PUT", bad, {"bundles": {"boundaries": ["0x00000000", "0x10"]}})[0] == 412
+    assert rest(cluster[1], "GET", bad + "/bundles")[0] == 404  # nothing was created
+
+
 def test_topics_spread_over_the_brokers_and_a_multi_host_client_uses_them_all(cluster, client):
     # one fresh topic in each of the 4 bundles: 3 brokers, the least-loaded assignment covers all
     topics = [topics_in(lo, 1, "spread")[0] for lo in BOUNDARIES[:-1]]
@@ -178,8 +191,8 @@ def test_topics_spread_over_the_brokers_and_a_multi_host_client_uses_them_all(cl
     owned = {}
     for b in cluster:
         body = ok(rest(b, "GET", f"/admin/v2/brokers/standalone/{broker_id(b)}/ownedNamespaces"))
-        owned[b.web_port] = set(body)
-    assert sum(len(v) for v in owned.values()) == 4  # each bundle exactly once
+        owned[b.web_port] = {name for name in body if name.startswith(f"{NS}/")}
+    assert sum(len(v) for v in owned.values()) == 4  # each bundle of public/default exactly once
     assert len(set().union(*owned.values())) == 4
 
 
@@ -300,10 +313,10 @@ def test_namespace_unload_hands_every_bundle_back(cluster, client):
         produce_consume(client, topics_in(lo, 1, "nsunload")[0], 1)
 
     def owned_anywhere() -> int:
-        return sum(
-            len(ok(rest(b, "GET", f"/admin/v2/brokers/standalone/{broker_id(b)}/ownedNamespaces")))
-            for b in cluster
-        )
+        names = []
+        for b in cluster:
+            names += ok(rest(b, "GET", f"/admin/v2/brokers/standalone/{broker_id(b)}/ownedNamespaces"))
+        return len([n for n in names if n.startswith(f"{NS}/")])
 
     assert owned_anywhere() == 4
     out = run_cli("--admin-url", f"http://127.0.0.1:{cluster[0].web_port}", "namespaces", "unload", NS)

@@ -29,8 +29,16 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
-from ..broker.cluster.bundles import all_bundles, bundle_of, bundles_data, parse_range, stored_boundaries
-from ..errors import NotFound, ServiceNotReady
+from ..broker.cluster.bundles import (
+    all_bundles,
+    boundaries_for,
+    bundle_of,
+    bundles_data,
+    parse_bundles_data,
+    parse_range,
+    stored_boundaries,
+)
+from ..errors import NotFound, PreconditionFailed, ServiceNotReady
 from ..naming import TopicName
 from .common import Context
 
@@ -70,6 +78,27 @@ def add_routes(router: Any) -> None:
         ok=204,
     )
     router.add("PUT", TOPIC + "/unload", unload_topic, "unload a topic: close it on its owner", ok=204)
+
+
+def initial_bundles(body: Any) -> dict[str, Any]:
+    """The policies a new namespace starts with: its ``bundles`` when the creation's body (a Pulsar
+    ``Policies``) gives ``{"numBundles": n}`` or ``{"boundaries": [...]}``; 412 when malformed."""
+    if not isinstance(body, dict) or body.get("bundles") is None:
+        return {}
+    given = body["bundles"]
+    if not isinstance(given, dict):
+        raise PreconditionFailed("bundles must be an object: {numBundles: n} or {boundaries: [...]}")
+    if given.get("boundaries"):
+        boundaries = parse_bundles_data(given)
+        if boundaries is None:
+            raise PreconditionFailed(
+                "bundles.boundaries must be ascending 0x%08x values from 0x00000000 to 0xffffffff"
+            )
+        return {"bundles": bundles_data(boundaries)}
+    n = given.get("numBundles")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise PreconditionFailed(f"bundles.numBundles must be an integer, not {n!r:.40}")
+    return {"bundles": bundles_data(boundaries_for(n))}
 
 
 def _cluster(ctx: Context) -> Any:

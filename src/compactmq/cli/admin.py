@@ -815,9 +815,17 @@ def add_parser(subparsers) -> None:
     ).add_subparsers(dest="namespaces_command", metavar="SUBCOMMAND", required=True)
     p = namespaces.add_parser("create", help="create a namespace")
     p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-b", "--bundles", type=int, help="number of bundles (default: the broker's)")
     p.set_defaults(
         func=_run(
-            lambda a, c, o: (c.request("PUT", namespace_path(a.namespace)), o.done(f"created {a.namespace}"))
+            lambda a, c, o: (
+                c.request(
+                    "PUT",
+                    namespace_path(a.namespace),
+                    {"bundles": {"numBundles": a.bundles}} if a.bundles is not None else None,
+                ),
+                o.done(f"created {a.namespace}"),
+            )
         )
     )
     p = namespaces.add_parser("list", help="list the namespaces of a tenant")
