@@ -80,12 +80,12 @@ def test_pulsar_conf_accepted_with_ignored_keys_reported(tmp_path):
     # parts we do not have: accepted, listed once in the order seen (prefix match for new names)
     # the metadata store keys are declared (an empty URL means the embedded store)
     assert cfg["metadataStoreUrl"] == "" and cfg["metadataStoreSessionTimeoutMillis"] == 30000
+    # the cluster keys are declared too (broker.cluster)
+    assert cfg["clusterName"] == "standalone" and cfg["loadBalancerEnabled"] is False
     assert cfg.ignored_keys == (
-        "clusterName",
         "maxUnackedMessagesPerSubscriptionOnBrokerBlocked",
         "bookkeeperClientTimeoutInSeconds",
         "bookkeeperSomeSettingOfANewerRelease",
-        "loadBalancerEnabled",
         "zookeeperServers",
         "functionsWorkerEnabled",
     )

@@ -132,6 +132,22 @@ SETTINGS: dict[str, Setting] = {
     "webServicePort": _s(
         OptionalInt, 8080, "admin REST API and /metrics port; empty: off (then webServicePortTls must be set)"
     ),
+    # --- cluster (broker.cluster): several brokers sharing a zk: metadataStoreUrl ----------
+    "clusterName": _s(
+        str, "standalone", "name of the cluster: brokers that share a zk: store and this name form one"
+    ),
+    "defaultNumberOfNamespaceBundles": _s(
+        int, 4, "hash ranges a namespace is split into (fixed once a namespace's bundles are first used)"
+    ),
+    "loadBalancerEnabled": _s(
+        bool,
+        True,
+        "true: the leader broker assigns an unowned bundle to the broker owning the fewest bundles; "
+        "false: the broker a lookup reaches takes it",
+    ),
+    "loadBalancerReportUpdateMinIntervalMillis": _s(
+        int, 5000, "how often a broker rewrites its load report (bundles, topics) in the metadata store"
+    ),
     "allowAutoTopicCreation": _s(bool, True, "create topics on first use by a client"),
     "allowAutoTopicCreationType": _s(str, "non-partitioned", "non-partitioned or partitioned"),
     "defaultNumPartitions": _s(int, 1, "partitions of an auto-created partitioned topic"),

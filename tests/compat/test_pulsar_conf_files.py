@@ -57,7 +57,7 @@ def test_broker_starts_with_pulsars_own_file(tmp_path, name):
     for key in (
         "zookeeperServers",
         "bookkeeperClientTimeoutInSeconds",
-        "loadBalancerEnabled",
+        "loadBalancerReportUpdateThresholdPercentage",
         "statusFilePath",
     ):
         assert key in ignored[0]

@@ -382,7 +382,7 @@ def test_started_from_the_unmodified_file(standalone):
         "zookeeperServers",
         "metadataStoreConfigPath",
         "bookkeeperClientTimeoutInSeconds",
-        "loadBalancerEnabled",
+        "loadBalancerReportUpdateThresholdPercentage",
         "functionsWorkerEnabled",
         "brokerClientTrustCertsFilePath",
     ):
@@ -393,7 +393,8 @@ def test_started_from_the_unmodified_file(standalone):
         "superUserRoles",
         "brokerServicePortTls",
     )
-    for key in implemented + ("metadataStoreUrl", "metadataStoreSessionTimeoutMillis"):
+    cluster_keys = ("clusterName", "loadBalancerEnabled", "defaultNumberOfNamespaceBundles")
+    for key in implemented + ("metadataStoreUrl", "metadataStoreSessionTimeoutMillis") + cluster_keys:
         assert f" {key}," not in ignored[0] and not ignored[0].endswith(key), key  # implemented keys act
     assert standalone.superuser_token not in log  # a secret of an ignored key is never logged
 

@@ -34,7 +34,17 @@ from ..auth import SLOW_METHODS, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION, metrics_need_authentication
 from ..errors import AuthenticationFailed, CompactMQError
-from . import auto_topic_creation, http_limits, lookup, namespaces, offload, permissions, schemas, topics
+from . import (
+    auto_topic_creation,
+    cluster,
+    http_limits,
+    lookup,
+    namespaces,
+    offload,
+    permissions,
+    schemas,
+    topics,
+)
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -56,6 +66,7 @@ def build_router() -> Router:
     lookup.add_routes(router)
     schemas.add_routes(router)
     offload.add_routes(router)
+    cluster.add_routes(router)
     return router
 
 
@@ -92,6 +103,10 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
             return error_response(404, f"no such admin path: {request.rel_url.path}")
         try:
             await _authorize(ctx, principal, route.requires, captures)
+            # in a cluster, a topic's call goes to the broker that owns it (307)
+            moved = await cluster.redirect_to_owner(ctx, request, route.pattern, captures)
+            if moved is not None:
+                return moved
             body = await route.handler(ctx, request, **captures)
         except CompactMQError as e:
             if e.http_status >= 500:

@@ -2,7 +2,8 @@
 
 A client given an ``http://``/``https://`` service URL (``pulsar.Client("http://host:8080")``)
 finds a topic's broker over HTTP instead of the binary LOOKUP command: this path answers
-Pulsar's ``LookupData`` body with the broker's URLs (one broker: always this one), and the
+Pulsar's ``LookupData`` body with the broker's URLs (one broker: always this one; in a cluster
+the bundle owner's, or a 307 to the broker where the bundle's assignment goes on), and the
 client then opens its binary connection there. Its partitioned metadata comes from
 ``GET /admin/v2/{domain}/.../{topic}/partitions`` (``topics``), and a pattern (regex)
 subscription lists a namespace's topics with ``GET /admin/v2/namespaces/{tenant}/{namespace}/topics``
@@ -28,6 +29,7 @@ from ..broker.lookup import lookup_topic as broker_lookup
 from ..errors import InvalidInput, NotFound
 from . import nonpersistent
 from .access import LOOKUP, NAMESPACE_LOOKUP
+from .cluster import redirect as cluster_redirect
 from .common import Context
 from .router import Router
 
@@ -62,7 +64,13 @@ async def lookup_topic(
     ctx: Context, request: web.Request, domain: str, tenant: str, namespace: str, topic: str
 ) -> Any:
     listener = request.query.get("listenerName") or request.headers.get(LISTENER_HEADER) or None
-    answer = await broker_lookup(ctx.service, f"{domain}://{tenant}/{namespace}/{topic}", listener)
+    authoritative = request.query.get("authoritative", "false").lower() == "true"
+    answer = await broker_lookup(
+        ctx.service, f"{domain}://{tenant}/{namespace}/{topic}", listener, authoritative
+    )
+    if answer.redirect:  # a cluster's assignment goes on at another broker (Pulsar answers 307)
+        target = {"httpUrl": answer.http_url, "httpUrlTls": answer.http_url_tls}
+        return cluster_redirect(request, target, answer.authoritative)
     return answer.as_lookup_data()
 
 

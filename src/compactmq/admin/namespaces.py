@@ -15,6 +15,7 @@ from ..auth.policy_values import Target, check_policy_values
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
+from .cluster import initial_bundles
 from .common import Context, PreconditionFailed, query_flag, read_json
 from .permissions import grant_creation_permissions, namespace_creation_grants, tenant_info
 from .policies import POLICIES, Policy, applied_values
@@ -136,10 +137,10 @@ async def create_namespace(ctx: Context, request: web.Request, tenant: str, name
     if await ctx.run_blocking(ctx.resources.namespaces.exists, name):
         raise AlreadyExists(f"namespace {name} already exists")
     raw = await request.read()  # optional: a Pulsar Policies object
-    grants = namespace_creation_grants(
-        await read_json(request, "the namespace policies") if raw.strip() else None
-    )
-    await ctx.run_blocking(ctx.resources.namespaces.create, name, {})
+    body = await read_json(request, "the namespace policies") if raw.strip() else None
+    grants = namespace_creation_grants(body)
+    # the bundle split asked for (Pulsar's Policies.bundles), else fixed on first use (cluster)
+    await ctx.run_blocking(ctx.resources.namespaces.create, name, initial_bundles(body))
     if grants:
         await ctx.run_blocking(grant_creation_permissions, ctx, name, grants)
     return None

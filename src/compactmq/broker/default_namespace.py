@@ -161,7 +161,7 @@ def ensure_default_namespace(
     if resources.tenants.get(DEFAULT_TENANT) is None:
         info = {
             "adminRoles": sorted(set(config_list(config, "superUserRoles"))),
-            "allowedClusters": [CLUSTER],
+            "allowedClusters": [str(config.get("clusterName") or CLUSTER)],
         }
         try:
             resources.tenants.create(DEFAULT_TENANT, info)

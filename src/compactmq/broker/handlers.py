@@ -181,13 +181,16 @@ class CommandHandler:
         TopicName.parse(cmd.topic)
         await security.authorize(self.conn, "lookup", cmd.topic)
         # both URLs: a client picks brokerServiceUrlTls when its own service URL is pulsar+ssl://
-        answer = await lookup_topic(self.service, cmd.topic, cmd.advertised_listener_name or None)
+        answer = await lookup_topic(
+            self.service, cmd.topic, cmd.advertised_listener_name or None, cmd.authoritative
+        )
         self.conn.send_command(
             commands.lookup_response(
                 cmd.request_id,
                 answer.broker_url,
                 broker_service_url_tls=answer.broker_url_tls or None,
-                authoritative=True,
+                authoritative=answer.authoritative,
+                redirect=answer.redirect,
             )
         )
 

@@ -1,8 +1,9 @@
 """Topic lookup: which broker URL a client should connect to for a topic, over the binary
 protocol (LOOKUP) and over HTTP (``GET /lookup/v2/topic/...``, answered by the admin adapter).
 
-One broker serves every topic, so a lookup always answers this broker; what varies is *which
-of its addresses*. Pulsar's settings, with Pulsar's rules:
+On one broker a lookup always answers this broker; in a cluster (``broker.cluster``) it answers
+the owner of the topic's bundle, or where the bundle's assignment goes on (a Redirect). What also
+varies is *which of the addresses*. Pulsar's settings, with Pulsar's rules:
 
 * ``advertisedAddress``: the host put in lookup answers (default: the bind address).
 * ``advertisedListeners``: named address sets, ``name:pulsar://host:port,name:pulsar+ssl://...``
@@ -149,6 +150,9 @@ class LookupAnswer:
     broker_url_tls: str
     http_url: str
     http_url_tls: str
+    #: Pulsar's LookupType.Redirect (the client looks up again at these URLs) rather than Connect
+    redirect: bool = False
+    authoritative: bool = True
 
     def as_lookup_data(self) -> dict[str, str]:
         """Pulsar's ``LookupData`` JSON (the HTTP lookup's body)."""
@@ -161,13 +165,26 @@ class LookupAnswer:
         }
 
 
-async def lookup_topic(service: "BrokerService", topic: str, listener_name: str | None) -> LookupAnswer:
+async def lookup_topic(
+    service: "BrokerService", topic: str, listener_name: str | None, authoritative: bool = False
+) -> LookupAnswer:
     """Where ``topic`` is served, through the listener ``listener_name`` (None: the default).
+
+    On one broker: this broker. In a cluster (``service.cluster``): the bundle's owner, or where
+    its assignment continues (``cluster.service``); ``authoritative`` is the request's flag.
 
     ``InvalidTopicName``, ``NamespaceNotFound`` (TopicNotFound) or ``ListenerNotFound``.
     """
     tn = TopicName.parse(topic)
     await check_namespace(service, tn)
+    cluster = getattr(service, "cluster", None)
+    if cluster is not None:
+        return await cluster.lookup(tn, listener_name, authoritative)
+    return own_answer(service, listener_name)
+
+
+def own_answer(service: "BrokerService", listener_name: str | None) -> LookupAnswer:
+    """This broker's URLs through the listener ``listener_name``."""
     listeners = getattr(service, "listeners", None) or Listeners(
         Listener(
             "",
@@ -180,3 +197,21 @@ async def lookup_topic(service: "BrokerService", topic: str, listener_name: str 
     chosen = listeners.select(listener_name)
     http_url = chosen.http_url or listeners.default.http_url or (service.web_url or "")
     return LookupAnswer(chosen.broker_url, chosen.broker_url_tls, http_url, chosen.http_url_tls)
+
+
+def answer_from_data(
+    data: Mapping[str, Any], listener_name: str | None, redirect: bool, authoritative: bool
+) -> LookupAnswer:
+    """Another broker's URLs, from its ``NamespaceEphemeralData`` (``nativeUrl``...) or its
+    ``LocalBrokerData`` (``pulsarServiceUrl``...), through the listener ``listener_name``."""
+    broker_url = str(data.get("nativeUrl") or data.get("pulsarServiceUrl") or "")
+    broker_url_tls = str(data.get("nativeUrlTls") or data.get("pulsarServiceUrlTls") or "")
+    http_url = str(data.get("httpUrl") or data.get("webServiceUrl") or "")
+    http_url_tls = str(data.get("httpUrlTls") or data.get("webServiceUrlTls") or "")
+    if listener_name:
+        named = (data.get("advertisedListeners") or {}).get(listener_name)
+        if not isinstance(named, Mapping):
+            raise ListenerNotFound(f"the broker do not have {listener_name} listener")
+        broker_url = str(named.get("brokerServiceUrl") or "")
+        broker_url_tls = str(named.get("brokerServiceUrlTls") or "")
+    return LookupAnswer(broker_url, broker_url_tls, http_url, http_url_tls, redirect, authoritative)

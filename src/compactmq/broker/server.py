@@ -4,7 +4,8 @@
 ``ServerState`` registers every connection and every background task, so shutdown finds them.
 Shutdown runs in a fixed order (``BrokerServer.shutdown``):
 
-1. stop accepting connections (binary port, then the web port);
+1. stop accepting connections (binary port, then the web port); in a cluster, leave it and
+   unload every owned bundle (``broker.cluster``);
 2. close producers and consumers with CLOSE_PRODUCER / CLOSE_CONSUMER, so clients reconnect
    to whoever serves the topic next, and persist what producers already sent;
 3. flush acknowledgements to the cursors; stop the housekeeping timer;
@@ -47,6 +48,7 @@ from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
 from .background import stop_task
+from .cluster import ClusterService, cluster_enabled
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +161,9 @@ class BrokerService:
         self.broker_url_tls: str | None = None
         self.web_url_tls: str | None = None
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
-        self.cluster_name = "standalone"
+        self.cluster_name = str(config.get("clusterName") or "standalone")
+        # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
+        self.cluster: Any = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
         # monotonic seconds for the broker's TTLs (read-compacted settings, reader pins); tests
@@ -307,6 +311,20 @@ class BrokerServer:
         service.listeners = listeners_from_config(
             self.config, service.broker_url, service.web_url, service.broker_url_tls, service.web_url_tls
         )
+        await self._join_cluster()
+
+    async def _join_cluster(self) -> None:
+        """Register in the cluster when the metadata store is shared (``broker.cluster``); last,
+        so that no bundle is assigned here before every URL this broker advertises is bound."""
+        if not cluster_enabled(self.config):
+            return
+        service = self.service
+        service.cluster = ClusterService(service)
+        try:
+            await service.cluster.start()
+        except BaseException:
+            await self.shutdown()
+            raise
 
     def _web_url(self, advertised: str) -> str:
         return f"http://{advertised}:{self.web_port}" if self.web_port is not None else ""
@@ -378,6 +396,12 @@ class BrokerServer:
                 await self._web.close()
             except Exception:  # pragma: no cover
                 log.exception("closing the web service failed")
+        # 1b. in a cluster: leave it, and hand every owned bundle back (its clients move on)
+        if service.cluster is not None:
+            try:
+                await asyncio.wait_for(service.cluster.release_all(), SHUTDOWN_GRACE_SECONDS)
+            except Exception:  # noqa: BLE001 - the session's end frees the bundles anyway
+                log.exception("releasing the cluster's bundles failed")
         # 2 + 3. producers and consumers are told to reconnect; queued SENDs persist; acks flush
         try:
             await asyncio.wait_for(service.topics.close_all(), SHUTDOWN_GRACE_SECONDS)

@@ -23,6 +23,7 @@ from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError,
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
+from .cluster import check_topic_owned
 from .dedup import Deduplication, entry_sequence
 from .entry_cache import slowest_active_read
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
@@ -498,6 +499,7 @@ class TopicManager:
             raise StorageError("broker is shutting down")
         storage = self.service.storage
         auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
+        await check_topic_owned(self.service, tn)  # in a cluster: ServiceNotReady unless owned here
         allowed = create and auto.allowed
         base = tn.partitioned_base
         if tn.partition_index >= 0:

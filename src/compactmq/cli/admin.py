@@ -36,6 +36,10 @@ from .output import Output
 from .units import format_bytes, parse_duration_seconds, parse_size
 
 
+#: 307s followed for one call (a non-owner to the leader to the owner is two)
+MAX_REDIRECTS = 5
+
+
 class AdminClient:
     """Minimal HTTP client for the admin REST API (stdlib only: the CLI must start fast)."""
 
@@ -85,10 +89,8 @@ class AdminClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self.tls) as resp:
-                raw = resp.read()
+            raw = self._send_following_redirects(url, data, method, headers)
         except urllib.error.HTTPError as e:
             raise AdminRequestError(
                 f"{_reason(e)} (HTTP {e.code}){self._next_step(e.code)}", e.code
@@ -113,6 +115,25 @@ class AdminClient:
             return json.loads(raw)
         except ValueError:
             return raw.decode(errors="replace")
+
+    def _send_following_redirects(self, url: str, data: bytes | None, method: str, headers: dict) -> bytes:
+        """The response body; a 307/308 (a cluster's broker sending the call to the owner of the
+        topic or bundle) is followed with the same method and body, up to ``MAX_REDIRECTS`` times,
+        never from https:// to http://."""
+        for _ in range(MAX_REDIRECTS):
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout, context=self.tls) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as e:
+                location = e.headers.get("Location") if e.code in (307, 308) else None
+                if not location:
+                    raise
+                target = urllib.parse.urljoin(url, location)
+                if url.lower().startswith("https://") and not target.lower().startswith("https://"):
+                    raise
+                url = target
+        raise AdminRequestError(f"more than {MAX_REDIRECTS} redirects from the admin API at {self.base_url}")
 
     def _next_step(self, status: int) -> str:
         """What to do after a 401 or 403, appended to the broker's reason."""
@@ -794,9 +815,17 @@ def add_parser(subparsers) -> None:
     ).add_subparsers(dest="namespaces_command", metavar="SUBCOMMAND", required=True)
     p = namespaces.add_parser("create", help="create a namespace")
     p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("-b", "--bundles", type=int, help="number of bundles (default: the broker's)")
     p.set_defaults(
         func=_run(
-            lambda a, c, o: (c.request("PUT", namespace_path(a.namespace)), o.done(f"created {a.namespace}"))
+            lambda a, c, o: (
+                c.request(
+                    "PUT",
+                    namespace_path(a.namespace),
+                    {"bundles": {"numBundles": a.bundles}} if a.bundles is not None else None,
+                ),
+                o.done(f"created {a.namespace}"),
+            )
         )
     )
     p = namespaces.add_parser("list", help="list the namespaces of a tenant")
@@ -828,6 +857,9 @@ def add_parser(subparsers) -> None:
     from .offload_admin import add_commands as add_offload_commands  # tiered storage
 
     add_offload_commands(topics, namespaces)
+    from .cluster_admin import add_commands as add_cluster_commands  # brokers, bundles, unload
+
+    add_cluster_commands(topics, namespaces, subparsers)
 
     tenants = subparsers.add_parser("tenants", help="manage tenants").add_subparsers(
         dest="tenants_command", metavar="SUBCOMMAND", required=True

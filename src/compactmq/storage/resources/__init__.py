@@ -14,6 +14,10 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
 ``LedgerIdResources``             /ledgers/next-id
+``BrokerRegistry``                /loadbalance/brokers/{host:webport} (ephemeral)
+``LeaderElection``                /loadbalance/leader (ephemeral)
+``OwnershipResources``            /namespace/{tenant}/{ns}/{bundle range} (ephemeral)
+``UnloadHints``                   /loadbalance/unload-hints/{tenant}/{ns}/{bundle range}
 ================================  ======================================================
 
 ``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
@@ -28,6 +32,7 @@ from __future__ import annotations
 from ..metadata_store import MetadataStore
 from .base import decode_segment, encode_segment
 from .cache import MetadataCache
+from .cluster import BrokerRegistry, LeaderElection, OwnershipResources, UnloadHints
 from .compaction_state import CompactionStateResources, StaleCompaction
 from .cursor_writer import CursorWriter
 from .ledger_ids import LedgerIdResources
@@ -46,9 +51,18 @@ class PulsarResources:
         self.schemas = SchemaResources(local)
         self.compaction = CompactionStateResources(local)
         self.ledger_ids = LedgerIdResources(local)
+        # the cluster's coordination keys (broker.cluster): in the local store, as in Pulsar
+        self.brokers = BrokerRegistry(local)
+        self.leader = LeaderElection(local)
+        self.ownership = OwnershipResources(local)
+        self.unload_hints = UnloadHints(local)
 
 
 __all__ = [
+    "BrokerRegistry",
+    "LeaderElection",
+    "OwnershipResources",
+    "UnloadHints",
     "CompactionStateResources",
     "CursorWriter",
     "LedgerIdResources",

@@ -1,0 +1,348 @@
+"""The cluster service of one broker: which bundles it owns, lookups, assignment, unload.
+
+Lookup (binary ``LOOKUP``, HTTP ``/lookup/v2``, the admin API's 307), with Pulsar's rules:
+
+1. The bundle of the topic (``bundles``) is owned by this broker: ``Connect`` here (no store
+   access: the owned set is in memory, so a lookup costs what it costs on one broker).
+2. Someone owns it (``/namespace/{t}/{ns}/{range}``): ``Connect`` to the owner's URLs, as Pulsar
+   answers; the client connects there directly. The owner read is kept until a watch on the key
+   reports a change (it is watched before it is read, so no change can slip in between).
+3. Nobody owns it, and the request is ``authoritative`` (a leader sent the client here): this
+   broker takes it (ephemeral create; if another broker won the race, case 2).
+4. Nobody owns it, this broker is not the leader and a leader is registered: ``Redirect`` to the
+   leader, ``authoritative=false``.
+5. Nobody owns it and this broker leads (or there is no leader, or ``loadBalancerEnabled`` is
+   false: then this broker takes it at once): the least-loaded broker is chosen -- the one owning
+   the fewest bundles, then the fewest loaded topics, then the smallest id, counting bundles the
+   leader assigned moments ago that no report shows yet. Itself: take the bundle, ``Connect``.
+   Another broker: ``Redirect`` there with ``authoritative=true``, and that broker takes it (3).
+   An unload may leave a hint: the next assignment goes to its ``destinationBroker``, or avoids
+   the ``previousOwner`` when another broker is live.
+
+A producer or consumer on a topic whose bundle this broker does not own is refused with
+``ServiceNotReady`` (``check_topic_owned``, called where a topic loads); the client looks up again.
+
+Unloading a bundle (admin call, graceful shutdown) marks it not owned, closes its loaded topics
+(clients are told to reconnect and look up again) and deletes the ownership key. When the store
+session is lost (the broker was cut off or paused past the session timeout) every bundle is gone
+at once: the broker closes all their topics without touching the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...errors import InvalidConfiguration, ServiceNotReady
+from ...naming import TopicName
+from ...storage.metadata_store import MetadataStoreError, SessionEvent
+from .bundles import Bundle, all_bundles, bundle_of, stored_boundaries
+from .membership import Membership, broker_id_of, registration_data
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..lookup import LookupAnswer
+    from ..server import BrokerService
+
+log = logging.getLogger(__name__)
+
+#: seconds an assignment made by the leader counts toward its broker before a report shows it
+PENDING_ASSIGNMENT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a lookup goes: ``own`` (this broker serves it), or ``target`` URLs (a
+    ``NamespaceEphemeralData`` or a broker's ``LocalBrokerData``) with ``redirect`` and
+    ``authoritative`` as the client must get them."""
+
+    own: bool
+    target: dict[str, Any] | None = None
+    redirect: bool = False
+    authoritative: bool = True
+    acquired: Bundle | None = None
+
+
+class ClusterService:
+    def __init__(self, service: "BrokerService") -> None:
+        self.service = service
+        config = service.config
+        self.cluster_name = str(config["clusterName"])
+        self.num_bundles = int(config["defaultNumberOfNamespaceBundles"])
+        self.balancer = bool(config["loadBalancerEnabled"])
+        self.report_interval = max(100, int(config["loadBalancerReportUpdateMinIntervalMillis"])) / 1000
+        self.resources = service.storage.resources
+        self.store = service.storage.metadata_store
+        try:
+            self.broker_id = broker_id_of(service.web_url or "", service.web_url_tls)
+        except ValueError as exc:  # a broker with no web port cannot be named in the cluster
+            raise InvalidConfiguration(str(exc)) from None
+        self.membership = Membership(
+            self.resources, self.broker_id, registration_data(service, self.cluster_name)
+        )
+        self.owned: set[Bundle] = set()
+        self._boundaries: dict[str, list[int]] = {}
+        self._pending: dict[str, dict[Bundle, float]] = {}  # leader: broker -> bundle -> when
+        # owners of bundles other brokers hold, kept until a watch says the key changed
+        self._owners: dict[Bundle, dict[str, Any]] = {}
+        self._owner_watches: dict[Bundle, Any] = {}
+        self._owner_generation: dict[Bundle, int] = {}
+        self._wake = asyncio.Event()
+        self._force_report = False
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.closing = False
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.service.run_blocking(self.membership.register)
+        await self.service.run_blocking(self.membership.elect)
+        self.store.register_session_listener(self._session_event)
+        self._task = self.service.state.spawn(self._report_loop())
+
+    async def release_all(self) -> None:
+        """Graceful shutdown: leave the cluster (so no bundle is assigned here), then unload
+        every owned bundle so its clients move to other brokers."""
+        if self.closing:
+            return
+        self.closing = True
+        await self.service.run_blocking(self.membership.close)
+        for watch in list(self._owner_watches.values()):
+            watch.cancel()
+        for bundle in sorted(self.owned):
+            try:
+                await self.unload_bundle(bundle)
+            except Exception:  # noqa: BLE001 - the key goes with the session anyway
+                log.exception("unloading bundle %s at shutdown failed", bundle)
+        if self._task is not None:
+            self._task.cancel()
+
+    def _session_event(self, event: SessionEvent) -> None:
+        """Store notification thread: a lost session took every ephemeral key with it."""
+        loop = self._loop
+        if loop is None or self.closing:
+            return
+        if event is SessionEvent.SESSION_LOST:
+            loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost()))
+        elif event is SessionEvent.SESSION_REESTABLISHED:
+            self._force_report = True  # the report loop registers again, load changed or not
+            loop.call_soon_threadsafe(self._wake.set)
+            try:
+                self.membership.elect()
+            except Exception:  # noqa: BLE001
+                log.exception("leader election after a new session failed")
+
+    async def _ownership_lost(self) -> None:
+        lost = list(self.owned)
+        self.owned.clear()
+        self._owners.clear()  # a watch may have missed changes while the session was gone
+        log.warning("metadata store session lost: %d bundle(s) are no longer owned here", len(lost))
+        for bundle in lost:
+            await self._close_topics(bundle)
+
+    async def _report_loop(self) -> None:
+        last: dict[str, Any] | None = None
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.report_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            load = self._load()
+            if (load == last and not self._force_report) or self.membership.closed:
+                continue
+            self._force_report = False
+            try:
+                await self.service.run_blocking(self.membership.report, load)
+                last = load
+            except MetadataStoreError:
+                self._force_report = True
+                log.warning("writing the load report failed; trying again", exc_info=True)
+
+    def _load(self) -> dict[str, Any]:
+        bundles = sorted(str(b) for b in self.owned)
+        return {"numBundles": len(bundles), "bundles": bundles, "numTopics": len(self.service.topics.loaded)}
+
+    # --- bundles -----------------------------------------------------------------------------
+
+    async def boundaries(self, namespace: str) -> list[int]:
+        cached = self._boundaries.get(namespace)
+        if cached is None:
+            cached = await self.service.run_blocking(
+                stored_boundaries, self.resources.namespaces, namespace, self.num_bundles
+            )
+            self._boundaries[namespace] = cached
+        return cached
+
+    async def bundle_of_topic(self, tn: TopicName) -> Bundle:
+        ns = tn.namespace_name
+        return bundle_of(ns, await self.boundaries(ns), str(tn))
+
+    async def bundles(self, namespace: str) -> list[Bundle]:
+        return all_bundles(namespace, await self.boundaries(namespace))
+
+    async def owns(self, tn: TopicName) -> bool:
+        return await self.bundle_of_topic(tn) in self.owned
+
+    # --- lookup ------------------------------------------------------------------------------
+
+    async def decide(self, tn: TopicName, authoritative: bool) -> Decision:
+        bundle = await self.bundle_of_topic(tn)
+        if bundle in self.owned:
+            return Decision(own=True)
+        if self.closing:
+            raise ServiceNotReady(f"broker {self.broker_id} is shutting down; look up {tn} again")
+        cached = self._owners.get(bundle)
+        if cached is not None:  # owned elsewhere, and no change seen since it was read
+            return Decision(own=False, target=cached)
+        decision = await self.service.run_blocking(self._resolve, bundle, authoritative)
+        if decision.acquired is not None:
+            self.owned.add(decision.acquired)
+            self._wake.set()
+            log.info("broker %s owns bundle %s", self.broker_id, decision.acquired)
+        return decision
+
+    async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
+        from ..lookup import answer_from_data, own_answer
+
+        decision = await self.decide(tn, authoritative)
+        if decision.own or decision.target is None:
+            return own_answer(self.service, listener)
+        return answer_from_data(decision.target, listener, decision.redirect, decision.authoritative)
+
+    def _resolve(self, bundle: Bundle, authoritative: bool) -> Decision:
+        """Blocking: the owner, or an assignment (the module docstring's cases 2-5)."""
+        generation = self._watch_owner(bundle)
+        found = self.resources.ownership.owner(bundle.namespace, bundle.range)
+        if found is not None:
+            data, mine = found
+            if mine:
+                return Decision(own=True, acquired=bundle)
+            if self._owner_generation.get(bundle) == generation:  # no change while it was read
+                self._owners[bundle] = data
+            return Decision(own=False, target=data)
+        if authoritative or not self.balancer:
+            return self._acquire(bundle)
+        leader = self.membership.current_leader()
+        if leader is None and not self.membership.closed:
+            self.membership.elect()
+            leader = self.membership.current_leader()
+        brokers = self.membership.brokers(self.cluster_name)
+        if leader is not None and not leader[1] and leader[0] in brokers:
+            return Decision(own=False, target=brokers[leader[0]], redirect=True, authoritative=False)
+        chosen = self._choose(bundle, brokers)
+        if chosen is None or chosen == self.broker_id:
+            return self._acquire(bundle)
+        self._pending.setdefault(chosen, {})[bundle] = time.monotonic()
+        return Decision(own=False, target=brokers[chosen], redirect=True, authoritative=True)
+
+    def _watch_owner(self, bundle: Bundle) -> int:
+        """Blocking: watch the bundle's owner key (once per bundle) before it is read, so that a
+        change after the read always drops the cached owner. Returns the change count seen."""
+        if bundle not in self._owner_watches:
+            self._owner_generation.setdefault(bundle, 0)
+
+            def changed(_notification: Any) -> None:
+                self._owner_generation[bundle] = self._owner_generation.get(bundle, 0) + 1
+                self._owners.pop(bundle, None)
+
+            self._owner_watches[bundle] = self.resources.ownership.watch(
+                bundle.namespace, bundle.range, changed
+            )
+        return self._owner_generation.get(bundle, 0)
+
+    def _acquire(self, bundle: Bundle) -> Decision:
+        data, mine = self.resources.ownership.try_acquire(
+            bundle.namespace, bundle.range, self._ownership_data()
+        )
+        return Decision(own=True, acquired=bundle) if mine else Decision(own=False, target=data)
+
+    def _ownership_data(self) -> dict[str, Any]:
+        """Pulsar's ``NamespaceEphemeralData`` of this broker."""
+        base = self.membership.base
+        return {
+            "nativeUrl": base["pulsarServiceUrl"],
+            "nativeUrlTls": base["pulsarServiceUrlTls"],
+            "httpUrl": base["webServiceUrl"],
+            "httpUrlTls": base["webServiceUrlTls"],
+            "disabled": False,
+            "advertisedListeners": base["advertisedListeners"],
+        }
+
+    def _choose(self, bundle: Bundle, brokers: dict[str, dict[str, Any]]) -> str | None:
+        """The least-loaded live broker for ``bundle`` (module docstring, case 5)."""
+        if not brokers:
+            return None
+        hint = self.resources.unload_hints.take(bundle.namespace, bundle.range) or {}
+        destination = hint.get("destinationBroker")
+        if destination in brokers:
+            return str(destination)
+        candidates = [b for b in brokers if b != hint.get("previousOwner")] or list(brokers)
+        reported = {name for data in brokers.values() for name in data.get("bundles") or ()}
+        now = time.monotonic()
+
+        def load(broker: str) -> tuple[int, int, str]:
+            pending = self._pending.get(broker, {})
+            for b, when in list(pending.items()):
+                if str(b) in reported or now - when > PENDING_ASSIGNMENT_SECONDS:
+                    pending.pop(b, None)
+            data = brokers[broker]
+            return (int(data.get("numBundles") or 0) + len(pending), int(data.get("numTopics") or 0), broker)
+
+        return min(candidates, key=load)
+
+    # --- unload ------------------------------------------------------------------------------
+
+    async def unload_bundle(self, bundle: Bundle, destination: str | None = None) -> bool:
+        """Give up an owned bundle (False: not owned here, nothing done)."""
+        if bundle not in self.owned:
+            return False
+        self.owned.discard(bundle)  # from now on its topics refuse to load here
+        hint = {"previousOwner": self.broker_id, "destinationBroker": destination}
+        try:
+            await self.service.run_blocking(
+                self.resources.unload_hints.put, bundle.namespace, bundle.range, hint
+            )
+        except MetadataStoreError:
+            log.warning("could not store the unload hint of %s", bundle, exc_info=True)
+        await self._close_topics(bundle)
+        await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
+        self._wake.set()
+        log.info("broker %s unloaded bundle %s", self.broker_id, bundle)
+        return True
+
+    async def _close_topics(self, bundle: Bundle) -> None:
+        topics = self.service.topics
+        boundaries = await self.boundaries(bundle.namespace)
+        for name, topic in list(topics.loaded.items()):
+            tn = topic.topic_name
+            if (
+                tn.namespace_name == bundle.namespace
+                and bundle_of(tn.namespace_name, boundaries, name) == bundle
+            ):
+                try:
+                    await topics.unload(name, close_ledger=True)
+                except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
+                    log.exception("unloading %s failed", name)
+
+    async def owner_of(self, bundle: Bundle) -> dict[str, Any] | None:
+        """The owner's ``NamespaceEphemeralData`` (None: unowned)."""
+        found = await self.service.run_blocking(
+            self.resources.ownership.owner, bundle.namespace, bundle.range
+        )
+        return None if found is None else found[0]
+
+
+async def check_topic_owned(service: Any, tn: TopicName) -> None:
+    """``ServiceNotReady`` unless this broker owns the bundle of ``tn`` (no-op on one broker)."""
+    cluster = getattr(service, "cluster", None)
+    if cluster is None or await cluster.owns(tn):
+        return
+    raise ServiceNotReady(
+        f"Namespace bundle for topic ({tn}) not served by this instance: {cluster.broker_id}. "
+        f"Please redo the lookup. Request is denied: namespace={tn.namespace_name}"
+    )
