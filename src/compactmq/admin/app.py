@@ -34,7 +34,17 @@ from ..auth import SLOW_METHODS, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION, metrics_need_authentication
 from ..errors import AuthenticationFailed, CompactMQError
-from . import auto_topic_creation, http_limits, lookup, namespaces, offload, permissions, schemas, topics
+from . import (
+    auto_topic_creation,
+    http_limits,
+    latest,
+    lookup,
+    namespaces,
+    offload,
+    permissions,
+    schemas,
+    topics,
+)
 from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
@@ -56,6 +66,7 @@ def build_router() -> Router:
     lookup.add_routes(router)
     schemas.add_routes(router)
     offload.add_routes(router)
+    latest.add_routes(router)
     return router
 
 

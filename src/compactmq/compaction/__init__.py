@@ -251,6 +251,20 @@ class CompactedView(abc.ABC):
         """Bytes the view occupies where it is kept (-1: unknown)."""
         return -1
 
+    def key_index(self):
+        """The view's ``key_index.KeyIndex`` (which message holds a key), built on first use and
+        kept with the handle. The default parses the view's entries; a view with a cheaper
+        source of its key hashes overrides ``_build_key_index``."""
+        index = getattr(self, "_key_index", None)
+        if index is None:
+            index = self._key_index = self._build_key_index()
+        return index
+
+    def _build_key_index(self):
+        from .key_index import from_view
+
+        return from_view(self)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.view_id}, horizon={self.horizon}, entries={len(self)})"
 

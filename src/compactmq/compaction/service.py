@@ -35,10 +35,23 @@ from .runner import CompactionRunner, _compacted_location, topic_settings
 class LedgerView(CompactedView):
     """A handle on one compacted ledger (see ``CompactedView``)."""
 
-    def __init__(self, view_id: int, horizon, reader: CompactedLedgerReader) -> None:
+    def __init__(
+        self, view_id: int, horizon, reader: CompactedLedgerReader, sidecar: Optional[dict] = None
+    ) -> None:
         self.view_id = view_id
         self.horizon = Position(*horizon)
         self.reader = reader
+        self.sidecar = sidecar  # ``view_keys.plan_entry`` of its key sidecar, when it has one
+
+    def _build_key_index(self):
+        from . import key_index
+
+        if self.sidecar is not None:
+            try:
+                return key_index.from_sidecar(self.sidecar)
+            except OSError:  # the sidecar went with a newer view: parse the (mapped) view instead
+                pass
+        return key_index.from_view(self)
 
     def read(self, start, n: int) -> list:
         out = []
@@ -132,9 +145,27 @@ class LedgerCompactionService(TopicCompactionService):
         # the local file, or the offloaded object once tiered storage deleted the file
         path = _compacted_location(self.storage, self.topic, view_id)
         try:
-            return LedgerView(view_id, horizon, CompactedLedgerReader(path))
+            reader = CompactedLedgerReader(path)
         except (OSError, StorageError):  # gone: a newer compaction replaced it
             return None
+        return LedgerView(view_id, horizon, reader, self._sidecar(view_id))
+
+    def _sidecar(self, view_id: int) -> Optional[dict]:
+        """The local key sidecar of view ``view_id`` (``view_keys``) when the details committed
+        with it list one and its directory is there; None otherwise (the view is then parsed)."""
+        import os
+
+        from . import view_keys
+
+        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
+        local = view_keys.local_dir(topic_dir(self.storage.data_dir, self.topic), view_id)
+        if not isinstance(info, dict) or not os.path.isdir(local):
+            return None
+        return view_keys.plan_entry(
+            [os.path.join(local, n) for n in info.get("files") or []],
+            gone=[os.path.join(local, n) for n in info.get("gone") or []],
+        )
 
     def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[LedgerView]:
         meta = self.storage.metadata
