@@ -49,11 +49,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from ..compaction.entry_scan import FLAG_KEYLESS, FLAG_TOMBSTONE, hash_key_py
+from ..compaction.entry_scan import FLAG_KEYLESS, FLAG_TOMBSTONE, hash_key_py, scan_batches
 from ..compaction.key_index import rows_of_entries
 from ..errors import CompactMQError
 from ..protocol import batch as batch_codec
-from ..protocol import frames
+from ..protocol import compression, frames
+from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
 from .compacted_source import views_of
 
@@ -94,20 +95,37 @@ def decode_message(entry: bytes, batch_index: int) -> tuple[Optional[bytes], Lat
             b"", payload, _props(md.properties), 0, 0, -1, md.publish_time, md.event_time, True
         )
         return outer_key, msg
-    items = batch_codec.decode_batch(md, payload)
+    data = compression.decompress(md.compression, payload, md.uncompressed_size)
     if not batch_codec.is_batch(md):
-        msg = LatestMessage(
-            b"", items[0].payload, _props(md.properties), 0, 0, -1, md.publish_time, md.event_time
-        )
+        msg = LatestMessage(b"", data, _props(md.properties), 0, 0, -1, md.publish_time, md.event_time)
         return outer_key, msg
-    if not 0 <= batch_index < len(items):
+    found = _batch_record(data, md.num_messages_in_batch, batch_index)
+    if found is None:
         return None, LatestMessage(b"", b"", {}, 0, 0, batch_index, md.publish_time, 0)
-    meta, data = items[batch_index]
+    meta, data = found
     key = meta.partition_key.encode() if meta.HasField("partition_key") else None
     event_time = meta.event_time if meta.HasField("event_time") else md.event_time
     return key, LatestMessage(
         b"", data, _props(meta.properties), 0, 0, batch_index, md.publish_time, event_time
     )
+
+
+def _batch_record(data: bytes, count: int, batch_index: int):
+    """``(SingleMessageMetadata, payload)`` of record ``batch_index`` of an uncompressed batch, or
+    None. The compaction scanner walks the records' sizes (in C when the extension is built) and
+    only the wanted record's metadata is parsed: a batch holds up to thousands of messages, and
+    decoding them all would cost a lookup milliseconds."""
+    if not 0 <= batch_index < count:
+        return None
+    buf = np.frombuffer(data, np.uint8)
+    one = np.zeros(1, np.int64)
+    sub = scan_batches(buf, one, np.array([len(data)], np.int64), np.array([count], np.int64))
+    rows = np.flatnonzero(sub.index == batch_index)
+    if not len(rows):
+        return None
+    r = int(rows[0])
+    meta = pb.SingleMessageMetadata.FromString(data[int(sub.smm_start[r]) : int(sub.smm_end[r])])
+    return meta, data[int(sub.smm_end[r]) : int(sub.payload_end[r])]
 
 
 def _props(kvs) -> dict:
