@@ -113,10 +113,8 @@ def _topic_of(path: dict) -> str:
 
 async def lookup(ctx: Context, topic: str, keys: list[bytes]) -> list[dict[str, Any]]:
     """One answer per key, in order (``found`` false for a key without a value)."""
-    partitions = await ctx.run_blocking(ctx.storage.partitions, topic)
+    partitions = await ctx.run_blocking(_partitions_blocking, ctx, topic)
     if partitions is None:
-        if not await ctx.run_blocking(ctx.metadata.topic_exists, topic):
-            raise TopicNotFound(f"topic {topic} does not exist")
         names = [topic]
     else:
         tn = TopicName.parse(topic)
@@ -124,13 +122,24 @@ async def lookup(ctx: Context, topic: str, keys: list[bytes]) -> list[dict[str, 
     best: list[Optional[tuple]] = [None] * len(keys)
     latest = ctx.service.latest_values
     for index, name in enumerate(names):
-        loaded = await ctx.service.topics.get_topic(name, create=False)
+        loaded = ctx.service.topics.loaded.get(name)
+        if loaded is None or loaded.closed:
+            loaded = await ctx.service.topics.get_topic(name, create=False)
         found = await ctx.run_blocking(latest.lookup_blocking, loaded, keys)
         part = index if partitions is not None else -1
         for i, msg in enumerate(found):
             if msg is not None and (best[i] is None or msg.publish_time >= best[i][0].publish_time):
                 best[i] = (msg, part, name)
     return [_render(k, b) for k, b in zip(keys, best)]
+
+
+def _partitions_blocking(ctx: Context, topic: str) -> Optional[int]:
+    """Partitions of ``topic``, None for a non-partitioned one (one trip to the thread pool:
+    every hop costs a lookup latency); ``TopicNotFound`` when it is neither."""
+    partitions = ctx.storage.partitions(topic)
+    if partitions is None and not ctx.metadata.topic_exists(topic):
+        raise TopicNotFound(f"topic {topic} does not exist")
+    return partitions
 
 
 def _render(key: bytes, best: Optional[tuple]) -> dict[str, Any]:
