@@ -17,6 +17,8 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from compactmq.compaction import DEFAULT_FACTORY  # noqa: E402
+
 from broker.factories import compaction_factory, compactor  # noqa: E402,F401 - parametrizes the module
 from broker.test_read_compacted import BATCHING, compact, latest, produce  # noqa: E402
 from harness.cli import admin_cli  # noqa: E402
@@ -52,7 +54,7 @@ def table_view(client, topic) -> dict:
 
 
 @BATCHING
-def test_answers_equal_a_table_view(broker, client, topic, compactor, batching):
+def test_answers_equal_a_table_view(broker, client, topic, compactor, batching, compaction_factory):  # noqa: F811
     before = [(f"k{i % 30}", f"v{i}".encode()) for i in range(90)] + [(None, b"keyless")]
     before += [(f"k{i}", b"") for i in range(0, 30, 7)]  # tombstones compaction removes
     produce(client, topic, before, batching)
@@ -73,6 +75,16 @@ def test_answers_equal_a_table_view(broker, client, topic, compactor, batching):
     for gone in ("k2", "k3", "never", "k0"):
         status, body = get_key(broker, topic, gone)
         assert status == 404 and "no value" in body["reason"], (gone, status, body)
+    # the Spark factory's views answer from their key sidecar, the Arrow one's are parsed
+    index = rest(broker, "GET", f"{path_of(topic)}/stats")[1]["latestValue"]["compactedKeyIndex"]
+    assert index["source"] == ("sidecar" if compaction_factory == DEFAULT_FACTORY else "parsed")
+    # a second (incremental) compaction moves the horizon under the tail index
+    compact(broker, topic)
+    more = [("k4", b""), ("k5", b"after-2nd"), ("k2", b"revived")]
+    produce(client, topic, more, batching)
+    want = latest(before + tail + more)
+    assert values(rest(broker, "POST", f"{path_of(topic)}/latest", keys)[1]) == want
+    assert wait_until(lambda: table_view(client, topic) == want, 10, "the table view to hold the same")
 
 
 def test_a_batched_key_answers_with_its_own_message(broker, client, topic, compactor):
