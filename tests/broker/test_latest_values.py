@@ -29,6 +29,8 @@ from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage
 from compactmq.storage.position import Position
 
+from harness.wait import wait_until
+
 from .factories import ARROW_FACTORY
 
 KEYS = ["a", "b", "c", "d", "e"]
@@ -180,3 +182,36 @@ def test_the_least_recently_asked_tail_is_evicted_first(world):
     assert latest.lookup_blocking(topics[1], [b"k1"])[0] is not None
     assert latest.topic_stats(topics[0].name) is None  # evicted
     assert latest.topic_stats(topics[1].name)["keys"] == 10 and latest.evictions == 1
+
+
+def test_a_new_view_is_indexed_in_the_background_while_the_previous_one_answers(world):
+    cfg, storage, broker = world
+    name = f"persistent://public/default/latest-switch-{next(_names)}"
+    ml = storage.open_managed_ledger(name)
+    topic = Topic(broker, TopicName.parse(name), ml)
+    service = load_factory(cfg, storage).new_service(name)
+    for i in range(30):
+        ml.append(message(f"k{i % 10}", f"v{i}".encode(), i))
+    ml.rollover()
+    service.compact()
+    latest = LatestValues(1 << 20)
+    first = service.open_view()
+    assert latest.lookup_blocking(topic, [b"k1"])[0].value == b"v21"  # the first lookup builds
+    assert latest.topic_stats(name)["viewId"] == first.view_id
+    ml.append(message("k1", b"", 40))  # a tombstone, then a newer view without k1
+    ml.append(message("k2", b"v41", 41))
+    ml.rollover()
+    service.compact()
+    second = service.open_view()
+    assert second.view_id != first.view_id
+    got = latest.lookup_blocking(topic, [b"k1", b"k2", b"k3"])
+    assert [m and m.value for m in got] == [None, b"v41", b"v23"]
+    assert latest.topic_stats(name)["viewId"] == first.view_id  # answered by the previous view + tail
+
+    def switched():
+        assert latest.lookup_blocking(topic, [b"k2"])[0].value == b"v41"
+        return latest.topic_stats(name)["viewId"] == second.view_id
+
+    assert wait_until(switched, 10, "lookups to move to the new view once its index is built")
+    stats = latest.topic_stats(name)
+    assert stats["viewId"] == second.view_id and stats["keys"] == 0  # the tail is past the new horizon

@@ -41,6 +41,7 @@ from the tail (the lookup falls back to the compacted view only when the whole t
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -60,6 +61,8 @@ from .compacted_source import views_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topics import Topic
+
+log = logging.getLogger(__name__)
 
 #: estimated memory of one key in a tail index (a dict item: a two-int tuple key, a three-item
 #: tuple value, their ints, the table slot), measured with tracemalloc over 100 k random keys
@@ -147,6 +150,7 @@ class TailIndex:
     scans: int = 0
     last_scan_ms: float = 0.0
     compacted: Optional[dict] = None  # the key index of the view last used (stats)
+    view: Any = None  # the CompactedView answering with this tail (see ``LatestValues._serving``)
 
     def start(self) -> Position:
         """The first position of the tail."""
@@ -197,6 +201,7 @@ class TailIndex:
             "tailScans": self.scans,
             "lastTailScanMs": round(self.last_scan_ms, 3),
             "compactedKeyIndex": self.compacted,
+            "viewId": None if self.view is None else self.view.view_id,
         }
 
 
@@ -207,6 +212,7 @@ class LatestValues:
         self.max_bytes = max(0, int(max_bytes))
         self._lock = threading.Lock()
         self._tails: "OrderedDict[str, TailIndex]" = OrderedDict()
+        self._building: set = set()  # ids of views whose key index a background thread builds
         self.evictions = 0
 
     @classmethod
@@ -221,13 +227,14 @@ class LatestValues:
     def lookup_blocking(self, topic: "Topic", keys: list[bytes]) -> list[Optional[LatestMessage]]:
         """Each key's latest message on ``topic`` (None: absent or deleted)."""
         views = views_of(topic)
-        view = views.current_blocking()
+        view = self._serving(topic.name, views.current_blocking())
         index = view.key_index() if view is not None else None
         retention = views.retention_blocking() if view is not None else None
         hashes = [hash_key_py(k) for k in keys]
         with self._lock:
             tail = self._tail_of(topic.name)
             tail.rebase(view)
+            tail.view = view
             tail.lookups += len(keys)
             if index is not None:
                 tail.compacted = {"keys": len(index), "sizeBytes": index.nbytes, "source": index.source}
@@ -251,6 +258,35 @@ class LatestValues:
             pid = (vhit.entry_id << 16) | vhit.batch_index
             out.append(_read(view.get, key, vhit.ledger_id, pid))
         return out
+
+    def _serving(self, name: str, current):
+        """The view to answer with: the view in force once its key index is built. A newer view
+        whose index is not built yet is indexed in the background while the view the topic's
+        tail index follows keeps answering -- that view plus the tail after its horizon hold the
+        same latest values, so no lookup waits for an index build but a topic's first."""
+        with self._lock:
+            tail = self._tails.get(name)
+            previous = tail.view if tail is not None else None
+        if current is None or current.key_index_built or previous is None:
+            return current  # (the first lookup of a topic builds its index here)
+        if previous.view_id == current.view_id:
+            return previous  # the same view (a service may hand out a new handle per call)
+        with self._lock:
+            if current.view_id not in self._building:
+                self._building.add(current.view_id)
+                threading.Thread(
+                    target=self._build, args=(current,), name="latest-value-index", daemon=True
+                ).start()
+        return previous
+
+    def _build(self, view) -> None:
+        try:
+            view.key_index()
+        except Exception:  # the next lookup builds it in its own thread (and reports the error)
+            log.exception("building the key index of compacted view %s failed", view.view_id)
+        finally:
+            with self._lock:
+                self._building.discard(view.view_id)
 
     def _tail_of(self, name: str) -> TailIndex:
         tail = self._tails.get(name)
@@ -327,6 +363,7 @@ class LatestValues:
             out["maxSizeBytes"] = self.max_bytes
             out["totalSizeBytes"] = sum(len(t.keys) for t in self._tails.values()) * TAIL_ENTRY_BYTES
             out["evictions"] = self.evictions
+            out["indexesBuilding"] = len(self._building)
         return out
 
 

@@ -122,6 +122,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -219,6 +220,9 @@ def retention_mode(value) -> str:
     return mode
 
 
+_KEY_INDEX_BUILD = threading.Lock()
+
+
 class CompactedView(abc.ABC):
     """A handle on one committed compacted view: the surviving entries with ids <= ``horizon``.
 
@@ -254,11 +258,20 @@ class CompactedView(abc.ABC):
     def key_index(self):
         """The view's ``key_index.KeyIndex`` (which message holds a key), built on first use and
         kept with the handle. The default parses the view's entries; a view with a cheaper
-        source of its key hashes overrides ``_build_key_index``."""
+        source of its key hashes overrides ``_build_key_index``. Builds are serialised (one lock
+        for all views): concurrent first lookups wait for one build instead of each doing it."""
         index = getattr(self, "_key_index", None)
         if index is None:
-            index = self._key_index = self._build_key_index()
+            with _KEY_INDEX_BUILD:
+                index = getattr(self, "_key_index", None)
+                if index is None:
+                    index = self._key_index = self._build_key_index()
         return index
+
+    @property
+    def key_index_built(self) -> bool:
+        """Whether ``key_index()`` answers without building."""
+        return getattr(self, "_key_index", None) is not None
 
     def _build_key_index(self):
         from .key_index import from_view

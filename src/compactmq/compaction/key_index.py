@@ -71,14 +71,17 @@ class KeyIndex:
         keyed = (flags & es.FLAG_KEYLESS) == 0
         if not keyed.all():
             h1, h2, lids, ids, flags = (a[keyed] for a in (h1, h2, lids, ids, flags))
-        # by key, then id: the last row of each key is the one a replay ends with
-        order = np.lexsort((ids, lids, h2, h1))
+        # by h1 alone (a view holds one row per key, so equal h1s are all but unheard of); only
+        # when two rows share h1 is the order refined to key then id, the last row of a key being
+        # the one a replay ends with
+        order = np.argsort(h1, kind="stable")
         h1, h2, lids, ids, flags = (a[order] for a in (h1, h2, lids, ids, flags))
-        if len(h1) > 1:
+        if len(h1) > 1 and (h1[1:] == h1[:-1]).any():
+            order = np.lexsort((ids, lids, h2, h1))
+            h1, h2, lids, ids, flags = (a[order] for a in (h1, h2, lids, ids, flags))
             last = np.ones(len(h1), bool)
             last[:-1] = (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])
-            if not last.all():
-                h1, h2, lids, ids, flags = (a[last] for a in (h1, h2, lids, ids, flags))
+            h1, h2, lids, ids, flags = (a[last] for a in (h1, h2, lids, ids, flags))
         self.h1, self.h2, self.ledger_ids, self.ids, self.flags = h1, h2, lids, ids, flags
         self.source = source  # "sidecar" or "parsed": how it was built (reported in stats)
 
