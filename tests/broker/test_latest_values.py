@@ -215,3 +215,27 @@ def test_a_new_view_is_indexed_in_the_background_while_the_previous_one_answers(
     assert wait_until(switched, 10, "lookups to move to the new view once its index is built")
     stats = latest.topic_stats(name)
     assert stats["viewId"] == second.view_id and stats["keys"] == 0  # the tail is past the new horizon
+
+
+def test_view_key_indexes_of_other_topics_go_beyond_their_bound(world):
+    cfg, storage, broker = world
+    topics = []
+    for t in range(2):
+        name = f"persistent://public/default/latest-views-{next(_names)}"
+        ml = storage.open_managed_ledger(name)
+        for i in range(10):
+            ml.append(message(f"k{i}", f"v{t}".encode(), i))
+        ml.rollover()
+        load_factory(cfg, storage).new_service(name).compact()
+        topics.append(Topic(broker, TopicName.parse(name), ml))
+    latest = LatestValues(1 << 20, max_view_bytes=1)  # room for no index but the asked one's
+    assert latest.lookup_blocking(topics[0], [b"k1"])[0].value == b"v0"
+    assert latest.topic_stats(topics[0].name)["keyIndexEvictions"] == 0
+    assert latest.lookup_blocking(topics[1], [b"k1"])[0].value == b"v1"
+    stats = latest.topic_stats(topics[1].name)
+    assert (
+        stats["keyIndexEvictions"] == 1
+        and stats["keyIndexesSizeBytes"] == stats["compactedKeyIndex"]["sizeBytes"]
+    )
+    assert latest.lookup_blocking(topics[0], [b"k2"])[0].value == b"v0"  # rebuilt on demand
+    assert latest.topic_stats(topics[0].name)["keyIndexEvictions"] == 2

@@ -208,8 +208,10 @@ class TailIndex:
 class LatestValues:
     """The tail indexes of the topics asked, under one memory bound (see the module notes)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, max_view_bytes: int = 256 << 20) -> None:
         self.max_bytes = max(0, int(max_bytes))
+        self.max_view_bytes = max(0, int(max_view_bytes))
+        self.view_index_evictions = 0
         self._lock = threading.Lock()
         self._tails: "OrderedDict[str, TailIndex]" = OrderedDict()
         self._building: set = set()  # ids of views whose key index a background thread builds
@@ -219,8 +221,10 @@ class LatestValues:
     def from_config(cls, config) -> "LatestValues":
         from ..config import SETTINGS
 
-        key = "latestValueTailIndexMaxSizeMB"
-        return cls(int(config.get(key, SETTINGS[key].default)) * 1024 * 1024)
+        def mb(key: str) -> int:
+            return int(config.get(key, SETTINGS[key].default)) * 1024 * 1024
+
+        return cls(mb("latestValueTailIndexMaxSizeMB"), mb("latestValueKeyIndexMaxSizeMB"))
 
     # --- lookups (blocking: the thread pool) -------------------------------------------------
 
@@ -235,6 +239,7 @@ class LatestValues:
             tail = self._tail_of(topic.name)
             tail.rebase(view)
             tail.view = view
+            self._bound_view_indexes(tail)
             tail.lookups += len(keys)
             if index is not None:
                 tail.compacted = {"keys": len(index), "sizeBytes": index.nbytes, "source": index.source}
@@ -324,7 +329,27 @@ class LatestValues:
             total -= len(other.keys) * TAIL_ENTRY_BYTES
             del self._tails[name]
             self.evictions += 1
+            if other.view is not None:  # no longer accounted for: let its view's index go too
+                other.view.drop_key_index()
         return total <= self.max_bytes
+
+    def _view_index_bytes(self) -> int:
+        views = [t.view for t in self._tails.values() if t.view is not None and t.view.key_index_built]
+        return sum(v.key_index().nbytes for v in views)
+
+    def _bound_view_indexes(self, tail: TailIndex) -> None:
+        """Drop the key indexes of the views of the least recently asked topics until those of
+        all topics fit ``max_view_bytes`` (the asked topic's stays: it answers now)."""
+        total = self._view_index_bytes()
+        for other in list(self._tails.values()):
+            if total <= self.max_view_bytes:
+                return
+            view = other.view
+            if other is tail or view is None or not view.key_index_built:
+                continue
+            total -= view.key_index().nbytes
+            view.drop_key_index()
+            self.view_index_evictions += 1
 
     def _scan(self, topic: "Topic", tail: TailIndex, wanted: set) -> dict:
         """The last tail row of each wanted key hash, by reading the whole tail (an overflowed
@@ -364,6 +389,9 @@ class LatestValues:
             out["totalSizeBytes"] = sum(len(t.keys) for t in self._tails.values()) * TAIL_ENTRY_BYTES
             out["evictions"] = self.evictions
             out["indexesBuilding"] = len(self._building)
+            out["keyIndexesMaxSizeBytes"] = self.max_view_bytes
+            out["keyIndexesSizeBytes"] = self._view_index_bytes()
+            out["keyIndexEvictions"] = self.view_index_evictions
         return out
 
 

@@ -273,6 +273,10 @@ class CompactedView(abc.ABC):
         """Whether ``key_index()`` answers without building."""
         return getattr(self, "_key_index", None) is not None
 
+    def drop_key_index(self) -> None:
+        """Let the key index go (memory); the next ``key_index()`` builds it again."""
+        self._key_index = None
+
     def _build_key_index(self):
         from .key_index import from_view
 
