@@ -113,7 +113,11 @@ def _topic_of(path: dict) -> str:
 
 async def lookup(ctx: Context, topic: str, keys: list[bytes]) -> list[dict[str, Any]]:
     """One answer per key, in order (``found`` false for a key without a value)."""
-    partitions = await ctx.run_blocking(_partitions_blocking, ctx, topic)
+    loaded = ctx.service.topics.loaded.get(topic)
+    if loaded is not None and not loaded.closed:
+        partitions = None  # a loaded topic exists and is not a partitioned topic's name
+    else:
+        partitions = await ctx.run_blocking(_partitions_blocking, ctx, topic)
     if partitions is None:
         names = [topic]
     else:
