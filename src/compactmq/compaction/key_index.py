@@ -153,22 +153,38 @@ def from_view(view) -> KeyIndex:
     return from_entries(batches())
 
 
+def _read(source: dict, name: str, columns: list) -> dict:
+    """Columns of sidecar file ``name`` (local, or an object in ``source["store"]``), read once
+    here: the broker keeps the index, not the files (``view_keys``' worker cache is for tasks)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if source.get("store") is None:
+        t = pq.read_table(name, columns=columns)
+    else:
+        from ..storage.offload import open_store
+
+        t = pq.read_table(pa.BufferReader(open_store(source["store"]).read_all(name)), columns=columns)
+    return {c: t.column(c).to_numpy() for c in columns}
+
+
 def from_sidecar(source: dict) -> KeyIndex:
     """The index of a view from its key sidecar (``view_keys.plan_entry``: files, gone files)."""
-    from . import view_keys
-
-    lo, hi = -(1 << 63), (1 << 63) - 1
-    wanted = ("ledger_id", "id", "h1", "h2", "flags")
-    tables = [view_keys._columns(source, f, lo, hi, wanted) for f in source["files"]]
+    wanted = ["ledger_id", "id", "h1", "h2", "flags"]
+    tables = [_read(source, f, wanted) for f in source["files"]]
     tables = [t for t in tables if len(t["id"])]
     if not tables:
         return KeyIndex([], [], [], [], [], "sidecar")
     cols = {c: np.concatenate([t[c] for t in tables]) for c in wanted}
     lids, ids = cols["ledger_id"].astype(np.int64), cols["id"].astype(np.int64)
-    if source.get("gone"):
-        order = np.lexsort((ids, lids))
-        live = np.empty(len(ids), bool)
-        live[order] = view_keys._not_gone(source, lids[order], ids[order], lo, hi)
+    gone = [_read(source, f, ["ledger_id", "id"]) for f in source.get("gone") or []]
+    if gone:
+        g_lids = np.concatenate([g["ledger_id"] for g in gone]).astype(np.int64)
+        g_ids = np.concatenate([g["id"] for g in gone]).astype(np.int64)
+        live = np.ones(len(ids), bool)
+        for lid in np.unique(g_lids).tolist():  # rows a delta run retired (a position is never reused)
+            rows = lids == lid
+            live[rows] &= ~np.isin(ids[rows], g_ids[g_lids == lid])
         cols = {c: a[live] for c, a in cols.items()}
         lids, ids = lids[live], ids[live]
     return KeyIndex(cols["h1"], cols["h2"], lids, ids, cols["flags"], source="sidecar")

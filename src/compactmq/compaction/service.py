@@ -49,8 +49,8 @@ class LedgerView(CompactedView):
         if self.sidecar is not None:
             try:
                 return key_index.from_sidecar(self.sidecar)
-            except OSError:  # the sidecar went with a newer view: parse the (mapped) view instead
-                pass
+            except (OSError, ValueError, CompactMQError):  # gone with a newer view, unreadable:
+                pass  # parse the (mapped) view instead
         return key_index.from_view(self)
 
     def read(self, start, n: int) -> list:
@@ -148,23 +148,39 @@ class LedgerCompactionService(TopicCompactionService):
             reader = CompactedLedgerReader(path)
         except (OSError, StorageError):  # gone: a newer compaction replaced it
             return None
-        return LedgerView(view_id, horizon, reader, self._sidecar(view_id))
+        try:
+            sidecar = self._sidecar(view_id)
+        except Exception:  # noqa: BLE001 - only a key lookup's speed depends on it, never a read
+            sidecar = None
+        return LedgerView(view_id, horizon, reader, sidecar)
 
     def _sidecar(self, view_id: int) -> Optional[dict]:
-        """The local key sidecar of view ``view_id`` (``view_keys``) when the details committed
-        with it list one and its directory is there; None otherwise (the view is then parsed)."""
+        """Where the key sidecar of view ``view_id`` is (``view_keys.plan_entry``) when the
+        details committed with it list one: its local directory, or its objects beside a view
+        written to the object store; None otherwise (the view is then parsed)."""
         import os
 
         from . import view_keys
 
         details_of, details = self.storage.metadata.get_compaction_details(self.topic)
         info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
-        local = view_keys.local_dir(topic_dir(self.storage.data_dir, self.topic), view_id)
-        if not isinstance(info, dict) or not os.path.isdir(local):
+        if not isinstance(info, dict):
             return None
+        names, gone = list(info.get("files") or []), list(info.get("gone") or [])
+        local = view_keys.local_dir(topic_dir(self.storage.data_dir, self.topic), view_id)
+        if os.path.isdir(local):
+            return view_keys.plan_entry(
+                [os.path.join(local, n) for n in names], gone=[os.path.join(local, n) for n in gone]
+            )
+        offloader = getattr(self.storage, "offloader", None)
+        rec = offloader.compacted_record(view_id) if offloader is not None else None
+        if rec is None or not rec.index_key.endswith("/"):  # (the view's parts hold no sidecar)
+            return None
+        base = rec.index_key.rstrip("/")
         return view_keys.plan_entry(
-            [os.path.join(local, n) for n in info.get("files") or []],
-            gone=[os.path.join(local, n) for n in info.get("gone") or []],
+            [f"{base}/{view_keys.STORE_DIR}/{n}" for n in names],
+            rec.location,
+            [f"{base}/{view_keys.STORE_DIR}/{n}" for n in gone],
         )
 
     def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[LedgerView]:
