@@ -35,8 +35,11 @@ Threads: lookups run in the broker's thread pool. One lock guards the tail index
 budget (catch-up and tail lookups are short: what was appended since the last lookup); building a
 view's key index and reading the found messages happen outside it.
 
-Not covered: a tail message that retention removed after it was indexed is reported as absent
-from the tail (the lookup falls back to the compacted view only when the whole tail is rebased).
+Retention: the compaction cursor holds the topic at the horizon, so retention does not remove
+tail entries of a compacted topic. Should one go anyway (a topic whose compaction cursor was
+deleted), its key answers "absent" -- what a TableView sees in ``retention-bounded`` mode, where
+the view's older entries are hidden too; in ``keep-until-tombstone`` mode a TableView would fall
+back to the view's value, which this lookup does not.
 """
 
 from __future__ import annotations
