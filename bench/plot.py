@@ -109,6 +109,28 @@ def plot_storage(plt, d) -> None:
     _save(plt, fig, "storage")
 
 
+def plot_latest_value(plt, d, name: str = "latest_value") -> None:
+    """GET latency percentiles of ``latest_value_bench`` against the issue's goal (p50 2 ms, p99 20 ms)."""
+    r = d["result"]
+    cdf = r["get"].get("cdf_ms")
+    if not cdf:
+        print(f"skip {name}: no latency percentiles (rerun bench/latest_value_bench.py)")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([float(p) for p in cdf], list(cdf.values()), marker="o", label="GET .../latest/{key}")
+    ax.scatter([50, 99], [2, 20], color="#c44e52", marker="x", zorder=3, label="goal (p50, p99)")
+    ax.set_yscale("log")
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("ms per key (HTTP round trip)")
+    ax.set_title(
+        f"latest value: {r['messages']:,} messages, {r['keys']:,} keys, "
+        f"{r['tail_messages']:,} in the tail, load {r['load_average_1m']}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8)
+    _save(plt, fig, name)
+
+
 def _save(plt, fig, name: str) -> None:
     fig.tight_layout()
     out = RESULTS / f"{name}.png"
@@ -131,6 +153,8 @@ def main() -> int:
         ("read_compacted", plot_read_compacted),
         ("broker", plot_broker),
         ("storage", plot_storage),
+        ("latest_value", plot_latest_value),
+        ("latest_value_quick", lambda plt, d: plot_latest_value(plt, d, "latest_value_quick")),
     ):
         d = _load(name)
         if d is not None:

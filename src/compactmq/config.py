@@ -343,6 +343,19 @@ SETTINGS: dict[str, Setting] = {
         "(a scratch run), so the first compaction does not wait for Spark; false: start it at the first run",
     ),
     "topicCompactionRetainNullKey": _s(bool, False, "keep keyless messages in the compacted view"),
+    "latestValueTailIndexMaxSizeMB": _s(
+        int,
+        64,
+        "memory for the key indexes of the uncompacted tails of topics asked for a key's latest value "
+        "(all topics; beyond it a tail is scanned per lookup); compactmq's own key",
+    ),
+    "latestValueKeyIndexMaxSizeMB": _s(
+        int,
+        256,
+        "memory for the key indexes of compacted views asked for a key's latest value (about 33 bytes "
+        "a key; all topics, the least recently asked dropped first, the asked one always kept); "
+        "compactmq's own key",
+    ),
     "topicCompactionStrategy": _s(
         str, "keep-latest", "keep-latest, keep-first, event-time, or a dotted class name"
     ),

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from compactmq.compaction.compacted_ledger import MANIFEST_NAME
+from compactmq.compaction.entry_scan import hash_key_py
 from compactmq.compaction.spark import SparkCompactionService
 from compactmq.config import load_config
 from compactmq.storage import Storage
@@ -118,6 +119,10 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         assert keys and all(k.startswith(st.offloader.compacted_record(second["id"]).index_key) for k in keys)
         got = dict(view(service))
         assert got["k1"] == b"newer" and got["k9"] == b"nine" and "k0" not in got
+        # a key lookup's index of the view comes from the sidecar in the store, not a parse
+        index = service.open_view().key_index()
+        assert index.source == "sidecar" and len(index) == len(got)
+        assert index.find(*hash_key_py(b"k9")) is not None and index.find(*hash_key_py(b"k0")) is None
     finally:
         st.close()
     # after a restart the broker's read side still opens it from the store

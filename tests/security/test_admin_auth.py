@@ -258,6 +258,31 @@ def test_tenant_admin_compacts_over_rest(sb):
     assert stats  # the tenant admin reads its topic's internals too
 
 
+def test_latest_value_needs_consume(sb):
+    """``GET .../latest/{key}`` answers a message: it needs what consuming needs."""
+    import pulsar
+
+    admin = sb.as_token(SUPERUSER)
+    admin.ok("POST", f"{NS}/acme/orders/permissions/writer-only", ["produce"])
+    topic = "persistent://acme/orders/latest-auth"
+    admin.ok("POST", "/admin/v2/persistent/acme/orders/latest-auth/permissions/watcher", ["consume"])
+    client = make_client(sb.broker.url, authentication=pulsar.AuthenticationToken(sb.token("writer-only")))
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"secret-value", partition_key="k")
+        producer.close()
+    finally:
+        client.close()
+    path = "/admin/v2/persistent/acme/orders/latest-auth/latest/k"
+    assert sb.anonymous().call("GET", path)[0] == 401
+    for role in ("writer-only", "stranger"):
+        assert "consume" in sb.as_token(role).error("GET", path, 403)
+        sb.as_token(role).error("POST", path.rsplit("/", 1)[0], 403, ["k"])
+    assert sb.as_token("watcher").ok("GET", path)["value"] == "c2VjcmV0LXZhbHVl"  # base64 of the value
+    status, body, _ = sb.as_token("acme-admin").call("POST", path.rsplit("/", 1)[0], ["k"])
+    assert status == 200 and body[0]["found"], body
+
+
 # --- TLS client certificates ----------------------------------------------------------------------
 
 

@@ -61,6 +61,10 @@ def _lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -
     authorization.check_lookup(role, _topic(captures))
 
 
+def _consume(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:
+    authorization.check_consume(role, _topic(captures))
+
+
 def _namespace_lookup(authorization: Any, role: str | None, captures: Mapping[str, str]) -> None:
     authorization.check_namespace_lookup(role, f"{captures['tenant']}/{captures['namespace']}")
 
@@ -74,6 +78,8 @@ TENANT_ADMIN = Requirement(
     lambda authorization, role, captures: authorization.check_tenant_admin(role, captures["tenant"]),
 )
 LOOKUP = Requirement("lookup", _lookup)
+# reading a message as a consumer would receive it (a key's latest value): consume on the topic
+CONSUME = Requirement("consume", _consume)
 NAMESPACE_LOOKUP = Requirement("namespace-lookup", _namespace_lookup)
 
 _SUPERUSER_PREFIXES = ("/admin/v2/tenants", "/admin/v2/clusters")

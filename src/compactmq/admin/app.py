@@ -38,6 +38,7 @@ from . import (
     auto_topic_creation,
     cluster,
     http_limits,
+    latest,
     lookup,
     namespaces,
     offload,
@@ -67,6 +68,7 @@ def build_router() -> Router:
     schemas.add_routes(router)
     offload.add_routes(router)
     cluster.add_routes(router)
+    latest.add_routes(router)
     return router
 
 

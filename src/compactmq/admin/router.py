@@ -47,6 +47,7 @@ class NoRoute(Exception):
 class Router:
     def __init__(self) -> None:
         self.routes: list[Route] = []
+        self._segments: list[list[str]] = []  # each route's segments, split once (match is per request)
 
     def add(
         self,
@@ -64,14 +65,17 @@ class Router:
         if requires is None:
             requires = default_requirement(method, pattern)
         self.routes.append(Route(method, pattern, handler, summary, body, ok, requires))
+        self._segments.append(self.routes[-1].segments)
 
     def match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         """The route for ``method raw_path`` and its decoded captures; ``NoRoute`` lists the
         methods the path allows (empty: no such path)."""
         parts = [p for p in raw_path.split("/") if p != ""]
         allowed: list[str] = []
-        for route in self.routes:
-            captures = _match(route.segments, parts)
+        for route, segments in zip(self.routes, self._segments):
+            if len(segments) != len(parts):
+                continue
+            captures = _match(segments, parts)
             if captures is None:
                 continue
             if route.method == method:

@@ -401,6 +401,8 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         "compaction": _compaction_stats(ctx, topic, ml, state),
         "compactionHorizon": str(horizon) if horizon is not None else None,
         "topicEpoch": loaded.epoch if loaded is not None and loaded.epoch >= 0 else None,
+        # ours: the key indexes behind GET .../latest/{key}, once the topic has been asked
+        "latestValue": ctx.service.latest_values.topic_stats(topic),
     }
 
 

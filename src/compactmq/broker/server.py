@@ -44,6 +44,7 @@ from .connection import ServerConnection
 from .default_namespace import ensure_default_namespace
 from .entry_cache import EntryCacheManager
 from .inactive_topics import InactiveTopicSweeper
+from .latest_values import LatestValues
 from .lookup import Listeners, listeners_from_config
 from .schemas import SchemaRegistry
 from .topics import TopicManager
@@ -182,6 +183,8 @@ class BrokerService:
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
+        # the latest value of a key (GET .../latest/{key}): tail key indexes under one bound
+        self.latest_values = LatestValues.from_config(config)
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
         self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False

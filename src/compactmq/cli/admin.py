@@ -809,6 +809,9 @@ def add_parser(subparsers) -> None:
     from .export import add_commands as _add_export_commands
 
     _add_export_commands(topics)
+    from .latest import add_commands as _add_latest_commands
+
+    _add_latest_commands(topics)
 
     namespaces = subparsers.add_parser(
         "namespaces", help="manage namespaces and their policies"

@@ -122,6 +122,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -219,6 +220,9 @@ def retention_mode(value) -> str:
     return mode
 
 
+_KEY_INDEX_BUILD = threading.Lock()
+
+
 class CompactedView(abc.ABC):
     """A handle on one committed compacted view: the surviving entries with ids <= ``horizon``.
 
@@ -250,6 +254,33 @@ class CompactedView(abc.ABC):
     def size_bytes(self) -> int:
         """Bytes the view occupies where it is kept (-1: unknown)."""
         return -1
+
+    def key_index(self):
+        """The view's ``key_index.KeyIndex`` (which message holds a key), built on first use and
+        kept with the handle. The default parses the view's entries; a view with a cheaper
+        source of its key hashes overrides ``_build_key_index``. Builds are serialised (one lock
+        for all views): concurrent first lookups wait for one build instead of each doing it."""
+        index = getattr(self, "_key_index", None)
+        if index is None:
+            with _KEY_INDEX_BUILD:
+                index = getattr(self, "_key_index", None)
+                if index is None:
+                    index = self._key_index = self._build_key_index()
+        return index
+
+    @property
+    def key_index_built(self) -> bool:
+        """Whether ``key_index()`` answers without building."""
+        return getattr(self, "_key_index", None) is not None
+
+    def drop_key_index(self) -> None:
+        """Let the key index go (memory); the next ``key_index()`` builds it again."""
+        self._key_index = None
+
+    def _build_key_index(self):
+        from .key_index import from_view
+
+        return from_view(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.view_id}, horizon={self.horizon}, entries={len(self)})"

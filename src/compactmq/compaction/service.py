@@ -35,10 +35,23 @@ from .runner import CompactionRunner, _compacted_location, topic_settings
 class LedgerView(CompactedView):
     """A handle on one compacted ledger (see ``CompactedView``)."""
 
-    def __init__(self, view_id: int, horizon, reader: CompactedLedgerReader) -> None:
+    def __init__(
+        self, view_id: int, horizon, reader: CompactedLedgerReader, sidecar: Optional[dict] = None
+    ) -> None:
         self.view_id = view_id
         self.horizon = Position(*horizon)
         self.reader = reader
+        self.sidecar = sidecar  # ``view_keys.plan_entry`` of its key sidecar, when it has one
+
+    def _build_key_index(self):
+        from . import key_index
+
+        if self.sidecar is not None:
+            try:
+                return key_index.from_sidecar(self.sidecar)
+            except (OSError, ValueError, CompactMQError):  # gone with a newer view, unreadable:
+                pass  # parse the (mapped) view instead
+        return key_index.from_view(self)
 
     def read(self, start, n: int) -> list:
         out = []
@@ -132,9 +145,43 @@ class LedgerCompactionService(TopicCompactionService):
         # the local file, or the offloaded object once tiered storage deleted the file
         path = _compacted_location(self.storage, self.topic, view_id)
         try:
-            return LedgerView(view_id, horizon, CompactedLedgerReader(path))
+            reader = CompactedLedgerReader(path)
         except (OSError, StorageError):  # gone: a newer compaction replaced it
             return None
+        try:
+            sidecar = self._sidecar(view_id)
+        except Exception:  # noqa: BLE001 - only a key lookup's speed depends on it, never a read
+            sidecar = None
+        return LedgerView(view_id, horizon, reader, sidecar)
+
+    def _sidecar(self, view_id: int) -> Optional[dict]:
+        """Where the key sidecar of view ``view_id`` is (``view_keys.plan_entry``) when the
+        details committed with it list one: its local directory, or its objects beside a view
+        written to the object store; None otherwise (the view is then parsed)."""
+        import os
+
+        from . import view_keys
+
+        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
+        if not isinstance(info, dict):
+            return None
+        names, gone = list(info.get("files") or []), list(info.get("gone") or [])
+        local = view_keys.local_dir(topic_dir(self.storage.data_dir, self.topic), view_id)
+        if os.path.isdir(local):
+            return view_keys.plan_entry(
+                [os.path.join(local, n) for n in names], gone=[os.path.join(local, n) for n in gone]
+            )
+        offloader = getattr(self.storage, "offloader", None)
+        rec = offloader.compacted_record(view_id) if offloader is not None else None
+        if rec is None or not rec.index_key.endswith("/"):  # (the view's parts hold no sidecar)
+            return None
+        base = rec.index_key.rstrip("/")
+        return view_keys.plan_entry(
+            [f"{base}/{view_keys.STORE_DIR}/{n}" for n in names],
+            rec.location,
+            [f"{base}/{view_keys.STORE_DIR}/{n}" for n in gone],
+        )
 
     def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[LedgerView]:
         meta = self.storage.metadata
