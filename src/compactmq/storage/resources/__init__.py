@@ -13,6 +13,7 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``ManagedLedgerResources``        /managed-ledgers/{tenant}/{ns}/persistent/{topic}[/{cursor}]
 ``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
+``GrantResources``                the ``auth_policies`` field of /admin/policies/{tenant}/{namespace}
 ``LedgerIdResources``             /ledgers/next-id
 ================================  ======================================================
 
@@ -30,6 +31,7 @@ from .base import decode_segment, encode_segment
 from .cache import MetadataCache
 from .compaction_state import CompactionStateResources, StaleCompaction
 from .cursor_writer import CursorWriter
+from .grants import GrantResources
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
 from .schemas import SchemaResources
@@ -41,6 +43,7 @@ class PulsarResources:
         configuration = configuration or local
         self.tenants = TenantResources(configuration)
         self.namespaces = NamespaceResources(configuration)
+        self.grants = GrantResources(configuration)
         self.partitioned_topics = PartitionedTopicResources(configuration)
         self.managed_ledgers = ManagedLedgerResources(local)
         self.schemas = SchemaResources(local)
@@ -51,6 +54,7 @@ class PulsarResources:
 __all__ = [
     "CompactionStateResources",
     "CursorWriter",
+    "GrantResources",
     "LedgerIdResources",
     "MetadataCache",
     "ManagedLedgerResources",
