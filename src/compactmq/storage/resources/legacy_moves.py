@@ -26,12 +26,15 @@ written.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..metadata_store import NEW, BadVersion, MetadataStore, Put
-from .base import dumps, loads
+from ...errors import MetadataError
+from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put, legacy_tables
+from .base import Json, dumps, loads
 from .grants import AUTH_POLICIES, normalized
-from .legacy_import import ATTEMPTS, _batches, marker_path
+from .legacy_import import ATTEMPTS, Kind, _batches, import_legacy, marker_path
+from .schemas import schema_path, version_path
 from .tenants import namespace_path
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,33 @@ def import_moved(old: Any, local: MetadataStore, configuration: MetadataStore) -
     done = []
     if _import_grants(old, configuration):
         done.append(GRANTS)
+    done += import_legacy(old, local, LOCAL_KINDS)
     return done
+
+
+def _schemas(old: Any) -> Iterator[tuple[str, Json]]:
+    from ..schemas import SchemaRecord, record_value, schema_topic
+
+    for sid, versions in legacy_tables.schema_rows(old).items():
+        try:
+            topic = schema_topic(sid)
+        except MetadataError as e:  # never written by compactmq: say so, import the others
+            log.error("not importing the schemas of %r: %s", sid, e)
+            continue
+        yield schema_path(topic), {"latest": versions[-1]["version"]}  # the locator before its children
+        for v in versions:
+            value = record_value(SchemaRecord(**v))
+            if len(dumps(value)) > MAX_VALUE_SIZE:  # the store refuses it: a start must not fail
+                log.error(
+                    "not importing version %d of schema %s: over %d bytes", v["version"], sid, MAX_VALUE_SIZE
+                )
+                continue
+            yield version_path(topic, v["version"]), value
+
+
+SCHEMAS = Kind("schemas", _schemas)
+#: the kinds kept in the local metadata store, in import order
+LOCAL_KINDS: tuple[Kind, ...] = (SCHEMAS,)
 
 
 def _grant_puts(old: LegacyPolicies, store: MetadataStore) -> list[Put]:
