@@ -15,6 +15,7 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
 ``GrantResources``                the ``auth_policies`` field of /admin/policies/{tenant}/{namespace}
 ``LedgerIdResources``             /ledgers/next-id
+``SealRequestResources``          /compactmq/seal-requests/request-{n}  (ephemeral, sequential)
 ================================  ======================================================
 
 ``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
@@ -35,6 +36,7 @@ from .grants import GrantResources
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
 from .schemas import SchemaResources
+from .seal_requests import SealRequestResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
 
 
@@ -49,6 +51,7 @@ class PulsarResources:
         self.schemas = SchemaResources(local)
         self.compaction = CompactionStateResources(local)
         self.ledger_ids = LedgerIdResources(local)
+        self.seal_requests = SealRequestResources(local)
 
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "PartitionedTopicResources",
     "PulsarResources",
     "SchemaResources",
+    "SealRequestResources",
     "StaleCompaction",
     "TenantResources",
     "decode_segment",
