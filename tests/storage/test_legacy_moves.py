@@ -10,6 +10,8 @@ from compactmq.config import load_config
 from compactmq.storage.engine import Storage
 from compactmq.storage.metadata import MetadataStore as OldMetadata
 from compactmq.storage.resources.legacy_import import marker_path
+from compactmq.storage.offload import LEDGER, OffloadLocation, open_store
+from compactmq.storage.position import LedgerInfo
 from compactmq.storage.schemas import SchemaStorage, active
 
 T = "persistent://acme/orders/events"
@@ -108,3 +110,61 @@ def test_a_data_directory_without_the_old_table_imports_nothing(tmp_path):
     with Storage(tmp_path) as storage:
         assert storage.metadata_store.exists(marker_path("schemas"))
         assert storage.metadata_store.get_children("/schemas") == []
+
+
+# the offload catalog's tables as main created them before the move (storage/offload/catalog.py)
+OLD_OFFLOAD_TABLES = [
+    """CREATE TABLE IF NOT EXISTS offloaded_objects (
+    data_key TEXT PRIMARY KEY, index_key TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('ledger', 'compacted')), topic TEXT NOT NULL,
+    ledger_id INTEGER NOT NULL, location TEXT NOT NULL, data_size INTEGER NOT NULL,
+    offloaded_ms INTEGER NOT NULL, local_deleted_ms INTEGER)""",
+    "CREATE INDEX IF NOT EXISTS offloaded_by_ledger ON offloaded_objects(ledger_id)",
+    "CREATE TABLE IF NOT EXISTS offload_instance (id TEXT NOT NULL)",
+]
+INSTANCE = "compactmq-00000000deadbeef"
+TOPIC = "persistent://public/default/tiered"
+
+
+def test_offload_records_are_imported_so_their_objects_are_no_orphans(tmp_path):
+    """An old data directory with an offloaded ledger: after the import the records name its
+    objects (the orphan sweep at start keeps them), under the old instance's prefix."""
+    data = tmp_path / "data"
+    data.mkdir()
+    conf = {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{tmp_path}/offload"}
+    loc = OffloadLocation("filesystem", f"file://{tmp_path}/offload", prefix=INSTANCE)
+    old = OldMetadata(data / "metadata.db", bootstrap=True)
+    old.create_topic(TOPIC)
+    lid = old.add_ledger(TOPIC, 1000)
+    old.add_ledger(TOPIC, 2000, close=LedgerInfo(lid, 3, 30, 1000, 1001, "CLOSED", 1000, 2000))
+    rows = [  # an older object of the same ledger (superseded: the newest one counts), then the newest
+        (f"ledgers/t/{lid:012d}-old.data", f"ledgers/t/{lid:012d}-old.index", 5000, None),
+        (f"ledgers/t/{lid:012d}-new.data", f"ledgers/t/{lid:012d}-new.index", 6000, 7000),
+    ]
+    store = open_store(loc)
+    with old.transaction() as db:
+        for ddl in OLD_OFFLOAD_TABLES:
+            db.execute(ddl)
+        db.execute("INSERT INTO offload_instance(id) VALUES (?)", (INSTANCE,))
+        for data_key, index_key, offloaded_ms, deleted_ms in rows:
+            db.execute(
+                "INSERT INTO offloaded_objects VALUES (?, ?, 'ledger', ?, ?, ?, 30, ?, ?)",
+                (data_key, index_key, TOPIC, lid, loc.to_json(), offloaded_ms, deleted_ms),
+            )
+            store.put(data_key, [b"d"])
+            store.put(index_key, [b"i"])
+    old.close()
+    with Storage(data, load_config(overrides=conf)) as storage:
+        assert storage.metadata_store.exists(marker_path("offload-records"))
+        assert storage.offloader.instance == INSTANCE
+        rec = storage.offloader.catalog.get(LEDGER, lid)
+        assert (rec.data_key, rec.topic, rec.location, rec.offloaded_ms, rec.local_deleted_ms) == (
+            rows[1][0],
+            TOPIC,
+            loc,
+            6000,
+            7000,
+        )
+        assert storage.offloader.catalog.for_topic(TOPIC) == {lid: rec}
+        # swept at start: the superseded object, which no record names any more; the named pair stays
+        assert set(store.list("ledgers")) == {rows[1][0], rows[1][1]}

@@ -132,6 +132,7 @@ class Storage:
             read_only=read_only,
             compacted_path=self.compacted_ledger_path,
             compaction_lock=self._try_compaction_lock,
+            records=self.resources.offload_records,
         )
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:

@@ -48,3 +48,37 @@ def schema_rows(old: OldTables) -> dict[str, list[dict[str, Any]]]:
             }
         )
     return out
+
+
+def offload_instance_id(old: OldTables) -> str | None:
+    """The object-key prefix of the old ``offload_instance`` table (None: never made)."""
+    if not _has_table(old, "offload_instance"):
+        return None
+    rows = old.query("SELECT id FROM offload_instance")
+    return str(rows[0][0]) if rows else None
+
+
+def offload_rows(old: OldTables) -> list[dict[str, Any]]:
+    """The rows of the old ``offloaded_objects`` table, oldest offload first, each with the
+    columns as keys and ``location`` parsed from its JSON."""
+    if not _has_table(old, "offloaded_objects"):
+        return []
+    columns = (
+        "data_key",
+        "index_key",
+        "kind",
+        "topic",
+        "ledger_id",
+        "location",
+        "data_size",
+        "offloaded_ms",
+        "local_deleted_ms",
+    )
+    rows = old.query(f"SELECT {', '.join(columns)} FROM offloaded_objects ORDER BY offloaded_ms, data_key")
+    out = []
+    for row in rows:
+        value = dict(zip(columns, row))
+        value["location"] = json.loads(value["location"])
+        value["ledger_id"], value["data_size"] = int(value["ledger_id"]), int(value["data_size"])
+        out.append(value)
+    return out

@@ -15,6 +15,7 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
 ``GrantResources``                the ``auth_policies`` field of /admin/policies/{tenant}/{namespace}
 ``LedgerIdResources``             /ledgers/next-id
+``OffloadRecordResources``        /compactmq/offload/{instance | topics/... | ledgers/...}
 ``SealRequestResources``          /compactmq/seal-requests/request-{n}  (ephemeral, sequential)
 ================================  ======================================================
 
@@ -35,6 +36,7 @@ from .cursor_writer import CursorWriter
 from .grants import GrantResources
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
+from .offload_records import OffloadRecordResources
 from .schemas import SchemaResources
 from .seal_requests import SealRequestResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
@@ -52,6 +54,7 @@ class PulsarResources:
         self.compaction = CompactionStateResources(local)
         self.ledger_ids = LedgerIdResources(local)
         self.seal_requests = SealRequestResources(local)
+        self.offload_records = OffloadRecordResources(local)
 
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "MetadataCache",
     "ManagedLedgerResources",
     "NamespaceResources",
+    "OffloadRecordResources",
     "PartitionedTopicResources",
     "PulsarResources",
     "SchemaResources",

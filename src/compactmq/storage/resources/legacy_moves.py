@@ -34,6 +34,7 @@ from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put
 from .base import Json, dumps, loads
 from .grants import AUTH_POLICIES, normalized
 from .legacy_import import ATTEMPTS, Kind, _batches, import_legacy, marker_path
+from .offload_records import INSTANCE_PATH, KINDS, index_path, record_path
 from .schemas import schema_path, version_path
 from .tenants import namespace_path
 
@@ -78,9 +79,23 @@ def _schemas(old: Any) -> Iterator[tuple[str, Json]]:
             yield version_path(topic, v["version"]), value
 
 
+def _offload_records(old: Any) -> Iterator[tuple[str, Json]]:
+    instance = legacy_tables.offload_instance_id(old)
+    if instance is not None:  # the prefix the old objects were written under, before anything new
+        yield INSTANCE_PATH, {"id": instance}
+    newest: dict[tuple[str, int], Json] = {}
+    for row in legacy_tables.offload_rows(old):  # oldest first: a ledger keeps its newest object
+        if row["kind"] in KINDS:
+            newest[(row["kind"], row["ledger_id"])] = row
+    for (kind, ledger_id), row in sorted(newest.items()):
+        yield record_path(row["topic"], kind, ledger_id), row
+        yield index_path(kind, ledger_id), {"topic": row["topic"]}
+
+
 SCHEMAS = Kind("schemas", _schemas)
+OFFLOAD_RECORDS = Kind("offload-records", _offload_records)
 #: the kinds kept in the local metadata store, in import order
-LOCAL_KINDS: tuple[Kind, ...] = (SCHEMAS,)
+LOCAL_KINDS: tuple[Kind, ...] = (SCHEMAS, OFFLOAD_RECORDS)
 
 
 def _grant_puts(old: LegacyPolicies, store: MetadataStore) -> list[Put]:
