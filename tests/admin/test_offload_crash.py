@@ -8,7 +8,6 @@ one broker process; see ``storage.offload.offloader``)."""
 from __future__ import annotations
 
 import signal
-import sqlite3
 
 import pytest
 
@@ -23,7 +22,9 @@ from admin.test_offload_rest import (  # noqa: E402
     read_all,
     wait_until,
 )
+from compactmq.storage.metadata_store import create_metadata_store  # noqa: E402
 from compactmq.storage.offload import DEAD_DELETE_FAULT, FAULT_ENV, FAULT_POINTS  # noqa: E402
+from compactmq.storage.resources import OffloadRecordResources  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,11 +38,12 @@ BROKER_CONF = {
 
 
 def catalog(broker) -> set[str]:
-    db = sqlite3.connect(broker.data_dir / "metadata.db", timeout=30)
+    """The object keys the offload records name (read from the broker's embedded metadata store)."""
+    store = create_metadata_store("", data_dir=broker.data_dir)
     try:
-        return {k for row in db.execute("SELECT data_key, index_key FROM offloaded_objects") for k in row}
+        return {k for r in OffloadRecordResources(store).all() for k in (r["data_key"], r["index_key"])}
     finally:
-        db.close()
+        store.close()
 
 
 def stored(objects) -> set[str]:

@@ -13,6 +13,8 @@ from compactmq.broker import schema_compat
 from compactmq.broker.schemas import SchemaRegistry, schema_id
 from compactmq.errors import IncompatibleSchema
 from compactmq.storage.metadata import MetadataStore
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.resources import SchemaResources
 from compactmq.storage.schemas import SchemaStorage, active
 
 
@@ -86,7 +88,7 @@ def test_same_schema_whatever_the_spelling():
 
 
 def test_storage_deletion_markers(tmp_path):
-    store = SchemaStorage(MetadataStore(tmp_path / "m.db"))
+    store = SchemaStorage(SchemaResources(create_metadata_store("memory:", data_dir=tmp_path)))
     assert store.add("t/n/x", 1, b"") == 0
     assert store.add("t/n/x", 1, b"s") == 1
     assert store.delete("t/n/x") == 2
@@ -98,8 +100,11 @@ def test_storage_deletion_markers(tmp_path):
 
 
 class _Service:
-    def __init__(self, metadata):
-        self.storage = type("S", (), {"metadata": metadata})()
+    def __init__(self, metadata, tmp_path):
+        resources = type(
+            "R", (), {"schemas": SchemaResources(create_metadata_store("", data_dir=tmp_path))}
+        )()
+        self.storage = type("S", (), {"metadata": metadata, "resources": resources})()
         self.config = {
             "schemaCompatibilityStrategy": "FULL",
             "isAllowAutoUpdateSchemaEnabled": True,
@@ -122,7 +127,7 @@ def test_schemas_kept_in_topic_properties_move_to_the_table(tmp_path):
             "other": 1,
         },
     )
-    registry = SchemaRegistry(_Service(metadata))
+    registry = SchemaRegistry(_Service(metadata, tmp_path))
     found = asyncio.run(registry.get(topic + "-partition-0", None))
     assert found is not None and found[0].type == 1 and found[1] == (0).to_bytes(8, "big")
     assert metadata.topic_properties(topic) == {"other": 1}

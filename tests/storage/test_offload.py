@@ -229,3 +229,39 @@ def test_an_object_url_names_its_store_and_key_again(tmp_path):
         assert location_from_url(loc.url("ledgers/other"))[0] == back
     with pytest.raises(Exception, match="names no object"):
         location_from_url("s3://bucket/")
+
+
+def test_offload_records_in_zookeeper(tmp_path, clock, zookeeper):
+    """The records live in the store metadataStoreUrl names: offload, restart and read back from the
+    object store, then retention and topic deletion delete the objects with their records."""
+    conf = {
+        **SMALL,
+        "managedLedgerOffloadDriver": "filesystem",
+        "fileSystemURI": f"file://{tmp_path}/offload",
+        "metadataStoreUrl": f"zk:{zookeeper.hosts}/offload{uuid.uuid4().hex[:8]}",
+    }
+    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        for i in range(35):
+            ml.append(payload(i))
+        sealed = st.offloader.offload(ml)
+        assert len(sealed) == 3 and objects(st) == catalog_keys(st)
+        assert st.metadata_store.get_children("/compactmq/offload/ledgers") == [
+            f"ledger-{lid:020d}" for lid in sealed
+        ]
+    finally:
+        st.close()
+    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    try:
+        ml = st.open_managed_ledger(TOPIC)
+        assert [d for _, d in ml.read_entries(Position(-1, -1), 100)] == [payload(i) for i in range(35)]
+        assert not os.path.exists(ml.ledger_path(sealed[0]))  # read from the object store
+        clock.advance(10 * 60_000)
+        trimmed = ml.trim_to_retention(retention_time_minutes=1, retention_size_mb=-1)
+        assert set(sealed) <= set(trimmed) and objects(st) == catalog_keys(st) == set()
+        assert st.metadata_store.get_children("/compactmq/offload/ledgers") == []
+        st.delete_managed_ledger(TOPIC)
+        assert objects(st) == set() and catalog_keys(st) == set()
+    finally:
+        st.close()

@@ -141,7 +141,7 @@ CHUNK = 16 * 1024
 def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: int = 3) -> int:
     """Commit ``entries`` as a compacted ledger stored the way a run's phase-two tasks write it
     straight to the object store (parts and their indexes, uploaded; a manifest beside them),
-    with its catalog row in the commit's transaction."""
+    with its record written just before the commit."""
     from compactmq.compaction.compacted_writer import PartWriter, write_manifest
     from compactmq.storage.offload import COMPACTED, OffloadRecord
 
@@ -168,11 +168,10 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
     assert written == len(entries)
     now = meta.now_ms()
     rec = OffloadRecord(key, prefix + "/", COMPACTED, TOPIC, cid, loc, size, now, local_deleted_ms=now)
-    with meta.transaction():
-        meta.commit_compaction(
-            TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-        )
-        st.offloader.catalog.add(rec)
+    st.offloader.catalog.add(rec)  # the record first, then the commit that puts it in force
+    meta.commit_compaction(
+        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
+    )
     return cid
 
 

@@ -42,9 +42,9 @@ def test_a_running_writer_seals_on_request(tmp_path):
         sealed = next(i for i in infos if i.ledger_id == current.ledger_id)
         assert sealed.state == LEDGER_CLOSED and sealed.entry_count == 7
         assert infos[-1].state == LEDGER_OPEN and infos[-1].entry_count == 0
-        # appends go on in the new ledger; the request row is gone
+        # appends go on in the new ledger; the request is gone
         assert ml.append(b"after")[0] == infos[-1].ledger_id
-        assert writer.metadata.query("SELECT COUNT(*) FROM seal_requests")[0][0] == 0
+        assert writer.metadata_store.get_children("/compactmq/seal-requests") == []
     finally:
         writer.close()
 
@@ -123,5 +123,48 @@ def test_a_read_only_run_plans_over_sealed_ledgers_only(tmp_path):
         runner = CompactionRunner(writer, TOPIC, cfg(), engine=None)
         last = runner._last_sealed(runner._managed_ledger())
         assert last is not None and last[0] > sealed_id and ml.ledgers()[-2].state == LEDGER_CLOSED
+    finally:
+        writer.close()
+
+
+def test_a_job_in_another_process_is_answered_through_the_embedded_store(tmp_path):
+    data = tmp_path / "data"
+    writer = Storage(data, cfg())
+    try:
+        ml = writer.open_managed_ledger(TOPIC)
+        ml.append(b"x")
+        current = ml.ledgers()[-1].ledger_id
+        code = (
+            "from compactmq.config import load_config\n"
+            "from compactmq.storage.seal import seal_before_compaction\n"
+            f"print(seal_before_compaction({str(data)!r}, load_config(), {TOPIC!r}, timeout=20))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={"PYTHONPATH": SRC}, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == SEALED_BY_BROKER
+        assert next(i for i in ml.ledgers() if i.ledger_id == current).state == LEDGER_CLOSED
+        assert writer.metadata_store.get_children("/compactmq/seal-requests") == []
+    finally:
+        writer.close()
+
+
+def test_the_writer_answers_through_zookeeper(tmp_path, zookeeper):
+    import uuid
+
+    url = f"zk:{zookeeper.hosts}/seal{uuid.uuid4().hex[:8]}"
+    config = load_config(overrides={"managedLedgerSyncData": False, "metadataStoreUrl": url})
+    data = tmp_path / "data"
+    writer = Storage(data, config)
+    try:
+        ml = writer.open_managed_ledger(TOPIC)
+        ml.append(b"x")
+        current = ml.ledgers()[-1].ledger_id
+        assert seal_before_compaction(data, config, TOPIC, timeout=20) == SEALED_BY_BROKER
+        assert next(i for i in ml.ledgers() if i.ledger_id == current).state == LEDGER_CLOSED
+        with pytest.raises(TopicNotFound):
+            seal_before_compaction(data, config, "persistent://public/default/nope", timeout=10)
+        assert writer.metadata_store.get_children("/compactmq/seal-requests") == []
     finally:
         writer.close()

@@ -21,9 +21,10 @@ Grants live in the namespace policy ``auth_policies``, in Pulsar's JSON shape::
 
 so that a namespace's policies read back over REST look as they do in Pulsar, and deleting a
 namespace deletes its grants with its other policies. Granting replaces the role's actions (as
-Pulsar does); read-modify-write runs in one metadata transaction.
+Pulsar does); each change is one compare-and-set of the namespace's Policies value
+(``storage.resources.GrantResources``), re-applied to the newer value when another broker won.
 
-Every check reads SQLite, so callers on the event loop go through ``run_blocking``. With
+Every check reads the metadata store, so callers on the event loop go through ``run_blocking``. With
 ``authorizationEnabled=false`` every check passes; with it on, an unauthenticated client (role
 None) is refused everything.
 """
@@ -34,15 +35,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import PULSAR_AUTHORIZATION_PROVIDER, config_list
-from ..errors import AuthorizationFailed, InvalidConfiguration, InvalidInput, NotFound
+from ..errors import AuthorizationFailed, InvalidConfiguration, InvalidInput
 from ..naming import TopicName
+from ..storage.resources.grants import AUTH_POLICIES as AUTH_POLICIES  # re-exported: the policy's name
+from ..storage.resources.grants import DESTINATION_AUTH, NAMESPACE_AUTH, SUBSCRIPTION_AUTH
 
-AUTH_POLICIES = "auth_policies"
-NAMESPACE_AUTH, DESTINATION_AUTH, SUBSCRIPTION_AUTH = (
-    "namespace_auth",
-    "destination_auth",
-    "subscription_auth_roles",
-)
 PRODUCE, CONSUME = "produce", "consume"
 ACTIONS = (PRODUCE, CONSUME, "functions", "packages", "sinks", "sources")
 
@@ -62,11 +59,11 @@ def empty_auth_policies() -> dict[str, Any]:
 
 
 class AuthorizationService:
-    """Checks and grants over the metadata store (``compactmq.storage.metadata.MetadataStore``)."""
+    """Checks and grants over the metadata store's resources."""
 
     def __init__(self, config: Mapping[str, Any], metadata: Any, resources: Any):
-        """``metadata``: the old store (namespace policies, where grants live); ``resources``:
-        ``storage.resources.PulsarResources`` (tenants and namespaces)."""
+        """``resources``: ``storage.resources.PulsarResources`` (tenants; grants inside the namespace
+        Policies values); ``metadata`` is not read (kept for callers that still pass it)."""
         self.enabled = bool(config.get("authorizationEnabled", False))
         provider = config.get("authorizationProvider") or PULSAR_AUTHORIZATION_PROVIDER
         if provider != PULSAR_AUTHORIZATION_PROVIDER:
@@ -168,18 +165,18 @@ class AuthorizationService:
     def grant_namespace_permission(self, namespace: str, role: str, actions: Iterable[str] | str) -> None:
         actions = normalize_actions(actions)
         role = _valid_role(role)
-        with self.metadata.transaction():
-            self._require_namespace(namespace)
-            policies = self._policies(namespace)
+
+        def grant(policies: dict[str, Any]) -> dict[str, Any]:
             policies[NAMESPACE_AUTH][role] = actions
-            self._store(namespace, policies)
+            return policies
+
+        self.resources.grants.update(namespace, grant)
 
     def revoke_namespace_permission(self, namespace: str, role: str) -> None:
-        with self.metadata.transaction():
-            self._require_namespace(namespace)
-            policies = self._policies(namespace)
-            if policies[NAMESPACE_AUTH].pop(role, None) is not None:
-                self._store(namespace, policies)
+        def revoke(policies: dict[str, Any]) -> dict[str, Any] | None:
+            return policies if policies[NAMESPACE_AUTH].pop(role, None) is not None else None
+
+        self.resources.grants.update(namespace, revoke)
 
     def topic_permissions(self, topic: str, include_namespace: bool = True) -> dict[str, list[str]]:
         """The roles' actions on ``topic``: its own grants, merged with its namespace's (and
@@ -201,34 +198,39 @@ class AuthorizationService:
         name = TopicName.parse(topic)
         actions = normalize_actions(actions)
         role = _valid_role(role)
-        with self.metadata.transaction():
-            self._require_namespace(name.namespace_name)
-            policies = self._policies(name.namespace_name)
+
+        def grant(policies: dict[str, Any]) -> dict[str, Any]:
             policies[DESTINATION_AUTH].setdefault(str(name), {})[role] = actions
-            self._store(name.namespace_name, policies)
+            return policies
+
+        self.resources.grants.update(name.namespace_name, grant)
 
     def revoke_topic_permission(self, topic: str, role: str) -> None:
         name = TopicName.parse(topic)
-        with self.metadata.transaction():
-            policies = self._policies(name.namespace_name)
+
+        def revoke(policies: dict[str, Any]) -> dict[str, Any] | None:
             grants = policies[DESTINATION_AUTH].get(str(name))
             if grants is None or grants.pop(role, None) is None:
-                return
+                return None
             if not grants:
                 del policies[DESTINATION_AUTH][str(name)]
-            self._store(name.namespace_name, policies)
+            return policies
+
+        if role in self._policies(name.namespace_name)[DESTINATION_AUTH].get(str(name), {}):
+            self.resources.grants.update(name.namespace_name, revoke)
 
     def set_subscription_roles(self, namespace: str, subscription: str, roles: Iterable[str]) -> None:
         """Reserve ``subscription`` for ``roles`` (an empty list lifts the reservation)."""
-        with self.metadata.transaction():
-            self._require_namespace(namespace)
-            policies = self._policies(namespace)
-            cleaned = sorted({r.strip() for r in roles if r.strip()})
+        cleaned = sorted({r.strip() for r in roles if r.strip()})
+
+        def reserve(policies: dict[str, Any]) -> dict[str, Any]:
             if cleaned:
                 policies[SUBSCRIPTION_AUTH][subscription] = cleaned
             else:
                 policies[SUBSCRIPTION_AUTH].pop(subscription, None)
-            self._store(namespace, policies)
+            return policies
+
+        self.resources.grants.update(namespace, reserve)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -247,20 +249,7 @@ class AuthorizationService:
         return set(self.topic_permissions(str(name)).get(role, ()))
 
     def _policies(self, namespace: str) -> dict[str, Any]:
-        stored = self.metadata.get_namespace_policies(namespace).get(AUTH_POLICIES) or {}
-        policies = empty_auth_policies()
-        for key in policies:
-            value = stored.get(key)
-            if isinstance(value, dict):
-                policies[key] = value
-        return policies
-
-    def _store(self, namespace: str, policies: Mapping[str, Any]) -> None:
-        self.metadata.set_namespace_policy(namespace, AUTH_POLICIES, dict(policies))
-
-    def _require_namespace(self, namespace: str) -> None:
-        if not self.resources.namespaces.exists(namespace):
-            raise NotFound(f"namespace {namespace!r} does not exist")
+        return self.resources.grants.get(namespace)
 
 
 def _valid_role(role: str) -> str:

@@ -1,6 +1,6 @@
 """The schema registry: what producers, consumers and the admin API ask about topic schemas.
 
-Versions are stored in the metadata store's schema table (``storage.schemas``), keyed by the
+Versions are stored in the metadata store (``storage.schemas`` over ``SchemaResources``), keyed by the
 schema id ``tenant/namespace/topic`` (partitions and both domains share it, as in Pulsar). A
 version on the wire is 8 bytes, big-endian. The bytes schema (no schema at all) is never stored.
 
@@ -16,7 +16,10 @@ What a client with a schema gets (Pulsar's rules, with its policy names):
 
 Each policy is looked up on the topic, then its namespace, then the broker configuration.
 Topics created before the schema table kept their schemas in the topic's properties (key
-``__schemas``); they are moved to the table the first time the topic's schema is read.
+``__schemas``); they are moved to the store the first time the topic's schema is read.
+
+A new version is a compare-and-set on the newest version the compatibility check saw: when another
+broker added one meanwhile, the check runs again against the longer history (``ADD_ATTEMPTS``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import IncompatibleSchema, InvalidConfiguration, NotFound, TopicNotFound
 from ..naming import TopicName
 from ..protocol import pulsar_pb2 as pb
+from ..storage.metadata_store import BadVersion
 from ..storage.schemas import SchemaRecord, SchemaStorage, active
 from . import schema_compat
 from .schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, UNDEFINED, VALIDATION_KEY
@@ -37,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
 
 LEGACY_PROPERTY_KEY = "__schemas"
+#: compatibility checks run again after losing a race to another broker's new version
+ADD_ATTEMPTS = 8
 _VERSION = struct.Struct(">q")
 
 
@@ -70,7 +76,7 @@ class SchemaRegistry:
     @property
     def storage(self) -> SchemaStorage:
         if self._storage is None:
-            self._storage = SchemaStorage(self.service.storage.metadata)
+            self._storage = SchemaStorage(self.service.storage.resources.schemas)
         return self._storage
 
     @property
@@ -96,16 +102,17 @@ class SchemaRegistry:
         legacy = props.pop(LEGACY_PROPERTY_KEY, None)
         if not legacy:
             return []
-        with self._metadata.transaction():
-            for rec in legacy:
-                self.storage.add(
-                    sid,
-                    rec["type"],
-                    base64.b64decode(rec["data"]),
-                    rec.get("name", ""),
-                    rec.get("properties", {}),
-                )
-            self._metadata.set_topic_properties(name, props)
+        # the versions first, then the properties without them: a crash in between leaves both,
+        # and the next read finds the versions (it never comes here again)
+        for rec in legacy:
+            self.storage.add(
+                sid,
+                rec["type"],
+                base64.b64decode(rec["data"]),
+                rec.get("name", ""),
+                rec.get("properties", {}),
+            )
+        self._metadata.set_topic_properties(name, props)
         return self.storage.versions(sid)
 
     def policy(self, topic: str, key: str) -> Any:
@@ -178,7 +185,25 @@ class SchemaRegistry:
         admin: bool = False,
     ) -> int:
         schema_compat.validate(type_, data)
-        live = active(self._versions(topic))
+        for _ in range(ADD_ATTEMPTS - 1):
+            try:
+                return self._add_once(topic, type_, data, name, properties, consumer, admin)
+            except BadVersion:
+                continue  # another broker added a version: check against the new history
+        return self._add_once(topic, type_, data, name, properties, consumer, admin)
+
+    def _add_once(
+        self,
+        topic: str,
+        type_: int,
+        data: bytes,
+        name: str,
+        properties: dict[str, str],
+        consumer: bool,
+        admin: bool,
+    ) -> int:
+        records = self._versions(topic)
+        live = active(records)
         for rec in live:
             if rec.type == type_ and schema_compat.same(type_, rec.data, data):
                 return rec.version
@@ -190,7 +215,8 @@ class SchemaRegistry:
             schema_compat.check(strategy, [(r.type, r.data) for r in live], (type_, data), topic)
             if consumer:
                 return -1  # a compatible reader: nothing to store
-        return self.storage.add(schema_id(topic), type_, data, name, properties)
+        latest = records[-1].version if records else None
+        return self.storage.add(schema_id(topic), type_, data, name, properties, expected_latest=latest)
 
     # --- the admin API (runs in the thread pool, under no lock: admin changes are rare) -------
 

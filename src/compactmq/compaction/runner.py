@@ -251,7 +251,12 @@ class CompactionRunner:
                 if sidecar is not None:
                     details[view_keys.DETAILS_KEY] = sidecar
                 self.abort_hook("before-commit")
-                with meta.transaction():  # ONE transaction: the new view and its object's row
+                if record is not None:
+                    # the object's record first: until the commit below it names a ledger not in
+                    # force (dead, so a crash or a lost commit leaves what delete_dead clears),
+                    # and once the view is in force its object is always found
+                    self.storage.offloader.catalog.add(record)
+                with meta.transaction():
                     previous = meta.commit_compaction(
                         self.topic,
                         new_id,
@@ -260,8 +265,6 @@ class CompactionRunner:
                         expected_version=running.version,
                         details=details,
                     )
-                    if record is not None:
-                        self.storage.offloader.catalog.add(record)
                 step("commit")
             except BaseException as e:
                 committed = self._committed(new_id if plan is not None else None)

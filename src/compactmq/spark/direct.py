@@ -77,7 +77,7 @@ class DirectBackend:
         )
 
     def schema(self, topic: str) -> TopicSchema:
-        """The schema in force from the metadata store's schema table (keyed by Pulsar's schema id,
+        """The schema in force from the metadata store (keyed by Pulsar's schema id,
         shared by the partitions); a data directory the broker has not upgraded yet still has
         its schemas in the topic properties."""
         from ..broker.schemas import schema_id
@@ -85,10 +85,7 @@ class DirectBackend:
         from ..storage.schemas import SchemaStorage, active
 
         meta = self.storage.metadata
-        try:
-            records = active(SchemaStorage(meta).versions(schema_id(topic)))
-        except Exception:  # no schema table (older data dir, read-only store): the properties
-            records = []
+        records = active(SchemaStorage(self.storage.resources.schemas).versions(schema_id(topic)))
         if records:
             rec = records[-1]
             return TopicSchema(rec.type, rec.data.decode("utf-8", "replace"))

@@ -26,6 +26,7 @@ from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
 from .resources import PulsarResources
 from .resources.legacy_import import import_legacy
+from .resources.legacy_moves import import_moved
 from .seal import SealRequestWatcher, open_ledger_left
 from .topic_lock import TopicLock
 
@@ -131,6 +132,7 @@ class Storage:
             read_only=read_only,
             compacted_path=self.compacted_ledger_path,
             compaction_lock=self._try_compaction_lock,
+            records=self.resources.offload_records,
         )
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
@@ -153,6 +155,7 @@ class Storage:
         self.resources = PulsarResources(self.metadata_store, self.configuration_store)
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
             import_legacy(self.metadata, self.configuration_store)
+            import_moved(self.metadata, self.metadata_store, self.configuration_store)
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 

@@ -1,46 +1,34 @@
 """The offload catalog: which objects in object storage hold which ledger, in the metadata store.
 
-One row per committed offloaded object pair (data + index). A row is written in the SAME
-transaction that makes the offload count (for a ledger: after both objects are durable; for a
-compacted ledger: together with ``commit_compaction``), so the metadata store never names an
-object that is not complete, and the object store never holds a complete object the metadata
-store does not name -- except for the short window of a crash, which the sweeps close:
+One record per committed offloaded object pair (data + index), kept by
+``resources.OffloadRecordResources`` (``/compactmq/offload/...``, see there). The order of steps
+keeps the store and the objects in agreement -- write the objects, then create the record (the
+commit point), and only then delete anything -- except for the short window of a crash, which the
+sweeps close:
 
-* an object with no row (a crash after the write, before the commit) is an *orphan*: deleted by
-  ``LedgerOffloader.sweep_orphans`` at start (ledgers) or by the compaction run holding the
+* an object with no record (a crash after the write, before the record) is an *orphan*: deleted
+  by ``LedgerOffloader.sweep_orphans`` at start (ledgers) or by the compaction run holding the
   topic's lock (compacted ledgers);
-* a row whose ledger is gone (retention, topic deletion, a superseded compacted ledger) is
-  *dead*: its objects are deleted, then the row. Deleting the ledger row first and the objects
-  after is the "write, commit, delete the old" order; a crash in between leaves a dead row that
-  the next sweep finishes.
+* a record whose ledger is gone (retention, topic deletion, a superseded compacted ledger, or a
+  ledger deleted while its offload was being recorded) is *dead*: its objects are deleted, then
+  the record. Deleting the ledger first and the objects after is the "write, commit, delete the
+  old" order; a crash in between leaves a dead record that the next sweep finishes.
+
+Whether a ledger is alive is asked of the caller (``alive``): the ledger lists and the compaction
+state are not this catalog's to read.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
+from ..resources.base import Json
+from ..resources.offload_records import OffloadRecordResources
 from .blobstore import OffloadLocation
 
 LEDGER, COMPACTED = "ledger", "compacted"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS offloaded_objects (
-    data_key         TEXT PRIMARY KEY,      -- key of the data object (the index object: index_key)
-    index_key        TEXT NOT NULL,
-    kind             TEXT NOT NULL CHECK (kind IN ('ledger', 'compacted')),
-    topic            TEXT NOT NULL,
-    ledger_id        INTEGER NOT NULL,
-    location         TEXT NOT NULL,         -- OffloadLocation as JSON (no credentials)
-    data_size        INTEGER NOT NULL,
-    offloaded_ms     INTEGER NOT NULL,
-    local_deleted_ms INTEGER
-);
-CREATE INDEX IF NOT EXISTS offloaded_by_ledger ON offloaded_objects(ledger_id);
-CREATE TABLE IF NOT EXISTS offload_instance (
-    id TEXT NOT NULL                        -- object-key prefix of this data directory
-);
-"""
 
 
 @dataclass(frozen=True)
@@ -56,93 +44,59 @@ class OffloadRecord:
     local_deleted_ms: int | None = None
 
 
-_COLUMNS = "data_key, index_key, kind, topic, ledger_id, location, data_size, offloaded_ms, local_deleted_ms"
+def record_value(rec: OffloadRecord) -> Json:
+    value = asdict(rec)
+    value["location"] = json.loads(rec.location.to_json())
+    return value
 
 
-def _record(row) -> OffloadRecord:
-    return OffloadRecord(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        int(row[4]),
-        OffloadLocation.from_json(row[5]),
-        int(row[6]),
-        int(row[7]),
-        row[8],
-    )
+def _record(value: Json) -> OffloadRecord:
+    fields = dict(value)
+    fields["location"] = OffloadLocation.from_json(json.dumps(fields["location"]))
+    return OffloadRecord(**fields)
 
 
 class OffloadCatalog:
-    def __init__(self, store):
-        self.store = store
-        with store.transaction() as db:
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
-            if db.execute("SELECT 1 FROM offload_instance").fetchone() is None:
-                db.execute(
-                    "INSERT INTO offload_instance(id) VALUES (?)", (f"compactmq-{uuid.uuid4().hex[:16]}",)
-                )
+    """Records over ``OffloadRecordResources``; ``alive(record)`` says whether its ledger still
+    exists (a ledger of the topic, or the topic's compacted ledger in force)."""
+
+    def __init__(self, records: OffloadRecordResources, alive: Callable[[OffloadRecord], bool]):
+        self.records = records
+        self.alive = alive
 
     def instance_id(self) -> str:
-        return self.store.query("SELECT id FROM offload_instance")[0][0]
+        return self.records.instance_id()
 
     def add(self, rec: OffloadRecord) -> None:
-        """Record a committed offload (joins an enclosing transaction)."""
-        with self.store.transaction() as db:
-            db.execute(
-                f"INSERT INTO offloaded_objects({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    rec.data_key,
-                    rec.index_key,
-                    rec.kind,
-                    rec.topic,
-                    rec.ledger_id,
-                    rec.location.to_json(),
-                    rec.data_size,
-                    rec.offloaded_ms,
-                    rec.local_deleted_ms,
-                ),
-            )
+        """Record a committed offload; ``BadVersion`` when the ledger already has a record."""
+        self.records.add(record_value(rec))
 
     def get(self, kind: str, ledger_id: int) -> OffloadRecord | None:
-        rows = self.store.query(
-            f"SELECT {_COLUMNS} FROM offloaded_objects WHERE kind = ? AND ledger_id = ? "
-            "ORDER BY offloaded_ms DESC",
-            (kind, ledger_id),
-        )
-        return _record(rows[0]) if rows else None
+        value = self.records.get(kind, ledger_id)
+        return None if value is None else _record(value)
 
     def for_topic(self, topic: str, kind: str = LEDGER) -> dict[int, OffloadRecord]:
-        rows = self.store.query(
-            f"SELECT {_COLUMNS} FROM offloaded_objects WHERE topic = ? AND kind = ?", (topic, kind)
-        )
-        return {r.ledger_id: r for r in map(_record, rows)}
+        return {r.ledger_id: r for r in map(_record, self.records.for_topic(topic, kind))}
 
-    def mark_local_deleted(self, data_key: str, when_ms: int) -> None:
-        with self.store.transaction() as db:
-            db.execute(
-                "UPDATE offloaded_objects SET local_deleted_ms = ? WHERE data_key = ?", (when_ms, data_key)
-            )
+    def mark_local_deleted(self, rec: OffloadRecord, when_ms: int) -> None:
+        self.records.update(rec.kind, rec.ledger_id, {"local_deleted_ms": when_ms})
 
-    def remove(self, data_key: str) -> None:
-        with self.store.transaction() as db:
-            db.execute("DELETE FROM offloaded_objects WHERE data_key = ?", (data_key,))
+    def remove(self, rec: OffloadRecord) -> None:
+        self.records.remove(rec.topic, rec.kind, rec.ledger_id)
+
+    def all(self) -> list[OffloadRecord]:
+        return [_record(v) for v in self.records.all()]
 
     def dead(self, topic: str | None = None) -> list[OffloadRecord]:
-        """Rows whose ledger no longer exists, or whose compacted ledger is no longer in force."""
-        where = "" if topic is None else " AND o.topic = ?"
-        args = () if topic is None else (topic,)
-        rows = self.store.query(
-            f"SELECT {', '.join('o.' + c.strip() for c in _COLUMNS.split(','))} FROM offloaded_objects o "
-            "WHERE ((o.kind = 'ledger' AND NOT EXISTS (SELECT 1 FROM ledgers l WHERE l.ledger_id = o.ledger_id "
-            "AND l.topic = o.topic)) OR (o.kind = 'compacted' AND NOT EXISTS (SELECT 1 FROM compaction_state c "
-            "WHERE c.topic = o.topic AND c.compacted_ledger_id = o.ledger_id)))" + where,
-            args,
-        )
-        return [_record(r) for r in rows]
+        """Records whose ledger no longer exists, or whose compacted ledger is no longer in force."""
+        if topic is None:
+            candidates = self.all()
+        else:
+            candidates = [r for kind in (LEDGER, COMPACTED) for r in self.for_topic(topic, kind).values()]
+        return [r for r in candidates if not self.alive(r)]
 
     def known_keys(self) -> set[str]:
-        rows = self.store.query("SELECT data_key, index_key FROM offloaded_objects")
-        return {k for row in rows for k in row}
+        return {k for r in self.all() for k in (r.data_key, r.index_key)}
+
+    def locations(self) -> set[OffloadLocation]:
+        return {r.location for r in self.all()}

@@ -5,7 +5,9 @@ One per ``Storage``. What it does, and in which order (each step is crash-safe o
 Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
     1. write the data object (the ledger file in blocks), then the index object, under names
        no one has used (``<ledger id>-<uuid>``);
-    2. ONE metadata transaction: check that the ledger still exists, add the catalog row;
+    2. create the ledger's offload record (the commit point; a ledger has at most one), then check
+       that the ledger still exists: if retention deleted it meanwhile, the record is dead and its
+       objects and the record go at once (or, after a crash, by the next ``delete_dead``);
     3. the managed ledger now knows the ledger is offloaded; its local copy stays until the
        deletion lag has passed (``managedLedgerOffloadDeletionLagMs``, namespace policy
        ``offloadDeletionLagMs``), then the files are unlinked and the row stamped.
@@ -51,6 +53,8 @@ from .. import ledger_file as lf
 from ..position import Position
 from . import blocks as bk
 from .blobstore import OffloadLocation, check_location_allowed, location_from_settings, open_store
+from ..metadata_store import BadVersion
+from ..resources.offload_records import OffloadRecordResources
 from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 
 log = logging.getLogger(__name__)
@@ -92,7 +96,11 @@ class LedgerOffloader:
         read_only: bool = False,
         compacted_path: Callable[[str, int], str] | None = None,
         compaction_lock: Callable[[str], Any] | None = None,
+        *,
+        records: OffloadRecordResources,
     ):
+        """``metadata``: the old store, asked whether a ledger is alive (its ledger list and the
+        compaction state); ``records``: where the offload records live (the resources)."""
         self.metadata = metadata
         # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
         # holds it: compacted-ledger objects are swept only under it
@@ -101,7 +109,7 @@ class LedgerOffloader:
         self.config = config
         self.clock = clock
         self.read_only = read_only
-        self.catalog = OffloadCatalog(metadata)
+        self.catalog = OffloadCatalog(records, self._alive)
         self.instance = self.catalog.instance_id()
         self.max_block = max(1 << 16, int(config["s3ManagedLedgerOffloadMaxBlockSizeInBytes"]))
         self.chunk = max(4096, int(config["s3ManagedLedgerOffloadReadBufferSizeInBytes"]))
@@ -162,6 +170,32 @@ class LedgerOffloader:
                 "managedLedgerOffloadDeletionLagMs",
             ),
         }
+
+    def _alive(self, rec: OffloadRecord) -> bool:
+        """Whether the ledger ``rec`` names still exists: a ledger of its topic, or the topic's
+        compacted ledger in force (or one a run is about to commit)."""
+        if rec.kind == LEDGER:
+            return self.metadata.ledger_topic(rec.ledger_id) == rec.topic
+        if not self.metadata.topic_exists(rec.topic):
+            return False
+        current = self.metadata.get_compaction_state(rec.topic).compacted_ledger_id
+        # ledger ids only grow: a record newer than the view in force is a run's that has not
+        # committed yet (its record is written before its commit), never a superseded one
+        return current is None or rec.ledger_id >= current
+
+    def _record(self, rec: OffloadRecord, store) -> bool:
+        """Create ``rec`` (the commit point of an offload), then check its ledger is still alive;
+        False when it is not (or another offload recorded it first): our objects are deleted."""
+        try:
+            self.catalog.add(rec)
+        except BadVersion:  # the ledger was offloaded by another run meanwhile: ours are orphans
+            for key in {rec.data_key, rec.index_key}:
+                store.delete(key)
+            return False
+        if not self._alive(rec):  # deleted while we copied: the record is dead, delete it now
+            self.delete_objects(rec)
+            return False
+        return True
 
     def _die_at(self, point: str) -> None:
         if self.fault == point:
@@ -234,15 +268,7 @@ class LedgerOffloader:
         store.put(index_key, [bk.encode_index(ledger_id, table, lf.encode_index(*index), size)])
         self._die_at("after-index")
         rec = OffloadRecord(data_key, index_key, LEDGER, ml.topic, ledger_id, loc, size, self.clock())
-        with self.metadata.transaction() as db:
-            alive = db.execute(
-                "SELECT 1 FROM ledgers WHERE ledger_id = ? AND topic = ?", (ledger_id, ml.topic)
-            ).fetchone()
-            if alive:
-                self.catalog.add(rec)
-        if not alive:  # retention deleted it while we copied: our objects are orphans now
-            store.delete(data_key)
-            store.delete(index_key)
+        if not self._record(rec, store):
             return False
         self._die_at("after-commit")
         ml.attach_offload(rec)
@@ -251,9 +277,9 @@ class LedgerOffloader:
 
     def offload_compacted(self, topic: str, loc: OffloadLocation | None = None) -> OffloadRecord | None:
         """Offload the topic's compacted ledger in force (sealed from birth) unless it is already:
-        write the object under a fresh name, then ONE transaction that checks the ledger is still
-        the one in force and adds the catalog row; a newer compaction meanwhile makes our object
-        an orphan we delete at once. Its local file goes after the deletion lag."""
+        write the object under a fresh name, then its record, then check that the ledger is still
+        the one in force; a newer compaction meanwhile makes the record dead and we delete it and
+        the object at once. Its local file goes after the deletion lag."""
         if self.read_only or self.compacted_path is None:
             return None
         loc = loc or self.location_for(topic)
@@ -280,14 +306,7 @@ class LedgerOffloader:
         # no index object: a compacted ledger's own index and trailer are inside it, and its reader
         # fetches them (then entries) by ranges
         rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
-        with self.metadata.transaction() as db:
-            alive = db.execute(
-                "SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?", (topic, cid)
-            ).fetchone()
-            if alive:
-                self.catalog.add(rec)
-        if not alive:
-            store.delete(key)
+        if not self._record(rec, store):
             return None
         log.info("offloaded compacted ledger %d of %s to %s (%d bytes)", cid, topic, store.uri(key), size)
         return rec
@@ -305,7 +324,7 @@ class LedgerOffloader:
             os.unlink(self.compacted_path(topic, cid))
         except FileNotFoundError:
             pass
-        self.catalog.mark_local_deleted(rec.data_key, now)
+        self.catalog.mark_local_deleted(rec, now)
 
     def trigger(self, ml, before: Position | None) -> None:
         """Start ``offload`` in the background; ``Conflict`` when one is running already."""
@@ -415,7 +434,7 @@ class LedgerOffloader:
         for rec in ml.offloaded_with_local_copy():
             if now - rec.offloaded_ms >= lag and ml.release_local_copy(rec.ledger_id):
                 self._die_at("after-local-delete")
-                self.catalog.mark_local_deleted(rec.data_key, now)
+                self.catalog.mark_local_deleted(rec, now)
                 out.append(rec.ledger_id)
         return out
 
@@ -474,7 +493,7 @@ class LedgerOffloader:
             store.delete_prefix(rec.index_key.rstrip("/"))
         elif rec.index_key != rec.data_key:
             store.delete(rec.index_key)
-        self.catalog.remove(rec.data_key)
+        self.catalog.remove(rec)
 
     def delete_dead(self, topic: str | None = None) -> int:
         """Delete the objects of catalog rows whose ledger is gone, then the rows."""
@@ -552,8 +571,7 @@ class LedgerOffloader:
         return keys
 
     def _row_locations(self) -> set[OffloadLocation]:
-        rows = self.metadata.query("SELECT DISTINCT location FROM offloaded_objects")
-        return {OffloadLocation.from_json(r[0]) for r in rows}
+        return self.catalog.locations()
 
     def close(self) -> None:
         with self._lock:

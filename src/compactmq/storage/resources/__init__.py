@@ -13,11 +13,14 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``ManagedLedgerResources``        /managed-ledgers/{tenant}/{ns}/persistent/{topic}[/{cursor}]
 ``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
+``GrantResources``                the ``auth_policies`` field of /admin/policies/{tenant}/{namespace}
 ``LedgerIdResources``             /ledgers/next-id
 ``BrokerRegistry``                /loadbalance/brokers/{host:webport} (ephemeral)
 ``LeaderElection``                /loadbalance/leader (ephemeral)
 ``OwnershipResources``            /namespace/{tenant}/{ns}/{bundle range} (ephemeral)
 ``UnloadHints``                   /loadbalance/unload-hints/{tenant}/{ns}/{bundle range}
+``OffloadRecordResources``        /compactmq/offload/{instance | topics/... | ledgers/...}
+``SealRequestResources``          /compactmq/seal-requests/request-{n}  (ephemeral, sequential)
 ================================  ======================================================
 
 ``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
@@ -35,9 +38,12 @@ from .cache import MetadataCache
 from .cluster import BrokerRegistry, LeaderElection, OwnershipResources, UnloadHints
 from .compaction_state import CompactionStateResources, StaleCompaction
 from .cursor_writer import CursorWriter
+from .grants import GrantResources
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
+from .offload_records import OffloadRecordResources
 from .schemas import SchemaResources
+from .seal_requests import SealRequestResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
 
 
@@ -46,6 +52,7 @@ class PulsarResources:
         configuration = configuration or local
         self.tenants = TenantResources(configuration)
         self.namespaces = NamespaceResources(configuration)
+        self.grants = GrantResources(configuration)
         self.partitioned_topics = PartitionedTopicResources(configuration)
         self.managed_ledgers = ManagedLedgerResources(local)
         self.schemas = SchemaResources(local)
@@ -56,6 +63,8 @@ class PulsarResources:
         self.leader = LeaderElection(local)
         self.ownership = OwnershipResources(local)
         self.unload_hints = UnloadHints(local)
+        self.seal_requests = SealRequestResources(local)
+        self.offload_records = OffloadRecordResources(local)
 
 
 __all__ = [
@@ -65,13 +74,16 @@ __all__ = [
     "UnloadHints",
     "CompactionStateResources",
     "CursorWriter",
+    "GrantResources",
     "LedgerIdResources",
     "MetadataCache",
     "ManagedLedgerResources",
     "NamespaceResources",
+    "OffloadRecordResources",
     "PartitionedTopicResources",
     "PulsarResources",
     "SchemaResources",
+    "SealRequestResources",
     "StaleCompaction",
     "TenantResources",
     "decode_segment",

@@ -8,6 +8,9 @@ locator in the metadata store; it keeps the schema bytes in BookKeeper, we keep 
 version's key (a schema is small; the store caps values at ``MAX_VALUE_SIZE``). Adding a version
 writes the locator (compare-and-set on its version) and the new version's key in one commit, so
 two brokers adding a schema at once cannot both get version n.
+
+What a version's value holds (its type, bytes, deletion markers) is the schema registry's
+business (``storage.schemas``); here a version is a JSON object.
 """
 
 from __future__ import annotations
@@ -17,6 +20,15 @@ from ..metadata_store import NEW, BadVersion, Delete, Put
 from .base import BaseResources, Json, dumps, encode_segment
 
 SCHEMAS_ROOT = "/schemas"
+
+
+def schema_path(topic: TopicName) -> str:
+    """The locator's path (a partition's is its partitioned topic's)."""
+    return _schema_path(topic)
+
+
+def version_path(topic: TopicName, version: int) -> str:
+    return f"{_schema_path(topic)}/{version:010d}"
 
 
 def _schema_path(topic: TopicName) -> str:
@@ -66,6 +78,20 @@ class SchemaResources(BaseResources):
             version = current[0]["latest"]
         got = self._read(f"{path}/{version:010d}")
         return None if got is None else (version, got[0])
+
+    def latest(self, topic: TopicName) -> int | None:
+        """The newest version's number (None: the topic has no schema)."""
+        current = self._read(_schema_path(topic))
+        return None if current is None else int(current[0]["latest"])
+
+    def history(self, topic: TopicName) -> list[tuple[int, Json]]:
+        """Every version, oldest first (a version deleted meanwhile is left out)."""
+        out = []
+        for version in self.versions(topic):
+            got = self._read(version_path(topic, version))
+            if got is not None:
+                out.append((version, got[0]))
+        return out
 
     def versions(self, topic: TopicName) -> list[int]:
         return [int(v) for v in self.store.get_children(_schema_path(topic))]
