@@ -28,7 +28,7 @@ from ..errors import (
     ServerError,
 )
 from ..naming import TopicName
-from ..protocol import commands, frames
+from ..protocol import commands, frames, wire
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source, security
@@ -68,7 +68,13 @@ class CommandHandler:
 
     # --- dispatch and error boundary ---------------------------------------------------------
 
-    def handle(self, frame: frames.Frame) -> None:
+    def handle(self, frame: "frames.Frame | frames.SendFrame") -> None:
+        if frame.__class__ is frames.SendFrame:  # the hot path: a plain SEND read off the wire
+            try:
+                self.on_send(frame.send, frame)  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001 - error boundary of one command
+                self._answer_error(frame, frame.send, exc)  # type: ignore[union-attr]
+            return
         command = frame.command
         ctype = command.type
         entry = _HANDLERS.get(ctype)
@@ -278,13 +284,13 @@ class CommandHandler:
             )
         )
 
-    def on_send(self, cmd: pb.CommandSend, frame) -> None:
+    def on_send(self, cmd: "pb.CommandSend | wire.SendCommand", frame) -> None:
         producer = self.producers.get(cmd.producer_id)
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
         entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
         # MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
-        publish_time = frames.parse_metadata(entry).publish_time or int(time.time() * 1000)
+        publish_time = frames.publish_time_of(entry) or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
         producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
         highest = cmd.highest_sequence_id or None  # 0 = not sent
@@ -318,14 +324,11 @@ class CommandHandler:
             if seqs.get(producer.name, -1) < last_seq:
                 seqs[producer.name] = last_seq
             dedup.entry_persisted(position)
-            conn.send_command(
-                commands.send_receipt(
-                    producer_id,
-                    sequence_id,
-                    position[0],
-                    position[1],
-                    partition=partition,
-                    highest_sequence_id=highest,
+            # encoded on the wire directly (no protobuf object); queued with the other frames
+            # of this loop turn and written with them in one go (connection.write)
+            conn.write(
+                wire.send_receipt_frame(
+                    producer_id, sequence_id, position[0], position[1], partition, highest
                 )
             )
 
