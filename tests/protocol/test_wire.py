@@ -17,6 +17,8 @@ from compactmq.protocol import pulsar_pb2 as pb
 from .helpers import real_client_frames
 
 T = pb.BaseCommand
+IMPLS = [wire.PYTHON] + ([wire.NATIVE] if wire.NATIVE is not None else [])
+both = pytest.mark.parametrize("impl", IMPLS, ids=lambda i: i.name)
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 I32 = st.integers(min_value=-(1 << 31), max_value=(1 << 31) - 1)
 I64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -57,19 +59,19 @@ def test_real_client_sends_take_the_fast_path_with_the_protobuf_values():
         assert F.encode_with_entry(frame.command, frame.entry) == f["raw"]
 
 
+@both
 @settings(max_examples=200, deadline=None)
 @given(pid=U64, seq=U64, num=st.one_of(st.none(), I32), highest=st.one_of(st.none(), U64))
-def test_decode_send_matches_protobuf(pid, seq, num, highest):
+def test_decode_send_matches_protobuf(impl, pid, seq, num, highest):
     fields = {"producer_id": pid, "sequence_id": seq}
     if num is not None:
         fields["num_messages"] = num
     if highest is not None:
         fields["highest_sequence_id"] = highest
     data = _send_bytes(**fields)
-    send = wire.decode_send(data, 0, len(data))
+    send = impl.decode_send(data, 0, len(data))
     body = F.decode_command(data).send
-    assert send is not None
-    assert (send.producer_id, send.sequence_id, send.num_messages, send.highest_sequence_id) == (
+    assert send == (
         body.producer_id,
         body.sequence_id,
         body.num_messages,
@@ -88,7 +90,8 @@ def test_decode_send_matches_protobuf(pid, seq, num, highest):
 )
 def test_sends_of_other_shapes_go_to_protobuf(fields):
     data = _send_bytes(producer_id=1, sequence_id=2, **fields)
-    assert wire.decode_send(data, 0, len(data)) is None
+    for impl in IMPLS:
+        assert impl.decode_send(data, 0, len(data)) is None
     entry = F.build_entry(pb.MessageMetadata(producer_name="p", sequence_id=2, publish_time=5), b"x")
     frame_bytes = struct.pack(">II", 4 + len(data) + len(entry), len(data)) + data + entry
     (frame,) = F.FrameDecoder().feed(frame_bytes)
@@ -105,8 +108,9 @@ def test_sends_of_other_shapes_go_to_protobuf(fields):
         b"\x08\x07\x3a\x00",  # not a SEND
     ],
 )
-def test_decode_send_refuses_what_it_does_not_fully_read(data):
-    assert wire.decode_send(data, 0, len(data)) is None
+@both
+def test_decode_send_refuses_what_it_does_not_fully_read(impl, data):
+    assert impl.decode_send(data, 0, len(data)) is None
 
 
 def test_a_send_without_producer_id_is_still_a_protocol_error():
@@ -129,16 +133,18 @@ def test_frames_split_anywhere_decode_alike():
 # --- MessageMetadata ----------------------------------------------------------------------------
 
 
-def test_real_client_entries_scan_like_protobuf():
+@both
+def test_real_client_entries_scan_like_protobuf(impl):
     entries = [F.FrameDecoder().feed(f["raw"])[0].entry for f in real_client_frames() if f["type"] == "SEND"]
     for entry in entries:
         start, end = wire.metadata_bounds(entry)
-        scanned = wire.scan_metadata(entry, start, end)
+        scanned = impl.scan_metadata(entry, start, end)
         assert scanned is not None  # properties, keys, event time, batches: all plain shapes
-        assert _fields(scanned) == _fields_of_pb(entry)
+        assert _fields(wire.MetadataFields(*scanned)) == _fields_of_pb(entry)
         assert F.publish_time_of(entry) == F.parse_metadata(entry).publish_time
 
 
+@both
 @settings(max_examples=200, deadline=None)
 @given(
     publish_time=U64,
@@ -149,7 +155,7 @@ def test_real_client_entries_scan_like_protobuf():
     deliver_at=st.one_of(st.none(), I64),
     props=st.lists(st.tuples(st.text(max_size=5), st.text(max_size=5)), max_size=3),
 )
-def test_scan_metadata_matches_protobuf(publish_time, batch, key, b64, ordering, deliver_at, props):
+def test_scan_metadata_matches_protobuf(impl, publish_time, batch, key, b64, ordering, deliver_at, props):
     md = pb.MessageMetadata(producer_name="p-1", sequence_id=9, publish_time=publish_time)
     if batch is not None:
         md.num_messages_in_batch = batch
@@ -164,28 +170,29 @@ def test_scan_metadata_matches_protobuf(publish_time, batch, key, b64, ordering,
     for k, v in props:
         md.properties.add(key=k, value=v)
     entry = F.build_entry(md, b"payload")
-    fields = F.metadata_fields(entry)
-    assert _fields(fields) == _fields_of_pb(entry)
+    assert _fields(F.metadata_fields(entry)) == _fields_of_pb(entry)
     start, end = wire.metadata_bounds(entry)
-    assert wire.scan_metadata(entry, start, end) is not None
+    scanned = impl.scan_metadata(entry, start, end)
+    assert scanned is not None and _fields(wire.MetadataFields(*scanned)) == _fields_of_pb(entry)
 
 
 def _raw_entry(metadata_bytes: bytes) -> bytes:
     return struct.pack(">I", len(metadata_bytes)) + metadata_bytes + b"payload"
 
 
-def test_metadata_of_other_shapes_goes_to_protobuf():
+@both
+def test_metadata_of_other_shapes_goes_to_protobuf(impl):
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
     md.encryption_keys.add(key="k", value=b"v")
     entry = F.build_entry(md, b"x")
     start, end = wire.metadata_bounds(entry)
-    assert wire.scan_metadata(entry, start, end) is None
+    assert impl.scan_metadata(entry, start, end) is None
     assert F.metadata_fields(entry).publish_time == 2  # read through protobuf instead
     # an unknown field, and publish_time with the wrong wire type: protobuf decides
     base = md.__class__(producer_name="p", sequence_id=1, publish_time=2).SerializeToString()
-    for extra in (b"\xa8\x06\x01", b"\x1a\x01x"):
+    for extra in (b"\xa8\x06\x01", b"\x1a\x01x", b"\x32\x02\xff\xfe"):  # last: key not UTF-8
         entry = _raw_entry(base + extra)
-        assert wire.scan_metadata(entry, 4, len(entry) - 7) is None
+        assert impl.scan_metadata(entry, 4, len(entry) - 7) is None
         assert _fields(F.metadata_fields(entry)) == _fields_of_pb(entry)
 
 
@@ -200,6 +207,8 @@ def test_metadata_of_other_shapes_goes_to_protobuf():
 )
 def test_malformed_metadata_raises_as_before(metadata_bytes):
     entry = _raw_entry(metadata_bytes)
+    for impl in IMPLS:
+        assert impl.scan_metadata(entry, 4, len(entry) - 7) is None
     with pytest.raises(MalformedEntry):
         F.parse_metadata(entry)
     with pytest.raises(MalformedEntry):
@@ -209,6 +218,7 @@ def test_malformed_metadata_raises_as_before(metadata_bytes):
 # --- SEND_RECEIPT and MESSAGE -------------------------------------------------------------------
 
 
+@both
 @settings(max_examples=300, deadline=None)
 @given(
     pid=U64,
@@ -218,13 +228,14 @@ def test_malformed_metadata_raises_as_before(metadata_bytes):
     partition=I32,
     highest=st.one_of(st.none(), U64),
 )
-def test_send_receipt_bytes_equal_protobuf(pid, seq, ledger, entry_id, partition, highest):
+def test_send_receipt_bytes_equal_protobuf(impl, pid, seq, ledger, entry_id, partition, highest):
     expected = F.encode_command(
         commands.send_receipt(pid, seq, ledger, entry_id, partition=partition, highest_sequence_id=highest)
     )
-    assert wire.send_receipt_frame(pid, seq, ledger, entry_id, partition, highest) == expected
+    assert impl.send_receipt_frame(pid, seq, ledger, entry_id, partition, highest) == expected
 
 
+@both
 @settings(max_examples=300, deadline=None)
 @given(
     consumer=U64,
@@ -232,18 +243,18 @@ def test_send_receipt_bytes_equal_protobuf(pid, seq, ledger, entry_id, partition
     entry_id=U64,
     partition=I32,
     redelivery=st.integers(min_value=0, max_value=(1 << 32) - 1),
-    ack_set=st.one_of(st.none(), st.lists(I64, max_size=3)),
+    ack_set=st.one_of(st.none(), st.lists(I64, max_size=40)),
     batch_index=st.one_of(st.none(), st.integers(min_value=-1, max_value=1 << 20)),
     entry=st.binary(min_size=1, max_size=40),
 )
 def test_message_frame_equals_protobuf(
-    consumer, ledger, entry_id, partition, redelivery, ack_set, batch_index, entry
+    impl, consumer, ledger, entry_id, partition, redelivery, ack_set, batch_index, entry
 ):
     mid = (ledger, entry_id, partition) if batch_index is None else (ledger, entry_id, partition, batch_index)
     expected = F.encode_with_entry(
         commands.message(consumer, mid, redelivery_count=redelivery, ack_set=ack_set), entry
     )
-    head = wire.message_frame_header(
+    head = impl.message_frame_header(
         consumer, ledger, entry_id, partition, redelivery, ack_set, len(entry), batch_index
     )
     assert head + entry == expected
@@ -256,3 +267,14 @@ def test_varints():
     assert wire.encode_varint(-1) == b"\xff" * 9 + b"\x01"
     with pytest.raises(ValueError):
         wire.read_varint(b"\x80", 0, 1)
+
+
+def test_the_native_twin_is_used_when_built():
+    import importlib.util
+    import os
+
+    built = importlib.util.find_spec("compactmq.protocol._wire") is not None
+    if os.environ.get("COMPACTMQ_NATIVE") == "0" or not built:
+        assert wire.IMPLEMENTATION is wire.PYTHON
+    else:
+        assert wire.IMPLEMENTATION is wire.NATIVE and wire.NATIVE.name == "native"
