@@ -292,47 +292,21 @@ class CommandHandler:
         # MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
         publish_time = frames.publish_time_of(entry) or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
-        producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
+        sequence_id = cmd.sequence_id
         highest = cmd.highest_sequence_id or None  # 0 = not sent
         last_seq = highest if highest is not None else sequence_id + max(num, 1) - 1
-        size = len(entry)
-        conn = self.conn
         topic = producer.topic
-        partition = topic.partition_index
         dedup = topic.dedup
         if dedup.enabled and dedup.check(producer.name, last_seq) != "new":
             self._answer_duplicate(producer, sequence_id, highest, last_seq)
             return
-        conn.reads.add(size)
+        size = len(entry)
+        self.conn.reads.add(size)
         producer.messages_in += num
         producer.bytes_in += size
-
-        def persisted(position: Position | None, exc: BaseException | None) -> None:
-            conn.reads.release(size)
-            if exc is not None:
-                dedup.failed(producer.name)
-                conn.send_command(
-                    commands.send_error(
-                        producer_id,
-                        sequence_id,
-                        exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
-                        str(exc),
-                    )
-                )
-                return
-            seqs = topic.last_sequence_ids
-            if seqs.get(producer.name, -1) < last_seq:
-                seqs[producer.name] = last_seq
-            dedup.entry_persisted(position)
-            # encoded on the wire directly (no protobuf object); queued with the other frames
-            # of this loop turn and written with them in one go (connection.write)
-            conn.write(
-                wire.send_receipt_frame(
-                    producer_id, sequence_id, position[0], position[1], partition, highest
-                )
-            )
-
-        topic.publish(entry, publish_time, persisted)
+        topic.publish(
+            entry, publish_time, _PendingReceipt(self.conn, producer, sequence_id, highest, last_seq, size)
+        )
 
     def _answer_duplicate(
         self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int
@@ -642,6 +616,57 @@ class _ConsumerNotFound(NotFound):
 
 #: broker.conf key: keep acknowledgements of single messages of a batch (PIP-54 ``ack_set``)
 BATCH_INDEX_ACK_KEY = "acknowledgmentAtBatchIndexLevelEnabled"
+
+
+class _PendingReceipt:
+    """The answer to one SEND, called by the topic once its entry is persisted or failed.
+
+    One small object per message instead of a closure (whose function object and a cell per
+    captured variable cost more to build and to collect); the receipt itself is encoded on the
+    wire directly and queued with the other frames of this loop turn, written in one go.
+    """
+
+    __slots__ = ("conn", "producer", "sequence_id", "highest", "last_seq", "size")
+
+    def __init__(
+        self,
+        conn: "ServerConnection",
+        producer: Producer,
+        sequence_id: int,
+        highest,
+        last_seq: int,
+        size: int,
+    ) -> None:
+        self.conn = conn
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest = highest
+        self.last_seq = last_seq
+        self.size = size
+
+    def __call__(self, position: Position | None, exc: BaseException | None) -> None:
+        conn, producer = self.conn, self.producer
+        conn.reads.release(self.size)
+        topic = producer.topic
+        if exc is not None:
+            topic.dedup.failed(producer.name)
+            code = exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError
+            conn.send_command(commands.send_error(producer.producer_id, self.sequence_id, code, str(exc)))
+            return
+        seqs = topic.last_sequence_ids
+        if seqs.get(producer.name, -1) < self.last_seq:
+            seqs[producer.name] = self.last_seq
+        topic.dedup.entry_persisted(position)
+        conn.write(
+            wire.send_receipt_frame(
+                producer.producer_id,
+                self.sequence_id,
+                position[0],  # type: ignore[index]
+                position[1],  # type: ignore[index]
+                topic.partition_index,
+                self.highest,
+            )
+        )
 
 
 def _position(mid: pb.MessageIdData) -> Position:
