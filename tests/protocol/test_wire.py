@@ -278,3 +278,42 @@ def test_the_native_twin_is_used_when_built():
         assert wire.IMPLEMENTATION is wire.PYTHON
     else:
         assert wire.IMPLEMENTATION is wire.NATIVE and wire.NATIVE.name == "native"
+
+
+# --- whole entries --------------------------------------------------------------------------------
+
+
+@both
+def test_scan_entry_and_checked_publish_time(impl):
+    md = pb.MessageMetadata(
+        producer_name="p", sequence_id=1, publish_time=1_700_000_000_123, partition_key="k"
+    )
+    entry = F.build_entry(md, b"payload" * 20)
+    assert wire.MetadataFields(*impl.scan_entry(entry)).partition_key == "k"
+    assert impl.checked_publish_time(entry) == 1_700_000_000_123
+    unchecksummed = entry[6:]
+    assert wire.MetadataFields(*impl.scan_entry(unchecksummed)).publish_time == 1_700_000_000_123
+    # no checksum, a wrong one, a broker-entry-metadata prefix, truncated sizes: the general path
+    assert impl.checked_publish_time(unchecksummed) is None
+    corrupt = entry[:-1] + bytes([entry[-1] ^ 1])
+    assert impl.checked_publish_time(corrupt) is None
+    assert impl.scan_entry(b"\x0e\x02" + entry) is None
+    assert impl.scan_entry(entry[:12]) is None and impl.checked_publish_time(b"\x0e\x01") is None
+
+
+def test_checksummed_with_publish_time_answers_as_the_two_steps():
+    md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=42)
+    entry = F.build_entry(md, b"x")
+    assert F.checksummed_with_publish_time(entry) == (entry, 42)
+    assert F.checksummed_with_publish_time(entry[6:]) == (entry, 42)  # checksum added
+    with pytest.raises(F.ChecksumError):
+        F.checksummed_with_publish_time(entry[:-1] + b"y")
+    with pytest.raises(MalformedEntry):
+        F.checksummed_with_publish_time(_raw_entry(b"\x0a\x01p\x10\x01"))  # no publish time
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=300))
+def test_native_crc32c_is_the_castagnoli_crc(data):
+    if wire.NATIVE is not None:
+        assert wire.NATIVE.crc32c(data) == F.crc32c(data)

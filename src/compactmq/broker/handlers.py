@@ -288,9 +288,9 @@ class CommandHandler:
         producer = self.producers.get(cmd.producer_id)
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
-        entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
-        # MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
-        publish_time = frames.publish_time_of(entry) or int(time.time() * 1000)
+        # ChecksumError, MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
+        entry, publish_time = frames.checksummed_with_publish_time(frame.entry)
+        publish_time = publish_time or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
         sequence_id = cmd.sequence_id
         highest = cmd.highest_sequence_id or None  # 0 = not sent

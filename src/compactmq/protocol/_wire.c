@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or results change: wire.py refuses a stale build */
-#define WIRE_ABI 1
+#define WIRE_ABI 2
 
 static inline int rd_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *p, uint64_t *v) {
     uint64_t r = 0;
@@ -114,25 +114,21 @@ static int plain_key_value(const uint8_t *b, Py_ssize_t p, Py_ssize_t end) {
     return p == end && seen == 3;
 }
 
-/* scan_metadata(buf, start, end) -> (publish_time, num_messages_in_batch, has_num, partition_key
-   str|None, b64, ordering_key bytes|None, deliver_at_time, has_deliver_at) | None */
-static PyObject *scan_metadata(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, end;
-    if (get_span(args, &view, &start, &end)) return NULL;
-    const uint8_t *b = view.buf;
+/* the routing fields of the MessageMetadata at b[start:end] as a tuple (see scan_metadata), or
+   Py_None (a new reference) when the shape is not one the scanner accepts; NULL on error */
+static PyObject *scan_md(const uint8_t *b, Py_ssize_t start, Py_ssize_t end, uint64_t *publish_time_out) {
     uint64_t key, v, size, publish_time = 0;
     int64_t num = 1, deliver_at = 0;
     int has_num = 0, has_deliver = 0, b64 = 0, required = 0;
     Py_ssize_t pk_at = -1, pk_len = 0, ok_at = -1, ok_len = 0;
     Py_ssize_t p = start;
     while (p < end) {
-        if (rd_varint(b, end, &p, &key)) goto refuse;
+        if (rd_varint(b, end, &p, &key)) Py_RETURN_NONE;
         uint64_t field = key >> 3;
         int wire = (int)(key & 7);
-        if (field > 30 || MD_WIRE[field] != wire) goto refuse;
+        if (field > 30 || MD_WIRE[field] != wire) Py_RETURN_NONE;
         if (wire == 0) {
-            if (rd_varint(b, end, &p, &v)) goto refuse;
+            if (rd_varint(b, end, &p, &v)) Py_RETURN_NONE;
             switch (field) {
                 case 3: publish_time = v; required |= 4; break;
                 case 2: required |= 2; break;
@@ -143,31 +139,34 @@ static PyObject *scan_metadata(PyObject *self, PyObject *args) {
             }
             continue;
         }
-        if (rd_varint(b, end, &p, &size) || size > (uint64_t)(end - p)) goto refuse;
+        if (rd_varint(b, end, &p, &size) || size > (uint64_t)(end - p)) Py_RETURN_NONE;
         switch (field) {
             case 1: required |= 1; break;
             case 6: pk_at = p; pk_len = (Py_ssize_t)size; break;
             case 18: ok_at = p; ok_len = (Py_ssize_t)size; break;
             case 4:
-                if (!plain_key_value(b, p, p + (Py_ssize_t)size)) goto refuse;
+                if (!plain_key_value(b, p, p + (Py_ssize_t)size)) Py_RETURN_NONE;
                 break;
             default: break;
         }
         p += (Py_ssize_t)size;
     }
-    if (required != 7) goto refuse;
+    if (required != 7) Py_RETURN_NONE;
+    if (publish_time_out != NULL) { /* only the publish time is wanted: no tuple */
+        *publish_time_out = publish_time;
+        return Py_NewRef(Py_True);
+    }
     PyObject *pk, *ok;
     if (pk_at >= 0) {
         pk = PyUnicode_DecodeUTF8((const char *)b + pk_at, pk_len, NULL);
         if (pk == NULL) { /* not UTF-8: protobuf decides */
             PyErr_Clear();
-            goto refuse;
+            Py_RETURN_NONE;
         }
     } else {
         pk = Py_NewRef(Py_None);
     }
     ok = ok_at >= 0 ? PyBytes_FromStringAndSize((const char *)b + ok_at, ok_len) : Py_NewRef(Py_None);
-    PyBuffer_Release(&view);
     if (ok == NULL) {
         Py_DECREF(pk);
         return NULL;
@@ -175,6 +174,118 @@ static PyObject *scan_metadata(PyObject *self, PyObject *args) {
     return Py_BuildValue("(KLNNNNLN)", (unsigned long long)publish_time, (long long)num,
                          PyBool_FromLong(has_num), pk, PyBool_FromLong(b64), ok, (long long)deliver_at,
                          PyBool_FromLong(has_deliver));
+}
+
+/* scan_metadata(buf, start, end) -> (publish_time, num_messages_in_batch, has_num, partition_key
+   str|None, b64, ordering_key bytes|None, deliver_at_time, has_deliver_at) | None */
+static PyObject *scan_metadata(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    if (get_span(args, &view, &start, &end)) return NULL;
+    PyObject *out = scan_md(view.buf, start, end, NULL);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* where the MessageMetadata of a stored entry lies: [magic crc] optional, then [size][metadata];
+   -1 when the sizes do not fit or the entry starts with a broker-entry-metadata prefix */
+static int md_bounds(const uint8_t *b, Py_ssize_t n, Py_ssize_t *start, Py_ssize_t *end) {
+    Py_ssize_t off = 0;
+    if (n >= 2 && b[0] == 0x0e && b[1] == 0x02) return -1;
+    if (n >= 2 && b[0] == 0x0e && b[1] == 0x01) off = 6;
+    if (n - off < 4) return -1;
+    uint32_t size = ((uint32_t)b[off] << 24) | ((uint32_t)b[off + 1] << 16) | ((uint32_t)b[off + 2] << 8) | b[off + 3];
+    if ((Py_ssize_t)size > n - off - 4) return -1;
+    *start = off + 4;
+    *end = off + 4 + (Py_ssize_t)size;
+    return 0;
+}
+
+/* scan_entry(entry) -> the scan_metadata tuple of a stored entry's metadata, or None */
+static PyObject *scan_entry(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = md_bounds(view.buf, view.len, &start, &end) ? Py_NewRef(Py_None) : scan_md(view.buf, start, end, NULL);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* CRC32C (Castagnoli), reflected polynomial 0x82F63B78: SSE4.2 when the CPU has it */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_sw(const uint8_t *p, Py_ssize_t n) {
+    uint32_t c = 0xffffffffu;
+    while (n--) c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, Py_ssize_t n) {
+    uint64_t c = 0xffffffffu;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32 ^ 0xffffffffu;
+}
+#endif
+
+static int use_hw_crc = 0;
+
+static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
+#ifdef HAVE_HW_CRC
+    if (use_hw_crc) return crc32c_hw(p, n);
+#endif
+    return crc32c_sw(p, n);
+}
+
+/* crc32c(data) -> int: the CRC32C of a buffer (for tests against the crc32c package) */
+static PyObject *py_crc32c(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = crc32c(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* checked_publish_time(entry) -> the publish time of a SEND's entry that carries magic and a
+   matching CRC and whose metadata the scanner accepts; None otherwise (no checksum, a mismatch,
+   another shape: the caller takes the general path, which adds the checksum or raises) */
+static PyObject *checked_publish_time(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    uint64_t publish_time = 0;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *b = view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *out = NULL;
+    if (n < 10 || b[0] != 0x0e || b[1] != 0x01) goto refuse;
+    uint32_t carried = ((uint32_t)b[2] << 24) | ((uint32_t)b[3] << 16) | ((uint32_t)b[4] << 8) | b[5];
+    if (crc32c(b + 6, n - 6) != carried) goto refuse;
+    if (md_bounds(b, n, &start, &end)) goto refuse;
+    out = scan_md(b, start, end, &publish_time);
+    if (out == NULL || out == Py_None) {
+        PyBuffer_Release(&view);
+        return out;
+    }
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(publish_time);
 refuse:
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
@@ -325,6 +436,9 @@ static PyObject *message_frame_header(PyObject *self, PyObject *const *args, Py_
 static PyMethodDef methods[] = {
     {"decode_send", decode_send, METH_VARARGS, "CommandSend fields of a plain SEND, or None"},
     {"scan_metadata", scan_metadata, METH_VARARGS, "routing fields of a MessageMetadata, or None"},
+    {"scan_entry", scan_entry, METH_O, "routing fields of a stored entry's MessageMetadata, or None"},
+    {"checked_publish_time", checked_publish_time, METH_O, "publish time of a checksummed SEND entry, or None"},
+    {"crc32c", py_crc32c, METH_O, "CRC32C of a buffer"},
     {"send_receipt_frame", (PyCFunction)(void (*)(void))send_receipt_frame, METH_FASTCALL,
      "a framed SEND_RECEIPT"},
     {"message_frame_header", (PyCFunction)(void (*)(void))message_frame_header, METH_FASTCALL,
@@ -335,6 +449,11 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wire", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__wire(void) {
+    crc_init();
+#ifdef HAVE_HW_CRC
+    __builtin_cpu_init();
+    use_hw_crc = __builtin_cpu_supports("sse4.2");
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "ABI", WIRE_ABI) < 0) {
         Py_DECREF(m);

@@ -480,13 +480,22 @@ def metadata_fields(entry: bytes) -> wire.MetadataFields:
     Raises:
         MalformedEntry: as :func:`parse_metadata` (the same entries, the same errors).
     """
-    if not (len(entry) >= 2 and entry[0] == 0x0E and entry[1] == 0x02):  # no broker prefix
-        bounds = wire.metadata_bounds(entry)
-        if bounds is not None:
-            fields = wire.scan_metadata(entry, bounds[0], bounds[1])
-            if fields is not None:
-                return fields
-    return wire.fields_of(parse_metadata(entry))
+    fields = wire.scan_entry(entry)
+    return fields if fields is not None else wire.fields_of(parse_metadata(entry))
+
+
+def checksummed_with_publish_time(entry: bytes) -> tuple[bytes, int]:
+    """:func:`ensure_checksummed` and :func:`publish_time_of` of a SEND's entry, in one pass
+    over it when it carries a matching checksum and plain metadata (the usual case).
+
+    Raises:
+        ChecksumError, MalformedEntry: as those two functions.
+    """
+    publish_time = wire.checked_publish_time(entry)
+    if publish_time is not None:
+        return entry, publish_time
+    entry = ensure_checksummed(entry)
+    return entry, publish_time_of(entry)
 
 
 def publish_time_of(entry: bytes) -> int:

@@ -36,6 +36,8 @@ import os
 import struct
 from types import SimpleNamespace
 
+import crc32c as _crc32c
+
 _MASK64 = (1 << 64) - 1
 _SIZES = struct.Struct(">II")
 _U32 = struct.Struct(">I")
@@ -47,7 +49,7 @@ MESSAGE = 9
 
 _VARINT, _LEN = 0, 2
 
-ABI = 1  # WIRE_ABI in _wire.c
+ABI = 2  # WIRE_ABI in _wire.c
 
 
 def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -311,6 +313,26 @@ def _py_scan_metadata(buf, start: int, end: int) -> tuple | None:
     return publish_time, num, has_num, partition_key, b64, ordering_key, deliver_at, has_deliver
 
 
+def _py_scan_entry(entry) -> tuple | None:
+    """:func:`_py_scan_metadata` of a stored entry's metadata (found by :func:`metadata_bounds`);
+    None for an entry with a broker-entry-metadata prefix too."""
+    if len(entry) >= 2 and entry[0] == 0x0E and entry[1] == 0x02:
+        return None
+    bounds = metadata_bounds(entry)
+    return None if bounds is None else _py_scan_metadata(entry, bounds[0], bounds[1])
+
+
+def _py_checked_publish_time(entry) -> int | None:
+    """The publish time of a SEND's entry that carries magic and a matching CRC and whose
+    metadata the scanner accepts; None otherwise (the caller takes the general path)."""
+    if len(entry) < 10 or entry[0] != 0x0E or entry[1] != 0x01:
+        return None
+    if _crc32c.crc32c(memoryview(entry)[6:]) != _U32.unpack_from(entry, 2)[0]:
+        return None
+    fields = _py_scan_entry(entry)
+    return None if fields is None else fields[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # SEND_RECEIPT and MESSAGE
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +412,8 @@ PYTHON = SimpleNamespace(
     name="python",
     decode_send=_py_decode_send,
     scan_metadata=_py_scan_metadata,
+    scan_entry=_py_scan_entry,
+    checked_publish_time=_py_checked_publish_time,
     send_receipt_frame=_py_send_receipt_frame,
     message_frame_header=_py_message_frame_header,
 )
@@ -408,6 +432,9 @@ def _load_native() -> SimpleNamespace | None:
         name="native",
         decode_send=_wire.decode_send,
         scan_metadata=_wire.scan_metadata,
+        scan_entry=_wire.scan_entry,
+        checked_publish_time=_wire.checked_publish_time,
+        crc32c=_wire.crc32c,
         send_receipt_frame=_wire.send_receipt_frame,
         message_frame_header=_wire.message_frame_header,
     )
@@ -419,6 +446,13 @@ NATIVE = _load_native()
 IMPLEMENTATION = NATIVE or PYTHON
 _decode_send = IMPLEMENTATION.decode_send
 _scan_metadata = IMPLEMENTATION.scan_metadata
+_scan_entry = IMPLEMENTATION.scan_entry
+
+checked_publish_time = IMPLEMENTATION.checked_publish_time
+"""``checked_publish_time(entry)``: the publish time of a SEND's entry when it carries magic
+and a matching CRC and its metadata is of a plain shape, in one pass; None otherwise, and the
+caller takes the general path (``frames.ensure_checksummed``, ``frames.publish_time_of``),
+which adds the checksum or raises the exact error."""
 
 send_receipt_frame = IMPLEMENTATION.send_receipt_frame
 """``send_receipt_frame(producer_id, sequence_id, ledger_id, entry_id, partition=-1,
@@ -448,4 +482,10 @@ def scan_metadata(buf, start: int, end: int) -> MetadataFields | None:
     it as before). Required fields (producer name, sequence id, publish time) must be present.
     """
     fields = _scan_metadata(buf, start, end)
+    return None if fields is None else MetadataFields(*fields)
+
+
+def scan_entry(entry) -> MetadataFields | None:
+    """:func:`scan_metadata` of a stored entry's MessageMetadata, found in the entry."""
+    fields = _scan_entry(entry)
     return None if fields is None else MetadataFields(*fields)
