@@ -40,8 +40,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 stamp=".venv/.compactmq-installed"
-# the install compiles the scan extension from setup.py and _scan.c: a change to either reinstalls
-want="$(cat pyproject.toml setup.py src/compactmq/compaction/_scan.c | sha256sum | cut -d' ' -f1)"
+# the install compiles the extensions from setup.py, _scan.c and _wire.c: a change to any reinstalls
+want="$(cat pyproject.toml setup.py src/compactmq/compaction/_scan.c src/compactmq/protocol/_wire.c | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing compactmq and its dependencies into .venv (pyspark is large: about a minute on first run)"
     .venv/bin/python -m pip install -q --upgrade pip

@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import CompactMQError, ProtocolError, ServerError
-from ..protocol import commands, frames
+from ..protocol import commands, frames, wire
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.connection import BrokerConnectionState
 from . import admission
@@ -231,13 +231,14 @@ class ServerConnection(asyncio.Protocol):
         ack_set,
         entry: bytes,
     ) -> None:
-        cmd = commands.message(
-            consumer_id,
-            (position[0], position[1], partition),
-            redelivery_count=redelivery_count,
-            ack_set=ack_set,
+        # the MESSAGE command encoded on the wire directly, and the stored entry queued after
+        # it as it is: no protobuf object and no copy of the payload on the way out
+        self.write(
+            wire.message_frame_header(
+                consumer_id, position[0], position[1], partition, redelivery_count, ack_set, len(entry)
+            )
         )
-        self.write(frames.encode_with_entry(cmd, entry))
+        self.write(entry)
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self.send_command(commands.active_consumer_change(consumer_id, is_active))

@@ -40,8 +40,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ..protocol.batch import message_count
-from ..protocol.frames import parse_metadata
+from ..protocol.frames import metadata_fields
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
 from .limits import PendingAcks, bit_count, unacked_limits
@@ -76,11 +75,11 @@ def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     The sticky key is Pulsar's: the ordering key, else the partition key (base64-decoded when
     the producer marked it so), else ``NONE_KEY``.
     """
-    md = parse_metadata(entry)
-    n = message_count(md)
-    if md.HasField("ordering_key"):
+    md = metadata_fields(entry)  # read off the wire: no protobuf object per dispatched entry
+    n = md.num_messages_in_batch if md.has_num_messages_in_batch else 1
+    if md.ordering_key is not None:
         key = md.ordering_key
-    elif md.HasField("partition_key"):
+    elif md.partition_key is not None:
         key = md.partition_key.encode()
         if md.partition_key_b64_encoded:
             try:
@@ -89,7 +88,7 @@ def entry_info(entry: bytes) -> tuple[int, bytes, int]:
                 pass  # not base64 after all: route on the text, as given
     else:
         key = NONE_KEY
-    return n, key, (md.deliver_at_time if md.HasField("deliver_at_time") else 0)
+    return n, key, (md.deliver_at_time if md.has_deliver_at_time else 0)
 
 
 class Dispatcher:

@@ -28,7 +28,7 @@ from ..errors import (
     ServerError,
 )
 from ..naming import TopicName
-from ..protocol import commands, frames
+from ..protocol import commands, frames, wire
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import EARLIEST, Position
 from . import compacted_source, security
@@ -68,7 +68,13 @@ class CommandHandler:
 
     # --- dispatch and error boundary ---------------------------------------------------------
 
-    def handle(self, frame: frames.Frame) -> None:
+    def handle(self, frame: "frames.Frame | frames.SendFrame") -> None:
+        if frame.__class__ is frames.SendFrame:  # the hot path: a plain SEND read off the wire
+            try:
+                self.on_send(frame.send, frame)  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001 - error boundary of one command
+                self._answer_error(frame, frame.send, exc)  # type: ignore[union-attr]
+            return
         command = frame.command
         ctype = command.type
         entry = _HANDLERS.get(ctype)
@@ -281,58 +287,29 @@ class CommandHandler:
             )
         )
 
-    def on_send(self, cmd: pb.CommandSend, frame) -> None:
+    def on_send(self, cmd: "pb.CommandSend | wire.SendCommand", frame) -> None:
         producer = self.producers.get(cmd.producer_id)
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
-        entry = frames.ensure_checksummed(frame.entry)  # ChecksumError -> SEND_ERROR, stay up
-        # MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
-        publish_time = frames.parse_metadata(entry).publish_time or int(time.time() * 1000)
+        # ChecksumError, MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
+        entry, publish_time = frames.checksummed_with_publish_time(frame.entry)
+        publish_time = publish_time or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
-        producer_id, sequence_id = cmd.producer_id, cmd.sequence_id
+        sequence_id = cmd.sequence_id
         highest = cmd.highest_sequence_id or None  # 0 = not sent
         last_seq = highest if highest is not None else sequence_id + max(num, 1) - 1
-        size = len(entry)
-        conn = self.conn
         topic = producer.topic
-        partition = topic.partition_index
         dedup = topic.dedup
         if dedup.enabled and dedup.check(producer.name, last_seq) != "new":
             self._answer_duplicate(producer, sequence_id, highest, last_seq)
             return
-        conn.reads.add(size)
+        size = len(entry)
+        self.conn.reads.add(size)
         producer.messages_in += num
         producer.bytes_in += size
-
-        def persisted(position: Position | None, exc: BaseException | None) -> None:
-            conn.reads.release(size)
-            if exc is not None:
-                dedup.failed(producer.name)
-                conn.send_command(
-                    commands.send_error(
-                        producer_id,
-                        sequence_id,
-                        exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError,
-                        str(exc),
-                    )
-                )
-                return
-            seqs = topic.last_sequence_ids
-            if seqs.get(producer.name, -1) < last_seq:
-                seqs[producer.name] = last_seq
-            dedup.entry_persisted(position)
-            conn.send_command(
-                commands.send_receipt(
-                    producer_id,
-                    sequence_id,
-                    position[0],
-                    position[1],
-                    partition=partition,
-                    highest_sequence_id=highest,
-                )
-            )
-
-        topic.publish(entry, publish_time, persisted)
+        topic.publish(
+            entry, publish_time, _PendingReceipt(self.conn, producer, sequence_id, highest, last_seq, size)
+        )
 
     def _answer_duplicate(
         self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int
@@ -642,6 +619,57 @@ class _ConsumerNotFound(NotFound):
 
 #: broker.conf key: keep acknowledgements of single messages of a batch (PIP-54 ``ack_set``)
 BATCH_INDEX_ACK_KEY = "acknowledgmentAtBatchIndexLevelEnabled"
+
+
+class _PendingReceipt:
+    """The answer to one SEND, called by the topic once its entry is persisted or failed.
+
+    One small object per message instead of a closure (whose function object and a cell per
+    captured variable cost more to build and to collect); the receipt itself is encoded on the
+    wire directly and queued with the other frames of this loop turn, written in one go.
+    """
+
+    __slots__ = ("conn", "producer", "sequence_id", "highest", "last_seq", "size")
+
+    def __init__(
+        self,
+        conn: "ServerConnection",
+        producer: Producer,
+        sequence_id: int,
+        highest,
+        last_seq: int,
+        size: int,
+    ) -> None:
+        self.conn = conn
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest = highest
+        self.last_seq = last_seq
+        self.size = size
+
+    def __call__(self, position: Position | None, exc: BaseException | None) -> None:
+        conn, producer = self.conn, self.producer
+        conn.reads.release(self.size)
+        topic = producer.topic
+        if exc is not None:
+            topic.dedup.failed(producer.name)
+            code = exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError
+            conn.send_command(commands.send_error(producer.producer_id, self.sequence_id, code, str(exc)))
+            return
+        seqs = topic.last_sequence_ids
+        if seqs.get(producer.name, -1) < self.last_seq:
+            seqs[producer.name] = self.last_seq
+        topic.dedup.entry_persisted(position)
+        conn.write(
+            wire.send_receipt_frame(
+                producer.producer_id,
+                self.sequence_id,
+                position[0],  # type: ignore[index]
+                position[1],  # type: ignore[index]
+                topic.partition_index,
+                self.highest,
+            )
+        )
 
 
 def _position(mid: pb.MessageIdData) -> Position:

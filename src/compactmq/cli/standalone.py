@@ -102,11 +102,13 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(config) -> int:
     from ..admin.server import start as start_web  # the web adapter, wired in here (layers)
+    from ..broker import gc_policy
     from ..broker.server import BrokerServer
     from ..spark.auto_export import export_after_compaction  # the compactedExport policy (adapter)
 
     server = BrokerServer(config, web_service=start_web, post_compaction_hooks=[export_after_compaction])
     await server.start()
+    gc_policy.apply()  # the startup heap frozen, a larger young generation (see gc_policy)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

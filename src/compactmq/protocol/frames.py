@@ -39,6 +39,7 @@ from google.protobuf.message import DecodeError, EncodeError
 
 from compactmq.errors import ChecksumError, MalformedEntry, ProtocolError, ServerError
 from compactmq.protocol import pulsar_pb2 as pb
+from compactmq.protocol import wire
 
 BaseCommand = pb.BaseCommand
 MessageMetadata = pb.MessageMetadata
@@ -156,12 +157,17 @@ class FrameDecoder:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes) -> list["Frame | SendFrame"]:
         if self._error is not None:
             raise self._error
-        buf = self._buffer
-        buf += data
-        frames: list[Frame] = []
+        # Frames are cut straight out of ``data`` when nothing is pending (the usual case): only
+        # the tail of a partial frame is kept in the buffer, so bytes are not copied twice.
+        if self._buffer:
+            buf: bytes | bytearray = self._buffer
+            buf += data
+        else:
+            buf = data if data.__class__ is bytes else bytes(data)
+        frames: list[Frame | SendFrame] = []
         pos = 0
         end = len(buf)
         try:
@@ -177,25 +183,38 @@ class FrameDecoder:
                 if end - pos - _HEADER_SIZE < total:
                     break  # wait for the rest of the frame
                 start = pos + _HEADER_SIZE
-                frames.append(self._decode_frame(memoryview(buf)[start : start + total]))
                 pos = start + total
+                frames.append(self._decode_frame(buf, start, pos))
         except ProtocolError as err:
             # Frames decoded before the bad one are dropped with the stream: the connection
             # is closing and nothing after a framing error can be trusted.
             self._error = err
             self._buffer = bytearray()
             raise
-        if pos:
+        if buf.__class__ is bytes:
+            if pos < end:
+                self._buffer = bytearray(memoryview(buf)[pos:])
+        elif pos:
             del buf[:pos]
         return frames
 
-    def _decode_frame(self, frame: memoryview) -> Frame:
+    def _decode_frame(self, buf: bytes | bytearray, start: int, end: int) -> "Frame | SendFrame":
+        (cmd_size,) = _U32.unpack_from(buf, start)
+        cmd_start = start + 4
+        cmd_end = cmd_start + cmd_size
+        if cmd_end > end:
+            raise _protocol_error(f"command size {cmd_size} exceeds its frame ({end - cmd_start} bytes left)")
+        if cmd_end < end and not self.verify_checksums:
+            # the hot command: a plain SEND is read off the wire without a protobuf object
+            send = wire.decode_send(buf, cmd_start, cmd_end)
+            if send is not None:
+                if buf.__class__ is bytes:
+                    entry = buf[cmd_end:end]
+                else:
+                    entry = bytes(memoryview(buf)[cmd_end:end])
+                return SendFrame(send, entry, bytes(buf[cmd_start:cmd_end]))
+        frame = memoryview(buf)[start:end]
         try:
-            (cmd_size,) = _U32.unpack_from(frame, 0)
-            if cmd_size > len(frame) - 4:
-                raise _protocol_error(
-                    f"command size {cmd_size} exceeds its frame ({len(frame) - 4} bytes left)"
-                )
             command = decode_command(frame[4 : 4 + cmd_size])
             rest = frame[4 + cmd_size :]
             if command.type in _TYPES_WITH_ENTRY:
@@ -219,6 +238,29 @@ class FrameDecoder:
             return Frame(command, None)
         finally:
             frame.release()
+
+
+class SendFrame:
+    """A SEND decoded by the wire fast path (:func:`wire.decode_send`): what :class:`Frame`
+    offers, plus ``send``, the plain :class:`~compactmq.protocol.wire.SendCommand` the broker
+    handles. ``command`` (the protobuf BaseCommand) is decoded from the kept command bytes
+    only when asked for: by error paths and tests, never per message."""
+
+    __slots__ = ("send", "entry", "_raw")
+    type = BaseCommand.SEND
+    type_name = "SEND"
+
+    def __init__(self, send: wire.SendCommand, entry: bytes, raw: bytes) -> None:
+        self.send = send
+        self.entry = entry
+        self._raw = raw
+
+    @property
+    def command(self) -> pb.BaseCommand:
+        return decode_command(self._raw)
+
+    def body(self) -> pb.CommandSend:
+        return self.command.send
 
 
 def decode_command(data: bytes | memoryview) -> pb.BaseCommand:
@@ -428,6 +470,41 @@ def parse_entry(entry: bytes, verify_checksum: bool = True) -> tuple[pb.MessageM
     """
     metadata, view, payload_at = _split_entry(entry, verify_checksum)
     return metadata, bytes(view[payload_at:])
+
+
+def metadata_fields(entry: bytes) -> wire.MetadataFields:
+    """The routing fields of an entry's MessageMetadata (``publish_time``,
+    ``num_messages_in_batch``, keys, ``deliver_at_time``), read off the wire when the metadata
+    has a shape :func:`wire.scan_metadata` accepts, else from the parsed MessageMetadata.
+
+    Raises:
+        MalformedEntry: as :func:`parse_metadata` (the same entries, the same errors).
+    """
+    fields = wire.scan_entry(entry)
+    return fields if fields is not None else wire.fields_of(parse_metadata(entry))
+
+
+def checksummed_with_publish_time(entry: bytes) -> tuple[bytes, int]:
+    """:func:`ensure_checksummed` and :func:`publish_time_of` of a SEND's entry, in one pass
+    over it when it carries a matching checksum and plain metadata (the usual case).
+
+    Raises:
+        ChecksumError, MalformedEntry: as those two functions.
+    """
+    publish_time = wire.checked_publish_time(entry)
+    if publish_time is not None:
+        return entry, publish_time
+    entry = ensure_checksummed(entry)
+    return entry, publish_time_of(entry)
+
+
+def publish_time_of(entry: bytes) -> int:
+    """The producer's publish time of an entry (0 when it set none).
+
+    Raises:
+        MalformedEntry: as :func:`parse_metadata`.
+    """
+    return metadata_fields(entry).publish_time
 
 
 def parse_metadata(entry: bytes) -> pb.MessageMetadata:
