@@ -20,6 +20,7 @@ from pathlib import Path
 
 from compactmq.compaction.compacted_ledger import MANIFEST_NAME
 from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.state import states_of
 from compactmq.config import load_config
 from compactmq.storage import Storage
 from compactmq.storage.offload import COMPACTED, open_store
@@ -155,7 +156,7 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         # the dead run's manifest and parts are in the store, named by no one; the view is the old one
         left = [k for k in compacted_objects(st) if k not in committed]
         assert any(k.endswith(MANIFEST_NAME) for k in left) and any("/part-" in k for k in left)
-        assert st.metadata.get_compaction_state(TOPIC).compacted_ledger_id == cid
+        assert states_of(st).get(TOPIC).compacted_ledger_id == cid
         assert view(service) == before
     finally:
         st.close()

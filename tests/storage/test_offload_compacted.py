@@ -17,6 +17,7 @@ import pytest
 
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader
 from compactmq.compaction.compacted_writer import CompactedLedgerWriter
+from compactmq.compaction.state import states_of
 from compactmq.config import load_config
 from compactmq.storage import Position, Storage
 from compactmq.storage.offload import FAULT_ENV, open_store
@@ -27,17 +28,25 @@ from .test_offload import SMALL, TOPIC, offload_conf, payload  # noqa: F401 - of
 def commit_compacted(st: Storage, entries: list[tuple[int, int, bytes]]) -> int:
     """Write a compacted ledger of ``entries`` and commit it as the topic's view."""
     meta = st.metadata
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
     w = CompactedLedgerWriter(st.compacted_ledger_path(TOPIC, cid))
     for lid, eid, data in entries:
         w.append(lid, eid, data)
     w.finish()
-    meta.commit_compaction(
-        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-    )
+    _commit(st, cid, entries, running)
     return cid
+
+
+def _mark_running(st: Storage):
+    states = states_of(st)
+    return states.mark_running(TOPIC, states.get(TOPIC).version)
+
+
+def _commit(st: Storage, cid: int, entries, running) -> None:
+    states_of(st).commit(
+        TOPIC, cid, Position(*entries[-1][:2]), expected_version=running.version, stats={"duration_ms": 1}
+    )
 
 
 def stored(st: Storage) -> set[str]:
@@ -78,7 +87,8 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
     # a newer compacted ledger: the old object is dead and goes on the next pass; the new one
     # is offloaded by the next offload
     ml = st.open_managed_ledger(TOPIC)
-    second = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][1::4]
+    everything = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)]
+    second = everything[1::4] + everything[-1:]  # its horizon is not below the first view's
     cid2 = commit_compacted(st, second)
     st.run_maintenance()
     assert st.offloader.compacted_record(cid) is None
@@ -94,6 +104,7 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
 
 CHILD = """
 import json, sys
+from compactmq.compaction.state import states_of
 from compactmq.config import load_config
 from compactmq.storage import Storage
 st = Storage(sys.argv[1], load_config(overrides=json.loads(sys.argv[2])))
@@ -141,15 +152,14 @@ CHUNK = 16 * 1024
 def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: int = 3) -> int:
     """Commit ``entries`` as a compacted ledger stored the way a run's phase-two tasks write it
     straight to the object store (parts and their indexes, uploaded; a manifest beside them),
-    with its catalog row in the commit's transaction."""
+    with its catalog row added just before the commit."""
     from compactmq.compaction.compacted_writer import PartWriter, write_manifest
     from compactmq.storage.offload import COMPACTED, OffloadRecord
 
     meta = st.metadata
     loc = st.offloader.location_for(TOPIC)
     store = open_store(loc)
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
     prefix = st.offloader.new_compacted_prefix(TOPIC, cid)
     parts = []
@@ -168,11 +178,8 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
     assert written == len(entries)
     now = meta.now_ms()
     rec = OffloadRecord(key, prefix + "/", COMPACTED, TOPIC, cid, loc, size, now, local_deleted_ms=now)
-    with meta.transaction():
-        meta.commit_compaction(
-            TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-        )
-        st.offloader.catalog.add(rec)
+    st.offloader.catalog.add(rec)  # the row first, then the commit names it (as a run does)
+    _commit(st, cid, entries, running)
     return cid
 
 
@@ -295,8 +302,7 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
         ml.append(payload(i))
     entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][::4]
     meta = st.metadata
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
     path = st.compacted_ledger_path(TOPIC, cid)
     name = chain.segment_name(cid, 0)
@@ -307,9 +313,7 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
     chain.write(
         path, chain.Manifest.fresh([(name, n, os.path.getsize(os.path.join(os.path.dirname(path), name)))])
     )
-    meta.commit_compaction(
-        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-    )
+    _commit(st, cid, entries, running)
     assert st.offloader.offload_compacted(TOPIC) is None
     assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]

@@ -26,7 +26,8 @@ from ..errors import (
     TopicNotFound,
 )
 from ..naming import TopicName
-from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..compaction.state import ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
@@ -329,7 +330,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
 def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     traffic = ctx.sampler.topic(topic)
-    state = ctx.metadata.get_compaction_state(topic)
+    state = ctx.compaction_state(topic)
     publishers = []
     subscriptions: dict[str, Any] = {}
     live_subs = dict(loaded.subscriptions) if loaded is not None else {}
@@ -513,7 +514,7 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
 
 def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
-    state = ctx.metadata.get_compaction_state(topic)
+    state = ctx.compaction_state(topic)
     ledgers = ml.ledgers()
     offloaded = ml.offload_state()  # tiered storage: {ledger id: where, local copy deleted}
     last = ml.last_position()

@@ -107,6 +107,8 @@ operations (``compact``, ``read_compacted_entries``, ``read_last_compacted_entry
 * ``retention_filter()``: the one ``RetentionFilter`` of the topic (mode and first retained
   position), which every read of the compacted view goes through;
 * ``stats()``: a ``CompactionStats`` (view id, horizon, entries, bytes, keys, last run's timings);
+* ``state()``: the topic's compaction state (``compaction.state``: status, last error, view
+  pointer and horizon, persisted with compare-and-set so a stale run cannot commit);
 * ``cancel()``: stop a running ``compact()`` (it then fails with ``CompactionError``);
 * ``try_lock()``: the topic's cross-process compaction lock, to tell a run in another process
   from one a crash interrupted.
@@ -352,6 +354,19 @@ class TopicCompactionService(abc.ABC):
             return None
         view = _ServiceView(self, horizon)
         return view if view_id is None or view_id == view.view_id else None
+
+    def state(self):
+        """The topic's ``compaction.state.CompactionState``: status, last error and timings, the
+        view pointer and its horizon (what the admin status, stats and internalStats report).
+
+        The default knows only the horizon: SUCCESS once there is one, else NOT_RUN; a service
+        that runs compactions keeps its state with ``compaction.state.CompactionStates``."""
+        from .state import NOT_RUN, SUCCESS, CompactionState
+
+        horizon = self.get_last_compacted_position()
+        if horizon is None:
+            return CompactionState(topic="", status=NOT_RUN)
+        return CompactionState(topic="", horizon=Position(*horizon), status=SUCCESS)
 
     def retention_filter(self) -> RetentionFilter:
         """The topic's retention filter as of now (the default shows everything)."""

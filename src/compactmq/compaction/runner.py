@@ -18,6 +18,7 @@ names a missing file.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -45,8 +46,11 @@ from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock
+from .state import CompactionStates, advance_hold, states_of
 from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys
+
+log = logging.getLogger(__name__)
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
@@ -157,15 +161,18 @@ class CompactionRunner:
         step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
         meta = self.storage.metadata
+        states = self.states
         final_path = None
         plan = None
         prefix: Optional[str] = None
         try:
-            state = meta.get_compaction_state(self.topic)
+            state = states.get(self.topic)
             settings = topic_settings(self.storage, self.topic, self.config)
             if state.compacted_ledger_id is None and self._nothing_compactable(settings):
+                # NOT_RUN -> RUNNING -> SUCCESS: the operator who triggered it sees that it ran
+                running = states.mark_running(self.topic, expected_version=state.version)
                 duration = int((self.clock() - t0) * 1000)
-                meta.record_empty_compaction(self.topic, duration_ms=duration)
+                states.record_empty(self.topic, running.version, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
             # files of a crashed run (or a previous ledger whose deletion was cut short), and the
             # objects of a run that died between its upload and its commit
@@ -173,8 +180,9 @@ class CompactionRunner:
             store_at = self._store_location()
             if store_at is not None:
                 self._sweep_store()
-            running = meta.mark_compaction_running(self.topic, expected_version=state.version)
+            running = states.mark_running(self.topic, expected_version=state.version)
             held = False
+            record = None
             self.abort_hook("start")
             try:
                 # a policy names only a built-in or a class the operator allowed (docs/security.md)
@@ -251,17 +259,21 @@ class CompactionRunner:
                 if sidecar is not None:
                     details[view_keys.DETAILS_KEY] = sidecar
                 self.abort_hook("before-commit")
-                with meta.transaction():  # ONE transaction: the new view and its object's row
-                    previous = meta.commit_compaction(
-                        self.topic,
-                        new_id,
-                        plan.new_horizon,
-                        stats,
-                        expected_version=running.version,
-                        details=details,
-                    )
-                    if record is not None:
-                        self.storage.offloader.catalog.add(record)
+                if record is not None:
+                    # the object's catalog row first: until the commit below names the view, the
+                    # row is "dead" and only a sweep holding this topic's lock (not held by us
+                    # now: we hold it) may delete its objects
+                    self.storage.offloader.catalog.add(record)
+                # ONE compare-and-set: the view pointer and its horizon together, if the state is
+                # still the one this run marked RUNNING (else StaleCompaction: nothing written)
+                previous, _ = states.commit(
+                    self.topic,
+                    new_id,
+                    plan.new_horizon,
+                    expected_version=running.version,
+                    stats=stats,
+                    details=details,
+                )
                 step("commit")
             except BaseException as e:
                 committed = self._committed(new_id if plan is not None else None)
@@ -274,13 +286,18 @@ class CompactionRunner:
                         view_keys.remove_local(self._topic_dir, new_id)
                         chain.remove_run_segments(self._topic_dir, new_id)
                     if prefix is not None:
+                        if record is not None:  # its row, added before the refused commit
+                            self._forget_record(record)
                         self._delete_uploaded(store_at, prefix)
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
-                try:
-                    meta.record_compaction_failure(
-                        self.topic, message, duration_ms=int((self.clock() - t0) * 1000)
+                try:  # only while the state is still this run's (a stale run records nothing)
+                    states.record_failure(
+                        self.topic,
+                        message,
+                        expected_version=running.version,
+                        duration_ms=int((self.clock() - t0) * 1000),
                     )
                 except Exception:
                     pass
@@ -288,6 +305,7 @@ class CompactionRunner:
                     raise
                 raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
             # committed: the new view is in force; what follows is clean-up an orphan sweep redoes
+            advance_hold(self.storage, self.topic, plan.new_horizon)
             self.abort_hook("after-commit")
             shutil.rmtree(plan.run_dir, ignore_errors=True)
             if previous is not None and previous != new_id:
@@ -309,7 +327,7 @@ class CompactionRunner:
                 offloader = getattr(self.storage, "offloader", None)
                 if offloader is not None:
                     try:  # the previous ledger's objects are dead now; maintenance retries
-                        offloader.delete_dead(self.topic)
+                        offloader.delete_dead(self.topic, compaction_locked=True)
                     except CompactMQError:
                         pass
             step("cleanup")
@@ -468,7 +486,7 @@ class CompactionRunner:
     def _previous_view_keys(self, state, strategy_name: str) -> Optional[dict]:
         """The plan's ``view_keys`` entry for the view in force, when it has a usable sidecar."""
         view_id = state.compacted_ledger_id
-        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        details_of, details = state.details_of, state.details
         info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
         if not isinstance(info, dict) or (strategy_name == "event-time" and not info.get("et")):
             return None
@@ -527,9 +545,15 @@ class CompactionRunner:
         if new_id is None:
             return False
         try:
-            return self.storage.metadata.get_compaction_state(self.topic).compacted_ledger_id == new_id
+            return self.states.get(self.topic).compacted_ledger_id == new_id
         except Exception:
             return True  # cannot tell: leave the files to the orphan sweeps
+
+    def _forget_record(self, record) -> None:
+        try:
+            self.storage.offloader.catalog.remove(record.data_key)
+        except CompactMQError:  # a dead row now: the next delete_dead removes it
+            pass
 
     @staticmethod
     def _delete_uploaded(location, prefix: str) -> None:
@@ -539,6 +563,10 @@ class CompactionRunner:
             open_store(location).delete_prefix(prefix)
         except CompactMQError:  # an orphan now: the next run or start sweeps it
             pass
+
+    @property
+    def states(self) -> CompactionStates:
+        return states_of(self.storage)
 
     def _release_hold(self) -> None:
         try:

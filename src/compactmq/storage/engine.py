@@ -25,7 +25,7 @@ from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT
 from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
 from .resources import PulsarResources
-from .resources.legacy_import import import_legacy
+from .resources.legacy_import import LOCAL_KINDS, import_legacy
 from .seal import SealRequestWatcher, open_ledger_left
 from .topic_lock import TopicLock
 
@@ -116,7 +116,6 @@ class Storage:
         self.metadata = MetadataStore(
             self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
         )
-        self.metadata.add_listener(self._on_metadata_event)
         try:
             self._open_resources(bootstrap=bootstrap_defaults and not read_only)
         except BaseException:
@@ -131,6 +130,7 @@ class Storage:
             read_only=read_only,
             compacted_path=self.compacted_ledger_path,
             compaction_lock=self._try_compaction_lock,
+            compacted_view=lambda topic: self.resources.compaction.view_of(TopicName.parse(topic)),
         )
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
@@ -153,6 +153,7 @@ class Storage:
         self.resources = PulsarResources(self.metadata_store, self.configuration_store)
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
             import_legacy(self.metadata, self.configuration_store)
+            import_legacy(self.metadata, self.metadata_store, LOCAL_KINDS)
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 
@@ -357,6 +358,9 @@ class Storage:
             ml = self._mls.pop(name, None)
         if ml is not None:
             ml.close()
+        # the compaction state first: a crash in between leaves a topic never compacted, not a
+        # deleted topic's view pointer waiting for a topic of the same name
+        self.resources.compaction.delete(TopicName.parse(name))
         self.metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
@@ -402,13 +406,6 @@ class Storage:
         with self._lock:
             if self._mls.get(ml.topic) is ml:
                 del self._mls[ml.topic]
-
-    def _on_metadata_event(self, event: str, topic: str) -> None:
-        if event == "compaction_committed":
-            with self._lock:
-                ml = self._mls.get(topic)
-            if ml is not None and not ml.closed:
-                ml._on_compaction_committed()
 
     def close(self) -> None:
         """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""

@@ -2,7 +2,7 @@
 
 One row per committed offloaded object pair (data + index). A row is written in the SAME
 transaction that makes the offload count (for a ledger: after both objects are durable; for a
-compacted ledger: together with ``commit_compaction``), so the metadata store never names an
+compacted ledger: just before the compaction commit names it), so the metadata store never names an
 object that is not complete, and the object store never holds a complete object the metadata
 store does not name -- except for the short window of a crash, which the sweeps close:
 
@@ -131,15 +131,24 @@ class OffloadCatalog:
             db.execute("DELETE FROM offloaded_objects WHERE data_key = ?", (data_key,))
 
     def dead(self, topic: str | None = None) -> list[OffloadRecord]:
-        """Rows whose ledger no longer exists, or whose compacted ledger is no longer in force."""
+        """Ledger rows whose ledger no longer exists (compacted rows: see ``compacted``)."""
         where = "" if topic is None else " AND o.topic = ?"
         args = () if topic is None else (topic,)
         rows = self.store.query(
             f"SELECT {', '.join('o.' + c.strip() for c in _COLUMNS.split(','))} FROM offloaded_objects o "
-            "WHERE ((o.kind = 'ledger' AND NOT EXISTS (SELECT 1 FROM ledgers l WHERE l.ledger_id = o.ledger_id "
-            "AND l.topic = o.topic)) OR (o.kind = 'compacted' AND NOT EXISTS (SELECT 1 FROM compaction_state c "
-            "WHERE c.topic = o.topic AND c.compacted_ledger_id = o.ledger_id)))" + where,
+            "WHERE o.kind = 'ledger' AND NOT EXISTS (SELECT 1 FROM ledgers l WHERE l.ledger_id = o.ledger_id "
+            "AND l.topic = o.topic)" + where,
             args,
+        )
+        return [_record(r) for r in rows]
+
+    def compacted(self, topic: str | None = None) -> list[OffloadRecord]:
+        """Every compacted-ledger row (of ``topic``): the offloader asks the view pointer which
+        of them are still in force (the compaction state is not in these tables)."""
+        where = "" if topic is None else " AND topic = ?"
+        args = () if topic is None else (topic,)
+        rows = self.store.query(
+            f"SELECT {_COLUMNS} FROM offloaded_objects WHERE kind = 'compacted'" + where, args
         )
         return [_record(r) for r in rows]
 

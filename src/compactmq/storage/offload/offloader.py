@@ -92,8 +92,11 @@ class LedgerOffloader:
         read_only: bool = False,
         compacted_path: Callable[[str, int], str] | None = None,
         compaction_lock: Callable[[str], Any] | None = None,
+        compacted_view: Callable[[str], int | None] | None = None,
     ):
         self.metadata = metadata
+        # topic -> the id of its compacted view in force (the compaction service's pointer), or None
+        self.compacted_view = compacted_view or (lambda topic: None)
         # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
         # holds it: compacted-ledger objects are swept only under it
         self.compaction_lock = compaction_lock
@@ -257,8 +260,7 @@ class LedgerOffloader:
         if self.read_only or self.compacted_path is None:
             return None
         loc = loc or self.location_for(topic)
-        state = self.metadata.get_compaction_state(topic)
-        cid = state.compacted_ledger_id
+        cid = self.compacted_view(topic)
         if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
             return None
         path = self.compacted_path(topic, cid)
@@ -280,21 +282,18 @@ class LedgerOffloader:
         # no index object: a compacted ledger's own index and trailer are inside it, and its reader
         # fetches them (then entries) by ranges
         rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
-        with self.metadata.transaction() as db:
-            alive = db.execute(
-                "SELECT 1 FROM compaction_state WHERE topic = ? AND compacted_ledger_id = ?", (topic, cid)
-            ).fetchone()
-            if alive:
-                self.catalog.add(rec)
-        if not alive:
+        # the row, then a look at the pointer: a newer compaction committed meanwhile makes the
+        # row dead (``delete_dead`` would delete it too; we do it at once)
+        self.catalog.add(rec)
+        if self.compacted_view(topic) != cid:
+            self.catalog.remove(key)
             store.delete(key)
             return None
         log.info("offloaded compacted ledger %d of %s to %s (%d bytes)", cid, topic, store.uri(key), size)
         return rec
 
     def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
-        state = self.metadata.get_compaction_state(topic)
-        cid = state.compacted_ledger_id
+        cid = self.compacted_view(topic)
         rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
         if rec is None or rec.local_deleted_ms is not None or self.compacted_path is None:
             return
@@ -401,7 +400,7 @@ class LedgerOffloader:
         s = self.settings_for(topic)
         if s["thresholdBytes"] < 0 and s["thresholdSeconds"] < 0:
             return False
-        cid = self.metadata.get_compaction_state(topic).compacted_ledger_id
+        cid = self.compacted_view(topic)
         return cid is not None and self.catalog.get(COMPACTED, cid) is None
 
     def delete_local_copies(self, ml) -> list[int]:
@@ -476,14 +475,45 @@ class LedgerOffloader:
             store.delete(rec.index_key)
         self.catalog.remove(rec.data_key)
 
-    def delete_dead(self, topic: str | None = None) -> int:
-        """Delete the objects of catalog rows whose ledger is gone, then the rows."""
+    def delete_dead(self, topic: str | None = None, *, compaction_locked: bool = False) -> int:
+        """Delete the objects of catalog rows whose ledger is gone, then the rows.
+
+        A compacted-ledger row is dead when the topic's view pointer names another view. A run
+        adds its row just before its commit names it, holding the topic's compaction lock, so a
+        compacted row is judged only under that lock (``compaction_locked``: the caller, a run
+        that just committed, holds it)."""
         n = 0
         for rec in self.catalog.dead(topic):
             self._die_at(DEAD_DELETE_FAULT)
             self.delete_objects(rec)
             n += 1
+        by_topic: dict[str, list[OffloadRecord]] = {}
+        for rec in self.catalog.compacted(topic):
+            by_topic.setdefault(rec.topic, []).append(rec)
+        for name, recs in by_topic.items():
+            n += self._delete_dead_compacted(name, recs, compaction_locked)
         return n
+
+    def _delete_dead_compacted(self, topic: str, recs: list[OffloadRecord], locked: bool) -> int:
+        if all(rec.ledger_id == self.compacted_view(topic) for rec in recs):
+            return 0
+        lock = None
+        if not locked and self.compaction_lock is not None:
+            lock = self.compaction_lock(_relpath(topic))
+            if lock is None:
+                return 0  # a run of this topic may be about to commit one of them: later
+        try:
+            view = self.compacted_view(topic)  # again, under the lock
+            n = 0
+            for rec in recs:
+                if rec.ledger_id != view:
+                    self._die_at(DEAD_DELETE_FAULT)
+                    self.delete_objects(rec)
+                    n += 1
+            return n
+        finally:
+            if lock is not None:
+                lock.release()
 
     def sweep_orphans(self) -> list[str]:
         """Delete offloaded objects (ledgers and compacted ledgers) no catalog row names (a crash
