@@ -19,10 +19,9 @@ from compactmq.storage import (
     COMPACTED_VIEW_KEY_TTL,
     COMPACTION_STRATEGY,
     COMPACTION_TOMBSTONE_RETENTION,
-    SUCCESS,
     Storage,
 )
-from compactmq.compaction.state import states_of
+from compactmq.compaction.state import SUCCESS, states_of
 
 from . import entries as E
 from . import user_strategy
@@ -203,7 +202,7 @@ def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spa
     and records ERROR, partitions 0 and 2 commit theirs (commits are per partition)."""
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.errors import CompactionError
-    from compactmq.storage import ERROR
+    from compactmq.compaction.state import ERROR
 
     data_dir, storage, factory = _open({"managedLedgerMaxEntriesPerLedger": 4})
     fail = {"on": False}

@@ -6,7 +6,8 @@ copies what the old tables hold into the store once, when a broker starts, so a 
 written by an older compactmq opens with everything it had.
 
 The import goes by *kind* (tenants and namespaces first; the others as their callers move to the
-resources), and each kind has a marker key, ``/compactmq/legacy-import/<kind>``. A kind whose
+resources; the compaction state of each topic, ``LOCAL_KINDS``, into the local store rather than
+the configuration store), and each kind has a marker key, ``/compactmq/legacy-import/<kind>``. A kind whose
 marker exists was imported (or the store was born with it); from then on the store is the only
 truth for that kind and the old tables are never read for it again. Each kind is written in one
 ``commit`` together with its marker, so a crash leaves all of it or none of it. A commit has a size
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put
 from .base import Json, dumps
+from ...errors import InvalidTopicName
 from ...naming import TopicName
 from .compaction_state import compaction_state_path, legacy_state
 from .tenants import namespace_path, partitioned_topic_path, tenant_path
@@ -75,7 +77,11 @@ def _partitioned_topics(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
 
 def _compaction_states(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
     for row in old.legacy_compaction_states():
-        topic = TopicName.parse(row["topic"])
+        try:
+            topic = TopicName.parse(row["topic"])
+        except InvalidTopicName:  # cannot have been compacted by this broker: nothing to keep
+            log.warning("not importing the compaction state of %r: not a topic name", row["topic"])
+            continue
         if topic.persistent:
             yield compaction_state_path(topic), legacy_state(row)
 
