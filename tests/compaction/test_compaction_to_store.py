@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compactmq.compaction.compacted_ledger import MANIFEST_NAME
+from compactmq.compaction.compacted_ledger import MANIFEST_NAME, compacted_ledger_path
 from compactmq.compaction.spark import SparkCompactionService
 from compactmq.compaction.state import states_of
 from compactmq.config import load_config
@@ -99,7 +99,7 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         service = SparkCompactionService(st, TOPIC, st.config)  # the broker's read side
         cid = compact(data, conf)["id"]
         # nothing on the local disk: the catalog names a manifest and the parts' prefix
-        assert not os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+        assert not os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
         rec = st.offloader.compacted_record(cid)
         assert rec is not None and rec.kind == COMPACTED and rec.index_key.endswith("/")
         keys = compacted_objects(st)

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..naming import TopicName
 from ..compaction.state import ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..compaction.tiered import local_copy_deleted
 from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
@@ -546,7 +547,7 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         if rec is not None:
             compacted.update(
                 offloadLocation=rec.location.describe(),
-                localCopyDeleted=ctx.storage.compacted_view_local_copy_deleted(topic, view.view_id),
+                localCopyDeleted=local_copy_deleted(ctx.storage, topic, view.view_id),
             )
     current = ledgers[-1] if ledgers else None
     return {

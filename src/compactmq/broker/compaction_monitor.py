@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
+from ..compaction.tiered import attach as attach_tiered
 from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
 from .background import stop_task
 
@@ -158,6 +159,8 @@ class CompactionMonitor:
         self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
         self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
         self._due = DueCheck(self.storage, self.config, lambda topic: self.service_of(topic).state())
+        # tiered storage may now copy this broker's self-contained compacted views
+        attach_tiered(self.storage)
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
         # bounds of one joint job (``_take_job``)
         self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))

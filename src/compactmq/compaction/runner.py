@@ -47,6 +47,7 @@ from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock
 from .state import CompactionStates, advance_hold, states_of
+from .tiered import compacted_location, new_view_prefix, sweep_view_orphans
 from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys
 
@@ -193,7 +194,7 @@ class CompactionRunner:
                 held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
                 if store_at is not None:  # tiered storage: the tasks upload their parts themselves
-                    prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
+                    prefix = new_view_prefix(self.topic, new_id)
                     plan.extra.update(store=store_at, prefix=prefix)
                 else:  # a chain of segments (``chain``): extending the previous one, or fresh
                     incremental = self._extends_chain(plan)
@@ -524,7 +525,7 @@ class CompactionRunner:
 
     def _sweep_store(self) -> None:
         try:
-            self.storage.offloader.sweep_compacted_orphans(self.topic)
+            sweep_view_orphans(self.storage, self.topic)
         except CompactMQError:  # an unreachable store delays the clean-up, not the run
             pass
 
@@ -715,8 +716,7 @@ class CompactionRunner:
 
 def _compacted_location(storage, topic: str, ledger_id: int) -> str:
     """The local file, or the offloaded object's URI once tiered storage deleted the file."""
-    locate = getattr(storage, "compacted_ledger_location", None)
-    return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
+    return compacted_location(storage, topic, ledger_id)
 
 
 def new_horizon_next(pos):

@@ -128,7 +128,6 @@ class Storage:
             self.config,
             self._clock,
             read_only=read_only,
-            compacted_path=self.compacted_ledger_path,
             compaction_lock=self._try_compaction_lock,
             compacted_view=lambda topic: self.resources.compaction.view_of(TopicName.parse(topic)),
         )
@@ -269,23 +268,6 @@ class Storage:
         if len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
             return None
         return TopicLock.try_acquire(str(self.data_dir / COMPACTED_DIR / os.path.join(*parts)))
-
-    def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
-        return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
-
-    def compacted_ledger_location(self, topic: str, ledger_id: int) -> str:
-        """Where a compacted ledger is read from: its local file while there is one, else the
-        URI of its offloaded object (tiered storage), which any process or Spark task opens
-        through ``pyarrow.fs``."""
-        path = self.compacted_ledger_path(topic, ledger_id)
-        if os.path.exists(path):
-            return path
-        rec = self.offloader.compacted_record(ledger_id)
-        return rec.location.url(rec.data_key) if rec is not None else path
-
-    def compacted_view_local_copy_deleted(self, topic: str, ledger_id: int) -> bool:
-        """True once tiered storage deleted the local file of an offloaded compacted ledger."""
-        return not os.path.exists(self.compacted_ledger_path(topic, ledger_id))
 
     # --- managed ledgers -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
 
 Reads (``read_range``) go through ``blocks.read_range``: one ranged read per missing run of
 chunks, the process-wide ``ReadCache`` in front. An offloaded compacted ledger is read the same
-way by ``compaction.compacted_ledger`` (from the URI ``compacted_ledger_location`` gives), through
+way by ``compaction.compacted_ledger`` (from the URI ``compaction.tiered`` gives), through
 the same cache.
 
 Deletion: retention, topic deletion and compaction delete ledger rows (or swap the compacted
@@ -71,12 +71,6 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
 
 
-# the magic of a self-contained compacted ledger (``compaction.compacted_ledger.HEADER``; storage
-# does not import compaction): any other view file (a chain manifest of any version) names local
-# segment files and is not copied as it stands
-_ONE_FILE_VIEW = b"CMQCLED1"
-
-
 def _relpath(topic: str) -> str:
     from ..engine import topic_relpath
 
@@ -90,7 +84,6 @@ class LedgerOffloader:
         config,
         clock: Callable[[], int],
         read_only: bool = False,
-        compacted_path: Callable[[str, int], str] | None = None,
         compaction_lock: Callable[[str], Any] | None = None,
         compacted_view: Callable[[str], int | None] | None = None,
     ):
@@ -100,7 +93,10 @@ class LedgerOffloader:
         # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
         # holds it: compacted-ledger objects are swept only under it
         self.compaction_lock = compaction_lock
-        self.compacted_path = compacted_path  # (topic, compacted ledger id) -> local file
+        # set by the layer that keeps compacted views (``compaction.tiered.attach``): (topic, view
+        # id) -> the local file of that view when it may be copied whole to the object store, else
+        # None. Unset, compacted views are neither offloaded nor their local copies deleted.
+        self.compacted_file: Callable[[str, int], str | None] | None = None
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -257,13 +253,18 @@ class LedgerOffloader:
         write the object under a fresh name, then ONE transaction that checks the ledger is still
         the one in force and adds the catalog row; a newer compaction meanwhile makes our object
         an orphan we delete at once. Its local file goes after the deletion lag."""
-        if self.read_only or self.compacted_path is None:
+        if self.read_only or self.compacted_file is None:
             return None
         loc = loc or self.location_for(topic)
         cid = self.compacted_view(topic)
         if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
             return None
-        path = self.compacted_path(topic, cid)
+        # only a view the compaction layer says may be copied as it stands (a chained view names
+        # local files of its own; the next run of a topic with an offload location writes its
+        # view to the object store whole)
+        path = self.compacted_file(topic, cid)
+        if path is None:
+            return None
         store = open_store(loc)
         key = f"compacted/{_relpath(topic)}/{cid:012d}-{uuid.uuid4().hex}.compacted"
         try:
@@ -271,12 +272,6 @@ class LedgerOffloader:
         except FileNotFoundError:  # replaced by a newer compaction since we looked
             return None
         with f:
-            if f.read(len(_ONE_FILE_VIEW)) != _ONE_FILE_VIEW:
-                # a chained view (compaction.chain) names local segment files: it is not copied
-                # as such; the next run of a topic with an offload location writes its view to
-                # the object store whole
-                return None
-            f.seek(0)
             size = store.put(key, iter(lambda: f.read(self.max_block), b""))
         self._die_at("compacted-after-data")
         # no index object: a compacted ledger's own index and trailer are inside it, and its reader
@@ -295,13 +290,15 @@ class LedgerOffloader:
     def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
         cid = self.compacted_view(topic)
         rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
-        if rec is None or rec.local_deleted_ms is not None or self.compacted_path is None:
+        if rec is None or rec.local_deleted_ms is not None or self.compacted_file is None:
             return
         now = self.clock()
         if now - rec.offloaded_ms < lag_ms:
             return
+        path = self.compacted_file(topic, cid)  # None: gone already
         try:  # readers that hold it open (memory-mapped) keep reading; new ones open the object
-            os.unlink(self.compacted_path(topic, cid))
+            if path is not None:
+                os.unlink(path)
         except FileNotFoundError:
             pass
         self.catalog.mark_local_deleted(rec.data_key, now)
@@ -460,11 +457,6 @@ class LedgerOffloader:
 
     # --- deleting -------------------------------------------------------------------------------
 
-    def new_compacted_prefix(self, topic: str, ledger_id: int) -> str:
-        """A fresh prefix for a compacted ledger a run writes straight to the object store (its
-        parts and manifest, see ``compaction.compacted_ledger``)."""
-        return f"compacted/{_relpath(topic)}/{ledger_id:012d}-{uuid.uuid4().hex}"
-
     def delete_objects(self, rec: OffloadRecord) -> None:
         store = open_store(rec.location)
         self.cache.drop_object(bk.object_id(store, rec.data_key))
@@ -545,24 +537,6 @@ class LedgerOffloader:
                 removed += self._delete_locked(store, rel, keys)
         if removed:
             log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
-        return removed
-
-    def sweep_compacted_orphans(self, topic: str, keep_keys: set[str] | None = None) -> list[str]:
-        """Delete compacted-ledger objects of ``topic`` no catalog row names (call while holding
-        the topic's compaction lock)."""
-        loc = self.location_for(topic)
-        if loc is None:
-            return []
-        known = self.catalog.known_keys() | set(keep_keys or ())
-        prefixes = tuple(k for k in known if k.endswith("/"))
-        store = open_store(loc)
-        removed = [
-            k
-            for k in store.list(f"compacted/{_relpath(topic)}")
-            if k not in known and not k.startswith(prefixes)
-        ]
-        for key in removed:
-            store.delete(key)
         return removed
 
     def _delete_locked(self, store, rel: str, keys: list[str]) -> list[str]:

@@ -1,0 +1,93 @@
+"""Compacted views in tiered storage: where a view is read from, and which view file may be copied.
+
+Storage offloads sealed ledgers to object storage and keeps a catalog of what it copied
+(``storage.offload``); it knows nothing of compacted views, their files or their format. This
+module is what the compaction layer tells it:
+
+* ``compacted_location(storage, topic, view_id)``: where a view is read from -- its local file
+  while there is one, else the URI of its offloaded object (any process or Spark task opens it
+  through ``pyarrow.fs``);
+* ``attach(storage)``: hands the offloader ``copyable_view_file`` -- for a view id, the local file
+  that may be copied to the object store as it stands: a self-contained compacted ledger (its
+  magic, ``compacted_ledger.HEADER``). A chained view (``chain``) names local segment files and is
+  not copied as such; a run of a topic with an offload location writes its view to the object
+  store whole instead. Until ``attach`` is called (the broker calls it when its compaction
+  monitor starts) the offloader neither offloads compacted views nor deletes their local copies.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from typing import Optional
+
+from ..storage.engine import topic_relpath
+from ..storage.offload import open_store
+from .compacted_ledger import HEADER, compacted_ledger_path
+
+#: where a topic's views live in the object store, under the offload location's prefix
+STORE_ROOT = "compacted"
+
+
+def _store_dir(topic: str) -> str:
+    return f"{STORE_ROOT}/{topic_relpath(topic).replace(os.sep, '/')}"
+
+
+def new_view_prefix(topic: str, view_id: int) -> str:
+    """A fresh prefix for a view a run writes straight to the object store (its parts and
+    manifest, see ``compaction.compacted_ledger``): never used before, so an interrupted run's
+    objects are orphans no catalog row names."""
+    return f"{_store_dir(topic)}/{view_id:012d}-{uuid.uuid4().hex}"
+
+
+def sweep_view_orphans(storage, topic: str) -> list[str]:
+    """Delete the objects of ``topic``'s views no catalog row names (a run that died between its
+    upload and its commit). Call while holding the topic's compaction lock: a run uploading now
+    holds it, so its objects are never taken for orphans."""
+    offloader = storage.offloader
+    loc = offloader.location_for(topic)
+    if loc is None:
+        return []
+    known = offloader.catalog.known_keys()
+    prefixes = tuple(k for k in known if k.endswith("/"))
+    store = open_store(loc)
+    removed = [k for k in store.list(_store_dir(topic)) if k not in known and not k.startswith(prefixes)]
+    for key in removed:
+        store.delete(key)
+    return removed
+
+
+def compacted_location(storage, topic: str, view_id: int) -> str:
+    """The view's local file while there is one, else its offloaded object's URI (else the
+    local path, which then does not exist: the caller's open fails as for a deleted view)."""
+    path = compacted_ledger_path(storage.data_dir, topic, view_id)
+    if os.path.exists(path):
+        return path
+    offloader = getattr(storage, "offloader", None)
+    rec = offloader.compacted_record(view_id) if offloader is not None else None
+    return rec.location.url(rec.data_key) if rec is not None else path
+
+
+def local_copy_deleted(storage, topic: str, view_id: int) -> bool:
+    """True once tiered storage deleted the local file of an offloaded view."""
+    return not os.path.exists(compacted_ledger_path(storage.data_dir, topic, view_id))
+
+
+def copyable_view_file(data_dir, topic: str, view_id: int) -> Optional[str]:
+    """The local file of view ``view_id`` when it is a self-contained compacted ledger (what the
+    offloader may copy whole), else None (a chain manifest, or no file any more)."""
+    path = compacted_ledger_path(data_dir, topic, view_id)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(HEADER))
+    except FileNotFoundError:
+        return None
+    return path if magic == HEADER else None
+
+
+def attach(storage) -> None:
+    """Let ``storage``'s offloader copy this layer's self-contained views (module docstring)."""
+    offloader = getattr(storage, "offloader", None)
+    if offloader is not None:
+        offloader.compacted_file = functools.partial(copyable_view_file, storage.data_dir)
