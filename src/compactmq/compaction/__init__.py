@@ -57,10 +57,12 @@ A run
    it (``storage.direct_file``: a run's gigabytes bypass the page cache). Payload bytes never
    cross a shuffle: each task re-reads its own source ledgers.
 4. *Commit*: write the view's *chain manifest* naming its segments (``chain``), then in ONE
-   metadata transaction make it the topic's compacted view together with the new horizon. Only
-   afterwards delete the previous view's manifest and the segments the new one does not name,
-   and move the ``__compaction`` cursor to the horizon (which lets retention trim what is
-   compacted).
+   compare-and-set of the topic's compaction state (``state``: the view pointer and the new
+   horizon are one value in the metadata store) make it the topic's compacted view -- refused
+   when the state moved since the run marked it RUNNING, so a stale run can never replace a
+   newer view. Only afterwards delete the previous view's manifest and the segments the new one
+   does not name, and move the ``__compaction`` cursor to the horizon (which lets retention trim
+   what is compacted).
 
 A crash or an abort before the commit leaves the previous compacted ledger and horizon in force;
 the half-written file is an orphan removed by the next run. After the commit the new view is in
