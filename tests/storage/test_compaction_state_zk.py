@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from compactmq.broker.compaction_monitor import CompactionMonitor
+from compactmq.compaction import CompactionServiceFactory
+from compactmq.compaction.service import LedgerCompactionService
 from compactmq.compaction.state import RUNNING, SUCCESS, StaleCompaction, states_of
 from compactmq.config import load_config
 from compactmq.storage import COMPACTION_CURSOR, Storage
@@ -62,10 +64,14 @@ def _publish(storage, pairs):
     return ml
 
 
-def _compact(storage, config):
-    """Trigger one compaction through the monitor, wait for it; the status body after it."""
+def _compact(storage, config, factory=None):
+    """Trigger one compaction through the monitor (``factory``: instead of the configured one),
+    wait for it; the status body after it and the view in force."""
     broker = BrokerShim(storage, config)
     monitor = CompactionMonitor(broker)
+    if factory is not None:
+        factory.initialize(storage, config)
+        monitor._factory = factory
 
     async def run():
         await monitor.start()
@@ -141,3 +147,84 @@ def test_a_stale_commit_is_refused_by_the_store(config, tmp_path):
             assert jobs.get(T) == owner.get(T)
         finally:
             job.close()
+
+
+class NoSparkService(LedgerCompactionService):
+    """The default service (runner, compacted ledgers, read side) with an engine that writes no
+    segment: an empty chain is a valid view, and no JVM starts."""
+
+    def engine(self):
+        from tests.compaction.test_state import DeposingEngine
+
+        return DeposingEngine()
+
+
+class NoSparkFactory(CompactionServiceFactory):
+    def new_service(self, topic: str) -> NoSparkService:
+        return NoSparkService(self.storage, topic, self.config)
+
+
+KILLED_JOB = """
+import json, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from compactmq.compaction.runner import CompactionRunner
+from compactmq.config import load_config
+from compactmq.storage import Storage
+from tests.compaction.test_state import DeposingEngine
+
+data, topic, conf, point = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+
+def die(at):
+    if at == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+cfg = load_config(overrides=conf)
+st = Storage(data, cfg, read_only=True)  # a compact-topic job beside the broker
+CompactionRunner(st, topic, cfg, DeposingEngine(), abort_hook=die).run()
+"""
+
+
+@pytest.mark.parametrize("point", ["planned", "before-commit", "after-commit"])
+def test_sigkill_around_the_commit_never_moves_the_view_back(config, tmp_path, point):
+    """A compact-topic job SIGKILLed before or after its commit: the view is the old one or the
+    new one, never an older one; the broker records the interrupted run, a rerun lands, and no
+    view file is left that the state does not name."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from compactmq.compaction import compacted_ledger as cl
+    from compactmq.compaction.runner import CompactionRunner
+    from tests.compaction.test_state import DeposingEngine
+
+    data = tmp_path / "data"
+    conf = {k: config[k] for k in ("dataDir", "metadataStoreUrl", "managedLedgerSyncData")}
+    conf["compactionDirectIO"] = False
+    with Storage(data, config) as broker:
+        _publish(broker, [("a", b"1")])
+        broker.seal_current_ledger(T)
+        first = CompactionRunner(broker, T, config, DeposingEngine()).run()
+        _publish(broker, [("b", b"1")])
+        broker.seal_current_ledger(T)
+        root = str(Path(__file__).resolve().parents[2])
+        proc = subprocess.run(
+            [sys.executable, "-c", KILLED_JOB, root, str(data), T, json.dumps(conf), point],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        state = states_of(broker).get(T)
+        assert state.horizon >= first.horizon  # never backwards
+        if point == "after-commit":
+            assert state.status == SUCCESS and state.compacted_ledger_id != first.compacted_ledger_id
+        else:
+            assert (state.status, state.compacted_ledger_id) == (RUNNING, first.compacted_ledger_id)
+        # the broker at start: a RUNNING nobody holds the lock of was interrupted (recorded as
+        # ERROR), then a run through the monitor with the default runner
+        body, _ = _compact(broker, config, NoSparkFactory())
+        assert body["status"] == SUCCESS
+        after = states_of(broker).get(T)
+        assert after.horizon >= state.horizon
+        assert cl.list_compacted_ledgers(data, T) == [after.compacted_ledger_id]
