@@ -33,6 +33,7 @@ def _storage(tmp_path, conf, clock) -> Storage:
     the broker's compaction monitor does when it starts)."""
     st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
     tiered.attach(st)
+    tiered.sweep_all_view_orphans(st)  # what the broker's compaction monitor does at start
     return st
 
 

@@ -68,6 +68,7 @@ from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, Topi
 from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
 from ..compaction.tiered import attach as attach_tiered
+from ..compaction.tiered import sweep_all_view_orphans
 from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
 from .background import stop_task
 
@@ -221,6 +222,12 @@ class CompactionMonitor:
 
     def _reconcile_interrupted_runs(self) -> None:
         """RUNNING in the store with nobody holding the topic's lock: the process that ran it died."""
+        try:  # objects of views a run or an offload left before its commit (tiered storage)
+            removed = sweep_all_view_orphans(self.storage)
+            if removed:
+                log.warning("deleted %d orphaned compacted-view object(s) at start", len(removed))
+        except CompactMQError as e:  # an unreachable object store delays the clean-up only
+            log.warning("sweeping orphaned compacted-view objects failed: %s", e)
         states = states_of(self.storage)
         for topic, state in states.all().items():
             if state.status != RUNNING:

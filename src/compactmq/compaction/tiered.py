@@ -24,7 +24,8 @@ from typing import Optional
 
 from ..storage.engine import topic_relpath
 from ..storage.offload import open_store
-from .compacted_ledger import HEADER, compacted_ledger_path
+from ..storage.topic_lock import TopicLock
+from .compacted_ledger import HEADER, compacted_ledger_path, topic_dir
 
 #: where a topic's views live in the object store, under the offload location's prefix
 STORE_ROOT = "compacted"
@@ -86,8 +87,55 @@ def copyable_view_file(data_dir, topic: str, view_id: int) -> Optional[str]:
     return path if magic == HEADER else None
 
 
+def try_lock(data_dir, topic: str) -> Optional[TopicLock]:
+    """The topic's compaction lock, or None while a run (here or in another process) holds it."""
+    return TopicLock.try_acquire(topic_dir(data_dir, topic))
+
+
 def attach(storage) -> None:
-    """Let ``storage``'s offloader copy this layer's self-contained views (module docstring)."""
+    """Let ``storage``'s offloader copy this layer's self-contained views, and judge its dead
+    compacted rows under the topic's compaction lock (module docstring)."""
     offloader = getattr(storage, "offloader", None)
     if offloader is not None:
         offloader.compacted_file = functools.partial(copyable_view_file, storage.data_dir)
+        offloader.compacted_lock = functools.partial(try_lock, storage.data_dir)
+
+
+def sweep_all_view_orphans(storage) -> list[str]:
+    """At start: delete the objects of views no catalog row names, in every location (a run or
+    an offload that died between its upload and its commit). A topic's are swept only under its
+    compaction lock: a compact-topic job uploading right now holds it."""
+    offloader = storage.offloader
+    removed: list[str] = []
+    for loc in offloader.locations():
+        store = open_store(loc)
+        known = offloader.catalog.known_keys()
+        prefixes = tuple(k for k in known if k.endswith("/"))
+        by_topic: dict[tuple, list[str]] = {}
+        for key in store.list(STORE_ROOT):
+            parts = tuple(key.split("/")[1:5])
+            if key in known or key.startswith(prefixes) or len(parts) != 4 or {"", ".", ".."} & set(parts):
+                continue
+            by_topic.setdefault(parts, []).append(key)
+        for parts, keys in by_topic.items():
+            removed += _delete_locked(storage, store, parts, keys)
+    return removed
+
+
+def _delete_locked(storage, store, parts: tuple, keys: list[str]) -> list[str]:
+    from ..storage.engine import COMPACTED_DIR
+
+    # the key's topic part is the data directory's own encoding of the topic (topic_relpath)
+    lock = TopicLock.try_acquire(os.path.join(str(storage.data_dir), COMPACTED_DIR, *parts))
+    if lock is None:
+        return []  # a run of this topic is uploading: its objects are not orphans
+    try:
+        # listed before the lock was taken: a run may have committed some of them since
+        known = storage.offloader.catalog.known_keys()
+        prefixes = tuple(k for k in known if k.endswith("/"))
+        keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
+        for key in keys:
+            store.delete(key)
+    finally:
+        lock.release()
+    return keys

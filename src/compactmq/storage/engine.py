@@ -27,7 +27,6 @@ from .offload import LedgerOffloader
 from .resources import PulsarResources
 from .resources.legacy_import import LOCAL_KINDS, import_legacy
 from .seal import SealRequestWatcher, open_ledger_left
-from .topic_lock import TopicLock
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,6 @@ class Storage:
             self.config,
             self._clock,
             read_only=read_only,
-            compaction_lock=self._try_compaction_lock,
             compacted_view=lambda topic: self.resources.compaction.view_of(TopicName.parse(topic)),
         )
         self._seal_watcher: SealRequestWatcher | None = None
@@ -260,14 +258,6 @@ class Storage:
     def compacted_dir(self, topic: str) -> str:
         """Where a topic's compacted ledgers may live (storage never deletes files here)."""
         return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
-
-    def _try_compaction_lock(self, relpath: str) -> TopicLock | None:
-        """The compaction lock of the topic at ``relpath`` (``domain/tenant/ns/topic``), or None
-        when a run holds it."""
-        parts = relpath.split("/")
-        if len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
-            return None
-        return TopicLock.try_acquire(str(self.data_dir / COMPACTED_DIR / os.path.join(*parts)))
 
     # --- managed ledgers -------------------------------------------------------------------
 

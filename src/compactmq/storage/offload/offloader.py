@@ -84,15 +84,15 @@ class LedgerOffloader:
         config,
         clock: Callable[[], int],
         read_only: bool = False,
-        compaction_lock: Callable[[str], Any] | None = None,
         compacted_view: Callable[[str], int | None] | None = None,
     ):
         self.metadata = metadata
         # topic -> the id of its compacted view in force (the compaction service's pointer), or None
         self.compacted_view = compacted_view or (lambda topic: None)
-        # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
-        # holds it: compacted-ledger objects are swept only under it
-        self.compaction_lock = compaction_lock
+        # set by ``compaction.tiered.attach``: topic -> the topic's compaction lock (``release()``),
+        # or None while a run holds it. Dead compacted rows are deleted only under it; unset,
+        # they are kept (a run may be about to commit the view a row names).
+        self.compacted_lock: Callable[[str], Any] | None = None
         # set by the layer that keeps compacted views (``compaction.tiered.attach``): (topic, view
         # id) -> the local file of that view when it may be copied whole to the object store, else
         # None. Unset, compacted views are neither offloaded nor their local copies deleted.
@@ -490,8 +490,10 @@ class LedgerOffloader:
         if all(rec.ledger_id == self.compacted_view(topic) for rec in recs):
             return 0
         lock = None
-        if not locked and self.compaction_lock is not None:
-            lock = self.compaction_lock(_relpath(topic))
+        if not locked:
+            if self.compacted_lock is None:
+                return 0  # no compaction layer attached: it cannot tell, so nothing goes
+            lock = self.compacted_lock(topic)
             if lock is None:
                 return 0  # a run of this topic may be about to commit one of them: later
         try:
@@ -508,52 +510,31 @@ class LedgerOffloader:
                 lock.release()
 
     def sweep_orphans(self) -> list[str]:
-        """Delete offloaded objects (ledgers and compacted ledgers) no catalog row names (a crash
-        between the write and the commit). Run when the read-write storage opens, before any
-        offload starts."""
+        """Delete offloaded ledger objects no catalog row names (a crash between the write and the
+        commit). Run when the read-write storage opens, before any offload starts. (Objects of
+        compacted views are the compaction layer's to sweep: ``compaction.tiered``.)"""
         known = self.catalog.known_keys()
-        locations = {r for r in self._row_locations()}
+        removed = []
+        for loc in self.locations():
+            store = open_store(loc)
+            for key in store.list("ledgers"):
+                if key not in known:
+                    store.delete(key)
+                    removed.append(key)
+        if removed:
+            log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
+        return removed
+
+    def locations(self) -> set[OffloadLocation]:
+        """Every location objects may be in: those the catalog names, and broker.conf's."""
+        locations = set(self._row_locations())
         try:
             loc = location_from_settings(self.config, prefix=self.instance)
         except InvalidConfiguration:
             loc = None
         if loc is not None:
             locations.add(loc)
-        prefixes = tuple(k for k in known if k.endswith("/"))
-        removed = []
-        for loc in locations:
-            store = open_store(loc)
-            for key in store.list("ledgers"):
-                if key not in known:
-                    store.delete(key)
-                    removed.append(key)
-            # compacted-ledger objects are also written by compaction runs (a compact-topic job's
-            # executors upload parts): a topic's are swept only under its compaction lock
-            by_topic: dict[str, list[str]] = {}
-            for key in store.list("compacted"):
-                if key not in known and not key.startswith(prefixes):
-                    by_topic.setdefault("/".join(key.split("/")[1:5]), []).append(key)
-            for rel, keys in by_topic.items():
-                removed += self._delete_locked(store, rel, keys)
-        if removed:
-            log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
-        return removed
-
-    def _delete_locked(self, store, rel: str, keys: list[str]) -> list[str]:
-        lock = self.compaction_lock(rel) if self.compaction_lock is not None else None
-        if self.compaction_lock is not None and lock is None:
-            return []  # a run of this topic is uploading: its objects are not orphans
-        try:
-            # listed before the lock was taken: a run may have committed some of them since
-            known = self.catalog.known_keys()
-            prefixes = tuple(k for k in known if k.endswith("/"))
-            keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
-            for key in keys:
-                store.delete(key)
-        finally:
-            if lock is not None:
-                lock.release()
-        return keys
+        return locations
 
     def _row_locations(self) -> set[OffloadLocation]:
         rows = self.metadata.query("SELECT DISTINCT location FROM offloaded_objects")
