@@ -40,14 +40,14 @@ from .compacted_ledger import (
     remove_orphans,
     topic_dir,
 )
-from .compacted_writer import write_manifest
 from .lag import last_compactable, lag_seconds_setting
 from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock
 from .state import CompactionStates, advance_hold, states_of
-from .tiered import compacted_location, new_view_prefix, sweep_view_orphans
+from . import tiered
+from .tiered import compacted_location, new_view_prefix
 from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys
 
@@ -178,9 +178,9 @@ class CompactionRunner:
             # files of a crashed run (or a previous ledger whose deletion was cut short), and the
             # objects of a run that died between its upload and its commit
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
-            store_at = self._store_location()
-            if store_at is not None:
-                self._sweep_store()
+            store_at = tiered.store_location(self.storage, self.topic)
+            if store_at is not None:  # objects of a run that died between upload and commit
+                tiered.sweep_quietly(self.storage, self.topic)
             running = states.mark_running(self.topic, expected_version=state.version)
             held = False
             record = None
@@ -231,7 +231,9 @@ class CompactionRunner:
                 else:
                     # the parts are in the object store already: a manifest beside them makes the
                     # ledger, committed below together with its catalog row
-                    record, written = self._write_manifest(store_at, prefix, new_id, parts)
+                    record, written = tiered.write_view_manifest(
+                        self.storage, self.topic, store_at, prefix, new_id, parts
+                    )
                 sidecar = self._place_view_keys(plan, parts, new_id, store_at, prefix)
                 step("build")
                 kept = sum(p["messages"] for p in parts)
@@ -288,8 +290,8 @@ class CompactionRunner:
                         chain.remove_run_segments(self._topic_dir, new_id)
                     if prefix is not None:
                         if record is not None:  # its row, added before the refused commit
-                            self._forget_record(record)
-                        self._delete_uploaded(store_at, prefix)
+                            tiered.forget_record(self.storage, record)
+                        tiered.delete_uploaded(store_at, prefix)
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
@@ -510,36 +512,6 @@ class CompactionRunner:
             )
         return None  # (e.g. an old view, or its local sidecar is gone): parse the view instead
 
-    # --- the compacted ledger in the object store ------------------------------------------------
-
-    def _store_location(self):
-        """Where this topic offloads to, when tiered storage is configured (else None): a run
-        then writes its compacted ledger there directly."""
-        offloader = getattr(self.storage, "offloader", None)
-        if offloader is None:
-            return None
-        try:
-            return offloader.location_for(self.topic)
-        except CompactMQError:
-            return None
-
-    def _sweep_store(self) -> None:
-        try:
-            sweep_view_orphans(self.storage, self.topic)
-        except CompactMQError:  # an unreachable store delays the clean-up, not the run
-            pass
-
-    def _write_manifest(self, location, prefix: str, new_id: int, parts: list[dict]):
-        from ..storage.offload import COMPACTED, OffloadRecord, open_store
-
-        key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
-        now = self.storage.metadata.now_ms()
-        # index_key names the prefix (ending in "/"): deleting the ledger deletes every part
-        record = OffloadRecord(
-            key, prefix + "/", COMPACTED, self.topic, new_id, location, size, now, local_deleted_ms=now
-        )
-        return record, written
-
     def _committed(self, new_id) -> bool:
         """Whether the metadata store names ``new_id`` (a failure after the commit, e.g. in a
         listener, must not delete the ledger in force)."""
@@ -549,21 +521,6 @@ class CompactionRunner:
             return self.states.get(self.topic).compacted_ledger_id == new_id
         except Exception:
             return True  # cannot tell: leave the files to the orphan sweeps
-
-    def _forget_record(self, record) -> None:
-        try:
-            self.storage.offloader.catalog.remove(record.data_key)
-        except CompactMQError:  # a dead row now: the next delete_dead removes it
-            pass
-
-    @staticmethod
-    def _delete_uploaded(location, prefix: str) -> None:
-        from ..storage.offload import open_store
-
-        try:
-            open_store(location).delete_prefix(prefix)
-        except CompactMQError:  # an orphan now: the next run or start sweeps it
-            pass
 
     @property
     def states(self) -> CompactionStates:

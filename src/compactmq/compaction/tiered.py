@@ -22,6 +22,7 @@ import os
 import uuid
 from typing import Optional
 
+from ..errors import CompactMQError
 from ..storage.engine import topic_relpath
 from ..storage.offload import open_store
 from ..storage.topic_lock import TopicLock
@@ -85,6 +86,61 @@ def copyable_view_file(data_dir, topic: str, view_id: int) -> Optional[str]:
     except FileNotFoundError:
         return None
     return path if magic == HEADER else None
+
+
+# --- a run that writes its view straight to the object store (``runner``) ----------------------
+
+
+def store_location(storage, topic: str):
+    """Where ``topic`` offloads to when tiered storage is configured (else None): a run then
+    writes its view there directly."""
+    offloader = getattr(storage, "offloader", None)
+    if offloader is None:
+        return None
+    try:
+        return offloader.location_for(topic)
+    except CompactMQError:
+        return None
+
+
+def sweep_quietly(storage, topic: str) -> None:
+    """``sweep_view_orphans``; an unreachable store delays the clean-up, not the run."""
+    try:
+        sweep_view_orphans(storage, topic)
+    except CompactMQError:
+        pass
+
+
+def write_view_manifest(storage, topic: str, location, prefix: str, view_id: int, parts: list[dict]):
+    """Write the manifest of the parts a run's tasks uploaded under ``prefix``; returns the
+    catalog row that will name the view (added just before the commit) and its entry count."""
+    from ..storage.offload import COMPACTED, OffloadRecord
+
+    from .compacted_writer import write_manifest
+
+    key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
+    now = storage.metadata.now_ms()
+    # index_key names the prefix (ending in "/"): deleting the view deletes every part
+    record = OffloadRecord(
+        key, prefix + "/", COMPACTED, topic, view_id, location, size, now, local_deleted_ms=now
+    )
+    return record, written
+
+
+def forget_record(storage, record) -> None:
+    """Remove the row of a view whose commit was refused (else the next ``delete_dead`` does)."""
+    try:
+        storage.offloader.catalog.remove(record.data_key)
+    except CompactMQError:
+        pass
+
+
+def delete_uploaded(location, prefix: str) -> None:
+    """Delete what a run that did not commit uploaded (else an orphan the next sweep deletes)."""
+    try:
+        open_store(location).delete_prefix(prefix)
+    except CompactMQError:
+        pass
 
 
 def try_lock(data_dir, topic: str) -> Optional[TopicLock]:
