@@ -142,8 +142,9 @@ def offload_and_delete_local(st, ml) -> dict:
 
 def reset_compaction(st, topic: str) -> None:
     """Forget the topic's compacted view so the next run is a full one (bench only)."""
-    with st.metadata.transaction() as db:
-        db.execute("DELETE FROM compaction_state WHERE topic = ?", (topic,))
+    from compactmq.compaction.state import states_of
+
+    states_of(st).delete(topic)
 
 
 def read_view(st, topic: str, config) -> dict:

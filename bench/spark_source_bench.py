@@ -184,12 +184,13 @@ def main(argv=None) -> int:
 def compacted_to_the_end(data_dir: str, topic: str) -> bool:
     """True when the topic's compacted view already covers its last entry (a reused data
     directory compacted by an earlier run: compacting again would read it all for nothing)."""
+    from compactmq.compaction.state import states_of
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
     storage = Storage(data_dir, load_config(), read_only=True)
     try:
-        horizon = storage.metadata.get_compaction_state(topic).horizon
+        horizon = states_of(storage).get(topic).horizon
         last = storage.open_managed_ledger(topic, create=False).last_position()
         return horizon is not None and last is not None and tuple(horizon) >= tuple(last)
     finally:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from compactmq.storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, SUCCESS
+from compactmq.compaction.state import ERROR, SUCCESS, states_of
+from compactmq.storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD
 
 from .test_compaction_monitor import publish, wait_idle, env  # noqa: F401 - env: a fixture
 from .test_compaction_together import RecordingFactory
@@ -44,7 +45,7 @@ def test_due_topics_share_one_job_and_a_failure_stays_its_own(env):  # noqa: F81
     asyncio.run(run())
     # one job, the most overdue first
     assert factory.together == [list(reversed(TOPICS[1:]))]
-    status = {t: service.storage.metadata.get_compaction_state(t).status for t in TOPICS[1:]}
+    status = {t: states_of(service.storage).get(t).status for t in TOPICS[1:]}
     assert status == {TOPICS[1]: SUCCESS, TOPICS[2]: ERROR, TOPICS[3]: SUCCESS, TOPICS[4]: SUCCESS}
     assert monitor.stats[TOPICS[2]].failed_count == 1 and monitor.stats[TOPICS[3]].succeed_count == 1
     last = monitor.last_run(TOPICS[3])
@@ -116,7 +117,7 @@ def test_triggers_during_a_job_are_honoured_together_by_the_next_manual_first(en
     job = factory.together[0]
     assert job[0] == manual and set(job[1:]) == {*TOPICS[1:], late}
     assert job[1] == late  # an hour old against a max lag of 1 s: by far the most overdue
-    assert all(meta.get_compaction_state(t).status == SUCCESS for t in job)
+    assert all(states_of(service.storage).get(t).status == SUCCESS for t in job)
 
 
 def test_a_topic_whose_last_run_failed_gets_a_job_of_its_own(env):  # noqa: F811

@@ -22,15 +22,8 @@ from compactmq.compaction import (
 )
 from compactmq.config import load_config
 from compactmq.errors import CompactionError, Conflict, NotAllowed, TopicNotFound
-from compactmq.storage import (
-    COMPACTION_CURSOR,
-    COMPACTION_THRESHOLD,
-    ERROR,
-    NOT_RUN,
-    RUNNING,
-    SUCCESS,
-    Storage,
-)
+from compactmq.compaction.state import ERROR, NOT_RUN, RUNNING, SUCCESS, states_of
+from compactmq.storage import COMPACTION_CURSOR, COMPACTION_THRESHOLD, Storage
 
 T1 = "persistent://public/default/t1"
 T2 = "persistent://public/default/t2"
@@ -47,6 +40,11 @@ class FakeService:
         return asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
 
+def _mark_running(storage, topic):
+    states = states_of(storage)
+    return states.mark_running(topic, states.get(topic).version)
+
+
 class FakeCompaction(TopicCompactionService):
     """Marks RUNNING, reports progress, waits for ``release`` (or fails), commits."""
 
@@ -54,23 +52,26 @@ class FakeCompaction(TopicCompactionService):
         self.factory = factory
         self.topic = topic
 
+    def state(self):
+        return states_of(self.factory.storage).get(self.topic)
+
     def compact(self, progress=None):
-        meta = self.factory.storage.metadata
-        st = meta.mark_compaction_running(self.topic)
+        states = states_of(self.factory.storage)
+        st = states.mark_running(self.topic, self.state().version)
         self.factory.started.append(self.topic)
         progress(CompactionProgress("phase-one", 5, 10))
         self.factory.release.wait(10)
         if self.topic in self.factory.fail:
-            meta.record_compaction_failure(self.topic, "boom")
+            states.record_failure(self.topic, "boom", expected_version=st.version)
             raise CompactionError(f"compaction of {self.topic} failed: boom")
         ml = self.factory.storage.open_managed_ledger(self.topic, create=False)
         horizon = ml.last_position()
-        meta.commit_compaction(
+        states.commit(
             self.topic,
-            meta.allocate_ledger_id(),
+            self.factory.storage.metadata.allocate_ledger_id(),
             horizon,
-            {"duration_ms": 7, "removed_event_count": 3},
             expected_version=st.version,
+            stats={"duration_ms": 7, "removed_event_count": 3},
         )
         return CompactionResult(self.topic, 99, horizon, 10, 12, 4, 9, 3, 7)
 
@@ -289,7 +290,7 @@ def test_broker_default_threshold_applies_to_topics_without_policy(env):
 def test_running_state_left_by_a_dead_process_becomes_error_at_start(env):
     service, monitor, factory = env()
     publish(service.storage, T1, 1)
-    service.storage.metadata.mark_compaction_running(T1)
+    _mark_running(service.storage, T1)
 
     async def run():
         await monitor.start()
@@ -317,7 +318,7 @@ def test_a_run_in_another_process_is_a_conflict(env):
     service, monitor, factory = env()
     publish(service.storage, T1, 1)
     lock = TopicLock(topic_dir(str(service.storage.data_dir), T1))
-    service.storage.metadata.mark_compaction_running(T1)
+    _mark_running(service.storage, T1)
 
     async def run():
         await monitor.start()  # the lock is held: the RUNNING state is left alone

@@ -9,7 +9,7 @@ import pytest
 
 from compactmq.admin.topics import aggregate_compaction_status
 from compactmq.errors import Conflict
-from compactmq.storage import ERROR, RUNNING, SUCCESS
+from compactmq.compaction.state import ERROR, RUNNING, SUCCESS
 
 from .test_compaction_monitor import FakeFactory, env, publish, wait_idle  # noqa: F401 - env: a fixture
 

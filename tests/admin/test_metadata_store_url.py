@@ -20,7 +20,7 @@ from compactmq.storage.metadata import MetadataStore as OldMetadata  # noqa: E40
 from compactmq.storage.metadata_store import create_metadata_store  # noqa: E402
 from compactmq.storage.resources import PulsarResources  # noqa: E402
 
-from .harness import Http, start_broker, topic_path, web_url  # noqa: E402
+from .harness import Http, publish, start_broker, topic_path, wait_status, web_url  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -140,3 +140,56 @@ def test_an_old_data_directory_opens_with_its_tenants_and_namespaces(tmp_path, s
         assert http.ok("GET", f"{NS}/public") == ["public/default"]
     finally:
         broker.stop()
+
+
+ARROW = "tests.broker.arrow_compaction.ArrowCompactionServiceFactory"  # Spark is not the subject here
+
+
+def test_compaction_trigger_status_and_restart_on_each_store(tmp_path, store_url):
+    """Compaction's state (status, horizon, view pointer) lives in the metadata store the URL
+    names: it is what the admin status and internalStats report, and it survives a restart."""
+    data = tmp_path / "data"
+    topic = "persistent://public/default/compacted-on-store"
+    tp = topic_path(topic)
+    conf = {"metadataStoreUrl": store_url, "compactionServiceFactoryClassName": ARROW}
+    broker = start_broker(data, **conf)
+    try:
+        http = Http(web_url(broker))
+        publish(broker, topic, 30, keys=4)
+        assert http.ok("GET", tp + "/compaction")["status"] == "NOT_RUN"
+        http.ok("PUT", tp + "/compaction")
+        wait_status(http, topic, "SUCCESS", timeout=60)
+        stats = http.ok("GET", tp + "/internalStats")
+        horizon, status = stats["compactionHorizon"], stats["compactionStatus"]
+        view = stats["compactedLedger"]["ledgerId"]
+        assert horizon is not None and status == "SUCCESS" and view >= 0
+    finally:
+        broker.stop()
+    broker = start_broker(data, **conf)  # the same store after a restart
+    try:
+        http = Http(web_url(broker))
+        assert http.ok("GET", tp + "/compaction") == {"status": "SUCCESS", "lastError": ""}
+        stats = http.ok("GET", tp + "/internalStats")
+        assert (stats["compactionHorizon"], stats["compactedLedger"]["ledgerId"]) == (horizon, view)
+        publish(broker, topic, 10, keys=4, prefix="w")
+        http.ok("PUT", tp + "/compaction")
+        wait_status(http, topic, "SUCCESS", timeout=60)
+        after = http.ok("GET", tp + "/internalStats")
+        assert after["compactedLedger"]["ledgerId"] != view and after["compactionHorizon"] != horizon
+    finally:
+        broker.stop()
+    if store_url:  # ZooKeeper holds the state; the data directory's old tables have none
+        kv = create_metadata_store(store_url, data_dir=data, operation_timeout_s=10)
+        try:
+            state, _ = PulsarResources(kv).compaction.get(TopicName.parse(topic))
+            assert (
+                state["status"] == "SUCCESS"
+                and state["compactedLedgerId"] == after["compactedLedger"]["ledgerId"]
+            )
+        finally:
+            kv.close()
+        old = OldMetadata(data / "metadata.db", bootstrap=False)
+        try:
+            assert old.legacy_compaction_states() == []
+        finally:
+            old.close()

@@ -44,6 +44,7 @@ from compactmq.compaction import (
 )
 from compactmq.compaction.lag import last_compactable
 from compactmq.compaction.runner import topic_settings
+from compactmq.compaction.state import advance_hold, states_of
 from compactmq.errors import CompactionError, CompactMQError, Conflict
 from compactmq.naming import canonical
 from compactmq.protocol import batch as batch_codec
@@ -190,23 +191,25 @@ class ArrowCompactionService(TopicCompactionService):
         self._cancelled.clear()
         t0 = time.monotonic()
         lock = _FileLock(view_dir(self.storage.data_dir, self.topic))
-        meta = self.storage.metadata
+        states = states_of(self.storage)  # the compaction service's state, compare-and-set
         try:
-            state = meta.get_compaction_state(self.topic)
+            state = states.get(self.topic)
             ml = self.storage.open_managed_ledger(self.topic, create=False)
             if getattr(ml, "refresh", None):
                 ml.refresh()
             # the horizon stops before messages younger than the minimum lag (compaction.lag)
             min_lag = topic_settings(self.storage, self.topic, self.config)["min_lag_seconds"]
             last, first = last_compactable(ml, min_lag, int(time.time() * 1000)), ml.first_position()
+            running = states.mark_running(self.topic, expected_version=state.version)
             if state.compacted_ledger_id is None and last is None:
-                meta.record_empty_compaction(self.topic, duration_ms=0)
+                states.record_empty(self.topic, running.version, duration_ms=0)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, 0)
-            running = meta.mark_compaction_running(self.topic, expected_version=state.version)
             try:
                 return self._run(state, running, ml, last, first, report, t0)
             except BaseException as e:
-                meta.record_compaction_failure(self.topic, f"{type(e).__name__}: {e}")
+                states.record_failure(
+                    self.topic, f"{type(e).__name__}: {e}", expected_version=running.version
+                )
                 raise
         finally:
             lock.release()
@@ -289,13 +292,14 @@ class ArrowCompactionService(TopicCompactionService):
         os.replace(tmp, path)
         duration = int((time.monotonic() - t0) * 1000)
         kept = len(survivors)
-        old_id = meta.commit_compaction(
+        old_id, _ = states_of(self.storage).commit(
             self.topic,
             view_id,
             new_horizon,
-            {"duration_ms": duration, "removed_event_count": max(0, read - kept)},
             expected_version=running.version,
+            stats={"duration_ms": duration, "removed_event_count": max(0, read - kept)},
         )
+        advance_hold(self.storage, self.topic, new_horizon)
         if old_id is not None and old_id != view_id:
             try:
                 os.unlink(view_path(self.storage.data_dir, self.topic, old_id))
@@ -328,7 +332,7 @@ class ArrowCompactionService(TopicCompactionService):
     # --- read side -------------------------------------------------------------------------
 
     def open_view(self, view_id=None, horizon=None) -> Optional[ArrowView]:
-        state = self.storage.metadata.get_compaction_state(self.topic)
+        state = self.state()
         current = None
         if state.compacted_ledger_id is not None and state.horizon is not None:
             with self._lock:
@@ -363,7 +367,10 @@ class ArrowCompactionService(TopicCompactionService):
         return last if last is not None and self.retention_filter().visible(last[0]) else None
 
     def get_last_compacted_position(self):
-        return self.storage.metadata.get_compaction_state(self.topic).horizon
+        return self.state().horizon
+
+    def state(self):
+        return states_of(self.storage).get(self.topic)
 
     def stats(self) -> CompactionStats:
         view = self.open_view()

@@ -57,11 +57,14 @@ def compact(broker, topic: str):
 
 
 def compaction_state(broker, topic: str):
-    from compactmq.storage.metadata import MetadataStore
+    """The topic's compaction state as the broker's metadata store has it (read beside it)."""
+    from compactmq.compaction.state import CompactionStates
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import CompactionStateResources
 
-    store = MetadataStore(broker.data_dir / "metadata.db")
+    store = create_metadata_store("", data_dir=broker.data_dir)
     try:
-        return store.get_compaction_state(topic)
+        return CompactionStates(CompactionStateResources(store)).get(topic)
     finally:
         store.close()
 

@@ -92,3 +92,9 @@ def test_remove_orphans_keeps_the_named_ledger(tmp_path):
     assert cl.remove_orphans(tmp_path, topic, keep=9) == [4]
     assert cl.list_compacted_ledgers(tmp_path, topic) == [9]
     assert not os.path.exists(os.path.join(d, "run-12"))
+
+
+def test_compacted_paths_are_per_topic(tmp_path):
+    a = cl.compacted_ledger_path(tmp_path, "a", 5)
+    b = cl.compacted_ledger_path(tmp_path, "b", 5)
+    assert a != b and a.endswith("000000000005.compacted") and "/compacted/" in a

@@ -18,9 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compactmq.compaction.compacted_ledger import MANIFEST_NAME
+from compactmq.compaction import tiered
+from compactmq.compaction.compacted_ledger import MANIFEST_NAME, compacted_ledger_path
 from compactmq.compaction.entry_scan import hash_key_py
 from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.state import states_of
 from compactmq.config import load_config
 from compactmq.storage import Storage
 from compactmq.storage.offload import COMPACTED, open_store
@@ -99,7 +101,7 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         service = SparkCompactionService(st, TOPIC, st.config)  # the broker's read side
         cid = compact(data, conf)["id"]
         # nothing on the local disk: the catalog names a manifest and the parts' prefix
-        assert not os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+        assert not os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
         rec = st.offloader.compacted_record(cid)
         assert rec is not None and rec.kind == COMPACTED and rec.index_key.endswith("/")
         keys = compacted_objects(st)
@@ -160,12 +162,13 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         # the dead run's manifest and parts are in the store, named by no one; the view is the old one
         left = [k for k in compacted_objects(st) if k not in committed]
         assert any(k.endswith(MANIFEST_NAME) for k in left) and any("/part-" in k for k in left)
-        assert st.metadata.get_compaction_state(TOPIC).compacted_ledger_id == cid
+        assert states_of(st).get(TOPIC).compacted_ledger_id == cid
         assert view(service) == before
     finally:
         st.close()
-    st = Storage(data, load_config(overrides=conf))  # the next start sweeps them
+    st = Storage(data, load_config(overrides=conf))
     try:
+        tiered.sweep_all_view_orphans(st)  # what the broker's compaction monitor does at start
         assert compacted_objects(st) == committed
         service = SparkCompactionService(st, TOPIC, st.config)
         assert view(service) == before

@@ -20,6 +20,7 @@ from compactmq.compaction.spark.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage
+from compactmq.compaction.state import states_of
 
 from . import entries as E
 from .reference import ReferenceCompactor
@@ -111,7 +112,7 @@ def test_killed_compaction_leaves_old_view_then_rerun_succeeds(spark, tmp_path, 
                 assert after == before or after[1] > before[1], (mode, arg)
             # a rerun sweeps the dead run's files and lands the expected view
             compact_here()
-            state = storage.metadata.get_compaction_state(TOPIC)
+            state = states_of(storage).get(TOPIC)
             assert cl.list_compacted_ledgers(tmp_path, TOPIC) == [state.compacted_ledger_id]
             names = os.listdir(cl.topic_dir(tmp_path, TOPIC))
             assert not [n for n in names if n.startswith("run-")]

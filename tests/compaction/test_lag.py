@@ -11,6 +11,7 @@ from compactmq.compaction.lag import compaction_lag_ms, entry_before, first_unco
 from compactmq.compaction.runner import CompactionRunner
 from compactmq.config import load_config
 from compactmq.storage import COMPACTION_MIN_LAG, Position, Storage
+from compactmq.compaction.state import states_of
 
 T = "persistent://public/default/lag"
 NOW = 5_000_000_000  # ms
@@ -82,12 +83,12 @@ def test_runner_horizon_stops_before_messages_younger_than_the_minimum_lag(stora
 
     result = run()  # everything is younger than 60 s: an empty run, no view, no horizon
     assert result.horizon is None and not engine.plans
-    assert meta.get_compaction_state(T).status == "SUCCESS" and meta.get_compaction_state(T).horizon is None
+    assert states_of(storage).get(T).status == "SUCCESS" and states_of(storage).get(T).horizon is None
     meta.set_topic_policy(T, COMPACTION_MIN_LAG, 25)
     result = run()
     assert result.horizon == Position(b, 0)  # -30 s is old enough, -20 s is not
     assert [(s.ledger_id, s.entry_lo) for s in engine.plans[-1].segments] == [(a, 0), (b, 0)]
-    assert meta.get_compaction_state(T).horizon == Position(b, 0)
+    assert states_of(storage).get(T).horizon == Position(b, 0)
     clock[0] += 100  # all old enough now
     result = run()
     assert result.horizon == Position(c, 1)
@@ -103,7 +104,7 @@ def test_key_ttl_and_tombstone_retention_need_keep_latest(storage):
     engine = RecordingEngine()
     with pytest.raises(CompactionError, match="keep-latest"):
         CompactionRunner(storage, T, load_config(), engine, clock=lambda: NOW / 1000).run()
-    assert not engine.plans and storage.metadata.get_compaction_state(T).status == "ERROR"
+    assert not engine.plans and states_of(storage).get(T).status == "ERROR"
 
 
 def test_packed_cut_orders_like_message_ids():

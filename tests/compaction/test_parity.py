@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import COMPACTION_STRATEGY, Storage
+from compactmq.compaction.state import states_of
 
 from . import entries as E
 from . import user_strategy
@@ -73,7 +74,7 @@ def _forget_sidecar(storage, service) -> None:
     from compactmq.compaction import view_keys
     from compactmq.compaction.compacted_ledger import topic_dir
 
-    state = storage.metadata.get_compaction_state(TOPIC)
+    state = states_of(storage).get(TOPIC)
     if state.compacted_ledger_id is not None:
         view_keys.remove_local(topic_dir(storage.data_dir, TOPIC), state.compacted_ledger_id)
 
@@ -82,7 +83,7 @@ def _has_sidecar(storage) -> bool:
     from compactmq.compaction import view_keys
     from compactmq.compaction.compacted_ledger import topic_dir
 
-    state = storage.metadata.get_compaction_state(TOPIC)
+    state = states_of(storage).get(TOPIC)
     d = view_keys.local_dir(topic_dir(storage.data_dir, TOPIC), state.compacted_ledger_id)
     return os.path.isdir(d)
 
@@ -209,7 +210,7 @@ def _check_chain(storage, service, max_runs: int) -> None:
         assert len(planned) == len(reader) and not planned.opened
         for lid in lids.tolist():  # inside a ledger: the view is opened to answer
             assert planned.find((lid, 1)) == reader.find((lid, 1))
-    _, details = storage.metadata.get_compaction_details(TOPIC)
+    details = states_of(storage).get(TOPIC).details
     info = details.get(view_keys.DETAILS_KEY) or {}
     _deltas.append(bool(info.get("gone")))  # a delta run retired rows of the previous view
 

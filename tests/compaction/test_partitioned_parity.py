@@ -19,9 +19,9 @@ from compactmq.storage import (
     COMPACTED_VIEW_KEY_TTL,
     COMPACTION_STRATEGY,
     COMPACTION_TOMBSTONE_RETENTION,
-    SUCCESS,
     Storage,
 )
+from compactmq.compaction.state import SUCCESS, states_of
 
 from . import entries as E
 from . import user_strategy
@@ -188,7 +188,7 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         assert spark.sparkContext.statusTracker().getJobIdsForGroup(group)
         # a second run with nothing new: every partition keeps its view, still one job at most
         assert _compact_all(factory, services, ledgers, models) <= 1
-        assert all(storage.metadata.get_compaction_state(_partition(i)).status == SUCCESS for i in range(2))
+        assert all(states_of(storage).get(_partition(i)).status == SUCCESS for i in range(2))
         # the joint job extended each partition's own chain of segments (compaction.chain)
         assert [s.compacted_ledger().manifest.runs for s in services[:2]] == [2, 2]
     finally:
@@ -202,7 +202,7 @@ def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spa
     and records ERROR, partitions 0 and 2 commit theirs (commits are per partition)."""
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.errors import CompactionError
-    from compactmq.storage import ERROR
+    from compactmq.compaction.state import ERROR
 
     data_dir, storage, factory = _open({"managedLedgerMaxEntriesPerLedger": 4})
     fail = {"on": False}
@@ -233,7 +233,7 @@ def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spa
         assert isinstance(outcomes[1], CompactionError) and "the disk is full" in str(outcomes[1])
         assert not isinstance(outcomes[0], Exception) and not isinstance(outcomes[2], Exception)
         assert _actual_view(services[1]) == before[1]  # its previous view stays in force
-        state = storage.metadata.get_compaction_state(_partition(1))
+        state = states_of(storage).get(_partition(1))
         assert state.status == ERROR and "the disk is full" in (state.last_error or "")
         for i in (0, 2):
             keys = [(m[1], m[2]) for _, msgs in _actual_view(services[i]) for m in msgs if not m[4]]

@@ -7,6 +7,7 @@ from compactmq.compaction import compacted_writer as cw
 from compactmq.compaction.service import LedgerCompactionService
 from compactmq.config import load_config
 from compactmq.storage import COMPACTION_RETENTION_MODE, Position, Storage
+from compactmq.compaction.state import states_of
 
 from . import entries as E
 
@@ -27,7 +28,9 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
         for p in positions[:5]:
             w.append(p.ledger_id, p.entry_id, b"entry-%d-%d" % p)
         w.finish()
-        storage.metadata.commit_compaction(TOPIC, lid, positions[4])
+        states = states_of(storage)
+        running = states.mark_running(TOPIC, states.get(TOPIC).version)
+        states.commit(TOPIC, lid, positions[4], expected_version=running.version)
         assert service.get_last_compacted_position() == positions[4]
         got = service.read_compacted_entries(positions[1], 2)
         assert [p for p, _ in got] == positions[1:3] and got[0][1] == b"entry-%d-%d" % positions[1]
@@ -45,17 +48,26 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
 
 
 def test_compacting_an_empty_topic_records_success_without_a_view(tmp_path):
-    """Pulsar leaves this at NOT_RUN; an operator who triggered it should see that it ran."""
+    """Pulsar leaves this at NOT_RUN; an operator who triggered it should see that it ran, and
+    the run goes through RUNNING like any other: NOT_RUN -> RUNNING -> SUCCESS."""
     from compactmq.compaction.spark import SparkCompactionService
-    from compactmq.storage import SUCCESS
+    from compactmq.compaction.state import NOT_RUN, RUNNING, SUCCESS
 
     cfg = load_config(overrides={"managedLedgerSyncData": False})
     storage = Storage(str(tmp_path), cfg)
     try:
         storage.open_managed_ledger(TOPIC)
+        assert states_of(storage).get(TOPIC).status == NOT_RUN
+        written = []  # every status the run writes to the metadata store, in order
+        resources = storage.resources.compaction
+        put = resources.put
+        resources.put = lambda topic, state, version: (
+            written.append(state["status"]) or put(topic, state, version)
+        )
         result = SparkCompactionService(storage, TOPIC, cfg).compact()  # returns before Spark starts
         assert result.compacted_ledger_id is None and result.horizon is None
-        state = storage.metadata.get_compaction_state(TOPIC)
+        assert written == [RUNNING, SUCCESS]
+        state = states_of(storage).get(TOPIC)
         assert state.status == SUCCESS and state.compacted_ledger_id is None and state.horizon is None
     finally:
         storage.close()

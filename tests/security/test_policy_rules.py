@@ -14,6 +14,7 @@ import pytest
 from compactmq.auth.policy_values import RULES, Target, check_policy_values
 from compactmq.config import SETTINGS, load_config
 from compactmq.errors import InvalidConfiguration, PreconditionFailed
+from compactmq.compaction.state import states_of
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 #: broker settings that widen what a tenant-set value may reach
@@ -235,7 +236,7 @@ def test_compaction_run_refuses_a_stored_strategy_it_was_never_allowed(tmp_path)
         storage.metadata.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod.Evil")
         with pytest.raises(CompactMQError, match="not allowed on this broker"):
             CompactionRunner(storage, topic, config, Engine()).run()
-        assert not plans and storage.metadata.get_compaction_state(topic).status == "ERROR"
+        assert not plans and states_of(storage).get(topic).status == "ERROR"
         assert "cmq_never_imported_mod" not in sys.modules
     finally:
         storage.close()

@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from compactmq.compaction.compacted_ledger import compacted_ledger_path
 from compactmq.compaction.compacted_writer import CompactedLedgerWriter
 from compactmq.storage.dir_owner import OWNER_FILE
 
@@ -33,7 +34,9 @@ def test_storage_creates_an_owner_only_data_directory(open_storage, tmp_path, pe
     ml = st.open_managed_ledger("persistent://public/default/modes")
     ml.append(b"secret message")
     ml.rollover()  # a closed ledger with its index, and a new open one
-    writer = CompactedLedgerWriter(st.compacted_ledger_path("persistent://public/default/modes", 99))
+    writer = CompactedLedgerWriter(
+        compacted_ledger_path(st.data_dir, "persistent://public/default/modes", 99)
+    )
     writer.finish()
     names = {os.path.basename(p) for p in files_under(tmp_path / "data")}
     assert {"LOCK", "metadata.db", OWNER_FILE} <= names

@@ -19,10 +19,3 @@ def test_backlog_size(open_storage):
     assert c.backlog_size() == 50
     c.ack_cumulative(ps[1])
     assert c.backlog_size() == 30 and c.backlog() == 3
-
-
-def test_compacted_paths_are_per_topic(open_storage):
-    st = open_storage()
-    a = st.compacted_ledger_path("a", 5)
-    b = st.compacted_ledger_path("b", 5)
-    assert a != b and a.endswith("000000000005.compacted") and "/compacted/" in a

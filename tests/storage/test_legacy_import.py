@@ -126,3 +126,97 @@ def test_a_bad_metadata_store_url_is_one_clear_error_and_releases_the_directory(
     with pytest.raises(InvalidConfiguration, match="unknown scheme"):
         Storage(tmp_path, cfg)
     Storage(tmp_path).close()  # the lock was released
+
+
+# The compaction tables as main wrote them before the compaction service owned its state (the
+# DDL of storage/metadata.py at that time, and rows as its commit_compaction left them).
+_OLD_COMPACTION_TABLES = """
+CREATE TABLE compaction_state (
+    topic               TEXT PRIMARY KEY,
+    compacted_ledger_id INTEGER,
+    horizon_ledger      INTEGER,
+    horizon_entry       INTEGER,
+    status              TEXT NOT NULL,
+    last_error          TEXT,
+    started_ms          INTEGER,
+    last_success_ms     INTEGER,
+    last_failure_ms     INTEGER,
+    last_duration_ms    INTEGER,
+    removed_event_count INTEGER NOT NULL DEFAULT 0,
+    version             INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE compaction_details (
+    topic   TEXT PRIMARY KEY,
+    view_id INTEGER,
+    details TEXT NOT NULL
+);
+INSERT INTO compaction_state VALUES
+    ('persistent://acme/orders/compacted', 42, 7, 19, 'SUCCESS', NULL, 1000, 2000, NULL, 120, 33, 4),
+    ('persistent://acme/orders/failed', 43, 8, 0, 'ERROR', 'spark exploded', 3000, 2500, 3100, 80, 0, 6),
+    ('persistent://other/ns/empty', NULL, NULL, NULL, 'SUCCESS', NULL, 500, 600, NULL, 1, 0, 2);
+INSERT INTO compaction_details VALUES
+    ('persistent://acme/orders/compacted', 42, '{"keys": 5, "phaseSeconds": {"plan": 0.5}}');
+"""
+
+
+def test_compaction_states_are_imported_once_into_the_local_store(old_dir):
+    import sqlite3
+
+    from compactmq.naming import TopicName
+
+    db = sqlite3.connect(old_dir / "metadata.db")
+    db.executescript(_OLD_COMPACTION_TABLES)
+    db.close()
+    with Storage(old_dir) as storage:
+        res = storage.resources.compaction
+        assert [str(t) for t in res.list_topics()] == [
+            "persistent://acme/orders/compacted",
+            "persistent://acme/orders/failed",
+            "persistent://other/ns/empty",
+        ]
+        state, version = res.get(TopicName.parse("persistent://acme/orders/compacted"))
+        assert version == 0  # a fresh key: the old table's version counter does not carry over
+        assert state == {
+            "status": "SUCCESS",
+            "compactedLedgerId": 42,
+            "horizon": [7, 19],
+            "lastError": None,
+            "startedMs": 1000,
+            "lastSuccessMs": 2000,
+            "lastFailureMs": None,
+            "lastDurationMs": 120,
+            "removedEventCount": 33,
+            "detailsOf": 42,
+            "details": {"keys": 5, "phaseSeconds": {"plan": 0.5}},
+        }
+        failed, _ = res.get(TopicName.parse("persistent://acme/orders/failed"))
+        assert (failed["status"], failed["lastError"], failed["compactedLedgerId"], failed["horizon"]) == (
+            "ERROR",
+            "spark exploded",
+            43,
+            [8, 0],
+        )
+        empty, _ = res.get(TopicName.parse("persistent://other/ns/empty"))
+        assert empty["horizon"] is None and empty["compactedLedgerId"] is None and empty["details"] == {}
+        assert res.view_of(TopicName.parse("persistent://acme/orders/compacted")) == 42
+        assert storage.metadata_store.exists(marker_path("compaction-state"))
+        # from now on the store is the truth: a state deleted there is not imported again
+        res.delete(TopicName.parse("persistent://other/ns/empty"))
+    with Storage(old_dir) as storage:
+        assert storage.resources.compaction.get(TopicName.parse("persistent://other/ns/empty")) is None
+
+
+def test_a_read_only_opener_does_not_import_the_compaction_states(old_dir):
+    import sqlite3
+
+    from compactmq.naming import TopicName
+
+    db = sqlite3.connect(old_dir / "metadata.db")
+    db.executescript(_OLD_COMPACTION_TABLES)
+    db.close()
+    with Storage(old_dir, read_only=True) as job:
+        assert job.resources.compaction.get(TopicName.parse("persistent://acme/orders/compacted")) is None
+    with Storage(old_dir) as broker:
+        assert (
+            broker.resources.compaction.view_of(TopicName.parse("persistent://acme/orders/compacted")) == 42
+        )

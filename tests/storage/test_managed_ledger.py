@@ -336,18 +336,19 @@ def test_read_only_storage_sees_the_writers_entries(open_storage):
     assert [i.entry_count for i in ml.ledgers()] == [3, 3]
 
 
-def test_compaction_commit_from_another_process_moves_the_cursor(open_storage):
+def test_a_compaction_hold_moved_by_another_process_is_learnt_at_retention(open_storage):
     from compactmq.storage import COMPACTION_CURSOR
 
     writer = open_storage()
     ml = writer.open_managed_ledger("t")
     ps = [ml.append(b"%d" % i) for i in range(5)]
     job = open_storage(read_only=True)
-    job.metadata.commit_compaction(ml.topic, job.metadata.allocate_ledger_id(), ps[2])
+    job_ml = job.open_managed_ledger("t", create=False)
+    assert job_ml.hold_for_compaction()  # a compact-topic job: written to the store only
+    job_ml.open_cursor(COMPACTION_CURSOR).ack_cumulative(ps[2])  # its commit moves the hold
     assert ml.get_cursor(COMPACTION_CURSOR) is None  # learnt at the next retention check
-    ml.trim_to_retention(retention_time_minutes=-1, retention_size_mb=-1)
-    writer.metadata.commit_compaction(ml.topic, writer.metadata.allocate_ledger_id(), ps[3])
-    assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == ps[3]  # same process: at once
+    ml.trim_to_retention(retention_time_minutes=60, retention_size_mb=-1)  # keeps all, reads holds
+    assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == ps[2]
 
 
 def test_delete_managed_ledger(open_storage):

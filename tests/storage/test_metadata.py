@@ -5,13 +5,8 @@ import pytest
 
 from compactmq.errors import AlreadyExists, Conflict, MetadataError, NotFound, TopicNotFound
 from compactmq.storage import (
-    COMPACTION_CURSOR,
     COMPACTION_THRESHOLD,
-    ERROR,
-    NOT_RUN,
     RETENTION_TIME_MINUTES,
-    RUNNING,
-    SUCCESS,
     MetadataStore,
     Position,
 )
@@ -133,96 +128,22 @@ def test_policies_topic_over_namespace_over_default(store):
     assert store.get_topic_policies(T) == {"compactionStrategy": "keep-first"}
 
 
-def test_compaction_state_lifecycle(store, clock):
-    assert store.get_compaction_state(T).status == NOT_RUN
-    st = store.mark_compaction_running(T)
-    assert st.status == RUNNING and st.version == 1
-    prev = store.commit_compaction(T, 41, Position(3, 9), {"duration_ms": 1200, "removed_event_count": 17})
-    assert prev is None
-    st = store.get_compaction_state(T)
-    assert (
-        st.status,
-        st.compacted_ledger_id,
-        st.horizon,
-        st.last_duration_ms,
-        st.removed_event_count,
-        st.last_success_ms,
-        st.version,
-    ) == (SUCCESS, 41, Position(3, 9), 1200, 17, clock.now, 2)
-    cur = store.get_cursor(T, COMPACTION_CURSOR)
-    assert cur is not None and cur.mark_delete == Position(3, 9)
-    store.mark_compaction_running(T)
-    st = store.record_compaction_failure(T, "spark exploded", duration_ms=5)
-    assert st.status == ERROR and st.last_error == "spark exploded" and st.compacted_ledger_id == 41
-    assert st.horizon == Position(3, 9)  # the previous view stays in force
-    assert store.commit_compaction(T, 50, Position(4, 0)) == 41
-    assert store.get_compaction_state(T).last_error is None
-
-
-def test_commit_compaction_checks_version_and_is_atomic(store):
-    store.commit_compaction(T, 10, Position(1, 1))
-    v = store.get_compaction_state(T).version
-    with pytest.raises(Conflict):
-        store.commit_compaction(T, 11, Position(2, 2), expected_version=v - 1)
-    st = store.get_compaction_state(T)
-    assert st.compacted_ledger_id == 10 and st.horizon == Position(1, 1)
-    assert store.get_cursor(T, COMPACTION_CURSOR).mark_delete == Position(1, 1)
-    assert store.commit_compaction(T, 11, Position(2, 2), expected_version=v) == 10
-
-
-def test_compaction_cursor_never_moves_back(store):
-    store.commit_compaction(T, 10, Position(5, 5))
-    store.commit_compaction(T, 11, Position(4, 0))
-    assert store.get_cursor(T, COMPACTION_CURSOR).mark_delete == Position(5, 5)
-
-
-def test_commit_is_seen_by_another_connection(store, tmp_path):
-    other = MetadataStore(tmp_path / "metadata.db")
-    try:
-        store.commit_compaction(T, 77, Position(8, 1))
-        assert other.get_compaction_state(T).compacted_ledger_id == 77
-    finally:
-        other.close()
-
-
-def test_listeners_hear_compaction_commits(store):
-    heard = []
-    store.add_listener(lambda event, topic: heard.append((event, topic)))
-    store.commit_compaction(T, 1, Position(1, 0))
-    assert heard == [("compaction_committed", T)]
-    with pytest.raises(Conflict):
-        store.commit_compaction(T, 2, Position(1, 0), expected_version=0)
-    assert len(heard) == 1
-
-
 def test_delete_topic_removes_everything_at_once(store):
     store.create_topic(T)
     lid = store.add_ledger(T, 1)
     store.save_cursor(T, "sub", Position(lid, 3), b"", {"a": 1})
     store.set_topic_policy(T, COMPACTION_THRESHOLD, 5)
-    store.commit_compaction(T, 99, Position(lid, 3), details={"keys": 4})
-    ledgers, compacted = store.delete_topic(T)
-    assert ledgers == [lid] and compacted == 99
+    assert store.delete_topic(T) == [lid]
     assert store.ledgers(T) == [] and store.load_cursors(T) == [] and store.get_topic_policies(T) == {}
-    assert store.get_compaction_state(T).status == NOT_RUN
-    assert store.get_compaction_details(T) == (None, {})
     with pytest.raises(TopicNotFound):
         store.delete_topic(T)
 
 
-def test_compaction_details_come_with_the_commit_that_made_the_view(store, tmp_path):
-    assert store.get_compaction_details(T) == (None, {})
-    store.commit_compaction(T, 10, Position(1, 1), details={"keys": 3, "phaseSeconds": {"plan": 0.5}})
-    v = store.get_compaction_state(T).version
-    with pytest.raises(Conflict):  # a refused commit leaves the details of the view in force
-        store.commit_compaction(T, 11, Position(2, 2), expected_version=v - 1, details={"keys": 9})
-    other = MetadataStore(tmp_path / "metadata.db")  # survives a restart, seen by other processes
-    try:
-        assert other.get_compaction_details(T) == (10, {"keys": 3, "phaseSeconds": {"plan": 0.5}})
-    finally:
-        other.close()
-    store.commit_compaction(T, 12, Position(3, 0))  # a service that records none keeps the old ones
-    assert store.get_compaction_details(T)[0] == 10
+def test_a_new_store_has_no_compaction_tables(store):
+    """The compaction state is the compaction service's, in the metadata store's keys."""
+    tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert not tables & {"compaction_state", "compaction_details"}
+    assert store.legacy_compaction_states() == []
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -17,6 +17,10 @@ import pytest
 
 from compactmq.compaction.compacted_ledger import CompactedLedgerReader
 from compactmq.compaction.compacted_writer import CompactedLedgerWriter
+from compactmq.compaction import tiered
+from compactmq.compaction.compacted_ledger import compacted_ledger_path
+from compactmq.compaction.state import states_of
+from compactmq.compaction.tiered import compacted_location
 from compactmq.config import load_config
 from compactmq.storage import Position, Storage
 from compactmq.storage.offload import FAULT_ENV, open_store
@@ -24,20 +28,37 @@ from compactmq.storage.offload import FAULT_ENV, open_store
 from .test_offload import SMALL, TOPIC, offload_conf, payload  # noqa: F401 - offload_conf is a fixture
 
 
+def _storage(tmp_path, conf, clock) -> Storage:
+    """The data directory's storage, its offloader told which compacted views it may copy (what
+    the broker's compaction monitor does when it starts)."""
+    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    tiered.attach(st)
+    tiered.sweep_all_view_orphans(st)  # what the broker's compaction monitor does at start
+    return st
+
+
 def commit_compacted(st: Storage, entries: list[tuple[int, int, bytes]]) -> int:
     """Write a compacted ledger of ``entries`` and commit it as the topic's view."""
     meta = st.metadata
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
-    w = CompactedLedgerWriter(st.compacted_ledger_path(TOPIC, cid))
+    w = CompactedLedgerWriter(compacted_ledger_path(st.data_dir, TOPIC, cid))
     for lid, eid, data in entries:
         w.append(lid, eid, data)
     w.finish()
-    meta.commit_compaction(
-        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-    )
+    _commit(st, cid, entries, running)
     return cid
+
+
+def _mark_running(st: Storage):
+    states = states_of(st)
+    return states.mark_running(TOPIC, states.get(TOPIC).version)
+
+
+def _commit(st: Storage, cid: int, entries, running) -> None:
+    states_of(st).commit(
+        TOPIC, cid, Position(*entries[-1][:2]), expected_version=running.version, stats={"duration_ms": 1}
+    )
 
 
 def stored(st: Storage) -> set[str]:
@@ -46,13 +67,13 @@ def stored(st: Storage) -> set[str]:
 
 
 def view(st: Storage, cid: int) -> list:
-    reader = CompactedLedgerReader(st.compacted_ledger_location(TOPIC, cid))
+    reader = CompactedLedgerReader(compacted_location(st, TOPIC, cid))
     return [(tuple(p), d) for p, d in reader.read(Position(-1, -1), 1000)]
 
 
 def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_path, clock, offload_conf):
     conf = {**SMALL, **offload_conf}
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    st = _storage(tmp_path, conf, clock)
     ml = st.open_managed_ledger(TOPIC)
     for i in range(25):
         ml.append(payload(i))
@@ -64,21 +85,22 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
     st.offloader.offload(ml)
     rec = st.offloader.compacted_record(cid)
     assert rec is not None and rec.kind == "compacted"
-    path = st.compacted_ledger_path(TOPIC, cid)
+    path = compacted_ledger_path(st.data_dir, TOPIC, cid)
     assert not os.path.exists(path)  # deletion lag 0: the local copy is gone
-    assert "://" in st.compacted_ledger_location(TOPIC, cid)
+    assert "://" in compacted_location(st, TOPIC, cid)
     assert view(st, cid) == expected  # read from the object store
     assert stored(st) == st.offloader.catalog.known_keys()
 
     # a restart still serves it from the store
     st.close()
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    st = _storage(tmp_path, conf, clock)
     assert view(st, cid) == expected
 
     # a newer compacted ledger: the old object is dead and goes on the next pass; the new one
     # is offloaded by the next offload
     ml = st.open_managed_ledger(TOPIC)
-    second = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][1::4]
+    everything = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)]
+    second = everything[1::4] + everything[-1:]  # its horizon is not below the first view's
     cid2 = commit_compacted(st, second)
     st.run_maintenance()
     assert st.offloader.compacted_record(cid) is None
@@ -94,9 +116,11 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
 
 CHILD = """
 import json, sys
+from compactmq.compaction import tiered
 from compactmq.config import load_config
 from compactmq.storage import Storage
 st = Storage(sys.argv[1], load_config(overrides=json.loads(sys.argv[2])))
+tiered.attach(st)
 st.offloader.offload_compacted({topic!r})
 print("finished")
 """
@@ -104,7 +128,7 @@ print("finished")
 
 def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path, clock, offload_conf):
     conf = {**SMALL, **offload_conf}
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    st = _storage(tmp_path, conf, clock)
     ml = st.open_managed_ledger(TOPIC)
     for i in range(12):
         ml.append(payload(i))
@@ -123,10 +147,10 @@ def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path
         timeout=120,
     )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)  # sweeps at start
+    st = _storage(tmp_path, conf, clock)  # sweeps at start
     assert st.offloader.compacted_record(cid) is None
     assert not any(k.startswith("compacted/") for k in stored(st))
-    assert os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+    assert os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
     assert st.offloader.offload_compacted(TOPIC) is not None  # and it goes through now
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
     st.close()
@@ -141,17 +165,16 @@ CHUNK = 16 * 1024
 def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: int = 3) -> int:
     """Commit ``entries`` as a compacted ledger stored the way a run's phase-two tasks write it
     straight to the object store (parts and their indexes, uploaded; a manifest beside them),
-    with its record written just before the commit."""
+    with its catalog row added just before the commit."""
     from compactmq.compaction.compacted_writer import PartWriter, write_manifest
     from compactmq.storage.offload import COMPACTED, OffloadRecord
 
     meta = st.metadata
     loc = st.offloader.location_for(TOPIC)
     store = open_store(loc)
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
-    prefix = st.offloader.new_compacted_prefix(TOPIC, cid)
+    prefix = tiered.new_view_prefix(TOPIC, cid)
     parts = []
     step = -(-len(entries) // nparts)
     for k in range(nparts):
@@ -168,10 +191,8 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
     assert written == len(entries)
     now = meta.now_ms()
     rec = OffloadRecord(key, prefix + "/", COMPACTED, TOPIC, cid, loc, size, now, local_deleted_ms=now)
-    st.offloader.catalog.add(rec)  # the record first, then the commit that puts it in force
-    meta.commit_compaction(
-        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-    )
+    st.offloader.catalog.add(rec)  # the row first, then the commit names it (as a run does)
+    _commit(st, cid, entries, running)
     return cid
 
 
@@ -225,7 +246,7 @@ def test_a_seek_into_a_large_offloaded_compacted_view_fetches_a_few_ranges(
         "defaultRetentionTimeInMinutes": -1,
         "defaultRetentionSizeInMB": -1,
     }
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    st = _storage(tmp_path, conf, clock)
     ml = st.open_managed_ledger(TOPIC)
     ml.append_many([i.to_bytes(4, "big") * 500 for i in range(BIG)])
     ml.rollover()
@@ -234,11 +255,11 @@ def test_a_seek_into_a_large_offloaded_compacted_view_fetches_a_few_ranges(
     if layout == "offloaded":
         cid = commit_compacted(st, entries)
         st.offloader.offload(ml)  # the topic's ledgers and then the compacted ledger; lag 0
-        assert not os.path.exists(st.compacted_ledger_path(TOPIC, cid))
+        assert not os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
     else:
         cid = commit_as_parts(st, entries)
     rec = st.offloader.compacted_record(cid)
-    assert rec is not None and "://" in st.compacted_ledger_location(TOPIC, cid)
+    assert rec is not None and "://" in compacted_location(st, TOPIC, cid)
     size = rec.data_size
     assert size > BIG * 2000
 
@@ -288,16 +309,15 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
         "managedLedgerOffloadDriver": "filesystem",
         "fileSystemURI": f"file://{tmp_path}/offload",
     }
-    st = Storage(tmp_path / "data", load_config(overrides=conf), clock=clock)
+    st = _storage(tmp_path, conf, clock)
     ml = st.open_managed_ledger(TOPIC)
     for i in range(25):
         ml.append(payload(i))
     entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][::4]
     meta = st.metadata
-    state = meta.get_compaction_state(TOPIC)
-    running = meta.mark_compaction_running(TOPIC, expected_version=state.version)
+    running = _mark_running(st)
     cid = meta.allocate_ledger_id()
-    path = st.compacted_ledger_path(TOPIC, cid)
+    path = compacted_ledger_path(st.data_dir, TOPIC, cid)
     name = chain.segment_name(cid, 0)
     w = PartWriter(os.path.join(os.path.dirname(path), name), complete=True)
     for lid, eid, data in entries:
@@ -306,9 +326,7 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
     chain.write(
         path, chain.Manifest.fresh([(name, n, os.path.getsize(os.path.join(os.path.dirname(path), name)))])
     )
-    meta.commit_compaction(
-        TOPIC, cid, Position(*entries[-1][:2]), {"duration_ms": 1}, expected_version=running.version
-    )
+    _commit(st, cid, entries, running)
     assert st.offloader.offload_compacted(TOPIC) is None
     assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]

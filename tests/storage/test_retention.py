@@ -67,7 +67,8 @@ def test_a_reader_holds_data_only_beside_a_durable_cursor(ml):
 def test_compaction_cursor_counts_like_any_durable_cursor(ml):
     before = ledger_ids(ml)
     ml.open_cursor("s").ack_cumulative(ml.positions[13])
-    ml._store.commit_compaction(ml.topic, 999, ml.positions[5])  # horizon in the second ledger
+    assert ml.hold_for_compaction()
+    ml.get_cursor(COMPACTION_CURSOR).ack_cumulative(ml.positions[5])  # a hold in the second ledger
     assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == ml.positions[5]
     assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:1]
 

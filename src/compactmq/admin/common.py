@@ -69,6 +69,22 @@ class Context:
             return CompactionStats()
         return monitor.service_of(topic).stats()
 
+    def compaction_state(self, topic: str):
+        """The topic's ``CompactionState`` (status, horizon, view pointer), from its compaction
+        service (blocking)."""
+        monitor = self.monitor
+        if monitor is None:
+            from ..compaction.state import states_of
+
+            return states_of(self.storage).get(topic)
+        return monitor.service_of(topic).state()
+
+    def compaction_states(self) -> dict:
+        """``{topic: CompactionState}`` of every topic with a compaction state (blocking)."""
+        from ..compaction.state import states_of
+
+        return states_of(self.storage).all()
+
     def compaction_lag_ms(self, ml, horizon) -> int:
         """Age (ms) of ``ml``'s oldest message after ``horizon``: 0 when all is compacted."""
         import time

@@ -385,7 +385,7 @@ def render_metrics(ctx: Any) -> str:
 
     monitor = ctx.monitor
     run_stats = dict(monitor.stats) if monitor is not None else {}
-    states = meta.compaction_states()
+    states = ctx.compaction_states()
     for name in sorted(set(run_stats) | set(states)):
         labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
         s = run_stats.get(name)

@@ -26,7 +26,9 @@ from ..errors import (
     TopicNotFound,
 )
 from ..naming import TopicName
-from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD, ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..compaction.state import ERROR, NOT_RUN, RUNNING, SUCCESS
+from ..compaction.tiered import local_copy_deleted
+from ..storage import COMPACTION_MAX_LAG, COMPACTION_THRESHOLD
 from .access import LOOKUP, NAMESPACE_LOOKUP
 from . import nonpersistent
 from .common import Context, PreconditionFailed, query_flag, read_json
@@ -329,7 +331,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
 def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     traffic = ctx.sampler.topic(topic)
-    state = ctx.metadata.get_compaction_state(topic)
+    state = ctx.compaction_state(topic)
     publishers = []
     subscriptions: dict[str, Any] = {}
     live_subs = dict(loaded.subscriptions) if loaded is not None else {}
@@ -515,7 +517,7 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
 
 def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
-    state = ctx.metadata.get_compaction_state(topic)
+    state = ctx.compaction_state(topic)
     ledgers = ml.ledgers()
     offloaded = ml.offload_state()  # tiered storage: {ledger id: where, local copy deleted}
     last = ml.last_position()
@@ -547,7 +549,7 @@ def _internal_stats_blocking(ctx: Context, topic: str) -> dict[str, Any]:
         if rec is not None:
             compacted.update(
                 offloadLocation=rec.location.describe(),
-                localCopyDeleted=ctx.storage.compacted_view_local_copy_deleted(topic, view.view_id),
+                localCopyDeleted=local_copy_deleted(ctx.storage, topic, view.view_id),
             )
     current = ledgers[-1] if ledgers else None
     return {

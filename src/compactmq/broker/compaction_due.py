@@ -29,7 +29,8 @@ from typing import Any, Callable, Sequence
 from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
 from ..errors import CompactMQError
 from ..naming import TopicName
-from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD, RUNNING
+from ..compaction.state import RUNNING
+from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,10 @@ log = logging.getLogger(__name__)
 class DueCheck:
     """The periodic check's reading of policies and backlogs (see the module notes)."""
 
-    def __init__(self, storage, config) -> None:
+    def __init__(self, storage, config, state_of: Callable[[str], Any]) -> None:
+        """``state_of(topic)``: the topic's compaction state, from its compaction service."""
         self.storage = storage
+        self.state_of = state_of
         self.default_threshold = int(config["brokerServiceCompactionThresholdInBytes"])
         self.default_max_lag = int(config.get("brokerServiceCompactionMaxLagInSeconds", 0))
         self.default_min_lag = int(config.get("brokerServiceCompactionMinLagInSeconds", 0))
@@ -73,7 +76,7 @@ class DueCheck:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
-                state = meta.get_compaction_state(topic)
+                state = self.state_of(topic)
                 found = overdue(ml, state.horizon, threshold, max_lag, self.min_lag_of(topic), now_ms)
                 if found is not None and not (state.status == RUNNING and running_elsewhere(topic)):
                     due.append((topic, *found))

@@ -66,7 +66,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
-from ..storage import ERROR, RUNNING
+from ..compaction.state import ERROR, RUNNING, states_of
+from ..compaction.tiered import attach as attach_tiered
+from ..compaction.tiered import sweep_all_view_orphans
 from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
 from .background import stop_task
 
@@ -157,7 +159,9 @@ class CompactionMonitor:
         self.clock = clock
         self.max_runs = max(1, int(self.config["compactionMaxConcurrentRuns"]))
         self.interval = float(self.config["brokerServiceCompactionMonitorIntervalInSeconds"])
-        self._due = DueCheck(self.storage, self.config)
+        self._due = DueCheck(self.storage, self.config, lambda topic: self.service_of(topic).state())
+        # tiered storage may now copy this broker's self-contained compacted views
+        attach_tiered(self.storage)
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
         # bounds of one joint job (``_take_job``)
         self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))
@@ -218,16 +222,25 @@ class CompactionMonitor:
 
     def _reconcile_interrupted_runs(self) -> None:
         """RUNNING in the store with nobody holding the topic's lock: the process that ran it died."""
-        meta = self.storage.metadata
-        for topic, state in meta.compaction_states().items():
+        try:  # objects of views a run or an offload left before its commit (tiered storage)
+            removed = sweep_all_view_orphans(self.storage)
+            if removed:
+                log.warning("deleted %d orphaned compacted-view object(s) at start", len(removed))
+        except CompactMQError as e:  # an unreachable object store delays the clean-up only
+            log.warning("sweeping orphaned compacted-view objects failed: %s", e)
+        states = states_of(self.storage)
+        for topic, state in states.all().items():
             if state.status != RUNNING:
                 continue
             lock = self.service_of(topic).try_lock()
             if lock is None:
                 continue  # a compact-topic job is running it right now
             try:
-                meta.record_compaction_failure(
-                    topic, "interrupted: the process running this compaction stopped"
+                # on the version read: a run that started since is not the interrupted one
+                states.record_failure(
+                    topic,
+                    "interrupted: the process running this compaction stopped",
+                    expected_version=state.version,
                 )
                 log.warning("compaction of %s was interrupted by a restart; recorded as ERROR", topic)
             finally:
@@ -322,7 +335,7 @@ class CompactionMonitor:
             return None
         try:
             ml = self.storage.open_managed_ledger(topic, create=False)
-            horizon = meta.get_compaction_state(topic).horizon
+            horizon = self.service_of(topic).get_last_compacted_position()
             return ml.size_after(horizon) if horizon is not None else ml.total_size()
         except CompactMQError:
             return 0  # the run finds out what is wrong and records it
@@ -360,7 +373,7 @@ class CompactionMonitor:
 
     def _running_elsewhere(self, topic: str) -> bool:
         """RUNNING in the store and the topic's compaction lock held: a ``compact-topic`` job."""
-        if self.storage.metadata.get_compaction_state(topic).status != RUNNING:
+        if self.service_of(topic).state().status != RUNNING:
             return False
         lock = self.service_of(topic).try_lock()
         if lock is None:
@@ -492,12 +505,11 @@ class CompactionMonitor:
     def _begin(self, run: RunProgress) -> "_Begun":
         """What a run needs before it starts: the topic's state and sizes, a fresh service."""
         topic = run.topic
-        meta = self.storage.metadata
         mark = time.perf_counter()
         run.started_at = self.clock()
         run.phases["queue"] = max(0.0, run.started_at - run.queued_at)  # trigger -> a worker took it
         run.update("start", 0, 0, run.started_at)
-        before = meta.get_compaction_state(topic)
+        before = self.service_of(topic).state()
         run.before_version = before.version
         if self._closing:
             raise ServiceNotReady("the broker is shutting down")
@@ -524,7 +536,6 @@ class CompactionMonitor:
         if isinstance(e, Conflict):  # another process got the topic's lock first: not a failure of ours
             log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
             return
-        meta = self.storage.metadata
         stats = self.stats.setdefault(topic, TopicCompactionStats())
         started = run.started_at if run.started_at is not None else self.clock()
         elapsed_ms = int((self.clock() - started) * 1000)
@@ -532,14 +543,16 @@ class CompactionMonitor:
         stats.duration_ms_total += elapsed_ms
         reason = str(e) or type(e).__name__
         try:
-            after = meta.get_compaction_state(topic)
+            after = self.service_of(topic).state()
             recorded = run.before_version is not None and after.version != run.before_version
         except CompactMQError:
             recorded = False
         if not recorded and not isinstance(e, ServiceNotReady):
             # failed before the run could record anything (factory, storage): record it here
             try:
-                meta.record_compaction_failure(topic, reason, duration_ms=elapsed_ms)
+                states_of(self.storage).record_failure(
+                    topic, reason, expected_version=run.before_version, duration_ms=elapsed_ms
+                )
             except CompactMQError:
                 log.exception("recording the failed compaction of %s failed", topic)
         log.error(
@@ -609,7 +622,7 @@ class CompactionMonitor:
 
     def status_blocking(self, topic: str) -> dict[str, Any]:
         """The body of ``GET .../compaction`` (call from a worker thread: it reads the store)."""
-        state = self.storage.metadata.get_compaction_state(topic)
+        state = self.service_of(topic).state()
         run = self._runs.get(topic)
         body: dict[str, Any] = {"status": state.status, "lastError": state.last_error or ""}
         if run is not None:

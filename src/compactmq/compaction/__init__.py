@@ -57,10 +57,12 @@ A run
    it (``storage.direct_file``: a run's gigabytes bypass the page cache). Payload bytes never
    cross a shuffle: each task re-reads its own source ledgers.
 4. *Commit*: write the view's *chain manifest* naming its segments (``chain``), then in ONE
-   metadata transaction make it the topic's compacted view together with the new horizon. Only
-   afterwards delete the previous view's manifest and the segments the new one does not name,
-   and move the ``__compaction`` cursor to the horizon (which lets retention trim what is
-   compacted).
+   compare-and-set of the topic's compaction state (``state``: the view pointer and the new
+   horizon are one value in the metadata store) make it the topic's compacted view -- refused
+   when the state moved since the run marked it RUNNING, so a stale run can never replace a
+   newer view. Only afterwards delete the previous view's manifest and the segments the new one
+   does not name, and move the ``__compaction`` cursor to the horizon (which lets retention trim
+   what is compacted).
 
 A crash or an abort before the commit leaves the previous compacted ledger and horizon in force;
 the half-written file is an orphan removed by the next run. After the commit the new view is in
@@ -107,6 +109,8 @@ operations (``compact``, ``read_compacted_entries``, ``read_last_compacted_entry
 * ``retention_filter()``: the one ``RetentionFilter`` of the topic (mode and first retained
   position), which every read of the compacted view goes through;
 * ``stats()``: a ``CompactionStats`` (view id, horizon, entries, bytes, keys, last run's timings);
+* ``state()``: the topic's compaction state (``compaction.state``: status, last error, view
+  pointer and horizon, persisted with compare-and-set so a stale run cannot commit);
 * ``cancel()``: stop a running ``compact()`` (it then fails with ``CompactionError``);
 * ``try_lock()``: the topic's cross-process compaction lock, to tell a run in another process
   from one a crash interrupted.
@@ -383,6 +387,19 @@ class TopicCompactionService(abc.ABC):
             return None
         view = _ServiceView(self, horizon)
         return view if view_id is None or view_id == view.view_id else None
+
+    def state(self):
+        """The topic's ``compaction.state.CompactionState``: status, last error and timings, the
+        view pointer and its horizon (what the admin status, stats and internalStats report).
+
+        The default knows only the horizon: SUCCESS once there is one, else NOT_RUN; a service
+        that runs compactions keeps its state with ``compaction.state.CompactionStates``."""
+        from .state import NOT_RUN, SUCCESS, CompactionState
+
+        horizon = self.get_last_compacted_position()
+        if horizon is None:
+            return CompactionState(topic="", status=NOT_RUN)
+        return CompactionState(topic="", horizon=Position(*horizon), status=SUCCESS)
 
     def retention_filter(self) -> RetentionFilter:
         """The topic's retention filter as of now (the default shows everything)."""

@@ -18,6 +18,7 @@ names a missing file.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -39,14 +40,18 @@ from .compacted_ledger import (
     remove_orphans,
     topic_dir,
 )
-from .compacted_writer import write_manifest
 from .lag import last_compactable, lag_seconds_setting
 from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from ..storage.topic_lock import TopicLock
+from .state import CompactionStates, advance_hold, states_of
+from . import tiered
+from .tiered import compacted_location, new_view_prefix
 from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys
+
+log = logging.getLogger(__name__)
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
@@ -157,24 +162,28 @@ class CompactionRunner:
         step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
         meta = self.storage.metadata
+        states = self.states
         final_path = None
         plan = None
         prefix: Optional[str] = None
         try:
-            state = meta.get_compaction_state(self.topic)
+            state = states.get(self.topic)
             settings = topic_settings(self.storage, self.topic, self.config)
             if state.compacted_ledger_id is None and self._nothing_compactable(settings):
+                # NOT_RUN -> RUNNING -> SUCCESS: the operator who triggered it sees that it ran
+                running = states.mark_running(self.topic, expected_version=state.version)
                 duration = int((self.clock() - t0) * 1000)
-                meta.record_empty_compaction(self.topic, duration_ms=duration)
+                states.record_empty(self.topic, running.version, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
             # files of a crashed run (or a previous ledger whose deletion was cut short), and the
             # objects of a run that died between its upload and its commit
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
-            store_at = self._store_location()
-            if store_at is not None:
-                self._sweep_store()
-            running = meta.mark_compaction_running(self.topic, expected_version=state.version)
+            store_at = tiered.store_location(self.storage, self.topic)
+            if store_at is not None:  # objects of a run that died between upload and commit
+                tiered.sweep_quietly(self.storage, self.topic)
+            running = states.mark_running(self.topic, expected_version=state.version)
             held = False
+            record = None
             self.abort_hook("start")
             try:
                 # a policy names only a built-in or a class the operator allowed (docs/security.md)
@@ -185,7 +194,7 @@ class CompactionRunner:
                 held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
                 if store_at is not None:  # tiered storage: the tasks upload their parts themselves
-                    prefix = self.storage.offloader.new_compacted_prefix(self.topic, new_id)
+                    prefix = new_view_prefix(self.topic, new_id)
                     plan.extra.update(store=store_at, prefix=prefix)
                 else:  # a chain of segments (``chain``): extending the previous one, or fresh
                     incremental = self._extends_chain(plan)
@@ -222,7 +231,9 @@ class CompactionRunner:
                 else:
                     # the parts are in the object store already: a manifest beside them makes the
                     # ledger, committed below together with its catalog row
-                    record, written = self._write_manifest(store_at, prefix, new_id, parts)
+                    record, written = tiered.write_view_manifest(
+                        self.storage, self.topic, store_at, prefix, new_id, parts
+                    )
                 sidecar = self._place_view_keys(plan, parts, new_id, store_at, prefix)
                 step("build")
                 kept = sum(p["messages"] for p in parts)
@@ -252,19 +263,20 @@ class CompactionRunner:
                     details[view_keys.DETAILS_KEY] = sidecar
                 self.abort_hook("before-commit")
                 if record is not None:
-                    # the object's record first: until the commit below it names a ledger not in
-                    # force (dead, so a crash or a lost commit leaves what delete_dead clears),
-                    # and once the view is in force its object is always found
+                    # the object's catalog row first: until the commit below names the view, the
+                    # row is "dead" and only a sweep holding this topic's lock (not held by us
+                    # now: we hold it) may delete its objects
                     self.storage.offloader.catalog.add(record)
-                with meta.transaction():
-                    previous = meta.commit_compaction(
-                        self.topic,
-                        new_id,
-                        plan.new_horizon,
-                        stats,
-                        expected_version=running.version,
-                        details=details,
-                    )
+                # ONE compare-and-set: the view pointer and its horizon together, if the state is
+                # still the one this run marked RUNNING (else StaleCompaction: nothing written)
+                previous, _ = states.commit(
+                    self.topic,
+                    new_id,
+                    plan.new_horizon,
+                    expected_version=running.version,
+                    stats=stats,
+                    details=details,
+                )
                 step("commit")
             except BaseException as e:
                 committed = self._committed(new_id if plan is not None else None)
@@ -277,13 +289,18 @@ class CompactionRunner:
                         view_keys.remove_local(self._topic_dir, new_id)
                         chain.remove_run_segments(self._topic_dir, new_id)
                     if prefix is not None:
-                        self._delete_uploaded(store_at, prefix)
+                        if record is not None:  # its row, added before the refused commit
+                            tiered.forget_record(self.storage, record)
+                        tiered.delete_uploaded(store_at, prefix)
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
-                try:
-                    meta.record_compaction_failure(
-                        self.topic, message, duration_ms=int((self.clock() - t0) * 1000)
+                try:  # only while the state is still this run's (a stale run records nothing)
+                    states.record_failure(
+                        self.topic,
+                        message,
+                        expected_version=running.version,
+                        duration_ms=int((self.clock() - t0) * 1000),
                     )
                 except Exception:
                     pass
@@ -291,6 +308,7 @@ class CompactionRunner:
                     raise
                 raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
             # committed: the new view is in force; what follows is clean-up an orphan sweep redoes
+            advance_hold(self.storage, self.topic, plan.new_horizon)
             self.abort_hook("after-commit")
             shutil.rmtree(plan.run_dir, ignore_errors=True)
             if previous is not None and previous != new_id:
@@ -312,7 +330,7 @@ class CompactionRunner:
                 offloader = getattr(self.storage, "offloader", None)
                 if offloader is not None:
                     try:  # the previous ledger's objects are dead now; maintenance retries
-                        offloader.delete_dead(self.topic)
+                        offloader.delete_dead(self.topic, compaction_locked=True)
                     except CompactMQError:
                         pass
             step("cleanup")
@@ -471,7 +489,7 @@ class CompactionRunner:
     def _previous_view_keys(self, state, strategy_name: str) -> Optional[dict]:
         """The plan's ``view_keys`` entry for the view in force, when it has a usable sidecar."""
         view_id = state.compacted_ledger_id
-        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        details_of, details = state.details_of, state.details
         info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
         if not isinstance(info, dict) or (strategy_name == "event-time" and not info.get("et")):
             return None
@@ -494,54 +512,19 @@ class CompactionRunner:
             )
         return None  # (e.g. an old view, or its local sidecar is gone): parse the view instead
 
-    # --- the compacted ledger in the object store ------------------------------------------------
-
-    def _store_location(self):
-        """Where this topic offloads to, when tiered storage is configured (else None): a run
-        then writes its compacted ledger there directly."""
-        offloader = getattr(self.storage, "offloader", None)
-        if offloader is None:
-            return None
-        try:
-            return offloader.location_for(self.topic)
-        except CompactMQError:
-            return None
-
-    def _sweep_store(self) -> None:
-        try:
-            self.storage.offloader.sweep_compacted_orphans(self.topic)
-        except CompactMQError:  # an unreachable store delays the clean-up, not the run
-            pass
-
-    def _write_manifest(self, location, prefix: str, new_id: int, parts: list[dict]):
-        from ..storage.offload import COMPACTED, OffloadRecord, open_store
-
-        key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
-        now = self.storage.metadata.now_ms()
-        # index_key names the prefix (ending in "/"): deleting the ledger deletes every part
-        record = OffloadRecord(
-            key, prefix + "/", COMPACTED, self.topic, new_id, location, size, now, local_deleted_ms=now
-        )
-        return record, written
-
     def _committed(self, new_id) -> bool:
         """Whether the metadata store names ``new_id`` (a failure after the commit, e.g. in a
         listener, must not delete the ledger in force)."""
         if new_id is None:
             return False
         try:
-            return self.storage.metadata.get_compaction_state(self.topic).compacted_ledger_id == new_id
+            return self.states.get(self.topic).compacted_ledger_id == new_id
         except Exception:
             return True  # cannot tell: leave the files to the orphan sweeps
 
-    @staticmethod
-    def _delete_uploaded(location, prefix: str) -> None:
-        from ..storage.offload import open_store
-
-        try:
-            open_store(location).delete_prefix(prefix)
-        except CompactMQError:  # an orphan now: the next run or start sweeps it
-            pass
+    @property
+    def states(self) -> CompactionStates:
+        return states_of(self.storage)
 
     def _release_hold(self) -> None:
         try:
@@ -690,8 +673,7 @@ class CompactionRunner:
 
 def _compacted_location(storage, topic: str, ledger_id: int) -> str:
     """The local file, or the offloaded object's URI once tiered storage deleted the file."""
-    locate = getattr(storage, "compacted_ledger_location", None)
-    return locate(topic, ledger_id) if locate else compacted_ledger_path(storage.data_dir, topic, ledger_id)
+    return compacted_location(storage, topic, ledger_id)
 
 
 def new_horizon_next(pos):

@@ -30,6 +30,7 @@ from .compacted_ledger import (
 from ..storage.position import Position
 from ..storage.topic_lock import TopicLock
 from .runner import CompactionRunner, _compacted_location, topic_settings
+from .state import CompactionState, states_of
 
 
 class LedgerView(CompactedView):
@@ -183,10 +184,12 @@ class LedgerCompactionService(TopicCompactionService):
             [f"{base}/{view_keys.STORE_DIR}/{n}" for n in gone],
         )
 
+    def state(self) -> CompactionState:
+        return states_of(self.storage).get(self.topic)
+
     def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[LedgerView]:
-        meta = self.storage.metadata
         for _ in range(5):
-            state = meta.get_compaction_state(self.topic)
+            state = self.state()
             if state.compacted_ledger_id is None or state.horizon is None:
                 current = None
             else:
@@ -231,14 +234,13 @@ class LedgerCompactionService(TopicCompactionService):
         return last
 
     def get_last_compacted_position(self):
-        return self.storage.metadata.get_compaction_state(self.topic).horizon
+        return self.state().horizon
 
     def stats(self) -> CompactionStats:
         view = self.open_view()
-        meta = self.storage.metadata
-        state = meta.get_compaction_state(self.topic)
+        state = self.state()
         # what the run that committed the view recorded (this process or a compact-topic job)
-        details_of, details = meta.get_compaction_details(self.topic)
+        details_of, details = state.details_of, state.details
         steps = dict(details.get("phaseSeconds") or self._last_steps)
         if view is None:
             return CompactionStats(last_run_duration_ms=state.last_duration_ms, last_run_steps=steps)

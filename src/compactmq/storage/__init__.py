@@ -36,10 +36,10 @@ Durability rules
 * A ledger is closed by: fsync its file, write its index (tmp + fsync + rename), then ONE
   metadata transaction marks it CLOSED and records the next ledger OPEN; then the next file is
   created and fsynced with its directory. Ledger rows commit with ``synchronous=FULL``.
-* Every metadata change that spans rows is one SQLite transaction (rollover, topic deletion,
-  ``commit_compaction`` which swaps the compacted ledger, its horizon and the ``__compaction``
-  cursor together). Cursor updates commit without waiting for the WAL fsync: after a power
-  cut a cursor may step back (messages are redelivered), never forward.
+* Every metadata change that spans rows is one SQLite transaction (rollover, topic deletion).
+  Cursor updates commit without waiting for the WAL fsync: after a power cut a cursor may step
+  back (messages are redelivered), never forward. (The compaction state -- status, horizon,
+  view pointer -- is the compaction service's, in the metadata store: ``compaction.state``.)
 
 Crash recovery (``Storage.open_managed_ledger``)
 ------------------------------------------------
@@ -74,13 +74,13 @@ Using it (synchronous and thread-safe; the broker calls it from a thread pool)::
     storage.close()                                    # seals current ledgers
 
 A compaction job beside the broker opens ``Storage(data_dir, cfg, read_only=True)``: it reads
-ledgers as they are, repairs and deletes nothing, and commits through ``storage.metadata``.
+ledgers as they are, repairs and deletes nothing, and commits its compacted view through the
+metadata store (``storage.resources``, compare-and-set).
 
 Public API: ``Storage``, ``ManagedLedger``, ``Cursor``, ``MetadataStore``, ``Position``,
-``LedgerInfo``, ``CompactionState`` and the policy-key constants; the file format in
+``LedgerInfo`` and the policy-key constants; the file format in
 ``ledger_file``. Errors are ``compactmq.errors`` classes: ``StorageError`` (I/O, damage,
-fenced), ``MetadataError``, ``TopicNotFound``, ``NotFound`` (no such entry), ``Conflict``
-(compaction version moved), ``AlreadyExists``, ``InvalidInput`` (entry too large).
+fenced), ``MetadataError``, ``TopicNotFound``, ``NotFound`` (no such entry), ``Conflict``, ``AlreadyExists``, ``InvalidInput`` (entry too large).
 """
 
 from .cursor import Cursor
@@ -95,14 +95,9 @@ from .metadata import (
     COMPACTED_VIEW_KEY_TTL,
     COMPACTION_STRATEGY,
     COMPACTION_THRESHOLD,
-    ERROR,
-    NOT_RUN,
     RETAIN_NULL_KEY,
     RETENTION_SIZE_MB,
     RETENTION_TIME_MINUTES,
-    RUNNING,
-    SUCCESS,
-    CompactionState,
     MetadataStore,
 )
 from .position import EARLIEST, LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
@@ -116,21 +111,16 @@ __all__ = [
     "COMPACTED_VIEW_KEY_TTL",
     "COMPACTION_STRATEGY",
     "COMPACTION_THRESHOLD",
-    "CompactionState",
     "Cursor",
     "EARLIEST",
-    "ERROR",
     "LEDGER_CLOSED",
     "LEDGER_OPEN",
     "LedgerInfo",
     "ManagedLedger",
     "MetadataStore",
-    "NOT_RUN",
     "Position",
     "RETAIN_NULL_KEY",
     "RETENTION_SIZE_MB",
     "RETENTION_TIME_MINUTES",
-    "RUNNING",
-    "SUCCESS",
     "Storage",
 ]

@@ -25,10 +25,9 @@ from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT
 from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
 from .resources import PulsarResources
-from .resources.legacy_import import import_legacy
+from .resources.legacy_import import LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
 from .seal import SealRequestWatcher, open_ledger_left
-from .topic_lock import TopicLock
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +116,6 @@ class Storage:
         self.metadata = MetadataStore(
             self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
         )
-        self.metadata.add_listener(self._on_metadata_event)
         try:
             self._open_resources(bootstrap=bootstrap_defaults and not read_only)
         except BaseException:
@@ -130,8 +128,7 @@ class Storage:
             self.config,
             self._clock,
             read_only=read_only,
-            compacted_path=self.compacted_ledger_path,
-            compaction_lock=self._try_compaction_lock,
+            compacted_view=lambda topic: self.resources.compaction.view_of(TopicName.parse(topic)),
             records=self.resources.offload_records,
         )
         self._seal_watcher: SealRequestWatcher | None = None
@@ -156,6 +153,7 @@ class Storage:
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
             import_legacy(self.metadata, self.configuration_store)
             import_moved(self.metadata, self.metadata_store, self.configuration_store)
+            import_legacy(self.metadata, self.metadata_store, LOCAL_KINDS)
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 
@@ -264,31 +262,6 @@ class Storage:
         """Where a topic's compacted ledgers may live (storage never deletes files here)."""
         return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
 
-    def _try_compaction_lock(self, relpath: str) -> TopicLock | None:
-        """The compaction lock of the topic at ``relpath`` (``domain/tenant/ns/topic``), or None
-        when a run holds it."""
-        parts = relpath.split("/")
-        if len(parts) != 4 or any(p in ("", ".", "..") for p in parts):
-            return None
-        return TopicLock.try_acquire(str(self.data_dir / COMPACTED_DIR / os.path.join(*parts)))
-
-    def compacted_ledger_path(self, topic: str, ledger_id: int) -> str:
-        return os.path.join(self.compacted_dir(topic), f"{ledger_id:012d}.compacted")
-
-    def compacted_ledger_location(self, topic: str, ledger_id: int) -> str:
-        """Where a compacted ledger is read from: its local file while there is one, else the
-        URI of its offloaded object (tiered storage), which any process or Spark task opens
-        through ``pyarrow.fs``."""
-        path = self.compacted_ledger_path(topic, ledger_id)
-        if os.path.exists(path):
-            return path
-        rec = self.offloader.compacted_record(ledger_id)
-        return rec.location.url(rec.data_key) if rec is not None else path
-
-    def compacted_view_local_copy_deleted(self, topic: str, ledger_id: int) -> bool:
-        """True once tiered storage deleted the local file of an offloaded compacted ledger."""
-        return not os.path.exists(self.compacted_ledger_path(topic, ledger_id))
-
     # --- managed ledgers -------------------------------------------------------------------
 
     def open_managed_ledger(self, topic: str, create: bool = True) -> ManagedLedger:
@@ -360,6 +333,9 @@ class Storage:
             ml = self._mls.pop(name, None)
         if ml is not None:
             ml.close()
+        # the compaction state first: a crash in between leaves a topic never compacted, not a
+        # deleted topic's view pointer waiting for a topic of the same name
+        self.resources.compaction.delete(TopicName.parse(name))
         self.metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
@@ -405,13 +381,6 @@ class Storage:
         with self._lock:
             if self._mls.get(ml.topic) is ml:
                 del self._mls[ml.topic]
-
-    def _on_metadata_event(self, event: str, topic: str) -> None:
-        if event == "compaction_committed":
-            with self._lock:
-                ml = self._mls.get(topic)
-            if ml is not None and not ml.closed:
-                ml._on_compaction_committed()
 
     def close(self) -> None:
         """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""

@@ -1,11 +1,13 @@
 """The metadata store: one SQLite database in WAL mode (``data_dir/metadata.db``).
 
 It holds everything about topics that is not entry bytes: topics, their ledgers, durable
-cursors, tenants and namespaces, partitioned-topic metadata, topic and namespace policies, and
-the compaction state of each topic. Every change that spans rows runs in one transaction
+cursors, tenants and namespaces, partitioned-topic metadata, topic and namespace policies. (The
+compaction state of each topic belongs to the compaction service, in the metadata store's
+``/compaction`` keys; a data directory from before keeps its old table, read once at start by
+``resources.legacy_import``.) Every change that spans rows runs in one transaction
 (``with store.transaction():``), so a crash leaves either all of it or none of it.
 
-Durability: structural changes (ledgers, compaction commits, policies) commit with
+Durability: structural changes (ledgers, policies) commit with
 ``synchronous=FULL`` -- the WAL is fsynced before ``commit`` returns, because losing a ledger
 row after acknowledging its entries would lose data. Cursor positions commit with
 ``synchronous=NORMAL``: they survive a process crash, and after a power cut they may step back
@@ -23,7 +25,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -49,10 +51,6 @@ COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
 COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
 
 COMPACTION_CURSOR = "__compaction"
-
-# Compaction status values. Allowed transitions:
-#   NOT_RUN -> RUNNING;  RUNNING -> SUCCESS | ERROR;  SUCCESS | ERROR -> RUNNING
-NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sequences (
@@ -109,47 +107,7 @@ CREATE TABLE IF NOT EXISTS policies (
     value TEXT NOT NULL,                      -- JSON
     PRIMARY KEY (scope, name, key)
 );
-CREATE TABLE IF NOT EXISTS compaction_state (
-    topic               TEXT PRIMARY KEY,
-    compacted_ledger_id INTEGER,
-    horizon_ledger      INTEGER,
-    horizon_entry       INTEGER,
-    status              TEXT NOT NULL,
-    last_error          TEXT,
-    started_ms          INTEGER,
-    last_success_ms     INTEGER,
-    last_failure_ms     INTEGER,
-    last_duration_ms    INTEGER,
-    removed_event_count INTEGER NOT NULL DEFAULT 0,
-    version             INTEGER NOT NULL DEFAULT 0
-);
--- what the compactor reports of its last committed run beyond the columns above (JSON: keys and
--- bytes of the view, phase timings), for stats and metrics: a table of its own so that stores
--- made before it need no migration (CREATE TABLE IF NOT EXISTS)
-CREATE TABLE IF NOT EXISTS compaction_details (
-    topic   TEXT PRIMARY KEY,
-    view_id INTEGER,
-    details TEXT NOT NULL
-);
 """
-
-
-@dataclass(frozen=True)
-class CompactionState:
-    """The compaction state of one topic. ``version`` grows by one on every change, so a
-    reader (the broker) can tell that a new compacted view landed."""
-
-    topic: str
-    compacted_ledger_id: int | None = None
-    horizon: Position | None = None
-    status: str = NOT_RUN
-    last_error: str | None = None
-    started_ms: int | None = None
-    last_success_ms: int | None = None
-    last_failure_ms: int | None = None
-    last_duration_ms: int | None = None
-    removed_event_count: int = 0
-    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -271,7 +229,8 @@ class MetadataStore:
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         """``callback(event, topic)`` after a transaction that changed something others cache
-        commits; today the one event is ``"compaction_committed"``."""
+        commits (no table left here raises one today: the compaction service's state moved to
+        the metadata store, whose watches say when it changes)."""
         self._listeners.append(callback)
 
     def close(self) -> None:
@@ -418,24 +377,20 @@ class MetadataStore:
             ):
                 raise TopicNotFound(f"topic {topic} does not exist")
 
-    def delete_topic(self, topic: str) -> tuple[list[int], int | None]:
-        """Forget a topic and everything about it in one transaction.
+    def delete_topic(self, topic: str) -> list[int]:
+        """Forget a topic and everything about it here in one transaction (its compaction state
+        is the compaction service's: ``Storage.delete_managed_ledger`` deletes that key).
 
-        Returns ``(ledger_ids, compacted_ledger_id)`` whose files the caller deletes next.
+        Returns the ledger ids whose files the caller deletes next.
         """
         with self.transaction() as db:
             ledger_ids = [r[0] for r in db.execute("SELECT ledger_id FROM ledgers WHERE topic = ?", (topic,))]
-            row = db.execute(
-                "SELECT compacted_ledger_id FROM compaction_state WHERE topic = ?", (topic,)
-            ).fetchone()
             if db.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0 and not ledger_ids:
                 raise TopicNotFound(f"topic {topic} does not exist")
             db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
             db.execute("DELETE FROM cursors WHERE topic = ?", (topic,))
             db.execute("DELETE FROM policies WHERE scope = 'topic' AND name = ?", (topic,))
-            db.execute("DELETE FROM compaction_state WHERE topic = ?", (topic,))
-            db.execute("DELETE FROM compaction_details WHERE topic = ?", (topic,))
-            return ledger_ids, (row[0] if row else None)
+            return ledger_ids
 
     def ledgers(self, topic: str) -> list[LedgerInfo]:
         rows = self._query(
@@ -630,175 +585,34 @@ class MetadataStore:
         rows = self._query("SELECT key, value FROM policies WHERE scope = ? AND name = ?", (scope, name))
         return {k: json.loads(v) for k, v in rows}
 
-    # --- compaction state --------------------------------------------------------------------
+    # --- the old compaction tables (read once, by the legacy import) ----------------------------
 
-    def get_compaction_state(self, topic: str) -> CompactionState:
-        rows = self._query(
-            "SELECT compacted_ledger_id, horizon_ledger, horizon_entry, status, last_error, started_ms, "
-            "last_success_ms, last_failure_ms, last_duration_ms, removed_event_count, version "
-            "FROM compaction_state WHERE topic = ?",
-            (topic,),
+    def legacy_compaction_states(self) -> list[dict[str, Any]]:
+        """The rows of the ``compaction_state`` table a data directory written before the
+        compaction service owned its state still has (with its ``compaction_details``), as dicts
+        of column values; empty when the tables do not exist. The compaction state itself lives
+        in the metadata store (``resources.CompactionStateResources``)."""
+        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "compaction_state" not in tables:
+            return []
+        columns = (
+            "topic, compacted_ledger_id, horizon_ledger, horizon_entry, status, last_error, started_ms, "
+            "last_success_ms, last_failure_ms, last_duration_ms, removed_event_count"
         )
-        if not rows:
-            return CompactionState(topic)
-        r = rows[0]
-        horizon = Position(r[1], r[2]) if r[1] is not None else None
-        return CompactionState(topic, r[0], horizon, r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
-
-    def get_compaction_details(self, topic: str) -> tuple[int | None, dict[str, Any]]:
-        """``(view id, details)`` the last committed run recorded (``(None, {})``: none)."""
-        rows = self._query("SELECT view_id, details FROM compaction_details WHERE topic = ?", (topic,))
-        if not rows:
-            return None, {}
-        try:
-            return rows[0][0], dict(json.loads(rows[0][1]))
-        except (ValueError, TypeError):
-            return rows[0][0], {}
-
-    def compaction_states(self) -> dict[str, CompactionState]:
-        topics = [r[0] for r in self._query("SELECT topic FROM compaction_state ORDER BY topic")]
-        return {t: self.get_compaction_state(t) for t in topics}
-
-    def _write_compaction_state(self, db: sqlite3.Connection, st: CompactionState) -> None:
-        h = st.horizon
-        db.execute(
-            "INSERT OR REPLACE INTO compaction_state(topic, compacted_ledger_id, horizon_ledger, horizon_entry, "
-            "status, last_error, started_ms, last_success_ms, last_failure_ms, last_duration_ms, "
-            "removed_event_count, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                st.topic,
-                st.compacted_ledger_id,
-                h[0] if h else None,
-                h[1] if h else None,
-                st.status,
-                st.last_error,
-                st.started_ms,
-                st.last_success_ms,
-                st.last_failure_ms,
-                st.last_duration_ms,
-                st.removed_event_count,
-                st.version,
-            ),
-        )
-
-    def _check_version(self, st: CompactionState, expected_version: int | None) -> None:
-        if expected_version is not None and st.version != expected_version:
-            raise Conflict(
-                f"compaction state of {st.topic} changed (version {st.version}, expected {expected_version})"
-            )
-
-    def mark_compaction_running(
-        self, topic: str, started_ms: int | None = None, expected_version: int | None = None
-    ) -> CompactionState:
-        """Record that a compaction started. ``Conflict`` when ``expected_version`` is given and
-        the state moved on (another compactor got there first). Does not refuse RUNNING:
-        a RUNNING left by a crashed process must be restartable; callers decide."""
-        with self.transaction() as db:
-            st = self.get_compaction_state(topic)
-            self._check_version(st, expected_version)
-            st = replace(
-                st,
-                status=RUNNING,
-                started_ms=started_ms if started_ms is not None else self.now_ms(),
-                version=st.version + 1,
-            )
-            self._write_compaction_state(db, st)
-            return st
-
-    def record_compaction_failure(
-        self, topic: str, error: str, failed_ms: int | None = None, duration_ms: int | None = None
-    ) -> CompactionState:
-        """The run failed; the previous compacted ledger and horizon stay in force."""
-        with self.transaction() as db:
-            st = self.get_compaction_state(topic)
-            st = replace(
-                st,
-                status=ERROR,
-                last_error=error,
-                last_failure_ms=failed_ms if failed_ms is not None else self.now_ms(),
-                last_duration_ms=duration_ms,
-                version=st.version + 1,
-            )
-            self._write_compaction_state(db, st)
-            return st
-
-    def record_empty_compaction(self, topic: str, duration_ms: int | None = None) -> CompactionState:
-        """A run found nothing to compact (an empty topic never compacted): SUCCESS, no view yet.
-
-        Pulsar leaves such a topic at NOT_RUN, which reads as "never triggered"; an operator who
-        triggered it should see that it ran.
-        """
-        with self.transaction() as db:
-            st = self.get_compaction_state(topic)
-            st = replace(
-                st,
-                status=SUCCESS,
-                last_error=None,
-                last_success_ms=self.now_ms(),
-                last_duration_ms=duration_ms,
-                removed_event_count=0,
-                version=st.version + 1,
-            )
-            self._write_compaction_state(db, st)
-            return st
-
-    def commit_compaction(
-        self,
-        topic: str,
-        compacted_ledger_id: int,
-        horizon: Position,
-        stats: Mapping[str, Any] | None = None,
-        expected_version: int | None = None,
-        details: Mapping[str, Any] | None = None,
-    ) -> int | None:
-        """Make a new compacted ledger and its horizon the topic's compacted view, atomically.
-
-        In the same transaction: status SUCCESS, ``last_success_ms`` (``stats["finished_ms"]`` or
-        now), ``last_duration_ms`` and ``removed_event_count`` from ``stats``, the version + 1,
-        and the ``__compaction`` durable cursor moved forward to ``horizon`` (created when
-        missing) so retention keeps everything compaction has not yet read. Returns the
-        previous compacted ledger id (the caller deletes its file after this returns), or None.
-        ``Conflict`` when ``expected_version`` is given and does not match. ``details`` (JSON-able)
-        replace the topic's ``compaction_details`` in the same transaction.
-        """
-        stats = dict(stats or {})
-        horizon = Position(*horizon)
-        with self.transaction() as db:
-            st = self.get_compaction_state(topic)
-            self._check_version(st, expected_version)
-            previous = st.compacted_ledger_id
-            st = replace(
-                st,
-                compacted_ledger_id=compacted_ledger_id,
-                horizon=horizon,
-                status=SUCCESS,
-                last_error=None,
-                last_success_ms=stats.get("finished_ms", self.now_ms()),
-                last_duration_ms=stats.get("duration_ms"),
-                removed_event_count=int(stats.get("removed_event_count", 0)),
-                version=st.version + 1,
-            )
-            self._write_compaction_state(db, st)
-            if details is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO compaction_details(topic, view_id, details) VALUES (?, ?, ?)",
-                    (topic, compacted_ledger_id, json.dumps(dict(details))),
-                )
-            row = db.execute(
-                "SELECT mark_delete_ledger, mark_delete_entry FROM cursors WHERE topic = ? AND name = ?",
-                (topic, COMPACTION_CURSOR),
-            ).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO cursors(topic, name, mark_delete_ledger, mark_delete_entry, acked_ranges, "
-                    "properties, created_ms) VALUES (?, ?, ?, ?, x'', '{}', ?)",
-                    (topic, COMPACTION_CURSOR, horizon[0], horizon[1], self.now_ms()),
-                )
-            elif Position(*row) < horizon:
-                db.execute(
-                    "UPDATE cursors SET mark_delete_ledger = ?, mark_delete_entry = ?, acked_ranges = x'' "
-                    "WHERE topic = ? AND name = ?",
-                    (horizon[0], horizon[1], topic, COMPACTION_CURSOR),
-                )
-            self._pending_events.append(("compaction_committed", topic))
-            return previous
+        names = [c.strip() for c in columns.split(",")]
+        rows = [
+            dict(zip(names, r)) for r in self._query(f"SELECT {columns} FROM compaction_state ORDER BY topic")
+        ]
+        if "compaction_details" in tables:
+            details = {
+                r[0]: (r[1], r[2])
+                for r in self._query("SELECT topic, view_id, details FROM compaction_details")
+            }
+            for row in rows:
+                view_id, raw = details.get(row["topic"], (None, None))
+                row["details_view_id"] = view_id
+                try:
+                    row["details"] = dict(json.loads(raw)) if raw else {}
+                except (ValueError, TypeError):
+                    row["details"] = {}
+        return rows

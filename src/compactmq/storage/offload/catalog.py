@@ -88,12 +88,19 @@ class OffloadCatalog:
         return [_record(v) for v in self.records.all()]
 
     def dead(self, topic: str | None = None) -> list[OffloadRecord]:
-        """Records whose ledger no longer exists, or whose compacted ledger is no longer in force."""
+        """Ledger records whose ledger no longer exists (compacted records: see ``compacted``)."""
         if topic is None:
-            candidates = self.all()
+            candidates = [r for r in self.all() if r.kind == LEDGER]
         else:
-            candidates = [r for kind in (LEDGER, COMPACTED) for r in self.for_topic(topic, kind).values()]
+            candidates = list(self.for_topic(topic, LEDGER).values())
         return [r for r in candidates if not self.alive(r)]
+
+    def compacted(self, topic: str | None = None) -> list[OffloadRecord]:
+        """Every compacted-ledger record (of ``topic``): the offloader asks the view pointer which
+        of them are still in force (the compaction state is not this catalog's to read)."""
+        if topic is None:
+            return [r for r in self.all() if r.kind == COMPACTED]
+        return list(self.for_topic(topic, COMPACTED).values())
 
     def known_keys(self) -> set[str]:
         return {k for r in self.all() for k in (r.data_key, r.index_key)}

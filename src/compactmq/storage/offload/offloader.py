@@ -17,7 +17,7 @@ Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
 
 Reads (``read_range``) go through ``blocks.read_range``: one ranged read per missing run of
 chunks, the process-wide ``ReadCache`` in front. An offloaded compacted ledger is read the same
-way by ``compaction.compacted_ledger`` (from the URI ``compacted_ledger_location`` gives), through
+way by ``compaction.compacted_ledger`` (from the URI ``compaction.tiered`` gives), through
 the same cache.
 
 Deletion: retention, topic deletion and compaction delete ledger rows (or swap the compacted
@@ -75,12 +75,6 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
 
 
-# the magic of a self-contained compacted ledger (``compaction.compacted_ledger.HEADER``; storage
-# does not import compaction): any other view file (a chain manifest of any version) names local
-# segment files and is not copied as it stands
-_ONE_FILE_VIEW = b"CMQCLED1"
-
-
 def _relpath(topic: str) -> str:
     from ..engine import topic_relpath
 
@@ -94,18 +88,23 @@ class LedgerOffloader:
         config,
         clock: Callable[[], int],
         read_only: bool = False,
-        compacted_path: Callable[[str, int], str] | None = None,
-        compaction_lock: Callable[[str], Any] | None = None,
+        compacted_view: Callable[[str], int | None] | None = None,
         *,
         records: OffloadRecordResources,
     ):
         """``metadata``: the old store, asked whether a ledger is alive (its ledger list and the
         compaction state); ``records``: where the offload records live (the resources)."""
         self.metadata = metadata
-        # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
-        # holds it: compacted-ledger objects are swept only under it
-        self.compaction_lock = compaction_lock
-        self.compacted_path = compacted_path  # (topic, compacted ledger id) -> local file
+        # topic -> the id of its compacted view in force (the compaction service's pointer), or None
+        self.compacted_view = compacted_view or (lambda topic: None)
+        # set by ``compaction.tiered.attach``: topic -> the topic's compaction lock (``release()``),
+        # or None while a run holds it. Dead compacted rows are deleted only under it; unset,
+        # they are kept (a run may be about to commit the view a row names).
+        self.compacted_lock: Callable[[str], Any] | None = None
+        # set by the layer that keeps compacted views (``compaction.tiered.attach``): (topic, view
+        # id) -> the local file of that view when it may be copied whole to the object store, else
+        # None. Unset, compacted views are neither offloaded nor their local copies deleted.
+        self.compacted_file: Callable[[str, int], str | None] | None = None
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -173,15 +172,10 @@ class LedgerOffloader:
 
     def _alive(self, rec: OffloadRecord) -> bool:
         """Whether the ledger ``rec`` names still exists: a ledger of its topic, or the topic's
-        compacted ledger in force (or one a run is about to commit)."""
+        compacted view in force (the compaction service's pointer, ``compacted_view``)."""
         if rec.kind == LEDGER:
             return self.metadata.ledger_topic(rec.ledger_id) == rec.topic
-        if not self.metadata.topic_exists(rec.topic):
-            return False
-        current = self.metadata.get_compaction_state(rec.topic).compacted_ledger_id
-        # ledger ids only grow: a record newer than the view in force is a run's that has not
-        # committed yet (its record is written before its commit), never a superseded one
-        return current is None or rec.ledger_id >= current
+        return self.compacted_view(rec.topic) == rec.ledger_id
 
     def _record(self, rec: OffloadRecord, store) -> bool:
         """Create ``rec`` (the commit point of an offload), then check its ledger is still alive;
@@ -280,14 +274,18 @@ class LedgerOffloader:
         write the object under a fresh name, then its record, then check that the ledger is still
         the one in force; a newer compaction meanwhile makes the record dead and we delete it and
         the object at once. Its local file goes after the deletion lag."""
-        if self.read_only or self.compacted_path is None:
+        if self.read_only or self.compacted_file is None:
             return None
         loc = loc or self.location_for(topic)
-        state = self.metadata.get_compaction_state(topic)
-        cid = state.compacted_ledger_id
+        cid = self.compacted_view(topic)
         if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
             return None
-        path = self.compacted_path(topic, cid)
+        # only a view the compaction layer says may be copied as it stands (a chained view names
+        # local files of its own; the next run of a topic with an offload location writes its
+        # view to the object store whole)
+        path = self.compacted_file(topic, cid)
+        if path is None:
+            return None
         store = open_store(loc)
         key = f"compacted/{_relpath(topic)}/{cid:012d}-{uuid.uuid4().hex}.compacted"
         try:
@@ -295,12 +293,6 @@ class LedgerOffloader:
         except FileNotFoundError:  # replaced by a newer compaction since we looked
             return None
         with f:
-            if f.read(len(_ONE_FILE_VIEW)) != _ONE_FILE_VIEW:
-                # a chained view (compaction.chain) names local segment files: it is not copied
-                # as such; the next run of a topic with an offload location writes its view to
-                # the object store whole
-                return None
-            f.seek(0)
             size = store.put(key, iter(lambda: f.read(self.max_block), b""))
         self._die_at("compacted-after-data")
         # no index object: a compacted ledger's own index and trailer are inside it, and its reader
@@ -312,16 +304,17 @@ class LedgerOffloader:
         return rec
 
     def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
-        state = self.metadata.get_compaction_state(topic)
-        cid = state.compacted_ledger_id
+        cid = self.compacted_view(topic)
         rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
-        if rec is None or rec.local_deleted_ms is not None or self.compacted_path is None:
+        if rec is None or rec.local_deleted_ms is not None or self.compacted_file is None:
             return
         now = self.clock()
         if now - rec.offloaded_ms < lag_ms:
             return
+        path = self.compacted_file(topic, cid)  # None: gone already
         try:  # readers that hold it open (memory-mapped) keep reading; new ones open the object
-            os.unlink(self.compacted_path(topic, cid))
+            if path is not None:
+                os.unlink(path)
         except FileNotFoundError:
             pass
         self.catalog.mark_local_deleted(rec, now)
@@ -420,7 +413,7 @@ class LedgerOffloader:
         s = self.settings_for(topic)
         if s["thresholdBytes"] < 0 and s["thresholdSeconds"] < 0:
             return False
-        cid = self.metadata.get_compaction_state(topic).compacted_ledger_id
+        cid = self.compacted_view(topic)
         return cid is not None and self.catalog.get(COMPACTED, cid) is None
 
     def delete_local_copies(self, ml) -> list[int]:
@@ -480,11 +473,6 @@ class LedgerOffloader:
 
     # --- deleting -------------------------------------------------------------------------------
 
-    def new_compacted_prefix(self, topic: str, ledger_id: int) -> str:
-        """A fresh prefix for a compacted ledger a run writes straight to the object store (its
-        parts and manifest, see ``compaction.compacted_ledger``)."""
-        return f"compacted/{_relpath(topic)}/{ledger_id:012d}-{uuid.uuid4().hex}"
-
     def delete_objects(self, rec: OffloadRecord) -> None:
         store = open_store(rec.location)
         self.cache.drop_object(bk.object_id(store, rec.data_key))
@@ -495,80 +483,74 @@ class LedgerOffloader:
             store.delete(rec.index_key)
         self.catalog.remove(rec)
 
-    def delete_dead(self, topic: str | None = None) -> int:
-        """Delete the objects of catalog rows whose ledger is gone, then the rows."""
+    def delete_dead(self, topic: str | None = None, *, compaction_locked: bool = False) -> int:
+        """Delete the objects of catalog rows whose ledger is gone, then the rows.
+
+        A compacted-ledger row is dead when the topic's view pointer names another view. A run
+        adds its row just before its commit names it, holding the topic's compaction lock, so a
+        compacted row is judged only under that lock (``compaction_locked``: the caller, a run
+        that just committed, holds it)."""
         n = 0
         for rec in self.catalog.dead(topic):
             self._die_at(DEAD_DELETE_FAULT)
             self.delete_objects(rec)
             n += 1
+        by_topic: dict[str, list[OffloadRecord]] = {}
+        for rec in self.catalog.compacted(topic):
+            by_topic.setdefault(rec.topic, []).append(rec)
+        for name, recs in by_topic.items():
+            n += self._delete_dead_compacted(name, recs, compaction_locked)
         return n
 
+    def _delete_dead_compacted(self, topic: str, recs: list[OffloadRecord], locked: bool) -> int:
+        if all(rec.ledger_id == self.compacted_view(topic) for rec in recs):
+            return 0
+        lock = None
+        if not locked:
+            if self.compacted_lock is None:
+                return 0  # no compaction layer attached: it cannot tell, so nothing goes
+            lock = self.compacted_lock(topic)
+            if lock is None:
+                return 0  # a run of this topic may be about to commit one of them: later
+        try:
+            view = self.compacted_view(topic)  # again, under the lock
+            n = 0
+            for rec in recs:
+                if rec.ledger_id != view:
+                    self._die_at(DEAD_DELETE_FAULT)
+                    self.delete_objects(rec)
+                    n += 1
+            return n
+        finally:
+            if lock is not None:
+                lock.release()
+
     def sweep_orphans(self) -> list[str]:
-        """Delete offloaded objects (ledgers and compacted ledgers) no catalog row names (a crash
-        between the write and the commit). Run when the read-write storage opens, before any
-        offload starts."""
+        """Delete offloaded ledger objects no catalog row names (a crash between the write and the
+        commit). Run when the read-write storage opens, before any offload starts. (Objects of
+        compacted views are the compaction layer's to sweep: ``compaction.tiered``.)"""
         known = self.catalog.known_keys()
-        locations = {r for r in self._row_locations()}
+        removed = []
+        for loc in self.locations():
+            store = open_store(loc)
+            for key in store.list("ledgers"):
+                if key not in known:
+                    store.delete(key)
+                    removed.append(key)
+        if removed:
+            log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
+        return removed
+
+    def locations(self) -> set[OffloadLocation]:
+        """Every location objects may be in: those the catalog names, and broker.conf's."""
+        locations = set(self._row_locations())
         try:
             loc = location_from_settings(self.config, prefix=self.instance)
         except InvalidConfiguration:
             loc = None
         if loc is not None:
             locations.add(loc)
-        prefixes = tuple(k for k in known if k.endswith("/"))
-        removed = []
-        for loc in locations:
-            store = open_store(loc)
-            for key in store.list("ledgers"):
-                if key not in known:
-                    store.delete(key)
-                    removed.append(key)
-            # compacted-ledger objects are also written by compaction runs (a compact-topic job's
-            # executors upload parts): a topic's are swept only under its compaction lock
-            by_topic: dict[str, list[str]] = {}
-            for key in store.list("compacted"):
-                if key not in known and not key.startswith(prefixes):
-                    by_topic.setdefault("/".join(key.split("/")[1:5]), []).append(key)
-            for rel, keys in by_topic.items():
-                removed += self._delete_locked(store, rel, keys)
-        if removed:
-            log.warning("deleted %d orphaned offload object(s) left by an interrupted offload", len(removed))
-        return removed
-
-    def sweep_compacted_orphans(self, topic: str, keep_keys: set[str] | None = None) -> list[str]:
-        """Delete compacted-ledger objects of ``topic`` no catalog row names (call while holding
-        the topic's compaction lock)."""
-        loc = self.location_for(topic)
-        if loc is None:
-            return []
-        known = self.catalog.known_keys() | set(keep_keys or ())
-        prefixes = tuple(k for k in known if k.endswith("/"))
-        store = open_store(loc)
-        removed = [
-            k
-            for k in store.list(f"compacted/{_relpath(topic)}")
-            if k not in known and not k.startswith(prefixes)
-        ]
-        for key in removed:
-            store.delete(key)
-        return removed
-
-    def _delete_locked(self, store, rel: str, keys: list[str]) -> list[str]:
-        lock = self.compaction_lock(rel) if self.compaction_lock is not None else None
-        if self.compaction_lock is not None and lock is None:
-            return []  # a run of this topic is uploading: its objects are not orphans
-        try:
-            # listed before the lock was taken: a run may have committed some of them since
-            known = self.catalog.known_keys()
-            prefixes = tuple(k for k in known if k.endswith("/"))
-            keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
-            for key in keys:
-                store.delete(key)
-        finally:
-            if lock is not None:
-                lock.release()
-        return keys
+        return locations
 
     def _row_locations(self) -> set[OffloadLocation]:
         return self.catalog.locations()

@@ -4,7 +4,10 @@
 
 A JSON object: ``status`` (NOT_RUN, RUNNING, SUCCESS, ERROR), ``horizon`` ([ledger, entry] of
 the last message the last successful run read, or null), ``compactedLedgerId`` (the compacted
-view), error and timing fields. Pulsar keeps the horizon and compacted ledger in the
+view), error and timing fields (``lastError``, ``startedMs``, ``lastSuccessMs``,
+``lastFailureMs``, ``lastDurationMs``, ``removedEventCount``), and what the run that committed
+view ``detailsOf`` recorded of it (``details``). ``compaction.state`` reads and writes it; this
+module only stores it. Pulsar keeps the horizon and compacted ledger in the
 ``__compaction`` cursor's properties; we keep them apart so the service alone owns them.
 
 Every change is a compare-and-set on the version the writer read. A compaction job reads the
@@ -20,7 +23,7 @@ from __future__ import annotations
 from ...errors import Conflict
 from ...naming import TopicName
 from ..metadata_store import NEW, BadVersion
-from .base import BaseResources, Json, dumps
+from .base import BaseResources, Json, dumps, encode_segment
 from .managed_ledgers import managed_ledger_path
 
 COMPACTION_ROOT = "/compaction"
@@ -37,6 +40,31 @@ def _path(topic: TopicName) -> str:
 def _horizon(state: Json) -> tuple[int, int] | None:
     horizon = state.get("horizon")
     return None if horizon is None else (int(horizon[0]), int(horizon[1]))
+
+
+def legacy_state(row: dict) -> Json:
+    """The state a row of the old ``compaction_state`` table (with its ``compaction_details``)
+    becomes, in this module's format (``resources.legacy_import``)."""
+    horizon = None
+    if row.get("horizon_ledger") is not None:
+        horizon = [int(row["horizon_ledger"]), int(row["horizon_entry"])]
+    return {
+        "status": row.get("status") or "NOT_RUN",
+        "compactedLedgerId": row.get("compacted_ledger_id"),
+        "horizon": horizon,
+        "lastError": row.get("last_error"),
+        "startedMs": row.get("started_ms"),
+        "lastSuccessMs": row.get("last_success_ms"),
+        "lastFailureMs": row.get("last_failure_ms"),
+        "lastDurationMs": row.get("last_duration_ms"),
+        "removedEventCount": int(row.get("removed_event_count") or 0),
+        "detailsOf": row.get("details_view_id"),
+        "details": dict(row.get("details") or {}),
+    }
+
+
+def compaction_state_path(topic: TopicName) -> str:
+    return _path(topic)
 
 
 class CompactionStateResources(BaseResources):
@@ -69,3 +97,20 @@ class CompactionStateResources(BaseResources):
     def delete(self, topic: TopicName) -> None:
         if self.store.exists(_path(topic)):
             self._delete(_path(topic), f"compaction state of {topic}")
+
+    def view_of(self, topic: TopicName) -> int | None:
+        """The id of the compacted view in force (``compactedLedgerId``), or None: what storage's
+        offload catalog needs to tell a live compacted object from a dead one."""
+        got = self.get(topic)
+        view = None if got is None else got[0].get("compactedLedgerId")
+        return None if view is None else int(view)
+
+    def list_topics(self) -> list[TopicName]:
+        """Every topic that has a compaction state, sorted by name."""
+        found = []
+        for tenant in self._children(COMPACTION_ROOT):
+            tenant_path = f"{COMPACTION_ROOT}/{encode_segment(tenant)}"
+            for ns in self._children(tenant_path):
+                root = f"{tenant_path}/{encode_segment(ns)}/persistent"
+                found += [TopicName("persistent", tenant, ns, name) for name in self._children(root)]
+        return sorted(found, key=str)

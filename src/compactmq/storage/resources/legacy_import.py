@@ -6,7 +6,8 @@ copies what the old tables hold into the store once, when a broker starts, so a 
 written by an older compactmq opens with everything it had.
 
 The import goes by *kind* (tenants and namespaces first; the others as their callers move to the
-resources), and each kind has a marker key, ``/compactmq/legacy-import/<kind>``. A kind whose
+resources; the compaction state of each topic, ``LOCAL_KINDS``, into the local store rather than
+the configuration store), and each kind has a marker key, ``/compactmq/legacy-import/<kind>``. A kind whose
 marker exists was imported (or the store was born with it); from then on the store is the only
 truth for that kind and the old tables are never read for it again. Each kind is written in one
 ``commit`` together with its marker, so a crash leaves all of it or none of it. A commit has a size
@@ -30,7 +31,9 @@ from typing import Any, Protocol
 
 from ..metadata_store import MAX_VALUE_SIZE, NEW, BadVersion, MetadataStore, Put
 from .base import Json, dumps
+from ...errors import InvalidTopicName
 from ...naming import TopicName
+from .compaction_state import compaction_state_path, legacy_state
 from .tenants import namespace_path, partitioned_topic_path, tenant_path
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ class LegacyMetadata(Protocol):
     def get_tenant(self, name: str) -> dict[str, Any] | None: ...
     def namespaces(self, tenant: str | None = None) -> list[str]: ...
     def partitioned_topics(self, namespace: str | None = None) -> dict[str, int]: ...
+    def legacy_compaction_states(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -71,12 +75,28 @@ def _partitioned_topics(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
         yield partitioned_topic_path(TopicName.parse(topic)), {"partitions": partitions}
 
 
+def _compaction_states(old: LegacyMetadata) -> Iterator[tuple[str, Json]]:
+    for row in old.legacy_compaction_states():
+        try:
+            topic = TopicName.parse(row["topic"])
+        except InvalidTopicName:  # cannot have been compacted by this broker: nothing to keep
+            log.warning("not importing the compaction state of %r: not a topic name", row["topic"])
+            continue
+        if topic.persistent:
+            yield compaction_state_path(topic), legacy_state(row)
+
+
 TENANTS_NAMESPACES = Kind("tenants-namespaces", _tenants_and_namespaces)
 PARTITIONED_TOPICS = Kind("partitioned-topics", _partitioned_topics)
+#: the compaction state of each topic (status, horizon, view pointer, the last run's details):
+#: into the LOCAL store (``LOCAL_KINDS``), where ``CompactionStateResources`` keeps it
+COMPACTION_STATES = Kind("compaction-state", _compaction_states)
 
 #: the kinds whose callers use the resources today (a kind is imported only once its callers
 #: moved: until then the old tables stay its truth), in import order
 KINDS: tuple[Kind, ...] = (TENANTS_NAMESPACES, PARTITIONED_TOPICS)
+#: the kinds that live in the local metadata store (``metadataStoreUrl``), not the configuration one
+LOCAL_KINDS: tuple[Kind, ...] = (COMPACTION_STATES,)
 
 
 def marker_path(kind: str) -> str:

@@ -1,0 +1,197 @@
+"""Compacted views in tiered storage: where a view is read from, and which view file may be copied.
+
+Storage offloads sealed ledgers to object storage and keeps a catalog of what it copied
+(``storage.offload``); it knows nothing of compacted views, their files or their format. This
+module is what the compaction layer tells it:
+
+* ``compacted_location(storage, topic, view_id)``: where a view is read from -- its local file
+  while there is one, else the URI of its offloaded object (any process or Spark task opens it
+  through ``pyarrow.fs``);
+* ``attach(storage)``: hands the offloader ``copyable_view_file`` -- for a view id, the local file
+  that may be copied to the object store as it stands: a self-contained compacted ledger (its
+  magic, ``compacted_ledger.HEADER``). A chained view (``chain``) names local segment files and is
+  not copied as such; a run of a topic with an offload location writes its view to the object
+  store whole instead. Until ``attach`` is called (the broker calls it when its compaction
+  monitor starts) the offloader neither offloads compacted views nor deletes their local copies.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from typing import Optional
+
+from ..errors import CompactMQError
+from ..storage.engine import topic_relpath
+from ..storage.offload import open_store
+from ..storage.topic_lock import TopicLock
+from .compacted_ledger import HEADER, compacted_ledger_path, topic_dir
+
+#: where a topic's views live in the object store, under the offload location's prefix
+STORE_ROOT = "compacted"
+
+
+def _store_dir(topic: str) -> str:
+    return f"{STORE_ROOT}/{topic_relpath(topic).replace(os.sep, '/')}"
+
+
+def new_view_prefix(topic: str, view_id: int) -> str:
+    """A fresh prefix for a view a run writes straight to the object store (its parts and
+    manifest, see ``compaction.compacted_ledger``): never used before, so an interrupted run's
+    objects are orphans no catalog row names."""
+    return f"{_store_dir(topic)}/{view_id:012d}-{uuid.uuid4().hex}"
+
+
+def sweep_view_orphans(storage, topic: str) -> list[str]:
+    """Delete the objects of ``topic``'s views no catalog row names (a run that died between its
+    upload and its commit). Call while holding the topic's compaction lock: a run uploading now
+    holds it, so its objects are never taken for orphans."""
+    offloader = storage.offloader
+    loc = offloader.location_for(topic)
+    if loc is None:
+        return []
+    known = offloader.catalog.known_keys()
+    prefixes = tuple(k for k in known if k.endswith("/"))
+    store = open_store(loc)
+    removed = [k for k in store.list(_store_dir(topic)) if k not in known and not k.startswith(prefixes)]
+    for key in removed:
+        store.delete(key)
+    return removed
+
+
+def compacted_location(storage, topic: str, view_id: int) -> str:
+    """The view's local file while there is one, else its offloaded object's URI (else the
+    local path, which then does not exist: the caller's open fails as for a deleted view)."""
+    path = compacted_ledger_path(storage.data_dir, topic, view_id)
+    if os.path.exists(path):
+        return path
+    offloader = getattr(storage, "offloader", None)
+    rec = offloader.compacted_record(view_id) if offloader is not None else None
+    return rec.location.url(rec.data_key) if rec is not None else path
+
+
+def local_copy_deleted(storage, topic: str, view_id: int) -> bool:
+    """True once tiered storage deleted the local file of an offloaded view."""
+    return not os.path.exists(compacted_ledger_path(storage.data_dir, topic, view_id))
+
+
+def copyable_view_file(data_dir, topic: str, view_id: int) -> Optional[str]:
+    """The local file of view ``view_id`` when it is a self-contained compacted ledger (what the
+    offloader may copy whole), else None (a chain manifest, or no file any more)."""
+    path = compacted_ledger_path(data_dir, topic, view_id)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(HEADER))
+    except FileNotFoundError:
+        return None
+    return path if magic == HEADER else None
+
+
+# --- a run that writes its view straight to the object store (``runner``) ----------------------
+
+
+def store_location(storage, topic: str):
+    """Where ``topic`` offloads to when tiered storage is configured (else None): a run then
+    writes its view there directly."""
+    offloader = getattr(storage, "offloader", None)
+    if offloader is None:
+        return None
+    try:
+        return offloader.location_for(topic)
+    except CompactMQError:
+        return None
+
+
+def sweep_quietly(storage, topic: str) -> None:
+    """``sweep_view_orphans``; an unreachable store delays the clean-up, not the run."""
+    try:
+        sweep_view_orphans(storage, topic)
+    except CompactMQError:
+        pass
+
+
+def write_view_manifest(storage, topic: str, location, prefix: str, view_id: int, parts: list[dict]):
+    """Write the manifest of the parts a run's tasks uploaded under ``prefix``; returns the
+    catalog row that will name the view (added just before the commit) and its entry count."""
+    from ..storage.offload import COMPACTED, OffloadRecord
+
+    from .compacted_writer import write_manifest
+
+    key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
+    now = storage.metadata.now_ms()
+    # index_key names the prefix (ending in "/"): deleting the view deletes every part
+    record = OffloadRecord(
+        key, prefix + "/", COMPACTED, topic, view_id, location, size, now, local_deleted_ms=now
+    )
+    return record, written
+
+
+def forget_record(storage, record) -> None:
+    """Remove the row of a view whose commit was refused (else the next ``delete_dead`` does)."""
+    try:
+        storage.offloader.catalog.remove(record.data_key)
+    except CompactMQError:
+        pass
+
+
+def delete_uploaded(location, prefix: str) -> None:
+    """Delete what a run that did not commit uploaded (else an orphan the next sweep deletes)."""
+    try:
+        open_store(location).delete_prefix(prefix)
+    except CompactMQError:
+        pass
+
+
+def try_lock(data_dir, topic: str) -> Optional[TopicLock]:
+    """The topic's compaction lock, or None while a run (here or in another process) holds it."""
+    return TopicLock.try_acquire(topic_dir(data_dir, topic))
+
+
+def attach(storage) -> None:
+    """Let ``storage``'s offloader copy this layer's self-contained views, and judge its dead
+    compacted rows under the topic's compaction lock (module docstring)."""
+    offloader = getattr(storage, "offloader", None)
+    if offloader is not None:
+        offloader.compacted_file = functools.partial(copyable_view_file, storage.data_dir)
+        offloader.compacted_lock = functools.partial(try_lock, storage.data_dir)
+
+
+def sweep_all_view_orphans(storage) -> list[str]:
+    """At start: delete the objects of views no catalog row names, in every location (a run or
+    an offload that died between its upload and its commit). A topic's are swept only under its
+    compaction lock: a compact-topic job uploading right now holds it."""
+    offloader = storage.offloader
+    removed: list[str] = []
+    for loc in offloader.locations():
+        store = open_store(loc)
+        known = offloader.catalog.known_keys()
+        prefixes = tuple(k for k in known if k.endswith("/"))
+        by_topic: dict[tuple, list[str]] = {}
+        for key in store.list(STORE_ROOT):
+            parts = tuple(key.split("/")[1:5])
+            if key in known or key.startswith(prefixes) or len(parts) != 4 or {"", ".", ".."} & set(parts):
+                continue
+            by_topic.setdefault(parts, []).append(key)
+        for parts, keys in by_topic.items():
+            removed += _delete_locked(storage, store, parts, keys)
+    return removed
+
+
+def _delete_locked(storage, store, parts: tuple, keys: list[str]) -> list[str]:
+    from ..storage.engine import COMPACTED_DIR
+
+    # the key's topic part is the data directory's own encoding of the topic (topic_relpath)
+    lock = TopicLock.try_acquire(os.path.join(str(storage.data_dir), COMPACTED_DIR, *parts))
+    if lock is None:
+        return []  # a run of this topic is uploading: its objects are not orphans
+    try:
+        # listed before the lock was taken: a run may have committed some of them since
+        known = storage.offloader.catalog.known_keys()
+        prefixes = tuple(k for k in known if k.endswith("/"))
+        keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
+        for key in keys:
+            store.delete(key)
+    finally:
+        lock.release()
+    return keys
