@@ -163,7 +163,8 @@ class LedgerCompactionService(TopicCompactionService):
 
         from . import view_keys
 
-        details_of, details = self.storage.metadata.get_compaction_details(self.topic)
+        state = self.state()
+        details_of, details = state.details_of, state.details
         info = details.get(view_keys.DETAILS_KEY) if details_of == view_id else None
         if not isinstance(info, dict):
             return None
