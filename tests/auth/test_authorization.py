@@ -90,11 +90,12 @@ def test_namespace_grants(authz):
     assert authz.namespace_permissions("acme/orders") == {} and not authz.can_produce("alice", T)
 
 
-def test_stored_in_pulsars_shape(authz, metadata):
+def test_stored_in_pulsars_shape(authz, resources):
     authz.grant_namespace_permission("acme/orders", "alice", ["produce", "consume"])
     authz.grant_topic_permission(T, "bob", ["consume"])
     authz.set_subscription_roles("acme/orders", "billing", ["carol"])
-    assert metadata.get_namespace_policies("acme/orders")[AUTH_POLICIES] == {
+    # a field of the namespace's Policies value, as Pulsar keeps it
+    assert resources.namespaces.get_policies("acme/orders")[AUTH_POLICIES] == {
         "namespace_auth": {"alice": ["consume", "produce"]},
         "destination_auth": {T: {"bob": ["consume"]}},
         "subscription_auth_roles": {"billing": ["carol"]},

@@ -12,7 +12,9 @@ MIN = 60_000
 
 @pytest.fixture
 def ml(open_storage, clock):
-    ml = open_storage(managedLedgerMaxEntriesPerLedger=4).open_managed_ledger("t")
+    storage = open_storage(managedLedgerMaxEntriesPerLedger=4)
+    ml = storage.open_managed_ledger("t")
+    ml.storage = storage
     ml.positions = []
     for i in range(14):  # ledgers of 4, 4, 4, and the current one with 2
         ml.positions.append(ml.append(b"%04d" % i))
@@ -67,7 +69,8 @@ def test_a_reader_holds_data_only_beside_a_durable_cursor(ml):
 def test_compaction_cursor_counts_like_any_durable_cursor(ml):
     before = ledger_ids(ml)
     ml.open_cursor("s").ack_cumulative(ml.positions[13])
-    ml._store.commit_compaction(ml.topic, 999, ml.positions[5])  # horizon in the second ledger
+    # horizon in the second ledger; the commit moves ``__compaction`` in the resources too
+    ml.storage.metadata.commit_compaction(ml.topic, 999, ml.positions[5])
     assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == ml.positions[5]
     assert ml.trim_to_retention(retention_time_minutes=0, retention_size_mb=0) == before[:1]
 
@@ -102,11 +105,11 @@ def test_within_both_limits_nothing_goes(ml):
 
 def test_retention_policy_comes_from_topic_then_namespace(ml):
     before = ledger_ids(ml)
-    ml._store.set_namespace_policy("public/default", RETENTION_TIME_MINUTES, -1)
-    ml._store.set_namespace_policy("public/default", RETENTION_SIZE_MB, -1)
+    ml.storage.policies.set_namespace_policy("public/default", RETENTION_TIME_MINUTES, -1)
+    ml.storage.policies.set_namespace_policy("public/default", RETENTION_SIZE_MB, -1)
     assert ml.retention_policy() == (-1, -1)
     assert ml.trim_to_retention() == []
-    ml._store.set_topic_policy(ml.topic, RETENTION_TIME_MINUTES, 0)
+    ml.storage.policies.set_topic_policy(ml.topic, RETENTION_TIME_MINUTES, 0)
     assert ml.retention_policy() == (0, -1)
     assert ml.trim_to_retention() == before[:3]
 

@@ -340,7 +340,7 @@ def render_metrics(ctx: Any) -> str:
     loaded = dict(service.topics.loaded)
     families = {name: _Family(name, kind, h) for name, kind, h in BROKER_FAMILIES + COMPACTION_FAMILIES}
 
-    topics = meta.topics()
+    topics = ctx.topic_metadata.topics()
     per_namespace: dict[str, int] = {}
     for name in topics:
         ns = TopicName.parse(name).namespace_name
@@ -368,7 +368,7 @@ def render_metrics(ctx: Any) -> str:
             backlog = sum(c.backlog() for c in cursors if c.durable and c.name != "pulsar.dedup")
             size = topic.ledger.total_size()
         else:
-            size = sum(li.size for li in meta.ledgers(name))
+            size = sum(li.size for li in ctx.topic_metadata.ledgers(name))
         f = families
         f["pulsar_producers_count"].add(labels, len(producers))
         f["pulsar_consumers_count"].add(labels, len(consumers))

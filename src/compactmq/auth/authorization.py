@@ -30,6 +30,7 @@ None) is refused everything.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -77,6 +78,10 @@ class AuthorizationService:
         self.superusers = frozenset(roles)
         self.metadata = metadata
         self.resources = resources
+        # one grant change at a time (read-modify-write of the namespace's auth_policies); the
+        # grants live in the namespace's Policies value in the resources now, so an SQLite
+        # transaction of the old tables would hold the very file lock their write waits for
+        self._grants = threading.RLock()
 
     # --- questions ---------------------------------------------------------------------------
 
@@ -168,14 +173,14 @@ class AuthorizationService:
     def grant_namespace_permission(self, namespace: str, role: str, actions: Iterable[str] | str) -> None:
         actions = normalize_actions(actions)
         role = _valid_role(role)
-        with self.metadata.transaction():
+        with self._grants:
             self._require_namespace(namespace)
             policies = self._policies(namespace)
             policies[NAMESPACE_AUTH][role] = actions
             self._store(namespace, policies)
 
     def revoke_namespace_permission(self, namespace: str, role: str) -> None:
-        with self.metadata.transaction():
+        with self._grants:
             self._require_namespace(namespace)
             policies = self._policies(namespace)
             if policies[NAMESPACE_AUTH].pop(role, None) is not None:
@@ -201,7 +206,7 @@ class AuthorizationService:
         name = TopicName.parse(topic)
         actions = normalize_actions(actions)
         role = _valid_role(role)
-        with self.metadata.transaction():
+        with self._grants:
             self._require_namespace(name.namespace_name)
             policies = self._policies(name.namespace_name)
             policies[DESTINATION_AUTH].setdefault(str(name), {})[role] = actions
@@ -209,7 +214,7 @@ class AuthorizationService:
 
     def revoke_topic_permission(self, topic: str, role: str) -> None:
         name = TopicName.parse(topic)
-        with self.metadata.transaction():
+        with self._grants:
             policies = self._policies(name.namespace_name)
             grants = policies[DESTINATION_AUTH].get(str(name))
             if grants is None or grants.pop(role, None) is None:
@@ -220,7 +225,7 @@ class AuthorizationService:
 
     def set_subscription_roles(self, namespace: str, subscription: str, roles: Iterable[str]) -> None:
         """Reserve ``subscription`` for ``roles`` (an empty list lifts the reservation)."""
-        with self.metadata.transaction():
+        with self._grants:
             self._require_namespace(namespace)
             policies = self._policies(namespace)
             cleaned = sorted({r.strip() for r in roles if r.strip()})
@@ -247,7 +252,7 @@ class AuthorizationService:
         return set(self.topic_permissions(str(name)).get(role, ()))
 
     def _policies(self, namespace: str) -> dict[str, Any]:
-        stored = self.metadata.get_namespace_policies(namespace).get(AUTH_POLICIES) or {}
+        stored = self.resources.policies.get_namespace_policies(namespace).get(AUTH_POLICIES) or {}
         policies = empty_auth_policies()
         for key in policies:
             value = stored.get(key)
@@ -256,7 +261,7 @@ class AuthorizationService:
         return policies
 
     def _store(self, namespace: str, policies: Mapping[str, Any]) -> None:
-        self.metadata.set_namespace_policy(namespace, AUTH_POLICIES, dict(policies))
+        self.resources.policies.set_namespace_policy(namespace, AUTH_POLICIES, dict(policies))
 
     def _require_namespace(self, namespace: str) -> None:
         if not self.resources.namespaces.exists(namespace):

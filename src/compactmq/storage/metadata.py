@@ -183,6 +183,7 @@ class MetadataStore:
         self._depth = 0
         self._listeners: list[Callable[[str, str], None]] = []
         self._pending_events: list[tuple[str, str]] = []
+        self._allocate: Callable[[], int] | None = None
         try:
             if self.path != ":memory:":
                 create_private_file(self.path)  # 0600; SQLite gives its -wal/-shm the same mode
@@ -297,8 +298,19 @@ class MetadataStore:
 
     # --- ids ---------------------------------------------------------------------------------
 
+    def use_ledger_ids(self, allocate: Callable[[], int]) -> None:
+        """Hand out ledger ids from ``allocate`` (``LedgerIdResources``, which managed ledgers use)
+        from now on, so that compacted ledgers share the one id space."""
+        self._allocate = allocate
+
+    def last_ledger_id(self) -> int:
+        """The last id this table's counter handed out (the import lifts the store's counter above it)."""
+        return int(self._query("SELECT value FROM sequences WHERE name = 'ledger_id'")[0][0])
+
     def allocate_ledger_id(self) -> int:
         """A new ledger id, unique across this data directory (ledgers and compacted ledgers)."""
+        if self._allocate is not None:
+            return self._allocate()
         with self.transaction() as db:
             db.execute("UPDATE sequences SET value = value + 1 WHERE name = 'ledger_id'")
             return db.execute("SELECT value FROM sequences WHERE name = 'ledger_id'").fetchone()[0]
@@ -419,7 +431,9 @@ class MetadataStore:
                 raise TopicNotFound(f"topic {topic} does not exist")
 
     def delete_topic(self, topic: str) -> tuple[list[int], int | None]:
-        """Forget a topic and everything about it in one transaction.
+        """Forget what these tables hold of a topic (its compaction state; rows of the kinds the
+        resources hold now are left from before the import) in one transaction. Whether the
+        topic exists is the resources' to say: a topic unknown here is no error.
 
         Returns ``(ledger_ids, compacted_ledger_id)`` whose files the caller deletes next.
         """
@@ -428,8 +442,7 @@ class MetadataStore:
             row = db.execute(
                 "SELECT compacted_ledger_id FROM compaction_state WHERE topic = ?", (topic,)
             ).fetchone()
-            if db.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0 and not ledger_ids:
-                raise TopicNotFound(f"topic {topic} does not exist")
+            db.execute("DELETE FROM topics WHERE name = ?", (topic,))
             db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
             db.execute("DELETE FROM cursors WHERE topic = ?", (topic,))
             db.execute("DELETE FROM policies WHERE scope = 'topic' AND name = ?", (topic,))
@@ -444,6 +457,19 @@ class MetadataStore:
             (topic,),
         )
         return [LedgerInfo(*r) for r in rows]
+
+    def mirror_ledgers(self, topic: str, infos: list[LedgerInfo]) -> None:
+        """Make the ``ledgers`` rows of ``topic`` what ``infos`` says. The ledger list lives in
+        the resources (``resources.topic_metadata``); these rows are a copy kept for the offload
+        catalog, whose SQL still asks whether a ledger is alive, until it moves too."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
+            db.executemany(
+                "INSERT OR REPLACE INTO ledgers(ledger_id, topic, entry_count, size, first_publish_ms, "
+                "last_publish_ms, state, created_ms, closed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(li.ledger_id, topic, li.entry_count, li.size, li.first_publish_ms, li.last_publish_ms,
+                  li.state, li.created_ms, li.closed_ms) for li in infos],
+            )  # fmt: skip
 
     def ledger_topic(self, ledger_id: int) -> str | None:
         rows = self._query("SELECT topic FROM ledgers WHERE ledger_id = ?", (ledger_id,))
@@ -625,6 +651,13 @@ class MetadataStore:
     def _remove_policy(self, scope: str, name: str, key: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM policies WHERE scope = ? AND name = ? AND key = ?", (scope, name, key))
+
+    def policy_names(self, scope: str) -> list[str]:
+        """The topics (``scope="topic"``) or namespaces that have policies here."""
+        return [
+            r[0]
+            for r in self._query("SELECT DISTINCT name FROM policies WHERE scope = ? ORDER BY name", (scope,))
+        ]
 
     def _get_policies(self, scope: str, name: str) -> dict[str, Any]:
         rows = self._query("SELECT key, value FROM policies WHERE scope = ? AND name = ?", (scope, name))

@@ -156,7 +156,7 @@ def seal_before_compaction(
                 return SEALED_HERE
             if meta is None:
                 meta = MetadataStore(Path(data_dir) / METADATA_FILE, bootstrap=False)
-                if not meta.topic_exists(topic):
+                if not _topic_exists(data_dir, config, topic):
                     raise TopicNotFound(f"topic {topic} does not exist")
                 request_id = file_request(meta, topic)
             state = request_state(meta, request_id) if request_id is not None else None
@@ -175,6 +175,20 @@ def seal_before_compaction(
                 except CompactMQError:
                     pass
             meta.close()
+
+
+def _topic_exists(data_dir, config, topic: str) -> bool:
+    """Whether the metadata store (``metadataStoreUrl``) has ``topic`` (asked beside a broker)."""
+    from ..naming import TopicName
+    from .metadata_store import create_metadata_store
+    from .resources import ManagedLedgerResources
+
+    store = create_metadata_store(str(config.get("metadataStoreUrl") or ""), data_dir=Path(data_dir))
+    try:
+        tn = TopicName.parse(topic)
+        return tn.persistent and ManagedLedgerResources(store).exists(tn)
+    finally:
+        store.close()
 
 
 def open_ledger_left(metadata, topic: str) -> bool:

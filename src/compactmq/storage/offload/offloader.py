@@ -92,8 +92,11 @@ class LedgerOffloader:
         read_only: bool = False,
         compacted_path: Callable[[str, int], str] | None = None,
         compaction_lock: Callable[[str], Any] | None = None,
+        policies: Any = None,
     ):
         self.metadata = metadata
+        # namespace policies (``resources.PolicyResources``; the old tables when not given)
+        self.policies = policies if policies is not None else metadata
         # (topic path "domain/tenant/ns/topic") -> the topic's compaction lock, or None when a run
         # holds it: compacted-ledger objects are swept only under it
         self.compaction_lock = compaction_lock
@@ -122,7 +125,7 @@ class LedgerOffloader:
     def _policies(self, topic: str) -> dict[str, Any]:
         from ...naming import TopicName
 
-        return self.metadata.get_namespace_policies(TopicName.parse(topic).namespace_name)
+        return self.policies.get_namespace_policies(TopicName.parse(topic).namespace_name)
 
     def location_for(self, topic: str) -> OffloadLocation | None:
         """Where ``topic`` offloads to: its namespace's ``offloadPolicies``, else broker.conf."""

@@ -14,7 +14,12 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``SchemaResources``               /schemas/{tenant}/{ns}/{topic}[/{version}]
 ``CompactionStateResources``      /compaction/{tenant}/{ns}/persistent/{topic}
 ``LedgerIdResources``             /ledgers/next-id
+``TopicPolicyResources``          /compactmq/topic-policies/{tenant}/{ns}/{domain}/{topic} (ours)
 ================================  ======================================================
+
+``PolicyResources`` reads and writes namespace policies (fields of the namespace's Policies) and
+topic policies; ``TopicMetadata`` (``topic_metadata.py``) is what a managed ledger holds: topics,
+ledger lists and rate-limited cursors over ``ManagedLedgerResources``.
 
 ``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
 ``MetadataCache`` keeps values read until a watch says their key changed.
@@ -32,6 +37,7 @@ from .compaction_state import CompactionStateResources, StaleCompaction
 from .cursor_writer import CursorWriter
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
+from .policies import PolicyResources, TopicPolicyResources
 from .schemas import SchemaResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
 
@@ -46,6 +52,8 @@ class PulsarResources:
         self.schemas = SchemaResources(local)
         self.compaction = CompactionStateResources(local)
         self.ledger_ids = LedgerIdResources(local)
+        self.topic_policies = TopicPolicyResources(local)
+        self.policies = PolicyResources(self.namespaces, self.topic_policies)
 
 
 __all__ = [
@@ -56,10 +64,12 @@ __all__ = [
     "ManagedLedgerResources",
     "NamespaceResources",
     "PartitionedTopicResources",
+    "PolicyResources",
     "PulsarResources",
     "SchemaResources",
     "StaleCompaction",
     "TenantResources",
+    "TopicPolicyResources",
     "decode_segment",
     "encode_segment",
 ]
