@@ -53,12 +53,14 @@ def ledgers_of(broker, topic: str) -> list:
 
 
 def set_mode(broker, topic: str, mode: str) -> None:
+    """Set the topic's policy in the broker's metadata store (another process, as an admin tool)."""
     from compactmq.storage import COMPACTION_RETENTION_MODE
-    from compactmq.storage.metadata import MetadataStore
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import PulsarResources
 
-    store = MetadataStore(broker.data_dir / "metadata.db")
+    store = create_metadata_store("", data_dir=broker.data_dir)
     try:
-        store.set_topic_policy(topic, COMPACTION_RETENTION_MODE, mode)
+        PulsarResources(store).policies.set_topic_policy(topic, COMPACTION_RETENTION_MODE, mode)
     finally:
         store.close()
 
