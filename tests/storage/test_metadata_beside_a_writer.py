@@ -48,3 +48,26 @@ def test_a_reader_beside_the_writer_sees_its_ledgers_and_cursors(open_storage, u
     assert [d for _, d in ml.read_entries(positions[0], 10)] == [b"%d" % i for i in range(7)]
     assert again.policies.get_topic_policies(T) == {RETENTION_TIME_MINUTES: 5}
     assert again.topics() == [T]
+
+
+def test_appends_and_acks_within_the_rate_never_reach_the_store(open_storage):
+    """Publishing never writes (or reads) metadata: ledger rollover and cursor positions are off
+    the per-message path, so the embedded default is no slower to publish than before."""
+    # one cursor write per 1000 s: however slow this machine, the acks below share one interval
+    storage = open_storage(managedLedgerSyncData=False, managedLedgerDefaultMarkDeleteRateLimit=0.001)
+    ml = storage.open_managed_ledger(T)
+    sub = ml.open_cursor("sub", True, "earliest")  # created: written at once
+    store = storage.metadata_store
+    calls = []
+    for name in ("get", "put", "commit", "delete", "exists", "get_children"):
+        real = getattr(store, name)
+        setattr(store, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    positions = [ml.append(b"m%d" % i) for i in range(2000)]
+    assert calls == []
+    sub.ack_individual(positions[:1000])
+    for p in positions[1000:]:
+        sub.ack_individual([p])
+    assert calls == []
+    ml.close()  # the current ledger is sealed, and the held-back position written, now
+    assert calls.count("put") == 2
+    assert storage.topic_metadata.get_cursor(T, "sub").mark_delete == positions[-1]

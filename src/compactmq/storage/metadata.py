@@ -1,8 +1,16 @@
-"""The metadata store: one SQLite database in WAL mode (``data_dir/metadata.db``).
+"""The old metadata tables: one SQLite database in WAL mode (``data_dir/metadata.db``).
 
-It holds everything about topics that is not entry bytes: topics, their ledgers, durable
-cursors, tenants and namespaces, partitioned-topic metadata, topic and namespace policies, and
-the compaction state of each topic. Every change that spans rows runs in one transaction
+Being replaced by the metadata store and its typed resources (``metadata_store``, ``resources``).
+What the resources hold now -- tenants, namespaces and their policies, partitioned topics,
+topics with their ledger lists and properties, cursors, topic policies -- these tables keep only
+as an older data directory left it: ``resources.legacy_import`` reads them once through the
+methods below, and nothing else reads them for those kinds. Two writes remain for them:
+``mirror_ledgers`` keeps a copy of each topic's ledger rows for the offload catalog's SQL, and
+``delete_topic`` clears a deleted topic's rows. Still the truth here, until their owners move
+them: the compaction state (``compaction_state``, ``compaction_details``, ``commit_compaction``),
+schemas (``storage.schemas``), seal requests (``storage.seal``) and the offload catalog
+(``storage.offload.catalog``); ledger ids come from ``LedgerIdResources`` once ``Storage`` calls
+``use_ledger_ids``. Every change that spans rows runs in one transaction
 (``with store.transaction():``), so a crash leaves either all of it or none of it.
 
 Durability: structural changes (ledgers, compaction commits, policies) commit with
