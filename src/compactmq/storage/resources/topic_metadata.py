@@ -56,7 +56,7 @@ from typing import Any, Mapping
 
 from ...errors import AlreadyExists, MetadataError, NotFound, TopicNotFound
 from ...naming import TopicName
-from ..metadata_store import NEW, BadVersion
+from ..metadata_store import NEW, BadVersion, StoreUnavailable
 from ..position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 from .base import Json
 from .cursor_writer import DEFAULT_RATE_PER_S, CursorWriter
@@ -435,6 +435,13 @@ class TopicMetadata:
             return
         except BadVersion:
             pass
+        except StoreUnavailable as exc:
+            if writer.version == NEW:  # a new cursor must exist before its subscription does
+                raise
+            # a position update: it stays pending (the writer keeps it) and the next ack, the
+            # periodic flush or the close writes it once the store answers again
+            log.warning("cursor %s of %s not written yet: %s", writer.cursor, writer.topic, exc)
+            return
         got = self._ml.get_cursor(writer.topic, writer.cursor)
         pending = writer.pending_info
         if got is None or pending is None or _mark_delete(got[0]) > _mark_delete(pending):
