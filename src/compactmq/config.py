@@ -264,6 +264,15 @@ SETTINGS: dict[str, Setting] = {
     "managedLedgerGroupCommitMaxDelayMicros": _s(
         int, 1000, "longest an append waits to share an fsync with others (group commit)"
     ),
+    "managedLedgerDefaultMarkDeleteRateLimit": _s(
+        float, 1.0, "most cursor positions written to the metadata store per second per cursor (0: every ack)"
+    ),
+    "managedLedgerMaxUnackedRangesToPersist": _s(
+        int, 10000, "acked ranges of a cursor kept in the metadata store; more stay in memory only"
+    ),
+    "managedLedgerCursorPositionFlushSeconds": _s(
+        int, 60, "how often cursor positions held back by the rate limit are written"
+    ),
     "defaultRetentionTimeInMinutes": _s(int, 0, "keep acknowledged messages this long (-1: forever)"),
     "defaultRetentionSizeInMB": _s(int, 0, "keep acknowledged messages up to this size (-1: no limit)"),
     "retentionCheckIntervalInSeconds": _s(int, 120, "how often ledgers past retention are deleted"),

@@ -4,8 +4,6 @@ messages with the official client and to wait for a compaction status."""
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -89,15 +87,14 @@ def wait_status(http: Http, topic: str, want: str, timeout: float = 120.0, runni
 
 
 def poke_policy(data_dir: Path, scope: str, name: str, key: str, value: Any) -> None:
-    """Write a policy straight into the metadata store (WAL: beside the running broker), to
-    store a value the REST API would refuse -- the way to make a compaction run fail."""
-    db = sqlite3.connect(data_dir / "metadata.db", timeout=30)
+    """Write a policy straight into the metadata store (beside the running broker: the embedded
+    store is made for several processes), to store a value the REST API would refuse -- the way
+    to make a compaction run fail."""
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import PulsarResources
+
+    store = create_metadata_store("", data_dir=data_dir)
     try:
-        with db:
-            db.execute(
-                "INSERT INTO policies(scope, name, key, value) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(scope, name, key) DO UPDATE SET value = excluded.value",
-                (scope, name, key, json.dumps(value)),
-            )
+        PulsarResources(store).policies.set_policies(scope, name, {key: value})
     finally:
-        db.close()
+        store.close()

@@ -21,12 +21,11 @@ def _setup(env, **overrides):  # noqa: F811
     service, monitor, _ = env(brokerServiceCompactionThresholdInBytes=0, **overrides)
     factory = RecordingFactory(service.storage)
     monitor._factory = factory
-    meta = service.storage.metadata
     # 1000 B more backlog per topic: over the threshold from the second on, and the last topic is
     # the most overdue
     for i, topic in enumerate(TOPICS):
         publish(service.storage, topic, 10 * (i + 1), size=100)
-        meta.set_topic_policy(topic, COMPACTION_THRESHOLD, 1500)
+        service.storage.policies.set_topic_policy(topic, COMPACTION_THRESHOLD, 1500)
     return service, monitor, factory
 
 
@@ -87,10 +86,9 @@ def test_byte_bound_and_the_first_unit_always_goes(env):  # noqa: F811
 
 def test_triggers_during_a_job_are_honoured_together_by_the_next_manual_first(env):  # noqa: F811
     service, monitor, factory = _setup(env)
-    meta = service.storage.metadata
     late = "persistent://public/default/late"
     publish(service.storage, late, 100, size=100)
-    meta.set_topic_policy(late, COMPACTION_MAX_LAG, 1)
+    service.storage.policies.set_topic_policy(late, COMPACTION_MAX_LAG, 1)
 
     async def run():
         await monitor.trigger(TOPICS[0])  # a free worker: starts at once, alone

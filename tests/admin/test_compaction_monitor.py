@@ -244,15 +244,16 @@ def test_summary_log_line(env, caplog):
 
 def test_threshold_check_topic_namespace_default_and_retry(env):
     service, monitor, factory = env(brokerServiceCompactionThresholdInBytes=0)
-    meta = service.storage.metadata
     publish(service.storage, T1, 20, size=100)  # ~2 KB
     publish(service.storage, T2, 20, size=100)
     factory.release.set()
 
     async def run():
         assert await monitor.check_once() == []  # no threshold anywhere: nothing to do
-        meta.set_namespace_policy("public/default", COMPACTION_THRESHOLD, 1000)
-        meta.set_topic_policy(T2, COMPACTION_THRESHOLD, 0)  # the topic policy wins: disabled
+        service.storage.policies.set_namespace_policy("public/default", COMPACTION_THRESHOLD, 1000)
+        service.storage.policies.set_topic_policy(
+            T2, COMPACTION_THRESHOLD, 0
+        )  # the topic policy wins: disabled
         factory.fail.add(T1)
         assert await monitor.check_once() == [T1]
         await wait_idle(monitor, T1)
@@ -347,11 +348,12 @@ def test_max_lag_compacts_an_old_backlog_whatever_its_size(env):
     service, monitor, factory = env(brokerServiceCompactionMaxLagInSeconds=60)
     now = [1_000_000.0]  # seconds; the monitor's clock
     monitor.clock = lambda: now[0]
-    meta = service.storage.metadata
     t0 = int(now[0] * 1000)
     publish_at(service.storage, T1, [t0 - 30_000, t0 - 20_000])  # 30 s old: under the broker's 60 s
     publish_at(service.storage, T2, [t0 - 30_000])
-    meta.set_topic_policy(T2, COMPACTION_MAX_LAG, 0)  # the topic policy wins over the default: off
+    service.storage.policies.set_topic_policy(
+        T2, COMPACTION_MAX_LAG, 0
+    )  # the topic policy wins over the default: off
     factory.release.set()
 
     async def run():
@@ -364,7 +366,7 @@ def test_max_lag_compacts_an_old_backlog_whatever_its_size(env):
         assert await monitor.check_once() == []  # nothing uncompacted left
         publish_at(service.storage, T1, [int(now[0] * 1000)])
         assert await monitor.check_once() == []  # new, but young
-        meta.set_namespace_policy("public/default", COMPACTION_MAX_LAG, 10)
+        service.storage.policies.set_namespace_policy("public/default", COMPACTION_MAX_LAG, 10)
         now[0] += 11
         assert await monitor.check_once() == [T1]  # the namespace's 10 s apply (T2: its own 0)
         await wait_idle(monitor, T1)
@@ -379,11 +381,10 @@ def test_min_lag_holds_back_young_messages_from_both_triggers(env):
     service, monitor, factory = env(brokerServiceCompactionThresholdInBytes=500)
     now = [2_000_000.0]
     monitor.clock = lambda: now[0]
-    meta = service.storage.metadata
     t0 = int(now[0] * 1000)
     publish_at(service.storage, T1, [t0 - 5_000] * 3 + [t0] * 10)  # 300 B at 5 s old, 1000 B new
-    meta.set_topic_policy(T1, COMPACTION_MIN_LAG, 60)
-    meta.set_topic_policy(T1, COMPACTION_MAX_LAG, 1)
+    service.storage.policies.set_topic_policy(T1, COMPACTION_MIN_LAG, 60)
+    service.storage.policies.set_topic_policy(T1, COMPACTION_MAX_LAG, 1)
     factory.release.set()
 
     async def run():
@@ -392,7 +393,7 @@ def test_min_lag_holds_back_young_messages_from_both_triggers(env):
         now[0] += 56  # the 3 old ones are 61 s old: 300 B compactable, under the threshold, but
         assert await monitor.check_once() == [T1]  # over the max lag
         await wait_idle(monitor, T1)
-        meta.set_topic_policy(T1, COMPACTION_MAX_LAG, 0)
+        service.storage.policies.set_topic_policy(T1, COMPACTION_MAX_LAG, 0)
         await monitor.close()
 
     asyncio.run(run())

@@ -39,22 +39,28 @@ def broker(tmp_path_factory, compaction_factory):
 
 
 def ledgers_of(broker, topic: str) -> list:
-    from compactmq.storage.metadata import MetadataStore
+    """The topic's ledger list as the broker (another process) wrote it in the metadata store."""
+    from compactmq.naming import TopicName
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import ManagedLedgerResources
 
-    store = MetadataStore(broker.data_dir / "metadata.db")
+    store = create_metadata_store("", data_dir=broker.data_dir)
     try:
-        return [info.ledger_id for info in store.ledgers(topic)]
+        got = ManagedLedgerResources(store).get(TopicName.parse(topic))
+        return [] if got is None else [j["ledgerId"] for j in got[0]["ledgerInfo"]]
     finally:
         store.close()
 
 
 def set_mode(broker, topic: str, mode: str) -> None:
+    """Set the topic's policy in the broker's metadata store (another process, as an admin tool)."""
     from compactmq.storage import COMPACTION_RETENTION_MODE
-    from compactmq.storage.metadata import MetadataStore
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import PulsarResources
 
-    store = MetadataStore(broker.data_dir / "metadata.db")
+    store = create_metadata_store("", data_dir=broker.data_dir)
     try:
-        store.set_topic_policy(topic, COMPACTION_RETENTION_MODE, mode)
+        PulsarResources(store).policies.set_topic_policy(topic, COMPACTION_RETENTION_MODE, mode)
     finally:
         store.close()
 

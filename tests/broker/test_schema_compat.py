@@ -12,7 +12,7 @@ import pytest
 from compactmq.broker import schema_compat
 from compactmq.broker.schemas import SchemaRegistry, schema_id
 from compactmq.errors import IncompatibleSchema
-from compactmq.storage.metadata import MetadataStore
+from compactmq.storage.engine import Storage
 from compactmq.storage.metadata_store import create_metadata_store
 from compactmq.storage.resources import SchemaResources
 from compactmq.storage.schemas import SchemaStorage, active
@@ -100,11 +100,8 @@ def test_storage_deletion_markers(tmp_path):
 
 
 class _Service:
-    def __init__(self, metadata, tmp_path):
-        resources = type(
-            "R", (), {"schemas": SchemaResources(create_metadata_store("", data_dir=tmp_path))}
-        )()
-        self.storage = type("S", (), {"metadata": metadata, "resources": resources})()
+    def __init__(self, storage):
+        self.storage = storage
         self.config = {
             "schemaCompatibilityStrategy": "FULL",
             "isAllowAutoUpdateSchemaEnabled": True,
@@ -116,9 +113,13 @@ class _Service:
 
 
 def test_schemas_kept_in_topic_properties_move_to_the_table(tmp_path):
-    metadata = MetadataStore(tmp_path / "m.db")
+    with Storage(tmp_path) as storage:
+        _schemas_move(storage)
+
+
+def _schemas_move(storage):
     topic = "persistent://public/default/old"
-    metadata.create_topic(
+    storage.topic_metadata.create_topic(
         topic,
         {
             "__schemas": [
@@ -127,8 +128,8 @@ def test_schemas_kept_in_topic_properties_move_to_the_table(tmp_path):
             "other": 1,
         },
     )
-    registry = SchemaRegistry(_Service(metadata, tmp_path))
+    registry = SchemaRegistry(_Service(storage))
     found = asyncio.run(registry.get(topic + "-partition-0", None))
     assert found is not None and found[0].type == 1 and found[1] == (0).to_bytes(8, "big")
-    assert metadata.topic_properties(topic) == {"other": 1}
+    assert storage.topic_metadata.topic_properties(topic) == {"other": 1}
     assert [r.properties for r in registry.storage.versions(schema_id(topic))] == [{"k": "v"}]

@@ -56,10 +56,10 @@ def _open(data_dir: str):
 def _set_policies(storage, topics, specs):
     for topic, (policy, *_rest) in zip(topics, specs):
         if policy == "ttl":
-            storage.metadata.set_topic_policy(topic, COMPACTED_VIEW_KEY_TTL, TTL_S)
-            storage.metadata.set_topic_policy(topic, COMPACTION_TOMBSTONE_RETENTION, TTL_S)
+            storage.policies.set_topic_policy(topic, COMPACTED_VIEW_KEY_TTL, TTL_S)
+            storage.policies.set_topic_policy(topic, COMPACTION_TOMBSTONE_RETENTION, TTL_S)
         elif policy == "min-lag":
-            storage.metadata.set_topic_policy(topic, COMPACTION_MIN_LAG, MIN_LAG_S)
+            storage.policies.set_topic_policy(topic, COMPACTION_MIN_LAG, MIN_LAG_S)
 
 
 def _expect(model, policy, ml, now_ms, appended):

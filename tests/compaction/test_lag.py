@@ -73,8 +73,7 @@ class RecordingEngine:
 
 def test_runner_horizon_stops_before_messages_younger_than_the_minimum_lag(storage):
     ml, (a, b, c) = _three_ledgers(storage)
-    meta = storage.metadata
-    meta.set_topic_policy(T, COMPACTION_MIN_LAG, 60)
+    storage.policies.set_topic_policy(T, COMPACTION_MIN_LAG, 60)
     engine = RecordingEngine()
     clock = [NOW / 1000]
 
@@ -84,7 +83,7 @@ def test_runner_horizon_stops_before_messages_younger_than_the_minimum_lag(stora
     result = run()  # everything is younger than 60 s: an empty run, no view, no horizon
     assert result.horizon is None and not engine.plans
     assert states_of(storage).get(T).status == "SUCCESS" and states_of(storage).get(T).horizon is None
-    meta.set_topic_policy(T, COMPACTION_MIN_LAG, 25)
+    storage.policies.set_topic_policy(T, COMPACTION_MIN_LAG, 25)
     result = run()
     assert result.horizon == Position(b, 0)  # -30 s is old enough, -20 s is not
     assert [(s.ledger_id, s.entry_lo) for s in engine.plans[-1].segments] == [(a, 0), (b, 0)]
@@ -99,8 +98,8 @@ def test_key_ttl_and_tombstone_retention_need_keep_latest(storage):
     from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_STRATEGY
 
     _three_ledgers(storage)
-    storage.metadata.set_topic_policy(T, COMPACTION_STRATEGY, "keep-first")
-    storage.metadata.set_topic_policy(T, COMPACTED_VIEW_KEY_TTL, 60)
+    storage.policies.set_topic_policy(T, COMPACTION_STRATEGY, "keep-first")
+    storage.policies.set_topic_policy(T, COMPACTED_VIEW_KEY_TTL, 60)
     engine = RecordingEngine()
     with pytest.raises(CompactionError, match="keep-latest"):
         CompactionRunner(storage, T, load_config(), engine, clock=lambda: NOW / 1000).run()

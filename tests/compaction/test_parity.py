@@ -157,7 +157,7 @@ def test_spark_service_matches_reference(
     with _fresh_storage(cfg, "cmq-parity-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         if by_policy:  # the topic policy chooses the strategy
-            storage.metadata.set_topic_policy(TOPIC, COMPACTION_STRATEGY, name)
+            storage.policies.set_topic_policy(TOPIC, COMPACTION_STRATEGY, name)
         service = SparkCompactionService(storage, TOPIC, cfg)
         model = ReferenceCompactor(strategy, retain, mode)
         for s in [*steps, ("compact",)]:
@@ -320,8 +320,8 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
         ml = storage.open_managed_ledger(TOPIC)
         # an hour: "young" messages stay younger than the cut however long a loaded machine takes
         # to start Spark for the first run (with seconds here the test failed under load)
-        storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
-        storage.metadata.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 3600)
+        storage.policies.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
+        storage.policies.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 3600)
         service = SparkCompactionService(storage, TOPIC, cfg)
         model = ReferenceCompactor("keep-latest", True, "retention-bounded")
         now = int(time.time() * 1000)
@@ -406,9 +406,9 @@ def _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombston
     with _fresh_storage(cfg, "cmq-parity-chain-") as storage:
         ml = storage.open_managed_ledger(TOPIC)
         if ttl:
-            storage.metadata.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
+            storage.policies.set_topic_policy(TOPIC, COMPACTED_VIEW_KEY_TTL, 3600)
         if keep_tombstones:
-            storage.metadata.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 3600)
+            storage.policies.set_topic_policy(TOPIC, COMPACTION_TOMBSTONE_RETENTION, 3600)
         service = SparkCompactionService(storage, TOPIC, cfg)
         model = ReferenceCompactor("keep-latest", retain, "retention-bounded")
         now = int(time.time() * 1000)

@@ -128,7 +128,7 @@ def test_partitions_in_one_job_match_the_reference_each(
         ledgers = [storage.open_managed_ledger(_partition(i)) for i in range(PARTITIONS)]
         strategies = [strategy] * PARTITIONS
         if other is not None:
-            storage.metadata.set_topic_policy(_partition(1), COMPACTION_STRATEGY, other)
+            storage.policies.set_topic_policy(_partition(1), COMPACTION_STRATEGY, other)
             strategies[1] = other
         models = [ReferenceCompactor(s, retain, mode) for s in strategies]
         services = [factory.new_service(_partition(i)) for i in range(PARTITIONS)]
@@ -157,8 +157,8 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         {"managedLedgerMaxEntriesPerLedger": 3, "topicCompactionRetainNullKey": True}
     )
     try:
-        storage.metadata.set_topic_policy(_partition(0), COMPACTED_VIEW_KEY_TTL, 50)
-        storage.metadata.set_topic_policy(_partition(0), COMPACTION_TOMBSTONE_RETENTION, 50)
+        storage.policies.set_topic_policy(_partition(0), COMPACTED_VIEW_KEY_TTL, 50)
+        storage.policies.set_topic_policy(_partition(0), COMPACTION_TOMBSTONE_RETENTION, 50)
         ledgers = [storage.open_managed_ledger(_partition(i)) for i in range(PARTITIONS)]
         services = [factory.new_service(_partition(i)) for i in range(PARTITIONS)]
         models = [ReferenceCompactor("keep-latest", True, "retention-bounded") for _ in range(PARTITIONS)]

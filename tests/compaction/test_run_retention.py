@@ -72,7 +72,7 @@ def test_a_failed_run_releases_the_hold_it_took(tmp_path):
             SparkCompactionService(st, TOPIC, st.config, abort_hook=hook).compact()
         assert seen == [True]  # held while the run was planned
         assert ml.get_cursor(COMPACTION_CURSOR) is None
-        assert st.metadata.get_cursor(TOPIC, COMPACTION_CURSOR) is None
+        assert st.topic_metadata.get_cursor(TOPIC, COMPACTION_CURSOR) is None
         assert ml.trim_to_retention()  # retention works as it did before the run
     finally:
         st.close()

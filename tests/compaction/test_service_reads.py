@@ -41,7 +41,7 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
         assert [p for p, _ in service.read_compacted_entries(Position(0, 0), 10)] == [
             p for p in positions[:5] if p >= first
         ]
-        storage.metadata.set_topic_policy(TOPIC, COMPACTION_RETENTION_MODE, "keep-until-tombstone")
+        storage.policies.set_topic_policy(TOPIC, COMPACTION_RETENTION_MODE, "keep-until-tombstone")
         assert len(service.read_compacted_entries(Position(0, 0), 10)) == 5
     finally:
         storage.close()

@@ -187,7 +187,7 @@ def test_offloader_refuses_a_stored_location_it_was_never_allowed(tmp_path):
     try:
         storage.resources.tenants.create("acme", {"adminRoles": []})
         storage.resources.namespaces.create("acme/ops", {})
-        storage.metadata.set_policies(
+        storage.policies.set_policies(
             "namespace",
             "acme/ops",
             {
@@ -233,7 +233,7 @@ def test_compaction_run_refuses_a_stored_strategy_it_was_never_allowed(tmp_path)
 
     try:
         storage.open_managed_ledger(topic).append_many([b"e", b"e"], [1, 2])
-        storage.metadata.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod.Evil")
+        storage.policies.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod.Evil")
         with pytest.raises(CompactMQError, match="not allowed on this broker"):
             CompactionRunner(storage, topic, config, Engine()).run()
         assert not plans and states_of(storage).get(topic).status == "ERROR"
@@ -254,7 +254,7 @@ def test_spark_latest_plan_refuses_a_policy_class_before_reading(tmp_path):
     storage = Storage(data, load_config(overrides={"dataDir": str(data)}))
     try:
         storage.open_managed_ledger(topic).append_many([b"e"], [1])
-        storage.metadata.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod2.Evil")
+        storage.policies.set_topic_policy(topic, COMPACTION_STRATEGY, "cmq_never_imported_mod2.Evil")
     finally:
         storage.close()
     opts = {"topic": topic, "path": str(data), "view": "latest"}

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from compactmq.config import load_config
+from compactmq.naming import TopicName
 from compactmq.storage import Position, Storage
 from compactmq.storage import ledger_file as lf
 
@@ -264,7 +265,7 @@ def test_crash_between_ledger_row_and_its_file(tmp_path):
         ml = st.open_managed_ledger(TOPIC)
         p = ml.append(b"kept")
     with Storage(data_dir, load_config()) as st:
-        ghost = st.metadata.add_ledger(TOPIC, 0)  # as if the process died right after
+        ghost = st.topic_metadata.add_ledger(TOPIC, 0)  # as if the process died right after
         st.close()
     with Storage(data_dir, load_config()) as st:
         ml = st.open_managed_ledger(TOPIC)
@@ -281,10 +282,12 @@ def test_crash_after_sealing_before_the_metadata_says_closed(tmp_path):
         ml = st.open_managed_ledger(TOPIC)
         ps = [ml.append(b"%d" % i) for i in range(4)]
     with Storage(data_dir, load_config()) as st:
-        with st.metadata.transaction() as db:  # roll the CLOSED back to OPEN, keep the .idx
-            db.execute(
-                "UPDATE ledgers SET state = 'OPEN', entry_count = 0 WHERE ledger_id = ?", (ps[0].ledger_id,)
-            )
+        res, tn = st.resources.managed_ledgers, TopicName.parse(TOPIC)
+        info, version = res.get(tn)  # roll the CLOSED back to OPEN, keep the .idx
+        for led in info["ledgerInfo"]:
+            if led["ledgerId"] == ps[0].ledger_id:
+                led.update(state="OPEN", entries=0)
+        res.put(tn, info, version)
     with Storage(data_dir, load_config()) as st:
         ml = st.open_managed_ledger(TOPIC)
         info = [i for i in ml.ledgers() if i.ledger_id == ps[0].ledger_id][0]

@@ -131,7 +131,7 @@ def test_storage_refuses_a_new_topic_whose_directory_is_owned(open_storage):
     open(os.path.join(directory, "000000000007.log"), "wb").close()
     with pytest.raises(StorageError, match="belongs to topic persistent://public/default/first"):
         st.open_managed_ledger(NS + "second")
-    assert not st.metadata.topic_exists(NS + "second")  # refused before anything was recorded
+    assert not st.topic_metadata.topic_exists(NS + "second")  # refused before anything was recorded
     assert sorted(os.listdir(directory)) == ["000000000007.log", OWNER_FILE]
 
 

@@ -11,6 +11,7 @@ from compactmq.errors import Conflict, NotFound, TopicNotFound
 from compactmq.storage.engine import Storage
 from compactmq.storage.metadata import MetadataStore as OldMetadata
 from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.position import LedgerInfo, Position
 from compactmq.storage.resources import PulsarResources
 from compactmq.storage.resources.legacy_import import TENANTS_NAMESPACES, import_legacy, marker_path
 
@@ -23,6 +24,21 @@ def _old_data_dir(path):
     old.create_namespace("acme/pay ments")  # a name that needs encoding as a path segment
     old.create_topic("persistent://other/ns/t")  # auto-creates tenant "other" and other/ns
     old.create_partitioned_topic("persistent://acme/orders/parted", 3)
+    # a topic with ledgers (one closed, one left OPEN by a crash), properties and cursors
+    topic = "persistent://acme/orders/t1"
+    old.create_topic(topic, {"producerEpoch": 3})
+    first = old.add_ledger(topic, 1_000)
+    old.add_ledger(topic, 2_000, close=LedgerInfo(first, 5, 50, 10, 20, "CLOSED", 1_000, 1_500))
+    old.save_cursor(topic, "sub", Position(first, 2), b"\x01" * 16, {"a": 1})
+    old.save_cursor(topic, "__compaction", Position(first, -1), b"", {})
+    # policies of a namespace, of a topic, and of a namespace deleted since (not brought back)
+    old.set_namespace_policy("acme/orders", "retentionTimeInMinutes", 7)
+    old.set_topic_policy(topic, "compactionThreshold", 1024)
+    old.set_topic_policy("persistent://acme/orders/parted", "retentionSizeInMB", 9)
+    old.create_namespace("acme/gone")
+    old.set_namespace_policy("acme/gone", "retentionTimeInMinutes", 1)
+    old.delete_namespace("acme/gone")
+    old.set_namespace_policy("acme/gone", "retentionTimeInMinutes", 2)  # no check in the old store
     old.close()
 
 
@@ -104,18 +120,23 @@ def test_storage_opens_the_store_beside_the_old_tables(old_dir):
         assert storage.resources.namespaces.list_namespaces("new-tenant") == ["new-tenant/new-ns"]
     # reopens (the store's session ended cleanly, the directory lock was released)
     with Storage(old_dir) as storage:
-        assert storage.topics() == ["persistent://new-tenant/new-ns/t", "persistent://other/ns/t"]
+        assert storage.topics() == [
+            "persistent://acme/orders/t1",
+            "persistent://new-tenant/new-ns/t",
+            "persistent://other/ns/t",
+        ]
         # deleting a namespace: refused while it has topics, then it goes with its policies
-        storage.metadata.set_namespace_policy("acme/orders", "retentionTimeInMinutes", 5)
+        storage.policies.set_namespace_policy("acme/orders", "retentionTimeInMinutes", 5)
         with pytest.raises(Conflict, match="still has topics"):
             storage.delete_namespace("other/ns")
+        storage.delete_managed_ledger("persistent://acme/orders/t1")
         storage.delete_namespace("acme/orders")
         assert not storage.resources.namespaces.exists("acme/orders")
-        assert storage.metadata.get_namespace_policies("acme/orders") == {}
+        assert storage.policies.get_namespace_policies("acme/orders") == {}
         with pytest.raises(NotFound):
             storage.delete_namespace("acme/orders")
         storage.resources.namespaces.create("acme/orders", {})  # created again: no old policies
-        assert storage.metadata.get_namespace_policies("acme/orders") == {}
+        assert storage.policies.get_namespace_policies("acme/orders") == {}
 
 
 def test_a_bad_metadata_store_url_is_one_clear_error_and_releases_the_directory(tmp_path):
@@ -220,3 +241,33 @@ def test_a_read_only_opener_does_not_import_the_compaction_states(old_dir):
         assert (
             broker.resources.compaction.view_of(TopicName.parse("persistent://acme/orders/compacted")) == 42
         )
+
+
+def test_topics_ledgers_cursors_and_policies_are_imported(old_dir):
+    topic = "persistent://acme/orders/t1"
+    with Storage(old_dir) as storage:
+        assert storage.topics() == [topic, "persistent://other/ns/t"]
+        tm = storage.topic_metadata
+        assert tm.topic_properties(topic) == {"producerEpoch": 3}
+        infos = tm.ledgers(topic)
+        assert [(i.entry_count, i.size, i.state) for i in infos] == [(5, 50, "CLOSED"), (0, 0, "OPEN")]
+        sub = tm.get_cursor(topic, "sub")
+        assert sub is not None and sub.mark_delete == Position(infos[0].ledger_id, 2)
+        assert sub.acked_ranges == b"\x01" * 16 and sub.properties == {"a": 1}
+        assert {r.name for r in tm.load_cursors(topic)} == {"sub", "__compaction"}
+        assert storage.policies.get_namespace_policies("acme/orders") == {"retentionTimeInMinutes": 7}
+        assert storage.policies.effective_policy(topic, "retentionTimeInMinutes", 0) == 7
+        assert storage.policies.effective_policy(topic, "compactionThreshold", 0) == 1024
+        assert storage.policies.get_topic_policies("persistent://acme/orders/parted") == {
+            "retentionSizeInMB": 9
+        }
+        assert not storage.resources.namespaces.exists("acme/gone")
+        # new ledger ids continue above the old counter (never reusing an old id)
+        old_max = storage.metadata.last_ledger_id()
+        ml = storage.open_managed_ledger(topic)  # recovers the OPEN ledger: it was empty
+        assert [i.ledger_id for i in ml.ledgers()][-1] > old_max
+        assert storage.metadata.allocate_ledger_id() > old_max  # compacted ledgers share the ids
+        storage.delete_managed_ledger(topic)
+    with Storage(old_dir) as storage:  # imported once: a topic deleted since stays deleted
+        assert storage.topics() == ["persistent://other/ns/t"]
+        assert storage.policies.get_topic_policies(topic) == {}

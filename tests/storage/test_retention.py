@@ -12,7 +12,9 @@ MIN = 60_000
 
 @pytest.fixture
 def ml(open_storage, clock):
-    ml = open_storage(managedLedgerMaxEntriesPerLedger=4).open_managed_ledger("t")
+    storage = open_storage(managedLedgerMaxEntriesPerLedger=4)
+    ml = storage.open_managed_ledger("t")
+    ml.storage = storage
     ml.positions = []
     for i in range(14):  # ledgers of 4, 4, 4, and the current one with 2
         ml.positions.append(ml.append(b"%04d" % i))
@@ -103,11 +105,11 @@ def test_within_both_limits_nothing_goes(ml):
 
 def test_retention_policy_comes_from_topic_then_namespace(ml):
     before = ledger_ids(ml)
-    ml._store.set_namespace_policy("public/default", RETENTION_TIME_MINUTES, -1)
-    ml._store.set_namespace_policy("public/default", RETENTION_SIZE_MB, -1)
+    ml.storage.policies.set_namespace_policy("public/default", RETENTION_TIME_MINUTES, -1)
+    ml.storage.policies.set_namespace_policy("public/default", RETENTION_SIZE_MB, -1)
     assert ml.retention_policy() == (-1, -1)
     assert ml.trim_to_retention() == []
-    ml._store.set_topic_policy(ml.topic, RETENTION_TIME_MINUTES, 0)
+    ml.storage.policies.set_topic_policy(ml.topic, RETENTION_TIME_MINUTES, 0)
     assert ml.retention_policy() == (0, -1)
     assert ml.trim_to_retention() == before[:3]
 

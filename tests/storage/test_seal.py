@@ -87,13 +87,13 @@ def test_without_a_writer_the_job_seals_a_ledger_a_crash_left_open(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": SRC}, timeout=60)
     ro = Storage(data, cfg(), read_only=True)
     try:
-        assert [i.state for i in ro.metadata.ledgers(TOPIC)] == [LEDGER_OPEN]
+        assert [i.state for i in ro.topic_metadata.ledgers(TOPIC)] == [LEDGER_OPEN]
     finally:
         ro.close()
     assert seal_before_compaction(data, cfg(), TOPIC, timeout=5) == SEALED_HERE
     ro = Storage(data, cfg(), read_only=True)
     try:
-        infos = ro.metadata.ledgers(TOPIC)
+        infos = ro.topic_metadata.ledgers(TOPIC)
         assert [(i.state, i.entry_count) for i in infos] == [(LEDGER_CLOSED, 5)]
         # the lock was released: a broker can start right after
         Storage(data, cfg()).close()

@@ -49,7 +49,7 @@ async def _require(ctx: Context, namespace: str) -> None:
 async def get_auto_topic_creation(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
-    return (await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)).get(POLICY_KEY)
+    return (await ctx.run_blocking(ctx.policies.get_namespace_policies, name)).get(POLICY_KEY)
 
 
 async def set_auto_topic_creation(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
@@ -58,12 +58,12 @@ async def set_auto_topic_creation(ctx: Context, request: web.Request, tenant: st
     value = validate_override(await read_json(request, "the autoTopicCreation object"))
     checked = check_policy_values({POLICY_KEY: value}, Target(ctx.service.config, name))
     value = checked[POLICY_KEY]
-    await ctx.run_blocking(ctx.metadata.set_namespace_policy, name, POLICY_KEY, value)
+    await ctx.run_blocking(ctx.policies.set_namespace_policy, name, POLICY_KEY, value)
     return None
 
 
 async def remove_auto_topic_creation(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
-    await ctx.run_blocking(ctx.metadata.remove_namespace_policy, name, POLICY_KEY)
+    await ctx.run_blocking(ctx.policies.remove_namespace_policy, name, POLICY_KEY)
     return None

@@ -49,6 +49,16 @@ class Context:
         return self.service.storage.metadata
 
     @property
+    def policies(self):
+        """Namespace and topic policies (``storage.resources.PolicyResources``)."""
+        return self.service.storage.policies
+
+    @property
+    def topic_metadata(self):
+        """Topics, their ledger lists and cursors (``storage.resources.topic_metadata``)."""
+        return self.service.storage.topic_metadata
+
+    @property
     def resources(self):
         """The typed resources (``storage.resources.PulsarResources``): tenants and namespaces."""
         return self.service.storage.resources

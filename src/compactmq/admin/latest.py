@@ -141,7 +141,7 @@ def _partitions_blocking(ctx: Context, topic: str) -> Optional[int]:
     """Partitions of ``topic``, None for a non-partitioned one (one trip to the thread pool:
     every hop costs a lookup latency); ``TopicNotFound`` when it is neither."""
     partitions = ctx.storage.partitions(topic)
-    if partitions is None and not ctx.metadata.topic_exists(topic):
+    if partitions is None and not ctx.topic_metadata.topic_exists(topic):
         raise TopicNotFound(f"topic {topic} does not exist")
     return partitions
 

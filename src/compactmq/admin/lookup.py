@@ -81,6 +81,6 @@ async def namespace_topics(ctx: Context, request: web.Request, tenant: str, name
     ns = f"{tenant}/{namespace}"
     if not await ctx.run_blocking(ctx.resources.namespaces.exists, ns):
         raise NotFound(f"namespace {ns} does not exist")
-    names = await ctx.run_blocking(ctx.metadata.topics, ns)
+    names = await ctx.run_blocking(ctx.topic_metadata.topics, ns)
     names = list(names) + nonpersistent.names(ctx, ns)  # the non-persistent ones in use
     return [n for n in names if n.startswith(MODES[mode])]

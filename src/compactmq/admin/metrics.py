@@ -334,13 +334,12 @@ def render_library_metrics(ctx: Any, cluster: str) -> str:
 def render_metrics(ctx: Any) -> str:
     """The Prometheus text exposition of every family (runs in a worker thread)."""
     service = ctx.service
-    meta = ctx.metadata
     cluster = getattr(service, "cluster_name", "standalone")
     traffic = ctx.sampler.topics()  # refreshed by the caller, on the event loop
     loaded = dict(service.topics.loaded)
     families = {name: _Family(name, kind, h) for name, kind, h in BROKER_FAMILIES + COMPACTION_FAMILIES}
 
-    topics = meta.topics()
+    topics = ctx.topic_metadata.topics()
     per_namespace: dict[str, int] = {}
     for name in topics:
         ns = TopicName.parse(name).namespace_name
@@ -368,7 +367,7 @@ def render_metrics(ctx: Any) -> str:
             backlog = sum(c.backlog() for c in cursors if c.durable and c.name != "pulsar.dedup")
             size = topic.ledger.total_size()
         else:
-            size = sum(li.size for li in meta.ledgers(name))
+            size = sum(li.size for li in ctx.topic_metadata.ledgers(name))
         f = families
         f["pulsar_producers_count"].add(labels, len(producers))
         f["pulsar_consumers_count"].add(labels, len(consumers))

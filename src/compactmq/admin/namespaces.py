@@ -159,7 +159,7 @@ async def delete_namespace(ctx: Context, request: web.Request, tenant: str, name
 async def get_namespace_policies(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
     name = f"{tenant}/{namespace}"
     await _require(ctx, name)
-    own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
+    own = await ctx.run_blocking(ctx.policies.get_namespace_policies, name)
     return {p.namespace_path or p.path: p.render(own) for p in POLICIES}
 
 
@@ -167,7 +167,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
     async def get_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
-        own = await ctx.run_blocking(ctx.metadata.get_namespace_policies, name)
+        own = await ctx.run_blocking(ctx.policies.get_namespace_policies, name)
         if query_flag(request, "applied"):
             return policy.render(applied_values(policy, own, None, ctx.service.config))
         return policy.render(own)
@@ -185,7 +185,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
     async def remove_policy(ctx: Context, request: web.Request, tenant: str, namespace: str) -> Any:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
-        await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {k: None for k in policy.keys})
+        await ctx.run_blocking(ctx.policies.set_policies, "namespace", name, {k: None for k in policy.keys})
         await ctx.service.topics.policies_changed(name)
         return None
 
@@ -213,12 +213,12 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
 
 
 def _set_namespace_policies(ctx: Context, namespace: str, values: dict[str, Any]) -> None:
-    ctx.metadata.set_policies("namespace", namespace, values)
+    ctx.policies.set_policies("namespace", namespace, values)
     if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
         default = ctx.service.config["brokerServiceCompactionThresholdInBytes"]
         topics = [
             t
-            for t in ctx.metadata.topics(namespace)
-            if (ctx.metadata.effective_policy(t, COMPACTION_THRESHOLD, default) or 0) > 0
+            for t in ctx.topic_metadata.topics(namespace)
+            if (ctx.policies.effective_policy(t, COMPACTION_THRESHOLD, default) or 0) > 0
         ]
         ensure_compaction_cursors(ctx, topics)

@@ -179,7 +179,7 @@ def add_routes(router: Router) -> None:
         name = f"{tenant}/{namespace}"
         if not await ctx.run_blocking(ctx.resources.namespaces.exists, name):
             raise NotFound(f"namespace {name} does not exist")
-        await ctx.run_blocking(ctx.metadata.set_policies, "namespace", name, {OFFLOAD_POLICIES: None})
+        await ctx.run_blocking(ctx.policies.set_policies, "namespace", name, {OFFLOAD_POLICIES: None})
         return None
 
     router.add(

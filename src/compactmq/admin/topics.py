@@ -142,7 +142,7 @@ async def _kind(ctx: Context, topic: str) -> int | None:
     partitions = await ctx.run_blocking(ctx.storage.partitions, topic)
     if partitions is not None:
         return partitions
-    if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
+    if await ctx.run_blocking(ctx.topic_metadata.topic_exists, topic):
         return 0
     raise TopicNotFound(f"topic {topic} does not exist")
 
@@ -160,7 +160,7 @@ async def list_topics(ctx: Context, request: web.Request, domain: str, tenant: s
     await _require_namespace(ctx, ns)
     if domain == "non-persistent":
         return nonpersistent.names(ctx, ns)
-    names = await ctx.run_blocking(ctx.metadata.topics, ns)
+    names = await ctx.run_blocking(ctx.topic_metadata.topics, ns)
     return [n for n in names if n.startswith(f"{domain}://")]
 
 
@@ -179,7 +179,7 @@ async def create_topic(ctx: Context, request: web.Request, **path: str) -> Any:
     await _require_namespace(ctx, tn.namespace_name)
     if await ctx.run_blocking(ctx.storage.partitions, topic) is not None:
         raise AlreadyExists(f"{topic} already exists as a partitioned topic")
-    if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
+    if await ctx.run_blocking(ctx.topic_metadata.topic_exists, topic):
         raise AlreadyExists(f"topic {topic} already exists")
     await ctx.run_blocking(ctx.storage.open_managed_ledger, topic, True)
     return None
@@ -232,7 +232,7 @@ async def create_partitioned_topic(ctx: Context, request: web.Request, **path: s
         _partitions_body(await read_json(request, "the number of partitions")), ctx.service.config
     )
     await _require_namespace(ctx, tn.namespace_name)
-    if await ctx.run_blocking(ctx.metadata.topic_exists, topic):
+    if await ctx.run_blocking(ctx.topic_metadata.topic_exists, topic):
         raise AlreadyExists(f"a non-partitioned topic {topic} already exists")
     await ctx.run_blocking(ctx.storage.create_partitioned_topic, topic, n)
     await ctx.run_blocking(_create_partitions, ctx, topic, 0, n)
@@ -241,11 +241,11 @@ async def create_partitioned_topic(ctx: Context, request: web.Request, **path: s
 
 def _create_partitions(ctx: Context, topic: str, first: int, n: int) -> None:
     """Partitions ``first..n-1`` as topics, with the policies set on the partitioned topic."""
-    policies = ctx.metadata.get_topic_policies(topic)
+    policies = ctx.policies.get_topic_policies(topic)
     for name in _partition_names(topic, n)[first:]:
-        ctx.metadata.create_topic(name)
+        ctx.topic_metadata.create_topic(name)
         if policies:
-            ctx.metadata.set_policies("topic", name, policies)
+            ctx.policies.set_policies("topic", name, policies)
 
 
 async def update_partitioned_topic(ctx: Context, request: web.Request, **path: str) -> Any:
@@ -274,7 +274,7 @@ async def get_partitioned_metadata(ctx: Context, request: web.Request, **path: s
         # as the binary PARTITIONED_METADATA answers it (0, or a new partitioned topic by type)
         return {"partitions": await ctx.service.topics.partitions(topic, auto_create=True)}
     n = await ctx.run_blocking(ctx.storage.partitions, topic)
-    if n is None and not await ctx.run_blocking(ctx.metadata.topic_exists, topic):
+    if n is None and not await ctx.run_blocking(ctx.topic_metadata.topic_exists, topic):
         raise TopicNotFound(f"topic {topic} does not exist")
     return {"partitions": n or 0}
 
@@ -286,7 +286,7 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
     force = query_flag(request, "force")
     for name in _partition_names(topic, n):
-        if await ctx.run_blocking(ctx.metadata.topic_exists, name):
+        if await ctx.run_blocking(ctx.topic_metadata.topic_exists, name):
             await _delete_one(ctx, name, force)
     await ctx.run_blocking(ctx.storage.delete_partitioned_topic, topic)
     await ctx.run_blocking(ctx.service.schemas.topic_deleted, topic)
@@ -688,10 +688,10 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
     async def get_policy(ctx: Context, request: web.Request, **path: str) -> Any:
         topic = _persistent(topic_name(**path))
         await _kind(ctx, topic)
-        own = await ctx.run_blocking(ctx.metadata.get_topic_policies, topic)
+        own = await ctx.run_blocking(ctx.policies.get_topic_policies, topic)
         if query_flag(request, "applied"):
             ns = await ctx.run_blocking(
-                ctx.metadata.get_namespace_policies, TopicName.parse(topic).namespace_name
+                ctx.policies.get_namespace_policies, TopicName.parse(topic).namespace_name
             )
             return policy.render(applied_values(policy, own, ns, ctx.service.config))
         return policy.render(own)
@@ -732,11 +732,9 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
 
 
 def _set_topic_policies(ctx: Context, topics: list[str], values: dict[str, Any]) -> None:
-    with ctx.metadata.transaction():
-        for topic in topics:
-            ctx.metadata.set_policies("topic", topic, values)
+    ctx.policies.set_topic_policies(topics, values)  # one commit: the topic and its partitions
     if (values.get(COMPACTION_THRESHOLD) or 0) > 0 or (values.get(COMPACTION_MAX_LAG) or 0) > 0:
-        ensure_compaction_cursors(ctx, [t for t in topics if ctx.metadata.topic_exists(t)])
+        ensure_compaction_cursors(ctx, [t for t in topics if ctx.topic_metadata.topic_exists(t)])
 
 
 def ensure_compaction_cursors(ctx: Context, topics: list[str]) -> None:

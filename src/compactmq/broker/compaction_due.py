@@ -47,26 +47,25 @@ class DueCheck:
         self.default_min_lag = int(config.get("brokerServiceCompactionMinLagInSeconds", 0))
 
     def threshold_of(self, topic: str) -> int:
-        value = self.storage.metadata.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
+        value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
         try:
             return int(value or 0)
         except (TypeError, ValueError):
             return 0
 
     def max_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MAX_LAG, self.default_max_lag)
+        return lag_seconds_setting(self.storage.policies, topic, COMPACTION_MAX_LAG, self.default_max_lag)
 
     def min_lag_of(self, topic: str) -> int:
-        return lag_seconds_setting(self.storage.metadata, topic, COMPACTION_MIN_LAG, self.default_min_lag)
+        return lag_seconds_setting(self.storage.policies, topic, COMPACTION_MIN_LAG, self.default_min_lag)
 
     def due_topics(
         self, busy: set[str], now_ms: int, running_elsewhere: Callable[[str], bool]
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
         those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are."""
-        meta = self.storage.metadata
         due = []
-        for topic in meta.topics():
+        for topic in self.storage.topics():
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
                     continue

@@ -328,8 +328,7 @@ class CompactionMonitor:
     def _admission(self, topic: str) -> Optional[int]:
         """(worker thread) The topic's backlog since its horizon in bytes, or None while a
         ``compact-topic`` job compacts it. Raises TopicNotFound."""
-        meta = self.storage.metadata
-        if not meta.topic_exists(topic):
+        if not self.storage.topic_metadata.topic_exists(topic):
             raise TopicNotFound(f"topic {topic} does not exist")
         if self._running_elsewhere(topic):
             return None

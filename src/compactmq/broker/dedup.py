@@ -135,7 +135,7 @@ class Deduplication:
         topic = self.topic
         default = bool(topic.service.config["brokerDeduplicationEnabled"])
         value = await topic.run_blocking(
-            topic.service.storage.metadata.effective_policy, topic.name, POLICY_KEY, default
+            topic.service.storage.policies.effective_policy, topic.name, POLICY_KEY, default
         )
         return bool(value)
 

@@ -202,7 +202,9 @@ class CommandHandler:
 
     async def on_get_topics_of_namespace(self, cmd: pb.CommandGetTopicsOfNamespace, frame) -> None:
         await security.authorize_namespace(self.conn, cmd.namespace)
-        persistent = await self.service.run_blocking(self.service.storage.metadata.topics, cmd.namespace)
+        persistent = await self.service.run_blocking(
+            self.service.storage.topic_metadata.topics, cmd.namespace
+        )
         # the client's RegexSubscriptionMode: persistent only (default), non-persistent only, all
         topics = topics_of_namespace(
             persistent, self.service.topics.non_persistent.names(cmd.namespace), cmd.mode

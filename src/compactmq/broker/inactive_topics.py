@@ -113,7 +113,7 @@ class InactiveTopicSweeper:
                 continue
             try:
                 if self._may_delete(topic) and await service.run_blocking(
-                    _deletable, topic.ledger, service.storage.metadata, self.mode
+                    _deletable, topic.ledger, service.storage.topic_metadata, self.mode
                 ):
                     await self._delete(topic)
                 else:

@@ -111,7 +111,7 @@ def resolve(override: Mapping[str, Any] | None, config: Mapping[str, Any]) -> Au
 def _namespace_facts(storage: Any, namespace: str) -> tuple[bool, Any]:
     if not storage.resources.namespaces.exists(namespace):
         return False, None
-    return True, storage.metadata.get_namespace_policies(namespace).get(POLICY_KEY)
+    return True, storage.policies.get_namespace_policies(namespace).get(POLICY_KEY)
 
 
 async def check_namespace(service: "BrokerService", tn: TopicName) -> AutoTopicCreation:

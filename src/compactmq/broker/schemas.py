@@ -96,7 +96,7 @@ class SchemaRegistry:
         tn = TopicName.parse(topic)
         name = str(TopicName("persistent", tn.tenant, tn.namespace, tn.partitioned_base.local_name))
         try:
-            props = self._metadata.topic_properties(name)
+            props = self.service.storage.topic_metadata.topic_properties(name)
         except TopicNotFound:
             return []
         legacy = props.pop(LEGACY_PROPERTY_KEY, None)
@@ -112,16 +112,16 @@ class SchemaRegistry:
                 rec.get("name", ""),
                 rec.get("properties", {}),
             )
-        self._metadata.set_topic_properties(name, props)
+        self.service.storage.topic_metadata.set_topic_properties(name, props)
         return self.storage.versions(sid)
 
     def policy(self, topic: str, key: str) -> Any:
         """The policy ``key`` in force for ``topic``: topic, namespace, then broker config."""
         base = str(TopicName.parse(topic).partitioned_base)
-        value = self._metadata.effective_policy(base, key, None)
+        value = self.service.storage.policies.effective_policy(base, key, None)
         if value is None or value == UNDEFINED:
             ns = TopicName.parse(topic).namespace_name
-            value = self._metadata.get_namespace_policies(ns).get(key)
+            value = self.service.storage.policies.get_namespace_policies(ns).get(key)
         if value is None or value == UNDEFINED:
             value = self.service.config[CONFIG_KEYS[key]]
         return value

@@ -212,7 +212,7 @@ class Topic:
 
     async def save_epoch(self) -> None:
         """Persist the topic epoch (in the topic's properties) before the producer hears of it."""
-        await self.run_blocking(_save_epoch, self.service.storage.metadata, self.name, self.epoch)
+        await self.run_blocking(_save_epoch, self.service.storage.topic_metadata, self.name, self.epoch)
 
     @property
     def waiting_producers(self) -> int:
@@ -402,11 +402,14 @@ def _load_epoch(metadata: Any, topic: str) -> int:
 
 
 def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
-    with metadata.transaction():
-        props = metadata.topic_properties(topic)
+    """Raise the stored epoch to ``epoch`` (never lower it): one compare-and-set on the topic."""
+
+    def raise_epoch(props: dict[str, Any]) -> dict[str, Any]:
         if int(props.get(EPOCH_PROPERTY, -1)) < epoch:
             props[EPOCH_PROPERTY] = epoch
-            metadata.set_topic_properties(topic, props)
+        return props
+
+    metadata.update_topic_properties(topic, raise_epoch)
 
 
 def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
@@ -458,7 +461,7 @@ class TopicManager:
 
     @property
     def metadata(self):
-        return self.service.storage.metadata
+        return self.service.storage.topic_metadata
 
     async def get_topic(self, name: str, create: bool = True) -> Topic:
         """The loaded topic ``name``; opened on first use.
@@ -519,7 +522,9 @@ class TopicManager:
         last, newest = await self.service.run_blocking(_topic_facts, ledger)
         topic = Topic(self.service, tn, ledger, last, newest)
         topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
-        topic.epoch = await self.service.run_blocking(_load_epoch, self.service.storage.metadata, str(tn))
+        topic.epoch = await self.service.run_blocking(
+            _load_epoch, self.service.storage.topic_metadata, str(tn)
+        )
         await topic.dedup.load()
         return topic
 

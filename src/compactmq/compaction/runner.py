@@ -68,7 +68,7 @@ def topic_settings(storage, topic: str, config) -> dict:
         RETAIN_NULL_KEY,
     )
 
-    meta = storage.metadata
+    meta = storage.policies
     mode = retention_mode(
         meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
     )

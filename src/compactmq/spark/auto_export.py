@@ -28,7 +28,7 @@ def export_after_compaction(storage: Any, config: Any, topic: str, result: Any) 
     from ..compaction.hooks import applied_export_policy, export_location
     from ..compaction.strategies import allowed_strategy_classes
 
-    found = applied_export_policy(storage.metadata, topic)
+    found = applied_export_policy(storage.policies, topic)
     if found is None:
         return
     policy, scope = found

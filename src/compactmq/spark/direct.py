@@ -47,7 +47,7 @@ class DirectBackend:
         partitions (index -1 when the topic is not partitioned)."""
         from ..naming import TopicName
 
-        meta = self.storage.metadata
+        meta = self.storage.topic_metadata
         partitioned = self.storage.partitioned_topics()
         if pattern is not None:
             regex = re.compile(pattern)
@@ -84,14 +84,13 @@ class DirectBackend:
         from ..naming import TopicName
         from ..storage.schemas import SchemaStorage, active
 
-        meta = self.storage.metadata
         records = active(SchemaStorage(self.storage.resources.schemas).versions(schema_id(topic)))
         if records:
             rec = records[-1]
             return TopicSchema(rec.type, rec.data.decode("utf-8", "replace"))
         for name in (topic, str(TopicName.parse(topic).partitioned_base)):
             try:
-                legacy = meta.topic_properties(name).get("__schemas") or []
+                legacy = self.storage.topic_metadata.topic_properties(name).get("__schemas") or []
             except TopicNotFound:
                 continue
             if legacy:

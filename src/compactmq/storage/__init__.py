@@ -13,8 +13,11 @@ On-disk layout
 
     data_dir/
       LOCK                      flock'ed by the one read-write Storage of this directory
-      metadata.db (+ -wal, -shm) SQLite in WAL mode: topics, ledgers, cursors, policies,
-                                tenants/namespaces, partitioned topics, compaction state
+      metadata.db (+ -wal, -shm) SQLite in WAL mode: the embedded metadata store (versioned
+                                keys: topics with their ledger lists, cursors, policies,
+                                tenants/namespaces, partitioned topics -- see
+                                ``resources``), beside the old tables that still hold
+                                compaction state, schemas, seal requests, the offload catalog
       ledgers/<domain>/<tenant>/<namespace>/<topic>/
         000000000042.log        ledger file: header, then one CRC32C-checked record per entry
         000000000042.idx        entry index (record offsets + publish times), written at close
@@ -34,12 +37,14 @@ Durability rules
   With ``false``, after the write reached the page cache (safe from a process crash only).
 * Readers see only durable entries, so nothing a reader saw can vanish in a crash.
 * A ledger is closed by: fsync its file, write its index (tmp + fsync + rename), then ONE
-  metadata transaction marks it CLOSED and records the next ledger OPEN; then the next file is
-  created and fsynced with its directory. Ledger rows commit with ``synchronous=FULL``.
-* Every metadata change that spans rows is one SQLite transaction (rollover, topic deletion).
-  Cursor updates commit without waiting for the WAL fsync: after a power cut a cursor may step
-  back (messages are redelivered), never forward. (The compaction state -- status, horizon,
-  view pointer -- is the compaction service's, in the metadata store: ``compaction.state``.)
+  compare-and-set write of the topic's managed-ledger info marks it CLOSED and records the next
+  ledger OPEN; then the next file is created and fsynced with its directory. The embedded
+  store commits it with ``synchronous=FULL``.
+* The compaction state (status, horizon, view pointer) is the compaction service's, written by
+  compare-and-set in the metadata store (``compaction.state``). Cursor positions are written at most
+  ``managedLedgerDefaultMarkDeleteRateLimit`` times a second per cursor, and when the topic
+  closes (``resources.topic_metadata``): after a crash a cursor may step back (messages are
+  redelivered), never forward.
 
 Crash recovery (``Storage.open_managed_ledger``)
 ------------------------------------------------
@@ -70,7 +75,7 @@ Using it (synchronous and thread-safe; the broker calls it from a thread pool)::
     pos = ml.append(entry_bytes)                       # durable when it returns
     sub = ml.open_cursor("sub", initial_position="earliest")
     for pos, data in sub.read_entries(100): ...
-    sub.ack_individual([pos])                          # persisted in metadata.db
+    sub.ack_individual([pos])                          # persisted at a bounded rate
     storage.close()                                    # seals current ledgers
 
 A compaction job beside the broker opens ``Storage(data_dir, cfg, read_only=True)``: it reads

@@ -25,8 +25,9 @@ from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT
 from .metadata_store import MetadataStore as KeyValueStore
 from .offload import LedgerOffloader
 from .resources import PulsarResources
-from .resources.legacy_import import LOCAL_KINDS, import_legacy
+from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
+from .resources.topic_metadata import TopicMetadata
 from .seal import SealRequestWatcher, open_ledger_left
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class Storage:
             read_only=read_only,
             compacted_view=lambda topic: self.resources.compaction.view_of(TopicName.parse(topic)),
             records=self.resources.offload_records,
+            policies=self.policies,
         )
         self._seal_watcher: SealRequestWatcher | None = None
         if not read_only:
@@ -150,10 +152,27 @@ class Storage:
                 self.metadata_store.close()
                 raise
         self.resources = PulsarResources(self.metadata_store, self.configuration_store)
+        self.policies = self.resources.policies
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
-            import_legacy(self.metadata, self.configuration_store)
+            import_legacy(self.metadata, self.configuration_store, CONFIGURATION_KINDS)
             import_moved(self.metadata, self.metadata_store, self.configuration_store)
             import_legacy(self.metadata, self.metadata_store, LOCAL_KINDS)
+            self.resources.ledger_ids.ensure_above(self.metadata.last_ledger_id())
+        self.metadata.use_ledger_ids(self.resources.ledger_ids.allocate)  # compacted ledgers too
+        res = self.resources
+        self.topic_metadata = TopicMetadata(
+            res.managed_ledgers,
+            res.ledger_ids,
+            res.tenants,
+            res.namespaces,
+            res.policies,
+            read_only=self.read_only,
+            mark_delete_rate=float(self.config.get("managedLedgerDefaultMarkDeleteRateLimit", 1.0)),
+            flush_interval_s=float(self.config.get("managedLedgerCursorPositionFlushSeconds", 60)),
+            max_ranges=int(self.config.get("managedLedgerMaxUnackedRangesToPersist", 10_000)),
+            clock=self._clock,
+            on_ledgers=None if self.read_only else self.metadata.mirror_ledgers,
+        )
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 
@@ -192,18 +211,12 @@ class Storage:
                 pass  # another thread or process made it meanwhile
 
     def delete_namespace(self, namespace: str) -> None:
-        """Delete a namespace that has no topics, with its policies. ``Conflict`` when topics
-        remain, ``NotFound`` when it does not exist.
-
-        Topics and policies are still in the old tables: the policies go first, so a crash in
-        between leaves a namespace without policies (what its deletion asked for), never a
-        namespace created again later that inherits the old one's policies."""
-        if self.metadata.topics(namespace):
+        """Delete a namespace that has no topics, with its policies (fields of its value).
+        ``Conflict`` when topics remain, ``NotFound`` when it does not exist."""
+        if self.topic_metadata.topics(namespace):
             raise Conflict(f"namespace {namespace!r} still has topics")
         if not self.resources.namespaces.exists(namespace):
             raise NotFound(f"namespace {namespace!r} does not exist")
-        own = self.metadata.get_namespace_policies(namespace)
-        self.metadata.set_policies("namespace", namespace, dict.fromkeys(own))
         self.resources.namespaces.delete(namespace)
 
     # --- partitioned topics (their metadata is in the resources) ----------------------------
@@ -277,17 +290,17 @@ class Storage:
                 return ml
             if ml is not None:  # a write or sync failed: reopen, which recovers the ledger
                 ml.close()
-            if not self.metadata.topic_exists(name):
+            if not self.topic_metadata.topic_exists(name):
                 if not create or self.read_only:
                     raise TopicNotFound(f"topic {name} does not exist")
                 if dir_owner.owned_by_another(self.topic_dir(name), name):
                     dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
                 self.ensure_namespace(TopicName.parse(name).namespace_name)
-                self.metadata.create_topic(name)
+                self.topic_metadata.create_topic(name)
             ml = ManagedLedger(
                 name,
                 self.topic_dir(name),
-                self.metadata,
+                self.topic_metadata,  # type: ignore[arg-type]  # the managed ledger's metadata API
                 self.config,
                 self._clock,
                 read_only=self.read_only,
@@ -298,7 +311,7 @@ class Storage:
             return ml
 
     def topics(self) -> list[str]:
-        return self.metadata.topics()
+        return self.topic_metadata.topics()
 
     def open_managed_ledger_count(self) -> int:
         """Managed ledgers open in this process (``pulsar_ml_count``)."""
@@ -313,9 +326,9 @@ class Storage:
         with self._lock:
             ml = self._mls.get(name)
         if ml is None or ml.closed or ml.fenced:
-            if not self.metadata.topic_exists(name):
+            if not self.topic_metadata.topic_exists(name):
                 raise TopicNotFound(f"topic {name} does not exist")
-            if (ml is None or ml.closed) and not open_ledger_left(self.metadata, name):
+            if (ml is None or ml.closed) and not open_ledger_left(self.topic_metadata, name):
                 return False
             ml = self.open_managed_ledger(name, create=False)
         try:
@@ -333,10 +346,13 @@ class Storage:
             ml = self._mls.pop(name, None)
         if ml is not None:
             ml.close()
+        if not self.topic_metadata.topic_exists(name):
+            raise TopicNotFound(f"topic {name} does not exist")
         # the compaction state first: a crash in between leaves a topic never compacted, not a
         # deleted topic's view pointer waiting for a topic of the same name
         self.resources.compaction.delete(TopicName.parse(name))
         self.metadata.delete_topic(name)
+        self.topic_metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
                 log.warning("not deleting %s: it belongs to another topic", d)
@@ -381,6 +397,10 @@ class Storage:
         with self._lock:
             if self._mls.get(ml.topic) is ml:
                 del self._mls[ml.topic]
+        try:  # closed or unloaded: its cursors' positions held back by the rate limit are written
+            self.topic_metadata.flush_cursors(ml.topic)
+        except CompactMQError as e:
+            log.warning("writing the cursors of %s at close failed: %s", ml.topic, e)
 
     def close(self) -> None:
         """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""
@@ -394,6 +414,7 @@ class Storage:
         self.offloader.close()
         for ml in mls:
             ml.close()
+        self.topic_metadata.close()
         self.metadata.close()
         if self.configuration_store is not self.metadata_store:
             self.configuration_store.close()

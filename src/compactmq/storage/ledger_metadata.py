@@ -5,9 +5,9 @@ A managed ledger keeps two kinds of facts outside its ledger bytes: the list of 
 (a mark-delete position, the acknowledged ranges after it, properties). It also reads two
 policies (retention time and size). ``LedgerMetadata`` names exactly these calls, so that the
 parts of a managed ledger (recovery, appender, cursors, retention) depend on this small typed
-contract rather than on one concrete store: today ``storage.metadata.MetadataStore`` satisfies
-it; a store built on typed resources over a key-value store satisfies it by offering the same
-calls with the same meaning.
+contract rather than on one concrete store: ``resources.topic_metadata.TopicMetadata`` (typed
+resources over the metadata store, embedded or ZooKeeper) is the one a ``Storage`` hands out; the
+old ``storage.metadata.MetadataStore`` tables offered the same calls with the same meaning.
 
 Semantics every implementation keeps:
 

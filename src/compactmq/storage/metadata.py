@@ -1,10 +1,14 @@
-"""The metadata store: one SQLite database in WAL mode (``data_dir/metadata.db``).
+"""The old metadata tables: one SQLite database in WAL mode (``data_dir/metadata.db``).
 
-It holds everything about topics that is not entry bytes: topics, their ledgers, durable
-cursors, tenants and namespaces, partitioned-topic metadata, topic and namespace policies. (The
-compaction state of each topic belongs to the compaction service, in the metadata store's
-``/compaction`` keys; a data directory from before keeps its old table, read once at start by
-``resources.legacy_import``.) Every change that spans rows runs in one transaction
+Being replaced by the metadata store and its typed resources (``metadata_store``, ``resources``).
+What the resources hold now -- tenants, namespaces and their policies, partitioned topics,
+topics with their ledger lists and properties, cursors, topic policies, grants, schemas, offload
+records and the compaction state -- these tables keep only as an older data directory left it:
+``resources.legacy_import`` (and ``legacy_moves``) read them once, and nothing else reads them for
+those kinds. Two writes remain: ``mirror_ledgers`` keeps a copy of each topic's ledger rows (the
+offloader still asks ``ledger_topic`` whether a ledger is alive), and ``delete_topic`` clears a
+deleted topic's rows. Ledger ids come from ``LedgerIdResources`` once ``Storage`` calls
+``use_ledger_ids``. Every change that spans rows runs in one transaction
 (``with store.transaction():``), so a crash leaves either all of it or none of it.
 
 Durability: structural changes (ledgers, policies) commit with
@@ -141,6 +145,7 @@ class MetadataStore:
         self._depth = 0
         self._listeners: list[Callable[[str, str], None]] = []
         self._pending_events: list[tuple[str, str]] = []
+        self._allocate: Callable[[], int] | None = None
         try:
             if self.path != ":memory:":
                 create_private_file(self.path)  # 0600; SQLite gives its -wal/-shm the same mode
@@ -256,8 +261,19 @@ class MetadataStore:
 
     # --- ids ---------------------------------------------------------------------------------
 
+    def use_ledger_ids(self, allocate: Callable[[], int]) -> None:
+        """Hand out ledger ids from ``allocate`` (``LedgerIdResources``, which managed ledgers use)
+        from now on, so that compacted ledgers share the one id space."""
+        self._allocate = allocate
+
+    def last_ledger_id(self) -> int:
+        """The last id this table's counter handed out (the import lifts the store's counter above it)."""
+        return int(self._query("SELECT value FROM sequences WHERE name = 'ledger_id'")[0][0])
+
     def allocate_ledger_id(self) -> int:
         """A new ledger id, unique across this data directory (ledgers and compacted ledgers)."""
+        if self._allocate is not None:
+            return self._allocate()
         with self.transaction() as db:
             db.execute("UPDATE sequences SET value = value + 1 WHERE name = 'ledger_id'")
             return db.execute("SELECT value FROM sequences WHERE name = 'ledger_id'").fetchone()[0]
@@ -378,15 +394,15 @@ class MetadataStore:
                 raise TopicNotFound(f"topic {topic} does not exist")
 
     def delete_topic(self, topic: str) -> list[int]:
-        """Forget a topic and everything about it here in one transaction (its compaction state
-        is the compaction service's: ``Storage.delete_managed_ledger`` deletes that key).
+        """Forget what these tables hold of a topic (rows of the kinds the resources hold now are
+        left from before the import) in one transaction. Whether the topic exists is the
+        resources' to say: a topic unknown here is no error.
 
         Returns the ledger ids whose files the caller deletes next.
         """
         with self.transaction() as db:
             ledger_ids = [r[0] for r in db.execute("SELECT ledger_id FROM ledgers WHERE topic = ?", (topic,))]
-            if db.execute("DELETE FROM topics WHERE name = ?", (topic,)).rowcount == 0 and not ledger_ids:
-                raise TopicNotFound(f"topic {topic} does not exist")
+            db.execute("DELETE FROM topics WHERE name = ?", (topic,))
             db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
             db.execute("DELETE FROM cursors WHERE topic = ?", (topic,))
             db.execute("DELETE FROM policies WHERE scope = 'topic' AND name = ?", (topic,))
@@ -399,6 +415,19 @@ class MetadataStore:
             (topic,),
         )
         return [LedgerInfo(*r) for r in rows]
+
+    def mirror_ledgers(self, topic: str, infos: list[LedgerInfo]) -> None:
+        """Make the ``ledgers`` rows of ``topic`` what ``infos`` says. The ledger list lives in
+        the resources (``resources.topic_metadata``); these rows are a copy kept for the offload
+        catalog, whose SQL still asks whether a ledger is alive, until it moves too."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
+            db.executemany(
+                "INSERT OR REPLACE INTO ledgers(ledger_id, topic, entry_count, size, first_publish_ms, "
+                "last_publish_ms, state, created_ms, closed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(li.ledger_id, topic, li.entry_count, li.size, li.first_publish_ms, li.last_publish_ms,
+                  li.state, li.created_ms, li.closed_ms) for li in infos],
+            )  # fmt: skip
 
     def ledger_topic(self, ledger_id: int) -> str | None:
         rows = self._query("SELECT topic FROM ledgers WHERE ledger_id = ?", (ledger_id,))
@@ -580,6 +609,13 @@ class MetadataStore:
     def _remove_policy(self, scope: str, name: str, key: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM policies WHERE scope = ? AND name = ? AND key = ?", (scope, name, key))
+
+    def policy_names(self, scope: str) -> list[str]:
+        """The topics (``scope="topic"``) or namespaces that have policies here."""
+        return [
+            r[0]
+            for r in self._query("SELECT DISTINCT name FROM policies WHERE scope = ? ORDER BY name", (scope,))
+        ]
 
     def _get_policies(self, scope: str, name: str) -> dict[str, Any]:
         rows = self._query("SELECT key, value FROM policies WHERE scope = ? AND name = ?", (scope, name))

@@ -91,6 +91,7 @@ class LedgerOffloader:
         compacted_view: Callable[[str], int | None] | None = None,
         *,
         records: OffloadRecordResources,
+        policies: Any = None,
     ):
         """``metadata``: the old store, asked whether a ledger is alive (its ledger list and the
         compaction state); ``records``: where the offload records live (the resources)."""
@@ -105,6 +106,8 @@ class LedgerOffloader:
         # id) -> the local file of that view when it may be copied whole to the object store, else
         # None. Unset, compacted views are neither offloaded nor their local copies deleted.
         self.compacted_file: Callable[[str, int], str | None] | None = None
+        # namespace policies (``resources.PolicyResources``; the old tables when not given)
+        self.policies = policies if policies is not None else metadata
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -129,7 +132,7 @@ class LedgerOffloader:
     def _policies(self, topic: str) -> dict[str, Any]:
         from ...naming import TopicName
 
-        return self.metadata.get_namespace_policies(TopicName.parse(topic).namespace_name)
+        return self.policies.get_namespace_policies(TopicName.parse(topic).namespace_name)
 
     def location_for(self, topic: str) -> OffloadLocation | None:
         """Where ``topic`` offloads to: its namespace's ``offloadPolicies``, else broker.conf."""

@@ -21,7 +21,12 @@ them: tenants, namespaces and partitioned topics live in the configuration store
 ``UnloadHints``                   /loadbalance/unload-hints/{tenant}/{ns}/{bundle range}
 ``OffloadRecordResources``        /compactmq/offload/{instance | topics/... | ledgers/...}
 ``SealRequestResources``          /compactmq/seal-requests/request-{n}  (ephemeral, sequential)
+``TopicPolicyResources``          /compactmq/topic-policies/{tenant}/{ns}/{domain}/{topic} (ours)
 ================================  ======================================================
+
+``PolicyResources`` reads and writes namespace policies (fields of the namespace's Policies) and
+topic policies; ``TopicMetadata`` (``topic_metadata.py``) is what a managed ledger holds: topics,
+ledger lists and rate-limited cursors over ``ManagedLedgerResources``.
 
 ``CursorWriter`` writes one cursor's position at a bounded rate over ``ManagedLedgerResources``;
 ``MetadataCache`` keeps values read until a watch says their key changed.
@@ -42,6 +47,7 @@ from .grants import GrantResources
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
 from .offload_records import OffloadRecordResources
+from .policies import PolicyResources, TopicPolicyResources
 from .schemas import SchemaResources
 from .seal_requests import SealRequestResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
@@ -65,6 +71,8 @@ class PulsarResources:
         self.unload_hints = UnloadHints(local)
         self.seal_requests = SealRequestResources(local)
         self.offload_records = OffloadRecordResources(local)
+        self.topic_policies = TopicPolicyResources(local)
+        self.policies = PolicyResources(self.namespaces, self.topic_policies)
 
 
 __all__ = [
@@ -81,11 +89,13 @@ __all__ = [
     "NamespaceResources",
     "OffloadRecordResources",
     "PartitionedTopicResources",
+    "PolicyResources",
     "PulsarResources",
     "SchemaResources",
     "SealRequestResources",
     "StaleCompaction",
     "TenantResources",
+    "TopicPolicyResources",
     "decode_segment",
     "encode_segment",
 ]

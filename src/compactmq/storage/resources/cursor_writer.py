@@ -49,6 +49,7 @@ class CursorWriter:
         self._pending: Json | None = None
         self._next_write = float("-inf")
         self.writes = 0
+        self.created_ms = 0  # the cursor's creation time, for the owner's values
 
     def update(self, info: Json) -> bool:
         """Record ``info`` as the cursor's newest state; returns True when it was written now."""
@@ -71,6 +72,24 @@ class CursorWriter:
     @property
     def pending(self) -> bool:
         return self._pending is not None
+
+    @property
+    def pending_info(self) -> Json | None:
+        """The newest info not written yet (None: everything recorded is written)."""
+        return self._pending
+
+    def discard(self) -> None:
+        """Forget the pending info (the cursor was deleted, or another writer is ahead)."""
+        with self._lock:
+            self._pending = None
+
+    @property
+    def topic(self) -> TopicName:
+        return self._topic
+
+    @property
+    def cursor(self) -> str:
+        return self._cursor
 
     def _write_if_due_locked(self) -> bool:
         if self._pending is None or self._clock() < self._next_write:
