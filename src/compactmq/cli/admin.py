@@ -33,7 +33,7 @@ from ..errors import AdminRequestError, InvalidInput
 from ..naming import TopicName
 from .admin_auth import ClientAuth, client_auth, ssl_context
 from .output import Output
-from .units import format_bytes, parse_duration_seconds, parse_size
+from ..admin.units import format_bytes, parse_duration_seconds, parse_size
 
 
 #: 307s followed for one call (a non-owner to the leader to the owner is two)

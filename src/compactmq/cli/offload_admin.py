@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import InvalidInput
 from .admin import AdminClient, Policy, _run, add_policy_commands, namespace_path, topic_path
 from .output import Output
-from .units import parse_duration_seconds, parse_size
+from ..admin.units import parse_duration_seconds, parse_size
 
 
 def first_ledger_within_threshold(ledgers: list[dict], threshold: int) -> dict | None:
