@@ -10,9 +10,10 @@ and exits 1 (for 401 and 403 with what to do next). A broker with security on is
 pulsar-admin's global options (``--auth-plugin``, ``--auth-params``, ``--tls-*``, an ``https://``
 ``--admin-url``; see ``admin_auth``).
 
-Policies (compaction threshold, compaction max/min lag, retention, compaction strategy, retain-null-key) exist for
-topics and namespaces alike, so they are declared once in ``POLICIES`` and each gets
-``set-``, ``get-`` and ``remove-`` commands under both ``topics`` and ``namespaces``.
+Policies (compaction threshold, compaction max/min lag, retention, compaction strategy, retain-null-key, ...)
+exist for topics and namespaces alike; each is declared once, with its pulsar-admin verb and flags,
+in ``compactmq.admin.policies``, and gets ``set-``, ``get-`` and ``remove-`` commands under both
+``topics`` and ``namespaces``.
 """
 
 from __future__ import annotations
@@ -25,15 +26,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from ..config import parse_bool
 from ..errors import AdminRequestError, InvalidInput
 from ..naming import TopicName
 from .admin_auth import ClientAuth, client_auth, ssl_context
 from .output import Output
-from ..admin.units import format_bytes, parse_duration_seconds, parse_size
+from ..admin.policies import CliForm, cli_forms
 
 
 #: 307s followed for one call (a non-owner to the leader to the owner is two)
@@ -182,284 +181,49 @@ def namespace_path(name: str) -> str:
 # --- policies ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Policy:
-    """A policy settable on topics and namespaces alike."""
-
-    command: str  # e.g. "compaction-threshold" -> set-/get-/remove-compaction-threshold
-    path: str  # REST path suffix
-    add_value_args: Callable[[argparse.ArgumentParser], None]
-    body_from_args: Callable[[argparse.Namespace], Any]
-    render: Callable[[Any], str]
-    topic_set_method: str = "POST"  # Pulsar sets topic policies with POST
-    namespace_set_method: str = "POST"
-    namespace_path: str | None = None  # where Pulsar names the namespace path differently
-    remove_verb: str = "remove"  # pulsar-admin says clear-... for a few
-    helps: tuple[str, str, str] | None = None  # set/get/remove help, when the generic text is poor
-
-
-def _threshold_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-t",
-        "--threshold",
-        required=True,
-        help="backlog size that triggers compaction, e.g. 100M (0 disables)",
-    )
-
-
-def _retention_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", required=True, help="retention size, e.g. 10G (-1: no limit, 0: none)")
-    p.add_argument("--time", required=True, help="retention time, e.g. 3h or 7d (-1: forever, 0: none)")
-
-
-def _retention_body(a: argparse.Namespace) -> dict:
-    size = parse_size(a.size)
-    seconds = parse_duration_seconds(a.time)
-    return {
-        "retentionSizeInMB": size if size == -1 else size // (1024 * 1024),
-        "retentionTimeInMinutes": seconds if seconds == -1 else seconds // 60,
-    }
-
-
-def _render_retention(body: Any) -> str:
-    if not body:
-        return "no retention policy set"
-    return (
-        f"retentionTimeInMinutes={body.get('retentionTimeInMinutes')} "
-        f"retentionSizeInMB={body.get('retentionSizeInMB')}"
-    )
-
-
-def _render_threshold(body: Any) -> str:
-    if body is None:
-        return "no compaction threshold set"
-    return (
-        f"{body} bytes ({format_bytes(int(body))})" if int(body) > 0 else "0 (automatic compaction disabled)"
-    )
-
-
-def _lag_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
-    def add(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-l", "--lag", required=True, help=f"{what}, e.g. 90, 30m or 1h (0 disables)")
-
-    return add
-
-
-def _render_seconds(body: Any) -> str:
-    return "not set" if body is None else f"{body} s" if int(body) > 0 else "0 (disabled)"
-
-
-def _strategy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-s", "--strategy", required=True, help="keep-latest, keep-first, event-time, or a dotted class name"
-    )
-
-
-def _null_key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--retain",
-        required=True,
-        choices=("true", "false"),
-        help="keep keyless messages in the compacted view",
-    )
-
-
-def _dedup_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("-e", "--enable", action="store_true", help="enable message deduplication")
-    g.add_argument("-d", "--disable", action="store_true", help="disable message deduplication")
-
-
-def _enable_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
-    def add(p: argparse.ArgumentParser) -> None:
-        g = p.add_mutually_exclusive_group(required=True)
-        g.add_argument("-e", "--enable", action="store_true", help=f"enable {what}")
-        g.add_argument("-d", "--disable", action="store_true", help=f"disable {what}")
-
-    return add
-
-
-def _schema_strategy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-c",
-        "--compatibility",
-        required=True,
-        help="ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, BACKWARD_TRANSITIVE, "
-        "FORWARD_TRANSITIVE or FULL_TRANSITIVE",
-    )
-
-
-def _export_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--root",
-        default=None,
-        help="an object-store root the broker allows (compactedExportObjectStoreRoots; Delta only); "
-        "default: the broker's compactedExportRoot. The table's location under it is derived from "
-        "the topic's name",
-    )
-    p.add_argument(
-        "--format", dest="table_format", choices=("parquet", "delta", "iceberg"), default="parquet"
-    )
-    p.add_argument("--view", choices=("compacted", "latest"), default="compacted")
-    p.add_argument("--partition-by", default="", help="comma-separated columns to partition the table by")
-
-
-def _export_body(a: argparse.Namespace) -> dict:
-    body = {} if a.root is None else {"root": a.root}
-    return body | {
-        "format": a.table_format,
-        "view": a.view,
-        "partitionBy": [c.strip() for c in a.partition_by.split(",") if c.strip()],
-    }
-
-
-def _render_export(b: Any) -> str:
-    if not b:
-        return "no compacted export set"
-    by = f", partitioned by {','.join(b['partitionBy'])}" if b.get("partitionBy") else ""
-    where = b.get("path") or "the broker's export root"
-    return f"{b.get('view', 'compacted')} view as {b.get('format', 'parquet')} at {where}{by}"
-
-
-def _not_set_or(b: Any) -> str:
-    return "not set" if b is None else str(b).lower() if isinstance(b, bool) else str(b)
-
-
-POLICIES = (
-    Policy(
-        "compaction-threshold",
-        "compactionThreshold",
-        _threshold_args,
-        lambda a: parse_size(a.threshold),
-        _render_threshold,
-        namespace_set_method="PUT",
-    ),
-    Policy("retention", "retention", _retention_args, _retention_body, _render_retention),
-    Policy(
-        "compaction-strategy",
-        "compactionStrategy",
-        _strategy_args,
-        lambda a: a.strategy,
-        lambda b: b if b else "no compaction strategy set",
-    ),
-    Policy(
-        "retain-null-key",
-        "compactionRetainNullKey",
-        _null_key_args,
-        lambda a: parse_bool(a.retain),
-        lambda b: "not set" if b is None else str(b).lower(),
-    ),
-    # ours: time-based compaction (compaction.lag), pulsar-admin style verbs
-    Policy(
-        "compaction-max-lag",
-        "compactionMaxLagSeconds",
-        _lag_args("compact once the oldest uncompacted message is this old"),
-        lambda a: parse_duration_seconds(a.lag),
-        _render_seconds,
-        namespace_set_method="PUT",
-    ),
-    Policy(
-        "compaction-min-lag",
-        "compactionMinLagSeconds",
-        _lag_args("leave messages younger than this uncompacted"),
-        lambda a: parse_duration_seconds(a.lag),
-        _render_seconds,
-        namespace_set_method="PUT",
-    ),
-    Policy(
-        "compaction-tombstone-retention",
-        "compactionTombstoneRetentionSeconds",
-        _lag_args("keep tombstones in the compacted view until they are this old"),
-        lambda a: parse_duration_seconds(a.lag),
-        _render_seconds,
-        namespace_set_method="PUT",
-    ),
-    Policy(
-        "compacted-view-key-ttl",
-        "compactedViewKeyTtlSeconds",
-        _lag_args("drop a key from the compacted view once its latest message is this old"),
-        lambda a: parse_duration_seconds(a.lag),
-        _render_seconds,
-        namespace_set_method="PUT",
-    ),
-    Policy(
-        "deduplication",
-        "deduplicationEnabled",
-        _dedup_args,
-        lambda a: bool(a.enable),
-        lambda b: "not set" if b is None else str(b).lower(),
-        namespace_path="deduplication",
-    ),
-    Policy(
-        "schema-compatibility-strategy",
-        "schemaCompatibilityStrategy",
-        _schema_strategy_args,
-        lambda a: a.compatibility.upper(),
-        _not_set_or,
-        topic_set_method="PUT",
-        namespace_set_method="PUT",
-    ),
-    Policy(
-        "is-allow-auto-update-schema",
-        "isAllowAutoUpdateSchema",
-        _enable_args("schema auto update"),
-        lambda a: bool(a.enable),
-        _not_set_or,
-    ),
-    Policy("compacted-export", "compactedExport", _export_args, _export_body, _render_export),
-    Policy(
-        "schema-validation-enforce",
-        "schemaValidationEnforced",
-        _enable_args("schema validation"),
-        lambda a: bool(a.enable),
-        _not_set_or,
-    ),
-)
-
-
 def add_policy_commands(
-    sub, target: str, path_of: Callable[[str], str], policies: tuple[Policy, ...] = POLICIES
+    sub, target: str, path_of: Callable[[str], str], forms: Iterable[tuple[str, CliForm]] | None = None
 ) -> None:
-    """``set-|get-|remove-<policy>`` for each of ``policies`` on ``target`` ("topic" or "namespace")."""
+    """``set-|get-|<remove>-<verb>`` for each (REST path suffix, CLI form) of ``forms`` on ``target``
+    ("topic" or "namespace"); by default, every declared policy ``target`` has (``admin.policies``)."""
     set_method_attr = "topic_set_method" if target == "topic" else "namespace_set_method"
-    for pol in policies:
-        suffix = pol.namespace_path if target == "namespace" and pol.namespace_path else pol.path
-        set_help, get_help, remove_help = pol.helps or (
-            f"set the {pol.command} policy of a {target}",
-            f"show the {pol.command} policy of a {target}",
-            f"remove the {pol.command} policy of a {target}",
+    for suffix, form in cli_forms(target) if forms is None else forms:
+        set_help, get_help, remove_help = form.helps or (
+            f"set the {form.verb} policy of a {target}",
+            f"show the {form.verb} policy of a {target}",
+            f"remove the {form.verb} policy of a {target}",
         )
-        p = sub.add_parser(f"set-{pol.command}", help=set_help)
+        p = sub.add_parser(f"set-{form.verb}", help=set_help)
         p.add_argument(target)
-        pol.add_value_args(p)
+        form.add_args(p)
         p.set_defaults(
             func=_run(
-                lambda a, c, o, pol=pol, suffix=suffix: (
+                lambda a, c, o, form=form, suffix=suffix: (
                     c.request(
-                        getattr(pol, set_method_attr),
+                        getattr(form, set_method_attr),
                         f"{path_of(getattr(a, target))}/{suffix}",
-                        pol.body_from_args(a),
+                        form.body_from_args(a),
                     ),
-                    o.done(f"{pol.command} set on {getattr(a, target)}"),
+                    o.done(f"{form.verb} set on {getattr(a, target)}"),
                 )
             )
         )
-        p = sub.add_parser(f"get-{pol.command}", help=get_help)
+        p = sub.add_parser(f"get-{form.verb}", help=get_help)
         p.add_argument(target)
         p.set_defaults(
             func=_run(
-                lambda a, c, o, pol=pol, suffix=suffix: o.result(
-                    c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), pol.render
+                lambda a, c, o, form=form, suffix=suffix: o.result(
+                    c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), form.render
                 )
             )
         )
-        p = sub.add_parser(f"{pol.remove_verb}-{pol.command}", help=remove_help)
+        p = sub.add_parser(f"{form.remove_verb}-{form.verb}", help=remove_help)
         p.add_argument(target)
         p.set_defaults(
             func=_run(
-                lambda a, c, o, pol=pol, suffix=suffix: (
+                lambda a, c, o, form=form, suffix=suffix: (
                     c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
-                    o.done(f"{pol.command} removed from {getattr(a, target)}"),
+                    o.done(f"{form.verb} removed from {getattr(a, target)}"),
                 )
             )
         )
@@ -600,16 +364,18 @@ def _auto_topic_creation_args(p: argparse.ArgumentParser) -> None:
 
 #: policies only a namespace has (pulsar-admin's verbs and flags)
 NAMESPACE_POLICIES = (
-    Policy(
-        "auto-topic-creation",
+    (
         "autoTopicCreation",
-        _auto_topic_creation_args,
-        _auto_topic_creation_body,
-        _render_auto_topic_creation,
-        helps=(
-            "allow or forbid creating topics by using them",
-            "show the automatic topic creation policy",
-            "remove the policy (the broker settings apply)",
+        CliForm(
+            "auto-topic-creation",
+            _auto_topic_creation_args,
+            _auto_topic_creation_body,
+            _render_auto_topic_creation,
+            helps=(
+                "allow or forbid creating topics by using them",
+                "show the automatic topic creation policy",
+                "remove the policy (the broker settings apply)",
+            ),
         ),
     ),
 )
