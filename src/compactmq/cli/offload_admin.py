@@ -21,7 +21,9 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..admin.policy_forms import CliForm
-from .admin import AdminClient, _run, add_policy_commands, namespace_path, topic_path
+from .admin_client import AdminClient, namespace_path, topic_path
+from .admin_client import run_command as _run
+from .policies_admin import add_policy_commands
 from .output import Output
 from ..admin.units import parse_duration_seconds, parse_size
 
