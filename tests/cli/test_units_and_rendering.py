@@ -1,7 +1,7 @@
 import pytest
 
 from compactmq.cli.admin import namespace_path, render_progress, topic_path
-from compactmq.cli.units import parse_duration_seconds, parse_size
+from compactmq.admin.units import parse_duration_seconds, parse_size
 from compactmq.errors import InvalidInput, InvalidTopicName
 
 

@@ -33,7 +33,9 @@ from .common import Context, PreconditionFailed, read_json
 from .namespaces import NS, _add_policy_routes
 from .policies import Policy
 from .router import Router
-from .topics import TOPIC, _kind, _persistent, topic_name
+from .topic_lookup import TOPIC, topic_name
+from .topic_lookup import persistent_name as _persistent
+from .topic_lookup import topic_kind as _kind
 
 # fields of Pulsar's OffloadPolicies that compactmq honours, with their JSON types
 POLICY_FIELDS: dict[str, type] = {

@@ -1,9 +1,21 @@
-"""Topic and namespace policies: one table, used by both the topic and the namespace paths.
+"""Topic and namespace policies: one declaration each, read by the REST API and the CLI alike.
 
-Each policy is a path suffix (Pulsar's name where Pulsar has one), the metadata-store keys it
-sets, a validator that turns the request body into those keys' values, a renderer that turns
-stored values back into the body Pulsar answers (``null`` when unset), and the broker-config
-default that ``?applied=true`` falls back to (topic policy, else namespace policy, else config).
+A ``Policy`` says everything about one policy in one place:
+
+* ``path``, ``namespace_path`` -- its REST path suffix (Pulsar's name where Pulsar has one), under
+  ``/admin/v2/{persistent,non-persistent}/...`` and ``/admin/v2/namespaces/...``; ``scopes`` --
+  where it can be set (topics, namespaces);
+* ``keys`` -- the metadata-store keys it sets; ``parse`` turns the untrusted request body into
+  those keys' values (or refuses it), ``render`` turns stored values back into the body Pulsar
+  answers (``null`` when unset); both live in ``policy_values``;
+* ``config_defaults`` -- the broker-config key ``?applied=true`` falls back to (topic policy, else
+  namespace policy, else config); ``body_type`` and ``summary`` -- for the OpenAPI document;
+* ``cli`` -- pulsar-admin's verb and flags (``policy_forms.CliForm``): the CLI's
+  ``set-|get-|remove-<verb>`` commands are built from it.
+
+Adding a policy is adding one entry here (and its validator in ``policy_values``). This module
+and the two it draws on import nothing beyond the standard library at import time, so the CLI
+imports it without loading the broker.
 """
 
 from __future__ import annotations
@@ -11,25 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..broker.dedup import POLICY_KEY as DEDUP_KEY
-from ..broker.schema_compat import AUTO_UPDATE_KEY, CONFIG_KEYS, STRATEGY_KEY, VALIDATION_KEY, check_strategy
-from ..compaction.hooks import POLICY_KEY as EXPORT_KEY
-from ..compaction.hooks import parse_export_policy
-from ..errors import InvalidInput
-from ..config import RETENTION_MODES, parse_bool
-from ..storage import (
-    COMPACTED_VIEW_KEY_TTL,
-    COMPACTION_MAX_LAG,
-    COMPACTION_MIN_LAG,
-    COMPACTION_RETENTION_MODE,
-    COMPACTION_TOMBSTONE_RETENTION,
-    COMPACTION_STRATEGY,
-    COMPACTION_THRESHOLD,
-    RETAIN_NULL_KEY,
-    RETENTION_SIZE_MB,
-    RETENTION_TIME_MINUTES,
-)
-from .common import PreconditionFailed
+from . import policy_forms as cli
+from . import policy_values as v
+from .policy_forms import CliForm
+
+TOPIC, NAMESPACE = "topic", "namespace"
 
 
 @dataclass(frozen=True)
@@ -42,253 +40,200 @@ class Policy:
     body_type: str  # JSON schema type, for the OpenAPI document
     summary: str
     namespace_path: str | None = None  # where Pulsar names the namespace path differently
+    cli: CliForm | None = None  # pulsar-admin's verb and flags; None: no CLI commands
+    scopes: tuple[str, ...] = (TOPIC, NAMESPACE)
+
+    def path_for(self, target: str) -> str:
+        """The REST path suffix on ``target`` ("topic" or "namespace")."""
+        return self.namespace_path if target == NAMESPACE and self.namespace_path else self.path
 
 
-def _int_body(body: Any, what: str) -> int:
-    if isinstance(body, bool) or not isinstance(body, int):
-        if isinstance(body, str) and body.strip().lstrip("-").isdigit():
-            return int(body)
-        raise InvalidInput(f"{what} must be a JSON integer, not {body!r}")
-    return body
+def _lag(verb: str, what: str) -> CliForm:
+    return CliForm(verb, cli.lag_args(what), cli.lag_seconds, cli.render_seconds, namespace_set_method="PUT")
 
 
-def _threshold(body: Any) -> dict[str, Any]:
-    value = _int_body(body, "compactionThreshold")
-    if value < 0:
-        raise PreconditionFailed(
-            f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}"
-        )
-    return {COMPACTION_THRESHOLD: value}
-
-
-def _seconds(key: str) -> Callable[[Any], dict[str, Any]]:
-    def parse(body: Any) -> dict[str, Any]:
-        value = _int_body(body, key)
-        if value < 0:
-            raise PreconditionFailed(f"{key} must be 0 (disabled) or a number of seconds, not {value}")
-        return {key: value}
-
-    return parse
-
-
-def _retention(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise InvalidInput(
-            'retention must be a JSON object {"retentionTimeInMinutes": int, "retentionSizeInMB": int}'
-        )
-    out = {}
-    for field, key in (
-        ("retentionTimeInMinutes", RETENTION_TIME_MINUTES),
-        ("retentionSizeInMB", RETENTION_SIZE_MB),
-    ):
-        if field not in body:
-            raise InvalidInput(f"retention: {field} is missing")
-        value = _int_body(body[field], field)
-        if value < -1:
-            raise PreconditionFailed(f"retention: {field} must be -1 (unlimited), 0 or more, not {value}")
-        out[key] = value
-    return out
-
-
-def _render_retention(values: Mapping[str, Any]) -> Any:
-    if RETENTION_TIME_MINUTES not in values and RETENTION_SIZE_MB not in values:
-        return None
-    return {
-        "retentionTimeInMinutes": values.get(RETENTION_TIME_MINUTES, 0),
-        "retentionSizeInMB": values.get(RETENTION_SIZE_MB, 0),
-    }
-
-
-def _strategy(body: Any) -> dict[str, Any]:
-    """The shape only: which names this broker allows is the registry's rule
-    (``auth.policy_values``); nothing is resolved or imported here."""
-    if not isinstance(body, str) or not body.strip():
-        raise InvalidInput(
-            "compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "
-            "or a class the operator allowed (topicCompactionStrategyAllowedClasses)"
-        )
-    return {COMPACTION_STRATEGY: body.strip()}
-
-
-def _retain_null_key(body: Any) -> dict[str, Any]:
-    if isinstance(body, str):
-        try:
-            body = parse_bool(body)
-        except ValueError:
-            pass  # refused below
-    if not isinstance(body, bool):
-        raise InvalidInput(f"compactionRetainNullKey must be a JSON boolean, not {body!r}")
-    return {RETAIN_NULL_KEY: body}
-
-
-def _retention_mode(body: Any) -> dict[str, Any]:
-    if body not in RETENTION_MODES:
-        raise PreconditionFailed(
-            f"compactionRetentionMode must be one of {', '.join(RETENTION_MODES)}, not {body!r}"
-        )
-    return {COMPACTION_RETENTION_MODE: body}
-
-
-def _bool_body(key: str, what: str) -> Callable[[Any], dict[str, Any]]:
-    def parse(body: Any) -> dict[str, Any]:
-        if isinstance(body, str) and body.strip().lower() in ("true", "false"):
-            body = body.strip().lower() == "true"
-        if not isinstance(body, bool):
-            raise InvalidInput(f"{what} must be a JSON boolean, not {body!r}")
-        return {key: body}
-
-    return parse
-
-
-def _schema_strategy(body: Any) -> dict[str, Any]:
-    try:
-        return {STRATEGY_KEY: check_strategy(body)}
-    except ValueError as e:
-        raise PreconditionFailed(str(e)) from None
-
-
-def _single(key: str) -> Callable[[Mapping[str, Any]], Any]:
-    return lambda values: values.get(key)
+def _toggle(verb: str, what: str, render: Callable[[Any], str] = cli.not_set_or) -> CliForm:
+    return CliForm(verb, cli.enable_args(what), cli.enabled, render)
 
 
 POLICIES: tuple[Policy, ...] = (
     Policy(
         "compactionThreshold",
-        (COMPACTION_THRESHOLD,),
-        _threshold,
-        _single(COMPACTION_THRESHOLD),
-        {COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"},
+        (v.COMPACTION_THRESHOLD,),
+        v.threshold,
+        v.single(v.COMPACTION_THRESHOLD),
+        {v.COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"},
         "integer",
         "backlog size in bytes that triggers automatic compaction (0 disables)",
+        cli=CliForm(
+            "compaction-threshold",
+            cli.threshold_args,
+            lambda a: cli.parse_size(a.threshold),
+            cli.render_threshold,
+            namespace_set_method="PUT",
+        ),
     ),
     Policy(
         "retention",
-        (RETENTION_TIME_MINUTES, RETENTION_SIZE_MB),
-        _retention,
-        _render_retention,
+        (v.RETENTION_TIME_MINUTES, v.RETENTION_SIZE_MB),
+        v.retention,
+        v.render_retention,
         {
-            RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes",
-            RETENTION_SIZE_MB: "defaultRetentionSizeInMB",
+            v.RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes",
+            v.RETENTION_SIZE_MB: "defaultRetentionSizeInMB",
         },
         "object",
         "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB",
+        cli=CliForm("retention", cli.retention_args, cli.retention_body, cli.render_retention),
     ),
     Policy(
         "compactionStrategy",
-        (COMPACTION_STRATEGY,),
-        _strategy,
-        _single(COMPACTION_STRATEGY),
-        {COMPACTION_STRATEGY: "topicCompactionStrategy"},
+        (v.COMPACTION_STRATEGY,),
+        v.strategy,
+        v.single(v.COMPACTION_STRATEGY),
+        {v.COMPACTION_STRATEGY: "topicCompactionStrategy"},
         "string",
         "compaction strategy: keep-latest, keep-first, event-time or a class the operator allowed",
+        cli=CliForm(
+            "compaction-strategy",
+            cli.strategy_args,
+            lambda a: a.strategy,
+            lambda b: b if b else "no compaction strategy set",
+        ),
     ),
     Policy(
         "compactionRetainNullKey",
-        (RETAIN_NULL_KEY,),
-        _retain_null_key,
-        _single(RETAIN_NULL_KEY),
-        {RETAIN_NULL_KEY: "topicCompactionRetainNullKey"},
+        (v.RETAIN_NULL_KEY,),
+        v.retain_null_key,
+        v.single(v.RETAIN_NULL_KEY),
+        {v.RETAIN_NULL_KEY: "topicCompactionRetainNullKey"},
         "boolean",
         "whether compaction keeps keyless messages",
+        cli=CliForm("retain-null-key", cli.null_key_args, cli.retain_flag, cli.render_bool),
     ),
     Policy(
         "compactionRetentionMode",
-        (COMPACTION_RETENTION_MODE,),
-        _retention_mode,
-        _single(COMPACTION_RETENTION_MODE),
-        {COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
+        (v.COMPACTION_RETENTION_MODE,),
+        v.retention_mode,
+        v.single(v.COMPACTION_RETENTION_MODE),
+        {v.COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
         "string",
         "retention-bounded or keep-until-tombstone",
     ),
     # ours (Pulsar has no time-based compaction; see compaction.lag)
     Policy(
-        COMPACTION_MAX_LAG,
-        (COMPACTION_MAX_LAG,),
-        _seconds(COMPACTION_MAX_LAG),
-        _single(COMPACTION_MAX_LAG),
-        {COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"},
+        v.COMPACTION_MAX_LAG,
+        (v.COMPACTION_MAX_LAG,),
+        v.seconds(v.COMPACTION_MAX_LAG),
+        v.single(v.COMPACTION_MAX_LAG),
+        {v.COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"},
         "integer",
         "compact when the oldest uncompacted message is older than this many seconds (0 disables)",
+        cli=_lag("compaction-max-lag", "compact once the oldest uncompacted message is this old"),
     ),
     Policy(
-        COMPACTION_MIN_LAG,
-        (COMPACTION_MIN_LAG,),
-        _seconds(COMPACTION_MIN_LAG),
-        _single(COMPACTION_MIN_LAG),
-        {COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"},
+        v.COMPACTION_MIN_LAG,
+        (v.COMPACTION_MIN_LAG,),
+        v.seconds(v.COMPACTION_MIN_LAG),
+        v.single(v.COMPACTION_MIN_LAG),
+        {v.COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"},
         "integer",
         "messages younger than this many seconds are not compacted yet (0: none held back)",
+        cli=_lag("compaction-min-lag", "leave messages younger than this uncompacted"),
     ),
     # ours: Kafka's delete.retention.ms and PIP-252's key time-to-live (keep-latest only)
     Policy(
-        COMPACTION_TOMBSTONE_RETENTION,
-        (COMPACTION_TOMBSTONE_RETENTION,),
-        _seconds(COMPACTION_TOMBSTONE_RETENTION),
-        _single(COMPACTION_TOMBSTONE_RETENTION),
-        {COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"},
+        v.COMPACTION_TOMBSTONE_RETENTION,
+        (v.COMPACTION_TOMBSTONE_RETENTION,),
+        v.seconds(v.COMPACTION_TOMBSTONE_RETENTION),
+        v.single(v.COMPACTION_TOMBSTONE_RETENTION),
+        {v.COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"},
         "integer",
         "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)",
+        cli=_lag(
+            "compaction-tombstone-retention", "keep tombstones in the compacted view until they are this old"
+        ),
     ),
     Policy(
-        COMPACTED_VIEW_KEY_TTL,
-        (COMPACTED_VIEW_KEY_TTL,),
-        _seconds(COMPACTED_VIEW_KEY_TTL),
-        _single(COMPACTED_VIEW_KEY_TTL),
-        {COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"},
+        v.COMPACTED_VIEW_KEY_TTL,
+        (v.COMPACTED_VIEW_KEY_TTL,),
+        v.seconds(v.COMPACTED_VIEW_KEY_TTL),
+        v.single(v.COMPACTED_VIEW_KEY_TTL),
+        {v.COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"},
         "integer",
         "drop a key from the compacted view once its latest message is this many seconds old (0: never)",
+        cli=_lag(
+            "compacted-view-key-ttl", "drop a key from the compacted view once its latest message is this old"
+        ),
     ),
     Policy(
         "deduplicationEnabled",
-        (DEDUP_KEY,),
-        _bool_body(DEDUP_KEY, "deduplication"),
-        _single(DEDUP_KEY),
-        {DEDUP_KEY: "brokerDeduplicationEnabled"},
+        (v.DEDUP_KEY,),
+        v.boolean(v.DEDUP_KEY, "deduplication"),
+        v.single(v.DEDUP_KEY),
+        {v.DEDUP_KEY: "brokerDeduplicationEnabled"},
         "boolean",
         "message deduplication by producer name and sequence id",
         namespace_path="deduplication",
+        cli=_toggle("deduplication", "message deduplication", cli.render_bool),
     ),
     Policy(
-        STRATEGY_KEY,
-        (STRATEGY_KEY,),
-        _schema_strategy,
-        _single(STRATEGY_KEY),
-        {STRATEGY_KEY: CONFIG_KEYS[STRATEGY_KEY]},
+        v.STRATEGY_KEY,
+        (v.STRATEGY_KEY,),
+        v.schema_strategy,
+        v.single(v.STRATEGY_KEY),
+        {v.STRATEGY_KEY: "schemaCompatibilityStrategy"},
         "string",
         "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
         "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE",
+        cli=CliForm(
+            "schema-compatibility-strategy",
+            cli.schema_strategy_args,
+            lambda a: a.compatibility.upper(),
+            cli.not_set_or,
+            topic_set_method="PUT",
+            namespace_set_method="PUT",
+        ),
     ),
     Policy(
-        AUTO_UPDATE_KEY,
-        (AUTO_UPDATE_KEY,),
-        _bool_body(AUTO_UPDATE_KEY, AUTO_UPDATE_KEY),
-        _single(AUTO_UPDATE_KEY),
-        {AUTO_UPDATE_KEY: CONFIG_KEYS[AUTO_UPDATE_KEY]},
+        v.AUTO_UPDATE_KEY,
+        (v.AUTO_UPDATE_KEY,),
+        v.boolean(v.AUTO_UPDATE_KEY, v.AUTO_UPDATE_KEY),
+        v.single(v.AUTO_UPDATE_KEY),
+        {v.AUTO_UPDATE_KEY: "isAllowAutoUpdateSchemaEnabled"},
         "boolean",
         "whether producers may register new schema versions",
-    ),
-    Policy(
-        VALIDATION_KEY,
-        (VALIDATION_KEY,),
-        _bool_body(VALIDATION_KEY, VALIDATION_KEY),
-        _single(VALIDATION_KEY),
-        {VALIDATION_KEY: CONFIG_KEYS[VALIDATION_KEY]},
-        "boolean",
-        "whether producers without a schema are refused on topics that have one",
+        cli=_toggle("is-allow-auto-update-schema", "schema auto update"),
     ),
     # ours (Pulsar has none): the table the compacted view is re-exported to after each compaction
     Policy(
-        EXPORT_KEY,
-        (EXPORT_KEY,),
-        lambda body: {EXPORT_KEY: parse_export_policy(body)},
-        _single(EXPORT_KEY),
+        v.EXPORT_KEY,
+        (v.EXPORT_KEY,),
+        v.export,
+        v.single(v.EXPORT_KEY),
         {},
         "object",
         "re-export the compacted view after every compaction, under the broker's compactedExportRoot: "
         "{format: parquet|delta|iceberg, view: compacted|latest, partitionBy: [...], root: an allowed "
         "object-store root}",
+        cli=CliForm("compacted-export", cli.export_args, cli.export_body, cli.render_export),
+    ),
+    Policy(
+        v.VALIDATION_KEY,
+        (v.VALIDATION_KEY,),
+        v.boolean(v.VALIDATION_KEY, v.VALIDATION_KEY),
+        v.single(v.VALIDATION_KEY),
+        {v.VALIDATION_KEY: "isSchemaValidationEnforced"},
+        "boolean",
+        "whether producers without a schema are refused on topics that have one",
+        cli=_toggle("schema-validation-enforce", "schema validation"),
     ),
 )
+
+
+def cli_forms(target: str, policies: tuple[Policy, ...] = POLICIES) -> list[tuple[str, CliForm]]:
+    """(REST path suffix, CLI form) of each policy settable on ``target`` that has CLI verbs."""
+    return [(p.path_for(target), p.cli) for p in policies if p.cli is not None and target in p.scopes]
 
 
 def applied_values(

@@ -18,7 +18,8 @@ import urllib.parse
 from typing import Any
 
 from ..naming import TopicName
-from .admin import AdminClient, _run, namespace_path, topic_path
+from .admin_client import AdminClient, namespace_path, topic_path
+from .admin_client import run_command as _run
 from .output import Output
 
 

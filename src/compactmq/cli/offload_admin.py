@@ -20,9 +20,12 @@ import time
 from typing import Any
 
 from ..errors import InvalidInput
-from .admin import AdminClient, Policy, _run, add_policy_commands, namespace_path, topic_path
+from ..admin.policy_forms import CliForm
+from .admin_client import AdminClient, namespace_path, topic_path
+from .admin_client import run_command as _run
+from .policies_admin import add_policy_commands
 from .output import Output
-from .units import parse_duration_seconds, parse_size
+from ..admin.units import parse_duration_seconds, parse_size
 
 
 def first_ledger_within_threshold(ledgers: list[dict], threshold: int) -> dict | None:
@@ -149,30 +152,34 @@ def _offload_policies_args(p) -> None:
 
 #: the namespace-level offload policies with pulsar-admin's set-/get-/remove- (or clear-) verbs
 OFFLOAD_POLICIES = (
-    Policy(
-        "offload-deletion-lag",
+    (
         "offloadDeletionLagMs",
-        _deletion_lag_args,
-        lambda a: parse_duration_seconds(a.lag) * 1000,
-        lambda b: "not set" if b is None else f"{b} ms",
-        namespace_set_method="PUT",
-        remove_verb="clear",
-        helps=(
-            "how long after offload the local copy of a ledger is deleted",
-            "the namespace's offload deletion lag",
-            "fall back to the broker's deletion lag",
+        CliForm(
+            "offload-deletion-lag",
+            _deletion_lag_args,
+            lambda a: parse_duration_seconds(a.lag) * 1000,
+            lambda b: "not set" if b is None else f"{b} ms",
+            namespace_set_method="PUT",
+            remove_verb="clear",
+            helps=(
+                "how long after offload the local copy of a ledger is deleted",
+                "the namespace's offload deletion lag",
+                "fall back to the broker's deletion lag",
+            ),
         ),
     ),
-    Policy(
-        "offload-policies",
+    (
         "offloadPolicies",
-        _offload_policies_args,
-        _policies_body,
-        lambda b: "not set" if not b else " ".join(f"{k}={v}" for k, v in sorted(b.items())),
-        helps=(
-            "where and when the namespace's topics offload",
-            "the namespace's offload policies",
-            "remove the namespace's offload policies",
+        CliForm(
+            "offload-policies",
+            _offload_policies_args,
+            _policies_body,
+            lambda b: "not set" if not b else " ".join(f"{k}={v}" for k, v in sorted(b.items())),
+            helps=(
+                "where and when the namespace's topics offload",
+                "the namespace's offload policies",
+                "remove the namespace's offload policies",
+            ),
         ),
     ),
 )

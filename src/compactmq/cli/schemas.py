@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..naming import TopicName
-from .admin import AdminClient, _run
+from .admin_client import AdminClient
+from .admin_client import run_command as _run
 from .output import Output
 
 

@@ -1,4 +1,8 @@
-"""Sizes and durations as pulsar-admin accepts them: ``100M``, ``10G``, ``3h``, ``2d``, ``-1``."""
+"""Sizes and durations as pulsar-admin accepts them: ``100M``, ``10G``, ``3h``, ``2d``, ``-1``.
+
+In the admin package (stdlib only) so that the policy declarations (``policies``), which say how
+the CLI parses and shows each policy, can use them; the CLI imports them from here.
+"""
 
 from __future__ import annotations
 
