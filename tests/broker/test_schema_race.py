@@ -10,9 +10,9 @@ import pytest
 
 from compactmq.broker.schemas import SchemaRegistry
 from compactmq.errors import IncompatibleSchema
-from compactmq.storage.metadata import MetadataStore
 from compactmq.storage.metadata_store import create_metadata_store
-from compactmq.storage.resources import SchemaResources
+from compactmq.storage.resources import PulsarResources
+from compactmq.storage.resources.topic_metadata import TopicMetadata
 
 T = "persistent://public/default/raced"
 
@@ -24,10 +24,20 @@ def avro(*fields) -> bytes:
 A = {"name": "a", "type": "string"}
 
 
+class _Storage:
+    """What the registry reads of a ``Storage``: the resources over one broker's store."""
+
+    def __init__(self, kv):
+        self.resources = res = PulsarResources(kv)
+        self.policies = res.policies
+        self.topic_metadata = TopicMetadata(
+            res.managed_ledgers, res.ledger_ids, res.tenants, res.namespaces, res.policies
+        )
+
+
 class _Service:
-    def __init__(self, metadata, kv):
-        resources = type("R", (), {"schemas": SchemaResources(kv)})()
-        self.storage = type("S", (), {"metadata": metadata, "resources": resources})()
+    def __init__(self, kv):
+        self.storage = _Storage(kv)
         self.config = {
             "schemaCompatibilityStrategy": "FULL",
             "isAllowAutoUpdateSchemaEnabled": True,
@@ -37,12 +47,10 @@ class _Service:
 
 @pytest.fixture
 def brokers(tmp_path):
-    metadata = MetadataStore(tmp_path / "metadata.db")
     stores = [create_metadata_store("", data_dir=tmp_path) for _ in range(2)]
-    yield [SchemaRegistry(_Service(metadata, kv)) for kv in stores]
+    yield [SchemaRegistry(_Service(kv)) for kv in stores]
     for kv in stores:
         kv.close()
-    metadata.close()
 
 
 def _lose_the_race_to(loser: SchemaRegistry, winner: SchemaRegistry, schema: bytes) -> None:

@@ -315,8 +315,18 @@ def snapshot(base: Path, data_dir: Path) -> dict:
     return out
 
 
+# Routes whose body is data, not a policy value: the many-keys lookup of ``.../latest`` takes a
+# list of message keys, which are only hashed and compared (never a path, import or URL), so "/" or
+# ".." is a key like any other. These must answer (a lookup, or 400 for a key over the length
+# limit) without touching anything; the snapshot and canary checks below still cover them.
+DATA_BODY_SUFFIXES = {"latest"}
+
+
 def refused(client, method: str, path: str, body) -> None:
     status, out, _ = client.call(method, path, body)
+    if path.rsplit("/", 1)[-1] in DATA_BODY_SUFFIXES:
+        assert status in (200, 400), (method, path, str(body)[:200], status, out)
+        return
     assert 400 <= status < 500, (method, path, str(body)[:200], status, out)
     assert isinstance(out, dict) and out.get("reason"), (method, path, str(body)[:200], out)
     assert len(out["reason"]) <= 1000

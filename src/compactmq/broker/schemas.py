@@ -79,10 +79,6 @@ class SchemaRegistry:
             self._storage = SchemaStorage(self.service.storage.resources.schemas)
         return self._storage
 
-    @property
-    def _metadata(self):
-        return self.service.storage.metadata
-
     # --- reads (thread pool) -----------------------------------------------------------------
 
     def _versions(self, topic: str) -> list[SchemaRecord]:
