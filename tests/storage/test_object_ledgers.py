@@ -107,6 +107,9 @@ def test_reads_are_ranged_gets_and_recent_bytes_come_from_memory(place, monkeypa
     w.write(rec, end)
     asked.clear()
     assert st.read_range(2, end, end + len(rec)) == rec and asked == []
+    # a range that starts in flushed bytes and ends in unflushed ones: a GET, then memory
+    assert st.read_range(2, starts[11], end + len(rec)) == _record(11, b"entry-0011") + rec
+    assert len(asked) == 1 and asked[0][1:] == (starts[11] - starts[9], end - starts[11])
     w.sync_all()
     w.close()
     st.write_index(2, b"idx")

@@ -57,7 +57,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from ..errors import StorageError
 from . import ledger_file as lf
@@ -147,6 +147,7 @@ class ObjectLedgerWriter(LedgerWriter):
         self.layout = layout
         self.mem_start = self.durable_end = self.written_end = layout.end
         self.buf = bytearray()  # ledger bytes [mem_start, written_end)
+        self._flushing_end = 0  # end of the bytes the running flush writes
         self._oldest_unflushed = 0.0  # monotonic time of the first byte after durable_end
         self.error: OSError | None = None  # a background flush failed: syncs fail from now on
         self.closed = False
@@ -168,8 +169,8 @@ class ObjectLedgerWriter(LedgerWriter):
 
     def truncate(self, offset: int) -> None:
         with self._cond:
-            if offset < self.durable_end:
-                raise OSError(f"ledger {self.ledger_id}: bytes before {self.durable_end} are already durable")
+            if offset < max(self.durable_end, self._flushing_end):
+                raise OSError(f"ledger {self.ledger_id}: bytes before {offset} are durable or being flushed")
             del self.buf[offset - self.mem_start :]
             self.written_end = min(self.written_end, offset)
 
@@ -220,6 +221,7 @@ class ObjectLedgerWriter(LedgerWriter):
                     return
                 start, end = self.durable_end, self.written_end
                 data = bytes(self.buf[start - self.mem_start : end - self.mem_start])
+                self._flushing_end = end
             key = self._storage.flush_key(self.ledger_id, start, end)
             try:
                 self._storage.put_object(key, data)
@@ -256,12 +258,16 @@ class ObjectLedgerWriter(LedgerWriter):
 
     # --- reads -----------------------------------------------------------------------------
 
-    def cached(self, lo: int, hi: int) -> bytes | None:
-        """Bytes ``[lo, hi)`` from memory, or None when they are not all there."""
+    def split_read(self, lo: int, hi: int) -> tuple[Layout, int, bytes] | None:
+        """For a read of ``[lo, hi)``: the durable layout, where memory takes over (``mid``:
+        bytes ``[lo, mid)`` come from objects) and the bytes ``[mid, hi)`` from memory; None
+        when ``hi`` is past what was written. Memory always holds every unflushed byte, so
+        ``mid`` never passes the layout's end."""
         with self._cond:
-            if lo >= self.mem_start and hi <= self.written_end:
-                return bytes(self.buf[lo - self.mem_start : hi - self.mem_start])
-            return None
+            if hi > self.written_end:
+                return None
+            mid = min(max(lo, self.mem_start), hi)
+            return self.layout, mid, bytes(self.buf[mid - self.mem_start : hi - self.mem_start])
 
     def snapshot(self) -> tuple[Layout, bytes]:
         """The durable layout and the bytes written after it (for ``read_all``)."""
@@ -408,10 +414,10 @@ class ObjectLedgerStorage(LedgerStorage):
     def read_range(self, ledger_id: int, lo: int, hi: int) -> bytes:
         with self._lock:
             w = self._writers.get(ledger_id)
-        if w is not None:
-            data = w.cached(lo, hi)
-            if data is not None:
-                return data
+        split = w.split_read(lo, hi) if w is not None else None
+        if split is not None:
+            layout, mid, tail = split
+            return (self._read_objects(ledger_id, layout, lo, mid) if mid > lo else b"") + tail
         try:
             return self._read_objects(ledger_id, self._layout(ledger_id), lo, hi)
         except StorageError:
@@ -436,16 +442,20 @@ class ObjectLedgerStorage(LedgerStorage):
         buf = self.read_all(ledger_id)
         if buf is None or len(buf) <= end:
             return
-        self._replace_with_merged(ledger_id, buf[:end])
+        self._replace_with_merged(ledger_id, end, [buf[:end]])
 
-    def _replace_with_merged(self, ledger_id: int, data: bytes) -> None:
-        """Write ``data`` as the ledger's merged object, then delete every other data object."""
+    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
+        """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
+        other data object. Streamed: an upload cut short but completed anyway is no merged
+        object (its size disagrees with its key), so the flush objects stay the ledger."""
         objects = self._objects(ledger_id)
-        key = self._merged_key(ledger_id, len(data))
+        key = self._merged_key(ledger_id, size)
         name = key.rsplit("/", 1)[1]
-        if objects.get(name) != len(data):
-            self.put_object(key, data)
-        layout = Layout([(0, len(data), name)], True)
+        if objects.get(name) != size:
+            written = self.store.put(key, chunks)
+            if written != size:
+                raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
+        layout = Layout([(0, size, name)], True)
         with self._lock:
             self._layouts[ledger_id] = layout
         for other in objects:
@@ -461,10 +471,9 @@ class ObjectLedgerStorage(LedgerStorage):
         layout = self._layout(ledger_id, refresh=True)
         if layout.merged or not layout.parts:
             return False
-        buf = self.read_all(ledger_id)
-        if buf is None:
-            return False
-        self._replace_with_merged(ledger_id, buf)
+        base = self.ledger_prefix(ledger_id)
+        chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
+        self._replace_with_merged(ledger_id, layout.end, chunks)
         return True
 
     def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
@@ -476,9 +485,7 @@ class ObjectLedgerStorage(LedgerStorage):
     def read_index(self, ledger_id: int) -> bytes | None:
         key = f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}"
         try:
-            if not self.store.exists(key):
-                return None
-            return bytes(self.store.read_all(key))
+            return bytes(self.store.read_all(key))  # one GET; a missing index is an error here
         except (OSError, StorageError):
             return None
 
