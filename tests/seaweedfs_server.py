@@ -14,6 +14,8 @@ pyarrow's S3 client and boto3 read and subprocesses inherit).
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import shutil
@@ -66,6 +68,7 @@ class SeaweedFS:
     endpoint: str
     process: subprocess.Popen
     directory: str
+    ports: tuple[int, ...] = ()
 
     def create_bucket(self, name: str) -> str:
         """Create ``name``, waiting (with a deadline) for the filer behind the gateway."""
@@ -151,7 +154,7 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     log.close()
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
     wait_until_answering(proc, endpoint + "/", timeout, "SeaweedFS", log_name)
-    return SeaweedFS(endpoint, proc, directory)
+    return SeaweedFS(endpoint, proc, directory, tuple(ports.values()))
 
 
 def stop_seaweedfs(server: SeaweedFS) -> None:
@@ -164,6 +167,12 @@ def stop_seaweedfs(server: SeaweedFS) -> None:
         server.process.kill()
         server.process.wait()
     shutil.rmtree(server.directory, ignore_errors=True)
+    # the gRPC servers also listen on Unix sockets named after their ports in the temp dir
+    # (no flag moves them); a killed server leaves them behind
+    for port in server.ports:
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"seaweedfs-*-{port}.sock")):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 __all__ = ["SeaweedFS", "start_seaweedfs", "stop_seaweedfs", "stop_process", "weed_binary"]
