@@ -16,6 +16,7 @@ import pytest
 
 from compactmq.config import load_config
 from compactmq.storage import ledger_file as lf
+from compactmq.storage import object_ledgers
 from compactmq.storage.managed_ledger import ManagedLedger
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage, ledgers_prefix
 from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
@@ -198,6 +199,28 @@ def test_unsynced_bytes_are_flushed_by_interval_and_by_size(place):
     w.close()
     w2.close()
     assert end == len(st.read_all(5))
+
+
+def test_bytes_written_during_a_flush_are_flushed_by_the_interval_too(place, monkeypatch):
+    _, loc = place
+    st = _open(loc, flush_interval_ms=50)
+    w = st.create(9)
+    first, second = _record(0, b"first"), _record(1, b"written while the PUT runs")
+    end = lf.FILE_HEADER_SIZE + len(first)
+    real = object_ledgers.put_object
+
+    def put_and_write_meanwhile(store, key, data):
+        if not calls:
+            calls.append(key)
+            w.write(second, end)
+        real(store, key, data)
+
+    calls: list[str] = []
+    monkeypatch.setattr(object_ledgers, "put_object", put_and_write_meanwhile)
+    w.write(first, lf.FILE_HEADER_SIZE)  # nobody syncs: the background flush writes both
+    whole = lf.encode_file_header(9) + first + second
+    wait_until(lambda: _open(loc).read_all(9) == whole, timeout=10, what="both records flushed")
+    w.close()
 
 
 def test_delete_removes_every_object_of_a_ledger(place):

@@ -52,7 +52,9 @@ Thread safety as in ``ledger_storage``: ``write``/``truncate`` from one thread a
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import re
 import threading
 import time
@@ -231,10 +233,12 @@ class ObjectLedgerWriter(LedgerWriter):
                     self._cond.notify_all()
                 raise self.error from e
             with self._cond:
-                self.layout = Layout(self.layout.parts + [(start, end, key.rsplit("/", 1)[1])])
+                # appended in place (readers holding the list see it only grow)
+                self.layout.parts.append((start, end, key.rsplit("/", 1)[1]))
                 self.durable_end = end
-                if self.written_end > end:
+                if self.written_end > end:  # written during this flush: due one interval on
                     self._oldest_unflushed = time.monotonic()
+                    _FLUSHER.schedule(self, self._oldest_unflushed + self._settings.flush_interval_ms / 1000)
                 self._trim_tail()
                 self._cond.notify_all()
 
@@ -429,8 +433,13 @@ class ObjectLedgerStorage(LedgerStorage):
         if not layout.parts or hi > layout.end or lo < 0 or lo > hi:
             raise StorageError(f"{self.topic}: ledger {ledger_id} holds no bytes [{lo}, {hi})")
         out = []
-        for start, end, name in layout.parts:
-            if end <= lo or start >= hi:
+        parts = layout.parts
+        i = max(0, bisect.bisect_right(parts, (lo, math.inf)) - 1)  # the part holding lo
+        for k in range(i, len(parts)):
+            start, end, name = parts[k]
+            if start >= hi:
+                break
+            if end <= lo:
                 continue
             a, b = max(lo, start), min(hi, end)
             key = f"{self.ledger_prefix(ledger_id)}/{name}"
