@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -235,6 +236,28 @@ def test_delete_removes_every_object_of_a_ledger(place):
     assert _open(loc).list() == {8}
 
 
+def _ml_opener(open_storage, loc, **overrides):
+    """A function opening the managed ledger of TOPIC over object ledgers in ``loc`` (a new
+    client each time), its metadata in a local metadata store."""
+    overrides = {
+        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+        "objectLedgerFlushIntervalMillis": 1,
+        **overrides,
+    }
+    st = open_storage(**overrides)
+    st.ensure_namespace("public/default")
+    st.metadata.create_topic(TOPIC)
+    config = load_config(overrides=overrides)
+
+    def open_ml() -> ManagedLedger:
+        storage = ObjectLedgerStorage(BlobStore(loc), TOPIC, ObjectLedgerSettings.from_config(config))
+        return ManagedLedger(
+            TOPIC, str(st.topic_dir(TOPIC)), st.metadata, config, st._clock, ledger_storage=storage
+        )
+
+    return open_ml
+
+
 def test_a_managed_ledger_runs_over_object_ledgers(place, open_storage):
     """Append, roll over, close, reopen over a new client, read everything back."""
     server, loc = place
@@ -268,5 +291,60 @@ def test_a_managed_ledger_runs_over_object_ledgers(place, open_storage):
             names = sorted(k.rsplit("/", 1)[1][:1] for k in _ledger_keys(server, loc, lid))
             assert names == ["i", "m"], (lid, names)
         assert ml.append(b"after reopen").ledger_id > positions[-1].ledger_id
+    finally:
+        ml.close()
+
+
+def test_concurrent_appends_share_flush_objects(place, open_storage, monkeypatch):
+    """Group commit over object writes: appenders that arrive within one flush interval, or
+    while a PUT runs, are acknowledged by one object write."""
+    _, loc = place
+    open_ml = _ml_opener(open_storage, loc, objectLedgerFlushIntervalMillis=5)
+    ml = open_ml()
+    flushes: list[str] = []
+    real = object_ledgers.put_object
+
+    def counting(store, key, data):
+        if "/f-" in key:
+            flushes.append(key)
+        real(store, key, data)
+
+    monkeypatch.setattr(object_ledgers, "put_object", counting)
+    threads, per_thread = 8, 25
+    acked: list[Position] = []
+
+    def appender(t: int) -> None:
+        for i in range(per_thread):
+            acked.append(ml.append(b"t%d-%d" % (t, i)))
+
+    workers = [threading.Thread(target=appender, args=(t,)) for t in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    try:
+        assert len(acked) == threads * per_thread
+        assert len(flushes) <= len(acked) // 2, (len(flushes), len(acked))
+        assert len(ml.read_entries(Position(acked[0].ledger_id, 0), 1000)) == len(acked)
+    finally:
+        ml.close()
+
+
+def test_a_managed_ledger_recovers_from_the_object_store_after_a_crash(place, open_storage):
+    """The writer's process is gone without closing anything: a new one recovers the ledger
+    left OPEN from its flush objects, with every acknowledged entry."""
+    server, loc = place
+    open_ml = _ml_opener(open_storage, loc)
+    crashed = open_ml()
+    positions = crashed.append_many([b"acked-%d" % i for i in range(6)])
+    open_id = positions[0].ledger_id
+    assert any("/f-" in k for k in _ledger_keys(server, loc, open_id))  # not merged: still open
+    ml = open_ml()  # `crashed` is abandoned as a killed process would leave it
+    try:
+        got = ml.read_entries(positions[0], 100)
+        assert [p for p, _ in got] == positions
+        assert [d for _, d in got] == [b"acked-%d" % i for i in range(6)]
+        names = sorted(k.rsplit("/", 1)[1][:1] for k in _ledger_keys(server, loc, open_id))
+        assert names == ["i", "m"]  # recovery sealed it: merged, with its index
     finally:
         ml.close()
