@@ -52,6 +52,11 @@ def _ledger_keys(server, loc, ledger_id: int) -> list[str]:
     return server.keys(BUCKET, f"{loc.prefix}/{ledgers_prefix(TOPIC)}/{ledger_id:012d}/")
 
 
+def _kinds(server, loc, ledger_id: int) -> list[str]:
+    """The first letter of each object of a ledger: f(lush), m(erged), i(ndex)."""
+    return sorted(k.rsplit("/", 1)[1][:1] for k in _ledger_keys(server, loc, ledger_id))
+
+
 def _write_flushes(st, ledger_id: int, flushes: int, per_flush: int = 3):
     """Write ``flushes`` syncs of ``per_flush`` records; (writer, record starts, end)."""
     w = st.create(ledger_id)
@@ -77,6 +82,7 @@ def test_seal_merges_flush_objects_into_one_and_reads_stay_correct(place):
     buf = st.read_all(1)
     scan = lf.scan_records(buf, verify_crc=True)
     st.write_index(1, lf.encode_index(1, scan.offsets, scan.publish_times, scan.valid_end))
+    assert st.wait_merged(timeout=30)  # the merge runs in the background
     keys = _ledger_keys(server, loc, 1)
     assert [k.rsplit("/", 1)[1].split("-")[0] for k in keys] == ["index", "m"]
     for view in (st, _open(loc)):
@@ -115,6 +121,7 @@ def test_reads_are_ranged_gets_and_recent_bytes_come_from_memory(place, monkeypa
     w.sync_all()
     w.close()
     st.write_index(2, b"idx")
+    assert st.wait_merged(timeout=30)
     # sealed and merged: one GET of exactly the range asked for, from the merged object
     other = _open(loc)
     asked.clear()
@@ -286,10 +293,11 @@ def test_a_managed_ledger_runs_over_object_ledgers(place, open_storage):
         assert [d for _, d in got] == [b"m-%02d" % i for i in range(15)]
         assert [p for p, _ in got] == positions
         assert ml.read_entry(positions[7]) == b"m-07"
-        # every sealed ledger was merged: an index and one data object each
+        # every sealed ledger gets merged (in the background): an index and one data object
         for lid in {p.ledger_id for p in positions}:
-            names = sorted(k.rsplit("/", 1)[1][:1] for k in _ledger_keys(server, loc, lid))
-            assert names == ["i", "m"], (lid, names)
+            wait_until(
+                lambda: _kinds(server, loc, lid) == ["i", "m"], timeout=30, what=f"ledger {lid} merged"
+            )
         assert ml.append(b"after reopen").ledger_id > positions[-1].ledger_id
     finally:
         ml.close()
@@ -344,7 +352,59 @@ def test_a_managed_ledger_recovers_from_the_object_store_after_a_crash(place, op
         got = ml.read_entries(positions[0], 100)
         assert [p for p, _ in got] == positions
         assert [d for _, d in got] == [b"acked-%d" % i for i in range(6)]
-        names = sorted(k.rsplit("/", 1)[1][:1] for k in _ledger_keys(server, loc, open_id))
-        assert names == ["i", "m"]  # recovery sealed it: merged, with its index
+        # recovery sealed it: merged (in the background), with its index
+        wait_until(
+            lambda: _kinds(server, loc, open_id) == ["i", "m"], timeout=30, what="recovered ledger merged"
+        )
     finally:
         ml.close()
+
+
+def test_reads_go_on_while_a_sealed_ledger_is_merged(place):
+    """Readers holding the flush-object layout when the merge deletes those objects list the
+    ledger again and read the merged object: no read fails, every byte is the same."""
+    server, loc = place
+    st = _open(loc, flush_interval_ms=0)
+    w, starts, end = _write_flushes(st, 10, flushes=20, per_flush=2)
+    w.close()
+    expected = st.read_all(10)
+    reader = _open(loc)
+    reader.read_range(10, starts[0], end)  # lists the flush objects (cached layout)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reading() -> None:
+        while not done.is_set():
+            try:
+                assert reader.read_range(10, starts[0], end) == expected[starts[0] :]
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=reading)
+    t.start()
+    try:
+        st.write_index(10, b"idx")
+        assert st.wait_merged(timeout=30)
+        wait_until(lambda: _kinds(server, loc, 10) == ["i", "m"], timeout=30, what="merged")
+        reader.read_range(10, starts[0], end)
+    finally:
+        done.set()
+        t.join()
+    assert errors == []
+
+
+def test_a_sealed_ledger_left_unmerged_is_merged_at_the_next_open(place):
+    """The index was written, the process stopped before its merge: the next open's
+    discard_partial_writes (recovery's first step) merges it."""
+    server, loc = place
+    st = _open(loc, flush_interval_ms=0)
+    w, _, _ = _write_flushes(st, 11, flushes=4)
+    w.close()
+    st.put_object(f"{st.ledger_prefix(11)}/index", b"idx")  # the seal's index, no merge
+    assert _kinds(server, loc, 11) == ["f"] * 5 + ["i"]
+    again = _open(loc)
+    again.discard_partial_writes()
+    assert again.wait_merged(timeout=30)
+    assert _kinds(server, loc, 11) == ["i", "m"]
+    assert again.read_all(11) == st.read_all(11)

@@ -21,10 +21,14 @@ Reading: bytes of the ledger being written stay in memory from the last
 ``objectLedgerTailCacheBytes`` on (and every unflushed byte), so readers that keep up never
 reach the store; older bytes are read by ranged GETs of the objects that hold them.
 
-Sealing: ``write_index`` (the appender's last step of a seal; recovery's too) first *merges* the
-ledger's flush objects into one object holding the whole ledger, then writes the index beside
-it; the flush objects are deleted only once the merged object is durable. So a sealed ledger is
-two objects and a read is one ranged GET, whatever the flush count was.
+Sealing: ``write_index`` (the appender's last step of a seal; recovery's too) writes the index,
+then a background thread (one per process) *merges* the ledger's flush objects into one object
+holding the whole ledger; the flush objects are deleted only once the merged object is durable.
+So a sealed ledger ends as two objects and a read as one ranged GET, whatever the flush count
+was, without the merge's reads and write holding up the topic's appends (a seal runs under the
+managed ledger's lock). Reads during a merge use the flush objects; one that finds them gone
+lists the ledger again. A merge that fails or is cut by a crash leaves the flush objects, still
+the ledger; ``discard_partial_writes`` (every open) schedules sealed, unmerged ledgers again.
 
 Object keys (under the store's prefix), from the encoded topic name and integers only::
 
@@ -55,6 +59,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import queue
 import re
 import threading
 import time
@@ -319,6 +324,30 @@ class _Flusher:
 _FLUSHER = _Flusher()
 
 
+class _Merger:
+    """One daemon thread that merges sealed ledgers, one at a time, off the appender's path."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple["ObjectLedgerStorage", int]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, storage: "ObjectLedgerStorage", ledger_id: int) -> None:
+        self._queue.put((storage, ledger_id))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            storage, ledger_id = self._queue.get()
+            storage.run_merge(ledger_id)
+
+
+_MERGER = _Merger()
+
+
 class ObjectLedgerStorage(LedgerStorage):
     """One topic's ledgers as objects in ``store`` (see the module docstring)."""
 
@@ -337,6 +366,11 @@ class ObjectLedgerStorage(LedgerStorage):
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
         self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
+        # merge, cut and delete of this topic's ledgers one at a time (a merge never writes a
+        # merged object after the ledger was deleted, nor deletes what a cut wrote)
+        self._merge_lock = threading.RLock()
+        self._merging: set[int] = set()  # merges queued or running
+        self._merges_done = threading.Condition(self._lock)
 
     # --- keys and objects ----------------------------------------------------------------
 
@@ -448,10 +482,11 @@ class ObjectLedgerStorage(LedgerStorage):
 
     def cut(self, ledger_id: int, end: int) -> None:
         """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object."""
-        buf = self.read_all(ledger_id)
-        if buf is None or len(buf) <= end:
-            return
-        self._replace_with_merged(ledger_id, end, [buf[:end]])
+        with self._merge_lock:
+            buf = self.read_all(ledger_id)
+            if buf is None or len(buf) <= end:
+                return
+            self._replace_with_merged(ledger_id, end, [buf[:end]])
 
     def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
         """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
@@ -474,22 +509,57 @@ class ObjectLedgerStorage(LedgerStorage):
     def merge(self, ledger_id: int) -> bool:
         """Merge a sealed ledger's flush objects into one object (durable before the flush
         objects go). True when it merged; False when already merged or being written."""
-        with self._lock:
-            if ledger_id in self._writers:
+        with self._merge_lock:
+            with self._lock:
+                if ledger_id in self._writers:
+                    return False
+            layout = self._layout(ledger_id, refresh=True)
+            if layout.merged or not layout.parts:
                 return False
-        layout = self._layout(ledger_id, refresh=True)
-        if layout.merged or not layout.parts:
-            return False
-        base = self.ledger_prefix(ledger_id)
-        chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
-        self._replace_with_merged(ledger_id, layout.end, chunks)
-        return True
+            base = self.ledger_prefix(ledger_id)
+            chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
+            self._replace_with_merged(ledger_id, layout.end, chunks)
+            return True
+
+    def schedule_merge(self, ledger_id: int) -> None:
+        """Have the background merger merge a sealed ledger (once, however often asked)."""
+        with self._lock:
+            if ledger_id in self._merging:
+                return
+            self._merging.add(ledger_id)
+        _MERGER.submit(self, ledger_id)
+
+    def run_merge(self, ledger_id: int) -> None:
+        """The merger thread's call: a failed merge leaves the flush objects, which stay the
+        ledger (correct, only more objects); the next open's ``discard_partial_writes``
+        schedules it again."""
+        try:
+            self.merge(ledger_id)
+        except Exception as e:
+            log.warning(
+                "%s: merging ledger %d failed (retried at the next open): %s", self.topic, ledger_id, e
+            )
+        finally:
+            with self._lock:
+                self._merging.discard(ledger_id)
+                self._merges_done.notify_all()
+
+    def wait_merged(self, timeout: float | None = None) -> bool:
+        """Wait until no merge of this storage is queued or running; False on timeout."""
+        with self._lock:
+            return self._merges_done.wait_for(lambda: not self._merging, timeout)
 
     def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
-        """Seal: merge the flush objects, then the index (an object write replaces the old
-        index whole: a crash leaves one or the other). Always durable."""
-        self.merge(ledger_id)
+        """Seal: write the index (an object write replaces the old index whole: a crash
+        leaves one or the other; always durable), then have the flush objects merged in the
+        background -- the seal runs under the managed ledger's lock, a merge reads and writes
+        the whole ledger. Reads meanwhile use the flush objects, then the merged object."""
         self.put_object(f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}", data)
+        with self._lock:
+            layout = self._layouts.get(ledger_id)
+            sealed = ledger_id not in self._writers
+        if sealed and (layout is None or not layout.merged):
+            self.schedule_merge(ledger_id)
 
     def read_index(self, ledger_id: int) -> bytes | None:
         key = f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}"
@@ -518,19 +588,25 @@ class ObjectLedgerStorage(LedgerStorage):
             with w._cond:
                 w.closed = True
             _FLUSHER.cancel(w)
-        for name in self._objects(ledger_id):
-            self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+        with self._merge_lock:
+            for name in self._objects(ledger_id):
+                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
 
     def discard_partial_writes(self) -> None:
         """Remove objects no layout uses: flush objects a merge superseded (a crash between
-        the merged write and the deletes), damaged objects, merged ones a cut replaced."""
+        the merged write and the deletes), damaged objects, merged ones a cut replaced; and
+        schedule the merge of sealed ledgers (an index, no merged object) left unmerged."""
         for ledger_id in self.list():
             with self._lock:
                 if ledger_id in self._writers:
                     continue
-            _, unused = resolve_layout(self._objects(ledger_id))
-            for name in unused:
-                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+            with self._merge_lock:
+                objects = self._objects(ledger_id)
+                layout, unused = resolve_layout(objects)
+                for name in unused:
+                    self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+            if INDEX_NAME in objects and layout.parts and not layout.merged:
+                self.schedule_merge(ledger_id)  # sealed, and the process stopped before merging
 
     def location(self, ledger_id: int) -> str:
         """The URI of the merged object once sealed, else of the ledger's key prefix."""
