@@ -145,6 +145,9 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
         "-s3",
     ]
     args += [f"-{flag}={port}" for flag, port in ports.items()]
+    # the gateway's Iceberg and Lance catalogs listen on fixed ports (8181, 9101): off, so that
+    # two servers (pytest-xdist workers) can run at once
+    args += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
     # small volumes: the store preallocates nothing large in the test's temp dir
     args += [f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=16"]
     args += [f"-s3.localSocket={os.path.join(directory, 's3.sock')}"]
@@ -153,8 +156,15 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     proc = subprocess.Popen(args, cwd=directory, **children.keep(stdout=log, stderr=subprocess.STDOUT))
     log.close()
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-    wait_until_answering(proc, endpoint + "/", timeout, "SeaweedFS", log_name)
-    return SeaweedFS(endpoint, proc, directory, tuple(ports.values()))
+    server = SeaweedFS(endpoint, proc, directory, tuple(ports.values()))
+    try:
+        wait_until_answering(proc, endpoint + "/", timeout, "SeaweedFS", log_name)
+    except BaseException:
+        with open(log_name, "rb") as f:  # the reason, before the directory goes
+            tail = f.read()[-3000:].decode(errors="replace")
+        stop_seaweedfs(server)
+        raise RuntimeError(f"SeaweedFS did not start; the end of its log:\n{tail}") from None
+    return server
 
 
 def stop_seaweedfs(server: SeaweedFS) -> None:
