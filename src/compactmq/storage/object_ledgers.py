@@ -191,9 +191,10 @@ class ObjectLedgerWriter(LedgerWriter):
         self.sync()
 
     def close(self) -> None:
-        """Write what is still buffered (best effort, like a page cache), then stop."""
+        """Write what is still buffered (best effort, like a page cache), then stop; nothing
+        when the ledger was deleted meanwhile (its objects would be orphans)."""
         try:
-            if self.error is None:
+            if self.error is None and not self.closed:
                 self.flush(self.written_end)
         except OSError as e:
             log.warning("ledger %d: final flush on close failed: %s", self.ledger_id, e)
