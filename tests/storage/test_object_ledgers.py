@@ -394,6 +394,23 @@ def test_reads_go_on_while_a_sealed_ledger_is_merged(place):
     assert errors == []
 
 
+def test_the_location_of_a_sealed_ledger_is_one_readable_object(place):
+    """Another process (a Spark task) reads a sealed ledger by URI as one object: location
+    merges it first when the background merger has not yet."""
+    from compactmq.storage.offload.blobstore import location_from_url, open_store
+
+    server, loc = place
+    st = _open(loc, flush_interval_ms=0)
+    w, _, _ = _write_flushes(st, 12, flushes=3)
+    assert "/m-" not in st.location(12)  # being written: no single object names it
+    w.close()
+    st.put_object(f"{st.ledger_prefix(12)}/index", b"idx")  # sealed, merge not scheduled
+    url = st.location(12)
+    assert "/m-" in url and _kinds(server, loc, 12) == ["i", "m"]
+    where, key = location_from_url(url)
+    assert bytes(open_store(where).read_all(key)) == st.read_all(12)
+
+
 def test_a_sealed_ledger_left_unmerged_is_merged_at_the_next_open(place):
     """The index was written, the process stopped before its merge: the next open's
     discard_partial_writes (recovery's first step) merges it."""

@@ -610,8 +610,12 @@ class ObjectLedgerStorage(LedgerStorage):
                 self.schedule_merge(ledger_id)  # sealed, and the process stopped before merging
 
     def location(self, ledger_id: int) -> str:
-        """The URI of the merged object once sealed, else of the ledger's key prefix."""
+        """The URI of a sealed ledger's merged object -- merged now when the merger has not
+        got to it, since another process (a Spark task) reads the ledger as one object by URI;
+        for a ledger still being written, the URI of its key prefix (no single object)."""
         layout = self._layout(ledger_id)
+        if layout.parts and not layout.merged and self.merge(ledger_id):
+            layout = self._layout(ledger_id)
         key = self.ledger_prefix(ledger_id)
         if layout.merged:
             key = f"{key}/{layout.parts[0][2]}"
