@@ -60,25 +60,21 @@ import bisect
 import logging
 import math
 import queue
-import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from ..errors import StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage, LedgerWriter
+from .object_layout import INDEX_NAME, Layout, resolve_layout
 from .offload.blobstore import BlobStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
 
 log = logging.getLogger(__name__)
-
-_FLUSH = re.compile(r"^f-(\d{16})-(\d{16})-e(\d{10})$")
-_MERGED = re.compile(r"^m-(\d{16})-e(\d{10})$")
-INDEX_NAME = "index"
 
 
 @dataclass(frozen=True)
@@ -103,43 +99,6 @@ def ledgers_prefix(topic: str) -> str:
     from .engine import topic_relpath  # engine imports the managed ledger, which imports us
 
     return "ledgers/" + topic_relpath(topic).replace("\\", "/")
-
-
-@dataclass
-class Layout:
-    """Which objects hold a ledger's bytes: ``(start, end, key)`` in offset order."""
-
-    parts: list[tuple[int, int, str]] = field(default_factory=list)
-    merged: bool = False
-
-    @property
-    def end(self) -> int:
-        return self.parts[-1][1] if self.parts else 0
-
-
-def resolve_layout(objects: dict[str, int]) -> tuple[Layout, list[str]]:
-    """The layout named by a ledger's objects (name -> size), and the names it does not use
-    (superseded or damaged objects, which ``discard_partial_writes`` removes)."""
-    merged, flushes = [], []
-    for name, size in objects.items():
-        m = _MERGED.match(name)
-        if m and int(m.group(1)) == size:
-            merged.append((-int(m.group(2)), size, name))
-            continue
-        f = _FLUSH.match(name)
-        if f and int(f.group(2)) - int(f.group(1)) == size and size > 0:
-            flushes.append((int(f.group(1)), -int(f.group(3)), int(f.group(2)), name))
-    if merged:
-        _, size, name = min(merged)  # the highest epoch; of its, the shortest (cut shortens)
-        return Layout([(0, size, name)], True), [n for n in objects if n not in (name, INDEX_NAME)]
-    parts: list[tuple[int, int, str]] = []
-    pos = 0
-    for start, _neg_epoch, end, name in sorted(flushes):
-        if start == pos:  # the highest epoch's object at each offset; a gap ends the ledger
-            parts.append((start, end, name))
-            pos = end
-    used = {p[2] for p in parts} | {INDEX_NAME}
-    return Layout(parts), [n for n in objects if n not in used]
 
 
 class ObjectLedgerWriter(LedgerWriter):
