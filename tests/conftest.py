@@ -86,6 +86,16 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def seaweedfs():
+    """SeaweedFS (``weed server -s3``) on 127.0.0.1 for the whole run; see ``seaweedfs_server.py``."""
+    from seaweedfs_server import start_seaweedfs, stop_seaweedfs
+
+    server = start_seaweedfs()
+    yield server
+    stop_seaweedfs(server)
+
+
+@pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
     """A Google Cloud Storage emulator on 127.0.0.1 for the whole run; see ``gcs_server.py``."""
     from gcs_server import start_gcs_server, stop_gcs_server

@@ -273,6 +273,20 @@ SETTINGS: dict[str, Setting] = {
     "managedLedgerCursorPositionFlushSeconds": _s(
         int, 60, "how often cursor positions held back by the rate limit are written"
     ),
+    # --- ledgers written straight to an object store (storage/object_ledgers.py); compactmq's own
+    # keys (Pulsar has no such store), used by cluster mode. A flush is ONE object write.
+    "objectLedgerFlushIntervalMillis": _s(
+        int,
+        5,
+        "longest written entries wait in memory to share one object write (a sync waits at most "
+        "this, then writes; 0: write at once)",
+    ),
+    "objectLedgerFlushMaxBytes": _s(
+        int, 4 * 1024 * 1024, "write a flush object as soon as this many bytes wait (one PUT each)"
+    ),
+    "objectLedgerTailCacheBytes": _s(
+        int, 1024 * 1024, "bytes of a ledger being written kept in memory after their flush, for reads"
+    ),
     "defaultRetentionTimeInMinutes": _s(int, 0, "keep acknowledged messages this long (-1: forever)"),
     "defaultRetentionSizeInMB": _s(int, 0, "keep acknowledged messages up to this size (-1: no limit)"),
     "retentionCheckIntervalInSeconds": _s(int, 120, "how often ledgers past retention are deleted"),

@@ -1,7 +1,8 @@
 """The contract of ``LedgerStorage``: every implementation passes this module unchanged.
 
 Add an implementation by adding one entry to ``IMPLEMENTATIONS``: a function that takes a
-pytest ``tmp_path`` and a topic and returns a factory; each call of the factory opens a NEW
+pytest ``tmp_path``, a topic and the pytest ``request`` (for the servers it needs) and returns a
+factory; each call of the factory opens a NEW
 storage object over the same place (so tests can check what survives a reopen). The tests
 only use the interface: no paths, no file descriptors.
 """
@@ -15,15 +16,24 @@ import pytest
 from compactmq.errors import StorageError
 from compactmq.storage import ledger_file as lf
 from compactmq.storage.ledger_storage import LedgerStorage, LedgerWriter, LocalLedgerStorage
+from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
+from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
 
 TOPIC = "persistent://public/default/contract"
 
 
-def _local(tmp_path, topic):
+def _local(tmp_path, topic, request):
     return lambda: LocalLedgerStorage(str(tmp_path / "ledgers"), topic)
 
 
-IMPLEMENTATIONS = {"local": _local}
+def _object(tmp_path, topic, request):
+    """Ledgers in SeaweedFS, each test under its own prefix; every reopen is a new client."""
+    server = request.getfixturevalue("seaweedfs")
+    loc = OffloadLocation("s3", server.create_bucket("contract"), "us-east-1", server.endpoint, tmp_path.name)
+    return lambda: ObjectLedgerStorage(BlobStore(loc), topic, ObjectLedgerSettings(flush_interval_ms=1))
+
+
+IMPLEMENTATIONS = {"local": _local, "object": _object}
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
@@ -31,7 +41,7 @@ def reopen(request, tmp_path):
     opened: list[LedgerStorage] = []
 
     def make() -> LedgerStorage:
-        st = IMPLEMENTATIONS[request.param](tmp_path, TOPIC)()
+        st = IMPLEMENTATIONS[request.param](tmp_path, TOPIC, request)()
         st.claim(TOPIC)
         opened.append(st)
         return st

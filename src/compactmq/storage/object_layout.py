@@ -1,0 +1,62 @@
+"""How the objects of one ledger in an object store make up its bytes (``object_ledgers``).
+
+A ledger written by ``ObjectLedgerStorage`` is a set of objects under one key prefix, named
+(integers only, fixed widths, so names sort by offset)::
+
+    f-<start:016d>-<end:016d>-e<epoch:010d>   a flush object: ledger bytes [start, end)
+    m-<size:016d>-e<epoch:010d>               the merged ledger: bytes [0, size)
+    index                                     the ledger's index (replaced whole)
+
+``resolve_layout`` turns a listing (name -> size) into the ledger: a merged object, when there
+is one whose size matches its name, IS the ledger (the highest epoch; of its, the shortest,
+since a ``cut`` only shortens); else flush objects are chained from offset 0, the highest
+epoch's object at each offset, and the first gap ends the ledger. An object whose size
+disagrees with the range its name gives (an upload cut short and completed anyway) is never
+used. Whatever the layout does not use is returned too, for ``discard_partial_writes``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_FLUSH = re.compile(r"^f-(\d{16})-(\d{16})-e(\d{10})$")
+_MERGED = re.compile(r"^m-(\d{16})-e(\d{10})$")
+INDEX_NAME = "index"
+
+
+@dataclass
+class Layout:
+    """Which objects hold a ledger's bytes: ``(start, end, key)`` in offset order."""
+
+    parts: list[tuple[int, int, str]] = field(default_factory=list)
+    merged: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.parts[-1][1] if self.parts else 0
+
+
+def resolve_layout(objects: dict[str, int]) -> tuple[Layout, list[str]]:
+    """The layout named by a ledger's objects (name -> size), and the names it does not use
+    (superseded or damaged objects, which ``discard_partial_writes`` removes)."""
+    merged, flushes = [], []
+    for name, size in objects.items():
+        m = _MERGED.match(name)
+        if m and int(m.group(1)) == size:
+            merged.append((-int(m.group(2)), size, name))
+            continue
+        f = _FLUSH.match(name)
+        if f and int(f.group(2)) - int(f.group(1)) == size and size > 0:
+            flushes.append((int(f.group(1)), -int(f.group(3)), int(f.group(2)), name))
+    if merged:
+        _, size, name = min(merged)  # the highest epoch; of its, the shortest (cut shortens)
+        return Layout([(0, size, name)], True), [n for n in objects if n not in (name, INDEX_NAME)]
+    parts: list[tuple[int, int, str]] = []
+    pos = 0
+    for start, _neg_epoch, end, name in sorted(flushes):
+        if start == pos:  # the highest epoch's object at each offset; a gap ends the ledger
+            parts.append((start, end, name))
+            pos = end
+    used = {p[2] for p in parts} | {INDEX_NAME}
+    return Layout(parts), [n for n in objects if n not in used]

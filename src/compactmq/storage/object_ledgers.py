@@ -1,0 +1,591 @@
+"""Ledgers written straight to an object store: ``ObjectLedgerStorage``, a ``LedgerStorage``.
+
+The second implementation of ``ledger_storage.LedgerStorage`` (the contract:
+``tests/storage/test_ledger_storage_contract.py``), for brokers whose entries are durable only
+once they are in an S3-compatible object store (cluster mode, a later step). The appender and
+the reader do not change: they write records at byte offsets, sync, seal and read ranges as
+with local files; this module maps those calls onto immutable objects through the project's
+``offload.blobstore.BlobStore`` (``pyarrow.fs``: one S3 client for tiered storage and this).
+
+Writing (``ObjectLedgerWriter``): ``write`` appends to an in-memory buffer; a *flush* writes
+every byte not yet flushed as ONE new object and returns once the PUT completed (durable).
+``sync`` is a flush that first waits up to ``objectLedgerFlushIntervalMillis`` after the oldest
+unflushed byte (or until ``objectLedgerFlushMaxBytes`` wait), so appends arriving meanwhile
+share the object write; flushes of one ledger run one at a time, so under load everything
+written during one PUT goes into the next (the group commit grows with the store's latency).
+A background thread flushes what nobody syncs (``managedLedgerSyncData=false``) after the same
+interval, or as soon as ``objectLedgerFlushMaxBytes`` wait, so memory per ledger stays bounded.
+``close`` writes what is still buffered (as a file's page cache would reach the disk), no more.
+
+Reading: bytes of the ledger being written stay in memory from the last
+``objectLedgerTailCacheBytes`` on (and every unflushed byte), so readers that keep up never
+reach the store; older bytes are read by ranged GETs of the objects that hold them.
+
+Sealing: ``write_index`` (the appender's last step of a seal; recovery's too) writes the index,
+then a background thread (one per process) *merges* the ledger's flush objects into one object
+holding the whole ledger; the flush objects are deleted only once the merged object is durable.
+So a sealed ledger ends as two objects and a read as one ranged GET, whatever the flush count
+was, without the merge's reads and write holding up the topic's appends (a seal runs under the
+managed ledger's lock). Reads during a merge use the flush objects; one that finds them gone
+lists the ledger again. A merge that fails or is cut by a crash leaves the flush objects, still
+the ledger; ``discard_partial_writes`` (every open) schedules sealed, unmerged ledgers again.
+
+Object keys (under the store's prefix), from the encoded topic name and integers only::
+
+    ledgers/<persistent>/<tenant>/<namespace>/<topic>/<ledger_id:012d>/
+        f-<start:016d>-<end:016d>-e<epoch:010d>   a flush object: ledger bytes [start, end)
+        m-<size:016d>-e<epoch:010d>               the merged ledger: bytes [0, size)
+        index                                     the ledger's index (replaced whole)
+
+(each name part percent-encoded as for the local directories: ``engine.topic_relpath``). A
+flush object's key names its range, so one writer never writes a key twice (offsets only grow)
+and an object whose size disagrees with its key (an upload cut short and completed anyway) is
+ignored and later removed. The ``epoch`` is the owner's epoch (0 until cluster mode passes the
+ownership record's version): two owners of a topic never share a key, so a zombie writer can
+add objects but never replace the new owner's, and which epoch's objects count is for the
+metadata store to say (fencing, a later step). pyarrow's S3 client cannot send ``If-None-Match``
+on a PUT, so no write here is a conditional one; keys that never repeat take its place.
+
+Reading the layout back: a ledger's objects are listed once (one LIST) and cached; a merged
+object, when there is one, is the ledger (the highest epoch, then the smallest: ``cut`` only
+shortens); else flush objects are chained from offset 0, the first gap ending the ledger.
+
+Thread safety as in ``ledger_storage``: ``write``/``truncate`` from one thread at a time,
+``sync`` beside them; reads from any thread; a storage's maps are guarded by one lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from ..errors import StorageError
+from . import ledger_file as lf
+from .ledger_storage import LedgerStorage, LedgerWriter
+from .object_layout import INDEX_NAME, Layout, resolve_layout
+from .offload.blobstore import BlobStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ObjectLedgerSettings:
+    """The three ``objectLedger*`` settings (``config.py`` says what each does)."""
+
+    flush_interval_ms: int = 5
+    flush_max_bytes: int = 4 * 1024 * 1024
+    tail_cache_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: "Config") -> "ObjectLedgerSettings":
+        return cls(
+            max(0, int(config["objectLedgerFlushIntervalMillis"])),
+            max(1, int(config["objectLedgerFlushMaxBytes"])),
+            max(0, int(config["objectLedgerTailCacheBytes"])),
+        )
+
+
+def ledgers_prefix(topic: str) -> str:
+    """The key prefix of a topic's ledgers: its encoded name, never the name as given."""
+    from .engine import topic_relpath  # engine imports the managed ledger, which imports us
+
+    return "ledgers/" + topic_relpath(topic).replace("\\", "/")
+
+
+class ObjectLedgerWriter(LedgerWriter):
+    """Appends to one ledger as flush objects (see the module docstring)."""
+
+    def __init__(self, storage: "ObjectLedgerStorage", ledger_id: int, layout: Layout):
+        self._storage = storage
+        self.ledger_id = ledger_id
+        self._settings = storage.settings
+        self._cond = threading.Condition()  # guards the fields below
+        self._flush_lock = threading.Lock()  # one flush (PUT) at a time per ledger
+        self.layout = layout
+        self.mem_start = self.durable_end = self.written_end = layout.end
+        self.buf = bytearray()  # ledger bytes [mem_start, written_end)
+        self._flushing_end = 0  # end of the bytes the running flush writes
+        self._oldest_unflushed = 0.0  # monotonic time of the first byte after durable_end
+        self.error: OSError | None = None  # a background flush failed: syncs fail from now on
+        self.closed = False
+
+    # --- the LedgerWriter calls ----------------------------------------------------------
+
+    def write(self, data: bytes, offset: int) -> None:
+        with self._cond:
+            if offset != self.written_end or self.closed:
+                raise OSError(f"ledger {self.ledger_id}: write at {offset}, end is {self.written_end}")
+            if self.written_end == self.durable_end:
+                self._oldest_unflushed = time.monotonic()
+                _FLUSHER.schedule(self, self._oldest_unflushed + self._settings.flush_interval_ms / 1000)
+            self.buf += data
+            self.written_end += len(data)
+            if self.written_end - self.durable_end >= self._settings.flush_max_bytes:
+                self._cond.notify_all()  # a lingering sync writes now
+                _FLUSHER.schedule(self, 0.0)
+
+    def truncate(self, offset: int) -> None:
+        with self._cond:
+            if offset < max(self.durable_end, self._flushing_end):
+                raise OSError(f"ledger {self.ledger_id}: bytes before {offset} are durable or being flushed")
+            del self.buf[offset - self.mem_start :]
+            self.written_end = min(self.written_end, offset)
+
+    def sync(self) -> None:
+        with self._cond:
+            target = self.written_end
+            self._linger(target)
+        self.flush(target)
+
+    def sync_all(self) -> None:
+        self.sync()
+
+    def close(self) -> None:
+        """Write what is still buffered (best effort, like a page cache), then stop; nothing
+        when the ledger was deleted meanwhile (its objects would be orphans)."""
+        try:
+            if self.error is None and not self.closed:
+                self.flush(self.written_end)
+        except OSError as e:
+            log.warning("ledger %d: final flush on close failed: %s", self.ledger_id, e)
+        finally:
+            with self._cond:
+                self.closed = True
+            _FLUSHER.cancel(self)
+            self._storage.writer_closed(self)
+
+    # --- flushing --------------------------------------------------------------------------
+
+    def _linger(self, target: int) -> None:
+        """Wait (holding ``_cond``) until the flush interval has passed since the oldest
+        unflushed byte, enough bytes wait, or another flush covered ``target``."""
+        s = self._settings
+        deadline = self._oldest_unflushed + s.flush_interval_ms / 1000
+        while self.durable_end < target and self.error is None:
+            if self.written_end - self.durable_end >= s.flush_max_bytes:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
+
+    def flush(self, target: int) -> None:
+        """Return once bytes up to ``target`` are durable, writing one object if needed."""
+        with self._flush_lock:
+            with self._cond:
+                if self.error is not None:
+                    raise OSError(f"ledger {self.ledger_id}: an earlier flush failed: {self.error}")
+                if self.durable_end >= target:
+                    return
+                start, end = self.durable_end, self.written_end
+                data = bytes(self.buf[start - self.mem_start : end - self.mem_start])
+                self._flushing_end = end
+            key = self._storage.flush_key(self.ledger_id, start, end)
+            try:
+                self._storage.put_object(key, data)
+            except (OSError, StorageError) as e:
+                with self._cond:
+                    self.error = OSError(str(e))
+                    self._cond.notify_all()
+                raise self.error from e
+            with self._cond:
+                # appended in place (readers holding the list see it only grow)
+                self.layout.parts.append((start, end, key.rsplit("/", 1)[1]))
+                self.durable_end = end
+                if self.written_end > end:  # written during this flush: due one interval on
+                    self._oldest_unflushed = time.monotonic()
+                    _FLUSHER.schedule(self, self._oldest_unflushed + self._settings.flush_interval_ms / 1000)
+                self._trim_tail()
+                self._cond.notify_all()
+
+    def _trim_tail(self) -> None:
+        """Drop flushed bytes older than the tail cache keeps (unflushed ones always stay)."""
+        keep_from = min(self.durable_end, self.written_end - self._settings.tail_cache_bytes)
+        if keep_from > self.mem_start:
+            del self.buf[: keep_from - self.mem_start]
+            self.mem_start = keep_from
+
+    def background_flush(self) -> None:
+        """The background thread's flush (errors are kept for the next sync)."""
+        with self._cond:
+            if self.closed or self.error is not None:
+                return
+            target = self.written_end
+        try:
+            self.flush(target)
+        except OSError as e:
+            log.warning("ledger %d: background flush failed: %s", self.ledger_id, e)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def split_read(self, lo: int, hi: int) -> tuple[Layout, int, bytes] | None:
+        """For a read of ``[lo, hi)``: the durable layout, where memory takes over (``mid``:
+        bytes ``[lo, mid)`` come from objects) and the bytes ``[mid, hi)`` from memory; None
+        when ``hi`` is past what was written. Memory always holds every unflushed byte, so
+        ``mid`` never passes the layout's end."""
+        with self._cond:
+            if hi > self.written_end:
+                return None
+            mid = min(max(lo, self.mem_start), hi)
+            return self.layout, mid, bytes(self.buf[mid - self.mem_start : hi - self.mem_start])
+
+    def snapshot(self) -> tuple[Layout, bytes]:
+        """The durable layout and the bytes written after it (for ``read_all``)."""
+        with self._cond:
+            return self.layout, bytes(self.buf[self.durable_end - self.mem_start :])
+
+
+class _Flusher:
+    """One daemon thread that flushes writers whose bytes waited the flush interval, or whose
+    buffer is full, when no sync came for them (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[ObjectLedgerWriter, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, writer: ObjectLedgerWriter, at: float) -> None:
+        with self._cond:
+            if at < self._due.get(writer, float("inf")):
+                self._due[writer] = at
+                self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-ledger-flusher", daemon=True)
+                self._thread.start()
+
+    def cancel(self, writer: ObjectLedgerWriter) -> None:
+        with self._cond:
+            self._due.pop(writer, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready = [w for w, at in self._due.items() if at <= now]
+                    if ready:
+                        break
+                    self._cond.wait(min(self._due.values(), default=now + 1.0) - now)
+                for w in ready:
+                    del self._due[w]
+            for w in ready:
+                w.background_flush()
+
+
+_FLUSHER = _Flusher()
+
+
+class _Merger:
+    """One daemon thread that merges sealed ledgers, one at a time, off the appender's path."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple["ObjectLedgerStorage", int]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, storage: "ObjectLedgerStorage", ledger_id: int) -> None:
+        self._queue.put((storage, ledger_id))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            storage, ledger_id = self._queue.get()
+            storage.run_merge(ledger_id)
+
+
+_MERGER = _Merger()
+
+
+class ObjectLedgerStorage(LedgerStorage):
+    """One topic's ledgers as objects in ``store`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        topic: str,
+        settings: ObjectLedgerSettings | None = None,
+        epoch: int = 0,
+    ):
+        self.store = store
+        self.topic = topic
+        self.settings = settings or ObjectLedgerSettings()
+        self.epoch = int(epoch)
+        self.prefix = ledgers_prefix(topic)
+        self._lock = threading.Lock()
+        self._writers: dict[int, ObjectLedgerWriter] = {}
+        self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
+        # merge, cut and delete of this topic's ledgers one at a time (a merge never writes a
+        # merged object after the ledger was deleted, nor deletes what a cut wrote)
+        self._merge_lock = threading.RLock()
+        self._merging: set[int] = set()  # merges queued or running
+        self._merges_done = threading.Condition(self._lock)
+
+    # --- keys and objects ----------------------------------------------------------------
+
+    def ledger_prefix(self, ledger_id: int) -> str:
+        return f"{self.prefix}/{int(ledger_id):012d}"
+
+    def flush_key(self, ledger_id: int, start: int, end: int) -> str:
+        return f"{self.ledger_prefix(ledger_id)}/f-{start:016d}-{end:016d}-e{self.epoch:010d}"
+
+    def _merged_key(self, ledger_id: int, size: int) -> str:
+        return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
+
+    def put_object(self, key: str, data: bytes) -> None:
+        """One object write, durable when it returns (a module function, so a crash test can
+        stop a process in the middle of one)."""
+        put_object(self.store, key, data)
+
+    def _objects(self, ledger_id: int) -> dict[str, int]:
+        """Names (relative to the ledger's prefix) and sizes of a ledger's objects: one LIST."""
+        from pyarrow import fs
+
+        base = self.store.path(self.ledger_prefix(ledger_id))
+        try:
+            infos = self.store.fs.get_file_info(fs.FileSelector(base, recursive=True, allow_not_found=True))
+        except Exception as e:
+            raise StorageError(f"{self.topic}: listing ledger {ledger_id} failed: {e}") from e
+        cut = len(base) + 1
+        return {i.path[cut:]: int(i.size) for i in infos if i.type == fs.FileType.File}
+
+    def _layout(self, ledger_id: int, refresh: bool = False) -> Layout:
+        with self._lock:
+            w = self._writers.get(ledger_id)
+            cached = self._layouts.get(ledger_id)
+        if w is not None:
+            return w.layout
+        if cached is not None and not refresh:
+            return cached
+        layout, _ = resolve_layout(self._objects(ledger_id))
+        with self._lock:
+            if layout.parts:
+                self._layouts[ledger_id] = layout
+            else:
+                self._layouts.pop(ledger_id, None)
+        return layout
+
+    def writer_closed(self, writer: ObjectLedgerWriter) -> None:
+        with self._lock:
+            if self._writers.get(writer.ledger_id) is writer:
+                del self._writers[writer.ledger_id]
+                self._layouts[writer.ledger_id] = writer.layout
+
+    # --- LedgerStorage ---------------------------------------------------------------------
+
+    def claim(self, topic: str) -> None:
+        """Nothing to take here: who writes a topic is the metadata store's to say (the owner's
+        epoch, in cluster mode); keys are per epoch, so owners never write the same object."""
+
+    def create(self, ledger_id: int) -> ObjectLedgerWriter:
+        if self._objects(ledger_id):
+            raise StorageError(f"{self.topic}: ledger {ledger_id} already has objects; not overwriting")
+        header = lf.encode_file_header(ledger_id)
+        key = self.flush_key(ledger_id, 0, len(header))
+        self.put_object(key, header)
+        writer = ObjectLedgerWriter(self, ledger_id, Layout([(0, len(header), key.rsplit("/", 1)[1])]))
+        with self._lock:
+            self._writers[ledger_id] = writer
+            self._layouts.pop(ledger_id, None)
+        return writer
+
+    def read_all(self, ledger_id: int) -> bytes | None:
+        with self._lock:
+            w = self._writers.get(ledger_id)
+        layout, tail = w.snapshot() if w is not None else (self._layout(ledger_id, refresh=True), b"")
+        if not layout.parts:
+            return None
+        base = self.ledger_prefix(ledger_id)
+        return b"".join(bytes(self.store.read_all(f"{base}/{name}")) for *_, name in layout.parts) + tail
+
+    def read_range(self, ledger_id: int, lo: int, hi: int) -> bytes:
+        with self._lock:
+            w = self._writers.get(ledger_id)
+        split = w.split_read(lo, hi) if w is not None else None
+        if split is not None:
+            layout, mid, tail = split
+            return (self._read_objects(ledger_id, layout, lo, mid) if mid > lo else b"") + tail
+        try:
+            return self._read_objects(ledger_id, self._layout(ledger_id), lo, hi)
+        except StorageError:
+            # merged or cut meanwhile (objects replaced), or written by another process since
+            # this layout was listed: list again, once
+            return self._read_objects(ledger_id, self._layout(ledger_id, refresh=True), lo, hi)
+
+    def _read_objects(self, ledger_id: int, layout: Layout, lo: int, hi: int) -> bytes:
+        if not layout.parts or hi > layout.end or lo < 0 or lo > hi:
+            raise StorageError(f"{self.topic}: ledger {ledger_id} holds no bytes [{lo}, {hi})")
+        out = []
+        parts = layout.parts
+        i = max(0, bisect.bisect_right(parts, (lo, math.inf)) - 1)  # the part holding lo
+        for k in range(i, len(parts)):
+            start, end, name = parts[k]
+            if start >= hi:
+                break
+            if end <= lo:
+                continue
+            a, b = max(lo, start), min(hi, end)
+            key = f"{self.ledger_prefix(ledger_id)}/{name}"
+            out.append(self.store.read_range(key, a - start, b - a))  # one ranged GET
+        return b"".join(out)
+
+    def cut(self, ledger_id: int, end: int) -> None:
+        """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object."""
+        with self._merge_lock:
+            buf = self.read_all(ledger_id)
+            if buf is None or len(buf) <= end:
+                return
+            self._replace_with_merged(ledger_id, end, [buf[:end]])
+
+    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
+        """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
+        other data object. Streamed: an upload cut short but completed anyway is no merged
+        object (its size disagrees with its key), so the flush objects stay the ledger."""
+        objects = self._objects(ledger_id)
+        key = self._merged_key(ledger_id, size)
+        name = key.rsplit("/", 1)[1]
+        if objects.get(name) != size:
+            written = self.store.put(key, chunks)
+            if written != size:
+                raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
+        layout = Layout([(0, size, name)], True)
+        with self._lock:
+            self._layouts[ledger_id] = layout
+        for other in objects:
+            if other not in (name, INDEX_NAME):
+                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{other}")
+
+    def merge(self, ledger_id: int) -> bool:
+        """Merge a sealed ledger's flush objects into one object (durable before the flush
+        objects go). True when it merged; False when already merged or being written."""
+        with self._merge_lock:
+            with self._lock:
+                if ledger_id in self._writers:
+                    return False
+            layout = self._layout(ledger_id, refresh=True)
+            if layout.merged or not layout.parts:
+                return False
+            base = self.ledger_prefix(ledger_id)
+            chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
+            self._replace_with_merged(ledger_id, layout.end, chunks)
+            return True
+
+    def schedule_merge(self, ledger_id: int) -> None:
+        """Have the background merger merge a sealed ledger (once, however often asked)."""
+        with self._lock:
+            if ledger_id in self._merging:
+                return
+            self._merging.add(ledger_id)
+        _MERGER.submit(self, ledger_id)
+
+    def run_merge(self, ledger_id: int) -> None:
+        """The merger thread's call: a failed merge leaves the flush objects, which stay the
+        ledger (correct, only more objects); the next open's ``discard_partial_writes``
+        schedules it again."""
+        try:
+            self.merge(ledger_id)
+        except Exception as e:
+            log.warning(
+                "%s: merging ledger %d failed (retried at the next open): %s", self.topic, ledger_id, e
+            )
+        finally:
+            with self._lock:
+                self._merging.discard(ledger_id)
+                self._merges_done.notify_all()
+
+    def wait_merged(self, timeout: float | None = None) -> bool:
+        """Wait until no merge of this storage is queued or running; False on timeout."""
+        with self._lock:
+            return self._merges_done.wait_for(lambda: not self._merging, timeout)
+
+    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+        """Seal: write the index (an object write replaces the old index whole: a crash
+        leaves one or the other; always durable), then have the flush objects merged in the
+        background -- the seal runs under the managed ledger's lock, a merge reads and writes
+        the whole ledger. Reads meanwhile use the flush objects, then the merged object."""
+        self.put_object(f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}", data)
+        with self._lock:
+            layout = self._layouts.get(ledger_id)
+            sealed = ledger_id not in self._writers
+        if sealed and (layout is None or not layout.merged):
+            self.schedule_merge(ledger_id)
+
+    def read_index(self, ledger_id: int) -> bytes | None:
+        key = f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}"
+        try:
+            return bytes(self.store.read_all(key))  # one GET; a missing index is an error here
+        except (OSError, StorageError):
+            return None
+
+    def exists(self, ledger_id: int) -> bool:
+        return bool(self._layout(ledger_id).parts)
+
+    def list(self) -> set[int]:
+        ids = set()
+        for key in self.store.list(self.prefix):
+            head = key[len(self.prefix) + 1 :].split("/", 1)[0]
+            if head.isdigit():
+                ids.add(int(head))
+        return ids
+
+    def delete(self, ledger_id: int, durable: bool = False) -> None:
+        """Every object of the ledger goes (each delete is durable when it returns)."""
+        with self._lock:
+            self._layouts.pop(ledger_id, None)
+            w = self._writers.pop(ledger_id, None)
+        if w is not None:
+            with w._cond:
+                w.closed = True
+            _FLUSHER.cancel(w)
+        with self._merge_lock:
+            for name in self._objects(ledger_id):
+                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+
+    def discard_partial_writes(self) -> None:
+        """Remove objects no layout uses: flush objects a merge superseded (a crash between
+        the merged write and the deletes), damaged objects, merged ones a cut replaced; and
+        schedule the merge of sealed ledgers (an index, no merged object) left unmerged."""
+        for ledger_id in self.list():
+            with self._lock:
+                if ledger_id in self._writers:
+                    continue
+            with self._merge_lock:
+                objects = self._objects(ledger_id)
+                layout, unused = resolve_layout(objects)
+                for name in unused:
+                    self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+            if INDEX_NAME in objects and layout.parts and not layout.merged:
+                self.schedule_merge(ledger_id)  # sealed, and the process stopped before merging
+
+    def location(self, ledger_id: int) -> str:
+        """The URI of a sealed ledger's merged object -- merged now when the merger has not
+        got to it, since another process (a Spark task) reads the ledger as one object by URI;
+        for a ledger still being written, the URI of its key prefix (no single object)."""
+        layout = self._layout(ledger_id)
+        if layout.parts and not layout.merged and self.merge(ledger_id):
+            layout = self._layout(ledger_id)
+        key = self.ledger_prefix(ledger_id)
+        if layout.merged:
+            key = f"{key}/{layout.parts[0][2]}"
+        return self.store.location.url(key)
+
+    def close(self) -> None:
+        """Forget cached layouts and the store's open handles of this topic's objects."""
+        with self._lock:
+            self._layouts.clear()
+
+
+def put_object(store: BlobStore, key: str, data: bytes) -> None:
+    """Write ``data`` as the object ``key``: one upload, published only when complete."""
+    store.put(key, [data])
