@@ -61,7 +61,7 @@ LONG_MODULES = {
     "tests/security/test_tls.py": 95,
     "tests/compaction/test_compaction_to_store.py": 87,
     "tests/compaction/test_crash.py": 68,
-    "tests/admin/test_offload_rest.py": 67,
+    "tests/admin/test_offload_rest.py": 89,
     "tests/spark/test_auth.py": 56,
     "tests/broker/test_broker_client.py": 52,
     "tests/spark/test_auto_export.py": 48,
