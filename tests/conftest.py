@@ -17,8 +17,11 @@ Two things here keep the default run short (CI has two cores and a time limit):
   an override in ``broker/conftest.py``), as Pulsar's own tests set it. Production keeps
   Pulsar's 10 minutes; the tests of the minimum itself set it explicitly.
 - the run is split over pytest-xdist workers by module (``scripts/test.sh``: ``--dist loadfile``,
-  so a module's broker is started once, and ``--no-loadscope-reorder``); modules that start a JVM
-  are queued first, so the long ones start early and the tail of the run is short unit tests.
+  so a module's broker is started once, and ``--no-loadscope-reorder``). A worker takes the next
+  module in the queue when it is done with one, so the queue is longest first (LPT): the modules
+  of ``LONG_MODULES`` (measured seconds) by weight, then the other modules that start a JVM, then
+  the rest; the two workers then finish within a short module of each other. A module missing
+  from the table only costs balance; refresh it from a run's ``--junitxml`` when the order drifts.
 """
 
 from __future__ import annotations
@@ -46,6 +49,34 @@ _roll_ledgers_at_once_in_tests()
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")
 
+#: the longest modules of the default run and their seconds in one xdist worker (a full run's
+#: junit XML, sum of its test cases' times, 2-core machine under load; scaled by the module's
+#: measured speed-up where a module changed since): queued first, longest first
+LONG_MODULES = {
+    "tests/broker/test_read_compacted.py": 132,
+    "tests/security/test_wire_auth.py": 113,
+    "tests/admin/test_offload_crash.py": 107,
+    "tests/compaction/test_parity.py": 97,
+    "tests/broker/test_broker_lifecycle.py": 97,
+    "tests/security/test_tls.py": 95,
+    "tests/compaction/test_compaction_to_store.py": 87,
+    "tests/compaction/test_crash.py": 68,
+    "tests/admin/test_offload_rest.py": 89,
+    "tests/spark/test_auth.py": 56,
+    "tests/broker/test_broker_client.py": 52,
+    "tests/spark/test_auto_export.py": 48,
+    "tests/spark/test_batch_read.py": 44,
+    "tests/admin/test_offload_auto.py": 42,
+    "tests/compaction/test_cli.py": 39,
+    "tests/storage/test_offload.py": 38,
+    "tests/security/test_preauth_binary.py": 36,
+    "tests/security/test_topic_dirs_secured.py": 36,
+    "tests/admin/test_admin_rest.py": 35,
+    "tests/broker/test_dedup.py": 32,
+    "tests/security/test_standalone_conf.py": 29,
+    "tests/admin/test_compaction_lag.py": 28,
+}
+
 
 def pytest_collection_modifyitems(config, items):
     spark_modules = set()
@@ -54,8 +85,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.spark)
         if item.get_closest_marker("spark") is not None:
             spark_modules.add(item.nodeid.split("::", 1)[0])
-    # modules that start a JVM first (stable: the order within each part stays the collection's)
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in spark_modules)
+
+    def queue_order(item) -> tuple:
+        module = item.nodeid.split("::", 1)[0]
+        if module in LONG_MODULES:
+            return (0, -LONG_MODULES[module])
+        return (1 if module in spark_modules else 2, 0)
+
+    # stable: the order within a module, and among the modules of one rank, stays the collection's
+    items.sort(key=queue_order)
 
 
 @pytest.fixture(scope="session")

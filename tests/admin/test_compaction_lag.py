@@ -14,8 +14,6 @@ monitor interval; everything is awaited with deadline-bound helpers.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 
@@ -23,9 +21,9 @@ import pytest
 
 from broker.conftest import make_client
 from broker.factories import compaction_factory, compactor  # noqa: F401 - parametrizes the module
+from harness.cli import CliResult, run_cli
 
 from .harness import (
-    ROOT_DIR,
     Http,
     publish,
     start_broker,
@@ -55,9 +53,9 @@ def http(broker):
     return Http(web_url(broker))
 
 
-def cli(broker, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", web_url(broker), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT_DIR)
+def cli(broker, *args: str) -> CliResult:
+    """The ``compactmq`` admin command against the broker, run in this process."""
+    return run_cli("--admin-url", web_url(broker), *args)
 
 
 def read_compacted(broker, topic: str) -> list[tuple[str, bytes]]:

@@ -5,9 +5,12 @@ the view is served from the store, the previous ledger's objects are deleted, an
 (SIGKILL) between the upload and the commit leaves objects that the next start deletes. Against
 moto's S3 server and the filesystem driver.
 
-Each run is a job in a process of its own beside the test's read-write Storage (what
-``compact-topic`` does), with a Spark session started there: its executors then inherit the
-object store's credentials from the environment, the standard way."""
+Each run is a job beside the test's read-write Storage, on a read-only Storage of its own (what
+``compact-topic`` does). A run against S3 and a run that is killed go in a process of their own
+with a Spark session started there: its executors then inherit the object store's credentials
+from the environment, the standard way (the session shared by the test process may have started
+before the S3 server set them). The other runs (the filesystem store) go through this process's
+one SparkSession: a JVM per run would cost a quarter of a minute each and prove nothing more."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from compactmq.compaction.compacted_ledger import MANIFEST_NAME, compacted_ledge
 from compactmq.compaction.entry_scan import hash_key_py
 from compactmq.compaction.spark import SparkCompactionService
 from compactmq.compaction.state import states_of
+from compactmq.compaction.spark.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.storage import Storage
 from compactmq.storage.offload import COMPACTED, open_store
@@ -84,13 +88,30 @@ def compact_in_child(data, conf: dict, kill_at: str = "") -> subprocess.Complete
     )
 
 
-def compact(data, conf: dict) -> dict:
-    proc = compact_in_child(data, conf)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def compact(data, conf: dict, spark=None) -> dict:
+    """One committed run; in this process on ``spark`` (the session) when given and the store is
+    not S3 (see the module docstring), else in a child process."""
+    if spark is None or conf.get("managedLedgerOffloadDriver") == "S3":
+        proc = compact_in_child(data, conf)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    st = Storage(data, load_config(overrides=conf), read_only=True)  # a job beside the writer
+    try:
+        r = SparkCompactionService(st, TOPIC, st.config, spark_conf=TEST_CONF).compact()
+    finally:
+        st.close()
+    return {"id": r.compacted_ledger_id, "previous": r.previous_ledger_id}
 
 
-def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_path, offload_conf):
+@pytest.fixture
+def session(request, offload_conf):
+    """The test process's SparkSession when this store's runs can use it, else None."""
+    if offload_conf.get("managedLedgerOffloadDriver") == "S3":
+        return None
+    return request.getfixturevalue("spark")
+
+
+def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_path, offload_conf, session):
     conf = {"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 20, **offload_conf}
     data = tmp_path / "data"
     st = Storage(data, load_config(overrides=conf))
@@ -99,7 +120,7 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         ml.append_many([E.single(f"k{i % 7}", b"v%d" % i) for i in range(60)] + [E.single("k0", b"")])
         ml.rollover()
         service = SparkCompactionService(st, TOPIC, st.config)  # the broker's read side
-        cid = compact(data, conf)["id"]
+        cid = compact(data, conf, session)["id"]
         # nothing on the local disk: the catalog names a manifest and the parts' prefix
         assert not os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
         rec = st.offloader.compacted_record(cid)
@@ -114,7 +135,7 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         # a second run reads the previous compacted ledger from the store, and its objects go
         ml.append_many([E.single("k1", b"newer"), E.single("k9", b"nine")])
         ml.rollover()
-        second = compact(data, conf)
+        second = compact(data, conf, session)
         assert second["previous"] == cid
         assert st.offloader.compacted_record(cid) is None
         keys = compacted_objects(st)
@@ -142,7 +163,9 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
 @pytest.mark.parametrize(
     "offload_conf", ["filesystem", pytest.param("S3", marks=pytest.mark.slow)], indirect=True
 )
-def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_start(tmp_path, offload_conf):
+def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_start(
+    tmp_path, offload_conf, session
+):
     conf = {"managedLedgerSyncData": False, **offload_conf}
     data = tmp_path / "data"
     st = Storage(data, load_config(overrides=conf))
@@ -151,7 +174,7 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         ml.append_many([E.single(f"k{i % 5}", b"v%d" % i) for i in range(40)])
         ml.rollover()
         service = SparkCompactionService(st, TOPIC, st.config)
-        cid = compact(data, conf)["id"]
+        cid = compact(data, conf, session)["id"]
         committed = compacted_objects(st)
         before = view(service)
         ml.append_many([E.single("k0", b"lost")])
@@ -173,7 +196,7 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         service = SparkCompactionService(st, TOPIC, st.config)
         assert view(service) == before
         st.open_managed_ledger(TOPIC).rollover()
-        compact(data, conf)  # and the next run goes on from there
+        compact(data, conf, session)  # and the next run goes on from there
         assert dict(view(service))["k0"] == b"lost"
     finally:
         st.close()

@@ -2,20 +2,25 @@
 pulsar-admin's global options: ``--auth-plugin``/``--auth-params`` for tokens (inline and
 ``file://``), basic and TLS client certificates over an ``https://`` admin URL with
 ``--tls-trust-cert-path``; tenants with admin roles, grants, and compaction over REST; a 401 or 403
-is one line saying what to do next, and no secret is ever printed."""
+is one line saying what to do next, and no secret is ever printed.
+
+The commands run in this process (``harness.cli.run_cli``: ``main(argv)``, its streams and exit
+status captured as a child's would be). The broker compacts with the test suite's Arrow factory
+(``broker.factories.ARROW_FACTORY``): the subject here is who may trigger and watch a run, which
+the admin API decides before any factory is asked; Spark's runs are the subject of their own
+modules."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("pulsar")
 
-from admin.harness import ROOT_DIR
 from broker.conftest import make_client
+from broker.factories import ARROW_FACTORY
+from harness.cli import CliResult, run_cli
 
 from .adminhttp import PASSWORDS, SUPERUSER, start_secured_broker
 
@@ -28,14 +33,15 @@ TLS = "org.apache.pulsar.client.impl.auth.AuthenticationTls"
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory, pki):
-    secured = start_secured_broker(tmp_path_factory.mktemp("cli-auth"), pki)
+    secured = start_secured_broker(
+        tmp_path_factory.mktemp("cli-auth"), pki, compactionServiceFactoryClassName=ARROW_FACTORY
+    )
     yield secured
     secured.broker.stop()
 
 
-def run(*args: str, url: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "compactmq.cli.main", "--admin-url", url, *args]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=180, cwd=ROOT_DIR)
+def run(*args: str, url: str) -> CliResult:
+    return run_cli("--admin-url", url, *args)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,7 @@ def cli(sb):
 
     def call(
         *args: str, as_: tuple[str, str] | None = None, output: str | None = None, url: str | None = None
-    ) -> subprocess.CompletedProcess:
+    ) -> CliResult:
         opts: list[str] = []
         if output:
             opts += ["--output", output]
@@ -81,12 +87,12 @@ def cli(sb):
     return call
 
 
-def ok(proc: subprocess.CompletedProcess) -> str:
+def ok(proc: CliResult) -> str:
     assert proc.returncode == 0, (proc.args, proc.returncode, proc.stdout, proc.stderr)
     return proc.stdout
 
 
-def fails(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+def fails(proc: CliResult, *fragments: str) -> str:
     assert proc.returncode == 1, (proc.args, proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("compactmq: error: "), proc.stderr
@@ -213,7 +219,6 @@ def test_tls_client_certificate_over_https(cli, sb):
     )
 
 
-@pytest.mark.spark
 def test_compaction_trigger_and_status_need_tenant_admin(cli, sb):
     import pulsar
 

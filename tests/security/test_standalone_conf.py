@@ -17,6 +17,7 @@ granted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import ssl
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from broker.conftest import free_port, make_client  # tests/ is on sys.path
+from harness.cli import run_cli
 
 from .adminhttp import HttpAs
 from .helpers import write_htpasswd
@@ -186,14 +188,9 @@ brokerEntryMetadataInterceptors=
 
 
 def compactmq(*args: str, cwd: Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "compactmq.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """The operator's ``compactmq`` command, run from ``cwd`` (in this process: ``run_cli``)."""
+    with contextlib.chdir(cwd):
+        proc = run_cli(*args)
     assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     return proc.stdout
 
