@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from compactmq.errors import StorageError
+from compactmq.protocol import wire
 from compactmq.storage import ledger_file as lf
 
 
@@ -149,3 +150,58 @@ def test_scan_of_many_entries_is_fast_enough():
     index = lf.encode_index(7, offsets, times, len(buf))
     scan = lf.scan_records(buf, index=index, verify_crc=False)
     assert len(scan.entry_ids) == 50_000 and int(scan.lengths.sum()) == 5_000_000
+
+
+# --- framing records for the appender: the C twin (when built) and the Python one -----------
+
+FRAMERS = [lf._py_frame_records] + ([wire.NATIVE.frame_records] if wire.NATIVE is not None else [])
+HEADERS = [lf._py_record_header] + ([wire.NATIVE.record_header] if wire.NATIVE is not None else [])
+
+
+def test_the_implementation_in_use_follows_compactmq_native():
+    expected = "python" if wire.NATIVE is None else "native"
+    assert lf.RECORD_IMPLEMENTATION == expected
+    assert (lf.frame_records is lf._py_frame_records) == (expected == "python")
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_record_header_is_the_record_format(header):
+    for eid, pt, data in [(0, 0, b""), (5, -1, b"abc"), (2**40, 1_700_000_000_000, bytes(range(256)) * 41)]:
+        assert header(eid, pt, data) + data == lf.encode_record(eid, pt, data)
+        assert header(eid, pt, memoryview(data)) + data == lf.encode_record(eid, pt, data)
+
+
+@pytest.mark.parametrize("frame", FRAMERS)
+def test_frame_records_writes_records_a_scan_reads_back(frame):
+    datas = [b"alpha", b"", b"x" * 5000, bytes(range(256)), bytearray(b"ba")]
+    pts = [None, 7, -1, 2.0, None]
+    start = lf.FILE_HEADER_SIZE
+    parts, offsets, times, end = frame(datas, pts, 1234, 0, start, lf.MAX_ENTRY_SIZE)
+    assert parts[1::2] == datas and all(p is d for p, d in zip(parts[1::2], datas))  # no copies
+    buf = lf.encode_file_header(9) + b"".join(parts)
+    assert end == len(buf)
+    scan = lf.scan_records(buf)
+    assert np.frombuffer(offsets, np.int64).tolist() == scan.offsets.tolist()
+    assert np.frombuffer(times, np.int64).tolist() == [1234, 7, -1, 2, 1234] == scan.publish_times.tolist()
+    assert [lf.entry_bytes(buf, o, n) for o, n in zip(scan.offsets, scan.lengths)] == datas
+    assert not scan.torn
+
+
+@pytest.mark.parametrize("frame", FRAMERS)
+def test_frame_records_continues_a_ledger_and_refuses_oversized_entries(frame):
+    parts, offsets, _, end = frame([b"a", b"bc"], [1, 2], 0, 40, 1000, 10)
+    assert np.frombuffer(offsets, np.int64).tolist() == [1000, 1025] and end == 1051
+    assert parts[0] == lf.encode_record(40, 1, b"a")[: lf.RECORD_HEADER_SIZE]
+    assert parts[2] == lf.encode_record(41, 2, b"bc")[: lf.RECORD_HEADER_SIZE]
+    assert frame([b"a", b"x" * 11], [None, None], 0, 0, 24, 10) is None
+    assert frame([], [], 0, 0, 24, 10) == ([], b"", b"", 24)
+
+
+def test_both_framers_agree_byte_for_byte():
+    if wire.NATIVE is None:
+        pytest.skip("the _wire extension is not built or COMPACTMQ_NATIVE=0")
+    rng = np.random.default_rng(3)
+    datas = [rng.bytes(int(n)) for n in rng.integers(0, 3000, 200)]
+    pts = [None if i % 3 else int(t) for i, t in enumerate(rng.integers(-1, 2**62, 200))]
+    args = (datas, pts, 99, 123456, 4096, lf.MAX_ENTRY_SIZE)
+    assert lf._py_frame_records(*args) == wire.NATIVE.frame_records(*args)

@@ -106,6 +106,43 @@ def test_truncate_undoes_a_write(storage):
     assert len(scan.entry_ids) == 1 and not scan.torn
 
 
+def test_write_parts_places_the_concatenation(reopen):
+    # header + entry buffers without a joined copy; more buffers than one pwritev takes
+    st = reopen()
+    w = st.create(4)
+    datas = [b"e%d" % i * (i % 7) for i in range(1500)]
+    parts, _, _, end = lf.frame_records(
+        datas, [None] * len(datas), 5, 0, lf.FILE_HEADER_SIZE, lf.MAX_ENTRY_SIZE
+    )
+    w.write_parts(parts[:2], lf.FILE_HEADER_SIZE, len(parts[0]) + len(parts[1]))
+    w.write_parts(
+        parts[2:],
+        lf.FILE_HEADER_SIZE + len(parts[0]) + len(parts[1]),
+        end - lf.FILE_HEADER_SIZE - len(parts[0]) - len(parts[1]),
+    )
+    w.sync_all()
+    w.close()
+    buf = reopen().read_all(4)
+    assert buf == lf.encode_file_header(4) + b"".join(parts)
+    scan = lf.scan_records(buf, verify_crc=True)
+    assert [lf.entry_bytes(buf, o, n) for o, n in zip(scan.offsets, scan.lengths)] == datas
+
+
+def test_the_interface_joins_parts_for_a_writer_that_only_writes():
+    class OnlyWrite(LedgerWriter):
+        def __init__(self):
+            self.calls = []
+
+        def write(self, data, offset):
+            self.calls.append((bytes(data), offset))
+
+        truncate = sync = sync_all = close = lambda self, *a: None  # noqa: E731
+
+    w = OnlyWrite()
+    w.write_parts([b"ab", memoryview(b"cd"), b""], 30, 4)
+    assert w.calls == [(b"abcd", 30)]
+
+
 def test_bytes_survive_a_reopen_after_sync(reopen):
     st = reopen()
     w = st.create(3)

@@ -558,3 +558,40 @@ def test_close_whose_final_sync_fails_is_reported(open_storage, monkeypatch):
     with pytest.raises(StorageError):
         ml.close()
     assert ml.fenced and ml.closed
+
+
+@pytest.mark.parametrize("size", [100, 9000])
+def test_append_many_of_more_records_than_one_pwritev_takes(open_storage, size):
+    # 9000 B entries go out as header + entry buffers (pwritev), in slices of IOV_MAX buffers;
+    # 100 B ones joined: both must land whole, in order, and survive a reopen (recovery scan)
+    from compactmq.storage.appender import VECTORED_WRITE_MIN_BYTES
+    from compactmq.storage.ledger_storage import IOV_MAX
+
+    assert (size >= VECTORED_WRITE_MIN_BYTES) == (size == 9000)
+    n = IOV_MAX + 37  # 2n buffers: three slices
+    datas = [bytes([i % 251]) * size for i in range(n)]
+    st = open_storage()
+    ml = st.open_managed_ledger("t")
+    first = ml.append(b"head" * 3000)  # one large single append: write_parts too
+    ps = ml.append_many(datas, list(range(n)))
+    assert [p.entry_id for p in ps] == list(range(1, n + 1))
+    assert [d for _, d in ml.read_entries(ps[0], 2 * n)] == datas
+    st.close()
+    ml = open_storage().open_managed_ledger("t")
+    assert ml.read_entry(first) == b"head" * 3000
+    assert [d for _, d in ml.read_entries(ps[0], 2 * n)] == datas
+    assert ml.append(b"after") > ps[-1]
+
+
+def test_an_oversized_entry_is_refused_and_nothing_of_its_batch_lands(open_storage, monkeypatch):
+    from compactmq.errors import InvalidInput
+    from compactmq.storage import ledger_file as lf
+
+    monkeypatch.setattr(lf, "MAX_ENTRY_SIZE", 10)
+    ml = open_storage().open_managed_ledger("t")
+    p = ml.append(b"ok")
+    with pytest.raises(InvalidInput):
+        ml.append_many([b"fine", b"x" * 11])
+    with pytest.raises(InvalidInput):
+        ml.append(b"y" * 11)
+    assert ml.append(b"next") == Position(p.ledger_id, 1)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or results change: wire.py refuses a stale build */
-#define WIRE_ABI 2
+#define WIRE_ABI 3
 
 static inline int rd_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *p, uint64_t *v) {
     uint64_t r = 0;
@@ -222,16 +222,16 @@ static void crc_init(void) {
     }
 }
 
-static uint32_t crc32c_sw(const uint8_t *p, Py_ssize_t n) {
-    uint32_t c = 0xffffffffu;
+static uint32_t crc32c_sw_run(uint32_t c, const uint8_t *p, Py_ssize_t n) {
     while (n--) c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c ^ 0xffffffffu;
+    return c;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_HW_CRC 1
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, Py_ssize_t n) {
-    uint64_t c = 0xffffffffu;
+/* the running (pre-inverted) state: crc32c_hw_run(0xffffffff, ...) ^ 0xffffffff is the CRC */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_run(uint32_t c32, const uint8_t *p, Py_ssize_t n) {
+    uint64_t c = c32;
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -239,20 +239,23 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, Py
         p += 8;
         n -= 8;
     }
-    uint32_t c32 = (uint32_t)c;
+    c32 = (uint32_t)c;
     while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32 ^ 0xffffffffu;
+    return c32;
 }
 #endif
 
 static int use_hw_crc = 0;
 
-static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
+/* continue a CRC32C over more bytes; state starts at 0xffffffff, the CRC is state ^ 0xffffffff */
+static uint32_t crc32c_run(uint32_t state, const uint8_t *p, Py_ssize_t n) {
 #ifdef HAVE_HW_CRC
-    if (use_hw_crc) return crc32c_hw(p, n);
+    if (use_hw_crc) return crc32c_hw_run(state, p, n);
 #endif
-    return crc32c_sw(p, n);
+    return crc32c_sw_run(state, p, n);
 }
+
+static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) { return crc32c_run(0xffffffffu, p, n) ^ 0xffffffffu; }
 
 /* crc32c(data) -> int: the CRC32C of a buffer (for tests against the crc32c package) */
 static PyObject *py_crc32c(PyObject *self, PyObject *arg) {
@@ -433,12 +436,136 @@ static PyObject *message_frame_header(PyObject *self, PyObject *const *args, Py_
     return out;
 }
 
+/* --- ledger records (the format is storage/ledger_file.py's; these are twins of its
+ * _py_record_header and _py_frame_records, tested byte for byte against them) ----------- */
+
+#define RECORD_HEADER_SIZE 24
+
+static inline void wr_be32(uint8_t *o, uint32_t v) {
+    o[0] = (uint8_t)(v >> 24); o[1] = (uint8_t)(v >> 16); o[2] = (uint8_t)(v >> 8); o[3] = (uint8_t)v;
+}
+
+static inline void wr_be64(uint8_t *o, uint64_t v) {
+    for (int i = 7; i >= 0; i--) { o[i] = (uint8_t)v; v >>= 8; }
+}
+
+/* the 24-byte header of a record: length, CRC32C(entry_id, publish_ms, data), entry_id, publish_ms */
+static void fill_record_header(uint8_t *h, uint64_t entry_id, int64_t pt, const uint8_t *data, Py_ssize_t n) {
+    wr_be64(h + 8, entry_id);
+    wr_be64(h + 16, (uint64_t)pt);
+    uint32_t c = crc32c_run(0xffffffffu, h + 8, 16);
+    c = crc32c_run(c, data, n) ^ 0xffffffffu;
+    wr_be32(h, (uint32_t)n);
+    wr_be32(h + 4, c);
+}
+
+/* record_header(entry_id, publish_time_ms, data) -> bytes: the 24 bytes before data */
+static PyObject *record_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_header(entry_id, publish_time_ms, data)");
+        return NULL;
+    }
+    unsigned long long eid = PyLong_AsUnsignedLongLong(args[0]);
+    if (eid == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    long long pt = PyLong_AsLongLong(args[1]);
+    if (pt == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if ((unsigned long long)view.len > 0xffffffffull) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "record data longer than a u32 length");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, RECORD_HEADER_SIZE);
+    if (out != NULL)
+        fill_record_header((uint8_t *)PyBytes_AS_STRING(out), eid, pt, view.buf, view.len);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* frame_records(datas, publish_times, now, first_entry_id, start, max_size)
+ *   -> (parts, offsets, times, end) or None when an entry is longer than max_size.
+ * datas and publish_times are lists of one length (a publish time of None means now);
+ * parts is [header0, data0, header1, data1, ...] (the data objects themselves, not copies),
+ * offsets and times the native int64 bytes of each record's file offset and publish time,
+ * end the offset just past the last record. */
+static PyObject *frame_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "frame_records(datas: list, publish_times: list, now, first_entry_id, start, max_size)");
+        return NULL;
+    }
+    PyObject *datas = args[0], *pts = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(datas);
+    if (PyList_GET_SIZE(pts) != n) {
+        PyErr_SetString(PyExc_ValueError, "frame_records: one publish time per entry");
+        return NULL;
+    }
+    long long now = PyLong_AsLongLong(args[2]);
+    if (now == -1 && PyErr_Occurred()) return NULL;
+    unsigned long long first = PyLong_AsUnsignedLongLong(args[3]);
+    if (first == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    long long off = PyLong_AsLongLong(args[4]);
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t max_size = PyLong_AsSsize_t(args[5]);
+    if (max_size == -1 && PyErr_Occurred()) return NULL;
+    PyObject *parts = PyList_New(2 * n);
+    PyObject *offs = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *times = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (parts == NULL || offs == NULL || times == NULL) goto fail;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(offs);
+    int64_t *t = (int64_t *)PyBytes_AS_STRING(times);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyList_GET_ITEM(datas, i);
+        PyObject *p = PyList_GET_ITEM(pts, i);
+        long long pt = now;
+        if (p != Py_None) {
+            PyObject *as_int = PyNumber_Long(p); /* int(p), as the Python twin does */
+            if (as_int == NULL) goto fail;
+            pt = PyLong_AsLongLong(as_int);
+            Py_DECREF(as_int);
+            if (pt == -1 && PyErr_Occurred()) goto fail;
+        }
+        Py_buffer view;
+        if (PyObject_GetBuffer(d, &view, PyBUF_SIMPLE) < 0) goto fail;
+        if (view.len > max_size) {
+            PyBuffer_Release(&view);
+            Py_DECREF(parts); Py_DECREF(offs); Py_DECREF(times);
+            Py_RETURN_NONE;
+        }
+        PyObject *h = PyBytes_FromStringAndSize(NULL, RECORD_HEADER_SIZE);
+        if (h == NULL) {
+            PyBuffer_Release(&view);
+            goto fail;
+        }
+        fill_record_header((uint8_t *)PyBytes_AS_STRING(h), first + (uint64_t)i, pt, view.buf, view.len);
+        Py_ssize_t len = view.len;
+        PyBuffer_Release(&view);
+        PyList_SET_ITEM(parts, 2 * i, h);
+        Py_INCREF(d);
+        PyList_SET_ITEM(parts, 2 * i + 1, d);
+        o[i] = off;
+        t[i] = pt;
+        off += RECORD_HEADER_SIZE + len;
+    }
+    PyObject *out = Py_BuildValue("(NNNL)", parts, offs, times, off);
+    return out;
+fail:
+    Py_XDECREF(parts);
+    Py_XDECREF(offs);
+    Py_XDECREF(times);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_send", decode_send, METH_VARARGS, "CommandSend fields of a plain SEND, or None"},
     {"scan_metadata", scan_metadata, METH_VARARGS, "routing fields of a MessageMetadata, or None"},
     {"scan_entry", scan_entry, METH_O, "routing fields of a stored entry's MessageMetadata, or None"},
     {"checked_publish_time", checked_publish_time, METH_O, "publish time of a checksummed SEND entry, or None"},
     {"crc32c", py_crc32c, METH_O, "CRC32C of a buffer"},
+    {"record_header", (PyCFunction)(void (*)(void))record_header, METH_FASTCALL,
+     "the header of a ledger record"},
+    {"frame_records", (PyCFunction)(void (*)(void))frame_records, METH_FASTCALL,
+     "the headers, offsets and publish times of a run of ledger records"},
     {"send_receipt_frame", (PyCFunction)(void (*)(void))send_receipt_frame, METH_FASTCALL,
      "a framed SEND_RECEIPT"},
     {"message_frame_header", (PyCFunction)(void (*)(void))message_frame_header, METH_FASTCALL,

@@ -49,7 +49,7 @@ MESSAGE = 9
 
 _VARINT, _LEN = 0, 2
 
-ABI = 2  # WIRE_ABI in _wire.c
+ABI = 3  # WIRE_ABI in _wire.c
 
 
 def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -437,6 +437,9 @@ def _load_native() -> SimpleNamespace | None:
         crc32c=_wire.crc32c,
         send_receipt_frame=_wire.send_receipt_frame,
         message_frame_header=_wire.message_frame_header,
+        # ledger records (storage.ledger_file holds their format and the Python twins)
+        record_header=_wire.record_header,
+        frame_records=_wire.frame_records,
     )
 
 

@@ -3,7 +3,11 @@
 One writer per topic per data directory (the Storage holds a lock file).
 
 * ``append``/``append_many`` write their records into the current ledger with one write
-  (``LedgerWriter.write``) under the ledger list's lock, then wait until they are durable.
+  under the ledger list's lock, then wait until they are durable. ``ledger_file.frame_records``
+  frames a batch in one call (headers with their CRC32C, offsets, publish times; in C when
+  ``_wire`` is built), and the parts go out joined (``LedgerWriter.write``) or, for large
+  entries, as they are (``write_parts``: pwritev, no copy of the payload); see
+  ``VECTORED_WRITE_MIN_BYTES``.
   Durable means: the sync returned after the record was written (``managedLedgerSyncData=true``,
   fdatasync for local files), else written (to the page cache: survives a process crash, not a
   power cut).
@@ -46,9 +50,9 @@ import numpy as np
 
 from ..errors import InvalidInput, NotAllowed, StorageError
 from . import ledger_file as lf
-from .ledger_file import RECORD_HEADER_SIZE, encode_record_header  # constants of the hot path
+from .ledger_file import RECORD_HEADER_SIZE, encode_record_header, frame_records  # the hot path
 from .ledger_metadata import LedgerMetadata
-from .ledger_state import MiB, LedgerList, LedgerState, os_errors_as_storage_errors, position
+from .ledger_state import MiB, LedgerList, LedgerState, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage
 from .position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 
@@ -63,6 +67,13 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_CONCURRENT_SYNCS = 2
 
 _new_tuple = tuple.__new__
+
+# Entries at least this large (on average, for a batch) go to the ledger as separate header and
+# entry buffers (``LedgerWriter.write_parts``: pwritev, no copy); smaller ones are joined into
+# one buffer first. Measured in CPU time on Linux (2026-11): for 100 B entries one pwrite of
+# the joined bytes costs 20-40 % less than pwritev of the parts (the kernel and os.pwritev pay
+# per buffer), the two are even near 4-8 KiB, and from 64 KiB on pwritev saves 25-40 %.
+VECTORED_WRITE_MIN_BYTES = 8192
 
 
 class Appender:
@@ -122,19 +133,24 @@ class Appender:
                 entry_id = led.count
                 pt = now if publish_time_ms is None else int(publish_time_ms)
                 start = led.data_end
+                n = len(data)
                 try:
-                    led.writer.write(encode_record_header(entry_id, pt, data) + data, start)
+                    if n < VECTORED_WRITE_MIN_BYTES:
+                        led.writer.write(encode_record_header(entry_id, pt, data) + data, start)
+                    else:
+                        head = encode_record_header(entry_id, pt, data)
+                        led.writer.write_parts((head, data), start, RECORD_HEADER_SIZE + n)
                 except OSError as e:
                     self._undo_write_locked(led, entry_id, start)
                     raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
                 led.offsets.append(start)
                 led.publish_times.append(pt)
-                led.data_end = start + RECORD_HEADER_SIZE + len(data)
+                led.data_end = start + RECORD_HEADER_SIZE + n
                 if entry_id == 0:
                     led.first_pt = pt
                 led.last_pt = pt
                 led.count = entry_id + 1
-                led.size += len(data)
+                led.size += n
                 seq = s.written_seq + 1
                 s.written_seq = seq
                 lid = led.ledger_id
@@ -163,12 +179,6 @@ class Appender:
         return self._append(list(entries), list(publish_times_ms))
 
     def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
-        for data in datas:
-            if len(data) > lf.MAX_ENTRY_SIZE:
-                raise InvalidInput(
-                    f"{self.topic}: entry of {len(data)} bytes is larger than the "
-                    f"{lf.MAX_ENTRY_SIZE} bytes a ledger record may hold"
-                )
         track = self._track
         if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
             with self.sync_cond:
@@ -183,31 +193,29 @@ class Appender:
                 led = s.current
                 assert led is not None
                 first = led.count
-                start = off = led.data_end
-                parts: list[bytes] = []
-                offsets = led.offsets
-                times = led.publish_times
-                header = encode_record_header
-                total = 0
-                for i, data in enumerate(datas):
-                    pt = now if pts[i] is None else int(pts[i])  # type: ignore[arg-type]
-                    parts.append(header(first + i, pt, data))
-                    parts.append(data)
-                    offsets.append(off)
-                    times.append(pt)
-                    off += RECORD_HEADER_SIZE + len(data)
-                    total += len(data)
+                start = led.data_end
+                # one call frames every record: headers (CRC32C), offsets, publish times
+                framed = frame_records(datas, pts, now, first, start, lf.MAX_ENTRY_SIZE)
+                if framed is None:
+                    self._refuse_oversized(datas)
+                parts, offsets, times, end = framed
+                n = len(datas)
                 try:
-                    led.writer.write(b"".join(parts), start)
+                    if end - start < VECTORED_WRITE_MIN_BYTES * n:
+                        led.writer.write(b"".join(parts), start)
+                    else:
+                        led.writer.write_parts(parts, start, end - start)
                 except OSError as e:
                     self._undo_write_locked(led, first, start)
                     raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
-                led.data_end = off
+                led.offsets.frombytes(offsets)
+                led.publish_times.frombytes(times)
+                led.data_end = end
                 if first == 0:
-                    led.first_pt = times[0]
-                led.last_pt = times[-1]
-                led.count = first + len(datas)
-                led.size += total
+                    led.first_pt = led.publish_times[0]
+                led.last_pt = led.publish_times[-1]
+                led.count = first + n
+                led.size += end - start - RECORD_HEADER_SIZE * n
                 seq = s.written_seq + len(datas)
                 s.written_seq = seq
                 lid = led.ledger_id
@@ -221,7 +229,16 @@ class Appender:
                         self.sync_cond.notify_all()
         if self._sync_data:
             self._make_durable(seq)
-        return [position(lid, first + i) for i in range(len(datas))]
+        return [_new_tuple(Position, (lid, e)) for e in range(first, first + n)]  # no call per entry
+
+    def _refuse_oversized(self, datas: list[bytes]) -> None:
+        for data in datas:
+            if len(data) > lf.MAX_ENTRY_SIZE:
+                raise InvalidInput(
+                    f"{self.topic}: entry of {len(data)} bytes is larger than the "
+                    f"{lf.MAX_ENTRY_SIZE} bytes a ledger record may hold"
+                )
+        raise AssertionError("frame_records refused entries of allowed sizes")
 
     def _undo_write_locked(self, led: LedgerState, first: int, start: int) -> None:
         """A write failed part-way: cut the ledger back so no partial record stays."""

@@ -56,6 +56,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+from array import array
 from typing import BinaryIO, NamedTuple, Union
 
 import numpy as np
@@ -138,10 +139,54 @@ def encode_record(entry_id: int, publish_time_ms: int, data: bytes | memoryview)
 _TAIL = struct.Struct(">Qq")
 
 
-def encode_record_header(entry_id: int, publish_time_ms: int, data: bytes | memoryview) -> bytes:
+def _py_record_header(entry_id: int, publish_time_ms: int, data: bytes | memoryview) -> bytes:
     """The 24 bytes that go before ``data`` in its record."""
     crc = crc32c(data, crc32c(_TAIL.pack(entry_id, publish_time_ms)))
     return _RECORD_HEADER.pack(len(data), crc, entry_id, publish_time_ms)
+
+
+def _py_frame_records(
+    datas: list, publish_times: list, now: int, first_entry_id: int, start: int, max_size: int
+) -> tuple[list, bytes, bytes, int] | None:
+    """The records of a run of entries, ready for one vectored or joined write.
+
+    ``(parts, offsets, times, end)``: ``parts`` is ``[header0, data0, header1, data1, ...]``
+    (the entries themselves, not copies), ``offsets``/``times`` the native int64 bytes of
+    each record's file offset and publish time (a publish time of None means ``now``), ``end``
+    the offset past the last record; None when an entry is longer than ``max_size``. One call
+    per batch, so the appender runs no Python per entry when the C twin
+    (``_wire.frame_records``, hardware CRC32C) is built."""
+    pack, tail, hs = _RECORD_HEADER.pack, _TAIL.pack, RECORD_HEADER_SIZE
+    parts: list = []
+    offs = array("q")
+    times = array("q", [now if p is None else int(p) for p in publish_times])
+    off = start
+    for eid, data, pt in zip(range(first_entry_id, first_entry_id + len(datas)), datas, times):
+        n = len(data)
+        if n > max_size:
+            return None
+        parts.append(pack(n, crc32c(data, crc32c(tail(eid, pt))), eid, pt))
+        parts.append(data)
+        offs.append(off)
+        off += hs + n
+    return parts, offs.tobytes(), times.tobytes(), off
+
+
+def _implementation():
+    """The C twins from ``compactmq.protocol._wire`` when built (and ``COMPACTMQ_NATIVE`` is
+    not 0), else the Python functions above; both write the same bytes."""
+    from ..protocol import wire
+
+    native = wire.NATIVE
+    if native is not None:
+        return "native", native.record_header, native.frame_records
+    return "python", _py_record_header, _py_frame_records
+
+
+RECORD_IMPLEMENTATION, encode_record_header, frame_records = _implementation()
+"""``encode_record_header(entry_id, publish_time_ms, data)``: the 24 bytes before ``data``;
+``frame_records(datas, publish_times, now, first_entry_id, start, max_size)``: see
+``_py_frame_records``."""
 
 
 def record_size(data_length: int) -> int:

@@ -7,7 +7,8 @@ ledger id, for one topic:
 
 * ``create(ledger_id)`` makes an empty ledger, durable (its file header written and synced),
   and returns a ``LedgerWriter``: ``write(data, offset)`` places bytes at a byte offset (the
-  appender always writes at the end), ``truncate`` cuts a failed write back, ``sync`` makes
+  appender always writes at the end; ``write_parts`` does the same for a list of buffers, and
+  by default joins them), ``truncate`` cuts a failed write back, ``sync`` makes
   what was written durable (fdatasync; ``sync_all``: fsync, when sealing), ``close``
   releases it;
 * ``read_all`` / ``read_range`` read a ledger's bytes (a whole ledger for recovery scans, a
@@ -37,6 +38,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from typing import Sequence
 
 from ..errors import StorageError
 from . import dir_owner
@@ -45,6 +47,9 @@ from .modes import FILE_MODE
 
 # Read file descriptors kept open per managed ledger (closed ledgers are opened on demand).
 MAX_OPEN_READ_FDS = 32
+
+# Buffers one pwritev may take (Linux: 1024); longer lists are written in slices of this many.
+IOV_MAX = max(16, min(1024, os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16))
 
 
 class LedgerWriter(ABC):
@@ -55,6 +60,12 @@ class LedgerWriter(ABC):
     @abstractmethod
     def write(self, data: bytes, offset: int) -> None:
         """Place ``data`` at ``offset`` (the end of what was written so far)."""
+
+    def write_parts(self, parts: Sequence[bytes], offset: int, size: int) -> None:
+        """Place the concatenation of ``parts`` (``size`` bytes in all) at ``offset``: a record
+        header and its entry without joining them into one copy. This default joins them;
+        an implementation that can write a list of buffers at once (``pwritev``) overrides it."""
+        self.write(b"".join(parts), offset)
 
     @abstractmethod
     def truncate(self, offset: int) -> None:
@@ -182,6 +193,21 @@ class LocalLedgerWriter(LedgerWriter):
         done = os.pwrite(self._fd, data, offset)
         if done < len(data):  # short write (disk full, signal): finish or fail
             _finish_write(self._fd, data, offset, done)
+
+    def write_parts(self, parts: Sequence[bytes], offset: int, size: int) -> None:
+        fd = self._fd
+        if len(parts) <= IOV_MAX:
+            done = os.pwritev(fd, parts, offset)
+            if done < size:  # short write (disk full, signal): finish or fail
+                _finish_write(fd, b"".join(parts), offset, done)
+            return
+        for i in range(0, len(parts), IOV_MAX):
+            chunk = parts[i : i + IOV_MAX]
+            n = sum(map(len, chunk))
+            done = os.pwritev(fd, chunk, offset)
+            if done < n:
+                _finish_write(fd, b"".join(chunk), offset, done)
+            offset += n
 
     def truncate(self, offset: int) -> None:
         os.ftruncate(self._fd, offset)
