@@ -39,7 +39,7 @@ def prepare(work: str, partitions: int, messages: int, keys: int) -> str:
     src = os.path.join(work, f"src-{partitions}-{messages}")
     storage = Storage(src, load_config(overrides={"managedLedgerSyncData": False}))
     try:
-        storage.metadata.create_partitioned_topic(TOPIC, partitions)
+        storage.create_partitioned_topic(TOPIC, partitions)
         for p in range(partitions):
             ml = storage.open_managed_ledger(f"{TOPIC}-partition-{p}")
             batch = []

@@ -68,7 +68,7 @@ class FakeCompaction(TopicCompactionService):
         horizon = ml.last_position()
         states.commit(
             self.topic,
-            self.factory.storage.metadata.allocate_ledger_id(),
+            self.factory.storage.resources.ledger_ids.allocate(),
             horizon,
             expected_version=st.version,
             stats={"duration_ms": 7, "removed_event_count": 3},

@@ -18,7 +18,7 @@ pulsar = pytest.importorskip("pulsar")
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
 from compactmq.naming import TopicName  # noqa: E402
-from compactmq.storage.metadata import MetadataStore as OldMetadata  # noqa: E402
+from compactmq.storage.metadata_store.legacy_tables import open_legacy_tables  # noqa: E402
 from compactmq.storage.metadata_store import create_metadata_store  # noqa: E402
 from compactmq.storage.resources import PulsarResources  # noqa: E402
 
@@ -108,11 +108,7 @@ def test_topics_subscriptions_cursors_and_policies_across_a_restart(tmp_path, st
         }
     finally:
         kv.close()
-    old = OldMetadata(data / "metadata.db", bootstrap=False)
-    try:
-        assert old.topics() == [] and old.get_namespace_policies("public/default") == {}
-    finally:
-        old.close()
+    assert open_legacy_tables(data / "metadata.db") is None  # no old tables in a fresh directory
 
 
 def test_the_store_holds_the_ledger_list_and_cursor_a_broker_wrote(tmp_path, store_url):

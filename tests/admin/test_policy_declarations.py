@@ -10,27 +10,27 @@ from compactmq.admin import policy_values as v
 from compactmq.admin.policies import NAMESPACE, POLICIES, TOPIC, cli_forms
 from compactmq.broker import dedup, schema_compat
 from compactmq.compaction import hooks
-from compactmq.storage import metadata
+from compactmq.storage import policy_keys
 
 
 def test_spelled_out_keys_are_the_brokers_constants():
     assert (v.COMPACTION_THRESHOLD, v.RETENTION_TIME_MINUTES, v.RETENTION_SIZE_MB) == (
-        metadata.COMPACTION_THRESHOLD,
-        metadata.RETENTION_TIME_MINUTES,
-        metadata.RETENTION_SIZE_MB,
+        policy_keys.COMPACTION_THRESHOLD,
+        policy_keys.RETENTION_TIME_MINUTES,
+        policy_keys.RETENTION_SIZE_MB,
     )
     assert (v.COMPACTION_STRATEGY, v.RETAIN_NULL_KEY, v.COMPACTION_RETENTION_MODE) == (
-        metadata.COMPACTION_STRATEGY,
-        metadata.RETAIN_NULL_KEY,
-        metadata.COMPACTION_RETENTION_MODE,
+        policy_keys.COMPACTION_STRATEGY,
+        policy_keys.RETAIN_NULL_KEY,
+        policy_keys.COMPACTION_RETENTION_MODE,
     )
     assert (v.COMPACTION_MAX_LAG, v.COMPACTION_MIN_LAG) == (
-        metadata.COMPACTION_MAX_LAG,
-        metadata.COMPACTION_MIN_LAG,
+        policy_keys.COMPACTION_MAX_LAG,
+        policy_keys.COMPACTION_MIN_LAG,
     )
     assert (v.COMPACTION_TOMBSTONE_RETENTION, v.COMPACTED_VIEW_KEY_TTL) == (
-        metadata.COMPACTION_TOMBSTONE_RETENTION,
-        metadata.COMPACTED_VIEW_KEY_TTL,
+        policy_keys.COMPACTION_TOMBSTONE_RETENTION,
+        policy_keys.COMPACTED_VIEW_KEY_TTL,
     )
     assert v.DEDUP_KEY == dedup.POLICY_KEY
     assert (v.STRATEGY_KEY, v.AUTO_UPDATE_KEY, v.VALIDATION_KEY) == (

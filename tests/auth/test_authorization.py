@@ -13,7 +13,6 @@ from compactmq.errors import (
     InvalidInput,
     NotFound,
 )
-from compactmq.storage.metadata import MetadataStore
 from compactmq.storage.metadata_store import create_metadata_store
 from compactmq.storage.resources import PulsarResources
 
@@ -22,7 +21,7 @@ T = "persistent://acme/orders/events"
 
 @pytest.fixture
 def resources(tmp_path):
-    """Tenants and namespaces, in the embedded store (the same metadata.db as the old tables)."""
+    """Tenants and namespaces, in the embedded store (metadata.db in the data directory)."""
     kv = create_metadata_store("", data_dir=tmp_path)
     res = PulsarResources(kv)
     res.tenants.create("acme", {"adminRoles": ["acme-admin"], "allowedClusters": ["standalone"]})
@@ -33,20 +32,13 @@ def resources(tmp_path):
 
 
 @pytest.fixture
-def metadata(tmp_path, resources):
-    store = MetadataStore(tmp_path / "metadata.db")
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def authz(metadata, resources):
+def authz(resources):
     cfg = load_config(overrides={"authorizationEnabled": "true", "superUserRoles": "root, ops"})
-    return AuthorizationService(cfg, metadata, resources)
+    return AuthorizationService(cfg, resources)
 
 
-def test_disabled_lets_everything_through(metadata, resources):
-    off = AuthorizationService(load_config(), metadata, resources)
+def test_disabled_lets_everything_through(resources):
+    off = AuthorizationService(load_config(), resources)
     assert not off.enabled
     assert off.can_produce(None, T) and off.can_consume(None, T, "s") and off.is_superuser(None)
     off.check_superuser(None)
@@ -152,7 +144,7 @@ def test_grant_errors(authz):
     assert authz.namespace_permissions("acme/orders") == {}
 
 
-def test_only_pulsars_authorization_provider(metadata, resources):
+def test_only_pulsars_authorization_provider(resources):
     cfg = load_config(overrides={"authorizationProvider": "com.example.MyAuthz"})
     with pytest.raises(InvalidConfiguration, match="only org.apache.pulsar.broker.authorization"):
-        AuthorizationService(cfg, metadata, resources)
+        AuthorizationService(cfg, resources)

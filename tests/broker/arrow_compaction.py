@@ -273,8 +273,7 @@ class ArrowCompactionService(TopicCompactionService):
                 continue
             rows.append((p, entry if whole else rewrite(entry, keep_idx)))
         report(CompactionProgress("commit", len(inputs), len(inputs)))
-        meta = self.storage.metadata
-        view_id = meta.allocate_ledger_id()
+        view_id = self.storage.resources.ledger_ids.allocate()
         path = view_path(self.storage.data_dir, self.topic, view_id)
         table = pa.table(
             {

@@ -23,7 +23,7 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
         service = LedgerCompactionService(storage, TOPIC, cfg)
         assert service.read_compacted_entries(Position(0, 0), 10) == []
         assert service.read_last_compacted_entry() is None and service.get_last_compacted_position() is None
-        lid = storage.metadata.allocate_ledger_id()
+        lid = storage.resources.ledger_ids.allocate()
         w = cw.CompactedLedgerWriter(cl.compacted_ledger_path(tmp_path, TOPIC, lid))
         for p in positions[:5]:
             w.append(p.ledger_id, p.entry_id, b"entry-%d-%d" % p)

@@ -155,7 +155,7 @@ def test_a_late_run_and_a_reload_never_move_the_view_back(tmp_path):
             states.record_failure(T, "interrupted: the owner changed", expected_version=running.version)
             _publish(ml, ["d"])  # the new owner's run reads further than A
             mine = states.mark_running(T, states.get(T).version)
-            newer["id"], newer["horizon"] = storage.metadata.allocate_ledger_id(), ml.last_position()
+            newer["id"], newer["horizon"] = storage.resources.ledger_ids.allocate(), ml.last_position()
             states.commit(T, newer["id"], newer["horizon"], expected_version=mine.version)
 
         with pytest.raises(StaleCompaction):

@@ -362,7 +362,7 @@ def test_subscription_reserved_for_other_roles_is_refused(tmp_path):
     config = load_config(overrides={"authorizationEnabled": True})
     storage = Storage(tmp_path / "data", config)
     try:
-        authz = AuthorizationService(config, storage.metadata, storage.resources)
+        authz = AuthorizationService(config, storage.resources)
         for role in ("alice", "bob"):
             authz.grant_namespace_permission("public/default", role, ["consume"])
         authz.set_subscription_roles("public/default", "billing", ["alice"])

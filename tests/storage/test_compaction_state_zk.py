@@ -138,11 +138,11 @@ def test_a_stale_commit_is_refused_by_the_store(config, tmp_path):
             owner.record_failure(T, "interrupted", expected_version=stale.version)
             mine = owner.mark_running(T, owner.get(T).version)
             owner.commit(
-                T, broker.metadata.allocate_ledger_id(), ml.last_position(), expected_version=mine.version
+                T, broker.resources.ledger_ids.allocate(), ml.last_position(), expected_version=mine.version
             )
             with pytest.raises(StaleCompaction):
                 jobs.commit(
-                    T, job.metadata.allocate_ledger_id(), ml.last_position(), expected_version=stale.version
+                    T, job.resources.ledger_ids.allocate(), ml.last_position(), expected_version=stale.version
                 )
             assert jobs.get(T) == owner.get(T)
         finally:

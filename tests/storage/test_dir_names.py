@@ -118,7 +118,7 @@ def test_a_directory_owned_by_another_topic_is_refused_and_untouched(open_storag
     before = sorted(os.listdir(directory))
     # another topic pointed at this directory (a hash collision, or a mapping bug) must not open
     with pytest.raises(StorageError, match="belongs to topic persistent://public/default/owner"):
-        ManagedLedger(NS + "intruder", directory, st.metadata, load_config(), clock)
+        ManagedLedger(NS + "intruder", directory, st.topic_metadata, load_config(), clock)
     assert sorted(os.listdir(directory)) == before
 
 

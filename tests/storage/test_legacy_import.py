@@ -1,7 +1,8 @@
 """The one-time import of the old metadata tables into the metadata store.
 
-The old data directory is written in the test with the old API (``storage.metadata.MetadataStore``,
-what today's main writes), then opened the new way."""
+The old data directory is written in the test with the old API (``storage.old_metadata``, the
+class older versions wrote it with), then opened the new way, which only reads the old tables
+(``storage.metadata_store.legacy_tables``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from compactmq.errors import Conflict, NotFound, TopicNotFound
 from compactmq.storage.engine import Storage
-from compactmq.storage.metadata import MetadataStore as OldMetadata
+from compactmq.storage.metadata_store.legacy_tables import open_legacy_tables
+from storage.old_metadata import MetadataStore as OldMetadata  # tests/ is on sys.path
 from compactmq.storage.metadata_store import create_metadata_store
 from compactmq.storage.position import LedgerInfo, Position
 from compactmq.storage.resources import PulsarResources
@@ -88,11 +90,6 @@ def test_storage_opens_the_store_beside_the_old_tables(old_dir):
     with Storage(old_dir) as storage:
         assert storage.configuration_store is storage.metadata_store
         assert storage.metadata_store.path == (old_dir / "metadata.db").resolve()
-        # the old tables are still read where callers have not moved yet
-        assert storage.metadata.get_tenant("acme") == {
-            "adminRoles": ["ops"],
-            "allowedClusters": ["standalone"],
-        }
         # tenants and namespaces were imported at start: the resources answer for them now
         assert storage.resources.tenants.get("acme") == {
             "adminRoles": ["ops"],
@@ -263,10 +260,16 @@ def test_topics_ledgers_cursors_and_policies_are_imported(old_dir):
         }
         assert not storage.resources.namespaces.exists("acme/gone")
         # new ledger ids continue above the old counter (never reusing an old id)
-        old_max = storage.metadata.last_ledger_id()
+        old = open_legacy_tables(old_dir / "metadata.db")
+        assert old is not None
+        try:  # read-only: the import left the old tables as they were
+            old_max = old.last_ledger_id()
+            assert old.get_tenant("acme") == {"adminRoles": ["ops"], "allowedClusters": ["standalone"]}
+        finally:
+            old.close()
         ml = storage.open_managed_ledger(topic)  # recovers the OPEN ledger: it was empty
         assert [i.ledger_id for i in ml.ledgers()][-1] > old_max
-        assert storage.metadata.allocate_ledger_id() > old_max  # compacted ledgers share the ids
+        assert storage.resources.ledger_ids.allocate() > old_max  # compacted ledgers share the ids
         storage.delete_managed_ledger(topic)
     with Storage(old_dir) as storage:  # imported once: a topic deleted since stays deleted
         assert storage.topics() == ["persistent://other/ns/t"]

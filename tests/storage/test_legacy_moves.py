@@ -8,7 +8,7 @@ from __future__ import annotations
 from compactmq.auth.authorization import AuthorizationService
 from compactmq.config import load_config
 from compactmq.storage.engine import Storage
-from compactmq.storage.metadata import MetadataStore as OldMetadata
+from storage.old_metadata import MetadataStore as OldMetadata  # tests/ is on sys.path
 from compactmq.storage.resources.legacy_import import marker_path
 from compactmq.storage.offload import LEDGER, OffloadLocation, open_store
 from compactmq.storage.position import LedgerInfo
@@ -35,13 +35,13 @@ def test_grants_are_imported_once_into_the_namespace_value(tmp_path):
         assert storage.metadata_store.exists(marker_path("grants"))
         assert storage.resources.namespaces.get_policies("acme/orders")["auth_policies"] == OLD_GRANTS
         assert "auth_policies" not in storage.resources.namespaces.get_policies("acme/empty")
-        authz = AuthorizationService(cfg, None, storage.resources)
+        authz = AuthorizationService(cfg, storage.resources)
         assert authz.can_produce("alice", T) and authz.can_consume("bob", T)
         assert not authz.can_consume("bob", T, "billing")
         authz.revoke_namespace_permission("acme/orders", "alice")
     # once: the revoked grant does not come back from the old table at the next start
     with Storage(tmp_path) as storage:
-        authz = AuthorizationService(cfg, None, storage.resources)
+        authz = AuthorizationService(cfg, storage.resources)
         assert not authz.can_produce("alice", T)
         assert authz.topic_permissions(T) == {"bob": ["consume"]}
 

@@ -253,13 +253,13 @@ def _ml_opener(open_storage, loc, **overrides):
     }
     st = open_storage(**overrides)
     st.ensure_namespace("public/default")
-    st.metadata.create_topic(TOPIC)
+    st.topic_metadata.create_topic(TOPIC)
     config = load_config(overrides=overrides)
 
     def open_ml() -> ManagedLedger:
         storage = ObjectLedgerStorage(BlobStore(loc), TOPIC, ObjectLedgerSettings.from_config(config))
         return ManagedLedger(
-            TOPIC, str(st.topic_dir(TOPIC)), st.metadata, config, st._clock, ledger_storage=storage
+            TOPIC, str(st.topic_dir(TOPIC)), st.topic_metadata, config, st._clock, ledger_storage=storage
         )
 
     return open_ml
@@ -271,14 +271,14 @@ def test_a_managed_ledger_runs_over_object_ledgers(place, open_storage):
     overrides = {"managedLedgerMaxEntriesPerLedger": 5, "managedLedgerMinLedgerRolloverTimeMinutes": 0}
     st = open_storage(**overrides)
     st.ensure_namespace("public/default")
-    st.metadata.create_topic(TOPIC)
+    st.topic_metadata.create_topic(TOPIC)
     config = load_config(overrides={**overrides, "objectLedgerFlushIntervalMillis": 1})
 
     def open_ml() -> ManagedLedger:
         settings = ObjectLedgerSettings.from_config(config)
         storage = ObjectLedgerStorage(BlobStore(loc), TOPIC, settings)
         return ManagedLedger(
-            TOPIC, str(st.topic_dir(TOPIC)), st.metadata, config, st._clock, ledger_storage=storage
+            TOPIC, str(st.topic_dir(TOPIC)), st.topic_metadata, config, st._clock, ledger_storage=storage
         )
 
     ml = open_ml()

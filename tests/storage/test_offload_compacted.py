@@ -39,9 +39,8 @@ def _storage(tmp_path, conf, clock) -> Storage:
 
 def commit_compacted(st: Storage, entries: list[tuple[int, int, bytes]]) -> int:
     """Write a compacted ledger of ``entries`` and commit it as the topic's view."""
-    meta = st.metadata
     running = _mark_running(st)
-    cid = meta.allocate_ledger_id()
+    cid = st.resources.ledger_ids.allocate()
     w = CompactedLedgerWriter(compacted_ledger_path(st.data_dir, TOPIC, cid))
     for lid, eid, data in entries:
         w.append(lid, eid, data)
@@ -169,11 +168,10 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
     from compactmq.compaction.compacted_writer import PartWriter, write_manifest
     from compactmq.storage.offload import COMPACTED, OffloadRecord
 
-    meta = st.metadata
     loc = st.offloader.location_for(TOPIC)
     store = open_store(loc)
     running = _mark_running(st)
-    cid = meta.allocate_ledger_id()
+    cid = st.resources.ledger_ids.allocate()
     prefix = tiered.new_view_prefix(TOPIC, cid)
     parts = []
     step = -(-len(entries) // nparts)
@@ -189,7 +187,7 @@ def commit_as_parts(st: Storage, entries: list[tuple[int, int, bytes]], nparts: 
         parts.append({"path": key, "entries": 1})
     key, size, written = write_manifest(store, prefix, parts)
     assert written == len(entries)
-    now = meta.now_ms()
+    now = st.now_ms()
     rec = OffloadRecord(key, prefix + "/", COMPACTED, TOPIC, cid, loc, size, now, local_deleted_ms=now)
     st.offloader.catalog.add(rec)  # the row first, then the commit names it (as a run does)
     _commit(st, cid, entries, running)
@@ -314,9 +312,8 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
     for i in range(25):
         ml.append(payload(i))
     entries = [(p[0], p[1], d) for p, d in ml.read_entries(Position(-1, -1), 100)][::4]
-    meta = st.metadata
     running = _mark_running(st)
-    cid = meta.allocate_ledger_id()
+    cid = st.resources.ledger_ids.allocate()
     path = compacted_ledger_path(st.data_dir, TOPIC, cid)
     name = chain.segment_name(cid, 0)
     w = PartWriter(os.path.join(os.path.dirname(path), name), complete=True)

@@ -37,16 +37,12 @@ class Context:
         if self._authorization is None:
             from ..auth.authorization import AuthorizationService
 
-            self._authorization = AuthorizationService(self.service.config, self.metadata, self.resources)
+            self._authorization = AuthorizationService(self.service.config, self.resources)
         return self._authorization
 
     @property
     def storage(self):
         return self.service.storage
-
-    @property
-    def metadata(self):
-        return self.service.storage.metadata
 
     @property
     def policies(self):

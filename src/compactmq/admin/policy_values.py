@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from ..config import RETENTION_MODES, parse_bool
 from ..errors import InvalidInput, PreconditionFailed
 
-# Metadata-store keys. They are the broker's own constants (storage.metadata, broker.dedup,
+# Metadata-store keys. They are the broker's own constants (storage.policy_keys, broker.dedup,
 # broker.schema_compat, compaction.hooks), spelled out so that importing the declarations loads
 # no storage code; tests/admin/test_policy_declarations.py proves each equals its constant.
 COMPACTION_THRESHOLD = "compactionThreshold"

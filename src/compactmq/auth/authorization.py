@@ -61,9 +61,9 @@ def empty_auth_policies() -> dict[str, Any]:
 class AuthorizationService:
     """Checks and grants over the metadata store's resources."""
 
-    def __init__(self, config: Mapping[str, Any], metadata: Any, resources: Any):
+    def __init__(self, config: Mapping[str, Any], resources: Any):
         """``resources``: ``storage.resources.PulsarResources`` (tenants; grants inside the namespace
-        Policies values); ``metadata`` is not read (kept for callers that still pass it)."""
+        Policies values)."""
         self.enabled = bool(config.get("authorizationEnabled", False))
         provider = config.get("authorizationProvider") or PULSAR_AUTHORIZATION_PROVIDER
         if provider != PULSAR_AUTHORIZATION_PROVIDER:
@@ -72,7 +72,6 @@ class AuthorizationService:
             )
         roles = config_list(config, "superUserRoles") if "superUserRoles" in config else []
         self.superusers = frozenset(roles)
-        self.metadata = metadata
         self.resources = resources
 
     # --- questions ---------------------------------------------------------------------------

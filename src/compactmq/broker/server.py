@@ -266,9 +266,7 @@ class BrokerServer:
             advertised = _wildcard_advertised_host()
         service = BrokerService(self.config, self._storage, "", None)
         service.authentication = authentication
-        service.authorization = AuthorizationService(
-            self.config, self._storage.metadata, self._storage.resources
-        )
+        service.authorization = AuthorizationService(self.config, self._storage.resources)
         service.credential_refresher = security.CredentialRefresher(service)
         self.service = service
         try:

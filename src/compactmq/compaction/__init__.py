@@ -132,7 +132,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES
 from ..errors import CompactionError, InvalidConfiguration
-from ..storage.metadata import COMPACTION_CURSOR
+from ..storage.policy_keys import COMPACTION_CURSOR
 from ..storage.position import EARLIEST, Position
 
 DEFAULT_FACTORY = "compactmq.compaction.spark.SparkCompactionServiceFactory"

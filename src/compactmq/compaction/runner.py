@@ -161,7 +161,6 @@ class CompactionRunner:
         steps = self._steps
         step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
-        meta = self.storage.metadata
         states = self.states
         final_path = None
         plan = None
@@ -188,7 +187,7 @@ class CompactionRunner:
             try:
                 # a policy names only a built-in or a class the operator allowed (docs/security.md)
                 strategy = resolve_strategy(settings["strategy"], allowed_strategy_classes(self.config))
-                new_id = meta.allocate_ledger_id()
+                new_id = self.storage.resources.ledger_ids.allocate()  # one id space with ledgers
                 step("start")
                 # retention keeps what the run reads until the commit moves the cursor past it
                 held = self._managed_ledger().hold_for_compaction()

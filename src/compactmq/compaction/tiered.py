@@ -119,7 +119,7 @@ def write_view_manifest(storage, topic: str, location, prefix: str, view_id: int
     from .compacted_writer import write_manifest
 
     key, size, written = write_manifest(open_store(location), prefix, [p for p in parts if p["entries"]])
-    now = storage.metadata.now_ms()
+    now = storage.now_ms()
     # index_key names the prefix (ending in "/"): deleting the view deletes every part
     record = OffloadRecord(
         key, prefix + "/", COMPACTED, topic, view_id, location, size, now, local_deleted_ms=now

@@ -1,10 +1,10 @@
-"""Storage: durable managed ledgers on local disk, cursors, and the SQLite metadata store.
+"""Storage: durable managed ledgers on local disk, cursors, and the metadata store with its resources.
 
 A topic is a *managed ledger*: an ordered list of *ledgers*, each an append-only file of
 entries. An entry holds the bytes a producer sent, untouched (see the contract: magic, CRC,
 metadata size, MessageMetadata, payload), so batches, compression and encryption survive.
 An entry is addressed by ``Position(ledger_id, entry_id)``; ledger ids are unique in a data
-directory (shared with compacted ledgers: ``MetadataStore.allocate_ledger_id``) and entry ids
+directory (shared with compacted ledgers: ``resources.ledger_ids``) and entry ids
 count from 0 in each ledger.
 
 On-disk layout
@@ -14,10 +14,13 @@ On-disk layout
     data_dir/
       LOCK                      flock'ed by the one read-write Storage of this directory
       metadata.db (+ -wal, -shm) SQLite in WAL mode: the embedded metadata store (versioned
-                                keys: topics with their ledger lists, cursors, policies,
-                                tenants/namespaces, partitioned topics -- see
-                                ``resources``), beside the old tables that still hold
-                                compaction state, schemas, seal requests, the offload catalog
+                                keys in ``store_*`` tables: topics with their ledger lists,
+                                cursors, policies, tenants/namespaces, partitioned topics,
+                                schemas, compaction state, offload records, seal requests --
+                                see ``resources``); absent with ``metadataStoreUrl=zk:...``.
+                                A directory written by an older compactmq also has the old
+                                tables here: read once at start, never written
+                                (``metadata_store.legacy_tables``, ``resources.legacy_import``)
       ledgers/<domain>/<tenant>/<namespace>/<topic>/
         000000000042.log        ledger file: header, then one CRC32C-checked record per entry
         000000000042.idx        entry index (record offsets + publish times), written at close
@@ -82,8 +85,8 @@ A compaction job beside the broker opens ``Storage(data_dir, cfg, read_only=True
 ledgers as they are, repairs and deletes nothing, and commits its compacted view through the
 metadata store (``storage.resources``, compare-and-set).
 
-Public API: ``Storage``, ``ManagedLedger``, ``Cursor``, ``MetadataStore``, ``Position``,
-``LedgerInfo`` and the policy-key constants; the file format in
+Public API: ``Storage``, ``ManagedLedger``, ``Cursor``, ``Position``,
+``LedgerInfo`` and the policy-key constants (``policy_keys``); the file format in
 ``ledger_file``. Errors are ``compactmq.errors`` classes: ``StorageError`` (I/O, damage,
 fenced), ``MetadataError``, ``TopicNotFound``, ``NotFound`` (no such entry), ``Conflict``, ``AlreadyExists``, ``InvalidInput`` (entry too large).
 """
@@ -91,7 +94,7 @@ fenced), ``MetadataError``, ``TopicNotFound``, ``NotFound`` (no such entry), ``C
 from .cursor import Cursor
 from .engine import Storage
 from .managed_ledger import ManagedLedger
-from .metadata import (
+from .policy_keys import (
     COMPACTION_CURSOR,
     COMPACTION_MAX_LAG,
     COMPACTION_MIN_LAG,
@@ -103,7 +106,6 @@ from .metadata import (
     RETAIN_NULL_KEY,
     RETENTION_SIZE_MB,
     RETENTION_TIME_MINUTES,
-    MetadataStore,
 )
 from .position import EARLIEST, LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 
@@ -122,7 +124,6 @@ __all__ = [
     "LEDGER_OPEN",
     "LedgerInfo",
     "ManagedLedger",
-    "MetadataStore",
     "Position",
     "RETAIN_NULL_KEY",
     "RETENTION_SIZE_MB",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import hashlib
@@ -20,9 +21,9 @@ from ..naming import TopicName, canonical
 from . import dir_owner
 from .managed_ledger import ManagedLedger
 from .modes import DIR_MODE, FILE_MODE, private_data_dir
-from .metadata import MetadataStore
 from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_MS, create_metadata_store
 from .metadata_store import MetadataStore as KeyValueStore
+from .metadata_store.legacy_tables import open_legacy_tables
 from .offload import LedgerOffloader
 from .resources import PulsarResources
 from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
@@ -113,19 +114,17 @@ class Storage:
                 os.close(self._lock_fd)
                 self._lock_fd = None
                 raise StorageError(f"data directory {self.data_dir} is in use by another process") from None
-        # a read-only opener never creates the default namespace (see MetadataStore)
-        self.metadata = MetadataStore(
-            self.data_dir / METADATA_FILE, clock=self._clock, bootstrap=bootstrap_defaults and not read_only
-        )
-        try:
+        try:  # a read-only opener never creates the default namespace
             self._open_resources(bootstrap=bootstrap_defaults and not read_only)
         except BaseException:
-            self.metadata.close()
+            for store in self._stores_opened():  # close() is idempotent
+                with contextlib.suppress(Exception):  # the error that stopped the opening wins
+                    store.close()
             self._release_lock()
             raise
         # tiered storage: reads of offloaded ledgers work whatever the config says today
         self.offloader = LedgerOffloader(
-            self.metadata,
+            self.topic_metadata.ledgers,
             self.config,
             self._clock,
             read_only=read_only,
@@ -140,8 +139,8 @@ class Storage:
             self._seal_watcher = SealRequestWatcher(self)
 
     def _open_resources(self, bootstrap: bool) -> None:
-        """The metadata store ``metadataStoreUrl`` names (embedded: ``metadata.db`` here, beside the
-        old tables) and the resources over it; the old tables' content is imported once."""
+        """The metadata store ``metadataStoreUrl`` names (embedded: ``metadata.db`` here) and the
+        resources over it; the tables of an older data directory are imported once."""
         self.metadata_store = self._open_store(str(self.config.get("metadataStoreUrl") or ""))
         self.configuration_store = self.metadata_store
         conf_url = str(self.config.get("configurationMetadataStoreUrl") or "")
@@ -154,11 +153,7 @@ class Storage:
         self.resources = PulsarResources(self.metadata_store, self.configuration_store)
         self.policies = self.resources.policies
         if not self.read_only:  # the writer imports; a compact-topic job beside it never does
-            import_legacy(self.metadata, self.configuration_store, CONFIGURATION_KINDS)
-            import_moved(self.metadata, self.metadata_store, self.configuration_store)
-            import_legacy(self.metadata, self.metadata_store, LOCAL_KINDS)
-            self.resources.ledger_ids.ensure_above(self.metadata.last_ledger_id())
-        self.metadata.use_ledger_ids(self.resources.ledger_ids.allocate)  # compacted ledgers too
+            self._import_legacy()
         res = self.resources
         self.topic_metadata = TopicMetadata(
             res.managed_ledgers,
@@ -171,10 +166,30 @@ class Storage:
             flush_interval_s=float(self.config.get("managedLedgerCursorPositionFlushSeconds", 60)),
             max_ranges=int(self.config.get("managedLedgerMaxUnackedRangesToPersist", 10_000)),
             clock=self._clock,
-            on_ledgers=None if self.read_only else self.metadata.mirror_ledgers,
         )
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
+
+    def _stores_opened(self) -> list[KeyValueStore]:
+        return [
+            s
+            for s in (getattr(self, "metadata_store", None), getattr(self, "configuration_store", None))
+            if s
+        ]
+
+    def _import_legacy(self) -> None:
+        """Move what an older data directory's tables hold (``metadata.db`` from before the
+        metadata store) into the store, once per kind; a directory without them is left alone."""
+        old = open_legacy_tables(self.data_dir / METADATA_FILE)
+        if old is None:
+            return
+        try:
+            import_legacy(old, self.configuration_store, CONFIGURATION_KINDS)
+            import_moved(old, self.metadata_store, self.configuration_store)
+            import_legacy(old, self.metadata_store, LOCAL_KINDS)
+            self.resources.ledger_ids.ensure_above(old.last_ledger_id())
+        finally:
+            old.close()
 
     def _open_store(self, url: str) -> KeyValueStore:
         return create_metadata_store(
@@ -268,6 +283,10 @@ class Storage:
 
     # --- paths -----------------------------------------------------------------------------
 
+    def now_ms(self) -> int:
+        """The storage clock (milliseconds since the epoch; tests pass a fake one)."""
+        return self._clock()
+
     def topic_dir(self, topic: str) -> str:
         return str(self.data_dir / LEDGERS_DIR / topic_relpath(canonical(topic)))
 
@@ -351,7 +370,6 @@ class Storage:
         # the compaction state first: a crash in between leaves a topic never compacted, not a
         # deleted topic's view pointer waiting for a topic of the same name
         self.resources.compaction.delete(TopicName.parse(name))
-        self.metadata.delete_topic(name)
         self.topic_metadata.delete_topic(name)
         for d in (self.topic_dir(name), self.compacted_dir(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
@@ -415,7 +433,6 @@ class Storage:
         for ml in mls:
             ml.close()
         self.topic_metadata.close()
-        self.metadata.close()
         if self.configuration_store is not self.metadata_store:
             self.configuration_store.close()
         self.metadata_store.close()

@@ -6,8 +6,7 @@ A managed ledger keeps two kinds of facts outside its ledger bytes: the list of 
 policies (retention time and size). ``LedgerMetadata`` names exactly these calls, so that the
 parts of a managed ledger (recovery, appender, cursors, retention) depend on this small typed
 contract rather than on one concrete store: ``resources.topic_metadata.TopicMetadata`` (typed
-resources over the metadata store, embedded or ZooKeeper) is the one a ``Storage`` hands out; the
-old ``storage.metadata.MetadataStore`` tables offered the same calls with the same meaning.
+resources over the metadata store, embedded or ZooKeeper) is the one a ``Storage`` hands out.
 
 Semantics every implementation keeps:
 

@@ -39,7 +39,7 @@ from .cursors import CursorRegistry
 from .ledger_metadata import LedgerMetadata, StoredCursor
 from .ledger_state import LedgerList, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage, LocalLedgerStorage, fsync_dir, write_file_atomically
-from .metadata import COMPACTION_CURSOR
+from .policy_keys import COMPACTION_CURSOR
 from .offload.state import OffloadState
 from .position import LedgerInfo, Position
 from .reader import IndexCache, Reader

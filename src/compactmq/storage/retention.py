@@ -37,7 +37,7 @@ from .ledger_metadata import LedgerMetadata
 from .ledger_state import MiB, LedgerList, LedgerState, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage
 from .offload.state import OffloadState
-from .metadata import RETENTION_SIZE_MB, RETENTION_TIME_MINUTES
+from .policy_keys import RETENTION_SIZE_MB, RETENTION_TIME_MINUTES
 from .position import Position
 from .reader import Reader
 

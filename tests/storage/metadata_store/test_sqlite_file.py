@@ -1,11 +1,11 @@
-"""The embedded store shares today's metadata.db: one file, both schemas, neither disturbs the other
-(the ground the migration of storage/metadata.py's callers will stand on)."""
+"""The embedded store shares metadata.db with the old tables of an older data directory: one file,
+both schemas, neither disturbs the other (what the one-time import at start stands on)."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from compactmq.storage.metadata import MetadataStore as LegacyMetadataStore
+from storage.old_metadata import MetadataStore as LegacyMetadataStore  # tests/ is on sys.path
 from compactmq.storage.metadata_store import create_metadata_store
 
 

@@ -19,7 +19,7 @@ def authz(resources):
     resources.tenants.create("acme", {"adminRoles": ["acme-admin"]})
     resources.namespaces.create("acme/orders", {"retentionTimeInMinutes": 5})
     cfg = load_config(overrides={"authorizationEnabled": "true", "superUserRoles": "root"})
-    return AuthorizationService(cfg, None, resources)
+    return AuthorizationService(cfg, resources)
 
 
 def test_grants_live_in_the_namespace_value_beside_its_other_policies(authz, resources, store):

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ...errors import InvalidConfiguration
 from . import Notification, NotificationType, SessionEvent, StoreUnavailable
+from ..modes import create_private_file
 from ._local import LocalMetadataStore, Node, NodeTable, now_ms
 
 #: how often the background thread looks for other processes' changes while watches exist
@@ -117,12 +118,14 @@ class SqliteMetadataStore(LocalMetadataStore):
         self._synchronous = ""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            # 0600 before SQLite opens it by name (it gives its -wal/-shm the same mode)
+            create_private_file(self.path)
             self._db = sqlite3.connect(
                 self.path, timeout=operation_timeout_s, isolation_level=None, check_same_thread=False
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open the metadata store {self.path}: {exc}") from exc
         self._sessions_of_mine: set[int] = set()
         self._session = self._new_session()

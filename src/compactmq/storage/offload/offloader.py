@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
 from .. import ledger_file as lf
-from ..position import Position
+from ..position import LedgerInfo, Position
 from . import blocks as bk
 from .blobstore import OffloadLocation, check_location_allowed, location_from_settings, open_store
 from ..metadata_store import BadVersion
@@ -84,7 +84,7 @@ def _relpath(topic: str) -> str:
 class LedgerOffloader:
     def __init__(
         self,
-        metadata,
+        ledgers: Callable[[str], list[LedgerInfo]],
         config,
         clock: Callable[[], int],
         read_only: bool = False,
@@ -93,9 +93,10 @@ class LedgerOffloader:
         records: OffloadRecordResources,
         policies: Any = None,
     ):
-        """``metadata``: the old store, asked whether a ledger is alive (its ledger list and the
-        compaction state); ``records``: where the offload records live (the resources)."""
-        self.metadata = metadata
+        """``ledgers(topic)``: the topic's ledger list (``TopicMetadata.ledgers``), asked whether a
+        ledger is alive; ``records``: where the offload records live; ``policies``: namespace
+        policies (``resources.PolicyResources``)."""
+        self._ledgers = ledgers
         # topic -> the id of its compacted view in force (the compaction service's pointer), or None
         self.compacted_view = compacted_view or (lambda topic: None)
         # set by ``compaction.tiered.attach``: topic -> the topic's compaction lock (``release()``),
@@ -106,8 +107,7 @@ class LedgerOffloader:
         # id) -> the local file of that view when it may be copied whole to the object store, else
         # None. Unset, compacted views are neither offloaded nor their local copies deleted.
         self.compacted_file: Callable[[str, int], str | None] | None = None
-        # namespace policies (``resources.PolicyResources``; the old tables when not given)
-        self.policies = policies if policies is not None else metadata
+        self.policies = policies
         self.config = config
         self.clock = clock
         self.read_only = read_only
@@ -177,7 +177,7 @@ class LedgerOffloader:
         """Whether the ledger ``rec`` names still exists: a ledger of its topic, or the topic's
         compacted view in force (the compaction service's pointer, ``compacted_view``)."""
         if rec.kind == LEDGER:
-            return self.metadata.ledger_topic(rec.ledger_id) == rec.topic
+            return any(li.ledger_id == rec.ledger_id for li in self._ledgers(rec.topic))
         return self.compacted_view(rec.topic) == rec.ledger_id
 
     def _record(self, rec: OffloadRecord, store) -> bool:

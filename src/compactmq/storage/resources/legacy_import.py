@@ -1,9 +1,10 @@
 """One-time import of the metadata a data directory kept in the old SQLite tables into the resources.
 
 Until this issue, ``metadata.db`` held tenants, namespaces, policies and the rest in tables of its
-own (``storage/metadata.py``). The metadata store now keeps them as versioned keys; this module
-copies what the old tables hold into the store once, when a broker starts, so a data directory
-written by an older compactmq opens with everything it had.
+own. The metadata store now keeps them as versioned keys; this module copies what the old tables
+hold into the store once, when a broker starts, so a data directory written by an older compactmq
+opens with everything it had. The old tables are only read (``metadata_store.legacy_tables``,
+which ``Storage`` opens only when ``metadata.db`` has them; a fresh data directory has none).
 
 The import goes by *kind* (tenants and namespaces, partitioned topics, policies, then topics with
 their ledger lists and cursors, and the compaction state of each topic; the rest as their callers
@@ -50,7 +51,7 @@ ATTEMPTS = 5
 
 
 class LegacyMetadata(Protocol):
-    """What the import reads of the old store (``storage.metadata.MetadataStore``)."""
+    """What the import reads of the old tables (``metadata_store.legacy_tables.LegacyTables``)."""
 
     def tenants(self) -> list[str]: ...
     def get_tenant(self, name: str) -> dict[str, Any] | None: ...

@@ -44,7 +44,7 @@ GRANTS = "grants"
 
 
 class LegacyPolicies(Protocol):
-    """What the grants' import reads of the old store (``storage.metadata.MetadataStore``)."""
+    """What the grants' import reads of the old tables (``metadata_store.legacy_tables.LegacyTables``)."""
 
     def namespaces(self, tenant: str | None = None) -> list[str]: ...
     def get_namespace_policies(self, namespace: str) -> dict[str, Any]: ...

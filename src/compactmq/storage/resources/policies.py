@@ -12,7 +12,7 @@ namespace created again starts with none. Pulsar keeps topic-level policies in a
 with compare-and-set like every other resource. A topic's policies outlive nothing: deleting the
 topic deletes them (``delete_topic``), and a partitioned topic's policies sit at its own name.
 
-Values are JSON; keys are the names Pulsar's admin API uses (``storage.metadata`` lists them).
+Values are JSON; keys are the names Pulsar's admin API uses (``storage.policy_keys`` lists them).
 ``effective_policy`` answers "topic, else namespace, else the broker's default", the rule every
 caller applies (retention, compaction threshold, deduplication...). Each read goes to the store
 (one key each: the namespace's, the topic's); callers read policies when they decide, not per

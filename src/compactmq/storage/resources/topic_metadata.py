@@ -153,11 +153,9 @@ class TopicMetadata:
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         max_ranges: int = DEFAULT_MAX_RANGES,
         clock: Callable[[], int] | None = None,
-        on_ledgers: Callable[[str, list[LedgerInfo]], None] | None = None,
         cursor_clock: Callable[[], float] = time.monotonic,
     ):
-        """``on_ledgers(topic, infos)`` after each write of a topic's ledger list ([]: deleted);
-        ``cursor_clock`` (seconds) paces cursor writes (tests pass a fake one)."""
+        """``cursor_clock`` (seconds) paces cursor writes (tests pass a fake one)."""
         self._ml = managed_ledgers
         self._ids = ledger_ids
         self._tenants = tenants
@@ -166,7 +164,6 @@ class TopicMetadata:
         self._read_only = read_only
         self._rate = 0.0 if read_only else float(mark_delete_rate)
         self._clock = clock or (lambda: int(time.time() * 1000))
-        self._on_ledgers = on_ledgers
         self._max_ranges = max(0, int(max_ranges))
         self._cursor_clock = cursor_clock
         self._lock = threading.Lock()
@@ -222,8 +219,6 @@ class TopicMetadata:
         with self._lock:
             for i in ids:
                 self._ledger_topic.pop(i, None)
-        if self._on_ledgers is not None:
-            self._on_ledgers(topic, [])
         return ids
 
     def topic_properties(self, topic: str) -> dict[str, Any]:
@@ -321,9 +316,7 @@ class TopicMetadata:
                 ledgers = op(ledgers)
             return {**info, "ledgerInfo": ledgers}
 
-        info = self._update_info(topic, apply)
-        if self._on_ledgers is not None:
-            self._on_ledgers(topic, [ledger_info(j) for j in info["ledgerInfo"]])
+        self._update_info(topic, apply)
 
     def _update_info(self, topic: str, fn: Callable[[Json], Json]) -> Json:
         try:

@@ -1,25 +1,9 @@
-"""The old metadata tables: one SQLite database in WAL mode (``data_dir/metadata.db``).
+"""Test-only: the SQLite metadata class of older compactmq versions, to write a data directory
+as they left it (``metadata.db`` with the old tables) for the legacy-import tests.
 
-Being replaced by the metadata store and its typed resources (``metadata_store``, ``resources``).
-What the resources hold now -- tenants, namespaces and their policies, partitioned topics,
-topics with their ledger lists and properties, cursors, topic policies, grants, schemas, offload
-records and the compaction state -- these tables keep only as an older data directory left it:
-``resources.legacy_import`` (and ``legacy_moves``) read them once, and nothing else reads them for
-those kinds. Two writes remain: ``mirror_ledgers`` keeps a copy of each topic's ledger rows (the
-offloader still asks ``ledger_topic`` whether a ledger is alive), and ``delete_topic`` clears a
-deleted topic's rows. Ledger ids come from ``LedgerIdResources`` once ``Storage`` calls
-``use_ledger_ids``. Every change that spans rows runs in one transaction
-(``with store.transaction():``), so a crash leaves either all of it or none of it.
-
-Durability: structural changes (ledgers, policies) commit with
-``synchronous=FULL`` -- the WAL is fsynced before ``commit`` returns, because losing a ledger
-row after acknowledging its entries would lose data. Cursor positions commit with
-``synchronous=NORMAL``: they survive a process crash, and after a power cut they may step back
-a little, which only re-delivers messages (Pulsar's at-least-once contract).
-
-Several processes may open the same database (the broker and a ``compact-topic`` job): WAL
-lets readers run beside the writer, and writers wait for each other (``busy_timeout``).
-A thread-safe object: one connection guarded by a lock; the broker calls it from a pool.
+Copied from ``storage/metadata.py`` before it was removed (the broker now only reads these tables,
+through ``storage.metadata_store.legacy_tables``); the schema, the rows and the WAL mode are what
+older versions wrote. Not used by the broker.
 """
 
 from __future__ import annotations
@@ -33,28 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..errors import AlreadyExists, Conflict, MetadataError, NotFound, TopicNotFound
-from ..naming import TopicName
-from .modes import create_private_file
-from .position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
+from compactmq.errors import AlreadyExists, Conflict, MetadataError, NotFound, TopicNotFound
+from compactmq.naming import TopicName
+from compactmq.storage.modes import create_private_file
+from compactmq.storage.position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 
 SCHEMA_VERSION = 1
 
-# Policy keys (the names Pulsar's admin API uses where it has one).
-RETENTION_TIME_MINUTES = "retentionTimeInMinutes"
-RETENTION_SIZE_MB = "retentionSizeInMB"
-COMPACTION_THRESHOLD = "compactionThreshold"
-COMPACTION_STRATEGY = "compactionStrategy"
-RETAIN_NULL_KEY = "retainNullKey"
-COMPACTION_RETENTION_MODE = "compactionRetentionMode"
-# time-based compaction (ours: Pulsar has no such policy; Kafka's max/min.compaction.lag.ms)
-COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
-COMPACTION_MIN_LAG = "compactionMinLagSeconds"
-# ours: Kafka's delete.retention.ms, and PIP-252's per-key time-to-live of the compacted view
-COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
-COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
-
-COMPACTION_CURSOR = "__compaction"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sequences (
@@ -415,19 +384,6 @@ class MetadataStore:
             (topic,),
         )
         return [LedgerInfo(*r) for r in rows]
-
-    def mirror_ledgers(self, topic: str, infos: list[LedgerInfo]) -> None:
-        """Make the ``ledgers`` rows of ``topic`` what ``infos`` says. The ledger list lives in
-        the resources (``resources.topic_metadata``); these rows are a copy kept for the offload
-        catalog, whose SQL still asks whether a ledger is alive, until it moves too."""
-        with self.transaction() as db:
-            db.execute("DELETE FROM ledgers WHERE topic = ?", (topic,))
-            db.executemany(
-                "INSERT OR REPLACE INTO ledgers(ledger_id, topic, entry_count, size, first_publish_ms, "
-                "last_publish_ms, state, created_ms, closed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(li.ledger_id, topic, li.entry_count, li.size, li.first_publish_ms, li.last_publish_ms,
-                  li.state, li.created_ms, li.closed_ms) for li in infos],
-            )  # fmt: skip
 
     def ledger_topic(self, ledger_id: int) -> str | None:
         rows = self._query("SELECT topic FROM ledgers WHERE ledger_id = ?", (ledger_id,))
