@@ -71,7 +71,7 @@ LONG_MODULES = {
     "tests/storage/test_offload.py": 38,
     "tests/security/test_preauth_binary.py": 36,
     "tests/security/test_topic_dirs_secured.py": 36,
-    "tests/admin/test_admin_rest.py": 35,
+    "tests/admin/test_admin_rest.py": 20,
     "tests/broker/test_dedup.py": 32,
     "tests/security/test_standalone_conf.py": 29,
     "tests/admin/test_compaction_lag.py": 28,
