@@ -64,7 +64,7 @@ LONG_MODULES = {
     "tests/admin/test_offload_rest.py": 89,
     "tests/spark/test_auth.py": 56,
     "tests/broker/test_broker_client.py": 52,
-    "tests/spark/test_auto_export.py": 48,
+    "tests/spark/test_auto_export.py": 27,
     "tests/spark/test_batch_read.py": 44,
     "tests/admin/test_offload_auto.py": 42,
     "tests/compaction/test_cli.py": 39,
