@@ -74,7 +74,7 @@ LONG_MODULES = {
     "tests/admin/test_admin_rest.py": 20,
     "tests/broker/test_dedup.py": 32,
     "tests/security/test_standalone_conf.py": 29,
-    "tests/admin/test_compaction_lag.py": 28,
+    "tests/admin/test_compaction_lag.py": 23,
 }
 
 
