@@ -64,17 +64,17 @@ LONG_MODULES = {
     "tests/admin/test_offload_rest.py": 89,
     "tests/spark/test_auth.py": 56,
     "tests/broker/test_broker_client.py": 52,
-    "tests/spark/test_auto_export.py": 48,
+    "tests/spark/test_auto_export.py": 27,
     "tests/spark/test_batch_read.py": 44,
     "tests/admin/test_offload_auto.py": 42,
     "tests/compaction/test_cli.py": 39,
     "tests/storage/test_offload.py": 38,
     "tests/security/test_preauth_binary.py": 36,
     "tests/security/test_topic_dirs_secured.py": 36,
-    "tests/admin/test_admin_rest.py": 35,
+    "tests/admin/test_admin_rest.py": 20,
     "tests/broker/test_dedup.py": 32,
     "tests/security/test_standalone_conf.py": 29,
-    "tests/admin/test_compaction_lag.py": 28,
+    "tests/admin/test_compaction_lag.py": 23,
 }
 
 

@@ -1,6 +1,12 @@
-"""The admin REST API over HTTP against a running standalone broker (one broker, one JVM, for the
-module): tenants, namespaces, topics, policies, compaction on demand and automatic, the error
-codes with their JSON reasons, stats, /metrics, OpenAPI, and status after a restart.
+"""The admin REST API over HTTP against a running standalone broker (one broker for the module):
+tenants, namespaces, topics, policies, compaction on demand and automatic, the error codes with
+their JSON reasons, stats, /metrics, OpenAPI, and status after a restart.
+
+The subject is the REST API, not the compaction engine: the broker compacts with the test suite's
+Arrow factory (``broker.factories``), so the module starts no JVM; Spark's runs are the subject of
+their own modules and the parity tests prove the engines agree. The factory's gate
+(``arrow_compaction.GATE_ENV``) is open (its file exists) except while the 409 test holds a run
+RUNNING on purpose, so that test does not depend on a run being slow.
 
 The tests run in file order and share the broker; the restart test comes last."""
 
@@ -8,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,8 +38,23 @@ NS = "/admin/v2/namespaces"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = start_broker(tmp_path_factory.mktemp("admin") / "data")
+def gate(tmp_path_factory) -> Path:
+    """The file whose absence holds the module broker's compaction runs (open: it exists)."""
+    path = tmp_path_factory.mktemp("gate") / "open"
+    path.touch()
+    return path
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, gate):
+    from broker.arrow_compaction import GATE_ENV
+    from broker.factories import ARROW_FACTORY
+
+    with pytest.MonkeyPatch.context() as mp:  # the broker subprocess inherits the environment
+        mp.setenv(GATE_ENV, str(gate))
+        b = start_broker(
+            tmp_path_factory.mktemp("admin") / "data", compactionServiceFactoryClassName=ARROW_FACTORY
+        )
     yield b
     b.stop()
 
@@ -232,22 +254,26 @@ def test_namespace_policies_and_applied_values(http, topic):
 # --- compaction -----------------------------------------------------------------------------------
 
 
-def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, http, topic):
+def test_compaction_on_demand_409_stats_and_metrics(broker, gate, http, topic):
     path = topic_path(topic)
     http.error("PUT", path + "/compaction", 404)  # unknown topic
     http.error("GET", path + "/compaction", 404)
     http.error("PUT", "/admin/v2/non-persistent/public/default/x/compaction", 405)
     publish(broker, topic, 2000, keys=50)
     assert http.ok("GET", path + "/compaction") == {"status": "NOT_RUN", "lastError": ""}
-    http.ok("PUT", path + "/compaction")
-    assert "already running" in http.error("PUT", path + "/compaction", 409)
-    running = http.ok("GET", path + "/compaction")
-    assert running["status"] == "RUNNING" and set(running["progress"]) == {
-        "phase",
-        "entriesProcessed",
-        "entriesTotal",
-        "etaSeconds",
-    }
+    gate.unlink()  # the run holds after its first read: certainly RUNNING for the next requests
+    try:
+        http.ok("PUT", path + "/compaction")
+        assert "already running" in http.error("PUT", path + "/compaction", 409)
+        running = http.ok("GET", path + "/compaction")
+        assert running["status"] == "RUNNING" and set(running["progress"]) == {
+            "phase",
+            "entriesProcessed",
+            "entriesTotal",
+            "etaSeconds",
+        }
+    finally:
+        gate.touch()
     body = wait_status(http, topic, "SUCCESS")
     assert body == {"status": "SUCCESS", "lastError": ""}
 
@@ -297,7 +323,7 @@ def test_compaction_on_demand_409_stats_and_metrics(spark_in_broker, broker, htt
     )
 
 
-def test_partitioned_compaction_fans_out(spark_in_broker, broker, http, topic):
+def test_partitioned_compaction_fans_out(broker, http, topic):
     path = topic_path(topic)
     http.ok("PUT", path + "/partitions", 2)
     publish(broker, topic, 400, keys=20)
@@ -310,7 +336,7 @@ def test_partitioned_compaction_fans_out(spark_in_broker, broker, http, topic):
     assert stats["compaction"]["lastCompactionRemovedEventCount"] == 400 - 20
 
 
-def test_automatic_compaction_failure_then_retry(spark_in_broker, broker, http, topic):
+def test_automatic_compaction_failure_then_retry(broker, http, topic):
     """A threshold policy triggers compaction on the monitor's check; a failing run is ERROR with
     its reason and is retried on a later check once the cause is gone."""
     path = topic_path(topic)
@@ -332,7 +358,7 @@ def test_automatic_compaction_failure_then_retry(spark_in_broker, broker, http, 
     assert http.ok("GET", path + "/stats")["compaction"]["lastCompactionSucceedTimestamp"] == first
 
 
-def test_namespace_threshold_triggers_compaction(spark_in_broker, broker, http):
+def test_namespace_threshold_triggers_compaction(broker, http):
     http.ok("PUT", f"{NS}/public/auto")
     topic = "persistent://public/auto/ticks"
     publish(broker, topic, 600, keys=6)
@@ -353,7 +379,7 @@ def test_openapi_document(http):
     assert compaction["put"]["responses"]["409"]["$ref"] == "#/components/responses/Error"
 
 
-def test_stock_ticker_example(spark_in_broker, broker):
+def test_stock_ticker_example(broker):
     """examples/stock_ticker.py end to end (small): its own checks fail it when a view is wrong."""
     import subprocess
     import sys
@@ -385,7 +411,7 @@ def test_stock_ticker_example(spark_in_broker, broker):
     assert re.search(r"the compacted rewind was [\d.]+x faster", proc.stdout)
 
 
-def test_status_survives_restart(spark_in_broker, broker, http, topic):
+def test_status_survives_restart(broker, http, topic):
     path = topic_path(topic)
     publish(broker, topic, 300, keys=3)
     http.ok("PUT", path + "/compaction")

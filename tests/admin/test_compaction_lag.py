@@ -20,7 +20,10 @@ import uuid
 import pytest
 
 from broker.conftest import make_client
-from broker.factories import compaction_factory, compactor  # noqa: F401 - parametrizes the module
+
+# parametrizes the module; the runs happen in the broker subprocess only, so no test here asks for
+# ``compactor`` (the test process's own SparkSession, a JVM this module never used)
+from broker.factories import compaction_factory  # noqa: F401
 from harness.cli import CliResult, run_cli
 
 from .harness import (
@@ -86,7 +89,7 @@ def wait_horizon(http: Http, topic: str, timeout: float = 120.0) -> str:
         time.sleep(0.2)
 
 
-def test_max_lag_compacts_small_old_topics_automatically(broker, http, compactor):
+def test_max_lag_compacts_small_old_topics_automatically(broker, http):
     ns = f"public/lag-{uuid.uuid4().hex[:6]}"
     http.ok("PUT", f"/admin/v2/namespaces/{ns}")
     proc = cli(broker, "namespaces", "set-compaction-max-lag", ns, "--lag", "1s")
@@ -110,7 +113,7 @@ def test_max_lag_compacts_small_old_topics_automatically(broker, http, compactor
     assert len(read_compacted(broker, exempt)) == N
 
 
-def test_min_lag_leaves_young_messages_uncompacted(broker, http, compactor):
+def test_min_lag_leaves_young_messages_uncompacted(broker, http):
     topic = f"persistent://public/default/minlag-{uuid.uuid4().hex[:6]}"
     http.ok("PUT", topic_path(topic))
     http.ok("POST", topic_path(topic) + "/compactionMinLagSeconds", 3600)
@@ -154,7 +157,7 @@ def metric(http: Http, name: str, topic: str, **labels: str) -> float | None:
     return None
 
 
-def test_view_keys_size_lag_and_phase_times_in_stats_and_metrics(broker, http, compaction_factory, compactor):
+def test_view_keys_size_lag_and_phase_times_in_stats_and_metrics(broker, http, compaction_factory):
     topic = f"persistent://public/default/viewstats-{uuid.uuid4().hex[:6]}"
     http.ok("PUT", topic_path(topic))
     http.ok("POST", topic_path(topic) + "/compactionRetainNullKey", True)
@@ -191,7 +194,7 @@ def test_view_keys_size_lag_and_phase_times_in_stats_and_metrics(broker, http, c
     assert metric(http, "pulsar_compaction_lag_seconds", topic) > 0
 
 
-def test_key_ttl_and_tombstone_retention_through_the_client(broker, http, compaction_factory, compactor):
+def test_key_ttl_and_tombstone_retention_through_the_client(broker, http, compaction_factory):
     if not compaction_factory.endswith("SparkCompactionServiceFactory"):
         pytest.skip("the arrow test service does not implement the key TTL and tombstone retention")
     topic = f"persistent://public/default/ttl-{uuid.uuid4().hex[:6]}"

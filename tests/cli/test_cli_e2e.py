@@ -1,14 +1,19 @@
-"""The ``compactmq`` CLI against a running standalone broker (one broker, one JVM, for the
-module; each command runs in this process through ``main(argv)``, ``harness.cli``, its output and
+"""The ``compactmq`` CLI against a running standalone broker (one broker for the module; each command runs in this process through ``main(argv)``, ``harness.cli``, its output and
 exit status captured as a subprocess would have them): pulsar-admin-shaped commands with global
 options first, ``--output json``, sizes and durations with units, errors as one line with exit
 status 1, ``compact --wait`` and ``compaction-status -w`` with progress, 409 on a concurrent
 trigger, automatic compaction. ``tests/cli/test_console_script.py`` runs the installed command
-as its own process."""
+as its own process.
+
+The subject is the CLI, not the compaction engine: the broker compacts with the test suite's Arrow
+factory (``broker.factories``), so the module starts no JVM. Its gate (``arrow_compaction.GATE_ENV``)
+is open (the file exists) except while the 409 test holds a run RUNNING on purpose."""
 
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +29,23 @@ NS = "public/default"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = start_broker(tmp_path_factory.mktemp("cli") / "data")
+def gate(tmp_path_factory) -> Path:
+    """The file whose absence holds the module broker's compaction runs (open: it exists)."""
+    path = tmp_path_factory.mktemp("gate") / "open"
+    path.touch()
+    return path
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, gate):
+    from broker.arrow_compaction import GATE_ENV
+    from broker.factories import ARROW_FACTORY
+
+    with pytest.MonkeyPatch.context() as mp:  # the broker subprocess inherits the environment
+        mp.setenv(GATE_ENV, str(gate))
+        b = start_broker(
+            tmp_path_factory.mktemp("cli") / "data", compactionServiceFactoryClassName=ARROW_FACTORY
+        )
     yield b
     b.stop()
 
@@ -53,12 +73,19 @@ def as_json(proc: CliResult):
     return json.loads(ok(proc))
 
 
-def test_compact_twice_is_409_then_status_waits_with_progress(spark_in_broker, broker, cli):
+def test_compact_twice_is_409_then_status_waits_with_progress(broker, gate, cli):
     topic = "persistent://public/default/cli-compact"
     publish(broker, topic, 3000, keys=30)
-    assert "compaction triggered" in ok(cli("topics", "compact", topic))
-    fails(cli("topics", "compact", topic), "already running", "HTTP 409")
-    proc = cli("topics", "compaction-status", "-w", topic)
+    gate.unlink()  # the run holds after its first read: RUNNING until the gate opens again
+    opener = threading.Timer(2.0, gate.touch)  # opens while ``-w`` below is already waiting
+    try:
+        assert "compaction triggered" in ok(cli("topics", "compact", topic))
+        fails(cli("topics", "compact", topic), "already running", "HTTP 409")
+        opener.start()
+        proc = cli("topics", "compaction-status", "-w", topic)
+    finally:
+        opener.cancel()  # it has fired, unless the test failed before
+        gate.touch()
     assert ok(proc).strip() == "SUCCESS"
     assert "RUNNING" in proc.stderr  # the progress lines, one per change (stderr is not a tty)
     status = as_json(cli("topics", "compaction-status", topic, output="json"))
@@ -72,7 +99,7 @@ def test_compact_twice_is_409_then_status_waits_with_progress(spark_in_broker, b
     assert ok(cli("topics", "compact", "--wait", topic)).strip() == "SUCCESS"
 
 
-def test_threshold_set_by_cli_compacts_automatically(spark_in_broker, broker, cli):
+def test_threshold_set_by_cli_compacts_automatically(broker, cli):
     topic = "persistent://public/default/cli-auto"
     publish(broker, topic, 500, keys=5)
     ok(cli("topics", "set-compaction-threshold", topic, "--threshold", "1K"))

@@ -95,9 +95,9 @@ def compact_and_wait(broker, client, topic, path, fmt, timeout=240.0):
     )
 
 
-def test_policy_re_exports_after_each_compaction(
-    cmq_spark, spark_in_broker, broker, client, export_root, capsys
-):
+def test_policy_re_exports_after_each_compaction(spark_in_broker, broker, client, export_root, capsys):
+    # Spark runs in the broker (its compaction and the exporter); this process reads the tables
+    # back with pyarrow / deltalake and starts no SparkSession of its own
     from deltalake import DeltaTable
 
     admin = f"http://127.0.0.1:{broker.web_port}"
