@@ -542,7 +542,6 @@ class ObjectLedgerStorage(LedgerStorage):
     def delete(self, ledger_id: int, durable: bool = False) -> None:
         """Every object of the ledger goes (each delete is durable when it returns)."""
         with self._lock:
-            self._layouts.pop(ledger_id, None)
             w = self._writers.pop(ledger_id, None)
         if w is not None:
             with w._cond:
@@ -551,6 +550,10 @@ class ObjectLedgerStorage(LedgerStorage):
         with self._merge_lock:
             for name in self._objects(ledger_id):
                 self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+            # forgotten only now, under the merge lock: a merge that was running when the delete
+            # began has cached its merged layout by the time it releases the lock
+            with self._lock:
+                self._layouts.pop(ledger_id, None)
 
     def discard_partial_writes(self) -> None:
         """Remove objects no layout uses: flush objects a merge superseded (a crash between
