@@ -265,3 +265,20 @@ def test_offload_records_in_zookeeper(tmp_path, clock, zookeeper):
         assert objects(st) == set() and catalog_keys(st) == set()
     finally:
         st.close()
+
+
+def test_a_driver_is_never_guessed_to_be_a_local_directory(tmp_path, monkeypatch):
+    """A location whose driver is upper-case S3 (Pulsar's spelling) is an S3 store, and one whose
+    driver is unknown is refused: read as a filesystem root it would write objects to a local
+    directory named after the bucket, silently (the review found that fallback)."""
+    from pyarrow import fs
+
+    from compactmq.storage.offload import OffloadLocation
+    from compactmq.storage.offload.blobstore import BlobStore
+
+    monkeypatch.chdir(tmp_path)
+    store = BlobStore(OffloadLocation("S3", "bkt", "us-east-1", "http://127.0.0.1:9", "inst"))
+    assert isinstance(store.fs, fs.S3FileSystem)
+    with pytest.raises(Exception, match="unknown offload driver 'azureblob'"):
+        BlobStore(OffloadLocation("azureblob", "bkt", prefix="inst"))
+    assert not os.listdir(tmp_path)

@@ -195,14 +195,15 @@ def _filesystem(loc: OffloadLocation):
     """``(pyarrow FileSystem, base path inside it)`` for a location."""
     from pyarrow import fs
 
-    if loc.driver in S3_DRIVERS:
+    family = _driver_family(loc.driver)
+    if family == "s3":
         kw: dict = {"region": loc.region or "us-east-1"}
         if loc.endpoint:
             u = urlparse(loc.endpoint if "://" in loc.endpoint else "https://" + loc.endpoint)
             kw.update(scheme=u.scheme or "https", endpoint_override=u.netloc)
         # no credentials here: the AWS SDK's default chain finds them (env, profile files, roles)
         return fs.S3FileSystem(**kw), loc.root
-    if loc.driver in GCS_DRIVERS:
+    if family == "gcs":
         if loc.endpoint:  # an emulator (STORAGE_EMULATOR_HOST): no credentials
             u = urlparse(loc.endpoint if "://" in loc.endpoint else "http://" + loc.endpoint)
             return (
@@ -210,6 +211,11 @@ def _filesystem(loc: OffloadLocation):
                 loc.root,
             )
         return fs.GcsFileSystem(), loc.root  # application-default credentials
+    if family not in FS_DRIVERS:
+        # never guess: an unknown driver read as a directory would put objects on local disk
+        raise InvalidConfiguration(
+            f"unknown offload driver {loc.driver!r}: expected aws-s3, S3, google-cloud-storage or filesystem"
+        )
     root = loc.root
     if "://" not in root:
         return fs.LocalFileSystem(), os.path.abspath(root)
