@@ -7,6 +7,8 @@ No Spark: the runner's engine here writes no segment (an empty chain is a valid 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from compactmq.compaction import compacted_ledger as cl
@@ -194,5 +196,8 @@ def test_a_committed_run_moves_the_hold_and_states_survive_a_restart(tmp_path):
             result.compacted_ledger_id,
             result.horizon,
         )
+        assert os.path.isdir(cl.topic_dir(storage.data_dir, T))
         storage.delete_managed_ledger(T)  # the topic's compaction state goes with it
         assert states_of(storage).get(T) == CompactionState(T)
+        # and its directory in the compaction layer's area (storage.engine.TOPIC_AREAS)
+        assert not os.path.exists(cl.topic_dir(storage.data_dir, T))

@@ -44,7 +44,7 @@ from .lag import last_compactable, lag_seconds_setting
 from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
-from ..storage.topic_lock import TopicLock
+from .topic_lock import TopicLock
 from .state import CompactionStates, advance_hold, states_of
 from . import tiered
 from .tiered import compacted_location, new_view_prefix

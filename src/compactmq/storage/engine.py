@@ -1,4 +1,4 @@
-"""Storage: the entry point to a data directory (ledgers, compacted ledgers, metadata.db)."""
+"""Storage: the entry point to a data directory (ledgers, upper layers' areas, metadata.db)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "LOCK"
 METADATA_FILE = "metadata.db"
 LEDGERS_DIR = "ledgers"
-COMPACTED_DIR = "compacted"
+#: top-level directories upper layers keep per-topic data in (``<area>/<topic relpath>``): made
+#: with the data directory, a topic's part deleted with the topic. Storage knows nothing of what
+#: they hold; a layer registers its area when it is imported (the compaction layer's views).
+TOPIC_AREAS: set[str] = set()
 
 
 # A name part whose encoding passes this many characters is shortened to its first
@@ -103,7 +106,8 @@ class Storage:
         try:
             private_data_dir(self.data_dir)  # owner-only (modes)
             (self.data_dir / LEDGERS_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
-            (self.data_dir / COMPACTED_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
+            for area in sorted(TOPIC_AREAS):
+                (self.data_dir / area).mkdir(mode=DIR_MODE, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create data directory {self.data_dir}: {e}") from e
         if not read_only:
@@ -290,9 +294,10 @@ class Storage:
     def topic_dir(self, topic: str) -> str:
         return str(self.data_dir / LEDGERS_DIR / topic_relpath(canonical(topic)))
 
-    def compacted_dir(self, topic: str) -> str:
-        """Where a topic's compacted ledgers may live (storage never deletes files here)."""
-        return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
+    def area_dirs(self, topic: str) -> list[str]:
+        """The topic's directories in the upper layers' areas (``TOPIC_AREAS``)."""
+        rel = topic_relpath(canonical(topic))
+        return [str(self.data_dir / area / rel) for area in sorted(TOPIC_AREAS)]
 
     # --- managed ledgers -------------------------------------------------------------------
 
@@ -371,7 +376,7 @@ class Storage:
         # deleted topic's view pointer waiting for a topic of the same name
         self.resources.compaction.delete(TopicName.parse(name))
         self.topic_metadata.delete_topic(name)
-        for d in (self.topic_dir(name), self.compacted_dir(name)):
+        for d in (self.topic_dir(name), *self.area_dirs(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
                 log.warning("not deleting %s: it belongs to another topic", d)
                 continue
