@@ -24,7 +24,12 @@ from .modes import DIR_MODE, FILE_MODE, private_data_dir
 from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_MS, create_metadata_store
 from .metadata_store import MetadataStore as KeyValueStore
 from .metadata_store.legacy_tables import open_legacy_tables
+from .ledger_storage import LedgerStorage
+from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage, wait_merges
+from .object_store_url import KEY as OBJECT_STORE_KEY
+from .object_store_url import location_of
 from .offload import LedgerOffloader
+from .offload.blobstore import BlobStore
 from .resources import PulsarResources
 from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
@@ -100,6 +105,16 @@ class Storage:
         self._mls: dict[str, ManagedLedger] = {}
         self._lock_fd: int | None = None
         self._closed = False
+        # objectLedgerStorageUrl: every managed ledger in that object store (None: local disk);
+        # checked before anything is opened, so a bad value is one line at start
+        location = location_of(str(self.config.get(OBJECT_STORE_KEY) or ""))
+        self.object_store: BlobStore | None = None
+        if location is not None:
+            try:
+                self.object_store = BlobStore(location)
+            except CompactMQError as e:
+                raise StorageError(f"{OBJECT_STORE_KEY}: {e}") from None
+        self._object_settings = ObjectLedgerSettings.from_config(self.config)
         try:
             private_data_dir(self.data_dir)  # owner-only (modes)
             (self.data_dir / LEDGERS_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
@@ -325,9 +340,21 @@ class Storage:
                 read_only=self.read_only,
                 on_close=self._forget,
                 offloader=self.offloader,
+                ledger_storage=self._ledger_storage(name),
             )
             self._mls[name] = ml
             return ml
+
+    def _ledger_storage(self, topic: str) -> LedgerStorage | None:
+        """Where ``topic``'s ledger bytes go: the object store (``objectLedgerStorageUrl``), its
+        keys under the epoch of this process's ownership; None: the local default."""
+        if self.object_store is None:
+            return None
+        return ObjectLedgerStorage(self.object_store, topic, self._object_settings, self.epoch_of(topic))
+
+    def epoch_of(self, topic: str) -> int:
+        """The ownership epoch this process writes ``topic`` under (0: a single node)."""
+        return 0
 
     def topics(self) -> list[str]:
         return self.topic_metadata.topics()
@@ -376,10 +403,24 @@ class Storage:
                 log.warning("not deleting %s: it belongs to another topic", d)
                 continue
             shutil.rmtree(d, ignore_errors=True)
+        self._delete_objects(name)
         try:  # its offloaded objects are dead now; a failure here is retried by maintenance
             self.offloader.delete_dead(name)
         except CompactMQError as e:
             log.warning("deleting the offloaded objects of %s failed (retried later): %s", name, e)
+
+    def _delete_objects(self, topic: str) -> None:
+        """A deleted topic's ledger objects go (a failure leaves orphans a later open of a topic
+        of the same name removes: they are not in its ledger list)."""
+        if self.object_store is None:
+            return
+        ols = ObjectLedgerStorage(self.object_store, topic, self._object_settings)
+        wait_merges()
+        try:
+            for ledger_id in sorted(ols.list()):
+                ols.delete(ledger_id)
+        except (CompactMQError, OSError) as e:
+            log.warning("deleting the ledger objects of %s failed: %s", topic, e)
 
     def run_maintenance(self) -> dict[str, list[int]]:
         """Roll ledgers past their age and trim every open topic to its retention; the broker

@@ -291,18 +291,37 @@ class _Merger:
         self._queue: queue.SimpleQueue[tuple["ObjectLedgerStorage", int]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending = 0
 
     def submit(self, storage: "ObjectLedgerStorage", ledger_id: int) -> None:
-        self._queue.put((storage, ledger_id))
         with self._lock:
+            self._pending += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
                 self._thread.start()
+        self._queue.put((storage, ledger_id))
 
     def _run(self) -> None:
         while True:
             storage, ledger_id = self._queue.get()
-            storage.run_merge(ledger_id)
+            try:
+                storage.run_merge(ledger_id)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no merge is queued or running (any topic's); False on timeout."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+
+def wait_merges(timeout: float = 30.0) -> bool:
+    """Wait for every queued merge of this process (a topic's deletion does, so that no merge
+    writes a merged object after the ledger's objects were deleted)."""
+    return _MERGER.wait_idle(timeout)
 
 
 _MERGER = _Merger()

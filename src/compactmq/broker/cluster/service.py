@@ -99,6 +99,12 @@ class ClusterService:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if getattr(self.service.storage, "object_store", None) is None:
+            log.warning(
+                "cluster mode without objectLedgerStorageUrl: topic data stays on this broker's "
+                "disk and does NOT follow ownership (a topic that moves loses its earlier entries "
+                "on the new owner); set objectLedgerStorageUrl to an object store all brokers share"
+            )
         await self.service.run_blocking(self.membership.register)
         await self.service.run_blocking(self.membership.elect)
         self.store.register_session_listener(self._session_event)
