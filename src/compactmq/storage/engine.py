@@ -33,6 +33,7 @@ from .offload.blobstore import BlobStore
 from .resources import PulsarResources
 from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
+from .resources.fence import NO_FENCE, Fence, Fenced
 from .resources.topic_metadata import TopicMetadata
 from .seal import SealRequestWatcher, open_ledger_left
 
@@ -115,6 +116,10 @@ class Storage:
             except CompactMQError as e:
                 raise StorageError(f"{OBJECT_STORE_KEY}: {e}") from None
         self._object_settings = ObjectLedgerSettings.from_config(self.config)
+        #: topic -> its ownership fence (``resources.fence``); a cluster sets this (single node:
+        #: no fence). A managed ledger keeps the fence it was opened under until it closes.
+        self.fence_provider: Callable[[str], Fence] = lambda topic: NO_FENCE
+        self._bound_fences: dict[str, Fence] = {}
         try:
             private_data_dir(self.data_dir)  # owner-only (modes)
             (self.data_dir / LEDGERS_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
@@ -182,6 +187,7 @@ class Storage:
             max_ranges=int(self.config.get("managedLedgerMaxUnackedRangesToPersist", 10_000)),
             clock=self._clock,
         )
+        self.topic_metadata.fence_for = self.fence_for
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 
@@ -320,7 +326,7 @@ class Storage:
             if self._closed:
                 raise StorageError("storage is closed")
             ml = self._mls.get(name)
-            if ml is not None and not ml.fenced:
+            if ml is not None and not ml.fenced and not ml.closed:
                 return ml
             if ml is not None:  # a write or sync failed: reopen, which recovers the ledger
                 ml.close()
@@ -331,6 +337,7 @@ class Storage:
                     dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
                 self.ensure_namespace(TopicName.parse(name).namespace_name)
                 self.topic_metadata.create_topic(name)
+            fence = self._bind_fence(name)
             ml = ManagedLedger(
                 name,
                 self.topic_dir(name),
@@ -340,21 +347,37 @@ class Storage:
                 read_only=self.read_only,
                 on_close=self._forget,
                 offloader=self.offloader,
-                ledger_storage=self._ledger_storage(name),
+                ledger_storage=self._ledger_storage(name, fence),
             )
             self._mls[name] = ml
             return ml
 
-    def _ledger_storage(self, topic: str) -> LedgerStorage | None:
+    def _bind_fence(self, topic: str) -> Fence:
+        """The fence a managed ledger being opened writes under, kept until it closes (a
+        commit of an old instance never passes under a newer ownership of the same broker)."""
+        if self.read_only:
+            return NO_FENCE
+        fence = self.fence_provider(topic)
+        if fence.lost:
+            raise Fenced(f"topic {topic} is not owned by this broker")
+        self._bound_fences[topic] = fence
+        return fence
+
+    def fence_for(self, topic: str) -> Fence:
+        """The fence commits of ``topic``'s ledger list and cursors carry (``resources.fence``)."""
+        bound = self._bound_fences.get(canonical(topic))
+        return bound if bound is not None else self.fence_provider(canonical(topic))
+
+    def _ledger_storage(self, topic: str, fence: Fence) -> LedgerStorage | None:
         """Where ``topic``'s ledger bytes go: the object store (``objectLedgerStorageUrl``), its
         keys under the epoch of this process's ownership; None: the local default."""
         if self.object_store is None:
             return None
-        return ObjectLedgerStorage(self.object_store, topic, self._object_settings, self.epoch_of(topic))
-
-    def epoch_of(self, topic: str) -> int:
-        """The ownership epoch this process writes ``topic`` under (0: a single node)."""
-        return 0
+        storage = ObjectLedgerStorage(self.object_store, topic, self._object_settings, fence.epoch)
+        if fence.checks:
+            store = self.metadata_store
+            storage.ownership_check = lambda: fence.verify(store)
+        return storage
 
     def topics(self) -> list[str]:
         return self.topic_metadata.topics()
@@ -456,6 +479,7 @@ class Storage:
         with self._lock:
             if self._mls.get(ml.topic) is ml:
                 del self._mls[ml.topic]
+                self._bound_fences.pop(ml.topic, None)
         try:  # closed or unloaded: its cursors' positions held back by the rate limit are written
             self.topic_metadata.flush_cursors(ml.topic)
         except CompactMQError as e:

@@ -63,9 +63,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..errors import StorageError
+from ..errors import CompactMQError, StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage, LedgerWriter
 from .object_layout import INDEX_NAME, Layout, resolve_layout
@@ -192,7 +192,8 @@ class ObjectLedgerWriter(LedgerWriter):
             key = self._storage.flush_key(self.ledger_id, start, end)
             try:
                 self._storage.put_object(key, data)
-            except (OSError, StorageError) as e:
+                self._storage.check_owned()  # a zombie's bytes are never acknowledged (fence)
+            except (OSError, StorageError, CompactMQError) as e:
                 with self._cond:
                     self.error = OSError(str(e))
                     self._cond.notify_all()
@@ -341,6 +342,10 @@ class ObjectLedgerStorage(LedgerStorage):
         self.topic = topic
         self.settings = settings or ObjectLedgerSettings()
         self.epoch = int(epoch)
+        #: raises while this process no longer owns the topic (cluster mode sets it: the ownership
+        #: fence, checked after each flush object is durable and before its entries count as
+        #: written -- a broker that lost the topic never acknowledges what it wrote after)
+        self.ownership_check: Callable[[], None] | None = None
         self.prefix = ledgers_prefix(topic)
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
@@ -361,6 +366,10 @@ class ObjectLedgerStorage(LedgerStorage):
 
     def _merged_key(self, ledger_id: int, size: int) -> str:
         return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
+
+    def check_owned(self) -> None:
+        if self.ownership_check is not None:
+            self.ownership_check()
 
     def put_object(self, key: str, data: bytes) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
