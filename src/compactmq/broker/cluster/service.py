@@ -225,7 +225,8 @@ class ClusterService:
             self.fences[decision.acquired] = fence
             self.owned.add(decision.acquired)
             self._wake.set()
-            log.info("broker %s owns bundle %s", self.broker_id, decision.acquired)
+            log.info("broker %s owns bundle %s (epoch %d)", self.broker_id, decision.acquired, fence.epoch)
+            self.service.state.spawn(self._load_topics(decision.acquired))
         return decision
 
     async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
@@ -339,6 +340,27 @@ class ClusterService:
         self._wake.set()
         log.info("broker %s unloaded bundle %s", self.broker_id, bundle)
         return True
+
+    async def _load_topics(self, bundle: Bundle) -> None:
+        """A bundle just taken: open its persistent topics now (as Pulsar's
+        ``loadNamespaceTopics``), each recovered from the metadata and object stores alone, so
+        that clients coming over from the last owner find them ready and compaction goes on."""
+        topics = self.service.topics
+        try:
+            names = await self.service.run_blocking(topics.metadata.topics, bundle.namespace)
+            boundaries = await self.boundaries(bundle.namespace)
+        except Exception:  # noqa: BLE001 - clients still load each topic on first use
+            log.warning("listing the topics of bundle %s failed", bundle, exc_info=True)
+            return
+        for name in names:
+            if bundle not in self.owned or self.closing:
+                return
+            if bundle_of(bundle.namespace, boundaries, name) != bundle or name in topics.loaded:
+                continue
+            try:
+                await topics.get_topic(name, create=False)
+            except Exception as exc:  # noqa: BLE001 - one topic does not keep the others unloaded
+                log.warning("loading %s after taking bundle %s failed: %s", name, bundle, exc)
 
     async def _close_topics(self, bundle: Bundle) -> None:
         topics = self.service.topics
