@@ -14,7 +14,7 @@ import pytest
 
 from compactmq.storage.metadata_store import Put, create_metadata_store
 from compactmq.storage.resources import PulsarResources
-from compactmq.storage.resources.fence import NO_FENCE, Fenced, fenced_update, lost_fence
+from compactmq.storage.resources.fence import NO_FENCE, FenceLease, Fenced, fenced_update, lost_fence
 
 from storage.metadata_store.zk_server import zookeeper  # noqa: F401  (tests/ is on sys.path)
 
@@ -82,3 +82,33 @@ def test_fenced_update_and_the_trivial_fences(stores):
     with pytest.raises(Fenced):
         fenced_update(a, "/fenced/json", lambda v: v, "json", lost_fence("t"))
     assert a.get("/fenced/json").value == b'{"n":3}'
+
+
+def test_a_lease_asks_the_store_once_per_term_and_a_revoke_ends_it(stores):
+    a, _ = stores
+    ra = PulsarResources(a)
+    ra.ownership.try_acquire(NS, RANGE, DATA)
+    fence = ra.ownership.fence(NS, RANGE)
+    now = [100.0]
+    lease = FenceLease(fence, a, 1.5, clock=lambda: now[0])
+    for _ in range(5):
+        lease.check()
+    assert lease.store_checks == 1
+    now[0] += 1.6  # the term is over (a frozen process wakes up): the store is asked again
+    lease.check()
+    assert lease.store_checks == 2
+    ra.ownership.release(NS, RANGE)
+    lease.check()  # within the term: trusted (releasing goes through revoke first, below)
+    now[0] += 1.6
+    with pytest.raises(Fenced):
+        lease.check()  # the term is over and the key is gone
+    ra.ownership.try_acquire(NS, RANGE, DATA)
+    again = ra.ownership.fence(NS, RANGE)
+    lease = FenceLease(again, a, 1000.0, clock=lambda: now[0])
+    lease.check()
+    again.revoke()
+    with pytest.raises(Fenced):
+        lease.check()  # at once, whatever the term
+    with pytest.raises(Fenced):
+        _put(a, again, b"after revoke")
+    assert lease.store_checks == 1

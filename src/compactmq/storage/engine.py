@@ -33,7 +33,7 @@ from .offload.blobstore import BlobStore
 from .resources import PulsarResources
 from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
-from .resources.fence import NO_FENCE, Fence, Fenced
+from .resources.fence import NO_FENCE, Fence, Fenced, FenceLease
 from .resources.topic_metadata import TopicMetadata
 from .seal import SealRequestWatcher, open_ledger_left
 
@@ -375,8 +375,10 @@ class Storage:
             return None
         storage = ObjectLedgerStorage(self.object_store, topic, self._object_settings, fence.epoch)
         if fence.checks:
-            store = self.metadata_store
-            storage.ownership_check = lambda: fence.verify(store)
+            session_s = (
+                int(self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS) / 1000
+            )
+            storage.ownership_check = FenceLease(fence, self.metadata_store, session_s / 2).check
         return storage
 
     def topics(self) -> list[str]:

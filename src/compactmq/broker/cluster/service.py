@@ -142,6 +142,11 @@ class ClusterService:
         if loop is None or self.closing:
             return
         if event is SessionEvent.SESSION_LOST:
+            try:  # at once, on this thread: no lease lets an entry through meanwhile
+                for fence in list(self.fences.values()):
+                    fence.revoke()
+            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them all
+                pass
             loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost()))
         elif event is SessionEvent.SESSION_REESTABLISHED:
             self._force_report = True  # the report loop registers again, load changed or not
@@ -154,6 +159,8 @@ class ClusterService:
     async def _ownership_lost(self) -> None:
         lost = list(self.owned)
         self.owned.clear()
+        for fence in self.fences.values():
+            fence.revoke()  # no lease of it lets another entry through
         self.fences.clear()
         self._owners.clear()  # a watch may have missed changes while the session was gone
         log.warning("metadata store session lost: %d bundle(s) are no longer owned here", len(lost))
@@ -334,6 +341,8 @@ class ClusterService:
         except MetadataStoreError:
             log.warning("could not store the unload hint of %s", bundle, exc_info=True)
         await self._close_topics(bundle)
+        if fence is not None:
+            fence.revoke()  # before the key goes: nothing of this ownership is acknowledged after
         await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
         if self.fences.get(bundle) is fence:
             self.fences.pop(bundle, None)

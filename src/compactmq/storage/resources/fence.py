@@ -33,15 +33,32 @@ The API (small on purpose; compaction commits use it too)
 ``lost_fence(what)``   for a topic this broker does not own: every commit raises ``Fenced``
 ``fenced_update(store, path, fn, what, fence)``  read-modify-write of one JSON value under a fence
 
+``Fence.revoke()``  this broker gave the ownership up (unload, lost session): from now on the
+                    fence fails at once, before any store access
+``FenceLease(fence, store, term_s).check()``  ``verify`` at most once per ``term_s`` (below)
+
 ``Fenced`` is a ``MetadataStoreError`` answered as ``ServiceNotReady`` (retriable): a client
 told so looks the topic up again and reaches the new owner.
+
+The lease (object-ledger flushes)
+---------------------------------
+Entries may be acknowledged only while the fence holds, and a flush is too frequent for a store
+commit each time. ``FenceLease`` checks the store, and for ``term_s`` after the moment it SENT a
+check that succeeded, trusts it: that request reached ZooKeeper after it was sent, so the session
+cannot expire -- and no other broker can take the bundle, whose owner key is this session's
+ephemeral -- before ``send time + metadataStoreSessionTimeoutMillis``; the term is half of that,
+leaving the other half for clock-rate differences. The only other way out, giving the bundle up,
+goes through ``revoke`` first, which ends every lease of the fence at once. A process frozen
+(``SIGSTOP``) past its term finds on waking that the monotonic clock moved on: it checks again.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...errors import NotFound, ServerError
 from ..metadata_store import BadVersion, Check, KeyNotFound, MetadataStore, MetadataStoreError, Op, Put, Stat
@@ -55,16 +72,31 @@ class Fenced(MetadataStoreError):
     http_status = 503
 
 
+class _Revoked:
+    """The one mutable part of a fence: set once, when this broker gives the ownership up."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+
 @dataclass(frozen=True)
 class Fence:
     checks: tuple[Check, ...] = ()
     epoch: int = 0
     lost: bool = False
     what: str = ""
+    _revoked: _Revoked = field(default_factory=_Revoked, compare=False, repr=False)
+
+    @property
+    def revoked(self) -> bool:
+        return self._revoked.flag
+
+    def revoke(self) -> None:
+        self._revoked.flag = True
 
     def commit(self, store: MetadataStore, ops: Sequence[Op]) -> list[Stat | None]:
         """Commit ``ops`` only if the fence holds (see the module docstring)."""
-        if self.lost:
+        if self.lost or self.revoked:
             raise Fenced(f"{self.what} is not owned by this broker")
         if not self.checks:
             return store.commit(list(ops))
@@ -76,7 +108,7 @@ class Fence:
             raise
 
     def holds(self, store: MetadataStore) -> bool:
-        if self.lost:
+        if self.lost or self.revoked:
             return False
         if not self.checks:
             return True
@@ -92,6 +124,39 @@ class Fence:
 
 
 NO_FENCE = Fence()
+
+
+class FenceLease:
+    """``check()``: ``Fenced`` unless the fence holds, asking the store at most once per
+    ``term_s`` (see "The lease" above). Thread-safe."""
+
+    def __init__(
+        self,
+        fence: Fence,
+        store: MetadataStore,
+        term_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fence = fence
+        self._store = store
+        self._term = max(0.0, term_s)
+        self._clock = clock
+        self._until = float("-inf")
+        self._lock = threading.Lock()
+        self.store_checks = 0  # how often the store was asked (tests, stats)
+
+    def check(self) -> None:
+        if self.fence.lost or self.fence.revoked:
+            raise Fenced(f"{self.fence.what}: ownership epoch {self.fence.epoch} was given up")
+        if not self.fence.checks:
+            return
+        with self._lock:
+            if self._clock() < self._until:
+                return
+            sent = self._clock()
+            self.store_checks += 1
+            self.fence.verify(self._store)
+            self._until = sent + self._term
 
 
 def lost_fence(what: str) -> Fence:
