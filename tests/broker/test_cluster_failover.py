@@ -3,7 +3,8 @@
 Each broker is its own process with ``objectLedgerStorageUrl`` pointing at one SeaweedFS bucket,
 sharing a real ZooKeeper with a short session timeout. A producer (deduplication on) and a
 consumer, given all three brokers in one service URL, work on a topic owned by broker A; then A
-goes away -- SIGKILL, an unload, or SIGSTOP past its session timeout and SIGCONT -- while the
+goes away -- SIGKILL, an unload, a graceful stop (SIGTERM), or SIGSTOP past its session timeout
+and SIGCONT -- while the
 producer keeps sending. What must hold afterwards:
 
 * every message the producer saw acknowledged is in the topic, once, in the order sent (a
@@ -218,6 +219,13 @@ def test_unload_of_the_bundle_loses_nothing(cluster):
 
     got = _failover(cluster, unload)
     print(f"unload: first publish on the new owner {got['first_publish_s']:.2f} s after the unload")
+
+
+@pytest.mark.slow
+def test_a_graceful_stop_of_the_owner_loses_nothing(cluster):
+    got = _failover(cluster, lambda owner, topic: owner.stop(signal.SIGTERM))
+    print(f"SIGTERM: first publish on the new owner {got['first_publish_s']:.2f} s after the stop began")
+    got["owner"].start()
 
 
 @pytest.mark.slow

@@ -526,6 +526,15 @@ class TopicManager:
             _load_epoch, self.service.storage.topic_metadata, str(tn)
         )
         await topic.dedup.load()
+        try:  # a bundle given up while this topic loaded: its unload did not see it, so close here
+            await check_topic_owned(self.service, tn)
+        except CompactMQError:
+            await topic.close()
+            try:
+                await self.service.run_blocking(ledger.close)
+            except CompactMQError as exc:
+                log.warning("closing %s after its bundle left failed: %s", tn, exc)
+            raise
         return topic
 
     async def partitions(self, name: str, auto_create: bool = True) -> int:
