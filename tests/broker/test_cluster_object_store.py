@@ -99,3 +99,29 @@ def test_a_file_url_works_the_same(tmp_path):
         _append(storage, 3)
         assert _read_all(storage) == [b"m0", b"m1", b"m2"]
     assert any(files for _, _, files in os.walk(store / "ledgers"))
+
+
+def test_a_single_broker_serves_from_the_store_across_a_restart(tmp_path, seaweedfs):
+    pulsar = pytest.importorskip("pulsar")
+    from harness.broker import BrokerProcess, make_client
+
+    bucket = seaweedfs.create_bucket("object-store-broker")
+    url = f"s3://{bucket}/{tmp_path.name}?region=us-east-1&endpoint={seaweedfs.endpoint}"
+    broker = BrokerProcess(tmp_path / "data", {"objectLedgerStorageUrl": url})
+    broker.start()
+    try:
+        client = make_client(broker.url)
+        producer = client.create_producer(TOPIC)
+        for i in range(10):
+            producer.send(b"m%d" % i)
+        client.close()
+        broker.restart()  # every ledger is read back from the store
+        client = make_client(broker.url)
+        consumer = client.subscribe(TOPIC, "s", initial_position=pulsar.InitialPosition.Earliest)
+        got = [consumer.receive(timeout_millis=15000).data() for _ in range(10)]
+        client.close()
+    finally:
+        broker.stop()
+    assert got == [b"m%d" % i for i in range(10)]
+    assert not any(files for _, _, files in os.walk(tmp_path / "data" / LEDGERS_DIR))
+    assert seaweedfs.keys(bucket, f"{tmp_path.name}/ledgers/")
