@@ -120,15 +120,24 @@ def _index(msg) -> int:
 
 
 def _read_whole_topic(client, topic: str) -> list[int]:
+    """The indexes of the topic's ``m-`` messages; checks on the way that entry ids run from 0
+    without a gap in each ledger and that ledger ids only grow (none reused after a move)."""
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     out = []
+    entries: dict[int, list[int]] = {}
     try:
         while reader.has_message_available():
             msg = reader.read_next(timeout_millis=20000)
+            mid = msg.message_id()
+            entries.setdefault(mid.ledger_id(), []).append(mid.entry_id())
             if msg.data().startswith(b"m-"):
                 out.append(_index(msg))
     finally:
         reader.close()
+    assert list(entries) == sorted(entries), "ledger ids out of order"
+    for ledger, ids in entries.items():
+        assert ids == list(range(len(ids))), f"ledger {ledger}: entry ids {ids[:5]}... not 0, 1, 2..."
+    assert len(entries) >= 2, "the move should have started a new ledger"
     return out
 
 

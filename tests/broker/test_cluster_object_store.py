@@ -101,6 +101,7 @@ def test_a_file_url_works_the_same(tmp_path):
     assert any(files for _, _, files in os.walk(store / "ledgers"))
 
 
+@pytest.mark.slow
 def test_a_single_broker_serves_from_the_store_across_a_restart(tmp_path, seaweedfs):
     pulsar = pytest.importorskip("pulsar")
     from harness.broker import BrokerProcess, make_client
