@@ -112,3 +112,73 @@ def test_a_lease_asks_the_store_once_per_term_and_a_revoke_ends_it(stores):
     with pytest.raises(Fenced):
         _put(a, again, b"after revoke")
     assert lease.store_checks == 1
+
+
+def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_path):
+    """Storage level, two 'brokers' (two ``Storage`` over one memory store and one object store):
+    A owns the topic and writes; its session ends without it noticing; B takes the bundle and
+    recovers the topic; A appends on (nothing acknowledged, no ledger-list commit); a third
+    opener sees exactly A's acknowledged entries and B's, and A's late objects are gone."""
+    from compactmq.config import load_config
+    from compactmq.errors import CompactMQError
+    from compactmq.storage.engine import Storage
+    from compactmq.storage.object_ledgers import wait_merges
+
+    topic = "persistent://public/default/zombie"
+    url = f"memory:z{uuid.uuid4().hex[:8]}"
+    objects = tmp_path / "objects"
+    config = load_config(
+        overrides={
+            "metadataStoreUrl": url,
+            "objectLedgerStorageUrl": f"file://{objects}",
+            "metadataStoreSessionTimeoutMillis": 1,  # lease of ~0: every flush asks the store
+        }
+    )
+    sessions = [create_metadata_store(url, data_dir=tmp_path) for _ in range(2)]
+    try:
+        fence_a, fence_b = _take_in_turn(sessions)
+        a = Storage(tmp_path / "a", config)
+        a.fence_provider = lambda t: fence_a[0]
+        ml_a = a.open_managed_ledger(topic)
+        acked = [ml_a.append(b"a%d" % i) for i in range(5)]
+        sessions[0].close()  # A's session ends; A does not know
+        b = Storage(tmp_path / "b", config)
+        b.fence_provider = lambda t: fence_b()
+        ml_b = b.open_managed_ledger(topic)  # recovery: A's ledger sealed at 5 entries
+        b_pos = [ml_b.append(b"b%d" % i) for i in range(3)]
+        wait_merges()
+        with pytest.raises(CompactMQError):
+            ml_a.append(b"zombie")  # written to an object, refused before it counts
+        with pytest.raises(CompactMQError):
+            ml_a.rollover()  # a ledger-list commit: fenced
+        first = objects / "ledgers" / "persistent" / "public" / "default" / "zombie" / f"{acked[0][0]:012d}"
+        assert "f" in {p.name[:1] for p in first.iterdir()}  # A's late flush object is there...
+        b.close()
+        c = Storage(tmp_path / "c", config)  # a third owner: recovery + sweep
+        c.fence_provider = lambda t: fence_b()
+        ml_c = c.open_managed_ledger(topic)
+        got = [d for li in ml_c.ledgers() for _, d in ml_c.read_entries((li.ledger_id, 0), li.entry_count)]
+        assert got == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(3)]
+        assert acked[0][0] != b_pos[0][0]  # B wrote a new ledger: ids not reused
+        assert sorted(p.name[:1] for p in first.iterdir()) == ["i", "m"]  # ...and swept
+        c.close()
+        a.close()
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def _take_in_turn(sessions):
+    """Session 0 takes the bundle now; session 1 takes it when asked (after 0's session ended)."""
+    r0, r1 = PulsarResources(sessions[0]), PulsarResources(sessions[1])
+    assert r0.ownership.try_acquire(NS, RANGE, DATA)[1]
+    fence_a = [r0.ownership.fence(NS, RANGE)]
+    held: list = []
+
+    def fence_b():
+        if not held:
+            assert r1.ownership.try_acquire(NS, RANGE, DATA)[1]
+            held.append(r1.ownership.fence(NS, RANGE))
+        return held[0]
+
+    return fence_a, fence_b
