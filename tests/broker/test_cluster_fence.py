@@ -140,6 +140,7 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
         a = Storage(tmp_path / "a", config)
         a.fence_provider = lambda t: fence_a[0]
         ml_a = a.open_managed_ledger(topic)
+        sub_a = ml_a.open_cursor("sub", True, "earliest")  # created: stored at once
         acked = [ml_a.append(b"a%d" % i) for i in range(5)]
         sessions[0].close()  # A's session ends; A does not know
         b = Storage(tmp_path / "b", config)
@@ -151,6 +152,8 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
             ml_a.append(b"zombie")  # written to an object, refused before it counts
         with pytest.raises(CompactMQError):
             ml_a.rollover()  # a ledger-list commit: fenced
+        sub_a.ack_cumulative(acked[-1])
+        a.topic_metadata.flush_cursors(topic)  # the zombie's ack: refused (logged), not written
         first = objects / "ledgers" / "persistent" / "public" / "default" / "zombie" / f"{acked[0][0]:012d}"
         assert "f" in {p.name[:1] for p in first.iterdir()}  # A's late flush object is there...
         b.close()
@@ -160,6 +163,7 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
         got = [d for li in ml_c.ledgers() for _, d in ml_c.read_entries((li.ledger_id, 0), li.entry_count)]
         assert got == [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(3)]
         assert acked[0][0] != b_pos[0][0]  # B wrote a new ledger: ids not reused
+        assert ml_c.get_cursor("sub").mark_delete_position < acked[0]  # A's late ack is nowhere
         assert sorted(p.name[:1] for p in first.iterdir()) == ["i", "m"]  # ...and swept
         c.close()
         a.close()
