@@ -126,3 +126,43 @@ def test_a_single_broker_serves_from_the_store_across_a_restart(tmp_path, seawee
     assert got == [b"m%d" % i for i in range(10)]
     assert not any(files for _, _, files in os.walk(tmp_path / "data" / LEDGERS_DIR))
     assert seaweedfs.keys(bucket, f"{tmp_path.name}/ledgers/")
+
+
+def test_a_topic_whose_write_failed_reloads_and_loses_nothing(tmp_path):
+    """A flush that fails leaves the managed ledger refusing appends; the topic unloads itself
+    (as Pulsar closes a topic whose ledger was fenced), the producer's pending send goes again
+    after the reload -- which recovers the ledger -- and nothing is lost or duplicated."""
+    pulsar = pytest.importorskip("pulsar")
+    from harness.broker import BrokerProcess, make_client
+    from harness.wait import wait_until
+
+    store = tmp_path / "objects"
+    overrides = {"objectLedgerStorageUrl": f"file://{store}", "brokerDeduplicationEnabled": "true"}
+    broker = BrokerProcess(tmp_path / "data", overrides)
+    broker.start()
+    topic = f"{TOPIC}-reload"
+    try:
+        client = make_client(broker.url, operation_timeout_seconds=30)
+        producer = client.create_producer(topic, producer_name="p", send_timeout_millis=30000)
+        for i in range(5):
+            producer.send(b"m%d" % i)
+        topic_dir = store / "ledgers" / "persistent" / "public" / "default" / "object-store-reload"
+        current = max(topic_dir.iterdir())
+        current.rename(tmp_path / "aside")
+        current.write_bytes(b"")  # a file where the ledger's directory was: the next flush fails
+        done = []
+        producer.send_async(b"m5", lambda res, mid: done.append(res))
+        wait_until(lambda: "unloading it" in broker.log_path.read_text(), timeout=30, what="the unload")
+        current.unlink()
+        (tmp_path / "aside").rename(current)  # the store is whole again: the reload recovers
+        wait_until(lambda: done, timeout=30, what="the pending send")
+        assert done == [pulsar.Result.Ok]
+        producer.send(b"m6")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(timeout_millis=15000).data())
+        client.close()
+    finally:
+        broker.stop()
+    assert got == [b"m%d" % i for i in range(7)]
