@@ -33,6 +33,11 @@ The API (small on purpose; compaction commits use it too)
 ``lost_fence(what)``   for a topic this broker does not own: every commit raises ``Fenced``
 ``fenced_update(store, path, fn, what, fence)``  read-modify-write of one JSON value under a fence
 
+A topic's fence is ``Storage.fence_for(topic)`` (``TopicMetadata.fence_for`` is the same): the one
+its open managed ledger was opened under, else the cluster's current one for the topic's bundle
+(``broker.cluster`` sets ``Storage.fence_provider``); ``NO_FENCE`` on a single node. A commit of
+other per-topic state (the compaction state) passes its ops through ``fence.commit(store, ops)``.
+
 ``Fence.revoke()``  this broker gave the ownership up (unload, lost session): from now on the
                     fence fails at once, before any store access
 ``FenceLease(fence, store, term_s).check()``  ``verify`` at most once per ``term_s`` (below)
