@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from compactmq.naming import TopicName
 from compactmq.storage.metadata_store import Put, create_metadata_store
 from compactmq.storage.resources import PulsarResources
 from compactmq.storage.resources.fence import NO_FENCE, FenceLease, Fenced, fenced_update, lost_fence
@@ -186,3 +187,36 @@ def _take_in_turn(sessions):
         return held[0]
 
     return fence_a, fence_b
+
+
+def test_an_unload_writes_held_back_acks_under_the_fence_the_ledger_was_opened_with(tmp_path):
+    """An unload marks the bundle not owned before it closes the topics (so nothing loads them
+    meanwhile); the closing ledger's held-back cursor position must still be written."""
+    from compactmq.config import load_config
+    from compactmq.storage.engine import Storage
+    from compactmq.storage.resources.fence import lost_fence
+
+    topic = "persistent://public/default/unload-acks"
+    url = f"memory:u{uuid.uuid4().hex[:8]}"
+    config = load_config(
+        overrides={"metadataStoreUrl": url, "managedLedgerDefaultMarkDeleteRateLimit": 0.001}
+    )
+    owner = create_metadata_store(url, data_dir=tmp_path)
+    try:
+        res = PulsarResources(owner)
+        res.ownership.try_acquire(NS, RANGE, DATA)
+        fence = res.ownership.fence(NS, RANGE)
+        with Storage(tmp_path / "a", config) as storage:
+            owned = [True]
+            storage.fence_provider = lambda t: fence if owned[0] else lost_fence(t)
+            ml = storage.open_managed_ledger(topic)
+            cursor = ml.open_cursor("sub", True, "earliest")  # written at once
+            positions = [ml.append(b"%d" % i) for i in range(3)]
+            cursor.ack_cumulative(positions[-1])  # held back by the rate
+            owned[0] = False  # the unload: not owned any more, then its topics close
+            ml.close()
+            assert storage.topic_metadata.get_cursor(topic, "sub").mark_delete == positions[-1]
+            stored = storage.resources.managed_ledgers.get_cursor(TopicName.parse(topic), "sub")
+            assert (stored[0]["markDeleteLedgerId"], stored[0]["markDeleteEntryId"]) == tuple(positions[-1])
+    finally:
+        owner.close()

@@ -479,13 +479,18 @@ class Storage:
 
     def _forget(self, ml: ManagedLedger) -> None:
         with self._lock:
-            if self._mls.get(ml.topic) is ml:
+            mine = self._mls.get(ml.topic) is ml
+            if mine:
                 del self._mls[ml.topic]
-                self._bound_fences.pop(ml.topic, None)
+            fence = self._bound_fences.get(ml.topic)
         try:  # closed or unloaded: its cursors' positions held back by the rate limit are written
-            self.topic_metadata.flush_cursors(ml.topic)
+            self.topic_metadata.flush_cursors(ml.topic)  # under the fence it was opened with
         except CompactMQError as e:
             log.warning("writing the cursors of %s at close failed: %s", ml.topic, e)
+        if mine:
+            with self._lock:  # unless a new open bound its own meanwhile
+                if self._bound_fences.get(ml.topic) is fence and ml.topic not in self._mls:
+                    self._bound_fences.pop(ml.topic, None)
 
     def close(self) -> None:
         """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""
