@@ -238,6 +238,17 @@ def test_a_graceful_stop_of_the_owner_loses_nothing(cluster):
 
 
 @pytest.mark.slow
+def test_a_rolling_restart_of_every_broker_loses_nothing(cluster):
+    def rolling(owner: BrokerProcess, topic: str) -> None:
+        for b in [owner, *(b for b in cluster if b is not owner)]:
+            b.stop(signal.SIGTERM)  # hands its bundles back first
+            b.start()
+
+    got = _failover(cluster, rolling)
+    print(f"rolling restart: {got['acked']} acknowledged, no send failed")
+
+
+@pytest.mark.slow
 def test_a_frozen_owner_writes_nothing_visible_after_its_session_expired(cluster):
     others: list[BrokerProcess] = []
 
