@@ -279,3 +279,62 @@ def test_a_frozen_owner_writes_nothing_visible_after_its_session_expired(cluster
     # the resumed broker knows it lost the bundle: it sends clients elsewhere
     assert _owner(cluster, got["topic"], via=got["owner"]) is got["new_owner"]
     print(f"SIGSTOP: first publish {got['first_publish_s']:.2f} s after the freeze began")
+
+
+@pytest.mark.slow
+def test_chaos_kills_freezes_and_unloads_lose_nothing(cluster):
+    """For ~45 s, every few seconds a random broker is killed (and started again), frozen past
+    its session timeout (and resumed), or a random bundle is unloaded, while one producer per
+    topic publishes to 6 topics in 2 namespaces of 2 bundles each. At the end every topic is
+    served, and each holds every acknowledged message once, in order."""
+    import random
+
+    rng = random.Random(26)
+    namespaces = []
+    for _ in range(2):
+        ns = f"public/chaos{uuid.uuid4().hex[:6]}"
+        ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 2}}))
+        namespaces.append(ns)
+    topics = [f"persistent://{namespaces[i % 2]}/t{i}" for i in range(6)]
+    client = _client(cluster)
+    pubs = [Publisher(client, t) for t in topics]
+    for p in pubs:
+        p.start()
+    actions = []
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(2, 5))
+            victim = rng.choice(cluster)
+            action = rng.choice(["kill", "freeze", "unload"])
+            actions.append(action)
+            if action == "kill":
+                victim.stop(signal.SIGKILL)
+                time.sleep(1)
+                victim.start()
+            elif action == "freeze":
+                victim.proc.send_signal(signal.SIGSTOP)
+                time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)
+                victim.proc.send_signal(signal.SIGCONT)
+            else:
+                ns = rng.choice(namespaces)
+                bundle = rng.choice(["0x00000000_0x80000000", "0x80000000_0xffffffff"])
+                rest(victim, "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload")  # 307 when not its
+        counts = [len(p.acked) for p in pubs]
+        wait_until(
+            lambda: all(len(p.acked) > c + 5 for p, c in zip(pubs, counts)),
+            timeout=90,
+            what="every topic served after the chaos",
+        )
+    finally:
+        for p in pubs:
+            p.stop()
+    for p, t in zip(pubs, topics):
+        whole = _read_whole_topic(client, t) if p.acked else []
+        assert len(whole) == len(set(whole)), f"{t}: a message is in the topic twice"
+        assert whole == sorted(whole), f"{t}: messages out of order"
+        missing = set(p.acked) - set(whole)
+        assert not missing, f"{t}: {len(missing)} acknowledged message(s) lost: {sorted(missing)[:10]}"
+        assert p.failed == [], p.failed[:3]
+    client.close()
+    print(f"chaos: {actions}, {sum(len(p.acked) for p in pubs)} acknowledged, none lost or repeated")
