@@ -45,6 +45,7 @@ from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from .topic_lock import TopicLock
 from .state import CompactionStates, advance_hold, states_of
+from ..storage.resources.fence import NO_FENCE, Fenced
 from .tiered import compacted_location
 from .strategies import allowed_strategy_classes, resolve_strategy
 from . import chain, previous_view, view_keys, view_store
@@ -174,6 +175,8 @@ class CompactionRunner:
             # files of a crashed run (or a previous ledger whose deletion was cut short); the
             # objects of one that died between its upload and its commit: ``views.prepare``
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
+            # the ownership this run starts under: its commit holds only while that one does
+            fence = self.storage.fence_for(self.topic) if hasattr(self.storage, "fence_for") else NO_FENCE
             running = states.mark_running(self.topic, expected_version=state.version)
             held = False
             self.abort_hook("start")
@@ -228,6 +231,7 @@ class CompactionRunner:
                     expected_version=running.version,
                     stats=stats,
                     details=details,
+                    fence=fence,
                 )
                 step("commit")
             except BaseException as e:
@@ -239,15 +243,18 @@ class CompactionRunner:
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
-                try:  # only while the state is still this run's (a stale run records nothing)
-                    states.record_failure(
-                        self.topic,
-                        message,
-                        expected_version=running.version,
-                        duration_ms=int((self.clock() - t0) * 1000),
-                    )
-                except Exception:
-                    pass
+                # only while the state is still this run's (a stale run records nothing), and
+                # never by a deposed owner (Fenced: the new owner records the interrupted run)
+                if not isinstance(e, Fenced):
+                    try:
+                        states.record_failure(
+                            self.topic,
+                            message,
+                            expected_version=running.version,
+                            duration_ms=int((self.clock() - t0) * 1000),
+                        )
+                    except Exception:
+                        pass
                 if isinstance(e, CompactMQError) or not isinstance(e, Exception):
                     raise
                 raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
