@@ -81,3 +81,45 @@ def test_a_spark_run_compacts_object_ledgers_on_seaweedfs(tmp_path, seaweedfs, s
         got = dict(E.decode(b)[1][0][1:3] for _, b in service.read_compacted_entries((0, 0), 1000))
         # keep-latest of k{i % 7} = v{i} for i < 50, then k0's tombstone
         assert got == {f"k{k}": b"v%d" % max(i for i in range(50) if i % 7 == k) for k in range(1, 7)}
+
+
+def test_the_view_lives_beside_the_ledgers_and_the_next_owner_finds_it(tmp_path):
+    """With ledgers in the object store the run writes its view there too (a manifest and its
+    parts, named by a catalog row in the metadata store): another broker's storage -- another
+    data directory, the same metadata and object store -- reads it by URI and its next run
+    replaces it, deleting the previous view's objects."""
+    import os
+
+    from compactmq.compaction import tiered
+    from compactmq.compaction.compacted_ledger import compacted_ledger_path
+    from compactmq.compaction.runner import CompactionRunner
+    from compactmq.compaction.state import states_of
+    from compactmq.storage.offload import open_store
+
+    from .test_state import DeposingEngine
+
+    store = tmp_path / "objects"
+    config = load_config(
+        overrides={
+            **SMALL,
+            "objectLedgerStorageUrl": f"file://{store}",
+            "metadataStoreUrl": f"memory:{tmp_path.name}",
+            "compactionDirectIO": False,
+        }
+    )
+    with Storage(tmp_path / "a", config) as first:
+        ml = first.open_managed_ledger(TOPIC)
+        ml.append_many(_history(20))
+        old = CompactionRunner(first, TOPIC, config, DeposingEngine()).run().compacted_ledger_id
+        assert not os.path.exists(compacted_ledger_path(first.data_dir, TOPIC, old))
+        where = tiered.compacted_location(first, TOPIC, old)
+        rec = first.offloader.compacted_record(old)
+        assert "://" in where and rec is not None and rec.location == first.object_store.location
+    with Storage(tmp_path / "b", config) as second:  # the next owner
+        assert tiered.compacted_location(second, TOPIC, old) == where
+        second.open_managed_ledger(TOPIC).append_many(_history(3))
+        new = CompactionRunner(second, TOPIC, config, DeposingEngine()).run().compacted_ledger_id
+        assert states_of(second).get(TOPIC).compacted_ledger_id == new != old
+        keys = open_store(second.object_store.location).list("compacted")
+        assert keys and not [k for k in keys if k.startswith(rec.index_key)]  # the old view's objects
+        assert second.offloader.compacted_record(old) is None

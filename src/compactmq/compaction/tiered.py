@@ -53,7 +53,7 @@ def sweep_view_orphans(storage, topic: str) -> list[str]:
     upload and its commit). Call while holding the topic's compaction lock: a run uploading now
     holds it, so its objects are never taken for orphans."""
     offloader = storage.offloader
-    loc = offloader.location_for(topic)
+    loc = store_location(storage, topic)
     if loc is None:
         return []
     known = offloader.catalog.known_keys()
@@ -97,15 +97,21 @@ def copyable_view_file(data_dir, topic: str, view_id: int) -> Optional[str]:
 
 
 def store_location(storage, topic: str):
-    """Where ``topic`` offloads to when tiered storage is configured (else None): a run then
-    writes its view there directly."""
+    """Where a run writes ``topic``'s view straight to the object store, else None (local):
+    where the topic offloads to when tiered storage is configured, else -- ledgers in the object
+    store (``objectLedgerStorageUrl``, cluster mode) -- that store, so the view lives with the
+    ledgers and a broker that takes the topic over finds it through the catalog row."""
     offloader = getattr(storage, "offloader", None)
     if offloader is None:
         return None
     try:
-        return offloader.location_for(topic)
+        location = offloader.location_for(topic)
     except CompactMQError:
-        return None
+        location = None
+    if location is None:
+        object_store = getattr(storage, "object_store", None)
+        location = getattr(object_store, "location", None)
+    return location
 
 
 def sweep_quietly(storage, topic: str) -> None:
@@ -243,7 +249,11 @@ def sweep_all_view_orphans(storage) -> list[str]:
     compaction lock: a compact-topic job uploading right now holds it."""
     offloader = storage.offloader
     removed: list[str] = []
-    for loc in offloader.locations():
+    locations = set(offloader.locations())
+    object_store = getattr(storage, "object_store", None)
+    if object_store is not None:  # views written beside the ledgers (``store_location``)
+        locations.add(object_store.location)
+    for loc in locations:
         store = open_store(loc)
         known = offloader.catalog.known_keys()
         prefixes = tuple(k for k in known if k.endswith("/"))
