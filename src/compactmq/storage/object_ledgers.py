@@ -604,8 +604,11 @@ class ObjectLedgerStorage(LedgerStorage):
         got to it, since another process (a Spark task) reads the ledger as one object by URI;
         for a ledger still being written, the URI of its key prefix (no single object)."""
         layout = self._layout(ledger_id)
-        if layout.parts and not layout.merged and self.merge(ledger_id):
-            layout = self._layout(ledger_id)
+        if layout.parts and not layout.merged:
+            # merged now, or by the background merger meanwhile (merge() then says False):
+            # either way the layout to answer from is the store's, not the cached one
+            self.merge(ledger_id)
+            layout = self._layout(ledger_id, refresh=True)
         key = self.ledger_prefix(ledger_id)
         if layout.merged:
             key = f"{key}/{layout.parts[0][2]}"
