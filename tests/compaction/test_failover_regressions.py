@@ -92,9 +92,9 @@ def expected_view(values: list[tuple[str, bytes]]) -> dict[str, bytes]:
     return dict(values)
 
 
-def published(n: int, prefix: str = "v") -> list[tuple[str, bytes]]:
-    """What ``admin.harness.publish(broker, topic, n, KEYS, prefix)`` sends, in order."""
-    return [(f"k{i % KEYS}", f"{prefix}{i}".encode()) for i in range(n)]
+def published(n: int, prefix: str = "v", keys: int = KEYS) -> list[tuple[str, bytes]]:
+    """What ``admin.harness.publish(broker, topic, n, keys, prefix)`` sends, in order."""
+    return [(f"k{i % keys}", f"{prefix}{i}".encode()) for i in range(n)]
 
 
 def read_compacted(client, topic: str, timeout_ms: int = 3000) -> dict[str, bytes]:
@@ -164,19 +164,20 @@ def test_topic_unloaded_during_compaction_loses_and_repeats_nothing(broker, http
     client = make_client(broker.url)
     try:
         consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
-        publish(broker, topic, 30, KEYS)
-        assert drain(consumer) == [v for _, v in published(30)]
+        # more entries than the test service reads at once: the run is held with more to read
+        publish(broker, topic, 600, KEYS, batching=False)
+        assert drain(consumer) == [v for _, v in published(600)]
         wait_backlog(broker, topic, "sub", 0)  # the broker has every acknowledgement
         start_held_run(http, topic)
         unload(http, topic)  # the topic closes under the run and loads again on the next request
-        publish(broker, topic, 12, KEYS, prefix="after")
+        publish(broker, topic, 12, 3, prefix="after")  # k0..k2 only: k3..k5 keep their last v
         closed_gate.touch()  # the run goes on against a topic that moved under it
         wait_until(lambda: compaction(http, topic)["status"] != "RUNNING", 60, "the held run to end")
         compact(http, topic)  # a rerun on the reloaded topic reads everything after the horizon
-        history = published(30) + published(12, "after")
+        history = published(600) + published(12, "after", keys=3)
         assert read_compacted(client, topic) == expected_view(history)
         # the rest, once, in order: nothing acknowledged before the unload comes again, no loss
-        assert drain(consumer) == [v for _, v in published(12, "after")]
+        assert drain(consumer) == [v for _, v in published(12, "after", keys=3)]
     finally:
         client.close()
 
