@@ -123,3 +123,41 @@ def test_the_view_lives_beside_the_ledgers_and_the_next_owner_finds_it(tmp_path)
         keys = open_store(second.object_store.location).list("compacted")
         assert keys and not [k for k in keys if k.startswith(rec.index_key)]  # the old view's objects
         assert second.offloader.compacted_record(old) is None
+
+
+def test_only_the_owner_judges_a_view_row_not_committed_yet(tmp_path):
+    """Cluster mode: a run adds its view's catalog row just before its commit, holding a lock
+    local to its own data directory. Another broker's clean-up (``delete_dead`` at its start)
+    must not take that row for dead and delete the objects the commit is about to name: a
+    broker judges view rows of the topics it owns only."""
+    from compactmq.compaction import tiered
+    from compactmq.compaction.runner import CompactionRunner
+    from compactmq.storage.resources.fence import lost_fence
+
+    from .test_state import DeposingEngine
+
+    config = load_config(
+        overrides={
+            **SMALL,
+            "objectLedgerStorageUrl": f"file://{tmp_path}/objects",
+            "metadataStoreUrl": f"memory:{tmp_path.name}",
+        }
+    )
+    with Storage(tmp_path / "owner", config) as owner:
+        tiered.attach(owner)
+        owner.open_managed_ledger(TOPIC).append_many(_history(5))
+        CompactionRunner(owner, TOPIC, config, DeposingEngine()).run()
+        # the owner's next run, between its upload and its commit: its row names view 999
+        loc = tiered.store_location(owner, TOPIC)
+        prefix = tiered.new_view_prefix(TOPIC, 999)
+        record, _ = tiered.write_view_manifest(owner, TOPIC, loc, prefix, 999, [])
+        owner.offloader.catalog.add(record)
+        with Storage(tmp_path / "other", config) as other:
+            other.fence_provider = lambda topic: lost_fence(topic)  # not its topic
+            tiered.attach(other)
+            other.offloader.delete_dead()
+            assert tiered.sweep_all_view_orphans(other) == []
+            assert other.offloader.compacted_record(999) is not None
+        assert owner.offloader.compacted_record(999) is not None
+        owner.offloader.delete_dead()  # the owner (single node here: it owns every topic) may
+        assert owner.offloader.compacted_record(999) is None

@@ -159,6 +159,29 @@ def try_lock(data_dir, topic: str) -> Optional[TopicLock]:
     return TopicLock.try_acquire(topic_dir(data_dir, topic))
 
 
+def _owns(storage, topic: str) -> bool:
+    """Whether this process may judge ``topic``'s view objects: always on a single node; in
+    cluster mode only while it owns the topic (the lock above is local to a data directory,
+    so another broker's run -- its row added, its commit not yet made -- holds no lock here)."""
+    fence_for = getattr(storage, "fence_for", None)
+    return fence_for is None or not fence_for(topic).lost
+
+
+def _clustered(storage) -> bool:
+    """Whether ownership of topics is decided by a cluster (``storage.resources.fence``)."""
+    from ..storage.resources.fence import NO_FENCE
+
+    fence_for = getattr(storage, "fence_for", None)
+    return fence_for is not None and fence_for("persistent://public/default/__probe__") is not NO_FENCE
+
+
+def owned_lock(storage, topic: str) -> Optional[TopicLock]:
+    """``try_lock`` for a topic this process owns (``_owns``), else None: not ours to judge."""
+    if not _owns(storage, topic):
+        return None
+    return try_lock(storage.data_dir, topic)
+
+
 class ViewOffload:
     """The offloader's companion for compacted views (``storage.offload.offloader.Companion``)."""
 
@@ -238,7 +261,7 @@ def attach(storage) -> None:
     offloader = getattr(storage, "offloader", None)
     if offloader is None:
         return
-    offloader.compacted_lock = functools.partial(try_lock, storage.data_dir)
+    offloader.compacted_lock = functools.partial(owned_lock, storage)
     if not any(isinstance(c, ViewOffload) for c in offloader.companions):
         offloader.companions.append(ViewOffload(storage))
 
@@ -246,9 +269,13 @@ def attach(storage) -> None:
 def sweep_all_view_orphans(storage) -> list[str]:
     """At start: delete the objects of views no catalog row names, in every location (a run or
     an offload that died between its upload and its commit). A topic's are swept only under its
-    compaction lock: a compact-topic job uploading right now holds it."""
+    compaction lock: a compact-topic job uploading right now holds it. In cluster mode this
+    sweep is left to each topic's owner (``sweep_view_orphans`` at the start of its runs): a
+    local lock says nothing of another broker's run uploading now."""
     offloader = storage.offloader
     removed: list[str] = []
+    if _clustered(storage):
+        return removed
     locations = set(offloader.locations())
     object_store = getattr(storage, "object_store", None)
     if object_store is not None:  # views written beside the ledgers (``store_location``)
