@@ -275,6 +275,13 @@ SETTINGS: dict[str, Setting] = {
     ),
     # --- ledgers written straight to an object store (storage/object_ledgers.py); compactmq's own
     # keys (Pulsar has no such store), used by cluster mode. A flush is ONE object write.
+    "objectLedgerStorageUrl": _s(
+        str,
+        "",
+        "where managed ledgers are written: empty keeps them on local disk; "
+        "s3://bucket[/prefix][?region=R&endpoint=http://host:port] or file:///dir puts every "
+        "ledger in that object store (so that in a cluster a topic's data follows its ownership)",
+    ),
     "objectLedgerFlushIntervalMillis": _s(
         int,
         5,

@@ -474,9 +474,16 @@ def test_cluster_script_starts_zookeeper_and_three_brokers_and_stops_them(tmp_pa
 
     from .conftest import ROOT, free_port
 
+    def weed_port() -> int:  # SeaweedFS listens on the port and on the port + 10000 (gRPC)
+        while True:
+            port = free_port()
+            if port < 55000:
+                return port
+
     env = {
         **os.environ,
         "ZK_PORT": str(free_port()),
+        "WEED_PORTS": " ".join(str(weed_port()) for _ in range(4)),
         "BROKER_PORTS": " ".join(str(free_port()) for _ in range(3)),
         "WEB_PORTS": " ".join(str(free_port()) for _ in range(3)),
         "COMPACTMQ": str(Path(sys.executable).parent / "compactmq"),
@@ -488,14 +495,15 @@ def test_cluster_script_starts_zookeeper_and_three_brokers_and_stops_them(tmp_pa
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         info = json.loads((tmp_path / "cluster.json").read_text())
-        assert [p["role"] for p in info["processes"]] == ["zookeeper", "broker", "broker", "broker"]
+        roles = [p["role"] for p in info["processes"]]
+        assert roles == ["zookeeper", "objectstore", "broker", "broker", "broker"]
         client = make_client(info["serviceUrl"])
         try:
             for lo in BOUNDARIES[:-1]:
                 produce_consume(client, topics_in(lo, 1, "script")[0], 1)
         finally:
             client.close()
-        web = info["processes"][1]["webServiceUrl"]
+        web = info["processes"][2]["webServiceUrl"]
         with urllib.request.urlopen(f"{web}/admin/v2/brokers/standalone", timeout=10) as resp:
             assert len(json.loads(resp.read())) == 3
     finally:

@@ -7,6 +7,8 @@ No Spark: the runner's engine here writes no segment (an empty chain is a valid 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from compactmq.compaction import compacted_ledger as cl
@@ -194,5 +196,53 @@ def test_a_committed_run_moves_the_hold_and_states_survive_a_restart(tmp_path):
             result.compacted_ledger_id,
             result.horizon,
         )
+        assert os.path.isdir(cl.topic_dir(storage.data_dir, T))
         storage.delete_managed_ledger(T)  # the topic's compaction state goes with it
         assert states_of(storage).get(T) == CompactionState(T)
+        # and its directory in the compaction layer's area (storage.engine.TOPIC_AREAS)
+        assert not os.path.exists(cl.topic_dir(storage.data_dir, T))
+
+
+def test_a_run_that_straddles_an_ownership_change_commits_nothing(tmp_path):
+    """Cluster mode: the run's commit carries the ownership fence the run started under. The
+    owner gives the topic's bundle up and takes it again (a new epoch, as after a move and back)
+    while the run works: its commit fails with ``Fenced`` and writes nothing -- not even a
+    failure (the new epoch's owner records the interrupted run) -- and leaves no view file."""
+    import contextlib
+
+    from compactmq.storage.resources.fence import Fenced
+
+    ns, bundle = "public/default", "0x00000000_0xffffffff"
+    data = {"nativeUrl": "pulsar://a:6650", "httpUrl": "http://a:8080", "disabled": False}
+    cfg = load_config(overrides={"managedLedgerSyncData": False, "compactionDirectIO": False})
+    storage = Storage(tmp_path / "data", cfg)
+    try:
+        owners = storage.resources.ownership
+        assert owners.try_acquire(ns, bundle, data)[1]
+        storage.fence_provider = lambda topic: owners.fence(ns, bundle)
+        ml = storage.open_managed_ledger(T)
+        _publish(ml, ["a", "b"])
+        first = CompactionRunner(storage, T, cfg, DeposingEngine()).run()
+        _publish(ml, ["c"])
+        version = states_of(storage).get(T).version
+
+        def move_and_back(plan):
+            assert owners.release(ns, bundle) and owners.try_acquire(ns, bundle, data)[1]
+
+        with pytest.raises(Fenced):
+            CompactionRunner(storage, T, cfg, DeposingEngine(move_and_back)).run()
+        state = states_of(storage).get(T)
+        assert (state.compacted_ledger_id, state.horizon, state.status) == (
+            first.compacted_ledger_id,
+            first.horizon,
+            RUNNING,
+        )
+        assert state.version == version + 1  # its RUNNING mark only: no view, no failure
+        assert cl.list_compacted_ledgers(tmp_path / "data", T) == [first.compacted_ledger_id]
+        assert ml.get_cursor(COMPACTION_CURSOR).mark_delete_position == first.horizon
+    finally:
+        # a deposed owner cannot seal its ledger either (the ledger list commit is fenced too)
+        with contextlib.suppress(Fenced):
+            storage.close()
+        storage.metadata_store.close()
+        storage._release_lock()

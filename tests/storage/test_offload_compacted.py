@@ -120,7 +120,7 @@ from compactmq.config import load_config
 from compactmq.storage import Storage
 st = Storage(sys.argv[1], load_config(overrides=json.loads(sys.argv[2])))
 tiered.attach(st)
-st.offloader.offload_compacted({topic!r})
+tiered.offload_view(st, {topic!r})
 print("finished")
 """
 
@@ -150,7 +150,7 @@ def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path
     assert st.offloader.compacted_record(cid) is None
     assert not any(k.startswith("compacted/") for k in stored(st))
     assert os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
-    assert st.offloader.offload_compacted(TOPIC) is not None  # and it goes through now
+    assert tiered.offload_view(st, TOPIC) is not None  # and it goes through now
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
     st.close()
 
@@ -324,13 +324,13 @@ def test_a_chained_local_view_is_not_offloaded_as_it_stands(tmp_path, clock):
         path, chain.Manifest.fresh([(name, n, os.path.getsize(os.path.join(os.path.dirname(path), name)))])
     )
     _commit(st, cid, entries, running)
-    assert st.offloader.offload_compacted(TOPIC) is None
+    assert tiered.offload_view(st, TOPIC) is None
     assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     assert view(st, cid) == [((lid, eid), d) for lid, eid, d in entries]
     # nor a manifest with a mask section (its own magic): an entry of the chain keeps batch index 0
     masked = chain.read(path).extended([], [], [], masks=([entries[0][0]], [entries[0][1]], [1], [0]))
     chain.write(path, masked)
     assert chain.read(path).masks.size == 1
-    assert st.offloader.offload_compacted(TOPIC) is None
+    assert tiered.offload_view(st, TOPIC) is None
     assert st.offloader.compacted_record(cid) is None and os.path.exists(path)
     st.close()

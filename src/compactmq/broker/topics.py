@@ -76,6 +76,7 @@ class Topic:
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
         self.closed = False
+        self._unload_requested = False  # _reload_if_fenced asked for an unload once
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
         self.epoch = -1  # topic epoch (see producers): -1 until an exclusive producer takes the topic
         # monotonic seconds of the last attach/detach: the inactive-topic sweep (inactive_topics)
@@ -128,6 +129,7 @@ class Topic:
                         cb(None, err)
                     if isinstance(exc, asyncio.CancelledError):
                         raise
+                    self._reload_if_fenced()
                     continue
                 stored = iter(positions)  # storage returns Positions
                 for entry, _, cb in batch:
@@ -143,6 +145,25 @@ class Topic:
                         sub.dispatcher.wake()
         finally:
             self._append_task = None
+
+    def _reload_if_fenced(self) -> None:
+        """A write or sync failed, so the managed ledger refuses appends until reopened (a lost
+        ownership check in a cluster, a transient store error, a disk error): unload the topic,
+        as Pulsar closes a topic whose ledger was fenced. Its clients reconnect and look it up
+        again; the next load recovers the ledger (or, if the bundle moved, goes to its owner)."""
+        if self.closed or self._unload_requested or not getattr(self.ledger, "fenced", False):
+            return
+        self._unload_requested = True
+        log.warning("%s: its ledger refuses appends after a failed write; unloading it", self.name)
+        self.spawn(self._unload_self())
+
+    async def _unload_self(self) -> None:
+        topics = self.service.topics
+        if topics.loaded.get(self.name) is self:  # not a newer load of the same name
+            try:
+                await topics.unload(self.name, close_ledger=True)
+            except Exception:  # noqa: BLE001 - the ledger is broken already; the next load recovers
+                log.warning("unloading %s after a failed write failed", self.name, exc_info=True)
 
     def _cache(self, positions: list[Position], entries: list[bytes]) -> None:
         """Keep what was just appended for the subscriptions reading the tail; drop what every
@@ -526,6 +547,15 @@ class TopicManager:
             _load_epoch, self.service.storage.topic_metadata, str(tn)
         )
         await topic.dedup.load()
+        try:  # a bundle given up while this topic loaded: its unload did not see it, so close here
+            await check_topic_owned(self.service, tn)
+        except CompactMQError:
+            await topic.close()
+            try:
+                await self.service.run_blocking(ledger.close)
+            except CompactMQError as exc:
+                log.warning("closing %s after its bundle left failed: %s", tn, exc)
+            raise
         return topic
 
     async def partitions(self, name: str, auto_create: bool = True) -> int:

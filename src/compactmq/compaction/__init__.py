@@ -132,8 +132,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES
 from ..errors import CompactionError, InvalidConfiguration
+from ..storage.engine import TOPIC_AREAS
 from ..storage.policy_keys import COMPACTION_CURSOR
 from ..storage.position import EARLIEST, Position
+
+#: the data directory's area of the compaction layer: one directory per topic (its views, chain
+#: segments, key sidecars and compaction lock); storage makes it and deletes a topic's part with
+#: the topic (``storage.engine.TOPIC_AREAS``) and knows nothing else of it
+COMPACTED_DIR = "compacted"
+TOPIC_AREAS.add(COMPACTED_DIR)
 
 DEFAULT_FACTORY = "compactmq.compaction.spark.SparkCompactionServiceFactory"
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..errors import StorageError
 from . import chain
+from . import COMPACTED_DIR
 
 HEADER = b"CMQCLED1"
 MANIFEST = b"CMQCLMN1"
@@ -82,7 +83,7 @@ def topic_dir(data_dir, topic: str) -> str:
     """Directory of a topic's compacted ledgers (the storage layout:
     ``{data_dir}/compacted/<domain>/<tenant>/<namespace>/<topic>``)."""
     from ..naming import canonical
-    from ..storage.engine import COMPACTED_DIR, topic_relpath
+    from ..storage.engine import topic_relpath
 
     return os.path.join(str(data_dir), COMPACTED_DIR, topic_relpath(canonical(topic)))
 

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..config import parse_bool
-from ..errors import CompactionError, CompactMQError, StorageError
+from ..errors import CompactionError, CompactMQError
 from . import (
     CompactionProgress,
     CompactionResult,
@@ -36,7 +36,6 @@ from . import (
     retention_mode,
 )
 from .compacted_ledger import (
-    compacted_ledger_path,
     remove_orphans,
     topic_dir,
 )
@@ -44,12 +43,12 @@ from .lag import last_compactable, lag_seconds_setting
 from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
-from ..storage.topic_lock import TopicLock
+from .topic_lock import TopicLock
 from .state import CompactionStates, advance_hold, states_of
-from . import tiered
-from .tiered import compacted_location, new_view_prefix
+from ..storage.resources.fence import NO_FENCE, Fenced
+from .tiered import compacted_location
 from .strategies import allowed_strategy_classes, resolve_strategy
-from . import chain, previous_view, view_keys
+from . import chain, previous_view, view_keys, view_store
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +161,8 @@ class CompactionRunner:
         step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
         states = self.states
-        final_path = None
         plan = None
-        prefix: Optional[str] = None
+        views = view_store.for_run(self.storage, self.topic)  # where the new view goes
         try:
             state = states.get(self.topic)
             settings = topic_settings(self.storage, self.topic, self.config)
@@ -174,15 +172,13 @@ class CompactionRunner:
                 duration = int((self.clock() - t0) * 1000)
                 states.record_empty(self.topic, running.version, duration_ms=duration)
                 return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
-            # files of a crashed run (or a previous ledger whose deletion was cut short), and the
-            # objects of a run that died between its upload and its commit
+            # files of a crashed run (or a previous ledger whose deletion was cut short); the
+            # objects of one that died between its upload and its commit: ``views.prepare``
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
-            store_at = tiered.store_location(self.storage, self.topic)
-            if store_at is not None:  # objects of a run that died between upload and commit
-                tiered.sweep_quietly(self.storage, self.topic)
+            # the ownership this run starts under: its commit holds only while that one does
+            fence = self.storage.fence_for(self.topic) if hasattr(self.storage, "fence_for") else NO_FENCE
             running = states.mark_running(self.topic, expected_version=state.version)
             held = False
-            record = None
             self.abort_hook("start")
             try:
                 # a policy names only a built-in or a class the operator allowed (docs/security.md)
@@ -192,26 +188,7 @@ class CompactionRunner:
                 # retention keeps what the run reads until the commit moves the cursor past it
                 held = self._managed_ledger().hold_for_compaction()
                 plan = self._plan(state, settings, strategy, new_id)
-                if store_at is not None:  # tiered storage: the tasks upload their parts themselves
-                    prefix = new_view_prefix(self.topic, new_id)
-                    plan.extra.update(store=store_at, prefix=prefix)
-                else:  # a chain of segments (``chain``): extending the previous one, or fresh
-                    incremental = self._extends_chain(plan)
-                    plan.extra["chain"] = {
-                        "dir": self._topic_dir,
-                        "run": new_id,
-                        "incremental": incremental,
-                        # old batches that lost some message are masked, not rewritten
-                        "masks": bool(self.config.get("compactionChainMasks", True)),
-                        # segments are written with direct I/O where the file system allows it
-                        "direct_io": bool(self.config.get("compactionDirectIO", True)),
-                        # only the new messages go through Spark, looked up in the sidecar (``delta``)
-                        "delta": incremental
-                        and plan.strategy == "keep-latest"
-                        and bool(self._prev_sidecar[0])
-                        and getattr(self.engine, "delta_runs", False)
-                        and bool(self.config.get("compactionChainDeltaRuns", True)),
-                    }
+                views.prepare(self, plan, new_id)
                 step("plan")
                 report(CompactionProgress("start", 0, plan.estimated_entries))
                 self.abort_hook("planned")
@@ -219,21 +196,8 @@ class CompactionRunner:
                 step("spark")
                 self.abort_hook("parts-written")
                 report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
-                record = None
-                manifest = None
-                if prefix is None:
-                    final_path = compacted_ledger_path(self.data_dir, self.topic, new_id)
-                    # the tasks fsynced their segments; the manifest (fsynced with the directory)
-                    # names them, and the commit below makes it the view
-                    manifest, written = self._chain_manifest(plan, parts)
-                    chain.write(final_path, manifest)
-                else:
-                    # the parts are in the object store already: a manifest beside them makes the
-                    # ledger, committed below together with its catalog row
-                    record, written = tiered.write_view_manifest(
-                        self.storage, self.topic, store_at, prefix, new_id, parts
-                    )
-                sidecar = self._place_view_keys(plan, parts, new_id, store_at, prefix)
+                written, size = views.write_view(self, plan, parts, new_id)
+                sidecar = self._place_view_keys(plan, parts, new_id, views)
                 step("build")
                 kept = sum(p["messages"] for p in parts)
                 read = int(self.engine.last_stats.get("messages_read", 0))
@@ -243,10 +207,6 @@ class CompactionRunner:
                 keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
                 duration = int((self.clock() - t0) * 1000)
                 stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
-                if final_path:
-                    size = chain.view_size(final_path, manifest)  # type: ignore[arg-type]
-                else:
-                    size = record.data_size  # type: ignore[union-attr]
                 details = {
                     "keys": keys,
                     "tombstones": tombstones,
@@ -261,11 +221,7 @@ class CompactionRunner:
                 if sidecar is not None:
                     details[view_keys.DETAILS_KEY] = sidecar
                 self.abort_hook("before-commit")
-                if record is not None:
-                    # the object's catalog row first: until the commit below names the view, the
-                    # row is "dead" and only a sweep holding this topic's lock (not held by us
-                    # now: we hold it) may delete its objects
-                    self.storage.offloader.catalog.add(record)
+                views.publish()
                 # ONE compare-and-set: the view pointer and its horizon together, if the state is
                 # still the one this run marked RUNNING (else StaleCompaction: nothing written)
                 previous, _ = states.commit(
@@ -275,6 +231,7 @@ class CompactionRunner:
                     expected_version=running.version,
                     stats=stats,
                     details=details,
+                    fence=fence,
                 )
                 step("commit")
             except BaseException as e:
@@ -282,27 +239,22 @@ class CompactionRunner:
                 if held and not committed:
                     self._release_hold()
                 if not committed:
-                    if final_path and os.path.exists(final_path):
-                        os.unlink(final_path)
-                    if plan is not None:
-                        view_keys.remove_local(self._topic_dir, new_id)
-                        chain.remove_run_segments(self._topic_dir, new_id)
-                    if prefix is not None:
-                        if record is not None:  # its row, added before the refused commit
-                            tiered.forget_record(self.storage, record)
-                        tiered.delete_uploaded(store_at, prefix)
+                    views.discard(plan, new_id if plan is not None else -1)
                 if plan is not None:
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 message = f"{type(e).__name__}: {e}"
-                try:  # only while the state is still this run's (a stale run records nothing)
-                    states.record_failure(
-                        self.topic,
-                        message,
-                        expected_version=running.version,
-                        duration_ms=int((self.clock() - t0) * 1000),
-                    )
-                except Exception:
-                    pass
+                # only while the state is still this run's (a stale run records nothing), and
+                # never by a deposed owner (Fenced: the new owner records the interrupted run)
+                if not isinstance(e, Fenced):
+                    try:
+                        states.record_failure(
+                            self.topic,
+                            message,
+                            expected_version=running.version,
+                            duration_ms=int((self.clock() - t0) * 1000),
+                        )
+                    except Exception:
+                        pass
                 if isinstance(e, CompactMQError) or not isinstance(e, Exception):
                     raise
                 raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
@@ -311,27 +263,7 @@ class CompactionRunner:
             self.abort_hook("after-commit")
             shutil.rmtree(plan.run_dir, ignore_errors=True)
             if previous is not None and previous != new_id:
-                previous_path = compacted_ledger_path(self.data_dir, self.topic, previous)
-                try:  # its segments the new chain does not name go with it
-                    stale = chain.stale_segments(chain.read(previous_path), manifest)
-                except (StorageError, OSError):
-                    stale = []  # unreadable: the next run's orphan sweep decides
-                try:
-                    os.unlink(previous_path)
-                except FileNotFoundError:
-                    pass
-                for name in stale:
-                    try:
-                        os.unlink(os.path.join(self._topic_dir, name))
-                    except FileNotFoundError:
-                        pass
-                view_keys.remove_local(self._topic_dir, previous)
-                offloader = getattr(self.storage, "offloader", None)
-                if offloader is not None:
-                    try:  # the previous ledger's objects are dead now; maintenance retries
-                        offloader.delete_dead(self.topic, compaction_locked=True)
-                    except CompactMQError:
-                        pass
+                views.retire(previous, new_id)
             step("cleanup")
             report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
             return CompactionResult(
@@ -436,29 +368,18 @@ class CompactionRunner:
     def _topic_dir(self) -> str:
         return topic_dir(self.data_dir, self.topic)
 
-    def _place_view_keys(
-        self, plan: RunPlan, parts: list[dict], new_id: int, store_at, prefix
-    ) -> Optional[dict]:
-        """Move the sidecar the phase-two tasks wrote into place beside the new view (before the
+    def _place_view_keys(self, plan: RunPlan, parts: list[dict], new_id: int, views) -> Optional[dict]:
+        """Put the sidecar the phase-two tasks wrote in place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
         if (plan.extra.get("chain") or {}).get("delta"):
             return self._extend_view_keys(plan, parts, new_id)
         # every part with survivors has sidecar rows, whether or not it wrote entries (an
         # incremental chain run's group of unchanged old entries writes none)
-        written = [p for p in parts if p["messages"]]
-        names = [p.get("keys") for p in written]
+        names = [p.get("keys") for p in parts if p["messages"]]
         if not all(names):
             return None
-        if prefix is None:
-            src = os.path.join(plan.run_dir, view_keys.STORE_DIR)
-            dst = view_keys.local_dir(self._topic_dir, new_id)
-            shutil.rmtree(dst, ignore_errors=True)
-            if names:
-                os.rename(src, dst)
-            else:
-                os.makedirs(dst)
-            fsync_dir(self._topic_dir)
+        views.place_keys(plan, parts, new_id)
         return {"files": names, "et": plan.strategy == "event-time"}
 
     def _extend_view_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> dict:

@@ -28,7 +28,7 @@ from .compacted_ledger import (
     topic_dir,
 )
 from ..storage.position import Position
-from ..storage.topic_lock import TopicLock
+from .topic_lock import TopicLock
 from .runner import CompactionRunner, _compacted_location, topic_settings
 from .state import CompactionState, states_of
 

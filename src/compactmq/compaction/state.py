@@ -27,6 +27,12 @@ backwards across a reload either (apache/pulsar#26486, where the compacted ledge
 horizon were read from different places and a reload could pair an older ledger with a newer
 horizon).
 
+Ownership (cluster mode): the commit also carries the checks of the topic's ownership *fence* as
+the run found it when it started (``storage.resources.fence``), in the same atomic commit. A run
+that straddles an ownership change -- its broker unloaded the topic, lost its session, or
+another broker took the bundle -- fails with ``Fenced`` and writes nothing: a view is committed
+under the epoch its run started with, or not at all.
+
 A failure is recorded only by the run that still holds the state (its RUNNING version): a
 stale job's failure never turns a newer SUCCESS into ERROR.
 """
@@ -43,6 +49,7 @@ from ..naming import TopicName, canonical
 from ..storage.metadata_store import NEW, BadVersion
 from ..storage.position import Position
 from ..storage.resources import CompactionStateResources, StaleCompaction
+from ..storage.resources.fence import NO_FENCE, Fence
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +224,7 @@ class CompactionStates:
         expected_version: int,
         stats: Optional[Mapping[str, Any]] = None,
         details: Optional[Mapping[str, Any]] = None,
+        fence: Fence = NO_FENCE,
     ) -> tuple[Optional[int], CompactionState]:
         """Make ``view_id`` with ``horizon`` the topic's compacted view: status SUCCESS,
         ``last_success_ms`` (``stats["finished_ms"]`` or now), ``last_duration_ms`` and
@@ -227,6 +235,8 @@ class CompactionStates:
         Raises:
             StaleCompaction: the state is no longer at ``expected_version`` (a stale job, a
                 deposed owner), or the horizon would move backwards; nothing was written.
+            Fenced: ``fence`` (the topic's ownership when the run started) no longer holds:
+                the owner changed during the run; nothing was written.
         """
         stats = dict(stats or {})
         state = self._still_mine(topic, expected_version)
@@ -243,7 +253,9 @@ class CompactionStates:
         if details is not None:
             new = new.moved(details_of=int(view_id), details=dict(details))
         try:
-            version = self.resources.commit_view(TopicName.parse(new.topic), new.to_json(), expected_version)
+            version = self.resources.commit_view(
+                TopicName.parse(new.topic), new.to_json(), expected_version, fence
+            )
         except BadVersion:
             raise StaleCompaction(
                 f"compaction of {new.topic}: the state changed since this run started; its view is not committed"

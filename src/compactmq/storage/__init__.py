@@ -4,7 +4,7 @@ A topic is a *managed ledger*: an ordered list of *ledgers*, each an append-only
 entries. An entry holds the bytes a producer sent, untouched (see the contract: magic, CRC,
 metadata size, MessageMetadata, payload), so batches, compression and encryption survive.
 An entry is addressed by ``Position(ledger_id, entry_id)``; ledger ids are unique in a data
-directory (shared with compacted ledgers: ``resources.ledger_ids``) and entry ids
+directory (shared with upper layers: ``resources.ledger_ids``) and entry ids
 count from 0 in each ledger.
 
 On-disk layout
@@ -24,8 +24,9 @@ On-disk layout
       ledgers/<domain>/<tenant>/<namespace>/<topic>/
         000000000042.log        ledger file: header, then one CRC32C-checked record per entry
         000000000042.idx        entry index (record offsets + publish times), written at close
-      compacted/<domain>/<tenant>/<namespace>/<topic>/
-                                compacted ledgers (owned by the compaction layer)
+      <area>/<domain>/<tenant>/<namespace>/<topic>/
+                                per-topic data of an upper layer (``engine.TOPIC_AREAS``;
+                                storage only makes and deletes the directories)
 
 Name parts are percent-encoded (dots too), so any valid topic name is one safe directory.
 The byte formats are documented at the top of ``ledger_file.py``, whose functions are pure

@@ -1,4 +1,4 @@
-"""Storage: the entry point to a data directory (ledgers, compacted ledgers, metadata.db)."""
+"""Storage: the entry point to a data directory (ledgers, upper layers' areas, metadata.db)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,16 @@ from .modes import DIR_MODE, FILE_MODE, private_data_dir
 from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_MS, create_metadata_store
 from .metadata_store import MetadataStore as KeyValueStore
 from .metadata_store.legacy_tables import open_legacy_tables
+from .ledger_storage import LedgerStorage
+from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage, wait_merges
+from .object_store_url import KEY as OBJECT_STORE_KEY
+from .object_store_url import location_of
 from .offload import LedgerOffloader
+from .offload.blobstore import BlobStore
 from .resources import PulsarResources
 from .resources.legacy_import import CONFIGURATION_KINDS, LOCAL_KINDS, import_legacy
 from .resources.legacy_moves import import_moved
+from .resources.fence import NO_FENCE, Fence, Fenced, FenceLease
 from .resources.topic_metadata import TopicMetadata
 from .seal import SealRequestWatcher, open_ledger_left
 
@@ -36,7 +42,10 @@ log = logging.getLogger(__name__)
 LOCK_FILE = "LOCK"
 METADATA_FILE = "metadata.db"
 LEDGERS_DIR = "ledgers"
-COMPACTED_DIR = "compacted"
+#: top-level directories upper layers keep per-topic data in (``<area>/<topic relpath>``): made
+#: with the data directory, a topic's part deleted with the topic. Storage knows nothing of what
+#: they hold; a layer registers its area when it is imported (the compaction layer's views).
+TOPIC_AREAS: set[str] = set()
 
 
 # A name part whose encoding passes this many characters is shortened to its first
@@ -100,10 +109,25 @@ class Storage:
         self._mls: dict[str, ManagedLedger] = {}
         self._lock_fd: int | None = None
         self._closed = False
+        # objectLedgerStorageUrl: every managed ledger in that object store (None: local disk);
+        # checked before anything is opened, so a bad value is one line at start
+        location = location_of(str(self.config.get(OBJECT_STORE_KEY) or ""))
+        self.object_store: BlobStore | None = None
+        if location is not None:
+            try:
+                self.object_store = BlobStore(location)
+            except CompactMQError as e:
+                raise StorageError(f"{OBJECT_STORE_KEY}: {e}") from None
+        self._object_settings = ObjectLedgerSettings.from_config(self.config)
+        #: topic -> its ownership fence (``resources.fence``); a cluster sets this (single node:
+        #: no fence). A managed ledger keeps the fence it was opened under until it closes.
+        self.fence_provider: Callable[[str], Fence] = lambda topic: NO_FENCE
+        self._bound_fences: dict[str, Fence] = {}
         try:
             private_data_dir(self.data_dir)  # owner-only (modes)
             (self.data_dir / LEDGERS_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
-            (self.data_dir / COMPACTED_DIR).mkdir(mode=DIR_MODE, exist_ok=True)
+            for area in sorted(TOPIC_AREAS):
+                (self.data_dir / area).mkdir(mode=DIR_MODE, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create data directory {self.data_dir}: {e}") from e
         if not read_only:
@@ -167,6 +191,7 @@ class Storage:
             max_ranges=int(self.config.get("managedLedgerMaxUnackedRangesToPersist", 10_000)),
             clock=self._clock,
         )
+        self.topic_metadata.fence_for = self.fence_for
         if bootstrap:  # like a Pulsar standalone without security: the default namespace exists
             self.ensure_namespace("public/default")
 
@@ -290,9 +315,10 @@ class Storage:
     def topic_dir(self, topic: str) -> str:
         return str(self.data_dir / LEDGERS_DIR / topic_relpath(canonical(topic)))
 
-    def compacted_dir(self, topic: str) -> str:
-        """Where a topic's compacted ledgers may live (storage never deletes files here)."""
-        return str(self.data_dir / COMPACTED_DIR / topic_relpath(canonical(topic)))
+    def area_dirs(self, topic: str) -> list[str]:
+        """The topic's directories in the upper layers' areas (``TOPIC_AREAS``)."""
+        rel = topic_relpath(canonical(topic))
+        return [str(self.data_dir / area / rel) for area in sorted(TOPIC_AREAS)]
 
     # --- managed ledgers -------------------------------------------------------------------
 
@@ -305,7 +331,7 @@ class Storage:
             if self._closed:
                 raise StorageError("storage is closed")
             ml = self._mls.get(name)
-            if ml is not None and not ml.fenced:
+            if ml is not None and not ml.fenced and not ml.closed:
                 return ml
             if ml is not None:  # a write or sync failed: reopen, which recovers the ledger
                 ml.close()
@@ -316,6 +342,7 @@ class Storage:
                     dir_owner.claim(self.topic_dir(name), name)  # raises: says whose it is
                 self.ensure_namespace(TopicName.parse(name).namespace_name)
                 self.topic_metadata.create_topic(name)
+            fence = self._bind_fence(name)
             ml = ManagedLedger(
                 name,
                 self.topic_dir(name),
@@ -325,9 +352,39 @@ class Storage:
                 read_only=self.read_only,
                 on_close=self._forget,
                 offloader=self.offloader,
+                ledger_storage=self._ledger_storage(name, fence),
             )
             self._mls[name] = ml
             return ml
+
+    def _bind_fence(self, topic: str) -> Fence:
+        """The fence a managed ledger being opened writes under, kept until it closes (a
+        commit of an old instance never passes under a newer ownership of the same broker)."""
+        if self.read_only:
+            return NO_FENCE
+        fence = self.fence_provider(topic)
+        if fence.lost:
+            raise Fenced(f"topic {topic} is not owned by this broker")
+        self._bound_fences[topic] = fence
+        return fence
+
+    def fence_for(self, topic: str) -> Fence:
+        """The fence commits of ``topic``'s ledger list and cursors carry (``resources.fence``)."""
+        bound = self._bound_fences.get(canonical(topic))
+        return bound if bound is not None else self.fence_provider(canonical(topic))
+
+    def _ledger_storage(self, topic: str, fence: Fence) -> LedgerStorage | None:
+        """Where ``topic``'s ledger bytes go: the object store (``objectLedgerStorageUrl``), its
+        keys under the epoch of this process's ownership; None: the local default."""
+        if self.object_store is None:
+            return None
+        storage = ObjectLedgerStorage(self.object_store, topic, self._object_settings, fence.epoch)
+        if fence.checks:
+            session_s = (
+                int(self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS) / 1000
+            )
+            storage.ownership_check = FenceLease(fence, self.metadata_store, session_s / 2).check
+        return storage
 
     def topics(self) -> list[str]:
         return self.topic_metadata.topics()
@@ -371,15 +428,29 @@ class Storage:
         # deleted topic's view pointer waiting for a topic of the same name
         self.resources.compaction.delete(TopicName.parse(name))
         self.topic_metadata.delete_topic(name)
-        for d in (self.topic_dir(name), self.compacted_dir(name)):
+        for d in (self.topic_dir(name), *self.area_dirs(name)):
             if dir_owner.owned_by_another(d, name):  # never another topic's files
                 log.warning("not deleting %s: it belongs to another topic", d)
                 continue
             shutil.rmtree(d, ignore_errors=True)
+        self._delete_objects(name)
         try:  # its offloaded objects are dead now; a failure here is retried by maintenance
             self.offloader.delete_dead(name)
         except CompactMQError as e:
             log.warning("deleting the offloaded objects of %s failed (retried later): %s", name, e)
+
+    def _delete_objects(self, topic: str) -> None:
+        """A deleted topic's ledger objects go (a failure leaves orphans a later open of a topic
+        of the same name removes: they are not in its ledger list)."""
+        if self.object_store is None:
+            return
+        ols = ObjectLedgerStorage(self.object_store, topic, self._object_settings)
+        wait_merges()
+        try:
+            for ledger_id in sorted(ols.list()):
+                ols.delete(ledger_id)
+        except (CompactMQError, OSError) as e:
+            log.warning("deleting the ledger objects of %s failed: %s", topic, e)
 
     def run_maintenance(self) -> dict[str, list[int]]:
         """Roll ledgers past their age and trim every open topic to its retention; the broker
@@ -413,12 +484,18 @@ class Storage:
 
     def _forget(self, ml: ManagedLedger) -> None:
         with self._lock:
-            if self._mls.get(ml.topic) is ml:
+            mine = self._mls.get(ml.topic) is ml
+            if mine:
                 del self._mls[ml.topic]
+            fence = self._bound_fences.get(ml.topic)
         try:  # closed or unloaded: its cursors' positions held back by the rate limit are written
-            self.topic_metadata.flush_cursors(ml.topic)
+            self.topic_metadata.flush_cursors(ml.topic)  # under the fence it was opened with
         except CompactMQError as e:
             log.warning("writing the cursors of %s at close failed: %s", ml.topic, e)
+        if mine:
+            with self._lock:  # unless a new open bound its own meanwhile
+                if self._bound_fences.get(ml.topic) is fence and ml.topic not in self._mls:
+                    self._bound_fences.pop(ml.topic, None)
 
     def close(self) -> None:
         """Close every managed ledger (sealing current ledgers), the metadata store, the lock."""

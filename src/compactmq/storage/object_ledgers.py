@@ -63,9 +63,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..errors import StorageError
+from ..errors import CompactMQError, StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage, LedgerWriter
 from .object_layout import INDEX_NAME, Layout, resolve_layout
@@ -192,7 +192,8 @@ class ObjectLedgerWriter(LedgerWriter):
             key = self._storage.flush_key(self.ledger_id, start, end)
             try:
                 self._storage.put_object(key, data)
-            except (OSError, StorageError) as e:
+                self._storage.check_owned()  # a zombie's bytes are never acknowledged (fence)
+            except (OSError, StorageError, CompactMQError) as e:
                 with self._cond:
                     self.error = OSError(str(e))
                     self._cond.notify_all()
@@ -291,18 +292,37 @@ class _Merger:
         self._queue: queue.SimpleQueue[tuple["ObjectLedgerStorage", int]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending = 0
 
     def submit(self, storage: "ObjectLedgerStorage", ledger_id: int) -> None:
-        self._queue.put((storage, ledger_id))
         with self._lock:
+            self._pending += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
                 self._thread.start()
+        self._queue.put((storage, ledger_id))
 
     def _run(self) -> None:
         while True:
             storage, ledger_id = self._queue.get()
-            storage.run_merge(ledger_id)
+            try:
+                storage.run_merge(ledger_id)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no merge is queued or running (any topic's); False on timeout."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+
+def wait_merges(timeout: float = 30.0) -> bool:
+    """Wait for every queued merge of this process (a topic's deletion does, so that no merge
+    writes a merged object after the ledger's objects were deleted)."""
+    return _MERGER.wait_idle(timeout)
 
 
 _MERGER = _Merger()
@@ -322,6 +342,10 @@ class ObjectLedgerStorage(LedgerStorage):
         self.topic = topic
         self.settings = settings or ObjectLedgerSettings()
         self.epoch = int(epoch)
+        #: raises while this process no longer owns the topic (cluster mode sets it: the ownership
+        #: fence, checked after each flush object is durable and before its entries count as
+        #: written -- a broker that lost the topic never acknowledges what it wrote after)
+        self.ownership_check: Callable[[], None] | None = None
         self.prefix = ledgers_prefix(topic)
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
@@ -342,6 +366,10 @@ class ObjectLedgerStorage(LedgerStorage):
 
     def _merged_key(self, ledger_id: int, size: int) -> str:
         return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
+
+    def check_owned(self) -> None:
+        if self.ownership_check is not None:
+            self.ownership_check()
 
     def put_object(self, key: str, data: bytes) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
@@ -576,8 +604,11 @@ class ObjectLedgerStorage(LedgerStorage):
         got to it, since another process (a Spark task) reads the ledger as one object by URI;
         for a ledger still being written, the URI of its key prefix (no single object)."""
         layout = self._layout(ledger_id)
-        if layout.parts and not layout.merged and self.merge(ledger_id):
-            layout = self._layout(ledger_id)
+        if layout.parts and not layout.merged:
+            # merged now, or by the background merger meanwhile (merge() then says False):
+            # either way the layout to answer from is the store's, not the cached one
+            self.merge(ledger_id)
+            layout = self._layout(ledger_id, refresh=True)
         key = self.ledger_prefix(ledger_id)
         if layout.merged:
             key = f"{key}/{layout.parts[0][2]}"

@@ -26,6 +26,12 @@ Unloading a bundle (admin call, graceful shutdown) marks it not owned, closes it
 (clients are told to reconnect and look up again) and deletes the ownership key. When the store
 session is lost (the broker was cut off or paused past the session timeout) every bundle is gone
 at once: the broker closes all their topics without touching the store.
+
+Fencing (``storage.resources.fence``): taking a bundle bumps its epoch counter in the same commit
+that creates the owner key; the bundle's ``Fence`` (the owner key at its version, the counter at
+its version) is kept in ``fences`` and handed to storage through ``fence_for(topic)``, so every
+commit of a topic's ledger list or cursors, and every flush of its ledger objects, fails once
+this broker's ownership of the bundle ended -- whether or not the broker has noticed yet.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import InvalidConfiguration, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
+from ...storage.resources.fence import Fence, lost_fence
 from .bundles import Bundle, all_bundles, bundle_of, stored_boundaries
 from .membership import Membership, broker_id_of, registration_data
 
@@ -83,6 +90,7 @@ class ClusterService:
             self.resources, self.broker_id, registration_data(service, self.cluster_name)
         )
         self.owned: set[Bundle] = set()
+        self.fences: dict[Bundle, Fence] = {}  # of the owned bundles
         self._boundaries: dict[str, list[int]] = {}
         self._pending: dict[str, dict[Bundle, float]] = {}  # leader: broker -> bundle -> when
         # owners of bundles other brokers hold, kept until a watch says the key changed
@@ -99,6 +107,13 @@ class ClusterService:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if getattr(self.service.storage, "object_store", None) is None:
+            log.warning(
+                "cluster mode without objectLedgerStorageUrl: topic data stays on this broker's "
+                "disk and does NOT follow ownership (a topic that moves loses its earlier entries "
+                "on the new owner); set objectLedgerStorageUrl to an object store all brokers share"
+            )
+        self.service.storage.fence_provider = self.fence_for
         await self.service.run_blocking(self.membership.register)
         await self.service.run_blocking(self.membership.elect)
         self.store.register_session_listener(self._session_event)
@@ -127,6 +142,11 @@ class ClusterService:
         if loop is None or self.closing:
             return
         if event is SessionEvent.SESSION_LOST:
+            try:  # at once, on this thread: no lease lets an entry through meanwhile
+                for fence in list(self.fences.values()):
+                    fence.revoke()
+            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them all
+                pass
             loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost()))
         elif event is SessionEvent.SESSION_REESTABLISHED:
             self._force_report = True  # the report loop registers again, load changed or not
@@ -139,6 +159,9 @@ class ClusterService:
     async def _ownership_lost(self) -> None:
         lost = list(self.owned)
         self.owned.clear()
+        for fence in self.fences.values():
+            fence.revoke()  # no lease of it lets another entry through
+        self.fences.clear()
         self._owners.clear()  # a watch may have missed changes while the session was gone
         log.warning("metadata store session lost: %d bundle(s) are no longer owned here", len(lost))
         for bundle in lost:
@@ -201,9 +224,16 @@ class ClusterService:
             return Decision(own=False, target=cached)
         decision = await self.service.run_blocking(self._resolve, bundle, authoritative)
         if decision.acquired is not None:
+            fence = await self.service.run_blocking(
+                self.resources.ownership.fence, bundle.namespace, bundle.range
+            )
+            if fence is None:  # lost again meanwhile (session expired): look up again
+                raise ServiceNotReady(f"bundle {bundle} changed owner during the lookup; look up {tn} again")
+            self.fences[decision.acquired] = fence
             self.owned.add(decision.acquired)
             self._wake.set()
-            log.info("broker %s owns bundle %s", self.broker_id, decision.acquired)
+            log.info("broker %s owns bundle %s (epoch %d)", self.broker_id, decision.acquired, fence.epoch)
+            self.service.state.spawn(self._load_topics(decision.acquired))
         return decision
 
     async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
@@ -302,6 +332,7 @@ class ClusterService:
         if bundle not in self.owned:
             return False
         self.owned.discard(bundle)  # from now on its topics refuse to load here
+        fence = self.fences.get(bundle)  # open topics keep committing under it until they close
         hint = {"previousOwner": self.broker_id, "destinationBroker": destination}
         try:
             await self.service.run_blocking(
@@ -310,10 +341,35 @@ class ClusterService:
         except MetadataStoreError:
             log.warning("could not store the unload hint of %s", bundle, exc_info=True)
         await self._close_topics(bundle)
+        if fence is not None:
+            fence.revoke()  # before the key goes: nothing of this ownership is acknowledged after
         await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
+        if self.fences.get(bundle) is fence:
+            self.fences.pop(bundle, None)
         self._wake.set()
         log.info("broker %s unloaded bundle %s", self.broker_id, bundle)
         return True
+
+    async def _load_topics(self, bundle: Bundle) -> None:
+        """A bundle just taken: open its persistent topics now (as Pulsar's
+        ``loadNamespaceTopics``), each recovered from the metadata and object stores alone, so
+        that clients coming over from the last owner find them ready and compaction goes on."""
+        topics = self.service.topics
+        try:
+            names = await self.service.run_blocking(topics.metadata.topics, bundle.namespace)
+            boundaries = await self.boundaries(bundle.namespace)
+        except Exception:  # noqa: BLE001 - clients still load each topic on first use
+            log.warning("listing the topics of bundle %s failed", bundle, exc_info=True)
+            return
+        for name in names:
+            if bundle not in self.owned or self.closing:
+                return
+            if bundle_of(bundle.namespace, boundaries, name) != bundle or name in topics.loaded:
+                continue
+            try:
+                await topics.get_topic(name, create=False)
+            except Exception as exc:  # noqa: BLE001 - one topic does not keep the others unloaded
+                log.warning("loading %s after taking bundle %s failed: %s", name, bundle, exc)
 
     async def _close_topics(self, bundle: Bundle) -> None:
         topics = self.service.topics
@@ -328,6 +384,18 @@ class ClusterService:
                     await topics.unload(name, close_ledger=True)
                 except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
                     log.exception("unloading %s failed", name)
+
+    def fence_for(self, topic: str) -> Fence:
+        """The fence of ``topic``'s bundle while this broker owns it; a lost fence otherwise
+        (blocking: storage threads call it; ``storage.resources.fence``)."""
+        tn = TopicName.parse(topic)
+        ns = tn.namespace_name
+        bounds = self._boundaries.get(ns)
+        if bounds is None:
+            bounds = stored_boundaries(self.resources.namespaces, ns, self.num_bundles)
+        bundle = bundle_of(ns, bounds, str(tn))
+        fence = self.fences.get(bundle)
+        return fence if fence is not None and bundle in self.owned else lost_fence(f"topic {tn}")
 
     async def owner_of(self, bundle: Bundle) -> dict[str, Any] | None:
         """The owner's ``NamespaceEphemeralData`` (None: unowned)."""

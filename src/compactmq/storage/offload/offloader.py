@@ -16,9 +16,9 @@ Offload of one sealed ledger (``offload``; a topic runs one offload at a time)
     serve reads, and the deletion lag is simply honoured later.
 
 Reads (``read_range``) go through ``blocks.read_range``: one ranged read per missing run of
-chunks, the process-wide ``ReadCache`` in front. An offloaded compacted ledger is read the same
-way by ``compaction.compacted_ledger`` (from the URI ``compaction.tiered`` gives), through
-the same cache.
+chunks, the process-wide ``ReadCache`` in front. Other layers' per-topic data (``Companion``: the
+compaction layer's views) is offloaded with the topic's ledgers by the companion itself, recorded
+in the same catalog, and read by its own layer through the same cache.
 
 Deletion: retention, topic deletion and compaction delete ledger rows (or swap the compacted
 ledger) first; ``delete_dead`` then deletes the objects of catalog rows that no longer name a
@@ -46,7 +46,7 @@ import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
 from .. import ledger_file as lf
@@ -73,6 +73,21 @@ OFFLOAD_POLICIES = "offloadPolicies"
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
+
+
+class Companion(Protocol):
+    """Per-topic data another layer keeps beside the ledgers and offloads with them (the
+    compaction layer's views): the offloader calls these at the points where it handles the
+    topic's own ledgers, and records what they copy in its catalog as they tell it."""
+
+    def offload(self, topic: str, loc: OffloadLocation) -> None:
+        """Copy what is not offloaded yet to ``loc`` (called during the topic's offload)."""
+
+    def pending(self, topic: str) -> bool:
+        """Whether something of ``topic`` waits to be offloaded (an automatic offload starts)."""
+
+    def delete_local(self, topic: str, lag_ms: int) -> None:
+        """Delete local copies offloaded longer than ``lag_ms`` ago."""
 
 
 def _relpath(topic: str) -> str:
@@ -103,10 +118,11 @@ class LedgerOffloader:
         # or None while a run holds it. Dead compacted rows are deleted only under it; unset,
         # they are kept (a run may be about to commit the view a row names).
         self.compacted_lock: Callable[[str], Any] | None = None
-        # set by the layer that keeps compacted views (``compaction.tiered.attach``): (topic, view
-        # id) -> the local file of that view when it may be copied whole to the object store, else
-        # None. Unset, compacted views are neither offloaded nor their local copies deleted.
-        self.compacted_file: Callable[[str, int], str | None] | None = None
+        # set by the layers that keep per-topic data of their own beside the ledgers (the compaction
+        # layer's views, ``compaction.tiered.attach``): each is offloaded, and its local copy
+        # deleted after the lag, with the topic's ledgers (``Companion``). Storage knows nothing of
+        # what they hold, where they keep it, or its format.
+        self.companions: list[Companion] = []
         self.policies = policies
         self.config = config
         self.clock = clock
@@ -180,7 +196,7 @@ class LedgerOffloader:
             return any(li.ledger_id == rec.ledger_id for li in self._ledgers(rec.topic))
         return self.compacted_view(rec.topic) == rec.ledger_id
 
-    def _record(self, rec: OffloadRecord, store) -> bool:
+    def commit_record(self, rec: OffloadRecord, store) -> bool:
         """Create ``rec`` (the commit point of an offload), then check its ledger is still alive;
         False when it is not (or another offload recorded it first): our objects are deleted."""
         try:
@@ -194,7 +210,7 @@ class LedgerOffloader:
             return False
         return True
 
-    def _die_at(self, point: str) -> None:
+    def die_at(self, point: str) -> None:
         if self.fault == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -228,7 +244,7 @@ class LedgerOffloader:
             for ledger_id in candidates:
                 if self._offload_one(ml, ledger_id, loc):
                     done.append(ledger_id)
-            self.offload_compacted(ml.topic, loc)
+            self.offload_companions(ml.topic, loc)
             self.delete_local_copies(ml)
             status = {"status": SUCCESS, "lastError": ""}
         except BaseException as e:
@@ -261,66 +277,25 @@ class LedgerOffloader:
             size = store.put(data_key, bk.iter_blocks(fd, table))
         finally:
             os.close(fd)
-        self._die_at("after-data")
+        self.die_at("after-data")
         store.put(index_key, [bk.encode_index(ledger_id, table, lf.encode_index(*index), size)])
-        self._die_at("after-index")
+        self.die_at("after-index")
         rec = OffloadRecord(data_key, index_key, LEDGER, ml.topic, ledger_id, loc, size, self.clock())
-        if not self._record(rec, store):
+        if not self.commit_record(rec, store):
             return False
-        self._die_at("after-commit")
+        self.die_at("after-commit")
         ml.attach_offload(rec)
         log.info("offloaded ledger %d of %s to %s (%d bytes)", ledger_id, ml.topic, store.uri(data_key), size)
         return True
 
-    def offload_compacted(self, topic: str, loc: OffloadLocation | None = None) -> OffloadRecord | None:
-        """Offload the topic's compacted ledger in force (sealed from birth) unless it is already:
-        write the object under a fresh name, then its record, then check that the ledger is still
-        the one in force; a newer compaction meanwhile makes the record dead and we delete it and
-        the object at once. Its local file goes after the deletion lag."""
-        if self.read_only or self.compacted_file is None:
-            return None
+    def offload_companions(self, topic: str, loc: OffloadLocation | None = None) -> None:
+        """Offload what the companions keep of ``topic`` (``Companion.offload``)."""
+        if self.read_only:
+            return
         loc = loc or self.location_for(topic)
-        cid = self.compacted_view(topic)
-        if loc is None or cid is None or self.catalog.get(COMPACTED, cid) is not None:
-            return None
-        # only a view the compaction layer says may be copied as it stands (a chained view names
-        # local files of its own; the next run of a topic with an offload location writes its
-        # view to the object store whole)
-        path = self.compacted_file(topic, cid)
-        if path is None:
-            return None
-        store = open_store(loc)
-        key = f"compacted/{_relpath(topic)}/{cid:012d}-{uuid.uuid4().hex}.compacted"
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:  # replaced by a newer compaction since we looked
-            return None
-        with f:
-            size = store.put(key, iter(lambda: f.read(self.max_block), b""))
-        self._die_at("compacted-after-data")
-        # no index object: a compacted ledger's own index and trailer are inside it, and its reader
-        # fetches them (then entries) by ranges
-        rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, self.clock())
-        if not self._record(rec, store):
-            return None
-        log.info("offloaded compacted ledger %d of %s to %s (%d bytes)", cid, topic, store.uri(key), size)
-        return rec
-
-    def _delete_local_compacted(self, topic: str, lag_ms: int) -> None:
-        cid = self.compacted_view(topic)
-        rec = self.catalog.get(COMPACTED, cid) if cid is not None else None
-        if rec is None or rec.local_deleted_ms is not None or self.compacted_file is None:
-            return
-        now = self.clock()
-        if now - rec.offloaded_ms < lag_ms:
-            return
-        path = self.compacted_file(topic, cid)  # None: gone already
-        try:  # readers that hold it open (memory-mapped) keep reading; new ones open the object
-            if path is not None:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        self.catalog.mark_local_deleted(rec, now)
+        if loc is not None:
+            for companion in self.companions:
+                companion.offload(topic, loc)
 
     def trigger(self, ml, before: Position | None) -> None:
         """Start ``offload`` in the background; ``Conflict`` when one is running already."""
@@ -408,28 +383,28 @@ class LedgerOffloader:
             ids = self.auto_offload_candidates(ml)
         except CompactMQError:
             return
-        if ids or self._compacted_pending(ml.topic):
+        if ids or self._companion_pending(ml.topic):
             self._offload_quietly(ml, None, ids)
 
-    def _compacted_pending(self, topic: str) -> bool:
-        """A compacted ledger in force, not offloaded, on a topic with an offload threshold."""
+    def _companion_pending(self, topic: str) -> bool:
+        """A companion has something of a topic with an offload threshold to offload."""
         s = self.settings_for(topic)
         if s["thresholdBytes"] < 0 and s["thresholdSeconds"] < 0:
             return False
-        cid = self.compacted_view(topic)
-        return cid is not None and self.catalog.get(COMPACTED, cid) is None
+        return any(c.pending(topic) for c in self.companions)
 
     def delete_local_copies(self, ml) -> list[int]:
         """Delete local copies of offloaded ledgers past the deletion lag."""
         lag = self.settings_for(ml.topic)["deletionLagMs"]
         if lag < 0:
             return []
-        self._delete_local_compacted(ml.topic, lag)
+        for companion in self.companions:
+            companion.delete_local(ml.topic, lag)
         now = self.clock()
         out = []
         for rec in ml.offloaded_with_local_copy():
             if now - rec.offloaded_ms >= lag and ml.release_local_copy(rec.ledger_id):
-                self._die_at("after-local-delete")
+                self.die_at("after-local-delete")
                 self.catalog.mark_local_deleted(rec, now)
                 out.append(rec.ledger_id)
         return out
@@ -480,7 +455,7 @@ class LedgerOffloader:
         store = open_store(rec.location)
         self.cache.drop_object(bk.object_id(store, rec.data_key))
         store.delete(rec.data_key)
-        if rec.index_key.endswith("/"):  # a compacted ledger stored as parts under a prefix
+        if rec.index_key.endswith("/"):  # an object stored as parts under a prefix
             store.delete_prefix(rec.index_key.rstrip("/"))
         elif rec.index_key != rec.data_key:
             store.delete(rec.index_key)
@@ -495,7 +470,7 @@ class LedgerOffloader:
         that just committed, holds it)."""
         n = 0
         for rec in self.catalog.dead(topic):
-            self._die_at(DEAD_DELETE_FAULT)
+            self.die_at(DEAD_DELETE_FAULT)
             self.delete_objects(rec)
             n += 1
         by_topic: dict[str, list[OffloadRecord]] = {}
@@ -520,7 +495,7 @@ class LedgerOffloader:
             n = 0
             for rec in recs:
                 if rec.ledger_id != view:
-                    self._die_at(DEAD_DELETE_FAULT)
+                    self.die_at(DEAD_DELETE_FAULT)
                     self.delete_objects(rec)
                     n += 1
             return n

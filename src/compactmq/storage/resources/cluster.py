@@ -12,6 +12,9 @@ written here and nowhere else:
                                             ``NamespaceEphemeralData``: ``nativeUrl``, ``httpUrl``...)
 ``/loadbalance/unload-hints/{t}/{ns}/{r}``  persistent, short-lived: where an unloaded bundle should go
                                             next (``destinationBroker``) or not go (``previousOwner``)
+``/loadbalance/bundle-epochs/{t}/{ns}/{r}`` persistent: its version counts the bundle's ownerships;
+                                            bumped in the commit that creates the owner key
+                                            (compactmq's own: the epoch that fences, ``fence``)
 ==========================================  ==========================================================
 
 Ephemeral keys belong to the writer's store session: a broker that dies (or is cut off past
@@ -24,13 +27,15 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..metadata_store import NEW, BadVersion, KeyNotFound, Notification, Watch
+from ..metadata_store import NEW, BadVersion, Check, KeyNotFound, Notification, Put, Watch
 from .base import BaseResources, Json, decode_segment, dumps, encode_segment, loads
+from .fence import Fence
 
 BROKERS_ROOT = "/loadbalance/brokers"
 LEADER_PATH = "/loadbalance/leader"
 OWNERSHIP_ROOT = "/namespace"
 HINTS_ROOT = "/loadbalance/unload-hints"
+EPOCHS_ROOT = "/loadbalance/bundle-epochs"
 
 
 def _bundle_suffix(namespace: str, bundle_range: str) -> str:
@@ -139,15 +144,44 @@ class OwnershipResources(BaseResources):
     def try_acquire(self, namespace: str, bundle_range: str, data: Json) -> tuple[Json, bool]:
         """Take the bundle unless someone holds it: (the owner's data, whether it is this session)."""
         path = self._path(namespace, bundle_range)
+        epochs = self._epoch_path(namespace, bundle_range)
         for _ in range(5):
-            try:
-                self.store.put(path, dumps(data), NEW, ephemeral=True)
+            counter = self.store.get(epochs)
+            version = NEW if counter is None else counter.stat.version
+            try:  # the owner key and the next epoch, in one commit (the fence module's rule)
+                self.store.commit(
+                    [
+                        Put(path, dumps(data), NEW, ephemeral=True),
+                        Put(epochs, dumps({"owner": data}), version),
+                    ]
+                )
                 return data, True
             except BadVersion:
                 got = self.store.get(path)
                 if got is not None:
                     return loads(got.value, path), got.stat.created_by_self
         raise BadVersion(f"the owner of bundle {namespace}/{bundle_range} keeps changing")
+
+    def _epoch_path(self, namespace: str, bundle_range: str) -> str:
+        return f"{EPOCHS_ROOT}/{_bundle_suffix(namespace, bundle_range)}"
+
+    def fence(self, namespace: str, bundle_range: str) -> Fence | None:
+        """The fence of this session's ownership of the bundle (None: not this session's).
+        Read after the owner key: while this session holds it, no one else bumps the epoch."""
+        path = self._path(namespace, bundle_range)
+        got = self.store.get(path)
+        if got is None or not got.stat.created_by_self:
+            return None
+        counter = self.store.get(self._epoch_path(namespace, bundle_range))
+        if counter is None:  # taken before epochs existed: start one under this ownership
+            counter_version = self.store.put(self._epoch_path(namespace, bundle_range), b"{}").version
+        else:
+            counter_version = counter.stat.version
+        checks = (
+            Check(path, got.stat.version),
+            Check(self._epoch_path(namespace, bundle_range), counter_version),
+        )
+        return Fence(checks, counter_version + 1, what=f"bundle {namespace}/{bundle_range}")
 
     def release(self, namespace: str, bundle_range: str) -> bool:
         """Delete the ownership key when this session holds it; whether it did."""

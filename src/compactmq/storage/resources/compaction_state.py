@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from ...errors import Conflict
 from ...naming import TopicName
-from ..metadata_store import NEW, BadVersion
+from ..metadata_store import NEW, BadVersion, Put
 from .base import BaseResources, Json, dumps, encode_segment
+from .fence import NO_FENCE, Fence
 from .managed_ledgers import managed_ledger_path
 
 COMPACTION_ROOT = "/compaction"
@@ -76,13 +77,17 @@ class CompactionStateResources(BaseResources):
         """Compare-and-set of the whole state (``NEW``: the first state); returns the new version."""
         return self.store.put(_path(topic), dumps(state), expected_version).version
 
-    def commit_view(self, topic: TopicName, state: Json, expected_version: int) -> int:
+    def commit_view(
+        self, topic: TopicName, state: Json, expected_version: int, fence: Fence = NO_FENCE
+    ) -> int:
         """Make ``state``'s compacted view current, if the state is still at ``expected_version``
-        and its horizon does not move backwards.
+        and its horizon does not move backwards, in one commit with ``fence``'s ownership checks
+        (``resources.fence``: the epoch the run started under).
 
         Raises:
             BadVersion: the state changed since the caller read it (a stale job or owner).
             StaleCompaction: the new horizon is below the committed one.
+            Fenced: the ownership the run started under is over (nothing is written).
         """
         path = _path(topic)
         current = self._read(path)
@@ -92,7 +97,9 @@ class CompactionStateResources(BaseResources):
         new, old = _horizon(state), None if current is None else _horizon(current[0])
         if old is not None and (new is None or new < old):
             raise StaleCompaction(f"compacted view of {topic} would move back from horizon {old} to {new}")
-        return self.store.put(path, dumps(state), expected_version).version
+        stat = fence.commit(self.store, [Put(path, dumps(state), expected_version)])[0]
+        assert stat is not None
+        return stat.version
 
     def delete(self, topic: TopicName) -> None:
         if self.store.exists(_path(topic)):

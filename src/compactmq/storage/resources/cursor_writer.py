@@ -11,7 +11,8 @@ never forward.
 writes it if the rate allows; ``flush_if_due()`` (for a periodic task) writes a pending info once
 the rate allows; ``flush()`` writes it now (close). Every write is a compare-and-set on the
 version of the writer's last write, so a broker that lost the topic gets ``BadVersion`` instead of
-overwriting the new owner's position. The clock is passed in, so tests need not sleep.
+overwriting the new owner's position; in a cluster it also carries the topic's ownership fence
+(``fence``), so a broker whose ownership ended gets ``Fenced`` even before anyone else wrote. The clock is passed in, so tests need not sleep.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 from ...naming import TopicName
 from .base import Json
+from .fence import NO_FENCE, Fence
 from .managed_ledgers import ManagedLedgerResources
 
 #: Pulsar's default managedLedgerDefaultMarkDeleteRateLimit: one position per second per cursor
@@ -50,6 +52,7 @@ class CursorWriter:
         self._next_write = float("-inf")
         self.writes = 0
         self.created_ms = 0  # the cursor's creation time, for the owner's values
+        self.fence: Callable[[], Fence] = lambda: NO_FENCE
 
     def update(self, info: Json) -> bool:
         """Record ``info`` as the cursor's newest state; returns True when it was written now."""
@@ -100,7 +103,9 @@ class CursorWriter:
     def _write_locked(self) -> None:
         info, self._pending = self._pending, None
         try:
-            self.version = self._resources.put_cursor(self._topic, self._cursor, info, self.version)
+            self.version = self._resources.put_cursor(
+                self._topic, self._cursor, info, self.version, self.fence()
+            )
         except BaseException:
             self._pending = info  # not written: a later flush may try again (unless fenced)
             raise

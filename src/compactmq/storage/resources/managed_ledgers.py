@@ -13,10 +13,15 @@ owner was deposed, or a second process opened the topic) and the owner must stop
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...errors import InvalidInput, NotFound
 from ...naming import TopicName
-from ..metadata_store import Delete, KeyNotFound
+from ..metadata_store import Delete, KeyNotFound, Put
 from .base import BaseResources, Json, dumps, encode_segment, loads
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .fence import Fence
 
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
@@ -79,15 +84,26 @@ class ManagedLedgerResources(BaseResources):
         return None if got is None else (loads(got.value, got.stat.path), got.stat.version)
 
     def put_cursor(
-        self, topic: TopicName, cursor: str, info: Json, expected_version: int | None = None
+        self,
+        topic: TopicName,
+        cursor: str,
+        info: Json,
+        expected_version: int | None = None,
+        fence: "Fence | None" = None,
     ) -> int:
-        """Create or replace a cursor (``expected_version``: ``NEW`` to create, n to fence).
+        """Create or replace a cursor (``expected_version``: ``NEW`` to create, n to fence);
+        ``fence``: the topic's ownership fence, committed with the write (``resources.fence``).
 
         The topic must exist: a cursor is never created beside a deleted topic.
         """
         if not self.exists(topic):
             raise NotFound(f"topic {topic} does not exist")
-        return self.store.put(self._cursor_path(topic, cursor), dumps(info), expected_version).version
+        path = self._cursor_path(topic, cursor)
+        if fence is None or not (fence.checks or fence.lost):
+            return self.store.put(path, dumps(info), expected_version).version
+        stat = fence.commit(self.store, [Put(path, dumps(info), expected_version)])[0]
+        assert stat is not None
+        return stat.version
 
     def delete_cursor(self, topic: TopicName, cursor: str) -> None:
         self._delete(self._cursor_path(topic, cursor), f"cursor {cursor} of {topic}")

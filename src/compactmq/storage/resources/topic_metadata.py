@@ -27,7 +27,9 @@ property written by another thread (the producer epoch) and a rollover never und
 ``with transaction():`` collects the changes of the calling thread and writes each topic's info
 ONCE on exit (the managed ledger's recovery: close what was open, drop what was empty, open a new
 ledger, in one write). An id handed out inside a transaction that then fails is never used.
-Fencing a deposed owner by version is the next issue's (ownership between brokers).
+In a cluster every commit of a topic's info and every cursor write carries the topic's
+ownership fence (``fence``: ``fence_for(topic)``, set by the storage): a broker that lost the
+topic gets ``Fenced`` and writes nothing.
 
 Cursors: an acknowledgement moves a mark-delete position, and writing the store per ack would
 cost ZooKeeper a write per message. In the process that owns the topics (not read-only) each
@@ -60,6 +62,7 @@ from ..metadata_store import NEW, BadVersion, StoreUnavailable
 from ..position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
 from .base import Json
 from .cursor_writer import DEFAULT_RATE_PER_S, CursorWriter
+from .fence import NO_FENCE, Fence, Fenced, fenced_update
 from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources, managed_ledger_path
 from .policies import PolicyResources
@@ -172,6 +175,8 @@ class TopicMetadata:
         self._local = threading.local()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        #: topic -> the fence its commits carry (``Storage`` sets it; single node: none)
+        self.fence_for: Callable[[str], Fence] = lambda topic: NO_FENCE
         if not read_only and self._rate > 0 and flush_interval_s > 0:
             self._flusher = threading.Thread(
                 target=self._flush_loop, args=(flush_interval_s,), name="cursor-flush", daemon=True
@@ -319,8 +324,12 @@ class TopicMetadata:
         self._update_info(topic, apply)
 
     def _update_info(self, topic: str, fn: Callable[[Json], Json]) -> Json:
+        path = managed_ledger_path(TopicName.parse(topic))
+        fence = self.fence_for(topic)
         try:
-            return self._ml._update(managed_ledger_path(TopicName.parse(topic)), fn, f"topic {topic}")
+            if fence.checks or fence.lost:
+                return fenced_update(self._ml.store, path, fn, f"topic {topic}", fence)
+            return self._ml._update(path, fn, f"topic {topic}")
         except NotFound:
             raise TopicNotFound(f"topic {topic} does not exist") from None
 
@@ -382,7 +391,11 @@ class TopicMetadata:
             props = {} if got is None else got[0].get("properties") or {}
             try:
                 self._ml.put_cursor(
-                    tn, name, cursor_json(position, b"", props, created), NEW if got is None else got[1]
+                    tn,
+                    name,
+                    cursor_json(position, b"", props, created),
+                    NEW if got is None else got[1],
+                    self.fence_for(topic),
                 )
                 return
             except BadVersion:
@@ -414,6 +427,7 @@ class TopicMetadata:
         got = self._ml.get_cursor(TopicName.parse(topic), name)
         version = NEW if got is None else got[1]
         writer = CursorWriter(self._ml, TopicName.parse(topic), name, version, self._rate, self._cursor_clock)
+        writer.fence = lambda: self.fence_for(topic)
         writer.created_ms = self._clock() if got is None else int(got[0].get("createdMs") or 0)
         with self._lock:
             return self._writers.setdefault(key, writer)
@@ -425,6 +439,10 @@ class TopicMetadata:
             return
         except NotFound:  # the topic was deleted: nothing to keep
             writer.discard()
+            return
+        except Fenced as exc:  # another broker owns the topic now: its position stands
+            writer.discard()
+            log.warning("cursor %s of %s not written: %s", writer.cursor, writer.topic, exc)
             return
         except BadVersion:
             pass

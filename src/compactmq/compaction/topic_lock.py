@@ -1,9 +1,9 @@
 """The per-topic compaction lock: an exclusive ``flock`` on ``<compacted dir>/.lock``.
 
 One compaction run per topic at a time, across processes (the broker's own runs and
-``compact-topic`` jobs); the kernel releases it when the process dies. Storage takes it too,
-without waiting, before it deletes a topic's unnamed compacted-ledger objects from the object
-store, so that it never deletes the parts of a run still uploading them.
+``compact-topic`` jobs); the kernel releases it when the process dies. The offloader takes it
+too (through ``tiered.attach``), without waiting, before it deletes a topic's dead view objects
+from the object store, so that it never deletes the parts of a run still uploading them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from typing import Optional
 
 from ..errors import Conflict
-from .modes import FILE_MODE
+from ..storage.modes import FILE_MODE
 
 
 class TopicLock:

@@ -1,0 +1,144 @@
+"""Failover time: SIGKILL of a topic's owner to the first successful publish on the new owner.
+
+Three brokers (``compactmq standalone``, each its own process) share a ZooKeeper (the tests'
+``tests/storage/metadata_store/zk_server.py``) and a SeaweedFS bucket (``tests/seaweedfs_server.py``,
+``objectLedgerStorageUrl``), with ``metadataStoreSessionTimeoutMillis`` = ``--session-ms``. The
+official client (all three hosts in its service URL) publishes to one topic with deduplication on;
+then ``--kills`` times: look up the owner, SIGKILL it, time one synchronous ``send`` (it waits
+while the client fails over: the dead owner's session expires, another broker takes the bundle
+and recovers the topic from ZooKeeper and the object store), start the killed broker again on its
+ports. At the end a reader reads the whole topic: every acknowledged message must be there once.
+
+Reported (JSON, ``--out``): each failover in seconds, the median and the maximum, the session
+timeout, the messages acknowledged, lost and duplicated, and the machine's load average around
+the run (timings on a shared machine are noisy: the session timeout is the floor).
+
+    .venv/bin/python bench/cluster_failover_bench.py              # 10 kills, 3 s sessions
+    .venv/bin/python bench/cluster_failover_bench.py --kills 3    # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import pulsar  # noqa: E402
+from harness.broker import BrokerProcess  # noqa: E402
+from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
+from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
+
+TOPIC = "persistent://public/default/failover-bench"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def owner(brokers: list[BrokerProcess]) -> BrokerProcess:
+    asker = next(b for b in brokers if b.alive())
+    url = f"{asker.web_url}/lookup/v2/topic/persistent/{TOPIC.split('://', 1)[1]}"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        http_url = json.loads(resp.read())["httpUrl"]
+    return next(b for b in brokers if b.web_url == http_url)
+
+
+def read_all(client) -> list[bytes]:
+    reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=30000).data())
+    reader.close()
+    return out
+
+
+def run(tmp: str, kills: int, session_ms: int) -> dict:
+    zk = ZooKeeperServer(Path(tmp) / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
+    s3 = start_seaweedfs()
+    brokers: list[BrokerProcess] = []
+    try:
+        bucket = s3.create_bucket("failover-bench")
+        overrides = {
+            "metadataStoreUrl": f"zk:{zk.hosts}/bench",
+            "objectLedgerStorageUrl": f"s3://{bucket}/b?region=us-east-1&endpoint={s3.endpoint}",
+            "metadataStoreSessionTimeoutMillis": str(session_ms),
+            "brokerDeduplicationEnabled": "true",
+            "loadBalancerReportUpdateMinIntervalMillis": "300",
+        }
+        for i in range(3):
+            (Path(tmp) / f"b{i}").mkdir()
+            brokers.append(BrokerProcess(Path(tmp) / f"b{i}" / "data", overrides))
+        for b in brokers:
+            b.start()
+        url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+        client = pulsar.Client(
+            url, connection_timeout_ms=2000, operation_timeout_seconds=60,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )  # fmt: skip
+        producer = client.create_producer(TOPIC, producer_name="bench", send_timeout_millis=120000)
+        sent = 0
+        for _ in range(20):
+            producer.send(b"m-%d" % sent)
+            sent += 1
+        times = []
+        for k in range(kills):
+            victim = owner(brokers)
+            t0 = time.monotonic()
+            victim.stop(signal.SIGKILL)
+            producer.send(b"m-%d" % sent)
+            times.append(time.monotonic() - t0)
+            sent += 1
+            log(f"kill {k + 1}/{kills}: {times[-1]:.2f} s")
+            victim.start()
+            for _ in range(10):
+                producer.send(b"m-%d" % sent)
+                sent += 1
+        got = read_all(client)
+        client.close()
+        return {
+            "session_timeout_ms": session_ms,
+            "failover_s": [round(t, 3) for t in times],
+            "failover_median_s": round(statistics.median(times), 3),
+            "failover_max_s": round(max(times), 3),
+            "messages_acknowledged": sent,
+            "lost": len({b"m-%d" % i for i in range(sent)} - set(got)),
+            "duplicated": len(got) - len(set(got)),
+        }
+    finally:
+        for b in brokers:
+            b.stop(signal.SIGKILL)
+        stop_seaweedfs(s3)
+        zk.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--session-ms", type=int, default=3000)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "cluster_failover.json"))
+    a = ap.parse_args()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix=f"failover-{uuid.uuid4().hex[:6]}-") as tmp:
+        results = run(tmp, a.kills, a.session_ms)
+    results.update(
+        load_average_before=load_before, load_average_after=os.getloadavg()[0], cpus=os.cpu_count()
+    )
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

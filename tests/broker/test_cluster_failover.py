@@ -1,0 +1,340 @@
+"""Data follows ownership: three brokers, ZooKeeper, SeaweedFS, and the official client failing over.
+
+Each broker is its own process with ``objectLedgerStorageUrl`` pointing at one SeaweedFS bucket,
+sharing a real ZooKeeper with a short session timeout. A producer (deduplication on) and a
+consumer, given all three brokers in one service URL, work on a topic owned by broker A; then A
+goes away -- SIGKILL, an unload, a graceful stop (SIGTERM), or SIGSTOP past its session timeout
+and SIGCONT -- while the
+producer keeps sending. What must hold afterwards:
+
+* every message the producer saw acknowledged is in the topic, once, in the order sent (a
+  reader from the earliest position reads the whole topic on the new owner: nothing duplicated,
+  so deduplication state moved with the topic, and nothing a zombie wrote became visible);
+* the consumer resumes from its acknowledged position: nothing it acknowledged (and the broker
+  persisted) before the move comes again, and everything acknowledged to the producer arrives;
+* the frozen broker, once resumed, serves the topic no more.
+
+Each scenario has its own namespace of one bundle, so moving it moves nothing else. The SIGKILL
+case runs by default; the others are ``slow``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+
+pulsar = pytest.importorskip("pulsar")
+
+from harness.wait import wait_until  # noqa: E402
+from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
+
+from .conftest import BrokerProcess, make_client  # noqa: E402
+from .rest import ok, rest  # noqa: E402
+from .test_cluster import service_url, start_cluster  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+SESSION_TIMEOUT_MS = 3000
+BUCKET = "cluster-failover"
+WHOLE_BUNDLE = "0x00000000_0xffffffff"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
+    bucket = seaweedfs.create_bucket(BUCKET)
+    prefix = uuid.uuid4().hex[:10]
+    url = f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={seaweedfs.endpoint}"
+    brokers = start_cluster(
+        tmp_path_factory,
+        zookeeper,
+        objectLedgerStorageUrl=url,
+        metadataStoreSessionTimeoutMillis=str(SESSION_TIMEOUT_MS),
+        brokerDeduplicationEnabled="true",
+        managedLedgerDefaultMarkDeleteRateLimit="0",  # every ack written: "acked" is exact
+    )
+    yield brokers
+    for b in brokers:
+        if b.proc is not None and b.proc.poll() is None:
+            b.proc.send_signal(signal.SIGCONT)
+        b.stop(signal.SIGKILL)
+
+
+def _client(brokers: list[BrokerProcess]):
+    return make_client(service_url(brokers), connection_timeout_ms=2000, operation_timeout_seconds=30)
+
+
+def _namespace(brokers: list[BrokerProcess]) -> str:
+    ns = f"public/fo{uuid.uuid4().hex[:8]}"
+    ok(rest(brokers[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 1}}))
+    return ns
+
+
+def _owner(brokers: list[BrokerProcess], topic: str, via: BrokerProcess | None = None) -> BrokerProcess:
+    local = topic.split("://", 1)[1]
+    asker = via or next(b for b in brokers if b.alive())
+    port = urlsplit(ok(rest(asker, "GET", f"/lookup/v2/topic/persistent/{local}"))["httpUrl"]).port
+    return next(b for b in brokers if b.web_port == port)
+
+
+class Publisher(threading.Thread):
+    """Sends ``m-<i>`` one at a time (dedup: one producer name, sequence ids from the client);
+    ``acked`` lists the indexes the broker acknowledged, ``failed`` the sends that raised."""
+
+    def __init__(self, client, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = client.create_producer(
+            topic,
+            producer_name=f"p-{uuid.uuid4().hex[:6]}",
+            send_timeout_millis=60000,
+            batching_enabled=False,
+        )
+        self.acked: list[int] = []
+        self.failed: list[tuple[int, str]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            try:
+                self.producer.send(b"m-%d" % i)
+                self.acked.append(i)
+            except Exception as exc:  # noqa: BLE001 - recorded; the checks decide
+                self.failed.append((i, repr(exc)))
+            i += 1
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(90)
+        assert not self.is_alive(), "the producer is stuck"
+        self.producer.close()
+
+
+def _index(msg) -> int:
+    return int(msg.data().split(b"-", 1)[1])
+
+
+def _read_whole_topic(client, topic: str) -> list[int]:
+    """The indexes of the topic's ``m-`` messages; checks on the way that entry ids run from 0
+    without a gap in each ledger and that ledger ids only grow (none reused after a move)."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    out = []
+    entries: dict[int, list[int]] = {}
+    try:
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_millis=20000)
+            mid = msg.message_id()
+            entries.setdefault(mid.ledger_id(), []).append(mid.entry_id())
+            if msg.data().startswith(b"m-"):
+                out.append(_index(msg))
+    finally:
+        reader.close()
+    assert list(entries) == sorted(entries), "ledger ids out of order"
+    for ledger, ids in entries.items():
+        assert ids == list(range(len(ids))), f"ledger {ledger}: entry ids {ids[:5]}... not 0, 1, 2..."
+    assert len(entries) >= 2, "the move should have started a new ledger"
+    return out
+
+
+def _mark_delete(brokers, topic: str) -> str:
+    local = topic.split("://", 1)[1]
+    owner = _owner(brokers, topic)
+    stats = ok(rest(owner, "GET", f"/admin/v2/persistent/{local}/internalStats"))
+    return stats["cursors"]["sub"]["markDeletePosition"]
+
+
+def _failover(cluster, move) -> dict:
+    """Produce and consume on a topic owned by A, ``move(A, topic)``, produce on; check the
+    module docstring's promises. Returns measurements for the caller to print."""
+    client = _client(cluster)
+    topic = f"persistent://{_namespace(cluster)}/t"
+    consumer = client.subscribe(
+        topic, "sub", initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=20
+    )
+    pub = Publisher(client, topic)
+    pub.start()
+    try:
+        wait_until(lambda: len(pub.acked) >= 40, timeout=60, what="40 messages acknowledged before the move")
+        first = [consumer.receive(timeout_millis=20000) for _ in range(25)]
+        assert [_index(m) for m in first] == list(range(25))
+        consumer.acknowledge_cumulative(first[-1])
+        want = "%d:%d" % (first[-1].message_id().ledger_id(), first[-1].message_id().entry_id())
+        wait_until(lambda: _mark_delete(cluster, topic) == want, timeout=20, what="the ack persisted")
+        owner = _owner(cluster, topic)
+        before = len(pub.acked)
+        t0 = time.monotonic()
+        move(owner, topic)
+        wait_until(lambda: len(pub.acked) > before + 1, timeout=90, what="a publish after the move")
+        first_publish_s = time.monotonic() - t0
+        wait_until(lambda: len(pub.acked) >= before + 40, timeout=60, what="40 more acknowledged")
+    finally:
+        pub.stop()
+    after: list[int] = []
+    others: list[bytes] = []  # what another producer wrote meanwhile
+    acked = set(pub.acked)
+    deadline = time.monotonic() + 60
+    while not acked <= set(after) | set(range(25)) and time.monotonic() < deadline:
+        try:
+            msg = consumer.receive(timeout_millis=5000)
+        except Exception:  # noqa: BLE001 - a timeout: look again until the deadline
+            continue
+        consumer.acknowledge(msg)
+        if msg.data().startswith(b"m-"):
+            after.append(_index(msg))
+        else:
+            others.append(msg.data())
+    consumer.close()
+    new_owner = _owner(cluster, topic)
+    whole = _read_whole_topic(client, topic)
+    client.close()
+    assert pub.failed == [], pub.failed[:5]
+    assert len(whole) == len(set(whole)), "a message is in the topic twice"
+    assert whole == sorted(whole), "messages out of order"
+    missing = acked - set(whole)
+    assert not missing, f"{len(missing)} acknowledged message(s) lost: {sorted(missing)[:10]}"
+    assert min(after) == 25 and not [i for i in after if i < 25], "an acknowledged message came again"
+    assert acked <= set(after) | set(range(25)), "the consumer did not get every message"
+    return {
+        "owner": owner,
+        "new_owner": new_owner,
+        "first_publish_s": first_publish_s,
+        "acked": len(acked),
+        "others": others,
+        "topic": topic,
+    }
+
+
+def _kill(owner: BrokerProcess, topic: str) -> None:
+    owner.stop(signal.SIGKILL)
+
+
+def test_sigkill_of_the_owner_loses_nothing_acknowledged(cluster):
+    got = _failover(cluster, _kill)
+    assert got["new_owner"] is not got["owner"]
+    print(f"SIGKILL: first publish on the new owner {got['first_publish_s']:.2f} s after the kill")
+    got["owner"].start()  # back for the next scenario
+
+
+@pytest.mark.slow
+def test_unload_of_the_bundle_loses_nothing(cluster):
+    def unload(owner: BrokerProcess, topic: str) -> None:
+        ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+        ok(rest(owner, "PUT", f"/admin/v2/namespaces/{ns}/{WHOLE_BUNDLE}/unload"))
+
+    got = _failover(cluster, unload)
+    print(f"unload: first publish on the new owner {got['first_publish_s']:.2f} s after the unload")
+
+
+@pytest.mark.slow
+def test_a_graceful_stop_of_the_owner_loses_nothing(cluster):
+    got = _failover(cluster, lambda owner, topic: owner.stop(signal.SIGTERM))
+    print(f"SIGTERM: first publish on the new owner {got['first_publish_s']:.2f} s after the stop began")
+    got["owner"].start()
+
+
+@pytest.mark.slow
+def test_a_rolling_restart_of_every_broker_loses_nothing(cluster):
+    def rolling(owner: BrokerProcess, topic: str) -> None:
+        for b in [owner, *(b for b in cluster if b is not owner)]:
+            b.stop(signal.SIGTERM)  # hands its bundles back first
+            b.start()
+
+    got = _failover(cluster, rolling)
+    print(f"rolling restart: {got['acked']} acknowledged, no send failed")
+
+
+@pytest.mark.slow
+def test_a_frozen_owner_writes_nothing_visible_after_its_session_expired(cluster):
+    others: list[BrokerProcess] = []
+
+    def freeze(owner: BrokerProcess, topic: str) -> None:
+        others[:] = [b for b in cluster if b is not owner]
+        owner.proc.send_signal(signal.SIGSTOP)
+        try:
+            # while A is frozen past its session, the bundle moves (a lookup on another broker
+            # assigns it once ZooKeeper expired A's session) and another client writes to it
+            wait_until(
+                lambda: _owner(cluster, topic, via=others[0]) is not owner,
+                timeout=30,
+                what="the bundle to leave the frozen broker",
+            )
+            other = _client(others)
+            try:
+                producer = other.create_producer(topic, producer_name="during-freeze")
+                producer.send(b"x-during-freeze")
+                producer.close()
+            finally:
+                other.close()
+        finally:
+            owner.proc.send_signal(signal.SIGCONT)
+
+    got = _failover(cluster, freeze)
+    assert got["new_owner"] in others
+    assert got["others"] == [b"x-during-freeze"]
+    # the resumed broker knows it lost the bundle: it sends clients elsewhere
+    assert _owner(cluster, got["topic"], via=got["owner"]) is got["new_owner"]
+    print(f"SIGSTOP: first publish {got['first_publish_s']:.2f} s after the freeze began")
+
+
+@pytest.mark.slow
+def test_chaos_kills_freezes_and_unloads_lose_nothing(cluster):
+    """For ~45 s, every few seconds a random broker is killed (and started again), frozen past
+    its session timeout (and resumed), or a random bundle is unloaded, while one producer per
+    topic publishes to 6 topics in 2 namespaces of 2 bundles each. At the end every topic is
+    served, and each holds every acknowledged message once, in order."""
+    import random
+
+    rng = random.Random(26)
+    namespaces = []
+    for _ in range(2):
+        ns = f"public/chaos{uuid.uuid4().hex[:6]}"
+        ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 2}}))
+        namespaces.append(ns)
+    topics = [f"persistent://{namespaces[i % 2]}/t{i}" for i in range(6)]
+    client = _client(cluster)
+    pubs = [Publisher(client, t) for t in topics]
+    for p in pubs:
+        p.start()
+    actions = []
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(2, 5))
+            victim = rng.choice(cluster)
+            action = rng.choice(["kill", "freeze", "unload"])
+            actions.append(action)
+            if action == "kill":
+                victim.stop(signal.SIGKILL)
+                time.sleep(1)
+                victim.start()
+            elif action == "freeze":
+                victim.proc.send_signal(signal.SIGSTOP)
+                time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)
+                victim.proc.send_signal(signal.SIGCONT)
+            else:
+                ns = rng.choice(namespaces)
+                bundle = rng.choice(["0x00000000_0x80000000", "0x80000000_0xffffffff"])
+                rest(victim, "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload")  # 307 when not its
+        counts = [len(p.acked) for p in pubs]
+        wait_until(
+            lambda: all(len(p.acked) > c + 5 for p, c in zip(pubs, counts)),
+            timeout=90,
+            what="every topic served after the chaos",
+        )
+    finally:
+        for p in pubs:
+            p.stop()
+    for p, t in zip(pubs, topics):
+        whole = _read_whole_topic(client, t) if p.acked else []
+        assert len(whole) == len(set(whole)), f"{t}: a message is in the topic twice"
+        assert whole == sorted(whole), f"{t}: messages out of order"
+        missing = set(p.acked) - set(whole)
+        assert not missing, f"{t}: {len(missing)} acknowledged message(s) lost: {sorted(missing)[:10]}"
+        assert p.failed == [], p.failed[:3]
+    client.close()
+    print(f"chaos: {actions}, {sum(len(p.acked) for p in pubs)} acknowledged, none lost or repeated")
