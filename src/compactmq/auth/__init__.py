@@ -64,7 +64,7 @@ SLOW_METHODS = frozenset({METHOD_BASIC})
 
 # Pulsar class name -> (module under compactmq.auth, class). Loaded only when configured.
 PROVIDERS: dict[str, tuple[str, str]] = {
-    PROVIDER_TOKEN: ("token", "TokenAuthenticationProvider"),
+    PROVIDER_TOKEN: ("token_provider", "TokenAuthenticationProvider"),
     PROVIDER_TLS: ("tls_provider", "TlsAuthenticationProvider"),
     PROVIDER_BASIC: ("basic", "BasicAuthenticationProvider"),
 }

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..auth.token import check_token
+from ..auth.token_provider import check_token
 from ..auth.tokens import (
     EC_ALGORITHMS,
     HMAC_ALGORITHMS,
