@@ -215,13 +215,14 @@ class ConsumerCommands:
                 # "latest, inclusive" compares its mark-delete with the last id (must be <=)
                 md = Position(last[0], last[1])
         else:
-            last = source.last_position()
-            if last is None:
-                last = topic.last_message_id()
+            last_entry = source.last_position()
+            if last_entry is None:
+                last_entry = topic.last_message_id()
             # the id of the last *message*: inside a batch, its last index (Pulsar answers the
             # same; a client comparing (entry, -1) with a message it dequeued from that batch
             # would think the rest of the batch is not there and stop reading)
-            last_id = (last[0], last[1], p, await topic.last_batch_index(Position(*last)))
+            batch_index = await topic.last_batch_index(Position(*last_entry))
+            last_id = (last_entry[0], last_entry[1], p, batch_index)
             md = sub.mark_delete_position()
         self.conn.send_command(
             commands.get_last_message_id_response(
