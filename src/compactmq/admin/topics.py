@@ -259,8 +259,8 @@ def _monitor(ctx: Context):
     return monitor
 
 
-async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int]:
-    """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
+async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int | None]:
+    """(topic, compaction monitor, ``topic_kind``: partitions, 0 or None) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
         raise NotAllowed(

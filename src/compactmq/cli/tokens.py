@@ -178,7 +178,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     token = _read_token(args)
     if args.secret_key:
         key: Any = read_key_data(spec, "--secret-key")
-        algorithms = HMAC_ALGORITHMS
+        algorithms: tuple[str, ...] = HMAC_ALGORITHMS
     else:
         key = load_public_key(read_key_data(spec, "--public-key"), "--public-key")
         algorithms = algorithms_for_key(key)
