@@ -117,10 +117,17 @@ class ProducerBusy(CompactMQError):
 
 class ChecksumError(InvalidInput):
     server_error = ServerError.ChecksumError
+    #: the command whose payload failed the check, and its type (set by protocol.frames)
+    command: object = None
+    command_type: int | None = None
 
 
 class ProtocolError(InvalidInput):
     """The peer broke the framing or the command grammar; the connection is closed."""
+
+    #: the parsed command when there was one (its request_id helps answer), and its type number
+    command: object = None
+    command_type: int | None = None
 
 
 class MalformedEntry(ProtocolError):

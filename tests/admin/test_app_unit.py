@@ -131,7 +131,7 @@ def test_router_domain_segment_and_allowed_methods():
     ],
 )
 def test_policy_validation(path, body, error):
-    from compactmq.auth.policy_values import Target, check_policy_values
+    from compactmq.auth.policy_rules import Target, check_policy_values
     from compactmq.config import load_config
 
     policy = next(p for p in POLICIES if p.path == path)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from compactmq.broker import schema_compat
-from compactmq.broker.schemas import SchemaRegistry, schema_id
+from compactmq.broker.schema_registry import SchemaRegistry, schema_id
 from compactmq.errors import IncompatibleSchema
 from compactmq.storage.engine import Storage
 from compactmq.storage.metadata_store import create_metadata_store

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from compactmq.broker.schemas import SchemaRegistry
+from compactmq.broker.schema_registry import SchemaRegistry
 from compactmq.errors import IncompatibleSchema
 from compactmq.storage.metadata_store import create_metadata_store
 from compactmq.storage.resources import PulsarResources

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from compactmq.admin.app import OPENAPI_PATH, build_app
 from compactmq.auth import AuthenticationService
 from compactmq.auth.basic import BasicAuthenticationProvider
-from compactmq.auth.token import TokenAuthenticationProvider
+from compactmq.auth.token_provider import TokenAuthenticationProvider
 from compactmq.config import load_config
 
 from .helpers import mint_token, secret_key

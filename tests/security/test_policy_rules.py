@@ -1,4 +1,4 @@
-"""The rules of ``auth.policy_values`` and the places that apply them at use, without a broker:
+"""The rules of ``auth.policy_rules`` and the places that apply them at use, without a broker:
 every policy key has a rule and docs/security.md names it; the export location is derived and
 stays under its root; a Parquet re-export deletes only what an export made; offload locations
 and strategy names are checked before anything is written, signed or imported."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compactmq.auth.policy_values import RULES, Target, check_policy_values
+from compactmq.auth.policy_rules import RULES, Target, check_policy_values
 from compactmq.config import SETTINGS, load_config
 from compactmq.errors import InvalidConfiguration, PreconditionFailed
 from compactmq.compaction.state import states_of

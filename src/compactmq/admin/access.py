@@ -95,7 +95,7 @@ def default_requirement(method: str, pattern: str) -> Requirement:
 
 
 def requirement_name(requires: Any) -> str:
-    return getattr(requires, "name", None) or getattr(requires, "__name__", "custom")
+    return str(getattr(requires, "name", None) or getattr(requires, "__name__", "custom"))
 
 
 def www_authenticate(authentication: Any) -> str:

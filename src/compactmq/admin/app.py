@@ -43,7 +43,7 @@ from . import (
     namespaces,
     offload,
     permissions,
-    schemas,
+    schema_rest,
     topics,
 )
 from .access import AUTHENTICATED, www_authenticate
@@ -65,7 +65,7 @@ def build_router() -> Router:
     permissions.add_routes(router)
     auto_topic_creation.add_routes(router)
     lookup.add_routes(router)
-    schemas.add_routes(router)
+    schema_rest.add_routes(router)
     offload.add_routes(router)
     cluster.add_routes(router)
     latest.add_routes(router)

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..auth.policy_values import Target, check_policy_values
+from ..auth.policy_rules import Target, check_policy_values
 from ..broker.namespaces import POLICY_KEY, validate_override
 from ..errors import NotFound
 from .common import Context, read_json

@@ -126,7 +126,7 @@ async def _boundaries(ctx: Context, namespace: str) -> list[int]:
 async def _brokers(ctx: Context) -> dict[str, dict[str, Any]]:
     cluster = _cluster(ctx)
     if cluster is None:
-        owned = []  # one broker: it owns every bundle, none is recorded
+        owned: list[str] = []  # one broker: it owns every bundle, none is recorded
         return {_own_id(ctx): {"webServiceUrl": ctx.service.web_url or "", "bundles": owned}}
     return await ctx.run_blocking(cluster.membership.brokers, cluster.cluster_name)
 

@@ -132,7 +132,8 @@ async def lookup(ctx: Context, topic: str, keys: list[bytes]) -> list[dict[str, 
         found = await ctx.run_blocking(latest.lookup_blocking, loaded, keys)
         part = index if partitions is not None else -1
         for i, msg in enumerate(found):
-            if msg is not None and (best[i] is None or msg.publish_time >= best[i][0].publish_time):
+            held = best[i]
+            if msg is not None and (held is None or msg.publish_time >= held[0].publish_time):
                 best[i] = (msg, part, name)
     return [_render(k, b) for k, b in zip(keys, best)]
 

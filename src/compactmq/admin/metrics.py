@@ -338,8 +338,22 @@ def render_metrics(ctx: Any) -> str:
     traffic = ctx.sampler.topics()  # refreshed by the caller, on the event loop
     loaded = dict(service.topics.loaded)
     families = {name: _Family(name, kind, h) for name, kind, h in BROKER_FAMILIES + COMPACTION_FAMILIES}
-
     topics = ctx.topic_metadata.topics()
+    topics_count = _namespace_topic_counts(ctx, cluster, topics)
+    for name in topics:
+        _add_topic_metrics(families, ctx, cluster, name, loaded.get(name), traffic.get(name))
+    monitor = ctx.monitor
+    _add_compaction_metrics(families, ctx, cluster, loaded, monitor)
+    out = (
+        [topics_count.render()]
+        + [fam.render() for fam in families.values()]
+        + [fam.render() for fam in _monitor_families(cluster, monitor)]
+    )
+    return "\n".join(out) + "\n" + render_library_metrics(ctx, cluster)
+
+
+def _namespace_topic_counts(ctx: Any, cluster: str, topics: list[str]) -> _Family:
+    """``pulsar_topics_count``: one sample per namespace, 0 for a namespace without topics."""
     per_namespace: dict[str, int] = {}
     for name in topics:
         ns = TopicName.parse(name).namespace_name
@@ -348,41 +362,44 @@ def render_metrics(ctx: Any) -> str:
     tenants, namespaces = ctx.resources.tenants, ctx.resources.namespaces
     for ns in sorted(n for t in tenants.list_tenants() for n in namespaces.list_namespaces(t)):
         topics_count.add({"cluster": cluster, "namespace": ns}, per_namespace.get(ns, 0))
+    return topics_count
 
-    for name in topics:
-        labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
-        topic = loaded.get(name)
-        t = traffic.get(name)
-        producers = [p for p in list(topic.producers.values()) if not p.closed] if topic is not None else []
-        consumers = (
-            [c for s in list(topic.subscriptions.values()) for c in list(s.consumers)]
-            if topic is not None
-            else []
-        )
-        backlog = 0
-        subs = set(topic.subscriptions) if topic is not None else set()
-        if topic is not None:
-            cursors = topic.ledger.cursors()
-            subs |= {c.name for c in cursors}
-            backlog = sum(c.backlog() for c in cursors if c.durable and c.name != "pulsar.dedup")
-            size = topic.ledger.total_size()
-        else:
-            size = sum(li.size for li in ctx.topic_metadata.ledgers(name))
-        f = families
-        f["pulsar_producers_count"].add(labels, len(producers))
-        f["pulsar_consumers_count"].add(labels, len(consumers))
-        f["pulsar_subscriptions_count"].add(labels, len(subs))
-        f["pulsar_rate_in"].add(labels, t.rate_in if t else 0)
-        f["pulsar_rate_out"].add(labels, t.rate_out if t else 0)
-        f["pulsar_throughput_in"].add(labels, t.throughput_in if t else 0)
-        f["pulsar_throughput_out"].add(labels, t.throughput_out if t else 0)
-        f["pulsar_in_messages_total"].add(labels, t.msg_in if t else 0)
-        f["pulsar_in_bytes_total"].add(labels, t.bytes_in if t else 0)
-        f["pulsar_out_messages_total"].add(labels, t.msg_out if t else 0)
-        f["pulsar_storage_size"].add(labels, size)
-        f["pulsar_msg_backlog"].add(labels, backlog)
 
-    monitor = ctx.monitor
+def _add_topic_metrics(families: dict, ctx: Any, cluster: str, name: str, topic: Any, t: Any) -> None:
+    """The per-topic broker families of ``name`` (``topic`` when loaded, ``t`` its traffic)."""
+    labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
+    producers = [p for p in list(topic.producers.values()) if not p.closed] if topic is not None else []
+    consumers = (
+        [c for s in list(topic.subscriptions.values()) for c in list(s.consumers)]
+        if topic is not None
+        else []
+    )
+    backlog = 0
+    subs = set(topic.subscriptions) if topic is not None else set()
+    if topic is not None:
+        cursors = topic.ledger.cursors()
+        subs |= {c.name for c in cursors}
+        backlog = sum(c.backlog() for c in cursors if c.durable and c.name != "pulsar.dedup")
+        size = topic.ledger.total_size()
+    else:
+        size = sum(li.size for li in ctx.topic_metadata.ledgers(name))
+    f = families
+    f["pulsar_producers_count"].add(labels, len(producers))
+    f["pulsar_consumers_count"].add(labels, len(consumers))
+    f["pulsar_subscriptions_count"].add(labels, len(subs))
+    f["pulsar_rate_in"].add(labels, t.rate_in if t else 0)
+    f["pulsar_rate_out"].add(labels, t.rate_out if t else 0)
+    f["pulsar_throughput_in"].add(labels, t.throughput_in if t else 0)
+    f["pulsar_throughput_out"].add(labels, t.throughput_out if t else 0)
+    f["pulsar_in_messages_total"].add(labels, t.msg_in if t else 0)
+    f["pulsar_in_bytes_total"].add(labels, t.bytes_in if t else 0)
+    f["pulsar_out_messages_total"].add(labels, t.msg_out if t else 0)
+    f["pulsar_storage_size"].add(labels, size)
+    f["pulsar_msg_backlog"].add(labels, backlog)
+
+
+def _add_compaction_metrics(families: dict, ctx: Any, cluster: str, loaded: dict, monitor: Any) -> None:
+    """The per-topic compaction families: every topic compacted or with a run recorded."""
     run_stats = dict(monitor.stats) if monitor is not None else {}
     states = ctx.compaction_states()
     for name in sorted(set(run_stats) | set(states)):
@@ -417,6 +434,9 @@ def render_metrics(ctx: Any) -> str:
         last = monitor.last_runs.get(name) if monitor is not None else None
         f["pulsar_compaction_last_job_topics"].add(labels, len(last["jobTopics"]) if last else 0)
 
+
+def _monitor_families(cluster: str, monitor: Any) -> list[_Family]:
+    """compactmq's own families about the compaction monitor of this broker."""
     running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
     running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)
     checks = _Family(
@@ -439,9 +459,4 @@ def render_metrics(ctx: Any) -> str:
         {"cluster": cluster, "state": (warmup or {}).get("state", "off")},
         1 if (warmup or {}).get("state") == "warm" else 0,
     )
-    out = (
-        [topics_count.render()]
-        + [fam.render() for fam in families.values()]
-        + [running.render(), checks.render(), jobs.render(), warm.render()]
-    )
-    return "\n".join(out) + "\n" + render_library_metrics(ctx, cluster)
+    return [running, checks, jobs, warm]

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..auth.policy_values import Target, check_policy_values
+from ..auth.policy_rules import Target, check_policy_values
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
@@ -176,7 +176,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         name = f"{tenant}/{namespace}"
         await _require(ctx, name)
         values = policy.parse(await read_json(request, policy.summary))
-        # every value through its rule (auth.policy_values), off the event loop (realpath)
+        # every value through its rule (auth.policy_rules), off the event loop (realpath)
         values = await ctx.run_blocking(check_policy_values, values, Target(ctx.service.config, name))
         await ctx.run_blocking(_set_namespace_policies, ctx, name, values)
         await ctx.service.topics.policies_changed(name)

@@ -16,6 +16,7 @@ by GET): they come from the broker's environment, the standard ways.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -117,7 +118,7 @@ def _single(key: str):
     return lambda values: values.get(key)
 
 
-def _render_policies(values: dict) -> Any:
+def _render_policies(values: Mapping[str, Any]) -> Any:
     v = values.get(OFFLOAD_POLICIES)
     if isinstance(v, str):  # ?applied=true without a namespace policy: the broker's driver
         return {"managedLedgerOffloadDriver": v}

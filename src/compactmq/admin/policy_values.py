@@ -4,7 +4,7 @@ renderer per policy, used by the declarations in ``policies``.
 A validator turns an untrusted JSON body into the metadata-store values of the policy's keys, or
 raises ``InvalidInput`` (400: the wrong JSON type) or ``PreconditionFailed`` (412: a value out of
 range, Pulsar's status for a refused policy). Which names a broker allows (compaction strategy
-classes, export roots) is not decided here but by ``auth.policy_values`` when the value is stored.
+classes, export roots) is not decided here but by ``auth.policy_rules`` when the value is stored.
 A renderer turns the stored values back into the body Pulsar answers, ``None`` when unset.
 
 Stdlib only at import time (the CLI imports the declarations): the two validators that need the
@@ -98,7 +98,7 @@ def render_retention(values: Mapping[str, Any]) -> Any:
 
 def strategy(body: Any) -> dict[str, Any]:
     """The shape only: which names this broker allows is the registry's rule
-    (``auth.policy_values``); nothing is resolved or imported here."""
+    (``auth.policy_rules``); nothing is resolved or imported here."""
     if not isinstance(body, str) or not body.strip():
         raise InvalidInput(
             "compactionStrategy must be a JSON string: keep-latest, keep-first, event-time "

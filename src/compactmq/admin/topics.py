@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..auth.policy_values import Target, check_partitions, check_policy_values
+from ..auth.policy_rules import Target, check_partitions, check_policy_values
 from ..errors import (
     AlreadyExists,
     CompactMQError,
@@ -259,8 +259,8 @@ def _monitor(ctx: Context):
     return monitor
 
 
-async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int]:
-    """(topic, compaction monitor, partitions or 0) for a compaction request on ``path``."""
+async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int | None]:
+    """(topic, compaction monitor, ``topic_kind``: partitions, 0 or None) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
     if not tn.persistent:
         raise NotAllowed(
@@ -351,7 +351,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
         topic = _persistent(topic_name(**path))
         n = await _kind(ctx, topic)
         values = policy.parse(await read_json(request, policy.summary))
-        # every value through its rule (auth.policy_values), off the event loop (realpath)
+        # every value through its rule (auth.policy_rules), off the event loop (realpath)
         where = Target(ctx.service.config, TopicName.parse(topic).namespace_name, topic)
         values = await ctx.run_blocking(check_policy_values, values, where)
         targets = [topic] + _partition_names(topic, n or 0)

@@ -34,7 +34,7 @@ a second and more), so the broker's CONNECT and the admin's HTTP requests both c
 topics, and other roles need a grant of ``produce`` or ``consume`` on the namespace or topic.
 Grants live in the namespace policy ``auth_policies`` in Pulsar's JSON shape.
 
-**Policy values are checked before they are stored** (``policy_values``): what a tenant admin may
+**Policy values are checked before they are stored** (``policy_rules``): what a tenant admin may
 set is bounded by the operator's configuration (export root, strategy and offload allowlists),
 one rule per policy key, so no policy value reaches a path, an import or an endpoint unchecked.
 
@@ -64,7 +64,7 @@ SLOW_METHODS = frozenset({METHOD_BASIC})
 
 # Pulsar class name -> (module under compactmq.auth, class). Loaded only when configured.
 PROVIDERS: dict[str, tuple[str, str]] = {
-    PROVIDER_TOKEN: ("token", "TokenAuthenticationProvider"),
+    PROVIDER_TOKEN: ("token_provider", "TokenAuthenticationProvider"),
     PROVIDER_TLS: ("tls_provider", "TlsAuthenticationProvider"),
     PROVIDER_BASIC: ("basic", "BasicAuthenticationProvider"),
 }

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, overload
 
 from ..errors import InvalidConfiguration
 
@@ -124,6 +124,12 @@ def web_port_tls(config: Mapping[str, Any]) -> int | None:
 
 def tls_wanted(config: Mapping[str, Any]) -> bool:
     return broker_port_tls(config) is not None or web_port_tls(config) is not None
+
+
+@overload
+def _readable_file(config: Mapping[str, Any], key: str, *, required: Literal[True]) -> str: ...
+@overload
+def _readable_file(config: Mapping[str, Any], key: str, *, required: bool) -> str | None: ...
 
 
 def _readable_file(config: Mapping[str, Any], key: str, *, required: bool) -> str | None:

@@ -191,9 +191,10 @@ class NonPersistentSubscription:
     def add_consumer(self, consumer: Consumer, sub_type: int, key_shared_sticky: bool = False) -> None:
         if self.consumers:
             if sub_type != self.sub_type:
+                # consumers are attached, so the type is set
+                current = SUB_TYPE_NAMES[self.sub_type] if self.sub_type is not None else "unset"
                 raise ConsumerBusy(
-                    f"subscription {self.name!r} is {SUB_TYPE_NAMES[self.sub_type]}, "
-                    f"not {SUB_TYPE_NAMES.get(sub_type, sub_type)}"
+                    f"subscription {self.name!r} is {current}, not {SUB_TYPE_NAMES.get(sub_type, sub_type)}"
                 )
             if sub_type == EXCLUSIVE:
                 raise ConsumerBusy(f"exclusive consumer is already connected to subscription {self.name!r}")

@@ -46,7 +46,7 @@ from .entry_cache import EntryCacheManager
 from .inactive_topics import InactiveTopicSweeper
 from .latest_values import LatestValues
 from .lookup import Listeners, listeners_from_config
-from .schemas import SchemaRegistry
+from .schema_registry import SchemaRegistry
 from .topics import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled

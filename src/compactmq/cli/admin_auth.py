@@ -125,8 +125,8 @@ def _basic(params: str) -> tuple[str, str]:
     elif "userId:" in params and "password:" in params:
         values = _key_values(params)
     elif ":" in params:
-        user, _, password = params.partition(":")
-        values = {"userId": user, "password": password}
+        user_id, _, secret = params.partition(":")
+        values = {"userId": user_id, "password": secret}
     else:
         values = {}
     user, password = values.get("userId"), values.get("password")

@@ -44,14 +44,15 @@ def _ranges(bundles: Any) -> list[str]:
     return [f"{lo}_{hi}" for lo, hi in zip(b, b[1:])]
 
 
+def _unload(a, c, o) -> None:
+    c.request("PUT", topic_path(a.topic) + "/unload")
+    o.done(f"unloaded {a.topic}")
+
+
 def add_commands(topics: Any, namespaces: Any, subparsers: Any) -> None:
     p = topics.add_parser("unload", help="unload a topic: its owner closes it, clients reconnect")
     p.add_argument("topic")
-    p.set_defaults(
-        func=_run(
-            lambda a, c, o: (c.request("PUT", topic_path(a.topic) + "/unload"), o.done(f"unloaded {a.topic}"))
-        )
-    )
+    p.set_defaults(func=_run(_unload))
     p = topics.add_parser("lookup", help="the broker that serves a topic")
     p.add_argument("topic")
     p.set_defaults(func=_run(_lookup))

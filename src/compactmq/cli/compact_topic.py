@@ -114,7 +114,7 @@ class ProgressLine:
         self.enabled = enabled
         self.t0 = time.monotonic()
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._last = None
+        self._last: tuple[str, int] | None = None
 
     def __call__(self, p) -> None:
         if not self.enabled:

@@ -15,7 +15,7 @@ import sys
 from ..errors import CompactMQError
 
 # module name under compactmq.cli, in the order --help lists them
-COMMAND_MODULES = ("standalone", "compact_topic", "admin", "tokens", "schemas")
+COMMAND_MODULES = ("standalone", "compact_topic", "admin", "tokens", "schemas_admin")
 
 
 def build_parser() -> argparse.ArgumentParser:

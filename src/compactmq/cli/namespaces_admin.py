@@ -66,23 +66,23 @@ NAMESPACE_POLICIES = (
 )
 
 
+def _create(a, c, o) -> None:
+    body = {"bundles": {"numBundles": a.bundles}} if a.bundles is not None else None
+    c.request("PUT", namespace_path(a.namespace), body)
+    o.done(f"created {a.namespace}")
+
+
+def _delete(a, c, o) -> None:
+    c.request("DELETE", namespace_path(a.namespace))
+    o.done(f"deleted {a.namespace}")
+
+
 def add_commands(namespaces) -> None:
     """Add the namespace lifecycle commands to the ``namespaces`` sub-parser."""
     p = namespaces.add_parser("create", help="create a namespace")
     p.add_argument("namespace", help="tenant/namespace")
     p.add_argument("-b", "--bundles", type=int, help="number of bundles (default: the broker's)")
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request(
-                    "PUT",
-                    namespace_path(a.namespace),
-                    {"bundles": {"numBundles": a.bundles}} if a.bundles is not None else None,
-                ),
-                o.done(f"created {a.namespace}"),
-            )
-        )
-    )
+    p.set_defaults(func=run_command(_create))
     p = namespaces.add_parser("list", help="list the namespaces of a tenant")
     p.add_argument("tenant")
     p.set_defaults(
@@ -100,11 +100,4 @@ def add_commands(namespaces) -> None:
     )
     p = namespaces.add_parser("delete", help="delete an empty namespace")
     p.add_argument("namespace", help="tenant/namespace")
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("DELETE", namespace_path(a.namespace)),
-                o.done(f"deleted {a.namespace}"),
-            )
-        )
-    )
+    p.set_defaults(func=run_command(_delete))

@@ -40,25 +40,21 @@ def add_permission_commands(sub, target: str, path_of: Callable[[str], str]) -> 
         required=True,
         help="comma list: produce, consume (functions, packages, sinks, sources are stored too)",
     )
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("POST", role_path(a), _actions(a.actions)),
-                o.done(f"granted {a.role} {','.join(_actions(a.actions))} on {getattr(a, target)}"),
-            )
-        )
-    )
+
+    def grant(a, c, o) -> None:
+        c.request("POST", role_path(a), _actions(a.actions))
+        o.done(f"granted {a.role} {','.join(_actions(a.actions))} on {getattr(a, target)}")
+
+    p.set_defaults(func=run_command(grant))
     p = sub.add_parser("revoke-permission", help=f"revoke a role's permissions on a {target}")
     p.add_argument(target)
     p.add_argument("--role", required=True)
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("DELETE", role_path(a)),
-                o.done(f"revoked {a.role} on {getattr(a, target)}"),
-            )
-        )
-    )
+
+    def revoke(a, c, o) -> None:
+        c.request("DELETE", role_path(a))
+        o.done(f"revoked {a.role} on {getattr(a, target)}")
+
+    p.set_defaults(func=run_command(revoke))
     p = sub.add_parser("permissions", help=f"show the permissions of a {target}")
     p.add_argument(target)
     p.set_defaults(

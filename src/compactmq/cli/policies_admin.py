@@ -30,34 +30,25 @@ def add_policy_commands(
         p = sub.add_parser(f"set-{form.verb}", help=set_help)
         p.add_argument(target)
         form.add_args(p)
-        p.set_defaults(
-            func=run_command(
-                lambda a, c, o, form=form, suffix=suffix: (
-                    c.request(
-                        getattr(form, set_method_attr),
-                        f"{path_of(getattr(a, target))}/{suffix}",
-                        form.body_from_args(a),
-                    ),
-                    o.done(f"{form.verb} set on {getattr(a, target)}"),
-                )
-            )
-        )
+
+        def set_policy(a, c, o, form=form, suffix=suffix) -> None:
+            path = f"{path_of(getattr(a, target))}/{suffix}"
+            c.request(getattr(form, set_method_attr), path, form.body_from_args(a))
+            o.done(f"{form.verb} set on {getattr(a, target)}")
+
+        p.set_defaults(func=run_command(set_policy))
         p = sub.add_parser(f"get-{form.verb}", help=get_help)
         p.add_argument(target)
-        p.set_defaults(
-            func=run_command(
-                lambda a, c, o, form=form, suffix=suffix: o.result(
-                    c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), form.render
-                )
-            )
-        )
+
+        def get_policy(a, c, o, form=form, suffix=suffix) -> None:
+            o.result(c.request("GET", f"{path_of(getattr(a, target))}/{suffix}"), form.render)
+
+        p.set_defaults(func=run_command(get_policy))
         p = sub.add_parser(f"{form.remove_verb}-{form.verb}", help=remove_help)
         p.add_argument(target)
-        p.set_defaults(
-            func=run_command(
-                lambda a, c, o, form=form, suffix=suffix: (
-                    c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}"),
-                    o.done(f"{form.verb} removed from {getattr(a, target)}"),
-                )
-            )
-        )
+
+        def remove_policy(a, c, o, form=form, suffix=suffix) -> None:
+            c.request("DELETE", f"{path_of(getattr(a, target))}/{suffix}")
+            o.done(f"{form.verb} removed from {getattr(a, target)}")
+
+        p.set_defaults(func=run_command(remove_policy))

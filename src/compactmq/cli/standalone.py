@@ -19,6 +19,8 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..config import describe_unknown_keys, load_config, parse_override
 from ..storage.modes import PRIVATE_UMASK
@@ -92,11 +94,13 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning(
             "ignoring %d unknown config keys: %s", len(unknown), describe_unknown_keys(unknown)
         )
+    runner: Callable[..., Any] = asyncio.run
     try:
         import uvloop  # optional: the "fast" extra
+
+        runner = uvloop.run
     except ImportError:
-        uvloop = None
-    runner = uvloop.run if uvloop is not None else asyncio.run
+        pass
     return runner(_serve(config)) or 0
 
 

@@ -40,30 +40,31 @@ def _render_tenant(body: Any) -> str:
     )
 
 
+def _create(a, c, o) -> None:
+    c.request("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a))
+    o.done(f"created {a.tenant}")
+
+
+def _update(a, c, o) -> None:
+    c.request("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a))
+    o.done(f"updated {a.tenant}")
+
+
+def _delete(a, c, o) -> None:
+    c.request("DELETE", f"/admin/v2/tenants/{a.tenant}")
+    o.done(f"deleted {a.tenant}")
+
+
 def add_commands(tenants) -> None:
     """Add the tenant commands to the ``tenants`` sub-parser."""
     p = tenants.add_parser("list", help="list tenants")
     p.set_defaults(func=run_command(lambda a, c, o: o.result(c.request("GET", "/admin/v2/tenants"))))
     p = tenants.add_parser("create", help="create a tenant")
     _tenant_args(p)
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("PUT", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
-                o.done(f"created {a.tenant}"),
-            )
-        )
-    )
+    p.set_defaults(func=run_command(_create))
     p = tenants.add_parser("update", help="replace a tenant's admin roles and allowed clusters")
     _tenant_args(p)
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("POST", f"/admin/v2/tenants/{a.tenant}", _tenant_body(a)),
-                o.done(f"updated {a.tenant}"),
-            )
-        )
-    )
+    p.set_defaults(func=run_command(_update))
     p = tenants.add_parser("get", help="show a tenant's admin roles and allowed clusters")
     p.add_argument("tenant")
     p.set_defaults(
@@ -73,11 +74,4 @@ def add_commands(tenants) -> None:
     )
     p = tenants.add_parser("delete", help="delete a tenant with no namespaces")
     p.add_argument("tenant")
-    p.set_defaults(
-        func=run_command(
-            lambda a, c, o: (
-                c.request("DELETE", f"/admin/v2/tenants/{a.tenant}"),
-                o.done(f"deleted {a.tenant}"),
-            )
-        )
-    )
+    p.set_defaults(func=run_command(_delete))

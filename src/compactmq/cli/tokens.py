@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..auth.token import check_token
+from ..auth.token_provider import check_token
 from ..auth.tokens import (
     EC_ALGORITHMS,
     HMAC_ALGORITHMS,
@@ -178,7 +178,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     token = _read_token(args)
     if args.secret_key:
         key: Any = read_key_data(spec, "--secret-key")
-        algorithms = HMAC_ALGORITHMS
+        algorithms: tuple[str, ...] = HMAC_ALGORITHMS
     else:
         key = load_public_key(read_key_data(spec, "--public-key"), "--public-key")
         algorithms = algorithms_for_key(key)

@@ -80,7 +80,7 @@ class DirectBackend:
         """The schema in force from the metadata store (keyed by Pulsar's schema id,
         shared by the partitions); a data directory the broker has not upgraded yet still has
         its schemas in the topic properties."""
-        from ..broker.schemas import schema_id
+        from ..broker.schema_registry import schema_id
         from ..naming import TopicName
         from ..storage.schemas import SchemaStorage, active
 

@@ -1,47 +1,19 @@
-"""Broker configuration: Pulsar's broker.conf key names where one exists, merged in layers.
+"""Every broker.conf key compactmq implements, declared once: its type, default and a line of help.
 
-``load_config(file, overrides)`` is the one function that merges the layers, in this order:
-
-    built-in defaults  <  config file (broker.conf syntax: ``key=value``, ``#`` comments)  <  overrides
-
-Every key is declared once in ``SETTINGS`` with its type, default and a line of help. A value
-of the wrong type for a declared key is a one-line ``InvalidConfiguration``. Keys that start
-with ``spark.`` pass through untouched to the Spark session builder. An empty value (``key=``,
-as Pulsar's shipped files are full of) means the default.
-
-A Pulsar ``broker.conf``/``standalone.conf`` is accepted as is: keys of parts compactmq does not
-have (BookKeeper, ZooKeeper, the load balancer, functions, ...) are known by name
-(``pulsar_conf_keys.txt``, or a prefix in ``IGNORED_PREFIXES``), accepted, and collected in
-``Config.ignored_keys`` so that the broker can list them once at start. Relative paths in the
-file are left relative: they resolve against the current directory, as in Pulsar.
-
-A key nobody knows never stops the broker either (Pulsar ignores keys it does not know, so a
-file written for one Pulsar release works on another): it is collected in
-``Config.unknown_keys`` and the broker lists them once at start, each near miss of a key that
-would have taken effect with a "did you mean" (``describe_unknown_keys``) -- a typo of an
-implemented key is the case that deserves the warning most.
-
-Nothing is read at import time: tests pass plain dicts as ``overrides``.
+``SETTINGS`` is the table the rest of ``compactmq.config`` reads: ``loading`` coerces file and
+command-line values to the declared type, ``pulsar_keys`` suggests a declared key for a typo.
+Add a key here, in its section (Pulsar's name when Pulsar has one); nothing else needs to know
+about it for ``load_config`` to accept it. The constants above the table are values some keys
+take (retention modes, Pulsar provider class names, the historical TLS ports).
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from .errors import InvalidConfiguration
-
+#: keys with this prefix pass through, untouched, to the Spark session builder
 SPARK_PREFIX = "spark."
-
-#: compactmq's version: the one place it is written (pyproject.toml reads it from here; the wire
-#: ``server_version``, the admin API and ``compactmq --version`` derive from it)
-VERSION = "0.1.0"
 
 #: ``topicCompactionRetentionMode`` values (compaction's ``RetentionFilter`` explains them)
 RETENTION_BOUNDED = "retention-bounded"
@@ -58,29 +30,6 @@ PULSAR_AUTHORIZATION_PROVIDER = "org.apache.pulsar.broker.authorization.PulsarAu
 # The deprecated ``tlsEnabled=true`` turns both on at Pulsar's historical defaults.
 DEFAULT_BROKER_PORT_TLS = 6651
 DEFAULT_WEB_PORT_TLS = 8443
-
-# Key prefixes of Pulsar parts compactmq does not have; such keys are ignored even when newer
-# Pulsar releases add names that pulsar_conf_keys.txt does not list yet.
-IGNORED_PREFIXES = (
-    "bookkeeper",
-    "bookie",
-    "dbStorage_",
-    "journal",
-    "zooKeeper",
-    "zookeeper",
-    "metadataStore",
-    "configurationMetadataStore",
-    "loadBalancer",
-    "functionsWorker",
-    "transaction",
-    "webSocket",
-    "replicat",
-    "managedLedgerOffload",
-    "s3ManagedLedgerOffload",
-    "gcsManagedLedgerOffload",
-    "packages",
-    "brokerClient",
-)
 
 # Values never printed (repr, logs): token keys, htpasswd content, passwords of ignored parts.
 _SECRET_MARKERS = ("secret", "password", "authenticationparameters", "basicauthconf")
@@ -513,213 +462,7 @@ SPARK_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
 }
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def parse_bool(value: Any, default: bool | None = None) -> bool:
-    """The one reading of a boolean from config files, policies and query strings: true/1/yes/on
-    and false/0/no/off, any case. Anything else is ``default``, or ``ValueError`` without one."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    if default is not None:
-        return default
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _coerce(key: str, value: Any) -> Any:
-    setting = SETTINGS[key]
-    if setting.type is bool:
-        try:
-            return parse_bool(value)
-        except ValueError:
-            raise InvalidConfiguration(f"config {key}={value!r}: expected true or false") from None
-    if setting.type is OptionalInt:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        setting = Setting(int, None, "")
-    if setting.type is int:
-        if isinstance(value, bool):
-            raise InvalidConfiguration(f"config {key}={value!r}: expected an integer")
-        try:
-            return int(str(value).strip())
-        except ValueError:
-            raise InvalidConfiguration(f"config {key}={value!r}: expected an integer") from None
-    return str(value).strip() if not isinstance(value, str) else value.strip()
-
-
-def metrics_need_authentication(config: Mapping[str, Any]) -> bool:
-    """Whether ``/metrics`` requires credentials: ``authenticateMetricsEndpoint`` when set,
-    else ``authenticationEnabled`` (its metrics name every tenant's topics)."""
-    value = config.get("authenticateMetricsEndpoint")
-    if value is None:
-        return bool(config.get("authenticationEnabled", False))
-    return bool(value)
-
 
 def is_secret_key(key: str) -> bool:
     low = key.lower()
     return any(marker in low for marker in _SECRET_MARKERS)
-
-
-@functools.cache
-def pulsar_conf_keys() -> frozenset[str]:
-    """Key names of Pulsar's broker.conf/standalone.conf (read once, when first needed)."""
-    text = resources.files(__package__).joinpath("pulsar_conf_keys.txt").read_text()
-    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
-
-
-def is_ignored_pulsar_key(key: str) -> bool:
-    """A Pulsar key of a part compactmq does not have: accepted, reported, without effect."""
-    return key not in SETTINGS and (key in pulsar_conf_keys() or key.startswith(IGNORED_PREFIXES))
-
-
-def suggest_key(key: str) -> str | None:
-    """The implemented key ``key`` is a near miss of (a typo, another case), or None."""
-    by_lower = {k.lower(): k for k in SETTINGS}
-    if key.lower() in by_lower:
-        return by_lower[key.lower()]
-    close = difflib.get_close_matches(key, SETTINGS, n=1, cutoff=0.85)
-    return close[0] if close else None
-
-
-def describe_unknown_keys(keys: tuple[str, ...] | list[str]) -> str:
-    """``a (did you mean b?), c``: the unknown keys, each with its suggestion when it has one."""
-    parts = []
-    for key in keys:
-        hint = suggest_key(key)
-        parts.append(f"{key} (did you mean {hint}?)" if hint else key)
-    return ", ".join(parts)
-
-
-class Config(Mapping[str, Any]):
-    """Merged, validated configuration. Read with ``cfg["key"]``; Spark settings in ``cfg.spark``.
-
-    ``ignored_keys`` lists, in the order first seen, the Pulsar keys that were accepted without
-    effect (see the module docstring); ``unknown_keys`` the keys that are neither compactmq's nor
-    Pulsar's. The broker logs each list once at start.
-    """
-
-    def __init__(
-        self,
-        values: dict[str, Any],
-        spark: dict[str, str],
-        ignored_keys: tuple[str, ...] = (),
-        unknown_keys: tuple[str, ...] = (),
-    ):
-        self._values = values
-        self.spark = spark
-        self.ignored_keys = ignored_keys
-        self.unknown_keys = unknown_keys
-
-    def __getitem__(self, key: str) -> Any:
-        return self._values[key]
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
-        merged = _merge(
-            dict(self._values),
-            dict(self.spark),
-            list(self.ignored_keys),
-            overrides,
-            list(self.unknown_keys),
-        )
-        return Config(_apply_aliases(dict(merged)), merged.spark, merged.ignored_keys, merged.unknown_keys)
-
-    @property
-    def data_dir(self) -> Path:
-        return Path(self["dataDir"])
-
-    def __repr__(self) -> str:
-        shown = {k: ("***" if v and is_secret_key(k) else v) for k, v in self._values.items()}
-        return f"Config({shown!r}, spark={self.spark!r})"
-
-
-def config_list(config: Mapping[str, Any], key: str) -> list[str]:
-    """A comma-list setting (``superUserRoles=a, b``) as its non-empty, stripped items."""
-    return [item.strip() for item in str(config[key] or "").split(",") if item.strip()]
-
-
-def parse_conf_text(text: str, source: str) -> dict[str, str]:
-    """broker.conf syntax: ``key=value`` lines, blank lines and ``#`` comments ignored."""
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "=" not in line:
-            raise InvalidConfiguration(f"{source}:{lineno}: expected key=value, got {line!r}")
-        key, value = line.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
-
-
-def parse_override(item: str) -> tuple[str, str]:
-    """One ``KEY=VALUE`` from the command line."""
-    if "=" not in item:
-        raise InvalidConfiguration(f"config override {item!r}: expected KEY=VALUE")
-    key, value = item.split("=", 1)
-    return key.strip(), value
-
-
-def _merge(
-    values: dict[str, Any],
-    spark: dict[str, str],
-    ignored: list[str],
-    layer: Mapping[str, Any],
-    unknown: list[str],
-) -> Config:
-    for key, value in layer.items():
-        if key.startswith(SPARK_PREFIX):
-            spark[key] = str(value)
-        elif key in SETTINGS:
-            empty = value is None or (isinstance(value, str) and not value.strip())
-            if empty:  # Pulsar's reading: an empty optional port is off, any other key its default
-                values[key] = None if SETTINGS[key].type is OptionalInt else SETTINGS[key].default
-            else:
-                values[key] = _coerce(key, value)
-        elif is_ignored_pulsar_key(key):
-            if key not in ignored:
-                ignored.append(key)
-        elif key not in unknown:  # reported at start, never fatal (Pulsar ignores such keys)
-            unknown.append(key)
-    return Config(values, spark, tuple(ignored), tuple(unknown))
-
-
-def _apply_aliases(values: dict[str, Any]) -> dict[str, Any]:
-    """``tlsEnabled=true`` (deprecated in Pulsar) opens both TLS ports at their old defaults,
-    unless a TLS port is set explicitly."""
-    no_port = values["brokerServicePortTls"] is None and values["webServicePortTls"] is None
-    if values.get("tlsEnabled") and no_port:
-        return dict(
-            values, brokerServicePortTls=DEFAULT_BROKER_PORT_TLS, webServicePortTls=DEFAULT_WEB_PORT_TLS
-        )
-    return values
-
-
-def load_config(file: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Merge defaults, an optional broker.conf-style file and overrides into a ``Config``."""
-    values: dict[str, Any] = {k: s.default for k, s in SETTINGS.items()}
-    spark = dict(SPARK_DEFAULTS)
-    ignored: list[str] = []
-    unknown: list[str] = []
-    if file is not None:
-        path = Path(file)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise InvalidConfiguration(f"cannot read config file {path}: {e.strerror}") from None
-        _merge(values, spark, ignored, parse_conf_text(text, str(path)), unknown)
-    if overrides:
-        _merge(values, spark, ignored, overrides, unknown)
-    return Config(_apply_aliases(values), spark, tuple(ignored), tuple(unknown))

@@ -1,0 +1,239 @@
+"""The producer side of a connection's commands: PRODUCER, SEND, CLOSE_PRODUCER.
+
+``ProducerCommands`` is a part of ``handlers.CommandHandler`` (a mixin: the handler owns the
+state declared below and dispatches the commands here). PRODUCER attaches a ``Producer`` to a
+topic (a retried request gets the same answer; an exclusive claim held by a silent peer is
+taken over, see ``peer_liveness``; WaitForExclusive answers "not ready" first). SEND is the hot
+path: the entry's checksum is verified, deduplication decides, and the topic persists it; the
+receipt (``_PendingReceipt``) is written when the entry is persisted, or a SEND_ERROR when it
+failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CompactMQError, InvalidInput, NotAllowed, ServerError
+from ..naming import TopicName
+from ..protocol import commands, frames, wire
+from ..protocol import pulsar_pb2 as pb
+from ..storage.position import Position
+from . import security
+from .peer_liveness import evict_dead_peers
+from .producers import MustWait, Producer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import ServerConnection
+
+_producer_names = itertools.count()
+
+
+class ProducerCommands:
+    """PRODUCER, SEND and CLOSE_PRODUCER of one connection (state set by ``CommandHandler``)."""
+
+    conn: ServerConnection
+    service: Any
+    producers: dict[int, Producer]
+    _creating_producers: set[int]
+    _cancelled_producers: set[int]
+
+    async def on_producer(self, cmd: pb.CommandProducer, frame) -> None:
+        try:
+            await self._create_producer(cmd)
+        finally:
+            self._creating_producers.discard(cmd.producer_id)
+            self._cancelled_producers.discard(cmd.producer_id)
+
+    async def _create_producer(self, cmd: pb.CommandProducer) -> None:
+        await security.authorize(self.conn, "produce", cmd.topic)
+        existing = self.producers.get(cmd.producer_id)
+        if existing is not None and not existing.closed:
+            if existing.topic.name == str(TopicName.parse(cmd.topic)):
+                # the client retried a request that already succeeded: same answer again
+                self.conn.send_command(
+                    commands.producer_success(
+                        cmd.request_id,
+                        existing.name,
+                        last_sequence_id=existing.topic.last_sequence_ids.get(existing.name, -1),
+                        schema_version=existing.schema_version,
+                    )
+                )
+                return
+            raise InvalidInput(f"producer id {cmd.producer_id} is already used on this connection")
+        topic = await self.service.topics.get_topic(cmd.topic, create=True)
+        await topic.dedup.refresh()  # a policy set since the topic loaded applies from now on
+        schema_version = await self.service.schemas.get_or_create(
+            topic.name, cmd.schema if cmd.HasField("schema") else None
+        )
+        if cmd.HasField("producer_name") and cmd.producer_name:
+            name = cmd.producer_name
+        else:
+            name = f"{self.service.cluster_name}-{self.service.instance_id}-{next(_producer_names)}"
+        producer = Producer(topic, self.conn, cmd.producer_id, name, cmd.producer_access_mode, schema_version)
+        if cmd.HasField("topic_epoch"):  # a reconnecting exclusive producer: the epoch it was given
+            producer.topic_epoch = cmd.topic_epoch
+        # a producer of that name (or an exclusive one) on another connection may be a client
+        # that reconnected before the broker noticed its old socket died: check, evict if dead
+        await evict_dead_peers(
+            self.conn,
+            (
+                p.connection
+                for p in list(topic.producers.values())
+                if p.name == name or p.exclusive or producer.exclusive
+            ),
+            self.service.config["keepAliveIntervalSeconds"],
+        )
+        if self.conn.closed or cmd.producer_id in self._cancelled_producers:
+            return
+        try:
+            topic.add_producer(producer)
+        except MustWait:
+            # WaitForExclusive: "queued" now, a ready PRODUCER_SUCCESS when the topic is free
+            self.producers[cmd.producer_id] = producer
+            self.conn.send_command(
+                commands.producer_success(
+                    cmd.request_id, name, schema_version=schema_version, producer_ready=False
+                )
+            )
+            try:
+                await topic.wait_for_exclusive(producer)
+            except BaseException:
+                if self.producers.get(cmd.producer_id) is producer:
+                    del self.producers[cmd.producer_id]
+                raise
+            if producer.closed or self.conn.closed:
+                topic.remove_producer(producer)
+                return
+        self.producers[cmd.producer_id] = producer
+        if producer.exclusive:
+            await topic.save_epoch()
+        self.conn.send_command(
+            commands.producer_success(
+                cmd.request_id,
+                name,
+                last_sequence_id=topic.last_sequence_ids.get(name, -1),
+                schema_version=schema_version,
+                topic_epoch=producer.topic_epoch if producer.exclusive else None,
+            )
+        )
+
+    def on_send(self, cmd: "pb.CommandSend | wire.SendCommand", frame) -> None:
+        producer = self.producers.get(cmd.producer_id)
+        if producer is None or producer.closed:
+            raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
+        # ChecksumError, MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
+        entry, publish_time = frames.checksummed_with_publish_time(frame.entry)
+        publish_time = publish_time or int(time.time() * 1000)
+        num = cmd.num_messages  # default 1
+        sequence_id = cmd.sequence_id
+        highest = cmd.highest_sequence_id or None  # 0 = not sent
+        last_seq = highest if highest is not None else sequence_id + max(num, 1) - 1
+        topic = producer.topic
+        dedup = topic.dedup
+        if dedup.enabled and dedup.check(producer.name, last_seq) != "new":
+            self._answer_duplicate(producer, sequence_id, highest, last_seq)
+            return
+        size = len(entry)
+        self.conn.reads.add(size)
+        producer.messages_in += num
+        producer.bytes_in += size
+        topic.publish(
+            entry, publish_time, _PendingReceipt(self.conn, producer, sequence_id, highest, last_seq, size)
+        )
+
+    def _answer_duplicate(
+        self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int
+    ) -> None:
+        """A message deduplication recognised: a receipt with -1:-1 (Pulsar's answer) once
+        every earlier SEND of the topic is answered; a SEND_ERROR if the original failed."""
+        conn, topic = self.conn, producer.topic
+
+        def answer(position, exc) -> None:
+            if topic.dedup.is_persisted(producer.name, last_seq):
+                conn.send_command(
+                    commands.send_receipt(
+                        producer.producer_id,
+                        sequence_id,
+                        -1,
+                        -1,
+                        partition=topic.partition_index,
+                        highest_sequence_id=highest,
+                    )
+                )
+            else:
+                conn.send_command(
+                    commands.send_error(
+                        producer.producer_id,
+                        sequence_id,
+                        ServerError.PersistenceError,
+                        "the message this one duplicates was not persisted; send it again",
+                    )
+                )
+
+        topic.publish_marker(answer)
+
+    def on_close_producer(self, cmd: pb.CommandCloseProducer, frame) -> None:
+        producer = self.producers.pop(cmd.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        elif cmd.producer_id in self._creating_producers:
+            self._cancelled_producers.add(cmd.producer_id)
+        self.conn.send_command(commands.success(cmd.request_id))
+
+    def forget_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+        producer.topic.remove_producer(producer)
+
+
+class _PendingReceipt:
+    """The answer to one SEND, called by the topic once its entry is persisted or failed.
+
+    One small object per message instead of a closure (whose function object and a cell per
+    captured variable cost more to build and to collect); the receipt itself is encoded on the
+    wire directly and queued with the other frames of this loop turn, written in one go.
+    """
+
+    __slots__ = ("conn", "producer", "sequence_id", "highest", "last_seq", "size")
+
+    def __init__(
+        self,
+        conn: "ServerConnection",
+        producer: Producer,
+        sequence_id: int,
+        highest,
+        last_seq: int,
+        size: int,
+    ) -> None:
+        self.conn = conn
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest = highest
+        self.last_seq = last_seq
+        self.size = size
+
+    def __call__(self, position: Position | None, exc: BaseException | None) -> None:
+        conn, producer = self.conn, self.producer
+        conn.reads.release(self.size)
+        topic = producer.topic
+        if exc is not None:
+            topic.dedup.failed(producer.name)
+            code = exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError
+            conn.send_command(commands.send_error(producer.producer_id, self.sequence_id, code, str(exc)))
+            return
+        seqs = topic.last_sequence_ids
+        if seqs.get(producer.name, -1) < self.last_seq:
+            seqs[producer.name] = self.last_seq
+        topic.dedup.entry_persisted(position)
+        conn.write(
+            wire.send_receipt_frame(
+                producer.producer_id,
+                self.sequence_id,
+                position[0],  # type: ignore[index]
+                position[1],  # type: ignore[index]
+                topic.partition_index,
+                self.highest,
+            )
+        )
