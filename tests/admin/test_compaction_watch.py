@@ -1,0 +1,122 @@
+"""The monitor's check looks only at the topics that changed (``broker.compaction_watch``): the
+first check reads every topic, later ones only those appended to, whose policies changed, whose
+lag came due or whose run ended; a full check comes back every
+``compactionMonitorFullScanIntervalInSeconds``. Fake compaction factory: no Spark, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from compactmq.broker.compaction_watch import DueWatch
+from compactmq.storage import COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD
+
+from .test_compaction_monitor import env, publish, wait_idle  # noqa: F401 - env: a fixture
+
+IDLE = [f"persistent://public/default/idle-{i}" for i in range(30)]
+HOT = "persistent://public/default/hot"
+
+
+def test_take_hands_each_changed_topic_once_and_timers_when_due():
+    watch = DueWatch(full_scan_seconds=100)
+    assert watch.take(0.0) is None  # the first check reads every topic
+    assert watch.take(1.0) == []
+    watch.touch("persistent://t/n/a")
+    watch.touch("persistent://t/n/a")
+    watch.wake_at("persistent://t/n/b", 5.0)
+    watch.wake_at("persistent://t/n/b", 9.0)  # a later timer does not delay the earlier one
+    assert watch.take(2.0) == ["persistent://t/n/a"]
+    assert watch.take(4.9) == []
+    assert watch.take(5.0) == ["persistent://t/n/b"] and watch.waiting == 0
+    assert watch.take(50.0) == []
+    assert watch.take(100.0) is None  # the full-scan interval passed
+    assert watch.full_checks == 2
+
+
+def test_policy_changes_reach_the_namespace_topics_and_partitions():
+    watch = DueWatch(full_scan_seconds=100)
+    watch.take(0.0)
+    seen = ["persistent://t/n/a", "persistent://t/n/p-partition-0", "persistent://t/n/p-partition-1"]
+    for topic in seen + ["persistent://t/other/c"]:
+        watch.looked_at(topic)
+    watch.policies_changed("t/n")
+    assert watch.take(1.0) == sorted(seen)
+    watch.policies_changed("persistent://t/n/p")
+    assert watch.take(2.0) == ["persistent://t/n/p", *seen[1:]]
+    watch.forget("persistent://t/n/a")
+    watch.policies_changed("t/n")
+    assert watch.take(3.0) == seen[1:]
+
+
+def test_zero_full_scan_interval_reads_every_topic_at_every_check():
+    watch = DueWatch(full_scan_seconds=0)
+    assert [watch.take(t) for t in (0.0, 1.0, 2.0)] == [None, None, None]
+
+
+def test_a_check_reads_only_the_topics_that_changed(env):  # noqa: F811
+    service, monitor, factory = env(
+        brokerServiceCompactionThresholdInBytes=500, compactionMonitorFullScanIntervalInSeconds=3600
+    )
+    for topic in IDLE:
+        publish(service.storage, topic, 2, size=100)  # 200 B: under the threshold
+    publish(service.storage, HOT, 2, size=100)
+    factory.release.set()
+    read = []
+    threshold_of = monitor._due.threshold_of
+    monitor._due.threshold_of = lambda topic: read.append(topic) or threshold_of(topic)
+
+    async def run():
+        assert await monitor.check_once() == []
+        assert len(read) == len(IDLE) + 1  # the first check reads every topic
+        read.clear()
+        publish(service.storage, HOT, 10, size=100)
+        assert await monitor.check_once() == []  # nobody said HOT changed: not read
+        assert read == []
+        monitor.watch.touch(HOT)  # what the broker's topic does after an append
+        assert await monitor.check_once() == [HOT]
+        assert read == [HOT]
+        await wait_idle(monitor, HOT)
+        read.clear()
+        assert await monitor.check_once() == []  # the end of its run: HOT is read once more
+        assert read == [HOT]
+        read.clear()
+        # a namespace policy set through the admin API: every topic of it is read again
+        service.storage.policies.set_namespace_policy("public/default", COMPACTION_THRESHOLD, 100)
+        monitor.watch.policies_changed("public/default")
+        due = await monitor.check_once()
+        assert sorted(due) == sorted(IDLE) and len(read) == len(IDLE) + 1
+        for topic in IDLE:
+            await wait_idle(monitor, topic)
+        await monitor.close()
+
+    asyncio.run(run())
+
+
+def test_lags_wake_a_topic_when_time_makes_it_due(env):  # noqa: F811
+    service, monitor, factory = env(compactionMonitorFullScanIntervalInSeconds=3600)
+    now = [1_000_000.0]
+    monitor.clock = lambda: now[0]
+    lagged, held = "persistent://public/default/lagged", "persistent://public/default/held"
+    service.storage.policies.set_topic_policy(lagged, COMPACTION_MAX_LAG, 30)
+    service.storage.policies.set_topic_policy(held, COMPACTION_THRESHOLD, 500)
+    service.storage.policies.set_topic_policy(held, COMPACTION_MIN_LAG, 60)
+    published = int(now[0] * 1000)
+    service.storage.open_managed_ledger(lagged).append_many([b"x" * 10] * 3, [published] * 3)
+    service.storage.open_managed_ledger(held).append_many([b"x" * 100] * 10, [published] * 10)
+    factory.release.set()
+
+    async def run():
+        now[0] += 10
+        assert await monitor.check_once() == []  # 10 s old: under both lags
+        assert monitor.watch.waiting == 2
+        now[0] += 15
+        assert await monitor.check_once() == []  # nothing is read: no timer is due yet
+        assert monitor.watch.topics_checked == 0
+        now[0] += 6  # 31 s: past the maximum lag of 30 s
+        assert await monitor.check_once() == [lagged]
+        await wait_idle(monitor, lagged)
+        now[0] += 30  # 61 s: the messages the minimum lag held back count now, over 500 B
+        assert held in await monitor.check_once()
+        await wait_idle(monitor, held)
+        await monitor.close()
+
+    asyncio.run(run())
