@@ -85,7 +85,7 @@ def _expect(model, policy, ml, now_ms, appended):
     model.compact(readable, first and tuple(first))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(specs=st.lists(topic_spec, min_size=1, max_size=3))
 def test_in_process_runs_match_the_reference(specs):
     topics = [f"persistent://public/default/small-{i}" for i in range(len(specs))]
@@ -212,3 +212,39 @@ def test_local_parallelism_reads_the_master():
     assert local_parallelism({"spark.master": "local[2]", "spark.default.parallelism": "5"}) == 5
     assert local_parallelism({"spark.master": "local[*]"}) >= 1
     assert local_parallelism({"spark.master": "spark://h:7077"}) is None
+
+
+def test_a_joint_run_compacts_small_topics_in_process_each_failing_alone(tmp_path):
+    """``compact_together`` (the monitor's joint job) with small topics: no Spark job, each
+    topic's view the reference's, and a topic whose run fails (a stored policy the API would
+    refuse) leaves the others committed."""
+    from compactmq.storage import COMPACTION_RETENTION_MODE
+
+    storage, factory = _open(str(tmp_path), compactionInProcessMaxBytes=BIG)
+    topics = [f"persistent://public/default/joint-small-{i}" for i in range(4)]
+    bad = topics[2]
+    models = {}
+    try:
+        for i, topic in enumerate(topics):
+            ml = storage.open_managed_ledger(topic)
+            batch = [E.single(f"k{j % 3}", b"" if j == 4 else b"t%d-%d" % (i, j)) for j in range(7)]
+            got = ml.append_many(batch, [1000] * len(batch))
+            models[topic] = (ReferenceCompactor("keep-latest"), list(zip(map(tuple, got), batch)))
+        storage.policies.set_topic_policy(bad, COMPACTION_RETENTION_MODE, "bogus")
+        services = [factory.new_service(t) for t in topics]
+        outcomes = factory.compact_together(services)
+        assert isinstance(outcomes[2], Exception) and "bogus" in str(outcomes[2])
+        assert factory.joint_jobs == 0  # not one Spark job
+        for topic, service, outcome in zip(topics, services, outcomes):
+            if topic == bad:
+                assert service.get_last_compacted_position() is None
+                continue
+            assert outcome.job is None
+            model, appended = models[topic]
+            ml = storage.open_managed_ledger(topic, create=False)
+            model.compact(appended, tuple(ml.first_position()))
+            assert _view(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
+            service.close()
+    finally:
+        factory.close()
+        storage.close()

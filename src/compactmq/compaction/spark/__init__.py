@@ -227,7 +227,9 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
             for i, outcome in zip(others, done):
                 outcomes[i] = outcome
         if mine:
-            engine = SparkEngine(getattr(services[mine[0]], "spark_conf", self.spark_conf))
+            small = int(self.config.get("compactionInProcessMaxBytes", 0) or 0)
+            conf = getattr(services[mine[0]], "spark_conf", self.spark_conf)
+            engine = SparkEngine(conf, in_process_max_bytes=small)
             joint = JointRun(engine, len(mine))
             done = compact_together(joint, [services[i] for i in mine], [reports[i] for i in mine])
             for i, outcome in zip(mine, done):

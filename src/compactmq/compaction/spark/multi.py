@@ -39,7 +39,10 @@ Keeping the partitions apart in one job
   of its own, extended by the joint job exactly as by a run of its own. Plans that cannot share an aggregation
   (another strategy by topic policy) run as a second job of the same joint run.
 
-Cancelling one member cancels the joint job (all its partitions fail and keep their views).
+Plans small enough for the in-process engine (``inprocess``, ``compactionInProcessMaxBytes``)
+are run by it first, one after another in the leading thread, each failing on its own; the
+Spark job takes the rest. Cancelling one member cancels the joint job (all its partitions fail
+and keep their views).
 """
 
 from __future__ import annotations
@@ -285,6 +288,7 @@ class JointRun:
         self._finished = False
         self._cancelled = False
         self._group: Optional[str] = None
+        self._local = None  # the in-process engine running a small plan, if one is
 
     def member(self, index: int) -> "JointMember":
         return JointMember(self, index)
@@ -318,6 +322,9 @@ class JointRun:
         with self._cond:
             self._cancelled = True
             group = self._group
+            local = self._local
+        if local is not None:
+            local.cancel()
         if group is not None:
             self.engine.spark.sparkContext.cancelJobGroup(group)
 
@@ -336,7 +343,9 @@ class JointRun:
 
     def _run_all(self) -> None:
         try:
-            for batch in _compatible(self._entries):
+            small = self._run_small()
+            rest = {i: e for i, e in self._entries.items() if i not in small}
+            for batch in _compatible(rest):
                 try:
                     self._run_job(batch)
                 except BaseException as e:  # every plan of this job fails with it
@@ -351,6 +360,34 @@ class JointRun:
                         entry.error = errors.CompactionError("the joint compaction job did not run")
                 self._finished = True
                 self._cond.notify_all()
+
+    def _run_small(self) -> set[int]:
+        """Run the plans small enough for the in-process engine (``inprocess``: the engine's
+        ``in_process_max_bytes``) one after another, without a Spark job; each fails on its
+        own. Returns their indexes."""
+        from . import inprocess
+
+        max_bytes = int(getattr(self.engine, "in_process_max_bytes", 0) or 0)
+        done: set[int] = set()
+        for i in sorted(self._entries) if max_bytes > 0 else ():
+            entry = self._entries[i]
+            if not inprocess.suits(entry.plan, max_bytes):
+                continue
+            local = inprocess.InProcessEngine()
+            with self._cond:
+                if self._cancelled:
+                    break
+                self._local = local
+            try:
+                entry.parts = local.run(entry.plan, entry.strategy, entry.report)
+                entry.stats = dict(local.last_stats)
+            except Exception as e:  # this plan's failure; the others go on
+                entry.error = e
+            finally:
+                with self._cond:
+                    self._local = None
+            done.add(i)
+        return done
 
     def _run_job(self, batch: dict[int, _Entry]) -> None:
         with self._cond:
@@ -450,7 +487,8 @@ def compact_together(
     members): each in a thread of its own, meeting for the Spark job. Returns, in order, each
     one's ``CompactionResult`` or the exception its run ended with."""
     reports = list(progress) if progress is not None else [None] * len(services)
-    joint.engine.spark  # create the session here, once, before the runners' threads ask for it
+    if not getattr(joint.engine, "in_process_max_bytes", 0):
+        joint.engine.spark  # create the session here, once, before the runners' threads ask for it
     outcomes: list = [None] * len(services)
 
     def one(i: int) -> None:
