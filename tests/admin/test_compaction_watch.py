@@ -120,3 +120,29 @@ def test_lags_wake_a_topic_when_time_makes_it_due(env):  # noqa: F811
         await monitor.close()
 
     asyncio.run(run())
+
+
+def test_a_topic_past_its_max_lag_but_held_by_its_min_lag_waits_for_the_min_lag(env):  # noqa: F811
+    service, monitor, factory = env(compactionMonitorFullScanIntervalInSeconds=3600)
+    now = [2_000_000.0]
+    monitor.clock = lambda: now[0]
+    topic = "persistent://public/default/both-lags"
+    service.storage.policies.set_topic_policy(topic, COMPACTION_MAX_LAG, 30)
+    service.storage.policies.set_topic_policy(topic, COMPACTION_MIN_LAG, 60)
+    published = int(now[0] * 1000)
+    service.storage.open_managed_ledger(topic).append_many([b"x" * 10] * 3, [published] * 3)
+    factory.release.set()
+
+    async def run():
+        now[0] += 40  # past the max lag, but every message is younger than the min lag
+        assert await monitor.check_once() == []
+        for _ in range(3):  # not read again at every check until the min lag passes
+            now[0] += 5
+            assert await monitor.check_once() == []
+        assert monitor.watch.topics_checked == 0
+        now[0] += 6  # 61 s
+        assert await monitor.check_once() == [topic]
+        await wait_idle(monitor, topic)
+        await monitor.close()
+
+    asyncio.run(run())

@@ -137,8 +137,8 @@ def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int) -> Option
     times = []
     if max_lag > 0:
         lag_ms = compaction_lag_ms(ml, horizon, now_ms)
-        if lag_ms > 0:
-            times.append(now_ms + max(1, max_lag * 1000 - lag_ms + 1))
+        if 0 < lag_ms <= max_lag * 1000:  # (past it and still not due: the minimum lag holds it)
+            times.append(now_ms + max_lag * 1000 - lag_ms + 1)
     if min_lag > 0:
         end = last_compactable(ml, min_lag, now_ms)
         young = first_uncompacted(ml, end if end is not None else horizon)
