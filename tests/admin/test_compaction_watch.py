@@ -146,3 +146,26 @@ def test_a_topic_past_its_max_lag_but_held_by_its_min_lag_waits_for_the_min_lag(
         await monitor.close()
 
     asyncio.run(run())
+
+
+def test_a_policy_change_checks_at_once_not_at_the_next_interval(env):  # noqa: F811
+    service, monitor, factory = env(
+        brokerServiceCompactionMonitorIntervalInSeconds=3600, compactionMonitorFullScanIntervalInSeconds=3600
+    )
+    publish(service.storage, HOT, 10, size=100)
+    factory.release.set()
+
+    async def run():
+        await monitor.start()
+        await monitor.check_once()  # the first, full check: nothing has a threshold yet
+        service.storage.policies.set_namespace_policy("public/default", COMPACTION_THRESHOLD, 100)
+        monitor._policies_changed("public/default")  # what the admin API's policy change calls
+        for _ in range(100):
+            if factory.started:
+                break
+            await asyncio.sleep(0.02)
+        assert factory.started == [HOT]  # within 2 s, not the hour of the interval
+        await wait_idle(monitor, HOT)
+        await monitor.close()
+
+    asyncio.run(run())

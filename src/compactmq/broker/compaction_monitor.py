@@ -90,6 +90,10 @@ log = logging.getLogger(__name__)
 # cancelled (they record ERROR and release the topic lock on the way out).
 SHUTDOWN_WAIT_SECONDS = 20.0
 
+# After a policy change the check starts this much later, so that policies set one after another
+# (a namespace's threshold and lag, a partitioned topic's partitions) are checked together.
+POLICY_CHECK_DELAY_SECONDS = 0.05
+
 
 @dataclass
 class RunProgress:
@@ -173,6 +177,7 @@ class CompactionMonitor:
         self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
         self._running: dict[str, "TopicCompactionService"] = {}  # compact() in progress
         self._check_task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None  # set by a policy change: check now (``_check_loop``)
         self._closing = False
         self.checks = 0  # periodic checks done (tests and metrics)
 
@@ -184,7 +189,8 @@ class CompactionMonitor:
             topics = getattr(self.service, "topics", None)
             if topics is not None:  # appends and policy changes make a topic worth a look
                 topics.appended_listeners.append(self.watch.touch)
-                topics.policy_listeners.append(self.watch.policies_changed)
+                topics.policy_listeners.append(self._policies_changed)
+            self._wake = asyncio.Event()
             self._check_task = asyncio.get_running_loop().create_task(self._check_loop())
 
     async def close(self) -> None:
@@ -194,7 +200,7 @@ class CompactionMonitor:
         topics = getattr(self.service, "topics", None)
         for listeners, fn in (
             (getattr(topics, "appended_listeners", []), self.watch.touch),
-            (getattr(topics, "policy_listeners", []), self.watch.policies_changed),
+            (getattr(topics, "policy_listeners", []), self._policies_changed),
         ):
             if fn in listeners:
                 listeners.remove(fn)
@@ -590,9 +596,23 @@ class CompactionMonitor:
 
     # --- the periodic check ---------------------------------------------------------------------
 
+    def _policies_changed(self, name: str) -> None:
+        """(event loop) A topic or namespace policy changed through the admin API: the topics it
+        concerns are looked at, by a check that starts now rather than at the next interval (a
+        threshold or lag just set makes its topics due at once)."""
+        self.watch.policies_changed(name)
+        if self._wake is not None:
+            self._wake.set()
+
     async def _check_loop(self) -> None:
+        assert self._wake is not None
         while not self._closing:
-            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+                await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 await self.check_once()
             except asyncio.CancelledError:
