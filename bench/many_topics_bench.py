@@ -1,9 +1,10 @@
 """Many small topics due at once: the compaction monitor's joint jobs against one run per topic.
 
-For each topic count, two brokers in turn (``compactmq standalone`` subprocesses, warm Spark):
-``joint`` (the default: the topics due at a check share Spark jobs of up to
-``compactionJointMaxTopics``) and ``one-by-one`` (``compactionJointMaxTopics=1``: what the
-monitor did before). Each publishes --messages 100-byte messages over --keys keys to every
+For each topic count, one broker per mode in turn (``compactmq standalone`` subprocesses, warm
+Spark): ``joint`` (the default: the topics due at a check share Spark jobs of up to
+``compactionJointMaxTopics``), ``one-by-one`` (``compactionJointMaxTopics=1``: what the
+monitor did before) and ``joint-in-process`` (joint, with ``compactionInProcessMaxBytes`` at
+8 MiB: topics that small are compacted in the broker's process without a Spark job). Each publishes --messages 100-byte messages over --keys keys to every
 topic with the official client, then sets a namespace compaction threshold over REST, so every
 topic falls due at the same check, and polls each topic's ``GET .../compaction`` until all are
 SUCCESS. The figure is the time from the policy's PUT to the last SUCCESS; the JSON also has
@@ -12,6 +13,8 @@ shared: compare the modes, run on a quiet machine for absolute figures).
 
     .venv/bin/python bench/many_topics_bench.py [--topics 10 100 1000] [--messages 10000] [--keys 1000]
     .venv/bin/python bench/many_topics_bench.py --quick       # 10 topics x 2,000 messages
+    .venv/bin/python bench/many_topics_bench.py --topics 10 100 --modes joint joint-in-process
+    .venv/bin/python bench/plot.py many_topics                # total time against due topics
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 NS = "public/default"
+
+#: the broker overrides of each mode (besides the common ones), given the joint bound
+MODES = {
+    "joint": lambda max_topics: [f"compactionJointMaxTopics={max_topics}"],
+    "one-by-one": lambda max_topics: ["compactionJointMaxTopics=1"],
+    "joint-in-process": lambda max_topics: [
+        f"compactionJointMaxTopics={max_topics}",
+        f"compactionInProcessMaxBytes={8 * 1024 * 1024}",
+    ],
+}
 
 
 def log(msg: str) -> None:
@@ -82,7 +95,7 @@ def one_mode(mode: str, count: int, args) -> dict:
         "defaultRetentionTimeInMinutes=-1",
         "defaultRetentionSizeInMB=-1",
         f"brokerServiceCompactionMonitorIntervalInSeconds={args.interval}",
-        f"compactionJointMaxTopics={args.max_topics if mode == 'joint' else 1}",
+        *MODES[mode](args.max_topics),
     ]
     broker = StandaloneBroker(os.path.join(d, "data"), overrides)
     client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -111,14 +124,19 @@ def one_mode(mode: str, count: int, args) -> dict:
             time.sleep(0.05)
         seconds = time.perf_counter() - t0
         jobs = set()
+        in_process = 0
         for n in names:
             _, body = http("GET", f"{broker.admin_url}/admin/v2/persistent/{NS}/{n}/stats")
-            jobs.add(json.loads(body)["compaction"].get("lastCompactionJob"))
+            job = json.loads(body)["compaction"].get("lastCompactionJob")
+            jobs.add(job)
+            in_process += job is None  # no Spark job group: compacted in the broker's process
+        jobs.discard(None)
         row = {
             "mode": mode,
             "topics": count,
             "policy_to_all_success_seconds": round(seconds, 3),
             "spark_job_groups": len(jobs),
+            "topics_in_process": in_process,
             "produce_seconds": round(produce_s, 2),
             "load_average_1m": [load0, os.getloadavg()[0]],
         }
@@ -139,6 +157,7 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=int, default=1, help="the monitor's interval, seconds")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--quick", action="store_true", help="10 topics x 2,000 messages over 200 keys")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "many_topics.json"))
     args = ap.parse_args(argv)
@@ -155,12 +174,13 @@ def main(argv=None) -> int:
             "joint_max_topics": args.max_topics,
             "monitor_interval_seconds": args.interval,
             "spark_master": args.master,
+            "modes": args.modes,
             "target_seconds_1000_topics": 60,
         },
         "runs": [],
     }
     for count in args.topics:
-        for mode in ("joint", "one-by-one"):
+        for mode in args.modes:
             result["runs"].append(one_mode(mode, count, args))
     result["machine"]["load_average_at_end"] = list(os.getloadavg())
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
