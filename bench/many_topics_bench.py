@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -131,11 +132,15 @@ def one_mode(mode: str, count: int, args) -> dict:
         seconds = time.perf_counter() - t0
         jobs = set()
         in_process = 0
+        phases: dict = {}
         for n in names:
             _, body = http("GET", f"{broker.admin_url}/admin/v2/persistent/{NS}/{n}/stats")
-            job = json.loads(body)["compaction"].get("lastCompactionJob")
+            compaction = json.loads(body)["compaction"]
+            job = compaction.get("lastCompactionJob")
             jobs.add(job)
             in_process += job is None  # no Spark job group: compacted in the broker's process
+            for k, v in ((compaction.get("lastCompactionRun") or {}).get("phasesMs") or {}).items():
+                phases.setdefault(k, []).append(v)
         jobs.discard(None)
         row = {
             "mode": mode,
@@ -143,6 +148,8 @@ def one_mode(mode: str, count: int, args) -> dict:
             "policy_to_all_success_seconds": round(seconds, 3),
             "spark_job_groups": len(jobs),
             "topics_in_process": in_process,
+            # each topic's own phases (its queue wait includes the job's wait for a worker)
+            "median_phases_ms": {k: round(statistics.median(v), 1) for k, v in sorted(phases.items())},
             "produce_seconds": round(produce_s, 2),
             "load_average_1m": [load0, os.getloadavg()[0]],
         }
