@@ -6,6 +6,11 @@ lag came due or whose run ended; a full check comes back every
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from compactmq.broker.compaction_watch import DueWatch
 from compactmq.storage import COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD
@@ -169,3 +174,115 @@ def test_a_policy_change_checks_at_once_not_at_the_next_interval(env):  # noqa: 
         await monitor.close()
 
     asyncio.run(run())
+
+
+# --- property: the checks of changed topics find what checks of every topic find -------------
+
+NS_NAME = "public/default"
+PROP_TOPICS = [f"persistent://{NS_NAME}/prop-{i}" for i in range(3)]
+POLICY_KEYS = {
+    "threshold": COMPACTION_THRESHOLD,
+    "max-lag": COMPACTION_MAX_LAG,
+    "min-lag": COMPACTION_MIN_LAG,
+}
+
+append_op = st.tuples(st.just("append"), st.integers(0, 2), st.integers(1, 4), st.integers(0, 90))
+policy_op = st.tuples(
+    st.just("policy"),
+    st.sampled_from([None, 0, 1, 2]),  # None: the namespace
+    st.sampled_from(list(POLICY_KEYS)),
+    st.sampled_from([None, 0, 250, 30, 60]),
+)
+# a round: some appends and policy changes, time passing, a check (and another after more time)
+round_op = st.tuples(
+    st.lists(append_op, max_size=2),
+    st.lists(policy_op, max_size=2),
+    st.tuples(st.just("tick"), st.integers(0, 45)),
+    st.just(("check",)),
+    st.tuples(st.just("tick"), st.integers(1, 45)),
+    st.just(("check",)),
+).map(lambda r: [*r[0], *r[1], *r[2:]])
+
+
+def _AGAIN(first: int, second: int) -> list:
+    """A round's end: time passes, a check, more time, another check."""
+    return [("tick", first), ("check",), ("tick", second), ("check",)]
+
+
+def _monitor(data_dir, full_scan: int, now: list):
+    from compactmq.broker.compaction_monitor import CompactionMonitor
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    from .test_compaction_monitor import FakeFactory, FakeService
+
+    config = load_config(
+        overrides={"dataDir": str(data_dir), "compactionMonitorFullScanIntervalInSeconds": full_scan}
+    )
+    storage = Storage(data_dir, config)
+    service = FakeService(storage, config)
+    monitor = CompactionMonitor(service, clock=lambda: now[0])
+    monitor._factory = FakeFactory(storage)
+    monitor._factory.release.set()
+    return storage, service, monitor
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rounds=st.lists(round_op, min_size=1, max_size=4))
+# time alone makes these due: the max-lag and the min-lag timers (random rounds rarely hit them)
+@example(rounds=[[("policy", 0, "max-lag", 30), ("append", 0, 2, 0), *_AGAIN(0, 40)]])
+@example(
+    rounds=[
+        [
+            ("policy", None, "threshold", 250),
+            ("policy", 1, "min-lag", 60),
+            ("append", 1, 4, 0),
+            *_AGAIN(0, 45),
+        ],
+        _AGAIN(0, 15),  # at exactly 60 s the messages count
+    ]
+)
+def test_checks_of_changed_topics_find_what_full_checks_find(rounds):
+    """Two brokers' monitors over the same history (fake compaction: a run commits the topic's
+    last entry): one told of appends and policy changes as the broker tells it, checking only
+    what changed; one reading every topic at every check. Every check triggers the same topics."""
+    now = [1_000_000.0]
+    dirs = [tempfile.mkdtemp(prefix="cmq-watch-") for _ in range(2)]
+    made = [_monitor(Path(d) / "data", full, now) for d, full in zip(dirs, (3600, 0))]
+    (_, _, watched), (_, _, scanned) = made
+
+    async def run():
+        for op in [op for r in rounds for op in r]:
+            if op[0] == "append":
+                _, i, n, age = op
+                for storage, _, monitor in made:
+                    at = int((now[0] - age) * 1000)
+                    storage.open_managed_ledger(PROP_TOPICS[i]).append_many([b"x" * 100] * n, [at] * n)
+                watched.watch.touch(PROP_TOPICS[i])
+            elif op[0] == "policy":
+                _, i, key, value = op
+                for storage, _, monitor in made:
+                    if i is None:
+                        storage.policies.set_namespace_policy(NS_NAME, POLICY_KEYS[key], value)
+                    else:
+                        storage.policies.set_topic_policy(PROP_TOPICS[i], POLICY_KEYS[key], value)
+                watched.watch.policies_changed(NS_NAME if i is None else PROP_TOPICS[i])
+            elif op[0] == "tick":
+                now[0] += op[1]
+            else:
+                found = [sorted(await monitor.check_once()) for _, _, monitor in made]
+                assert found[0] == found[1], (op, found)
+                for _, _, monitor in made:
+                    for topic in PROP_TOPICS:
+                        await wait_idle(monitor, topic)
+        for _, _, monitor in made:
+            await monitor.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        for storage, service, _ in made:
+            service.executor.shutdown(wait=True)
+            storage.close()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)

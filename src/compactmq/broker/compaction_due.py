@@ -29,7 +29,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..compaction.lag import compaction_lag_ms, first_uncompacted, last_compactable, lag_seconds_setting
+from ..compaction.lag import (
+    compaction_lag_ms,
+    first_uncompacted,
+    lag_seconds_setting,
+    last_compactable,
+    oldest_uncompacted_publish_ms,
+)
 from ..errors import CompactMQError
 from ..naming import TopicName
 from ..compaction.state import RUNNING
@@ -136,15 +142,16 @@ def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int) -> Option
     holds back aging past it (which may put the backlog over the threshold)."""
     times = []
     if max_lag > 0:
-        lag_ms = compaction_lag_ms(ml, horizon, now_ms)
-        if 0 < lag_ms <= max_lag * 1000:  # (past it and still not due: the minimum lag holds it)
-            times.append(now_ms + max_lag * 1000 - lag_ms + 1)
+        oldest = oldest_uncompacted_publish_ms(ml, horizon)
+        # due once older than the max lag; already past it and not due: the min lag holds it
+        if oldest is not None and oldest + max_lag * 1000 + 1 > now_ms:
+            times.append(oldest + max_lag * 1000 + 1)
     if min_lag > 0:
         end = last_compactable(ml, min_lag, now_ms)
         young = first_uncompacted(ml, end if end is not None else horizon)
         published = ml.publish_time_of(young) if young is not None else None
         if published is not None:
-            times.append(max(now_ms + 1, published + min_lag * 1000 + 1))
+            times.append(max(now_ms + 1, published + min_lag * 1000))  # compactable from then on
     return min(times) if times else None
 
 
