@@ -17,6 +17,11 @@ median share of each phase, and the load average before and after (the machine i
 
     .venv/bin/python bench/compaction_fixed_cost_bench.py [--rounds 15] [--messages 10000] [--keys 1000]
     .venv/bin/python bench/compaction_fixed_cost_bench.py --quick     # 5 rounds
+    .venv/bin/python bench/compaction_fixed_cost_bench.py --compare   # Spark job vs in-process, one run
+
+``--in-process-max-bytes N`` sets the broker's ``compactionInProcessMaxBytes`` (small keep-latest
+runs without a Spark job, ``compaction/spark/inprocess.py``); ``--compare`` runs a broker with
+every run a Spark job and then one with small runs in-process, in the same run of the bench.
 """
 
 from __future__ import annotations
@@ -138,16 +143,24 @@ def main(argv=None) -> int:
     ap.add_argument("--poll-ms", type=float, default=5.0)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--label", default="", help="a name for this build in the JSON (before/after)")
+    ap.add_argument(
+        "--in-process-max-bytes",
+        type=int,
+        default=0,
+        help="compactionInProcessMaxBytes of the broker (0: every run a Spark job; 8388608: small "
+        "runs without one)",
+    )
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="two brokers one after the other in the same run: every run a Spark job, then small "
+        "runs in-process (--in-process-max-bytes, default 8388608); both in the JSON",
+    )
     ap.add_argument("--quick", action="store_true", help="5 rounds")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction_fixed_cost.json"))
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds = 5
-    import pulsar
-
-    from standalone import StandaloneBroker
-
-    d = tempfile.mkdtemp(prefix="fixed-cost-")
     result: dict = {
         "benchmark": "compaction_fixed_cost",
         "label": args.label,
@@ -161,13 +174,45 @@ def main(argv=None) -> int:
             "spark_master": args.master,
             "target_median_seconds": 0.25,
         },
-        "rounds": [],
     }
+    if args.compare:
+        small = args.in_process_max_bytes or 8 * 1024 * 1024
+        result["configs"] = [run_config(args, 0), run_config(args, small)]
+    else:
+        result.update(run_config(args, args.in_process_max_bytes))
+    result["machine"]["load_average_at_end"] = list(os.getloadavg())
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print(json.dumps(summary(result), indent=2))
+    return 0
+
+
+def summary(result: dict) -> dict:
+    """The JSON without its rounds."""
+    skip = ("rounds", "discarded_first_round")
+    out = {k: v for k, v in result.items() if k not in skip and k != "configs"}
+    if "configs" in result:
+        out["configs"] = [{k: v for k, v in c.items() if k not in skip} for c in result["configs"]]
+    return out
+
+
+def run_config(args, in_process_max_bytes: int) -> dict:
+    """One warm broker with ``compactionInProcessMaxBytes=in_process_max_bytes``: its rounds,
+    median, minimum and median phase shares."""
+    import pulsar
+
+    from standalone import StandaloneBroker
+
+    d = tempfile.mkdtemp(prefix="fixed-cost-")
+    result: dict = {"compactionInProcessMaxBytes": in_process_max_bytes, "rounds": []}
     overrides = [
         "compactionSparkWarmup=true",
         f"spark.master={args.master}",
         "defaultRetentionTimeInMinutes=-1",
         "defaultRetentionSizeInMB=-1",
+        f"compactionInProcessMaxBytes={in_process_max_bytes}",
     ]
     broker = StandaloneBroker(os.path.join(d, "data"), overrides)
     client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -188,17 +233,8 @@ def main(argv=None) -> int:
     result["median_seconds"] = round(statistics.median(xs), 4)
     result["min_seconds"] = round(min(xs), 4)
     result["median_phase_share"] = shares(result["rounds"])
-    result["machine"]["load_average_at_end"] = list(os.getloadavg())
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    print(
-        json.dumps(
-            {k: v for k, v in result.items() if k not in ("rounds", "discarded_first_round")}, indent=2
-        )
-    )
-    return 0
+    log(f"compactionInProcessMaxBytes={in_process_max_bytes}: median {result['median_seconds']} s")
+    return result
 
 
 if __name__ == "__main__":

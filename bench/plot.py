@@ -131,6 +131,30 @@ def plot_latest_value(plt, d, name: str = "latest_value") -> None:
     _save(plt, fig, name)
 
 
+def plot_many_topics(plt, d) -> None:
+    """Total time from the policy to the last SUCCESS against the number of due topics, per mode."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    modes: dict = {}
+    for r in d["runs"]:
+        modes.setdefault(r["mode"], []).append((r["topics"], r["policy_to_all_success_seconds"]))
+    for mode, points in modes.items():
+        points.sort()
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, marker="o", label=mode)
+        for x, y in points:
+            ax.annotate(f"{y:.1f}s", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("topics due at once")
+    ax.set_ylabel("seconds, policy to the last SUCCESS")
+    p = d["params"]
+    ax.set_title(
+        f"{p['messages_per_topic']:,} messages / {p['keys_per_topic']:,} keys per topic", fontsize=10
+    )
+    ax.legend(fontsize=8)
+    _save(plt, fig, "many_topics")
+
+
 def _save(plt, fig, name: str) -> None:
     fig.tight_layout()
     out = RESULTS / f"{name}.png"
@@ -148,6 +172,7 @@ def main() -> int:
     except ImportError:
         print("bench/plot.py needs matplotlib: .venv/bin/pip install matplotlib", file=sys.stderr)
         return 1
+    only = set(sys.argv[1:])  # names of the results to draw (none: all)
     for name, draw in (
         ("compaction", plot_compaction),
         ("read_compacted", plot_read_compacted),
@@ -155,7 +180,10 @@ def main() -> int:
         ("storage", plot_storage),
         ("latest_value", plot_latest_value),
         ("latest_value_quick", lambda plt, d: plot_latest_value(plt, d, "latest_value_quick")),
+        ("many_topics", plot_many_topics),
     ):
+        if only and name not in only:
+            continue
         d = _load(name)
         if d is not None:
             draw(plt, d)

@@ -2,15 +2,18 @@
 
 The compaction monitor (``compaction_monitor``) asks this module two questions.
 
-* **Is a topic due?** (``DueCheck.due_topics``, at every periodic check.) A persistent topic with
-  a compaction threshold (topic policy, else namespace policy, else
+* **Is a topic due?** (``DueCheck.due_topics``, at every periodic check, for the topics that
+  changed since the last one: ``compaction_watch``.) A persistent topic with a compaction
+  threshold (topic policy, else namespace policy, else
   ``brokerServiceCompactionThresholdInBytes``) is due when its backlog since the horizon -- what
   a run would compact now -- exceeds it; one with a maximum lag (``compactionMaxLagSeconds``,
   ``compaction.lag``) when its oldest uncompacted message is older than that. A minimum lag
   holds back what is younger than it, by size and by age. Each due topic comes with a
   *priority*, how far past its policy it is (the larger of backlog / threshold and lag / max
-  lag), and its backlog in bytes. The check also creates the ``__compaction`` cursor of every
-  topic with a threshold or a maximum lag, so retention keeps what compaction has not read.
+  lag), and its backlog in bytes. A topic not due yet says when time alone may make it due
+  (``next_look_ms``: its lags), so the check looks at it again then. The check also creates the
+  ``__compaction`` cursor of every topic with a threshold or a maximum lag, so retention keeps
+  what compaction has not read.
 * **What does the next job take?** (``take_job``.) Runs wait in *units* (one topic, or the
   partitions of a partitioned topic, which are never split). A job takes the waiting units in
   order -- manual triggers first, then the most overdue, then the first queued (``unit_order``)
@@ -24,9 +27,15 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..compaction.lag import compaction_lag_ms, last_compactable, lag_seconds_setting
+from ..compaction.lag import (
+    compaction_lag_ms,
+    first_uncompacted,
+    lag_seconds_setting,
+    last_compactable,
+    oldest_uncompacted_publish_ms,
+)
 from ..errors import CompactMQError
 from ..naming import TopicName
 from ..compaction.state import RUNNING
@@ -60,15 +69,28 @@ class DueCheck:
         return lag_seconds_setting(self.storage.policies, topic, COMPACTION_MIN_LAG, self.default_min_lag)
 
     def due_topics(
-        self, busy: set[str], now_ms: int, running_elsewhere: Callable[[str], bool]
+        self,
+        busy: set[str],
+        now_ms: int,
+        running_elsewhere: Callable[[str], bool],
+        topics: Optional[Iterable[str]] = None,
+        watch: Any = None,
+        retry_ms: int = 60_000,
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
-        those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are."""
+        those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are.
+
+        ``topics``: only these (the ones that changed, ``compaction_watch``), else every topic of
+        the storage. ``watch`` (a ``DueWatch``) learns each topic looked at and when to look at
+        a topic that is not due yet again: when its lags say it may become due
+        (``next_look_ms``), or after ``retry_ms`` when another process is compacting it."""
         due = []
-        for topic in self.storage.topics():
+        for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
                     continue
+                if watch is not None:
+                    watch.looked_at(topic)
                 threshold = self.threshold_of(topic)
                 max_lag = self.max_lag_of(topic)
                 if threshold <= 0 and max_lag <= 0:
@@ -76,9 +98,17 @@ class DueCheck:
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
                 state = self.state_of(topic)
-                found = overdue(ml, state.horizon, threshold, max_lag, self.min_lag_of(topic), now_ms)
-                if found is not None and not (state.status == RUNNING and running_elsewhere(topic)):
+                min_lag = self.min_lag_of(topic)
+                found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms)
+                if found is not None and state.status == RUNNING and running_elsewhere(topic):
+                    if watch is not None:
+                        watch.wake_at(topic, (now_ms + retry_ms) / 1000)
+                elif found is not None:
                     due.append((topic, *found))
+                elif watch is not None:
+                    later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms)
+                    if later is not None:
+                        watch.wake_at(topic, later / 1000)
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
         return due
@@ -104,6 +134,25 @@ def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int
             priority = max(priority, lag_ms / (max_lag * 1000))
             why = why or f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
     return None if why is None else (why, priority, max(0, backlog))
+
+
+def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int) -> Optional[int]:
+    """When a topic that is not due now may become due with no append (ms), or None: its
+    oldest uncompacted message reaching the maximum lag, or the first message the minimum lag
+    holds back aging past it (which may put the backlog over the threshold)."""
+    times = []
+    if max_lag > 0:
+        oldest = oldest_uncompacted_publish_ms(ml, horizon)
+        # due once older than the max lag; already past it and not due: the min lag holds it
+        if oldest is not None and oldest + max_lag * 1000 + 1 > now_ms:
+            times.append(oldest + max_lag * 1000 + 1)
+    if min_lag > 0:
+        end = last_compactable(ml, min_lag, now_ms)
+        young = first_uncompacted(ml, end if end is not None else horizon)
+        published = ml.publish_time_of(young) if young is not None else None
+        if published is not None:
+            times.append(max(now_ms + 1, published + min_lag * 1000))  # compactable from then on
+    return min(times) if times else None
 
 
 def unit_order(unit: Sequence[Any]) -> tuple:
@@ -141,4 +190,4 @@ def ensure_compaction_cursor(ml) -> None:
         ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
 
 
-__all__ = ["DueCheck", "ensure_compaction_cursor", "overdue", "take_job", "unit_order"]
+__all__ = ["DueCheck", "ensure_compaction_cursor", "next_look_ms", "overdue", "take_job", "unit_order"]

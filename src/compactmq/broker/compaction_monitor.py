@@ -26,7 +26,11 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   A run cut short by a crash leaves RUNNING in the store: at start the monitor turns such a
   state into ERROR, unless another process (a ``compact-topic`` job) holds the topic's lock.
 * **The periodic check** (the rules are in ``compaction_due``), every
-  ``brokerServiceCompactionMonitorIntervalInSeconds``: for each persistent topic with a threshold (topic policy, else namespace policy, else
+  ``brokerServiceCompactionMonitorIntervalInSeconds``, looks only at the topics that changed
+  since the last one (``compaction_watch``: appended to, a policy changed, a lag came due, a run
+  ended), and at every topic at the first check and every
+  ``compactionMonitorFullScanIntervalInSeconds``: for each persistent topic with a threshold
+  (topic policy, else namespace policy, else
   ``brokerServiceCompactionThresholdInBytes``; 0 disables), estimate the backlog since the
   horizon -- the bytes after the horizon, or, for a topic never compacted (typically read only
   by readers, with no cursor to measure), its total size -- and trigger a run when it exceeds
@@ -40,10 +44,8 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   compacted whatever its backlog. With a ``compactionMinLagSeconds`` only what is older than the
   minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
   by age (a run could not move its horizon).
-* **Statistics** for ``/metrics`` (Pulsar's compaction metric names) and one summary log line
-  per run: entries read, kept, removed, bytes in and out, duration; and each topic's last run
-  here (``last_run``, the topic stats' ``lastCompactionRun``): its reason, outcome, the topics of
-  its job, the job group, and milliseconds per phase (queue wait, the run's steps, bookkeeping).
+* **Statistics** for ``/metrics`` (Pulsar's compaction metric names), one summary log line per
+  run, and each topic's last run here (the topic stats' ``lastCompactionRun``): ``compaction_stats``.
 * **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
   broker and the admin adapter read the compacted view and its stats through; everything this
   monitor knows of compacted data (sizes, locks, cancellation) it also asks the service.
@@ -70,6 +72,8 @@ from ..compaction.state import ERROR, RUNNING, states_of
 from ..compaction.tiered import attach as attach_tiered
 from ..compaction.tiered import sweep_all_view_orphans
 from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
+from .compaction_stats import RunRecords, TopicCompactionStats
+from .compaction_watch import DueWatch
 from .background import stop_task
 
 __all__ = ["CompactionMonitor", "RunProgress", "TopicCompactionStats", "ensure_compaction_cursor"]
@@ -85,6 +89,10 @@ log = logging.getLogger(__name__)
 # How long broker shutdown waits for running compactions to stop after their Spark jobs are
 # cancelled (they record ERROR and release the topic lock on the way out).
 SHUTDOWN_WAIT_SECONDS = 20.0
+
+# After a policy change the check starts this much later, so that policies set one after another
+# (a namespace's threshold and lag, a partitioned topic's partitions) are checked together.
+POLICY_CHECK_DELAY_SECONDS = 0.05
 
 
 @dataclass
@@ -136,19 +144,6 @@ class _Begun:
     service: "TopicCompactionService"
 
 
-@dataclass
-class TopicCompactionStats:
-    """Counters of one topic since the broker started (Prometheus counters reset on restart)."""
-
-    removed_event_count: int = 0
-    succeed_count: int = 0
-    failed_count: int = 0
-    duration_ms_total: int = 0
-    read_throughput: float = 0.0  # bytes/s of the last successful run
-    write_throughput: float = 0.0
-    last_summary: dict[str, Any] = field(default_factory=dict)
-
-
 class CompactionMonitor:
     """Runs compactions for the broker; see the module notes."""
 
@@ -172,13 +167,17 @@ class CompactionMonitor:
         self.jobs_started = 0  # jobs handed to the worker pool (tests and metrics)
         self._runs: dict[str, RunProgress] = {}
         self._futures: set[asyncio.Future] = set()
-        self.stats: dict[str, TopicCompactionStats] = {}
-        self.last_runs: dict[str, dict[str, Any]] = {}  # topic -> its last run here (``last_run``)
+        self.records = RunRecords()  # counters and last runs (``compaction_stats``)
+        self.stats: dict[str, TopicCompactionStats] = self.records.stats
+        self.last_runs: dict[str, dict[str, Any]] = self.records.last_runs
+        # the topics a check looks at: those that changed (``compaction_watch``)
+        self.watch = DueWatch(float(self.config.get("compactionMonitorFullScanIntervalInSeconds", 300)))
         self._factory: Optional["CompactionServiceFactory"] = None
         self._factory_lock = threading.Lock()
         self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
         self._running: dict[str, "TopicCompactionService"] = {}  # compact() in progress
         self._check_task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None  # set by a policy change: check now (``_check_loop``)
         self._closing = False
         self.checks = 0  # periodic checks done (tests and metrics)
 
@@ -187,12 +186,24 @@ class CompactionMonitor:
     async def start(self) -> None:
         await self.service.run_blocking(self._reconcile_interrupted_runs)
         if self.interval > 0:
+            topics = getattr(self.service, "topics", None)
+            if topics is not None:  # appends and policy changes make a topic worth a look
+                topics.appended_listeners.append(self.watch.touch)
+                topics.policy_listeners.append(self._policies_changed)
+            self._wake = asyncio.Event()
             self._check_task = asyncio.get_running_loop().create_task(self._check_loop())
 
     async def close(self) -> None:
         """Stop checking, cancel running Spark jobs, wait (bounded) for runs to record their end."""
         self._closing = True
         await stop_task(self._check_task)
+        topics = getattr(self.service, "topics", None)
+        for listeners, fn in (
+            (getattr(topics, "appended_listeners", []), self.watch.touch),
+            (getattr(topics, "policy_listeners", []), self._policies_changed),
+        ):
+            if fn in listeners:
+                listeners.remove(fn)
         # queued runs never start; running ones have their Spark jobs cancelled and end as ERROR
         for unit in self._pending:
             for run in unit:
@@ -296,7 +307,7 @@ class CompactionMonitor:
 
     def _progress(self, topic: str, reason: str, priority: float = 0.0, size: int = 0) -> RunProgress:
         self._seq += 1
-        failed = (self.last_runs.get(topic) or {}).get("status") == "ERROR"
+        failed = self.records.last_failed(topic)
         return RunProgress(
             topic,
             reason,
@@ -385,6 +396,7 @@ class CompactionMonitor:
         self._active -= 1
         for topic in topics:
             self._runs.pop(topic, None)
+            self.watch.touch(topic)  # a failed run is retried, a backlog that grew meanwhile seen
         if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
             pass
         if not self._closing:
@@ -465,38 +477,12 @@ class CompactionMonitor:
             self._record_last_run(run, outcome)
 
     def _record_last_run(self, run: RunProgress, outcome: Any) -> None:
-        """What the topic stats show of the topic's last run in this process
-        (``lastCompactionRun``): why it ran, its outcome, the topics of its job, its job group,
-        and where its time went (the monitor's own phases around the run's steps)."""
-        self.last_runs[run.topic] = {
-            "reason": run.reason,
-            "status": "ERROR" if isinstance(outcome, BaseException) else "SUCCESS",
-            "jobTopics": list(run.job_group),
-            "jobGroup": None if isinstance(outcome, BaseException) else _job_of(outcome),
-            "queuedAt": int(run.queued_at * 1000),
-            "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
-        }
-        split = getattr(outcome, "engine_seconds", None)
-        if callable(split):
-            self.last_runs[run.topic]["sparkMs"] = split  # asked of the engine when someone looks
+        self.records.record_last_run(run, outcome)
 
     def last_run(self, topic: str) -> Optional[dict[str, Any]]:
-        """(worker thread) The topic's last run in this process (``_record_last_run``), None
-        before its first; the engine's split of its step (``sparkMs``) is read on the first look."""
-        last = self.last_runs.get(topic)
-        if last is not None and callable(last.get("sparkMs")):
-            try:
-                split = last["sparkMs"]()
-            except Exception:  # a timing never fails a stats request
-                split = None
-            last = dict(last)
-            if split:
-                last["sparkMs"] = {k: round(float(v) * 1000, 1) for k, v in split.items()}
-                last["sparkMs"]["count"] = int(split.get("count", 0))
-            else:
-                last.pop("sparkMs")
-            self.last_runs[topic] = last
-        return last
+        """(worker thread) The topic's last run in this process (``compaction_stats``), None
+        before its first."""
+        return self.records.last_run(topic)
 
     def _reporter(self, run: RunProgress):
         return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
@@ -535,11 +521,9 @@ class CompactionMonitor:
         if isinstance(e, Conflict):  # another process got the topic's lock first: not a failure of ours
             log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
             return
-        stats = self.stats.setdefault(topic, TopicCompactionStats())
         started = run.started_at if run.started_at is not None else self.clock()
         elapsed_ms = int((self.clock() - started) * 1000)
-        stats.failed_count += 1
-        stats.duration_ms_total += elapsed_ms
+        self.records.failed(topic, elapsed_ms)
         reason = str(e) or type(e).__name__
         try:
             after = self.service_of(topic).state()
@@ -561,7 +545,6 @@ class CompactionMonitor:
     def _succeeded(self, run: RunProgress, begun: "_Begun", result: Any) -> None:
         topic = run.topic
         ml, prev_size, live_before = begun.ml, begun.prev_size, begun.live_before
-        stats = self.stats.setdefault(topic, TopicCompactionStats())
         # what the run read (previous compacted ledger + live entries up to the new horizon)
         # and what it wrote (the new compacted ledger)
         live_after = ml.size_after(result.horizon) if result.horizon is not None else 0
@@ -570,37 +553,7 @@ class CompactionMonitor:
             bytes_out = max(0, self.service_of(topic).stats().size_bytes) if result.horizon is not None else 0
         except CompactMQError:
             bytes_out = 0
-        seconds = max(result.duration_ms / 1000, 1e-3)
-        stats.succeed_count += 1
-        stats.removed_event_count += result.removed_event_count
-        stats.duration_ms_total += result.duration_ms
-        stats.read_throughput = bytes_in / seconds
-        stats.write_throughput = bytes_out / seconds
-        stats.last_summary = {
-            "entriesRead": result.entries_read,
-            "messagesRead": result.messages_read,
-            "entriesKept": result.entries_written,
-            "messagesKept": result.messages_kept,
-            "messagesRemoved": result.removed_event_count,
-            "bytesIn": bytes_in,
-            "bytesOut": bytes_out,
-            "durationMs": result.duration_ms,
-        }
-        log.info(
-            "compaction of %s (%s) done: entries read %d (messages %d), kept %d (messages %d), "
-            "removed %d messages, bytes in %d, bytes out %d, duration %.2fs, horizon %s",
-            topic,
-            run.reason,
-            result.entries_read,
-            result.messages_read,
-            result.entries_written,
-            result.messages_kept,
-            result.removed_event_count,
-            bytes_in,
-            bytes_out,
-            result.duration_ms / 1000,
-            _pos(result.horizon),
-        )
+        self.records.succeeded(topic, run.reason, result, bytes_in, bytes_out)
         self._after_compaction(topic, result)
 
     def _after_compaction(self, topic: str, result: Any) -> None:
@@ -643,9 +596,23 @@ class CompactionMonitor:
 
     # --- the periodic check ---------------------------------------------------------------------
 
+    def _policies_changed(self, name: str) -> None:
+        """(event loop) A topic or namespace policy changed through the admin API: the topics it
+        concerns are looked at, by a check that starts now rather than at the next interval (a
+        threshold or lag just set makes its topics due at once)."""
+        self.watch.policies_changed(name)
+        if self._wake is not None:
+            self._wake.set()
+
     async def _check_loop(self) -> None:
+        assert self._wake is not None
         while not self._closing:
-            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+                await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 await self.check_once()
             except asyncio.CancelledError:
@@ -654,11 +621,14 @@ class CompactionMonitor:
                 log.exception("compaction threshold check failed")
 
     async def check_once(self) -> list[str]:
-        """Trigger every topic whose backlog since the horizon exceeds its threshold; returns them."""
+        """Queue every topic due for compaction among those that changed since the last check
+        (``compaction_watch``; every topic at the first check and every full-scan interval);
+        returns them."""
         if self._closing or self.service.shutting_down:
             return []
         busy = set(self._runs)
-        due = await self.service.run_blocking(self._due_topics, busy)
+        topics = self.watch.take(self.clock())
+        due = await self.service.run_blocking(self._due_topics, busy, topics)
         self.checks += 1
         if self._closing:
             return []
@@ -673,22 +643,21 @@ class CompactionMonitor:
         self._pump()  # no await since the check: every due topic waits together
         return triggered
 
-    def _due_topics(self, busy: set[str]) -> list[tuple[str, str, float, int]]:
-        """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``),
-        leaving out those a ``compact-topic`` job compacts right now."""
-        return self._due.due_topics(busy, int(self.clock() * 1000), self._running_elsewhere)
+    def _due_topics(
+        self, busy: set[str], topics: Optional[list[str]] = None
+    ) -> list[tuple[str, str, float, int]]:
+        """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``) among
+        ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now."""
+        return self._due.due_topics(
+            busy,
+            int(self.clock() * 1000),
+            self._running_elsewhere,
+            topics=topics,
+            watch=self.watch,
+            retry_ms=int(max(1.0, self.interval) * 1000),
+        )
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
         """Why the topic is due for compaction, or None when it is not."""
         found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000))
         return None if found is None else found[0]
-
-
-def _job_of(result: Any) -> Optional[str]:
-    """The engine's job group of a committed run, as the run recorded it (None when unknown)."""
-    job = getattr(result, "job", None)
-    return job if isinstance(job, str) else None
-
-
-def _pos(p) -> str:
-    return "none" if p is None else f"{p[0]}:{p[1]}"

@@ -140,6 +140,8 @@ class Topic:
                     self.last_position = pos
                     cb(pos, None)
                 self._cache(positions, entries)
+                for listener in self.service.topics.appended_listeners:
+                    listener(self.name)
                 for sub in list(self.subscriptions.values()):
                     if sub.dispatcher is not None:
                         sub.dispatcher.wake()
@@ -472,6 +474,11 @@ class TopicManager:
         # called with the name of a topic the broker deleted by itself (inactive_topics): the
         # adapters above forget what they keep per topic (the admin's traffic counters)
         self.deleted_listeners: list[Callable[[str], None]] = []
+        # called with a topic's name after each append to it, and with a topic or namespace name
+        # when its policies changed (admin API): the compaction monitor's check looks only at
+        # the topics that changed (compaction_watch)
+        self.appended_listeners: list[Callable[[str], None]] = []
+        self.policy_listeners: list[Callable[[str], None]] = []
         from .nonpersistent import NonPersistentTopics  # it builds on Topic, defined above
 
         self.non_persistent = NonPersistentTopics(self)
@@ -595,6 +602,8 @@ class TopicManager:
     async def policies_changed(self, name: str) -> None:
         """A topic or namespace policy changed (admin API): loaded topics it covers re-read
         the policies they keep in memory (deduplication)."""
+        for listener in self.policy_listeners:
+            listener(name)
         for topic in list(self.loaded.values()):
             if topic.closed:
                 continue

@@ -9,6 +9,7 @@ with ``compactionSparkWarmup`` creates and warms it in the background at start (
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 import uuid
@@ -26,12 +27,20 @@ class SparkEngine:
     #: runs a delta run when the plan asks for one (``compaction.delta``); a joint job does not
     delta_runs = True
 
-    def __init__(self, spark_conf: Optional[Mapping[str, str]] = None, poll_seconds: float = 0.5):
+    def __init__(
+        self,
+        spark_conf: Optional[Mapping[str, str]] = None,
+        poll_seconds: float = 0.5,
+        in_process_max_bytes: int = 0,
+    ):
         self.spark_conf = dict(spark_conf or {})
         self.poll_seconds = poll_seconds
+        #: plans reading at most this many bytes run without a Spark job (``inprocess``)
+        self.in_process_max_bytes = in_process_max_bytes
         self.last_stats: dict = {}
         self._spark = None
         self._group: Optional[str] = None
+        self._local = None  # the in-process engine of the run in progress, if it is one
 
     @property
     def spark(self):
@@ -41,11 +50,24 @@ class SparkEngine:
 
     @property
     def parallelism(self) -> int:
+        if self._spark is None and self.in_process_max_bytes > 0:
+            # a run that may go in-process need not start Spark to be planned: a local master
+            # says its cores (``local_parallelism``)
+            guess = local_parallelism(self.spark_conf)
+            if guess:
+                return guess
         return self.spark.sparkContext.defaultParallelism
 
     def run(self, plan, strategy, report) -> list[dict]:
-        from . import pipeline
+        from . import inprocess, pipeline
 
+        if inprocess.suits(plan, self.in_process_max_bytes):  # small: no Spark job at all
+            self._local = inprocess.InProcessEngine()
+            try:
+                parts = self._local.run(plan, strategy, report)
+            finally:
+                self.last_stats, self._local = self._local.last_stats, None
+            return parts
         sc = self.spark.sparkContext
         started = time.time()
         counter = sc.accumulator(0)
@@ -84,6 +106,9 @@ class SparkEngine:
 
     def cancel(self) -> None:
         """Cancel this run's Spark jobs (from another thread); the run then fails."""
+        local = self._local
+        if local is not None:
+            local.cancel()
         group = self._group
         if group is not None and self._spark is not None:
             self._spark.sparkContext.cancelJobGroup(group)
@@ -122,6 +147,28 @@ class SparkEngine:
                 continue
 
 
+def local_parallelism(spark_conf: Mapping[str, str]) -> Optional[int]:
+    """The default parallelism a local session of ``spark_conf`` would have (its
+    ``spark.default.parallelism``, else the N of ``local[N]``, the cores of ``local[*]``), or None
+    for another master."""
+    from .session import session_conf
+
+    conf = session_conf(spark_conf)
+    explicit = conf.get("spark.default.parallelism")
+    if explicit and explicit.isdigit() and int(explicit) > 0:
+        return int(explicit)
+    master = conf.get("spark.master", "")
+    if master == "local":
+        return 1
+    if master.startswith("local[") and master.endswith("]"):
+        inner = master[6:-1].split(",")[0]
+        if inner == "*":
+            return os.cpu_count() or 1
+        if inner.isdigit() and int(inner) > 0:
+            return int(inner)
+    return None
+
+
 class SparkCompactionService(LedgerCompactionService):
     """``TopicCompactionService`` of one topic, compacting on Spark."""
 
@@ -139,7 +186,8 @@ class SparkCompactionService(LedgerCompactionService):
         self.spark_conf = dict(spark_conf if spark_conf is not None else getattr(config, "spark", {}) or {})
 
     def engine(self) -> SparkEngine:
-        return SparkEngine(self.spark_conf)
+        small = int(self.config.get("compactionInProcessMaxBytes", 0) or 0)
+        return SparkEngine(self.spark_conf, in_process_max_bytes=small)
 
 
 class SparkCompactionServiceFactory(CompactionServiceFactory):
@@ -179,7 +227,9 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
             for i, outcome in zip(others, done):
                 outcomes[i] = outcome
         if mine:
-            engine = SparkEngine(getattr(services[mine[0]], "spark_conf", self.spark_conf))
+            small = int(self.config.get("compactionInProcessMaxBytes", 0) or 0)
+            conf = getattr(services[mine[0]], "spark_conf", self.spark_conf)
+            engine = SparkEngine(conf, in_process_max_bytes=small)
             joint = JointRun(engine, len(mine))
             done = compact_together(joint, [services[i] for i in mine], [reports[i] for i in mine])
             for i, outcome in zip(mine, done):

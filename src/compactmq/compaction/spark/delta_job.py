@@ -36,7 +36,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     from . import pipeline
 
     fresh = delta.new_groups(plan)
-    marked = np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
+    marked = marker_positions(plan)
     new_entries = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
     old_entries = sum(s.est_entries for s in delta.compacted_segments(plan))
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES and old_entries > SPLIT_OLD_ENTRIES:
@@ -47,23 +47,8 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         def whole_run(batches):
             import pyarrow as pa
 
-            from .. import entry_scan as es
-
             for _ in batches:
-                latest = new_latest(plan, fresh, counter, keyless_counter)
-                p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
-                found = delta.lookup(plan, latest.h1, latest.h2, p2)
-                z = np.zeros(len(marked), np.int64)  # every old group has its say
-                rows = {
-                    "pos": np.r_[found["pos"], marked],
-                    "h1": np.r_[found["h1"], z],
-                    "h2": np.r_[found["h2"], z],
-                    "tomb": np.r_[found["tomb"], z],
-                    "kind": np.r_[found["kind"], np.full(len(marked), delta.MARKER, np.int8)],
-                }
-                order = np.argsort(rows["pos"], kind="stable")
-                rows = {c: a[order] for c, a in rows.items()}
-                out = pipeline.copy_groups(plan, rows, ["h1", "h2", "tomb"], counter, keyless_counter)
+                out = fused_parts(plan, fresh, marked, counter, keyless_counter)
                 yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema())
 
         return pipeline.collect_parts(spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL))
@@ -99,6 +84,38 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         rows = latest.coalesce(cores).mapInArrow(look_up, ddl).unionByName(markers)
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
+
+
+def fused_parts(
+    plan: RunPlan, fresh: list[int], marked: np.ndarray, counter=None, keyless_counter=None
+) -> list:
+    """The whole of a delta run of few new messages, in the calling task: the new groups
+    ``fresh`` parsed and combined to one row per key, looked up in the previous view's sidecar,
+    and every group's phase two (``marked``: a marker position per old group, so each has its
+    say); the part descriptions. One Spark task runs it (``run``), or the driver itself for a
+    small run (``spark.inprocess``)."""
+    from .. import entry_scan as es
+    from . import pipeline
+
+    latest = new_latest(plan, fresh, counter, keyless_counter)
+    p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
+    found = delta.lookup(plan, latest.h1, latest.h2, p2)
+    z = np.zeros(len(marked), np.int64)  # every old group has its say
+    rows = {
+        "pos": np.r_[found["pos"], marked],
+        "h1": np.r_[found["h1"], z],
+        "h2": np.r_[found["h2"], z],
+        "tomb": np.r_[found["tomb"], z],
+        "kind": np.r_[found["kind"], np.full(len(marked), delta.MARKER, np.int8)],
+    }
+    order = np.argsort(rows["pos"], kind="stable")
+    rows = {c: a[order] for c, a in rows.items()}
+    return pipeline.copy_groups(plan, rows, ["h1", "h2", "tomb"], counter, keyless_counter)
+
+
+def marker_positions(plan: RunPlan) -> np.ndarray:
+    """A marker position per old group of ``plan`` (``delta.marker_position``)."""
+    return np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
 
 
 def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None):

@@ -39,7 +39,10 @@ Keeping the partitions apart in one job
   of its own, extended by the joint job exactly as by a run of its own. Plans that cannot share an aggregation
   (another strategy by topic policy) run as a second job of the same joint run.
 
-Cancelling one member cancels the joint job (all its partitions fail and keep their views).
+Plans small enough for the in-process engine (``inprocess``, ``compactionInProcessMaxBytes``)
+are run by it first, one after another in the leading thread, each failing on its own; the
+Spark job takes the rest. Cancelling one member cancels the joint job (all its partitions fail
+and keep their views).
 """
 
 from __future__ import annotations
@@ -132,9 +135,39 @@ def unsalt(h1: np.ndarray, h2: np.ndarray, local_pos: np.ndarray, index: int) ->
     return np.where(keyless, local_pos, np.asarray(h1, np.int64) ^ np.int64(_salt(index)))
 
 
-def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None, packed=False):
-    """Phase-one rows of every group of every plan, one task per group (``pipeline.read_rows``
-    for several plans, ``packed`` alike); ``counters[i]`` adds up plan ``i``'s messages parsed."""
+#: a task of a joint job gets at least this many bytes of input: the groups of small topics
+#: share tasks (``task_count``)
+TASK_BYTES = 64 << 20
+
+
+def task_count(joint: JointPlan, cores: int) -> int:
+    """Tasks per stage of a joint job: one per group when the plans are large, fewer when they
+    are small -- a task per group of a hundred 1 MB topics cost a hundred Python task starts a
+    stage for a few milliseconds of work each. At least ``cores`` (every core busy), at most one
+    per group; one per group when a plan's size cannot be told (``inprocess.plan_bytes``)."""
+    from .inprocess import plan_bytes
+
+    n = max(1, len(joint.owners))
+    total = 0
+    for p in joint.plans:
+        size = plan_bytes(p)
+        if size is None:
+            return n
+        total += size
+    return max(1, min(n, max(int(cores), -(-total // TASK_BYTES))))
+
+
+def packed_routes(keys: list[int], n: int) -> list[int]:
+    """The partition key of each of ``n`` groups when ``len(keys)`` tasks take them in
+    contiguous runs (as ``spark.range`` hands phase one its groups)."""
+    count = max(1, len(keys))
+    return [keys[g * count // n] for g in range(n)]
+
+
+def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None, packed=False, n_tasks=None):
+    """Phase-one rows of every group of every plan (``pipeline.read_rows`` for several plans,
+    ``packed`` alike), in ``n_tasks`` tasks (default: one per group), each parsing a contiguous
+    run of groups; ``counters[i]`` adds up plan ``i``'s messages parsed."""
     from . import pipeline
 
     plans, offsets, owners = joint.plans, joint.offsets, joint.owners
@@ -154,7 +187,7 @@ def read_rows(spark, joint: JointPlan, counters=None, keyless_counters=None, pac
                     keyless_counters[i].add(stats.get("keyless", 0))
 
     n = len(owners)
-    return spark.range(0, n, 1, n).mapInArrow(parse, schema)
+    return spark.range(0, n, 1, min(n, n_tasks or n)).mapInArrow(parse, schema)
 
 
 def keep_latest(packed, joint: JointPlan):
@@ -189,14 +222,14 @@ def keep_latest(packed, joint: JointPlan):
     )
 
 
-def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters=None):
+def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters=None, n_tasks=None):
     """Phase one of a joint job: the joint packed positions of the surviving messages."""
     from . import pipeline
 
     name = joint.plan.strategy
     if name == "keep-latest":
-        return keep_latest(read_rows(spark, joint, counters, keyless_counters, packed=True), joint)
-    keyed = pipeline.with_key_hash(read_rows(spark, joint, counters, keyless_counters))
+        return keep_latest(read_rows(spark, joint, counters, keyless_counters, True, n_tasks), joint)
+    keyed = pipeline.with_key_hash(read_rows(spark, joint, counters, keyless_counters, n_tasks=n_tasks))
     if name == "keep-first":
         return pipeline.keep_first(keyed)
     if name == "event-time":
@@ -204,10 +237,11 @@ def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters
     return pipeline.user_strategy(keyed, joint.plan, strategy)
 
 
-def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
-    """Phase two of a joint job: one shuffle of the survivors to one task per group (of any
-    plan); each task copies with its plan, positions turned back into the plan's own. Returns
-    the part descriptions of each plan, as ``pipeline.copy_survivors`` does for one."""
+def copy_survivors(survivors_df, joint: JointPlan, n_tasks=None) -> list[list[dict]]:
+    """Phase two of a joint job: one shuffle of the survivors to ``n_tasks`` tasks (default: one
+    per group, of any plan; fewer take contiguous runs of groups); each task copies each of its
+    groups with its plan, positions turned back into the plan's own. Returns the part
+    descriptions of each plan, as ``pipeline.copy_survivors`` does for one."""
     from . import pipeline
 
     plans, offsets, owners = joint.plans, joint.offsets, joint.owners
@@ -216,7 +250,8 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
     # both as SQL text, one round trip each: a job over many topics has many segments, and a
     # literal column per segment cost several round trips each
     group = pipeline.route_column(list(range(n)), table)
-    keys = pipeline.partition_keys(survivors_df.sparkSession, n)
+    parts_n = min(n, n_tasks or n)
+    keys = packed_routes(pipeline.partition_keys(survivors_df.sparkSession, parts_n), n)
     route = pipeline.route_column(keys, table)
 
     key_cols = pipeline.key_columns(survivors_df)
@@ -240,7 +275,7 @@ def copy_survivors(survivors_df, joint: JointPlan) -> list[list[dict]]:
 
     rows = (
         survivors_df.select(group.alias("grp"), route.alias("route"), "pos", *key_cols)
-        .repartition(n, "route")
+        .repartition(parts_n, "route")
         .sortWithinPartitions("pos")
         .mapInArrow(copy, "plan int, " + pipeline.PART_DDL)
         .toArrow()  # as Arrow: see ``pipeline.collect_parts``
@@ -285,6 +320,7 @@ class JointRun:
         self._finished = False
         self._cancelled = False
         self._group: Optional[str] = None
+        self._local = None  # the in-process engine running a small plan, if one is
 
     def member(self, index: int) -> "JointMember":
         return JointMember(self, index)
@@ -318,6 +354,9 @@ class JointRun:
         with self._cond:
             self._cancelled = True
             group = self._group
+            local = self._local
+        if local is not None:
+            local.cancel()
         if group is not None:
             self.engine.spark.sparkContext.cancelJobGroup(group)
 
@@ -336,7 +375,9 @@ class JointRun:
 
     def _run_all(self) -> None:
         try:
-            for batch in _compatible(self._entries):
+            small = self._run_small()
+            rest = {i: e for i, e in self._entries.items() if i not in small}
+            for batch in _compatible(rest):
                 try:
                     self._run_job(batch)
                 except BaseException as e:  # every plan of this job fails with it
@@ -351,6 +392,34 @@ class JointRun:
                         entry.error = errors.CompactionError("the joint compaction job did not run")
                 self._finished = True
                 self._cond.notify_all()
+
+    def _run_small(self) -> set[int]:
+        """Run the plans small enough for the in-process engine (``inprocess``: the engine's
+        ``in_process_max_bytes``) one after another, without a Spark job; each fails on its
+        own. Returns their indexes."""
+        from . import inprocess
+
+        max_bytes = int(getattr(self.engine, "in_process_max_bytes", 0) or 0)
+        done: set[int] = set()
+        for i in sorted(self._entries) if max_bytes > 0 else ():
+            entry = self._entries[i]
+            if not inprocess.suits(entry.plan, max_bytes):
+                continue
+            local = inprocess.InProcessEngine()
+            with self._cond:
+                if self._cancelled:
+                    break
+                self._local = local
+            try:
+                entry.parts = local.run(entry.plan, entry.strategy, entry.report)
+                entry.stats = dict(local.last_stats)
+            except Exception as e:  # this plan's failure; the others go on
+                entry.error = e
+            finally:
+                with self._cond:
+                    self._local = None
+            done.add(i)
+        return done
 
     def _run_job(self, batch: dict[int, _Entry]) -> None:
         with self._cond:
@@ -392,8 +461,9 @@ class JointRun:
         poller.start()
         try:
             report(CompactionProgress("phase-one", 0, total))
-            found = survivors(spark, joint, entries[0].strategy, counters, keyless)
-            parts = copy_survivors(found, joint)
+            n_tasks = task_count(joint, self.engine.parallelism)
+            found = survivors(spark, joint, entries[0].strategy, counters, keyless, n_tasks)
+            parts = copy_survivors(found, joint, n_tasks)
         finally:
             with self._cond:
                 self._group = None
@@ -450,7 +520,8 @@ def compact_together(
     members): each in a thread of its own, meeting for the Spark job. Returns, in order, each
     one's ``CompactionResult`` or the exception its run ended with."""
     reports = list(progress) if progress is not None else [None] * len(services)
-    joint.engine.spark  # create the session here, once, before the runners' threads ask for it
+    if not getattr(joint.engine, "in_process_max_bytes", 0):
+        joint.engine.spark  # create the session here, once, before the runners' threads ask for it
     outcomes: list = [None] * len(services)
 
     def one(i: int) -> None:

@@ -1,0 +1,140 @@
+"""Which topics the compaction monitor's periodic check looks at: those that changed.
+
+The check (``compaction_due.DueCheck``) reads a topic's policies, its managed ledger's sizes and
+its compaction state to tell whether it is due. Doing that for every topic of the broker at
+every interval costs a broker with thousands of mostly idle topics thousands of metadata reads
+a minute for nothing. A topic's answer can only change when
+
+* it was **appended to** (its backlog grew): the broker's topics tell this module after each
+  append (``TopicManager.appended_listeners``);
+* one of its **policies changed** (``compactionThreshold``, ``compactionMaxLagSeconds``,
+  ``compactionMinLagSeconds`` on the topic, its partitioned topic or its namespace): the admin
+  API tells the broker's topics, which tell this module (``TopicManager.policy_listeners``);
+* **time passed** for a topic with a maximum or minimum lag: the check says when the topic's
+  oldest uncompacted message will be older than its maximum lag, or when held-back messages
+  age past the minimum lag, and this module wakes it then (a heap of timers);
+* a **run of it ended** (a failed run is retried at the next check while still due; a run may
+  leave a backlog that arrived while it ran), or a compact-topic job of another process held it.
+
+``take(now)`` hands the check those topics, each once; everything else is skipped at no cost.
+Two safety nets: the first check after start looks at every topic (nothing is known yet), and
+so does one check every ``compactionMonitorFullScanIntervalInSeconds``: a change this broker
+did not make (a namespace policy set through another broker of a cluster, a topic appended by
+another process) is seen then.
+
+Thread-safety: appends and policy changes are noted on the event loop, the check runs in a
+worker thread; one lock guards the sets.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from typing import Optional
+
+from ..naming import TopicName
+
+
+class DueWatch:
+    """The topics the next check must look at (module notes)."""
+
+    def __init__(self, full_scan_seconds: float) -> None:
+        """``full_scan_seconds``: a check looks at every topic at least this often (0: every
+        check does, as if nothing told this module of changes)."""
+        self.full_scan_seconds = float(full_scan_seconds)
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set()
+        self._timers: list[tuple[float, str]] = []  # (when, topic), a heap; stale ones skipped
+        self._timer_at: dict[str, float] = {}  # the live timer of each topic
+        self._next_full: Optional[float] = None  # None: the next take is a full check
+        self._by_namespace: dict[str, set[str]] = {}  # topics seen, per namespace
+        self.full_checks = 0  # checks that looked at every topic (tests and metrics)
+        self.topics_checked = 0  # topics handed to checks, in all (tests and metrics)
+
+    # --- sources of change --------------------------------------------------------------------
+
+    def touch(self, topic: str) -> None:
+        """``topic`` changed (an append, the end of a run): the next check looks at it."""
+        with self._lock:
+            self._dirty.add(topic)
+
+    def wake_at(self, topic: str, when: float) -> None:
+        """Look at ``topic`` again at ``when`` (seconds of the clock), whatever happens first."""
+        with self._lock:
+            current = self._timer_at.get(topic)
+            if current is not None and current <= when:
+                return
+            self._timer_at[topic] = when
+            heapq.heappush(self._timers, (when, topic))
+
+    def full_scan_soon(self) -> None:
+        """The next check looks at every topic."""
+        with self._lock:
+            self._next_full = None
+
+    def forget(self, topic: str) -> None:
+        """A deleted topic: nothing of it is kept."""
+        with self._lock:
+            self._dirty.discard(topic)
+            self._timer_at.pop(topic, None)
+            try:
+                ns = TopicName.parse(topic).namespace_name
+            except Exception:  # noqa: BLE001 - not a topic name: nothing of it is kept
+                return
+            self._by_namespace.get(ns, set()).discard(topic)
+
+    # --- the check ----------------------------------------------------------------------------
+
+    def take(self, now: float) -> Optional[list[str]]:
+        """The topics the check at ``now`` looks at, or None when it must look at every topic."""
+        with self._lock:
+            if self.full_scan_seconds <= 0 or self._next_full is None or now >= self._next_full:
+                self._next_full = now + self.full_scan_seconds
+                self._dirty.clear()
+                self._timers.clear()
+                self._timer_at.clear()
+                self.full_checks += 1
+                return None
+            topics = self._dirty
+            self._dirty = set()
+            while self._timers and self._timers[0][0] <= now:
+                when, topic = heapq.heappop(self._timers)
+                if self._timer_at.get(topic) == when:
+                    del self._timer_at[topic]
+                    topics.add(topic)
+            self.topics_checked += len(topics)
+            return sorted(topics)
+
+    def looked_at(self, topic: str) -> None:
+        """The check read ``topic``: a change of its namespace's policies concerns it."""
+        try:
+            ns = TopicName.parse(topic).namespace_name
+        except Exception:  # noqa: BLE001 - not a topic name
+            return
+        with self._lock:
+            self._by_namespace.setdefault(ns, set()).add(topic)
+
+    def policies_changed(self, name: str) -> None:
+        """The policies of ``name`` changed: a namespace (``tenant/ns``: every topic of it the
+        checks have seen), or a topic (it and, for a partitioned topic, its partitions)."""
+        if "://" not in name:
+            with self._lock:
+                self._dirty.update(self._by_namespace.get(name, ()))
+            return
+        try:
+            ns = TopicName.parse(name).namespace_name
+        except Exception:  # noqa: BLE001 - not a topic name
+            return
+        prefix = name + "-partition-"
+        with self._lock:
+            self._dirty.add(name)
+            self._dirty.update(t for t in self._by_namespace.get(ns, ()) if t.startswith(prefix))
+
+    @property
+    def waiting(self) -> int:
+        """Topics with a timer (tests and metrics)."""
+        with self._lock:
+            return len(self._timer_at)
+
+
+__all__ = ["DueWatch"]
