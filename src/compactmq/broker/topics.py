@@ -6,10 +6,12 @@ ledger in the thread pool on first use, once even when many requests race), ``to
 maps canonical names to the topics already open. Partitions are ordinary topics named
 ``<base>-partition-<i>``; the number of partitions of a base topic lives in the metadata store.
 
-Publishing is group commit on two levels: every SEND that arrives while an append is running
-waits in the topic's queue, and the next append takes the whole queue in one
-``ManagedLedger.append_many`` call (one write, one fsync); appends of one topic never overlap,
-so positions follow arrival order and SEND_RECEIPTs go out in order.
+Publishing is group commit on two levels: every SEND that arrives while the topic's appends are
+busy waits in the topic's queue, and the next append takes the whole queue in one
+``ManagedLedger.append_many`` call (one write, one fsync). Appends are pipelined: a second batch
+is written, and its fsync started, while the first one's fsync still runs (``WriteTurns`` keeps
+their writes in submission order); batches are answered in that order, so positions follow
+arrival order and SEND_RECEIPTs go out in order, each only after the fsync that covers it.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
+from ..storage.appender import MAX_CONCURRENT_SYNCS, WriteTurns
 from ..storage.position import Position
 from .cluster import check_topic_owned
 from .dedup import Deduplication, entry_sequence
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
+# Batches of one topic in the thread pool at once (pipelined group commit, see _append_loop):
+# as many as the managed ledger lets sync at once.
+APPENDS_IN_FLIGHT = MAX_CONCURRENT_SYNCS
 
 # Entries read back when a topic loads, to recover producers' last sequence ids.
 SEQUENCE_RECOVERY_ENTRIES = 1000
@@ -72,6 +79,7 @@ class Topic:
         self.dedup = Deduplication(self)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
+        self._write_turns = WriteTurns()  # keeps pipelined appends in order (_append_loop)
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
@@ -112,37 +120,59 @@ class Topic:
             self._append_task = self.spawn(self._append_loop())
 
     async def _append_loop(self) -> None:
+        # Pipelined: up to APPENDS_IN_FLIGHT batches are in the thread pool at once; each
+        # writes after the one before has written (WriteTurns) and then syncs, so a batch is
+        # written and its sync started while the one before still syncs. Batches are answered
+        # strictly in submission order, so receipts keep the order of the SENDs.
+        in_flight: deque[tuple[list, list[bytes], Any]] = deque()
+        turns = self._write_turns
         try:
-            while self._queue:
-                batch = self._take_batch()
-                entries = [e for e, _, _ in batch if e is not None]
-                times = [t for e, t, _ in batch if e is not None]
-                try:
-                    positions = (
-                        await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
+            while self._queue or in_flight:
+                while self._queue and len(in_flight) < APPENDS_IN_FLIGHT:
+                    batch = self._take_batch()
+                    entries = [e for e, _, _ in batch if e is not None]
+                    times = [t for e, t, _ in batch if e is not None]
+                    fut = (
+                        self.run_blocking(self.ledger.append_many, entries, times, turns.take())
+                        if entries
+                        else None
                     )
+                    in_flight.append((batch, entries, fut))
+                batch, entries, fut = in_flight.popleft()
+                try:
+                    positions = await fut if fut is not None else []
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
                     for _, _, cb in batch:
                         cb(None, err)
                     if isinstance(exc, asyncio.CancelledError):
+                        for batch, _, _ in in_flight:  # never awaited now: their SENDs fail too
+                            for _, _, cb in batch:
+                                cb(None, err)
                         raise
                     continue
-                stored = iter(positions)  # storage returns Positions
-                for entry, _, cb in batch:
-                    if entry is None:  # a marker (publish_marker)
-                        cb(None, None)
-                        continue
-                    pos = next(stored)
-                    self.last_position = pos
-                    cb(pos, None)
-                self._cache(positions, entries)
-                for sub in list(self.subscriptions.values()):
-                    if sub.dispatcher is not None:
-                        sub.dispatcher.wake()
+                self._answer(batch, entries, positions)
         finally:
+            if in_flight:
+                turns.abandon()
             self._append_task = None
+
+    def _answer(self, batch: list, entries: list[bytes], positions: list[Position]) -> None:
+        """A batch is durable: receipts (written out at once), tail cache, dispatchers."""
+        stored = iter(positions)  # storage returns Positions
+        for entry, _, cb in batch:
+            if entry is None:  # a marker (publish_marker)
+                cb(None, None)
+                continue
+            pos = next(stored)
+            self.last_position = pos
+            cb(pos, None)
+        self.service.state.flush_writes()  # the receipts leave now, not after the next poll
+        self._cache(positions, entries)
+        for sub in list(self.subscriptions.values()):
+            if sub.dispatcher is not None:
+                sub.dispatcher.wake()
 
     def _cache(self, positions: list[Position], entries: list[bytes]) -> None:
         """Keep what was just appended for the subscriptions reading the tail; drop what every
