@@ -79,7 +79,9 @@ class Topic:
         self.dedup = Deduplication(self)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
-        self._write_turns = WriteTurns()  # keeps pipelined appends in order (_append_loop)
+        self._write_turns = WriteTurns()  # keeps pipelined appends in order (_submit)
+        self._in_flight: deque[tuple[list, list[bytes], Any]] = deque()  # batches in the pool
+        self._submit_scheduled = False
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
@@ -105,8 +107,7 @@ class Topic:
             callback(None, StorageError(f"topic {self.name} is closing"))
             return
         self._queue.append((entry, publish_time_ms, callback))
-        if self._append_task is None:
-            self._append_task = self.spawn(self._append_loop())
+        self._kick()
 
     def publish_marker(self, callback: PublishCallback) -> None:
         """Call ``callback(None, None)`` once every SEND queued before it is persisted or
@@ -116,46 +117,65 @@ class Topic:
             callback(None, None)
             return
         self._queue.append((None, 0, callback))  # type: ignore[arg-type]
+        self._kick()
+
+    def _kick(self) -> None:
+        """Something was queued: start the append task, or let it submit a batch as soon as the
+        SENDs read in this loop turn are queued (a slot is free: no need to wait for the
+        batch in flight to finish)."""
         if self._append_task is None:
+            self._append_task = self.spawn(self._append_loop())
+        elif not self._submit_scheduled and len(self._in_flight) < APPENDS_IN_FLIGHT:
+            self._submit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._submit)
+
+    def _submit(self) -> None:
+        """Hand queued SENDs to the thread pool, a batch per free slot (pipelined group
+        commit): each writes after the one before has written (WriteTurns), then syncs."""
+        self._submit_scheduled = False
+        in_flight = self._in_flight
+        while self._queue and len(in_flight) < APPENDS_IN_FLIGHT:
+            batch = self._take_batch()
+            entries = [e for e, _, _ in batch if e is not None]
+            times = [t for e, t, _ in batch if e is not None]
+            fut = (
+                self.run_blocking(self.ledger.append_many, entries, times, self._write_turns.take())
+                if entries
+                else None
+            )
+            in_flight.append((batch, entries, fut))
+        if in_flight and self._append_task is None:
             self._append_task = self.spawn(self._append_loop())
 
     async def _append_loop(self) -> None:
-        # Pipelined: up to APPENDS_IN_FLIGHT batches are in the thread pool at once; each
-        # writes after the one before has written (WriteTurns) and then syncs, so a batch is
-        # written and its sync started while the one before still syncs. Batches are answered
-        # strictly in submission order, so receipts keep the order of the SENDs.
-        in_flight: deque[tuple[list, list[bytes], Any]] = deque()
-        turns = self._write_turns
+        # Answers the batches in flight strictly in submission order, so receipts keep the
+        # order of the SENDs, each after the fsync that covers it; refills the free slots.
+        in_flight = self._in_flight
         try:
-            while self._queue or in_flight:
-                while self._queue and len(in_flight) < APPENDS_IN_FLIGHT:
-                    batch = self._take_batch()
-                    entries = [e for e, _, _ in batch if e is not None]
-                    times = [t for e, t, _ in batch if e is not None]
-                    fut = (
-                        self.run_blocking(self.ledger.append_many, entries, times, turns.take())
-                        if entries
-                        else None
-                    )
-                    in_flight.append((batch, entries, fut))
-                batch, entries, fut = in_flight.popleft()
+            self._submit()
+            while in_flight:
+                batch, entries, fut = in_flight[0]
                 try:
                     positions = await fut if fut is not None else []
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
-                    for _, _, cb in batch:
-                        cb(None, err)
                     if isinstance(exc, asyncio.CancelledError):
                         for batch, _, _ in in_flight:  # never awaited now: their SENDs fail too
                             for _, _, cb in batch:
                                 cb(None, err)
+                        in_flight.clear()
+                        self._write_turns.abandon()  # their calls may never have started
                         raise
+                    in_flight.popleft()
+                    for _, _, cb in batch:
+                        cb(None, err)
+                    self._submit()
                     continue
+                in_flight.popleft()
                 self._answer(batch, entries, positions)
+                self._submit()
         finally:
-            if in_flight:
-                turns.abandon()
             self._append_task = None
 
     def _answer(self, batch: list, entries: list[bytes], positions: list[Position]) -> None:
