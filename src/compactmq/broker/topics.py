@@ -6,12 +6,11 @@ ledger in the thread pool on first use, once even when many requests race), ``to
 maps canonical names to the topics already open. Partitions are ordinary topics named
 ``<base>-partition-<i>``; the number of partitions of a base topic lives in the metadata store.
 
-Publishing is group commit on two levels: every SEND that arrives while the topic's appends are
-busy waits in the topic's queue, and the next append takes the whole queue in one
-``ManagedLedger.append_many`` call (one write, one fsync). Appends are pipelined: a second batch
-is written, and its fsync started, while the first one's fsync still runs (``WriteTurns`` keeps
-their writes in submission order); batches are answered in that order, so positions follow
-arrival order and SEND_RECEIPTs go out in order, each only after the fsync that covers it.
+Publishing is group commit on two levels: every SEND that arrives while an append is running
+waits in the topic's queue, and the next append takes the whole queue in one
+``ManagedLedger.append_many`` call (one write, one fsync); appends of one topic never overlap,
+so positions follow arrival order and SEND_RECEIPTs go out in order. The receipts of a durable
+batch are written to the socket as soon as the batch is answered (``ServerState.flush_writes``).
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
-from ..storage.appender import MAX_CONCURRENT_SYNCS, WriteTurns
 from ..storage.position import Position
 from .cluster import check_topic_owned
 from .dedup import Deduplication, entry_sequence
@@ -44,9 +41,6 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
-# Batches of one topic in the thread pool at once (pipelined group commit, see _append_loop):
-# as many as the managed ledger lets sync at once.
-APPENDS_IN_FLIGHT = MAX_CONCURRENT_SYNCS
 
 # Entries read back when a topic loads, to recover producers' last sequence ids.
 SEQUENCE_RECOVERY_ENTRIES = 1000
@@ -79,9 +73,6 @@ class Topic:
         self.dedup = Deduplication(self)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
         self._append_task: asyncio.Task | None = None
-        self._write_turns = WriteTurns()  # keeps pipelined appends in order (_submit)
-        self._in_flight: deque[tuple[list, list[bytes], Any]] = deque()  # batches in the pool
-        self._submit_scheduled = False
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
@@ -107,7 +98,8 @@ class Topic:
             callback(None, StorageError(f"topic {self.name} is closing"))
             return
         self._queue.append((entry, publish_time_ms, callback))
-        self._kick()
+        if self._append_task is None:
+            self._append_task = self.spawn(self._append_loop())
 
     def publish_marker(self, callback: PublishCallback) -> None:
         """Call ``callback(None, None)`` once every SEND queued before it is persisted or
@@ -117,82 +109,42 @@ class Topic:
             callback(None, None)
             return
         self._queue.append((None, 0, callback))  # type: ignore[arg-type]
-        self._kick()
-
-    def _kick(self) -> None:
-        """Something was queued: start the append task, or let it submit a batch as soon as the
-        SENDs read in this loop turn are queued (a slot is free: no need to wait for the
-        batch in flight to finish)."""
         if self._append_task is None:
-            self._append_task = self.spawn(self._append_loop())
-        elif not self._submit_scheduled and len(self._in_flight) < APPENDS_IN_FLIGHT:
-            self._submit_scheduled = True
-            asyncio.get_running_loop().call_soon(self._submit)
-
-    def _submit(self) -> None:
-        """Hand queued SENDs to the thread pool, a batch per free slot (pipelined group
-        commit): each writes after the one before has written (WriteTurns), then syncs."""
-        self._submit_scheduled = False
-        in_flight = self._in_flight
-        while self._queue and len(in_flight) < APPENDS_IN_FLIGHT:
-            batch = self._take_batch()
-            entries = [e for e, _, _ in batch if e is not None]
-            times = [t for e, t, _ in batch if e is not None]
-            fut = (
-                self.run_blocking(self.ledger.append_many, entries, times, self._write_turns.take())
-                if entries
-                else None
-            )
-            in_flight.append((batch, entries, fut))
-        if in_flight and self._append_task is None:
             self._append_task = self.spawn(self._append_loop())
 
     async def _append_loop(self) -> None:
-        # Answers the batches in flight strictly in submission order, so receipts keep the
-        # order of the SENDs, each after the fsync that covers it; refills the free slots.
-        in_flight = self._in_flight
         try:
-            self._submit()
-            while in_flight:
-                batch, entries, fut = in_flight[0]
+            while self._queue:
+                batch = self._take_batch()
+                entries = [e for e, _, _ in batch if e is not None]
+                times = [t for e, t, _ in batch if e is not None]
                 try:
-                    positions = await fut if fut is not None else []
+                    positions = (
+                        await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
+                    )
                 except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
                     err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
                     log.error("append to %s failed: %s", self.name, exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        for batch, _, _ in in_flight:  # never awaited now: their SENDs fail too
-                            for _, _, cb in batch:
-                                cb(None, err)
-                        in_flight.clear()
-                        self._write_turns.abandon()  # their calls may never have started
-                        raise
-                    in_flight.popleft()
                     for _, _, cb in batch:
                         cb(None, err)
-                    self._submit()
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
                     continue
-                in_flight.popleft()
-                self._answer(batch, entries, positions)
-                self._submit()
+                stored = iter(positions)  # storage returns Positions
+                for entry, _, cb in batch:
+                    if entry is None:  # a marker (publish_marker)
+                        cb(None, None)
+                        continue
+                    pos = next(stored)
+                    self.last_position = pos
+                    cb(pos, None)
+                self.service.state.flush_writes()  # receipts leave now, not after the next poll
+                self._cache(positions, entries)
+                for sub in list(self.subscriptions.values()):
+                    if sub.dispatcher is not None:
+                        sub.dispatcher.wake()
         finally:
             self._append_task = None
-
-    def _answer(self, batch: list, entries: list[bytes], positions: list[Position]) -> None:
-        """A batch is durable: receipts (written out at once), tail cache, dispatchers."""
-        stored = iter(positions)  # storage returns Positions
-        for entry, _, cb in batch:
-            if entry is None:  # a marker (publish_marker)
-                cb(None, None)
-                continue
-            pos = next(stored)
-            self.last_position = pos
-            cb(pos, None)
-        self.service.state.flush_writes()  # the receipts leave now, not after the next poll
-        self._cache(positions, entries)
-        for sub in list(self.subscriptions.values()):
-            if sub.dispatcher is not None:
-                sub.dispatcher.wake()
 
     def _cache(self, positions: list[Position], entries: list[bytes]) -> None:
         """Keep what was just appended for the subscriptions reading the tail; drop what every

@@ -15,10 +15,6 @@ One writer per topic per data directory (the Storage holds a lock file).
   ``MAX_CONCURRENT_SYNCS`` run), after waiting at most ``managedLedgerGroupCommitMaxDelayMicros``
   for appenders that are part-way through writing; one sync then covers every record written
   before it started, and every appender waiting on those records returns with it.
-* Pipelining: ``append_many`` can take a ``WriteTurn`` (``WriteTurns``); calls of one
-  submitter then write in the order they were submitted, each as soon as the one before has
-  *written* (not synced), so the next batch is written, and its sync started, while the sync
-  of the one before still runs. Each call still returns only once its own records are durable.
 * Readers see an entry only once it is durable (``LedgerList.visible``).
 * Rollover, checked before each append and on the broker's timer, by Pulsar's rule
   (``ManagedLedgerImpl.currentLedgerIsFull``): the ledger is full when it holds
@@ -80,59 +76,6 @@ _new_tuple = tuple.__new__
 VECTORED_WRITE_MIN_BYTES = 8192
 
 
-class WriteTurns:
-    """Keeps pipelined appends of one managed ledger in the order they were submitted.
-
-    The broker submits a topic's batches in arrival order to a thread pool and lets the next
-    batch start while the one before is still syncing; two threads could then reach the
-    ledger's lock in the wrong order. Each call takes a turn (``take``, on the submitting
-    thread, in order); its ``append_many`` writes only after every earlier turn has written,
-    and frees the next turn as soon as its own write is done (before its sync).
-
-    ``abandon`` frees every turn taken: the submitter calls it when it stops waiting for its
-    calls (its task was cancelled), so that a call it will never see cannot hold the others
-    back (a call cancelled before it started never takes its turn)."""
-
-    __slots__ = ("_cond", "_taken", "_written")
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._taken = 0
-        self._written = 0
-
-    def take(self) -> "WriteTurn":
-        self._taken += 1
-        return WriteTurn(self, self._taken)
-
-    def abandon(self) -> None:
-        with self._cond:
-            self._written = max(self._written, self._taken)
-            self._cond.notify_all()
-
-
-class WriteTurn:
-    """One call's place in a ``WriteTurns`` order."""
-
-    __slots__ = ("_turns", "_number")
-
-    def __init__(self, turns: WriteTurns, number: int) -> None:
-        self._turns = turns
-        self._number = number
-
-    def wait(self) -> None:
-        turns = self._turns
-        with turns._cond:
-            while turns._written < self._number - 1:
-                turns._cond.wait()
-
-    def done(self) -> None:
-        turns = self._turns
-        with turns._cond:
-            if turns._written < self._number:
-                turns._written = self._number
-            turns._cond.notify_all()
-
-
 class Appender:
     """The write side of one managed ledger (see the module docstring). Thread-safe."""
 
@@ -174,7 +117,7 @@ class Appender:
         The same steps as ``append_many`` for one entry, without its lists (this is the
         broker's hot path: measured about 2x less Python per call)."""
         if len(data) > lf.MAX_ENTRY_SIZE:
-            self._refuse_oversized([data])  # raises InvalidInput
+            return self._append([data], [publish_time_ms])[0]  # raises
         track = self._track
         if track:
             with self.sync_cond:
@@ -224,36 +167,18 @@ class Appender:
         return _new_tuple(Position, (lid, entry_id))
 
     def append_many(
-        self,
-        entries: Sequence[bytes],
-        publish_times_ms: Sequence[int | None] | None = None,
-        turn: "WriteTurn | None" = None,
+        self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
     ) -> list[Position]:
-        """Append entries in order with one write and one sync; all land in one ledger.
+        """Append entries in order with one write and one sync; all land in one ledger."""
+        if not entries:
+            return []
+        if publish_times_ms is None:
+            publish_times_ms = [None] * len(entries)
+        elif len(publish_times_ms) != len(entries):
+            raise ValueError("append_many: one publish time per entry")
+        return self._append(list(entries), list(publish_times_ms))
 
-        ``turn``: this call's place in a ``WriteTurns`` order; it writes only after the calls
-        before it have written (they may still be syncing), and lets the next one write as soon
-        as its own write is done."""
-        if turn is not None:
-            turn.wait()
-        try:
-            if not entries:
-                return []
-            if publish_times_ms is None:
-                publish_times_ms = [None] * len(entries)
-            elif len(publish_times_ms) != len(entries):
-                raise ValueError("append_many: one publish time per entry")
-            seq, positions = self._write(list(entries), list(publish_times_ms))
-        finally:
-            if turn is not None:
-                turn.done()
-        if self._sync_data:
-            self._make_durable(seq)
-        return positions
-
-    def _write(self, datas: list[bytes], pts: list[int | None]) -> tuple[int, list[Position]]:
-        """The write half of ``append_many``: returns the last record's sequence number (to
-        make durable) and the positions."""
+    def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
         track = self._track
         if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
             with self.sync_cond:
@@ -302,7 +227,9 @@ class Appender:
                     self._writers_in_flight -= 1
                     if self._writers_in_flight == 0:
                         self.sync_cond.notify_all()
-        return seq, [_new_tuple(Position, (lid, e)) for e in range(first, first + n)]  # no call per entry
+        if self._sync_data:
+            self._make_durable(seq)
+        return [_new_tuple(Position, (lid, e)) for e in range(first, first + n)]  # no call per entry
 
     def _refuse_oversized(self, datas: list[bytes]) -> None:
         for data in datas:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import ledger_file as lf
-from .appender import Appender, WriteTurn
+from .appender import Appender
 from .cursor import Cursor
 from .cursors import CursorRegistry
 from .ledger_metadata import LedgerMetadata, StoredCursor
@@ -126,14 +126,10 @@ class ManagedLedger:
         return self._appender.append(data, publish_time_ms)
 
     def append_many(
-        self,
-        entries: Sequence[bytes],
-        publish_times_ms: Sequence[int | None] | None = None,
-        turn: "WriteTurn | None" = None,
+        self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
     ) -> list[Position]:
-        """Append entries in order with one write and one sync (``Appender.append_many``;
-        ``turn`` orders pipelined calls, ``WriteTurns``)."""
-        return self._appender.append_many(entries, publish_times_ms, turn)
+        """Append entries in order with one write and one sync (``Appender.append_many``)."""
+        return self._appender.append_many(entries, publish_times_ms)
 
     def maybe_rollover(self) -> bool:
         """Roll the current ledger if it is past a limit; True when it rolled."""
