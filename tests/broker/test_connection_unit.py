@@ -132,3 +132,32 @@ def test_garbage_closes_only_this_connection():
         assert transport.closed and conn.closed
 
     asyncio.run(run())
+
+
+def test_flush_writes_sends_receipts_before_the_loop_turn_ends():
+    """A topic that answered a durable batch calls ServerState.flush_writes: the receipts are
+    on the socket at once (one writelines), not after the loop's next poll."""
+
+    async def run():
+        conn, transport = make_connection(high_water=100_000)
+        conn.data_received(frames.encode_command(commands.connect()))
+        await asyncio.sleep(0)
+        replies(transport)
+        topic = FakeTopic()
+        conn.handler.producers[1] = Producer(topic, conn, 1, "p")
+        md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+        entry = frames.build_entry(md, b"x" * 10)
+        for seq in range(3):
+            conn.data_received(frames.encode_with_entry(commands.send(1, seq), entry))
+        for i, cb in enumerate(topic.waiting):
+            cb(Position(5, i), None)
+        assert transport.out == b""  # queued for the end of the turn
+        conn.service.state.flush_writes()
+        assert [r.send_receipt.sequence_id for r in replies(transport)] == [0, 1, 2]
+        assert conn.service.state.unflushed == []
+        await asyncio.sleep(0)  # the scheduled flush then finds nothing more to write
+        assert transport.out == b""
+        conn.write(b"")  # a later write in a new turn is listed again
+        assert conn.service.state.unflushed == [conn]
+
+    asyncio.run(run())

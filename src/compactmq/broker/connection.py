@@ -3,7 +3,9 @@
 Bytes in: ``FrameDecoder`` (sans-I/O) turns them into frames, the connection state table checks
 each is allowed now, ``CommandHandler`` acts on it. Commands out: encoded by the protocol
 package and written in one batch per event-loop turn (many MESSAGEs and SEND_RECEIPTs become
-one ``write``).
+one ``write``); a topic that has answered a durable batch writes the receipts out at once
+(``ServerState.flush_writes``) instead of waiting for the end of the turn, which would come
+only after the loop has polled for, and handled, more input.
 
 Backpressure both ways sits in ``flow``: published bytes not yet persisted pause *reading* this
 socket (``ReadPauser``); when the transport's own write buffer is full (``pause_writing``) the
@@ -66,6 +68,7 @@ class ServerConnection(asyncio.Protocol):
         self.closed = False
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._unflushed = service.state.unflushed
         self._loop = asyncio.get_event_loop()
         self.last_seen = 0.0
         self._keepalive_handle: asyncio.TimerHandle | None = None
@@ -212,12 +215,20 @@ class ServerConnection(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+            self._unflushed.append(self)  # ServerState.flush_writes may write it out sooner
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
+    def flush(self) -> None:
+        """Write out what is queued now (one ``writelines``); the scheduled flush then finds
+        nothing, or only what was queued after this."""
         out, self._out = self._out, []
         if out and not self.closed and not self.transport.is_closing():
             self.transport.writelines(out)  # one writev (uvloop) instead of a joined copy
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._unflushed:  # the others listed have their own _flush scheduled too
+            self._unflushed.clear()
+        self.flush()
 
     def send_command(self, cmd) -> None:
         self.write(frames.encode_command(cmd))

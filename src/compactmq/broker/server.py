@@ -85,6 +85,20 @@ class ServerState:
     def __init__(self) -> None:
         self.connections: set[ServerConnection] = set()
         self.tasks: set[asyncio.Task] = set()
+        # connections with output queued this loop turn (ServerConnection.write); each also
+        # has its own flush scheduled, which empties the list (so it never outgrows a turn)
+        self.unflushed: list[ServerConnection] = []
+
+    def flush_writes(self) -> None:
+        """Write out what every connection queued so far, now rather than at the end of the
+        loop turn (a topic calls this after answering a durable batch: receipts then leave
+        before the loop polls for more input)."""
+        conns = self.unflushed
+        if conns:
+            pending = conns.copy()
+            conns.clear()
+            for conn in pending:
+                conn.flush()
 
     def add_connection(self, conn: ServerConnection) -> None:
         self.connections.add(conn)

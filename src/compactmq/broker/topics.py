@@ -9,7 +9,8 @@ maps canonical names to the topics already open. Partitions are ordinary topics 
 Publishing is group commit on two levels: every SEND that arrives while an append is running
 waits in the topic's queue, and the next append takes the whole queue in one
 ``ManagedLedger.append_many`` call (one write, one fsync); appends of one topic never overlap,
-so positions follow arrival order and SEND_RECEIPTs go out in order.
+so positions follow arrival order and SEND_RECEIPTs go out in order. The receipts of a durable
+batch are written to the socket as soon as the batch is answered (``ServerState.flush_writes``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class Topic:
                     pos = next(stored)
                     self.last_position = pos
                     cb(pos, None)
+                self.service.state.flush_writes()  # receipts leave now, not after the next poll
                 self._cache(positions, entries)
                 for listener in self.service.topics.appended_listeners:
                     listener(self.name)
