@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ..errors import CompactMQError, InvalidConfiguration
 from . import plan as P
 from .options import ReadOptions, parse_read_options
-from .pushdown import Pushed, push, time_window
+from .pushdown import Pushed, filtered, push, time_window
 from .values import (
     TopicSchema,
     ValueDecoder,
@@ -105,20 +105,21 @@ def _bounds(opts: ReadOptions, layout: P.Layout, base_name: str):
 
 
 def plan_read(
-    opts: ReadOptions, backend=None, ranges: dict | None = None, keys: frozenset | None = None
+    opts: ReadOptions, backend=None, ranges: dict | None = None, pushed: Pushed | None = None
 ) -> list:
     """The splits of a batch read (or of one micro-batch, with ``ranges`` = {topic: (start, end)});
-    with ``keys`` (pushed ``__key`` filters), a ``latest`` tail keeps only those keys."""
+    with ``pushed`` filters, a ``latest`` tail keeps only the pushed keys, and the direct path
+    plans only what the filters may need (``prune``)."""
     own = backend is None
     backend = backend or open_backend(opts)
     try:
-        return _plan(opts, backend, ranges, keys)
+        return _plan(opts, backend, ranges, pushed or Pushed())
     finally:
         if own:
             backend.close()
 
 
-def _plan(opts: ReadOptions, backend, ranges: dict | None, keys: frozenset | None = None) -> list:
+def _plan(opts: ReadOptions, backend, ranges: dict | None, pushed: Pushed) -> list:
     from ..naming import TopicName
 
     direct = is_direct(backend)
@@ -143,7 +144,7 @@ def _plan(opts: ReadOptions, backend, ranges: dict | None, keys: frozenset | Non
             end_time=opts.ending_time,
             view=opts.view,
         )
-        splits.extend(_plan_partition(opts, backend, layout, base, direct, keys))
+        splits.extend(_plan_partition(opts, backend, layout, base, direct, pushed))
     return (
         P.balance(splits, opts.min_partitions, opts.max_records_per_partition)
         if opts.view != "latest"
@@ -170,9 +171,31 @@ def _with_paths(backend, splits: list, direct: bool) -> list:
     ]
 
 
+def _live(backend, layout: P.Layout, after, base: P.Split, direct: bool, pushed: Pushed) -> list:
+    from . import prune
+
+    live = _with_paths(backend, P.live_splits(layout, after, base.start_id, base.end_id, base), direct)
+    return prune.live(live, pushed) if direct else live
+
+
+def _compacted(backend, layout: P.Layout, base: P.Split, direct: bool, pushed: Pushed) -> list:
+    """The compacted splits, pruned: by message id, and to the entries of the pushed keys when
+    the view's key index can name them (``prune.key_entries``)."""
+    from . import prune
+
+    splits = prune.compacted(P.compacted_splits(layout, base.start_id, base.end_id, base), pushed)
+    view = layout.view
+    if direct and pushed.keys is not None and view is not None and view.path is not None and splits:
+        indexes = prune.key_entries(backend.storage, layout.topic, view.path, pushed.keys)
+        if indexes is not None:
+            return prune.restrict_compacted(splits, indexes)
+    return splits
+
+
 def _plan_partition(
-    opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool, keys: frozenset | None = None
+    opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool, pushed: Pushed
 ) -> list:
+    keys = pushed.keys
     start, end = base.start_id, base.end_id
     if not direct and not layout.ledgers:  # broker without admin.url: one reader over the whole range
         if layout.last is None:
@@ -184,15 +207,15 @@ def _plan_partition(
     view = layout.view
     horizon = view.horizon if view is not None else None
     if opts.view == "raw" or horizon is None:
-        live = _with_paths(backend, P.live_splits(layout, None, start, end, base), direct)
+        live = _live(backend, layout, None, base, direct, pushed)
         if opts.view != "latest":
             return live
         compacted_end = start
     else:
-        live = _with_paths(backend, P.live_splits(layout, horizon, start, end, base), direct)
+        live = _live(backend, layout, horizon, base, direct, pushed)
         compacted_end = min(end, (horizon[0], horizon[1] + 1, -1))
     compacted = (
-        P.compacted_splits(layout, start, compacted_end, replace(base, end_id=compacted_end))
+        _compacted(backend, layout, replace(base, end_id=compacted_end), direct, pushed)
         if compacted_end > start
         else []
     )
@@ -284,7 +307,7 @@ class CompactMQReader(DataSourceReader):
         opts = time_window(self.opts, self.pushed)
         backend = open_backend(opts)
         try:
-            splits = plan_read(opts, backend, keys=self.pushed.keys)
+            splits = plan_read(opts, backend, pushed=self.pushed)
             args = backend_args(backend, opts)
         finally:
             backend.close()
@@ -294,7 +317,7 @@ class CompactMQReader(DataSourceReader):
         split, args = partition.value
         if split is None:
             return
-        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed.keys)
+        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed)
 
 
 class CompactMQFilteringReader(CompactMQReader):
@@ -320,23 +343,41 @@ def columnar(split: P.Split, args: tuple) -> bool:
 
 
 def read_split_batches(
-    split, args, schema, topic_schema_: TopicSchema, keys: frozenset | None = None
+    split, args, schema, topic_schema_: TopicSchema, pushed: Pushed | None = None
 ) -> Iterator:
-    """Arrow batches of one split; with ``keys``, only the rows whose ``__key`` is one of them."""
+    """Arrow batches of one split; with ``pushed`` filters, without the rows they rule out
+    (``pushdown.row_mask``; the source's counts in ``pushdown.STATS``)."""
+    pushed = pushed or Pushed()
+    keys = pushed.keys
     pa_schema = arrow_schema(schema)
     value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
     decoder = ValueDecoder(topic_schema_, value_fields)
+    read = [0]  # messages decoded, counted as they are read
+    what = f"{split.topic} {split.kind} {split.ledger_id}:{split.lo}..{split.hi}"
     if columnar(split, args):
         from .arrow_columns import record_batches as column_batches
         from .direct import read_split_columns
 
-        chunks = read_split_columns(split)
-        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys)
+        def counted_chunks():
+            for cols in read_split_columns(split):
+                read[0] += len(cols)
+                yield cols
+
+        batches = column_batches(
+            counted_chunks(), split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys
+        )
+        yield from filtered(batches, pushed, what, read)
         return
-    rows = split_rows(split, args, keys)
+    rows = _counted(split_rows(split, args, keys), read)
     if keys is not None:  # the tail's own keys and the keyless messages it keeps
         rows = (row for row in rows if row[0].key in keys)
-    yield from record_batches(rows, split.topic, decoder, pa_schema)
+    yield from filtered(record_batches(rows, split.topic, decoder, pa_schema), pushed, what, read)
+
+
+def _counted(rows: Iterator, read: list) -> Iterator:
+    for row in rows:
+        read[0] += 1
+        yield row
 
 
 class CompactMQDataSource(DataSource):
