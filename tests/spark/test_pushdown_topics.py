@@ -67,6 +67,25 @@ def spark_filter(rows: list, filters: list) -> list:
     return sorted((r for r in rows if all(spark_keeps(r, f) for f in filters)), key=repr)
 
 
+def _schema():
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
+
+    return StructType(
+        [
+            StructField("value", BinaryType()),
+            StructField("__key", StringType()),
+            StructField("__topic", StringType()),
+            StructField("__messageId", BinaryType()),
+            StructField("__publishTime", TimestampType()),
+            StructField("__eventTime", TimestampType()),
+            StructField("__messageProperties", MapType(StringType(), StringType())),
+        ]
+    )
+
+
+SCHEMA = _schema()  # the source's schema of a topic without a schema
+
+
 # --- random topics ----------------------------------------------------------------------------
 
 message = st.tuples(st.sampled_from([*KEYS, None]), st.sampled_from([b"", b"v", b"value"]), st.integers(0, 3))
@@ -124,25 +143,13 @@ def write(storage, cfg, before: list, after: list, compact: bool, per_ledger: in
 
 def source_rows(data_dir: str, view: str, filters: list, columnar: bool = True) -> tuple[list, int]:
     """(rows the source returns for pushed ``filters``, messages it decoded)."""
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
-
     from compactmq.spark.options import parse_read_options
     from compactmq.spark.source import CompactMQFilteringReader, topic_schema
 
     opts = parse_read_options(
         {"topic": TOPIC, "view": view, "path": data_dir, "columnar": str(columnar).lower()}
     )
-    schema = StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
+    schema = SCHEMA
     reader = CompactMQFilteringReader(opts, schema, topic_schema(opts))
     assert list(reader.pushFilters(filters)) == filters  # all handed back to Spark
     before = pushdown.STATS["messages_read"]

@@ -244,7 +244,8 @@ def backend_args(backend, opts: ReadOptions | None = None) -> tuple:
     ("direct", "rows") when the ``columnar=false`` option asks for the row path (see ``columnar``)."""
     if is_direct(backend):
         return ("direct",) if opts is None or opts.columnar else ("direct", "rows")
-    return ("broker", backend.service_url, backend.client_options)
+    columns = "columns" if opts is None or opts.columnar else "rows"
+    return ("broker", backend.service_url, backend.client_options, columns)
 
 
 def read_messages(split: P.Split, args: tuple) -> Iterator:
@@ -334,12 +335,11 @@ def columnar(split: P.Split, args: tuple) -> bool:
     """Whether a split is read as columns (``entry_columns``): the direct path's raw and
     compacted splits; ``latest`` folds and the broker path build rows. The ``columnar=false``
     option reads everything as rows (the previous path: benchmarks and parity tests)."""
-    return (
-        args[0] == "direct"
-        and "rows" not in args[1:]
-        and split.kind in ("live", "compacted")
-        and split.latest is None
-    )
+    if split.kind not in ("live", "compacted") or split.latest is not None:
+        return False
+    if args[0] == "direct":
+        return "rows" not in args[1:]
+    return len(args) > 3 and args[3] == "columns"
 
 
 def read_split_batches(
@@ -354,12 +354,12 @@ def read_split_batches(
     decoder = ValueDecoder(topic_schema_, value_fields)
     read = [0]  # messages decoded, counted as they are read
     what = f"{split.topic} {split.kind} {split.ledger_id}:{split.lo}..{split.hi}"
-    if columnar(split, args):
+    chunks = _column_chunks(split, args) if columnar(split, args) else None
+    if chunks is not None:
         from .arrow_columns import record_batches as column_batches
-        from .direct import read_split_columns
 
         def counted_chunks():
-            for cols in read_split_columns(split):
+            for cols in chunks:
                 read[0] += len(cols)
                 yield cols
 
@@ -372,6 +372,22 @@ def read_split_batches(
     if keys is not None:  # the tail's own keys and the keyless messages it keeps
         rows = (row for row in rows if row[0].key in keys)
     yield from filtered(record_batches(rows, split.topic, decoder, pa_schema), pushed, what, read)
+
+
+def _column_chunks(split, args):
+    """``MessageColumns`` of a split read as columns: the files, or whole entries through the
+    broker (``broker_entries``); None when the broker connection needs the official client."""
+    if args[0] == "direct":
+        from .direct import read_split_columns
+
+        return read_split_columns(split)
+    from . import broker_entries
+
+    try:
+        reader = broker_entries.open_reader(split, args[1], args[2])
+    except broker_entries.Unsupported:
+        return None
+    return broker_entries.read_split_columns(reader, split)
 
 
 def _counted(rows: Iterator, read: list) -> Iterator:
