@@ -16,8 +16,9 @@ socket per task:
    the broker answers the last one of its view), so the read knows when it has everything;
 4. FLOW permits, then MESSAGE frames: their entries are gathered into chunks of up to
    ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries`` call;
-   permits are handed back per chunk, ``PERMITS`` at a time, so the broker keeps a chunk or more in
-   flight while one is parsed (TCP's window bounds the rest);
+   permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as the
+   broker counts them) and handed back ``PERMITS`` at a time once half are used, so the broker
+   keeps a chunk or more in flight while one is parsed (TCP's window bounds the rest);
 5. stop at the split's end id or the last id, CLOSE_CONSUMER, close the socket.
 
 A compacted entry may hold ``compacted_out`` placeholders; the broker sends the entry as stored and
@@ -40,7 +41,7 @@ import numpy as np
 from ..errors import CompactMQError
 from ..protocol import commands
 from ..protocol import pulsar_pb2 as pb
-from ..protocol.frames import FrameDecoder, encode_command
+from ..protocol.frames import FrameDecoder, encode_command, metadata_fields
 from .plan import Split
 
 CHUNK_ENTRIES = 2048
@@ -203,10 +204,11 @@ class EntryReader:
             if pos >= end:
                 return
             yield pos[0], pos[1], frame.entry
-            granted -= 1
-            if granted < PERMITS // 2:
-                self.flow(PERMITS)
-                granted += PERMITS
+            # the broker counts a permit per message: a batch entry uses as many as it holds
+            granted -= messages_in(frame.entry)
+            if granted < PERMITS // 2:  # top the window back up to PERMITS (it may be negative)
+                self.flow(PERMITS - granted)
+                granted = PERMITS
             if (pos[0], pos[1] + 1) >= end:
                 return
 
@@ -218,6 +220,14 @@ class EntryReader:
             pass
         finally:
             self.sock.close()
+
+
+def messages_in(entry: bytes) -> int:
+    """Messages of an entry as the broker counts permits (a batch: its ``num_messages_in_batch``)."""
+    try:
+        return max(1, int(metadata_fields(entry).num_messages_in_batch))
+    except CompactMQError:  # an entry that does not parse: parse_entries will say so
+        return 1
 
 
 def bounds(split: Split) -> tuple[tuple, tuple]:
