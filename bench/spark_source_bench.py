@@ -95,7 +95,11 @@ def main(argv=None) -> int:
 
     topic = "persistent://public/default/spark-source-bench"
     reused = args.reuse and os.path.isdir(os.path.join(data_dir, "ledgers", topic.replace("://", "/")))
-    overrides = [*RETENTION_OVERRIDES, f"managedLedgerMaxEntriesPerLedger={args.entries_per_ledger}"]
+    overrides = [
+        *RETENTION_OVERRIDES,
+        f"managedLedgerMaxEntriesPerLedger={args.entries_per_ledger}",
+        "managedLedgerMinLedgerRolloverTimeMinutes=0",  # roll over by entries alone
+    ]
     broker = StandaloneBroker(data_dir, overrides)
     results: dict = {}
     report: dict = {}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TopicNotFound
 from .compacted_view import describe as describe_view
-from .compacted_view import read_slice
+from .compacted_view import read_slices
 from .plan import Layout, Split
 from .values import TopicSchema
 
@@ -110,9 +110,8 @@ def read_split(split: Split) -> Iterator[Message]:
     from .messages import entry_messages
 
     if split.kind == "compacted":
-        for lo, hi in index_runs(split):
-            for lid, eid, data in read_slice(split.path, lo, hi):
-                yield from entry_messages(lid, eid, data, split.partition)
+        for lid, eid, data in read_slices(split.path, index_runs(split)):
+            yield from entry_messages(lid, eid, data, split.partition)
         return
     yield from _read_ledger(split)
 

@@ -4,8 +4,10 @@
 ``CompactMQPushdownDataSource``, whose reader takes pushed filters, by default: ``pushdown``). A
 batch read plans on the driver (``plan_read``: topic partitions, their layout, the splits of
 ``plan``) and reads each split in a Python worker, which turns it into Arrow record batches:
-straight from the entries for the direct path's raw and compacted splits (``entry_columns``,
-``arrow_columns``), through one ``Message`` per message otherwise (``messages``, ``values``).
+straight from the entries for raw and compacted splits, read from the files or as whole entries
+through the broker (``entry_columns``, ``arrow_columns``, ``broker_entries``), through one
+``Message`` per message otherwise (``messages``, ``values``). Pushed filters (``pushdown``) shrink
+the plan (``prune``) and the rows returned.
 Which backend plans and reads is decided once from the options: the data directory when ``path``
 names one this process can see (the fast path), else the broker (``service.url``).
 
@@ -332,9 +334,10 @@ class CompactMQFilteringReader(CompactMQReader):
 
 
 def columnar(split: P.Split, args: tuple) -> bool:
-    """Whether a split is read as columns (``entry_columns``): the direct path's raw and
-    compacted splits; ``latest`` folds and the broker path build rows. The ``columnar=false``
-    option reads everything as rows (the previous path: benchmarks and parity tests)."""
+    """Whether a split is read as columns (``entry_columns``): raw and compacted splits, from the
+    files or as whole entries through the broker (``broker_entries``); ``latest`` folds and a
+    broker read without ``admin.url`` build rows. The ``columnar=false`` option reads everything
+    as rows (the previous paths: benchmarks and parity tests)."""
     if split.kind not in ("live", "compacted") or split.latest is not None:
         return False
     if args[0] == "direct":
