@@ -91,7 +91,9 @@ def test_entries_as_columns_equal_the_client_rows_on_a_partitioned_topic(cmq_spa
             assert without_batch_size(got) == without_batch_size(want), (view, extra)
             # and what the files give; ids included on raw (the broker may rewrite a compacted
             # batch for delivery, changing the batch size the ids of its messages carry)
-            files = collect(cmq_spark, broker, topic, True, direct=True, view=view, **extra)
+            if extra:
+                continue
+            files = collect(cmq_spark, broker, topic, True, direct=True, view=view)
             if view == "raw":
                 assert got == files, extra
             else:

@@ -48,6 +48,32 @@ def test_time_filters_are_not_pushed_into_latest_nor_read_from_naive_times():
     assert push([GreaterThan(("__publishTime",), t)], "compacted").time_lo is not None
 
 
+def test_event_times_and_message_ids_are_pushed_outside_latest_only():
+    t = at(7_000_000)
+    lo, hi = b"\x08\x03\x10\x01", b"\x08\x05"
+    got = push(
+        [
+            GreaterThanOrEqual(("__eventTime",), t),
+            LessThan(("__eventTime",), at(9_000_000)),
+            GreaterThan(("__messageId",), lo),
+            In(("__messageId",), (hi, b"\x08\x04", lo)),
+        ],
+        "compacted",
+    )
+    assert (got.event_lo, got.event_hi) == (6_999, 9_002)
+    assert (got.id_lo, got.id_hi) == (lo, hi)  # the larger lower bound, the smaller upper one
+    assert push([GreaterThan(("__eventTime",), t), EqualTo(("__messageId",), lo)], "latest") == Pushed()
+    assert push([In(("__messageId",), (lo, "not bytes"))], "raw") == Pushed()
+
+
+def test_a_key_that_shows_replacement_characters_is_not_pushed():
+    """A key whose stored bytes are not UTF-8 reaches Spark with U+FFFD: its bytes are not what
+    the string encodes to, so the source must not select by it (Spark filters it alone)."""
+    assert push([EqualTo(("__key",), "a\ufffd")], "raw").keys is None
+    assert push([In(("__key",), ("a", "b\ufffd"))], "raw").keys is None
+    assert push([In(("__key",), ("a", None))], "raw").keys == frozenset({"a"})
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(0, 2**42),
