@@ -155,6 +155,45 @@ def plot_many_topics(plt, d) -> None:
     _save(plt, fig, "many_topics")
 
 
+def plot_spark_source(plt, d, name: str = "spark_source") -> None:
+    """``spark_source_bench``: rows/s/core per path and view (Parquet of the same rows beside),
+    and the pushdown queries against the full scans they narrow."""
+    views = [v for v in ("raw", "compacted") if v in d["results"]]
+    pushdown = {k: v for k, v in (d.get("pushdown") or {}).items() if isinstance(v, dict)}
+    fig, axes = plt.subplots(
+        1, len(views) + (1 if pushdown else 0), figsize=(5 * (len(views) + 1), 4), squeeze=False
+    )
+    for ax, view in zip(axes[0], views):
+        res = d["results"][view]
+        labels = list(res)
+        _bars(
+            ax,
+            [label.replace("-", "\n") for label in labels],
+            [res[p]["rows_per_s_per_core"] for p in labels],
+            lambda v: f"{v / 1000:.0f}k",
+        )
+        ax.set_title(f"{view}: {res[labels[0]]['rows']:,} rows", fontsize=9)
+        ax.set_ylabel("rows/s/core")
+        ax.tick_params(axis="x", labelsize=8)
+    if pushdown:
+        ax = axes[0][-1]
+        labels, values = [], []
+        for q, r in pushdown.items():
+            labels += [f"{q}\nfull scan", f"{q}\npushed"]
+            values += [r["full_scan"]["seconds"], r["pushed"]["seconds"]]
+        _bars(ax, [label.replace("_", " ") for label in labels], values, lambda v: f"{v:.1f}s")
+        ax.set_ylabel("seconds")
+        ax.set_title("pushdown against the full scan", fontsize=9)
+        ax.tick_params(axis="x", labelsize=6)
+    load = d.get("load_average_at_start")
+    fig.suptitle(
+        f"compactmq Spark source, {d['messages']:,} messages, {d['keys']:,} keys, local[{d['cores']}]"
+        + (f", load {load[0]} at start" if load else ""),
+        fontsize=10,
+    )
+    _save(plt, fig, name)
+
+
 def _save(plt, fig, name: str) -> None:
     fig.tight_layout()
     out = RESULTS / f"{name}.png"
@@ -181,6 +220,7 @@ def main() -> int:
         ("latest_value", plot_latest_value),
         ("latest_value_quick", lambda plt, d: plot_latest_value(plt, d, "latest_value_quick")),
         ("many_topics", plot_many_topics),
+        ("spark_source_1m", lambda plt, d: plot_spark_source(plt, d, "spark_source_1m")),
     ):
         if only and name not in only:
             continue

@@ -84,9 +84,19 @@ def describe(storage, topic: str, config) -> CompactedView:
 
 def read_slice(path: str, first: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
     """``(ledger_id, entry_id, entry bytes)`` of compacted-ledger entries ``first`` .. ``stop - 1``."""
+    yield from read_slices(path, [(first, stop)])
+
+
+def read_slices(path: str, runs) -> Iterator[tuple[int, int, bytes]]:
+    """``read_slice`` of each ``(first, stop)`` of ``runs`` in turn, the ledger opened once."""
     from ..compaction.compacted_ledger import CompactedLedgerReader
 
     reader = CompactedLedgerReader(path)
+    for first, stop in runs:
+        yield from _slice(reader, first, stop)
+
+
+def _slice(reader, first: int, stop: int) -> Iterator[tuple[int, int, bytes]]:
     stop = min(stop, len(reader))
     for i in range(first, stop, 4096):  # a range at a time (one read), not the whole index
         j = min(stop, i + 4096)

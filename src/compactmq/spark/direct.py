@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import TopicNotFound
 from .compacted_view import describe as describe_view
-from .compacted_view import read_slice
+from .compacted_view import read_slices
 from .plan import Layout, Split
 from .values import TopicSchema
 
@@ -110,7 +110,7 @@ def read_split(split: Split) -> Iterator[Message]:
     from .messages import entry_messages
 
     if split.kind == "compacted":
-        for lid, eid, data in read_slice(split.path, split.lo, split.hi):
+        for lid, eid, data in read_slices(split.path, index_runs(split)):
             yield from entry_messages(lid, eid, data, split.partition)
         return
     yield from _read_ledger(split)
@@ -213,15 +213,35 @@ def _in_window(split: Split, scan):
     return ids[keep]
 
 
-def _compacted_chunks(split: Split) -> Iterator:
-    import numpy as np
+def index_runs(split: Split) -> list[tuple[int, int]]:
+    """``(first, stop)`` runs of compacted-ledger indexes a compacted split reads: ``lo..hi``, or
+    its ``entries`` (a key index's pick) grouped into runs of consecutive indexes."""
+    if split.entries is None:
+        return [(split.lo, split.hi)]
+    runs: list[list[int]] = []
+    for i in split.entries:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return [(a, b) for a, b in runs]
 
+
+def _compacted_chunks(split: Split) -> Iterator:
     from ..compaction.compacted_ledger import CompactedLedgerReader
-    from .entry_columns import parse_entries
 
     reader = CompactedLedgerReader(split.path)
-    stop = min(split.hi, len(reader))
-    i = split.lo
+    for lo, hi in index_runs(split):
+        yield from _compacted_run(reader, lo, hi, split)
+
+
+def _compacted_run(reader, lo: int, hi: int, split: Split) -> Iterator:
+    import numpy as np
+
+    from .entry_columns import parse_entries
+
+    stop = min(hi, len(reader))
+    i = lo
     while i < stop:
         j = min(stop, i + CHUNK_ENTRIES)
         lids, eids, _, _, stored = reader.columns(i, j)

@@ -78,6 +78,8 @@ class Split:
     # broker compacted: ((first entry, stop entry), ...) of this ledger where the view's entries
     # are estimated to be (None: not probed, assume them spread evenly over lo..hi)
     spans: tuple | None = field(default=None, compare=False)
+    # direct compacted: only these indexes of lo..hi-1 (the entries a key index named), None: all
+    entries: tuple | None = None
 
 
 def _by_source_entries(split: Split) -> bool:
@@ -88,6 +90,8 @@ def _by_source_entries(split: Split) -> bool:
 
 def _cut(split: Split, pieces: int) -> list[Split]:
     """Cut a live or compacted split into ``pieces`` contiguous parts of about equal size."""
+    if split.entries is not None:
+        return [split]
     if split.kind == "live":
         lo, hi = split.lo, split.hi + 1
     elif split.kind == "compacted" and (split.path is not None or _by_source_entries(split)):
@@ -145,6 +149,8 @@ def _span_bounds(lo: int, hi: int, spans: tuple, pieces: int) -> list[int]:
 
 
 def _size(split: Split) -> int:
+    if split.entries is not None:
+        return len(split.entries)
     if split.kind == "live":
         return split.hi - split.lo + 1
     if split.kind == "compacted" and split.path is not None:

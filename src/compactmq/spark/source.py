@@ -4,8 +4,10 @@
 ``CompactMQPushdownDataSource``, whose reader takes pushed filters, by default: ``pushdown``). A
 batch read plans on the driver (``plan_read``: topic partitions, their layout, the splits of
 ``plan``) and reads each split in a Python worker, which turns it into Arrow record batches:
-straight from the entries for the direct path's raw and compacted splits (``entry_columns``,
-``arrow_columns``), through one ``Message`` per message otherwise (``messages``, ``values``).
+straight from the entries for raw and compacted splits, read from the files or as whole entries
+through the broker (``entry_columns``, ``arrow_columns``, ``broker_entries``), through one
+``Message`` per message otherwise (``messages``, ``values``). Pushed filters (``pushdown``) shrink
+the plan (``prune``) and the rows returned.
 Which backend plans and reads is decided once from the options: the data directory when ``path``
 names one this process can see (the fast path), else the broker (``service.url``).
 
@@ -23,7 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from ..errors import CompactMQError, InvalidConfiguration
 from . import plan as P
 from .options import ReadOptions, parse_read_options
-from .pushdown import Pushed, push, time_window
+from .pushdown import Pushed, filtered, push, time_window
 from .values import (
     TopicSchema,
     ValueDecoder,
@@ -105,20 +107,21 @@ def _bounds(opts: ReadOptions, layout: P.Layout, base_name: str):
 
 
 def plan_read(
-    opts: ReadOptions, backend=None, ranges: dict | None = None, keys: frozenset | None = None
+    opts: ReadOptions, backend=None, ranges: dict | None = None, pushed: Pushed | None = None
 ) -> list:
     """The splits of a batch read (or of one micro-batch, with ``ranges`` = {topic: (start, end)});
-    with ``keys`` (pushed ``__key`` filters), a ``latest`` tail keeps only those keys."""
+    with ``pushed`` filters, a ``latest`` tail keeps only the pushed keys, and the direct path
+    plans only what the filters may need (``prune``)."""
     own = backend is None
     backend = backend or open_backend(opts)
     try:
-        return _plan(opts, backend, ranges, keys)
+        return _plan(opts, backend, ranges, pushed or Pushed())
     finally:
         if own:
             backend.close()
 
 
-def _plan(opts: ReadOptions, backend, ranges: dict | None, keys: frozenset | None = None) -> list:
+def _plan(opts: ReadOptions, backend, ranges: dict | None, pushed: Pushed) -> list:
     from ..naming import TopicName
 
     direct = is_direct(backend)
@@ -143,7 +146,7 @@ def _plan(opts: ReadOptions, backend, ranges: dict | None, keys: frozenset | Non
             end_time=opts.ending_time,
             view=opts.view,
         )
-        splits.extend(_plan_partition(opts, backend, layout, base, direct, keys))
+        splits.extend(_plan_partition(opts, backend, layout, base, direct, pushed))
     return (
         P.balance(splits, opts.min_partitions, opts.max_records_per_partition)
         if opts.view != "latest"
@@ -170,9 +173,31 @@ def _with_paths(backend, splits: list, direct: bool) -> list:
     ]
 
 
+def _live(backend, layout: P.Layout, after, base: P.Split, direct: bool, pushed: Pushed) -> list:
+    from . import prune
+
+    live = _with_paths(backend, P.live_splits(layout, after, base.start_id, base.end_id, base), direct)
+    return prune.live(live, pushed) if direct else live
+
+
+def _compacted(backend, layout: P.Layout, base: P.Split, direct: bool, pushed: Pushed) -> list:
+    """The compacted splits, pruned: by message id, and to the entries of the pushed keys when
+    the view's key index can name them (``prune.key_entries``)."""
+    from . import prune
+
+    splits = prune.compacted(P.compacted_splits(layout, base.start_id, base.end_id, base), pushed)
+    view = layout.view
+    if direct and pushed.keys is not None and view is not None and view.path is not None and splits:
+        indexes = prune.key_entries(backend.storage, layout.topic, view.path, pushed.keys)
+        if indexes is not None:
+            return prune.restrict_compacted(splits, indexes)
+    return splits
+
+
 def _plan_partition(
-    opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool, keys: frozenset | None = None
+    opts: ReadOptions, backend, layout: P.Layout, base: P.Split, direct: bool, pushed: Pushed
 ) -> list:
+    keys = pushed.keys
     start, end = base.start_id, base.end_id
     if not direct and not layout.ledgers:  # broker without admin.url: one reader over the whole range
         if layout.last is None:
@@ -184,15 +209,15 @@ def _plan_partition(
     view = layout.view
     horizon = view.horizon if view is not None else None
     if opts.view == "raw" or horizon is None:
-        live = _with_paths(backend, P.live_splits(layout, None, start, end, base), direct)
+        live = _live(backend, layout, None, base, direct, pushed)
         if opts.view != "latest":
             return live
         compacted_end = start
     else:
-        live = _with_paths(backend, P.live_splits(layout, horizon, start, end, base), direct)
+        live = _live(backend, layout, horizon, base, direct, pushed)
         compacted_end = min(end, (horizon[0], horizon[1] + 1, -1))
     compacted = (
-        P.compacted_splits(layout, start, compacted_end, replace(base, end_id=compacted_end))
+        _compacted(backend, layout, replace(base, end_id=compacted_end), direct, pushed)
         if compacted_end > start
         else []
     )
@@ -221,7 +246,8 @@ def backend_args(backend, opts: ReadOptions | None = None) -> tuple:
     ("direct", "rows") when the ``columnar=false`` option asks for the row path (see ``columnar``)."""
     if is_direct(backend):
         return ("direct",) if opts is None or opts.columnar else ("direct", "rows")
-    return ("broker", backend.service_url, backend.client_options)
+    columns = "columns" if opts is None or opts.columnar else "rows"
+    return ("broker", backend.service_url, backend.client_options, columns)
 
 
 def read_messages(split: P.Split, args: tuple) -> Iterator:
@@ -284,7 +310,7 @@ class CompactMQReader(DataSourceReader):
         opts = time_window(self.opts, self.pushed)
         backend = open_backend(opts)
         try:
-            splits = plan_read(opts, backend, keys=self.pushed.keys)
+            splits = plan_read(opts, backend, pushed=self.pushed)
             args = backend_args(backend, opts)
         finally:
             backend.close()
@@ -294,7 +320,7 @@ class CompactMQReader(DataSourceReader):
         split, args = partition.value
         if split is None:
             return
-        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed.keys)
+        yield from read_split_batches(split, args, self.schema, self.topic_schema, self.pushed)
 
 
 class CompactMQFilteringReader(CompactMQReader):
@@ -308,35 +334,69 @@ class CompactMQFilteringReader(CompactMQReader):
 
 
 def columnar(split: P.Split, args: tuple) -> bool:
-    """Whether a split is read as columns (``entry_columns``): the direct path's raw and
-    compacted splits; ``latest`` folds and the broker path build rows. The ``columnar=false``
-    option reads everything as rows (the previous path: benchmarks and parity tests)."""
-    return (
-        args[0] == "direct"
-        and "rows" not in args[1:]
-        and split.kind in ("live", "compacted")
-        and split.latest is None
-    )
+    """Whether a split is read as columns (``entry_columns``): raw and compacted splits, from the
+    files or as whole entries through the broker (``broker_entries``); ``latest`` folds and a
+    broker read without ``admin.url`` build rows. The ``columnar=false`` option reads everything
+    as rows (the previous paths: benchmarks and parity tests)."""
+    if split.kind not in ("live", "compacted") or split.latest is not None:
+        return False
+    if args[0] == "direct":
+        return "rows" not in args[1:]
+    return len(args) > 3 and args[3] == "columns"
 
 
 def read_split_batches(
-    split, args, schema, topic_schema_: TopicSchema, keys: frozenset | None = None
+    split, args, schema, topic_schema_: TopicSchema, pushed: Pushed | None = None
 ) -> Iterator:
-    """Arrow batches of one split; with ``keys``, only the rows whose ``__key`` is one of them."""
+    """Arrow batches of one split; with ``pushed`` filters, without the rows they rule out
+    (``pushdown.row_mask``; the source's counts in ``pushdown.STATS``)."""
+    pushed = pushed or Pushed()
+    keys = pushed.keys
     pa_schema = arrow_schema(schema)
     value_fields = [f.name for f in schema.fields if not f.name.startswith("__")]
     decoder = ValueDecoder(topic_schema_, value_fields)
-    if columnar(split, args):
+    read = [0]  # messages decoded, counted as they are read
+    what = f"{split.topic} {split.kind} {split.ledger_id}:{split.lo}..{split.hi}"
+    chunks = _column_chunks(split, args) if columnar(split, args) else None
+    if chunks is not None:
         from .arrow_columns import record_batches as column_batches
-        from .direct import read_split_columns
 
-        chunks = read_split_columns(split)
-        yield from column_batches(chunks, split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys)
+        def counted_chunks():
+            for cols in chunks:
+                read[0] += len(cols)
+                yield cols
+
+        batches = column_batches(
+            counted_chunks(), split.topic, split.partition, decoder, pa_schema, BATCH_ROWS, keys
+        )
+        yield from filtered(batches, pushed, what, read)
         return
-    rows = split_rows(split, args, keys)
+    rows = _counted(split_rows(split, args, keys), read)
     if keys is not None:  # the tail's own keys and the keyless messages it keeps
         rows = (row for row in rows if row[0].key in keys)
-    yield from record_batches(rows, split.topic, decoder, pa_schema)
+    yield from filtered(record_batches(rows, split.topic, decoder, pa_schema), pushed, what, read)
+
+
+def _column_chunks(split, args):
+    """``MessageColumns`` of a split read as columns: the files, or whole entries through the
+    broker (``broker_entries``); None when the broker connection needs the official client."""
+    if args[0] == "direct":
+        from .direct import read_split_columns
+
+        return read_split_columns(split)
+    from . import broker_entries
+
+    try:
+        reader = broker_entries.open_reader(split, args[1], args[2])
+    except broker_entries.Unsupported:
+        return None
+    return broker_entries.read_split_columns(reader, split)
+
+
+def _counted(rows: Iterator, read: list) -> Iterator:
+    for row in rows:
+        read[0] += 1
+        yield row
 
 
 class CompactMQDataSource(DataSource):

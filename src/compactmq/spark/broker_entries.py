@@ -1,0 +1,284 @@
+"""Reading a split through the broker as whole entries, parsed as columns like the direct path.
+
+The official client hands a reader one message at a time, each a Python object with a dozen
+accessor calls: through the broker the source spent most of its time in that loop. But what the
+broker sends a consumer is the stored entry itself (a MESSAGE command followed by the entry's
+metadata and payload, a whole batch at once), which is exactly what ``entry_columns.parse_entries``
+parses for the direct path. So this module speaks the binary protocol itself, with the project's
+own sans-I/O pieces (``protocol.frames``: ``FrameDecoder``, ``encode_command``), over one blocking
+socket per task:
+
+1. CONNECT, then LOOKUP: the broker must serve the topic itself (``Connect``, not a redirect);
+2. SUBSCRIBE a non-durable exclusive subscription (a reader: nothing is left on the topic) at the
+   split's first entry -- a start id ``(L, E)`` delivers from entry ``E`` itself -- with
+   ``read_compacted`` for a compacted split;
+3. GET_LAST_MESSAGE_ID: the last message this consumer can receive (for a read-compacted consumer,
+   the broker answers the last one of its view), so the read knows when it has everything;
+4. FLOW permits, then MESSAGE frames: their entries are gathered into chunks of up to
+   ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries`` call;
+   permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as the
+   broker counts them) and handed back ``PERMITS`` at a time once half are used, so the broker
+   keeps a chunk or more in flight while one is parsed (TCP's window bounds the rest);
+5. stop at the split's end id or the last id, CLOSE_CONSUMER, close the socket.
+
+A compacted entry may hold ``compacted_out`` placeholders; the broker sends the entry as stored and
+``parse_entries`` skips them, as the client would. Only what needs nothing more than a plain TCP
+connection is read this way: a ``pulsar+ssl://`` URL, an authentication plugin or TLS options, or a
+broker that redirects the lookup make ``open_reader`` raise ``Unsupported`` before anything is
+read, and the caller reads the split with the official client instead (``source.read_split_batches``).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import socket
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import CompactMQError
+from ..protocol import commands
+from ..protocol import pulsar_pb2 as pb
+from ..protocol.frames import FrameDecoder, encode_command, metadata_fields
+from .plan import Split
+
+CHUNK_ENTRIES = 2048
+CHUNK_BYTES = 4 << 20
+PERMITS = 20_000  # messages granted at a time (a batch entry counts as its messages)
+TIMEOUT_S = 60.0  # no frame for this long while messages are due: the read fails (never ends short)
+T = pb.BaseCommand.Type
+
+
+class Unsupported(CompactMQError):
+    """This connection needs more than this reader speaks (TLS, authentication, a redirect)."""
+
+
+class BrokerReadError(CompactMQError):
+    """The broker refused or broke off the read."""
+
+
+def _address(service_url: str) -> tuple[str, int]:
+    if not service_url.startswith("pulsar://"):
+        raise Unsupported(f"{service_url}: only pulsar:// is read as entries")
+    rest = service_url[len("pulsar://") :].rstrip("/")
+    if "," in rest:
+        rest = rest.split(",", 1)[0]
+    host, _, port = rest.rpartition(":")
+    return (host or rest, int(port) if port.isdigit() else 6650)
+
+
+class EntryReader:
+    """One non-durable subscription read as raw entries over one socket."""
+
+    def __init__(self, service_url: str, client_options: dict, topic: str, start: tuple, compacted: bool):
+        if client_options:
+            raise Unsupported(
+                "pulsar.client.* options (authentication, TLS) are read with the official client"
+            )
+        self.address = _address(service_url)
+        self.topic = topic
+        self.sock = socket.create_connection(self.address, timeout=TIMEOUT_S)
+        self.decoder = FrameDecoder(64 << 20)
+        self.pending: collections.deque = collections.deque()
+        self.start = (int(start[0]), int(start[1]))
+        self.ids = itertools.count(1)
+        self.consumer_id = 1
+        try:
+            self._handshake(start, compacted)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    # --- frames ----------------------------------------------------------------------------
+
+    def send(self, command: pb.BaseCommand) -> None:
+        self.sock.sendall(encode_command(command))
+
+    def next_frame(self):
+        while not self.pending:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise BrokerReadError(f"{self.topic}: the broker closed the connection")
+            self.pending.extend(self.decoder.feed(data))
+        return self.pending.popleft()
+
+    def answer(self, request_id: int, *types: int):
+        """The reply to request ``request_id`` (PINGs answered, anything else unexpected)."""
+        while True:
+            frame = self.next_frame()
+            cmd = frame.command
+            if cmd.type == T.PING:
+                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
+                continue
+            if cmd.type == T.ERROR and cmd.error.request_id == request_id:
+                raise BrokerReadError(
+                    f"{self.topic}: {pb.ServerError.Name(cmd.error.error)} {cmd.error.message}"
+                )
+            if cmd.type in types:
+                return cmd
+            if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
+                continue
+            raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
+
+    def _handshake(self, start: tuple, compacted: bool) -> None:
+        self.send(
+            pb.BaseCommand(
+                type=T.CONNECT,
+                connect=pb.CommandConnect(
+                    client_version="compactmq-spark", protocol_version=commands.PROTOCOL_VERSION
+                ),
+            )
+        )
+        frame = self.next_frame()
+        if frame.command.type != T.CONNECTED:
+            raise Unsupported(
+                f"{self.topic}: CONNECT answered {pb.BaseCommand.Type.Name(frame.command.type)}"
+            )
+        rid = next(self.ids)
+        self.send(
+            pb.BaseCommand(
+                type=T.LOOKUP,
+                lookupTopic=pb.CommandLookupTopic(topic=self.topic, request_id=rid, authoritative=False),
+            )
+        )
+        lookup = self.answer(rid, T.LOOKUP_RESPONSE).lookupTopicResponse
+        if lookup.response != pb.CommandLookupTopicResponse.Connect or lookup.proxy_through_service_url:
+            raise Unsupported(f"{self.topic}: the lookup redirects (read with the official client)")
+        rid = next(self.ids)
+        sub = pb.CommandSubscribe(
+            topic=self.topic,
+            subscription=f"compactmq-spark-{uuid.uuid4().hex[:12]}",
+            subType=pb.CommandSubscribe.Exclusive,
+            consumer_id=self.consumer_id,
+            request_id=rid,
+            durable=False,
+            read_compacted=compacted,
+            start_message_id=commands.message_id(int(start[0]), int(start[1])),
+        )
+        self.send(pb.BaseCommand(type=T.SUBSCRIBE, subscribe=sub))
+        self.answer(rid, T.SUCCESS)
+        rid = next(self.ids)
+        self.send(
+            pb.BaseCommand(
+                type=T.GET_LAST_MESSAGE_ID,
+                getLastMessageId=pb.CommandGetLastMessageId(consumer_id=self.consumer_id, request_id=rid),
+            )
+        )
+        last = self.answer(rid, T.GET_LAST_MESSAGE_ID_RESPONSE).getLastMessageIdResponse.last_message_id
+        lid, eid = commands.to_signed64(last.ledgerId), commands.to_signed64(last.entryId)
+        self.last = (lid, eid) if lid >= 0 and eid >= 0 else None  # None: nothing to receive
+
+    def flow(self, permits: int) -> None:
+        self.send(
+            pb.BaseCommand(
+                type=T.FLOW, flow=pb.CommandFlow(consumer_id=self.consumer_id, messagePermits=permits)
+            )
+        )
+
+    def entries(self, stop: tuple) -> Iterator[tuple[int, int, bytes]]:
+        """``(ledger, entry, bytes)`` from the start until ``stop`` (exclusive, ``(ledger, entry)``)
+        or the last receivable entry, whichever comes first."""
+        if self.last is None:
+            return
+        end = min(tuple(stop), (self.last[0], self.last[1] + 1))
+        if max(self.start, (0, 0)) >= end:
+            return
+        self.flow(PERMITS)
+        granted = PERMITS
+        while True:
+            frame = self.next_frame()
+            cmd = frame.command
+            if cmd.type == T.PING:
+                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
+                continue
+            if cmd.type != T.MESSAGE:
+                if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
+                    continue
+                if cmd.type == T.CLOSE_CONSUMER:
+                    raise BrokerReadError(f"{self.topic}: the broker closed the consumer")
+                raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
+            mid = cmd.message.message_id
+            pos = (commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
+            if pos >= end:
+                return
+            yield pos[0], pos[1], frame.entry
+            # the broker counts a permit per message: a batch entry uses as many as it holds
+            granted -= messages_in(frame.entry)
+            if granted < PERMITS // 2:  # top the window back up to PERMITS (it may be negative)
+                self.flow(PERMITS - granted)
+                granted = PERMITS
+            if (pos[0], pos[1] + 1) >= end:
+                return
+
+    def close(self) -> None:
+        try:
+            rid = next(self.ids)
+            self.send(commands.close_consumer(self.consumer_id, rid))
+        except OSError:
+            pass
+        finally:
+            self.sock.close()
+
+
+def messages_in(entry: bytes) -> int:
+    """Messages of an entry as the broker counts permits (a batch: its ``num_messages_in_batch``)."""
+    try:
+        return max(1, int(metadata_fields(entry).num_messages_in_batch))
+    except CompactMQError:  # an entry that does not parse: parse_entries will say so
+        return 1
+
+
+def bounds(split: Split) -> tuple[tuple, tuple]:
+    """``(start, stop)`` entry positions of a live or compacted split read through the broker
+    (what ``broker.read_split`` reads with the official client)."""
+    if split.kind == "live":
+        return (split.ledger_id, split.lo), (split.ledger_id, split.hi + 1)
+    start = (-1, -1) if split.ledger_id < 0 else (split.ledger_id, split.lo)
+    stop = (split.next_ledger, 0) if split.next_ledger is not None else tuple(split.end_id[:2])
+    if split.next_ledger is None and split.end_id[2] >= 0:  # an end inside a batch: read that entry too
+        stop = (stop[0], stop[1] + 1)
+    return start, stop
+
+
+def open_reader(split: Split, service_url: str, client_options: dict) -> EntryReader:
+    """A reader positioned at the split's start (``Unsupported``: read it with the official client)."""
+    start, _ = bounds(split)
+    compacted = split.kind == "compacted" and split.view != "raw"
+    try:
+        return EntryReader(service_url, client_options, split.topic, start, compacted)
+    except OSError as e:
+        raise BrokerReadError(f"broker {service_url}: {e}") from None
+
+
+def read_split_columns(reader: EntryReader, split: Split) -> Iterator:
+    """``entry_columns.MessageColumns`` of the split, chunk by chunk, within its bounds."""
+    from .entry_columns import parse_entries
+
+    _, stop = bounds(split)
+    try:
+        chunk: list = []
+        size = 0
+        for item in reader.entries(stop):
+            chunk.append(item)
+            size += len(item[2])
+            if len(chunk) >= CHUNK_ENTRIES or size >= CHUNK_BYTES:
+                yield _parsed(chunk, split, parse_entries)
+                chunk, size = [], 0
+        if chunk:
+            yield _parsed(chunk, split, parse_entries)
+    finally:
+        reader.close()
+
+
+def _parsed(chunk: list, split: Split, parse_entries):
+    lids = np.fromiter((c[0] for c in chunk), np.int64, len(chunk))
+    eids = np.fromiter((c[1] for c in chunk), np.int64, len(chunk))
+    lens = np.fromiter((len(c[2]) for c in chunk), np.int64, len(chunk))
+    offs = np.zeros(len(chunk), np.int64)
+    np.cumsum(lens[:-1], out=offs[1:])
+    buf = np.frombuffer(b"".join(c[2] for c in chunk), np.uint8)
+    cols = parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
+    keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
+    return cols if keep.all() else cols.take(keep)
