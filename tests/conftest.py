@@ -46,6 +46,21 @@ def _roll_ledgers_at_once_in_tests() -> None:
 
 _roll_ledgers_at_once_in_tests()
 
+
+def _dummy_object_store_credentials() -> None:
+    """The S3 test servers' dummy credentials (``s3_server.DUMMY_CREDENTIALS``), in the
+    environment from the start: a JVM a test worker starts keeps the environment of that moment,
+    and its Python workers (the compaction tasks that upload a view's parts) inherit it, so a
+    worker's one SparkSession must already see them when an in-process broker's compaction
+    writes to S3 later in the run."""
+    from s3_server import DUMMY_CREDENTIALS
+
+    for key, value in DUMMY_CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+
+
+_dummy_object_store_credentials()
+
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")
 
