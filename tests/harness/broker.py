@@ -148,7 +148,8 @@ class InProcessBroker:
         self.port = free_port()
         self.web_port = free_port()
         self.overrides = dict(overrides or {})
-        self.log_path = data_dir.parent / f"broker-{self.port}.log"  # unused: logs go to pytest's capture
+        self.log_path = data_dir.parent / f"broker-{self.port}.log"  # compactmq's log records, WARNING up
+        self._log_handler = None
         self.server = None
         self._loop = None
         self._thread = None
@@ -185,6 +186,12 @@ class InProcessBroker:
             target=self._loop.run_forever, name=f"broker-{self.port}", daemon=True
         )
         self._thread.start()
+        import logging
+
+        self._log_handler = logging.FileHandler(self.log_path)
+        self._log_handler.setLevel(logging.WARNING)
+        self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("compactmq").addHandler(self._log_handler)
         server = BrokerServer(
             self.config(), web_service=start_web, post_compaction_hooks=[export_after_compaction]
         )
@@ -229,6 +236,10 @@ class InProcessBroker:
             self._thread.join(10)
             loop.close()
             self._loop = self._thread = None
+            import logging
+
+            logging.getLogger("compactmq").removeHandler(self._log_handler)
+            self._log_handler.close()
 
     def restart(self) -> None:
         self.stop()
