@@ -46,35 +46,62 @@ def _roll_ledgers_at_once_in_tests() -> None:
 
 _roll_ledgers_at_once_in_tests()
 
+
+def _dummy_object_store_credentials() -> None:
+    """The S3 test servers' dummy credentials (``s3_server.DUMMY_CREDENTIALS``), in the
+    environment from the start: a JVM a test worker starts keeps the environment of that moment,
+    and its Python workers (the compaction tasks that upload a view's parts) inherit it, so a
+    worker's one SparkSession must already see them when an in-process broker's compaction
+    writes to S3 later in the run."""
+    from s3_server import DUMMY_CREDENTIALS
+
+    for key, value in DUMMY_CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+
+
+_dummy_object_store_credentials()
+
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")
 
-#: the longest modules of the default run and their seconds in one xdist worker (a full run's
-#: junit XML, sum of its test cases' times, 2-core machine under load; scaled by the module's
-#: measured speed-up where a module changed since): queued first, longest first
+#: the longest modules of the default run and their seconds in one xdist worker (the last CI run's
+#: junit XML, sum of its test cases' times, 2-core machine; scaled by the module's measured
+#: speed-up where it changed since -- brokers in process, shorter refusal timeouts): queued
+#: first, longest first
 LONG_MODULES = {
-    "tests/broker/test_read_compacted.py": 132,
-    "tests/security/test_wire_auth.py": 113,
-    "tests/admin/test_offload_crash.py": 107,
-    "tests/compaction/test_parity.py": 97,
-    "tests/broker/test_broker_lifecycle.py": 97,
-    "tests/security/test_tls.py": 95,
-    "tests/compaction/test_compaction_to_store.py": 87,
-    "tests/compaction/test_crash.py": 68,
-    "tests/admin/test_offload_rest.py": 89,
-    "tests/spark/test_auth.py": 56,
-    "tests/broker/test_broker_client.py": 52,
-    "tests/spark/test_auto_export.py": 27,
-    "tests/spark/test_batch_read.py": 44,
-    "tests/admin/test_offload_auto.py": 42,
-    "tests/compaction/test_cli.py": 39,
-    "tests/storage/test_offload.py": 38,
-    "tests/security/test_preauth_binary.py": 36,
-    "tests/security/test_topic_dirs_secured.py": 36,
-    "tests/admin/test_admin_rest.py": 20,
-    "tests/broker/test_dedup.py": 32,
-    "tests/security/test_standalone_conf.py": 29,
-    "tests/admin/test_compaction_lag.py": 23,
+    "tests/compaction/test_parity.py": 81,
+    "tests/broker/test_read_compacted.py": 77,
+    "tests/security/test_wire_auth.py": 52,
+    "tests/compaction/test_crash.py": 44,
+    "tests/admin/test_offload_rest.py": 30,
+    "tests/admin/test_offload_crash.py": 29,
+    "tests/spark/test_auth.py": 25,
+    "tests/admin/test_zk_crash.py": 25,
+    "tests/security/test_preauth_binary.py": 24,
+    "tests/broker/test_broker_lifecycle.py": 22,
+    "tests/spark/test_batch_read.py": 22,
+    "tests/compaction/test_compaction_to_store.py": 21,
+    "tests/admin/test_compaction_lag.py": 20,
+    "tests/broker/test_compaction_warmup.py": 19,
+    "tests/broker/test_broker_client.py": 18,
+    "tests/security/test_tls.py": 18,
+    "tests/spark/test_stream.py": 17,
+    "tests/admin/test_admin_rest.py": 16,
+    "tests/broker/test_inactive_topics.py": 16,
+    "tests/admin/test_metadata_store_url.py": 15,
+    "tests/compaction/test_cli.py": 15,
+    "tests/compaction/test_joint_topics_parity.py": 14,
+    "tests/broker/test_nonpersistent.py": 14,
+    "tests/storage/test_object_ledgers.py": 13,
+    "tests/admin/test_metadata_store_topics.py": 13,
+    "tests/broker/test_key_shared_hash.py": 13,
+    "tests/spark/test_auto_export.py": 12,
+    "tests/compat/test_rollover_under_a_reader.py": 11,
+    "tests/compaction/test_partitioned_parity.py": 10,
+    "tests/broker/test_cluster.py": 10,
+    "tests/broker/test_read_compacted_admin.py": 10,
+    "tests/security/test_topic_dirs_secured.py": 10,
+    "tests/admin/test_partitioned_compaction.py": 10,
 }
 
 

@@ -9,7 +9,12 @@ from typing import Any
 
 from compactmq.compaction.spark.session import TEST_CONF
 
-from harness.broker import ROOT as ROOT_DIR, BrokerProcess, make_client  # tests/ is on sys.path
+from harness.broker import (
+    ROOT as ROOT_DIR,
+    BrokerProcess,
+    InProcessBroker,
+    make_client,
+)  # tests/ is on sys.path
 from harness.http import Http
 from harness.wait import wait_until
 
@@ -18,15 +23,18 @@ __all__ = ["ROOT_DIR", "BrokerProcess", "Http", "make_client", "wait_until"]  # 
 MONITOR_INTERVAL_SECONDS = 2
 
 
-def start_broker(data_dir: Path, **overrides: str) -> BrokerProcess:
-    b = BrokerProcess(
-        data_dir,
-        {
-            "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
-            **TEST_CONF,  # the compaction test profile, as config overrides
-            **overrides,
-        },
-    )
+def start_broker(
+    data_dir: Path, *, in_process: bool = False, **overrides: str
+) -> BrokerProcess | InProcessBroker:
+    """A broker with the admin tests' settings; ``in_process`` runs it in this process
+    (``InProcessBroker``: its compaction runs on the worker's warm SparkSession), otherwise it is a
+    subprocess (a test that kills it, or whose subject is the process)."""
+    settings = {
+        "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
+        **TEST_CONF,  # the compaction test profile, as config overrides
+        **overrides,
+    }
+    b = InProcessBroker(data_dir, settings) if in_process else BrokerProcess(data_dir, settings)
     b.start(timeout=60)
     return b
 
@@ -48,7 +56,7 @@ def wait_monitor_checks(http: Http, n: int, timeout: float = 60.0) -> None:
     wait_until(lambda: monitor_checks(http) >= target, timeout, f"the compaction monitor to check {n} times")
 
 
-def web_url(broker: BrokerProcess) -> str:
+def web_url(broker: BrokerProcess | InProcessBroker) -> str:
     return f"http://127.0.0.1:{broker.web_port}"
 
 

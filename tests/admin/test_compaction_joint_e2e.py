@@ -25,7 +25,7 @@ KEYS = 10
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = start_broker(tmp_path_factory.mktemp("joint") / "data")
+    b = start_broker(tmp_path_factory.mktemp("joint") / "data", in_process=True)
     yield b
     b.stop()
 

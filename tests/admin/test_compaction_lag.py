@@ -44,6 +44,7 @@ N = 40
 def broker(tmp_path_factory, compaction_factory):  # noqa: F811
     b = start_broker(
         tmp_path_factory.mktemp("lag") / "data",
+        in_process=True,
         compactionServiceFactoryClassName=compaction_factory,
         brokerServiceCompactionMonitorIntervalInSeconds="1",
     )

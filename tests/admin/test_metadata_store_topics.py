@@ -73,7 +73,7 @@ def _unacked_after_restart(broker) -> list[bytes]:
 
 def test_topics_subscriptions_cursors_and_policies_across_a_restart(tmp_path, store_url):
     data = tmp_path / "data"
-    broker = start_broker(data, metadataStoreUrl=store_url)
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)
     try:
         http = Http(web_url(broker))
         _publish_and_ack(broker)
@@ -81,7 +81,7 @@ def test_topics_subscriptions_cursors_and_policies_across_a_restart(tmp_path, st
         http.ok("POST", NS_POLICY, {"retentionTimeInMinutes": 60, "retentionSizeInMB": 5})
     finally:
         broker.stop()  # SIGTERM: a clean stop writes the cursor positions held back
-    broker = start_broker(data, metadataStoreUrl=store_url)
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)
     try:
         http = Http(web_url(broker))
         assert TOPIC in http.ok("GET", "/admin/v2/persistent/public/default")
@@ -115,7 +115,7 @@ def test_the_store_holds_the_ledger_list_and_cursor_a_broker_wrote(tmp_path, sto
     """What a second process (a compact-topic job) reads while the broker runs: the ledger list
     and the subscription's cursor, from the store the URL names."""
     data = tmp_path / "data"
-    broker = start_broker(data, metadataStoreUrl=store_url)
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)
     try:
         _publish_and_ack(broker)
         broker.stop()

@@ -78,12 +78,12 @@ def _lifecycle(http: Http) -> None:
 
 def test_tenants_and_namespaces_on_each_store(tmp_path, store_url):
     data = tmp_path / "data"
-    broker = start_broker(data, metadataStoreUrl=store_url)
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)
     try:
         _lifecycle(Http(web_url(broker)))
     finally:
         broker.stop()
-    broker = start_broker(data, metadataStoreUrl=store_url)  # the same store after a restart
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)  # the same store after a restart
     try:
         http = Http(web_url(broker))
         assert http.ok("GET", f"{TENANTS}/acme")["adminRoles"] == ["dev", "ops"]
@@ -121,7 +121,7 @@ def test_an_old_data_directory_opens_with_its_tenants_and_namespaces(tmp_path, s
     old.create_namespace("legacy/ns")
     old.create_partitioned_topic("persistent://legacy/ns/parted", 2)
     old.close()
-    broker = start_broker(data, metadataStoreUrl=store_url)
+    broker = start_broker(data, metadataStoreUrl=store_url, in_process=True)
     try:
         http = Http(web_url(broker))
         assert http.ok("GET", f"{TENANTS}/legacy") == {
@@ -148,7 +148,7 @@ def test_compaction_trigger_status_and_restart_on_each_store(tmp_path, store_url
     topic = "persistent://public/default/compacted-on-store"
     tp = topic_path(topic)
     conf = {"metadataStoreUrl": store_url, "compactionServiceFactoryClassName": ARROW}
-    broker = start_broker(data, **conf)
+    broker = start_broker(data, **conf, in_process=True)
     try:
         http = Http(web_url(broker))
         publish(broker, topic, 30, keys=4)
@@ -161,7 +161,7 @@ def test_compaction_trigger_status_and_restart_on_each_store(tmp_path, store_url
         assert horizon is not None and status == "SUCCESS" and view >= 0
     finally:
         broker.stop()
-    broker = start_broker(data, **conf)  # the same store after a restart
+    broker = start_broker(data, **conf, in_process=True)  # the same store after a restart
     try:
         http = Http(web_url(broker))
         assert http.ok("GET", tp + "/compaction") == {"status": "SUCCESS", "lastError": ""}

@@ -104,6 +104,7 @@ def test_namespace_offload_policies_bring_their_own_driver(tmp_path):
     store = tmp_path / "ns-store"
     broker = start_broker(
         tmp_path / "data",
+        in_process=True,
         managedLedgerMaxEntriesPerLedger="20",
         retentionCheckIntervalInSeconds="1",
         managedLedgerOffloadDeletionLagMs="0",

@@ -55,6 +55,7 @@ def tiered(request, tmp_path):
     conf, objects = offload_settings(request, tmp_path, request.param)
     broker = start_broker(
         tmp_path / "data",
+        in_process=True,  # its compaction runs on the worker's warm SparkSession
         managedLedgerMaxEntriesPerLedger="25",
         retentionCheckIntervalInSeconds="1",
         managedLedgerOffloadDeletionLagMs="0",
@@ -347,6 +348,7 @@ def test_a_read_compacted_seek_into_a_large_view_in_the_store_fetches_a_few_rang
     chunk = 16 * 1024
     broker = start_broker(
         tmp_path / "data",
+        in_process=True,  # its compaction runs on the worker's warm SparkSession
         managedLedgerMaxEntriesPerLedger="500",
         managedLedgerOffloadDeletionLagMs="0",
         s3ManagedLedgerOffloadReadBufferSizeInBytes=str(chunk),

@@ -27,7 +27,7 @@ KEYS = 20
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = start_broker(tmp_path_factory.mktemp("partitioned") / "data")
+    b = start_broker(tmp_path_factory.mktemp("partitioned") / "data", in_process=True)
     yield b
     b.stop()
 

@@ -18,6 +18,12 @@ from .rest import ok, rest, web  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
+#: the official client's operation timeout where the broker refuses it: the client retries
+#: until it runs out, so this is what each refusal costs; a broker that wrongly accepted
+#: would answer in milliseconds, well inside it
+REFUSED_TIMEOUT = 1
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("listeners") / "data")
@@ -60,7 +66,7 @@ def test_client_with_a_listener_name_produces_and_consumes(broker, topic):
 
 
 def test_unknown_listener_name_is_refused(broker, topic):
-    client = make_client(broker.url, listener_name="nope", operation_timeout_seconds=3)
+    client = make_client(broker.url, listener_name="nope", operation_timeout_seconds=REFUSED_TIMEOUT)
     try:
         # every lookup is refused (MetadataError, "the broker do not have nope listener"); the
         # official client retries lookups until its operation timeout, as against Pulsar

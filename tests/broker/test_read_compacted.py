@@ -26,6 +26,10 @@ from .factories import compaction_factory, compactor  # noqa: E402,F401 - every 
 
 pytestmark = pytest.mark.integration
 
+#: the module's broker runs in this process (``harness.fixtures``): a restart is a new
+#: ``BrokerServer`` on the same data directory, without a Python process start each time
+BROKER_IN_PROCESS = True
+
 Earliest = pulsar.InitialPosition.Earliest
 BATCHING = pytest.mark.parametrize("batching", [False, True], ids=["nobatch", "batch"])
 

@@ -2,7 +2,8 @@
 
 Here the compactor and the readers share one process: the broker deletes the previous
 compacted ledger right after committing the next one while a reader still has it pinned. The
-module's Spark JVM is the broker's (nothing compacts in the test process).
+broker runs in the test process (``BROKER_IN_PROCESS``): its compaction, run by the broker as
+ever, uses the worker's warm SparkSession rather than a cold JVM of a broker subprocess.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from harness.wait import wait_until  # noqa: E402
 from .factories import compaction_factory  # noqa: E402,F401 - the broker runs each factory
 
 pytestmark = pytest.mark.integration
+
+BROKER_IN_PROCESS = True  # see the module docstring
 
 
 def rest_path(topic: str) -> str:

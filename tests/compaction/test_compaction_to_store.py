@@ -6,11 +6,11 @@ the view is served from the store, the previous ledger's objects are deleted, an
 moto's S3 server and the filesystem driver.
 
 Each run is a job beside the test's read-write Storage, on a read-only Storage of its own (what
-``compact-topic`` does). A run against S3 and a run that is killed go in a process of their own
-with a Spark session started there: its executors then inherit the object store's credentials
-from the environment, the standard way (the session shared by the test process may have started
-before the S3 server set them). The other runs (the filesystem store) go through this process's
-one SparkSession: a JVM per run would cost a quarter of a minute each and prove nothing more."""
+``compact-topic`` does). A run that is killed goes in a process of their own with a Spark session
+started there. The other runs go through this process's one SparkSession, whose executors find
+the S3 server's dummy credentials in the environment the standard way (``tests/conftest.py`` sets
+them before any JVM starts): a JVM per run would cost a quarter of a minute each and prove
+nothing more."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from . import entries as E
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOPIC = "persistent://public/default/compact-to-store"
 
-# each run starts a JVM in a process of its own: three of them on a loaded machine take minutes
+# a killed run starts a JVM in a process of its own: on a loaded machine that takes a minute
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
@@ -89,9 +89,9 @@ def compact_in_child(data, conf: dict, kill_at: str = "") -> subprocess.Complete
 
 
 def compact(data, conf: dict, spark=None) -> dict:
-    """One committed run; in this process on ``spark`` (the session) when given and the store is
-    not S3 (see the module docstring), else in a child process."""
-    if spark is None or conf.get("managedLedgerOffloadDriver") == "S3":
+    """One committed run; in this process on ``spark`` (the session) when given, else in a child
+    process."""
+    if spark is None:
         proc = compact_in_child(data, conf)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -105,9 +105,7 @@ def compact(data, conf: dict, spark=None) -> dict:
 
 @pytest.fixture
 def session(request, offload_conf):
-    """The test process's SparkSession when this store's runs can use it, else None."""
-    if offload_conf.get("managedLedgerOffloadDriver") == "S3":
-        return None
+    """The test process's SparkSession, for the runs of every store (see the module docstring)."""
     return request.getfixturevalue("spark")
 
 
@@ -158,8 +156,9 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         st.close()
 
 
-# two JVM children per store (over a minute each): S3's is left to ``-m slow`` (the kill point
-# and the sweep are the same code for every store; S3 is tested with the committed runs above)
+# a JVM child per store (the killed run, a minute on a loaded machine): S3's is left to
+# ``-m slow`` (the kill point and the sweep are the same code for every store; S3 is tested with
+# the committed runs above)
 @pytest.mark.parametrize(
     "offload_conf", ["filesystem", pytest.param("S3", marks=pytest.mark.slow)], indirect=True
 )

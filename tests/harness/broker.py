@@ -124,3 +124,126 @@ def make_client(url: str, **kw):
 
     kw.setdefault("operation_timeout_seconds", 15)
     return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **kw)
+
+
+class InProcessBroker:
+    """The same broker as ``BrokerProcess`` (``BrokerServer`` with the web adapter and the
+    post-compaction hooks ``compactmq standalone`` wires in), run on an event loop thread of the
+    test process instead of a subprocess, with the same attributes and ``start``/``stop``/
+    ``restart``.
+
+    What it is for: a broker that compacts with Spark gets the test worker's SparkSession
+    (``get_session`` is a ``getOrCreate``), warm after the first module, instead of starting a
+    JVM of its own -- a cold JVM and first job cost some 13 s of CPU per broker subprocess. Use it
+    where the subject is what the broker does, not that it is a process: a test that kills the
+    broker (SIGKILL), reads its stdout, checks its umask or the console script starts a
+    ``BrokerProcess``. ``stop()`` is the ordered shutdown (the SIGTERM path of the subprocess);
+    any other signal is refused rather than pretended.
+    """
+
+    proc = None  # no subprocess: code that inspects ``proc`` is for BrokerProcess
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.web_port = free_port()
+        self.overrides = dict(overrides or {})
+        self.log_path = data_dir.parent / f"broker-{self.port}.log"  # compactmq's log records, WARNING up
+        self._log_handler = None
+        self.server = None
+        self._loop = None
+        self._thread = None
+
+    url = BrokerProcess.url
+    web_url = BrokerProcess.web_url
+
+    def config(self):
+        from compactmq.config import load_config
+
+        defaults = {"compactionSparkWarmup": "false", "managedLedgerMinLedgerRolloverTimeMinutes": "0"}
+        flags = {
+            "dataDir": str(self.data_dir),
+            "bindAddress": "127.0.0.1",
+            "brokerServicePort": str(self.port),
+            "webServicePort": str(self.web_port),
+        }
+        return load_config(None, {**defaults, **self.overrides, **flags})
+
+    def start(self, timeout: float = 30.0) -> None:
+        import asyncio
+        import threading
+
+        from compactmq.admin.server import start as start_web
+        from compactmq.broker.server import BrokerServer
+        from compactmq.spark.auto_export import export_after_compaction
+
+        try:
+            import uvloop  # as ``compactmq standalone`` runs when the "fast" extra is installed
+        except ImportError:
+            uvloop = None
+        self._loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"broker-{self.port}", daemon=True
+        )
+        self._thread.start()
+        import logging
+
+        self._log_handler = logging.FileHandler(self.log_path)
+        self._log_handler.setLevel(logging.WARNING)
+        self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("compactmq").addHandler(self._log_handler)
+        server = BrokerServer(
+            self.config(), web_service=start_web, post_compaction_hooks=[export_after_compaction]
+        )
+        try:
+            asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(timeout)
+        except BaseException:
+            self._close_loop()
+            raise
+        self.server = server
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        import asyncio
+
+        if sig != signal.SIGTERM:
+            raise ValueError(
+                "an in-process broker only stops in order (SIGTERM); a kill needs a BrokerProcess"
+            )
+        if self.server is None:
+            return 0
+        server, self.server = self.server, None
+        try:
+            asyncio.run_coroutine_threadsafe(server.shutdown(), self._loop).result(timeout)
+        finally:
+            self._close_loop()
+        return 0
+
+    def _close_loop(self) -> None:
+        import asyncio
+
+        loop = self._loop
+
+        async def cancel_the_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), loop).result(10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(10)
+            loop.close()
+            self._loop = self._thread = None
+            import logging
+
+            logging.getLogger("compactmq").removeHandler(self._log_handler)
+            self._log_handler.close()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def alive(self) -> bool:
+        return self.server is not None

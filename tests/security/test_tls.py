@@ -33,6 +33,12 @@ from .helpers import KEY_PKCS1
 import children  # tests/ is on sys.path
 
 
+#: the official client's operation timeout where the broker refuses it: the client retries
+#: until it runs out, so this is what each refusal costs; a broker that wrongly accepted
+#: would answer in milliseconds, well inside it
+REFUSED_TIMEOUT = 1
+
+
 def tls_overrides(pki, *, key_format: str = "pkcs8", **extra: str) -> dict[str, str]:
     server = pki.server_pkcs1 if key_format == KEY_PKCS1 else pki.server
     return {
@@ -137,7 +143,7 @@ def test_client_that_does_not_trust_the_broker_cannot_connect(tls_broker, pki, t
     client = make_client(
         tls_url(tls_broker),
         tls_trust_certs_file_path=str(pki.untrusted_ca.cert_path),
-        operation_timeout_seconds=3,
+        operation_timeout_seconds=REFUSED_TIMEOUT,
     )
     try:
         with pytest.raises(pulsar.PulsarException):
@@ -200,7 +206,7 @@ def test_allow_insecure_connection_accepts_a_client_certificate_that_does_not_ve
         "tls_certificate_file_path": str(stranger.cert),
         "tls_private_key_file_path": str(stranger.key),
     }
-    client = make_client(tls_url(tls_broker), operation_timeout_seconds=3, **presents)
+    client = make_client(tls_url(tls_broker), operation_timeout_seconds=REFUSED_TIMEOUT, **presents)
     try:
         with pytest.raises(pulsar.PulsarException):  # the default: the handshake refuses it
             client.create_producer(topic)
@@ -267,7 +273,10 @@ def test_required_client_certificate(mtls_broker, pki, topic):
             else {"tls_certificate_file_path": str(cert.cert), "tls_private_key_file_path": str(cert.key)}
         )
         client = make_client(
-            tls_url(mtls_broker), tls_trust_certs_file_path=ca, operation_timeout_seconds=3, **kw
+            tls_url(mtls_broker),
+            tls_trust_certs_file_path=ca,
+            operation_timeout_seconds=REFUSED_TIMEOUT,
+            **kw,
         )
         try:
             with pytest.raises(pulsar.PulsarException):

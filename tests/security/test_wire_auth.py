@@ -186,6 +186,12 @@ def test_superuser_needs_no_grant(secured):
 # wire for the exact error, and with the official client for "it cannot produce".
 
 
+#: the official client's operation timeout where it is refused: it retries until this runs out
+#: (see above), so this is what each refusal costs; a broker that wrongly accepted would have
+#: created the producer in milliseconds, well inside it
+REFUSED_TIMEOUT = 1
+
+
 def refused_on_the_wire(port: int, method: str, data: bytes) -> str:
     """CONNECT with these credentials; assert ERROR AuthenticationError then close; the message."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -221,21 +227,26 @@ def test_bad_tokens_are_refused(secured, topic, case):
     )
     assert message
     auth = None if case == "missing" else pulsar.AuthenticationToken(tokens[case])
-    fails_to_connect(secured.client(auth, operation_timeout_seconds=3), topic)
+    fails_to_connect(secured.client(auth, operation_timeout_seconds=REFUSED_TIMEOUT), topic)
 
 
 def test_wrong_password_and_unknown_user_are_refused(secured, topic):
     for user, password in (("alice", "wrong"), ("mallory", "x")):
         refused_on_the_wire(secured.broker.port, "basic", f"{user}:{password}".encode())
         fails_to_connect(
-            secured.client(pulsar.AuthenticationBasic(user, password), operation_timeout_seconds=3), topic
+            secured.client(
+                pulsar.AuthenticationBasic(user, password), operation_timeout_seconds=REFUSED_TIMEOUT
+            ),
+            topic,
         )
 
 
 def test_untrusted_client_certificate_is_refused(secured, pki, topic):
     cert = pki.untrusted_client("alice")
     client = secured.client(
-        pulsar.AuthenticationTLS(str(cert.cert), str(cert.key)), tls=True, operation_timeout_seconds=3
+        pulsar.AuthenticationTLS(str(cert.cert), str(cert.key)),
+        tls=True,
+        operation_timeout_seconds=REFUSED_TIMEOUT,
     )
     fails_to_connect(client, topic)  # the TLS handshake fails: the broker does not trust its CA
 
@@ -443,7 +454,9 @@ def test_rs256_refusals(rs256, topic, case):
     refused_on_the_wire(broker.port, "token", token.encode())
     fails_to_connect(
         make_client(
-            broker.url, authentication=pulsar.AuthenticationToken(token), operation_timeout_seconds=3
+            broker.url,
+            authentication=pulsar.AuthenticationToken(token),
+            operation_timeout_seconds=REFUSED_TIMEOUT,
         ),
         topic,
     )

@@ -1,4 +1,4 @@
-"""Fixtures of the Spark source tests: a real broker (subprocess), the shared SparkSession with the
+"""Fixtures of the Spark source tests: a real broker (in this process), the shared SparkSession with the
 format registered, and helpers that produce, compact and read with the official client (the oracle).
 """
 
@@ -7,14 +7,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from broker.conftest import BrokerProcess, make_client
+from broker.conftest import make_client
+from harness.broker import InProcessBroker
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     # infinite retention: the raw view is compared with the whole log, and a ledger sealed for a
-    # compaction run would otherwise be trimmed (no subscription holds it) while a test reads
-    b = BrokerProcess(
+    # compaction run would otherwise be trimmed (no subscription holds it) while a test reads.
+    # In this process: a compaction it runs uses the worker's SparkSession (harness.broker)
+    b = InProcessBroker(
         tmp_path_factory.mktemp("broker") / "data",
         {"defaultRetentionTimeInMinutes": "-1", "defaultRetentionSizeInMB": "-1"},
     )

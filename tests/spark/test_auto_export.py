@@ -27,10 +27,11 @@ def export_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, export_root):
-    """The Spark tests' broker, with an export root: tables go only under it (docs/security.md)."""
-    from broker.conftest import BrokerProcess
+    """The Spark tests' broker, with an export root: tables go only under it (docs/security.md).
+    It runs in this process: its compaction and exporter use the worker's warm SparkSession."""
+    from harness.broker import InProcessBroker
 
-    b = BrokerProcess(
+    b = InProcessBroker(
         tmp_path_factory.mktemp("broker") / "data",
         {
             "defaultRetentionTimeInMinutes": "-1",
@@ -96,8 +97,8 @@ def compact_and_wait(broker, client, topic, path, fmt, timeout=240.0):
 
 
 def test_policy_re_exports_after_each_compaction(spark_in_broker, broker, client, export_root, capsys):
-    # Spark runs in the broker (its compaction and the exporter); this process reads the tables
-    # back with pyarrow / deltalake and starts no SparkSession of its own
+    # Spark runs in the broker (its compaction and the exporter, on the worker's SparkSession);
+    # the test reads the tables back with pyarrow / deltalake, not with Spark
     from deltalake import DeltaTable
 
     admin = f"http://127.0.0.1:{broker.web_port}"
