@@ -66,7 +66,7 @@ class TopicSchema:
 
     @classmethod
     def from_record(cls, record: dict | None) -> TopicSchema:
-        """From the broker's stored record (``broker.schemas``: ``{"type": int, "data": b64}``) or a
+        """From the broker's stored record (``broker.schema_registry``: ``{"type": int, "data": b64}``) or a
         Pulsar REST ``GetSchemaResponse`` (``{"type": "AVRO", "data": "..."}``)."""
         import base64
 

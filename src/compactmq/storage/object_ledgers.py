@@ -79,7 +79,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ObjectLedgerSettings:
-    """The three ``objectLedger*`` settings (``config.py`` says what each does)."""
+    """The three ``objectLedger*`` settings (``config/keys.py`` says what each does)."""
 
     flush_interval_ms: int = 5
     flush_max_bytes: int = 4 * 1024 * 1024
