@@ -33,22 +33,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..compaction.entry_scan import encode_varint as varint
 from .pushdown import Pushed
 
 LEDGER_TAG = b"\x08"
 ENTRY_TAG = b"\x10"
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def side(prefix: bytes, bound: bytes) -> int:
@@ -96,9 +85,10 @@ def _entry_sides(ledger_id: int, entries: np.ndarray, bound: bytes) -> np.ndarra
         below = pc.less(arr, head).to_numpy(zero_copy_only=False)
         above = pc.greater(arr, head).to_numpy(zero_copy_only=False)
         # below but a prefix of the bound cannot happen here (the bound's head is n bytes, or
-        # shorter, and then the prefix is longer and above it); equal: undecided unless exact
-        equal_side = 1 if len(bound) == n else 0
-        out[rows] = np.where(below, -1, np.where(above, 1, equal_side))
+        # shorter, and then the prefix is longer and above it); equal: undecided, even when the
+        # bound is exactly the prefix -- an id may BE the prefix (no batch index, no partition),
+        # and then it equals the bound rather than sorting above it
+        out[rows] = np.where(below, -1, np.where(above, 1, 0))
     return out
 
 
