@@ -504,16 +504,22 @@ class Storage:
                 return
             self._closed = True
             mls = list(self._mls.values())
-        if self._seal_watcher is not None:
-            self._seal_watcher.stop()
-        self.offloader.close()
-        for ml in mls:
-            ml.close()
-        self.topic_metadata.close()
-        if self.configuration_store is not self.metadata_store:
-            self.configuration_store.close()
-        self.metadata_store.close()
-        self._release_lock()
+        try:
+            if self._seal_watcher is not None:
+                self._seal_watcher.stop()
+            self.offloader.close()
+            for ml in mls:
+                try:
+                    ml.close()
+                except Exception as e:  # e.g. Fenced: another broker owns the topic now
+                    log.warning("closing %s: %s (its last writes belong to the new owner)", ml.topic, e)
+            self.topic_metadata.close()
+        finally:
+            # whatever a topic's close raised, the store's session and the directory lock go
+            if self.configuration_store is not self.metadata_store:
+                self.configuration_store.close()
+            self.metadata_store.close()
+            self._release_lock()
 
     def __enter__(self) -> "Storage":
         return self
