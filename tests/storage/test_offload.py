@@ -282,3 +282,34 @@ def test_a_driver_is_never_guessed_to_be_a_local_directory(tmp_path, monkeypatch
     with pytest.raises(Exception, match="unknown offload driver 'azureblob'"):
         BlobStore(OffloadLocation("azureblob", "bkt", prefix="inst"))
     assert not os.listdir(tmp_path)
+
+
+def test_a_passing_store_failure_is_tried_again_and_a_lasting_one_is_not(tmp_path, monkeypatch):
+    """``BlobStore.put`` writes a list of chunks again after a failure the store calls passing
+    (SeaweedFS answered one UploadPart with INTERNAL_FAILURE under load in CI); any other failure,
+    or a stream of chunks that cannot be read twice, fails at once."""
+    from compactmq.errors import StorageError
+    from compactmq.storage.offload import OffloadLocation
+    from compactmq.storage.offload import blobstore
+
+    monkeypatch.setattr(blobstore.time, "sleep", lambda s: None)
+    store = blobstore.BlobStore(OffloadLocation("filesystem", str(tmp_path / "objs")))
+    real, failures = store._put_once, []
+
+    def flaky(key, chunks, message="AWS Error INTERNAL_FAILURE during UploadPart: please try again"):
+        if len(failures) < 2:
+            failures.append(key)
+            raise StorageError(message)
+        return real(key, chunks)
+
+    monkeypatch.setattr(store, "_put_once", flaky)
+    assert store.put("a", [b"abc", b"de"]) == 5 and store.read_all("a") == b"abcde"
+    assert failures == ["a", "a"]
+    failures.clear()
+    with pytest.raises(StorageError):
+        store.put("b", iter([b"x"]))  # a stream: one attempt
+    monkeypatch.setattr(store, "_put_once", lambda key, chunks: flaky(key, chunks, "AccessDenied"))
+    failures.clear()
+    with pytest.raises(StorageError, match="AccessDenied"):
+        store.put("c", [b"x"])
+    assert failures == ["c"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
@@ -37,6 +38,9 @@ GCS_DRIVERS = ("google-cloud-storage", "gcs")
 FS_DRIVERS = ("filesystem",)
 # file handles (each an HTTP connection's worth of state for S3) kept open per store
 MAX_OPEN_OBJECTS = 64
+# writes of a whole object tried again after a store's passing failure (see BlobStore.put)
+PUT_ATTEMPTS = 4
+TRANSIENT_MARKERS = ("INTERNAL_FAILURE", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "please try again")
 
 
 @dataclass(frozen=True)
@@ -250,7 +254,23 @@ class BlobStore:
     # --- writing -----------------------------------------------------------------------------
 
     def put(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
-        """Write a new object from ``chunks``; durable when this returns. Returns its size."""
+        """Write a new object from ``chunks``; durable when this returns. Returns its size.
+
+        A store's passing failure (S3 ``INTERNAL_FAILURE``, ``SLOW_DOWN``, ``SERVICE_UNAVAILABLE``:
+        "please try again") is tried again, at most ``PUT_ATTEMPTS`` times with a short backoff,
+        when ``chunks`` is a list or tuple (a stream cannot be read twice). A retry is safe:
+        the key is new and a failed multipart upload publishes nothing."""
+        attempts = PUT_ATTEMPTS if isinstance(chunks, (list, tuple)) else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._put_once(key, chunks)
+            except StorageError as e:
+                if attempt >= attempts or not any(m in str(e) for m in TRANSIENT_MARKERS):
+                    raise
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _put_once(self, key: str, chunks: Iterable[bytes | memoryview]) -> int:
         path = self.path(key)
         size = 0
         try:
