@@ -14,6 +14,10 @@ producer keeps sending. What must hold afterwards:
   persisted) before the move comes again, and everything acknowledged to the producer arrives;
 * the frozen broker, once resumed, serves the topic no more.
 
+Compaction moves too: a topic compacted on A (Spark in the broker, ``spark.master=local[1]``),
+A killed, more keyed messages, compacted again on the new owner; a read-compacted reader and a
+TableView then hold exactly the latest acknowledged value of each key.
+
 Each scenario has its own namespace of one bundle, so moving it moves nothing else. The SIGKILL
 case runs by default; the others are ``slow``.
 """
@@ -56,6 +60,7 @@ def cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
         metadataStoreSessionTimeoutMillis=str(SESSION_TIMEOUT_MS),
         brokerDeduplicationEnabled="true",
         managedLedgerDefaultMarkDeleteRateLimit="0",  # every ack written: "acked" is exact
+        **{"spark.master": "local[1]"},  # only the compaction test starts Spark: one core of two
     )
     yield brokers
     for b in brokers:
@@ -338,3 +343,84 @@ def test_chaos_kills_freezes_and_unloads_lose_nothing(cluster):
         assert p.failed == [], p.failed[:3]
     client.close()
     print(f"chaos: {actions}, {sum(len(p.acked) for p in pubs)} acknowledged, none lost or repeated")
+
+
+def _compact_on_owner(brokers: list[BrokerProcess], topic: str) -> tuple[BrokerProcess, dict]:
+    """``PUT .../compaction`` on the owner (urllib follows a 307 for GET only, so the PUT goes
+    to the owner found by lookup), then ``GET .../compaction`` until the run ended."""
+    local = topic.split("://", 1)[1]
+    owner = _owner(brokers, topic)
+    ok(rest(owner, "PUT", f"/admin/v2/persistent/{local}/compaction"))
+    status = wait_until(
+        lambda: (
+            (s := ok(rest(owner, "GET", f"/admin/v2/persistent/{local}/compaction")))["status"]
+            in ("SUCCESS", "ERROR")
+            and s
+        ),
+        timeout=300,
+        what=f"the compaction of {topic} on {owner.web_port} to end",
+    )
+    return owner, status
+
+
+def _send_keyed(producer, items: list[tuple[str, bytes]], sent: list[tuple[str, bytes]]) -> None:
+    """Send each (key, value) and record it in ``sent`` once acknowledged; b"" is a tombstone."""
+    for key, value in items:
+        producer.send(value, partition_key=key)
+        sent.append((key, value))
+
+
+def _latest(sent: list[tuple[str, bytes]]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for key, value in sent:
+        if value == b"":
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.slow
+def test_compaction_continues_on_the_new_owner_after_a_sigkill(cluster, spark_in_broker):
+    """Keyed messages (tombstones among them) compacted on A, A killed, more keyed messages sent
+    through the failed-over producer and compacted again on the new owner: a read-compacted reader
+    and a TableView hold exactly the latest acknowledged value of each key, tombstoned keys absent."""
+    client = _client(cluster)
+    topic = f"persistent://{_namespace(cluster)}/kv"
+    producer = client.create_producer(
+        topic, producer_name=f"kv-{uuid.uuid4().hex[:6]}", send_timeout_millis=60000, batching_enabled=False
+    )
+    sent: list[tuple[str, bytes]] = []
+    try:
+        before = [(f"k{i}", b"a%d-%d" % (r, i)) for r in range(3) for i in range(10)]
+        _send_keyed(producer, before + [("k3", b""), ("k7", b"")], sent)
+        owner, first = _compact_on_owner(cluster, topic)
+        assert first["status"] == "SUCCESS", first
+        owner.stop(signal.SIGKILL)
+        after = [(f"k{i}", b"b%d-%d" % (r, i)) for r in range(2) for i in range(0, 12, 2)]
+        _send_keyed(producer, after + [("k2", b""), ("k3", b"back-3")], sent)
+    finally:
+        producer.close()
+    new_owner, second = _compact_on_owner(cluster, topic)
+    assert new_owner is not owner
+    assert second["status"] == "SUCCESS", second
+    want = _latest(sent)
+    assert "k2" not in want and "k7" not in want and want["k3"] == b"back-3"  # the scenario is the one meant
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    try:
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(timeout_millis=20000))
+    finally:
+        reader.close()
+    # the whole topic is compacted now: one message per live key, no tombstone, no older value
+    assert sorted((m.partition_key(), m.data()) for m in got) == sorted(want.items())
+    view = client.create_table_view(topic)
+    try:
+        table: dict[str, bytes] = {}
+        view.for_each(lambda k, v: table.__setitem__(k, v))
+        assert table == want
+    finally:
+        view.close()
+    client.close()
+    owner.start()  # back for the next scenario
