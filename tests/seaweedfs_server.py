@@ -148,8 +148,10 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     # the gateway's Iceberg and Lance catalogs listen on fixed ports (8181, 9101): off, so that
     # two servers (pytest-xdist workers) can run at once
     args += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
-    # small volumes: the store preallocates nothing large in the test's temp dir
-    args += [f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=16"]
+    # small volumes: the store preallocates nothing large in the test's temp dir; many of them,
+    # since each bucket is a collection that grows several volumes at its first write (with 16,
+    # the third bucket of a session found no free slot and every write failed INTERNAL_FAILURE)
+    args += [f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=400"]
     args += [f"-s3.localSocket={os.path.join(directory, 's3.sock')}"]
     log_name = os.path.join(directory, "weed.log")
     log = open(log_name, "ab")
