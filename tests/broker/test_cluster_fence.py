@@ -123,7 +123,7 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
     from compactmq.config import load_config
     from compactmq.errors import CompactMQError
     from compactmq.storage.engine import Storage
-    from compactmq.storage.object_ledgers import wait_merges
+    from compactmq.storage.object_ledger_upkeep import wait_merges
 
     topic = "persistent://public/default/zombie"
     url = f"memory:z{uuid.uuid4().hex[:8]}"

@@ -25,7 +25,8 @@ from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT
 from .metadata_store import MetadataStore as KeyValueStore
 from .metadata_store.legacy_tables import open_legacy_tables
 from .ledger_storage import LedgerStorage
-from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage, wait_merges
+from .object_ledger_upkeep import wait_merges
+from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from .object_store_url import KEY as OBJECT_STORE_KEY
 from .object_store_url import location_of
 from .offload import LedgerOffloader

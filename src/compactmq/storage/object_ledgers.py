@@ -25,10 +25,9 @@ Sealing: ``write_index`` (the appender's last step of a seal; recovery's too) wr
 then a background thread (one per process) *merges* the ledger's flush objects into one object
 holding the whole ledger; the flush objects are deleted only once the merged object is durable.
 So a sealed ledger ends as two objects and a read as one ranged GET, whatever the flush count
-was, without the merge's reads and write holding up the topic's appends (a seal runs under the
-managed ledger's lock). Reads during a merge use the flush objects; one that finds them gone
-lists the ledger again. A merge that fails or is cut by a crash leaves the flush objects, still
-the ledger; ``discard_partial_writes`` (every open) schedules sealed, unmerged ledgers again.
+was. Reads during a merge use the flush objects; one that finds them gone lists the ledger
+again. The merges and the ownership fence checked after each flush live in
+``object_ledger_upkeep`` (``ObjectLedgerUpkeep``, which this storage inherits).
 
 Object keys (under the store's prefix), from the encoded topic name and integers only::
 
@@ -59,16 +58,16 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import CompactMQError, StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage, LedgerWriter
 from .object_layout import INDEX_NAME, Layout, resolve_layout
+from .object_ledger_upkeep import ObjectLedgerUpkeep
 from .offload.blobstore import BlobStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -285,50 +284,7 @@ class _Flusher:
 _FLUSHER = _Flusher()
 
 
-class _Merger:
-    """One daemon thread that merges sealed ledgers, one at a time, off the appender's path."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple["ObjectLedgerStorage", int]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending = 0
-
-    def submit(self, storage: "ObjectLedgerStorage", ledger_id: int) -> None:
-        with self._lock:
-            self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
-                self._thread.start()
-        self._queue.put((storage, ledger_id))
-
-    def _run(self) -> None:
-        while True:
-            storage, ledger_id = self._queue.get()
-            try:
-                storage.run_merge(ledger_id)
-            finally:
-                with self._lock:
-                    self._pending -= 1
-                    self._idle.notify_all()
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until no merge is queued or running (any topic's); False on timeout."""
-        with self._lock:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-
-def wait_merges(timeout: float = 30.0) -> bool:
-    """Wait for every queued merge of this process (a topic's deletion does, so that no merge
-    writes a merged object after the ledger's objects were deleted)."""
-    return _MERGER.wait_idle(timeout)
-
-
-_MERGER = _Merger()
-
-
-class ObjectLedgerStorage(LedgerStorage):
+class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
     """One topic's ledgers as objects in ``store`` (see the module docstring)."""
 
     def __init__(
@@ -342,19 +298,11 @@ class ObjectLedgerStorage(LedgerStorage):
         self.topic = topic
         self.settings = settings or ObjectLedgerSettings()
         self.epoch = int(epoch)
-        #: raises while this process no longer owns the topic (cluster mode sets it: the ownership
-        #: fence, checked after each flush object is durable and before its entries count as
-        #: written -- a broker that lost the topic never acknowledges what it wrote after)
-        self.ownership_check: Callable[[], None] | None = None
         self.prefix = ledgers_prefix(topic)
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
         self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
-        # merge, cut and delete of this topic's ledgers one at a time (a merge never writes a
-        # merged object after the ledger was deleted, nor deletes what a cut wrote)
-        self._merge_lock = threading.RLock()
-        self._merging: set[int] = set()  # merges queued or running
-        self._merges_done = threading.Condition(self._lock)
+        self._init_upkeep()  # the fence check and the merges (object_ledger_upkeep)
 
     # --- keys and objects ----------------------------------------------------------------
 
@@ -363,13 +311,6 @@ class ObjectLedgerStorage(LedgerStorage):
 
     def flush_key(self, ledger_id: int, start: int, end: int) -> str:
         return f"{self.ledger_prefix(ledger_id)}/f-{start:016d}-{end:016d}-e{self.epoch:010d}"
-
-    def _merged_key(self, ledger_id: int, size: int) -> str:
-        return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
-
-    def check_owned(self) -> None:
-        if self.ownership_check is not None:
-            self.ownership_check()
 
     def put_object(self, key: str, data: bytes) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
@@ -467,75 +408,6 @@ class ObjectLedgerStorage(LedgerStorage):
             key = f"{self.ledger_prefix(ledger_id)}/{name}"
             out.append(self.store.read_range(key, a - start, b - a))  # one ranged GET
         return b"".join(out)
-
-    def cut(self, ledger_id: int, end: int) -> None:
-        """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object."""
-        with self._merge_lock:
-            buf = self.read_all(ledger_id)
-            if buf is None or len(buf) <= end:
-                return
-            self._replace_with_merged(ledger_id, end, [buf[:end]])
-
-    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
-        """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
-        other data object. Streamed: an upload cut short but completed anyway is no merged
-        object (its size disagrees with its key), so the flush objects stay the ledger."""
-        objects = self._objects(ledger_id)
-        key = self._merged_key(ledger_id, size)
-        name = key.rsplit("/", 1)[1]
-        if objects.get(name) != size:
-            written = self.store.put(key, chunks)
-            if written != size:
-                raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
-        layout = Layout([(0, size, name)], True)
-        with self._lock:
-            self._layouts[ledger_id] = layout
-        for other in objects:
-            if other not in (name, INDEX_NAME):
-                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{other}")
-
-    def merge(self, ledger_id: int) -> bool:
-        """Merge a sealed ledger's flush objects into one object (durable before the flush
-        objects go). True when it merged; False when already merged or being written."""
-        with self._merge_lock:
-            with self._lock:
-                if ledger_id in self._writers:
-                    return False
-            layout = self._layout(ledger_id, refresh=True)
-            if layout.merged or not layout.parts:
-                return False
-            base = self.ledger_prefix(ledger_id)
-            chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
-            self._replace_with_merged(ledger_id, layout.end, chunks)
-            return True
-
-    def schedule_merge(self, ledger_id: int) -> None:
-        """Have the background merger merge a sealed ledger (once, however often asked)."""
-        with self._lock:
-            if ledger_id in self._merging:
-                return
-            self._merging.add(ledger_id)
-        _MERGER.submit(self, ledger_id)
-
-    def run_merge(self, ledger_id: int) -> None:
-        """The merger thread's call: a failed merge leaves the flush objects, which stay the
-        ledger (correct, only more objects); the next open's ``discard_partial_writes``
-        schedules it again."""
-        try:
-            self.merge(ledger_id)
-        except Exception as e:
-            log.warning(
-                "%s: merging ledger %d failed (retried at the next open): %s", self.topic, ledger_id, e
-            )
-        finally:
-            with self._lock:
-                self._merging.discard(ledger_id)
-                self._merges_done.notify_all()
-
-    def wait_merged(self, timeout: float | None = None) -> bool:
-        """Wait until no merge of this storage is queued or running; False on timeout."""
-        with self._lock:
-            return self._merges_done.wait_for(lambda: not self._merging, timeout)
 
     def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
         """Seal: write the index (an object write replaces the old index whole: a crash

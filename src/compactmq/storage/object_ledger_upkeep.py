@@ -1,0 +1,200 @@
+"""Upkeep of an object ledger beside its write path: the ownership fence and the merges.
+
+``object_ledgers.ObjectLedgerStorage`` writes and reads a topic's ledgers as objects; this
+module holds the two things it does *around* those writes, so that the storage module stays
+about bytes and keys. ``ObjectLedgerStorage`` inherits ``ObjectLedgerUpkeep`` (a mixin: the
+methods below work on the storage's own store, lock and cached layouts).
+
+The ownership fence. ``ownership_check`` is a callable that raises while this process no longer
+owns the topic; cluster mode sets it (``storage.engine`` passes a ``resources.fence.FenceLease``
+of the bundle's fence), a single node leaves it None. A writer calls ``check_owned`` after each
+flush object is durable and before its entries count as written: a broker that lost the topic
+(a zombie, paused or partitioned) can still add objects under its own epoch, but never
+acknowledges them, and the next owner's sweep removes them.
+
+Merges. Sealing a ledger (``write_index``) asks for its flush objects to be merged into one
+object holding the whole ledger: ``schedule_merge`` queues the ledger (once, however often
+asked) on ONE daemon thread per process (``_Merger``), so the merge's reads and write never hold
+up the topic's appends (a seal runs under the managed ledger's lock). ``merge`` writes the
+merged object and deletes the flush objects only once it is durable; a merge that fails or is
+cut by a crash leaves the flush objects, still the ledger, and the next open's
+``discard_partial_writes`` schedules it again. ``cut`` (recovery shortening a ledger) writes a
+shorter merged object the same way. Merge, cut and delete of one topic's ledgers run one at a
+time under ``_merge_lock``, so a merge never writes a merged object after the ledger was deleted
+nor deletes what a cut wrote. ``wait_merged`` waits for one storage's merges,
+``wait_merges`` for every merge of the process (a topic's deletion waits, for the same reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Callable, Iterable
+
+from ..errors import StorageError
+from .object_layout import INDEX_NAME, Layout
+from .offload.blobstore import BlobStore
+
+log = logging.getLogger(__name__)
+
+
+class _Merger:
+    """One daemon thread that merges sealed ledgers, one at a time, off the appender's path."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple["ObjectLedgerUpkeep", int]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending = 0
+
+    def submit(self, storage: "ObjectLedgerUpkeep", ledger_id: int) -> None:
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-ledger-merger", daemon=True)
+                self._thread.start()
+        self._queue.put((storage, ledger_id))
+
+    def _run(self) -> None:
+        while True:
+            storage, ledger_id = self._queue.get()
+            try:
+                storage.run_merge(ledger_id)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no merge is queued or running (any topic's); False on timeout."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+
+def wait_merges(timeout: float = 30.0) -> bool:
+    """Wait for every queued merge of this process (a topic's deletion does, so that no merge
+    writes a merged object after the ledger's objects were deleted)."""
+    return _MERGER.wait_idle(timeout)
+
+
+_MERGER = _Merger()
+
+
+class ObjectLedgerUpkeep:
+    """The fence check and the merges of one topic's object ledgers (see the module docstring).
+    The storage provides the attributes declared here, ``ledger_prefix``, ``_objects``,
+    ``_layout`` and ``read_all``, and calls ``_init_upkeep`` from its constructor."""
+
+    store: BlobStore
+    topic: str
+    epoch: int
+    _lock: threading.Lock
+    _writers: dict[int, Any]
+    _layouts: dict[int, Layout]
+
+    def _init_upkeep(self) -> None:
+        #: raises while this process no longer owns the topic (cluster mode sets it: the ownership
+        #: fence, checked after each flush object is durable and before its entries count as
+        #: written -- a broker that lost the topic never acknowledges what it wrote after)
+        self.ownership_check: Callable[[], None] | None = None
+        # merge, cut and delete of this topic's ledgers one at a time (a merge never writes a
+        # merged object after the ledger was deleted, nor deletes what a cut wrote)
+        self._merge_lock = threading.RLock()
+        self._merging: set[int] = set()  # merges queued or running
+        self._merges_done = threading.Condition(self._lock)
+
+    # --- provided by the storage -----------------------------------------------------------
+
+    def ledger_prefix(self, ledger_id: int) -> str:
+        raise NotImplementedError
+
+    def _objects(self, ledger_id: int) -> dict[str, int]:
+        raise NotImplementedError
+
+    def _layout(self, ledger_id: int, refresh: bool = False) -> Layout:
+        raise NotImplementedError
+
+    def read_all(self, ledger_id: int) -> bytes | None:
+        raise NotImplementedError
+
+    # --- the ownership fence ---------------------------------------------------------------
+
+    def check_owned(self) -> None:
+        if self.ownership_check is not None:
+            self.ownership_check()
+
+    # --- merges ----------------------------------------------------------------------------
+
+    def _merged_key(self, ledger_id: int, size: int) -> str:
+        return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
+
+    def cut(self, ledger_id: int, end: int) -> None:
+        """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object."""
+        with self._merge_lock:
+            buf = self.read_all(ledger_id)
+            if buf is None or len(buf) <= end:
+                return
+            self._replace_with_merged(ledger_id, end, [buf[:end]])
+
+    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
+        """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
+        other data object. Streamed: an upload cut short but completed anyway is no merged
+        object (its size disagrees with its key), so the flush objects stay the ledger."""
+        objects = self._objects(ledger_id)
+        key = self._merged_key(ledger_id, size)
+        name = key.rsplit("/", 1)[1]
+        if objects.get(name) != size:
+            written = self.store.put(key, chunks)
+            if written != size:
+                raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
+        layout = Layout([(0, size, name)], True)
+        with self._lock:
+            self._layouts[ledger_id] = layout
+        for other in objects:
+            if other not in (name, INDEX_NAME):
+                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{other}")
+
+    def merge(self, ledger_id: int) -> bool:
+        """Merge a sealed ledger's flush objects into one object (durable before the flush
+        objects go). True when it merged; False when already merged or being written."""
+        with self._merge_lock:
+            with self._lock:
+                if ledger_id in self._writers:
+                    return False
+            layout = self._layout(ledger_id, refresh=True)
+            if layout.merged or not layout.parts:
+                return False
+            base = self.ledger_prefix(ledger_id)
+            chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
+            self._replace_with_merged(ledger_id, layout.end, chunks)
+            return True
+
+    def schedule_merge(self, ledger_id: int) -> None:
+        """Have the background merger merge a sealed ledger (once, however often asked)."""
+        with self._lock:
+            if ledger_id in self._merging:
+                return
+            self._merging.add(ledger_id)
+        _MERGER.submit(self, ledger_id)
+
+    def run_merge(self, ledger_id: int) -> None:
+        """The merger thread's call: a failed merge leaves the flush objects, which stay the
+        ledger (correct, only more objects); the next open's ``discard_partial_writes``
+        schedules it again."""
+        try:
+            self.merge(ledger_id)
+        except Exception as e:
+            log.warning(
+                "%s: merging ledger %d failed (retried at the next open): %s", self.topic, ledger_id, e
+            )
+        finally:
+            with self._lock:
+                self._merging.discard(ledger_id)
+                self._merges_done.notify_all()
+
+    def wait_merged(self, timeout: float | None = None) -> bool:
+        """Wait until no merge of this storage is queued or running; False on timeout."""
+        with self._lock:
+            return self._merges_done.wait_for(lambda: not self._merging, timeout)
