@@ -25,7 +25,11 @@ compacted: what ``compactionMaxLagSeconds`` bounds), ``pulsar_compaction_last_ph
 in this broker: the monitor's joint jobs), and the broker-wide ``compactmq_compaction_running``,
 ``compactmq_compaction_jobs_total``, ``compactmq_compaction_monitor_checks_total`` and
 ``compactmq_compaction_engine_warm`` (1 once the background warm-up of ``compactionSparkWarmup``
-finished; label ``state``: off, warming, warm or failed).
+finished; label ``state``: off, warming, warm or failed). Object storage (every store of the
+process: ``objectLedgerStorageUrl`` ledgers and views, tiered offload), counted where the
+objects are written (``offload.blobstore.OBJECT_COUNTERS``): ``compactmq_object_store_puts_total``
+(objects written, one per completed upload), ``compactmq_object_store_put_bytes_total`` and
+``compactmq_object_store_deletes_total``.
 
 Process and entry-cache metrics come from ``prometheus_client`` (the maintained Prometheus library):
 its ``ProcessCollector`` gives the standard ``process_resident_memory_bytes``,
@@ -348,6 +352,7 @@ def render_metrics(ctx: Any) -> str:
         [topics_count.render()]
         + [fam.render() for fam in families.values()]
         + [fam.render() for fam in _monitor_families(cluster, monitor)]
+        + [fam.render() for fam in _object_store_families(cluster)]
     )
     return "\n".join(out) + "\n" + render_library_metrics(ctx, cluster)
 
@@ -460,3 +465,28 @@ def _monitor_families(cluster: str, monitor: Any) -> list[_Family]:
         1 if (warmup or {}).get("state") == "warm" else 0,
     )
     return [running, checks, jobs, warm]
+
+
+def _object_store_families(cluster: str) -> list[_Family]:
+    """compactmq's own counters of the objects this process wrote and deleted."""
+    from ..storage.offload.blobstore import OBJECT_COUNTERS
+
+    counts = OBJECT_COUNTERS.snapshot()
+    out = []
+    for name, help_, key in (
+        (
+            "compactmq_object_store_puts_total",
+            "objects written to object storage (completed uploads)",
+            "puts",
+        ),
+        (
+            "compactmq_object_store_put_bytes_total",
+            "bytes of the objects written to object storage",
+            "put_bytes",
+        ),
+        ("compactmq_object_store_deletes_total", "objects deleted from object storage", "deletes"),
+    ):
+        fam = _Family(name, "counter", help_)
+        fam.add({"cluster": cluster}, counts[key])
+        out.append(fam)
+    return out

@@ -18,6 +18,11 @@ Objects are written once and never modified: a write goes to a new name, so a re
 half an object (S3 and GCS publish an object when its upload completes; on a local filesystem the
 bytes are fsynced before the caller commits the name in the metadata store, and a crash before
 that leaves an unnamed orphan the sweep removes).
+
+``OBJECT_COUNTERS`` counts, for the whole process, the objects every store wrote (one per
+completed ``put``, whatever its retries) and deleted, and the bytes written: what ``/metrics``
+exports as ``compactmq_object_store_*`` and what the cluster benchmark turns into object
+writes per second.
 """
 
 from __future__ import annotations
@@ -41,6 +46,32 @@ MAX_OPEN_OBJECTS = 64
 # writes of a whole object tried again after a store's passing failure (see BlobStore.put)
 PUT_ATTEMPTS = 4
 TRANSIENT_MARKERS = ("INTERNAL_FAILURE", "SLOW_DOWN", "SERVICE_UNAVAILABLE", "please try again")
+
+
+class ObjectCounters:
+    """Objects written and deleted, and bytes written, by every store of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.puts = 0
+        self.put_bytes = 0
+        self.deletes = 0
+
+    def put(self, size: int) -> None:
+        with self._lock:
+            self.puts += 1
+            self.put_bytes += size
+
+    def delete(self) -> None:
+        with self._lock:
+            self.deletes += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"puts": self.puts, "put_bytes": self.put_bytes, "deletes": self.deletes}
+
+
+OBJECT_COUNTERS = ObjectCounters()
 
 
 @dataclass(frozen=True)
@@ -263,7 +294,9 @@ class BlobStore:
         attempts = PUT_ATTEMPTS if isinstance(chunks, (list, tuple)) else 1
         for attempt in range(1, attempts + 1):
             try:
-                return self._put_once(key, chunks)
+                size = self._put_once(key, chunks)
+                OBJECT_COUNTERS.put(size)
+                return size
             except StorageError as e:
                 if attempt >= attempts or not any(m in str(e) for m in TRANSIENT_MARKERS):
                     raise
@@ -382,6 +415,7 @@ class BlobStore:
             if self.fs.get_file_info(self.path(key)).type == fs.FileType.NotFound:
                 return
             self.fs.delete_file(self.path(key))
+            OBJECT_COUNTERS.delete()
         except FileNotFoundError:
             return
         except Exception as e:
