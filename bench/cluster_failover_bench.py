@@ -47,21 +47,60 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def owner(brokers: list[BrokerProcess]) -> BrokerProcess:
+def owner(brokers: list[BrokerProcess], topic: str = TOPIC) -> BrokerProcess:
     asker = next(b for b in brokers if b.alive())
-    url = f"{asker.web_url}/lookup/v2/topic/persistent/{TOPIC.split('://', 1)[1]}"
+    url = f"{asker.web_url}/lookup/v2/topic/persistent/{topic.split('://', 1)[1]}"
     with urllib.request.urlopen(url, timeout=30) as resp:
         http_url = json.loads(resp.read())["httpUrl"]
     return next(b for b in brokers if b.web_url == http_url)
 
 
-def read_all(client) -> list[bytes]:
-    reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
+def read_all(client, topic: str = TOPIC) -> list[bytes]:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
     out = []
     while reader.has_message_available():
         out.append(reader.read_next(timeout_millis=30000).data())
     reader.close()
     return out
+
+
+def measure_failovers(brokers: list[BrokerProcess], kills: int, topic: str = TOPIC) -> dict:
+    """``kills`` times: SIGKILL the owner of ``topic`` (deduplication on for it), time the next
+    synchronous send, start the killed broker again; then read the topic back (lost, duplicated).
+    ``brokers`` are running ``BrokerProcess``es of one cluster (``cluster_bench`` passes its own)."""
+    url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+    client = pulsar.Client(
+        url, connection_timeout_ms=2000, operation_timeout_seconds=60,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )  # fmt: skip
+    producer = client.create_producer(topic, producer_name="bench", send_timeout_millis=120000)
+    sent = 0
+    for _ in range(20):
+        producer.send(b"m-%d" % sent)
+        sent += 1
+    times = []
+    for k in range(kills):
+        victim = owner(brokers, topic)
+        t0 = time.monotonic()
+        victim.stop(signal.SIGKILL)
+        producer.send(b"m-%d" % sent)
+        times.append(time.monotonic() - t0)
+        sent += 1
+        log(f"kill {k + 1}/{kills}: {times[-1]:.2f} s")
+        victim.start()
+        for _ in range(10):
+            producer.send(b"m-%d" % sent)
+            sent += 1
+    got = read_all(client, topic)
+    client.close()
+    return {
+        "failover_s": [round(t, 3) for t in times],
+        "failover_median_s": round(statistics.median(times), 3),
+        "failover_max_s": round(max(times), 3),
+        "messages_acknowledged": sent,
+        "lost": len({b"m-%d" % i for i in range(sent)} - set(got)),
+        "duplicated": len(got) - len(set(got)),
+    }
 
 
 def run(tmp: str, kills: int, session_ms: int) -> dict:
@@ -82,40 +121,7 @@ def run(tmp: str, kills: int, session_ms: int) -> dict:
             brokers.append(BrokerProcess(Path(tmp) / f"b{i}" / "data", overrides))
         for b in brokers:
             b.start()
-        url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
-        client = pulsar.Client(
-            url, connection_timeout_ms=2000, operation_timeout_seconds=60,
-            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-        )  # fmt: skip
-        producer = client.create_producer(TOPIC, producer_name="bench", send_timeout_millis=120000)
-        sent = 0
-        for _ in range(20):
-            producer.send(b"m-%d" % sent)
-            sent += 1
-        times = []
-        for k in range(kills):
-            victim = owner(brokers)
-            t0 = time.monotonic()
-            victim.stop(signal.SIGKILL)
-            producer.send(b"m-%d" % sent)
-            times.append(time.monotonic() - t0)
-            sent += 1
-            log(f"kill {k + 1}/{kills}: {times[-1]:.2f} s")
-            victim.start()
-            for _ in range(10):
-                producer.send(b"m-%d" % sent)
-                sent += 1
-        got = read_all(client)
-        client.close()
-        return {
-            "session_timeout_ms": session_ms,
-            "failover_s": [round(t, 3) for t in times],
-            "failover_median_s": round(statistics.median(times), 3),
-            "failover_max_s": round(max(times), 3),
-            "messages_acknowledged": sent,
-            "lost": len({b"m-%d" % i for i in range(sent)} - set(got)),
-            "duplicated": len(got) - len(set(got)),
-        }
+        return {"session_timeout_ms": session_ms, **measure_failovers(brokers, kills)}
     finally:
         for b in brokers:
             b.stop(signal.SIGKILL)

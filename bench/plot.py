@@ -194,6 +194,61 @@ def plot_spark_source(plt, d, name: str = "spark_source") -> None:
     _save(plt, fig, name)
 
 
+def plot_cluster(plt, d, name: str = "cluster") -> None:
+    """``cluster_bench``: publish throughput and latency, single node against the cluster; the
+    spread of topics over the brokers; each failover (SIGKILL to the next publish)."""
+    single, cl = d["single_node"], d["cluster"]
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
+    _bars(
+        axes[0],
+        ["single node\n(local disk)", "cluster\n(3 brokers, S3)"],
+        [single["throughput"]["msgs_per_s"] / 1000, cl["throughput"]["msgs_per_s"] / 1000],
+        lambda v: f"{v:.1f}k",
+    )
+    axes[0].set_ylabel("thousand messages/s (batching on)")
+    axes[0].set_title(f"publish, {cl['throughput']['object_writes_per_s']:.0f} object writes/s", fontsize=9)
+    labels, values = [], []
+    for q in ("p50", "p99"):
+        labels += [f"single\n{q}", f"cluster\n{q}"]
+        values += [single["latency"][f"{q}_ms"], cl["latency"][f"{q}_ms"]]
+    _bars(axes[1], labels, values, lambda v: f"{v:.1f}")
+    axes[1].set_ylabel("ms per synchronous send")
+    axes[1].set_title(f"publish latency, {cl['latency']['sends']:,} sends, batching off", fontsize=9)
+    ax = axes[2]
+    width = 0.8 / len(cl["spread"])
+    for k, sp in enumerate(cl["spread"]):
+        xs = [i + k * width for i in range(len(sp["topics_per_broker"]))]
+        ax.bar(xs, sp["topics_per_broker"], width, label=f"{sp['namespace']} ({sp['bundles']} bundles)")
+    ax.set_xticks(
+        [i + width * (len(cl["spread"]) - 1) / 2 for i in range(3)], ["broker 0", "broker 1", "broker 2"]
+    )
+    ax.set_ylabel("topics owned (by lookup)")
+    ax.set_title(f"spread of {cl['spread'][0]['topics']} topics", fontsize=9)
+    ax.legend(fontsize=7)
+    fo = cl["failover"]
+    ax = axes[3]
+    ax.plot(range(1, len(fo["failover_s"]) + 1), fo["failover_s"], marker="o")
+    ax.axhline(fo["failover_median_s"], color="grey", linestyle="--", linewidth=0.8)
+    ax.axhline(cl["session_timeout_ms"] / 1000, color="#c44e52", linestyle=":", linewidth=0.8)
+    ax.set_xticks(range(1, len(fo["failover_s"]) + 1))
+    ax.set_xlabel("SIGKILL of the owner")
+    ax.set_ylabel("s to the next publish")
+    ax.set_title(
+        f"failover: median {fo['failover_median_s']:.2f} s (session {cl['session_timeout_ms'] / 1000:g} s), "
+        f"lost {fo['lost']}, dup {fo['duplicated']}",
+        fontsize=9,
+    )
+    stored = cl["stored_after_unload"]
+    fig.suptitle(
+        f"compactmq cluster ({d['mode']} run, {d['params']['message_bytes']}-byte messages): "
+        f"{stored['objects_per_gb']} objects/GB once sealed "
+        f"({cl['stored_after_publish']['objects_per_gb']} while open); "
+        f"load {d['load_average_before']} on {d['cpus']} CPUs",
+        fontsize=10,
+    )
+    _save(plt, fig, name)
+
+
 def _save(plt, fig, name: str) -> None:
     fig.tight_layout()
     out = RESULTS / f"{name}.png"
@@ -221,6 +276,7 @@ def main() -> int:
         ("latest_value_quick", lambda plt, d: plot_latest_value(plt, d, "latest_value_quick")),
         ("many_topics", plot_many_topics),
         ("spark_source_1m", lambda plt, d: plot_spark_source(plt, d, "spark_source_1m")),
+        ("cluster", plot_cluster),
     ):
         if only and name not in only:
             continue

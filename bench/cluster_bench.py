@@ -1,0 +1,396 @@
+"""Cluster mode against one broker, in one run: publish, object writes, topic spread, failover.
+
+Two set-ups, one after the other, driven by the official ``pulsar-client``:
+
+* **single node**: one ``compactmq standalone`` with the defaults (ledgers on its local disk);
+* **cluster**: three ``compactmq standalone`` processes sharing a real ZooKeeper (the tests'
+  ``tests/storage/metadata_store/zk_server.py``, ``metadataStoreUrl=zk:...``) and a SeaweedFS
+  bucket (``tests/seaweedfs_server.py``, ``objectLedgerStorageUrl=s3://...``): entries are
+  acknowledged once they are in the object store, fenced by the bundle's epoch. The client is
+  given all three brokers in its service URL.
+
+Measured on each (same client code, same message size):
+
+* **publish throughput**: one producer, batching on, ``send_async`` of ``messages`` messages
+  until every receipt is back (messages/s, MiB/s);
+* **publish latency**: one producer, batching off, ``latency_sends`` synchronous sends, each
+  timed from ``send`` to its receipt (p50, p99, mean, max in ms);
+
+and on the cluster only:
+
+* **object writes**: what the brokers actually PUT -- each broker's
+  ``compactmq_object_store_puts_total`` (``/metrics``; counted by ``offload.blobstore`` on every
+  completed upload) before and after each publish phase, summed over the brokers, per second of
+  the phase; and **objects per GB** stored: the bucket as SeaweedFS lists it (boto3, not the
+  code under test) after publishing, then again after ``public/default`` is unloaded (its
+  ledgers sealed and their flush objects merged). GB = 10^9 bytes;
+* **spread**: ``topics`` topic names in ``public/default`` (``defaultNumberOfNamespaceBundles``
+  bundles) and in a namespace of ``--spread-bundles`` bundles, each looked up over HTTP
+  (``/lookup/v2/topic``, the askers taking turns); the owner from each answer, counted per broker;
+* **failover**: ``bench/cluster_failover_bench.py``'s ``measure_failovers`` (imported): ``kills``
+  SIGKILLs of a topic's owner, each timed to the first successful publish on the new owner,
+  deduplication on for that topic's namespace, the whole topic read back (lost, duplicated).
+
+Everything shares the machine (client, brokers, ZooKeeper, SeaweedFS), so the figures compare
+the two set-ups on it, not what a real deployment does; the load average is recorded at each
+step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and draws
+``cluster.png`` beside it (``bench/plot.py``'s ``plot_cluster``; needs matplotlib).
+
+    .venv/bin/python bench/cluster_bench.py --quick   # about 1 to 2 minutes: 20,000 messages, 3 kills
+    .venv/bin/python bench/cluster_bench.py           # 200,000 messages, 3,000 timed sends, 10 kills
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import pulsar  # noqa: E402
+from cluster_failover_bench import measure_failovers  # noqa: E402
+from harness.broker import BrokerProcess  # noqa: E402
+from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
+from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
+
+MODES = {
+    "quick": {"messages": 20_000, "latency_sends": 300, "topics": 300, "kills": 3},
+    "full": {"messages": 200_000, "latency_sends": 3_000, "topics": 300, "kills": 10},
+}
+BUCKET = "cluster-bench"
+START_TIMEOUT_S = 120.0  # a broker's start on a loaded machine
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def http_json(url: str, method: str = "GET", body: object = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+def new_client(brokers: list[BrokerProcess]):
+    url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+    return pulsar.Client(
+        url, connection_timeout_ms=5000, operation_timeout_seconds=60,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )  # fmt: skip
+
+
+# --- publishing ------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def publish_throughput(client, topic: str, n: int, size: int) -> dict:
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=5,
+        max_pending_messages=10000, block_if_queue_full=True,
+    )  # fmt: skip
+    payload = b"x" * size
+    failures: list = []
+
+    def done(res, _mid) -> None:
+        if res != pulsar.Result.Ok:
+            failures.append(str(res))
+
+    t0 = time.perf_counter()
+    for _ in range(n):
+        producer.send_async(payload, done)
+    producer.flush()
+    secs = time.perf_counter() - t0
+    producer.close()
+    if failures:
+        raise SystemExit(f"{len(failures)} of {n} sends failed: {failures[:3]}")
+    return {
+        "messages": n,
+        "message_bytes": size,
+        "seconds": round(secs, 3),
+        "msgs_per_s": round(n / secs),
+        "mib_per_s": round(n * size / secs / 2**20, 2),
+    }
+
+
+def publish_latency(client, topic: str, n: int, size: int) -> dict:
+    producer = client.create_producer(topic, batching_enabled=False)
+    payload = b"y" * size
+    producer.send(payload)  # the first send pays for the connection and the topic's load
+    times = []
+    t_all = time.perf_counter()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        producer.send(payload)
+        times.append((time.perf_counter() - t0) * 1000)
+    secs = time.perf_counter() - t_all
+    producer.close()
+    return {
+        "sends": n,
+        "seconds": round(secs, 3),
+        "p50_ms": round(percentile(times, 50), 3),
+        "p99_ms": round(percentile(times, 99), 3),
+        "mean_ms": round(statistics.fmean(times), 3),
+        "max_ms": round(max(times), 3),
+    }
+
+
+def publish_phases(brokers: list[BrokerProcess], p: dict, size: int, counted=None) -> dict:
+    """Throughput, then latency, on fresh topics of public/default; ``counted(phase, fn)`` wraps
+    each (the cluster counts object writes around it)."""
+    client = new_client(brokers)
+    tag = uuid.uuid4().hex[:6]
+    counted = counted or (lambda _phase, fn: (fn(), {}))
+    try:
+        out = {}
+        for phase, fn in (
+            ("throughput", lambda: publish_throughput(client, f"bench-tput-{tag}", p["messages"], size)),
+            ("latency", lambda: publish_latency(client, f"bench-lat-{tag}", p["latency_sends"], size)),
+        ):
+            result, extra = counted(phase, fn)
+            out[phase] = {**result, **extra, "load_average_1m": load()}
+            log(f"  {phase}: {json.dumps(out[phase])}")
+        return out
+    finally:
+        client.close()
+
+
+# --- object counts ---------------------------------------------------------------------------
+
+
+def object_counters(b: BrokerProcess) -> dict[str, int]:
+    """The broker's ``compactmq_object_store_*`` counters from its ``/metrics``."""
+    with urllib.request.urlopen(f"{b.web_url}/metrics", timeout=60) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        for name in ("puts", "put_bytes", "deletes"):
+            if line.startswith(f"compactmq_object_store_{name}_total{{"):
+                out[name] = int(float(line.rsplit(" ", 1)[1]))
+    if len(out) != 3:
+        raise SystemExit(f"broker {b.web_url} exports no compactmq_object_store_* counters")
+    return out
+
+
+def counted_by(brokers: list[BrokerProcess]):
+    def counted(_phase: str, fn):
+        before = [object_counters(b) for b in brokers]
+        t0 = time.perf_counter()
+        result = fn()
+        secs = time.perf_counter() - t0
+        after = [object_counters(b) for b in brokers]
+        puts = sum(a["puts"] - b["puts"] for a, b in zip(after, before))
+        put_bytes = sum(a["put_bytes"] - b["put_bytes"] for a, b in zip(after, before))
+        return result, {
+            "object_writes": puts,
+            "object_writes_per_s": round(puts / secs, 1),
+            "object_bytes_written": put_bytes,
+            "messages_per_object_write": round(
+                result.get("messages", result.get("sends", 0)) / max(1, puts), 1
+            ),
+        }
+
+    return counted
+
+
+def stored_objects(s3, bucket: str, prefix: str) -> dict:
+    """The bucket under ``prefix`` as SeaweedFS lists it: objects, bytes, objects per GB, and the
+    objects per kind (ledger flush ``f-``, merged ``m-``, ``index``, anything else)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    count = size = 0
+    kinds = {"ledger_flush": 0, "ledger_merged": 0, "ledger_index": 0, "other": 0}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            if o["Key"].endswith("/"):
+                continue  # pyarrow's directory markers are not objects
+            count += 1
+            size += int(o["Size"])
+            name = o["Key"].rsplit("/", 1)[1]
+            ledger = "/ledgers/" in "/" + o["Key"]
+            kind = (
+                "ledger_flush" if ledger and name.startswith("f-") else
+                "ledger_merged" if ledger and name.startswith("m-") else
+                "ledger_index" if ledger and name == "index" else "other"
+            )  # fmt: skip
+            kinds[kind] += 1
+    return {
+        "objects": count,
+        "bytes": size,
+        "objects_per_gb": round(count / (size / 1e9), 1) if size else None,
+        "by_kind": kinds,
+    }
+
+
+def sealed_objects(brokers, s3, bucket: str, prefix: str, timeout: float = 60.0) -> dict:
+    """Unload public/default (every topic closes, its ledger is sealed), wait until the merges
+    left no flush object of a sealed ledger (or ``timeout``), and list the bucket again."""
+    http_json(f"{brokers[0].web_url}/admin/v2/namespaces/public/default/unload", "PUT")
+    deadline = time.monotonic() + timeout
+    got = stored_objects(s3, bucket, prefix)
+    while got["by_kind"]["ledger_flush"] and time.monotonic() < deadline:
+        time.sleep(1.0)
+        got = stored_objects(s3, bucket, prefix)
+    got["merges_settled"] = got["by_kind"]["ledger_flush"] == 0
+    return got
+
+
+# --- spread ----------------------------------------------------------------------------------
+
+
+def spread(brokers: list[BrokerProcess], namespace: str, topics: int) -> dict:
+    by_port = {b.web_port: i for i, b in enumerate(brokers)}
+    counts = [0] * len(brokers)
+    t0 = time.perf_counter()
+    for i in range(topics):
+        asker = brokers[i % len(brokers)]
+        answer = http_json(f"{asker.web_url}/lookup/v2/topic/persistent/{namespace}/spread-{i}")
+        counts[by_port[urlsplit(answer["httpUrl"]).port]] += 1  # type: ignore[index]
+    secs = time.perf_counter() - t0
+    bundles = http_json(f"{brokers[0].web_url}/admin/v2/namespaces/{namespace}/bundles")
+    return {
+        "namespace": namespace,
+        "bundles": bundles["numBundles"],  # type: ignore[index]
+        "topics": topics,
+        "topics_per_broker": counts,
+        "lookups_per_s": round(topics / secs, 1),
+    }
+
+
+# --- the two set-ups -------------------------------------------------------------------------
+
+
+def single_node(tmp: Path, p: dict, size: int) -> dict:
+    log("single node (defaults, local disk)")
+    (tmp / "single").mkdir()
+    broker = BrokerProcess(tmp / "single" / "data")
+    broker.start(START_TIMEOUT_S)
+    try:
+        return publish_phases([broker], p, size)
+    finally:
+        broker.stop()
+
+
+def cluster(tmp: Path, p: dict, size: int, session_ms: int, spread_bundles: int) -> dict:
+    log("cluster: ZooKeeper, SeaweedFS, 3 brokers")
+    zk = ZooKeeperServer(tmp / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
+    s3 = start_seaweedfs()
+    brokers: list[BrokerProcess] = []
+    try:
+        bucket = s3.create_bucket(BUCKET)
+        prefix = uuid.uuid4().hex[:8]
+        overrides = {
+            "metadataStoreUrl": f"zk:{zk.hosts}/bench",
+            "objectLedgerStorageUrl": f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={s3.endpoint}",
+            "metadataStoreSessionTimeoutMillis": str(session_ms),
+            "loadBalancerReportUpdateMinIntervalMillis": "300",
+        }
+        for i in range(3):
+            (tmp / f"b{i}").mkdir()
+            brokers.append(BrokerProcess(tmp / f"b{i}" / "data", overrides))
+        for b in brokers:
+            b.start(START_TIMEOUT_S)
+        out: dict = {"session_timeout_ms": session_ms, "load_average_at_start": load()}
+        out.update(publish_phases(brokers, p, size, counted_by(brokers)))
+        out["stored_after_publish"] = stored_objects(s3, bucket, prefix)
+        out["stored_after_unload"] = sealed_objects(brokers, s3, bucket, prefix)
+        log(f"  stored: {out['stored_after_publish']} / sealed: {out['stored_after_unload']}")
+        ns = f"public/spread{spread_bundles}"
+        http_json(
+            f"{brokers[0].web_url}/admin/v2/namespaces/{ns}",
+            "PUT",
+            {"bundles": {"numBundles": spread_bundles}},
+        )
+        out["spread"] = [spread(brokers, "public/default", p["topics"]), spread(brokers, ns, p["topics"])]
+        log(f"  spread: {out['spread']}")
+        http_json(
+            f"{brokers[0].web_url}/admin/v2/namespaces/public/failover", "PUT", {"bundles": {"numBundles": 1}}
+        )
+        http_json(f"{brokers[0].web_url}/admin/v2/namespaces/public/failover/deduplication", "POST", True)
+        out["failover"] = {
+            **measure_failovers(brokers, p["kills"], "persistent://public/failover/failover-bench"),
+            "kills": p["kills"],
+            "load_average_1m": load(),
+        }
+        return out
+    finally:
+        for b in brokers:
+            b.stop(signal.SIGKILL)  # nothing of the cluster is kept
+        stop_seaweedfs(s3)
+        zk.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="about 2 minutes: fewer messages and kills")
+    ap.add_argument("--size", type=int, default=100, help="message bytes")
+    ap.add_argument("--session-ms", type=int, default=3000, help="metadataStoreSessionTimeoutMillis")
+    ap.add_argument("--spread-bundles", type=int, default=16, help="bundles of the second spread namespace")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "cluster.json"))
+    a = ap.parse_args()
+    mode = "quick" if a.quick else "full"
+    p = MODES[mode]
+    started, load_before = time.monotonic(), load()
+    with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{uuid.uuid4().hex[:6]}-") as tmp:
+        single = single_node(Path(tmp), p, a.size)
+        clustered = cluster(Path(tmp), p, a.size, a.session_ms, a.spread_bundles)
+    results = {
+        "mode": mode,
+        "params": {**p, "message_bytes": a.size, "brokers": 3, "session_timeout_ms": a.session_ms},
+        "single_node": single,
+        "cluster": clustered,
+        "cluster_vs_single": {
+            "throughput_ratio": round(
+                clustered["throughput"]["msgs_per_s"] / single["throughput"]["msgs_per_s"], 3
+            ),
+            "latency_p50_ratio": round(clustered["latency"]["p50_ms"] / single["latency"]["p50_ms"], 2),
+            "latency_p99_ratio": round(clustered["latency"]["p99_ms"] / single["latency"]["p99_ms"], 2),
+        },
+        "load_average_before": load_before,
+        "load_average_after": load(),
+        "cpus": os.cpu_count(),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import plot
+    except ImportError as e:  # matplotlib missing (the bench extra): the JSON is the result
+        log(f"no plot: {e}")
+        return
+    plot.plot_cluster(plt, results, out.stem)
+
+
+if __name__ == "__main__":
+    main()
