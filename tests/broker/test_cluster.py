@@ -223,6 +223,49 @@ def test_a_partitioned_topic_spreads_its_partitions_and_works_through_any_broker
     assert len(owners) >= 2 and owners <= {b.web_port for b in cluster}
 
 
+def test_partitioned_stats_gather_each_partition_from_its_owner(cluster, client):
+    """Pulsar's partitioned-stats on any broker: each partition's stats come from its owner (a
+    broker owning only some partitions answered 503 before), summed, and ``perPartition``."""
+    while True:  # a fresh namespace (none of its 4 bundles owned yet), 6 partitions in all 4
+        ns = f"public/ps{uuid.uuid4().hex[:8]}"
+        topic = f"persistent://{ns}/pstats"
+        if len({bundle_of(ns, BOUNDARIES, f"{topic}-partition-{i}") for i in range(6)}) == 4:
+            break
+    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 4}}))
+    names = [f"{topic}-partition-{i}" for i in range(6)]
+    # bundle k taken by broker k % 3 (an authoritative lookup of an unowned bundle takes it): the
+    # partitions are spread whatever the balancer would have chosen
+    for name in names:
+        k = BOUNDARIES.index(bundle_of(ns, BOUNDARIES, name).lower)
+        path = f"/lookup/v2/topic/persistent/{name.split('://', 1)[1]}?authoritative=true"
+        ok(rest(cluster[k % 3], "GET", path))
+    local = topic.split("://", 1)[1]
+    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{local}/partitions", 6)[0] == 204
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(24):
+        producer.send(b"m%d" % i, partition_key=str(i))
+    owners = {owner_web_port(cluster, name) for name in names}
+    assert len(owners) == 3  # no broker owns every partition
+    try:
+        for b in cluster:  # each broker answers itself (no 307, no 503), from every owner
+            status, _, raw = get_raw(b, f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=true")
+            assert status == 200, raw[:300]
+            body = json.loads(raw)
+            assert set(body["partitions"]) == set(names)
+            assert sum(p["entriesCount"] for p in body["partitions"].values()) == 24
+            assert body["entriesCount"] == 24 and body["msgInCounter"] == 24
+            assert len(body["publishers"]) == 6  # the producer's, live on each owner
+            status, _, raw = get_raw(b, f"/admin/v2/persistent/{local}/partitioned-internalStats")
+            assert status == 200, raw[:300]
+            internal = json.loads(raw)
+            assert internal["metadata"] == {"partitions": 6} and set(internal["partitions"]) == set(names)
+            assert sum(p["numberOfEntries"] for p in internal["partitions"].values()) == 24
+    finally:
+        producer.close()
+    status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=false")
+    assert status == 200 and "partitions" not in json.loads(raw)
+
+
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):
     http_client = make_client(f"http://127.0.0.1:{cluster[2].web_port}")
     try:

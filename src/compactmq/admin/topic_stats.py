@@ -1,5 +1,8 @@
 """A topic's stats: ``GET .../stats``, ``.../partitioned-stats`` and ``.../internalStats``.
 
+``partitioned-internalStats`` gives each partition's ``internalStats``. In a cluster, the
+partitioned forms ask each partition's owner (``partition_owners``).
+
 ``stats`` is Pulsar's TopicStats (rates and counters from the traffic sampler, publishers,
 subscriptions with their consumers and backlog) with a ``compaction`` object: Pulsar's four
 ``lastCompaction*`` fields, then ours about the compacted view in force. ``partitioned-stats``
@@ -18,7 +21,7 @@ from aiohttp import web
 from ..broker.dedup import DEDUP_CURSOR
 from ..compaction.tiered import local_copy_deleted
 from ..errors import NotFound, TopicNotFound
-from . import nonpersistent
+from . import nonpersistent, partition_owners
 from .access import LOOKUP
 from .common import Context, query_flag
 from .router import Router
@@ -34,6 +37,13 @@ def add_routes(router: Router) -> None:
         TOPIC + "/partitioned-stats",
         partitioned_stats,
         "stats of a partitioned topic and its partitions",
+        requires=LOOKUP,
+    )
+    router.add(
+        "GET",
+        TOPIC + "/partitioned-internalStats",
+        partitioned_internal_stats,
+        "internal stats of each partition of a partitioned topic",
         requires=LOOKUP,
     )
     router.add(
@@ -218,14 +228,12 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
     if n is None:
         raise TopicNotFound(f"partitioned topic {topic} does not exist")
     ctx.sampler.refresh()
-    per: dict[str, Any] = {}
-    for name in partition_names(topic, n):
-        try:
-            per[name] = await ctx.run_blocking(
-                _stats_blocking, ctx, name, ctx.service.topics.loaded.get(name)
-            )
-        except TopicNotFound:
-            continue
+
+    async def local(name: str) -> Any:
+        return await ctx.run_blocking(_stats_blocking, ctx, name, ctx.service.topics.loaded.get(name))
+
+    # in a cluster each partition's stats come from its owner (partition_owners)
+    per = await partition_owners.gather(ctx, request, partition_names(topic, n), "/stats", local)
     body: dict[str, Any] = {k: sum(s[k] for s in per.values()) for k in _SUMMED}
     body["metadata"] = {"partitions": n}
     body["publishers"] = [p for s in per.values() for p in s["publishers"]]
@@ -343,3 +351,18 @@ async def internal_stats(ctx: Context, request: web.Request, **path: str) -> Any
     if await topic_kind(ctx, topic):
         raise NotFound(f"{topic} is a partitioned topic: ask one of its partitions")
     return await ctx.run_blocking(_internal_stats_blocking, ctx, topic)
+
+
+async def partitioned_internal_stats(ctx: Context, request: web.Request, **path: str) -> Any:
+    """Pulsar's ``PartitionedTopicInternalStats``: ``metadata`` and each partition's internal
+    stats (from its owner, in a cluster)."""
+    topic = persistent_name(topic_name(**path))
+    n = await ctx.run_blocking(ctx.storage.partitions, topic)
+    if n is None:
+        raise TopicNotFound(f"partitioned topic {topic} does not exist")
+
+    async def local(name: str) -> Any:
+        return await ctx.run_blocking(_internal_stats_blocking, ctx, name)
+
+    per = await partition_owners.gather(ctx, request, partition_names(topic, n), "/internalStats", local)
+    return {"metadata": {"partitions": n}, "partitions": per}
