@@ -264,6 +264,11 @@ def test_partitioned_stats_gather_each_partition_from_its_owner(cluster, client)
         producer.close()
     status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=false")
     assert status == 200 and "partitions" not in json.loads(raw)
+    admin = ("--admin-url", f"http://127.0.0.1:{cluster[2].web_port}", "--output", "json")
+    out = json.loads(run_cli(*admin, "topics", "partitioned-stats", "--per-partition", topic).stdout)
+    assert out["entriesCount"] == 24 and set(out["partitions"]) == set(names)
+    out = json.loads(run_cli(*admin, "topics", "partitioned-stats-internal", topic).stdout)
+    assert set(out["partitions"]) == set(names)
 
 
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):

@@ -1,4 +1,5 @@
-"""``compactmq topics create|list|delete|stats|internal-stats`` and their partitioned forms: a
+"""``compactmq topics create|list|delete|stats|internal-stats`` and their partitioned forms
+(``partitioned-stats [--per-partition]``, ``partitioned-stats-internal``, as pulsar-admin): a
 topic's lifecycle and what the broker reports about it, one REST call each."""
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def _delete(a, c, o) -> None:
 def _delete_partitioned(a, c, o) -> None:
     c.request("DELETE", f"{topic_path(a.topic)}/partitions", query={"force": "true"} if a.force else None)
     o.done(f"deleted {a.topic}")
+
+
+def _partitioned_stats(a, c, o) -> None:
+    query = {"perPartition": "true" if a.per_partition else "false"}
+    o.result(c.request("GET", f"{topic_path(a.topic)}/partitioned-stats", query=query))
 
 
 def add_commands(topics) -> None:
@@ -72,4 +78,20 @@ def add_commands(topics) -> None:
     p.add_argument("topic")
     p.set_defaults(
         func=run_command(lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/internalStats")))
+    )
+    p = topics.add_parser(
+        "partitioned-stats",
+        help="stats of a partitioned topic, its partitions summed (from each partition's owner)",
+    )
+    p.add_argument("topic")
+    p.add_argument("--per-partition", action="store_true", help="each partition's stats too")
+    p.set_defaults(func=run_command(_partitioned_stats))
+    p = topics.add_parser(
+        "partitioned-stats-internal", help="internal stats of each partition of a partitioned topic"
+    )
+    p.add_argument("topic")
+    p.set_defaults(
+        func=run_command(
+            lambda a, c, o: o.result(c.request("GET", f"{topic_path(a.topic)}/partitioned-internalStats"))
+        )
     )
