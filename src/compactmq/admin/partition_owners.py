@@ -37,6 +37,8 @@ from .common import Context
 MAX_HOPS = 3
 #: longest wait for one partition's answer from its owner
 FETCH_TIMEOUT_S = 30.0
+#: partitions asked at once (a topic of hundreds of partitions does not open hundreds of sockets)
+MAX_CONCURRENT = 16
 
 
 def _origin(url: str) -> str:
@@ -116,6 +118,7 @@ async def gather(
     here, else ``GET`` of the partition's ``suffix`` path on the owner. Partitions that do not
     exist are left out."""
     cluster = getattr(ctx.service, "cluster", None)
+    slots = asyncio.Semaphore(MAX_CONCURRENT)
 
     async def one(name: str) -> Any:
         tn = TopicName.parse(name)
@@ -125,7 +128,8 @@ async def gather(
                 return await local(name)
             except TopicNotFound:
                 return None
-        return await _fetch(ctx, cluster, request, tn, suffix, decision)
+        async with slots:
+            return await _fetch(ctx, cluster, request, tn, suffix, decision)
 
     answers = await asyncio.gather(*(one(n) for n in names))
     return {name: a for name, a in zip(names, answers) if a is not None}
