@@ -269,6 +269,14 @@ def test_partitioned_stats_gather_each_partition_from_its_owner(cluster, client)
     assert out["entriesCount"] == 24 and set(out["partitions"]) == set(names)
     out = json.loads(run_cli(*admin, "topics", "partitioned-stats-internal", topic).stdout)
     assert set(out["partitions"]) == set(names)
+    # every bundle unowned: each partition is assigned on the way (the leader's 307 followed to
+    # the broker it picks, which takes the bundle). This module's brokers keep ledgers on their
+    # own disks (no object store), so only that every partition answers is checked here
+    assert rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}/unload")[0] == 204
+    status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=true")
+    assert status == 200, raw[:300]
+    assert set(json.loads(raw)["partitions"]) == set(names)
+    assert {owner_web_port(cluster, name) for name in names} <= {b.web_port for b in cluster}
 
 
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):
