@@ -15,6 +15,9 @@ Measured on each (same client code, same message size):
   until every receipt is back (messages/s, MiB/s);
 * **publish latency**: one producer, batching off, ``latency_sends`` synchronous sends, each
   timed from ``send`` to its receipt (p50, p99, mean, max in ms);
+* **many topics**: ``many_topics`` producers (batching off, 100 messages in flight each) on as
+  many topics of a 16-bundle namespace, for ``many_seconds``: messages/s, and on the cluster
+  the object writes that load costs;
 
 and on the cluster only:
 
@@ -22,7 +25,7 @@ and on the cluster only:
   ``compactmq_object_store_puts_total`` (``/metrics``; counted by ``offload.blobstore`` on every
   completed upload) before and after each publish phase, summed over the brokers, per second of
   the phase; and **objects per GB** stored: the bucket as SeaweedFS lists it (boto3, not the
-  code under test) after publishing, then again after ``public/default`` is unloaded (its
+  code under test) after publishing, then again after every namespace is unloaded (the
   ledgers sealed and their flush objects merged). GB = 10^9 bytes;
 * **spread**: ``topics`` topic names in ``public/default`` (``defaultNumberOfNamespaceBundles``
   bundles) and in a namespace of ``--spread-bundles`` bundles, each looked up over HTTP
@@ -67,8 +70,22 @@ from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
 from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
 
 MODES = {
-    "quick": {"messages": 20_000, "latency_sends": 300, "topics": 300, "kills": 3},
-    "full": {"messages": 200_000, "latency_sends": 3_000, "topics": 300, "kills": 10},
+    "quick": {
+        "messages": 20_000,
+        "latency_sends": 300,
+        "many_topics": 30,
+        "many_seconds": 5,
+        "topics": 300,
+        "kills": 3,
+    },
+    "full": {
+        "messages": 200_000,
+        "latency_sends": 3_000,
+        "many_topics": 30,
+        "many_seconds": 30,
+        "topics": 300,
+        "kills": 10,
+    },
 }
 BUCKET = "cluster-bench"
 START_TIMEOUT_S = 120.0  # a broker's start on a loaded machine
@@ -159,17 +176,59 @@ def publish_latency(client, topic: str, n: int, size: int) -> dict:
     }
 
 
+def publish_many(client, topics: list[str], seconds: float, size: int) -> dict:
+    """One producer per topic (batching off, at most 100 messages in flight each), sending in
+    turn for ``seconds``: what the store sees when many topics publish at once."""
+    producers = [
+        client.create_producer(t, batching_enabled=False, max_pending_messages=100, block_if_queue_full=True)
+        for t in topics
+    ]
+    payload = b"z" * size
+    acked, failures = [0], []
+
+    def done(res, _mid) -> None:
+        if res == pulsar.Result.Ok:
+            acked[0] += 1
+        else:
+            failures.append(str(res))
+
+    t0 = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - t0 < seconds:
+        for producer in producers:
+            producer.send_async(payload, done)
+        sent += len(producers)
+    for producer in producers:
+        producer.flush()
+    secs = time.perf_counter() - t0
+    for producer in producers:
+        producer.close()
+    if failures:
+        raise SystemExit(f"{len(failures)} of {sent} sends failed: {failures[:3]}")
+    return {
+        "topics": len(topics),
+        "messages": acked[0],
+        "seconds": round(secs, 3),
+        "msgs_per_s": round(acked[0] / secs),
+    }
+
+
 def publish_phases(brokers: list[BrokerProcess], p: dict, size: int, counted=None) -> dict:
-    """Throughput, then latency, on fresh topics of public/default; ``counted(phase, fn)`` wraps
-    each (the cluster counts object writes around it)."""
+    """Throughput, latency, then many topics at once, on fresh topics (the last in a namespace of
+    16 bundles, so that they spread); ``counted(phase, fn)`` wraps each (the cluster counts object
+    writes around it)."""
     client = new_client(brokers)
     tag = uuid.uuid4().hex[:6]
     counted = counted or (lambda _phase, fn: (fn(), {}))
+    ns = f"public/many{tag}"
+    http_json(f"{brokers[0].web_url}/admin/v2/namespaces/{ns}", "PUT", {"bundles": {"numBundles": 16}})
+    many = [f"persistent://{ns}/t{i}" for i in range(p["many_topics"])]
     try:
         out = {}
         for phase, fn in (
             ("throughput", lambda: publish_throughput(client, f"bench-tput-{tag}", p["messages"], size)),
             ("latency", lambda: publish_latency(client, f"bench-lat-{tag}", p["latency_sends"], size)),
+            ("many_topics", lambda: publish_many(client, many, p["many_seconds"], size)),
         ):
             result, extra = counted(phase, fn)
             out[phase] = {**result, **extra, "load_average_1m": load()}
@@ -206,6 +265,7 @@ def counted_by(brokers: list[BrokerProcess]):
         puts = sum(a["puts"] - b["puts"] for a, b in zip(after, before))
         put_bytes = sum(a["put_bytes"] - b["put_bytes"] for a, b in zip(after, before))
         return result, {
+            "phase_seconds": round(secs, 3),  # producers' creation included, as in the counts
             "object_writes": puts,
             "object_writes_per_s": round(puts / secs, 1),
             "object_bytes_written": put_bytes,
@@ -248,9 +308,10 @@ def stored_objects(s3, bucket: str, prefix: str) -> dict:
 
 
 def sealed_objects(brokers, s3, bucket: str, prefix: str, timeout: float = 60.0) -> dict:
-    """Unload public/default (every topic closes, its ledger is sealed), wait until the merges
-    left no flush object of a sealed ledger (or ``timeout``), and list the bucket again."""
-    http_json(f"{brokers[0].web_url}/admin/v2/namespaces/public/default/unload", "PUT")
+    """Unload every namespace of ``public`` (every topic closes, its ledger is sealed), wait
+    until the merges left no flush object (or ``timeout``), and list the bucket again."""
+    for ns in http_json(f"{brokers[0].web_url}/admin/v2/namespaces/public"):  # type: ignore[union-attr]
+        http_json(f"{brokers[0].web_url}/admin/v2/namespaces/{ns}/unload", "PUT")
     deadline = time.monotonic() + timeout
     got = stored_objects(s3, bucket, prefix)
     while got["by_kind"]["ledger_flush"] and time.monotonic() < deadline:
@@ -367,6 +428,9 @@ def main() -> None:
         "cluster_vs_single": {
             "throughput_ratio": round(
                 clustered["throughput"]["msgs_per_s"] / single["throughput"]["msgs_per_s"], 3
+            ),
+            "many_topics_ratio": round(
+                clustered["many_topics"]["msgs_per_s"] / single["many_topics"]["msgs_per_s"], 3
             ),
             "latency_p50_ratio": round(clustered["latency"]["p50_ms"] / single["latency"]["p50_ms"], 2),
             "latency_p99_ratio": round(clustered["latency"]["p99_ms"] / single["latency"]["p99_ms"], 2),
