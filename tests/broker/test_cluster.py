@@ -39,6 +39,7 @@ from .rest import ok, rest  # noqa: E402
 pytestmark = pytest.mark.integration
 
 NS = "public/default"
+WHOLE_RANGE = "0x00000000_0xffffffff"
 BOUNDARIES = boundaries_for(4)
 
 
@@ -277,6 +278,50 @@ def test_partitioned_stats_gather_each_partition_from_its_owner(cluster, client)
     assert status == 200, raw[:300]
     assert set(json.loads(raw)["partitions"]) == set(names)
     assert {owner_web_port(cluster, name) for name in names} <= {b.web_port for b in cluster}
+
+
+def test_partitioned_stats_ask_only_registered_brokers(cluster, tmp_path):
+    """A bundle's ownership record naming a web URL that no registered broker has (a stale or
+    forged key) is never asked: the partition answers 503 and that URL gets no request."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import PulsarResources
+
+    asked: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    rogue = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=rogue.serve_forever, daemon=True).start()
+    ns = f"public/rogue{uuid.uuid4().hex[:8]}"
+    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 1}}))
+    local = f"{ns}/t"
+    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{local}/partitions", 2)[0] == 204
+    store = create_metadata_store(
+        cluster[0].overrides["metadataStoreUrl"], data_dir=tmp_path, operation_timeout_s=10
+    )
+    try:
+        url = f"http://127.0.0.1:{rogue.server_port}"
+        record = {"nativeUrl": "pulsar://127.0.0.1:1", "httpUrl": url, "disabled": False}
+        assert PulsarResources(store).ownership.try_acquire(ns, WHOLE_RANGE, record)[1]
+        status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats")
+        assert status == 503 and b"not a registered broker" in raw, raw[:300]
+        assert asked == []
+    finally:
+        store.close()
+        rogue.shutdown()
+        rogue.server_close()
 
 
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):
