@@ -39,7 +39,6 @@ from .rest import ok, rest  # noqa: E402
 pytestmark = pytest.mark.integration
 
 NS = "public/default"
-WHOLE_RANGE = "0x00000000_0xffffffff"
 BOUNDARIES = boundaries_for(4)
 
 
@@ -222,106 +221,6 @@ def test_a_partitioned_topic_spreads_its_partitions_and_works_through_any_broker
     owners = {owner_web_port(cluster, f"{topic}-partition-{i}") for i in range(6)}
     # 4 bundles over 3 brokers (other tests' bundles count toward the load): more than one serves
     assert len(owners) >= 2 and owners <= {b.web_port for b in cluster}
-
-
-def test_partitioned_stats_gather_each_partition_from_its_owner(cluster, client):
-    """Pulsar's partitioned-stats on any broker: each partition's stats come from its owner (a
-    broker owning only some partitions answered 503 before), summed, and ``perPartition``."""
-    while True:  # a fresh namespace (none of its 4 bundles owned yet), 6 partitions in all 4
-        ns = f"public/ps{uuid.uuid4().hex[:8]}"
-        topic = f"persistent://{ns}/pstats"
-        if len({bundle_of(ns, BOUNDARIES, f"{topic}-partition-{i}") for i in range(6)}) == 4:
-            break
-    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 4}}))
-    names = [f"{topic}-partition-{i}" for i in range(6)]
-    # bundle k taken by broker k % 3 (an authoritative lookup of an unowned bundle takes it): the
-    # partitions are spread whatever the balancer would have chosen
-    for name in names:
-        k = BOUNDARIES.index(bundle_of(ns, BOUNDARIES, name).lower)
-        path = f"/lookup/v2/topic/persistent/{name.split('://', 1)[1]}?authoritative=true"
-        ok(rest(cluster[k % 3], "GET", path))
-    local = topic.split("://", 1)[1]
-    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{local}/partitions", 6)[0] == 204
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(24):
-        producer.send(b"m%d" % i, partition_key=str(i))
-    owners = {owner_web_port(cluster, name) for name in names}
-    assert len(owners) == 3  # no broker owns every partition
-    try:
-        for b in cluster:  # each broker answers itself (no 307, no 503), from every owner
-            status, _, raw = get_raw(b, f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=true")
-            assert status == 200, raw[:300]
-            body = json.loads(raw)
-            assert set(body["partitions"]) == set(names)
-            assert sum(p["entriesCount"] for p in body["partitions"].values()) == 24
-            assert body["entriesCount"] == 24 and body["msgInCounter"] == 24
-            assert len(body["publishers"]) == 6  # the producer's, live on each owner
-            status, _, raw = get_raw(b, f"/admin/v2/persistent/{local}/partitioned-internalStats")
-            assert status == 200, raw[:300]
-            internal = json.loads(raw)
-            assert internal["metadata"] == {"partitions": 6} and set(internal["partitions"]) == set(names)
-            assert sum(p["numberOfEntries"] for p in internal["partitions"].values()) == 24
-    finally:
-        producer.close()
-    status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=false")
-    assert status == 200 and "partitions" not in json.loads(raw)
-    admin = ("--admin-url", f"http://127.0.0.1:{cluster[2].web_port}", "--output", "json")
-    out = json.loads(run_cli(*admin, "topics", "partitioned-stats", "--per-partition", topic).stdout)
-    assert out["entriesCount"] == 24 and set(out["partitions"]) == set(names)
-    out = json.loads(run_cli(*admin, "topics", "partitioned-stats-internal", topic).stdout)
-    assert set(out["partitions"]) == set(names)
-    # every bundle unowned: each partition is assigned on the way (the leader's 307 followed to
-    # the broker it picks, which takes the bundle). This module's brokers keep ledgers on their
-    # own disks (no object store), so only that every partition answers is checked here
-    assert rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}/unload")[0] == 204
-    status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats?perPartition=true")
-    assert status == 200, raw[:300]
-    assert set(json.loads(raw)["partitions"]) == set(names)
-    assert {owner_web_port(cluster, name) for name in names} <= {b.web_port for b in cluster}
-
-
-def test_partitioned_stats_ask_only_registered_brokers(cluster, tmp_path):
-    """A bundle's ownership record naming a web URL that no registered broker has (a stale or
-    forged key) is never asked: the partition answers 503 and that URL gets no request."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from compactmq.storage.metadata_store import create_metadata_store
-    from compactmq.storage.resources import PulsarResources
-
-    asked: list[str] = []
-
-    class Recorder(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args) -> None:
-            pass
-
-    rogue = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=rogue.serve_forever, daemon=True).start()
-    ns = f"public/rogue{uuid.uuid4().hex[:8]}"
-    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 1}}))
-    local = f"{ns}/t"
-    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{local}/partitions", 2)[0] == 204
-    store = create_metadata_store(
-        cluster[0].overrides["metadataStoreUrl"], data_dir=tmp_path, operation_timeout_s=10
-    )
-    try:
-        url = f"http://127.0.0.1:{rogue.server_port}"
-        record = {"nativeUrl": "pulsar://127.0.0.1:1", "httpUrl": url, "disabled": False}
-        assert PulsarResources(store).ownership.try_acquire(ns, WHOLE_RANGE, record)[1]
-        status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats")
-        assert status == 503 and b"not a registered broker" in raw, raw[:300]
-        assert asked == []
-    finally:
-        store.close()
-        rogue.shutdown()
-        rogue.server_close()
 
 
 def test_a_client_given_one_broker_over_http_reaches_the_owner(cluster):

@@ -20,10 +20,15 @@ TableView then hold exactly the latest acknowledged value of each key.
 
 Each scenario has its own namespace of one bundle, so moving it moves nothing else. The SIGKILL
 case runs by default; the others are ``slow``.
+
+The partitioned-stats checks share this cluster (its data follows ownership, so the sums hold
+after a move): on any broker, each partition's stats come from its owner, and only from a
+broker registered in ZooKeeper.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -34,18 +39,21 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from compactmq.broker.cluster.bundles import boundaries_for, bundle_of  # noqa: E402
+from harness.cli import run_cli  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
 from .conftest import BrokerProcess, make_client  # noqa: E402
 from .rest import ok, rest  # noqa: E402
-from .test_cluster import service_url, start_cluster  # noqa: E402
+from .test_cluster import get_raw, service_url, start_cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 SESSION_TIMEOUT_MS = 3000
 BUCKET = "cluster-failover"
 WHOLE_BUNDLE = "0x00000000_0xffffffff"
+BOUNDARIES = boundaries_for(4)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +220,115 @@ def _failover(cluster, move) -> dict:
         "others": others,
         "topic": topic,
     }
+
+
+def _spread_partitioned_topic(cluster) -> tuple[str, list[str]]:
+    """A partitioned topic of 6 partitions in a fresh namespace of 4 bundles, bundle k taken by
+    broker k % 3 (an authoritative lookup of an unowned bundle takes it): spread whatever the
+    balancer would have chosen. Returns the topic and its partitions."""
+    while True:
+        ns = f"public/ps{uuid.uuid4().hex[:8]}"
+        topic = f"persistent://{ns}/pstats"
+        if len({bundle_of(ns, BOUNDARIES, f"{topic}-partition-{i}") for i in range(6)}) == 4:
+            break
+    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 4}}))
+    names = [f"{topic}-partition-{i}" for i in range(6)]
+    for name in names:
+        k = BOUNDARIES.index(bundle_of(ns, BOUNDARIES, name).lower)
+        path = f"/lookup/v2/topic/persistent/{name.split('://', 1)[1]}?authoritative=true"
+        ok(rest(cluster[k % 3], "GET", path))
+    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions", 6)[0] == 204
+    assert len({_owner(cluster, name) for name in names}) == 3  # no broker owns every partition
+    return topic, names
+
+
+def _partitioned_stats(b: BrokerProcess, local: str, per_partition: str = "true") -> dict:
+    status, _, raw = get_raw(
+        b, f"/admin/v2/persistent/{local}/partitioned-stats?perPartition={per_partition}"
+    )
+    assert status == 200, raw[:300]  # answered here: no 307, no 503
+    return json.loads(raw)
+
+
+def test_partitioned_stats_gather_each_partition_from_its_owner(cluster):
+    """Pulsar's partitioned-stats on any broker: each partition's stats come from its owner (a
+    broker owning only some partitions answered 503 before), summed, and ``perPartition``; the
+    same after every bundle was unloaded (each partition assigned on the way: the leader's 307
+    followed to the broker it picks), the data following ownership."""
+    topic, names = _spread_partitioned_topic(cluster)
+    local = topic.split("://", 1)[1]
+    client = _client(cluster)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(24):
+        producer.send(b"m%d" % i, partition_key=str(i))
+    try:
+        for b in cluster:
+            body = _partitioned_stats(b, local)
+            assert set(body["partitions"]) == set(names)
+            assert sum(p["entriesCount"] for p in body["partitions"].values()) == 24
+            assert body["entriesCount"] == 24 and body["msgInCounter"] == 24
+            assert len(body["publishers"]) == 6  # the producer's, live on each owner
+            status, _, raw = get_raw(b, f"/admin/v2/persistent/{local}/partitioned-internalStats")
+            assert status == 200, raw[:300]
+            internal = json.loads(raw)
+            assert internal["metadata"] == {"partitions": 6} and set(internal["partitions"]) == set(names)
+            assert sum(p["numberOfEntries"] for p in internal["partitions"].values()) == 24
+    finally:
+        producer.close()
+        client.close()
+    assert "partitions" not in _partitioned_stats(cluster[1], local, per_partition="false")
+    admin = ("--admin-url", f"http://127.0.0.1:{cluster[2].web_port}", "--output", "json")
+    out = json.loads(run_cli(*admin, "topics", "partitioned-stats", "--per-partition", topic).stdout)
+    assert out["entriesCount"] == 24 and set(out["partitions"]) == set(names)
+    out = json.loads(run_cli(*admin, "topics", "partitioned-stats-internal", topic).stdout)
+    assert set(out["partitions"]) == set(names)
+    assert rest(cluster[0], "PUT", f"/admin/v2/namespaces/{local.rsplit('/', 1)[0]}/unload")[0] == 204
+    body = _partitioned_stats(cluster[1], local)
+    assert set(body["partitions"]) == set(names) and body["entriesCount"] == 24
+
+
+def test_partitioned_stats_ask_only_registered_brokers(cluster, tmp_path):
+    """A bundle's ownership record naming a web URL that no registered broker has (a stale or
+    forged key) is never asked: the partition answers 503 and that URL gets no request."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from compactmq.storage.metadata_store import create_metadata_store
+    from compactmq.storage.resources import PulsarResources
+
+    asked: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    rogue = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=rogue.serve_forever, daemon=True).start()
+    ns = f"public/rogue{uuid.uuid4().hex[:8]}"
+    ok(rest(cluster[0], "PUT", f"/admin/v2/namespaces/{ns}", {"bundles": {"numBundles": 1}}))
+    local = f"{ns}/t"
+    assert rest(cluster[0], "PUT", f"/admin/v2/persistent/{local}/partitions", 2)[0] == 204
+    store = create_metadata_store(  # the cluster's ZooKeeper, as another process
+        cluster[0].overrides["metadataStoreUrl"], data_dir=tmp_path, operation_timeout_s=10
+    )
+    try:
+        url = f"http://127.0.0.1:{rogue.server_port}"
+        record = {"nativeUrl": "pulsar://127.0.0.1:1", "httpUrl": url, "disabled": False}
+        assert PulsarResources(store).ownership.try_acquire(ns, WHOLE_BUNDLE, record)[1]
+        status, _, raw = get_raw(cluster[1], f"/admin/v2/persistent/{local}/partitioned-stats")
+        assert status == 503 and b"not a registered broker" in raw, raw[:300]
+        assert asked == []
+    finally:
+        store.close()
+        rogue.shutdown()
+        rogue.server_close()
 
 
 def _kill(owner: BrokerProcess, topic: str) -> None:
