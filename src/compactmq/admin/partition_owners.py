@@ -93,7 +93,10 @@ async def _fetch(
             try:
                 async with session.get(url, params=params, headers=headers, allow_redirects=False) as resp:
                     if resp.status == 200:
-                        return await resp.json()
+                        answer = await resp.json()
+                        if not isinstance(answer, dict):
+                            raise ServiceNotReady(f"stats of {tn} from its owner {origin}: not a JSON object")
+                        return answer
                     if resp.status == 404:
                         return None
                     if resp.status != 307:

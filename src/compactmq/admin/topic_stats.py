@@ -222,6 +222,38 @@ _SUMMED = (
 )
 
 
+def _summed(per: dict[str, Any], n: int) -> dict[str, Any]:
+    """The partitions' stats together. A field a partition's answer lacks (an owner of another
+    version, in a cluster) counts as 0 rather than failing the whole call."""
+    comp = [s.get("compaction") or {} for s in per.values()]
+
+    def total(rows: list[dict[str, Any]], key: str) -> Any:
+        return sum(r.get(key, 0) for r in rows)
+
+    def latest(key: str) -> Any:
+        return max((c.get(key, 0) for c in comp), default=0)
+
+    def counted(key: str) -> Any:  # -1: some partition's service does not count them
+        return -1 if any(c.get(key, 0) < 0 for c in comp) else total(comp, key)
+
+    body: dict[str, Any] = {k: total(list(per.values()), k) for k in _SUMMED}
+    body["metadata"] = {"partitions": n}
+    body["publishers"] = [p for s in per.values() for p in s.get("publishers", [])]
+    body["compaction"] = {
+        "lastCompactionRemovedEventCount": total(comp, "lastCompactionRemovedEventCount"),
+        "lastCompactionSucceedTimestamp": latest("lastCompactionSucceedTimestamp"),
+        "lastCompactionFailedTimestamp": latest("lastCompactionFailedTimestamp"),
+        "lastCompactionDurationTimeInMills": latest("lastCompactionDurationTimeInMills"),
+        # ours: the partitions' views together, and the oldest uncompacted message of any
+        "compactedKeys": counted("compactedKeys"),
+        "compactedTombstones": counted("compactedTombstones"),
+        "compactedEntries": total(comp, "compactedEntries"),
+        "compactedSize": total(comp, "compactedSize"),
+        "compactionLagInMillis": latest("compactionLagInMillis"),
+    }
+    return body
+
+
 async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> Any:
     topic = persistent_name(topic_name(**path))
     n = await ctx.run_blocking(ctx.storage.partitions, topic)
@@ -234,39 +266,7 @@ async def partitioned_stats(ctx: Context, request: web.Request, **path: str) -> 
 
     # in a cluster each partition's stats come from its owner (partition_owners)
     per = await partition_owners.gather(ctx, request, partition_names(topic, n), "/stats", local)
-    body: dict[str, Any] = {k: sum(s[k] for s in per.values()) for k in _SUMMED}
-    body["metadata"] = {"partitions": n}
-    body["publishers"] = [p for s in per.values() for p in s["publishers"]]
-    body["compaction"] = {
-        "lastCompactionRemovedEventCount": sum(
-            s["compaction"]["lastCompactionRemovedEventCount"] for s in per.values()
-        ),
-        "lastCompactionSucceedTimestamp": max(
-            (s["compaction"]["lastCompactionSucceedTimestamp"] for s in per.values()), default=0
-        ),
-        "lastCompactionFailedTimestamp": max(
-            (s["compaction"]["lastCompactionFailedTimestamp"] for s in per.values()), default=0
-        ),
-        "lastCompactionDurationTimeInMills": max(
-            (s["compaction"]["lastCompactionDurationTimeInMills"] for s in per.values()), default=0
-        ),
-        # ours: the partitions' views together, and the oldest uncompacted message of any
-        "compactedKeys": (
-            -1
-            if any(s["compaction"]["compactedKeys"] < 0 for s in per.values())
-            else sum(s["compaction"]["compactedKeys"] for s in per.values())
-        ),
-        "compactedTombstones": (
-            -1
-            if any(s["compaction"]["compactedTombstones"] < 0 for s in per.values())
-            else sum(s["compaction"]["compactedTombstones"] for s in per.values())
-        ),
-        "compactedEntries": sum(s["compaction"]["compactedEntries"] for s in per.values()),
-        "compactedSize": sum(s["compaction"]["compactedSize"] for s in per.values()),
-        "compactionLagInMillis": max(
-            (s["compaction"]["compactionLagInMillis"] for s in per.values()), default=0
-        ),
-    }
+    body = _summed(per, n)
     if query_flag(request, "perPartition") or "perPartition" not in request.query:
         body["partitions"] = per
     return body
