@@ -40,7 +40,7 @@ step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and 
 ``cluster.png`` beside it (``bench/plot.py``'s ``plot_cluster``; needs matplotlib).
 
     .venv/bin/python bench/cluster_bench.py --quick   # about 1 to 2 minutes: 20,000 messages, 3 kills
-    .venv/bin/python bench/cluster_bench.py           # 200,000 messages, 3,000 timed sends, 10 kills
+    .venv/bin/python bench/cluster_bench.py           # about 4-5 minutes: 200,000 messages, 10 kills
 """
 
 from __future__ import annotations
