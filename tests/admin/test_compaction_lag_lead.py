@@ -87,3 +87,29 @@ def test_a_topic_without_a_max_lag_starts_no_timer_on_append(env):  # noqa: F811
         await monitor.close()
 
     asyncio.run(run())
+
+
+def test_lag_topics_about_to_fall_due_join_the_job_of_a_due_one(env):  # noqa: F811
+    service, monitor, factory = env(compactionMonitorFullScanIntervalInSeconds=3600)
+    now = [4_000_000.0]
+    monitor.clock = lambda: now[0]
+    early, late = "persistent://public/default/early", "persistent://public/default/late"
+    for topic in (early, late):
+        service.storage.policies.set_topic_policy(topic, COMPACTION_MAX_LAG, 10)
+    service.storage.open_managed_ledger(early).append_many([b"x" * 10], [int(now[0] * 1000)])
+    service.storage.open_managed_ledger(late).append_many([b"x" * 10], [int(now[0] * 1000) + 2000])
+    monitor._job_seconds.append(4.0)  # lead 4.25 s; a topic due within one more job joins
+    factory.release.set()
+
+    async def run():
+        now[0] += 5.5  # early: 5.5 + 4.25 < 10; late would join, but nothing is due
+        assert await monitor.check_once() == []
+        now[0] += 0.3  # early is due; late (3.8 s old) would be due within 4 s: it comes along
+        assert await monitor.check_once() == [early, late]
+        await wait_idle(monitor, early)
+        await wait_idle(monitor, late)
+        assert monitor.last_run(late)["jobTopics"] == [early, late]  # one job
+        assert monitor.last_run(late)["reason"].startswith("joins a job")
+        await monitor.close()
+
+    asyncio.run(run())

@@ -10,7 +10,11 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
   ``compaction.lag``) when its oldest uncompacted message is older than that. A minimum lag
   holds back what is younger than it, by size and by age. Each due topic comes with a
   *priority*, how far past its policy it is (the larger of backlog / threshold and lag / max
-  lag), and its backlog in bytes. A topic not due yet says when time alone may make it due
+  lag), and its backlog in bytes. A maximum lag bounds when a message is in a committed view,
+  so a topic is due by age a *lead* before it (``lag_lead_ms``: the time a run started now takes
+  to commit, as the monitor estimates it), and when any topic is due, lag topics that would
+  fall due within one more job's length join it (``join_ms``), so lag topics that fall due a
+  little apart share one job rather than drift into jobs that alternate. A topic not due yet says when time alone may make it due
   (``next_look_ms``: its lags), so the check looks at it again then. The check also creates the
   ``__compaction`` cursor of every topic with a threshold or a maximum lag, so retention keeps
   what compaction has not read.
@@ -77,6 +81,7 @@ class DueCheck:
         watch: Any = None,
         retry_ms: int = 60_000,
         lead_ms: int = 0,
+        join_ms: int = 0,
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
         those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are.
@@ -85,8 +90,12 @@ class DueCheck:
         the storage. ``watch`` (a ``DueWatch``) learns each topic looked at and when to look at
         a topic that is not due yet again: when its lags say it may become due
         (``next_look_ms``), or after ``retry_ms`` when another process is compacting it.
-        ``lead_ms``: how long before its maximum lag a topic is due (``lag_lead_ms``)."""
+        ``lead_ms``: how long before its maximum lag a topic is due (``lag_lead_ms``).
+        ``join_ms``: when some topic is due, a topic with a maximum lag that would fall due within
+        this long comes along (its priority below 1), so lag topics that fall due a little apart
+        share one job instead of drifting into jobs that alternate, each waiting for the other."""
         due = []
+        joining = []
         for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
@@ -110,13 +119,20 @@ class DueCheck:
                         watch.wake_at(topic, (now_ms + retry_ms) / 1000)
                 elif found is not None:
                     due.append((topic, *found))
-                elif watch is not None:
+                    continue
+                if max_lag > 0 and join_ms > 0 and found is None:
+                    soon = overdue(
+                        ml, state.horizon, 0, max_lag, min_lag, now_ms, lag_lead_ms(max_lag, lead + join_ms)
+                    )
+                    if soon is not None:
+                        joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
+                if watch is not None and found is None:
                     later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
                     if later is not None:
                         watch.wake_at(topic, later / 1000)
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
-        return due
+        return due + joining if due else due
 
 
 #: at most this share of a maximum lag is spent waiting for a run: a topic is due once its oldest

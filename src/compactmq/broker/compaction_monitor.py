@@ -513,9 +513,10 @@ class CompactionMonitor(RunWorker):
         if self._closing or self.service.shutting_down:
             return []
         busy = set(self._runs)
-        topics = self.watch.take(self.clock())
         lead_ms = int(self.lag_lead_seconds() * 1000)
-        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms)
+        join_ms = int(max(self._job_seconds, default=0.0) * 1000)  # one job's length
+        topics = self.watch.take(self.clock(), join_ms / 1000)
+        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
         self.checks += 1
         if self._closing:
             return []
@@ -531,7 +532,7 @@ class CompactionMonitor(RunWorker):
         return triggered
 
     def _due_topics(
-        self, busy: set[str], topics: Optional[list[str]] = None, lead_ms: int = 0
+        self, busy: set[str], topics: Optional[list[str]] = None, lead_ms: int = 0, join_ms: int = 0
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``) among
         ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now."""
@@ -543,6 +544,7 @@ class CompactionMonitor(RunWorker):
             watch=self.watch,
             retry_ms=int(max(1.0, self.interval) * 1000),
             lead_ms=lead_ms,
+            join_ms=join_ms,
         )
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:

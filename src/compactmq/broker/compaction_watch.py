@@ -125,8 +125,10 @@ class DueWatch:
 
     # --- the check ----------------------------------------------------------------------------
 
-    def take(self, now: float) -> Optional[list[str]]:
-        """The topics the check at ``now`` looks at, or None when it must look at every topic."""
+    def take(self, now: float, ahead: float = 0.0) -> Optional[list[str]]:
+        """The topics the check at ``now`` looks at, or None when it must look at every topic;
+        ``ahead``: also those whose timers fall due within this many seconds (they may join a
+        job of the topics due now; the check sets their timers again when they do not)."""
         with self._lock:
             if self.full_scan_seconds <= 0 or self._next_full is None or now >= self._next_full:
                 self._next_full = now + self.full_scan_seconds
@@ -137,7 +139,7 @@ class DueWatch:
                 return None
             topics = self._dirty
             self._dirty = set()
-            while self._timers and self._timers[0][0] <= now:
+            while self._timers and self._timers[0][0] <= now + ahead:
                 when, topic = heapq.heappop(self._timers)
                 if self._timer_at.get(topic) == when:
                     del self._timer_at[topic]
