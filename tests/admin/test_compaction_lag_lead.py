@@ -113,3 +113,21 @@ def test_lag_topics_about_to_fall_due_join_the_job_of_a_due_one(env):  # noqa: F
         await monitor.close()
 
     asyncio.run(run())
+
+
+def test_take_ahead_hands_timers_about_to_fall_due_and_the_check_rearms_them():
+    from compactmq.broker.compaction_watch import DueWatch
+
+    watch = DueWatch(full_scan_seconds=100, clock=lambda: 0.0)
+    assert watch.take(0.0) is None  # the first check reads everything
+    watch.wake_at("persistent://t/n/soon", 12.0)
+    watch.wake_at("persistent://t/n/later", 30.0)
+    assert watch.next_timer() == 12.0
+    assert watch.take(10.0) == []
+    assert watch.take(10.0, ahead=5.0) == ["persistent://t/n/soon"]  # within a job's length
+    assert watch.next_timer() == 30.0
+    watch.lag_policy("persistent://t/n/lagged", 4.0)
+    watch.touch("persistent://t/n/lagged")  # an append: due 4 s after it at the latest
+    assert watch.next_timer() == 4.0
+    watch.lag_policy("persistent://t/n/lagged", None)
+    assert not watch.has_lag("persistent://t/n/lagged")
