@@ -64,8 +64,9 @@ LAG_SAMPLE_SECONDS = 0.5
 
 #: the broker overrides of each mode (besides the common ones), given the joint bound
 MODES = {
-    "joint": lambda max_topics: [f"compactionJointMaxTopics={max_topics}"],
-    "one-by-one": lambda max_topics: ["compactionJointMaxTopics=1"],
+    # the Spark modes pin compactionInProcessMaxBytes=0 whatever its default is
+    "joint": lambda max_topics: [f"compactionJointMaxTopics={max_topics}", "compactionInProcessMaxBytes=0"],
+    "one-by-one": lambda max_topics: ["compactionJointMaxTopics=1", "compactionInProcessMaxBytes=0"],
     "joint-in-process": lambda max_topics: [
         f"compactionJointMaxTopics={max_topics}",
         f"compactionInProcessMaxBytes={8 * 1024 * 1024}",

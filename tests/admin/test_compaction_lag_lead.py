@@ -131,3 +131,15 @@ def test_take_ahead_hands_timers_about_to_fall_due_and_the_check_rearms_them():
     assert watch.next_timer() == 4.0
     watch.lag_policy("persistent://t/n/lagged", None)
     assert not watch.has_lag("persistent://t/n/lagged")
+
+
+def test_the_lead_counts_the_jobs_already_waiting(env):  # noqa: F811
+    from compactmq.broker.compaction_runs import RunProgress
+
+    service, monitor, factory = env(compactionJointMaxTopics=2)
+    monitor._job_seconds.append(2.0)
+    assert monitor.lag_lead_seconds() == 2.0 + LAG_SLACK_SECONDS
+    # five runs waiting for the one worker: three jobs of at most two topics go first
+    monitor._pending = [[RunProgress(f"persistent://public/default/w{i}", "manual", 0.0)] for i in range(5)]
+    assert monitor.lag_lead_seconds() == 3 * 2.0 + 2.0 + LAG_SLACK_SECONDS
+    monitor._pending = []

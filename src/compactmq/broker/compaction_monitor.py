@@ -387,13 +387,17 @@ class CompactionMonitor(RunWorker):
 
     def lag_lead_seconds(self) -> float:
         """How long before its maximum lag a topic is due (``compaction_due.lag_lead_ms``): the
-        time a run started now takes to commit -- the wait for a busy worker, then the run itself,
-        both estimated from the longest of the last jobs -- and ``LAG_SLACK_SECONDS``."""
+        time a run started now takes to commit -- the wait for a busy worker and for the jobs
+        already waiting, then the run itself, each job as long as the longest of the last ones --
+        and ``LAG_SLACK_SECONDS``."""
         run = max(self._job_seconds, default=0.0)
         wait = 0.0
         if self._active >= self.max_runs and self._job_started:
             now = time.monotonic()
             wait = max(0.0, min(started + run - now for started in self._job_started.values()))
+        # the jobs already waiting go first (a topic due now is, at best, of the same priority)
+        waiting = sum(len(unit) for unit in self._pending)
+        wait += -(-waiting // self.max_job_topics) * run / self.max_runs
         return wait + run + LAG_SLACK_SECONDS
 
     # --- one run (worker thread) ----------------------------------------------------------------
