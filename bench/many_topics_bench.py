@@ -391,7 +391,12 @@ def lag_mode(mode: str, count: int, args) -> dict:
                 "max": round(max(waits, default=float("nan")), 3),
                 "messages": len(waits),
                 "unseen": unseen,
-                "sample_resolution": LAG_SAMPLE_SECONDS,
+                # a wait is over-counted by up to the gap between samples (/metrics is slower under load)
+                "sample_gap_seconds": round(
+                    statistics.mean(b[0] - a[0] for s in samples.values() for a, b in zip(s, s[1:])), 3
+                )
+                if any(len(s) > 1 for s in samples.values())
+                else None,
             },
             "within_policy": bool(waits) and max(waits) <= args.max_lag,
             "max_lag_gauge_seconds": round(gauge, 3),
