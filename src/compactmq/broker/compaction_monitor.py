@@ -491,7 +491,8 @@ class CompactionMonitor(RunWorker):
                 until = min(until, timer)
             self._sleep_until = until
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, until - now))
+                # at least 10 ms: a timer the check cannot take (the broker shutting down) never spins
+                await asyncio.wait_for(self._wake.wait(), max(0.01, until - now))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
