@@ -10,7 +10,11 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
   ``compaction.lag``) when its oldest uncompacted message is older than that. A minimum lag
   holds back what is younger than it, by size and by age. Each due topic comes with a
   *priority*, how far past its policy it is (the larger of backlog / threshold and lag / max
-  lag), and its backlog in bytes. A topic not due yet says when time alone may make it due
+  lag), and its backlog in bytes. A maximum lag bounds when a message is in a committed view,
+  so a topic is due by age a *lead* before it (``lag_lead_ms``: the time a run started now takes
+  to commit, as the monitor estimates it), and when any topic is due, lag topics that would
+  fall due within one more job's length join it (``join_ms``), so lag topics that fall due a
+  little apart share one job rather than drift into jobs that alternate. A topic not due yet says when time alone may make it due
   (``next_look_ms``: its lags), so the check looks at it again then. The check also creates the
   ``__compaction`` cursor of every topic with a threshold or a maximum lag, so retention keeps
   what compaction has not read.
@@ -76,6 +80,8 @@ class DueCheck:
         topics: Optional[Iterable[str]] = None,
         watch: Any = None,
         retry_ms: int = 60_000,
+        lead_ms: int = 0,
+        join_ms: int = 0,
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
         those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are.
@@ -83,8 +89,13 @@ class DueCheck:
         ``topics``: only these (the ones that changed, ``compaction_watch``), else every topic of
         the storage. ``watch`` (a ``DueWatch``) learns each topic looked at and when to look at
         a topic that is not due yet again: when its lags say it may become due
-        (``next_look_ms``), or after ``retry_ms`` when another process is compacting it."""
+        (``next_look_ms``), or after ``retry_ms`` when another process is compacting it.
+        ``lead_ms``: how long before its maximum lag a topic is due (``lag_lead_ms``).
+        ``join_ms``: when some topic is due, a topic with a maximum lag that would fall due within
+        this long comes along (its priority below 1), so lag topics that fall due a little apart
+        share one job instead of drifting into jobs that alternate, each waiting for the other."""
         due = []
+        joining = []
         for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
@@ -93,29 +104,55 @@ class DueCheck:
                     watch.looked_at(topic)
                 threshold = self.threshold_of(topic)
                 max_lag = self.max_lag_of(topic)
+                lead = lag_lead_ms(max_lag, lead_ms)
+                if watch is not None:
+                    watch.lag_policy(topic, (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None)
                 if threshold <= 0 and max_lag <= 0:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
                 state = self.state_of(topic)
                 min_lag = self.min_lag_of(topic)
-                found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms)
+                found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms, lead)
                 if found is not None and state.status == RUNNING and running_elsewhere(topic):
                     if watch is not None:
                         watch.wake_at(topic, (now_ms + retry_ms) / 1000)
                 elif found is not None:
                     due.append((topic, *found))
-                elif watch is not None:
-                    later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms)
+                    continue
+                if max_lag > 0 and join_ms > 0 and found is None:
+                    soon = overdue(
+                        ml, state.horizon, 0, max_lag, min_lag, now_ms, lag_lead_ms(max_lag, lead + join_ms)
+                    )
+                    if soon is not None:
+                        joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
+                if watch is not None and found is None:
+                    later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
                     if later is not None:
                         watch.wake_at(topic, later / 1000)
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
-        return due
+        return due + joining if due else due
 
 
-def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int):
-    """``(why, priority, backlog bytes)`` when the topic is due, else None (module notes)."""
+#: at most this share of a maximum lag is spent waiting for a run: a topic is due once its oldest
+#: uncompacted message is at least (1 - this) x its maximum lag old, however slow runs are
+MAX_LEAD_SHARE = 0.8
+
+
+def lag_lead_ms(max_lag: int, lead_ms: int) -> int:
+    """How long before its maximum lag (seconds) a topic is due: the time a run started now takes
+    to commit (``lead_ms``, the monitor's estimate), at most ``MAX_LEAD_SHARE`` of the lag."""
+    if max_lag <= 0:
+        return 0
+    return int(min(max(0, lead_ms), MAX_LEAD_SHARE * max_lag * 1000))
+
+
+def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int, lead_ms: int = 0):
+    """``(why, priority, backlog bytes)`` when the topic is due, else None (module notes).
+
+    By age, a topic is due ``lead_ms`` (``lag_lead_ms``) before its oldest uncompacted message
+    turns ``max_lag`` old, so that the run commits by then rather than starting then."""
     end = ml.last_position()
     if min_lag > 0:
         end = last_compactable(ml, min_lag, now_ms)
@@ -130,22 +167,26 @@ def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int
         why, priority = f"backlog {backlog} B > threshold {threshold} B", backlog / threshold
     if max_lag > 0:
         lag_ms = compaction_lag_ms(ml, horizon, now_ms)
-        if lag_ms > max_lag * 1000:
-            priority = max(priority, lag_ms / (max_lag * 1000))
-            why = why or f"oldest uncompacted message {lag_ms / 1000:.1f} s old > max lag {max_lag} s"
+        if lag_ms + lead_ms > max_lag * 1000:
+            priority = max(priority, (lag_ms + lead_ms) / (max_lag * 1000))
+            why = why or (
+                f"oldest uncompacted message {lag_ms / 1000:.1f} s old, max lag {max_lag} s "
+                f"(a run takes ~{lead_ms / 1000:.1f} s)"
+            )
     return None if why is None else (why, priority, max(0, backlog))
 
 
-def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int) -> Optional[int]:
+def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int, lead_ms: int = 0) -> Optional[int]:
     """When a topic that is not due now may become due with no append (ms), or None: its
-    oldest uncompacted message reaching the maximum lag, or the first message the minimum lag
-    holds back aging past it (which may put the backlog over the threshold)."""
+    oldest uncompacted message reaching the maximum lag (less ``lead_ms``), or the first message
+    the minimum lag holds back aging past it (which may put the backlog over the threshold)."""
     times = []
     if max_lag > 0:
         oldest = oldest_uncompacted_publish_ms(ml, horizon)
-        # due once older than the max lag; already past it and not due: the min lag holds it
-        if oldest is not None and oldest + max_lag * 1000 + 1 > now_ms:
-            times.append(oldest + max_lag * 1000 + 1)
+        due_at = None if oldest is None else oldest + max_lag * 1000 - lead_ms + 1
+        # due then; already past it and not due: the min lag holds it
+        if due_at is not None and due_at > now_ms:
+            times.append(due_at)
     if min_lag > 0:
         end = last_compactable(ml, min_lag, now_ms)
         young = first_uncompacted(ml, end if end is not None else horizon)
@@ -190,4 +231,12 @@ def ensure_compaction_cursor(ml) -> None:
         ml.open_cursor(COMPACTION_CURSOR, True, "earliest")
 
 
-__all__ = ["DueCheck", "ensure_compaction_cursor", "next_look_ms", "overdue", "take_job", "unit_order"]
+__all__ = [
+    "DueCheck",
+    "ensure_compaction_cursor",
+    "lag_lead_ms",
+    "next_look_ms",
+    "overdue",
+    "take_job",
+    "unit_order",
+]

@@ -41,11 +41,19 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
 * **The time-based trigger** (``compaction.lag`` explains both lags), in the same check: a topic
   whose oldest uncompacted message is older than its ``compactionMaxLagSeconds`` (topic policy,
   else namespace policy, else ``brokerServiceCompactionMaxLagInSeconds``; 0 disables) is
-  compacted whatever its backlog. With a ``compactionMinLagSeconds`` only what is older than the
+  compacted whatever its backlog. A maximum lag is a bound on when a message is in a committed
+  view, so a topic falls due that much *earlier*: the *lead* (``lag_lead_seconds``), the time a
+  run started now takes to commit -- the wait for a busy worker and the longest of the last
+  jobs -- plus a slack, at most 80 % of the lag. The check does not wait for the interval to
+  find such a topic: the watch's lag timers wake the check loop (an append to a lag topic
+  starts one), and so does the end of a run of a lag topic (what was published meanwhile is
+  as old as the run already). With a ``compactionMinLagSeconds`` only what is older than the
   minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
   by age (a run could not move its horizon).
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names), one summary log line per
   run, and each topic's last run here (the topic stats' ``lastCompactionRun``): ``compaction_stats``.
+* **One job in a worker thread** (begin each run, compact, record each outcome on its own) is
+  ``compaction_runs.RunWorker``, a mixin of the monitor.
 * **The services.** ``service_of(topic)`` is the one ``TopicCompactionService`` of a topic the
   broker and the admin adapter read the compacted view and its stats through; everything this
   monitor knows of compacted data (sizes, locks, cancellation) it also asks the service.
@@ -59,11 +67,11 @@ State of one topic, as this monitor sees it::
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
@@ -71,7 +79,8 @@ from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
 from ..compaction.tiered import attach as attach_tiered
 from ..compaction.tiered import sweep_all_view_orphans
-from .compaction_due import DueCheck, ensure_compaction_cursor, overdue, take_job
+from .compaction_due import DueCheck, ensure_compaction_cursor, lag_lead_ms, overdue, take_job
+from .compaction_runs import RunProgress, RunWorker
 from .compaction_stats import RunRecords, TopicCompactionStats
 from .compaction_watch import DueWatch
 from .background import stop_task
@@ -94,57 +103,16 @@ SHUTDOWN_WAIT_SECONDS = 20.0
 # (a namespace's threshold and lag, a partitioned topic's partitions) are checked together.
 POLICY_CHECK_DELAY_SECONDS = 0.05
 
+# A topic with a maximum lag falls due this long before it, besides the time a run takes
+# (``lag_lead_seconds``): the check, the queue and the commit's own latency.
+LAG_SLACK_SECONDS = 0.25
 
-@dataclass
-class RunProgress:
-    """One queued or running compaction in this process."""
-
-    topic: str
-    reason: str
-    queued_at: float
-    phase: str = "queued"
-    entries_processed: int = 0
-    entries_total: int = 0
-    phase_started: float = 0.0
-    started_at: float | None = None
-    before_version: Any = None  # the compaction state's version when the run began
-    job_group: list[str] = field(default_factory=list)  # the topics of its joint job (itself alone)
-    priority: float = 0.0  # how overdue (``_priority``); manual triggers go first whatever it is
-    size_bytes: int = 0  # what it would read from the topic (its backlog), for the job's bound
-    seq: int = 0  # arrival order in this monitor
-    alone: bool = False  # its last run here failed: it gets a job of its own (``compaction_due``)
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
-
-    def update(self, phase: str, processed: int, total: int, now: float) -> None:
-        if phase != self.phase:
-            self.phase_started = now
-        self.phase = phase
-        self.entries_processed = int(processed)
-        self.entries_total = int(total)
-
-    def as_json(self, now: float) -> dict[str, Any]:
-        eta = None
-        done, total = self.entries_processed, self.entries_total
-        if self.started_at is not None and 0 < done < total:
-            elapsed = now - self.started_at
-            eta = round(elapsed * (total - done) / done, 1)
-        elif total and done >= total:
-            eta = 0.0
-        return {"phase": self.phase, "entriesProcessed": done, "entriesTotal": total, "etaSeconds": eta}
+# The time a run takes is estimated from the longest of the last this many jobs (conservative:
+# a lag bound is a promise about every message).
+JOB_TIMES_KEPT = 5
 
 
-@dataclass
-class _Begun:
-    """A run about to call its service: the state and sizes before it, and the service."""
-
-    before: Any
-    ml: Any
-    prev_size: int
-    live_before: int
-    service: "TopicCompactionService"
-
-
-class CompactionMonitor:
+class CompactionMonitor(RunWorker):
     """Runs compactions for the broker; see the module notes."""
 
     def __init__(self, service: "BrokerService", clock: Callable[[], float] = time.time) -> None:
@@ -171,7 +139,15 @@ class CompactionMonitor:
         self.stats: dict[str, TopicCompactionStats] = self.records.stats
         self.last_runs: dict[str, dict[str, Any]] = self.records.last_runs
         # the topics a check looks at: those that changed (``compaction_watch``)
-        self.watch = DueWatch(float(self.config.get("compactionMonitorFullScanIntervalInSeconds", 300)))
+        self.watch = DueWatch(
+            float(self.config.get("compactionMonitorFullScanIntervalInSeconds", 300)), lambda: self.clock()
+        )
+        self.watch.on_timer = self._timer_started
+        self._job_seconds: collections.deque[float] = collections.deque(maxlen=JOB_TIMES_KEPT)
+        self._job_started: dict[int, float] = {}  # id of a job's future -> when it started
+        self._sleep_until: float | None = None  # when the check loop wakes next (``_check_loop``)
+        self._check_now = False  # a policy change or a lag topic's run ended: check at once
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._factory: Optional["CompactionServiceFactory"] = None
         self._factory_lock = threading.Lock()
         self._services: dict[str, "TopicCompactionService"] = {}  # read side, per topic
@@ -191,7 +167,8 @@ class CompactionMonitor:
                 topics.appended_listeners.append(self.watch.touch)
                 topics.policy_listeners.append(self._policies_changed)
             self._wake = asyncio.Event()
-            self._check_task = asyncio.get_running_loop().create_task(self._check_loop())
+            self._loop = asyncio.get_running_loop()
+            self._check_task = self._loop.create_task(self._check_loop())
 
     async def close(self) -> None:
         """Stop checking, cancel running Spark jobs, wait (bounded) for runs to record their end."""
@@ -373,6 +350,7 @@ class CompactionMonitor:
             else:
                 fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
             self._futures.add(fut)
+            self._job_started[id(fut)] = time.monotonic()
             topics = [run.topic for run in runs]
             fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
 
@@ -394,13 +372,33 @@ class CompactionMonitor:
     def _run_done(self, topics: list[str], fut: asyncio.Future) -> None:
         self._futures.discard(fut)
         self._active -= 1
+        started = self._job_started.pop(id(fut), None)
+        if started is not None:
+            self._job_seconds.append(time.monotonic() - started)
         for topic in topics:
             self._runs.pop(topic, None)
             self.watch.touch(topic)  # a failed run is retried, a backlog that grew meanwhile seen
-        if not fut.cancelled() and fut.exception() is not None:  # already logged in the thread
-            pass
-        if not self._closing:
-            self._pump()  # the triggers that arrived meanwhile: the next job
+        if self._closing:
+            return
+        self._pump()  # the triggers that arrived meanwhile: the next job
+        if any(self.watch.has_lag(topic) for topic in topics):
+            # what was published during the run is as old as the run already: look at once
+            self._request_check()
+
+    def lag_lead_seconds(self) -> float:
+        """How long before its maximum lag a topic is due (``compaction_due.lag_lead_ms``): the
+        time a run started now takes to commit -- the wait for a busy worker and for the jobs
+        already waiting, then the run itself, each job as long as the longest of the last ones --
+        and ``LAG_SLACK_SECONDS``."""
+        run = max(self._job_seconds, default=0.0)
+        wait = 0.0
+        if self._active >= self.max_runs and self._job_started:
+            now = time.monotonic()
+            wait = max(0.0, min(started + run - now for started in self._job_started.values()))
+        # the jobs already waiting go first (a topic due now is, at best, of the same priority)
+        waiting = sum(len(unit) for unit in self._pending)
+        wait += -(-waiting // self.max_job_topics) * run / self.max_runs
+        return wait + run + LAG_SLACK_SECONDS
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
@@ -433,143 +431,6 @@ class CompactionMonitor:
         if service is not None:
             service.close()
 
-    def _run_blocking(self, run: RunProgress) -> None:
-        self._run_together_blocking([run])
-
-    def _run_together_blocking(self, runs: list[RunProgress]) -> None:
-        """One run of one topic (``service.compact``), or of several topics together
-        (``factory.compact_together``); each topic's outcome is recorded on its own."""
-        begun: list[tuple[RunProgress, _Begun]] = []
-        group = [run.topic for run in runs]
-        try:
-            for run in runs:
-                run.job_group = group
-                try:
-                    begun.append((run, self._begin(run)))
-                except BaseException as e:
-                    self._failed(run, e)
-            services = [b.service for _, b in begun]
-            reports = [self._reporter(run) for run, _ in begun]
-            if len(services) == 1:
-                try:
-                    outcomes: list = [services[0].compact(progress=reports[0])]
-                except Exception as e:
-                    outcomes = [e]
-            elif services:
-                outcomes = self.factory().compact_together(services, reports)
-            else:
-                outcomes = []
-        finally:
-            for run, b in begun:
-                self._running.pop(run.topic, None)
-                try:
-                    b.service.close()
-                except Exception:  # pragma: no cover
-                    log.exception("closing the compaction service of %s failed", run.topic)
-        for (run, b), outcome in zip(begun, outcomes):
-            mark = time.perf_counter()
-            if isinstance(outcome, BaseException):
-                self._failed(run, outcome)
-            else:
-                run.phases.update(getattr(outcome, "step_seconds", None) or {})
-                self._succeeded(run, b, outcome)
-            run.phases["after"] = time.perf_counter() - mark
-            self._record_last_run(run, outcome)
-
-    def _record_last_run(self, run: RunProgress, outcome: Any) -> None:
-        self.records.record_last_run(run, outcome)
-
-    def last_run(self, topic: str) -> Optional[dict[str, Any]]:
-        """(worker thread) The topic's last run in this process (``compaction_stats``), None
-        before its first."""
-        return self.records.last_run(topic)
-
-    def _reporter(self, run: RunProgress):
-        return lambda p: run.update(p.phase, p.entries_processed, p.entries_total, self.clock())
-
-    def _begin(self, run: RunProgress) -> "_Begun":
-        """What a run needs before it starts: the topic's state and sizes, a fresh service."""
-        topic = run.topic
-        mark = time.perf_counter()
-        run.started_at = self.clock()
-        run.phases["queue"] = max(0.0, run.started_at - run.queued_at)  # trigger -> a worker took it
-        run.update("start", 0, 0, run.started_at)
-        before = self.service_of(topic).state()
-        run.before_version = before.version
-        if self._closing:
-            raise ServiceNotReady("the broker is shutting down")
-        ml = self.storage.open_managed_ledger(topic, create=False)
-        # as Pulsar's __compaction subscription: from the first run on, retention keeps what no
-        # run has read -- including the ledger this run seals and then reads, which retention
-        # could otherwise delete between the seal and the read (a joint run of many partitions
-        # reads it seconds later)
-        ensure_compaction_cursor(ml)
-        prev_h = before.horizon
-        prev_size = max(0, self.service_of(topic).stats().size_bytes)
-        live_before = ml.size_after(prev_h) if prev_h is not None else ml.total_size()
-        service = self.factory().new_service(topic)
-        self._running[topic] = service
-        if self._closing:
-            self._running.pop(topic, None)
-            service.close()
-            raise ServiceNotReady("the broker is shutting down")
-        run.phases["begin"] = time.perf_counter() - mark
-        return _Begun(before, ml, prev_size, live_before, service)
-
-    def _failed(self, run: RunProgress, e: BaseException) -> None:
-        topic = run.topic
-        if isinstance(e, Conflict):  # another process got the topic's lock first: not a failure of ours
-            log.warning("compaction of %s not run (%s): %s", topic, run.reason, e)
-            return
-        started = run.started_at if run.started_at is not None else self.clock()
-        elapsed_ms = int((self.clock() - started) * 1000)
-        self.records.failed(topic, elapsed_ms)
-        reason = str(e) or type(e).__name__
-        try:
-            after = self.service_of(topic).state()
-            recorded = run.before_version is not None and after.version != run.before_version
-        except CompactMQError:
-            recorded = False
-        if not recorded and not isinstance(e, ServiceNotReady):
-            # failed before the run could record anything (factory, storage): record it here
-            try:
-                states_of(self.storage).record_failure(
-                    topic, reason, expected_version=run.before_version, duration_ms=elapsed_ms
-                )
-            except CompactMQError:
-                log.exception("recording the failed compaction of %s failed", topic)
-        log.error(
-            "compaction of %s failed after %.1fs (%s): %s", topic, elapsed_ms / 1000, run.reason, reason
-        )
-
-    def _succeeded(self, run: RunProgress, begun: "_Begun", result: Any) -> None:
-        topic = run.topic
-        ml, prev_size, live_before = begun.ml, begun.prev_size, begun.live_before
-        # what the run read (previous compacted ledger + live entries up to the new horizon)
-        # and what it wrote (the new compacted ledger)
-        live_after = ml.size_after(result.horizon) if result.horizon is not None else 0
-        bytes_in = prev_size + max(0, live_before - live_after)
-        try:
-            bytes_out = max(0, self.service_of(topic).stats().size_bytes) if result.horizon is not None else 0
-        except CompactMQError:
-            bytes_out = 0
-        self.records.succeeded(topic, run.reason, result, bytes_in, bytes_out)
-        self._after_compaction(topic, result)
-
-    def _after_compaction(self, topic: str, result: Any) -> None:
-        """Run the post-compaction hooks (``compaction.hooks``): a failing one is logged, never
-        turned into a failed compaction (the view is committed already)."""
-        for hook in getattr(self.service, "post_compaction_hooks", ()):
-            try:
-                hook(self.storage, self.service.config, topic, result)
-            except Exception as e:  # noqa: BLE001 - an adapter's failure is its own
-                log.error(
-                    "post-compaction hook %s failed for %s: %s",
-                    getattr(hook, "__name__", hook),
-                    topic,
-                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
-                )
-
     # --- status ---------------------------------------------------------------------------------
 
     def status_blocking(self, topic: str) -> dict[str, Any]:
@@ -601,18 +462,48 @@ class CompactionMonitor:
         concerns are looked at, by a check that starts now rather than at the next interval (a
         threshold or lag just set makes its topics due at once)."""
         self.watch.policies_changed(name)
+        self._request_check()
+
+    def _request_check(self) -> None:
+        """(event loop) Check now rather than at the next interval or timer."""
+        self._check_now = True
         if self._wake is not None:
             self._wake.set()
 
+    def _timer_started(self, when: float) -> None:
+        """(``DueWatch.on_timer``) An append started a lag timer: the check loop wakes at
+        ``when`` if it was going to sleep past it."""
+        if self._wake is not None and self._loop is not None:
+            if self._sleep_until is None or when < self._sleep_until:
+                self._sleep_until = when
+                self._loop.call_soon_threadsafe(self._wake.set)
+
     async def _check_loop(self) -> None:
+        """A check every interval, at the earliest lag timer of the watch, and at once after a
+        policy change or the end of a run of a topic with a maximum lag."""
         assert self._wake is not None
+        next_tick = self.clock() + self.interval
         while not self._closing:
+            now = self.clock()
+            until = next_tick
+            timer = self.watch.next_timer()
+            if timer is not None:
+                until = min(until, timer)
+            self._sleep_until = until
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-                await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
+                # at least 10 ms: a timer the check cannot take (the broker shutting down) never spins
+                await asyncio.wait_for(self._wake.wait(), max(0.01, until - now))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
+            self._sleep_until = None
+            if self._check_now:
+                self._check_now = False
+                await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
+            elif self.clock() < until:
+                continue  # an earlier timer was started: sleep until it instead
+            if self.clock() >= next_tick:
+                next_tick = self.clock() + self.interval
             try:
                 await self.check_once()
             except asyncio.CancelledError:
@@ -627,8 +518,10 @@ class CompactionMonitor:
         if self._closing or self.service.shutting_down:
             return []
         busy = set(self._runs)
-        topics = self.watch.take(self.clock())
-        due = await self.service.run_blocking(self._due_topics, busy, topics)
+        lead_ms = int(self.lag_lead_seconds() * 1000)
+        join_ms = int(max(self._job_seconds, default=0.0) * 1000)  # one job's length
+        topics = self.watch.take(self.clock(), join_ms / 1000)
+        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
         self.checks += 1
         if self._closing:
             return []
@@ -644,7 +537,7 @@ class CompactionMonitor:
         return triggered
 
     def _due_topics(
-        self, busy: set[str], topics: Optional[list[str]] = None
+        self, busy: set[str], topics: Optional[list[str]] = None, lead_ms: int = 0, join_ms: int = 0
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``) among
         ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now."""
@@ -655,9 +548,12 @@ class CompactionMonitor:
             topics=topics,
             watch=self.watch,
             retry_ms=int(max(1.0, self.interval) * 1000),
+            lead_ms=lead_ms,
+            join_ms=join_ms,
         )
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
         """Why the topic is due for compaction, or None when it is not."""
-        found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000))
+        lead = lag_lead_ms(max_lag, int(self.lag_lead_seconds() * 1000))
+        found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000), lead)
         return None if found is None else found[0]

@@ -11,8 +11,12 @@ a minute for nothing. A topic's answer can only change when
   ``compactionMinLagSeconds`` on the topic, its partitioned topic or its namespace): the admin
   API tells the broker's topics, which tell this module (``TopicManager.policy_listeners``);
 * **time passed** for a topic with a maximum or minimum lag: the check says when the topic's
-  oldest uncompacted message will be older than its maximum lag, or when held-back messages
-  age past the minimum lag, and this module wakes it then (a heap of timers);
+  oldest uncompacted message will be older than its maximum lag (less the time a run takes to
+  commit: ``compaction_due.lag_lead_ms``), or when held-back messages age past the minimum lag,
+  and this module wakes it then (a heap of timers). An append to a topic with a maximum lag and
+  no timer starts one at once (``lag_policy``: the append's message is its oldest uncompacted
+  one), so the first message after a run is not left waiting for the next interval's check;
+  the monitor's check loop sleeps only until the earliest timer (``next_timer``, ``on_timer``);
 * a **run of it ended** (a failed run is retried at the next check while still due; a run may
   leave a backlog that arrived while it ran), or a compact-topic job of another process held it.
 
@@ -30,7 +34,8 @@ from __future__ import annotations
 
 import heapq
 import threading
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 from ..naming import TopicName
 
@@ -38,10 +43,15 @@ from ..naming import TopicName
 class DueWatch:
     """The topics the next check must look at (module notes)."""
 
-    def __init__(self, full_scan_seconds: float) -> None:
+    def __init__(self, full_scan_seconds: float, clock: Callable[[], float] = time.time) -> None:
         """``full_scan_seconds``: a check looks at every topic at least this often (0: every
-        check does, as if nothing told this module of changes)."""
+        check does, as if nothing told this module of changes). ``clock``: the monitor's."""
         self.full_scan_seconds = float(full_scan_seconds)
+        self.clock = clock
+        #: called with the time of a timer an append started (the monitor's check loop may
+        #: have to wake earlier than it planned)
+        self.on_timer: Optional[Callable[[float], None]] = None
+        self._lag_delay: dict[str, float] = {}  # topics with a max lag: seconds from an append to due
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
         self._timers: list[tuple[float, str]] = []  # (when, topic), a heap; stale ones skipped
@@ -54,9 +64,38 @@ class DueWatch:
     # --- sources of change --------------------------------------------------------------------
 
     def touch(self, topic: str) -> None:
-        """``topic`` changed (an append, the end of a run): the next check looks at it."""
+        """``topic`` changed (an append, the end of a run): the next check looks at it; a topic
+        with a maximum lag and no timer gets one (``lag_policy``)."""
+        started = None
         with self._lock:
             self._dirty.add(topic)
+            delay = self._lag_delay.get(topic)
+            if delay is not None and topic not in self._timer_at:
+                started = self.clock() + delay
+                self._timer_at[topic] = started
+                heapq.heappush(self._timers, (started, topic))
+        if started is not None and self.on_timer is not None:
+            self.on_timer(started)
+
+    def lag_policy(self, topic: str, delay: Optional[float]) -> None:
+        """(the check) ``topic`` falls due ``delay`` seconds after its oldest uncompacted message
+        was published (its maximum lag less a run's lead), None: it has no maximum lag."""
+        with self._lock:
+            if delay is None:
+                self._lag_delay.pop(topic, None)
+            else:
+                self._lag_delay[topic] = max(0.0, delay)
+
+    def has_lag(self, topic: str) -> bool:
+        """Whether the last check of ``topic`` found a maximum lag."""
+        return topic in self._lag_delay
+
+    def next_timer(self) -> Optional[float]:
+        """When the earliest live timer falls due (None: no timer)."""
+        with self._lock:
+            while self._timers and self._timer_at.get(self._timers[0][1]) != self._timers[0][0]:
+                heapq.heappop(self._timers)  # a stale one: its topic's timer moved or fired
+            return self._timers[0][0] if self._timers else None
 
     def wake_at(self, topic: str, when: float) -> None:
         """Look at ``topic`` again at ``when`` (seconds of the clock), whatever happens first."""
@@ -77,6 +116,7 @@ class DueWatch:
         with self._lock:
             self._dirty.discard(topic)
             self._timer_at.pop(topic, None)
+            self._lag_delay.pop(topic, None)
             try:
                 ns = TopicName.parse(topic).namespace_name
             except Exception:  # noqa: BLE001 - not a topic name: nothing of it is kept
@@ -85,8 +125,10 @@ class DueWatch:
 
     # --- the check ----------------------------------------------------------------------------
 
-    def take(self, now: float) -> Optional[list[str]]:
-        """The topics the check at ``now`` looks at, or None when it must look at every topic."""
+    def take(self, now: float, ahead: float = 0.0) -> Optional[list[str]]:
+        """The topics the check at ``now`` looks at, or None when it must look at every topic;
+        ``ahead``: also those whose timers fall due within this many seconds (they may join a
+        job of the topics due now; the check sets their timers again when they do not)."""
         with self._lock:
             if self.full_scan_seconds <= 0 or self._next_full is None or now >= self._next_full:
                 self._next_full = now + self.full_scan_seconds
@@ -97,7 +139,7 @@ class DueWatch:
                 return None
             topics = self._dirty
             self._dirty = set()
-            while self._timers and self._timers[0][0] <= now:
+            while self._timers and self._timers[0][0] <= now + ahead:
                 when, topic = heapq.heappop(self._timers)
                 if self._timer_at.get(topic) == when:
                     del self._timer_at[topic]
