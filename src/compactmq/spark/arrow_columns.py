@@ -180,19 +180,28 @@ def _primitive(cols: MessageColumns, fmt: str, typ):
 # --- record batches ---------------------------------------------------------------------------
 
 
+_META = {
+    "__key": lambda cols, topic, partition, typ: binary_array(cols.buf, cols.key_off, cols.key_len, typ),
+    "__topic": lambda cols, topic, partition, typ: _repeat_string(topic, len(cols), typ),
+    "__messageId": lambda cols, topic, partition, typ: message_ids(cols, partition, typ),
+    "__publishTime": lambda cols, topic, partition, typ: _timestamps(cols.publish_time, None, typ),
+    "__eventTime": lambda cols, topic, partition, typ: _timestamps(
+        cols.event_time, cols.event_time != 0, typ
+    ),
+    "__messageProperties": lambda cols, topic, partition, typ: properties(cols, typ),
+}
+
+
 def record_batch(cols: MessageColumns, topic: str, partition: int, decoder: ValueDecoder, pa_schema):
-    """The Arrow batch of ``cols`` for ``pa_schema`` (the value columns, then the metadata ones)."""
+    """The Arrow batch of ``cols`` for ``pa_schema``: the value column(s) and the metadata
+    columns it names, in its order (only those are built)."""
     import pyarrow as pa
 
-    n_values = len(pa_schema) - 6
-    meta = list(pa_schema)[n_values:]
-    arrays = value_arrays(cols, decoder, list(pa_schema)[:n_values])
-    arrays.append(binary_array(cols.buf, cols.key_off, cols.key_len, meta[0].type))
-    arrays.append(_repeat_string(topic, len(cols), meta[1].type))
-    arrays.append(message_ids(cols, partition, meta[2].type))
-    arrays.append(_timestamps(cols.publish_time, None, meta[3].type))
-    arrays.append(_timestamps(cols.event_time, cols.event_time != 0, meta[4].type))
-    arrays.append(properties(cols, meta[5].type))
+    value_fields = [f for f in pa_schema if f.name not in _META]
+    values = iter(value_arrays(cols, decoder, value_fields) if value_fields else [])
+    arrays = [
+        _META[f.name](cols, topic, partition, f.type) if f.name in _META else next(values) for f in pa_schema
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
 
