@@ -444,7 +444,9 @@ class CompactMQDataSource(DataSource):
     def streamReader(self, schema):
         from .stream import CompactMQStreamReader
 
-        return CompactMQStreamReader(self._read_options(streaming=True), schema, self._schema_info())
+        info = self._schema_info()
+        check_columns(schema, info)
+        return CompactMQStreamReader(self._read_options(streaming=True), schema, info)
 
     def writer(self, schema, overwrite: bool):
         from .writer import CompactMQWriter
