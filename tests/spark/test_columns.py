@@ -310,3 +310,54 @@ def test_keys_and_properties_that_are_not_utf8_get_replacement_characters():
             ValueDecoder(TopicSchema(V.STRING), names),
             pa_schema,
         )
+
+
+@pytest.mark.parametrize("schema", [TopicSchema(), TopicSchema(V.AVRO, AVRO_DEF)], ids=["bytes", "avro"])
+def test_a_chosen_subset_of_columns_equals_those_columns_of_the_full_batch(schema):
+    """``spark.read.schema(...)`` naming some columns: both paths build just those, in the
+    order given, equal to the full batch's; without ``__messageProperties`` the columnar parse
+    skips the properties (``properties=False``) and nothing else changes."""
+    import pyarrow as pa
+
+    full_schema, names = arrow_schema_for(schema)
+    topic = "persistent://public/default/t"
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        st.lists(entry(schema.type), max_size=6),
+        st.lists(st.sampled_from(full_schema.names), min_size=1, unique=True),
+    )
+    def check(specs, chosen):
+        entries = [build(s, 1_700_000_000_000 + i) for i, s in enumerate(specs)]
+        expected, _ = both_paths(entries, schema, 2)
+        sub = pa.schema([full_schema.field(n) for n in chosen])
+        decoder = ValueDecoder(schema, [n for n in chosen if n in names])
+        rows = [(m, False) for i, e in enumerate(entries) for m in entry_messages(7, 3 + i, e, 2)]
+        lens = np.array([len(e) for e in entries], np.int64)
+        offs = (np.cumsum(lens) - lens).astype(np.int64)
+        buf = np.frombuffer(b"".join(entries), np.uint8)
+        props = "__messageProperties" in chosen
+        cols = parse_entries(buf, offs, lens, 7, np.arange(3, 3 + len(entries)), properties=props)
+        want = expected.select(chosen)
+        for got in (to_record_batch(rows, topic, decoder, sub), record_batch(cols, topic, 2, decoder, sub)):
+            assert got.schema == sub
+            assert got.equals(want)
+
+    check()
+
+
+def test_a_schema_that_names_an_unknown_column_or_another_type_is_refused():
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from compactmq.errors import InvalidConfiguration
+    from compactmq.spark.values import check_columns
+
+    check_columns(
+        StructType([StructField("__key", StringType()), StructField("value", BinaryType())]), TopicSchema()
+    )
+    with pytest.raises(InvalidConfiguration, match="'nope' is not a column"):
+        check_columns(StructType([StructField("nope", StringType())]), TopicSchema())
+    with pytest.raises(InvalidConfiguration, match="'value' has type binary"):
+        check_columns(StructType([StructField("value", StringType())]), TopicSchema())
+    # an Avro topic's record fields, with their types
+    check_columns(StructType([StructField("b", StringType())]), TopicSchema(V.AVRO, AVRO_DEF))

@@ -5,7 +5,8 @@ binary or string column is an int32 offsets buffer and one data buffer gathered 
 ranges (``entry_scan.gather_ranges``, the C copy loop when built), a timestamp column is the
 int64 microseconds, ``__messageProperties`` a map over the key and value string columns, and
 ``__messageId`` the ``MessageIdData`` protobuf bytes ``pulsar.MessageId.serialize()`` writes,
-encoded for all messages at once (a varint is at most 10 bytes: one vectorised step per byte).
+encoded once per entry for what its messages share (ledger, entry, partition, batch size) and per
+message for the batch index only, vectorised (a varint is at most 10 bytes: one step per byte).
 
 Every string column is checked as UTF-8 (one vectorised pass); a batch holding bytes that are not
 is decoded with replacement characters -- as the row path decodes a string value, and where it
@@ -103,30 +104,69 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out[:, :width], lens
 
 
-def message_ids(cols: MessageColumns, partition: int, typ):
-    """``__messageId``: fields 1 ledgerId, 2 entryId, 3 partition (when >= 0), 4 batch_index
-    (when >= 0) and 6 batch_size (when in a batch of known size), in field order. Every row is
-    laid out at full width (tag and longest varint of each field) beside a mask of the bytes it
-    really has; the mask, read row by row, picks the serialized ids end to end."""
-    import pyarrow as pa
-
-    n = len(cols)
-    in_batch = cols.batch_index >= 0
-    parts = [
-        (0x08, cols.ledger_id, np.ones(n, bool)),
-        (0x10, cols.entry_id, np.ones(n, bool)),
-        (0x18, np.full(n, max(partition, 0), np.int64), np.full(n, partition >= 0)),
-        (0x20, np.maximum(cols.batch_index, 0), in_batch),
-        (0x30, cols.batch_size, in_batch & (cols.batch_size > 0)),
-    ]
+def _serialize(parts: list, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes end to end, length per row) of ``n`` rows of protobuf varint fields ``parts`` =
+    [(tag byte, values, present)]. Every row is laid out at full width (tag and longest varint
+    of each field) beside a mask of the bytes it really has; the mask, read row by row, picks
+    the serialized rows end to end."""
+    if not n:
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64)
     blocks, masks = [], []
     for tag, values, present in parts:
         raw, lens = _varints(values)
         blocks += [np.full((n, 1), tag, np.uint8), raw]
         masks += [present[:, None], present[:, None] & (np.arange(raw.shape[1]) < lens[:, None])]
     laid, mask = np.hstack(blocks), np.hstack(masks)
-    data = np.ascontiguousarray(laid[mask])
-    offsets = _offsets(mask.sum(axis=1))
+    return np.ascontiguousarray(laid[mask]), mask.sum(axis=1).astype(np.int64)
+
+
+def _starts(lens: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lens), np.int64)
+    np.cumsum(lens[:-1], out=out[1:])
+    return out
+
+
+def message_ids(cols: MessageColumns, partition: int, typ):
+    """``__messageId``: fields 1 ledgerId, 2 entryId, 3 partition (when >= 0), 4 batch_index
+    (when >= 0) and 6 batch_size (when in a batch of known size), in field order.
+
+    All but the batch index are the same for every message of an entry, so they are serialized
+    once per run of messages of one entry (a prefix: fields 1-3; a suffix: field 6), and only the
+    batch index per message; the three pieces are then copied into place (``copy_ranges``)."""
+    import pyarrow as pa
+
+    n = len(cols)
+    in_batch = cols.batch_index >= 0
+    new_run = np.ones(n, bool)
+    if n > 1:
+        new_run[1:] = (
+            (cols.ledger_id[1:] != cols.ledger_id[:-1])
+            | (cols.entry_id[1:] != cols.entry_id[:-1])
+            | (cols.batch_size[1:] != cols.batch_size[:-1])
+            | (in_batch[1:] != in_batch[:-1])
+        )
+    first = np.flatnonzero(new_run)
+    run = np.cumsum(new_run) - 1
+    m = len(first)
+    pre, pre_len = _serialize(
+        [
+            (0x08, cols.ledger_id[first], np.ones(m, bool)),
+            (0x10, cols.entry_id[first], np.ones(m, bool)),
+            (0x18, np.full(m, max(partition, 0), np.int64), np.full(m, partition >= 0)),
+        ],
+        m,
+    )
+    sized = in_batch[first] & (cols.batch_size[first] > 0)
+    suf, suf_len = _serialize([(0x30, cols.batch_size[first], sized)], m)
+    mid, mid_len = _serialize([(0x20, np.maximum(cols.batch_index, 0), in_batch)], n)
+    p_len, s_len = pre_len[run], suf_len[run]
+    lens = p_len + mid_len + s_len
+    offsets = _offsets(lens)
+    data = np.empty(int(lens.sum()), np.uint8)
+    at = offsets[:-1].astype(np.int64)
+    es.copy_ranges(data, at, pre, _starts(pre_len)[run], p_len)
+    es.copy_ranges(data, at + p_len, mid, _starts(mid_len), mid_len)
+    es.copy_ranges(data, at + p_len + mid_len, suf, _starts(suf_len)[run], s_len)
     return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
@@ -180,19 +220,28 @@ def _primitive(cols: MessageColumns, fmt: str, typ):
 # --- record batches ---------------------------------------------------------------------------
 
 
+_META = {
+    "__key": lambda cols, topic, partition, typ: binary_array(cols.buf, cols.key_off, cols.key_len, typ),
+    "__topic": lambda cols, topic, partition, typ: _repeat_string(topic, len(cols), typ),
+    "__messageId": lambda cols, topic, partition, typ: message_ids(cols, partition, typ),
+    "__publishTime": lambda cols, topic, partition, typ: _timestamps(cols.publish_time, None, typ),
+    "__eventTime": lambda cols, topic, partition, typ: _timestamps(
+        cols.event_time, cols.event_time != 0, typ
+    ),
+    "__messageProperties": lambda cols, topic, partition, typ: properties(cols, typ),
+}
+
+
 def record_batch(cols: MessageColumns, topic: str, partition: int, decoder: ValueDecoder, pa_schema):
-    """The Arrow batch of ``cols`` for ``pa_schema`` (the value columns, then the metadata ones)."""
+    """The Arrow batch of ``cols`` for ``pa_schema``: the value column(s) and the metadata
+    columns it names, in its order (only those are built)."""
     import pyarrow as pa
 
-    n_values = len(pa_schema) - 6
-    meta = list(pa_schema)[n_values:]
-    arrays = value_arrays(cols, decoder, list(pa_schema)[:n_values])
-    arrays.append(binary_array(cols.buf, cols.key_off, cols.key_len, meta[0].type))
-    arrays.append(_repeat_string(topic, len(cols), meta[1].type))
-    arrays.append(message_ids(cols, partition, meta[2].type))
-    arrays.append(_timestamps(cols.publish_time, None, meta[3].type))
-    arrays.append(_timestamps(cols.event_time, cols.event_time != 0, meta[4].type))
-    arrays.append(properties(cols, meta[5].type))
+    value_fields = [f for f in pa_schema if f.name not in _META]
+    values = iter(value_arrays(cols, decoder, value_fields) if value_fields else [])
+    arrays = [
+        _META[f.name](cols, topic, partition, f.type) if f.name in _META else next(values) for f in pa_schema
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
 

@@ -252,9 +252,14 @@ def open_reader(split: Split, service_url: str, client_options: dict) -> EntryRe
         raise BrokerReadError(f"broker {service_url}: {e}") from None
 
 
-def read_split_columns(reader: EntryReader, split: Split) -> Iterator:
-    """``entry_columns.MessageColumns`` of the split, chunk by chunk, within its bounds."""
-    from .entry_columns import parse_entries
+def read_split_columns(reader: EntryReader, split: Split, properties: bool = True) -> Iterator:
+    """``entry_columns.MessageColumns`` of the split, chunk by chunk, within its bounds (without
+    the properties when ``properties`` is False)."""
+    import functools
+
+    from . import entry_columns
+
+    parse_entries = functools.partial(entry_columns.parse_entries, properties=properties)
 
     _, stop = bounds(split)
     try:

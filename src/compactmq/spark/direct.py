@@ -156,17 +156,21 @@ CHUNK_ENTRIES = 2048  # entries parsed together (the record batches are cut smal
 CHUNK_BYTES = 4 << 20  # bounds a chunk's buffer (and its decompressed payloads' count)
 
 
-def read_split_columns(split: Split) -> Iterator:
+def read_split_columns(split: Split, properties: bool = True) -> Iterator:
     """``entry_columns.MessageColumns`` of a ``live`` or ``compacted`` split, chunk by chunk,
     within the split's id and publish-time bounds (what ``read_split`` then ``plan.bounded``
-    give, as columns)."""
-    chunks = _compacted_chunks(split) if split.kind == "compacted" else _ledger_chunks(split)
+    give, as columns); without the properties when ``properties`` is False."""
+    chunks = (
+        _compacted_chunks(split, properties)
+        if split.kind == "compacted"
+        else _ledger_chunks(split, properties)
+    )
     for cols in chunks:
         keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
         yield cols if keep.all() else cols.take(keep)
 
 
-def _ledger_chunks(split: Split) -> Iterator:
+def _ledger_chunks(split: Split, properties: bool = True) -> Iterator:
     import numpy as np
 
     from ..storage import ledger_file as lf
@@ -191,6 +195,7 @@ def _ledger_chunks(split: Split) -> Iterator:
             sel[a:b],
             split.start_time,
             split.end_time,
+            properties,
         )
         a = b
 
@@ -227,15 +232,15 @@ def index_runs(split: Split) -> list[tuple[int, int]]:
     return [(a, b) for a, b in runs]
 
 
-def _compacted_chunks(split: Split) -> Iterator:
+def _compacted_chunks(split: Split, properties: bool = True) -> Iterator:
     from ..compaction.compacted_ledger import CompactedLedgerReader
 
     reader = CompactedLedgerReader(split.path)
     for lo, hi in index_runs(split):
-        yield from _compacted_run(reader, lo, hi, split)
+        yield from _compacted_run(reader, lo, hi, split, properties)
 
 
-def _compacted_run(reader, lo: int, hi: int, split: Split) -> Iterator:
+def _compacted_run(reader, lo: int, hi: int, split: Split, properties: bool = True) -> Iterator:
     import numpy as np
 
     from .entry_columns import parse_entries
@@ -253,5 +258,5 @@ def _compacted_run(reader, lo: int, hi: int, split: Split) -> Iterator:
         offs = np.zeros(len(entries), np.int64)
         np.cumsum(lens[:-1], out=offs[1:])
         buf = np.frombuffer(b"".join(entries), np.uint8)
-        yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
+        yield parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time, properties)
         i = j

@@ -107,12 +107,21 @@ def _empty_i64() -> np.ndarray:
 
 
 def parse_entries(
-    buf: np.ndarray, offsets, lengths, ledger_ids, entry_ids, start_time=None, end_time=None
+    buf: np.ndarray,
+    offsets,
+    lengths,
+    ledger_ids,
+    entry_ids,
+    start_time=None,
+    end_time=None,
+    properties: bool = True,
 ) -> MessageColumns:
     """The messages of the entries ``buf[offsets[i] : offsets[i] + lengths[i]]`` (entry ``i`` has
     id ``(ledger_ids[i], entry_ids[i])``; entries in id order). An entry published outside
     ``[start_time, end_time)`` (ms; None: unbounded) is skipped whole, before its payload is
-    decompressed or split (its messages share its publish time).
+    decompressed or split (its messages share its publish time). ``properties=False`` leaves
+    the properties out (every message then has none): a read that returns no
+    ``__messageProperties`` column skips their walk over all metadata.
 
     Raises:
         UnreadableEntry / MalformedEntry: an entry that does not decode (as the row path does).
@@ -144,9 +153,18 @@ def parse_entries(
     def pick(single_col, sub_col):
         return np.concatenate([single_col, sub_col[keep]])[order]
 
-    numbers = np.where(in_batch, SM_PROPERTIES, MD_PROPERTIES)
-    meta = (pick(info.md_start[single], sub.smm_start), pick(info.md_end[single], sub.smm_end))
-    prop_start, prop_count, kv_key, kv_value = _properties(buf, *meta, numbers)
+    if properties:
+        numbers = np.where(in_batch, SM_PROPERTIES, MD_PROPERTIES)
+        meta = (pick(info.md_start[single], sub.smm_start), pick(info.md_end[single], sub.smm_end))
+        prop_start, prop_count, kv_key, kv_value = _properties(buf, *meta, numbers)
+    else:
+        z = _empty_i64()
+        prop_start, prop_count, kv_key, kv_value = (
+            np.zeros(len(ent), np.int64),
+            np.zeros(len(ent), np.int64),
+            (z, z),
+            (z, z),
+        )
     return MessageColumns(
         buf=buf,
         ledger_id=ledger_ids[ent],

@@ -129,24 +129,50 @@ def _avro_ddl(schema) -> tuple[str, bool]:
     return "binary", True
 
 
+def schema_fields(schema: TopicSchema) -> list[tuple[str, str]]:
+    """``(column name, DDL type)`` of every column of a read of a topic with this value schema."""
+    if schema.is_record:
+        parts = [(f.name, _avro_ddl(f.type)[0]) for f in schema.avro().fields]
+    elif schema.type in _PRIMITIVE_DDL:
+        parts = [("value", _PRIMITIVE_DDL[schema.type])]
+    else:
+        parts = [("value", "binary")]
+    return parts + [
+        ("__key", "string"),
+        ("__topic", "string"),
+        ("__messageId", "binary"),
+        ("__publishTime", "timestamp"),
+        ("__eventTime", "timestamp"),
+        ("__messageProperties", "map<string,string>"),
+    ]
+
+
 def spark_schema(schema: TopicSchema) -> str:
     """The schema (a DDL string: Python workers have no SparkContext to parse it) of a read of a
     topic with this value schema."""
-    if schema.is_record:
-        parts = [f"`{f.name}` {_avro_ddl(f.type)[0]}" for f in schema.avro().fields]
-    elif schema.type in _PRIMITIVE_DDL:
-        parts = [f"value {_PRIMITIVE_DDL[schema.type]}"]
-    else:
-        parts = ["value binary"]
-    parts += [
-        "__key string",
-        "__topic string",
-        "__messageId binary",
-        "__publishTime timestamp",
-        "__eventTime timestamp",
-        "__messageProperties map<string,string>",
-    ]
-    return ", ".join(parts)
+    return ", ".join(f"`{name}` {ddl}" for name, ddl in schema_fields(schema))
+
+
+def _ddl_key(ddl: str) -> str:
+    return ddl.replace("`", "").replace(" ", "").lower()
+
+
+def check_columns(struct_type, schema: TopicSchema) -> None:
+    """A schema the user gave (``spark.read.schema(...)``) must pick columns of the topic's, each
+    with its type: the read then builds only those (the Python Data Source API of Spark 4.3 tells
+    a reader no pruned columns, so this is how a query asks for fewer)."""
+    from ..errors import InvalidConfiguration
+
+    known = {name: _ddl_key(ddl) for name, ddl in schema_fields(schema)}
+    for f in struct_type.fields:
+        if f.name not in known:
+            raise InvalidConfiguration(
+                f"column {f.name!r} is not a column of this topic (columns: {', '.join(known)})"
+            )
+        if _ddl_key(f.dataType.simpleString()) != known[f.name]:
+            raise InvalidConfiguration(
+                f"column {f.name!r} has type {known[f.name]} in this topic, not {f.dataType.simpleString()}"
+            )
 
 
 def arrow_schema(struct_type):
@@ -229,28 +255,32 @@ def _normalize(value):
 
 
 def to_record_batch(rows: list, topic: str, decoder: ValueDecoder, pa_schema):
-    """An Arrow ``RecordBatch`` for the given Arrow schema from ``rows`` of ``(Message, deleted)``;
-    a deleted key's row (``latest`` with includeTombstones) has a null value."""
+    """An Arrow ``RecordBatch`` for the given Arrow schema (the value column(s) and metadata
+    columns it names) from ``rows`` of ``(Message, deleted)``; a deleted key's row (``latest``
+    with includeTombstones) has a null value."""
     import pyarrow as pa
 
     from .messages import serialize_message_id
 
-    values = [None if deleted else m.value for m, deleted in rows]
     msgs = [m for m, _ in rows]
-    cols = decoder.columns(values)
-    cols.append([m.key for m in msgs])
-    cols.append([topic] * len(msgs))
-    cols.append(
-        [
+    meta = {
+        "__key": lambda: [m.key for m in msgs],
+        "__topic": lambda: [topic] * len(msgs),
+        "__messageId": lambda: [
             serialize_message_id(m.ledger_id, m.entry_id, m.batch_index, m.partition, m.batch_size)
             for m in msgs
-        ]
+        ],
+        "__publishTime": lambda: [m.publish_time * 1000 for m in msgs],
+        "__eventTime": lambda: [m.event_time * 1000 if m.event_time else None for m in msgs],
+        "__messageProperties": lambda: [list(m.properties.items()) for m in msgs],
+    }
+    value_fields = [f for f in pa_schema if f.name not in meta]
+    values = iter(
+        decoder.columns([None if deleted else m.value for m, deleted in rows]) if value_fields else []
     )
-    cols.append([m.publish_time * 1000 for m in msgs])
-    cols.append([m.event_time * 1000 if m.event_time else None for m in msgs])
-    cols.append([list(m.properties.items()) for m in msgs])
     arrays = []
-    for col, f in zip(cols, pa_schema):
+    for f in pa_schema:
+        col = meta[f.name]() if f.name in meta else next(values)
         if pa.types.is_timestamp(f.type):
             arrays.append(pa.array(col, type=pa.int64()).cast(f.type))
         else:
