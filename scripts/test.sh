@@ -2,8 +2,9 @@
 # Quick start, command two: set up (if needed) and run the test suite.
 # Extra arguments go to pytest (e.g. -m "not spark", -k storage). A run that collects no
 # tests exits non-zero (pytest's exit code 5), so an empty run never passes silently.
-# The run is spread over COMPACTMQ_TEST_WORKERS pytest-xdist workers (default 2, CI's core count;
-# 0 runs in this process), one test module at a time per worker (--dist loadfile: a module's broker
+# The run is spread over COMPACTMQ_TEST_WORKERS pytest-xdist workers (default 4 on CI's 2 cores:
+# the suite mostly waits -- on brokers, clients, timers -- so two more workers fill the cores
+# the first two leave idle; each holds a SparkSession of 1 GiB heap at most; 0 runs in this process), one test module at a time per worker (--dist loadfile: a module's broker
 # starts once) in the order tests/conftest.py gives, JVM-starting modules first
 # (--no-loadscope-reorder). Arguments given here come later and win, e.g. `-n 0`.
 # A test whose worker process died under it (the official client's C++ library has segfaulted
@@ -13,7 +14,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 cd "$root"
-workers="${COMPACTMQ_TEST_WORKERS:-2}"
+workers="${COMPACTMQ_TEST_WORKERS:-4}"
 report="$(mktemp -d)/junit.xml"
 rc=0
 .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder --junitxml="$report" "$@" || rc=$?

@@ -20,7 +20,7 @@ Two things here keep the default run short (CI has two cores and a time limit):
   so a module's broker is started once, and ``--no-loadscope-reorder``). A worker takes the next
   module in the queue when it is done with one, so the queue is longest first (LPT): the modules
   of ``LONG_MODULES`` (measured seconds) by weight, then the other modules that start a JVM, then
-  the rest; the two workers then finish within a short module of each other. A module missing
+  the rest; the workers then finish within a short module of each other. A module missing
   from the table only costs balance; refresh it from a run's ``--junitxml`` when the order drifts.
 """
 
@@ -64,44 +64,54 @@ _dummy_object_store_credentials()
 #: fixtures whose use means a JVM starts (in this process or in a broker subprocess)
 SPARK_FIXTURES = ("spark", "spark_in_broker")
 
-#: the longest modules of the default run and their seconds in one xdist worker (the last CI run's
-#: junit XML, sum of its test cases' times, 2-core machine; scaled by the module's measured
-#: speed-up where it changed since -- brokers in process, shorter refusal timeouts): queued
+#: the modules of 7 s and more in the default run and their seconds in one xdist worker (a run's
+#: junit XML, the sum of its test cases' times, 2 workers on the 2-core machine, 26 Nov): queued
 #: first, longest first
 LONG_MODULES = {
-    "tests/compaction/test_parity.py": 81,
-    "tests/broker/test_read_compacted.py": 77,
-    "tests/security/test_wire_auth.py": 52,
-    "tests/compaction/test_crash.py": 44,
-    "tests/admin/test_offload_rest.py": 30,
-    "tests/admin/test_offload_crash.py": 29,
-    "tests/spark/test_auth.py": 25,
-    "tests/admin/test_zk_crash.py": 25,
-    "tests/security/test_preauth_binary.py": 24,
-    "tests/broker/test_broker_lifecycle.py": 22,
-    "tests/spark/test_batch_read.py": 22,
-    "tests/compaction/test_compaction_to_store.py": 21,
-    "tests/admin/test_compaction_lag.py": 20,
+    "tests/broker/test_read_compacted.py": 99,
+    "tests/compaction/test_parity.py": 83,
+    "tests/security/test_wire_auth.py": 51,
+    "tests/compaction/test_crash.py": 43,
+    "tests/admin/test_offload_crash.py": 34,
+    "tests/admin/test_zk_crash.py": 24,
+    "tests/broker/test_broker_lifecycle.py": 24,
+    "tests/spark/test_auth.py": 24,
+    "tests/compaction/test_compaction_to_store.py": 23,
+    "tests/broker/test_broker_client.py": 22,
+    "tests/security/test_preauth_binary.py": 21,
+    "tests/spark/test_stream.py": 20,
     "tests/broker/test_compaction_warmup.py": 19,
-    "tests/broker/test_broker_client.py": 18,
-    "tests/security/test_tls.py": 18,
-    "tests/spark/test_stream.py": 17,
-    "tests/admin/test_admin_rest.py": 16,
-    "tests/broker/test_inactive_topics.py": 16,
-    "tests/admin/test_metadata_store_url.py": 15,
-    "tests/compaction/test_cli.py": 15,
-    "tests/compaction/test_joint_topics_parity.py": 14,
-    "tests/broker/test_nonpersistent.py": 14,
-    "tests/storage/test_object_ledgers.py": 13,
-    "tests/admin/test_metadata_store_topics.py": 13,
-    "tests/broker/test_key_shared_hash.py": 13,
-    "tests/spark/test_auto_export.py": 12,
-    "tests/compat/test_rollover_under_a_reader.py": 11,
-    "tests/compaction/test_partitioned_parity.py": 10,
-    "tests/broker/test_cluster.py": 10,
-    "tests/broker/test_read_compacted_admin.py": 10,
-    "tests/security/test_topic_dirs_secured.py": 10,
-    "tests/admin/test_partitioned_compaction.py": 10,
+    "tests/spark/test_batch_read.py": 18,
+    "tests/broker/test_inactive_topics.py": 17,
+    "tests/security/test_tls.py": 16,
+    "tests/broker/test_nonpersistent.py": 15,
+    "tests/broker/test_cluster_failover.py": 14,
+    "tests/storage/test_offload.py": 14,
+    "tests/compaction/test_cli.py": 13,
+    "tests/admin/test_offload_rest.py": 13,
+    "tests/broker/test_cluster.py": 13,
+    "tests/broker/test_key_shared_hash.py": 12,
+    "tests/admin/test_admin_rest.py": 12,
+    "tests/admin/test_compaction_lag.py": 12,
+    "tests/compat/test_rollover_under_a_reader.py": 12,
+    "tests/admin/test_metadata_store_topics.py": 11,
+    "tests/storage/test_object_ledgers.py": 11,
+    "tests/admin/test_metadata_store_url.py": 11,
+    "tests/compaction/test_joint_topics_parity.py": 11,
+    "tests/storage/test_crash.py": 10,
+    "tests/security/test_policy_values.py": 9,
+    "tests/broker/test_limits.py": 9,
+    "tests/broker/test_dedup.py": 9,
+    "tests/compaction/test_partitioned_parity.py": 9,
+    "tests/spark/test_broker_columns.py": 9,
+    "tests/cli/test_cli_e2e.py": 8,
+    "tests/spark/test_pushdown_topics.py": 8,
+    "tests/compaction/test_failover_regressions.py": 8,
+    "tests/spark/test_columns_spark.py": 7,
+    "tests/spark/test_pushdown.py": 7,
+    "tests/security/test_preauth_http.py": 7,
+    "tests/broker/test_read_compacted_retention.py": 7,
+    "tests/broker/test_listeners.py": 7,
 }
 
 

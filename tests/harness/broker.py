@@ -9,6 +9,13 @@ broker's log goes to ``broker-<port>.log`` beside the data dir (a failed start s
 Test brokers run without the background Spark warm-up (a JVM each otherwise) unless an override
 turns ``compactionSparkWarmup`` on. ``children.keep`` makes each broker die with the test process
 that started it (see ``tests/children.py``).
+
+Ports are picked free (``free_port``) and bound a moment later by the broker; in between, any
+process of the run may take one (an outgoing connection's local port comes from the same range),
+and more xdist workers make that likelier. A first ``start()`` whose bind fails with "address
+already in use" therefore tries again on fresh ports (``PORT_ATTEMPTS``), unless the test already
+wrote those ports into the broker's configuration (an advertised listener names them); a
+``restart()`` keeps its ports, since the test's clients know them.
 """
 
 from __future__ import annotations
@@ -26,12 +33,42 @@ import children  # tests/ is on sys.path
 #: the repository root: the working directory of every process a test starts
 ROOT = Path(__file__).resolve().parents[2]
 
+#: how many port pairs a broker's first start tries when a picked port was taken meanwhile
+PORT_ATTEMPTS = 3
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class PortTaken(RuntimeError):
+    """The broker could not bind a port ``free_port`` picked: something took it meanwhile."""
+
+
+def _port_taken(text: str) -> bool:
+    return "address already in use" in text.lower()
+
+
+def _start_on_free_ports(broker, start_once, timeout: float) -> None:
+    """``start_once(timeout)``, again on fresh ports when a picked port was taken meanwhile
+    (the module docstring): only on a first start, and only while no configured value names the
+    ports."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return start_once(timeout)
+        except PortTaken:
+            ports = (str(broker.port), str(broker.web_port))
+            named = [
+                v
+                for v in [*broker.overrides.values(), *getattr(broker, "extra_args", [])]
+                if any(p in str(v) for p in ports)
+            ]
+            if broker.started_once or named or attempt == PORT_ATTEMPTS - 1:
+                raise
+            broker.port, broker.web_port = free_port(), free_port()
 
 
 class BrokerProcess:
@@ -45,6 +82,7 @@ class BrokerProcess:
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
+        self.started_once = False
 
     @property
     def url(self) -> str:
@@ -78,7 +116,12 @@ class BrokerProcess:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 30.0) -> None:
+        _start_on_free_ports(self, self._start_once, timeout)
+        self.started_once = True
+
+    def _start_once(self, timeout: float) -> None:
         log = open(self.log_path, "ab")
+        log_start = log.tell()
         self.proc = subprocess.Popen(
             self.command(),
             **children.keep(
@@ -94,7 +137,12 @@ class BrokerProcess:
                 return
             if not line and self.proc.poll() is not None:
                 break
-        raise RuntimeError(f"broker did not start: {line!r}; log: {self.log_path.read_text()[-2000:]}")
+        tail = self.log_path.read_bytes()[log_start:].decode(errors="replace")
+        if self.proc.poll() is not None and _port_taken(tail):
+            self.proc.stdout.close()
+            self.proc = None
+            raise PortTaken(f"broker did not start: {tail[-2000:]}")
+        raise RuntimeError(f"broker did not start: {line!r}; log: {tail[-2000:]}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         if self.proc is None:
@@ -153,6 +201,7 @@ class InProcessBroker:
         self.server = None
         self._loop = None
         self._thread = None
+        self.started_once = False
 
     url = BrokerProcess.url
     web_url = BrokerProcess.web_url
@@ -170,6 +219,10 @@ class InProcessBroker:
         return load_config(None, {**defaults, **self.overrides, **flags})
 
     def start(self, timeout: float = 30.0) -> None:
+        _start_on_free_ports(self, self._start_once, timeout)
+        self.started_once = True
+
+    def _start_once(self, timeout: float) -> None:
         import asyncio
         import threading
 
@@ -197,8 +250,10 @@ class InProcessBroker:
         )
         try:
             asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(timeout)
-        except BaseException:
+        except BaseException as e:
             self._close_loop()
+            if isinstance(e, Exception) and _port_taken(str(e)):
+                raise PortTaken(str(e)) from e
             raise
         self.server = server
 

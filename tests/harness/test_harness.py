@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 
 import pytest
 
 import compactmq.cli.main as cli_main
+from harness.broker import BrokerProcess, InProcessBroker, make_client
 from harness.cli import run_cli
 from harness.wait import wait_until
 
@@ -74,3 +76,42 @@ def test_wait_until_returns_the_first_truthy_value_or_names_what_it_waited_for()
     assert wait_until(lambda: next(values), timeout=5, interval=0) == "done"
     with pytest.raises(AssertionError, match=r"waiting for the moon \(last: False\)"):
         wait_until(lambda: False, timeout=0.05, what="the moon", interval=0.01)
+
+
+@pytest.mark.parametrize(
+    "kind, which",
+    [(InProcessBroker, "port"), (InProcessBroker, "web_port"), (BrokerProcess, "web_port")],
+    ids=["in-process-port", "in-process-web_port", "process-web_port"],
+)
+def test_a_first_start_moves_off_a_port_taken_meanwhile_but_a_restart_keeps_its_ports(tmp_path, kind, which):
+    with socket.socket() as taker:  # what another process of the run may do between pick and bind
+        taker.bind(("127.0.0.1", 0))
+        taker.listen()
+        broker = kind(tmp_path / "data")
+        setattr(broker, which, taker.getsockname()[1])
+        broker.start()
+        try:
+            assert getattr(broker, which) != taker.getsockname()[1] and broker.alive()
+            client = make_client(broker.url)
+            try:
+                client.create_producer("persistent://public/default/moved").send(b"x")
+            finally:
+                client.close()
+            if kind is InProcessBroker:  # (a restart is the same code for a process; it costs one)
+                ports = (broker.port, broker.web_port)
+                broker.restart()
+                assert (broker.port, broker.web_port) == ports and broker.alive()
+        finally:
+            broker.stop()
+
+
+def test_a_port_the_configuration_names_is_not_moved(tmp_path):
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        taker.listen()
+        broker = InProcessBroker(tmp_path / "data")
+        broker.port = taker.getsockname()[1]
+        broker.overrides["advertisedListeners"] = f"internal:pulsar://127.0.0.1:{broker.port}"
+        broker.overrides["internalListenerName"] = "internal"
+        with pytest.raises(RuntimeError, match="(?i)address already in use"):
+            broker.start()
