@@ -319,12 +319,72 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def publish_and_sample(admin_url: str, producers: list, topics: list[str], args) -> tuple:
+    """Publish one message to every producer's topic --rate times a second for --lag-seconds,
+    sampling every topic's compaction lag from /metrics every ``LAG_SAMPLE_SECONDS``, then keep
+    sampling until everything is compacted (or 2 x --max-lag + 10 s). Returns ``(wall time of
+    each round of sends, {topic: [(wall time, lag seconds)]})``."""
+    t0 = time.perf_counter()
+    sent_at: list[float] = []  # wall time of each round of sends (one message to every topic)
+    samples: dict[str, list[tuple[float, float]]] = {t: [] for t in topics}
+    next_sample = t0
+    drain_until = None  # after publishing: sample until every message is committed
+    while True:
+        now = time.perf_counter()
+        if now - t0 < args.lag_seconds:
+            sent_at.append(time.time())
+            for p in producers:
+                p.send_async(b"x" * 100, None, partition_key=f"key-{len(sent_at) % args.keys:07d}")
+        elif drain_until is None:
+            for p in producers:
+                p.flush()
+            drain_until = now + 2 * args.max_lag + 10
+        if now >= next_sample:
+            next_sample = now + LAG_SAMPLE_SECONDS
+            wall = time.time()
+            for t, lag in lags(admin_url).items():
+                if t in samples:
+                    samples[t].append((wall, lag))
+            if drain_until is not None and (
+                now > drain_until or all(s and s[-1][1] == 0 for s in samples.values())
+            ):
+                return sent_at, samples
+        if drain_until is None:
+            time.sleep(max(0.0, t0 + len(sent_at) / args.rate - time.perf_counter()))
+        else:
+            time.sleep(LAG_SAMPLE_SECONDS / 2)
+
+
+def wait_stats(sent_at: list[float], samples: dict, settled: float, max_lag: float) -> dict:
+    """p50 / p99 / max of the waits (``message_waits``) of the messages sent from ``settled`` on,
+    and the largest lag gauge seen a max lag after that."""
+    waits: list[float] = []
+    unseen = 0
+    gauge = 0.0
+    sent = [s for s in sent_at if s >= settled]
+    for series in samples.values():
+        got = message_waits(sent, series)
+        waits += got
+        unseen += len(sent) - len(got)
+        gauge = max([gauge, *(lag for w, lag in series if w >= settled + max_lag)])
+    gaps = [b[0] - a[0] for series in samples.values() for a, b in zip(series, series[1:])]
+    return {
+        "p50": round(percentile(waits, 0.50), 3),
+        "p99": round(percentile(waits, 0.99), 3),
+        "max": round(max(waits, default=float("nan")), 3),
+        "messages": len(waits),
+        "unseen": unseen,
+        # a wait is over-counted by up to the gap between samples (/metrics is slower under load)
+        "sample_gap_seconds": round(statistics.mean(gaps), 3) if gaps else None,
+        "gauge_max": round(gauge, 3),
+    }
+
+
 def lag_mode(mode: str, count: int, args) -> dict:
     """``count`` topics published to continuously (--rate messages/s each, batched) for
-    --lag-seconds, with a namespace ``compactionMaxLagSeconds`` of --max-lag. Every topic's
-    compaction lag is sampled from /metrics every ``LAG_SAMPLE_SECONDS``; from the samples, each
-    message's wait until a committed view held it (``message_waits``), after the first max-lag
-    period: p50 / p99 / max against the policy, and the largest lag gauge seen."""
+    --lag-seconds, with a namespace ``compactionMaxLagSeconds`` of --max-lag (``publish_and_sample``);
+    each message's wait until a committed view held it, after the first max-lag period:
+    p50 / p99 / max against the policy (``wait_stats``)."""
     d = tempfile.mkdtemp(prefix=f"many-topics-lag-{mode}-")
     broker, client = start_broker(mode, os.path.join(d, "data"), args)
     topics = [f"persistent://{NS}/lag-{i:05d}" for i in range(count)]
@@ -337,86 +397,30 @@ def lag_mode(mode: str, count: int, args) -> dict:
         )
         if status >= 300:
             raise RuntimeError(f"policy refused: {status} {body!r}")
-        t0, wall0 = time.perf_counter(), time.time()
-        cpu0 = broker.cpu()
-        sent_at: list[float] = []  # wall time of each round of sends (one message to every topic)
-        samples: dict[str, list[tuple[float, float]]] = {t: [] for t in topics}
-        next_sample = t0
-        drain_until = None  # after publishing: sample until every message is committed
-        while True:
-            now = time.perf_counter()
-            if now - t0 < args.lag_seconds:
-                sent_at.append(time.time())
-                for p in producers:
-                    p.send_async(b"x" * 100, None, partition_key=f"key-{len(sent_at) % args.keys:07d}")
-            elif drain_until is None:
-                for p in producers:
-                    p.flush()
-                drain_until = now + 2 * args.max_lag + 10
-            if now >= next_sample:
-                next_sample = now + LAG_SAMPLE_SECONDS
-                wall = time.time()
-                for t, lag in lags(broker.admin_url).items():
-                    if t in samples:
-                        samples[t].append((wall, lag))
-                if drain_until is not None and (
-                    now > drain_until or all(s and s[-1][1] == 0 for s in samples.values())
-                ):
-                    break
-            if drain_until is None:
-                time.sleep(max(0.0, t0 + len(sent_at) / args.rate - time.perf_counter()))
-            else:
-                time.sleep(LAG_SAMPLE_SECONDS / 2)
+        t0, wall0, cpu0 = time.perf_counter(), time.time(), broker.cpu()
+        sent_at, samples = publish_and_sample(broker.admin_url, producers, topics, args)
         for p in producers:
             p.close()
-        cpu = broker.cpu() - cpu0
-        wall = time.perf_counter() - t0
-        runs = [
-            int(float(v))
-            for v in SUCCEEDED_RE.findall(http("GET", broker.admin_url + "/metrics")[1].decode())
-        ]
-        settled = wall0 + args.max_lag + args.interval  # after the first max-lag period
-        waits: list[float] = []
-        unseen = 0
-        gauge = 0.0
-        for t in topics:
-            sent = [s for s in sent_at if s >= settled]
-            got = message_waits(sent, samples[t])
-            waits += got
-            unseen += len(sent) - len(got)
-            gauge = max([gauge, *(lag for w, lag in samples[t] if w >= settled + args.max_lag)])
+        cpu, wall = broker.cpu() - cpu0, time.perf_counter() - t0
+        metrics = http("GET", broker.admin_url + "/metrics")[1].decode()
+        runs = statistics.mean([int(float(v)) for v in SUCCEEDED_RE.findall(metrics)] or [0])
+        w = wait_stats(sent_at, samples, wall0 + args.max_lag + args.interval, args.max_lag)
         row = {
             "mode": mode,
             "topics": count,
             "max_lag_policy_seconds": args.max_lag,
             "publish_seconds": args.lag_seconds,
             "messages_per_second_per_topic": args.rate,
-            "message_wait_seconds": {
-                "p50": round(percentile(waits, 0.50), 3),
-                "p99": round(percentile(waits, 0.99), 3),
-                "max": round(max(waits, default=float("nan")), 3),
-                "messages": len(waits),
-                "unseen": unseen,
-                # a wait is over-counted by up to the gap between samples (/metrics is slower under load)
-                "sample_gap_seconds": round(
-                    statistics.mean(b[0] - a[0] for s in samples.values() for a, b in zip(s, s[1:])), 3
-                )
-                if any(len(s) > 1 for s in samples.values())
-                else None,
-            },
-            "within_policy": bool(waits) and max(waits) <= args.max_lag,
-            "max_lag_gauge_seconds": round(gauge, 3),
+            "message_wait_seconds": w,
+            "within_policy": w["messages"] > 0 and w["max"] <= args.max_lag,
             "lag_samples_per_topic": round(statistics.mean(len(s) for s in samples.values()), 1),
             # the model: a message waits at most about two runs (the one that missed it, its own)
             # plus a check's latency, so the policy holds when a cycle's run is under half of it
-            "runs_per_topic": round(statistics.mean(runs), 1) if runs else 0,
-            "seconds_per_run_cycle": round(wall / statistics.mean(runs), 2)
-            if runs and statistics.mean(runs)
-            else None,
+            "runs_per_topic": round(runs, 1),
+            "seconds_per_run_cycle": round(wall / runs, 2) if runs else None,
             "broker_process_cpu_seconds_per_wall_second": round(cpu / wall, 2),  # not its JVM
             "load_average_1m": os.getloadavg()[0],
         }
-        w = row["message_wait_seconds"]
         log(
             f"lag {mode} x {count}: message wait p50 {w['p50']} s, p99 {w['p99']} s, max {w['max']} s "
             f"(policy {args.max_lag} s)"
