@@ -9,6 +9,8 @@ RSS from ``/proc/<pid>/status`` every ``--sample`` seconds while the official cl
   round (past the cache's age threshold, so what is left is what the broker keeps for good).
 - ``idle``: ``--idle-topics`` topics with one idle producer each (one client connection); the
   figure of merit is the broker's RSS per topic (KiB), read once the producers are attached.
+- ``connections``: ``--idle-connections`` client connections (CONNECT/CONNECTED on plain
+  sockets, nothing else); the figures of merit are KiB per connection and connections per MiB.
 - ``soak``: ``--soak-producers`` producers and as many consumers (Shared, acknowledging) on
   ``--soak-topics`` topics for ``--soak-seconds``; the figure of merit is the RSS growth over the
   last half of the run (flat: a few percent).
@@ -259,6 +261,50 @@ def run_idle(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
     return row
 
 
+def _connect_frame() -> bytes:
+    from compactmq.protocol import pulsar_pb2 as pb
+    from compactmq.protocol.frames import encode_command
+
+    cmd = pb.BaseCommand(type=pb.BaseCommand.CONNECT)
+    cmd.connect.client_version = "memory-bench"
+    cmd.connect.protocol_version = 20
+    return encode_command(cmd)
+
+
+def run_connections(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
+    """``--idle-connections`` connections that only said CONNECT: what one costs the broker."""
+    import socket
+
+    sampler.phase = "idle connections"
+    time.sleep(args.settle)
+    before = rss_bytes(broker.proc.pid)
+    frame = _connect_frame()
+    socks = []
+    try:
+        for _ in range(args.idle_connections):
+            s = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+            s.sendall(frame)
+            socks.append(s)
+        for s in socks:  # every one answered CONNECTED (any answer at all: the broker holds it)
+            if not s.recv(4096):
+                raise RuntimeError("the broker closed a connection instead of CONNECTED")
+        time.sleep(args.settle)
+        after = rss_bytes(broker.proc.pid)
+    finally:
+        for s in socks:
+            s.close()
+    kib = (after - before) / 1024 / max(1, args.idle_connections)
+    row = {
+        "connections": args.idle_connections,
+        "rss_mib_before": round(before / 2**20, 1),
+        "rss_mib_after": round(after / 2**20, 1),
+        "kib_per_connection": round(kib, 1),
+        "connections_per_mib": round(1024 / kib, 1) if kib > 0 else None,
+    }
+    print(json.dumps({"connections": row}), flush=True)
+    return row
+
+
 def run_broker(label: str, src: str | None, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         broker = StandaloneBroker(os.path.join(tmp, "data"), args.override, src=src)
@@ -271,8 +317,10 @@ def run_broker(label: str, src: str | None, args) -> dict:
                 result["rounds"] = run_rounds(broker, sampler, args)
             if args.mode in ("soak", "both"):
                 result["soak"] = run_soak(broker, sampler, args)
-            if args.mode == "idle":
+            if args.mode in ("idle", "many"):
                 result["idle"] = run_idle(broker, sampler, args)
+            if args.mode in ("connections", "many"):
+                result["connections"] = run_connections(broker, sampler, args)
         finally:
             sampler.stop()
             broker.stop()
@@ -316,7 +364,18 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=("rounds", "soak", "both", "idle"), default="both")
+    ap.add_argument(
+        "--mode",
+        choices=("rounds", "soak", "both", "idle", "connections", "many"),
+        default="both",
+        help="both: rounds then soak; many: idle topics then idle connections",
+    )
+    ap.add_argument(
+        "--idle-connections",
+        type=int,
+        default=2000,
+        help="client connections that only CONNECT (connections)",
+    )
     ap.add_argument(
         "--idle-topics", type=int, default=10_000, help="topics with one idle producer each (idle)"
     )
@@ -337,6 +396,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.messages, args.soak_seconds, args.settle = 4, 20_000, 25, 2.0
         args.idle_topics = min(args.idle_topics, 500)
+        args.idle_connections = min(args.idle_connections, 200)
     runs = []
     if args.compare:
         runs.append(run_broker("before", args.compare, args))

@@ -15,7 +15,12 @@ all of them alike:
   After each round: the broker's RSS (``/proc/<pid>/status``).
 - ``latency``: one producer (batching off) and one consumer at a fixed ``--rate`` (5,000 msg/s)
   for ``--latency-seconds`` (120; 10 with ``--quick``): publish latency (send to receipt) and
-  publish-to-consume latency (send to receive) p50/p99/p99.9, after a 2 s warm-up.
+  publish-to-consume latency (send to receive) p50/p99/p99.9, after a 2 s warm-up. Beside it,
+  the fdatasync floor of the file system at that moment (one append + fdatasync, p50/p99): a
+  receipt given only after an fsync cannot come sooner. ``--strace`` also counts each broker's
+  fsync-family calls during its run (pulsar-lite 0.2.0 makes none: its receipts do not wait
+  for the disk). A broker whose latency run fails has its error recorded; the others go on.
+  ``--no-rounds`` / ``--no-latency`` run one part only.
 
 Durability: compactmq runs with its defaults, ``managedLedgerSyncData=true`` (an fsync before a
 receipt, shared by the appends of one group commit). pulsar-lite 0.2.0 exposes no sync setting
@@ -254,6 +259,52 @@ def run_latency(label: str, broker, rate: int, seconds: float, size: int) -> dic
     return out
 
 
+def fdatasync_floor(directory: str, n: int = 500, size: int = 130) -> dict:
+    """p50/p99 of one ``fdatasync`` after appending ``size`` bytes, in ``directory`` (the
+    broker's file system), in milliseconds: the least a receipt given only after an fsync can
+    cost. Taken right before a broker's latency run, so it sees the same machine load."""
+    path = os.path.join(directory, "fdatasync-floor")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = []
+    try:
+        for _ in range(n):
+            os.write(fd, b"x" * size)
+            t0 = time.perf_counter()
+            os.fdatasync(fd)
+            out.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"p50": _pct(out, 0.5), "p99": _pct(out, 0.99)}
+
+
+class SyncCalls:
+    """``strace -c`` on a broker process (all threads) while it runs: how many fsync-family
+    calls it makes, to show what "durable" means for each broker (``--strace``)."""
+
+    CALLS = "fsync,fdatasync,sync_file_range,msync,syncfs"
+
+    def __init__(self, pid: int, out: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            ["strace", "-f", "-c", "-o", out, "-e", f"trace={self.CALLS}", "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # attached to every thread before the run starts
+
+    def stop(self) -> dict:
+        self.proc.terminate()
+        self.proc.wait(30)
+        counts: dict[str, int] = {name: 0 for name in self.CALLS.split(",")}
+        with open(self.out) as f:
+            for line in f:
+                parts = line.split()  # % time, seconds, usecs/call, calls, [errors,] syscall
+                if len(parts) >= 5 and parts[-1] in counts:
+                    counts[parts[-1]] = int(parts[3])
+        return counts
+
+
 def summarize(rounds: list[dict]) -> dict:
     """Per phase: median msgs/s and median broker CPU us/msg over the rounds."""
     out = {}
@@ -276,6 +327,9 @@ def plot(result: dict, path: Path) -> None:
         print('no plot: matplotlib is missing (pip install -e ".[bench]")')
         return
     brokers = list(result["brokers"])
+    if not all(result["brokers"][label]["rounds"] for label in brokers):
+        print("no plot: no rounds were run (--no-rounds)")
+        return
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     width = 0.8 / len(brokers)
     for i, label in enumerate(brokers):
@@ -303,6 +357,27 @@ def plot(result: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def _latency_of(label: str, broker, args, seconds: float, tmp: str) -> dict:
+    """One broker's latency run, with the fdatasync floor of the file system beside it; a
+    broker that fails it (a send timed out) gets its error recorded, and the run goes on."""
+    floor = fdatasync_floor(tmp)
+    say(f"latency: {label}, {args.rate} msg/s for {seconds:g} s (fdatasync floor now {floor})")
+    tracer = SyncCalls(broker.proc.pid, os.path.join(tmp, f"strace-{label}.txt")) if args.strace else None
+    try:
+        out = run_latency(label, broker, args.rate, seconds, args.size)
+    except (SystemExit, Exception) as exc:  # noqa: BLE001 - recorded; the other brokers still run
+        say(f"{label}: latency run failed: {exc}")
+        out = {"error": str(exc)}
+    finally:
+        if tracer is not None:
+            calls = tracer.stop()
+    out["fdatasync_floor_ms"] = floor
+    if tracer is not None:
+        out["sync_calls"] = calls
+        say(f"{label}: sync calls during the latency run: {calls}")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 rounds of 20,000 messages, 10 s of latency")
@@ -312,6 +387,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=int, default=5000, help="messages/s of the latency run (default 5,000)")
     ap.add_argument(
         "--latency-seconds", type=float, help="length of the latency run (default 120; 10 with --quick)"
+    )
+    ap.add_argument("--no-rounds", action="store_true", help="skip the rounds (throughput, CPU, RSS)")
+    ap.add_argument("--no-latency", action="store_true", help="skip the fixed-rate latency run")
+    ap.add_argument(
+        "--strace",
+        action="store_true",
+        help="count each broker's fsync-family calls during its latency run (strace -c; slows it)",
     )
     ap.add_argument("--pulsar-lite", help="the pulsar-lite binary (default: from the pulsar_lite package)")
     ap.add_argument("--main-src", help="also run compactmq from this checkout's src directory (label 'main')")
@@ -339,27 +421,30 @@ def main(argv=None) -> int:
             brokers["pulsar-lite"] = PulsarLite(binary, os.path.join(tmp, "pulsar-lite"))
             for label, broker in brokers.items():
                 data[label] = {"rounds": [], "rss_mib_start": rss_mib(broker.proc.pid)}  # type: ignore[attr-defined]
-            for r in range(1, rounds + 1):
+            for r in range(1, (0 if args.no_rounds else rounds) + 1):
                 say(f"round {r}/{rounds}: {n} messages x {args.size} B per phase")
                 for label, broker in brokers.items():
                     data[label]["rounds"].append(run_round(label, broker, r, n, args.size))
-            for label, broker in brokers.items():
-                say(f"latency: {label}, {args.rate} msg/s for {latency_seconds:g} s")
-                data[label]["latency"] = run_latency(label, broker, args.rate, latency_seconds, args.size)
+            for label, broker in ({} if args.no_latency else brokers).items():
+                data[label]["latency"] = _latency_of(label, broker, args, latency_seconds, tmp)
         finally:
             for broker in brokers.values():
                 broker.stop()  # type: ignore[attr-defined]
     for label in data:
-        data[label]["summary"] = summarize(data[label]["rounds"])
+        data[label]["summary"] = summarize(data[label]["rounds"]) if data[label]["rounds"] else {}
     ref = data["pulsar-lite"]["summary"]
-    ratios = {
-        label: {
-            p: round(data[label]["summary"][p]["median_msgs_per_s"] / ref[p]["median_msgs_per_s"], 3)
-            for p in PHASES
+    ratios = (
+        {}
+        if not ref
+        else {
+            label: {
+                p: round(data[label]["summary"][p]["median_msgs_per_s"] / ref[p]["median_msgs_per_s"], 3)
+                for p in PHASES
+            }
+            for label in data
+            if label != "pulsar-lite"
         }
-        for label in data
-        if label != "pulsar-lite"
-    }
+    )
     result = {
         "benchmark": "vs_pulsar_lite",
         "quick": args.quick,

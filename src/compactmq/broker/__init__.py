@@ -5,7 +5,7 @@ How the pieces fit (one arrow = "owns" or "calls")::
     BrokerServer (server)          listening socket, web-service plug, the shutdown order
       BrokerService                config, Storage, thread pool (run_blocking), ServerState
         ServerState                every connection and background task
-        TopicManager (topics)      loaded Topics by canonical name; partitioned metadata
+        TopicManager               loaded Topics by canonical name; partitioned metadata
           Topic                    ManagedLedger, producers, subscriptions, group-commit
                                    appends, TailCache, LedgerEntrySource
             Producer (producers)   access modes (Shared / Exclusive)

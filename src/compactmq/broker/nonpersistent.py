@@ -37,7 +37,7 @@ from .subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, SUB_TYPE_NAM
 from .topics import Topic
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .topics import TopicManager
+    from .topic_ownership import TopicManager
 
 # Rates (msgDropRate) are averaged over this window, like the broker's stats interval.
 RATE_WINDOW_SECONDS = 60.0

@@ -47,7 +47,7 @@ from .inactive_topics import InactiveTopicSweeper
 from .latest_values import LatestValues
 from .lookup import Listeners, listeners_from_config
 from .schema_registry import SchemaRegistry
-from .topics import TopicManager
+from .topic_ownership import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled
 

@@ -1,10 +1,7 @@
 """Topics: the managed ledger of one topic, its producers, its subscriptions.
 
-How a topic object is found: ``BrokerService.topics`` is the one ``TopicManager``;
-``await topics.get_topic(name, create=...)`` returns the loaded ``Topic`` (opening the managed
-ledger in the thread pool on first use, once even when many requests race), ``topics.loaded``
-maps canonical names to the topics already open. Partitions are ordinary topics named
-``<base>-partition-<i>``; the number of partitions of a base topic lives in the metadata store.
+How a topic object is found and closed is ``topic_ownership`` (``TopicManager``):
+``await service.topics.get_topic(name, create=...)`` returns the loaded ``Topic``.
 
 Publishing is group commit on two levels: every SEND that arrives while an append is running
 waits in the topic's queue, and the next append takes the whole queue in one
@@ -20,16 +17,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
+from ..errors import CompactMQError, NotAllowed, StorageError
 from ..naming import TopicName
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
-from .cluster import check_topic_owned
-from .dedup import Deduplication, entry_sequence
+from .dedup import Deduplication
 from .entry_cache import slowest_active_read
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
 from .limits import check_consumers, check_producers
-from .namespaces import check_namespace
 from .producers import EXCLUSIVE_WITH_FENCING, Producer, ProducerFenced, check_access, check_epoch
 from .subscriptions import Consumer, CursorView, Subscription
 
@@ -41,9 +36,6 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
-
-# Entries read back when a topic loads, to recover producers' last sequence ids.
-SEQUENCE_RECOVERY_ENTRIES = 1000
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
@@ -77,7 +69,7 @@ class Topic:
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
         self.closed = False
-        self._unload_requested = False  # _reload_if_fenced asked for an unload once
+        self.unload_requested = False  # unload_after_failed_write asked for an unload once
         self.closed_producers_in = [0, 0]  # messages, bytes published by producers since closed
         self.epoch = -1  # topic epoch (see producers): -1 until an exclusive producer takes the topic
         # monotonic seconds of the last attach/detach: the inactive-topic sweep (inactive_topics)
@@ -151,23 +143,9 @@ class Topic:
             self._append_task = None
 
     def _reload_if_fenced(self) -> None:
-        """A write or sync failed, so the managed ledger refuses appends until reopened (a lost
-        ownership check in a cluster, a transient store error, a disk error): unload the topic,
-        as Pulsar closes a topic whose ledger was fenced. Its clients reconnect and look it up
-        again; the next load recovers the ledger (or, if the bundle moved, goes to its owner)."""
-        if self.closed or self._unload_requested or not getattr(self.ledger, "fenced", False):
-            return
-        self._unload_requested = True
-        log.warning("%s: its ledger refuses appends after a failed write; unloading it", self.name)
-        self.spawn(self._unload_self())
-
-    async def _unload_self(self) -> None:
-        topics = self.service.topics
-        if topics.loaded.get(self.name) is self:  # not a newer load of the same name
-            try:
-                await topics.unload(self.name, close_ledger=True)
-            except Exception:  # noqa: BLE001 - the ledger is broken already; the next load recovers
-                log.warning("unloading %s after a failed write failed", self.name, exc_info=True)
+        """A write or sync failed: if the ledger now refuses appends, the topic manager unloads
+        this topic (``topic_ownership``)."""
+        self.service.topics.unload_after_failed_write(self)
 
     def _cache(self, positions: list[Position], entries: list[bytes]) -> None:
         """Keep what was just appended for the subscriptions reading the tail; drop what every
@@ -419,13 +397,6 @@ def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
 EPOCH_PROPERTY = "topicEpoch"
 
 
-def _load_epoch(metadata: Any, topic: str) -> int:
-    try:
-        return int(metadata.topic_properties(topic).get(EPOCH_PROPERTY, -1))
-    except TopicNotFound:
-        return -1
-
-
 def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
     """Raise the stored epoch to ``epoch`` (never lower it): one compare-and-set on the topic."""
 
@@ -435,222 +406,3 @@ def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
         return props
 
     metadata.update_topic_properties(topic, raise_epoch)
-
-
-def _topic_facts(ledger: Any) -> tuple[Position | None, int]:
-    """(last position, id of the newest ledger or -1): read in the pool when a topic loads."""
-    last = ledger.last_position()
-    ledgers = ledger.ledgers()
-    return (Position(*last) if last is not None else None), (ledgers[-1].ledger_id if ledgers else -1)
-
-
-def recover_sequence_ids(ledger: Any, window: int = SEQUENCE_RECOVERY_ENTRIES) -> dict[str, int]:
-    """Last sequence id per producer name, from the newest entries of the topic.
-
-    A producer that reconnects after a broker restart learns its ``last_sequence_id`` from
-    this (runs in the thread pool when the topic loads). Only the last ``window`` entries of
-    the current ledger are read, so the cost is bounded; an older producer starts from -1.
-    """
-    last = ledger.last_position()
-    if last is None:
-        return {}
-    start = Position(last[0], max(0, last[1] - window + 1))
-    out: dict[str, int] = {}
-    for _, entry in ledger.read_entries(start, window):
-        found = entry_sequence(entry)  # None for a damaged entry: it only costs its producer's number
-        if found is not None and out.get(found[0], -1) < found[1]:
-            out[found[0]] = found[1]
-    return out
-
-
-class TopicManager:
-    """Every loaded topic of the broker, and the partitioned-topic metadata."""
-
-    def __init__(self, service: "BrokerService") -> None:
-        self.service = service
-        self.loaded: dict[str, Topic] = {}
-        self._loading: dict[str, asyncio.Future] = {}
-        # topics whose managed ledger is closing (unload(close_ledger=True)): a load waits for it,
-        # so it never gets the ledger that is being closed
-        self._unloading: dict[str, asyncio.Future] = {}
-        # called with the name of a topic the broker deleted by itself (inactive_topics): the
-        # adapters above forget what they keep per topic (the admin's traffic counters)
-        self.deleted_listeners: list[Callable[[str], None]] = []
-        # called with a topic's name after each append to it, and with a topic or namespace name
-        # when its policies changed (admin API): the compaction monitor's check looks only at
-        # the topics that changed (compaction_watch)
-        self.appended_listeners: list[Callable[[str], None]] = []
-        self.policy_listeners: list[Callable[[str], None]] = []
-        from .nonpersistent import NonPersistentTopics  # it builds on Topic, defined above
-
-        self.non_persistent = NonPersistentTopics(self)
-
-    @property
-    def config(self):
-        return self.service.config
-
-    @property
-    def metadata(self):
-        return self.service.storage.topic_metadata
-
-    async def get_topic(self, name: str, create: bool = True) -> Topic:
-        """The loaded topic ``name``; opened on first use.
-
-        ``create``: whether the client's request may create it (auto topic creation); a
-        partition of an existing partitioned topic is always created.
-        """
-        tn = TopicName.parse(name)
-        if not tn.persistent:  # in memory only, never loaded from storage (see nonpersistent)
-            return self.non_persistent.get(tn, create)
-        key = str(tn)
-        unloading = self._unloading.get(key)
-        if unloading is not None:
-            await asyncio.shield(unloading)
-        topic = self.loaded.get(key)
-        if topic is not None and not topic.closed:
-            return topic
-        fut = self._loading.get(key)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[key] = fut
-            try:
-                topic = await self._load(tn, create)
-            except BaseException as exc:
-                fut.set_exception(exc)
-                fut.exception()  # consumed here; other waiters re-raise it
-                raise
-            else:
-                self.loaded[key] = topic
-                fut.set_result(topic)
-                return topic
-            finally:
-                del self._loading[key]
-        return await asyncio.shield(fut)
-
-    async def _load(self, tn: TopicName, create: bool) -> Topic:
-        if self.service.shutting_down:
-            raise StorageError("broker is shutting down")
-        storage = self.service.storage
-        auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
-        await check_topic_owned(self.service, tn)  # in a cluster: ServiceNotReady unless owned here
-        allowed = create and auto.allowed
-        base = tn.partitioned_base
-        if tn.partition_index >= 0:
-            partitions = await self.service.run_blocking(self.service.storage.partitions, str(base))
-            if partitions is not None:
-                if tn.partition_index >= partitions:
-                    raise TopicNotFound(f"topic {tn}: {base} has only {partitions} partitions")
-                allowed = True
-        else:
-            partitions = await self.service.run_blocking(self.service.storage.partitions, str(tn))
-            if partitions is not None:
-                raise NotAllowed(f"{tn} is a partitioned topic: use its partitions")
-        try:
-            ledger = await self.service.run_blocking(storage.open_managed_ledger, str(tn), allowed)
-        except TopicNotFound:
-            raise TopicNotFound(f"topic {tn} does not exist (allowAutoTopicCreation is off)") from None
-        last, newest = await self.service.run_blocking(_topic_facts, ledger)
-        topic = Topic(self.service, tn, ledger, last, newest)
-        topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
-        topic.epoch = await self.service.run_blocking(
-            _load_epoch, self.service.storage.topic_metadata, str(tn)
-        )
-        await topic.dedup.load()
-        try:  # a bundle given up while this topic loaded: its unload did not see it, so close here
-            await check_topic_owned(self.service, tn)
-        except CompactMQError:
-            await topic.close()
-            try:
-                await self.service.run_blocking(ledger.close)
-            except CompactMQError as exc:
-                log.warning("closing %s after its bundle left failed: %s", tn, exc)
-            raise
-        return topic
-
-    async def partitions(self, name: str, auto_create: bool = True) -> int:
-        """Number of partitions of ``name`` (0: not partitioned), for PARTITIONED_METADATA.
-
-        With automatic creation of type ``partitioned`` (broker settings or the namespace's
-        ``autoTopicCreation`` policy, see ``namespaces``), an unknown topic becomes a partitioned
-        topic of ``defaultNumPartitions`` partitions here, as Pulsar does.
-        """
-        tn = TopicName.parse(name)
-        auto = await check_namespace(self.service, tn)  # NamespaceNotFound, as Pulsar answers
-        if tn.partition_index >= 0:
-            return 0
-        n = await self.service.run_blocking(self.service.storage.partitions, str(tn))
-        if n is not None:
-            return n
-        if auto_create and auto.allowed and auto.partitioned and str(tn) not in self.loaded:
-            exists = await self.service.run_blocking(self.metadata.topic_exists, str(tn))
-            if not exists:
-                return await self.create_partitioned_topic(str(tn), auto.partitions)
-        return 0
-
-    async def create_partitioned_topic(self, name: str, partitions: int) -> int:
-        """Create a partitioned topic's metadata (the admin API calls this too)."""
-        tn = TopicName.parse(name)
-        if tn.partition_index >= 0:
-            raise InvalidTopicName(f"{tn} is a partition name; a partitioned topic cannot be one")
-        try:
-            await self.service.run_blocking(
-                self.service.storage.create_partitioned_topic, str(tn), partitions
-            )
-        except CompactMQError as exc:
-            if type(exc).__name__ != "AlreadyExists":
-                raise
-        return await self.service.run_blocking(self.service.storage.partitions, str(tn))
-
-    async def policies_changed(self, name: str) -> None:
-        """A topic or namespace policy changed (admin API): loaded topics it covers re-read
-        the policies they keep in memory (deduplication)."""
-        for listener in self.policy_listeners:
-            listener(name)
-        for topic in list(self.loaded.values()):
-            if topic.closed:
-                continue
-            base = str(topic.topic_name.partitioned_base)
-            if name in (topic.name, base, topic.topic_name.namespace_name):
-                try:
-                    await topic.dedup.refresh()
-                except Exception:  # noqa: BLE001 - the policy is stored; the next load applies it
-                    log.exception("applying the policies of %s failed", topic.name)
-
-    async def unload(self, name: str, close_ledger: bool = False) -> None:
-        """Close a loaded topic (clients are told to reconnect). ``close_ledger``: close its
-        managed ledger too (sealing the current ledger), so nothing of it stays in memory."""
-        key = str(TopicName.parse(name))
-        topic = self.loaded.pop(key, None)
-        if topic is None:
-            return
-        if not close_ledger or key in self._unloading:
-            await topic.close()
-            return
-        done = self._unloading[key] = asyncio.get_running_loop().create_future()
-        try:
-            await topic.close()
-            await self.service.run_blocking(topic.ledger.close)
-            monitor = self.service.compaction_monitor
-            if monitor is not None and not monitor.is_running(key):
-                monitor.forget(key)  # its compaction service, made again on demand
-        finally:
-            del self._unloading[key]
-            done.set_result(None)
-
-    async def delete_inactive(self, name: str) -> None:
-        """Delete a topic nobody uses (``inactive_topics``): unload it, then its ledgers,
-        cursors, schemas and metadata."""
-        await self.unload(name)
-        await self.service.run_blocking(self.service.storage.delete_managed_ledger, name)
-        await self.service.run_blocking(self.service.schemas.topic_deleted, name)
-        monitor = self.service.compaction_monitor
-        if monitor is not None:
-            monitor.stats.pop(name, None)
-            monitor.forget(name)
-        for listener in list(self.deleted_listeners):
-            listener(name)
-
-    async def close_all(self) -> None:
-        topics = list(self.loaded.values())
-        await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
-        await self.non_persistent.close_all()

@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning(
             "ignoring %d unknown config keys: %s", len(unknown), describe_unknown_keys(unknown)
         )
+    from ..broker import malloc_policy
+
+    malloc_policy.apply()  # few malloc arenas, set before any thread starts (see malloc_policy)
     runner: Callable[..., Any] = asyncio.run
     try:
         import uvloop  # optional: the "fast" extra

@@ -1,0 +1,31 @@
+"""The standalone broker caps glibc's malloc arenas (``broker.malloc_policy``) unless the operator
+set ``MALLOC_ARENA_MAX``. Checked in a fresh interpreter, so this test process keeps its own
+allocator settings."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+
+CODE = "from compactmq.broker import malloc_policy; print(malloc_policy.apply())"
+
+
+def _apply(env: dict[str, str]) -> str:
+    out = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_cap_is_set_on_glibc():
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    assert _apply(env) == "True"
+
+
+def test_an_operators_malloc_arena_max_wins():
+    assert _apply({**os.environ, "MALLOC_ARENA_MAX": "4"}) == "False"
