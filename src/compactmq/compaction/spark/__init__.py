@@ -80,7 +80,7 @@ class SparkEngine:
         poller.start()
         try:
             report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-            if (plan.extra.get("chain") or {}).get("delta"):
+            if plan.is_delta:
                 from . import delta_job
 
                 parts = delta_job.run(self.spark, plan, counter, keyless)
@@ -119,7 +119,7 @@ class SparkEngine:
         tracker = sc.statusTracker()
         total = plan.estimated_entries
         n = len(plan.groups)
-        if (plan.extra.get("chain") or {}).get("delta"):  # only the new groups are parsed
+        if plan.is_delta:  # only the new groups are parsed
             from .. import delta
 
             n = len(delta.new_groups(plan))
