@@ -58,7 +58,7 @@ import weakref
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..compaction import RETENTION_BOUNDED, CompactedView, RetentionFilter, TopicCompactionService
-from ..errors import StorageError
+from ..errors import ServiceNotReady, StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
 from ..protocol import pulsar_pb2 as pb
@@ -207,14 +207,10 @@ class TopicViews:
     def service(self) -> TopicCompactionService:
         """The topic's ``TopicCompactionService`` (from the compaction monitor's factory)."""
         if self._service is None:
-            broker = self.topic.service
-            monitor = getattr(broker, "compaction_monitor", None)
-            if monitor is not None:
-                self._service = monitor.service_of(self.topic.name)
-            else:  # a broker service built without a monitor (unit tests)
-                from ..compaction import load_factory
-
-                self._service = load_factory(broker.config, broker.storage).new_service(self.topic.name)
+            monitor = self.topic.service.compaction_monitor
+            if monitor is None:  # the broker builds it before its ports listen
+                raise ServiceNotReady("the broker's compaction monitor is not running yet")
+            self._service = monitor.service_of(self.topic.name)
         return self._service
 
     # --- the view in force (blocking: run in the thread pool) ------------------------------
