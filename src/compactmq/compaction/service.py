@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..errors import CompactionError, CompactMQError, Conflict, StorageError
 from . import (
-    CompactedView,
+    CommittedView,
     CompactionResult,
     CompactionStats,
     ProgressCallback,
@@ -35,8 +35,8 @@ from .tiered import compacted_location
 from .state import CompactionState, states_of
 
 
-class LedgerView(CompactedView):
-    """A handle on one compacted ledger (see ``CompactedView``)."""
+class LedgerView(CommittedView):
+    """A handle on one compacted ledger (see ``CommittedView``)."""
 
     def __init__(
         self, view_id: int, horizon, reader: CompactedLedgerReader, sidecar: Optional[dict] = None
