@@ -235,7 +235,7 @@ class BrokerServer:
         self,
         config: Config,
         *,
-        storage: Any = None,
+        storage: Storage | None = None,
         host: str | None = None,
         port: int | None = None,
         web_port: int | None = None,
