@@ -215,7 +215,9 @@ class BrokerService:
         # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
         # None (a service built by hand in tests) means no authentication and no checks.
         self.authentication: AuthenticationService | None = None
-        self.authorization: AuthorizationService | None = None
+        # what a role may do: checks run only with authorizationEnabled; the admin API stores
+        # grants through it either way
+        self.authorization = AuthorizationService(config, storage.resources)
         self.credential_refresher: security.CredentialRefresher | None = None
         self.started_ms = int(time.time() * 1000)
 
@@ -286,7 +288,6 @@ class BrokerServer:
             advertised = _wildcard_advertised_host()
         service = BrokerService(self.config, self._storage, "", None)
         service.authentication = authentication
-        service.authorization = AuthorizationService(self.config, self._storage.resources)
         service.credential_refresher = security.CredentialRefresher(service)
         from .compaction_monitor import CompactionMonitor
 
