@@ -37,28 +37,41 @@ def _bars(ax, labels, values, fmt):
         )
 
 
+def _seconds(lay: dict, *path: str):
+    """``lay[path[0]][path[1]]...`` as a number, or None when an older (or newer) result file
+    does not record it."""
+    value = lay
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value if isinstance(value, (int, float)) else None
+
+
 def plot_compaction(plt, d) -> None:
-    layouts = d["layouts"]
+    """Compaction time per layout against its baselines; a bar whose figure the result file
+    lacks (the baselines were dropped from later runs, the incremental run added) is left out."""
+    layouts = d.get("layouts") or {}
+    if not layouts:
+        print("skip compaction: no layouts in the result file")
+        return
     fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), squeeze=False)
     for ax, (name, lay) in zip(axes[0], layouts.items()):
-        labels = [
-            "read input\nonce",
-            "Spark\n(warm median)",
-            "incremental\n(+1 % new)",
-            "plain Python\ntwo-pass dict",
+        bars = [
+            ("read input\nonce", _seconds(lay, "read_input_once", "seconds")),
+            ("Spark\n(warm median)", _seconds(lay, "full_median_seconds")),
+            ("incremental\n(+1 % new)", _seconds(lay, "incremental_median_seconds")),
+            ("plain Python\ntwo-pass dict", _seconds(lay, "python_dict_dedup", "seconds")),
         ]
-        values = [
-            lay["read_input_once"]["seconds"],
-            lay["full_median_seconds"],
-            lay["incremental_median_seconds"],
-            lay["python_dict_dedup"]["seconds"],
-        ]
-        _bars(ax, labels, values, lambda v: f"{v:.1f}s")
-        ax.set_title(f"{name}: {lay['full_median_messages_per_second'] / 1e6:.1f} M msg/s")
+        present = [(label, v) for label, v in bars if v is not None]
+        _bars(ax, [label for label, _ in present], [v for _, v in present], lambda v: f"{v:.1f}s")
+        rate = _seconds(lay, "full_median_messages_per_second")
+        ax.set_title(name if rate is None else f"{name}: {rate / 1e6:.1f} M msg/s")
         ax.set_ylabel("seconds")
         ax.tick_params(axis="x", labelsize=8)
-    p = d["params"]
-    fig.suptitle(f"compaction of {p['messages'] / 1e6:.0f} M messages, {p['keys'] / 1e6:.0f} M keys")
+    p = d.get("params") or {}
+    if "messages" in p and "keys" in p:
+        fig.suptitle(f"compaction of {p['messages'] / 1e6:.0f} M messages, {p['keys'] / 1e6:.0f} M keys")
     _save(plt, fig, "compaction")
 
 
@@ -285,8 +298,17 @@ def main() -> int:
         if only and name not in only:
             continue
         d = _load(name)
-        if d is not None:
+        if d is None:
+            continue
+        try:
             draw(plt, d)
+        except (
+            KeyError,
+            TypeError,
+            IndexError,
+        ) as e:  # a result file of another shape: the others still draw
+            print(f"skip {name}: the result file lacks a field the figure needs ({type(e).__name__}: {e})")
+            plt.close("all")
     return 0
 
 

@@ -81,6 +81,24 @@ def publish(
         c.close()
 
 
+def read_compacted(broker: BrokerProcess | InProcessBroker, topic: str) -> dict[str, list[bytes]]:
+    """What a read-compacted reader from the earliest message sees: the values of each key, in
+    order (one per key once compacted)."""
+    import pulsar
+
+    c = make_client(broker.url)
+    seen: dict[str, list[bytes]] = {}
+    try:
+        reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_millis=10_000)
+            seen.setdefault(msg.partition_key(), []).append(msg.data())
+        reader.close()
+    finally:
+        c.close()
+    return seen
+
+
 def wait_status(http: Http, topic: str, want: str, timeout: float = 120.0, running_ok: bool = True) -> dict:
     """Wait until the topic's compaction status is ``want`` and answer the status body; with
     ``running_ok`` False, any status other than RUNNING and ``want`` fails at once."""

@@ -12,6 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from compactmq.admin.app import build_app, build_router
+from compactmq.auth.authorization import AuthorizationService
 from compactmq.admin.common import PreconditionFailed
 from compactmq.admin.policies import POLICIES
 from compactmq.admin.router import NoRoute, openapi_document
@@ -35,6 +36,8 @@ class StubService:
         self.config = config
         self.topics = StubTopics()
         self.compaction_monitor = None
+        self.authentication = None  # as BrokerService: no authentication, grants stored
+        self.authorization = AuthorizationService(config, storage.resources)
         self.executor = ThreadPoolExecutor(2)
 
     def run_blocking(self, fn, *args):

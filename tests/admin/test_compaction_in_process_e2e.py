@@ -12,9 +12,7 @@ import pytest
 
 pytest.importorskip("pulsar")
 
-from broker.conftest import make_client  # noqa: E402
-
-from .harness import Http, publish, start_broker, topic_path, wait_status, web_url  # noqa: E402
+from .harness import Http, publish, read_compacted, start_broker, topic_path, wait_status, web_url  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +26,6 @@ def broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("in-process") / "data", compactionInProcessMaxBytes="8388608")
     yield b
     b.stop()
-
-
-def _latest(broker, topic: str) -> dict:
-    import pulsar
-
-    c = make_client(broker.url)
-    seen: dict = {}
-    try:
-        reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
-        while reader.has_message_available():
-            msg = reader.read_next(timeout_millis=10_000)
-            seen.setdefault(msg.partition_key(), []).append(msg.data())
-        reader.close()
-    finally:
-        c.close()
-    return seen
 
 
 def _java_children(pid: int) -> list[str]:
@@ -72,7 +54,7 @@ def test_small_topics_compact_without_a_spark_job(broker):
     stats = http.ok("GET", topic_path(MANUAL) + "/stats")["compaction"]
     assert stats["lastCompactionJob"] is None
     assert stats["lastCompactionRun"]["sparkMs"]["count"] == 0
-    assert _latest(broker, MANUAL) == {f"k{k}": [f"m{3 * KEYS + k}".encode()] for k in range(KEYS)}
+    assert read_compacted(broker, MANUAL) == {f"k{k}": [f"m{3 * KEYS + k}".encode()] for k in range(KEYS)}
 
     for i, topic in enumerate(DUE):
         publish(broker, topic, 3 * KEYS, KEYS, prefix=f"t{i}-")
@@ -83,7 +65,9 @@ def test_small_topics_compact_without_a_spark_job(broker):
         for i, topic in enumerate(DUE):
             last = http.ok("GET", topic_path(topic) + "/stats")["compaction"]["lastCompactionRun"]
             assert last["status"] == "SUCCESS" and last["jobGroup"] is None
-            assert _latest(broker, topic) == {f"k{k}": [f"t{i}-{2 * KEYS + k}".encode()] for k in range(KEYS)}
+            assert read_compacted(broker, topic) == {
+                f"k{k}": [f"t{i}-{2 * KEYS + k}".encode()] for k in range(KEYS)
+            }
     finally:
         http.ok("DELETE", "/admin/v2/namespaces/public/default/compactionThreshold")
     assert _java_children(broker.proc.pid) == []

@@ -13,9 +13,16 @@ import pytest
 
 pytest.importorskip("pulsar")
 
-from broker.conftest import make_client  # noqa: E402
-
-from .harness import Http, poke_policy, publish, start_broker, topic_path, wait_status, web_url  # noqa: E402
+from .harness import (
+    Http,
+    poke_policy,
+    publish,
+    read_compacted,
+    start_broker,
+    topic_path,
+    wait_status,
+    web_url,
+)  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +35,6 @@ def broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("joint") / "data", in_process=True)
     yield b
     b.stop()
-
-
-def _read_compacted(broker, topic: str) -> dict:
-    import pulsar
-
-    c = make_client(broker.url)
-    seen: dict = {}
-    try:
-        reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
-        while reader.has_message_available():
-            msg = reader.read_next(timeout_millis=10_000)
-            seen.setdefault(msg.partition_key(), []).append(msg.data())
-        reader.close()
-    finally:
-        c.close()
-    return seen
 
 
 def test_topics_due_at_one_check_share_one_job_and_fail_apart(spark_in_broker, broker):
@@ -72,5 +63,5 @@ def test_topics_due_at_one_check_share_one_job_and_fail_apart(spark_in_broker, b
     assert sum(1 for line in shared if line.endswith(f" {len(TOPICS)}")) == len(TOPICS), shared
     for i, topic in enumerate(TOPICS[:3]):
         want = {f"k{k}": [f"t{i}-{2 * KEYS + k}".encode()] for k in range(KEYS)}
-        assert _read_compacted(broker, topic) == want, topic
+        assert read_compacted(broker, topic) == want, topic
     http.ok("DELETE", "/admin/v2/namespaces/public/default/compactionThreshold")

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compactmq.compaction import (
-    CompactedView,
+    CommittedView,
     CompactionProgress,
     CompactionResult,
     CompactionServiceFactory,
@@ -76,7 +76,7 @@ def view_path(data_dir, topic: str, view_id: int) -> str:
     return os.path.join(view_dir(data_dir, topic), f"view-{view_id}.parquet")
 
 
-class ArrowView(CompactedView):
+class ArrowView(CommittedView):
     def __init__(self, view_id: int, horizon, table: pa.Table, size_bytes: int) -> None:
         self.view_id = view_id
         self.horizon = Position(*horizon)

@@ -67,7 +67,7 @@ def test_gone_files_hide_the_rows_delta_runs_retired(tmp_path):
     gone = str(tmp_path / view_keys.gone_name(5, 0))
     view_keys.write_gone(gone, [10, 12, 12], [1 << es.BATCH_BITS, 0, 3 << es.BATCH_BITS])
     plan = _plan(tmp_path)
-    plan.extra["view_keys"] = view_keys.plan_entry([base], gone=[gone])
+    plan.view_keys = view_keys.plan_entry([base], gone=[gone])
     rows = delta.old_rows(plan)
     left = [(int(p >> (es.ENTRY_BITS + es.BATCH_BITS)), int(p & ((1 << 40) - 1)) >> 16) for p in rows.pos]
     assert left == [(0, 0), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]

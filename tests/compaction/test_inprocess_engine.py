@@ -50,7 +50,7 @@ class Recording(InProcessEngine):
         self.deltas: list[bool] = []
 
     def run(self, plan, strategy, report):
-        self.deltas.append(bool((plan.extra.get("chain") or {}).get("delta")))
+        self.deltas.append(bool(plan.is_delta))
         return super().run(plan, strategy, report)
 
 

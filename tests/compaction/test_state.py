@@ -244,3 +244,23 @@ def test_a_run_that_straddles_an_ownership_change_commits_nothing(tmp_path):
         storage.close()
     with Storage(tmp_path / "data", cfg):
         pass
+
+
+def test_an_empty_topic_run_goes_through_running_to_success(tmp_path, monkeypatch):
+    """Nothing to compact on a topic never compacted: the run still writes RUNNING before
+    SUCCESS (NOT_RUN -> RUNNING -> SUCCESS, not NOT_RUN -> SUCCESS), and commits no view."""
+    cfg = load_config(overrides={"managedLedgerSyncData": False, "compactionDirectIO": False})
+    written = []
+    put = CompactionStates._put
+
+    def recording_put(self, state, expected_version):
+        written.append(state.status)
+        return put(self, state, expected_version)
+
+    monkeypatch.setattr(CompactionStates, "_put", recording_put)
+    with Storage(tmp_path / "data", cfg) as storage:
+        storage.open_managed_ledger(T)
+        result = CompactionRunner(storage, T, cfg, DeposingEngine()).run()
+        state = states_of(storage).get(T)
+    assert written == [RUNNING, SUCCESS]
+    assert (result.compacted_ledger_id, state.status, state.compacted_ledger_id) == (None, SUCCESS, None)

@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from compactmq.admin.app import OPENAPI_PATH, build_app
 from compactmq.auth import AuthenticationService
+from compactmq.auth.authorization import AuthorizationService
 from compactmq.auth.basic import BasicAuthenticationProvider
 from compactmq.auth.token_provider import TokenAuthenticationProvider
 from compactmq.config import load_config
@@ -58,6 +59,7 @@ class Service:
     def __init__(self, config, authentication):
         self.config = config
         self.authentication = authentication
+        self.authorization = AuthorizationService(config, None)  # authorizationEnabled off: no checks
         self.executor = ThreadPoolExecutor(2)
 
     def run_blocking(self, fn, *args):

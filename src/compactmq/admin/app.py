@@ -186,8 +186,8 @@ async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Re
 
 async def _authorize(ctx: Context, principal: Any, requires, captures: dict[str, str]) -> None:
     """Raise ``AuthorizationFailed`` (403) unless the caller's role meets ``requires``."""
-    authorization = getattr(ctx.service, "authorization", None)  # none built: nothing to enforce
-    if authorization is None or not authorization.enabled or requires is AUTHENTICATED:
+    authorization = ctx.authorization
+    if not authorization.enabled or requires is AUTHENTICATED:
         return
     await ctx.run_blocking(requires, authorization, getattr(principal, "role", None), captures)
 

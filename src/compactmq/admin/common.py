@@ -20,25 +20,17 @@ class Context:
     def __init__(self, service: Any, sampler: Any) -> None:
         self.service = service
         self.sampler = sampler
-        self._authorization = None
 
     @property
     def authentication(self):
         """The broker's ``AuthenticationService``; None for a service without one (no auth)."""
-        return getattr(self.service, "authentication", None)
+        return self.service.authentication
 
     @property
     def authorization(self):
-        """The broker's ``AuthorizationService``. A service built without one (an embedded or test
-        service) gets one over its metadata store, so the permission paths still store grants."""
-        own = getattr(self.service, "authorization", None)
-        if own is not None:
-            return own
-        if self._authorization is None:
-            from ..auth.authorization import AuthorizationService
-
-            self._authorization = AuthorizationService(self.service.config, self.resources)
-        return self._authorization
+        """The broker's ``AuthorizationService`` (grants are stored through it even while
+        ``authorizationEnabled`` is off)."""
+        return self.service.authorization
 
     @property
     def storage(self):

@@ -57,8 +57,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..compaction import RETENTION_BOUNDED, CompactedView, RetentionFilter, TopicCompactionService
-from ..errors import StorageError
+from ..compaction import RETENTION_BOUNDED, CommittedView, RetentionFilter, TopicCompactionService
+from ..errors import ServiceNotReady, StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
 from ..protocol import pulsar_pb2 as pb
@@ -83,7 +83,7 @@ SETTINGS_TTL_SECONDS = 2.0
 READ_CHUNK = 16
 
 
-def last_message(view: CompactedView) -> Optional[tuple[int, int, int]]:
+def last_message(view: CommittedView) -> Optional[tuple[int, int, int]]:
     """(ledger, entry, batch index) of the last message a consumer receives from ``view``."""
     last = view.last()
     if last is None:
@@ -163,7 +163,7 @@ def message_count(entry: bytes) -> int:
     return batch_codec.message_count(md)
 
 
-def within_budget(view: CompactedView, begin: Position, n: int) -> list[Entry]:
+def within_budget(view: CommittedView, begin: Position, n: int) -> list[Entry]:
     """Entries of ``view`` from ``begin`` until they hold ``n`` messages (at least one entry,
     at most ``n`` entries), read ``READ_CHUNK`` entries at a time.
 
@@ -207,22 +207,18 @@ class TopicViews:
     def service(self) -> TopicCompactionService:
         """The topic's ``TopicCompactionService`` (from the compaction monitor's factory)."""
         if self._service is None:
-            broker = self.topic.service
-            monitor = getattr(broker, "compaction_monitor", None)
-            if monitor is not None:
-                self._service = monitor.service_of(self.topic.name)
-            else:  # a broker service built without a monitor (unit tests)
-                from ..compaction import load_factory
-
-                self._service = load_factory(broker.config, broker.storage).new_service(self.topic.name)
+            monitor = self.topic.service.compaction_monitor
+            if monitor is None:  # the broker builds it before its ports listen
+                raise ServiceNotReady("the broker's compaction monitor is not running yet")
+            self._service = monitor.service_of(self.topic.name)
         return self._service
 
     # --- the view in force (blocking: run in the thread pool) ------------------------------
 
-    def current_blocking(self) -> Optional[CompactedView]:
+    def current_blocking(self) -> Optional[CommittedView]:
         return self.service.open_view()
 
-    def open_blocking(self, view_id: int, horizon: Position) -> Optional[CompactedView]:
+    def open_blocking(self, view_id: int, horizon: Position) -> Optional[CommittedView]:
         """A specific view (a durable subscription's pin after a restart), None when gone."""
         try:
             return self.service.open_view(view_id, horizon)
@@ -246,7 +242,7 @@ class TopicViews:
         """keep-until-tombstone (as last read; settings are read in the thread pool)."""
         return self._mode is not None and self._mode != RETENTION_BOUNDED
 
-    def pin_candidate_blocking(self, start: Position) -> Optional[CompactedView]:
+    def pin_candidate_blocking(self, start: Position) -> Optional[CommittedView]:
         """The view in force if a consumer reading from ``start`` should pin it."""
         view = self.current_blocking()
         if view is not None and (start <= view.horizon or self.retention_blocking().at_beginning(start)):
@@ -254,7 +250,7 @@ class TopicViews:
         return None
 
     def read_blocking(
-        self, view: CompactedView, start: Position, n: int, progress: bool = False
+        self, view: CommittedView, start: Position, n: int, progress: bool = False
     ) -> list[Entry]:
         """Entries of ``view`` >= ``start`` that retention lets a consumer see, as many as hold
         about ``n`` messages (see ``within_budget``). ``progress``: ``start`` continues what this
@@ -265,13 +261,13 @@ class TopicViews:
         return within_budget(view, begin, n)
 
     def read_with_masks_blocking(
-        self, view: CompactedView, start: Position, n: int, progress: bool = False
+        self, view: CommittedView, start: Position, n: int, progress: bool = False
     ) -> tuple[list[Entry], dict]:
         """``read_blocking`` plus the delivery bitset of each batch with placeholders (decoding
         batches is CPU work: it stays off the event loop)."""
         return prepare_for_delivery(self.read_blocking(view, start, n, progress))
 
-    def last_message_blocking(self, view: CompactedView) -> Optional[tuple[int, int, int]]:
+    def last_message_blocking(self, view: CommittedView) -> Optional[tuple[int, int, int]]:
         last = last_message(view)
         if last is None or not self.retention_blocking().visible((last[0], last[1])):
             return None
@@ -316,7 +312,7 @@ class CompactedEntrySource(EntrySource):
         self.views = views_of(topic)
         self._run: Callable = topic.run_blocking
         self._subscription = subscription
-        self.view: Optional[CompactedView] = None  # the pinned view
+        self.view: Optional[CommittedView] = None  # the pinned view
         self.on_live = False  # pins no new view: it passed its view, or started on the topic
         self.floor: Optional[Position] = None  # reads of the topic start here (a released view)
         self.floor_last: Optional[tuple] = None  # last message of the released view
@@ -400,7 +396,7 @@ class CompactedEntrySource(EntrySource):
         if first is not None and self.subscription.mark_delete_position() >= first:
             self._went_live()
 
-    async def _view_for(self, start: Position) -> Optional[CompactedView]:
+    async def _view_for(self, start: Position) -> Optional[CommittedView]:
         if not self._restored:
             await self._restore()
         if self.view is not None or self.on_live:
@@ -414,7 +410,7 @@ class CompactedEntrySource(EntrySource):
                 self._remember()
         return self.view
 
-    async def _store_pin(self, view: Optional[CompactedView]) -> None:
+    async def _store_pin(self, view: Optional[CommittedView]) -> None:
         value = LIVE_PIN if view is None else [view.view_id, view.horizon[0], view.horizon[1]]
         try:
             await self._run(self.subscription.cursor.set_property, PIN_PROPERTY, value)
@@ -437,7 +433,7 @@ class CompactedEntrySource(EntrySource):
                 self.topic.spawn(self._store_pin(None))
             self._remember()
 
-    def _release(self, view: CompactedView) -> None:
+    def _release(self, view: CommittedView) -> None:
         """Everything of ``view`` is acknowledged: no rewind can need it again."""
         self.view = None
         self.on_live = True

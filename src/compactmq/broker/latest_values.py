@@ -153,7 +153,7 @@ class TailIndex:
     scans: int = 0
     last_scan_ms: float = 0.0
     compacted: Optional[dict] = None  # the key index of the view last used (stats)
-    view: Any = None  # the CompactedView answering with this tail (see ``LatestValues._serving``)
+    view: Any = None  # the CommittedView answering with this tail (see ``LatestValues._serving``)
 
     def start(self) -> Position:
         """The first position of the tail."""

@@ -31,7 +31,7 @@ import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
@@ -50,6 +50,10 @@ from .schema_registry import SchemaRegistry
 from .topic_ownership import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled
+
+if TYPE_CHECKING:
+    from ..storage import Storage
+    from .compaction_monitor import CompactionMonitor
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +171,7 @@ def _entry_cache_manager(config: Config) -> EntryCacheManager:
 class BrokerService:
     """What every connection shares: config, storage, topics, schemas, the thread pool."""
 
-    def __init__(self, config: Config, storage: Any, broker_url: str, web_url: str | None = None) -> None:
+    def __init__(self, config: Config, storage: Storage, broker_url: str, web_url: str | None = None) -> None:
         self.config = config
         self.storage = storage
         self.broker_url = broker_url
@@ -178,7 +182,7 @@ class BrokerService:
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
         self.cluster_name = str(config.get("clusterName") or "standalone")
         # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
-        self.cluster: Any = None
+        self.cluster: ClusterService | None = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
         # monotonic seconds for the broker's TTLs (read-compacted settings, reader pins); tests
@@ -202,15 +206,19 @@ class BrokerService:
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
         self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False
-        self.compaction_monitor: Any = None  # broker.compaction_monitor.CompactionMonitor, set at start
+        # runs compactions and serves each topic's compaction service (read-compacted readers,
+        # stats): built by BrokerServer.start before the ports listen, started after
+        self.compaction_monitor: CompactionMonitor | None = None
         self.post_compaction_hooks: tuple = ()  # compaction.hooks.PostCompactionHook, wired in by the entry point
         self.housekeeping = Housekeeping(self)
         self.inactive_topics = InactiveTopicSweeper(self)
         # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
         # None (a service built by hand in tests) means no authentication and no checks.
-        self.authentication: Any = None
-        self.authorization: Any = None
-        self.credential_refresher: Any = None  # security.CredentialRefresher
+        self.authentication: AuthenticationService | None = None
+        # what a role may do: checks run only with authorizationEnabled; the admin API stores
+        # grants through it either way
+        self.authorization = AuthorizationService(config, storage.resources)
+        self.credential_refresher: security.CredentialRefresher | None = None
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -229,7 +237,7 @@ class BrokerServer:
         self,
         config: Config,
         *,
-        storage: Any = None,
+        storage: Storage | None = None,
         host: str | None = None,
         port: int | None = None,
         web_port: int | None = None,
@@ -280,8 +288,12 @@ class BrokerServer:
             advertised = _wildcard_advertised_host()
         service = BrokerService(self.config, self._storage, "", None)
         service.authentication = authentication
-        service.authorization = AuthorizationService(self.config, self._storage.resources)
         service.credential_refresher = security.CredentialRefresher(service)
+        from .compaction_monitor import CompactionMonitor
+
+        # before the ports listen: a read-compacted reader's first subscribe asks the monitor
+        service.post_compaction_hooks = self._post_compaction_hooks
+        service.compaction_monitor = monitor = CompactionMonitor(service)
         self.service = service
         try:
             if self.port is not None:
@@ -300,12 +312,8 @@ class BrokerServer:
         service.listeners = listeners_from_config(
             self.config, service.broker_url, service.web_url, service.broker_url_tls
         )
-        from .compaction_monitor import CompactionMonitor
-
-        service.post_compaction_hooks = self._post_compaction_hooks
-        service.compaction_monitor = CompactionMonitor(service)
         try:
-            await service.compaction_monitor.start()
+            await monitor.start()
             service.housekeeping.start()
             service.inactive_topics.start()
             interval_ms = self.config.get(

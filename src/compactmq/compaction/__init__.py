@@ -102,7 +102,7 @@ never open a compacted-ledger file, build its path or import pyspark. Besides PI
 operations (``compact``, ``read_compacted_entries``, ``read_last_compacted_entry``,
 ``get_last_compacted_position``) a service offers:
 
-* ``open_view(view_id=None)``: a ``CompactedView`` handle on the view in force (or on an older
+* ``open_view(view_id=None)``: a ``CommittedView`` handle on the view in force (or on an older
   one, by id, while it still exists). A handle stays readable after a newer compaction
   replaced and deleted its view, until it is dropped: that is how the broker pins a view for a
   consumer part-way through it without knowing where views are kept;
@@ -234,7 +234,7 @@ def retention_mode(value) -> str:
 _KEY_INDEX_BUILD = threading.Lock()
 
 
-class CompactedView(abc.ABC):
+class CommittedView(abc.ABC):
     """A handle on one committed compacted view: the surviving entries with ids <= ``horizon``.
 
     A handle keeps its view readable after a newer compaction replaced it (and its storage was
@@ -317,7 +317,7 @@ class _NoLock:
         pass
 
 
-class _ServiceView(CompactedView):
+class _ServiceView(CommittedView):
     """The default view handle: the service's current view through its four PIP-278 reads (it
     cannot keep an older view readable)."""
 
@@ -382,7 +382,7 @@ class TopicCompactionService(abc.ABC):
 
     # --- beyond PIP-278's four operations (defaults built on them) ---------------------------
 
-    def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[CompactedView]:
+    def open_view(self, view_id: Optional[int] = None, horizon=None) -> Optional[CommittedView]:
         """A handle on the view in force (``view_id`` None) or on the view ``view_id`` while it
         still exists; None when there is no such view (or no compaction committed yet).
 
@@ -529,7 +529,7 @@ __all__ = [
     "PHASES",
     "RETENTION_BOUNDED",
     "RETENTION_MODES",
-    "CompactedView",
+    "CommittedView",
     "CompactionProgress",
     "CompactionResult",
     "CompactionServiceFactory",

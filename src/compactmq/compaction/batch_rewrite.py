@@ -68,8 +68,6 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
 
     Returns ``(src, lens, extra, extra_off)``; ``extra_off[i] == -1`` when the bytes are in ``buf``.
     """
-    import crc32c as _crc
-
     offsets = np.asarray(offsets, np.int64)
     lengths = np.asarray(lengths, np.int64)
     surv_entry = np.asarray(surv_entry, np.int64)
@@ -88,6 +86,25 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     rewrite = sel.tolist()
     bbuf, bstart, bend = batch_payloads(buf, info, sel)
     sub = scan_batches(bbuf, bstart, bend, info.num_messages[sel])
+    keep = _kept_sub_messages(sub, sel, n, surv_entry, surv_batch)
+    any_live_kept = np.bincount(sub.batch[keep & ~sub.compacted_out], minlength=len(sel)) > 0
+    all_kept = np.bincount(sub.batch[~keep], minlength=len(sel)) == 0
+    body, bstarts, batch_len = _new_batch_bodies(bbuf, sub, keep, len(sel))
+    todo = [j for j in range(len(rewrite)) if any_live_kept[j] and not all_kept[j]]
+    for j in np.flatnonzero(~any_live_kept).tolist():
+        lens[rewrite[j]] = -1
+    rows_i = [rewrite[j] for j in todo]
+    blobs = _reframed_entries(raw, info, rows_i, body, bstarts[todo].tolist(), batch_len[todo].tolist())
+    if rows_i:
+        extra_off[rows_i] = np.cumsum([0] + [len(b) for b in blobs[:-1]])
+        lens[rows_i] = [len(b) for b in blobs]
+    extra = np.frombuffer(b"".join(blobs), np.uint8) if blobs else np.zeros(0, np.uint8)
+    return src, lens, extra, extra_off
+
+
+def _kept_sub_messages(sub: SubMessages, sel, n: int, surv_entry, surv_batch) -> np.ndarray:
+    """Per sub-message of the selected batches (``sel``: candidate indexes), whether it stays as
+    it is: a survivor, or a placeholder an earlier compaction already left."""
     # candidate index -> position in the selection
     where = np.full(n, -1, np.int64)
     where[sel] = np.arange(len(sel))
@@ -101,10 +118,12 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     ok = si < count[sj]
     keep = sub.compacted_out.copy()
     keep[first[sj[ok]] + si[ok]] = True
-    live_msgs = ~sub.compacted_out
-    any_live_kept = np.bincount(sub.batch[keep & live_msgs], minlength=len(sel)) > 0
-    all_kept = np.bincount(sub.batch[~keep], minlength=len(sel)) == 0
-    # assemble new batch payloads: kept sub-messages as they are, dropped ones as placeholders
+    return keep
+
+
+def _new_batch_bodies(bbuf, sub: SubMessages, keep, batches: int) -> tuple:
+    """The new (uncompressed) batch payloads: kept sub-messages as they are, dropped ones as
+    placeholders. Returns ``(body bytes, start of each batch in it, length of each batch)``."""
     drop = np.flatnonzero(~keep)
     fs, fe = sub.size_span[0][drop], sub.size_span[1][drop]
     absent = fs < 0  # payload_size is required; tolerate its absence by removing nothing
@@ -119,30 +138,30 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
     else:
         body = _rebuild_subs_np(bbuf, sub, keep, drop, fs, fe, new_smm_size)
     # per batch output range
-    batch_len = np.bincount(sub.batch, weights=seg_len, minlength=len(sel)).astype(np.int64)
-    bstarts = np.zeros(len(sel), np.int64)
+    batch_len = np.bincount(sub.batch, weights=seg_len, minlength=batches).astype(np.int64)
+    bstarts = np.zeros(batches, np.int64)
     np.cumsum(batch_len[:-1], out=bstarts[1:])
-    body_b = body.tobytes()
+    return body.tobytes(), bstarts, batch_len
+
+
+def _reframed_entries(raw, info, rows_i: list, body_b: bytes, bs: list, bl: list) -> list:
+    """The stored bytes of each rewritten entry ``rows_i[k]`` whose new payload is
+    ``body_b[bs[k] : bs[k] + bl[k]]``: its metadata with the new ``uncompressed_size``, the
+    payload re-compressed with the entry's codec, a new checksum."""
+    import crc32c as _crc
+
     from ..protocol.compression import compress
 
-    blobs: list = []
-    at = 0
     crc = _crc.crc32c
     pack_u32, pack_head = _U32.pack, struct.Struct(">HI").pack
     tag9 = bytes([MD_UNCOMPRESSED_SIZE << 3])
-    todo = [j for j in range(len(rewrite)) if any_live_kept[j] and not all_kept[j]]
-    for j in np.flatnonzero(~any_live_kept).tolist():
-        lens[rewrite[j]] = -1
-    rows_i = [rewrite[j] for j in todo]
-    bs = bstarts[todo].tolist()
-    bl = batch_len[todo].tolist()
     codecs = info.compression[rows_i].tolist()
     ms = info.md_start[rows_i].tolist()
     me = info.md_end[rows_i].tolist()
     us_ = info.uncompressed_span[0][rows_i].tolist()
     ue_ = info.uncompressed_span[1][rows_i].tolist()
-    new_off, new_len = [], []
-    for k, i in enumerate(rows_i):
+    blobs: list = []
+    for k in range(len(rows_i)):
         payload = body_b[bs[k] : bs[k] + bl[k]]
         codec = codecs[k]
         m0 = ms[k]
@@ -153,16 +172,8 @@ def rebuild_ranges(buf: np.ndarray, offsets, lengths, surv_entry, surv_batch):
         if us >= 0 or codec:
             md += tag9 + encode_varint(len(payload))
         tail = pack_u32(len(md)) + md + (compress(codec, payload) if codec else payload)
-        blob = pack_head(MAGIC, crc(tail)) + tail
-        blobs.append(blob)
-        new_off.append(at)
-        new_len.append(len(blob))
-        at += len(blob)
-    if rows_i:
-        extra_off[rows_i] = new_off
-        lens[rows_i] = new_len
-    extra = np.frombuffer(b"".join(blobs), np.uint8) if blobs else np.zeros(0, np.uint8)
-    return src, lens, extra, extra_off
+        blobs.append(pack_head(MAGIC, crc(tail)) + tail)
+    return blobs
 
 
 def _rebuild_subs_np(bbuf, sub: SubMessages, keep, drop, fs, fe, new_smm_size) -> np.ndarray:

@@ -107,7 +107,7 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> mr.Rows:
     default), in position order, positions packed with the plan's ordinals."""
     from . import view_keys
 
-    source = plan.extra.get("view_keys")
+    source = plan.view_keys
     if source is None:
         raise CompactionError("a delta run needs the previous view's key sidecar")
     cached = _old_cache.get(plan.run_dir)
@@ -231,7 +231,9 @@ def retire_group(
     them read) and ``keyless`` (retained keyless messages that stay)."""
     from . import tasks, view_keys
 
-    chained = plan.extra["chain"]
+    chained = plan.chain
+    if chained is None:
+        raise CompactionError("a delta run writes a local chain")
     segments = [plan.segments[o] for o in plan.groups[group]]
     if rows is None:  # (given: the caller loaded the group's rows to look keys up in them)
         rows = old_rows(plan, segments)
@@ -293,7 +295,7 @@ def _trimmed_rows(plan: RunPlan, segments: list) -> np.ndarray:
         return np.zeros(0, np.int64)
     lo = {s.ordinal: int(s.entry_lo) << es.BATCH_BITS for s in segments}
     out = []
-    for r in view_keys.segment_rows(plan.extra["view_keys"], cut, False):
+    for r in view_keys.segment_rows(plan.view_keys, cut, False):
         ords = r.pos >> (es.ENTRY_BITS + es.BATCH_BITS)
         ids = r.pos & ((1 << (es.ENTRY_BITS + es.BATCH_BITS)) - 1)
         below = ids < np.array([lo[int(o)] for o in ords], np.int64) if len(ords) else ids < 0

@@ -138,7 +138,7 @@ def from_entries(batches: Iterable[list], source: str = "parsed") -> KeyIndex:
 
 
 def from_view(view) -> KeyIndex:
-    """Parse ``view`` (a ``CompactedView``) into its index, ``PARSE_ENTRIES`` entries at a time."""
+    """Parse ``view`` (a ``CommittedView``) into its index, ``PARSE_ENTRIES`` entries at a time."""
 
     def batches():
         start: tuple = (-1, -1)

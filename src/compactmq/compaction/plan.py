@@ -14,8 +14,9 @@ parses a group in phase one, and one task copies its survivors in phase two, int
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Optional
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Optional, TypedDict
 
 COMPACTED, LIVE = "compacted", "live"
 
@@ -30,6 +31,21 @@ class Segment:
     entry_lo: int  # first entry id to read (inclusive)
     entry_hi: int  # last entry id to read (inclusive)
     est_entries: int
+
+
+class ChainTarget(TypedDict):
+    """How the tasks write a local chain view (``view_store.LocalChainStore.prepare``)."""
+
+    dir: str  # the topic's compaction directory, where segments go
+    run: int  # the new view's id: segments are named by it
+    incremental: bool  # the run extends the previous chain instead of writing a fresh one
+    masks: bool  # old batches that lost some message are masked, not rewritten
+    direct_io: bool  # segments are written with direct I/O where the file system allows it
+    delta: bool  # only the new messages go through the engine, looked up in the key sidecar
+
+
+#: the names ``RunPlan.extra`` still answers to (each is a typed field of the plan)
+_EXTRA_FIELDS = ("view_keys", "chain", "store", "prefix")
 
 
 @dataclass
@@ -50,7 +66,23 @@ class RunPlan:
     # tombstone at or above ``tombstones_from`` stays
     drop_before: int = 0
     tombstones_from: Optional[int] = None
-    extra: dict = field(default_factory=dict)
+    # the previous view's key sidecar, for tasks that look keys up in it (``view_keys.plan_entry``)
+    view_keys: Optional[dict] = None
+    # where the view goes: a local chain (``chain``) or the object store (``store``, ``prefix``)
+    chain: Optional[ChainTarget] = None
+    store: Optional[str] = None  # the object store's location (tiered storage)
+    prefix: Optional[str] = None  # the key prefix the tasks upload their parts under
+
+    @property
+    def is_delta(self) -> bool:
+        """An incremental run whose engine reads only the new messages (``delta``)."""
+        return bool(self.chain and self.chain.get("delta"))
+
+    @property
+    def extra(self) -> "MutableMapping[str, Any]":
+        """The typed fields above as a mapping, for code written before they were fields (read
+        and written through; a field that is None is absent). New code uses the fields."""
+        return _PlanExtra(self)
 
     def group_of_ordinal(self) -> list[int]:
         table = [0] * len(self.segments)
@@ -61,6 +93,39 @@ class RunPlan:
 
     def part_path(self, group: int) -> str:
         return os.path.join(self.run_dir, f"part-{group:06d}")
+
+
+class _PlanExtra(MutableMapping):
+    """``RunPlan.extra``: a mapping view of the plan's optional typed fields."""
+
+    def __init__(self, plan: RunPlan):
+        self._plan = plan
+
+    def _name(self, key: str) -> str:
+        if key not in _EXTRA_FIELDS:
+            raise KeyError(key)
+        return key
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self._plan, self._name(key))
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in _EXTRA_FIELDS:
+            raise KeyError(f"RunPlan has no field {key!r}")
+        setattr(self._plan, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self[key]  # KeyError when absent
+        setattr(self._plan, key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in _EXTRA_FIELDS if getattr(self._plan, k) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]:

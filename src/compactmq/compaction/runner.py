@@ -1,9 +1,14 @@
 """One compaction run from start to commit (``CompactionRunner``).
 
+A run moves through four stages, planned -> written -> committed -> cleaned; ``run_stages``
+writes them down with what a failure at each leaves to undo, and refuses any other order. The
+topic's status in the metadata store goes NOT_RUN/SUCCESS/ERROR -> RUNNING -> SUCCESS or ERROR
+(``state``), and NOT_RUN -> RUNNING -> SUCCESS for an empty topic never compacted.
+
 The runner does everything that is not the two phases: the per-topic lock, orphan cleanup, the
 plan (and whether the run extends the view's chain of segments or writes it fresh, ``chain``;
 what it needs of the previous view comes from its manifest, ``previous_view``), the chain
-manifest naming the segments the tasks wrote, the key sidecar beside it (``view_keys``), the
+manifest naming the segments the tasks wrote (``chain_manifest``), the key sidecar beside it (``view_keys``), the
 one-transaction commit and the clean-up after it (the previous manifest and the segments the
 new one does not name). The phases come from an *engine* (``SparkEngine`` by default) with one
 method, ``run(plan, strategy, progress) -> list of part descriptions``. ``service`` wraps a
@@ -22,73 +27,64 @@ import logging
 import os
 import shutil
 import time
-from typing import Callable, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, NoReturn, Optional
 
-import numpy as np
-
-from ..config import parse_bool
 from ..errors import CompactionError, CompactMQError
 from . import (
     CompactionProgress,
     CompactionResult,
     ProgressCallback,
     RetentionFilter,
-    retention_mode,
 )
 from .compacted_ledger import (
     remove_orphans,
     topic_dir,
 )
-from .lag import last_compactable, lag_seconds_setting
-from .plan import COMPACTED, RunPlan, build_groups, build_segments, packed_cut
+from .lag import last_compactable
+from .plan import RunPlan, build_groups, build_segments, packed_cut
 from ..storage.managed_ledger import fsync_dir
 from ..storage.position import EARLIEST, Position
 from .topic_lock import TopicLock
-from .state import CompactionStates, advance_hold, states_of
+from .run_stages import RunStage, RunStages
+from .settings import topic_settings
+from .state import CompactionState, CompactionStates, advance_hold, states_of
 from ..storage.resources.fence import NO_FENCE, Fenced
 from .tiered import compacted_location
 from .strategies import allowed_strategy_classes, resolve_strategy
-from . import chain, previous_view, view_keys, view_store
+from . import chain, chain_manifest, previous_view, view_keys, view_store
+
+__all__ = ["ABORT_POINTS", "CompactionRunner", "topic_settings"]  # topic_settings: for older callers
 
 log = logging.getLogger(__name__)
 
 ABORT_POINTS = ("start", "planned", "phase-one-two", "parts-written", "before-commit", "after-commit")
 
 
-def topic_settings(storage, topic: str, config) -> dict:
-    """Strategy, retain-null-key, retention mode and minimum lag (seconds, see ``lag``) of a topic:
-    its policy (or its namespace's), else the broker config."""
-    from ..storage import (
-        COMPACTED_VIEW_KEY_TTL,
-        COMPACTION_MIN_LAG,
-        COMPACTION_RETENTION_MODE,
-        COMPACTION_STRATEGY,
-        COMPACTION_TOMBSTONE_RETENTION,
-        RETAIN_NULL_KEY,
-    )
+@dataclass
+class _Run:
+    """One run's working state, from its RUNNING mark on: what the failure path must undo and
+    what the result reports."""
 
-    meta = storage.policies
-    mode = retention_mode(
-        meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
-    )
-    retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
-    return {
-        "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
-        "retain_null_key": parse_bool(retain or False, default=False),
-        "retention_mode": mode,
-        "min_lag_seconds": lag_seconds_setting(
-            meta, topic, COMPACTION_MIN_LAG, config.get("brokerServiceCompactionMinLagInSeconds", 0)
-        ),
-        "tombstone_retention_seconds": lag_seconds_setting(
-            meta,
-            topic,
-            COMPACTION_TOMBSTONE_RETENTION,
-            config.get("topicCompactionTombstoneRetentionSeconds", 0),
-        ),
-        "key_ttl_seconds": lag_seconds_setting(
-            meta, topic, COMPACTED_VIEW_KEY_TTL, config.get("topicCompactedViewKeyTtlSeconds", 0)
-        ),
-    }
+    t0: float
+    report: ProgressCallback
+    views: view_store.ViewStore  # where the new view goes
+    running: CompactionState  # the run's RUNNING state: the commit expects its version
+    fence: Any  # the ownership the run started under: its commit holds only while that one does
+    stages: RunStages = field(default_factory=RunStages)
+    new_id: Optional[int] = None
+    plan: Optional[RunPlan] = None
+    held: bool = False  # the managed ledger's retention hold for compaction is taken
+    parts: list = field(default_factory=list)
+    written: int = 0  # entries of the new view
+    kept: int = 0  # messages of the new view
+    read: int = 0  # messages the engine read
+    duration_ms: int = 0
+    removed: int = 0
+    previous: Optional[int] = None  # the view the commit replaced
+    strategy: Any = None  # the resolved strategy (``strategies``)
+    size: int = 0  # stored bytes of the new view
+    sidecar: Optional[dict] = None  # what the commit records of the new view's key sidecar
 
 
 class CompactionRunner:
@@ -153,136 +149,175 @@ class CompactionRunner:
 
         return split
 
+    # --- the run: planned -> written -> committed -> cleaned (``run_stages``) ----------------------
+
     def run(self, progress: Optional[ProgressCallback] = None) -> CompactionResult:
         report = progress or (lambda p: None)
         t0 = self.clock()
         self._steps, self._mark = {}, time.perf_counter()
-        steps = self._steps
-        step = self._step
         lock = TopicLock(topic_dir(self.data_dir, self.topic))
-        states = self.states
-        plan = None
         views = view_store.for_run(self.storage, self.topic)  # where the new view goes
         try:
+            states = self.states
             state = states.get(self.topic)
             settings = topic_settings(self.storage, self.topic, self.config)
             if state.compacted_ledger_id is None and self._nothing_compactable(settings):
-                # NOT_RUN -> RUNNING -> SUCCESS: the operator who triggered it sees that it ran
-                running = states.mark_running(self.topic, expected_version=state.version)
-                duration = int((self.clock() - t0) * 1000)
-                states.record_empty(self.topic, running.version, duration_ms=duration)
-                return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
+                return self._record_empty(state, t0)
             # files of a crashed run (or a previous ledger whose deletion was cut short); the
             # objects of one that died between its upload and its commit: ``views.prepare``
             remove_orphans(self.data_dir, self.topic, keep=state.compacted_ledger_id)
-            # the ownership this run starts under: its commit holds only while that one does
             fence = self.storage.fence_for(self.topic) if hasattr(self.storage, "fence_for") else NO_FENCE
             running = states.mark_running(self.topic, expected_version=state.version)
-            held = False
-            self.abort_hook("start")
+            run = _Run(t0, report, views, running, fence)
             try:
-                # a policy names only a built-in or a class the operator allowed (docs/security.md)
-                strategy = resolve_strategy(settings["strategy"], allowed_strategy_classes(self.config))
-                new_id = self.storage.resources.ledger_ids.allocate()  # one id space with ledgers
-                step("start")
-                # retention keeps what the run reads until the commit moves the cursor past it
-                held = self._managed_ledger().hold_for_compaction()
-                plan = self._plan(state, settings, strategy, new_id)
-                views.prepare(self, plan, new_id)
-                step("plan")
-                report(CompactionProgress("start", 0, plan.estimated_entries))
-                self.abort_hook("planned")
-                parts = self.engine.run(plan, strategy, report)
-                step("spark")
-                self.abort_hook("parts-written")
-                report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
-                written, size = views.write_view(self, plan, parts, new_id)
-                sidecar = self._place_view_keys(plan, parts, new_id, views)
-                step("build")
-                kept = sum(p["messages"] for p in parts)
-                read = int(self.engine.last_stats.get("messages_read", 0))
-                # every live key has one survivor, and so has every retained keyless message and
-                # every tombstone that tombstone retention keeps (a deleted key, not counted)
-                tombstones = sum(int(p.get("tombstones", 0)) for p in parts)
-                keys = max(0, kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
-                duration = int((self.clock() - t0) * 1000)
-                stats = {"duration_ms": duration, "removed_event_count": max(0, read - kept)}
-                details = {
-                    "keys": keys,
-                    "tombstones": tombstones,
-                    "entries": written,
-                    "bytes": size,
-                    "messagesRead": read,
-                    "messagesKept": kept,
-                    "durationMs": duration,
-                    "phaseSeconds": dict(steps),
-                    "job": self.engine.last_stats.get("job_group"),
-                }
-                if sidecar is not None:
-                    details[view_keys.DETAILS_KEY] = sidecar
-                self.abort_hook("before-commit")
-                views.publish()
-                # ONE compare-and-set: the view pointer and its horizon together, if the state is
-                # still the one this run marked RUNNING (else StaleCompaction: nothing written)
-                previous, _ = states.commit(
-                    self.topic,
-                    new_id,
-                    plan.new_horizon,
-                    expected_version=running.version,
-                    stats=stats,
-                    details=details,
-                    fence=fence,
-                )
-                step("commit")
+                self._plan_run(run, state, settings)
+                self._write(run)
+                self._commit(run)
             except BaseException as e:
-                committed = self._committed(new_id if plan is not None else None)
-                if held and not committed:
-                    self._release_hold()
-                if not committed:
-                    views.discard(plan, new_id if plan is not None else -1)
-                if plan is not None:
-                    shutil.rmtree(plan.run_dir, ignore_errors=True)
-                message = f"{type(e).__name__}: {e}"
-                # only while the state is still this run's (a stale run records nothing), and
-                # never by a deposed owner (Fenced: the new owner records the interrupted run)
-                if not isinstance(e, Fenced):
-                    try:
-                        states.record_failure(
-                            self.topic,
-                            message,
-                            expected_version=running.version,
-                            duration_ms=int((self.clock() - t0) * 1000),
-                        )
-                    except Exception:
-                        pass
-                if isinstance(e, CompactMQError) or not isinstance(e, Exception):
-                    raise
-                raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
-            # committed: the new view is in force; what follows is clean-up an orphan sweep redoes
-            advance_hold(self.storage, self.topic, plan.new_horizon)
-            self.abort_hook("after-commit")
-            shutil.rmtree(plan.run_dir, ignore_errors=True)
-            if previous is not None and previous != new_id:
-                views.retire(previous, new_id)
-            step("cleanup")
-            report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
-            return CompactionResult(
-                topic=self.topic,
-                compacted_ledger_id=new_id,
-                horizon=plan.new_horizon,
-                entries_read=plan.estimated_entries,
-                messages_read=read,
-                entries_written=written,
-                messages_kept=kept,
-                removed_event_count=stats["removed_event_count"],
-                duration_ms=duration,
-                previous_ledger_id=previous,
-                step_seconds=steps,
-                job=self.engine.last_stats.get("job_group"),
-                engine_seconds=self._engine_split(),
-            )
+                self._abandon(run, e)  # raises
+            self._clean(run)
+            return self._result(run)
         finally:
             lock.release()
+
+    def _record_empty(self, state, t0: float) -> CompactionResult:
+        """Nothing to compact on a topic never compacted: NOT_RUN -> RUNNING -> SUCCESS, so the
+        operator who triggered it sees that it ran (``state``)."""
+        running = self.states.mark_running(self.topic, expected_version=state.version)
+        duration = int((self.clock() - t0) * 1000)
+        self.states.record_empty(self.topic, running.version, duration_ms=duration)
+        return CompactionResult(self.topic, None, None, 0, 0, 0, 0, 0, duration)
+
+    def _plan_run(self, run: _Run, state, settings) -> None:
+        """-> PLANNED: the strategy, a new view id, the retention hold, the plan, the view's place."""
+        self.abort_hook("start")
+        # a policy names only a built-in or a class the operator allowed (docs/security.md)
+        strategy = resolve_strategy(settings["strategy"], allowed_strategy_classes(self.config))
+        run.strategy = strategy
+        run.new_id = new_id = self.storage.resources.ledger_ids.allocate()  # one id space with ledgers
+        self._step("start")
+        # retention keeps what the run reads until the commit moves the cursor past it
+        run.held = self._managed_ledger().hold_for_compaction()
+        run.plan = plan = self._plan(state, settings, strategy, new_id)
+        run.views.prepare(self, plan, new_id)
+        self._step("plan")
+        run.stages.advance(RunStage.PLANNED)
+        run.report(CompactionProgress("start", 0, plan.estimated_entries))
+        self.abort_hook("planned")
+
+    def _write(self, run: _Run) -> None:
+        """-> WRITTEN: the engine's two phases, then the view's manifest and key sidecar, under
+        names no committed view uses, published for readers to find once committed."""
+        plan, new_id = run.plan, run.new_id
+        assert plan is not None and new_id is not None
+        run.parts = parts = self.engine.run(plan, run.strategy, run.report)
+        self._step("spark")
+        self.abort_hook("parts-written")
+        run.report(CompactionProgress("commit", plan.estimated_entries, plan.estimated_entries))
+        run.written, run.size = run.views.write_view(self, plan, parts, new_id)
+        run.sidecar = self._place_view_keys(plan, parts, new_id, run.views)
+        self._step("build")
+        run.kept = sum(p["messages"] for p in parts)
+        run.read = int(self.engine.last_stats.get("messages_read", 0))
+        run.stages.advance(RunStage.WRITTEN)
+        self.abort_hook("before-commit")
+        run.views.publish()
+
+    def _commit(self, run: _Run) -> None:
+        """-> COMMITTED: ONE compare-and-set, the view pointer and its horizon together, if the
+        state is still the one this run marked RUNNING (else StaleCompaction: nothing written)."""
+        plan = run.plan
+        assert plan is not None and run.new_id is not None
+        # every live key has one survivor, and so has every retained keyless message and every
+        # tombstone that tombstone retention keeps (a deleted key, not counted)
+        tombstones = sum(int(p.get("tombstones", 0)) for p in run.parts)
+        keys = max(0, run.kept - int(self.engine.last_stats.get("keyless_kept", 0)) - tombstones)
+        run.duration_ms = duration = int((self.clock() - run.t0) * 1000)
+        run.removed = max(0, run.read - run.kept)
+        details = {
+            "keys": keys,
+            "tombstones": tombstones,
+            "entries": run.written,
+            "bytes": run.size,
+            "messagesRead": run.read,
+            "messagesKept": run.kept,
+            "durationMs": duration,
+            "phaseSeconds": dict(self._steps),
+            "job": self.engine.last_stats.get("job_group"),
+        }
+        if run.sidecar is not None:
+            details[view_keys.DETAILS_KEY] = run.sidecar
+        run.previous, _ = self.states.commit(
+            self.topic,
+            run.new_id,
+            plan.new_horizon,
+            expected_version=run.running.version,
+            stats={"duration_ms": duration, "removed_event_count": run.removed},
+            details=details,
+            fence=run.fence,
+        )
+        run.stages.advance(RunStage.COMMITTED)
+        self._step("commit")
+
+    def _abandon(self, run: _Run, e: BaseException) -> NoReturn:
+        """The run failed before its commit took: undo what it wrote (unless the store says the
+        commit did take), record the failure while the state is still this run's, and raise."""
+        plan, new_id = run.plan, run.new_id
+        committed = run.stages.committed or self._committed(new_id if plan is not None else None)
+        if run.held and not committed:
+            self._release_hold()
+        if not committed:
+            run.views.discard(plan, new_id if plan is not None and new_id is not None else -1)
+        if plan is not None:
+            shutil.rmtree(plan.run_dir, ignore_errors=True)
+        message = f"{type(e).__name__}: {e}"
+        # only while the state is still this run's (a stale run records nothing), and never by a
+        # deposed owner (Fenced: the new owner records the interrupted run)
+        if not isinstance(e, Fenced):
+            try:
+                self.states.record_failure(
+                    self.topic,
+                    message,
+                    expected_version=run.running.version,
+                    duration_ms=int((self.clock() - run.t0) * 1000),
+                )
+            except Exception:
+                pass
+        if isinstance(e, CompactMQError) or not isinstance(e, Exception):
+            raise e
+        raise CompactionError(f"compaction of {self.topic} failed: {message}") from e
+
+    def _clean(self, run: _Run) -> None:
+        """-> CLEANED: the new view is in force; what follows is clean-up an orphan sweep redoes."""
+        plan = run.plan
+        assert plan is not None and run.new_id is not None
+        advance_hold(self.storage, self.topic, plan.new_horizon)
+        self.abort_hook("after-commit")
+        shutil.rmtree(plan.run_dir, ignore_errors=True)
+        if run.previous is not None and run.previous != run.new_id:
+            run.views.retire(run.previous, run.new_id)
+        self._step("cleanup")
+        run.stages.advance(RunStage.CLEANED)
+        run.report(CompactionProgress("done", plan.estimated_entries, plan.estimated_entries))
+
+    def _result(self, run: _Run) -> CompactionResult:
+        plan = run.plan
+        assert plan is not None and run.new_id is not None
+        return CompactionResult(
+            topic=self.topic,
+            compacted_ledger_id=run.new_id,
+            horizon=plan.new_horizon,
+            entries_read=plan.estimated_entries,
+            messages_read=run.read,
+            entries_written=run.written,
+            messages_kept=run.kept,
+            removed_event_count=run.removed,
+            duration_ms=run.duration_ms,
+            previous_ledger_id=run.previous,
+            step_seconds=self._steps,
+            job=self.engine.last_stats.get("job_group"),
+            engine_seconds=self._engine_split(),
+        )
 
     # --- the chain of segments (chain) -------------------------------------------------------------
 
@@ -291,76 +326,15 @@ class CompactionRunner:
         what changed) rather than writing a fresh one: the previous view is a local chain, its
         key sidecar is usable, and the merge policy does not ask for a rewrite."""
         prev = self._prev_reader
-        if prev is None or not prev.is_chain or "view_keys" not in plan.extra or plan.strategy == "user":
+        if prev is None or not prev.is_chain or plan.view_keys is None or plan.strategy == "user":
             return False
         max_runs = int(self.config.get("compactionChainMaxRuns", chain.MAX_RUNS))
         max_stale = float(self.config.get("compactionChainMaxStaleRatio", chain.MAX_STALE_RATIO))
         return not chain.should_merge(prev.manifest, len(prev), max_runs, max_stale)
 
     def _chain_manifest(self, plan: RunPlan, parts: list[dict]):
-        """The new view's manifest and its entry count, from the segments the tasks wrote (and,
-        for an incremental run, the previous chain and what this run drops of it)."""
-        written = [p for p in parts if p["entries"]]
-        segments = [(os.path.basename(p["path"]), p["entries"], os.path.getsize(p["path"])) for p in written]
-        info = plan.extra["chain"]
-        # the entries new to the view: all of a fresh chain's, a chained run's new groups' only
-        # (an old group's segment rewrites entries the view already counts)
-        fresh_parts = [p for p in written if plan.segments[plan.groups[p["group"]][0]].kind != COMPACTED]
-        counted = fresh_parts if info["incremental"] else written
-        added = previous_view.part_counts(counted)
-        if added is None:
-            added = previous_view.segment_counts([p["path"] for p in counted])
-        if not info["incremental"]:
-            manifest, entries = chain.Manifest.fresh(segments), sum(p["entries"] for p in written)
-            manifest.ledgers = previous_view.ledger_counts(None, np.zeros(0, np.int64), added, entries)
-        else:
-            prev = self._prev_reader
-            assert prev is not None and prev.manifest is not None
-            lids, eids = self._dropped(plan, parts, prev)
-            from . import tasks
-
-            masks = tasks.decode_masks([p.get("masks") or b"" for p in parts])
-            manifest = prev.manifest.extended(segments, lids, eids, masks)
-            entries = len(prev) - len(lids) + sum(p["entries"] for p in fresh_parts)
-            before = prev.manifest.ledgers
-            if before is None:  # a manifest from before the counts: the plan opened the view
-                before = np.stack(prev.ledger_runs(0), axis=1).reshape(-1, 2)
-            manifest.ledgers = previous_view.ledger_counts(before, lids, added, entries)
-        manifest.entries = entries if manifest.ledgers is not None else None
-        return manifest, entries
-
-    def _dropped(self, plan: RunPlan, parts: list[dict], prev) -> tuple:
-        """``(ledger ids, entry ids)`` of the previous view's entries this run drops: those the
-        tasks reported (lost every message), every entry of a compacted group no survivor reached
-        (it had no task), and those retention removed (below the plan's first compacted id)."""
-        chunks = []
-        for p in parts:
-            raw = p.get("dropped") or b""
-            if raw:
-                chunks.append(np.frombuffer(bytes(raw), ">i8").astype(np.int64).reshape(-1, 2))
-        reported = {p["group"] for p in parts}
-        for g, ords in enumerate(plan.groups):
-            if g in reported or plan.segments[ords[0]].kind != COMPACTED:
-                continue
-            for o in ords:
-                seg = plan.segments[o]
-                lo, hi = prev.ledger_range(seg.ledger_id)
-                e = prev.columns(lo, hi)[1]
-                e = e[(e >= seg.entry_lo) & (e <= seg.entry_hi)]
-                chunks.append(np.stack([np.full(len(e), seg.ledger_id, np.int64), e], axis=1))
-        start = self._prev_start
-        if start:
-            chunks.append(np.stack(prev.columns(0, start)[:2], axis=1))
-        if not chunks:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        pairs = np.concatenate(chunks)
-        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
-        pairs = pairs[order]
-        if len(pairs) > 1:  # the same entry reported twice (it cannot be, but a drop is a set)
-            keep = np.ones(len(pairs), bool)
-            keep[1:] = (pairs[1:] != pairs[:-1]).any(axis=1)
-            pairs = pairs[keep]
-        return pairs[:, 0], pairs[:, 1]
+        """The new view's manifest and its entry count (``chain_manifest.build``)."""
+        return chain_manifest.build(plan, parts, self._prev_reader, self._prev_start)
 
     # --- the key sidecar of the view (view_keys) -------------------------------------------------
 
@@ -372,7 +346,7 @@ class CompactionRunner:
         """Put the sidecar the phase-two tasks wrote in place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
-        if (plan.extra.get("chain") or {}).get("delta"):
+        if plan.is_delta:
             return self._extend_view_keys(plan, parts, new_id)
         # every part with survivors has sidecar rows, whether or not it wrote entries (an
         # incremental chain run's group of unchanged old entries writes none)
@@ -489,61 +463,16 @@ class CompactionRunner:
         return None
 
     def _plan(self, state, settings, strategy, new_id: int) -> RunPlan:
-        from ..storage.ledger_file import index_path_for
-
         ml = self._managed_ledger()
         self._step("start")
         last = self._last_compactable(ml, settings)  # sealed ledgers only; stops before too young entries
         self._step("seal")
-        first = ml.first_position()
         prev_h = state.horizon
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h
-        live = []
-        if last is not None:
-            for info in ml.ledgers():
-                lid = info.ledger_id
-                if lid > last[0] or (prev_h is not None and lid < prev_h[0]):
-                    continue
-                lo = prev_h[1] + 1 if prev_h is not None and lid == prev_h[0] else 0
-                hi = last[1] if lid == last[0] else max(info.entry_count - 1, 0)
-                if lid != last[0] and info.entry_count == 0:
-                    continue
-                if lo > hi:
-                    continue
-                # an offloaded ledger is read from the object store (a URI), wherever the task runs
-                path = ml.ledger_url(lid) if hasattr(ml, "ledger_url") else ml.ledger_path(lid)
-                live.append(
-                    {
-                        "ledger_id": lid,
-                        "path": path,
-                        "index_path": None if "://" in path else index_path_for(path),
-                        "lo": lo,
-                        "hi": hi if lid == last[0] else (1 << 40),
-                        "count": hi - lo + 1,
-                    }
-                )
+        live = self._live_ledgers(ml, last, prev_h) if last is not None else []
         compacted = None
         if state.compacted_ledger_id is not None:
-            path = _compacted_location(self.storage, self.topic, state.compacted_ledger_id)
-            reader = previous_view.PreviousView(path)  # its manifest alone, when that answers
-            self._prev_reader = reader  # an incremental chained run drops entries of it
-            start = 0
-            bound = None
-            keep = RetentionFilter(settings["retention_mode"], first)
-            if keep.bounded:
-                # a message retention removed from the topic leaves the compacted view too (what
-                # readers already skip through the same filter); nothing visible: drop them all
-                bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
-                start = reader.find(bound)
-            self._prev_start = start
-            lids, counts = reader.ledger_runs(start)  # one lookup per ledger, not per entry
-            los = {int(l): 0 for l in lids}
-            if bound is not None and int(bound[0]) in los:
-                los[int(bound[0])] = int(bound[1])
-            compacted = {
-                "path": path,
-                "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)},
-            }
+            compacted = self._compacted_ledgers(state, settings, ml.first_position(), new_horizon)
         segments = build_segments(compacted, live)
         drop_before, tombstones_from = self._time_cuts(ml, settings, strategy, segments)
         parallelism = max(1, int(getattr(self.engine, "parallelism", 2)))
@@ -551,11 +480,7 @@ class CompactionRunner:
         run_dir = os.path.join(topic_dir(self.data_dir, self.topic), f"run-{new_id}")
         os.makedirs(run_dir, exist_ok=True)
         native = getattr(strategy, "native", None)
-        extra = {}
-        if compacted is not None:
-            sidecar = self._previous_view_keys(state, native or "user")
-            if sidecar is not None:
-                extra["view_keys"] = sidecar
+        sidecar = None if compacted is None else self._previous_view_keys(state, native or "user")
         return RunPlan(
             topic=self.topic,
             segments=segments,
@@ -569,8 +494,59 @@ class CompactionRunner:
             fault_points=tuple(self.fault_points),
             drop_before=drop_before,
             tombstones_from=tombstones_from,
-            extra=extra,
+            view_keys=sidecar,
         )
+
+    def _live_ledgers(self, ml, last, prev_h) -> list[dict]:
+        """The live part of the plan (``plan.build_segments``): each ledger's entries after the
+        previous horizon ``prev_h`` up to the new one ``last``."""
+        from ..storage.ledger_file import index_path_for
+
+        live = []
+        for info in ml.ledgers():
+            lid = info.ledger_id
+            if lid > last[0] or (prev_h is not None and lid < prev_h[0]):
+                continue
+            lo = prev_h[1] + 1 if prev_h is not None and lid == prev_h[0] else 0
+            hi = last[1] if lid == last[0] else max(info.entry_count - 1, 0)
+            if lid != last[0] and info.entry_count == 0:
+                continue
+            if lo > hi:
+                continue
+            # an offloaded ledger is read from the object store (a URI), wherever the task runs
+            path = ml.ledger_url(lid) if hasattr(ml, "ledger_url") else ml.ledger_path(lid)
+            live.append(
+                {
+                    "ledger_id": lid,
+                    "path": path,
+                    "index_path": None if "://" in path else index_path_for(path),
+                    "lo": lo,
+                    "hi": hi if lid == last[0] else (1 << 40),
+                    "count": hi - lo + 1,
+                }
+            )
+        return live
+
+    def _compacted_ledgers(self, state, settings, first, new_horizon) -> dict:
+        """The compacted part of the plan (``plan.build_segments``): the view in force, per
+        ledger, less what topic retention removed (``first``: the topic's first position)."""
+        path = compacted_location(self.storage, self.topic, state.compacted_ledger_id)
+        reader = previous_view.PreviousView(path)  # its manifest alone, when that answers
+        self._prev_reader = reader  # an incremental chained run drops entries of it
+        start = 0
+        bound = None
+        keep = RetentionFilter(settings["retention_mode"], first)
+        if keep.bounded:
+            # a message retention removed from the topic leaves the compacted view too (what
+            # readers already skip through the same filter); nothing visible: drop them all
+            bound = keep.start(EARLIEST) or new_horizon_next(new_horizon)
+            start = reader.find(bound)
+        self._prev_start = start
+        lids, counts = reader.ledger_runs(start)  # one lookup per ledger, not per entry
+        los = {int(l): 0 for l in lids}
+        if bound is not None and int(bound[0]) in los:
+            los[int(bound[0])] = int(bound[1])
+        return {"path": path, "ledgers": {int(l): (int(c), los[int(l)]) for l, c in zip(lids, counts)}}
 
     def _time_cuts(self, ml, settings, strategy, segments) -> tuple[int, Optional[int]]:
         """Packed positions for the key TTL and the tombstone retention (``RunPlan``): a message
@@ -589,11 +565,6 @@ class CompactionRunner:
             return packed_cut(segments, ml.find_position_by_publish_time(now_ms - seconds * 1000))
 
         return (cut(ttl) if ttl > 0 else 0), (cut(keep_tombs) if keep_tombs > 0 else None)
-
-
-def _compacted_location(storage, topic: str, ledger_id: int) -> str:
-    """The local file, or the offloaded object's URI once tiered storage deleted the file."""
-    return compacted_location(storage, topic, ledger_id)
 
 
 def new_horizon_next(pos):

@@ -16,7 +16,7 @@ from typing import Optional
 
 from ..errors import CompactionError, CompactMQError, Conflict, StorageError
 from . import (
-    CompactedView,
+    CommittedView,
     CompactionResult,
     CompactionStats,
     ProgressCallback,
@@ -29,12 +29,14 @@ from .compacted_ledger import (
 )
 from ..storage.position import Position
 from .topic_lock import TopicLock
-from .runner import CompactionRunner, _compacted_location, topic_settings
+from .runner import CompactionRunner
+from .settings import topic_settings
+from .tiered import compacted_location
 from .state import CompactionState, states_of
 
 
-class LedgerView(CompactedView):
-    """A handle on one compacted ledger (see ``CompactedView``)."""
+class LedgerView(CommittedView):
+    """A handle on one compacted ledger (see ``CommittedView``)."""
 
     def __init__(
         self, view_id: int, horizon, reader: CompactedLedgerReader, sidecar: Optional[dict] = None
@@ -144,7 +146,7 @@ class LedgerCompactionService(TopicCompactionService):
 
     def _open(self, view_id: int, horizon) -> Optional[LedgerView]:
         # the local file, or the offloaded object once tiered storage deleted the file
-        path = _compacted_location(self.storage, self.topic, view_id)
+        path = compacted_location(self.storage, self.topic, view_id)
         try:
             reader = CompactedLedgerReader(path)
         except (OSError, StorageError):  # gone: a newer compaction replaced it

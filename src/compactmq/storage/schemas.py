@@ -29,7 +29,7 @@ from ..errors import MetadataError
 from ..naming import TopicName
 from .metadata_store import BadVersion
 from .resources.base import Json
-from .resources.schemas import SchemaResources
+from .resources.schema_keys import SchemaResources
 
 #: appends lost to concurrent writers before ``add`` without an expectation gives up
 APPEND_ATTEMPTS = 16

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
-import uuid
 from typing import Mapping, Optional
 
 from .. import CompactionProgress, CompactionServiceFactory
@@ -68,41 +66,30 @@ class SparkEngine:
             finally:
                 self.last_stats, self._local = self._local.last_stats, None
             return parts
-        sc = self.spark.sparkContext
-        started = time.time()
-        counter = sc.accumulator(0)
-        keyless = sc.accumulator(0)
-        group = f"compactmq-{uuid.uuid4().hex[:12]}"
-        sc.setJobGroup(group, f"compaction of {plan.topic}", interruptOnCancel=True)
-        self._group = group
-        stop = threading.Event()
-        poller = threading.Thread(target=self._poll, args=(sc, group, plan, report, stop), daemon=True)
-        poller.start()
-        try:
-            report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-            if (plan.extra.get("chain") or {}).get("delta"):
+        from .job import spark_job
+
+        with spark_job(self, plan, report, f"compaction of {plan.topic}", on_group=self._set_group) as job:
+            if plan.is_delta:
                 from . import delta_job
 
-                parts = delta_job.run(self.spark, plan, counter, keyless)
+                parts = delta_job.run(self.spark, plan, job.counters[0], job.keyless[0])
             else:
                 survivors = pipeline.survivors(
-                    self.spark, plan, strategy, counter=counter, keyless_counter=keyless
+                    self.spark, plan, strategy, counter=job.counters[0], keyless_counter=job.keyless[0]
                 )
                 parts = pipeline.copy_survivors(survivors, plan)
-        finally:
-            self._group = None
-            stop.set()
-            poller.join()
-            sc.setLocalProperty("spark.jobGroup.id", None)
+        sc = self.spark.sparkContext
         self.last_stats = {
-            "messages_read": counter.value,
-            "keyless_kept": keyless.value,
-            "job_group": group,
+            "messages_read": job.counters[0].value,
+            "keyless_kept": job.keyless[0].value,
+            "job_group": job.group,
             # read from Spark only when someone looks (``timeline``): not on the run's path
-            "timings": functools.partial(timeline.split, sc, group, started, time.time()),
+            "timings": functools.partial(timeline.split, sc, job.group, job.started, time.time()),
         }
-        report(CompactionProgress("phase-two", plan.estimated_entries, plan.estimated_entries))
         return parts
+
+    def _set_group(self, group: Optional[str]) -> None:
+        self._group = group
 
     def cancel(self) -> None:
         """Cancel this run's Spark jobs (from another thread); the run then fails."""
@@ -119,7 +106,7 @@ class SparkEngine:
         tracker = sc.statusTracker()
         total = plan.estimated_entries
         n = len(plan.groups)
-        if (plan.extra.get("chain") or {}).get("delta"):  # only the new groups are parsed
+        if plan.is_delta:  # only the new groups are parsed
             from .. import delta
 
             n = len(delta.new_groups(plan))

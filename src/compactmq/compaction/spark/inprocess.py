@@ -89,9 +89,9 @@ def suits(plan: RunPlan, max_bytes: int) -> bool:
     """Whether ``plan`` runs here rather than as a Spark job (module notes)."""
     if max_bytes <= 0 or plan.strategy != "keep-latest" or not plan.combine:
         return False
-    if plan.extra.get("store"):  # tiered storage: parts go to an object store
+    if plan.store:  # tiered storage: parts go to an object store
         return False
-    if (plan.extra.get("chain") or {}).get("delta"):
+    if plan.is_delta:
         fresh = delta.new_groups(plan)
         new = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
         old = sum(s.est_entries for s in delta.compacted_segments(plan))
@@ -124,7 +124,7 @@ class InProcessEngine:
         started = time.perf_counter()
         counter, keyless = Count(), Count()
         report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-        if (plan.extra.get("chain") or {}).get("delta"):
+        if plan.is_delta:
             self._check()
             parts = delta_job.fused_parts(
                 plan, delta.new_groups(plan), delta_job.marker_positions(plan), counter, keyless

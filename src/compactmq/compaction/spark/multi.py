@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import uuid
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -442,38 +441,31 @@ class JointRun:
             for e in entries:
                 e.parts, e.stats = [], {"messages_read": 0, "keyless_kept": 0}
             return
-        spark = self.engine.spark
-        sc = spark.sparkContext
-        counters = [sc.accumulator(0) for _ in entries]
-        keyless = [sc.accumulator(0) for _ in entries]
-        group = f"compactmq-joint-{uuid.uuid4().hex[:12]}"
-        sc.setJobGroup(
-            group, f"compaction of {len(entries)} topics: {joint.plan.topic}", interruptOnCancel=True
-        )
-        with self._cond:
-            self._group = group
-        self.jobs += 1
-        self.job_groups.append(group)
-        stop = threading.Event()
-        poller = threading.Thread(
-            target=self.engine._poll, args=(sc, group, joint.plan, report, stop), daemon=True
-        )
-        poller.start()
-        try:
-            report(CompactionProgress("phase-one", 0, total))
-            n_tasks = task_count(joint, self.engine.parallelism)
-            found = survivors(spark, joint, entries[0].strategy, counters, keyless, n_tasks)
-            parts = copy_survivors(found, joint, n_tasks)
-        finally:
+        from .job import spark_job
+
+        def set_group(group: Optional[str]) -> None:
             with self._cond:
-                self._group = None
-            stop.set()
-            poller.join()
-            sc.setLocalProperty("spark.jobGroup.id", None)
-        report(CompactionProgress("phase-two", total, total))
-        for e, p, c, k in zip(entries, parts, counters, keyless):
+                self._group = group
+
+        spark = self.engine.spark
+        description = f"compaction of {len(entries)} topics: {joint.plan.topic}"
+        with spark_job(
+            self.engine,
+            joint.plan,
+            report,
+            description,
+            members=len(entries),
+            prefix="compactmq-joint",
+            on_group=set_group,
+        ) as job:
+            self.jobs += 1
+            self.job_groups.append(job.group)
+            n_tasks = task_count(joint, self.engine.parallelism)
+            found = survivors(spark, joint, entries[0].strategy, job.counters, job.keyless, n_tasks)
+            parts = copy_survivors(found, joint, n_tasks)
+        for e, p, c, k in zip(entries, parts, job.counters, job.keyless):
             e.parts = p
-            e.stats = {"messages_read": c.value, "keyless_kept": k.value, "job_group": group}
+            e.stats = {"messages_read": c.value, "keyless_kept": k.value, "job_group": job.group}
 
 
 def _compatible(entries: dict[int, _Entry]) -> list[dict[int, _Entry]]:

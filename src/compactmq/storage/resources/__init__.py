@@ -48,7 +48,7 @@ from .ledger_ids import LedgerIdResources
 from .managed_ledgers import ManagedLedgerResources
 from .offload_records import OffloadRecordResources
 from .policies import PolicyResources, TopicPolicyResources
-from .schemas import SchemaResources
+from .schema_keys import SchemaResources
 from .seal_requests import SealRequestResources
 from .tenants import NamespaceResources, PartitionedTopicResources, TenantResources
 

@@ -35,7 +35,7 @@ from .base import Json, dumps, loads
 from .grants import AUTH_POLICIES, normalized
 from .legacy_import import ATTEMPTS, Kind, _batches, import_legacy, marker_path
 from .offload_records import INSTANCE_PATH, KINDS, index_path, record_path
-from .schemas import schema_path, version_path
+from .schema_keys import schema_path, version_path
 from .tenants import namespace_path
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,48 @@
+"""The compaction settings of one topic: its policy (or its namespace's), else the broker config.
+
+A run reads them once when it starts (``runner``); the service reads the retention mode to
+filter what readers see (``service``). Minimum lag, tombstone retention and key TTL are seconds
+(``lag.lag_seconds_setting`` parses a policy's value).
+"""
+
+from __future__ import annotations
+
+from ..config import parse_bool
+from . import retention_mode
+from .lag import lag_seconds_setting
+
+
+def topic_settings(storage, topic: str, config) -> dict:
+    """Strategy, retain-null-key, retention mode and minimum lag (seconds, see ``lag``) of a topic:
+    its policy (or its namespace's), else the broker config."""
+    from ..storage import (
+        COMPACTED_VIEW_KEY_TTL,
+        COMPACTION_MIN_LAG,
+        COMPACTION_RETENTION_MODE,
+        COMPACTION_STRATEGY,
+        COMPACTION_TOMBSTONE_RETENTION,
+        RETAIN_NULL_KEY,
+    )
+
+    meta = storage.policies
+    mode = retention_mode(
+        meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
+    )
+    retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
+    return {
+        "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
+        "retain_null_key": parse_bool(retain or False, default=False),
+        "retention_mode": mode,
+        "min_lag_seconds": lag_seconds_setting(
+            meta, topic, COMPACTION_MIN_LAG, config.get("brokerServiceCompactionMinLagInSeconds", 0)
+        ),
+        "tombstone_retention_seconds": lag_seconds_setting(
+            meta,
+            topic,
+            COMPACTION_TOMBSTONE_RETENTION,
+            config.get("topicCompactionTombstoneRetentionSeconds", 0),
+        ),
+        "key_ttl_seconds": lag_seconds_setting(
+            meta, topic, COMPACTED_VIEW_KEY_TTL, config.get("topicCompactedViewKeyTtlSeconds", 0)
+        ),
+    }
