@@ -135,3 +135,34 @@ def test_a_schema_naming_some_columns_reads_just_those(cmq_spark, broker, client
     bad = cmq_spark.read.format("compactmq").schema("nope string").option("topic", topic)
     with pytest.raises(Exception, match="'nope' is not a column of this topic"):
         bad.load(str(broker.data_dir)).collect()
+
+
+def test_columnar_equals_rows_for_zlib_snappy_and_a_json_schema(cmq_spark, broker, client, topic):
+    """The codecs and the schema kind the Spark-level tests above do not use (the parse-level
+    tests in ``test_columns`` cover every codec and schema over random entries)."""
+    from pulsar.schema import Integer, JsonSchema, Record, String
+
+    class Quote(Record):
+        symbol = String()
+        volume = Integer()
+
+    for i, (codec, batching) in enumerate(
+        ((pulsar.CompressionType.ZLib, True), (pulsar.CompressionType.SNAPPY, False))
+    ):
+        producer = client.create_producer(
+            topic,
+            schema=JsonSchema(Quote),
+            compression_type=codec,
+            batching_enabled=batching,
+            batching_max_publish_delay_ms=50,
+        )
+        for j in range(30):
+            n = 30 * i + j
+            producer.send_async(Quote(symbol=f"S{n % 5}", volume=n), None, partition_key=f"S{n % 5}")
+        producer.flush()
+        producer.close()
+    compact(broker, topic)
+    for view in ("raw", "compacted"):
+        got = collect(cmq_spark, broker, topic, True, view=view)
+        assert got == collect(cmq_spark, broker, topic, False, view=view), view
+    assert sorted(r["volume"] for r in collect(cmq_spark, broker, topic, True)) == list(range(60))
