@@ -56,6 +56,13 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
+# The same with ledgers in an object store (``objectLedgerStorageUrl``): a topic's append holds
+# its thread until its entries are durable -- the flush interval, then an object PUT and now and
+# then a fence check in the metadata store, all waits on the network, no CPU. With 8 threads, 8
+# topics published at a time and the others queued behind them: 30 topics publishing on one
+# broker (bench/cluster_bench.py's many-topics phase) found all 8 threads in a PUT or a fence
+# check and the process at 15 % of one core. Enough threads for that many topics at once.
+STORAGE_THREADS_OBJECT_LEDGERS = 64
 # Recently published entries kept in memory for consumers that keep up, per topic (in all:
 # managedLedgerCacheSizeMB, whose default is in config).
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
@@ -194,7 +201,8 @@ class BrokerService:
                 for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")
             }
         )
-        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
+        threads = STORAGE_THREADS_OBJECT_LEDGERS if config.get("objectLedgerStorageUrl") else STORAGE_THREADS
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
         # the latest value of a key (GET .../latest/{key}): tail key indexes under one bound
