@@ -1,0 +1,281 @@
+"""Group flush: ONE object write for the unflushed bytes of many ledgers, of many topics.
+
+Without it, each object ledger's writer (``object_ledgers.ObjectLedgerWriter``) writes its own
+flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
+``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
+writer's flush instead *joins the group*: a daemon thread collects every flush asked for within
+``objectLedgerFlushIntervalMillis`` of the first (or until ``objectLedgerFlushMaxBytes`` wait),
+and then
+
+1. writes their bytes, one after the other, as ONE shared object
+   ``groups/<incarnation:019d>/<counter:016d>`` -- ``incarnation`` a random 62-bit integer drawn
+   when the process starts (the broker's identity for keys: two processes never share one),
+   ``counter`` counting this process's groups, so a key never repeats and no write replaces
+   another (pyarrow's S3 client cannot make a conditional PUT);
+2. commits, in ONE metadata-store ``commit`` (a ZooKeeper ``multi``), one *range record* per
+   member ledger -- ``<RANGES_ROOT>/<topic>/<ledger_id:012d>/<start:016d>-e<epoch:010d>``,
+   value ``{"end", "key", "offset"}``: ledger bytes ``[start, end)`` are the shared object's
+   bytes from ``offset`` -- together with the version checks of every member's ownership fence
+   (``resources.fence``). A member whose fence fails is told ``Fenced`` and the commit is tried
+   again without it, so a zombie's bytes never become visible and never hold up the others;
+3. only then answers each member (its flush returns: the entries may be acknowledged).
+
+Reading: a ledger's layout (``object_layout.resolve_layout``) chains its own objects and its
+range records (``ranges``); a range's part name is ``g:<epoch>:<offset>:<key>``
+(``object_layout.shared_part``), read by ranged GETs of the shared object. A new owner after a
+SIGKILL finds the records the same way: a flush whose commit did not happen left an object
+nobody references and no record, so nothing of it is visible.
+
+Sealing: the merge (``object_ledger_upkeep``) copies the ledger's ranges into its ``m-`` object,
+then ``release`` deletes the ledger's records; a shared object is deleted once no record this
+process committed references it any longer. Shared objects of an earlier process whose records
+are all gone are left behind (an orphan sweep of ``groups/`` is the open follow-up).
+
+Thread safety: ``flush`` from any thread (it blocks until its group committed); one daemon thread
+writes groups one at a time, so under load everything asked during one group's write goes into
+the next (the group grows with the store's latency, as one ledger's flushes do).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import CompactMQError, StorageError
+from .metadata_store import BadVersion, Check, Delete, KeyNotFound, MetadataStore, Op, Put
+from .offload.blobstore import BlobStore
+from .resources.fence import NO_FENCE, Fence, Fenced
+
+log = logging.getLogger(__name__)
+
+#: where range records live in the metadata store (under it: the topic's encoded name)
+RANGES_ROOT = "/object-ledger-ranges"
+#: the shared objects' key prefix in the object store
+GROUPS_PREFIX = "groups"
+#: attempts of one group's commit (each without the members whose fence failed)
+COMMIT_ATTEMPTS = 4
+
+
+@dataclass
+class _Member:
+    topic_path: str  # the topic's encoded name, as its ledgers' key prefix has it
+    ledger_id: int
+    start: int
+    end: int
+    epoch: int
+    data: bytes
+    fence: Fence
+    done: threading.Event = field(default_factory=threading.Event)
+    name: str = ""  # the part name, once committed
+    error: BaseException | None = None
+
+    @property
+    def record_path(self) -> str:
+        return record_path(self.topic_path, self.ledger_id, self.start, self.epoch)
+
+
+def record_path(topic_path: str, ledger_id: int, start: int, epoch: int) -> str:
+    return f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}/{int(start):016d}-e{int(epoch):010d}"
+
+
+def part_name(epoch: int, offset: int, key: str) -> str:
+    return f"g:{int(epoch)}:{int(offset)}:{key}"
+
+
+class GroupFlush:
+    """The process's group flush over ``store`` and ``metadata`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        metadata: MetadataStore,
+        interval_ms: int = 5,
+        max_bytes: int = 4 * 1024 * 1024,
+        incarnation: int | None = None,
+    ) -> None:
+        self.store = store
+        self.metadata = metadata
+        self.interval_s = max(0, int(interval_ms)) / 1000
+        self.max_bytes = max(1, int(max_bytes))
+        self.incarnation = secrets.randbits(62) if incarnation is None else int(incarnation)
+        self._counter = 0
+        self._cond = threading.Condition()
+        self._pending: list[_Member] = []
+        self._pending_bytes = 0
+        self._due = 0.0  # when the oldest pending flush has waited the interval
+        self._refs: dict[str, set[str]] = {}  # shared key -> record paths still naming it
+        self._thread: threading.Thread | None = None
+        self.groups_written = 0  # tests, stats
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def flush(
+        self, topic_path: str, ledger_id: int, start: int, end: int, epoch: int, data: bytes, fence: Fence
+    ) -> str:
+        """Make ledger bytes ``[start, end)`` durable as part of the next group; returns the
+        part name (``g:...``) once the group's object is written and its range committed.
+        Raises ``Fenced`` when the member's fence failed, ``StorageError`` when the write or
+        the commit failed."""
+        m = _Member(topic_path, ledger_id, start, end, epoch, data, fence or NO_FENCE)
+        with self._cond:
+            if not self._pending:
+                self._due = time.monotonic() + self.interval_s
+            self._pending.append(m)
+            self._pending_bytes += len(data)
+            self._cond.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-group-flush", daemon=True)
+                self._thread.start()
+        m.done.wait()
+        if m.error is not None:
+            raise m.error
+        return m.name
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._pending:
+                        remaining = self._due - time.monotonic()
+                        if remaining <= 0 or self._pending_bytes >= self.max_bytes:
+                            break
+                        self._cond.wait(remaining)
+                    else:
+                        self._cond.wait()
+                batch, self._pending, self._pending_bytes = self._pending, [], 0
+                self._counter += 1
+                key = f"{GROUPS_PREFIX}/{self.incarnation:019d}/{self._counter:016d}"
+            try:
+                self._write_group(key, batch)
+            except BaseException as e:  # every member must be answered, whatever happened
+                for m in batch:
+                    if not m.done.is_set():
+                        m.error = e if isinstance(e, CompactMQError) else StorageError(str(e))
+                        m.done.set()
+
+    def _write_group(self, key: str, batch: list[_Member]) -> None:
+        """Write one group: the shared object, then the records (see the module docstring)."""
+        live = [m for m in batch if not self._refuse_early(m)]
+        if not live:
+            return
+        offsets, pos = [], 0
+        for m in live:
+            offsets.append(pos)
+            pos += len(m.data)
+        written = self.store.put(key, [b"".join(m.data for m in live)])
+        if written != pos:
+            raise StorageError(f"group object {key}: {written} of {pos} bytes written")
+        self.groups_written += 1
+        for m, off in zip(live, offsets):
+            m.name = part_name(m.epoch, off, key)
+        committed = self._commit(key, live, offsets)
+        with self._cond:
+            if committed:
+                self._refs[key] = {m.record_path for m in committed}
+        if not committed:
+            self._delete_quietly(key)
+        for m in live:
+            m.done.set()
+
+    @staticmethod
+    def _refuse_early(m: _Member) -> bool:
+        if m.fence.lost or m.fence.revoked:
+            m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} was given up")
+            m.done.set()
+            return True
+        return False
+
+    def _commit(self, key: str, members: list[_Member], offsets: list[int]) -> list[_Member]:
+        """Commit the members' range records with their fences' checks; a member whose fence
+        fails gets ``Fenced`` and the rest are tried again. Returns the members committed."""
+        todo = list(zip(members, offsets))
+        for _ in range(COMMIT_ATTEMPTS):
+            if not todo:
+                return []
+            ops: list[Op] = []
+            for m, off in todo:
+                value = json.dumps({"end": m.end, "key": key, "offset": off}).encode()
+                ops.append(Put(m.record_path, value))
+            checks: dict[tuple[str, int], Check] = {}
+            for m, _off in todo:
+                for c in m.fence.checks:
+                    checks[(c.path, c.version)] = c
+            try:
+                self.metadata.commit([*ops, *checks.values()])
+                return [m for m, _off in todo]
+            except (BadVersion, KeyNotFound):
+                todo = self._without_fenced(todo)
+            except CompactMQError as e:
+                for m, _off in todo:
+                    m.error = e
+                return []
+        for m, _off in todo:
+            m.error = StorageError(f"group {key}: commit kept failing on fences")
+        return []
+
+    def _without_fenced(self, todo: list[tuple[_Member, int]]) -> list[tuple[_Member, int]]:
+        holds: dict[int, bool] = {}
+        keep = []
+        for m, off in todo:
+            ok = holds.setdefault(id(m.fence), m.fence.holds(self.metadata))
+            if ok:
+                keep.append((m, off))
+            else:
+                m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} is over")
+        return keep
+
+    def _delete_quietly(self, key: str) -> None:
+        try:
+            self.store.delete(key)
+        except (OSError, CompactMQError) as e:
+            log.warning("group object %s: delete failed (an orphan now): %s", key, e)
+
+    # --- reading and releasing -------------------------------------------------------------
+
+    def ranges(self, topic_path: str, ledger_id: int) -> list[tuple[int, int, int, str]]:
+        """A ledger's committed ranges: ``(start, end, epoch, part name)``."""
+        base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
+        out = []
+        try:
+            for child in self.metadata.get_children(base):
+                got = self.metadata.get(f"{base}/{child}")
+                start, _, epoch = child.partition("-e")
+                if got is None or not start.isdigit() or not epoch.isdigit():
+                    continue
+                v = json.loads(got.value)
+                out.append(
+                    (int(start), int(v["end"]), int(epoch), part_name(int(epoch), v["offset"], v["key"]))
+                )
+        except CompactMQError as e:
+            raise StorageError(f"reading the ranges of ledger {ledger_id}: {e}") from e
+        return out
+
+    def release(self, topic_path: str, ledger_id: int) -> None:
+        """Delete a ledger's range records (its bytes are in its merged object now, or the
+        ledger is deleted); a shared object no record of this process names any more goes."""
+        base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
+        for start, _end, epoch, name in self.ranges(topic_path, ledger_id):
+            path = record_path(topic_path, ledger_id, start, epoch)
+            try:
+                self.metadata.commit([Delete(path)])
+            except KeyNotFound:
+                pass
+            key = name.split(":", 3)[3]
+            with self._cond:
+                refs = self._refs.get(key)
+                if refs is None:
+                    continue  # an earlier process's object: left to a sweep
+                refs.discard(path)
+                gone = not refs
+                if gone:
+                    del self._refs[key]
+            if gone:
+                self._delete_quietly(key)
+        try:
+            self.metadata.commit([Delete(base)])
+        except CompactMQError:
+            pass  # not there, or a record was added meanwhile
