@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from compactmq.storage import ledger_file as lf
+from compactmq.storage import object_ledgers
 from compactmq.storage.metadata_store import Check, create_metadata_store
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
@@ -140,3 +141,28 @@ def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place
     _, fresh = _storages(loc, meta, TOPICS[:2])
     for st, data in zip(fresh, datas):
         assert st.read_all(7)[lf.FILE_HEADER_SIZE :] == data
+
+
+def test_a_ledger_being_written_folds_its_ranges_so_few_records_stay(place, monkeypatch):
+    server, loc, meta = place
+    monkeypatch.setattr(object_ledgers, "FOLD_RANGES", 4)
+    _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=0)
+    w = st.create(8)
+    end, recs = lf.FILE_HEADER_SIZE, []
+    for i in range(10):  # ten syncs, each its own group: folds after the 4th and the 8th
+        rec = _record(i, b"entry-%d" % i)
+        w.write(rec, end)
+        end += len(rec)
+        recs.append(rec)
+        w.sync()
+    records = meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000008")
+    assert len(records) == 2  # the ranges of syncs 9 and 10; the others folded and dropped
+    own = [k.rsplit("/", 1)[1] for k in server.keys(BUCKET, f"{loc.prefix}/{st.prefix}/000000000008/")]
+    assert len(own) == 3 and all(n.startswith("f-") for n in own)  # the header and two folds
+    assert len(server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")) == 2  # folded groups deleted
+    _, (fresh,) = _storages(loc, meta, TOPICS[:1])
+    assert fresh.read_all(8) == lf.encode_file_header(8) + b"".join(recs)
+    assert st.read_all(8) == fresh.read_all(8)
+    lo = lf.FILE_HEADER_SIZE + sum(len(r) for r in recs[:3])
+    assert fresh.read_range(8, lo, lo + len(recs[3]) + len(recs[4])) == recs[3] + recs[4]
+    w.close()

@@ -258,13 +258,35 @@ class GroupFlush:
         """Delete a ledger's range records (its bytes are in its merged object now, or the
         ledger is deleted); a shared object no record of this process names any more goes."""
         base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
-        for start, _end, epoch, name in self.ranges(topic_path, ledger_id):
-            path = record_path(topic_path, ledger_id, start, epoch)
-            try:
-                self.metadata.commit([Delete(path)])
-            except KeyNotFound:
-                pass
-            key = name.split(":", 3)[3]
+        self.release_parts(
+            topic_path,
+            ledger_id,
+            [(start, name) for start, _e, _ep, name in self.ranges(topic_path, ledger_id)],
+        )
+        try:
+            self.metadata.commit([Delete(base)])
+        except CompactMQError:
+            pass  # not there, or a record was added meanwhile
+
+    def release_parts(
+        self, topic_path: str, ledger_id: int, parts: list[tuple[int, str]], fence: Fence = NO_FENCE
+    ) -> None:
+        """Delete the range records of ``(start, part name)`` of one ledger (their bytes are in
+        an object of the ledger's own now); shared objects left unnamed go. Under ``fence``
+        (a fold): a broker that lost the topic deletes nothing (``Fenced``)."""
+        paths = []
+        for start, name in parts:
+            _, epoch, _offset, key = name.split(":", 3)
+            paths.append((record_path(topic_path, ledger_id, start, int(epoch)), key))
+        try:
+            fence.commit(self.metadata, [Delete(p) for p, _key in paths])  # one round trip
+        except KeyNotFound:  # one was gone already: the others one by one
+            for p, _key in paths:
+                try:
+                    fence.commit(self.metadata, [Delete(p)])
+                except KeyNotFound:  # gone already (a lost fence raises Fenced)
+                    pass
+        for path, key in paths:
             with self._cond:
                 refs = self._refs.get(key)
                 if refs is None:
@@ -275,7 +297,3 @@ class GroupFlush:
                     del self._refs[key]
             if gone:
                 self._delete_quietly(key)
-        try:
-            self.metadata.commit([Delete(base)])
-        except CompactMQError:
-            pass  # not there, or a record was added meanwhile

@@ -61,7 +61,7 @@ def resolve_layout(
     merged, flushes = [], []
     for start, end, epoch, name in shared:
         if end > start:
-            flushes.append((start, -epoch, end, name))
+            flushes.append((start, -epoch, -end, name))
     for name, size in objects.items():
         m = _MERGED.match(name)
         if m and int(m.group(1)) == size:
@@ -69,17 +69,17 @@ def resolve_layout(
             continue
         f = _FLUSH.match(name)
         if f and int(f.group(2)) - int(f.group(1)) == size and size > 0:
-            flushes.append((int(f.group(1)), -int(f.group(3)), int(f.group(2)), name))
+            flushes.append((int(f.group(1)), -int(f.group(3)), -int(f.group(2)), name))
     if merged:
         _, size, name = min(merged)  # the highest epoch; of its, the shortest (cut shortens)
         unused = [n for n in objects if n not in (name, INDEX_NAME)]
         return Layout([(0, size, name)], True), unused + [f[3] for f in flushes if f[3].startswith("g:")]
     parts: list[tuple[int, int, str]] = []
     pos = 0
-    for start, _neg_epoch, end, name in sorted(flushes):
-        if start == pos:  # the highest epoch's object at each offset; a gap ends the ledger
-            parts.append((start, end, name))
-            pos = end
+    for start, _neg_epoch, neg_end, name in sorted(flushes):
+        if start == pos:  # at each offset the highest epoch's, then the longest (a fold's)
+            parts.append((start, -neg_end, name))  # object; a gap ends the ledger
+            pos = -neg_end
     used = {p[2] for p in parts} | {INDEX_NAME}
     return Layout(parts), [n for n in objects if n not in used] + [
         f[3] for f in flushes if f[3].startswith("g:") and f[3] not in used

@@ -84,6 +84,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+# Group flush: a ledger being written folds its ranges in shared objects into an object of its
+# own once this many have accumulated, or this many bytes (kept in memory until then), so that
+# its range records in the metadata store stay few (``ObjectLedgerWriter._fold``).
+FOLD_RANGES = 64
+FOLD_BYTES = 1024 * 1024
+
 
 @dataclass(frozen=True)
 class ObjectLedgerSettings:
@@ -123,6 +129,8 @@ class ObjectLedgerWriter(LedgerWriter):
         self.buf = bytearray()  # ledger bytes [mem_start, written_end)
         self._flushing_end = 0  # end of the bytes the running flush writes
         self._oldest_unflushed = 0.0  # monotonic time of the first byte after durable_end
+        self._fold_start: int | None = None  # group flush: the first range not yet folded
+        self._unfolded = 0  # ranges in shared objects since the last fold
         self.error: OSError | None = None  # a background flush failed: syncs fail from now on
         self.closed = False
 
@@ -188,12 +196,17 @@ class ObjectLedgerWriter(LedgerWriter):
 
     def flush(self, target: int) -> None:
         """Return once bytes up to ``target`` are durable, writing one object if needed."""
+        folded = self._flush_locked(target)
+        if folded:  # records of ranges now in a fold object: dropped outside the flush lock
+            self._storage.release_parts(self.ledger_id, folded)
+
+    def _flush_locked(self, target: int) -> list[tuple[int, str]]:
         with self._flush_lock:
             with self._cond:
                 if self.error is not None:
                     raise OSError(f"ledger {self.ledger_id}: an earlier flush failed: {self.error}")
                 if self.durable_end >= target:
-                    return
+                    return []
                 start, end = self.durable_end, self.written_end
                 data = bytes(self.buf[start - self.mem_start : end - self.mem_start])
                 self._flushing_end = end
@@ -208,15 +221,54 @@ class ObjectLedgerWriter(LedgerWriter):
                 # appended in place (readers holding the list see it only grow)
                 self.layout.parts.append((start, end, name))
                 self.durable_end = end
+                if shared_part(name) is not None:
+                    self._fold_start = start if self._fold_start is None else self._fold_start
+                    self._unfolded += 1
                 if self.written_end > end:  # written during this flush: due one interval on
                     self._oldest_unflushed = time.monotonic()
                     _FLUSHER.schedule(self, self._oldest_unflushed + self._settings.flush_interval_ms / 1000)
                 self._trim_tail()
                 self._cond.notify_all()
+                fold = self._fold_start is not None and (
+                    self._unfolded >= FOLD_RANGES or self.durable_end - self._fold_start >= FOLD_BYTES
+                )
+            return self._fold() if fold else []
+
+    def _fold(self) -> list[tuple[int, str]]:
+        """Group flush: write the ledger's ranges since the last fold (still in memory) as one
+        object of its own, then drop their range records -- so a ledger being written names at
+        most ``FOLD_RANGES`` records in the metadata store, whatever its length. Called holding
+        ``_flush_lock`` (no flush runs meanwhile); a failure leaves the records, still the
+        ledger (correct, only more records until the seal's merge). Returns the ``(start, part
+        name)`` of the ranges folded, whose records the caller drops."""
+        with self._cond:
+            a, b = self._fold_start, self.durable_end
+            assert a is not None
+            data = bytes(self.buf[a - self.mem_start : b - self.mem_start])
+            folded = [p for p in self.layout.parts if p[0] >= a]
+            self._fold_start, self._unfolded = None, 0
+        key = self._storage.flush_key(self.ledger_id, a, b)
+        try:
+            self._storage.put_object(key, data)
+        except (OSError, StorageError, CompactMQError) as e:
+            log.warning("ledger %d: folding bytes [%d, %d) failed (ranges kept): %s", self.ledger_id, a, b, e)
+            with self._cond:
+                self._trim_tail()
+            return []
+        with self._cond:
+            # a new list: a reader holding the old one reads the shared objects, or (released
+            # meanwhile) fails and reads again with this layout
+            kept = [p for p in self.layout.parts if p[1] <= a]
+            self.layout = Layout([*kept, (a, b, key.rsplit("/", 1)[1])])
+            self._trim_tail()
+        return [(s, n) for s, _e, n in folded if shared_part(n)]
 
     def _trim_tail(self) -> None:
-        """Drop flushed bytes older than the tail cache keeps (unflushed ones always stay)."""
+        """Drop flushed bytes older than the tail cache keeps (unflushed ones always stay, and
+        the bytes a fold is still to write)."""
         keep_from = min(self.durable_end, self.written_end - self._settings.tail_cache_bytes)
+        if self._fold_start is not None:
+            keep_from = min(keep_from, self._fold_start)
         if keep_from > self.mem_start:
             del self.buf[: keep_from - self.mem_start]
             self.mem_start = keep_from
@@ -351,6 +403,18 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
 
     def shared_ranges(self, ledger_id: int) -> list[tuple[int, int, int, str]]:
         return self.group.ranges(self.topic_path, ledger_id) if self.group is not None else []
+
+    def release_parts(self, ledger_id: int, parts: list[tuple[int, str]]) -> None:
+        """Drop the range records of ``(start, part name)`` (their bytes are in another object
+        now); a failure leaves them, superseded, for the seal's merge to drop."""
+        if self.group is None or not parts:
+            return
+        try:
+            self.group.release_parts(self.topic_path, ledger_id, parts, self.fence)
+        except (OSError, CompactMQError) as e:
+            log.warning(
+                "%s: dropping ranges of ledger %d failed (dropped at the merge): %s", self.topic, ledger_id, e
+            )
 
     def release_shared(self, ledger_id: int) -> None:
         """Forget the ledger's ranges in shared objects (merged or deleted)."""
@@ -516,6 +580,11 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                         self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
                 if layout.merged and any(shared_part(n) for n in unused):
                     self.release_shared(ledger_id)  # stopped between the merge and the release
+                elif any(shared_part(n) for n in unused):  # stopped between a fold and its release
+                    superseded = [
+                        (start, n) for start, _e, _ep, n in self.shared_ranges(ledger_id) if n in unused
+                    ]
+                    self.release_parts(ledger_id, superseded)
             if INDEX_NAME in objects and layout.parts and not layout.merged:
                 self.schedule_merge(ledger_id)  # sealed, and the process stopped before merging
 
