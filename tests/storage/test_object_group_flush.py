@@ -16,7 +16,7 @@ import pytest
 from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_ledgers
 from compactmq.storage.metadata_store import Check, create_metadata_store
-from compactmq.storage.object_group_flush import GROUPS_PREFIX, RANGES_ROOT, GroupFlush
+from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from compactmq.storage.offload.blobstore import OBJECT_COUNTERS, BlobStore, OffloadLocation
 from compactmq.storage.resources.fence import Fence, Fenced
@@ -166,3 +166,23 @@ def test_a_ledger_being_written_folds_its_ranges_so_few_records_stay(place, monk
     lo = lf.FILE_HEADER_SIZE + sum(len(r) for r in recs[:3])
     assert fresh.read_range(8, lo, lo + len(recs[3]) + len(recs[4])) == recs[3] + recs[4]
     w.close()
+
+
+def test_a_new_process_deletes_the_shared_object_once_its_merges_left_it_unnamed(place):
+    """After a failover the new owner merges ledgers another process wrote: the reference
+    count lives in the metadata store, so the shared object still goes with the last range."""
+    server, loc, meta = place
+    _, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
+    writers, datas, errors = _write_and_sync_all(storages, 9)
+    errors.pop(-1)
+    assert errors == {}
+    assert meta.get_children(GROUPS_ROOT) != []
+    _, fresh = _storages(loc, meta, TOPICS[:2])  # the writers' process is gone (never closed)
+    for n, st in enumerate(fresh):
+        buf = st.read_all(9)
+        scan = lf.scan_records(buf, verify_crc=True)
+        st.write_index(9, lf.encode_index(9, scan.offsets, scan.publish_times, scan.valid_end))
+        assert st.wait_merged(timeout=30)
+        assert len(server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")) == (1 if n == 0 else 0)
+        assert st.read_all(9)[lf.FILE_HEADER_SIZE :] == datas[n]
+    assert meta.get_children(GROUPS_ROOT) == []

@@ -14,22 +14,28 @@ and then
    another (pyarrow's S3 client cannot make a conditional PUT);
 2. commits, in ONE metadata-store ``commit`` (a ZooKeeper ``multi``), one *range record* per
    member ledger -- ``<RANGES_ROOT>/<topic>/<ledger_id:012d>/<start:016d>-e<epoch:010d>``,
-   value ``{"end", "key", "offset"}``: ledger bytes ``[start, end)`` are the shared object's
-   bytes from ``offset`` -- together with the version checks of every member's ownership fence
+   value ``{"end", "key", "offset", "member"}``: ledger bytes ``[start, end)`` are the shared
+   object's bytes from ``offset`` -- and per member an empty key
+   ``<GROUPS_ROOT>/<incarnation>-<counter>/<member:06d>`` (the object's reference count, which
+   every process can read), together with the version checks of every member's ownership fence
    (``resources.fence``). A member whose fence fails is told ``Fenced`` and the commit is tried
    again without it, so a zombie's bytes never become visible and never hold up the others;
 3. only then answers each member (its flush returns: the entries may be acknowledged).
 
 Reading: a ledger's layout (``object_layout.resolve_layout``) chains its own objects and its
-range records (``ranges``); a range's part name is ``g:<epoch>:<offset>:<key>``
+range records (``ranges``); a range's part name is ``g:<epoch>:<offset>:<member>:<key>``
 (``object_layout.shared_part``), read by ranged GETs of the shared object. A new owner after a
 SIGKILL finds the records the same way: a flush whose commit did not happen left an object
 nobody references and no record, so nothing of it is visible.
 
 Sealing: the merge (``object_ledger_upkeep``) copies the ledger's ranges into its ``m-`` object,
-then ``release`` deletes the ledger's records; a shared object is deleted once no record this
-process committed references it any longer. Shared objects of an earlier process whose records
-are all gone are left behind (an orphan sweep of ``groups/`` is the open follow-up).
+then ``release`` deletes the ledger's records with their member keys in one commit; whoever
+leaves a shared object's group key without children (any process: a new owner after a
+failover too) deletes the object, then the group key. A ledger being written *folds* its ranges
+into an object of its own every ``FOLD_RANGES`` ranges (``object_ledgers``) and releases them
+the same way, so records stay few. Left for a sweep (the open follow-up): an object written by
+a process that died before its commit (no records, no group key), and a crash between the last
+release and the object's delete.
 
 Thread safety: ``flush`` from any thread (it blocks until its group committed); one daemon thread
 writes groups one at a time, so under load everything asked during one group's write goes into
@@ -54,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: where range records live in the metadata store (under it: the topic's encoded name)
 RANGES_ROOT = "/object-ledger-ranges"
+#: per shared object, a child per member range still naming it (its reference count)
+GROUPS_ROOT = "/object-ledger-groups"
 #: the shared objects' key prefix in the object store
 GROUPS_PREFIX = "groups"
 #: attempts of one group's commit (each without the members whose fence failed)
@@ -82,8 +90,18 @@ def record_path(topic_path: str, ledger_id: int, start: int, epoch: int) -> str:
     return f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}/{int(start):016d}-e{int(epoch):010d}"
 
 
-def part_name(epoch: int, offset: int, key: str) -> str:
-    return f"g:{int(epoch)}:{int(offset)}:{key}"
+def part_name(epoch: int, offset: int, member: int, key: str) -> str:
+    return f"g:{int(epoch)}:{int(offset)}:{int(member)}:{key}"
+
+
+def group_node(key: str) -> str:
+    """The metadata-store key whose children are the members naming shared object ``key``."""
+    _, incarnation, counter = key.split("/")
+    return f"{GROUPS_ROOT}/{incarnation}-{counter}"
+
+
+def member_path(key: str, member: int) -> str:
+    return f"{group_node(key)}/{int(member):06d}"
 
 
 class GroupFlush:
@@ -107,7 +125,6 @@ class GroupFlush:
         self._pending: list[_Member] = []
         self._pending_bytes = 0
         self._due = 0.0  # when the oldest pending flush has waited the interval
-        self._refs: dict[str, set[str]] = {}  # shared key -> record paths still naming it
         self._thread: threading.Thread | None = None
         self.groups_written = 0  # tests, stats
 
@@ -170,12 +187,9 @@ class GroupFlush:
         if written != pos:
             raise StorageError(f"group object {key}: {written} of {pos} bytes written")
         self.groups_written += 1
-        for m, off in zip(live, offsets):
-            m.name = part_name(m.epoch, off, key)
+        for i, (m, off) in enumerate(zip(live, offsets)):
+            m.name = part_name(m.epoch, off, i, key)
         committed = self._commit(key, live, offsets)
-        with self._cond:
-            if committed:
-                self._refs[key] = {m.record_path for m in committed}
         if not committed:
             self._delete_quietly(key)
         for m in live:
@@ -198,8 +212,10 @@ class GroupFlush:
                 return []
             ops: list[Op] = []
             for m, off in todo:
-                value = json.dumps({"end": m.end, "key": key, "offset": off}).encode()
+                member = members.index(m)
+                value = json.dumps({"end": m.end, "key": key, "offset": off, "member": member}).encode()
                 ops.append(Put(m.record_path, value))
+                ops.append(Put(member_path(key, member), b""))  # the shared object's reference count
             checks: dict[tuple[str, int], Check] = {}
             for m, _off in todo:
                 for c in m.fence.checks:
@@ -247,9 +263,8 @@ class GroupFlush:
                 if got is None or not start.isdigit() or not epoch.isdigit():
                     continue
                 v = json.loads(got.value)
-                out.append(
-                    (int(start), int(v["end"]), int(epoch), part_name(int(epoch), v["offset"], v["key"]))
-                )
+                name = part_name(int(epoch), v["offset"], v["member"], v["key"])
+                out.append((int(start), int(v["end"]), int(epoch), name))
         except CompactMQError as e:
             raise StorageError(f"reading the ranges of ledger {ledger_id}: {e}") from e
         return out
@@ -274,26 +289,33 @@ class GroupFlush:
         """Delete the range records of ``(start, part name)`` of one ledger (their bytes are in
         an object of the ledger's own now); shared objects left unnamed go. Under ``fence``
         (a fold): a broker that lost the topic deletes nothing (``Fenced``)."""
-        paths = []
+        deletes: list[list[Op]] = []  # per range: its record and its member key, together
+        keys = set()
         for start, name in parts:
-            _, epoch, _offset, key = name.split(":", 3)
-            paths.append((record_path(topic_path, ledger_id, start, int(epoch)), key))
+            _, epoch, _offset, member, key = name.split(":", 4)
+            path = record_path(topic_path, ledger_id, start, int(epoch))
+            deletes.append([Delete(path), Delete(member_path(key, int(member)))])
+            keys.add(key)
         try:
-            fence.commit(self.metadata, [Delete(p) for p, _key in paths])  # one round trip
+            fence.commit(self.metadata, [op for pair in deletes for op in pair])  # one round trip
         except KeyNotFound:  # one was gone already: the others one by one
-            for p, _key in paths:
+            for pair in deletes:
                 try:
-                    fence.commit(self.metadata, [Delete(p)])
+                    fence.commit(self.metadata, pair)
                 except KeyNotFound:  # gone already (a lost fence raises Fenced)
                     pass
-        for path, key in paths:
-            with self._cond:
-                refs = self._refs.get(key)
-                if refs is None:
-                    continue  # an earlier process's object: left to a sweep
-                refs.discard(path)
-                gone = not refs
-                if gone:
-                    del self._refs[key]
-            if gone:
-                self._delete_quietly(key)
+        for key in sorted(keys):
+            self._drop_if_unnamed(key)
+
+    def _drop_if_unnamed(self, key: str) -> None:
+        """Delete shared object ``key`` once no member key names it (any process's ranges):
+        the object first, then its group key -- a crash between leaves an empty group key, a
+        crash before the object's delete an object whose group key is empty (a sweep's)."""
+        node = group_node(key)
+        if self.metadata.get_children(node):
+            return
+        self._delete_quietly(key)
+        try:
+            self.metadata.commit([Delete(node)])
+        except CompactMQError:
+            pass  # gone already

@@ -17,7 +17,7 @@ used. Whatever the layout does not use is returned too, for ``discard_partial_wr
 With a group flush (``object_group_flush``), a ledger's bytes may also be *ranges* of shared
 objects, committed as records in the metadata store: ``resolve_layout`` takes them as
 ``(start, end, epoch, name)`` beside the listing and chains them like flush objects (their
-part name, ``g:<epoch>:<offset>:<key>``, says where they are: ``shared_part``).
+part name, ``g:<epoch>:<offset>:<member>:<key>``, says where they are: ``shared_part``).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ class Layout:
 
 
 def shared_part(name: str) -> tuple[str, int] | None:
-    """For a part in a shared object (``g:<epoch>:<offset>:<key>``): its key (under the
+    """For a part in a shared object (``g:<epoch>:<offset>:<member>:<key>``): its key (under the
     store's prefix, not the ledger's) and offset; None for a ledger's own object."""
     if not name.startswith("g:"):
         return None
-    _, _epoch, offset, key = name.split(":", 3)
+    _, _epoch, offset, _member, key = name.split(":", 4)
     return key, int(offset)
 
 
