@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from compactmq.storage import ledger_file as lf
-from compactmq.storage import object_ledgers
+from compactmq.storage import object_group_flush, object_ledgers
 from compactmq.storage.metadata_store import Check, create_metadata_store
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
@@ -186,3 +186,22 @@ def test_a_new_process_deletes_the_shared_object_once_its_merges_left_it_unnamed
         assert len(server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")) == (1 if n == 0 else 0)
         assert st.read_all(9)[lf.FILE_HEADER_SIZE :] == datas[n]
     assert meta.get_children(GROUPS_ROOT) == []
+
+
+def test_a_group_holds_at_most_max_group_members_the_rest_go_in_the_next(place, monkeypatch):
+    """A group's commit must stay below the metadata store's size limit: more members than
+    MAX_GROUP_MEMBERS wait for the next group (written at once), none is lost or refused."""
+    server, loc, meta = place
+    monkeypatch.setattr(object_group_flush, "MAX_GROUP_MEMBERS", 3)
+    group, storages = _storages(loc, meta, TOPICS)
+    writers, datas, errors = _write_and_sync_all(storages, 10)
+    puts = errors.pop(-1)
+    assert errors == {}
+    assert puts == group.groups_written >= 3  # 8 members: 3 + 3 + 2 when all came at once
+    sizes = [len(meta.get_children(f"{GROUPS_ROOT}/{g}")) for g in meta.get_children(GROUPS_ROOT)]
+    assert sum(sizes) == len(TOPICS) and max(sizes) == 3
+    _, fresh = _storages(loc, meta, TOPICS)
+    for st, data in zip(fresh, datas):
+        assert st.read_all(10)[lf.FILE_HEADER_SIZE :] == data
+    for w in writers:
+        w.close()

@@ -64,6 +64,9 @@ RANGES_ROOT = "/object-ledger-ranges"
 GROUPS_ROOT = "/object-ledger-groups"
 #: the shared objects' key prefix in the object store
 GROUPS_PREFIX = "groups"
+#: most ranges in one group: its commit (2 keys per range, ~300 bytes) stays far below the
+#: metadata store's MAX_VALUE_SIZE for one commit; more wait for the next group, due at once
+MAX_GROUP_MEMBERS = 256
 #: attempts of one group's commit (each without the members whose fence failed)
 COMMIT_ATTEMPTS = 4
 
@@ -163,7 +166,9 @@ class GroupFlush:
                         self._cond.wait(remaining)
                     else:
                         self._cond.wait()
-                batch, self._pending, self._pending_bytes = self._pending, [], 0
+                batch, self._pending = self._pending[:MAX_GROUP_MEMBERS], self._pending[MAX_GROUP_MEMBERS:]
+                self._pending_bytes = sum(len(m.data) for m in self._pending)
+                self._due = time.monotonic()  # what is left over goes in the next group at once
                 self._counter += 1
                 key = f"{GROUPS_PREFIX}/{self.incarnation:019d}/{self._counter:016d}"
             try:
@@ -206,40 +211,39 @@ class GroupFlush:
     def _commit(self, key: str, members: list[_Member], offsets: list[int]) -> list[_Member]:
         """Commit the members' range records with their fences' checks; a member whose fence
         fails gets ``Fenced`` and the rest are tried again. Returns the members committed."""
-        todo = list(zip(members, offsets))
+        todo = [(i, m, off) for i, (m, off) in enumerate(zip(members, offsets))]
         for _ in range(COMMIT_ATTEMPTS):
             if not todo:
                 return []
             ops: list[Op] = []
-            for m, off in todo:
-                member = members.index(m)
-                value = json.dumps({"end": m.end, "key": key, "offset": off, "member": member}).encode()
-                ops.append(Put(m.record_path, value))
-                ops.append(Put(member_path(key, member), b""))  # the shared object's reference count
             checks: dict[tuple[str, int], Check] = {}
-            for m, _off in todo:
+            for i, m, off in todo:
+                value = json.dumps({"end": m.end, "key": key, "offset": off, "member": i}).encode()
+                ops.append(Put(m.record_path, value))
+                ops.append(Put(member_path(key, i), b""))  # the shared object's reference count
                 for c in m.fence.checks:
                     checks[(c.path, c.version)] = c
             try:
                 self.metadata.commit([*ops, *checks.values()])
-                return [m for m, _off in todo]
+                return [m for _i, m, _off in todo]
             except (BadVersion, KeyNotFound):
                 todo = self._without_fenced(todo)
             except CompactMQError as e:
-                for m, _off in todo:
+                for _i, m, _off in todo:
                     m.error = e
                 return []
-        for m, _off in todo:
+        for _i, m, _off in todo:
             m.error = StorageError(f"group {key}: commit kept failing on fences")
         return []
 
-    def _without_fenced(self, todo: list[tuple[_Member, int]]) -> list[tuple[_Member, int]]:
-        holds: dict[int, bool] = {}
+    def _without_fenced(self, todo: list[tuple[int, _Member, int]]) -> list[tuple[int, _Member, int]]:
+        holds: dict[int, bool] = {}  # one store check per fence
         keep = []
-        for m, off in todo:
-            ok = holds.setdefault(id(m.fence), m.fence.holds(self.metadata))
-            if ok:
-                keep.append((m, off))
+        for i, m, off in todo:
+            if id(m.fence) not in holds:
+                holds[id(m.fence)] = m.fence.holds(self.metadata)
+            if holds[id(m.fence)]:
+                keep.append((i, m, off))
             else:
                 m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} is over")
         return keep
