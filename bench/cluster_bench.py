@@ -24,9 +24,11 @@ and on the cluster only:
 * **object writes**: what the brokers actually PUT -- each broker's
   ``compactmq_object_store_puts_total`` (``/metrics``; counted by ``offload.blobstore`` on every
   completed upload) before and after each publish phase, summed over the brokers, per second of
-  the phase; and **objects per GB** stored: the bucket as SeaweedFS lists it (boto3, not the
-  code under test) after publishing, then again after every namespace is unloaded (the
-  ledgers sealed and their flush objects merged). GB = 10^9 bytes;
+  the phase (with ``--group-flush``: one shared object per interval per broker, the ledgers'
+  ranges in it committed in ZooKeeper); and **objects per GB** stored: the bucket as
+  SeaweedFS lists it (boto3, not the code under test) after publishing, then again after
+  every namespace is unloaded (the ledgers sealed and their flush objects merged; shared
+  objects counted as ``group_shared``). GB = 10^9 bytes;
 * **spread**: ``topics`` topic names in ``public/default`` (``defaultNumberOfNamespaceBundles``
   bundles) and in a namespace of ``--spread-bundles`` bundles, each looked up over HTTP
   (``/lookup/v2/topic``, the askers taking turns); the owner from each answer, counted per broker;
@@ -41,6 +43,7 @@ step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and 
 
     .venv/bin/python bench/cluster_bench.py --quick   # about 1 to 2 minutes: 20,000 messages, 3 kills
     .venv/bin/python bench/cluster_bench.py           # about 4-5 minutes: 200,000 messages, 10 kills
+    .venv/bin/python bench/cluster_bench.py --quick --group-flush   # the cluster with the group flush
 """
 
 from __future__ import annotations
@@ -284,7 +287,7 @@ def stored_objects(s3, bucket: str, prefix: str) -> dict:
 
     client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
     count = size = 0
-    kinds = {"ledger_flush": 0, "ledger_merged": 0, "ledger_index": 0, "other": 0}
+    kinds = {"ledger_flush": 0, "ledger_merged": 0, "ledger_index": 0, "group_shared": 0, "other": 0}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for o in page.get("Contents", []):
             if o["Key"].endswith("/"):
@@ -296,7 +299,8 @@ def stored_objects(s3, bucket: str, prefix: str) -> dict:
             kind = (
                 "ledger_flush" if ledger and name.startswith("f-") else
                 "ledger_merged" if ledger and name.startswith("m-") else
-                "ledger_index" if ledger and name == "index" else "other"
+                "ledger_index" if ledger and name == "index" else
+                "group_shared" if "/groups/" in "/" + o["Key"] else "other"
             )  # fmt: skip
             kinds[kind] += 1
     return {
@@ -314,10 +318,11 @@ def sealed_objects(brokers, s3, bucket: str, prefix: str, timeout: float = 60.0)
         http_json(f"{brokers[0].web_url}/admin/v2/namespaces/{ns}/unload", "PUT")
     deadline = time.monotonic() + timeout
     got = stored_objects(s3, bucket, prefix)
-    while got["by_kind"]["ledger_flush"] and time.monotonic() < deadline:
+    unmerged = ("ledger_flush", "group_shared")
+    while any(got["by_kind"][k] for k in unmerged) and time.monotonic() < deadline:
         time.sleep(1.0)
         got = stored_objects(s3, bucket, prefix)
-    got["merges_settled"] = got["by_kind"]["ledger_flush"] == 0
+    got["merges_settled"] = not any(got["by_kind"][k] for k in unmerged)
     return got
 
 
@@ -357,8 +362,10 @@ def single_node(tmp: Path, p: dict, size: int) -> dict:
         broker.stop()
 
 
-def cluster(tmp: Path, p: dict, size: int, session_ms: int, spread_bundles: int) -> dict:
-    log("cluster: ZooKeeper, SeaweedFS, 3 brokers")
+def cluster(
+    tmp: Path, p: dict, size: int, session_ms: int, spread_bundles: int, group_flush: bool = False
+) -> dict:
+    log(f"cluster: ZooKeeper, SeaweedFS, 3 brokers (group flush {'on' if group_flush else 'off'})")
     zk = ZooKeeperServer(tmp / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
     s3 = start_seaweedfs()
     brokers: list[BrokerProcess] = []
@@ -370,6 +377,7 @@ def cluster(tmp: Path, p: dict, size: int, session_ms: int, spread_bundles: int)
             "objectLedgerStorageUrl": f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={s3.endpoint}",
             "metadataStoreSessionTimeoutMillis": str(session_ms),
             "loadBalancerReportUpdateMinIntervalMillis": "300",
+            "objectLedgerGroupFlushEnabled": str(group_flush).lower(),
         }
         for i in range(3):
             (tmp / f"b{i}").mkdir()
@@ -412,6 +420,11 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100, help="message bytes")
     ap.add_argument("--session-ms", type=int, default=3000, help="metadataStoreSessionTimeoutMillis")
     ap.add_argument("--spread-bundles", type=int, default=16, help="bundles of the second spread namespace")
+    ap.add_argument(
+        "--group-flush",
+        action="store_true",
+        help="objectLedgerGroupFlushEnabled=true on the cluster (one object write per interval per broker)",
+    )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "cluster.json"))
     a = ap.parse_args()
     mode = "quick" if a.quick else "full"
@@ -419,10 +432,16 @@ def main() -> None:
     started, load_before = time.monotonic(), load()
     with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{uuid.uuid4().hex[:6]}-") as tmp:
         single = single_node(Path(tmp), p, a.size)
-        clustered = cluster(Path(tmp), p, a.size, a.session_ms, a.spread_bundles)
+        clustered = cluster(Path(tmp), p, a.size, a.session_ms, a.spread_bundles, a.group_flush)
     results = {
         "mode": mode,
-        "params": {**p, "message_bytes": a.size, "brokers": 3, "session_timeout_ms": a.session_ms},
+        "params": {
+            **p,
+            "message_bytes": a.size,
+            "brokers": 3,
+            "session_timeout_ms": a.session_ms,
+            "group_flush": a.group_flush,
+        },
         "single_node": single,
         "cluster": clustered,
         "cluster_vs_single": {

@@ -342,6 +342,32 @@ def test_sigkill_of_the_owner_loses_nothing_acknowledged(cluster):
     got["owner"].start()  # back for the next scenario
 
 
+@pytest.fixture(scope="module")
+def group_cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
+    """The same cluster with the group flush on (``objectLedgerGroupFlushEnabled``): each broker
+    writes one shared object per flush interval, ranges committed in ZooKeeper."""
+    url = f"s3://{seaweedfs.create_bucket(BUCKET)}/{uuid.uuid4().hex[:10]}?region=us-east-1&endpoint={seaweedfs.endpoint}"
+    brokers = start_cluster(
+        tmp_path_factory,
+        zookeeper,
+        objectLedgerStorageUrl=url,
+        objectLedgerGroupFlushEnabled="true",
+        metadataStoreSessionTimeoutMillis=str(SESSION_TIMEOUT_MS),
+        brokerDeduplicationEnabled="true",
+        managedLedgerDefaultMarkDeleteRateLimit="0",
+    )
+    yield brokers
+    for b in brokers:
+        b.stop(signal.SIGKILL)
+
+
+@pytest.mark.slow  # a second cluster (about a minute): run with -m slow
+def test_sigkill_of_the_owner_loses_nothing_with_the_group_flush(group_cluster):
+    got = _failover(group_cluster, _kill)
+    assert got["new_owner"] is not got["owner"]
+    got["owner"].start()
+
+
 @pytest.mark.slow
 def test_unload_of_the_bundle_loses_nothing(cluster):
     def unload(owner: BrokerProcess, topic: str) -> None:

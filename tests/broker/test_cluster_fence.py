@@ -115,11 +115,14 @@ def test_a_lease_asks_the_store_once_per_term_and_a_revoke_ends_it(stores):
     assert lease.store_checks == 1
 
 
-def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_path):
+@pytest.mark.parametrize("group_flush", [False, True], ids=["per-ledger", "group-flush"])
+def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_path, group_flush):
     """Storage level, two 'brokers' (two ``Storage`` over one memory store and one object store):
     A owns the topic and writes; its session ends without it noticing; B takes the bundle and
     recovers the topic; A appends on (nothing acknowledged, no ledger-list commit); a third
-    opener sees exactly A's acknowledged entries and B's, and A's late objects are gone."""
+    opener sees exactly A's acknowledged entries and B's, and A's late objects are gone. With
+    the group flush, A's late bytes go to a shared object whose range commit its fence refuses
+    (the object is deleted at once)."""
     from compactmq.config import load_config
     from compactmq.errors import CompactMQError
     from compactmq.storage.engine import Storage
@@ -133,6 +136,7 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
             "metadataStoreUrl": url,
             "objectLedgerStorageUrl": f"file://{objects}",
             "metadataStoreSessionTimeoutMillis": 1,  # lease of ~0: every flush asks the store
+            "objectLedgerGroupFlushEnabled": group_flush,
         }
     )
     sessions = [create_metadata_store(url, data_dir=tmp_path) for _ in range(2)]
@@ -156,7 +160,13 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
         sub_a.ack_cumulative(acked[-1])
         a.topic_metadata.flush_cursors(topic)  # the zombie's ack: refused (logged), not written
         first = objects / "ledgers" / "persistent" / "public" / "default" / "zombie" / f"{acked[0][0]:012d}"
-        assert "f" in {p.name[:1] for p in first.iterdir()}  # A's late flush object is there...
+        if group_flush:  # A's late group object: its commit refused, so deleted at once; A's
+            # earlier ones: deleted by B once B's merge of A's ledger left them unnamed
+            assert a._group_flush is not None and a._group_flush.groups_written >= 2
+            mine = objects / "groups" / f"{a._group_flush.incarnation:019d}"
+            assert not mine.exists() or [p for p in mine.iterdir() if p.is_file()] == []
+        else:
+            assert "f" in {p.name[:1] for p in first.iterdir()}  # A's late flush object is there...
         b.close()
         c = Storage(tmp_path / "c", config)  # a third owner: recovery + sweep
         c.fence_provider = lambda t: fence_b()

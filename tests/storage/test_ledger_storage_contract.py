@@ -15,6 +15,8 @@ import pytest
 
 from compactmq.errors import StorageError
 from compactmq.storage import ledger_file as lf
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.object_group_flush import GroupFlush
 from compactmq.storage.ledger_storage import LedgerStorage, LedgerWriter, LocalLedgerStorage
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
@@ -33,7 +35,22 @@ def _object(tmp_path, topic, request):
     return lambda: ObjectLedgerStorage(BlobStore(loc), topic, ObjectLedgerSettings(flush_interval_ms=1))
 
 
-IMPLEMENTATIONS = {"local": _local, "object": _object}
+def _object_group(tmp_path, topic, request):
+    """The same, every flush through a group flush (one shared object per interval, ranges
+    committed in a metadata store): each reopen is a new client, group and store session."""
+    server = request.getfixturevalue("seaweedfs")
+    loc = OffloadLocation("s3", server.create_bucket("contract"), "us-east-1", server.endpoint, tmp_path.name)
+    name = f"memory:contract-{tmp_path.name}"
+
+    def make() -> ObjectLedgerStorage:
+        store = BlobStore(loc)
+        group = GroupFlush(store, create_metadata_store(name, data_dir=tmp_path), interval_ms=1)
+        return ObjectLedgerStorage(store, topic, ObjectLedgerSettings(flush_interval_ms=1), group=group)
+
+    return make
+
+
+IMPLEMENTATIONS = {"local": _local, "object": _object, "object-group": _object_group}
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))

@@ -240,6 +240,13 @@ SETTINGS: dict[str, Setting] = {
     "objectLedgerFlushMaxBytes": _s(
         int, 4 * 1024 * 1024, "write a flush object as soon as this many bytes wait (one PUT each)"
     ),
+    "objectLedgerGroupFlushEnabled": _s(
+        bool,
+        False,
+        "write the flushes of every topic's object ledger due in one flush interval as ONE shared "
+        "object, their ranges committed in the metadata store (one object write per interval, "
+        "not one per topic); off: one object per ledger per flush",
+    ),
     "objectLedgerTailCacheBytes": _s(
         int, 1024 * 1024, "bytes of a ledger being written kept in memory after their flush, for reads"
     ),

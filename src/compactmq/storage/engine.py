@@ -25,6 +25,7 @@ from .metadata_store import DEFAULT_OPERATION_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT
 from .metadata_store import MetadataStore as KeyValueStore
 from .metadata_store.legacy_tables import open_legacy_tables
 from .ledger_storage import LedgerStorage
+from .object_group_flush import GroupFlush
 from .object_ledger_upkeep import wait_merges
 from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from .object_store_url import KEY as OBJECT_STORE_KEY
@@ -120,6 +121,7 @@ class Storage:
             except CompactMQError as e:
                 raise StorageError(f"{OBJECT_STORE_KEY}: {e}") from None
         self._object_settings = ObjectLedgerSettings.from_config(self.config)
+        self._group_flush: GroupFlush | None = None  # objectLedgerGroupFlushEnabled; made when first used
         #: topic -> its ownership fence (``resources.fence``); a cluster sets this (single node:
         #: no fence). A managed ledger keeps the fence it was opened under until it closes.
         self.fence_provider: Callable[[str], Fence] = lambda topic: NO_FENCE
@@ -379,13 +381,27 @@ class Storage:
         keys under the epoch of this process's ownership; None: the local default."""
         if self.object_store is None:
             return None
-        storage = ObjectLedgerStorage(self.object_store, topic, self._object_settings, fence.epoch)
+        storage = ObjectLedgerStorage(
+            self.object_store, topic, self._object_settings, fence.epoch, self._group(), fence
+        )
         if fence.checks:
             session_s = (
                 int(self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS) / 1000
             )
             storage.ownership_check = FenceLease(fence, self.metadata_store, session_s / 2).check
         return storage
+
+    def _group(self) -> GroupFlush | None:
+        """The process's group flush (``object_group_flush``) when ``objectLedgerGroupFlushEnabled``."""
+        if self.object_store is None or not self.config.get("objectLedgerGroupFlushEnabled"):
+            return None
+        with self._lock:
+            if self._group_flush is None:
+                s = self._object_settings
+                self._group_flush = GroupFlush(
+                    self.object_store, self.metadata_store, s.flush_interval_ms, s.flush_max_bytes
+                )
+            return self._group_flush
 
     def topics(self) -> list[str]:
         return self.topic_metadata.topics()
@@ -445,7 +461,7 @@ class Storage:
         of the same name removes: they are not in its ledger list)."""
         if self.object_store is None:
             return
-        ols = ObjectLedgerStorage(self.object_store, topic, self._object_settings)
+        ols = ObjectLedgerStorage(self.object_store, topic, self._object_settings, group=self._group())
         wait_merges()
         try:
             for ledger_id in sorted(ols.list()):

@@ -13,11 +13,17 @@ since a ``cut`` only shortens); else flush objects are chained from offset 0, th
 epoch's object at each offset, and the first gap ends the ledger. An object whose size
 disagrees with the range its name gives (an upload cut short and completed anyway) is never
 used. Whatever the layout does not use is returned too, for ``discard_partial_writes``.
+
+With a group flush (``object_group_flush``), a ledger's bytes may also be *ranges* of shared
+objects, committed as records in the metadata store: ``resolve_layout`` takes them as
+``(start, end, epoch, name)`` beside the listing and chains them like flush objects (their
+part name, ``g:<epoch>:<offset>:<member>:<key>``, says where they are: ``shared_part``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 _FLUSH = re.compile(r"^f-(\d{16})-(\d{16})-e(\d{10})$")
@@ -37,10 +43,25 @@ class Layout:
         return self.parts[-1][1] if self.parts else 0
 
 
-def resolve_layout(objects: dict[str, int]) -> tuple[Layout, list[str]]:
-    """The layout named by a ledger's objects (name -> size), and the names it does not use
-    (superseded or damaged objects, which ``discard_partial_writes`` removes)."""
+def shared_part(name: str) -> tuple[str, int] | None:
+    """For a part in a shared object (``g:<epoch>:<offset>:<member>:<key>``): its key (under the
+    store's prefix, not the ledger's) and offset; None for a ledger's own object."""
+    if not name.startswith("g:"):
+        return None
+    _, _epoch, offset, _member, key = name.split(":", 4)
+    return key, int(offset)
+
+
+def resolve_layout(
+    objects: dict[str, int], shared: Iterable[tuple[int, int, int, str]] = ()
+) -> tuple[Layout, list[str]]:
+    """The layout named by a ledger's objects (name -> size) and its ranges in shared objects
+    (``(start, end, epoch, name)``), and the names it does not use (superseded or damaged
+    objects, which ``discard_partial_writes`` removes; ranges a merged object superseded)."""
     merged, flushes = [], []
+    for start, end, epoch, name in shared:
+        if end > start:
+            flushes.append((start, -epoch, -end, name))
     for name, size in objects.items():
         m = _MERGED.match(name)
         if m and int(m.group(1)) == size:
@@ -48,15 +69,18 @@ def resolve_layout(objects: dict[str, int]) -> tuple[Layout, list[str]]:
             continue
         f = _FLUSH.match(name)
         if f and int(f.group(2)) - int(f.group(1)) == size and size > 0:
-            flushes.append((int(f.group(1)), -int(f.group(3)), int(f.group(2)), name))
+            flushes.append((int(f.group(1)), -int(f.group(3)), -int(f.group(2)), name))
     if merged:
         _, size, name = min(merged)  # the highest epoch; of its, the shortest (cut shortens)
-        return Layout([(0, size, name)], True), [n for n in objects if n not in (name, INDEX_NAME)]
+        unused = [n for n in objects if n not in (name, INDEX_NAME)]
+        return Layout([(0, size, name)], True), unused + [f[3] for f in flushes if f[3].startswith("g:")]
     parts: list[tuple[int, int, str]] = []
     pos = 0
-    for start, _neg_epoch, end, name in sorted(flushes):
-        if start == pos:  # the highest epoch's object at each offset; a gap ends the ledger
-            parts.append((start, end, name))
-            pos = end
+    for start, _neg_epoch, neg_end, name in sorted(flushes):
+        if start == pos:  # at each offset the highest epoch's, then the longest (a fold's)
+            parts.append((start, -neg_end, name))  # object; a gap ends the ledger
+            pos = -neg_end
     used = {p[2] for p in parts} | {INDEX_NAME}
-    return Layout(parts), [n for n in objects if n not in used]
+    return Layout(parts), [n for n in objects if n not in used] + [
+        f[3] for f in flushes if f[3].startswith("g:") and f[3] not in used
+    ]

@@ -119,6 +119,12 @@ class ObjectLedgerUpkeep:
     def read_all(self, ledger_id: int) -> bytes | None:
         raise NotImplementedError
 
+    def read_part(self, ledger_id: int, part: tuple[int, int, str]) -> bytes:
+        raise NotImplementedError
+
+    def release_shared(self, ledger_id: int) -> None:
+        raise NotImplementedError
+
     # --- the ownership fence ---------------------------------------------------------------
 
     def check_owned(self) -> None:
@@ -155,6 +161,7 @@ class ObjectLedgerUpkeep:
         for other in objects:
             if other not in (name, INDEX_NAME):
                 self.store.delete(f"{self.ledger_prefix(ledger_id)}/{other}")
+        self.release_shared(ledger_id)  # ranges in shared objects (group flush): records go
 
     def merge(self, ledger_id: int) -> bool:
         """Merge a sealed ledger's flush objects into one object (durable before the flush
@@ -166,8 +173,7 @@ class ObjectLedgerUpkeep:
             layout = self._layout(ledger_id, refresh=True)
             if layout.merged or not layout.parts:
                 return False
-            base = self.ledger_prefix(ledger_id)
-            chunks = (self.store.read_all(f"{base}/{name}") for *_, name in layout.parts)
+            chunks = (self.read_part(ledger_id, part) for part in layout.parts)
             self._replace_with_merged(ledger_id, layout.end, chunks)
             return True
 

@@ -17,6 +17,13 @@ A background thread flushes what nobody syncs (``managedLedgerSyncData=false``) 
 interval, or as soon as ``objectLedgerFlushMaxBytes`` wait, so memory per ledger stays bounded.
 ``close`` writes what is still buffered (as a file's page cache would reach the disk), no more.
 
+With a group flush (``object_group_flush``, ``objectLedgerGroupFlushEnabled``; the storage's
+``group``), a flush writes no object of its own: it joins the process's next group -- ONE
+shared object for every ledger (of every topic) with bytes due in that interval, their ranges
+then committed in the metadata store under each topic's ownership fence, in one commit. The
+layout then names ranges of shared objects too (``object_layout.shared_part``), read by ranged
+GETs; the merge on seal copies them into the ledger's merged object and drops the records.
+
 Reading: bytes of the ledger being written stay in memory from the last
 ``objectLedgerTailCacheBytes`` on (and every unflushed byte), so readers that keep up never
 reach the store; older bytes are read by ranged GETs of the objects that hold them.
@@ -66,14 +73,22 @@ from typing import TYPE_CHECKING
 from ..errors import CompactMQError, StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage, LedgerWriter
-from .object_layout import INDEX_NAME, Layout, resolve_layout
+from .object_group_flush import GroupFlush
+from .object_layout import INDEX_NAME, Layout, resolve_layout, shared_part
 from .object_ledger_upkeep import ObjectLedgerUpkeep
 from .offload.blobstore import BlobStore
+from .resources.fence import NO_FENCE, Fence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
 
 log = logging.getLogger(__name__)
+
+# Group flush: a ledger being written folds its ranges in shared objects into an object of its
+# own once this many have accumulated, or this many bytes (kept in memory until then), so that
+# its range records in the metadata store stay few (``ObjectLedgerWriter._fold``).
+FOLD_RANGES = 64
+FOLD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,8 @@ class ObjectLedgerWriter(LedgerWriter):
         self.buf = bytearray()  # ledger bytes [mem_start, written_end)
         self._flushing_end = 0  # end of the bytes the running flush writes
         self._oldest_unflushed = 0.0  # monotonic time of the first byte after durable_end
+        self._fold_start: int | None = None  # group flush: the first range not yet folded
+        self._unfolded = 0  # ranges in shared objects since the last fold
         self.error: OSError | None = None  # a background flush failed: syncs fail from now on
         self.closed = False
 
@@ -179,19 +196,22 @@ class ObjectLedgerWriter(LedgerWriter):
 
     def flush(self, target: int) -> None:
         """Return once bytes up to ``target`` are durable, writing one object if needed."""
+        folded = self._flush_locked(target)
+        if folded:  # records of ranges now in a fold object: dropped outside the flush lock
+            self._storage.release_parts(self.ledger_id, folded)
+
+    def _flush_locked(self, target: int) -> list[tuple[int, str]]:
         with self._flush_lock:
             with self._cond:
                 if self.error is not None:
                     raise OSError(f"ledger {self.ledger_id}: an earlier flush failed: {self.error}")
                 if self.durable_end >= target:
-                    return
+                    return []
                 start, end = self.durable_end, self.written_end
                 data = bytes(self.buf[start - self.mem_start : end - self.mem_start])
                 self._flushing_end = end
-            key = self._storage.flush_key(self.ledger_id, start, end)
             try:
-                self._storage.put_object(key, data)
-                self._storage.check_owned()  # a zombie's bytes are never acknowledged (fence)
+                name = self._storage.write_flush(self.ledger_id, start, end, data)
             except (OSError, StorageError, CompactMQError) as e:
                 with self._cond:
                     self.error = OSError(str(e))
@@ -199,17 +219,56 @@ class ObjectLedgerWriter(LedgerWriter):
                 raise self.error from e
             with self._cond:
                 # appended in place (readers holding the list see it only grow)
-                self.layout.parts.append((start, end, key.rsplit("/", 1)[1]))
+                self.layout.parts.append((start, end, name))
                 self.durable_end = end
+                if shared_part(name) is not None:
+                    self._fold_start = start if self._fold_start is None else self._fold_start
+                    self._unfolded += 1
                 if self.written_end > end:  # written during this flush: due one interval on
                     self._oldest_unflushed = time.monotonic()
                     _FLUSHER.schedule(self, self._oldest_unflushed + self._settings.flush_interval_ms / 1000)
                 self._trim_tail()
                 self._cond.notify_all()
+                fold = self._fold_start is not None and (
+                    self._unfolded >= FOLD_RANGES or self.durable_end - self._fold_start >= FOLD_BYTES
+                )
+            return self._fold() if fold else []
+
+    def _fold(self) -> list[tuple[int, str]]:
+        """Group flush: write the ledger's ranges since the last fold (still in memory) as one
+        object of its own, then drop their range records -- so a ledger being written names at
+        most ``FOLD_RANGES`` records in the metadata store, whatever its length. Called holding
+        ``_flush_lock`` (no flush runs meanwhile); a failure leaves the records, still the
+        ledger (correct, only more records until the seal's merge). Returns the ``(start, part
+        name)`` of the ranges folded, whose records the caller drops."""
+        with self._cond:
+            a, b = self._fold_start, self.durable_end
+            assert a is not None
+            data = bytes(self.buf[a - self.mem_start : b - self.mem_start])
+            folded = [p for p in self.layout.parts if p[0] >= a]
+            self._fold_start, self._unfolded = None, 0
+        key = self._storage.flush_key(self.ledger_id, a, b)
+        try:
+            self._storage.put_object(key, data)
+        except (OSError, StorageError, CompactMQError) as e:
+            log.warning("ledger %d: folding bytes [%d, %d) failed (ranges kept): %s", self.ledger_id, a, b, e)
+            with self._cond:
+                self._trim_tail()
+            return []
+        with self._cond:
+            # a new list: a reader holding the old one reads the shared objects, or (released
+            # meanwhile) fails and reads again with this layout
+            kept = [p for p in self.layout.parts if p[1] <= a]
+            self.layout = Layout([*kept, (a, b, key.rsplit("/", 1)[1])])
+            self._trim_tail()
+        return [(s, n) for s, _e, n in folded if shared_part(n)]
 
     def _trim_tail(self) -> None:
-        """Drop flushed bytes older than the tail cache keeps (unflushed ones always stay)."""
+        """Drop flushed bytes older than the tail cache keeps (unflushed ones always stay, and
+        the bytes a fold is still to write)."""
         keep_from = min(self.durable_end, self.written_end - self._settings.tail_cache_bytes)
+        if self._fold_start is not None:
+            keep_from = min(keep_from, self._fold_start)
         if keep_from > self.mem_start:
             del self.buf[: keep_from - self.mem_start]
             self.mem_start = keep_from
@@ -293,12 +352,19 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         topic: str,
         settings: ObjectLedgerSettings | None = None,
         epoch: int = 0,
+        group: GroupFlush | None = None,
+        fence: Fence = NO_FENCE,
     ):
         self.store = store
+        #: flushes join the process's group flush (``object_group_flush``) when set; its commit
+        #: checks ``fence`` (the ownership this storage writes under) instead of ``ownership_check``
+        self.group = group
+        self.fence = fence
         self.topic = topic
         self.settings = settings or ObjectLedgerSettings()
         self.epoch = int(epoch)
         self.prefix = ledgers_prefix(topic)
+        self.topic_path = self.prefix.split("/", 1)[1]  # the encoded name (range records' paths)
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
         self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
@@ -311,6 +377,49 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
 
     def flush_key(self, ledger_id: int, start: int, end: int) -> str:
         return f"{self.ledger_prefix(ledger_id)}/f-{start:016d}-{end:016d}-e{self.epoch:010d}"
+
+    def write_flush(self, ledger_id: int, start: int, end: int, data: bytes) -> str:
+        """Make ledger bytes ``[start, end)`` durable and visible; returns the layout's part
+        name: a flush object of the ledger's own, or (group flush) a range of a shared one."""
+        if self.group is not None:
+            return self.group.flush(self.topic_path, ledger_id, start, end, self.epoch, data, self.fence)
+        key = self.flush_key(ledger_id, start, end)
+        self.put_object(key, data)
+        self.check_owned()  # a zombie's bytes are never acknowledged (fence)
+        return key.rsplit("/", 1)[1]
+
+    def part_location(self, ledger_id: int, name: str) -> tuple[str, int]:
+        """The key of the object holding a layout part, and the part's offset in it."""
+        shared = shared_part(name)
+        return shared if shared is not None else (f"{self.ledger_prefix(ledger_id)}/{name}", 0)
+
+    def read_part(self, ledger_id: int, part: tuple[int, int, str]) -> bytes:
+        """A whole layout part: a GET of the ledger's object, a ranged GET of a shared one."""
+        start, end, name = part
+        key, base = self.part_location(ledger_id, name)
+        if base == 0 and shared_part(name) is None:
+            return bytes(self.store.read_all(key))
+        return bytes(self.store.read_range(key, base, end - start))
+
+    def shared_ranges(self, ledger_id: int) -> list[tuple[int, int, int, str]]:
+        return self.group.ranges(self.topic_path, ledger_id) if self.group is not None else []
+
+    def release_parts(self, ledger_id: int, parts: list[tuple[int, str]]) -> None:
+        """Drop the range records of ``(start, part name)`` (their bytes are in another object
+        now); a failure leaves them, superseded, for the seal's merge to drop."""
+        if self.group is None or not parts:
+            return
+        try:
+            self.group.release_parts(self.topic_path, ledger_id, parts, self.fence)
+        except (OSError, CompactMQError) as e:
+            log.warning(
+                "%s: dropping ranges of ledger %d failed (dropped at the merge): %s", self.topic, ledger_id, e
+            )
+
+    def release_shared(self, ledger_id: int) -> None:
+        """Forget the ledger's ranges in shared objects (merged or deleted)."""
+        if self.group is not None:
+            self.group.release(self.topic_path, ledger_id)
 
     def put_object(self, key: str, data: bytes) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
@@ -337,7 +446,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             return w.layout
         if cached is not None and not refresh:
             return cached
-        layout, _ = resolve_layout(self._objects(ledger_id))
+        layout, _ = resolve_layout(self._objects(ledger_id), self.shared_ranges(ledger_id))
         with self._lock:
             if layout.parts:
                 self._layouts[ledger_id] = layout
@@ -375,8 +484,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         layout, tail = w.snapshot() if w is not None else (self._layout(ledger_id, refresh=True), b"")
         if not layout.parts:
             return None
-        base = self.ledger_prefix(ledger_id)
-        return b"".join(bytes(self.store.read_all(f"{base}/{name}")) for *_, name in layout.parts) + tail
+        return b"".join(self.read_part(ledger_id, part) for part in layout.parts) + tail
 
     def read_range(self, ledger_id: int, lo: int, hi: int) -> bytes:
         with self._lock:
@@ -405,8 +513,8 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             if end <= lo:
                 continue
             a, b = max(lo, start), min(hi, end)
-            key = f"{self.ledger_prefix(ledger_id)}/{name}"
-            out.append(self.store.read_range(key, a - start, b - a))  # one ranged GET
+            key, base = self.part_location(ledger_id, name)
+            out.append(self.store.read_range(key, base + a - start, b - a))  # one ranged GET
         return b"".join(out)
 
     def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
@@ -450,6 +558,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         with self._merge_lock:
             for name in self._objects(ledger_id):
                 self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+            self.release_shared(ledger_id)
             # forgotten only now, under the merge lock: a merge that was running when the delete
             # began has cached its merged layout by the time it releases the lock
             with self._lock:
@@ -465,9 +574,17 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                     continue
             with self._merge_lock:
                 objects = self._objects(ledger_id)
-                layout, unused = resolve_layout(objects)
+                layout, unused = resolve_layout(objects, self.shared_ranges(ledger_id))
                 for name in unused:
-                    self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+                    if shared_part(name) is None:
+                        self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+                if layout.merged and any(shared_part(n) for n in unused):
+                    self.release_shared(ledger_id)  # stopped between the merge and the release
+                elif any(shared_part(n) for n in unused):  # stopped between a fold and its release
+                    superseded = [
+                        (start, n) for start, _e, _ep, n in self.shared_ranges(ledger_id) if n in unused
+                    ]
+                    self.release_parts(ledger_id, superseded)
             if INDEX_NAME in objects and layout.parts and not layout.merged:
                 self.schedule_merge(ledger_id)  # sealed, and the process stopped before merging
 

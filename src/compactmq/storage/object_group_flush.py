@@ -1,0 +1,325 @@
+"""Group flush: ONE object write for the unflushed bytes of many ledgers, of many topics.
+
+Without it, each object ledger's writer (``object_ledgers.ObjectLedgerWriter``) writes its own
+flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
+``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
+writer's flush instead *joins the group*: a daemon thread collects every flush asked for within
+``objectLedgerFlushIntervalMillis`` of the first (or until ``objectLedgerFlushMaxBytes`` wait),
+and then
+
+1. writes their bytes, one after the other, as ONE shared object
+   ``groups/<incarnation:019d>/<counter:016d>`` -- ``incarnation`` a random 62-bit integer drawn
+   when the process starts (the broker's identity for keys: two processes never share one),
+   ``counter`` counting this process's groups, so a key never repeats and no write replaces
+   another (pyarrow's S3 client cannot make a conditional PUT);
+2. commits, in ONE metadata-store ``commit`` (a ZooKeeper ``multi``), one *range record* per
+   member ledger -- ``<RANGES_ROOT>/<topic>/<ledger_id:012d>/<start:016d>-e<epoch:010d>``,
+   value ``{"end", "key", "offset", "member"}``: ledger bytes ``[start, end)`` are the shared
+   object's bytes from ``offset`` -- and per member an empty key
+   ``<GROUPS_ROOT>/<incarnation>-<counter>/<member:06d>`` (the object's reference count, which
+   every process can read), together with the version checks of every member's ownership fence
+   (``resources.fence``). A member whose fence fails is told ``Fenced`` and the commit is tried
+   again without it, so a zombie's bytes never become visible and never hold up the others;
+3. only then answers each member (its flush returns: the entries may be acknowledged).
+
+Reading: a ledger's layout (``object_layout.resolve_layout``) chains its own objects and its
+range records (``ranges``); a range's part name is ``g:<epoch>:<offset>:<member>:<key>``
+(``object_layout.shared_part``), read by ranged GETs of the shared object. A new owner after a
+SIGKILL finds the records the same way: a flush whose commit did not happen left an object
+nobody references and no record, so nothing of it is visible.
+
+Sealing: the merge (``object_ledger_upkeep``) copies the ledger's ranges into its ``m-`` object,
+then ``release`` deletes the ledger's records with their member keys in one commit; whoever
+leaves a shared object's group key without children (any process: a new owner after a
+failover too) deletes the object, then the group key. A ledger being written *folds* its ranges
+into an object of its own every ``FOLD_RANGES`` ranges (``object_ledgers``) and releases them
+the same way, so records stay few. Left for a sweep (the open follow-up): an object written by
+a process that died before its commit (no records, no group key), and a crash between the last
+release and the object's delete.
+
+Thread safety: ``flush`` from any thread (it blocks until its group committed); one daemon thread
+writes groups one at a time, so under load everything asked during one group's write goes into
+the next (the group grows with the store's latency, as one ledger's flushes do).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import CompactMQError, StorageError
+from .metadata_store import BadVersion, Check, Delete, KeyNotFound, MetadataStore, Op, Put
+from .offload.blobstore import BlobStore
+from .resources.fence import NO_FENCE, Fence, Fenced
+
+log = logging.getLogger(__name__)
+
+#: where range records live in the metadata store (under it: the topic's encoded name)
+RANGES_ROOT = "/object-ledger-ranges"
+#: per shared object, a child per member range still naming it (its reference count)
+GROUPS_ROOT = "/object-ledger-groups"
+#: the shared objects' key prefix in the object store
+GROUPS_PREFIX = "groups"
+#: most ranges in one group: its commit (2 keys per range, ~300 bytes) stays far below the
+#: metadata store's MAX_VALUE_SIZE for one commit; more wait for the next group, due at once
+MAX_GROUP_MEMBERS = 256
+#: attempts of one group's commit (each without the members whose fence failed)
+COMMIT_ATTEMPTS = 4
+
+
+@dataclass
+class _Member:
+    topic_path: str  # the topic's encoded name, as its ledgers' key prefix has it
+    ledger_id: int
+    start: int
+    end: int
+    epoch: int
+    data: bytes
+    fence: Fence
+    done: threading.Event = field(default_factory=threading.Event)
+    name: str = ""  # the part name, once committed
+    error: BaseException | None = None
+
+    @property
+    def record_path(self) -> str:
+        return record_path(self.topic_path, self.ledger_id, self.start, self.epoch)
+
+
+def record_path(topic_path: str, ledger_id: int, start: int, epoch: int) -> str:
+    return f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}/{int(start):016d}-e{int(epoch):010d}"
+
+
+def part_name(epoch: int, offset: int, member: int, key: str) -> str:
+    return f"g:{int(epoch)}:{int(offset)}:{int(member)}:{key}"
+
+
+def group_node(key: str) -> str:
+    """The metadata-store key whose children are the members naming shared object ``key``."""
+    _, incarnation, counter = key.split("/")
+    return f"{GROUPS_ROOT}/{incarnation}-{counter}"
+
+
+def member_path(key: str, member: int) -> str:
+    return f"{group_node(key)}/{int(member):06d}"
+
+
+class GroupFlush:
+    """The process's group flush over ``store`` and ``metadata`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: BlobStore,
+        metadata: MetadataStore,
+        interval_ms: int = 5,
+        max_bytes: int = 4 * 1024 * 1024,
+        incarnation: int | None = None,
+    ) -> None:
+        self.store = store
+        self.metadata = metadata
+        self.interval_s = max(0, int(interval_ms)) / 1000
+        self.max_bytes = max(1, int(max_bytes))
+        self.incarnation = secrets.randbits(62) if incarnation is None else int(incarnation)
+        self._counter = 0
+        self._cond = threading.Condition()
+        self._pending: list[_Member] = []
+        self._pending_bytes = 0
+        self._due = 0.0  # when the oldest pending flush has waited the interval
+        self._thread: threading.Thread | None = None
+        self.groups_written = 0  # tests, stats
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def flush(
+        self, topic_path: str, ledger_id: int, start: int, end: int, epoch: int, data: bytes, fence: Fence
+    ) -> str:
+        """Make ledger bytes ``[start, end)`` durable as part of the next group; returns the
+        part name (``g:...``) once the group's object is written and its range committed.
+        Raises ``Fenced`` when the member's fence failed, ``StorageError`` when the write or
+        the commit failed."""
+        m = _Member(topic_path, ledger_id, start, end, epoch, data, fence or NO_FENCE)
+        with self._cond:
+            if not self._pending:
+                self._due = time.monotonic() + self.interval_s
+            self._pending.append(m)
+            self._pending_bytes += len(data)
+            self._cond.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="object-group-flush", daemon=True)
+                self._thread.start()
+        m.done.wait()
+        if m.error is not None:
+            raise m.error
+        return m.name
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._pending:
+                        remaining = self._due - time.monotonic()
+                        if remaining <= 0 or self._pending_bytes >= self.max_bytes:
+                            break
+                        self._cond.wait(remaining)
+                    else:
+                        self._cond.wait()
+                batch, self._pending = self._pending[:MAX_GROUP_MEMBERS], self._pending[MAX_GROUP_MEMBERS:]
+                self._pending_bytes = sum(len(m.data) for m in self._pending)
+                self._due = time.monotonic()  # what is left over goes in the next group at once
+                self._counter += 1
+                key = f"{GROUPS_PREFIX}/{self.incarnation:019d}/{self._counter:016d}"
+            try:
+                self._write_group(key, batch)
+            except BaseException as e:  # every member must be answered, whatever happened
+                for m in batch:
+                    if not m.done.is_set():
+                        m.error = e if isinstance(e, CompactMQError) else StorageError(str(e))
+                        m.done.set()
+
+    def _write_group(self, key: str, batch: list[_Member]) -> None:
+        """Write one group: the shared object, then the records (see the module docstring)."""
+        live = [m for m in batch if not self._refuse_early(m)]
+        if not live:
+            return
+        offsets, pos = [], 0
+        for m in live:
+            offsets.append(pos)
+            pos += len(m.data)
+        written = self.store.put(key, [b"".join(m.data for m in live)])
+        if written != pos:
+            raise StorageError(f"group object {key}: {written} of {pos} bytes written")
+        self.groups_written += 1
+        for i, (m, off) in enumerate(zip(live, offsets)):
+            m.name = part_name(m.epoch, off, i, key)
+        committed = self._commit(key, live, offsets)
+        if not committed:
+            self._delete_quietly(key)
+        for m in live:
+            m.done.set()
+
+    @staticmethod
+    def _refuse_early(m: _Member) -> bool:
+        if m.fence.lost or m.fence.revoked:
+            m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} was given up")
+            m.done.set()
+            return True
+        return False
+
+    def _commit(self, key: str, members: list[_Member], offsets: list[int]) -> list[_Member]:
+        """Commit the members' range records with their fences' checks; a member whose fence
+        fails gets ``Fenced`` and the rest are tried again. Returns the members committed."""
+        todo = [(i, m, off) for i, (m, off) in enumerate(zip(members, offsets))]
+        for _ in range(COMMIT_ATTEMPTS):
+            if not todo:
+                return []
+            ops: list[Op] = []
+            checks: dict[tuple[str, int], Check] = {}
+            for i, m, off in todo:
+                value = json.dumps({"end": m.end, "key": key, "offset": off, "member": i}).encode()
+                ops.append(Put(m.record_path, value))
+                ops.append(Put(member_path(key, i), b""))  # the shared object's reference count
+                for c in m.fence.checks:
+                    checks[(c.path, c.version)] = c
+            try:
+                self.metadata.commit([*ops, *checks.values()])
+                return [m for _i, m, _off in todo]
+            except (BadVersion, KeyNotFound):
+                todo = self._without_fenced(todo)
+            except CompactMQError as e:
+                for _i, m, _off in todo:
+                    m.error = e
+                return []
+        for _i, m, _off in todo:
+            m.error = StorageError(f"group {key}: commit kept failing on fences")
+        return []
+
+    def _without_fenced(self, todo: list[tuple[int, _Member, int]]) -> list[tuple[int, _Member, int]]:
+        holds: dict[int, bool] = {}  # one store check per fence
+        keep = []
+        for i, m, off in todo:
+            if id(m.fence) not in holds:
+                holds[id(m.fence)] = m.fence.holds(self.metadata)
+            if holds[id(m.fence)]:
+                keep.append((i, m, off))
+            else:
+                m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} is over")
+        return keep
+
+    def _delete_quietly(self, key: str) -> None:
+        try:
+            self.store.delete(key)
+        except (OSError, CompactMQError) as e:
+            log.warning("group object %s: delete failed (an orphan now): %s", key, e)
+
+    # --- reading and releasing -------------------------------------------------------------
+
+    def ranges(self, topic_path: str, ledger_id: int) -> list[tuple[int, int, int, str]]:
+        """A ledger's committed ranges: ``(start, end, epoch, part name)``."""
+        base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
+        out = []
+        try:
+            for child in self.metadata.get_children(base):
+                got = self.metadata.get(f"{base}/{child}")
+                start, _, epoch = child.partition("-e")
+                if got is None or not start.isdigit() or not epoch.isdigit():
+                    continue
+                v = json.loads(got.value)
+                name = part_name(int(epoch), v["offset"], v["member"], v["key"])
+                out.append((int(start), int(v["end"]), int(epoch), name))
+        except CompactMQError as e:
+            raise StorageError(f"reading the ranges of ledger {ledger_id}: {e}") from e
+        return out
+
+    def release(self, topic_path: str, ledger_id: int) -> None:
+        """Delete a ledger's range records (its bytes are in its merged object now, or the
+        ledger is deleted); a shared object no record of this process names any more goes."""
+        base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
+        self.release_parts(
+            topic_path,
+            ledger_id,
+            [(start, name) for start, _e, _ep, name in self.ranges(topic_path, ledger_id)],
+        )
+        try:
+            self.metadata.commit([Delete(base)])
+        except CompactMQError:
+            pass  # not there, or a record was added meanwhile
+
+    def release_parts(
+        self, topic_path: str, ledger_id: int, parts: list[tuple[int, str]], fence: Fence = NO_FENCE
+    ) -> None:
+        """Delete the range records of ``(start, part name)`` of one ledger (their bytes are in
+        an object of the ledger's own now); shared objects left unnamed go. Under ``fence``
+        (a fold): a broker that lost the topic deletes nothing (``Fenced``)."""
+        deletes: list[list[Op]] = []  # per range: its record and its member key, together
+        keys = set()
+        for start, name in parts:
+            _, epoch, _offset, member, key = name.split(":", 4)
+            path = record_path(topic_path, ledger_id, start, int(epoch))
+            deletes.append([Delete(path), Delete(member_path(key, int(member)))])
+            keys.add(key)
+        try:
+            fence.commit(self.metadata, [op for pair in deletes for op in pair])  # one round trip
+        except KeyNotFound:  # one was gone already: the others one by one
+            for pair in deletes:
+                try:
+                    fence.commit(self.metadata, pair)
+                except KeyNotFound:  # gone already (a lost fence raises Fenced)
+                    pass
+        for key in sorted(keys):
+            self._drop_if_unnamed(key)
+
+    def _drop_if_unnamed(self, key: str) -> None:
+        """Delete shared object ``key`` once no member key names it (any process's ranges):
+        the object first, then its group key -- a crash between leaves an empty group key, a
+        crash before the object's delete an object whose group key is empty (a sweep's)."""
+        node = group_node(key)
+        if self.metadata.get_children(node):
+            return
+        self._delete_quietly(key)
+        try:
+            self.metadata.commit([Delete(node)])
+        except CompactMQError:
+            pass  # gone already
