@@ -11,6 +11,9 @@ broker's environment:
   broker process is certainly at that point) and waits until ``closed`` is gone (at most 120 s);
 * otherwise the hook does nothing.
 
+A run that was held writes ``ended-<pid>`` (its outcome: ``ok`` or the error) once it returns or
+raises, so a test can wait for a deposed broker's run to be over before it looks at the stores.
+
 Used by the cluster regression tests, where a run must straddle an ownership move: the Arrow test
 factory keeps its views on one broker's disk and cannot move with a bundle.
 """
@@ -24,6 +27,10 @@ from compactmq.compaction.spark import SparkCompactionService, SparkCompactionSe
 
 #: the directory of the gate's files, in the broker subprocess's environment
 GATE_DIR_ENV = "COMPACTMQ_TEST_COMPACTION_GATE_DIR"
+
+
+def _directory():
+    return os.environ.get(GATE_DIR_ENV)
 
 
 def gate(point: str) -> None:
@@ -45,8 +52,24 @@ def gate(point: str) -> None:
         time.sleep(0.05)  # a stand-in for a long run, not test synchronisation
 
 
+class GatedSparkCompactionService(SparkCompactionService):
+    def compact(self, progress=None, *, engine=None):
+        directory = _directory()
+        reached = os.path.join(directory, f"reached-{os.getpid()}") if directory else None
+        outcome = "ok"
+        try:
+            return super().compact(progress, engine=engine)
+        except BaseException as e:
+            outcome = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            if reached is not None and os.path.exists(reached):  # this run was the held one
+                with open(os.path.join(directory, f"ended-{os.getpid()}"), "w") as f:
+                    f.write(outcome)
+
+
 class GatedSparkCompactionServiceFactory(SparkCompactionServiceFactory):
     def new_service(self, topic: str) -> SparkCompactionService:
-        return SparkCompactionService(
+        return GatedSparkCompactionService(
             self.storage, topic, self.config, spark_conf=self.spark_conf, abort_hook=gate
         )

@@ -89,7 +89,7 @@ class Cluster:
     # --- the gate of gated_compaction ---------------------------------------------------------
 
     def close_gate(self, point: str) -> None:
-        for f in self.gate_dir.glob("reached-*"):
+        for f in [*self.gate_dir.glob("reached-*"), *self.gate_dir.glob("ended-*")]:
             f.unlink()
         (self.gate_dir / "closed").write_text(point)
 
@@ -99,6 +99,12 @@ class Cluster:
     def wait_held(self, broker: BrokerProcess) -> None:
         reached = self.gate_dir / f"reached-{broker.proc.pid}"
         wait_until(reached.exists, 240, f"a run on {broker.web_port} to reach the gate")
+
+    def wait_ended(self, broker: BrokerProcess, pid: int) -> str:
+        """The outcome of the held run of ``broker`` (process ``pid``), once it is over."""
+        ended = self.gate_dir / f"ended-{pid}"
+        wait_until(ended.exists, 120, f"the held run on {broker.web_port} to end")
+        return ended.read_text()
 
     # --- the object store ---------------------------------------------------------------------
 
@@ -192,22 +198,22 @@ def drain(consumer, quiet_ms: int = 3000) -> list[bytes]:
         consumer.acknowledge(msg)
 
 
-def trigger(cluster: Cluster, topic: str) -> BrokerProcess:
+def trigger(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> BrokerProcess:
     """``PUT .../compaction`` on the owner (urllib follows a 307 for GET only)."""
-    owner = cluster.owner(topic)
+    owner = cluster.owner(topic, via)
     ok(rest(owner, "PUT", f"/admin/v2/persistent/{local(topic)}/compaction"))
     return owner
 
 
-def status(cluster: Cluster, topic: str) -> dict:
-    return ok(rest(cluster.owner(topic), "GET", f"/admin/v2/persistent/{local(topic)}/compaction"))
+def status(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> dict:
+    return ok(rest(cluster.owner(topic, via), "GET", f"/admin/v2/persistent/{local(topic)}/compaction"))
 
 
-def compact(cluster: Cluster, topic: str) -> dict:
-    """A run on the owner, to its end; it must succeed."""
-    trigger(cluster, topic)
+def compact(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> dict:
+    """A run on the owner (found by asking ``via``), to its end; it must succeed."""
+    trigger(cluster, topic, via)
     body = wait_until(
-        lambda: (s := status(cluster, topic))["status"] in ("SUCCESS", "ERROR") and s,
+        lambda: (s := status(cluster, topic, via))["status"] in ("SUCCESS", "ERROR") and s,
         300,
         f"the compaction of {topic} to end",
     )
@@ -215,8 +221,8 @@ def compact(cluster: Cluster, topic: str) -> dict:
     return body
 
 
-def internal_stats(cluster: Cluster, topic: str) -> dict:
-    return ok(rest(cluster.owner(topic), "GET", f"/admin/v2/persistent/{local(topic)}/internalStats"))
+def internal_stats(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> dict:
+    return ok(rest(cluster.owner(topic, via), "GET", f"/admin/v2/persistent/{local(topic)}/internalStats"))
 
 
 def position(text) -> tuple[int, int]:
@@ -225,9 +231,9 @@ def position(text) -> tuple[int, int]:
     return int(ledger), int(entry)
 
 
-def view_of(cluster: Cluster, topic: str) -> tuple[int, tuple[int, int]]:
+def view_of(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> tuple[int, tuple[int, int]]:
     """(compacted ledger id, horizon) as the owner reports them."""
-    stats = internal_stats(cluster, topic)
+    stats = internal_stats(cluster, topic, via)
     return int(stats["compactedLedger"]["ledgerId"]), position(stats["compactionHorizon"])
 
 
@@ -410,3 +416,101 @@ def test_view_never_moves_backwards_across_moves_and_a_straddling_run(cluster, c
     assert view_of(cluster, topic) == (view_b, horizon_b)
     assert latest(read_compacted(client, topic)) == latest(history)
     assert [d.split("-")[0] for d in cluster.view_dirs(topic)] == [f"{view_b:012d}"]
+
+
+# --- failover with compaction: an unload, a freeze past the session ---------------------------
+
+
+def read_table(client, topic: str) -> dict[str, bytes]:
+    view = client.create_table_view(topic)
+    try:
+        table: dict[str, bytes] = {}
+        view.for_each(lambda k, v: table.__setitem__(k, v))
+        return table
+    finally:
+        view.close()
+
+
+def live(items: list[tuple[str, bytes]]) -> dict[str, bytes]:
+    """Keep-latest with tombstones (b"" deletes the key)."""
+    out: dict[str, bytes] = {}
+    for key, value in items:
+        if value == b"":
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def compaction_goes_on_after(cluster: Cluster, client, topic: str, move) -> None:
+    """Keyed messages (tombstones among them) compacted on A; a second run held on A after its
+    parts are uploaded; ``move(a, b)`` hands the topic to B; more keyed messages through the
+    client ``move`` answers; the gate opens (A's run goes on under an ownership it lost); B compacts.
+    Then B's view is in force and alone in the store, and a read-compacted reader and a
+    TableView hold exactly the latest value of each key."""
+    sent = [(f"k{i}", b"a%d-%d" % (r, i)) for r in range(3) for i in range(10)] + [("k3", b""), ("k7", b"")]
+    send(client, topic, sent)
+    compact(cluster, topic)
+    second = [(f"k{i}", b"b-%d" % i) for i in range(0, 10, 3)]
+    send(client, topic, second)
+    sent += second
+    a = cluster.owner(topic)
+    b = cluster.other(a)
+    before = cluster.view_dirs(topic)
+    cluster.close_gate("parts-written")
+    try:
+        trigger(cluster, topic)
+        cluster.wait_held(a)
+        held = cluster.view_dirs(topic) - before  # the held run's upload
+        assert len(held) == 1, held
+        sender = move(a, b)  # the client to send with while A is away
+        third = [(f"k{i}", b"c-%d" % i) for i in range(0, 12, 2)] + [("k2", b""), ("k3", b"back-3")]
+        send(sender, topic, third)
+        sent += third
+    finally:
+        cluster.open_gate()
+    a.proc.send_signal(signal.SIGCONT)  # (a no-op unless it was frozen)
+    outcome = cluster.wait_ended(a, a.proc.pid)
+    assert outcome != "ok", "the deposed broker's run committed"
+    assert cluster.owner(topic, via=b) is b
+    compact(cluster, topic, via=b)  # compaction goes on on the new owner (and sweeps what A left)
+    assert not (cluster.view_dirs(topic) & held), "the deposed run's objects are still there"
+    view_b, horizon_b = view_of(cluster, topic, via=b)
+    want = live(sent)
+    assert "k2" not in want and "k7" not in want and want["k3"] == b"back-3"  # the scenario meant
+    got = read_compacted(client, topic)
+    assert sorted(got) == sorted(want.items())  # one message per live key, no tombstone, no older
+    assert read_table(client, topic) == want
+    # the deposed broker, running again, has made nothing visible: B's view, alone in the store
+    lookup = f"/lookup/v2/topic/persistent/{local(topic)}"
+    wait_until(lambda: rest(a, "GET", lookup)[0] == 200, 60, "the resumed broker answering lookups")
+    assert cluster.owner(topic, via=a) is b
+    assert view_of(cluster, topic, via=a) == (view_b, horizon_b)
+    assert [d.split("-")[0] for d in cluster.view_dirs(topic)] == [f"{view_b:012d}"]
+
+
+def test_compaction_goes_on_after_an_unload(cluster, client, topic):
+    def unload(a: BrokerProcess, b: BrokerProcess) -> None:
+        ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+        ok(rest(a, "PUT", f"/admin/v2/namespaces/{ns}/{WHOLE_BUNDLE}/unload"))  # no destination
+        wait_until(lambda: cluster.owner(topic, via=b) is b, 30, "the bundle on the other broker")
+        return client
+
+    compaction_goes_on_after(cluster, client, topic, unload)
+
+
+def test_compaction_goes_on_after_the_owner_froze_past_its_session(cluster, client, topic):
+    clients = []
+
+    def freeze(a: BrokerProcess, b: BrokerProcess):
+        a.proc.send_signal(signal.SIGSTOP)  # its ZooKeeper session expires (3 s)
+        wait_until(lambda: cluster.owner(topic, via=b) is b, 60, "the bundle to leave the frozen broker")
+        # a lookup on the frozen broker would hang: while it is frozen, send through B alone
+        clients.append(make_client(b.url, operation_timeout_seconds=30))
+        return clients[0]
+
+    try:
+        compaction_goes_on_after(cluster, client, topic, freeze)
+    finally:
+        for c in clients:
+            c.close()
