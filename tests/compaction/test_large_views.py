@@ -17,7 +17,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from compactmq.compaction import chain
+from compactmq.compaction import chain, chain_index
 from compactmq.compaction import compacted_ledger as cl
 from compactmq.compaction import compacted_writer as cw
 
@@ -75,7 +75,7 @@ def _random_chain(rnd, masks_too: bool):
 
 @pytest.mark.parametrize("sample,chunk", [(2, 1), (3, 7), (5, 64), (1024, 1 << 20)])
 def test_merging_range_by_range_equals_merging_at_once(monkeypatch, sample, chunk):
-    monkeypatch.setattr(chain, "SAMPLE", sample)
+    monkeypatch.setattr(chain_index, "SAMPLE", sample)
     rnd = random.Random(sample * 1000 + chunk)
     for _ in range(60):
         segs, runs, dropped, masks = _random_chain(rnd, masks_too=True)
@@ -102,7 +102,7 @@ def test_merging_range_by_range_equals_merging_at_once(monkeypatch, sample, chun
 
 
 def test_sorted_rows_find_is_the_first_position_at_or_after(monkeypatch):
-    monkeypatch.setattr(chain, "SAMPLE", 4)
+    monkeypatch.setattr(chain_index, "SAMPLE", 4)
     rnd = random.Random(3)
     positions = sorted({(rnd.randint(0, 9), rnd.randint(0, 40)) for _ in range(150)})
     rows = chain.SortedRows(_rows(positions))
@@ -116,7 +116,7 @@ def test_sorted_rows_find_is_the_first_position_at_or_after(monkeypatch):
 def test_a_large_chain_reads_like_the_model(tmp_path, monkeypatch, sample):
     """A chain with rewrites and drops over many segments, read through every path a large view
     takes: sampled finds, a merge in small ranges, a spilled index."""
-    monkeypatch.setattr(chain, "SAMPLE", sample)
+    monkeypatch.setattr(chain_index, "SAMPLE", sample)
     rnd = random.Random(sample)
     d = str(tmp_path)
     model: dict = {}

@@ -46,14 +46,22 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..errors import StorageError
-from . import chain
+from . import chain, chain_index
 from . import COMPACTED_DIR
+from .compacted_sources import (  # noqa: F401  (HEADER, MANIFEST, is_remote, read_file_bytes: re-exported)
+    HEADER,
+    MANIFEST,
+    PART_ENTRY,
+    InMemory,
+    _filesystem,
+    is_remote,
+    open_remote,
+    read_file_bytes,
+)
 
-HEADER = b"CMQCLED1"
-MANIFEST = b"CMQCLMN1"
 MANIFEST_NAME = "ledger.compacted"
-_PART_ENTRY = struct.Struct(">QH")
 TRAILER_MAGIC = b"CMQCLEND"
+_PART_ENTRY = PART_ENTRY  # (its old name, which compacted_writer imports)
 RECORD_HEADER = struct.Struct(">Iqq")  # length, ledger_id, entry_id
 TRAILER = struct.Struct(">QQII8s")
 INDEX_DTYPE = np.dtype([("ledger_id", ">i8"), ("entry_id", ">i8"), ("offset", ">u8"), ("length", ">u4")])
@@ -103,22 +111,6 @@ def list_compacted_ledgers(data_dir, topic: str) -> list[int]:
     return sorted(int(m.group(1)) for m in map(_NAME.match, names) if m)
 
 
-def _filesystem(path: str):
-    """``(pyarrow FileSystem, path inside it)``; plain paths use the local filesystem."""
-    from pyarrow import fs
-
-    if "://" in path:
-        return fs.FileSystem.from_uri(path)
-    return fs.LocalFileSystem(use_mmap=True), path
-
-
-def read_file_bytes(path: str):
-    """Whole file as a ``pyarrow.Buffer`` read through ``pyarrow.fs`` (memory-mapped locally)."""
-    filesystem, p = _filesystem(path)
-    with filesystem.open_input_file(p) as f:
-        return f.read_buffer()
-
-
 # --- reading ----------------------------------------------------------------------------------
 
 
@@ -131,116 +123,6 @@ def entry_count(path: str) -> int:
     except (OSError, struct.error):
         return 0
     return int(n) if magic == TRAILER_MAGIC else 0
-
-
-def is_remote(path: str) -> bool:
-    """True for a URI (an offloaded compacted ledger, or one written straight to the object
-    store): read by ranges. A plain path is a local file, memory-mapped whole."""
-    return "://" in str(path)
-
-
-class _InMemory:
-    """The bytes of a compacted ledger held in memory or memory-mapped (a local file)."""
-
-    def __init__(self, buf):
-        self.buffer = buf
-        self._data = memoryview(buf)
-        self.size = len(self._data)
-
-    def read(self, lo: int, hi: int):
-        return self._data[lo:hi]
-
-    read_meta = read
-
-    def whole(self):
-        return self.buffer
-
-
-class _OneObject:
-    """A compacted ledger stored as one object (offloaded after it was written locally), read by
-    ranges through the object store's read cache (``storage.offload.RangedObject``)."""
-
-    def __init__(self, obj):
-        self.obj = obj
-        self.size = obj.size
-
-    def read(self, lo: int, hi: int):
-        return self.obj.read(lo, hi)
-
-    def read_meta(self, lo: int, hi: int):
-        return self.obj.read_meta(lo, hi)
-
-    def whole(self):
-        return self.obj.whole()
-
-
-class _Parts:
-    """A compacted ledger stored as parts and a manifest (phase-two tasks wrote it straight to the
-    object store). Its one-file bytes are ``HEADER + the parts in order + the manifest's index and
-    trailer``; a read maps its range onto the parts, each read by ranges like any object."""
-
-    def __init__(self, manifest_obj, manifest) -> None:
-        data = memoryview(manifest)
-        (n,) = struct.unpack_from(">I", data, len(MANIFEST))
-        at = len(MANIFEST) + 4
-        self.pieces = []
-        for _ in range(n):
-            size, length = _PART_ENTRY.unpack_from(data, at)
-            at += _PART_ENTRY.size
-            name = bytes(data[at : at + length]).decode()
-            at += length
-            # sizes come from the manifest: no request per part until it is read
-            self.pieces.append(manifest_obj.sibling(name, size))
-        sizes = np.array([p.size for p in self.pieces], np.int64)
-        self.starts = len(HEADER) + np.concatenate(([0], np.cumsum(sizes)))
-        self.tail_start = int(self.starts[-1])
-        self.tail = bytes(data[at:])
-        self.size = self.tail_start + len(self.tail)
-
-    def read(self, lo: int, hi: int):
-        out = []
-        pos, hi = lo, min(hi, self.size)
-        while pos < hi:
-            if pos < len(HEADER):
-                got = HEADER[pos : min(hi, len(HEADER))]
-            elif pos >= self.tail_start:
-                got = self.tail[pos - self.tail_start : hi - self.tail_start]
-            else:
-                k = int(np.searchsorted(self.starts, pos, side="right")) - 1
-                base = int(self.starts[k])
-                piece = self.pieces[k]
-                got = piece.read(pos - base, min(hi - base, piece.size))
-            if not got:
-                raise StorageError(f"compacted ledger part ended early at byte {pos}")
-            out.append(got)
-            pos += len(got)
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    read_meta = read
-
-    def whole(self) -> bytes:
-        out = bytearray(HEADER)
-        for piece in self.pieces:
-            chunk = piece.whole()
-            if len(chunk) != piece.size:
-                raise StorageError(f"part {piece.key} has {len(chunk)} bytes, the manifest says {piece.size}")
-            out += memoryview(chunk)
-        out += self.tail
-        return bytes(out)
-
-
-def _open_remote(path: str):
-    """The bytes of the compacted ledger at URI ``path``, read by ranges: the object itself, or the
-    parts its manifest names."""
-    from ..storage.offload import open_url
-
-    obj = open_url(path)
-    head = bytes(obj.read(0, min(obj.size, len(MANIFEST))))
-    if head == MANIFEST:
-        return _Parts(obj, obj.read_meta(0, obj.size))
-    if head != HEADER:
-        raise StorageError(f"{path}: not a compacted ledger")
-    return _OneObject(obj)
 
 
 class CompactedLedgerReader:
@@ -280,8 +162,8 @@ class CompactedLedgerReader:
         path: str,
         buffer=None,
         *,
-        merge_chunk: int = chain.MERGE_CHUNK,
-        spill: int = chain.SPILL_ENTRIES,
+        merge_chunk: int = chain_index.MERGE_CHUNK,
+        spill: int = chain_index.SPILL_ENTRIES,
     ):
         self.path = path
         self.manifest = None  # a chain's manifest (``chain.Manifest``), None for one file
@@ -290,12 +172,12 @@ class CompactedLedgerReader:
         self._full: dict = {}  # whole-view arrays built on first use (``ledger_ids`` ...)
         self._whole = None
         if buffer is not None:
-            src = _InMemory(buffer)
+            src = InMemory(buffer)
         elif is_remote(path):
-            src = _open_remote(path)
+            src = open_remote(path)
         else:
-            src = _InMemory(read_file_bytes(path))
-        if isinstance(src, _InMemory) and src.size >= 8 and chain.is_chain(src.read(0, 8)):
+            src = InMemory(read_file_bytes(path))
+        if isinstance(src, InMemory) and src.size >= 8 and chain.is_chain(src.read(0, 8)):
             self._open_chain(src, merge_chunk, spill)
             return
         self._srcs = [src]
@@ -311,7 +193,7 @@ class CompactedLedgerReader:
         srcs, segments, runs = [], [], []
         for name, run, _, _ in manifest.segments:
             seg_path = os.path.join(base, name)
-            seg = _InMemory(read_file_bytes(seg_path))
+            seg = InMemory(read_file_bytes(seg_path))
             if bytes(seg.read(0, len(HEADER))) != HEADER:
                 raise StorageError(f"{seg_path}: not a compacted-ledger segment")
             srcs.append(seg)
@@ -350,7 +232,7 @@ class CompactedLedgerReader:
 
     def _concatenated_sample(self) -> tuple:
         """Every ``chain.SAMPLE``-th position of a view that concatenates its segments."""
-        idx = np.arange(0, self._n, chain.SAMPLE, dtype=np.int64)
+        idx = np.arange(0, self._n, chain_index.SAMPLE, dtype=np.int64)
         lids, eids, *_ = self._fetch(*self._stored(idx), fields=("ledger_id", "entry_id"))
         return lids, eids
 
@@ -513,7 +395,7 @@ class CompactedLedgerReader:
 
     @property
     def remote(self) -> bool:
-        return not isinstance(self._srcs[0], _InMemory) if self._srcs else False
+        return not isinstance(self._srcs[0], InMemory) if self._srcs else False
 
     @property
     def size_bytes(self) -> int:
@@ -603,7 +485,7 @@ def _index_rows(path: str, src) -> np.ndarray:
     size = src.size
     if size < len(HEADER) + TRAILER.size:
         raise StorageError(f"{path}: not a compacted ledger")
-    if isinstance(src, _InMemory) and bytes(src.read(0, len(HEADER))) != HEADER:
+    if isinstance(src, InMemory) and bytes(src.read(0, len(HEADER))) != HEADER:
         if bytes(src.read(0, len(MANIFEST))) == MANIFEST:
             raise StorageError(f"{path}: a compacted-ledger manifest is opened by its URI")
         raise StorageError(f"{path}: not a compacted ledger")

@@ -361,13 +361,8 @@ class CompactionRunner:
         hard-linked beside the new view, plus the new rows and retired rows this run wrote."""
         prev_dir, prev_files, prev_gone = self._prev_sidecar
         written = [p["keys"] for p in parts if p.get("keys")]
-        src = os.path.join(plan.run_dir, view_keys.STORE_DIR)
-        dst = view_keys.local_dir(self._topic_dir, new_id)
-        shutil.rmtree(dst, ignore_errors=True)
-        if os.path.isdir(src):
-            os.rename(src, dst)
-        else:
-            os.makedirs(dst)
+        wrote = os.path.isdir(os.path.join(plan.run_dir, view_keys.STORE_DIR))
+        dst = view_keys.place_run_dir(plan.run_dir, self._topic_dir, new_id, move=wrote)
         for name in [*prev_files, *prev_gone]:
             src_file, dst_file = os.path.join(prev_dir, name), os.path.join(dst, name)
             try:

@@ -141,7 +141,7 @@ def write_view_manifest(storage, topic: str, location, prefix: str, view_id: int
 def forget_record(storage, record) -> None:
     """Remove the row of a view whose commit was refused (else the next ``delete_dead`` does)."""
     try:
-        storage.offloader.catalog.remove(record.data_key)
+        storage.offloader.catalog.remove(record)
     except CompactMQError:
         pass
 

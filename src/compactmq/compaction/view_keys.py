@@ -91,6 +91,20 @@ def remove_local(topic_dir: str, view_id: Optional[int]) -> None:
         shutil.rmtree(local_dir(topic_dir, view_id), ignore_errors=True)
 
 
+def place_run_dir(run_dir: str, topic_dir: str, view_id: int, move: bool) -> str:
+    """Put the sidecar directory a run's tasks wrote (``<run_dir>/keys``) in place as view
+    ``view_id``'s (``local_dir``), replacing what a crashed attempt left there; when ``move`` is
+    false (the run wrote no sidecar rows) the view gets an empty directory. Returns the view's
+    sidecar directory; the caller fsyncs it and ``topic_dir`` once it has finished filling it."""
+    dst = local_dir(topic_dir, view_id)
+    shutil.rmtree(dst, ignore_errors=True)
+    if move:
+        os.rename(os.path.join(run_dir, STORE_DIR), dst)
+    else:
+        os.makedirs(dst)
+    return dst
+
+
 # --- writing (phase-two tasks) ------------------------------------------------------------------
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import os
-import shutil
 from typing import Any, Optional
 
 from ..errors import CompactMQError, StorageError
@@ -142,13 +141,7 @@ class LocalChainStore(ViewStore):
     def place_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> None:
         """Move the sidecar directory the tasks wrote into place beside the view."""
         names = [p.get("keys") for p in parts if p["messages"]]
-        src = os.path.join(plan.run_dir, view_keys.STORE_DIR)
-        dst = view_keys.local_dir(self.topic_dir, new_id)
-        shutil.rmtree(dst, ignore_errors=True)
-        if names:
-            os.rename(src, dst)
-        else:
-            os.makedirs(dst)
+        view_keys.place_run_dir(plan.run_dir, self.topic_dir, new_id, move=bool(names))
         fsync_dir(self.topic_dir)
 
     def discard(self, plan: Optional[RunPlan], new_id: int) -> None:
