@@ -1,6 +1,6 @@
 """Group flush: ONE object write for the unflushed bytes of many ledgers, of many topics.
 
-Without it, each object ledger's writer (``object_ledgers.ObjectLedgerWriter``) writes its own
+Without it, each object ledger's writer (``object_ledger_writer.ObjectLedgerWriter``) writes its own
 flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
 ``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
 writer's flush instead *joins the group*: a daemon thread collects every flush asked for within
@@ -32,7 +32,7 @@ Sealing: the merge (``object_ledger_upkeep``) copies the ledger's ranges into it
 then ``release`` deletes the ledger's records with their member keys in one commit; whoever
 leaves a shared object's group key without children (any process: a new owner after a
 failover too) deletes the object, then the group key. A ledger being written *folds* its ranges
-into an object of its own every ``FOLD_RANGES`` ranges (``object_ledgers``) and releases them
+into an object of its own every ``FOLD_RANGES`` ranges (``object_ledger_writer``) and releases them
 the same way, so records stay few. Left for a sweep (the open follow-up): an object written by
 a process that died before its commit (no records, no group key), and a crash between the last
 release and the object's delete.
