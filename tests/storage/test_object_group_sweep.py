@@ -1,0 +1,125 @@
+"""The orphan sweep of shared group objects (``object_group_sweep``) against SeaweedFS and a
+real metadata store (SQLite), as the group-flush tests run.
+
+Each crash the sweep is for is made by doing exactly what the crashed process had done (the
+object's PUT without its commit; a release without the object's delete); time passing is the
+sweep's ``now`` argument. Objects are listed with boto3, not through the code under test.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from compactmq.storage import ledger_file as lf
+from compactmq.storage.metadata_store import Delete, create_metadata_store
+from compactmq.storage.object_group_flush import (
+    GROUPS_PREFIX,
+    GroupFlush,
+    _Member,
+    group_node,
+    member_path,
+    record_path,
+)
+from compactmq.storage.object_group_sweep import ORPHAN_GRACE_S, TOMBSTONE, sweep_orphan_groups
+from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
+from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
+from compactmq.storage.resources.fence import NO_FENCE
+
+BUCKET = "group-sweep"
+TOPIC = "persistent://public/default/sweep"
+LATER = time.time() + ORPHAN_GRACE_S + 60  # the grace period has passed
+
+
+@pytest.fixture
+def place(seaweedfs, tmp_path):
+    loc = OffloadLocation(
+        "s3", seaweedfs.create_bucket(BUCKET), "us-east-1", seaweedfs.endpoint, tmp_path.name
+    )
+    meta = create_metadata_store(f"sqlite:{tmp_path / 'meta.db'}", data_dir=tmp_path)
+    yield seaweedfs, loc, meta, BlobStore(loc)
+    meta.close()
+
+
+def _groups(server, loc) -> list[str]:
+    return sorted(
+        k.split(f"{loc.prefix}/", 1)[1] for k in server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")
+    )
+
+
+def _committed_ledger(store, meta, ledger_id=5):
+    """A real group flush commits one ledger's record; returns (storage, group, object key, bytes)."""
+    group = GroupFlush(store, meta, interval_ms=20)
+    st = ObjectLedgerStorage(store, TOPIC, ObjectLedgerSettings(flush_interval_ms=20), epoch=2, group=group)
+    w = st.create(ledger_id)
+    rec = lf.encode_record_header(0, 1000, b"kept") + b"kept"
+    w.write(rec, lf.FILE_HEADER_SIZE)
+    w.sync()
+    name = w.layout.parts[-1][2]
+    w.close()
+    key = name.split(":", 4)[4]
+    return st, group, key, lf.encode_file_header(ledger_id) + rec
+
+
+def test_an_object_whose_commit_never_happened_goes_after_the_grace_only(place):
+    server, loc, meta, store = place
+    dead = f"{GROUPS_PREFIX}/{7:019d}/{1:016d}"  # a process died between the PUT and its commit
+    store.put(dead, [b"never committed"])
+    assert sweep_orphan_groups(store, meta).deleted == []  # younger than the grace: kept
+    assert _groups(server, loc) == [dead]
+    result = sweep_orphan_groups(store, meta, now=LATER)
+    assert result.deleted == [dead]
+    assert _groups(server, loc) == []
+    # its group node stays as a tombstone: the dead process's commit, were it to come now (a
+    # broker frozen past the grace, no fence), fails instead of naming the deleted object
+    assert meta.get(group_node(dead)).value == TOMBSTONE
+    late = GroupFlush(store, meta, incarnation=7)
+    m = _Member("persistent/public/default/sweep", 9, 0, 15, 0, b"never committed", NO_FENCE)
+    assert late._commit(dead, [m], [0]) == []
+    assert "swept" in str(m.error)
+    assert meta.get(record_path(m.topic_path, 9, 0, 0)) is None
+    # the tombstone goes one grace period after it was made
+    assert sweep_orphan_groups(store, meta).nodes_removed == []
+    gone = sweep_orphan_groups(store, meta, now=time.time() + ORPHAN_GRACE_S + 60)
+    assert gone.nodes_removed == [group_node(dead)]
+    assert not meta.exists(group_node(dead))
+
+
+def test_an_object_a_range_still_names_is_never_swept(place):
+    server, loc, meta, store = place
+    st, _group, key, data = _committed_ledger(store, meta)
+    result = sweep_orphan_groups(store, meta, now=LATER)
+    assert result.deleted == [] and result.nodes_removed == []
+    assert _groups(server, loc) == [key]
+    fresh = ObjectLedgerStorage(BlobStore(loc), TOPIC, epoch=2, group=GroupFlush(BlobStore(loc), meta))
+    assert fresh.read_all(5) == data
+
+
+def test_a_crash_between_the_last_release_and_the_delete_is_swept(place):
+    server, loc, meta, store = place
+    st, _group, key, _data = _committed_ledger(store, meta)
+    (start, _end, epoch, name), *_ = [r for r in st.shared_ranges(5) if r[0] > 0]
+    member = int(name.split(":")[3])
+    # what release_parts commits; the process dies before _drop_if_unnamed deletes the object
+    meta.commit([Delete(record_path(st.topic_path, 5, start, epoch)), Delete(member_path(key, member))])
+    assert meta.get_children(group_node(key)) == []
+    assert sweep_orphan_groups(store, meta).deleted == []  # young: kept
+    result = sweep_orphan_groups(store, meta, now=LATER)
+    assert result.deleted == [key]
+    assert result.nodes_removed == [group_node(key)]  # a real group's node: made long before
+    assert _groups(server, loc) == []
+
+
+def test_the_sweeping_process_never_touches_its_own_group_in_flight(place):
+    server, loc, meta, store = place
+    own = GroupFlush(store, meta, incarnation=11)
+    own._counter = 3  # group 3 is being written now: its PUT done, its commit not yet
+    in_flight = f"{GROUPS_PREFIX}/{11:019d}/{3:016d}"
+    finished = f"{GROUPS_PREFIX}/{11:019d}/{2:016d}"  # an earlier group whose commit failed
+    store.put(in_flight, [b"in flight"])
+    store.put(finished, [b"failed commit, failed delete"])
+    result = sweep_orphan_groups(store, meta, own=own, now=LATER)
+    assert result.deleted == [finished]
+    assert _groups(server, loc) == [in_flight]
+    assert not meta.exists(group_node(in_flight))
