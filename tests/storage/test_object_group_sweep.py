@@ -16,6 +16,7 @@ from compactmq.storage import ledger_file as lf
 from compactmq.storage.metadata_store import Delete, create_metadata_store
 from compactmq.storage.object_group_flush import (
     GROUPS_PREFIX,
+    RANGES_ROOT,
     GroupFlush,
     _Member,
     group_node,
@@ -123,3 +124,21 @@ def test_the_sweeping_process_never_touches_its_own_group_in_flight(place):
     assert result.deleted == [finished]
     assert _groups(server, loc) == [in_flight]
     assert not meta.exists(group_node(in_flight))
+
+
+def test_a_deleted_topics_empty_range_nodes_go_and_a_neighbours_stay(place):
+    _server, _loc, meta, store = place
+    st, group, _key, _data = _committed_ledger(store, meta)
+    other = ObjectLedgerStorage(store, "persistent://public/other/kept", epoch=2, group=group)
+    w = other.create(3)
+    w.write(b"x" * 10, lf.FILE_HEADER_SIZE)
+    w.sync()
+    w.close()
+    st.delete(5)  # what deleting the topic does to each ledger, then forget_topic
+    ranges = f"{RANGES_ROOT}/{st.topic_path}"
+    assert meta.exists(ranges)  # the topic's node was left behind before
+    group.forget_topic(st.topic_path)
+    assert not meta.exists(ranges)
+    assert not meta.exists(f"{RANGES_ROOT}/persistent/public/default")
+    assert meta.get_children(f"{RANGES_ROOT}/persistent/public") == ["other"]
+    assert other.read_all(3)[lf.FILE_HEADER_SIZE :] == b"x" * 10

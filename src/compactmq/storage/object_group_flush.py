@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import CompactMQError, StorageError
-from .metadata_store import NEW, BadVersion, Check, Delete, KeyNotFound, MetadataStore, Op, Put
+from .metadata_store import NEW, BadVersion, Check, Delete, KeyNotFound, MetadataStore, NotEmpty, Op, Put
 from .offload.blobstore import BlobStore
 from .resources.fence import NO_FENCE, Fence, Fenced
 
@@ -325,6 +325,34 @@ class GroupFlush:
                     pass
         for key in sorted(keys):
             self._drop_if_unnamed(key)
+
+    def forget_topic(self, topic_path: str) -> None:
+        """After a topic's ledgers were deleted: remove its emptied nodes under ``RANGES_ROOT``
+        (the ledger nodes, the topic's, then its namespace's and tenant's while empty). A node
+        that still has children stays (``NotEmpty``): another topic's, or a record added
+        meanwhile; the root itself stays."""
+        base = f"{RANGES_ROOT}/{topic_path}"
+        try:
+            for child in self.metadata.get_children(base):
+                self._delete_if_empty(f"{base}/{child}")
+        except CompactMQError as e:
+            log.warning("%s: removing its emptied range nodes failed: %s", topic_path, e)
+            return
+        node = base
+        while node != RANGES_ROOT and node.startswith(RANGES_ROOT + "/"):
+            if not self._delete_if_empty(node):
+                return
+            node = node.rsplit("/", 1)[0]
+
+    def _delete_if_empty(self, node: str) -> bool:
+        """Delete ``node`` unless it has children; True when it is gone."""
+        try:
+            self.metadata.delete(node)
+        except KeyNotFound:
+            return True
+        except NotEmpty:
+            return False
+        return True
 
     def _drop_if_unnamed(self, key: str) -> None:
         """Delete shared object ``key`` once no member key names it (any process's ranges):

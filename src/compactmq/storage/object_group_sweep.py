@@ -29,6 +29,10 @@ Group nodes with no children whose object is gone (a tombstone, or a crash betwe
 delete and the node's) are removed once they are older than ``grace_s`` too, so a tombstone
 outlives its object by at least one grace period.
 
+A broker runs the sweep from its maintenance (``Storage.run_maintenance``, at most every
+``SWEEP_INTERVAL_S``) when ``objectLedgerGroupFlushEnabled``; several brokers at once are safe
+(the tombstone's ``NEW`` decides between them and a late commit; deletes are idempotent).
+
 Nothing here reads a user value: keys come from the store's own listing and are parsed as two
 integers before any use.
 """
@@ -52,6 +56,9 @@ log = logging.getLogger(__name__)
 
 #: how old a shared object must be before the sweep may delete it (see the module docstring)
 ORPHAN_GRACE_S = 600.0
+#: how often a broker runs the sweep (from its maintenance, ``retentionCheckIntervalInSeconds``):
+#: a LIST of ``groups/`` each time, and orphans only appear after crashes
+SWEEP_INTERVAL_S = 300.0
 #: the value of a group node the sweep created (case (a)): tells a tombstone from a real node
 TOMBSTONE = b"swept"
 
