@@ -142,3 +142,45 @@ def test_a_deleted_topics_empty_range_nodes_go_and_a_neighbours_stay(place):
     assert not meta.exists(f"{RANGES_ROOT}/persistent/public/default")
     assert meta.get_children(f"{RANGES_ROOT}/persistent/public") == ["other"]
     assert other.read_all(3)[lf.FILE_HEADER_SIZE :] == b"x" * 10
+
+
+def test_a_broker_sweeps_from_its_maintenance_and_cleans_up_a_deleted_topic(tmp_path):
+    """Storage level over file:// and the memory metadata store: maintenance sweeps an old
+    orphan (its file's time set back, as a crash an hour ago would leave it) and keeps the
+    groups still named; deleting a topic leaves no empty range nodes behind."""
+    import os
+    import uuid
+
+    from compactmq.config import load_config
+    from compactmq.storage.engine import Storage
+
+    objects = tmp_path / "objects"
+    config = load_config(
+        overrides={
+            "metadataStoreUrl": f"memory:s{uuid.uuid4().hex[:8]}",
+            "objectLedgerStorageUrl": f"file://{objects}",
+            "objectLedgerGroupFlushEnabled": True,
+        }
+    )
+    s = Storage(tmp_path / "broker", config)
+    try:
+        topic = "persistent://public/default/swept"
+        ml = s.open_managed_ledger(topic)
+        ml.append(b"one")
+        named = sorted(p for p in (objects / GROUPS_PREFIX).rglob("*") if p.is_file())
+        assert named
+        orphan = objects / GROUPS_PREFIX / f"{5:019d}" / f"{1:016d}"
+        orphan.parent.mkdir(parents=True)
+        orphan.write_bytes(b"died before its commit")
+        hour_ago = time.time() - 3600
+        for p in [orphan, *named]:
+            os.utime(p, (hour_ago, hour_ago))
+        s.run_maintenance()
+        assert not orphan.exists()
+        assert all(p.exists() for p in named)  # still named by the topic's range records
+        ranges = f"{RANGES_ROOT}/persistent/public/default/swept"
+        assert s.metadata_store.exists(ranges)
+        s.delete_managed_ledger(topic)
+        assert not s.metadata_store.exists(f"{RANGES_ROOT}/persistent/public")
+    finally:
+        s.close()
