@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from compactmq.storage import ledger_file as lf
-from compactmq.storage import object_group_flush, object_ledgers
+from compactmq.storage import object_group_flush, object_ledger_writer
 from compactmq.storage.metadata_store import Check, create_metadata_store
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
@@ -145,7 +145,7 @@ def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place
 
 def test_a_ledger_being_written_folds_its_ranges_so_few_records_stay(place, monkeypatch):
     server, loc, meta = place
-    monkeypatch.setattr(object_ledgers, "FOLD_RANGES", 4)
+    monkeypatch.setattr(object_ledger_writer, "FOLD_RANGES", 4)
     _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=0)
     w = st.create(8)
     end, recs = lf.FILE_HEADER_SIZE, []

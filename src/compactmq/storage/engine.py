@@ -26,6 +26,7 @@ from .metadata_store import MetadataStore as KeyValueStore
 from .metadata_store.legacy_tables import open_legacy_tables
 from .ledger_storage import LedgerStorage
 from .object_group_flush import GroupFlush
+from .object_group_sweep import SWEEP_INTERVAL_S, sweep_orphan_groups
 from .object_ledger_upkeep import wait_merges
 from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from .object_store_url import KEY as OBJECT_STORE_KEY
@@ -122,6 +123,7 @@ class Storage:
                 raise StorageError(f"{OBJECT_STORE_KEY}: {e}") from None
         self._object_settings = ObjectLedgerSettings.from_config(self.config)
         self._group_flush: GroupFlush | None = None  # objectLedgerGroupFlushEnabled; made when first used
+        self._group_swept_at = 0.0  # monotonic time of the last orphan sweep of shared objects
         #: topic -> its ownership fence (``resources.fence``); a cluster sets this (single node:
         #: no fence). A managed ledger keeps the fence it was opened under until it closes.
         self.fence_provider: Callable[[str], Fence] = lambda topic: NO_FENCE
@@ -466,6 +468,8 @@ class Storage:
         try:
             for ledger_id in sorted(ols.list()):
                 ols.delete(ledger_id)
+            if ols.group is not None:  # its emptied nodes under the range records' root go too
+                ols.group.forget_topic(ols.topic_path)
         except (CompactMQError, OSError) as e:
             log.warning("deleting the ledger objects of %s failed: %s", topic, e)
 
@@ -488,7 +492,20 @@ class Storage:
             if ids:
                 deleted[ml.topic] = ids
         self.offloader.run_maintenance(mls)
+        self._sweep_groups()
         return deleted
+
+    def _sweep_groups(self) -> None:
+        """With a group flush, every ``SWEEP_INTERVAL_S`` at most: the orphan sweep of shared
+        objects (``object_group_sweep``); any broker may run it, several at once are safe."""
+        group = self._group()
+        if group is None or time.monotonic() - self._group_swept_at < SWEEP_INTERVAL_S:
+            return
+        self._group_swept_at = time.monotonic()
+        try:
+            sweep_orphan_groups(group.store, group.metadata, own=group)
+        except CompactMQError as e:
+            log.warning("orphan sweep of shared objects failed (retried later): %s", e)
 
     def _sweep_offload(self) -> None:
         """At start, before any offload runs: objects of interrupted offloads and of ledgers

@@ -1,6 +1,6 @@
 """Group flush: ONE object write for the unflushed bytes of many ledgers, of many topics.
 
-Without it, each object ledger's writer (``object_ledgers.ObjectLedgerWriter``) writes its own
+Without it, each object ledger's writer (``object_ledger_writer.ObjectLedgerWriter``) writes its own
 flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
 ``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
 writer's flush instead *joins the group*: a daemon thread collects every flush asked for within
@@ -32,10 +32,12 @@ Sealing: the merge (``object_ledger_upkeep``) copies the ledger's ranges into it
 then ``release`` deletes the ledger's records with their member keys in one commit; whoever
 leaves a shared object's group key without children (any process: a new owner after a
 failover too) deletes the object, then the group key. A ledger being written *folds* its ranges
-into an object of its own every ``FOLD_RANGES`` ranges (``object_ledgers``) and releases them
-the same way, so records stay few. Left for a sweep (the open follow-up): an object written by
-a process that died before its commit (no records, no group key), and a crash between the last
-release and the object's delete.
+into an object of its own every ``FOLD_RANGES`` ranges (``object_ledger_writer``) and releases them
+the same way, so records stay few. Left for the orphan sweep (``object_group_sweep``): an object
+written by a process that died before its commit (no records, no group key), and a crash between
+the last release and the object's delete; it removes both once older than a grace period (a
+group's commit creates its group node only if new, so a commit that comes after the sweep
+decided fails rather than naming a deleted object).
 
 Thread safety: ``flush`` from any thread (it blocks until its group committed); one daemon thread
 writes groups one at a time, so under load everything asked during one group's write goes into
@@ -52,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import CompactMQError, StorageError
-from .metadata_store import BadVersion, Check, Delete, KeyNotFound, MetadataStore, Op, Put
+from .metadata_store import NEW, BadVersion, Check, Delete, KeyNotFound, MetadataStore, NotEmpty, Op, Put
 from .offload.blobstore import BlobStore
 from .resources.fence import NO_FENCE, Fence, Fenced
 
@@ -130,6 +132,12 @@ class GroupFlush:
         self._due = 0.0  # when the oldest pending flush has waited the interval
         self._thread: threading.Thread | None = None
         self.groups_written = 0  # tests, stats
+
+    @property
+    def counter(self) -> int:
+        """The counter of the group being written (or the last written): the orphan sweep
+        leaves this process's groups from it on alone."""
+        return self._counter
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -215,7 +223,10 @@ class GroupFlush:
         for _ in range(COMMIT_ATTEMPTS):
             if not todo:
                 return []
-            ops: list[Op] = []
+            # the group node is created here, and only if new: after an orphan sweep made it (a
+            # tombstone: ``object_group_sweep``), a commit this late fails instead of naming a
+            # deleted object
+            ops: list[Op] = [Put(group_node(key), b"", expected_version=NEW)]
             checks: dict[tuple[str, int], Check] = {}
             for i, m, off in todo:
                 value = json.dumps({"end": m.end, "key": key, "offset": off, "member": i}).encode()
@@ -227,6 +238,10 @@ class GroupFlush:
                 self.metadata.commit([*ops, *checks.values()])
                 return [m for _i, m, _off in todo]
             except (BadVersion, KeyNotFound):
+                if self.metadata.exists(group_node(key)):  # swept: the object is gone or going
+                    for _i, m, _off in todo:
+                        m.error = StorageError(f"group {key}: swept as an orphan before its commit")
+                    return []
                 todo = self._without_fenced(todo)
             except CompactMQError as e:
                 for _i, m, _off in todo:
@@ -310,6 +325,34 @@ class GroupFlush:
                     pass
         for key in sorted(keys):
             self._drop_if_unnamed(key)
+
+    def forget_topic(self, topic_path: str) -> None:
+        """After a topic's ledgers were deleted: remove its emptied nodes under ``RANGES_ROOT``
+        (the ledger nodes, the topic's, then its namespace's and tenant's while empty). A node
+        that still has children stays (``NotEmpty``): another topic's, or a record added
+        meanwhile; the root itself stays."""
+        base = f"{RANGES_ROOT}/{topic_path}"
+        try:
+            for child in self.metadata.get_children(base):
+                self._delete_if_empty(f"{base}/{child}")
+        except CompactMQError as e:
+            log.warning("%s: removing its emptied range nodes failed: %s", topic_path, e)
+            return
+        node = base
+        while node != RANGES_ROOT and node.startswith(RANGES_ROOT + "/"):
+            if not self._delete_if_empty(node):
+                return
+            node = node.rsplit("/", 1)[0]
+
+    def _delete_if_empty(self, node: str) -> bool:
+        """Delete ``node`` unless it has children; True when it is gone."""
+        try:
+            self.metadata.delete(node)
+        except KeyNotFound:
+            return True
+        except NotEmpty:
+            return False
+        return True
 
     def _drop_if_unnamed(self, key: str) -> None:
         """Delete shared object ``key`` once no member key names it (any process's ranges):
