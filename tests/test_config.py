@@ -213,3 +213,30 @@ def test_a_number_setting_is_coerced_when_loaded():
     assert cfg["managedLedgerDefaultMarkDeleteRateLimit"] == 2.5
     with pytest.raises(InvalidConfiguration, match="expected a number"):
         load_config(None, {"compactionChainMaxStaleRatio": "lots"})
+
+
+def test_every_setting_read_in_src_names_a_declared_key_of_its_type():
+    """A typo in a key read through setting()/int_setting()/... fails here, before any run."""
+    import ast
+    from pathlib import Path
+
+    import compactmq
+
+    wanted = {"setting": None, "int_setting": ("int", "OptionalInt"), "float_setting": ("float", "int")}
+    wanted["bool_setting"] = ("bool",)
+    seen = 0
+    for path in Path(compactmq.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id not in wanted or len(node.args) != 2:
+                continue
+            key = node.args[1]
+            if not isinstance(key, ast.Constant):
+                continue
+            seen += 1
+            assert key.value in SETTINGS, f"{path}:{node.lineno}: {key.value!r} is not declared"
+            types = wanted[node.func.id]
+            if types is not None:
+                assert SETTINGS[key.value].type.__name__ in types, f"{path}:{node.lineno}: {key.value!r}"
+    assert seen >= 20  # the scan found the call sites (it cannot pass by finding none)
