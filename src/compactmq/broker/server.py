@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
 from ..compaction.hooks import PostCompactionHook
-from ..config import Config, int_setting
+from ..config import Config, int_setting, setting
 from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
@@ -188,7 +188,7 @@ class BrokerService:
         self.broker_url_tls: str | None = None
         self.web_url_tls: str | None = None
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
-        self.cluster_name = str(config.get("clusterName") or "standalone")
+        self.cluster_name = str(setting(config, "clusterName"))
         # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
         self.cluster: ClusterService | None = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
