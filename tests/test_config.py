@@ -1,6 +1,17 @@
 import pytest
 
-from compactmq.config import config_list, describe_unknown_keys, load_config, parse_override, suggest_key
+from compactmq.config import (
+    SETTINGS,
+    bool_setting,
+    config_list,
+    describe_unknown_keys,
+    float_setting,
+    int_setting,
+    load_config,
+    parse_override,
+    setting,
+    suggest_key,
+)
 from compactmq.errors import InvalidConfiguration
 
 
@@ -167,3 +178,65 @@ def test_offload_keys_have_pulsars_names_and_defaults():
         "fileSystemURI",
     ):
         assert cfg[key] == ""
+
+
+def test_setting_reads_the_declared_default_when_unset():
+    # a plain dict (as unit tests pass) falls back to the one declared default
+    assert (
+        int_setting({}, "maxUnackedMessagesPerConsumer") == SETTINGS["maxUnackedMessagesPerConsumer"].default
+    )
+    assert int_setting({}, "maxUnackedMessagesPerConsumer") == 50000  # Pulsar's default
+    assert float_setting({}, "compactionChainMaxStaleRatio") == 0.25
+    assert bool_setting({}, "authorizationEnabled") is False
+    assert setting({}, "topicCompactionStrategy") == SETTINGS["topicCompactionStrategy"].default
+    # a value that is set wins, in a dict or a loaded Config
+    assert int_setting({"maxProducersPerTopic": "3"}, "maxProducersPerTopic") == 3
+    assert bool_setting({"authorizationEnabled": "true"}, "authorizationEnabled") is True
+    cfg = load_config(None, {"compactionChainMaxStaleRatio": "0.5", "maxProducersPerTopic": "7"})
+    assert float_setting(cfg, "compactionChainMaxStaleRatio") == 0.5
+    assert int_setting(cfg, "maxProducersPerTopic") == 7
+
+
+def test_setting_refuses_an_undeclared_key_and_a_wrong_type():
+    with pytest.raises(KeyError, match="maxProducersPerTopik"):
+        setting({"maxProducersPerTopik": 1}, "maxProducersPerTopik")
+    with pytest.raises(KeyError, match="nope"):
+        int_setting({}, "nope")
+    with pytest.raises(TypeError, match="authorizationEnabled"):
+        int_setting({}, "authorizationEnabled")
+    with pytest.raises(TypeError, match="maxProducersPerTopic"):
+        bool_setting({}, "maxProducersPerTopic")
+
+
+def test_a_number_setting_is_coerced_when_loaded():
+    cfg = load_config(None, {"managedLedgerDefaultMarkDeleteRateLimit": " 2.5 "})
+    assert cfg["managedLedgerDefaultMarkDeleteRateLimit"] == 2.5
+    with pytest.raises(InvalidConfiguration, match="expected a number"):
+        load_config(None, {"compactionChainMaxStaleRatio": "lots"})
+
+
+def test_every_setting_read_in_src_names_a_declared_key_of_its_type():
+    """A typo in a key read through setting()/int_setting()/... fails here, before any run."""
+    import ast
+    from pathlib import Path
+
+    import compactmq
+
+    wanted = {"setting": None, "int_setting": ("int", "OptionalInt"), "float_setting": ("float", "int")}
+    wanted["bool_setting"] = ("bool",)
+    seen = 0
+    for path in Path(compactmq.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id not in wanted or len(node.args) != 2:
+                continue
+            key = node.args[1]
+            if not isinstance(key, ast.Constant):
+                continue
+            seen += 1
+            assert key.value in SETTINGS, f"{path}:{node.lineno}: {key.value!r} is not declared"
+            types = wanted[node.func.id]
+            if types is not None:
+                assert SETTINGS[key.value].type.__name__ in types, f"{path}:{node.lineno}: {key.value!r}"
+    assert seen >= 20  # the scan found the call sites (it cannot pass by finding none)

@@ -148,3 +148,16 @@ def test_pending_acks_give_their_table_back_once_empty():
     del pending[4999]
     assert len(pending) == 0 and pending.total == 0 and consumer.unacked_messages == 0
     assert sys.getsizeof(pending) <= empty and not pending.counts
+
+
+def test_unset_unacked_limits_read_pulsars_defaults_not_unlimited():
+    """A settings mapping without the keys reads the declared defaults (Pulsar's 50,000 per
+    consumer and 200,000 per subscription); the call site once read 0 (no limit) instead."""
+    from compactmq.broker.limits import unacked_limits
+    from compactmq.config import load_config
+
+    assert unacked_limits({}) == (50_000, 200_000)
+    assert unacked_limits(load_config()) == (50_000, 200_000)
+    off = {"maxUnackedMessagesPerConsumer": 0, "maxUnackedMessagesPerSubscription": "0"}
+    assert unacked_limits(off) == (0, 0)
+    assert unacked_limits({"maxUnackedMessagesPerConsumer": "7"}) == (7, 200_000)

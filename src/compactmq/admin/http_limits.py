@@ -28,6 +28,8 @@ from typing import Any, Awaitable, Callable, Mapping
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from ..config import int_setting
+
 #: the body limit when ``httpMaxRequestSize`` is <= 0 (Pulsar's "no limit")
 DEFAULT_MAX_BODY = 1024 * 1024
 #: most header fields in one request (aiohttp's own default)
@@ -35,15 +37,15 @@ MAX_HEADERS = 128
 
 
 def max_body_size(config: Mapping[str, Any]) -> int:
-    size = int(config.get("httpMaxRequestSize", -1))
+    size = int_setting(config, "httpMaxRequestSize")
     return size if size > 0 else DEFAULT_MAX_BODY
 
 
 def handler_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments for ``web.AppRunner``: the header deadline and size limits."""
-    header_size = max(256, int(config.get("httpMaxRequestHeaderSize", 8192)))
+    header_size = max(256, int_setting(config, "httpMaxRequestHeaderSize"))
     return {
-        "keepalive_timeout": max(1, int(config.get("httpRequestHeaderTimeoutSeconds", 30))),
+        "keepalive_timeout": max(1, int_setting(config, "httpRequestHeaderTimeoutSeconds")),
         "max_line_size": header_size,
         "max_field_size": header_size,
         "max_headers": MAX_HEADERS,
@@ -60,7 +62,7 @@ def body_deadline_middleware(
     config: Mapping[str, Any], error_response: Callable[[int, str], web.Response]
 ) -> Middleware:
     """A middleware that reads the request body within ``httpRequestBodyTimeoutSeconds``."""
-    timeout = max(1, int(config.get("httpRequestBodyTimeoutSeconds", 30)))
+    timeout = max(1, int_setting(config, "httpRequestBodyTimeoutSeconds"))
     limit = max_body_size(config)
 
     @web.middleware

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..config import PULSAR_AUTHORIZATION_PROVIDER, config_list
+from ..config import PULSAR_AUTHORIZATION_PROVIDER, bool_setting, config_list, setting
 from ..errors import AuthorizationFailed, InvalidConfiguration, InvalidInput
 from ..naming import TopicName
 from ..storage.resources.grants import AUTH_POLICIES as AUTH_POLICIES  # re-exported: the policy's name
@@ -64,8 +64,8 @@ class AuthorizationService:
     def __init__(self, config: Mapping[str, Any], resources: Any):
         """``resources``: ``storage.resources.PulsarResources`` (tenants; grants inside the namespace
         Policies values)."""
-        self.enabled = bool(config.get("authorizationEnabled", False))
-        provider = config.get("authorizationProvider") or PULSAR_AUTHORIZATION_PROVIDER
+        self.enabled = bool_setting(config, "authorizationEnabled")
+        provider = setting(config, "authorizationProvider")
         if provider != PULSAR_AUTHORIZATION_PROVIDER:
             raise InvalidConfiguration(
                 f"authorizationProvider={provider!r}: only {PULSAR_AUTHORIZATION_PROVIDER} is implemented"

@@ -40,6 +40,7 @@ from ..compaction.lag import (
     last_compactable,
     oldest_uncompacted_publish_ms,
 )
+from ..config import int_setting
 from ..errors import CompactMQError
 from ..naming import TopicName
 from ..compaction.state import RUNNING
@@ -56,8 +57,8 @@ class DueCheck:
         self.storage = storage
         self.state_of = state_of
         self.default_threshold = int(config["brokerServiceCompactionThresholdInBytes"])
-        self.default_max_lag = int(config.get("brokerServiceCompactionMaxLagInSeconds", 0))
-        self.default_min_lag = int(config.get("brokerServiceCompactionMinLagInSeconds", 0))
+        self.default_max_lag = int_setting(config, "brokerServiceCompactionMaxLagInSeconds")
+        self.default_min_lag = int_setting(config, "brokerServiceCompactionMinLagInSeconds")
 
     def threshold_of(self, topic: str) -> int:
         value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)

@@ -33,13 +33,12 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from ..auth import METHOD_BASIC, METHOD_TLS, METHOD_TOKEN, AuthenticationService
-from ..config import config_list
+from ..config import config_list, setting
 from ..errors import AlreadyExists, AuthenticationFailed
 from ..naming import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 
-CLUSTER = "standalone"
 _CLIENT_AUTH = "org.apache.pulsar.client.impl.auth."
 _PLUGIN_METHODS = {
     "AuthenticationToken": METHOD_TOKEN,
@@ -161,7 +160,7 @@ def ensure_default_namespace(
     if resources.tenants.get(DEFAULT_TENANT) is None:
         info = {
             "adminRoles": sorted(set(config_list(config, "superUserRoles"))),
-            "allowedClusters": [str(config.get("clusterName") or CLUSTER)],
+            "allowedClusters": [str(setting(config, "clusterName"))],
         }
         try:
             resources.tenants.create(DEFAULT_TENANT, info)

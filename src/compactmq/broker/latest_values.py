@@ -222,10 +222,10 @@ class LatestValues:
 
     @classmethod
     def from_config(cls, config) -> "LatestValues":
-        from ..config import SETTINGS
+        from ..config import int_setting
 
         def mb(key: str) -> int:
-            return int(config.get(key, SETTINGS[key].default)) * 1024 * 1024
+            return int_setting(config, key) * 1024 * 1024
 
         return cls(mb("latestValueTailIndexMaxSizeMB"), mb("latestValueKeyIndexMaxSizeMB"))
 

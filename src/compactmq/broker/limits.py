@@ -27,31 +27,33 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from ..config import int_setting
 from ..errors import ConsumerBusy, ProducerBusy
 
 UNLIMITED = 1 << 62
 
 
 def check_producers(config: Mapping[str, Any], topic_name: str, attached: int) -> None:
-    limit = int(config.get("maxProducersPerTopic", 0) or 0)
+    limit = int_setting(config, "maxProducersPerTopic")
     if limit > 0 and attached >= limit:
         raise ProducerBusy(f"Topic '{topic_name}' reached max producers limit")
 
 
 def check_consumers(config: Mapping[str, Any], topic_consumers: int, subscription_consumers: int) -> None:
-    per_topic = int(config.get("maxConsumersPerTopic", 0) or 0)
+    per_topic = int_setting(config, "maxConsumersPerTopic")
     if per_topic > 0 and topic_consumers >= per_topic:
         raise ConsumerBusy("Topic reached max consumers limit")
-    per_sub = int(config.get("maxConsumersPerSubscription", 0) or 0)
+    per_sub = int_setting(config, "maxConsumersPerSubscription")
     if per_sub > 0 and subscription_consumers >= per_sub:
         raise ConsumerBusy("Subscription reached max consumers limit")
 
 
 def unacked_limits(config: Mapping[str, Any]) -> tuple[int, int]:
-    """(per consumer, per subscription) from the broker settings; 0 means no limit."""
+    """(per consumer, per subscription) from the broker settings; 0 means no limit. A key that is
+    not set reads its declared default, Pulsar's 50,000 and 200,000 (not 0)."""
     return (
-        int(config.get("maxUnackedMessagesPerConsumer", 0) or 0),
-        int(config.get("maxUnackedMessagesPerSubscription", 0) or 0),
+        int_setting(config, "maxUnackedMessagesPerConsumer"),
+        int_setting(config, "maxUnackedMessagesPerSubscription"),
     )
 
 

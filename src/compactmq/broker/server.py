@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
 from ..compaction.hooks import PostCompactionHook
-from ..config import SETTINGS, Config
+from ..config import Config, int_setting, setting
 from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
@@ -170,12 +170,9 @@ class Housekeeping:
 def _entry_cache_manager(config: Config) -> EntryCacheManager:
     """The broker-wide entry cache bounds (``entry_cache``) from Pulsar's keys."""
 
-    def key(name: str) -> int:
-        return int(config.get(name, SETTINGS[name].default))
-
     return EntryCacheManager(
-        max(0, key("managedLedgerCacheSizeMB")) << 20,
-        max(0, key("managedLedgerCacheEvictionTimeThresholdMillis")) / 1000,
+        max(0, int_setting(config, "managedLedgerCacheSizeMB")) << 20,
+        max(0, int_setting(config, "managedLedgerCacheEvictionTimeThresholdMillis")) / 1000,
     )
 
 
@@ -191,7 +188,7 @@ class BrokerService:
         self.broker_url_tls: str | None = None
         self.web_url_tls: str | None = None
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
-        self.cluster_name = str(config.get("clusterName") or "standalone")
+        self.cluster_name = str(setting(config, "clusterName"))
         # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
         self.cluster: ClusterService | None = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
@@ -204,10 +201,7 @@ class BrokerService:
         self.state = ServerState()
         # brokerMaxConnections / brokerMaxConnectionsPerIp (admission)
         self.connection_counter = ConnectionCounter(
-            {
-                k: config.get(k, SETTINGS[k].default)
-                for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")
-            }
+            {k: int_setting(config, k) for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")}
         )
         grouped = config.get("objectLedgerStorageUrl") and config.get("objectLedgerGroupFlushEnabled")
         threads = STORAGE_THREADS_OBJECT_LEDGERS if grouped else STORAGE_THREADS
@@ -329,11 +323,8 @@ class BrokerServer:
             await monitor.start()
             service.housekeeping.start()
             service.inactive_topics.start()
-            interval_ms = self.config.get(
-                "managedLedgerCacheEvictionIntervalMs",
-                SETTINGS["managedLedgerCacheEvictionIntervalMs"].default,
-            )
-            service.tail_cache_budget.start(service.state.spawn, max(1, int(interval_ms)) / 1000)
+            interval_ms = int_setting(self.config, "managedLedgerCacheEvictionIntervalMs")
+            service.tail_cache_budget.start(service.state.spawn, max(1, interval_ms) / 1000)
             service.credential_refresher.start()
             await self.start_web()
         except BaseException:

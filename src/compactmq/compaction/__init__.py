@@ -130,7 +130,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES
+from ..config import KEEP_UNTIL_TOMBSTONE, RETENTION_BOUNDED, RETENTION_MODES, SETTINGS, setting
 from ..errors import CompactionError, InvalidConfiguration
 from ..storage.engine import TOPIC_AREAS
 from ..storage.policy_keys import COMPACTION_CURSOR
@@ -142,7 +142,7 @@ from ..storage.position import EARLIEST, Position
 COMPACTED_DIR = "compacted"
 TOPIC_AREAS.add(COMPACTED_DIR)
 
-DEFAULT_FACTORY = "compactmq.compaction.spark.SparkCompactionServiceFactory"
+DEFAULT_FACTORY = SETTINGS["compactionServiceFactoryClassName"].default
 
 #: phases reported to a progress callback, in order
 PHASES = ("start", "phase-one", "phase-two", "commit", "done")
@@ -493,7 +493,7 @@ def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFa
     Raises:
         InvalidConfiguration: the name does not resolve to a ``CompactionServiceFactory`` subclass.
     """
-    name = config.get("compactionServiceFactoryClassName") or DEFAULT_FACTORY
+    name = setting(config, "compactionServiceFactoryClassName")
     cls = load_class(name, "compactionServiceFactoryClassName")
     if not (isinstance(cls, type) and issubclass(cls, CompactionServiceFactory)):
         raise InvalidConfiguration(

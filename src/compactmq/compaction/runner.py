@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Optional
 
+from ..config import float_setting, int_setting
 from ..errors import CompactionError, CompactMQError
 from . import (
     CompactionProgress,
@@ -328,8 +329,8 @@ class CompactionRunner:
         prev = self._prev_reader
         if prev is None or not prev.is_chain or plan.view_keys is None or plan.strategy == "user":
             return False
-        max_runs = int(self.config.get("compactionChainMaxRuns", chain.MAX_RUNS))
-        max_stale = float(self.config.get("compactionChainMaxStaleRatio", chain.MAX_STALE_RATIO))
+        max_runs = int_setting(self.config, "compactionChainMaxRuns")
+        max_stale = float_setting(self.config, "compactionChainMaxStaleRatio")
         return not chain.should_merge(prev.manifest, len(prev), max_runs, max_stale)
 
     def _chain_manifest(self, plan: RunPlan, parts: list[dict]):

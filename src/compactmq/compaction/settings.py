@@ -7,7 +7,7 @@ filter what readers see (``service``). Minimum lag, tombstone retention and key 
 
 from __future__ import annotations
 
-from ..config import parse_bool
+from ..config import bool_setting, int_setting, parse_bool, setting
 from . import retention_mode
 from .lag import lag_seconds_setting
 
@@ -26,23 +26,29 @@ def topic_settings(storage, topic: str, config) -> dict:
 
     meta = storage.policies
     mode = retention_mode(
-        meta.effective_policy(topic, COMPACTION_RETENTION_MODE, config.get("topicCompactionRetentionMode"))
+        meta.effective_policy(
+            topic, COMPACTION_RETENTION_MODE, setting(config, "topicCompactionRetentionMode")
+        )
     )
-    retain = meta.effective_policy(topic, RETAIN_NULL_KEY, config.get("topicCompactionRetainNullKey", False))
+    retain = meta.effective_policy(
+        topic, RETAIN_NULL_KEY, bool_setting(config, "topicCompactionRetainNullKey")
+    )
     return {
-        "strategy": meta.effective_policy(topic, COMPACTION_STRATEGY, config.get("topicCompactionStrategy")),
+        "strategy": meta.effective_policy(
+            topic, COMPACTION_STRATEGY, setting(config, "topicCompactionStrategy")
+        ),
         "retain_null_key": parse_bool(retain or False, default=False),
         "retention_mode": mode,
         "min_lag_seconds": lag_seconds_setting(
-            meta, topic, COMPACTION_MIN_LAG, config.get("brokerServiceCompactionMinLagInSeconds", 0)
+            meta, topic, COMPACTION_MIN_LAG, int_setting(config, "brokerServiceCompactionMinLagInSeconds")
         ),
         "tombstone_retention_seconds": lag_seconds_setting(
             meta,
             topic,
             COMPACTION_TOMBSTONE_RETENTION,
-            config.get("topicCompactionTombstoneRetentionSeconds", 0),
+            int_setting(config, "topicCompactionTombstoneRetentionSeconds"),
         ),
         "key_ttl_seconds": lag_seconds_setting(
-            meta, topic, COMPACTED_VIEW_KEY_TTL, config.get("topicCompactedViewKeyTtlSeconds", 0)
+            meta, topic, COMPACTED_VIEW_KEY_TTL, int_setting(config, "topicCompactedViewKeyTtlSeconds")
         ),
     }

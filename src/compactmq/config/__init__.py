@@ -23,6 +23,10 @@ implemented key is the case that deserves the warning most.
 
 Nothing is read at import time: tests pass plain dicts as ``overrides``.
 
+Code reads a key with ``setting(config, key)`` (or ``int_setting``/``float_setting``/
+``bool_setting``): the value set, else the declared default, so no call site writes a default
+again; an undeclared key fails loudly there.
+
 The package is split by idea: ``keys`` declares the keys (``SETTINGS``; add new keys there),
 ``loading`` merges the layers into a ``Config``, ``pulsar_keys`` knows the keys that are not
 compactmq's. Import from ``compactmq.config``: every public name is re-exported here.
@@ -47,12 +51,16 @@ from .keys import (
 )
 from .loading import (
     Config,
+    bool_setting,
     config_list,
+    float_setting,
+    int_setting,
     load_config,
     metrics_need_authentication,
     parse_bool,
     parse_conf_text,
     parse_override,
+    setting,
 )
 from .pulsar_keys import (
     IGNORED_PREFIXES,
@@ -84,8 +92,11 @@ __all__ = [
     "Config",
     "OptionalInt",
     "Setting",
+    "bool_setting",
     "config_list",
     "describe_unknown_keys",
+    "float_setting",
+    "int_setting",
     "is_ignored_pulsar_key",
     "is_secret_key",
     "load_config",
@@ -94,5 +105,6 @@ __all__ = [
     "parse_conf_text",
     "parse_override",
     "pulsar_conf_keys",
+    "setting",
     "suggest_key",
 ]

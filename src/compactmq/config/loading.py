@@ -57,6 +57,11 @@ def _coerce(key: str, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
         setting = Setting(int, None, "")
+    if setting.type is float:
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise InvalidConfiguration(f"config {key}={value!r}: expected a number") from None
     if setting.type is int:
         if isinstance(value, bool):
             raise InvalidConfiguration(f"config {key}={value!r}: expected an integer")
@@ -65,6 +70,43 @@ def _coerce(key: str, value: Any) -> Any:
         except ValueError:
             raise InvalidConfiguration(f"config {key}={value!r}: expected an integer") from None
     return str(value).strip() if not isinstance(value, str) else value.strip()
+
+
+def setting(config: Mapping[str, Any], key: str) -> Any:
+    """The value of the declared ``key``: the one ``config`` holds, else the default declared in
+    ``SETTINGS`` -- the one place a default is written, so no call site repeats it. A key that is
+    not declared is a ``KeyError`` naming it: a typo fails loudly instead of reading a default.
+    ``config`` is any mapping (a ``Config`` holds every declared key; tests pass plain dicts)."""
+    declared = SETTINGS.get(key)
+    if declared is None:
+        raise KeyError(f"{key!r} is not a declared setting (compactmq.config.keys.SETTINGS)")
+    return config[key] if key in config else declared.default
+
+
+def int_setting(config: Mapping[str, Any], key: str) -> int:
+    """``setting`` of an integer key, as an ``int`` (an unset optional one is 0)."""
+    _check_type(key, (int, OptionalInt))
+    return int(setting(config, key) or 0)
+
+
+def float_setting(config: Mapping[str, Any], key: str) -> float:
+    """``setting`` of a number key, as a ``float`` (integer keys read as floats too)."""
+    _check_type(key, (float, int))
+    return float(setting(config, key))
+
+
+def bool_setting(config: Mapping[str, Any], key: str) -> bool:
+    """``setting`` of a boolean key, read the one way (``parse_bool``)."""
+    _check_type(key, (bool,))
+    return parse_bool(setting(config, key))
+
+
+def _check_type(key: str, types: tuple[type, ...]) -> None:
+    declared = SETTINGS.get(key)
+    if declared is None:
+        raise KeyError(f"{key!r} is not a declared setting (compactmq.config.keys.SETTINGS)")
+    if declared.type not in types:
+        raise TypeError(f"setting {key!r} is declared {declared.type.__name__}")
 
 
 def metrics_need_authentication(config: Mapping[str, Any]) -> bool:

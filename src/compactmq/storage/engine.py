@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
 
-from ..config import Config, load_config
+from ..config import Config, float_setting, int_setting, load_config
 from ..errors import AlreadyExists, CompactMQError, Conflict, NotFound, StorageError, TopicNotFound
 from ..naming import TopicName, canonical
 from . import dir_owner
@@ -191,9 +191,9 @@ class Storage:
             res.namespaces,
             res.policies,
             read_only=self.read_only,
-            mark_delete_rate=float(self.config.get("managedLedgerDefaultMarkDeleteRateLimit", 1.0)),
-            flush_interval_s=float(self.config.get("managedLedgerCursorPositionFlushSeconds", 60)),
-            max_ranges=int(self.config.get("managedLedgerMaxUnackedRangesToPersist", 10_000)),
+            mark_delete_rate=float_setting(self.config, "managedLedgerDefaultMarkDeleteRateLimit"),
+            flush_interval_s=float_setting(self.config, "managedLedgerCursorPositionFlushSeconds"),
+            max_ranges=int_setting(self.config, "managedLedgerMaxUnackedRangesToPersist"),
             clock=self._clock,
         )
         self.topic_metadata.fence_for = self.fence_for

@@ -13,6 +13,7 @@ import os
 import time
 from typing import Mapping, Optional
 
+from ...config import int_setting
 from .. import CompactionProgress, CompactionServiceFactory
 from ..service import LedgerCompactionService
 from . import timeline
@@ -173,7 +174,7 @@ class SparkCompactionService(LedgerCompactionService):
         self.spark_conf = dict(spark_conf if spark_conf is not None else getattr(config, "spark", {}) or {})
 
     def engine(self) -> SparkEngine:
-        small = int(self.config.get("compactionInProcessMaxBytes", 0) or 0)
+        small = int_setting(self.config, "compactionInProcessMaxBytes")
         return SparkEngine(self.spark_conf, in_process_max_bytes=small)
 
 
@@ -214,7 +215,7 @@ class SparkCompactionServiceFactory(CompactionServiceFactory):
             for i, outcome in zip(others, done):
                 outcomes[i] = outcome
         if mine:
-            small = int(self.config.get("compactionInProcessMaxBytes", 0) or 0)
+            small = int_setting(self.config, "compactionInProcessMaxBytes")
             conf = getattr(services[mine[0]], "spark_conf", self.spark_conf)
             engine = SparkEngine(conf, in_process_max_bytes=small)
             joint = JointRun(engine, len(mine))
