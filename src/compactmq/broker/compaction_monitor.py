@@ -74,6 +74,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..config import int_setting
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
@@ -127,8 +128,8 @@ class CompactionMonitor(RunWorker):
         attach_tiered(self.storage)
         self._executor = ThreadPoolExecutor(self.max_runs, thread_name_prefix="compaction")
         # bounds of one joint job (``_take_job``)
-        self.max_job_topics = max(1, int(self.config.get("compactionJointMaxTopics", 100)))
-        self.max_job_bytes = max(1, int(self.config.get("compactionJointMaxBytes", 1 << 30)))
+        self.max_job_topics = max(1, int_setting(self.config, "compactionJointMaxTopics"))
+        self.max_job_bytes = max(1, int_setting(self.config, "compactionJointMaxBytes"))
         self._pending: list[list[RunProgress]] = []  # units waiting for a worker (``_pump``)
         self._active = 0  # jobs in the worker pool
         self._seq = 0  # arrival order, the last tie-break of priorities
@@ -140,7 +141,8 @@ class CompactionMonitor(RunWorker):
         self.last_runs: dict[str, dict[str, Any]] = self.records.last_runs
         # the topics a check looks at: those that changed (``compaction_watch``)
         self.watch = DueWatch(
-            float(self.config.get("compactionMonitorFullScanIntervalInSeconds", 300)), lambda: self.clock()
+            float(int_setting(self.config, "compactionMonitorFullScanIntervalInSeconds")),
+            lambda: self.clock(),
         )
         self.watch.on_timer = self._timer_started
         self._job_seconds: collections.deque[float] = collections.deque(maxlen=JOB_TIMES_KEPT)

@@ -30,6 +30,7 @@ import abc
 import os
 from typing import Any, Optional
 
+from ..config import bool_setting
 from ..errors import CompactMQError, StorageError
 from ..storage.managed_ledger import fsync_dir
 from . import chain, tiered, view_keys
@@ -119,15 +120,15 @@ class LocalChainStore(ViewStore):
             "run": new_id,
             "incremental": incremental,
             # old batches that lost some message are masked, not rewritten
-            "masks": bool(config.get("compactionChainMasks", True)),
+            "masks": bool_setting(config, "compactionChainMasks"),
             # segments are written with direct I/O where the file system allows it
-            "direct_io": bool(config.get("compactionDirectIO", True)),
+            "direct_io": bool_setting(config, "compactionDirectIO"),
             # only the new messages go through Spark, looked up in the sidecar (``delta``)
             "delta": incremental
             and plan.strategy == "keep-latest"
             and bool(run._prev_sidecar[0])
             and getattr(run.engine, "delta_runs", False)
-            and bool(config.get("compactionChainDeltaRuns", True)),
+            and bool_setting(config, "compactionChainDeltaRuns"),
         }
 
     def write_view(self, run, plan: RunPlan, parts: list[dict], new_id: int) -> tuple[int, int]:
