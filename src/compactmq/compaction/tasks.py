@@ -200,7 +200,7 @@ def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
     previous view's key sidecar when the plan names one (``view_keys``; one row per key already,
     nothing to combine), else from parsing its entries."""
     segments = [plan.segments[o] for o in plan.groups[group]]
-    sidecar = plan.extra.get("view_keys")
+    sidecar = plan.view_keys
     if sidecar is not None and segments and all(s.kind == COMPACTED for s in segments):
         from . import view_keys
 
