@@ -33,7 +33,7 @@ from . import batch_rewrite
 from . import entry_scan as es
 from .compacted_writer import PartWriter
 from .plan import COMPACTED, RunPlan
-from .tasks import _locate, chunks, fault, gather, load_live, load_pieces
+from .tasks import _locate, chunks, gather, load_live, load_pieces, reached
 
 
 def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[dict] = None) -> dict:
@@ -50,7 +50,7 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     never needed."""
     from . import view_keys
 
-    fault(plan, "phase-two-task")
+    reached(plan, "phase-two-task")
     store = plan.store
     chained = plan.chain
     # a delta run's sidecar files join the previous view's, so their names carry the run

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, TypedDict
+from typing import Callable, Optional, TypedDict
 
 COMPACTED, LIVE = "compacted", "live"
 
@@ -55,7 +55,9 @@ class RunPlan:
     combine: bool = False  # keep-latest: map-side combiner in the parsing task (see tasks.group_rows)
     new_horizon: Optional[tuple] = None
     estimated_entries: int = 0
-    fault_points: tuple = ()  # test hook: (point, marker file) pairs, see tasks.fault
+    # called by the tasks with the name of each point they reach (``copy_tasks.copy_group``:
+    # "phase-two-task"); None calls nothing. Picklable: it travels with the plan to the tasks
+    task_probe: Optional[Callable[[str], None]] = None
     # keep-latest, as packed positions (see ``packed_cut``): a key whose last message is below
     # ``drop_before`` leaves the view (key TTL; so does a retained keyless message below it); a
     # tombstone at or above ``tombstones_from`` stays
