@@ -24,17 +24,21 @@ MONITOR_INTERVAL_SECONDS = 2
 
 
 def start_broker(
-    data_dir: Path, *, in_process: bool = False, **overrides: str
+    data_dir: Path,
+    *,
+    in_process: bool = False,
+    process: type[BrokerProcess] = BrokerProcess,
+    **overrides: str,
 ) -> BrokerProcess | InProcessBroker:
     """A broker with the admin tests' settings; ``in_process`` runs it in this process
     (``InProcessBroker``: its compaction runs on the worker's warm SparkSession), otherwise it is a
-    subprocess (a test that kills it, or whose subject is the process)."""
+    subprocess (a test that kills it, or whose subject is the process), of class ``process``."""
     settings = {
         "brokerServiceCompactionMonitorIntervalInSeconds": str(MONITOR_INTERVAL_SECONDS),
         **TEST_CONF,  # the compaction test profile, as config overrides
         **overrides,
     }
-    b = InProcessBroker(data_dir, settings) if in_process else BrokerProcess(data_dir, settings)
+    b = InProcessBroker(data_dir, settings) if in_process else process(data_dir, settings)
     b.start(timeout=60)
     return b
 

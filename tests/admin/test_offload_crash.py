@@ -2,8 +2,8 @@
 ledgers that retention trimmed or of a deleted topic: after a restart nothing is lost, no object
 is orphaned (the store holds exactly what the metadata store names), and the work finishes.
 
-The broker kills itself at the step named by ``COMPACTMQ_OFFLOAD_FAULT`` (set only here, for the
-one broker process; see ``storage.offload.offloader``)."""
+The broker (run through ``tests/storage/offload_fault.py``, ``ProbedBroker``) kills itself at the
+step named by ``COMPACTMQ_OFFLOAD_FAULT`` (set only here, for the one broker process)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pulsar")
 
-from admin.harness import Http, start_broker, topic_path, web_url  # noqa: E402
+from admin.harness import BrokerProcess, Http, start_broker, topic_path, web_url  # noqa: E402
 from admin.test_offload_rest import (  # noqa: E402
     ledger_files,
     new_namespace,
@@ -23,10 +23,20 @@ from admin.test_offload_rest import (  # noqa: E402
     wait_until,
 )
 from compactmq.storage.metadata_store import create_metadata_store  # noqa: E402
-from compactmq.storage.offload import DEAD_DELETE_FAULT, FAULT_ENV, FAULT_POINTS  # noqa: E402
+from compactmq.storage.offload import DEAD_DELETE_FAULT, FAULT_POINTS  # noqa: E402
 from compactmq.storage.resources import OffloadRecordResources  # noqa: E402
 
+from storage.offload_fault import FAULT_ENV  # noqa: E402
+
 pytestmark = [pytest.mark.integration]
+
+
+class ProbedBroker(BrokerProcess):
+    """A broker process whose offloader kills it at the step ``COMPACTMQ_OFFLOAD_FAULT`` names."""
+
+    def command(self) -> list[str]:
+        return ["tests.storage.offload_fault" if a == "compactmq.cli.main" else a for a in super().command()]
+
 
 BROKER_CONF = {
     "managedLedgerMaxEntriesPerLedger": "20",
@@ -65,7 +75,7 @@ def driver(request, tmp_path):
 def test_sigkill_at_each_offload_step(tmp_path, driver, point, monkeypatch):
     conf, objects = driver
     monkeypatch.setenv(FAULT_ENV, point)
-    broker = start_broker(tmp_path / "data", **BROKER_CONF, **conf)
+    broker = start_broker(tmp_path / "data", process=ProbedBroker, **BROKER_CONF, **conf)
     try:
         http = Http(web_url(broker))
         ns = new_namespace(http)
@@ -117,7 +127,7 @@ def test_sigkill_at_each_offload_step(tmp_path, driver, point, monkeypatch):
 def test_sigkill_while_deleting_dead_objects(tmp_path, driver, how, monkeypatch):
     conf, objects = driver
     monkeypatch.setenv(FAULT_ENV, DEAD_DELETE_FAULT)
-    broker = start_broker(tmp_path / "data", **BROKER_CONF, **conf)
+    broker = start_broker(tmp_path / "data", process=ProbedBroker, **BROKER_CONF, **conf)
     try:
         http = Http(web_url(broker))
         ns = new_namespace(http)

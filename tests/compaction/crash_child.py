@@ -15,6 +15,20 @@ import sys
 import threading
 
 
+class KillAt:
+    """A ``RunPlan.task_probe`` that SIGKILLs the process of the task reaching ``point``.
+
+    Defined in the script Python runs as ``__main__``, so Spark's cloudpickle ships it by value
+    with the plan: the Python worker kills itself without importing the tests."""
+
+    def __init__(self, point: str):
+        self.point = point
+
+    def __call__(self, point: str) -> None:
+        if point == self.point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(data_dir: str, topic: str, mode: str, arg: str) -> int:
     from compactmq.compaction.spark import SparkCompactionService
     from compactmq.compaction.spark.session import TEST_CONF, get_session
@@ -28,9 +42,9 @@ def main(data_dir: str, topic: str, mode: str, arg: str) -> int:
     cfg = load_config()
     storage = Storage(data_dir, cfg, read_only=True)  # beside the test's read-write Storage
     hook = (lambda point: die() if point == arg else None) if mode == "point" else None
-    faults = ("phase-two-task",) if mode == "task" else ()
+    probe = KillAt("phase-two-task") if mode == "task" else None
     service = SparkCompactionService(
-        storage, topic, cfg, spark_conf=TEST_CONF, abort_hook=hook, fault_points=faults
+        storage, topic, cfg, spark_conf=TEST_CONF, abort_hook=hook, task_probe=probe
     )
     started = threading.Event()
 

@@ -27,23 +27,14 @@ def test_a_run_moves_through_its_stages_in_order_only():
         stages.advance(RunStage.PLANNED)  # a run is one-shot
 
 
-def test_the_plan_extra_mapping_reads_and_writes_its_typed_fields():
+def test_a_plan_is_a_delta_run_only_when_its_chain_says_so():
     plan = RunPlan("t", [], [], "/nowhere", "keep-latest")
-    assert dict(plan.extra) == {} and "view_keys" not in plan.extra and not plan.is_delta
-    plan.extra["chain"] = {
-        "dir": "d",
-        "run": 7,
-        "incremental": True,
-        "masks": True,
-        "direct_io": False,
-        "delta": True,
-    }
-    plan.extra.update(store="s3://b", prefix="p/7")
-    assert plan.chain is not None and plan.chain["run"] == 7 and plan.is_delta
-    assert (plan.store, plan.prefix) == ("s3://b", "p/7")
-    assert sorted(plan.extra) == ["chain", "prefix", "store"]
-    assert plan.extra.get("view_keys") is None
-    del plan.extra["store"]
-    assert plan.store is None and "store" not in plan.extra
-    with pytest.raises(KeyError):
-        plan.extra["anything"] = 1  # only the plan's fields: a typo is an error, not a silent key
+    assert (plan.chain, plan.store, plan.prefix, plan.view_keys) == (None, None, None, None)
+    assert not plan.is_delta
+    chain = {"dir": "d", "run": 7, "incremental": True, "masks": True, "direct_io": False, "delta": False}
+    plan.chain = chain
+    assert not plan.is_delta
+    plan.chain = {**chain, "delta": True}
+    assert plan.chain["run"] == 7 and plan.is_delta
+    with pytest.raises(TypeError):
+        RunPlan("t", [], [], "/nowhere", "keep-latest", extra={})

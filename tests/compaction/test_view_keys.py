@@ -85,7 +85,7 @@ def test_sidecar_rows_equal_parsed_rows(tmp_path, with_et):
         plan = _compacted_plan(tmp_path, path, strategy=strategy)
         parsed = _all_rows(plan)
         assert len(parsed) == kept > 20
-        plan.extra["view_keys"] = view_keys.plan_entry(files)
+        plan.view_keys = view_keys.plan_entry(files)
         fast = _all_rows(plan)
         for col in ("h1", "h2", "pos", "flags"):
             assert np.array_equal(getattr(fast, col), getattr(parsed, col)), col
@@ -96,7 +96,7 @@ def test_sidecar_rows_equal_parsed_rows(tmp_path, with_et):
         mid = reader.position_at(len(reader) // 2)
         plan = _compacted_plan(tmp_path, path, bound=(mid[0], mid[1]), strategy=strategy)
         parsed = _all_rows(plan)
-        plan.extra["view_keys"] = view_keys.plan_entry(files)
+        plan.view_keys = view_keys.plan_entry(files)
         fast = _all_rows(plan)
         assert 0 < len(fast) < kept
         assert np.array_equal(fast.pos, parsed.pos) and np.array_equal(fast.h1, parsed.h1)

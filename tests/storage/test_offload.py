@@ -15,8 +15,10 @@ import pytest
 
 from compactmq.config import load_config
 from compactmq.storage import Position, Storage
-from compactmq.storage.offload import FAULT_ENV, FAULT_POINTS, open_store
+from compactmq.storage.offload import FAULT_POINTS, open_store
 from compactmq.storage.offload import blocks as bk
+
+from .offload_fault import FAULT_ENV
 
 TOPIC = "persistent://public/default/tiered"
 SMALL = {
@@ -169,6 +171,8 @@ def test_orphans_of_an_interrupted_offload_are_swept_at_start(tmp_path, clock, o
 
 CHILD = """
 import sys
+from tests.storage.offload_fault import install
+install()  # SIGKILL at the step COMPACTMQ_OFFLOAD_FAULT names
 from compactmq.config import load_config
 from compactmq.storage import Storage
 import json
@@ -188,7 +192,8 @@ def test_sigkill_at_each_offload_step_loses_nothing_and_orphans_nothing(tmp_path
 
     data = tmp_path / "data"
     conf = {**SMALL, **offload_conf}
-    env = {**os.environ, FAULT_ENV: point, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, FAULT_ENV: point, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD.format(topic=TOPIC), str(data), json.dumps(conf)],
         env=env,

@@ -23,8 +23,9 @@ from compactmq.compaction.state import states_of
 from compactmq.compaction.tiered import compacted_location
 from compactmq.config import load_config
 from compactmq.storage import Position, Storage
-from compactmq.storage.offload import FAULT_ENV, open_store
+from compactmq.storage.offload import open_store
 
+from .offload_fault import FAULT_ENV
 from .test_offload import SMALL, TOPIC, offload_conf, payload  # noqa: F401 - offload_conf is a fixture
 
 
@@ -115,6 +116,8 @@ def test_compacted_ledger_is_offloaded_served_from_the_store_and_replaced(tmp_pa
 
 CHILD = """
 import json, sys
+from tests.storage.offload_fault import install
+install()  # SIGKILL at the step COMPACTMQ_OFFLOAD_FAULT names
 from compactmq.compaction import tiered
 from compactmq.config import load_config
 from compactmq.storage import Storage
@@ -137,7 +140,7 @@ def test_sigkill_between_upload_and_commit_leaves_nothing_after_restart(tmp_path
     env = {
         **os.environ,
         FAULT_ENV: "compacted-after-data",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / s) for s in ("src", "")]),
     }
     proc = subprocess.run(
         [sys.executable, "-c", CHILD.format(topic=TOPIC), str(tmp_path / "data"), json.dumps(conf)],

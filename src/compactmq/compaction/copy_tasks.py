@@ -12,7 +12,7 @@ messages all survive is copied byte for byte, a batch that lost some is rewritte
   incremental run leaves the previous view's untouched batches where they are and records the
   entries that lost messages as *masks* (``encode_masks`` / ``decode_masks``, ``retire_entries``
   and ``touched_entries`` find them) instead of rewriting them;
-* **tiered storage** (``plan.extra["store"]``): a scratch file of the task, uploaded to the
+* **tiered storage** (``plan.store``): a scratch file of the task, uploaded to the
   object store, so the driver's disk is never needed.
 
 With ``keys`` the task also writes its rows of the new view's key sidecar (``view_keys``).
@@ -33,7 +33,7 @@ from . import batch_rewrite
 from . import entry_scan as es
 from .compacted_writer import PartWriter
 from .plan import COMPACTED, RunPlan
-from .tasks import _locate, chunks, fault, gather, load_live, load_pieces
+from .tasks import _locate, chunks, gather, load_live, load_pieces, reached
 
 
 def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[dict] = None) -> dict:
@@ -44,15 +44,15 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     ``positions``): also write the part's rows of the new view's key sidecar (``view_keys``),
     ``keys-NNNNNN.parquet`` in the run directory's ``keys`` folder; the result names it.
 
-    With ``plan.extra["store"]`` (tiered storage configured) the part goes straight to the object
-    store, as ``<plan.extra["prefix"]>/part-NNNNNN`` (and ``.idx``, and the sidecar file under
+    With ``plan.store`` (tiered storage configured) the part goes straight to the object
+    store, as ``<plan.prefix>/part-NNNNNN`` (and ``.idx``, and the sidecar file under
     ``keys/``): written to a scratch file of this task, then uploaded, so the driver's disk is
     never needed."""
     from . import view_keys
 
-    fault(plan, "phase-two-task")
-    store = plan.extra.get("store")
-    chained = plan.extra.get("chain")
+    reached(plan, "phase-two-task")
+    store = plan.store
+    chained = plan.chain
     # a delta run's sidecar files join the previous view's, so their names carry the run
     run = int(chained["run"]) if chained is not None and chained.get("delta") else None
     name = view_keys.part_name(group, run) if keys is not None else None
@@ -76,12 +76,12 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     scratch = tempfile.mkdtemp(prefix="compactmq-part-")
     try:
         out = _copy_group_to(plan, group, positions, os.path.join(scratch, "part"))
-        key = f"{plan.extra['prefix']}/part-{group:06d}"
+        key = f"{plan.prefix}/part-{group:06d}"
         blobs = open_store(store)
         if name is not None:
             local = os.path.join(scratch, name)
             _write_keys(plan, positions, keys, local)
-            blobs.put_file(f"{plan.extra['prefix']}/{view_keys.STORE_DIR}/{name}", local)
+            blobs.put_file(f"{plan.prefix}/{view_keys.STORE_DIR}/{name}", local)
         blobs.put_file(key + ".idx", out["path"] + ".idx")
         blobs.put_file(key, out["path"])
         out["path"] = key
@@ -197,7 +197,7 @@ def touched_entries(
     if old is None:
         from . import view_keys
 
-        sidecar = plan.extra.get("view_keys")
+        sidecar = plan.view_keys
         if sidecar is None:
             raise CompactionError("an incremental chained run needs the previous view's key sidecar")
         rows = view_keys.segment_rows(sidecar, segments, False)
@@ -258,9 +258,7 @@ def _copy_group_to(
     plan: RunPlan, group: int, positions: np.ndarray, path: str, complete: bool = False
 ) -> dict:
     # a chain segment bypasses the page cache unless turned off (``compactionDirectIO``)
-    writer = PartWriter(
-        path, complete=complete, direct=bool((plan.extra.get("chain") or {}).get("direct_io"))
-    )
+    writer = PartWriter(path, complete=complete, direct=bool(plan.chain and plan.chain.get("direct_io")))
     if len(positions) > 1 and (positions[1:] < positions[:-1]).any():
         positions = np.sort(positions)
     ords, eids, bidx = es.unpack_positions(positions)

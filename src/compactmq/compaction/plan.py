@@ -14,9 +14,8 @@ parses a group in phase one, and one task copies its survivors in phase two, int
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Optional, TypedDict
+from typing import Callable, Optional, TypedDict
 
 COMPACTED, LIVE = "compacted", "live"
 
@@ -44,10 +43,6 @@ class ChainTarget(TypedDict):
     delta: bool  # only the new messages go through the engine, looked up in the key sidecar
 
 
-#: the names ``RunPlan.extra`` still answers to (each is a typed field of the plan)
-_EXTRA_FIELDS = ("view_keys", "chain", "store", "prefix")
-
-
 @dataclass
 class RunPlan:
     topic: str
@@ -60,7 +55,9 @@ class RunPlan:
     combine: bool = False  # keep-latest: map-side combiner in the parsing task (see tasks.group_rows)
     new_horizon: Optional[tuple] = None
     estimated_entries: int = 0
-    fault_points: tuple = ()  # test hook: (point, marker file) pairs, see tasks.fault
+    # called by the tasks with the name of each point they reach (``copy_tasks.copy_group``:
+    # "phase-two-task"); None calls nothing. Picklable: it travels with the plan to the tasks
+    task_probe: Optional[Callable[[str], None]] = None
     # keep-latest, as packed positions (see ``packed_cut``): a key whose last message is below
     # ``drop_before`` leaves the view (key TTL; so does a retained keyless message below it); a
     # tombstone at or above ``tombstones_from`` stays
@@ -78,12 +75,6 @@ class RunPlan:
         """An incremental run whose engine reads only the new messages (``delta``)."""
         return bool(self.chain and self.chain.get("delta"))
 
-    @property
-    def extra(self) -> "MutableMapping[str, Any]":
-        """The typed fields above as a mapping, for code written before they were fields (read
-        and written through; a field that is None is absent). New code uses the fields."""
-        return _PlanExtra(self)
-
     def group_of_ordinal(self) -> list[int]:
         table = [0] * len(self.segments)
         for g, ords in enumerate(self.groups):
@@ -93,39 +84,6 @@ class RunPlan:
 
     def part_path(self, group: int) -> str:
         return os.path.join(self.run_dir, f"part-{group:06d}")
-
-
-class _PlanExtra(MutableMapping):
-    """``RunPlan.extra``: a mapping view of the plan's optional typed fields."""
-
-    def __init__(self, plan: RunPlan):
-        self._plan = plan
-
-    def _name(self, key: str) -> str:
-        if key not in _EXTRA_FIELDS:
-            raise KeyError(key)
-        return key
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self._plan, self._name(key))
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in _EXTRA_FIELDS:
-            raise KeyError(f"RunPlan has no field {key!r}")
-        setattr(self._plan, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self[key]  # KeyError when absent
-        setattr(self._plan, key, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k in _EXTRA_FIELDS if getattr(self._plan, k) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def build_segments(compacted: Optional[dict], live: list[dict]) -> list[Segment]:

@@ -98,7 +98,7 @@ class CompactionRunner:
         *,
         abort_hook: Optional[Callable[[str], None]] = None,
         clock: Callable[[], float] = time.time,
-        fault_points: tuple = (),
+        task_probe: Optional[Callable[[str], None]] = None,
         combine: bool = True,
     ):
         from ..naming import canonical
@@ -109,7 +109,7 @@ class CompactionRunner:
         self.engine = engine
         self.abort_hook = abort_hook or (lambda point: None)
         self.clock = clock
-        self.fault_points = fault_points
+        self.task_probe = task_probe  # handed to the tasks with the plan (``RunPlan.task_probe``)
         self.combine = combine
         self._prev_reader: Optional[previous_view.PreviousView] = None  # the view in force, once planned
         self._prev_start = 0  # its first entry retention keeps
@@ -487,7 +487,7 @@ class CompactionRunner:
             combine=native == "keep-latest" and self.combine,
             new_horizon=Position(*new_horizon),
             estimated_entries=sum(s.est_entries for s in segments),
-            fault_points=tuple(self.fault_points),
+            task_probe=self.task_probe,
             drop_before=drop_before,
             tombstones_from=tombstones_from,
             view_keys=sidecar,

@@ -87,14 +87,14 @@ class LedgerCompactionService(TopicCompactionService):
     """The read side over the compacted ledger named by the metadata store, plus ``compact()``
     through a ``CompactionRunner`` with the engine a subclass provides."""
 
-    def __init__(self, storage, topic: str, config, *, abort_hook=None, fault_points: tuple = ()):
+    def __init__(self, storage, topic: str, config, *, abort_hook=None, task_probe=None):
         from ..naming import canonical
 
         self.storage = storage
         self.topic = canonical(topic)
         self.config = config
         self.abort_hook = abort_hook
-        self.fault_points = fault_points
+        self.task_probe = task_probe
         self._lock = threading.Lock()
         self._view: Optional[LedgerView] = None
         self._engine = None
@@ -115,7 +115,7 @@ class LedgerCompactionService(TopicCompactionService):
             self.config,
             self._engine,
             abort_hook=self._check_cancelled,
-            fault_points=self.fault_points,
+            task_probe=self.task_probe,
         )
         try:
             result = runner.run(progress)

@@ -200,7 +200,7 @@ def _group_sources(plan: RunPlan, group: int) -> Iterator[tuple]:
     previous view's key sidecar when the plan names one (``view_keys``; one row per key already,
     nothing to combine), else from parsing its entries."""
     segments = [plan.segments[o] for o in plan.groups[group]]
-    sidecar = plan.extra.get("view_keys")
+    sidecar = plan.view_keys
     if sidecar is not None and segments and all(s.kind == COMPACTED for s in segments):
         from . import view_keys
 
@@ -403,13 +403,10 @@ def gather(pieces: list, wanted: Optional[np.ndarray] = None):
     return out, wanted, starts, lens
 
 
-# --- fault injection (tests) ------------------------------------------------------------------
-
-
-def fault(plan: RunPlan, point: str) -> None:
-    """Kill this process at ``point`` when the plan says so (the crash tests' hook)."""
-    if point in plan.fault_points:
-        os.kill(os.getpid(), 9)
+def reached(plan: RunPlan, point: str) -> None:
+    """Tell the plan's ``task_probe`` (if any) that this task reached ``point``."""
+    if plan.task_probe is not None:
+        plan.task_probe(point)
 
 
 # --- phase two (``copy_tasks``) -----------------------------------------------------------------

@@ -245,7 +245,7 @@ def offload_view(storage, topic: str, loc=None):
         return None
     with f:
         size = store.put(key, iter(lambda: f.read(offloader.max_block), b""))
-    offloader.die_at("compacted-after-data")
+    offloader.reached("compacted-after-data")
     # no index object: a compacted ledger's own index and trailer are inside it, and its reader
     # fetches them (then entries) by ranges
     rec = OffloadRecord(key, key, COMPACTED, topic, cid, loc, size, offloader.clock())

@@ -169,7 +169,7 @@ def flags_of(tomb, h2) -> np.ndarray:
 
 
 def plan_entry(files: list[str], store=None, gone: Optional[list[str]] = None) -> dict:
-    """What a ``RunPlan`` carries (``extra["view_keys"]``) for tasks to read a view's sidecar:
+    """What a ``RunPlan`` carries (``view_keys``) for tasks to read a view's sidecar:
     local paths, or object keys in ``store`` (an offload location); ``gone``: the files of rows
     delta runs retired (``Chained sidecars``)."""
     return {"files": list(files), "store": store, "gone": list(gone or [])}

@@ -53,7 +53,7 @@ class ViewStore(abc.ABC):
 
     @abc.abstractmethod
     def prepare(self, run, plan: RunPlan, new_id: int) -> None:
-        """Tell the tasks where and how to write (``plan.extra``), before the engine runs."""
+        """Tell the tasks where and how to write (``plan.chain``, or ``plan.store`` and ``plan.prefix``), before the engine runs."""
 
     @abc.abstractmethod
     def write_view(self, run, plan: RunPlan, parts: list[dict], new_id: int) -> tuple[int, int]:
@@ -115,7 +115,7 @@ class LocalChainStore(ViewStore):
     def prepare(self, run, plan: RunPlan, new_id: int) -> None:
         config = run.config
         incremental = run._extends_chain(plan)
-        plan.extra["chain"] = {
+        plan.chain = {
             "dir": self.topic_dir,
             "run": new_id,
             "incremental": incremental,
@@ -168,7 +168,7 @@ class ObjectPartsStore(ViewStore):
         # objects of a run that died between its upload and its commit (we hold the lock)
         tiered.sweep_quietly(self.storage, self.topic)
         self.prefix = tiered.new_view_prefix(self.topic, new_id)
-        plan.extra.update(store=self.location, prefix=self.prefix)  # the tasks upload their parts
+        plan.store, plan.prefix = self.location, self.prefix  # the tasks upload their parts
 
     def write_view(self, run, plan: RunPlan, parts: list[dict], new_id: int) -> tuple[int, int]:
         assert self.prefix is not None

@@ -168,9 +168,9 @@ class SparkCompactionService(LedgerCompactionService):
         *,
         spark_conf: Optional[Mapping[str, str]] = None,
         abort_hook=None,
-        fault_points: tuple = (),
+        task_probe=None,
     ):
-        super().__init__(storage, topic, config, abort_hook=abort_hook, fault_points=fault_points)
+        super().__init__(storage, topic, config, abort_hook=abort_hook, task_probe=task_probe)
         self.spark_conf = dict(spark_conf if spark_conf is not None else getattr(config, "spark", {}) or {})
 
     def engine(self) -> SparkEngine:

@@ -33,7 +33,7 @@ Keeping the partitions apart in one job
   ``tombstones_from``) are packed positions of each plan; the joint keep-latest applies each
   plan's own cuts to the keys of its range of positions.
 * Phase one parses and phase two copies each group with its own plan (``tasks.group_rows``,
-  ``tasks.copy_group``), so per-partition settings (keyless messages, fault points, the object
+  ``tasks.copy_group``), so per-partition settings (keyless messages, task probes, the object
   store prefix of the new ledger, and whether the run extends the partition's chain of segments
   or writes it fresh, ``compaction.chain``) stay per partition: each partition's view is a chain
   of its own, extended by the joint job exactly as by a run of its own. Plans that cannot share an aggregation

@@ -33,7 +33,6 @@ from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 from .offloader import (
     DEAD_DELETE_FAULT,
     ERROR,
-    FAULT_ENV,
     FAULT_POINTS,
     NOT_RUN,
     OFFLOAD_DELETION_LAG,
@@ -51,7 +50,6 @@ __all__ = [
     "COMPACTED",
     "DEAD_DELETE_FAULT",
     "ERROR",
-    "FAULT_ENV",
     "FAULT_POINTS",
     "LEDGER",
     "LedgerOffloader",

@@ -31,16 +31,15 @@ locally (namespace policy, else ``offloadPolicies``, else
 ``managedLedgerOffloadAutoTriggerSizeThresholdBytes``; -1 never, 0 offload every sealed ledger),
 and sealed ledgers older than ``offloadThresholdInSeconds`` are offloaded.
 
-Test hook: ``COMPACTMQ_OFFLOAD_FAULT=<step>`` (one of ``FAULT_POINTS``, or ``DEAD_DELETE_FAULT``)
-makes the process kill itself with SIGKILL at that step, so crash tests can stop a broker at each
-step for real.
+Each step an offload or a dead-object deletion completes is reported to ``LedgerOffloader.probe``
+by name (``FAULT_POINTS``, ``DEAD_DELETE_FAULT``), when one is set: the crash tests set one that
+kills the process there (``tests/offload_fault.py``); production sets none.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 import uuid
@@ -60,7 +59,6 @@ from .catalog import COMPACTED, LEDGER, OffloadCatalog, OffloadRecord
 log = logging.getLogger(__name__)
 
 FAULT_POINTS = ("after-data", "after-index", "after-commit", "after-local-delete")
-FAULT_ENV = "COMPACTMQ_OFFLOAD_FAULT"
 # the step between the metadata store letting go of a ledger (retention, topic deletion, a newer
 # compacted ledger) and the deletion of its objects
 DEAD_DELETE_FAULT = "before-dead-delete"
@@ -97,6 +95,9 @@ def _relpath(topic: str) -> str:
 
 
 class LedgerOffloader:
+    #: called with the name of each step reached (module docstring); None: nothing is called
+    probe: Callable[[str], None] | None = None
+
     def __init__(
         self,
         ledgers: Callable[[str], list[LedgerInfo]],
@@ -134,7 +135,6 @@ class LedgerOffloader:
         # one read cache per process, shared with the readers of offloaded compacted ledgers
         bk.configure_reads(int(config["managedLedgerOffloadReadCacheSizeInBytes"]), self.chunk)
         self.cache = bk.shared_cache()
-        self.fault = os.environ.get(FAULT_ENV, "")
         self._lock = threading.Lock()
         self._running: set[str] = set()
         self._queued: set[str] = set()  # triggered over REST, not started yet
@@ -210,9 +210,10 @@ class LedgerOffloader:
             return False
         return True
 
-    def die_at(self, point: str) -> None:
-        if self.fault == point:
-            os.kill(os.getpid(), signal.SIGKILL)
+    def reached(self, point: str) -> None:
+        """Report step ``point`` to the ``probe`` (module docstring)."""
+        if self.probe is not None:
+            self.probe(point)
 
     # --- offloading -----------------------------------------------------------------------------
 
@@ -277,13 +278,13 @@ class LedgerOffloader:
             size = store.put(data_key, bk.iter_blocks(fd, table))
         finally:
             os.close(fd)
-        self.die_at("after-data")
+        self.reached("after-data")
         store.put(index_key, [bk.encode_index(ledger_id, table, lf.encode_index(*index), size)])
-        self.die_at("after-index")
+        self.reached("after-index")
         rec = OffloadRecord(data_key, index_key, LEDGER, ml.topic, ledger_id, loc, size, self.clock())
         if not self.commit_record(rec, store):
             return False
-        self.die_at("after-commit")
+        self.reached("after-commit")
         ml.attach_offload(rec)
         log.info("offloaded ledger %d of %s to %s (%d bytes)", ledger_id, ml.topic, store.uri(data_key), size)
         return True
@@ -404,7 +405,7 @@ class LedgerOffloader:
         out = []
         for rec in ml.offloaded_with_local_copy():
             if now - rec.offloaded_ms >= lag and ml.release_local_copy(rec.ledger_id):
-                self.die_at("after-local-delete")
+                self.reached("after-local-delete")
                 self.catalog.mark_local_deleted(rec, now)
                 out.append(rec.ledger_id)
         return out
@@ -470,7 +471,7 @@ class LedgerOffloader:
         that just committed, holds it)."""
         n = 0
         for rec in self.catalog.dead(topic):
-            self.die_at(DEAD_DELETE_FAULT)
+            self.reached(DEAD_DELETE_FAULT)
             self.delete_objects(rec)
             n += 1
         by_topic: dict[str, list[OffloadRecord]] = {}
@@ -495,7 +496,7 @@ class LedgerOffloader:
             n = 0
             for rec in recs:
                 if rec.ledger_id != view:
-                    self.die_at(DEAD_DELETE_FAULT)
+                    self.reached(DEAD_DELETE_FAULT)
                     self.delete_objects(rec)
                     n += 1
             return n
