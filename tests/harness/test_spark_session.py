@@ -1,0 +1,54 @@
+"""The shared SparkSession heals after a test breaks it (``harness.spark_session``): real Spark.
+
+The break a timeout makes is made here the way pytest-timeout makes it: a signal raises in the
+main thread while it waits for the JVM's answer to a py4j call (a ``Thread.sleep`` in the JVM),
+so the late answer is left on this thread's connection for the next call to read.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from harness.spark_session import healthy_session, probe
+
+
+class _Interrupted(BaseException):
+    """What pytest-timeout raises (``Failed`` is a BaseException too): py4j does not catch it."""
+
+
+def _interrupt_a_py4j_call(spark, after: float = 0.3, jvm_sleep_ms: int = 3000) -> None:
+    def raise_in_main_thread(signum, frame):
+        raise _Interrupted()
+
+    sleep = spark.sparkContext._jvm.java.lang.Thread.sleep  # looked up first: the signal lands in the wait
+    previous = signal.signal(signal.SIGALRM, raise_in_main_thread)
+    signal.setitimer(signal.ITIMER_REAL, after)
+    try:
+        sleep(jvm_sleep_ms)
+    except _Interrupted:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_stopped_context_is_replaced(spark):
+    spark.stop()
+    assert probe(spark) == "its SparkContext was stopped"
+    fresh = healthy_session()
+    assert fresh is not spark
+    assert probe(fresh) is None
+    assert fresh.range(3).count() == 3
+
+
+def test_the_fixture_hands_out_a_working_session_after_a_break(spark):
+    """Runs after the tests above broke the session: the fixture's probe passed and it works."""
+    assert probe(spark) is None
+    assert spark.range(4).count() == 4
+
+
+def test_a_healthy_session_is_kept(spark, caplog):
+    with caplog.at_level(logging.WARNING):
+        assert healthy_session() is spark
+    assert [r for r in caplog.records if r.name == "tests.spark_session"] == []
