@@ -8,16 +8,17 @@ so the late answer is left on this thread's connection for the next call to read
 from __future__ import annotations
 
 import logging
+import select
 import signal
 
-from harness.spark_session import healthy_session, probe
+from harness.spark_session import _thread_connection, healthy_session, probe
 
 
 class _Interrupted(BaseException):
     """What pytest-timeout raises (``Failed`` is a BaseException too): py4j does not catch it."""
 
 
-def _interrupt_a_py4j_call(spark, after: float = 0.3, jvm_sleep_ms: int = 3000) -> None:
+def _interrupt_a_py4j_call(spark, after: float = 0.3, jvm_sleep_ms: int = 1000) -> None:
     def raise_in_main_thread(signum, frame):
         raise _Interrupted()
 
@@ -52,3 +53,23 @@ def test_a_healthy_session_is_kept(spark, caplog):
     with caplog.at_level(logging.WARNING):
         assert healthy_session() is spark
     assert [r for r in caplog.records if r.name == "tests.spark_session"] == []
+
+
+def test_a_call_interrupted_by_a_timeout_gets_the_next_user_a_working_session(spark, caplog):
+    # held, as the timed-out test's traceback holds it: py4j keeps only a weak reference to a
+    # connection while a call is on it, so a collected one would hide the break
+    connection = _thread_connection(spark)
+    _interrupt_a_py4j_call(spark)
+    # the JVM's late answer arrives on this thread's connection, where the next call would read it
+    assert _thread_connection(spark) is connection
+    sock = connection.socket
+    assert select.select([sock], [], [], 20)[0], "the interrupted call's answer never came"
+    reason = probe(spark)
+    assert reason is not None and "out of step" in reason or "did not answer" in reason, reason
+    with caplog.at_level(logging.WARNING):
+        fresh = healthy_session()
+    assert probe(fresh) is None
+    assert fresh.range(5).count() == 5
+    # one line says why (the probe's own out-of-step answer: what a later test would have read)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tests.spark_session"]
+    assert len(lines) == 1 and lines[0].startswith("replacing the worker's SparkSession: "), lines
