@@ -134,14 +134,31 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """ONE local SparkSession per test run (compaction's test profile: local[2], UI off, few
-    shuffle partitions). In-process compaction reuses it through ``getOrCreate``."""
-    from compactmq.compaction.spark.session import testing_session
+def _spark_run():
+    """Stops the worker's SparkSession at the end of the run (``spark`` makes it on first use)."""
+    yield
+    from pyspark.sql import SparkSession
 
-    session = testing_session()
-    yield session
-    session.stop()
+    session = SparkSession._instantiatedSession
+    if session is not None:
+        from harness.spark_session import discard, probe
+
+        reason = probe(session)
+        if reason is None:
+            session.stop()
+        else:  # a broken session's stop could wait on an out-of-step answer
+            discard(session, f"{reason} (at the end of the run)")
+
+
+@pytest.fixture
+def spark(_spark_run):
+    """ONE local SparkSession per test worker (compaction's test profile: local[2], UI off, few
+    shuffle partitions), probed before each test and replaced when a test left it broken
+    (``harness.spark_session``: a timed-out py4j call, a stopped context, a dead JVM), so only
+    that test fails. In-process compaction reuses it through ``getOrCreate``."""
+    from harness.spark_session import healthy_session
+
+    return healthy_session()
 
 
 @pytest.fixture

@@ -226,6 +226,10 @@ class InProcessBroker:
         import asyncio
         import threading
 
+        from .spark_session import discard_if_broken
+
+        discard_if_broken()  # its compactions take the worker's session: not one a test broke
+
         from compactmq.admin.server import start as start_web
         from compactmq.broker.server import BrokerServer
         from compactmq.spark.auto_export import export_after_compaction

@@ -5,6 +5,7 @@ format registered, and helpers that produce, compact and read with the official 
 from __future__ import annotations
 
 import time
+import weakref
 
 import pytest
 from broker.conftest import make_client
@@ -32,11 +33,17 @@ def client(broker):
     c.close()
 
 
-@pytest.fixture(scope="session")
+#: the sessions the ``compactmq`` format is registered in (a replaced session needs it again)
+_REGISTERED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@pytest.fixture
 def cmq_spark(spark):
     import compactmq.spark
 
-    compactmq.spark.register(spark)
+    if spark not in _REGISTERED:
+        compactmq.spark.register(spark)
+        _REGISTERED.add(spark)
     return spark
 
 
