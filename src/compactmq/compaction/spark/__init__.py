@@ -43,7 +43,9 @@ class SparkEngine:
 
     @property
     def spark(self):
-        if self._spark is None:
+        # a session whose context was stopped (its JVM gone, or stopped by its owner) is asked
+        # for again rather than kept: the next run would otherwise fail for the broker's life
+        if self._spark is None or self._spark.sparkContext._jsc is None:
             self._spark = get_session(self.spark_conf)
         return self._spark
 
