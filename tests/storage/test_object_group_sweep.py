@@ -30,7 +30,13 @@ from compactmq.storage.resources.fence import NO_FENCE
 
 BUCKET = "group-sweep"
 TOPIC = "persistent://public/default/sweep"
-LATER = time.time() + ORPHAN_GRACE_S + 60  # the grace period has passed
+
+
+def later() -> float:
+    """A moment the grace period has passed for everything written so far. Taken when the
+    sweep is called, never at import: in a full run a module's tests start minutes after it was
+    imported, and a fixed moment then no longer lies beyond the grace."""
+    return time.time() + ORPHAN_GRACE_S + 60
 
 
 @pytest.fixture
@@ -69,7 +75,7 @@ def test_an_object_whose_commit_never_happened_goes_after_the_grace_only(place):
     store.put(dead, [b"never committed"])
     assert sweep_orphan_groups(store, meta).deleted == []  # younger than the grace: kept
     assert _groups(server, loc) == [dead]
-    result = sweep_orphan_groups(store, meta, now=LATER)
+    result = sweep_orphan_groups(store, meta, now=later())
     assert result.deleted == [dead]
     assert _groups(server, loc) == []
     # its group node stays as a tombstone: the dead process's commit, were it to come now (a
@@ -90,7 +96,7 @@ def test_an_object_whose_commit_never_happened_goes_after_the_grace_only(place):
 def test_an_object_a_range_still_names_is_never_swept(place):
     server, loc, meta, store = place
     st, _group, key, data = _committed_ledger(store, meta)
-    result = sweep_orphan_groups(store, meta, now=LATER)
+    result = sweep_orphan_groups(store, meta, now=later())
     assert result.deleted == [] and result.nodes_removed == []
     assert _groups(server, loc) == [key]
     fresh = ObjectLedgerStorage(BlobStore(loc), TOPIC, epoch=2, group=GroupFlush(BlobStore(loc), meta))
@@ -106,7 +112,7 @@ def test_a_crash_between_the_last_release_and_the_delete_is_swept(place):
     meta.commit([Delete(record_path(st.topic_path, 5, start, epoch)), Delete(member_path(key, member))])
     assert meta.get_children(group_node(key)) == []
     assert sweep_orphan_groups(store, meta).deleted == []  # young: kept
-    result = sweep_orphan_groups(store, meta, now=LATER)
+    result = sweep_orphan_groups(store, meta, now=later())
     assert result.deleted == [key]
     assert result.nodes_removed == [group_node(key)]  # a real group's node: made long before
     assert _groups(server, loc) == []
@@ -120,7 +126,7 @@ def test_the_sweeping_process_never_touches_its_own_group_in_flight(place):
     finished = f"{GROUPS_PREFIX}/{11:019d}/{2:016d}"  # an earlier group whose commit failed
     store.put(in_flight, [b"in flight"])
     store.put(finished, [b"failed commit, failed delete"])
-    result = sweep_orphan_groups(store, meta, own=own, now=LATER)
+    result = sweep_orphan_groups(store, meta, own=own, now=later())
     assert result.deleted == [finished]
     assert _groups(server, loc) == [in_flight]
     assert not meta.exists(group_node(in_flight))
