@@ -506,7 +506,7 @@ def python_dict_dedup(data_dir: str, out_path: str) -> dict:
 
 
 def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
@@ -553,7 +553,7 @@ def compact_once(d: str, spark_conf: dict, sampler_pid) -> tuple[dict, object]:
 def incremental(
     d: str, spark_conf: dict, sampler_pid, n_new: int, keys: int, batched: bool, seed: int
 ) -> dict:
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
 
@@ -715,7 +715,7 @@ def main(argv=None) -> int:
         "spark.sql.shuffle.partitions": "4",
         **dict(kv.split("=", 1) for kv in args.spark_conf),
     }
-    from compactmq.compaction.spark.session import get_session
+    from compactmq.compaction.jobs.session import get_session
 
     t0 = time.perf_counter()
     spark = get_session(spark_conf)

@@ -20,7 +20,7 @@ median share of each phase, and the load average before and after (the machine i
     .venv/bin/python bench/compaction_fixed_cost_bench.py --compare   # Spark job vs in-process, one run
 
 ``--in-process-max-bytes N`` sets the broker's ``compactionInProcessMaxBytes`` (small keep-latest
-runs without a Spark job, ``compaction/spark/inprocess.py``); ``--compare`` runs a broker with
+runs without a Spark job, ``compaction/jobs/inprocess.py``); ``--compare`` runs a broker with
 every run a Spark job and then one with small runs in-process, in the same run of the bench.
 """
 

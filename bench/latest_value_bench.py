@@ -263,7 +263,7 @@ def main(argv=None) -> int:
         a.messages, a.keys, a.lookups = 200_000, 20_000, 5_000
     out = Path(a.out) if a.out else ROOT / "bench" / "results" / "latest_value.json"
     sys.path.insert(0, str(ROOT / "src"))
-    from compactmq.compaction.spark.session import get_session
+    from compactmq.compaction.jobs.session import get_session
 
     spark = get_session(
         {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}

@@ -188,7 +188,7 @@ def read_view(st, topic: str, config) -> dict:
 
 
 def compact(st, topic: str, config) -> float:
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
 
     reset_compaction(st, topic)
     service = SparkCompactionService(st, topic, config)
@@ -203,7 +203,7 @@ def compact(st, topic: str, config) -> float:
 def bench_driver(
     name: str, offload_conf: dict, entries: list[bytes], trials: int, repeat: int, work: str
 ) -> dict:
-    from compactmq.compaction.spark.session import TEST_CONF, get_session
+    from compactmq.compaction.jobs.session import TEST_CONF, get_session
     from compactmq.config import load_config
     from compactmq.storage import Storage
     from compactmq.storage.offload import shared_cache

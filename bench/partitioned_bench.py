@@ -61,7 +61,7 @@ def compact(src: str, work: str, partitions: int, joint: bool) -> tuple[float, i
     """Wall seconds to compact every partition of a fresh copy of ``src``, and Spark jobs run."""
     from compactmq.compaction import CompactionServiceFactory, load_factory
     from compactmq.config import load_config
-    from compactmq.compaction.spark.session import TEST_CONF
+    from compactmq.compaction.jobs.session import TEST_CONF
     from compactmq.storage import Storage
 
     dst = tempfile.mkdtemp(dir=work, prefix="trial-")
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "partitioned.json"))
     args = ap.parse_args(argv)
-    from compactmq.compaction.spark.session import testing_session
+    from compactmq.compaction.jobs.session import testing_session
 
     testing_session()  # one warm session for every trial
     work = tempfile.mkdtemp(prefix="cmq-parted-bench-")

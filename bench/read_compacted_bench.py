@@ -84,7 +84,7 @@ def publish(url: str, topic: str, messages: int, keys: int, size: int, batching:
 
 
 def compact(data_dir: str, topic: str) -> dict:
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
     from compactmq.storage.seal import NOT_SEALED, seal_before_compaction
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     )
     sys.path.insert(0, str(ROOT / "src"))
     import pulsar  # noqa: F401  (fail early when the client is missing)
-    from compactmq.compaction.spark.session import get_session
+    from compactmq.compaction.jobs.session import get_session
 
     spark = get_session(
         {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}

@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     data_dir = os.path.join(work, "data")
 
     import compactmq.spark
-    from compactmq.compaction.spark.session import get_session
+    from compactmq.compaction.jobs.session import get_session
 
     topic = "persistent://public/default/spark-source-bench"
     reused = args.reuse and os.path.isdir(os.path.join(data_dir, "ledgers", topic.replace("://", "/")))

@@ -45,7 +45,7 @@ def run(args) -> int:
     from pyspark.sql import functions as F
 
     import compactmq.spark
-    from compactmq.compaction.spark.session import get_session
+    from compactmq.compaction.jobs.session import get_session
 
     topic = f"persistent://public/default/ticker-spark-{int(time.time())}"
     symbols = [f"SYM{i:03d}" for i in range(args.symbols)]

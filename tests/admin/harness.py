@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.compaction.jobs.session import TEST_CONF
 
 from harness.broker import (
     ROOT as ROOT_DIR,

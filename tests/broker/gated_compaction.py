@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-from compactmq.compaction.spark import SparkCompactionService, SparkCompactionServiceFactory
+from compactmq.compaction.jobs import SparkCompactionService, SparkCompactionServiceFactory
 
 #: the directory of the gate's files, in the broker subprocess's environment
 GATE_DIR_ENV = "COMPACTMQ_TEST_COMPACTION_GATE_DIR"

@@ -30,8 +30,8 @@ class KillAt:
 
 
 def main(data_dir: str, topic: str, mode: str, arg: str) -> int:
-    from compactmq.compaction.spark import SparkCompactionService
-    from compactmq.compaction.spark.session import TEST_CONF, get_session
+    from compactmq.compaction.jobs import SparkCompactionService
+    from compactmq.compaction.jobs.session import TEST_CONF, get_session
     from compactmq.config import load_config
     from compactmq.storage import Storage
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.jobs import SparkCompactionService
 from compactmq.config import load_config
 from compactmq.storage import Storage
 

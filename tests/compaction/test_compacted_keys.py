@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from compactmq.compaction.spark import SparkCompactionService
-from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.compaction.jobs import SparkCompactionService
+from compactmq.compaction.jobs.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.storage import Storage
 

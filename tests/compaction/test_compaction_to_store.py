@@ -24,9 +24,9 @@ from pathlib import Path
 from compactmq.compaction import tiered
 from compactmq.compaction.compacted_ledger import MANIFEST_NAME, compacted_ledger_path
 from compactmq.compaction.entry_scan import hash_key_py
-from compactmq.compaction.spark import SparkCompactionService
+from compactmq.compaction.jobs import SparkCompactionService
 from compactmq.compaction.state import states_of
-from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.compaction.jobs.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.storage import Storage
 from compactmq.storage.offload import COMPACTED, open_store
@@ -62,8 +62,8 @@ def view(service) -> list:
 
 CHILD = """
 import json, os, signal, sys
-from compactmq.compaction.spark import SparkCompactionService
-from compactmq.compaction.spark.session import TEST_CONF, get_session
+from compactmq.compaction.jobs import SparkCompactionService
+from compactmq.compaction.jobs.session import TEST_CONF, get_session
 from compactmq.config import load_config
 from compactmq.storage import Storage
 data_dir, topic, conf, kill_at = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]

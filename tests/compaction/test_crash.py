@@ -15,8 +15,8 @@ import pytest
 
 from compactmq.compaction import chain
 from compactmq.compaction import compacted_ledger as cl
-from compactmq.compaction.spark import SparkCompactionService
-from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.compaction.jobs import SparkCompactionService
+from compactmq.compaction.jobs.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage

@@ -219,7 +219,7 @@ def test_combine_latest_keeps_the_last_row_per_key_in_position_order(path):
     )
     out = mr.combine_latest(rows)
     # last rows: (5,1) at 30 (a tombstone), (5,2) at 20, 9 at 40, 7 at 50 -- exactly, on both
-    # paths, although the collision interleaves (5,1) and (5,2): a delta run and the Python
+    # paths, although the collision interleaves (5,1) and (5,2): a lookup run and the Python
     # reduce take the combiner's rows as one per key
     assert out.pos.tolist() == [20, 30, 40, 50]
     assert out.flags.tolist() == [0, 1, 0, 0]

@@ -51,7 +51,7 @@ class LongestPayloadWins:
 
 
 def test_default_factory_is_spark_and_starts_nothing():
-    from compactmq.compaction.spark import SparkCompactionServiceFactory
+    from compactmq.compaction.jobs import SparkCompactionServiceFactory
 
     import subprocess
     import sys
@@ -64,6 +64,13 @@ def test_default_factory_is_spark_and_starts_nothing():
         "load_factory(load_config()); assert pyspark.SparkContext._active_spark_context is None"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_factory_name_of_older_configs_still_loads_the_default():
+    from compactmq.compaction.jobs import SparkCompactionServiceFactory
+
+    old = {"compactionServiceFactoryClassName": "compactmq.compaction.spark.SparkCompactionServiceFactory"}
+    assert type(load_factory(old)) is SparkCompactionServiceFactory
 
 
 def test_user_factory_by_class_name():

@@ -1,7 +1,7 @@
-"""Small keep-latest runs without a Spark job (``compaction.spark.inprocess``), against the
+"""Small keep-latest runs without a Spark job (``compaction.jobs.inprocess``), against the
 reference model: random topics with tombstones, keyless messages and per-topic policies (a key
 TTL with tombstone retention, a minimum lag, or none), two incremental rounds (the second a
-delta run over the first's chain, with messages the minimum lag holds back). No JVM starts:
+lookup run over the first's chain, with messages the minimum lag holds back). No JVM starts:
 the runs' engine is the in-process one, chosen by ``compactionInProcessMaxBytes`` through the
 default factory's own engine or handed in directly."""
 
@@ -14,8 +14,8 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from compactmq.compaction.spark import SparkEngine, local_parallelism
-from compactmq.compaction.spark.inprocess import InProcessEngine, plan_bytes, suits
+from compactmq.compaction.jobs import SparkEngine, local_parallelism
+from compactmq.compaction.jobs.inprocess import InProcessEngine, plan_bytes, suits
 from compactmq.config import load_config
 from compactmq.storage import (
     COMPACTED_VIEW_KEY_TTL,
@@ -43,14 +43,14 @@ BIG = 1 << 30
 
 
 class Recording(InProcessEngine):
-    """The in-process engine, remembering whether each run was a delta run."""
+    """The in-process engine, remembering whether each run was a lookup run."""
 
     def __init__(self) -> None:
         super().__init__()
         self.deltas: list[bool] = []
 
     def run(self, plan, strategy, report):
-        self.deltas.append(bool(plan.is_delta))
+        self.deltas.append(bool(plan.is_lookup_run))
         return super().run(plan, strategy, report)
 
 
@@ -127,7 +127,7 @@ def test_in_process_runs_match_the_reference(specs):
 
 
 def test_second_run_extends_the_chain_as_a_delta_run(tmp_path):
-    """A run after a run: the in-process engine takes the delta shape (``delta_job.fused_parts``)
+    """A run after a run: the in-process engine takes the lookup-run shape (``lookup_job.fused_parts``)
     and the view stays the reference's."""
     storage, factory = _open(str(tmp_path))
     topic = "persistent://public/default/delta"

@@ -5,7 +5,7 @@ groups. No Spark: plans over files of known sizes."""
 from __future__ import annotations
 
 from compactmq.compaction.plan import LIVE, RunPlan, Segment
-from compactmq.compaction.spark.multi import TASK_BYTES, JointPlan, packed_routes, task_count
+from compactmq.compaction.jobs.multi import TASK_BYTES, JointPlan, packed_routes, task_count
 
 
 def _plan(path: str, groups: int = 1) -> RunPlan:

@@ -1,5 +1,5 @@
 """The key index of a compacted view (``compaction.key_index``): from parsed entries and from a
-key sidecar written with ``view_keys`` (with a delta run's ``gone`` file), the same rows; keyless
+key sidecar written with ``view_keys`` (with a lookup run's ``gone`` file), the same rows; keyless
 rows, markers and placeholders never found; tombstones found as tombstones."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_a_sidecar_gives_the_same_rows_minus_what_delta_runs_retired(tmp_path):
     view_keys.write_part(
         os.path.join(d, view_keys.part_name(1)), lids[half:], pos[half:], h1[half:], h2[half:], flags[half:]
     )
-    # a delta run retired b's row
+    # a lookup run retired b's row
     b = int(np.flatnonzero(keyed & (h1 == h("b")[0]))[0])
     view_keys.write_gone(os.path.join(d, view_keys.gone_name(7, 0)), [lids[b]], [ids[b]])
     source = view_keys.plan_entry(

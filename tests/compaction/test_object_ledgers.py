@@ -65,7 +65,7 @@ def test_the_tasks_read_a_sealed_object_ledger_by_its_uri(tmp_path, store_url):
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_a_spark_run_compacts_object_ledgers_on_seaweedfs(tmp_path, seaweedfs, spark):
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
 
     bucket = seaweedfs.create_bucket("compaction-object-ledgers-spark")
     url = f"s3://{bucket}/{tmp_path.name}?region=us-east-1&endpoint={seaweedfs.endpoint}"

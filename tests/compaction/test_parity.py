@@ -119,7 +119,7 @@ def _user_strategy_by_value():
     stale=st.sampled_from([0.25, 0.95]),
     steps=st.lists(step, min_size=3, max_size=10),
 )
-@example(  # surely a chain of delta runs: a key overwritten, one deleted, one kept
+@example(  # surely a chain of lookup runs: a key overwritten, one deleted, one kept
     strategy="keep-latest",
     retain=False,
     mode="retention-bounded",
@@ -137,7 +137,7 @@ def _user_strategy_by_value():
 def test_spark_service_matches_reference(
     spark, strategy, retain, mode, per_ledger, by_policy, chain_runs, stale, steps
 ):
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
 
     name = USER if strategy == "longest" else strategy
     overrides = {
@@ -212,11 +212,11 @@ def _check_chain(storage, service, max_runs: int) -> None:
             assert planned.find((lid, 1)) == reader.find((lid, 1))
     details = states_of(storage).get(TOPIC).details
     info = details.get(view_keys.DETAILS_KEY) or {}
-    _deltas.append(bool(info.get("gone")))  # a delta run retired rows of the previous view
+    _deltas.append(bool(info.get("gone")))  # a lookup run retired rows of the previous view
 
 
 _chains: list = []  # the runs of every view checked (the chain lengths the property reached)
-_deltas: list = []  # whether each view checked came from a delta run that retired some rows
+_deltas: list = []  # whether each view checked came from a lookup run that retired some rows
 _counted: list = []  # whether each view checked recorded its entries per ledger
 
 
@@ -226,7 +226,7 @@ def test_the_property_reached_long_chains():
     if not _chains:
         pytest.skip("the property did not run in this session")
     assert max(_chains) >= 2
-    assert any(_deltas)  # ... and delta runs (``compaction.delta``) retired rows of old views
+    assert any(_deltas)  # ... and lookup runs (``compaction.lookup_run``) retired rows of old views
     assert all(_counted)  # ... and every chain recorded its entries per ledger (``previous_view``)
 
 
@@ -242,13 +242,13 @@ def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, shape):
     of every key), and an unchanged old entry is never copied (its segment stays named). Delta
     runs all three ways: one task parsing and looking up every new message, the new rows
     aggregated by Spark first, or the new keys broadcast to a lookup task per old group
-    (``spark.delta_job``)."""
+    (``jobs.lookup_job``)."""
     import random
 
-    from compactmq.compaction.spark import SparkCompactionService, delta_job
+    from compactmq.compaction.jobs import SparkCompactionService, lookup_job
 
-    monkeypatch.setattr(delta_job, "FUSED_MAX_ENTRIES", -1 if shape == "aggregate" else 10**9)
-    monkeypatch.setattr(delta_job, "SPLIT_OLD_ENTRIES", 0 if shape == "split" else 10**12)
+    monkeypatch.setattr(lookup_job, "FUSED_MAX_ENTRIES", -1 if shape == "aggregate" else 10**9)
+    monkeypatch.setattr(lookup_job, "SPLIT_OLD_ENTRIES", 0 if shape == "split" else 10**12)
     from compactmq.compaction import previous_view
 
     opened: list = []  # the files the run's driver opened as views (``previous_view``)
@@ -306,7 +306,7 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
     the cut is the first entry published less than the setting ago, for the model as well."""
     import time
 
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.storage import COMPACTED_VIEW_KEY_TTL, COMPACTION_TOMBSTONE_RETENTION
 
     cfg = load_config(
@@ -379,16 +379,16 @@ def test_incremental_chains_with_ttl_and_tombstone_retention(
     """keep-latest over a chain of incremental runs with the key TTL and/or tombstone retention
     (an hour each, as topic policies): appends are old (two hours) until the first young one;
     the model's cuts are the first entry published less than an hour ago, as the service's.
-    Delta runs in one task, or (``split``) with a lookup task per old group."""
+    Lookup runs in one task, or (``split``) with a lookup task per old group."""
 
-    from compactmq.compaction.spark import SparkCompactionService, delta_job
+    from compactmq.compaction.jobs import SparkCompactionService, lookup_job
 
-    before = delta_job.SPLIT_OLD_ENTRIES
-    delta_job.SPLIT_OLD_ENTRIES = 0 if split else 10**12
+    before = lookup_job.SPLIT_OLD_ENTRIES
+    lookup_job.SPLIT_OLD_ENTRIES = 0 if split else 10**12
     try:
         _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombstones, per_ledger, steps)
     finally:
-        delta_job.SPLIT_OLD_ENTRIES = before
+        lookup_job.SPLIT_OLD_ENTRIES = before
 
 
 def _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombstones, per_ledger, steps):
@@ -479,7 +479,7 @@ batched_step = st.one_of(
     ],
 )
 def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spark, per_ledger, steps):
-    """The same batched history compacted four ways after each step: a chain whose delta runs
+    """The same batched history compacted four ways after each step: a chain whose lookup runs
     mask the old batches that lost a message (``compactionChainMasks``, the default), the same
     by runs that re-aggregate every key of the view (``compactionChainDeltaRuns`` false), a
     chain whose runs rewrite such batches (written through the page cache: ``compactionDirectIO``
@@ -487,7 +487,7 @@ def test_masked_chains_read_the_bytes_rewritten_chains_and_fresh_runs_write(spar
     (``compactionChainMaxRuns`` 1). Every entry reads back with the same bytes through all four, through the broker's read path and
     through the reader itself (what the Spark source and the next run's phase two read), and
     each matches the reference model."""
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
 
     variants = {
         "masked": {"compactionChainMaxRuns": 50, "compactionChainMaxStaleRatio": 0.99},

@@ -200,7 +200,7 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
 def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spark):
     """One Spark job; partition 1's run dies just before its commit: it keeps its previous view
     and records ERROR, partitions 0 and 2 commit theirs (commits are per partition)."""
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.errors import CompactionError
     from compactmq.compaction.state import ERROR
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.compaction.spark import pipeline
+from compactmq.compaction.jobs import pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from compactmq.compaction.spark import SparkCompactionService
-from compactmq.compaction.spark.session import TEST_CONF
+from compactmq.compaction.jobs import SparkCompactionService
+from compactmq.compaction.jobs.session import TEST_CONF
 from compactmq.config import load_config
 from compactmq.errors import CompactionError
 from compactmq.storage import COMPACTION_CURSOR, Storage

@@ -30,11 +30,11 @@ def test_a_run_moves_through_its_stages_in_order_only():
 def test_a_plan_is_a_delta_run_only_when_its_chain_says_so():
     plan = RunPlan("t", [], [], "/nowhere", "keep-latest")
     assert (plan.chain, plan.store, plan.prefix, plan.view_keys) == (None, None, None, None)
-    assert not plan.is_delta
-    chain = {"dir": "d", "run": 7, "incremental": True, "masks": True, "direct_io": False, "delta": False}
+    assert not plan.is_lookup_run
+    chain = {"dir": "d", "run": 7, "incremental": True, "masks": True, "direct_io": False, "lookup": False}
     plan.chain = chain
-    assert not plan.is_delta
-    plan.chain = {**chain, "delta": True}
-    assert plan.chain["run"] == 7 and plan.is_delta
+    assert not plan.is_lookup_run
+    plan.chain = {**chain, "lookup": True}
+    assert plan.chain["run"] == 7 and plan.is_lookup_run
     with pytest.raises(TypeError):
         RunPlan("t", [], [], "/nowhere", "keep-latest", extra={})

@@ -50,7 +50,7 @@ def test_reads_follow_the_metadata_store_and_the_retention_floor(tmp_path):
 def test_compacting_an_empty_topic_records_success_without_a_view(tmp_path):
     """Pulsar leaves this at NOT_RUN; an operator who triggered it should see that it ran, and
     the run goes through RUNNING like any other: NOT_RUN -> RUNNING -> SUCCESS."""
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.compaction.state import NOT_RUN, RUNNING, SUCCESS
 
     cfg = load_config(overrides={"managedLedgerSyncData": False})

@@ -100,7 +100,7 @@ def discard(session, reason: str) -> None:
 
 def healthy_session():
     """The worker's test SparkSession, after a probe; a broken one is replaced first."""
-    from compactmq.compaction.spark.session import testing_session
+    from compactmq.compaction.jobs.session import testing_session
 
     session = testing_session()
     reason = probe(session)

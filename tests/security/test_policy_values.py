@@ -273,7 +273,7 @@ def hostile_strings(base: Path, data_dir: Path) -> list[str]:
         f"{CANARY}.Strategy",
         "multiprocessing.pool.Pool",
         "os.system",
-        "compactmq.compaction.spark.SparkCompactionServiceFactory",
+        "compactmq.compaction.jobs.SparkCompactionServiceFactory",
         "x" * 200_000,
     ]
 

@@ -67,7 +67,7 @@ def latest_of(records, include_tombstones=False):
 def compact(broker, topic):
     """One compaction run here (the test's SparkSession), committed through the broker's store;
     the broker first seals the topic's current ledger, as for ``compact-topic``."""
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
     from compactmq.config import load_config
     from compactmq.storage import Storage
     from compactmq.storage.seal import NOT_SEALED, seal_before_compaction

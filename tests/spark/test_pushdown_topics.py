@@ -126,7 +126,7 @@ def topic_dir(per_ledger: int):
 def write(storage, cfg, before: list, after: list, compact: bool, per_ledger: int) -> None:
     """Append ``before``, compact (when ``compact``), append ``after``: ``per_ledger`` entries
     per append (one append lands in one ledger, so ledgers roll over between appends)."""
-    from compactmq.compaction.spark import SparkCompactionService
+    from compactmq.compaction.jobs import SparkCompactionService
 
     ml = storage.open_managed_ledger(TOPIC)
 

@@ -3,7 +3,7 @@
 Writes the compacted view (or ``--view latest``) of a topic as a columnar table through
 ``compactmq.spark.export``. It reads through the broker (``--service-url`` and the global
 ``--admin-url``) or, with ``--data-dir``, straight from a data directory this machine can see.
-Spark runs locally in this process (``compaction.spark.session``).
+Spark runs locally in this process (``compaction.jobs.session``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def add_commands(topics) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compaction.spark.session import get_session
+    from ..compaction.jobs.session import get_session
     from ..spark.export import export_compacted
 
     if args.data_dir:

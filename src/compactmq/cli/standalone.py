@@ -7,7 +7,7 @@ known key is a one-line error before anything starts; keys compactmq does not kn
 once, on one warning line (with a "did you mean" for near misses), and the broker starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
 with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
 After the ready line, with ``compactionSparkWarmup`` (the default), the compaction factory warms
-its engine in the background (``compaction.spark.warmup``: the first compaction then finds Spark
+its engine in the background (``compaction.jobs.warmup``: the first compaction then finds Spark
 started and warm).
 """
 

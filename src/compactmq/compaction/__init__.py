@@ -77,7 +77,7 @@ writes the new survivors, masks the old batches that lost a message and lists th
 that lost every message; unchanged compacted entries are not copied. After a few runs, or once
 much of the chain is dead, a run rewrites it whole (the merge policy). Reads see one sorted index
 over the chain's segments, so they stay a binary search. A keep-latest run that extends a chain
-is a *delta run* (``delta``): only the new messages go through Spark's shuffle, and their keys
+is a *lookup run* (``lookup_run``): only the new messages go through Spark's shuffle, and their keys
 are looked up in the sidecar, so the run costs what is new; other strategies re-aggregate the
 sidecar's rows with the new ones. The run's plan learns the previous view's entries per ledger
 from its manifest (``previous_view``), without merging the chain's indexes.
@@ -95,7 +95,7 @@ Pluggability (PIP-278)
 ``TopicCompactionService`` is the interface the broker uses; ``CompactionServiceFactory`` builds
 one per topic; ``load_factory(config)`` instantiates the factory named by the config key
 ``compactionServiceFactoryClassName`` (default
-``compactmq.compaction.spark.SparkCompactionServiceFactory``).
+``compactmq.compaction.jobs.SparkCompactionServiceFactory``).
 
 The interface is the whole seam, write side and read side: the broker and the admin adapter
 never open a compacted-ledger file, build its path or import pyspark. Besides PIP-278's four
@@ -484,6 +484,11 @@ class CompactionServiceFactory(abc.ABC):
         return None
 
 
+#: factory names an existing broker.conf may still hold, and where the class lives now (the
+#: engine package was ``compaction.spark``, a name that clashed with the Spark data source)
+RENAMED_FACTORIES = {"compactmq.compaction.spark.SparkCompactionServiceFactory": DEFAULT_FACTORY}
+
+
 def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFactory:
     """Instantiate the factory named by ``compactionServiceFactoryClassName``.
 
@@ -494,6 +499,7 @@ def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFa
         InvalidConfiguration: the name does not resolve to a ``CompactionServiceFactory`` subclass.
     """
     name = setting(config, "compactionServiceFactoryClassName")
+    name = RENAMED_FACTORIES.get(name, name)
     cls = load_class(name, "compactionServiceFactoryClassName")
     if not (isinstance(cls, type) and issubclass(cls, CompactionServiceFactory)):
         raise InvalidConfiguration(

@@ -53,8 +53,8 @@ def copy_group(plan: RunPlan, group: int, positions: np.ndarray, keys: Optional[
     reached(plan, "phase-two-task")
     store = plan.store
     chained = plan.chain
-    # a delta run's sidecar files join the previous view's, so their names carry the run
-    run = int(chained["run"]) if chained is not None and chained.get("delta") else None
+    # a lookup run's sidecar files join the previous view's, so their names carry the run
+    run = int(chained["run"]) if chained is not None and chained.get("lookup") else None
     name = view_keys.part_name(group, run) if keys is not None else None
     if store is None and chained is not None:
         out = _copy_group_to_segment(plan, group, positions, chained)

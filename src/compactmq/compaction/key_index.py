@@ -13,7 +13,7 @@ then a check of ``h2``.
 Where the rows come from
 ------------------------
 * A view with a sidecar (written by the default pipeline; ``viewKeys`` in the compaction details
-  committed with the view): its files, minus the rows chained delta runs retired (``gone``
+  committed with the view): its files, minus the rows chained lookup runs retired (``gone``
   files), exactly the rows the next run's phase one would read. Nothing in the view's format
   changes, so views written before this module are read as they always were.
 * Any other view (an old view whose sidecar is gone, a view in the object store, another
@@ -182,7 +182,7 @@ def from_sidecar(source: dict) -> KeyIndex:
         g_lids = np.concatenate([g["ledger_id"] for g in gone]).astype(np.int64)
         g_ids = np.concatenate([g["id"] for g in gone]).astype(np.int64)
         live = np.ones(len(ids), bool)
-        for lid in np.unique(g_lids).tolist():  # rows a delta run retired (a position is never reused)
+        for lid in np.unique(g_lids).tolist():  # rows a lookup run retired (a position is never reused)
             rows = lids == lid
             live[rows] &= ~np.isin(ids[rows], g_ids[g_lids == lid])
         cols = {c: a[live] for c, a in cols.items()}

@@ -40,7 +40,7 @@ class ChainTarget(TypedDict):
     incremental: bool  # the run extends the previous chain instead of writing a fresh one
     masks: bool  # old batches that lost some message are masked, not rewritten
     direct_io: bool  # segments are written with direct I/O where the file system allows it
-    delta: bool  # only the new messages go through the engine, looked up in the key sidecar
+    lookup: bool  # only the new messages go through the engine, looked up in the key sidecar
 
 
 @dataclass
@@ -71,9 +71,9 @@ class RunPlan:
     prefix: Optional[str] = None  # the key prefix the tasks upload their parts under
 
     @property
-    def is_delta(self) -> bool:
-        """An incremental run whose engine reads only the new messages (``delta``)."""
-        return bool(self.chain and self.chain.get("delta"))
+    def is_lookup_run(self) -> bool:
+        """An incremental run whose engine reads only the new messages (a lookup run, ``lookup_run``)."""
+        return bool(self.chain and self.chain.get("lookup"))
 
     def group_of_ordinal(self) -> list[int]:
         table = [0] * len(self.segments)

@@ -347,7 +347,7 @@ class CompactionRunner:
         """Put the sidecar the phase-two tasks wrote in place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
-        if plan.is_delta:
+        if plan.is_lookup_run:
             return self._extend_view_keys(plan, parts, new_id)
         # every part with survivors has sidecar rows, whether or not it wrote entries (an
         # incremental chain run's group of unchanged old entries writes none)
@@ -358,7 +358,7 @@ class CompactionRunner:
         return {"files": names, "et": plan.strategy == "event-time"}
 
     def _extend_view_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> dict:
-        """A delta run's sidecar (``view_keys``, Chained sidecars): the previous view's files,
+        """A lookup run's sidecar (``view_keys``, Chained sidecars): the previous view's files,
         hard-linked beside the new view, plus the new rows and retired rows this run wrote."""
         prev_dir, prev_files, prev_gone = self._prev_sidecar
         written = [p["keys"] for p in parts if p.get("keys")]

@@ -39,7 +39,7 @@ a user strategy, or whose sidecar is missing) is parsed as before.
 
 Chained sidecars
 ----------------
-A *delta run* (``delta``: an incremental run that extends a chained view) does not rewrite the
+A *lookup run* (``lookup_run``: an incremental run that sends only the new messages through the engine) does not rewrite the
 sidecar. It writes the rows of its new survivors (``keys-<run>-<group>.parquet``) and, for each
 group of old entries, the ``(ledger_id, id)`` of the rows it retires -- superseded by a newer
 message, deleted, expired -- (``gone-<run>-<group>.parquet``, ``write_gone``). The new view's
@@ -72,12 +72,12 @@ DETAILS_KEY = "viewKeys"
 
 
 def part_name(group: int, run: Optional[int] = None) -> str:
-    """The sidecar file of a part; a delta run's names carry its run id (``Chained sidecars``)."""
+    """The sidecar file of a part; a lookup run's names carry its run id (``Chained sidecars``)."""
     return f"keys-{group:06d}.parquet" if run is None else f"keys-{run:012d}-{group:06d}.parquet"
 
 
 def gone_name(run: int, group: int) -> str:
-    """The file of the rows a delta run's ``group`` retires from the sidecar."""
+    """The file of the rows a lookup run's ``group`` retires from the sidecar."""
     return f"gone-{run:012d}-{group:06d}.parquet"
 
 
@@ -140,7 +140,7 @@ def write_part(path: str, ledger_ids, positions, h1, h2, flags, et=None) -> int:
 
 
 def write_gone(path: str, ledger_ids, ids) -> int:
-    """Write the (ledger id, id) pairs of rows a delta run retires to the local file ``path``
+    """Write the (ledger id, id) pairs of rows a lookup run retires to the local file ``path``
     (sorted by ledger id, then id). Returns the row count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -171,7 +171,7 @@ def flags_of(tomb, h2) -> np.ndarray:
 def plan_entry(files: list[str], store=None, gone: Optional[list[str]] = None) -> dict:
     """What a ``RunPlan`` carries (``view_keys``) for tasks to read a view's sidecar:
     local paths, or object keys in ``store`` (an offload location); ``gone``: the files of rows
-    delta runs retired (``Chained sidecars``)."""
+    lookup runs retired (``Chained sidecars``)."""
     return {"files": list(files), "store": store, "gone": list(gone or [])}
 
 
@@ -200,7 +200,7 @@ def _columns(source: dict, name: str, lo: int, hi: int, wanted: tuple) -> dict:
     A local file is read whole once per worker process and kept (up to ``FILE_CACHE_ROWS`` rows
     over all files, least recently used first out), keyed by its inode, size and time: files
     never change once written, and the next view's sidecar hard-links the same files, so a
-    delta run reads only the files written since this worker last read the sidecar -- what grows
+    lookup run reads only the files written since this worker last read the sidecar -- what grows
     with the new data, not with the view. A file in the object store is read by ranges, as it is.
     """
     if source.get("store") is not None:
@@ -232,7 +232,7 @@ def _columns(source: dict, name: str, lo: int, hi: int, wanted: tuple) -> dict:
 
 
 def _not_gone(source: dict, lids: np.ndarray, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Which of the rows ``(lids, ids)`` (sorted) no delta run retired: the mask of live rows."""
+    """Which of the rows ``(lids, ids)`` (sorted) no lookup run retired: the mask of live rows."""
     tables = [_columns(source, f, lo, hi, ("ledger_id", "id")) for f in source["gone"]]
     tables = [t for t in tables if len(t["id"])]
     live = np.ones(len(ids), bool)

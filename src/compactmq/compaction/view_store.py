@@ -123,11 +123,11 @@ class LocalChainStore(ViewStore):
             "masks": bool_setting(config, "compactionChainMasks"),
             # segments are written with direct I/O where the file system allows it
             "direct_io": bool_setting(config, "compactionDirectIO"),
-            # only the new messages go through Spark, looked up in the sidecar (``delta``)
-            "delta": incremental
+            # only the new messages go through Spark, looked up in the sidecar (a lookup run, ``lookup_run``)
+            "lookup": incremental
             and plan.strategy == "keep-latest"
             and bool(run._prev_sidecar[0])
-            and getattr(run.engine, "delta_runs", False)
+            and getattr(run.engine, "lookup_runs", False)
             and bool_setting(config, "compactionChainDeltaRuns"),
         }
 

@@ -256,7 +256,7 @@ SETTINGS: dict[str, Setting] = {
     # --- compaction --------------------------------------------------------------------
     "compactionServiceFactoryClassName": _s(
         str,
-        "compactmq.compaction.spark.SparkCompactionServiceFactory",
+        "compactmq.compaction.jobs.SparkCompactionServiceFactory",
         "dotted class name of the CompactionServiceFactory (PIP-278)",
     ),
     "brokerServiceCompactionMonitorIntervalInSeconds": _s(

@@ -35,7 +35,7 @@ def export_after_compaction(storage: Any, config: Any, topic: str, result: Any) 
     # the location is derived again at every run (never the stored path): a policy stored before
     # the export root existed, or a root the operator has since removed, exports nothing
     path = export_location(config, topic, policy)
-    from ..compaction.spark.session import get_session
+    from ..compaction.jobs.session import get_session
     from .export import export_compacted
 
     options = {"path": str(storage.data_dir)}

@@ -1,8 +1,8 @@
-"""The Spark job of a delta run (``compaction.delta`` explains the design).
+"""The Spark job of a lookup run (``compaction.lookup_run`` explains the design).
 
 One action. With many new entries, three stages like a full run's: the new groups are parsed
 and combined (one task per group), their rows are shuffled by key into one aggregate, whose
-partitions look their keys up in the previous view's sidecar (``delta.lookup``, a
+partitions look their keys up in the previous view's sidecar (``lookup_run.lookup``, a
 ``mapInArrow``), and the survivors and superseded positions -- with one marker row per old
 group -- are routed to phase two by group (``pipeline.copy_survivors``). With few (up to
 ``FUSED_MAX_ENTRIES``: about 1 % of a 100 M-message topic), ONE task parses and combines all of
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import delta
+from .. import lookup_run
 from ..plan import COMPACTED, RunPlan
 
 
@@ -30,15 +30,15 @@ SPLIT_OLD_ENTRIES = 4_000_000
 
 
 def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
-    """Run ``plan`` as a delta run; the part descriptions of every group, by group."""
+    """Run ``plan`` as a lookup run; the part descriptions of every group, by group."""
     from pyspark.sql import functions as F
 
     from . import pipeline
 
-    fresh = delta.new_groups(plan)
+    fresh = lookup_run.new_groups(plan)
     marked = marker_positions(plan)
     new_entries = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
-    old_entries = sum(s.est_entries for s in delta.compacted_segments(plan))
+    old_entries = sum(s.est_entries for s in lookup_run.compacted_segments(plan))
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES and old_entries > SPLIT_OLD_ENTRIES:
         return _split(spark, plan, fresh, counter, keyless_counter)
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES:
@@ -53,10 +53,10 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
 
         return pipeline.collect_parts(spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL))
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
-    ddl = delta.ROW_DDL + ", route int"
+    ddl = lookup_run.ROW_DDL + ", route int"
     markers = spark.createDataFrame(
         [
-            (int(p), 0, 0, 0, delta.MARKER, int(r))
+            (int(p), 0, 0, 0, lookup_run.MARKER, int(r))
             for p, r in zip(marked, pipeline.routes(plan, keys, marked))
         ],
         ddl,
@@ -75,12 +75,12 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
                     cols[c].append(b.column(c).to_numpy(zero_copy_only=False))
             if not cols["h1"]:
                 return
-            found = delta.lookup(plan, *(np.concatenate(cols[c]) for c in ("h1", "h2", "p2")))
+            found = lookup_run.lookup(plan, *(np.concatenate(cols[c]) for c in ("h1", "h2", "p2")))
             found["route"] = pipeline.routes(plan, keys, found["pos"])
             names = ["pos", "h1", "h2", "tomb", "kind", "route"]
             yield pa.RecordBatch.from_arrays([pa.array(found[c]) for c in names], names=names)
 
-        # one lookup task per core: each loads the sidecar's rows once (``delta.old_rows``)
+        # one lookup task per core: each loads the sidecar's rows once (``lookup_run.old_rows``)
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         rows = latest.coalesce(cores).mapInArrow(look_up, ddl).unionByName(markers)
     return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
@@ -89,7 +89,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
 def fused_parts(
     plan: RunPlan, fresh: list[int], marked: np.ndarray, counter=None, keyless_counter=None
 ) -> list:
-    """The whole of a delta run of few new messages, in the calling task: the new groups
+    """The whole of a lookup run of few new messages, in the calling task: the new groups
     ``fresh`` parsed and combined to one row per key, looked up in the previous view's sidecar,
     and every group's phase two (``marked``: a marker position per old group, so each has its
     say); the part descriptions. One Spark task runs it (``run``), or the driver itself for a
@@ -99,14 +99,14 @@ def fused_parts(
 
     latest = new_latest(plan, fresh, counter, keyless_counter)
     p2 = (latest.pos << 1) | (latest.flags & es.FLAG_TOMBSTONE).astype(np.int64)
-    found = delta.lookup(plan, latest.h1, latest.h2, p2)
+    found = lookup_run.lookup(plan, latest.h1, latest.h2, p2)
     z = np.zeros(len(marked), np.int64)  # every old group has its say
     rows = {
         "pos": np.r_[found["pos"], marked],
         "h1": np.r_[found["h1"], z],
         "h2": np.r_[found["h2"], z],
         "tomb": np.r_[found["tomb"], z],
-        "kind": np.r_[found["kind"], np.full(len(marked), delta.MARKER, np.int8)],
+        "kind": np.r_[found["kind"], np.full(len(marked), lookup_run.MARKER, np.int8)],
     }
     order = np.argsort(rows["pos"], kind="stable")
     rows = {c: a[order] for c, a in rows.items()}
@@ -114,8 +114,8 @@ def fused_parts(
 
 
 def marker_positions(plan: RunPlan) -> np.ndarray:
-    """A marker position per old group of ``plan`` (``delta.marker_position``)."""
-    return np.array([delta.marker_position(plan, g) for g in delta.old_groups(plan)], np.int64)
+    """A marker position per old group of ``plan`` (``lookup_run.marker_position``)."""
+    return np.array([lookup_run.marker_position(plan, g) for g in lookup_run.old_groups(plan)], np.int64)
 
 
 def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None):
@@ -138,11 +138,11 @@ def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=No
 
 
 def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None) -> list[dict]:
-    """A delta run of few new messages over a large previous view, in two jobs. One task parses
+    """A lookup run of few new messages over a large previous view, in two jobs. One task parses
     and combines the new messages (one row per key, to the driver: what grows with the new
     data); then every group has a task of its own, in parallel: a new group's copies its
     survivors, an old group's reads only its own ledgers' sidecar rows, finds those whose key
-    is one of the new keys (broadcast) and retires them (``delta.retire_group``). The one-task
+    is one of the new keys (broadcast) and retires them (``lookup_run.retire_group``). The one-task
     run reads the whole sidecar in one worker instead: 13.7 of the 13.9 s of a run after 1 %
     new messages at 30 M keys."""
     from .. import entry_scan as es
@@ -159,7 +159,7 @@ def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter
     h1, h2, pos = (latest.column(c).to_numpy().astype(np.int64) for c in ("h1", "h2", "pos"))
     tomb = (latest.column("flags").to_numpy().astype(np.int64) & es.FLAG_TOMBSTONE) != 0
     keyed = h2 != es.KEYLESS_MARK
-    live = delta.survives(plan, pos, tomb)
+    live = lookup_run.survives(plan, pos, tomb)
     order = np.argsort(pos[live], kind="stable")
     shared = spark.sparkContext.broadcast(
         {
@@ -183,10 +183,10 @@ def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter
         for b in batches:
             for g in b.column(0).to_pylist():
                 if plan.segments[plan.groups[g][0]].kind == COMPACTED:
-                    rows = delta.old_rows(plan, [plan.segments[o] for o in plan.groups[g]])
+                    rows = lookup_run.old_rows(plan, [plan.segments[o] for o in plan.groups[g]])
                     stats: dict = {}
-                    part = delta.retire_group(
-                        plan, g, delta.superseded_in(rows, new["h1"], new["h2"]), stats, rows
+                    part = lookup_run.retire_group(
+                        plan, g, lookup_run.superseded_in(rows, new["h1"], new["h2"]), stats, rows
                     )
                     if counter is not None:
                         counter.add(stats.get("messages", 0))

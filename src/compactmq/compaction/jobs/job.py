@@ -1,6 +1,6 @@
 """The shell every compaction job on Spark runs in: one job group, counters, progress, cancel.
 
-A single topic's run (``SparkEngine.run``: a full run or a delta run, ``delta_job``) and a joint
+A single topic's run (``SparkEngine.run``: a full run or a lookup run, ``lookup_job``) and a joint
 job of several topics (``multi.JointRun``: the partitions of a partitioned topic, the topics due
 at one check) differ in what the job computes, not in how it runs. Each names a job group (what
 ``cancel`` cancels and ``timeline`` reads back), counts the messages parsed and the keyless

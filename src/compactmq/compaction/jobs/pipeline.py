@@ -204,9 +204,9 @@ def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None
 def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     """Phase two: survivors to their group's task, in position order; each writes a part file.
 
-    Rows with a ``kind`` column are a delta run's (``compaction.delta``): an old group's task
+    Rows with a ``kind`` column are a lookup run's (``compaction.lookup_run``): an old group's task
     gets the positions superseded in it (and a marker row, so it runs at all) and retires them
-    (``delta.retire_group``, counting its live rows into ``counter`` and its retained keyless
+    (``lookup_run.retire_group``, counting its live rows into ``counter`` and its retained keyless
     messages into ``keyless_counter``); a new group's task copies its survivors."""
     from pyspark.sql import functions as F
 
@@ -244,16 +244,16 @@ def collect_parts(parts_df) -> list[dict]:
     """The part descriptions (``PART_DDL``) the phase-two tasks of ``parts_df`` report, by group.
     Collected as Arrow: ``collect`` would turn every row into a Python object in the JVM, whose
     cost is the binary drops and masks of an incremental run over many batches (about 0.7 JVM
-    CPU-s of a 1 s delta run at 10 M batched messages)."""
+    CPU-s of a 1 s lookup run at 10 M batched messages)."""
     return sorted(parts_df.toArrow().to_pylist(), key=lambda d: d["group"])
 
 
 def copy_groups(plan: RunPlan, arrays: dict, key_cols: list[str], counter=None, keyless_counter=None) -> list:
     """Phase two of the groups whose rows ``arrays`` holds (numpy columns sorted by ``pos``): a
-    part description per group. With a ``kind`` column (a delta run): an old group's positions
-    superseded are retired (``delta.retire_group``: its live rows counted into ``counter``, its
+    part description per group. With a ``kind`` column (a lookup run): an old group's positions
+    superseded are retired (``lookup_run.retire_group``: its live rows counted into ``counter``, its
     retained keyless messages into ``keyless_counter``), a new group's survivors copied."""
-    from .. import delta
+    from .. import lookup_run
 
     kinds = "kind" in arrays
     pos = arrays["pos"]
@@ -263,15 +263,15 @@ def copy_groups(plan: RunPlan, arrays: dict, key_cols: list[str], counter=None, 
         m = slice(lo, hi)
         if kinds and plan.segments[plan.groups[g][0]].kind == COMPACTED:
             stats: dict = {}
-            superseded = pos[m][arrays["kind"][m] == delta.SUPERSEDED]
-            out.append(delta.retire_group(plan, g, superseded, stats))
+            superseded = pos[m][arrays["kind"][m] == lookup_run.SUPERSEDED]
+            out.append(lookup_run.retire_group(plan, g, superseded, stats))
             if counter is not None:
                 counter.add(stats.get("messages", 0))
             if keyless_counter is not None:
                 keyless_counter.add(stats.get("keyless", 0))
             continue
-        if kinds:  # a delta run's new group: its survivors (no marker reaches it)
-            m = lo + np.flatnonzero(arrays["kind"][m] == delta.SURVIVOR)
+        if kinds:  # a lookup run's new group: its survivors (no marker reaches it)
+            m = lo + np.flatnonzero(arrays["kind"][m] == lookup_run.SURVIVOR)
         out.append(copy_part(plan, g, pos[m], arrays, m, key_cols))
     return out
 

@@ -1,4 +1,4 @@
-"""Delta runs: an incremental keep-latest compaction whose cost follows the new messages.
+"""Lookup runs: an incremental keep-latest compaction whose cost follows the new messages.
 
 Why
 ---
@@ -7,10 +7,10 @@ copying them, but the run still has to learn which old messages the new ones sup
 that with the full pipeline means handing every row of the previous view's key sidecar to the
 shuffle and aggregating it again with the new rows: at 10 M messages over 1 M keys a run after
 1 % new messages moved 1.1 M rows through the JVM twice to change about 100 k of them, and paid
-most of a full run for it. A delta run moves only the new rows through Spark and *looks up*
+most of a full run for it. A lookup run moves only the new rows through Spark and *looks up*
 their keys in the sidecar instead.
 
-The three steps (``spark.delta_job`` is the Spark shell around them)
+The three steps (``jobs.lookup_job`` is the Spark shell around them)
 --------------------------------------------------------------------
 1. Phase one over the *new* groups only: parse, combine per task, then one Spark aggregate
    ``max((pos << 1) | tombstone)`` per 128-bit key hash over the new rows -- the latest new
@@ -26,7 +26,7 @@ The three steps (``spark.delta_job`` is the Spark shell around them)
    tombstone retention keeps it, not older than the key TTL) and the old positions they
    *supersede*.
 3. Phase two, routed by group as in a full run (or, for a small run, in the same task:
-   ``spark.delta_job``): a new group's task copies its survivors into
+   ``jobs.lookup_job``): a new group's task copies its survivors into
    the run's segment and writes their sidecar rows (``keys-<run>-<group>``); an old group's task
    (``retire_group``; every old group gets one, through a marker row) turns the positions
    superseded in its ledgers, plus the rows the key TTL, tombstone retention or topic retention
@@ -41,7 +41,7 @@ columns once (about 0.2 s per million keys, from local Parquet; a worker keeps u
 ``CACHE_ROWS`` of them for the run's old groups, and keeps the files it read for later runs,
 ``view_keys._columns``), and each old group's task reads its own ledgers' rows. Reading the
 sidecar is the part that still grows with the view. Over a large view (more than
-``spark.delta_job.SPLIT_OLD_ENTRIES`` entries) the new keys are broadcast instead and each old
+``jobs.lookup_job.SPLIT_OLD_ENTRIES`` entries) the new keys are broadcast instead and each old
 group's task looks them up in its own rows (``superseded_in``): the view is read once, in
 parallel, by the tasks that retire its rows. For an old group only the entries that lost a
 message are worked on (masks, drops). Nothing is rewritten that did not change: unchanged old
@@ -75,7 +75,7 @@ SURVIVOR, SUPERSEDED, MARKER = 0, 1, 2
 ROW_DDL = "pos long, h1 long, h2 long, tomb long, kind byte"
 
 # the previous view's live sidecar rows, loaded once per worker process and run (up to
-# CACHE_ROWS of them, about 33 bytes each: a worker keeps them until its next delta run)
+# CACHE_ROWS of them, about 33 bytes each: a worker keeps them until its next lookup run)
 _old_cache: dict = {}
 _order_cache: dict = {}
 CACHE_ROWS = 8_000_000
@@ -109,7 +109,7 @@ def old_rows(plan: RunPlan, segments: Optional[list] = None) -> mr.Rows:
 
     source = plan.view_keys
     if source is None:
-        raise CompactionError("a delta run needs the previous view's key sidecar")
+        raise CompactionError("a lookup run needs the previous view's key sidecar")
     cached = _old_cache.get(plan.run_dir)
     if segments is not None:
         if cached is None:  # this worker looked nothing up: read only these ledgers' rows
@@ -233,7 +233,7 @@ def retire_group(
 
     chained = plan.chain
     if chained is None:
-        raise CompactionError("a delta run writes a local chain")
+        raise CompactionError("a lookup run writes a local chain")
     segments = [plan.segments[o] for o in plan.groups[group]]
     if rows is None:  # (given: the caller loaded the group's rows to look keys up in them)
         rows = old_rows(plan, segments)

@@ -1,4 +1,4 @@
-"""Delta runs (``compaction.delta``) without Spark: the key match, the keep-latest rule, and the
+"""Lookup runs (``compaction.lookup_run``) without Spark: the key match, the keep-latest rule, and the
 chained sidecar's retired rows. The runs themselves are in the parity tests (``test_parity``),
 against the reference model and against runs that re-aggregate every key."""
 
@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from compactmq.compaction import delta, view_keys
+from compactmq.compaction import lookup_run, view_keys
 from compactmq.compaction import entry_scan as es
 from compactmq.compaction import message_rows as mr
 from compactmq.compaction.plan import COMPACTED, RunPlan, Segment
@@ -24,7 +24,7 @@ def test_match_pairs_exactly_the_keys_equal_on_both_halves():
     pick = rng.choice(len(old_h1), 500, replace=False)
     new_h1 = np.r_[old_h1[pick], rng.integers(0, 40, 700)]
     new_h2 = np.r_[old_h2[pick], rng.integers(-(2**62), 2**62, 700)]
-    i, j = delta.match(old_h1, old_h2, new_h1, new_h2)
+    i, j = lookup_run.match(old_h1, old_h2, new_h1, new_h2)
     where = {(a, b): k for k, (a, b) in enumerate(zip(old_h1.tolist(), old_h2.tolist()))}
     expected = sorted(
         (where[(a, b)], k)
@@ -34,10 +34,10 @@ def test_match_pairs_exactly_the_keys_equal_on_both_halves():
     assert sorted(zip(i.tolist(), j.tolist())) == expected
     assert len(expected) == 500
     # the caller's order gives the same answer; empty sides give none
-    i2, j2 = delta.match(old_h1, old_h2, new_h1, new_h2, np.argsort(old_h1, kind="stable"))
+    i2, j2 = lookup_run.match(old_h1, old_h2, new_h1, new_h2, np.argsort(old_h1, kind="stable"))
     assert sorted(zip(i2.tolist(), j2.tolist())) == expected
-    assert len(delta.match(old_h1, old_h2, new_h1[:0], new_h2[:0])[0]) == 0
-    assert len(delta.match(old_h1[:0], old_h2[:0], new_h1, new_h2)[0]) == 0
+    assert len(lookup_run.match(old_h1, old_h2, new_h1[:0], new_h2[:0])[0]) == 0
+    assert len(lookup_run.match(old_h1[:0], old_h2[:0], new_h1, new_h2)[0]) == 0
 
 
 def _plan(tmp_path, **kw) -> RunPlan:
@@ -50,10 +50,10 @@ def test_the_keep_latest_rule_is_the_spark_aggregates():
     pos = np.array([1 << shift, 2 << shift, 3 << shift, 4 << shift], np.int64)
     tomb = np.array([0, 1, 1, 0])
     plan = _plan(".")
-    assert delta.survives(plan, pos, tomb).tolist() == [True, False, False, True]
+    assert lookup_run.survives(plan, pos, tomb).tolist() == [True, False, False, True]
     plan = _plan(".", tombstones_from=int(3 << shift), drop_before=int(2 << shift))
     # a tombstone from the cut stays; anything below the TTL cut goes
-    assert delta.survives(plan, pos, tomb).tolist() == [False, False, True, True]
+    assert lookup_run.survives(plan, pos, tomb).tolist() == [False, False, True, True]
 
 
 def test_gone_files_hide_the_rows_delta_runs_retired(tmp_path):
@@ -68,12 +68,12 @@ def test_gone_files_hide_the_rows_delta_runs_retired(tmp_path):
     view_keys.write_gone(gone, [10, 12, 12], [1 << es.BATCH_BITS, 0, 3 << es.BATCH_BITS])
     plan = _plan(tmp_path)
     plan.view_keys = view_keys.plan_entry([base], gone=[gone])
-    rows = delta.old_rows(plan)
+    rows = lookup_run.old_rows(plan)
     left = [(int(p >> (es.ENTRY_BITS + es.BATCH_BITS)), int(p & ((1 << 40) - 1)) >> 16) for p in rows.pos]
     assert left == [(0, 0), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]
     assert rows.h1.tolist() == [100, 102, 103, 104, 105, 106, 107, 109, 110]
     # a group's rows are a slice of the same rows
-    part = delta.old_rows(plan, [plan.segments[2]])
+    part = lookup_run.old_rows(plan, [plan.segments[2]])
     assert part.h1.tolist() == [109, 110]
 
 
@@ -91,6 +91,6 @@ def test_superseded_rows_agree_with_and_without_the_extension(monkeypatch):
     new_h2 = np.r_[old_h2[pick], rng.integers(-(2**62), 2**62, 100)]
     expected = np.sort(pick)
     if native.library() is not None:
-        assert np.array_equal(np.sort(delta.superseded_rows(old, new_h1, new_h2)), expected)
+        assert np.array_equal(np.sort(lookup_run.superseded_rows(old, new_h1, new_h2)), expected)
     monkeypatch.setattr(native, "library", lambda: None)
-    assert np.array_equal(np.sort(delta.superseded_rows(old, new_h1, new_h2)), expected)
+    assert np.array_equal(np.sort(lookup_run.superseded_rows(old, new_h1, new_h2)), expected)

@@ -23,8 +23,8 @@ from .session import get_session
 class SparkEngine:
     """Runs phase one and phase two of a ``RunPlan`` as one Spark action."""
 
-    #: runs a delta run when the plan asks for one (``compaction.delta``); a joint job does not
-    delta_runs = True
+    #: runs a lookup run when the plan asks for one (``compaction.lookup_run``); a joint job does not
+    lookup_runs = True
 
     def __init__(
         self,
@@ -72,10 +72,10 @@ class SparkEngine:
         from .job import spark_job
 
         with spark_job(self, plan, report, f"compaction of {plan.topic}", on_group=self._set_group) as job:
-            if plan.is_delta:
-                from . import delta_job
+            if plan.is_lookup_run:
+                from . import lookup_job
 
-                parts = delta_job.run(self.spark, plan, job.counters[0], job.keyless[0])
+                parts = lookup_job.run(self.spark, plan, job.counters[0], job.keyless[0])
             else:
                 survivors = pipeline.survivors(
                     self.spark, plan, strategy, counter=job.counters[0], keyless_counter=job.keyless[0]
@@ -109,10 +109,10 @@ class SparkEngine:
         tracker = sc.statusTracker()
         total = plan.estimated_entries
         n = len(plan.groups)
-        if plan.is_delta:  # only the new groups are parsed
-            from .. import delta
+        if plan.is_lookup_run:  # only the new groups are parsed
+            from .. import lookup_run
 
-            n = len(delta.new_groups(plan))
+            n = len(lookup_run.new_groups(plan))
         while not stop.wait(self.poll_seconds):
             try:
                 stages = []

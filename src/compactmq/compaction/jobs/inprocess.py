@@ -21,13 +21,13 @@ segments, key sidecar and part descriptions):
   with its map-side combiner) into one ``LatestCombiner`` (what Spark's ``max(p2)`` aggregate
   computes), the key TTL and tombstone cuts of ``pipeline.keep_latest`` applied with numpy,
   then ``pipeline.copy_groups`` (the phase-two task's body) over the survivors in position order;
-* a delta run (``compaction.delta``): ``delta_job.fused_parts``, the body of the one task that
-  runs a small delta run on Spark.
+* a lookup run (``compaction.lookup_run``): ``lookup_job.fused_parts``, the body of the one task that
+  runs a small lookup run on Spark.
 
 Which runs
 ----------
 ``suits(plan, max_bytes)``: keep-latest only (the other strategies' Spark operators have no copy
-here), a combining plan (as the runner makes them), a delta run only in its one-task shape, and
+here), a combining plan (as the runner makes them), a lookup run only in its one-task shape, and
 at most ``max_bytes`` of files to read -- the live ledgers the plan reads (whole files: an upper
 bound) and the previous view (its chain manifest and segments). A plan that reads from an
 object store (a URI) or whose size cannot be told goes to Spark: the bound is there so a run
@@ -49,12 +49,12 @@ import numpy as np
 from ... import errors
 from .. import CompactionProgress
 from .. import chain
-from .. import delta
+from .. import lookup_run
 from .. import entry_scan as es
 from .. import message_rows as mr
 from .. import tasks
 from ..plan import COMPACTED, RunPlan
-from . import delta_job, pipeline
+from . import lookup_job, pipeline
 
 
 class Count:
@@ -91,11 +91,11 @@ def suits(plan: RunPlan, max_bytes: int) -> bool:
         return False
     if plan.store:  # tiered storage: parts go to an object store
         return False
-    if plan.is_delta:
-        fresh = delta.new_groups(plan)
+    if plan.is_lookup_run:
+        fresh = lookup_run.new_groups(plan)
         new = sum(plan.segments[o].est_entries for g in fresh for o in plan.groups[g])
-        old = sum(s.est_entries for s in delta.compacted_segments(plan))
-        if new > delta_job.FUSED_MAX_ENTRIES or old > delta_job.SPLIT_OLD_ENTRIES:
+        old = sum(s.est_entries for s in lookup_run.compacted_segments(plan))
+        if new > lookup_job.FUSED_MAX_ENTRIES or old > lookup_job.SPLIT_OLD_ENTRIES:
             return False
     size = plan_bytes(plan)
     return size is not None and size <= max_bytes
@@ -104,7 +104,7 @@ def suits(plan: RunPlan, max_bytes: int) -> bool:
 class InProcessEngine:
     """Runs a ``RunPlan`` that ``suits`` in the calling thread (``SparkEngine``'s shape)."""
 
-    delta_runs = True
+    lookup_runs = True
 
     def __init__(self, parallelism: int = 1) -> None:
         self.parallelism = parallelism
@@ -124,10 +124,10 @@ class InProcessEngine:
         started = time.perf_counter()
         counter, keyless = Count(), Count()
         report(CompactionProgress("phase-one", 0, plan.estimated_entries))
-        if plan.is_delta:
+        if plan.is_lookup_run:
             self._check()
-            parts = delta_job.fused_parts(
-                plan, delta.new_groups(plan), delta_job.marker_positions(plan), counter, keyless
+            parts = lookup_job.fused_parts(
+                plan, lookup_run.new_groups(plan), lookup_job.marker_positions(plan), counter, keyless
             )
         else:
             parts = self._keep_latest(plan, report, counter, keyless)
