@@ -14,10 +14,14 @@ The places:
 * ``LocalChainStore`` -- the data directory's compaction area (``compacted_ledger.topic_dir``):
   the view is a chain manifest naming segment files (``chain``), which an incremental run
   extends (it writes only the segments of what changed), and a key sidecar directory.
-* ``ObjectPartsStore`` -- the object store the topic offloads to (``tiered.store_location``):
-  the tasks upload their parts under a fresh prefix, the view is the manifest of those parts
-  and is recorded in the offload catalog (``tiered.write_view_manifest``), so any process that
-  sees the metadata store (another broker, a Spark task) reads it by URI. A run writes it whole.
+* ``ObjectChainStore`` -- the object store the topic offloads to, or its ledgers' store in
+  cluster mode (``tiered.store_location``): a chain as the local one, in the store
+  (``object_chain``), recorded in the offload catalog so any process that sees the metadata
+  store (another broker, a Spark task) reads it by URI; an incremental run uploads its new
+  segments and a manifest only.
+* ``ObjectPartsStore`` -- the same place, the older layout (``compactionObjectStoreChains``
+  false): the tasks upload their parts under a fresh prefix, the view is the manifest of those
+  parts (``tiered.write_view_manifest``). A run writes it whole.
 
 ``for_run(storage, topic)`` picks the place: the object store when the topic has one, else the
 local chain. Readers do not care where a view is: ``tiered.compacted_location`` gives the local
@@ -128,6 +132,17 @@ def _chain_target(run, plan: RunPlan, new_id: int, directory: str, incremental: 
     }
 
 
+def _still_owned(storage, topic: str) -> bool:
+    """Whether the topic's ownership fence holds now (always on a single node)."""
+    fence_for = getattr(storage, "fence_for", None)
+    if fence_for is None:
+        return True
+    try:
+        return fence_for(topic).holds(storage.metadata_store)
+    except CompactMQError:
+        return False
+
+
 def _previous_is_remote(run) -> bool:
     prev = run._prev_reader
     return prev is not None and is_remote(prev.path)
@@ -214,11 +229,14 @@ class ObjectChainStore(ViewStore):
         from .object_chain import ObjectChainStore as Uploads
 
         self.uploads = Uploads(storage, topic, location)
+        self.key_names: list[str] = []  # the sidecar files the run uploaded, relative to its chain
 
     def prepare(self, run, plan: RunPlan, new_id: int) -> None:
         # objects of a run that died between its upload and its commit, and segments of a
-        # chain a merge replaced (we hold the lock; ``object_chain``: what is kept)
-        tiered.sweep_quietly(self.storage, self.topic)
+        # chain a merge replaced (we hold the lock; ``object_chain``: what is kept) -- only while
+        # this broker still owns the topic: a deposed owner must not judge the new one's uploads
+        if _still_owned(self.storage, self.topic):
+            tiered.sweep_quietly(self.storage, self.topic)
         previous = run._prev_view_id
         rec = self.storage.offloader.compacted_record(previous) if previous is not None else None
         incremental = self.uploads.choose_prefix(rec, run._extends_chain(plan), new_id)
@@ -236,8 +254,6 @@ class ObjectChainStore(ViewStore):
         names = [p["keys"] for p in parts if p["messages"]]
         local = os.path.join(plan.run_dir, view_keys.STORE_DIR)
         self.key_names = self.uploads.upload_keys(local, names, new_id)
-
-    key_names: list = []
 
     def extend_keys(self, plan: RunPlan, parts: list[dict], new_id: int, previous: tuple) -> dict:
         """A delta run's sidecar: the previous view's files (same chain, names relative to its
