@@ -7,9 +7,10 @@ One process, SeaweedFS on 127.0.0.1 (``tests/seaweedfs_server.py``), ledgers in 
 in-process compaction engine (no JVM: the figures are bytes and objects, which do not depend on
 the engine). Per layout: a topic of ``--keys`` keys with ``--value``-byte values, one full run,
 then ``--runs`` incremental runs each after ``--new`` new messages on random existing keys.
-Bytes and objects written are the store's own put counters (``OBJECT_COUNTERS``) around each
-run, after the ledger holding the new messages was sealed and uploaded (so they count the
-view's objects only), cross-checked by listing the view objects the run added. A chain merge
+Per run: ``new_view_object_bytes``, the sizes of the view objects the run added (listed before
+and after; the figure to quote), and ``put_bytes``/``puts``, the store's own put counters
+(``OBJECT_COUNTERS``) around the run -- every object written meanwhile, so the first run's also
+holds the topic's first ledger upload finishing in the background. A chain merge
 (``compactionChainMaxRuns``, 8 by default) shows as one run as large as the first.
 
     .venv/bin/python bench/object_chain_bench.py [--keys 20000] [--value 200] [--new 150] [--runs 6]
