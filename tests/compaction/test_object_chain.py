@@ -16,6 +16,8 @@ import uuid
 import pytest
 
 from compactmq.compaction import chain, load_factory, object_chain, tiered
+from compactmq.compaction.compacted_ledger import CompactedLedgerReader
+from compactmq.compaction.entry_scan import hash_key_py
 from compactmq.compaction.runner import CompactionRunner
 from compactmq.compaction.spark.inprocess import InProcessEngine
 from compactmq.compaction.state import states_of
@@ -23,6 +25,7 @@ from compactmq.config import load_config
 from compactmq.storage.resources.compaction_state import StaleCompaction
 from compactmq.storage import Storage
 from compactmq.storage.offload import open_store
+from compactmq.storage.offload.blocks import shared_cache
 from compactmq.storage.metadata_store import Check
 from compactmq.storage.resources.fence import Fence, Fenced
 
@@ -89,6 +92,19 @@ def _rows(storage, config) -> dict:
         factory.close()
 
 
+def _key_index(storage, config):
+    """The latest-value / TableView lookup index of the view in force: where it came from, and
+    the key hashes of its live keys."""
+    factory = load_factory(config, storage)
+    service = factory.new_service(TOPIC)
+    try:
+        index = service.open_view().key_index()
+        return index.source, len(index), [index.find(*hash_key_py(k.encode())) for k in ("k0", "k150")]
+    finally:
+        service.close()
+        factory.close()
+
+
 def _objects(storage) -> dict[str, int]:
     store = open_store(storage.object_store.location)
     return {k: store.size(k) for k in store.list(tiered.STORE_ROOT)}
@@ -130,6 +146,9 @@ def test_incremental_runs_upload_only_what_is_new_and_readers_see_the_reference(
             manifest = object_chain.read_manifest(open_store(rec.location), rec.data_key)
             assert manifest.runs == i + 2
             assert _rows(st, config) == writer.latest
+            # key lookups read the chained sidecar (files of several runs) from the store
+            source, keys, found = _key_index(st, config)
+            assert (source, keys) == ("sidecar", KEYS) and None not in found
         # the replaced views' manifests are gone, their segments are still named
         store = open_store(rec.location)
         manifests = [k for k in store.list(chain_prefix) if k.endswith(object_chain.MANIFEST_SUFFIX)]
@@ -149,6 +168,8 @@ def test_a_merge_writes_a_fresh_chain_and_the_old_one_goes_at_the_next_run(tmp_p
         _compact(st, config)  # run 2 of the chain
         assert object_chain.chain_prefix(_view_record(st)) == old_prefix
         writer.publish(st, range(10, 40))
+        before_merge = _rows(st, config)
+        pinned = CompactedLedgerReader(tiered.compacted_location(st, TOPIC, _view_record(st).ledger_id))
         _compact(st, config)  # the merge policy: a fresh chain
         new_prefix = object_chain.chain_prefix(_view_record(st))
         assert new_prefix != old_prefix
@@ -156,6 +177,12 @@ def test_a_merge_writes_a_fresh_chain_and_the_old_one_goes_at_the_next_run(tmp_p
         store = open_store(st.object_store.location)
         # left for one run (a reader that opened the previous view keeps reading), not named
         assert store.list(old_prefix)
+        shared_cache().clear()  # (its bytes come from the store, not from the read cache)
+        pinned_rows = {}
+        for _, entry in pinned:
+            for _, key, payload, *_ in E.decode(bytes(entry))[1]:
+                pinned_rows[key] = payload
+        assert pinned_rows == before_merge
         writer.publish(st, range(5))
         _compact(st, config)
         assert store.list(old_prefix) == []
