@@ -108,10 +108,30 @@ class Cluster:
 
     # --- the object store ---------------------------------------------------------------------
 
-    def view_dirs(self, topic: str) -> set[str]:
-        """The view directories (``<id>-<uuid>``) of ``topic`` in the bucket."""
+    def view_objects(self, topic: str) -> set[str]:
+        """The keys of ``topic``'s view objects in the bucket, relative to its directory there."""
         base = f"{self.prefix}/compacted/{topic_relpath(topic).replace(os.sep, '/')}/"
-        return {k[len(base) :].split("/", 1)[0] for k in self.seaweedfs.keys(self.bucket, base)}
+        return {k[len(base) :] for k in self.seaweedfs.keys(self.bucket, base)}
+
+    def view_dirs(self, topic: str) -> set[str]:
+        """The view directories (``<id>-<uuid>``) of ``topic`` in the bucket: one per view of
+        the parts layout, one per chain (named by its first view) of chained views."""
+        return {k.split("/", 1)[0] for k in self.view_objects(topic)}
+
+    def only_view(self, topic: str, view_id: int) -> bool:
+        """Whether the bucket holds view ``view_id``'s objects and no other view's: one
+        directory, and in it the one chain manifest of that view (a chain: earlier views of
+        the chain leave their segments to it, not their manifests), or the directory of that
+        view (parts)."""
+        objects = self.view_objects(topic)
+        dirs = {k.split("/", 1)[0] for k in objects}
+        if len(dirs) != 1:
+            return False
+        (only,) = dirs
+        manifests = sorted(k for k in objects if k.endswith(".chain"))
+        if manifests:
+            return manifests == [f"{only}/{view_id:012d}.chain"]
+        return only.split("-")[0] == f"{view_id:012d}"
 
 
 @pytest.fixture(scope="module")
@@ -253,12 +273,12 @@ def test_topic_moved_during_compaction_commits_nothing_and_loses_nothing(cluster
     wait_until(lambda: backlog(cluster, topic, "sub") == 0, 30, "every acknowledgement persisted")
     a = cluster.owner(topic)
     b = cluster.other(a)
-    cluster.close_gate("parts-written")  # its parts are in the object store, not yet committed
+    cluster.close_gate("before-commit")  # its view is in the object store, not yet committed
     try:
         trigger(cluster, topic)
         cluster.wait_held(a)
-        held = cluster.view_dirs(topic)
-        assert len(held) == 1, held  # the held run's upload, the topic's first view
+        held = cluster.view_objects(topic)
+        assert len(cluster.view_dirs(topic)) == 1, held  # the held run's upload, the topic's first view
         cluster.move(topic, b)
         after = published(12, "after", keys=3)  # k0..k2 only: k3..k5 keep their last value
         send(client, topic, after)
@@ -267,14 +287,13 @@ def test_topic_moved_during_compaction_commits_nothing_and_loses_nothing(cluster
     finally:
         cluster.open_gate()  # A's run goes on under an ownership it lost
     # it must not commit (the fence) and must not leave its objects behind
-    wait_until(lambda: not (cluster.view_dirs(topic) & held), 60, "the deposed run's objects deleted")
+    wait_until(lambda: not (cluster.view_objects(topic) & held), 60, "the deposed run's objects deleted")
     assert cluster.owner(topic) is b
     body = status(cluster, topic)
     assert body["status"] != "SUCCESS", body  # nothing committed on B's topic by A
     compact(cluster, topic)  # the new owner compacts everything
     view_id, _ = view_of(cluster, topic)
-    dirs = cluster.view_dirs(topic)
-    assert len(dirs) == 1 and int(next(iter(dirs)).split("-")[0]) == view_id, dirs
+    assert cluster.only_view(topic, view_id), cluster.view_objects(topic)
     assert latest(read_compacted(client, topic)) == latest(before + after)
     assert drain(consumer, 1500) == []  # no redelivery loop
     consumer.close()
@@ -292,7 +311,7 @@ def test_owner_closing_in_phase_two_never_moves_the_view_or_the_hold_back(cluste
     send(client, topic, second)
     a = cluster.owner(topic)
     b = cluster.other(a)
-    cluster.close_gate("parts-written")  # phase two done, its parts uploaded, before the commit
+    cluster.close_gate("before-commit")  # phase two done, its view uploaded, before the commit
     try:
         trigger(cluster, topic)
         cluster.wait_held(a)
@@ -317,11 +336,7 @@ def test_owner_closing_in_phase_two_never_moves_the_view_or_the_hold_back(cluste
         view3, horizon3 = view_of(cluster, topic)
         assert horizon3 > horizon and view3 != view
         assert latest(read_compacted(client, topic)) == latest(first + second + third)
-        wait_until(
-            lambda: [d.split("-")[0] for d in cluster.view_dirs(topic)] == [f"{view3:012d}"],
-            60,
-            "only the view in force in the object store",
-        )
+        wait_until(lambda: cluster.only_view(topic, view3), 60, "only the view in force in the object store")
     finally:
         a.start(timeout=60)
 
@@ -394,11 +409,13 @@ def test_view_never_moves_backwards_across_moves_and_a_straddling_run(cluster, c
     history += more
     a = cluster.owner(topic)
     b = cluster.other(a)
-    cluster.close_gate("parts-written")
+    before = cluster.view_objects(topic)
+    cluster.close_gate("before-commit")
     try:
         trigger(cluster, topic)  # A's run holds a view of everything so far, not yet committed
         cluster.wait_held(a)
-        held = cluster.view_dirs(topic)
+        held = cluster.view_objects(topic) - before  # its upload (a chain's: beside the view's)
+        assert held
         cluster.move(topic, b)
         newer = published(6, "newer")
         send(client, topic, newer)
@@ -409,13 +426,13 @@ def test_view_never_moves_backwards_across_moves_and_a_straddling_run(cluster, c
     finally:
         cluster.open_gate()  # A's run goes on and tries its commit
     # A's older view is never committed over B's (nor left in the store)
-    wait_until(lambda: not (cluster.view_dirs(topic) & held), 60, "the deposed run's objects deleted")
+    wait_until(lambda: not (cluster.view_objects(topic) & held), 60, "the deposed run's objects deleted")
     assert view_of(cluster, topic) == (view_b, horizon_b)
     assert latest(read_compacted(client, topic)) == latest(history)
     cluster.move(topic, a)  # a reload on the first owner: the same view, never an older one
     assert view_of(cluster, topic) == (view_b, horizon_b)
     assert latest(read_compacted(client, topic)) == latest(history)
-    assert [d.split("-")[0] for d in cluster.view_dirs(topic)] == [f"{view_b:012d}"]
+    assert cluster.only_view(topic, view_b), cluster.view_objects(topic)
 
 
 # --- failover with compaction: an unload, a freeze past the session ---------------------------
@@ -444,7 +461,7 @@ def live(items: list[tuple[str, bytes]]) -> dict[str, bytes]:
 
 def compaction_goes_on_after(cluster: Cluster, client, topic: str, move) -> None:
     """Keyed messages (tombstones among them) compacted on A; a second run held on A after its
-    parts are uploaded; ``move(a, b)`` hands the topic to B; more keyed messages through the
+    view is uploaded; ``move(a, b)`` hands the topic to B; more keyed messages through the
     client ``move`` answers; the gate opens (A's run goes on under an ownership it lost); B compacts.
     Then B's view is in force and alone in the store, and a read-compacted reader and a
     TableView hold exactly the latest value of each key."""
@@ -456,13 +473,13 @@ def compaction_goes_on_after(cluster: Cluster, client, topic: str, move) -> None
     sent += second
     a = cluster.owner(topic)
     b = cluster.other(a)
-    before = cluster.view_dirs(topic)
-    cluster.close_gate("parts-written")
+    before = cluster.view_objects(topic)
+    cluster.close_gate("before-commit")
     try:
         trigger(cluster, topic)
         cluster.wait_held(a)
-        held = cluster.view_dirs(topic) - before  # the held run's upload
-        assert len(held) == 1, held
+        held = cluster.view_objects(topic) - before  # the held run's upload
+        assert held
         sender = move(a, b)  # the client to send with while A is away
         third = [(f"k{i}", b"c-%d" % i) for i in range(0, 12, 2)] + [("k2", b""), ("k3", b"back-3")]
         send(sender, topic, third)
@@ -474,7 +491,7 @@ def compaction_goes_on_after(cluster: Cluster, client, topic: str, move) -> None
     assert outcome != "ok", "the deposed broker's run committed"
     assert cluster.owner(topic, via=b) is b
     compact(cluster, topic, via=b)  # compaction goes on on the new owner (and sweeps what A left)
-    assert not (cluster.view_dirs(topic) & held), "the deposed run's objects are still there"
+    assert not (cluster.view_objects(topic) & held), "the deposed run's objects are still there"
     view_b, horizon_b = view_of(cluster, topic, via=b)
     want = live(sent)
     assert "k2" not in want and "k7" not in want and want["k3"] == b"back-3"  # the scenario meant
@@ -486,7 +503,7 @@ def compaction_goes_on_after(cluster: Cluster, client, topic: str, move) -> None
     wait_until(lambda: rest(a, "GET", lookup)[0] == 200, 60, "the resumed broker answering lookups")
     assert cluster.owner(topic, via=a) is b
     assert view_of(cluster, topic, via=a) == (view_b, horizon_b)
-    assert [d.split("-")[0] for d in cluster.view_dirs(topic)] == [f"{view_b:012d}"]
+    assert cluster.only_view(topic, view_b), cluster.view_objects(topic)
 
 
 def test_compaction_goes_on_after_an_unload(cluster, client, topic):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compactmq.compaction import tiered
+from compactmq.compaction import object_chain, tiered
 from compactmq.compaction.compacted_ledger import MANIFEST_NAME, compacted_ledger_path
 from compactmq.compaction.entry_scan import hash_key_py
 from compactmq.compaction.jobs import SparkCompactionService
@@ -109,8 +109,12 @@ def session(request, offload_conf):
     return request.getfixturevalue("spark")
 
 
-def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_path, offload_conf, session):
+@pytest.mark.parametrize("chains", [True, False], ids=["chain", "parts"])
+def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(
+    tmp_path, offload_conf, session, chains
+):
     conf = {"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 20, **offload_conf}
+    conf["compactionObjectStoreChains"] = chains  # a chain of segments, or parts (one view a run)
     data = tmp_path / "data"
     st = Storage(data, load_config(overrides=conf))
     try:
@@ -122,12 +126,18 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         # nothing on the local disk: the catalog names a manifest and the parts' prefix
         assert not os.path.exists(compacted_ledger_path(st.data_dir, TOPIC, cid))
         rec = st.offloader.compacted_record(cid)
-        assert rec is not None and rec.kind == COMPACTED and rec.index_key.endswith("/")
         keys = compacted_objects(st)
-        assert rec.data_key in keys and rec.data_key.endswith("/" + MANIFEST_NAME)
-        assert any(k.startswith(rec.index_key + "part-") for k in keys)
-        # the key sidecar the next run reads went up with the parts, under the same prefix
-        assert any(k.startswith(rec.index_key + "keys/keys-") and k.endswith(".parquet") for k in keys)
+        if chains:  # the row names the chain manifest; segments and sidecar beside it
+            assert rec is not None and object_chain.is_chain_record(rec) and rec.data_key in keys
+            base = object_chain.chain_prefix(rec) + "/"
+            assert any(k.startswith(base) and k.endswith(".seg") for k in keys)
+            assert any(k.startswith(base + f"{cid:012d}/keys/keys-") for k in keys)
+        else:
+            assert rec is not None and rec.kind == COMPACTED and rec.index_key.endswith("/")
+            assert rec.data_key in keys and rec.data_key.endswith("/" + MANIFEST_NAME)
+            assert any(k.startswith(rec.index_key + "part-") for k in keys)
+            # the key sidecar the next run reads went up with the parts, under the same prefix
+            assert any(k.startswith(rec.index_key + "keys/keys-") and k.endswith(".parquet") for k in keys)
         assert dict(view(service)) == {f"k{i}": b"v%d" % (56 + i if i < 4 else 49 + i) for i in range(1, 7)}
 
         # a second run reads the previous compacted ledger from the store, and its objects go
@@ -137,7 +147,13 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
         assert second["previous"] == cid
         assert st.offloader.compacted_record(cid) is None
         keys = compacted_objects(st)
-        assert keys and all(k.startswith(st.offloader.compacted_record(second["id"]).index_key) for k in keys)
+        rec = st.offloader.compacted_record(second["id"])
+        if chains:  # the chain extended: the old manifest gone, its segment still named
+            assert rec.data_key in keys and object_chain.chain_prefix(rec) + "/" == base
+            assert object_chain.read_manifest(open_store(rec.location), rec.data_key).runs == 2
+            assert all(k.startswith(base) for k in keys)
+        else:
+            assert keys and all(k.startswith(rec.index_key) for k in keys)
         got = dict(view(service))
         assert got["k1"] == b"newer" and got["k9"] == b"nine" and "k0" not in got
         # a key lookup's index of the view comes from the sidecar in the store, not a parse
@@ -162,10 +178,13 @@ def test_the_compacted_ledger_is_written_to_the_store_and_served_from_it(tmp_pat
 @pytest.mark.parametrize(
     "offload_conf", ["filesystem", pytest.param("S3", marks=pytest.mark.slow)], indirect=True
 )
+@pytest.mark.parametrize(
+    "chains", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["chain", "parts"]
+)
 def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_start(
-    tmp_path, offload_conf, session
+    tmp_path, offload_conf, session, chains
 ):
-    conf = {"managedLedgerSyncData": False, **offload_conf}
+    conf = {"managedLedgerSyncData": False, "compactionObjectStoreChains": chains, **offload_conf}
     data = tmp_path / "data"
     st = Storage(data, load_config(overrides=conf))
     try:
@@ -183,7 +202,11 @@ def test_a_run_killed_between_upload_and_commit_leaves_nothing_after_the_next_st
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
         # the dead run's manifest and parts are in the store, named by no one; the view is the old one
         left = [k for k in compacted_objects(st) if k not in committed]
-        assert any(k.endswith(MANIFEST_NAME) for k in left) and any("/part-" in k for k in left)
+        if chains:  # its segment and manifest, in the chain of the view in force
+            assert any(k.endswith(object_chain.MANIFEST_SUFFIX) for k in left)
+            assert any(k.endswith(".seg") for k in left)
+        else:
+            assert any(k.endswith(MANIFEST_NAME) for k in left) and any("/part-" in k for k in left)
         assert states_of(st).get(TOPIC).compacted_ledger_id == cid
         assert view(service) == before
     finally:

@@ -69,7 +69,7 @@ def test_default_factory_is_spark_and_starts_nothing():
 def test_the_factory_name_of_older_configs_still_loads_the_default():
     from compactmq.compaction.jobs import SparkCompactionServiceFactory
 
-    old = {"compactionServiceFactoryClassName": "compactmq.compaction.spark.SparkCompactionServiceFactory"}
+    old = {"compactionServiceFactoryClassName": "compactmq.compaction.jobs.SparkCompactionServiceFactory"}
     assert type(load_factory(old)) is SparkCompactionServiceFactory
 
 

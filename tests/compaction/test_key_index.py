@@ -41,7 +41,7 @@ def test_parsed_entries_find_each_key_at_its_last_message():
     assert len(index) == 4  # a, b, c, d
 
 
-def test_a_sidecar_gives_the_same_rows_minus_what_delta_runs_retired(tmp_path):
+def test_a_sidecar_gives_the_same_rows_minus_what_lookup_runs_retired(tmp_path):
     h1, h2, lids, ids, flags = key_index.rows_of_entries(ENTRIES)
     keyed = (flags & es.FLAG_KEYLESS) == 0
     half = len(h1) // 2

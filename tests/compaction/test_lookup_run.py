@@ -56,7 +56,7 @@ def test_the_keep_latest_rule_is_the_spark_aggregates():
     assert lookup_run.survives(plan, pos, tomb).tolist() == [False, False, True, True]
 
 
-def test_gone_files_hide_the_rows_delta_runs_retired(tmp_path):
+def test_gone_files_hide_the_rows_lookup_runs_retired(tmp_path):
     """The live rows of a chained sidecar are its rows minus every ``gone`` file's, per ledger
     (the same id in another ledger stays)."""
     lids = np.repeat([10, 11, 12], 4)

@@ -21,6 +21,7 @@ TOPIC = "persistent://public/default/discard-after-refusal"
 
 def test_a_refused_object_store_view_leaves_no_row_and_no_object(tmp_path):
     conf = {"managedLedgerOffloadDriver": "filesystem", "fileSystemURI": f"file://{tmp_path}/offload"}
+    conf["compactionObjectStoreChains"] = False  # the parts layout (chains: ``test_object_chain``)
     st = Storage(tmp_path / "data", load_config(overrides=conf))
     try:
         st.open_managed_ledger(TOPIC)

@@ -485,8 +485,8 @@ class CompactionServiceFactory(abc.ABC):
 
 
 #: factory names an existing broker.conf may still hold, and where the class lives now (the
-#: engine package was ``compaction.spark``, a name that clashed with the Spark data source)
-RENAMED_FACTORIES = {"compactmq.compaction.spark.SparkCompactionServiceFactory": DEFAULT_FACTORY}
+#: engine package was ``compaction.jobs``, a name that clashed with the Spark data source)
+RENAMED_FACTORIES = {"compactmq.compaction.jobs.SparkCompactionServiceFactory": DEFAULT_FACTORY}
 
 
 def load_factory(config: Mapping[str, Any], storage=None) -> CompactionServiceFactory:

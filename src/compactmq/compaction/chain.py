@@ -72,8 +72,8 @@ What a run writes (``runner.CompactionRunner``)
   dropped, and so are the entries retention removed (the driver lists both from the previous
   view's index; what it collects is proportional to what changed). The new manifest is the old
   one plus the new run's segments, drops and masks.
-* *Fresh* (first run, a view of the old layout, a user strategy or no sidecar, a view in the
-  object store, or the merge policy): every survivor is copied, each task writing one complete
+* *Fresh* (first run, a view of the old layout, a user strategy or no sidecar, a local chain
+  when the view now goes to the object store or the reverse, or the merge policy): every survivor is copied, each task writing one complete
   segment, and the manifest names this run's segments only. No concatenation on the driver.
 
 Merge policy (``should_merge``): a chain of ``compactionChainMaxRuns`` runs (8), or whose
@@ -90,9 +90,10 @@ Files and their lifetime
 A segment may be named by several successive views. The clean-up after a commit deletes the
 previous manifest and only those of its segments the new manifest does not name
 (``stale_segments``); the orphan sweep at the start of a run keeps every file the view in force
-names (``named_segments``) and deletes any other ``.seg`` file (a crashed run's). Views written
-to the object store (tiered storage) and offloaded views are one-file or manifest-of-parts views
-as before: chains are local only, and a run whose view goes to the store writes it fresh.
+names (``named_segments``) and deletes any other ``.seg`` file (a crashed run's). A view written
+to the object store (tiered storage, cluster mode) is the same chain, manifest format included,
+under a prefix of the store (``object_chain``: its layout and clean-up); offloaded one-file views
+and the older manifest-of-parts views stay as they were.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from .compacted_sources import (  # noqa: F401  (HEADER, MANIFEST, is_remote, re
     HEADER,
     MANIFEST,
     PART_ENTRY,
+    ChainObject,
     InMemory,
     _filesystem,
     is_remote,
@@ -191,9 +192,10 @@ class CompactedLedgerReader:
         manifest = chain.decode(src.read(0, src.size), self.path)
         base = os.path.dirname(self.path)
         srcs, segments, runs = [], [], []
-        for name, run, _, _ in manifest.segments:
-            seg_path = os.path.join(base, name)
-            seg = InMemory(read_file_bytes(seg_path))
+        remote = isinstance(src, ChainObject)  # a chain in the object store (``object_chain``)
+        for name, run, _, size in manifest.segments:
+            seg_path = os.path.join(base, name) if not remote else f"{base}/{name}"
+            seg = src.segment(name, size) if remote else InMemory(read_file_bytes(seg_path))
             if bytes(seg.read(0, len(HEADER))) != HEADER:
                 raise StorageError(f"{seg_path}: not a compacted-ledger segment")
             srcs.append(seg)

@@ -143,15 +143,33 @@ class Parts:
         return bytes(out)
 
 
+class ChainObject(InMemory):
+    """A chain manifest in the object store (``object_chain``), held in memory whole (it is
+    small); ``segment(name, size)`` opens a segment it names, an object beside it."""
+
+    def __init__(self, obj, data) -> None:
+        super().__init__(data)
+        self.obj = obj
+
+    def segment(self, name: str, size: int) -> OneObject:
+        return OneObject(self.obj.sibling(name, size))
+
+
+#: the first bytes of a chain manifest (``chain.MAGIC``, ``chain.MAGIC_MASKS``)
+CHAIN_MAGICS = (b"CMQCHAN1", b"CMQCHAN2")
+
+
 def open_remote(path: str):
     """The bytes of the compacted ledger at URI ``path``, read by ranges: the object itself, or the
-    parts its manifest names."""
+    parts its manifest names; a chain manifest (``ChainObject``) is read whole."""
     from ..storage.offload import open_url
 
     obj = open_url(path)
     head = bytes(obj.read(0, min(obj.size, len(MANIFEST))))
     if head == MANIFEST:
         return Parts(obj, obj.read_meta(0, obj.size))
+    if head in CHAIN_MAGICS:
+        return ChainObject(obj, obj.whole())
     if head != HEADER:
         raise StorageError(f"{path}: not a compacted ledger")
     return OneObject(obj)

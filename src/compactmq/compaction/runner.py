@@ -53,7 +53,7 @@ from .state import CompactionState, CompactionStates, advance_hold, states_of
 from ..storage.resources.fence import NO_FENCE, Fenced
 from .tiered import compacted_location
 from .strategies import allowed_strategy_classes, resolve_strategy
-from . import chain, chain_manifest, previous_view, view_keys, view_store
+from . import chain, chain_manifest, object_chain, previous_view, view_keys, view_store
 
 __all__ = ["ABORT_POINTS", "CompactionRunner", "topic_settings"]  # topic_settings: for older callers
 
@@ -112,6 +112,7 @@ class CompactionRunner:
         self.task_probe = task_probe  # handed to the tasks with the plan (``RunPlan.task_probe``)
         self.combine = combine
         self._prev_reader: Optional[previous_view.PreviousView] = None  # the view in force, once planned
+        self._prev_view_id: Optional[int] = None  # its id
         self._prev_start = 0  # its first entry retention keeps
         self._prev_sidecar: tuple = ("", [], [])  # its local sidecar: directory, files, gone files
         self._steps: dict = {}  # wall seconds of each step of this run (``_step``)
@@ -347,7 +348,10 @@ class CompactionRunner:
         """Put the sidecar the phase-two tasks wrote in place beside the new view (before the
         commit) and return what the commit records of it; None when the run wrote none (a user
         strategy) or not for every part."""
+        extend = getattr(views, "extend_keys", None)  # a chain in the object store
         if plan.is_lookup_run:
+            if extend is not None:
+                return extend(plan, parts, new_id, self._prev_sidecar)
             return self._extend_view_keys(plan, parts, new_id)
         # every part with survivors has sidecar rows, whether or not it wrote entries (an
         # incremental chain run's group of unchanged old entries writes none)
@@ -355,6 +359,7 @@ class CompactionRunner:
         if not all(names):
             return None
         views.place_keys(plan, parts, new_id)
+        names = getattr(views, "key_names", None) or names  # (an object chain's, relative to it)
         return {"files": names, "et": plan.strategy == "event-time"}
 
     def _extend_view_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> dict:
@@ -393,6 +398,11 @@ class CompactionRunner:
             )
         offloader = getattr(self.storage, "offloader", None)
         rec = offloader.compacted_record(view_id) if offloader is not None else None
+        if object_chain.is_chain_record(rec):  # a chain in the object store: names relative to it
+            self._prev_sidecar = (object_chain.chain_prefix(rec), names, gone)
+            return view_keys.plan_entry(
+                object_chain.sidecar_keys(rec, names), rec.location, object_chain.sidecar_keys(rec, gone)
+            )
         if rec is not None and rec.index_key.endswith("/"):  # written to the store with its parts
             base = rec.index_key.rstrip("/")
             return view_keys.plan_entry(
@@ -464,6 +474,7 @@ class CompactionRunner:
         last = self._last_compactable(ml, settings)  # sealed ledgers only; stops before too young entries
         self._step("seal")
         prev_h = state.horizon
+        self._prev_view_id = state.compacted_ledger_id
         new_horizon = last if (prev_h is None or (last is not None and last > prev_h)) else prev_h
         live = self._live_ledgers(ml, last, prev_h) if last is not None else []
         compacted = None

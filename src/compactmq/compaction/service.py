@@ -163,7 +163,7 @@ class LedgerCompactionService(TopicCompactionService):
         written to the object store; None otherwise (the view is then parsed)."""
         import os
 
-        from . import view_keys
+        from . import object_chain, view_keys
 
         state = self.state()
         details_of, details = state.details_of, state.details
@@ -178,6 +178,10 @@ class LedgerCompactionService(TopicCompactionService):
             )
         offloader = getattr(self.storage, "offloader", None)
         rec = offloader.compacted_record(view_id) if offloader is not None else None
+        if object_chain.is_chain_record(rec):  # a chain in the object store: names relative to it
+            return view_keys.plan_entry(
+                object_chain.sidecar_keys(rec, names), rec.location, object_chain.sidecar_keys(rec, gone)
+            )
         if rec is None or not rec.index_key.endswith("/"):  # (the view's parts hold no sidecar)
             return None
         base = rec.index_key.rstrip("/")

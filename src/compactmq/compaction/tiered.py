@@ -12,8 +12,8 @@ module is what the compaction layer tells it:
   copied as it stands (``copyable_view_file``: a self-contained compacted ledger, its magic
   ``compacted_ledger.HEADER``), records it in the offload catalog, and deletes the local file
   after the deletion lag. A chained view (``chain``) names local segment files and is not copied
-  as such; a run of a topic with an offload location writes its view to the object store whole
-  instead. Until ``attach`` is called (the broker calls it when its compaction monitor starts)
+  as such; a run of a topic with an offload location writes its view to the object store
+  instead, as a chain there (``object_chain``) whose segments the sweeps below keep. Until ``attach`` is called (the broker calls it when its compaction monitor starts)
   the offloader neither offloads compacted views nor deletes their local copies.
 """
 
@@ -56,13 +56,21 @@ def sweep_view_orphans(storage, topic: str) -> list[str]:
     loc = store_location(storage, topic)
     if loc is None:
         return []
-    known = offloader.catalog.known_keys()
+    known = offloader.catalog.known_keys() | _chained(storage, loc, topic)
     prefixes = tuple(k for k in known if k.endswith("/"))
     store = open_store(loc)
     removed = [k for k in store.list(_store_dir(topic)) if k not in known and not k.startswith(prefixes)]
     for key in removed:
         store.delete(key)
     return removed
+
+
+def _chained(storage, location, topic: Optional[str] = None) -> set[str]:
+    """Keys a chained view in the object store still names beyond its catalog row's
+    (``object_chain.protected_keys``: its segments, its sidecar files)."""
+    from .object_chain import protected_keys
+
+    return protected_keys(storage, location, topic)
 
 
 def compacted_location(storage, topic: str, view_id: int) -> str:
@@ -282,7 +290,7 @@ def sweep_all_view_orphans(storage) -> list[str]:
         locations.add(object_store.location)
     for loc in locations:
         store = open_store(loc)
-        known = offloader.catalog.known_keys()
+        known = offloader.catalog.known_keys() | _chained(storage, loc)
         prefixes = tuple(k for k in known if k.endswith("/"))
         by_topic: dict[tuple, list[str]] = {}
         for key in store.list(STORE_ROOT):
@@ -291,11 +299,11 @@ def sweep_all_view_orphans(storage) -> list[str]:
                 continue
             by_topic.setdefault(parts, []).append(key)
         for parts, keys in by_topic.items():
-            removed += _delete_locked(storage, store, parts, keys)
+            removed += _delete_locked(storage, store, loc, parts, keys)
     return removed
 
 
-def _delete_locked(storage, store, parts: tuple, keys: list[str]) -> list[str]:
+def _delete_locked(storage, store, loc, parts: tuple, keys: list[str]) -> list[str]:
     from . import COMPACTED_DIR
 
     # the key's topic part is the data directory's own encoding of the topic (topic_relpath)
@@ -304,7 +312,7 @@ def _delete_locked(storage, store, parts: tuple, keys: list[str]) -> list[str]:
         return []  # a run of this topic is uploading: its objects are not orphans
     try:
         # listed before the lock was taken: a run may have committed some of them since
-        known = storage.offloader.catalog.known_keys()
+        known = storage.offloader.catalog.known_keys() | _chained(storage, loc)
         prefixes = tuple(k for k in known if k.endswith("/"))
         keys = [k for k in keys if k not in known and not k.startswith(prefixes)]
         for key in keys:

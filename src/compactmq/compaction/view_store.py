@@ -14,10 +14,14 @@ The places:
 * ``LocalChainStore`` -- the data directory's compaction area (``compacted_ledger.topic_dir``):
   the view is a chain manifest naming segment files (``chain``), which an incremental run
   extends (it writes only the segments of what changed), and a key sidecar directory.
-* ``ObjectPartsStore`` -- the object store the topic offloads to (``tiered.store_location``):
-  the tasks upload their parts under a fresh prefix, the view is the manifest of those parts
-  and is recorded in the offload catalog (``tiered.write_view_manifest``), so any process that
-  sees the metadata store (another broker, a Spark task) reads it by URI. A run writes it whole.
+* ``ObjectChainStore`` -- the object store the topic offloads to, or its ledgers' store in
+  cluster mode (``tiered.store_location``): a chain as the local one, in the store
+  (``object_chain``), recorded in the offload catalog so any process that sees the metadata
+  store (another broker, a Spark task) reads it by URI; an incremental run uploads its new
+  segments and a manifest only.
+* ``ObjectPartsStore`` -- the same place, the older layout (``compactionObjectStoreChains``
+  false): the tasks upload their parts under a fresh prefix, the view is the manifest of those
+  parts (``tiered.write_view_manifest``). A run writes it whole.
 
 ``for_run(storage, topic)`` picks the place: the object store when the topic has one, else the
 local chain. Readers do not care where a view is: ``tiered.compacted_location`` gives the local
@@ -34,7 +38,7 @@ from ..config import bool_setting
 from ..errors import CompactMQError, StorageError
 from ..storage.managed_ledger import fsync_dir
 from . import chain, tiered, view_keys
-from .compacted_ledger import compacted_ledger_path, topic_dir
+from .compacted_ledger import compacted_ledger_path, is_remote, topic_dir
 from .plan import RunPlan
 
 
@@ -98,11 +102,50 @@ class ViewStore(abc.ABC):
 
 
 def for_run(storage, topic: str) -> ViewStore:
-    """The place of a run's view: the topic's object store when it has one, else local."""
+    """The place of a run's view: the topic's object store when it has one (a chain there
+    unless ``compactionObjectStoreChains`` is false), else local."""
     location = tiered.store_location(storage, topic)
     if location is not None:
+        if bool_setting(storage.config, "compactionObjectStoreChains"):
+            return ObjectChainStore(storage, topic, location)
         return ObjectPartsStore(storage, topic, location)
     return LocalChainStore(storage, topic)
+
+
+def _chain_target(run, plan: RunPlan, new_id: int, directory: str, incremental: bool) -> dict:
+    """``plan.chain``: how the tasks write a chain's segments into ``directory``."""
+    config = run.config
+    return {
+        "dir": directory,
+        "run": new_id,
+        "incremental": incremental,
+        # old batches that lost some message are masked, not rewritten
+        "masks": bool_setting(config, "compactionChainMasks"),
+        # segments are written with direct I/O where the file system allows it
+        "direct_io": bool_setting(config, "compactionDirectIO"),
+        # only the new messages go through Spark, looked up in the sidecar (a lookup run)
+        "lookup": incremental
+        and plan.strategy == "keep-latest"
+        and bool(run._prev_sidecar[0])
+        and getattr(run.engine, "lookup_runs", False)
+        and bool_setting(config, "compactionChainDeltaRuns"),
+    }
+
+
+def _still_owned(storage, topic: str) -> bool:
+    """Whether the topic's ownership fence holds now (always on a single node)."""
+    fence_for = getattr(storage, "fence_for", None)
+    if fence_for is None:
+        return True
+    try:
+        return fence_for(topic).holds(storage.metadata_store)
+    except CompactMQError:
+        return False
+
+
+def _previous_is_remote(run) -> bool:
+    prev = run._prev_reader
+    return prev is not None and is_remote(prev.path)
 
 
 class LocalChainStore(ViewStore):
@@ -113,23 +156,9 @@ class LocalChainStore(ViewStore):
         self.path: Optional[str] = None  # the new view's manifest, once written
 
     def prepare(self, run, plan: RunPlan, new_id: int) -> None:
-        config = run.config
-        incremental = run._extends_chain(plan)
-        plan.chain = {
-            "dir": self.topic_dir,
-            "run": new_id,
-            "incremental": incremental,
-            # old batches that lost some message are masked, not rewritten
-            "masks": bool_setting(config, "compactionChainMasks"),
-            # segments are written with direct I/O where the file system allows it
-            "direct_io": bool_setting(config, "compactionDirectIO"),
-            # only the new messages go through Spark, looked up in the sidecar (a lookup run, ``lookup_run``)
-            "lookup": incremental
-            and plan.strategy == "keep-latest"
-            and bool(run._prev_sidecar[0])
-            and getattr(run.engine, "lookup_runs", False)
-            and bool_setting(config, "compactionChainDeltaRuns"),
-        }
+        # a chain in the object store (the topic's store was dropped since) is not extended here
+        incremental = run._extends_chain(plan) and not _previous_is_remote(run)
+        plan.chain = _chain_target(run, plan, new_id, self.topic_dir, incremental)
 
     def write_view(self, run, plan: RunPlan, parts: list[dict], new_id: int) -> tuple[int, int]:
         self.path = compacted_ledger_path(self.storage.data_dir, self.topic, new_id)
@@ -188,3 +217,57 @@ class ObjectPartsStore(ViewStore):
             tiered.forget_record(self.storage, self.record)
         if self.prefix is not None:
             tiered.delete_uploaded(self.location, self.prefix)
+
+
+class ObjectChainStore(ViewStore):
+    """A chain of segments in the topic's object store (``object_chain``): the tasks write the
+    run's segments and sidecar files into its scratch directory as for a local chain, and this
+    store uploads them, with the chain manifest, under the chain's prefix."""
+
+    def __init__(self, storage, topic: str, location: Any):
+        super().__init__(storage, topic)
+        from .object_chain import ObjectChainStore as Uploads
+
+        self.uploads = Uploads(storage, topic, location)
+        self.key_names: list[str] = []  # the sidecar files the run uploaded, relative to its chain
+
+    def prepare(self, run, plan: RunPlan, new_id: int) -> None:
+        # objects of a run that died between its upload and its commit, and segments of a
+        # chain a merge replaced (we hold the lock; ``object_chain``: what is kept) -- only while
+        # this broker still owns the topic: a deposed owner must not judge the new one's uploads
+        if _still_owned(self.storage, self.topic):
+            tiered.sweep_quietly(self.storage, self.topic)
+        previous = run._prev_view_id
+        rec = self.storage.offloader.compacted_record(previous) if previous is not None else None
+        incremental = self.uploads.choose_prefix(rec, run._extends_chain(plan), new_id)
+        staging = os.path.join(plan.run_dir, "segments")
+        os.makedirs(staging, exist_ok=True)
+        plan.chain = _chain_target(run, plan, new_id, staging, incremental)
+
+    def write_view(self, run, plan: RunPlan, parts: list[dict], new_id: int) -> tuple[int, int]:
+        self.manifest, written = run._chain_manifest(plan, parts)
+        self.uploads.upload_segments([p["path"] for p in parts if p["entries"] and p.get("path")])
+        _, size = self.uploads.write_manifest(self.manifest, new_id)
+        return written, size
+
+    def place_keys(self, plan: RunPlan, parts: list[dict], new_id: int) -> None:
+        names = [p["keys"] for p in parts if p["messages"]]
+        local = os.path.join(plan.run_dir, view_keys.STORE_DIR)
+        self.key_names = self.uploads.upload_keys(local, names, new_id)
+
+    def extend_keys(self, plan: RunPlan, parts: list[dict], new_id: int, previous: tuple) -> dict:
+        """A lookup run's sidecar: the previous view's files (same chain, names relative to its
+        prefix) plus the files this run wrote, uploaded."""
+        _, prev_files, prev_gone = previous
+        written = [p["keys"] for p in parts if p.get("keys")]
+        local = os.path.join(plan.run_dir, view_keys.STORE_DIR)
+        names = self.uploads.upload_keys(local, written, new_id)
+        files = prev_files + [r for n, r in zip(written, names) if not n.startswith("gone-")]
+        gone = prev_gone + [r for n, r in zip(written, names) if n.startswith("gone-")]
+        return {"files": files, "gone": gone, "et": False}
+
+    def publish(self) -> None:
+        self.uploads.publish()
+
+    def discard(self, plan: Optional[RunPlan], new_id: int) -> None:
+        self.uploads.discard()

@@ -322,6 +322,12 @@ SETTINGS: dict[str, Setting] = {
         "an incremental keep-latest run extending a chained view sends only the new messages through "
         "Spark and looks their keys up in the view's key sidecar; false: re-aggregate every key of the view",
     ),
+    "compactionObjectStoreChains": _s(
+        bool,
+        True,
+        "a view written to the object store is a chain of segments, so an incremental run uploads only "
+        "its new segment and a small manifest; false: every run uploads the whole view",
+    ),
     "compactionSparkWarmup": _s(
         bool,
         True,
