@@ -146,7 +146,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     async def not_found(request: web.Request) -> web.Response:
         return error_response(404, f"no such path: {request.rel_url.path}")
 
-    config = getattr(service, "config", None) or {}
+    config = service.config
     app = web.Application(
         client_max_size=http_limits.max_body_size(config),
         middlewares=[http_limits.body_deadline_middleware(config, error_response)],
@@ -167,8 +167,6 @@ async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Re
     (``Basic``) off it, as the broker's CONNECT does (``compactmq.auth.SLOW_METHODS``), so a
     storm of wrong passwords stalls no other request. Never echoes the credentials."""
     authentication = ctx.authentication
-    if authentication is None:
-        return None, None
     header = request.headers.get("Authorization")
     check = functools.partial(authentication.authenticate_http, header, _peer_certificate(request))
     try:

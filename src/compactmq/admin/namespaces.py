@@ -62,13 +62,13 @@ def _check_name(what: str, name: str) -> None:
 
 
 async def list_clusters(ctx: Context, request: web.Request) -> Any:
-    return [getattr(ctx.service, "cluster_name", "standalone")]
+    return [ctx.service.cluster_name]
 
 
 async def create_cluster(ctx: Context, request: web.Request, cluster: str) -> Any:
     """Setup scripts written for Pulsar PUT the ``standalone`` cluster first (the Python client's
     CI does): it exists from the start here, so this answers Pulsar's 409 for an existing one."""
-    own = getattr(ctx.service, "cluster_name", "standalone")
+    own = ctx.service.cluster_name
     if cluster == own:
         raise AlreadyExists(f"Cluster {cluster} already exists")
     raise PreconditionFailed(f"this broker serves one cluster, {own}; cluster {cluster!r} cannot be added")
@@ -83,7 +83,7 @@ async def get_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
     if info is None:
         raise NotFound(f"tenant {tenant} does not exist")
     info.setdefault("adminRoles", [])
-    info.setdefault("allowedClusters", [getattr(ctx.service, "cluster_name", "standalone")])
+    info.setdefault("allowedClusters", [ctx.service.cluster_name])
     return info
 
 

@@ -83,7 +83,7 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         # the last run in this broker: reason, outcome, the topics that shared its job, its job
         # group, milliseconds per phase (the monitor's queue / begin / after around the run's
         # steps) and of the engine's split of its step (driver, jobs, other)
-        "lastCompactionRun": ctx.monitor.last_run(topic) if ctx.monitor is not None else None,
+        "lastCompactionRun": ctx.monitor.last_run(topic),
     }
 
 

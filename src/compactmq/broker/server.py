@@ -50,10 +50,10 @@ from .schema_registry import SchemaRegistry
 from .topic_ownership import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled
+from .compaction_monitor import CompactionMonitor
 
 if TYPE_CHECKING:
     from ..storage import Storage
-    from .compaction_monitor import CompactionMonitor
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +177,26 @@ def _entry_cache_manager(config: Config) -> EntryCacheManager:
 
 
 class BrokerService:
-    """What every connection shares: config, storage, topics, schemas, the thread pool."""
+    """What every connection shares: config, storage, topics, schemas, the thread pool.
 
-    def __init__(self, config: Config, storage: Storage, broker_url: str, web_url: str | None = None) -> None:
+    Collaborators from outside the broker -- the opened ``storage``, the ``authentication`` built
+    from the config, the ``post_compaction_hooks`` of the adapters -- are handed in by the entry
+    point (``cli/standalone.py``). The broker's own parts (topics, schemas, the compaction
+    monitor, the timers) are built here, so every attribute exists, typed, from construction on;
+    only the addresses (``broker_url`` ... ``listeners``) and ``cluster`` are filled in by
+    ``BrokerServer.start``, once the ports they name are bound.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        broker_url: str = "",
+        web_url: str | None = None,
+        *,
+        authentication: AuthenticationService | None = None,
+        post_compaction_hooks: Sequence[PostCompactionHook] = (),
+    ) -> None:
         self.config = config
         self.storage = storage
         self.broker_url = broker_url
@@ -189,7 +206,8 @@ class BrokerService:
         self.web_url_tls: str | None = None
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
         self.cluster_name = str(setting(config, "clusterName"))
-        # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
+        # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker.
+        # Set by BrokerServer.start after the ports are bound: its broker id is the web URL.
         self.cluster: ClusterService | None = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
@@ -206,6 +224,13 @@ class BrokerService:
         grouped = config.get("objectLedgerStorageUrl") and config.get("objectLedgerGroupFlushEnabled")
         threads = STORAGE_THREADS_OBJECT_LEDGERS if grouped else STORAGE_THREADS
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
+        # who clients are (compactmq.auth); a disabled service (no providers) when none is given
+        self.authentication: AuthenticationService = (
+            authentication if authentication is not None else AuthenticationService(enabled=False)
+        )
+        # what a role may do: checks run only with authorizationEnabled; the admin API stores
+        # grants through it either way
+        self.authorization = AuthorizationService(config, storage.resources)
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
         # the latest value of a key (GET .../latest/{key}): tail key indexes under one bound
@@ -213,19 +238,14 @@ class BrokerService:
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
         self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
         self.shutting_down = False
+        # compaction.hooks.PostCompactionHook: what the adapters run after a committed compaction
+        self.post_compaction_hooks: tuple[PostCompactionHook, ...] = tuple(post_compaction_hooks)
         # runs compactions and serves each topic's compaction service (read-compacted readers,
-        # stats): built by BrokerServer.start before the ports listen, started after
-        self.compaction_monitor: CompactionMonitor | None = None
-        self.post_compaction_hooks: tuple = ()  # compaction.hooks.PostCompactionHook, wired in by the entry point
+        # stats); BrokerServer.start starts it after the ports listen
+        self.compaction_monitor = CompactionMonitor(self)
         self.housekeeping = Housekeeping(self)
         self.inactive_topics = InactiveTopicSweeper(self)
-        # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
-        # None (a service built by hand in tests) means no authentication and no checks.
-        self.authentication: AuthenticationService | None = None
-        # what a role may do: checks run only with authorizationEnabled; the admin API stores
-        # grants through it either way
-        self.authorization = AuthorizationService(config, storage.resources)
-        self.credential_refresher: security.CredentialRefresher | None = None
+        self.credential_refresher = security.CredentialRefresher(self)
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -293,14 +313,13 @@ class BrokerServer:
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
-        service = BrokerService(self.config, self._storage, "", None)
-        service.authentication = authentication
-        service.credential_refresher = security.CredentialRefresher(service)
-        from .compaction_monitor import CompactionMonitor
-
-        # before the ports listen: a read-compacted reader's first subscribe asks the monitor
-        service.post_compaction_hooks = self._post_compaction_hooks
-        service.compaction_monitor = monitor = CompactionMonitor(service)
+        service = BrokerService(
+            self.config,
+            self._storage,
+            authentication=authentication,
+            post_compaction_hooks=self._post_compaction_hooks,
+        )
+        monitor = service.compaction_monitor
         self.service = service
         try:
             if self.port is not None:
@@ -437,8 +456,7 @@ class BrokerServer:
         await service.housekeeping.close()
         await service.inactive_topics.close()
         await service.tail_cache_budget.close()
-        if service.credential_refresher is not None:
-            await service.credential_refresher.close()
+        await service.credential_refresher.close()
         # 4. close connections, let in-flight tasks finish
         for conn in list(service.state.connections):
             conn.close()
@@ -448,8 +466,7 @@ class BrokerServer:
             for t in still:
                 t.cancel()
         # compactions stop (their Spark jobs cancelled, ERROR recorded) while storage is still open
-        if service.compaction_monitor is not None:
-            await service.compaction_monitor.close()
+        await service.compaction_monitor.close()
         # 5. storage last
         await loop.run_in_executor(None, service.storage.close)
         service.executor.shutdown(wait=True)
