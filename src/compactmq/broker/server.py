@@ -15,10 +15,13 @@ Shutdown runs in a fixed order (``BrokerServer.shutdown``):
 Storage is synchronous: every call goes through ``run_blocking`` (a thread pool executor),
 never on the event loop.
 
-The web service (admin REST API and /metrics) is an adapter one layer up, so the broker never
-imports it: the entry point (``cli/standalone.py``) hands ``BrokerServer`` a *web-service
-starter*, ``async start(service, host, port, ssl_context=None)`` returning an object with
-``async close()``. Without one the broker serves the binary protocol only.
+The entry point (``cli/standalone.build_server``) builds what the broker is made of and hands
+it in: the opened storage, the authentication and the adapters' post-compaction hooks to
+``BrokerService``; the service, the TLS context and the web service to ``BrokerServer``. The web
+service (admin REST API and /metrics) is an adapter one layer up, so the broker never imports
+it: it is a *web-service starter*, ``async start(service, host, port, ssl_context=None)``
+returning an object with ``async close()``. Without one the broker serves the binary protocol
+only.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
-from .default_namespace import ensure_default_namespace
 from .entry_cache import EntryCacheManager
 from .inactive_topics import InactiveTopicSweeper
 from .latest_values import LatestValues
@@ -254,73 +256,60 @@ class BrokerService:
         return loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
 
+def check_ports(config: Config) -> None:
+    """``InvalidConfiguration`` when a port pair (plain, TLS) is off altogether: the entry point
+    asks before storage opens, so the error is one line and nothing was started."""
+    for name, plain, secure in (
+        ("brokerServicePort", config["brokerServicePort"], tls.broker_port_tls(config)),
+        ("webServicePort", config["webServicePort"], tls.web_port_tls(config)),
+    ):
+        if plain is None and secure is None:
+            raise InvalidConfiguration(
+                f"{name} is empty and {name}Tls is not set: set one of them "
+                f"(an empty {name} turns the plain port off, for a TLS-only broker)"
+            )
+
+
 class BrokerServer:
     """Listens on the binary port, and on its TLS twin when ``brokerServicePortTls`` is set; hands
     the web port(s) to the web service, when given one. As in Pulsar, an empty
     ``brokerServicePort`` / ``webServicePort`` turns the plain port off (a TLS-only broker); lookups
-    then answer an empty plain URL beside the TLS one."""
+    then answer an empty plain URL beside the TLS one.
+
+    Its collaborators are built by the entry point (``cli/standalone.build_server``) and handed
+    in: the ``service`` (with its storage open), the TLS ``ssl_context`` of the TLS ports, the
+    ``web_service`` starter. The server owns them from then on: ``shutdown`` (or a failed
+    ``start``) closes the service's storage."""
 
     def __init__(
         self,
-        config: Config,
+        service: BrokerService,
         *,
-        storage: Storage | None = None,
-        host: str | None = None,
-        port: int | None = None,
-        web_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         web_service: WebServiceStarter | None = None,
-        post_compaction_hooks: Sequence[PostCompactionHook] = (),
     ) -> None:
-        self.config = config
-        self._post_compaction_hooks = tuple(post_compaction_hooks)
-        self.host = host or config["bindAddress"]
-        self.port = config["brokerServicePort"] if port is None else port
-        self.web_port = config["webServicePort"] if web_port is None else web_port
+        config = self.config = service.config
+        self.service = service
+        self.host: str = config["bindAddress"]
+        self.port: int | None = config["brokerServicePort"]
+        self.web_port: int | None = config["webServicePort"]
         self.port_tls = tls.broker_port_tls(config)
         self.web_port_tls = tls.web_port_tls(config)
-        self._storage = storage
-        self.service: BrokerService | None = None
+        if (self.port_tls is not None or self.web_port_tls is not None) and ssl_context is None:
+            raise InvalidConfiguration("a TLS port is set but no TLS context was built for it")
         self._servers: list[asyncio.AbstractServer] = []
         self._web_service = web_service
         self._web: Any = None
-        self._ssl_context: ssl.SSLContext | None = None
+        self._ssl_context = ssl_context
         self._stopped = asyncio.Event()
 
     async def start(self) -> None:
-        # bad TLS or authentication keys and files are a one-line error before storage opens
-        self._ssl_context = tls.server_context(self.config)
-        for name, plain, secure in (
-            ("brokerServicePort", self.port, self.port_tls),
-            ("webServicePort", self.web_port, self.web_port_tls),
-        ):
-            if plain is None and secure is None:
-                raise InvalidConfiguration(
-                    f"{name} is empty and {name}Tls is not set: set one of them "
-                    f"(an empty {name} turns the plain port off, for a TLS-only broker)"
-                )
-        authentication = AuthenticationService.from_config(self.config)
-        loop = asyncio.get_running_loop()
-        if self._storage is None:
-            from ..storage import Storage
-
-            # public/default is created below, as a Pulsar standalone creates it
-            opener = functools.partial(Storage, self.config.data_dir, self.config, bootstrap_defaults=False)
-            self._storage = await loop.run_in_executor(None, opener)
-        await loop.run_in_executor(
-            None, ensure_default_namespace, self._storage.resources, self.config, authentication
-        )
+        check_ports(self.config)
         listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
-        service = BrokerService(
-            self.config,
-            self._storage,
-            authentication=authentication,
-            post_compaction_hooks=self._post_compaction_hooks,
-        )
-        monitor = service.compaction_monitor
-        self.service = service
+        service = self.service
         try:
             if self.port is not None:
                 self.port = await self._listen(self.port, None)
@@ -329,7 +318,7 @@ class BrokerServer:
         except BaseException:
             for server in self._servers:
                 server.close()
-            await asyncio.get_running_loop().run_in_executor(None, self._storage.close)
+            await asyncio.get_running_loop().run_in_executor(None, service.storage.close)
             raise
         service.broker_url = f"pulsar://{advertised}:{self.port}" if self.port is not None else ""
         if self.port_tls is not None:
@@ -339,7 +328,7 @@ class BrokerServer:
             self.config, service.broker_url, service.web_url, service.broker_url_tls
         )
         try:
-            await monitor.start()
+            await service.compaction_monitor.start()
             service.housekeeping.start()
             service.inactive_topics.start()
             interval_ms = int_setting(self.config, "managedLedgerCacheEvictionIntervalMs")
@@ -361,7 +350,9 @@ class BrokerServer:
 
     async def _join_cluster(self) -> None:
         """Register in the cluster when the metadata store is shared (``broker.cluster``); last,
-        so that no bundle is assigned here before every URL this broker advertises is bound."""
+        so that no bundle is assigned here before every URL this broker advertises is bound.
+        Built here rather than by the entry point: the broker's id in the cluster is the web URL
+        it bound, known only now."""
         if not cluster_enabled(self.config):
             return
         service = self.service
@@ -430,7 +421,7 @@ class BrokerServer:
     async def shutdown(self) -> None:
         """The fixed shutdown order (see the module notes)."""
         service = self.service
-        if service is None or service.shutting_down:
+        if service.shutting_down:
             return
         service.shutting_down = True
         loop = asyncio.get_running_loop()
