@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..auth import SLOW_METHODS, http_method, off_loop
+from ..auth import SLOW_METHODS, Principal, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION, metrics_need_authentication
 from ..errors import AuthenticationFailed, CompactMQError
@@ -161,7 +161,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     return app
 
 
-async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Response | None]:
+async def _authenticate(ctx: Context, request: web.Request) -> tuple[Principal | None, web.Response | None]:
     """(the caller's principal, None), or (None, a 401 response) when its credentials are missing
     or wrong. Tokens and certificates are checked on the loop (microseconds); a password
     (``Basic``) off it, as the broker's CONNECT does (``compactmq.auth.SLOW_METHODS``), so a
@@ -182,12 +182,13 @@ async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Re
         return None, error_response(500, f"internal error while authenticating: {type(e).__name__}")
 
 
-async def _authorize(ctx: Context, principal: Any, requires, captures: dict[str, str]) -> None:
+async def _authorize(ctx: Context, principal: Principal | None, requires, captures: dict[str, str]) -> None:
     """Raise ``AuthorizationFailed`` (403) unless the caller's role meets ``requires``."""
     authorization = ctx.authorization
     if not authorization.enabled or requires is AUTHENTICATED:
         return
-    await ctx.run_blocking(requires, authorization, getattr(principal, "role", None), captures)
+    role = principal.role if principal is not None else None
+    await ctx.run_blocking(requires, authorization, role, captures)
 
 
 def _peer_certificate(request: web.Request) -> dict | None:
