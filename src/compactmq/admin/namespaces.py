@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from ..auth.policy_rules import Target, check_policy_values
+from ..config.policy_keys import DEFAULT_SETTINGS
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
@@ -215,7 +216,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
 def _set_namespace_policies(ctx: Context, namespace: str, values: dict[str, Any]) -> None:
     ctx.policies.set_policies("namespace", namespace, values)
     if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
-        default = ctx.service.config["brokerServiceCompactionThresholdInBytes"]
+        default = ctx.service.config[DEFAULT_SETTINGS[COMPACTION_THRESHOLD]]
         topics = [
             t
             for t in ctx.topic_metadata.topics(namespace)

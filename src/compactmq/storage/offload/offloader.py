@@ -47,6 +47,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
 
+from ...config import policy_keys
 from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
 from .. import ledger_file as lf
 from ..position import LedgerInfo, Position
@@ -64,10 +65,10 @@ FAULT_POINTS = ("after-data", "after-index", "after-commit", "after-local-delete
 DEAD_DELETE_FAULT = "before-dead-delete"
 
 # namespace policy keys (Pulsar's admin names)
-OFFLOAD_THRESHOLD = "offloadThreshold"
-OFFLOAD_THRESHOLD_SECONDS = "offloadThresholdInSeconds"
-OFFLOAD_DELETION_LAG = "offloadDeletionLagMs"
-OFFLOAD_POLICIES = "offloadPolicies"
+OFFLOAD_THRESHOLD = policy_keys.OFFLOAD_THRESHOLD
+OFFLOAD_THRESHOLD_SECONDS = policy_keys.OFFLOAD_THRESHOLD_SECONDS
+OFFLOAD_DELETION_LAG = policy_keys.OFFLOAD_DELETION_LAG
+OFFLOAD_POLICIES = policy_keys.OFFLOAD_POLICIES
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
