@@ -50,7 +50,9 @@ def test_every_layer_reads_the_one_declaration_of_each_key():
 
 
 def test_each_policy_falls_back_to_its_declared_setting():
-    for policy in POLICIES:
+    from compactmq.admin.offload import POLICIES as OFFLOAD_POLICIES  # loads storage: not at import
+
+    for policy in POLICIES + OFFLOAD_POLICIES:
         assert dict(policy.config_defaults) == {
             key: pk.DEFAULT_SETTINGS[key] for key in policy.keys if key in pk.DEFAULT_SETTINGS
         }

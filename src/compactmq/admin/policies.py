@@ -53,7 +53,7 @@ class Policy:
         return self.namespace_path if target == NAMESPACE and self.namespace_path else self.path
 
 
-def _defaults(*keys: str) -> Mapping[str, str]:
+def fallbacks(*keys: str) -> Mapping[str, str]:
     """The broker-config fallbacks of ``keys`` (``config.policy_keys.DEFAULT_SETTINGS``)."""
     return {key: DEFAULT_SETTINGS[key] for key in keys}
 
@@ -72,7 +72,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_THRESHOLD,),
         v.threshold,
         v.single(pk.COMPACTION_THRESHOLD),
-        _defaults(pk.COMPACTION_THRESHOLD),
+        fallbacks(pk.COMPACTION_THRESHOLD),
         "integer",
         "backlog size in bytes that triggers automatic compaction (0 disables)",
         cli=CliForm(
@@ -88,7 +88,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.RETENTION_TIME_MINUTES, pk.RETENTION_SIZE_MB),
         v.retention,
         v.render_retention,
-        _defaults(pk.RETENTION_TIME_MINUTES, pk.RETENTION_SIZE_MB),
+        fallbacks(pk.RETENTION_TIME_MINUTES, pk.RETENTION_SIZE_MB),
         "object",
         "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB",
         cli=CliForm("retention", cli.retention_args, cli.retention_body, cli.render_retention),
@@ -98,7 +98,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_STRATEGY,),
         v.strategy,
         v.single(pk.COMPACTION_STRATEGY),
-        _defaults(pk.COMPACTION_STRATEGY),
+        fallbacks(pk.COMPACTION_STRATEGY),
         "string",
         "compaction strategy: keep-latest, keep-first, event-time or a class the operator allowed",
         cli=CliForm(
@@ -113,7 +113,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.RETAIN_NULL_KEY,),
         v.retain_null_key,
         v.single(pk.RETAIN_NULL_KEY),
-        _defaults(pk.RETAIN_NULL_KEY),
+        fallbacks(pk.RETAIN_NULL_KEY),
         "boolean",
         "whether compaction keeps keyless messages",
         cli=CliForm("retain-null-key", cli.null_key_args, cli.retain_flag, cli.render_bool),
@@ -123,7 +123,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_RETENTION_MODE,),
         v.retention_mode,
         v.single(pk.COMPACTION_RETENTION_MODE),
-        _defaults(pk.COMPACTION_RETENTION_MODE),
+        fallbacks(pk.COMPACTION_RETENTION_MODE),
         "string",
         "retention-bounded or keep-until-tombstone",
     ),
@@ -133,7 +133,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_MAX_LAG,),
         v.seconds(pk.COMPACTION_MAX_LAG),
         v.single(pk.COMPACTION_MAX_LAG),
-        _defaults(pk.COMPACTION_MAX_LAG),
+        fallbacks(pk.COMPACTION_MAX_LAG),
         "integer",
         "compact when the oldest uncompacted message is older than this many seconds (0 disables)",
         cli=_lag("compaction-max-lag", "compact once the oldest uncompacted message is this old"),
@@ -143,7 +143,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_MIN_LAG,),
         v.seconds(pk.COMPACTION_MIN_LAG),
         v.single(pk.COMPACTION_MIN_LAG),
-        _defaults(pk.COMPACTION_MIN_LAG),
+        fallbacks(pk.COMPACTION_MIN_LAG),
         "integer",
         "messages younger than this many seconds are not compacted yet (0: none held back)",
         cli=_lag("compaction-min-lag", "leave messages younger than this uncompacted"),
@@ -154,7 +154,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTION_TOMBSTONE_RETENTION,),
         v.seconds(pk.COMPACTION_TOMBSTONE_RETENTION),
         v.single(pk.COMPACTION_TOMBSTONE_RETENTION),
-        _defaults(pk.COMPACTION_TOMBSTONE_RETENTION),
+        fallbacks(pk.COMPACTION_TOMBSTONE_RETENTION),
         "integer",
         "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)",
         cli=_lag(
@@ -166,7 +166,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.COMPACTED_VIEW_KEY_TTL,),
         v.seconds(pk.COMPACTED_VIEW_KEY_TTL),
         v.single(pk.COMPACTED_VIEW_KEY_TTL),
-        _defaults(pk.COMPACTED_VIEW_KEY_TTL),
+        fallbacks(pk.COMPACTED_VIEW_KEY_TTL),
         "integer",
         "drop a key from the compacted view once its latest message is this many seconds old (0: never)",
         cli=_lag(
@@ -178,7 +178,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.DEDUPLICATION_ENABLED,),
         v.boolean(pk.DEDUPLICATION_ENABLED, "deduplication"),
         v.single(pk.DEDUPLICATION_ENABLED),
-        _defaults(pk.DEDUPLICATION_ENABLED),
+        fallbacks(pk.DEDUPLICATION_ENABLED),
         "boolean",
         "message deduplication by producer name and sequence id",
         namespace_path="deduplication",
@@ -189,7 +189,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.SCHEMA_COMPATIBILITY_STRATEGY,),
         v.schema_strategy,
         v.single(pk.SCHEMA_COMPATIBILITY_STRATEGY),
-        _defaults(pk.SCHEMA_COMPATIBILITY_STRATEGY),
+        fallbacks(pk.SCHEMA_COMPATIBILITY_STRATEGY),
         "string",
         "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
         "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE",
@@ -207,7 +207,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.SCHEMA_AUTO_UPDATE,),
         v.boolean(pk.SCHEMA_AUTO_UPDATE, pk.SCHEMA_AUTO_UPDATE),
         v.single(pk.SCHEMA_AUTO_UPDATE),
-        _defaults(pk.SCHEMA_AUTO_UPDATE),
+        fallbacks(pk.SCHEMA_AUTO_UPDATE),
         "boolean",
         "whether producers may register new schema versions",
         cli=_toggle("is-allow-auto-update-schema", "schema auto update"),
@@ -230,7 +230,7 @@ POLICIES: tuple[Policy, ...] = (
         (pk.SCHEMA_VALIDATION_ENFORCED,),
         v.boolean(pk.SCHEMA_VALIDATION_ENFORCED, pk.SCHEMA_VALIDATION_ENFORCED),
         v.single(pk.SCHEMA_VALIDATION_ENFORCED),
-        _defaults(pk.SCHEMA_VALIDATION_ENFORCED),
+        fallbacks(pk.SCHEMA_VALIDATION_ENFORCED),
         "boolean",
         "whether producers without a schema are refused on topics that have one",
         cli=_toggle("schema-validation-enforce", "schema validation"),

@@ -58,4 +58,8 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     SCHEMA_COMPATIBILITY_STRATEGY: "schemaCompatibilityStrategy",
     SCHEMA_AUTO_UPDATE: "isAllowAutoUpdateSchemaEnabled",
     SCHEMA_VALIDATION_ENFORCED: "isSchemaValidationEnforced",
+    OFFLOAD_THRESHOLD: "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
+    OFFLOAD_THRESHOLD_SECONDS: "managedLedgerOffloadThresholdInSeconds",
+    OFFLOAD_DELETION_LAG: "managedLedgerOffloadDeletionLagMs",
+    OFFLOAD_POLICIES: "managedLedgerOffloadDriver",  # no namespace policy: the broker's driver
 }

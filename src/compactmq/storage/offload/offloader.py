@@ -166,28 +166,17 @@ class LedgerOffloader:
         ns = self._policies(topic)
         pol = ns.get(OFFLOAD_POLICIES) or {}
 
-        def pick(ns_key, pol_key, conf_key):
+        def pick(ns_key, pol_key):
+            """The namespace's own policy, else its offloadPolicies field, else the broker's."""
             for value in (ns.get(ns_key), pol.get(pol_key)):
                 if value is not None:
                     return int(value)
-            return int(self.config[conf_key])
+            return int(self.config[policy_keys.DEFAULT_SETTINGS[ns_key]])
 
         return {
-            "thresholdBytes": pick(
-                OFFLOAD_THRESHOLD,
-                "managedLedgerOffloadThresholdInBytes",
-                "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
-            ),
-            "thresholdSeconds": pick(
-                OFFLOAD_THRESHOLD_SECONDS,
-                "managedLedgerOffloadThresholdInSeconds",
-                "managedLedgerOffloadThresholdInSeconds",
-            ),
-            "deletionLagMs": pick(
-                OFFLOAD_DELETION_LAG,
-                "managedLedgerOffloadDeletionLagInMillis",
-                "managedLedgerOffloadDeletionLagMs",
-            ),
+            "thresholdBytes": pick(OFFLOAD_THRESHOLD, "managedLedgerOffloadThresholdInBytes"),
+            "thresholdSeconds": pick(OFFLOAD_THRESHOLD_SECONDS, "managedLedgerOffloadThresholdInSeconds"),
+            "deletionLagMs": pick(OFFLOAD_DELETION_LAG, "managedLedgerOffloadDeletionLagInMillis"),
         }
 
     def _alive(self, rec: OffloadRecord) -> bool:
