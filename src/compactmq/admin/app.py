@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -50,6 +50,9 @@ from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
 from .router import NoRoute, Router, openapi_document
+
+if TYPE_CHECKING:
+    from ..broker.server import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def error_response(status: int, reason: str, headers: dict[str, str] | None = No
     return web.json_response({"reason": reason}, status=status, headers=headers)
 
 
-def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Application:
+def build_app(service: BrokerService, sampler: TrafficSampler | None = None) -> web.Application:
     sampler = sampler or TrafficSampler(service)
     ctx = Context(service, sampler)
     router = build_router()

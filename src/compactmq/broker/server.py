@@ -34,7 +34,7 @@ import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
@@ -79,8 +79,19 @@ TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
 
-# async start(service, host, port, ssl_context=None) -> object with async close()
-WebServiceStarter = Callable[..., Awaitable[Any]]
+
+class RunningWebService(Protocol):
+    """What a web-service starter returns: the ports it bound (None: that port is off) and how
+    to stop it (``admin.server.WebService`` is the one the entry point hands in)."""
+
+    port: int | None
+    tls_port: int | None
+
+    async def close(self) -> None: ...
+
+
+# async start(service, host, port, ssl_context=None, tls_port=None) -> RunningWebService
+WebServiceStarter = Callable[..., Awaitable[RunningWebService]]
 
 
 def _wildcard_advertised_host() -> str:
@@ -299,7 +310,7 @@ class BrokerServer:
             raise InvalidConfiguration("a TLS port is set but no TLS context was built for it")
         self._servers: list[asyncio.AbstractServer] = []
         self._web_service = web_service
-        self._web: Any = None
+        self._web: RunningWebService | None = None
         self._ssl_context = ssl_context
         self._stopped = asyncio.Event()
 
@@ -403,8 +414,8 @@ class BrokerServer:
                 tls_port=self.web_port_tls,
             )
         # the ports bound (a configured 0 means any free port)
-        self.web_port = getattr(self._web, "port", self.web_port)
-        self.web_port_tls = getattr(self._web, "tls_port", self.web_port_tls)
+        self.web_port = self._web.port
+        self.web_port_tls = self._web.tls_port
 
     @property
     def urls(self) -> tuple[str, str]:
