@@ -148,7 +148,7 @@ class TrafficSampler:
             for name, topic in loaded.items():
                 t = self._topics.setdefault(name, TopicTraffic())
                 # exact: the topic keeps what its closed producers published
-                closed_msgs, closed_bytes = getattr(topic, "closed_producers_in", (0, 0))
+                closed_msgs, closed_bytes = topic.closed_producers_in
                 live = list(topic.producers.values())
                 t.msg_in = closed_msgs + sum(p.messages_in for p in live)
                 t.bytes_in = closed_bytes + sum(p.bytes_in for p in live)
@@ -156,7 +156,8 @@ class TrafficSampler:
                     for c in list(sub.consumers):
                         key = ("c", c.serial)
                         present.add(key)
-                        out_bytes = int(getattr(c, "bytes_out", 0))
+                        # a Consumer counts messages out, not bytes (yet): bytes out read 0
+                        out_bytes = 0
                         msgs, nbytes = self._seen.get(key, (0, 0))
                         t.msg_out += c.messages_out - msgs
                         t.bytes_out += out_bytes - nbytes

@@ -100,7 +100,7 @@ def _policies_body(a) -> dict[str, Any]:
         ("endpoint", "s3ManagedLedgerOffloadServiceEndpoint"),
         ("fs_uri", "fileSystemURI"),
     ):
-        if getattr(a, attr):
+        if getattr(a, attr):  # attr: one of the dests above, each defined by the parser
             body[key] = getattr(a, attr)
     if a.driver.lower() in ("google-cloud-storage", "gcs") and a.bucket:
         body["gcsManagedLedgerOffloadBucket"] = body.pop("s3ManagedLedgerOffloadBucket")

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # what this process and its children (SQLite, pyarrow, Spark) create is owner-only
     os.umask(PRIVATE_UMASK)
     logging.basicConfig(
+        # the operator's --log-level name, looked up among logging's levels (INFO for anything else)
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
