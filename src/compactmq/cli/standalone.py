@@ -6,6 +6,9 @@ Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config
 known key is a one-line error before anything starts; keys compactmq does not know are listed
 once, on one warning line (with a "did you mean" for near misses), and the broker starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
 with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
+``build_server`` is where the broker is put together: it builds every collaborator the broker is
+given (TLS context, authentication, storage, the adapters' web service and post-compaction hooks)
+-- the one place adapters are wired into the broker; the test harness starts brokers through it.
 After the ready line, with ``compactionSparkWarmup`` (the default), the compaction factory warms
 its engine in the background (``compaction.spark.warmup``: the first compaction then finds Spark
 started and warm).
