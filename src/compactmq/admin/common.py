@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..auth import AuthenticationService
     from ..broker.compaction_monitor import CompactionMonitor
     from ..broker.server import BrokerService
+    from .metrics import TrafficSampler
 
 __all__ = ["Context", "PreconditionFailed", "query_flag", "read_json"]
 
@@ -22,7 +23,7 @@ class Context:
     """What handlers share: the broker service, its compaction monitor, the traffic sampler, and
     the authentication and authorization services the broker built (``compactmq.auth``)."""
 
-    def __init__(self, service: BrokerService, sampler: Any) -> None:
+    def __init__(self, service: BrokerService, sampler: TrafficSampler) -> None:
         self.service = service
         self.sampler = sampler
 

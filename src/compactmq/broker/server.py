@@ -34,7 +34,7 @@ import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
@@ -56,6 +56,8 @@ from .compaction_monitor import CompactionMonitor
 
 if TYPE_CHECKING:
     from ..storage import Storage
+    from .entry_source import EntrySource
+    from .topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +251,7 @@ class BrokerService:
         # the latest value of a key (GET .../latest/{key}): tail key indexes under one bound
         self.latest_values = LatestValues.from_config(config)
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
-        self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
+        self.compacted_source_factory: Callable[[Topic], EntrySource] | None = compacted_source.factory
         self.shutting_down = False
         # compaction.hooks.PostCompactionHook: what the adapters run after a committed compaction
         self.post_compaction_hooks: tuple[PostCompactionHook, ...] = tuple(post_compaction_hooks)
