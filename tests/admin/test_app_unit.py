@@ -1,54 +1,30 @@
 """The admin app in process (no broker subprocess): routing on raw segments, the error mapping
-(404, 405 with Allow, 500 for an unexpected failure, 503 without a compaction monitor), the
-policy validators and the OpenAPI document."""
+(404, 405 with Allow, 500 for an unexpected failure, 503 for a part that is not ready), the
+policy validators and the OpenAPI document. The app serves a real ``BrokerService`` (not started:
+no ports, no compaction checks)."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from compactmq.admin.app import build_app, build_router
-from compactmq.auth.authorization import AuthorizationService
 from compactmq.admin.common import PreconditionFailed
 from compactmq.admin.policies import POLICIES
 from compactmq.admin.router import NoRoute, openapi_document
 from compactmq.config import load_config
-from compactmq.errors import InvalidInput
+from compactmq.broker.server import BrokerService
+from compactmq.errors import InvalidInput, ServiceNotReady
 from compactmq.storage import Storage
-
-
-class StubTopics:
-    loaded: dict = {}
-
-    async def unload(self, name):
-        pass
-
-
-class StubService:
-    cluster_name = "standalone"
-
-    def __init__(self, storage, config):
-        self.storage = storage
-        self.config = config
-        self.topics = StubTopics()
-        self.compaction_monitor = None
-        self.authentication = None  # as BrokerService: no authentication, grants stored
-        self.authorization = AuthorizationService(config, storage.resources)
-        self.executor = ThreadPoolExecutor(2)
-
-    def run_blocking(self, fn, *args):
-        return asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
 
 @pytest.fixture
 def service(tmp_path):
     config = load_config(overrides={"dataDir": str(tmp_path / "data")})
     storage = Storage(tmp_path / "data", config)
-    svc = StubService(storage, config)
+    svc = BrokerService(config, storage)  # no authentication given: none (grants still stored)
     yield svc
     svc.executor.shutdown()
     storage.close()
@@ -73,7 +49,11 @@ def test_error_mapping(service, monkeypatch):
     def boom():
         raise RuntimeError("disk on fire")
 
+    def not_ready(*args):
+        raise ServiceNotReady("the metadata store is reconnecting")
+
     monkeypatch.setattr(service.storage.resources.tenants, "list_tenants", boom)
+    monkeypatch.setattr(service.storage.resources.namespaces, "list_namespaces", not_ready)
     (s404, _, b404), (s405, h405, b405), (s500, _, b500), (s503, _, b503), (s_other, _, b_other) = (
         request_all(
             service,
@@ -81,7 +61,7 @@ def test_error_mapping(service, monkeypatch):
                 ("GET", "/admin/v2/nothing/here", None),
                 ("PATCH", "/admin/v2/persistent/public/default/t/compaction", None),
                 ("GET", "/admin/v2/tenants", None),
-                ("PUT", "/admin/v2/persistent/public/default/t/compaction", None),
+                ("GET", "/admin/v2/namespaces/public", None),
                 ("GET", "/elsewhere", None),
             ],
         )
@@ -89,7 +69,7 @@ def test_error_mapping(service, monkeypatch):
     assert s404 == 404 and "no such admin path" in b404["reason"]
     assert s405 == 405 and h405["Allow"] == "GET, PUT" and b405["reason"]
     assert s500 == 500 and "disk on fire" in b500["reason"]
-    assert s503 == 503 and "compaction is not available" in b503["reason"]
+    assert s503 == 503 and "reconnecting" in b503["reason"]
     assert s_other == 404 and b_other["reason"]
 
 

@@ -1,44 +1,68 @@
-"""The one declaration per policy (admin.policies): its spelled-out metadata keys are the broker's
-own constants, and importing it (as the CLI does) loads no broker, storage or web code."""
+"""The one declaration per policy (admin.policies, over the keys and fallbacks of
+config.policy_keys): every layer reads the same keys and defaults, each key has a rule on its
+value, and importing the declarations (as the CLI does) loads no broker, storage or web code."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from compactmq.admin import policy_values as v
 from compactmq.admin.policies import NAMESPACE, POLICIES, TOPIC, cli_forms
+from compactmq.auth.policy_rules import RULES
+from compactmq.config import policy_keys as pk
+from compactmq.config.keys import SETTINGS
 from compactmq.broker import dedup, schema_compat
 from compactmq.compaction import hooks
 from compactmq.storage import policy_keys
 
 
-def test_spelled_out_keys_are_the_brokers_constants():
-    assert (v.COMPACTION_THRESHOLD, v.RETENTION_TIME_MINUTES, v.RETENTION_SIZE_MB) == (
+def test_every_layer_reads_the_one_declaration_of_each_key():
+    assert (
         policy_keys.COMPACTION_THRESHOLD,
         policy_keys.RETENTION_TIME_MINUTES,
         policy_keys.RETENTION_SIZE_MB,
-    )
-    assert (v.COMPACTION_STRATEGY, v.RETAIN_NULL_KEY, v.COMPACTION_RETENTION_MODE) == (
         policy_keys.COMPACTION_STRATEGY,
         policy_keys.RETAIN_NULL_KEY,
         policy_keys.COMPACTION_RETENTION_MODE,
-    )
-    assert (v.COMPACTION_MAX_LAG, v.COMPACTION_MIN_LAG) == (
         policy_keys.COMPACTION_MAX_LAG,
         policy_keys.COMPACTION_MIN_LAG,
-    )
-    assert (v.COMPACTION_TOMBSTONE_RETENTION, v.COMPACTED_VIEW_KEY_TTL) == (
         policy_keys.COMPACTION_TOMBSTONE_RETENTION,
         policy_keys.COMPACTED_VIEW_KEY_TTL,
+    ) == (
+        pk.COMPACTION_THRESHOLD,
+        pk.RETENTION_TIME_MINUTES,
+        pk.RETENTION_SIZE_MB,
+        pk.COMPACTION_STRATEGY,
+        pk.RETAIN_NULL_KEY,
+        pk.COMPACTION_RETENTION_MODE,
+        pk.COMPACTION_MAX_LAG,
+        pk.COMPACTION_MIN_LAG,
+        pk.COMPACTION_TOMBSTONE_RETENTION,
+        pk.COMPACTED_VIEW_KEY_TTL,
     )
-    assert v.DEDUP_KEY == dedup.POLICY_KEY
-    assert (v.STRATEGY_KEY, v.AUTO_UPDATE_KEY, v.VALIDATION_KEY) == (
-        schema_compat.STRATEGY_KEY,
-        schema_compat.AUTO_UPDATE_KEY,
-        schema_compat.VALIDATION_KEY,
+    assert dedup.POLICY_KEY == pk.DEDUPLICATION_ENABLED
+    assert (schema_compat.STRATEGY_KEY, schema_compat.AUTO_UPDATE_KEY, schema_compat.VALIDATION_KEY) == (
+        pk.SCHEMA_COMPATIBILITY_STRATEGY,
+        pk.SCHEMA_AUTO_UPDATE,
+        pk.SCHEMA_VALIDATION_ENFORCED,
     )
-    assert v.EXPORT_KEY == hooks.POLICY_KEY
+    assert hooks.POLICY_KEY == pk.COMPACTED_EXPORT
+
+
+def test_each_policy_falls_back_to_its_declared_setting():
+    from compactmq.admin.offload import POLICIES as OFFLOAD_POLICIES  # loads storage: not at import
+
+    for policy in POLICIES + OFFLOAD_POLICIES:
+        assert dict(policy.config_defaults) == {
+            key: pk.DEFAULT_SETTINGS[key] for key in policy.keys if key in pk.DEFAULT_SETTINGS
+        }
+    for key, setting in pk.DEFAULT_SETTINGS.items():
+        assert setting in SETTINGS, f"{key} falls back to {setting}, which is not a declared setting"
+
+
+def test_every_declared_policy_key_has_a_rule_on_its_value():
+    declared = {key for policy in POLICIES for key in policy.keys}
+    assert declared <= set(RULES)
 
 
 def test_schema_defaults_are_the_brokers_config_keys():

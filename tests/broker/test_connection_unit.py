@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from compactmq.auth import AuthenticationService
 from compactmq.broker.admission import ConnectionCounter
 from compactmq.broker.connection import ServerConnection
 from compactmq.broker.producers import Producer
@@ -70,7 +71,12 @@ def make_connection(high_water=1000):
     cfg = load_config(
         overrides={"maxPendingPublishBytesPerConnection": high_water, "keepAliveIntervalSeconds": 0}
     )
-    service = SimpleNamespace(config=cfg, state=ServerState(), connection_counter=ConnectionCounter(cfg))
+    service = SimpleNamespace(
+        config=cfg,
+        state=ServerState(),
+        connection_counter=ConnectionCounter(cfg),
+        authentication=AuthenticationService(enabled=False),  # as a broker without authentication
+    )
     conn = ServerConnection(service)
     transport = FakeTransport()
     conn.connection_made(transport)

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactmq.broker.compaction_monitor import CompactionMonitor
 from compactmq.broker.latest_values import LatestValues
 from compactmq.broker.server import BrokerService
 from compactmq.broker.topics import Topic
@@ -49,9 +48,8 @@ def world(tmp_path_factory):
         }
     )
     storage = Storage(str(tmp_path_factory.mktemp("latest")), cfg)
+    # its compaction monitor serves the topics' compaction services (not started: no checks)
     service = BrokerService(cfg, storage, "pulsar://127.0.0.1:1")
-    # what BrokerServer.start builds: the topics' compaction services (not started: no checks)
-    service.compaction_monitor = CompactionMonitor(service)
     yield cfg, storage, service
     service.executor.shutdown()
     storage.close()

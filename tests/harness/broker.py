@@ -230,9 +230,7 @@ class InProcessBroker:
 
         discard_if_broken()  # its compactions take the worker's session: not one a test broke
 
-        from compactmq.admin.server import start as start_web
-        from compactmq.broker.server import BrokerServer
-        from compactmq.spark.auto_export import export_after_compaction
+        from compactmq.cli.standalone import build_server  # the entry point's wiring, as it runs
 
         try:
             import uvloop  # as ``compactmq standalone`` runs when the "fast" extra is installed
@@ -249,11 +247,14 @@ class InProcessBroker:
         self._log_handler.setLevel(logging.WARNING)
         self._log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("compactmq").addHandler(self._log_handler)
-        server = BrokerServer(
-            self.config(), web_service=start_web, post_compaction_hooks=[export_after_compaction]
-        )
+
+        async def build_and_start():
+            server = await build_server(self.config())
+            await server.start()
+            return server
+
         try:
-            asyncio.run_coroutine_threadsafe(server.start(), self._loop).result(timeout)
+            server = asyncio.run_coroutine_threadsafe(build_and_start(), self._loop).result(timeout)
         except BaseException as e:
             self._close_loop()
             if isinstance(e, Exception) and _port_taken(str(e)):

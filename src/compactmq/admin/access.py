@@ -32,9 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..naming import TopicName
+
+if TYPE_CHECKING:
+    from ..auth import AuthenticationService
 
 Check = Callable[[Any, "str | None", Mapping[str, str]], None]
 
@@ -95,12 +98,14 @@ def default_requirement(method: str, pattern: str) -> Requirement:
 
 
 def requirement_name(requires: Any) -> str:
+    """The name the OpenAPI document shows: a ``Requirement``'s, else the function's (a route
+    may state any callable, see the module notes, so both are looked for)."""
     return str(getattr(requires, "name", None) or getattr(requires, "__name__", "custom"))
 
 
-def www_authenticate(authentication: Any) -> str:
+def www_authenticate(authentication: AuthenticationService) -> str:
     """The ``WWW-Authenticate`` value of a 401: the HTTP schemes the broker accepts."""
-    methods = set(getattr(authentication, "methods", None) or ("token",))
+    methods = set(authentication.methods or ("token",))
     schemes = []
     if "token" in methods or not methods - {"tls"}:
         schemes.append('Bearer realm="pulsar"')

@@ -26,11 +26,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ..auth import SLOW_METHODS, http_method, off_loop
+from ..auth import SLOW_METHODS, Principal, http_method, off_loop
 from ..auth.tls import peer_certificate
 from ..config import VERSION, metrics_need_authentication
 from ..errors import AuthenticationFailed, CompactMQError
@@ -50,6 +50,9 @@ from .access import AUTHENTICATED, www_authenticate
 from .common import Context
 from .metrics import TrafficSampler, render_metrics
 from .router import NoRoute, Router, openapi_document
+
+if TYPE_CHECKING:
+    from ..broker.server import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def error_response(status: int, reason: str, headers: dict[str, str] | None = No
     return web.json_response({"reason": reason}, status=status, headers=headers)
 
 
-def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Application:
+def build_app(service: BrokerService, sampler: TrafficSampler | None = None) -> web.Application:
     sampler = sampler or TrafficSampler(service)
     ctx = Context(service, sampler)
     router = build_router()
@@ -146,7 +149,7 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     async def not_found(request: web.Request) -> web.Response:
         return error_response(404, f"no such path: {request.rel_url.path}")
 
-    config = getattr(service, "config", None) or {}
+    config = service.config
     app = web.Application(
         client_max_size=http_limits.max_body_size(config),
         middlewares=[http_limits.body_deadline_middleware(config, error_response)],
@@ -161,14 +164,12 @@ def build_app(service: Any, sampler: TrafficSampler | None = None) -> web.Applic
     return app
 
 
-async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Response | None]:
+async def _authenticate(ctx: Context, request: web.Request) -> tuple[Principal | None, web.Response | None]:
     """(the caller's principal, None), or (None, a 401 response) when its credentials are missing
     or wrong. Tokens and certificates are checked on the loop (microseconds); a password
     (``Basic``) off it, as the broker's CONNECT does (``compactmq.auth.SLOW_METHODS``), so a
     storm of wrong passwords stalls no other request. Never echoes the credentials."""
     authentication = ctx.authentication
-    if authentication is None:
-        return None, None
     header = request.headers.get("Authorization")
     check = functools.partial(authentication.authenticate_http, header, _peer_certificate(request))
     try:
@@ -184,12 +185,13 @@ async def _authenticate(ctx: Context, request: web.Request) -> tuple[Any, web.Re
         return None, error_response(500, f"internal error while authenticating: {type(e).__name__}")
 
 
-async def _authorize(ctx: Context, principal: Any, requires, captures: dict[str, str]) -> None:
+async def _authorize(ctx: Context, principal: Principal | None, requires, captures: dict[str, str]) -> None:
     """Raise ``AuthorizationFailed`` (403) unless the caller's role meets ``requires``."""
     authorization = ctx.authorization
     if not authorization.enabled or requires is AUTHENTICATED:
         return
-    await ctx.run_blocking(requires, authorization, getattr(principal, "role", None), captures)
+    role = principal.role if principal is not None else None
+    await ctx.run_blocking(requires, authorization, role, captures)
 
 
 def _peer_certificate(request: web.Request) -> dict | None:

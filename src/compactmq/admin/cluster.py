@@ -102,7 +102,7 @@ def initial_bundles(body: Any) -> dict[str, Any]:
 
 
 def _cluster(ctx: Context) -> Any:
-    return getattr(ctx.service, "cluster", None)
+    return ctx.service.cluster
 
 
 def _own_id(ctx: Context) -> str:

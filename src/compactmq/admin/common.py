@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from ..config import parse_bool
 from ..errors import InvalidInput, PreconditionFailed
+
+if TYPE_CHECKING:
+    from ..auth import AuthenticationService
+    from ..broker.compaction_monitor import CompactionMonitor
+    from ..broker.server import BrokerService
+    from .metrics import TrafficSampler
 
 __all__ = ["Context", "PreconditionFailed", "query_flag", "read_json"]
 
@@ -17,13 +23,13 @@ class Context:
     """What handlers share: the broker service, its compaction monitor, the traffic sampler, and
     the authentication and authorization services the broker built (``compactmq.auth``)."""
 
-    def __init__(self, service: Any, sampler: Any) -> None:
+    def __init__(self, service: BrokerService, sampler: TrafficSampler) -> None:
         self.service = service
         self.sampler = sampler
 
     @property
-    def authentication(self):
-        """The broker's ``AuthenticationService``; None for a service without one (no auth)."""
+    def authentication(self) -> AuthenticationService:
+        """The broker's ``AuthenticationService`` (one with ``enabled`` off when it has none)."""
         return self.service.authentication
 
     @property
@@ -52,7 +58,7 @@ class Context:
         return self.service.storage.resources
 
     @property
-    def monitor(self):
+    def monitor(self) -> CompactionMonitor:
         return self.service.compaction_monitor
 
     def run_blocking(self, fn, *args):
@@ -60,22 +66,12 @@ class Context:
 
     def compaction_stats(self, topic: str):
         """``CompactionStats`` of ``topic``'s compacted view, from its compaction service (blocking)."""
-        monitor = self.monitor
-        if monitor is None:
-            from ..compaction import CompactionStats
-
-            return CompactionStats()
-        return monitor.service_of(topic).stats()
+        return self.monitor.service_of(topic).stats()
 
     def compaction_state(self, topic: str):
         """The topic's ``CompactionState`` (status, horizon, view pointer), from its compaction
         service (blocking)."""
-        monitor = self.monitor
-        if monitor is None:
-            from ..compaction.state import states_of
-
-            return states_of(self.storage).get(topic)
-        return monitor.service_of(topic).state()
+        return self.monitor.service_of(topic).state()
 
     def compaction_states(self) -> dict:
         """``{topic: CompactionState}`` of every topic with a compaction state (blocking)."""

@@ -55,13 +55,16 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..errors import CompactMQError
 from ..naming import TopicName
+
+if TYPE_CHECKING:
+    from ..broker.server import BrokerService
 
 RATE_INTERVAL_SECONDS = 2.0
 # pulsar_ml_cache_evictions counts the evictions of this last stretch (Pulsar: the last minute)
@@ -117,7 +120,7 @@ class CacheRates:
 class TrafficSampler:
     """Per-topic message and byte counters and rates, from the live producers and consumers."""
 
-    def __init__(self, service: Any, clock=time.monotonic) -> None:
+    def __init__(self, service: BrokerService, clock=time.monotonic) -> None:
         self.service = service
         self.clock = clock
         self._topics: dict[str, TopicTraffic] = {}
@@ -139,13 +142,13 @@ class TrafficSampler:
     def refresh(self) -> None:
         """Fold what producers and consumers counted since the last call into the topic totals
         (call on the event loop: it walks the broker's live objects)."""
-        loaded = dict(getattr(self.service.topics, "loaded", {}))
+        loaded = dict(self.service.topics.loaded)
         present: set[tuple[str, int]] = set()
         with self._lock:
             for name, topic in loaded.items():
                 t = self._topics.setdefault(name, TopicTraffic())
                 # exact: the topic keeps what its closed producers published
-                closed_msgs, closed_bytes = getattr(topic, "closed_producers_in", (0, 0))
+                closed_msgs, closed_bytes = topic.closed_producers_in
                 live = list(topic.producers.values())
                 t.msg_in = closed_msgs + sum(p.messages_in for p in live)
                 t.bytes_in = closed_bytes + sum(p.bytes_in for p in live)
@@ -153,7 +156,8 @@ class TrafficSampler:
                     for c in list(sub.consumers):
                         key = ("c", c.serial)
                         present.add(key)
-                        out_bytes = int(getattr(c, "bytes_out", 0))
+                        # a Consumer counts messages out, not bytes (yet): bytes out read 0
+                        out_bytes = 0
                         msgs, nbytes = self._seen.get(key, (0, 0))
                         t.msg_out += c.messages_out - msgs
                         t.bytes_out += out_bytes - nbytes
@@ -164,7 +168,7 @@ class TrafficSampler:
     def sample_rates(self) -> None:
         self.refresh()
         now = self.clock()
-        loaded = dict(getattr(self.service.topics, "loaded", {}))
+        loaded = dict(self.service.topics.loaded)
         with self._lock:
             elapsed = max(now - self._last_rate_at, 1e-6)
             self._last_rate_at = now
@@ -187,9 +191,7 @@ class TrafficSampler:
             live = {serial for t in self._topics.values() for serial in t._producer_rates}
             for serial in [s for s in self._producer_last if s not in live]:
                 del self._producer_last[serial]
-            cache = getattr(self.service, "tail_cache_budget", None)
-            if cache is not None:
-                self.cache.sample(cache, now, elapsed)
+            self.cache.sample(self.service.tail_cache_budget, now, elapsed)
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -280,19 +282,22 @@ COMPACTION_FAMILIES = (
 class EntryCacheCollector:
     """Pulsar's managed-ledger cache metrics (see the module notes), for ``prometheus_client``."""
 
-    def __init__(self, service: Any, rates: CacheRates, cluster: str) -> None:
+    def __init__(self, service: BrokerService, rates: CacheRates, cluster: str) -> None:
         self.service, self.rates, self.cluster = service, rates, cluster
 
     def collect(self):
         labels = ["cluster"]
         value = [self.cluster]
-        cache = getattr(self.service, "tail_cache_budget", None)
-        storage = getattr(self.service, "storage", None)
-        count = storage.open_managed_ledger_count() if hasattr(storage, "open_managed_ledger_count") else 0
+        cache = self.service.tail_cache_budget
+        count = self.service.storage.open_managed_ledger_count()
         gauges = [
             ("pulsar_ml_count", "managed ledgers open in the broker", count),
-            ("pulsar_ml_cache_used_size", "bytes the entry cache holds (payloads and their overhead)", 0),
-            ("pulsar_ml_cache_entries", "entries in the entry cache", 0),
+            (
+                "pulsar_ml_cache_used_size",
+                "bytes the entry cache holds (payloads and their overhead)",
+                cache.used,
+            ),
+            ("pulsar_ml_cache_entries", "entries in the entry cache", cache.entries),
             ("pulsar_ml_cache_hits_rate", "entries per second read from the cache", self.rates.hits_rate),
             (
                 "pulsar_ml_cache_hits_throughput",
@@ -311,19 +316,20 @@ class EntryCacheCollector:
                 self.rates.evictions_last_minute,
             ),
         ]
-        if cache is not None:
-            gauges[1] = (*gauges[1][:2], cache.used)
-            gauges[2] = (*gauges[2][:2], cache.entries)
         for name, help_, v in gauges:
             g = GaugeMetricFamily(name, help_, labels=labels)
             g.add_metric(value, v)
             yield g
-        for name, help_, attr in (
-            ("pulsar_ml_cache_inserted_entries_total", "entries put in the cache", "inserted_entries"),
-            ("pulsar_ml_cache_evicted_entries_total", "entries evicted from the cache", "evicted_entries"),
+        for name, help_, total in (
+            ("pulsar_ml_cache_inserted_entries_total", "entries put in the cache", cache.inserted_entries),
+            (
+                "pulsar_ml_cache_evicted_entries_total",
+                "entries evicted from the cache",
+                cache.evicted_entries,
+            ),
         ):
             c = CounterMetricFamily(name, help_, labels=labels)
-            c.add_metric(value, getattr(cache, attr, 0) if cache is not None else 0)
+            c.add_metric(value, total)
             yield c
 
 
@@ -338,7 +344,7 @@ def render_library_metrics(ctx: Any, cluster: str) -> str:
 def render_metrics(ctx: Any) -> str:
     """The Prometheus text exposition of every family (runs in a worker thread)."""
     service = ctx.service
-    cluster = getattr(service, "cluster_name", "standalone")
+    cluster = service.cluster_name
     traffic = ctx.sampler.topics()  # refreshed by the caller, on the event loop
     loaded = dict(service.topics.loaded)
     families = {name: _Family(name, kind, h) for name, kind, h in BROKER_FAMILIES + COMPACTION_FAMILIES}
@@ -405,7 +411,7 @@ def _add_topic_metrics(families: dict, ctx: Any, cluster: str, name: str, topic:
 
 def _add_compaction_metrics(families: dict, ctx: Any, cluster: str, loaded: dict, monitor: Any) -> None:
     """The per-topic compaction families: every topic compacted or with a run recorded."""
-    run_stats = dict(monitor.stats) if monitor is not None else {}
+    run_stats = dict(monitor.stats)
     states = ctx.compaction_states()
     for name in sorted(set(run_stats) | set(states)):
         labels = {"cluster": cluster, "namespace": TopicName.parse(name).namespace_name, "topic": name}
@@ -436,30 +442,30 @@ def _add_compaction_metrics(families: dict, ctx: Any, cluster: str, loaded: dict
         f["pulsar_compaction_lag_seconds"].add(labels, lag_ms / 1000)
         for phase, seconds in sorted(phases.items()):
             f["pulsar_compaction_last_phase_seconds"].add({**labels, "phase": str(phase)}, float(seconds))
-        last = monitor.last_runs.get(name) if monitor is not None else None
+        last = monitor.last_runs.get(name)
         f["pulsar_compaction_last_job_topics"].add(labels, len(last["jobTopics"]) if last else 0)
 
 
 def _monitor_families(cluster: str, monitor: Any) -> list[_Family]:
     """compactmq's own families about the compaction monitor of this broker."""
     running = _Family("compactmq_compaction_running", "gauge", "compactions queued or running in this broker")
-    running.add({"cluster": cluster}, len(monitor.running_topics) if monitor is not None else 0)
+    running.add({"cluster": cluster}, len(monitor.running_topics))
     checks = _Family(
         "compactmq_compaction_monitor_checks_total", "counter", "periodic compaction threshold checks done"
     )
-    checks.add({"cluster": cluster}, monitor.checks if monitor is not None else 0)
+    checks.add({"cluster": cluster}, monitor.checks)
     jobs = _Family(
         "compactmq_compaction_jobs_total",
         "counter",
         "compaction jobs handed to the worker pool (a joint job of several topics counts once)",
     )
-    jobs.add({"cluster": cluster}, monitor.jobs_started if monitor is not None else 0)
+    jobs.add({"cluster": cluster}, monitor.jobs_started)
     warm = _Family(
         "compactmq_compaction_engine_warm",
         "gauge",
         "1 once the compaction engine's background warm-up (compactionSparkWarmup) finished",
     )
-    warmup = monitor.engine_warmup() if monitor is not None else None
+    warmup = monitor.engine_warmup()
     warm.add(
         {"cluster": cluster, "state": (warmup or {}).get("state", "off")},
         1 if (warmup or {}).get("state") == "warm" else 0,

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from ..auth.policy_rules import Target, check_policy_values
+from ..config.policy_keys import DEFAULT_SETTINGS
 from ..errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from ..naming import _NAMED_ENTITY
 from ..storage import COMPACTION_THRESHOLD
@@ -62,13 +63,13 @@ def _check_name(what: str, name: str) -> None:
 
 
 async def list_clusters(ctx: Context, request: web.Request) -> Any:
-    return [getattr(ctx.service, "cluster_name", "standalone")]
+    return [ctx.service.cluster_name]
 
 
 async def create_cluster(ctx: Context, request: web.Request, cluster: str) -> Any:
     """Setup scripts written for Pulsar PUT the ``standalone`` cluster first (the Python client's
     CI does): it exists from the start here, so this answers Pulsar's 409 for an existing one."""
-    own = getattr(ctx.service, "cluster_name", "standalone")
+    own = ctx.service.cluster_name
     if cluster == own:
         raise AlreadyExists(f"Cluster {cluster} already exists")
     raise PreconditionFailed(f"this broker serves one cluster, {own}; cluster {cluster!r} cannot be added")
@@ -83,7 +84,7 @@ async def get_tenant(ctx: Context, request: web.Request, tenant: str) -> Any:
     if info is None:
         raise NotFound(f"tenant {tenant} does not exist")
     info.setdefault("adminRoles", [])
-    info.setdefault("allowedClusters", [getattr(ctx.service, "cluster_name", "standalone")])
+    info.setdefault("allowedClusters", [ctx.service.cluster_name])
     return info
 
 
@@ -215,7 +216,7 @@ def _add_policy_routes(router: Router, policy: Policy) -> None:
 def _set_namespace_policies(ctx: Context, namespace: str, values: dict[str, Any]) -> None:
     ctx.policies.set_policies("namespace", namespace, values)
     if (values.get(COMPACTION_THRESHOLD) or 0) > 0:
-        default = ctx.service.config["brokerServiceCompactionThresholdInBytes"]
+        default = ctx.service.config[DEFAULT_SETTINGS[COMPACTION_THRESHOLD]]
         topics = [
             t
             for t in ctx.topic_metadata.topics(namespace)

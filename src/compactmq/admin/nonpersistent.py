@@ -8,10 +8,16 @@ not take because its receiver queue was full) for the topic, each subscription a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import NotFound
 from .common import Context
+
+if TYPE_CHECKING:
+    from ..broker.nonpersistent import NonPersistentSubscription
+
+
+_SUB_TYPES: dict[int | None, str] = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 
 
 def names(ctx: Context, namespace: str) -> list[str]:
@@ -25,6 +31,7 @@ def topic_stats(ctx: Context, topic: str) -> dict[str, Any]:
             f"topic {topic} is not in use (a non-persistent topic exists while it has "
             "producers or subscriptions)"
         )
+    live = [p for p in list(t.producers.values()) if not p.closed]
     publishers = [
         {
             "producerName": p.name,
@@ -33,29 +40,30 @@ def topic_stats(ctx: Context, topic: str) -> dict[str, Any]:
             "bytesInCounter": p.bytes_in,
             "msgDropRate": 0.0,
         }
-        for p in list(t.producers.values())
-        if not p.closed
+        for p in live
     ]
     subscriptions: dict[str, Any] = {}
-    for name, sub in sorted(t.subscriptions.items()):
+    for name, stored in sorted(t.subscriptions.items()):
+        sub = cast("NonPersistentSubscription", stored)  # what a non-persistent topic holds
         consumers = [
             {
                 "consumerName": c.name,
                 "msgOutCounter": c.messages_out,
                 "availablePermits": max(0, c.permits.available),
-                "msgDropRate": c.drops.rate if getattr(c, "drops", None) is not None else 0.0,
+                # a consumer gets its drop meter at its first drop (broker.nonpersistent.dropped)
+                "msgDropRate": c.drops.rate if getattr(c, "drops", None) is not None else 0.0,  # type: ignore[attr-defined]
             }
             for c in list(sub.consumers)
         ]
         subscriptions[name] = {
-            "type": {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}.get(sub.sub_type),
+            "type": _SUB_TYPES.get(sub.sub_type),
             "isDurable": False,
             "msgRateOut": sub.sent.rate,
             "msgOutCounter": sub.sent.total,
             "msgDropRate": sub.drops.rate,
             "consumers": consumers,
         }
-    msg_in = sum(p["msgInCounter"] for p in publishers) + t.closed_producers_in[0]
+    msg_in = sum(p.messages_in for p in live) + t.closed_producers_in[0]
     return {
         "msgRateIn": t.received.rate,
         "msgThroughputIn": t.received_bytes.rate,

@@ -32,7 +32,7 @@ from ..storage.offload import (
 from ..storage.position import Position
 from .common import Context, PreconditionFailed, read_json
 from .namespaces import NS, _add_policy_routes
-from .policies import Policy
+from .policies import Policy, fallbacks
 from .router import Router
 from .topic_lookup import TOPIC, topic_name
 from .topic_lookup import persistent_name as _persistent
@@ -131,7 +131,7 @@ POLICIES = (
         (OFFLOAD_THRESHOLD,),
         _long(OFFLOAD_THRESHOLD, -1),
         _single(OFFLOAD_THRESHOLD),
-        {OFFLOAD_THRESHOLD: "managedLedgerOffloadAutoTriggerSizeThresholdBytes"},
+        fallbacks(OFFLOAD_THRESHOLD),
         "integer",
         "bytes a topic keeps locally before sealed ledgers are offloaded (-1: never, 0: at once)",
     ),
@@ -140,7 +140,7 @@ POLICIES = (
         (OFFLOAD_THRESHOLD_SECONDS,),
         _long(OFFLOAD_THRESHOLD_SECONDS, -1),
         _single(OFFLOAD_THRESHOLD_SECONDS),
-        {OFFLOAD_THRESHOLD_SECONDS: "managedLedgerOffloadThresholdInSeconds"},
+        fallbacks(OFFLOAD_THRESHOLD_SECONDS),
         "integer",
         "offload sealed ledgers older than this many seconds (-1: never)",
     ),
@@ -149,7 +149,7 @@ POLICIES = (
         (OFFLOAD_DELETION_LAG,),
         _long(OFFLOAD_DELETION_LAG, 0),
         _single(OFFLOAD_DELETION_LAG),
-        {OFFLOAD_DELETION_LAG: "managedLedgerOffloadDeletionLagMs"},
+        fallbacks(OFFLOAD_DELETION_LAG),
         "integer",
         "delete the local copy of an offloaded ledger this many ms after the offload",
     ),
@@ -158,7 +158,7 @@ POLICIES = (
         (OFFLOAD_POLICIES,),
         _offload_policies,
         _render_policies,
-        {OFFLOAD_POLICIES: "managedLedgerOffloadDriver"},
+        fallbacks(OFFLOAD_POLICIES),
         "object",
         "offload settings of the namespace (driver, bucket, region, endpoint, fileSystemURI, thresholds)",
     ),

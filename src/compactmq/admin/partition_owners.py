@@ -120,7 +120,7 @@ async def gather(
     """``{partition: answer}`` for each of ``names`` (in order), each from its owner: ``local(name)``
     here, else ``GET`` of the partition's ``suffix`` path on the owner. Partitions that do not
     exist are left out."""
-    cluster = getattr(ctx.service, "cluster", None)
+    cluster = ctx.service.cluster
     slots = asyncio.Semaphore(MAX_CONCURRENT)
 
     async def one(name: str) -> Any:

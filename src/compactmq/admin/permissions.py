@@ -122,7 +122,7 @@ def tenant_info(ctx: Context, body: Any) -> dict[str, Any]:
     No ``allowedClusters`` means this broker's cluster (what pulsar-admin sends by default)."""
     if not isinstance(body, dict):
         raise InvalidInput("the tenant info must be a JSON object")
-    cluster = getattr(ctx.service, "cluster_name", "standalone")
+    cluster = ctx.service.cluster_name
     info = dict(body)
     for key in ("adminRoles", "allowedClusters"):
         value = info.get(key)

@@ -9,11 +9,14 @@ A ``Policy`` says everything about one policy in one place:
   those keys' values (or refuses it), ``render`` turns stored values back into the body Pulsar
   answers (``null`` when unset); both live in ``policy_values``;
 * ``config_defaults`` -- the broker-config key ``?applied=true`` falls back to (topic policy, else
-  namespace policy, else config); ``body_type`` and ``summary`` -- for the OpenAPI document;
+  namespace policy, else config), from ``config.policy_keys``, where the keys and their fallbacks
+  are declared for every layer; ``body_type`` and ``summary`` -- for the OpenAPI document;
 * ``cli`` -- pulsar-admin's verb and flags (``policy_forms.CliForm``): the CLI's
   ``set-|get-|remove-<verb>`` commands are built from it.
 
-Adding a policy is adding one entry here (and its validator in ``policy_values``). This module
+Adding a policy is adding one entry here, its key (and fallback setting) in
+``config.policy_keys``, its validator in ``policy_values`` and the rule on what its value may reach
+in ``auth.policy_rules`` (a key without a rule is refused when stored). This module
 and the two it draws on import nothing beyond the standard library at import time, so the CLI
 imports it without loading the broker.
 """
@@ -23,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..config import policy_keys as pk
+from ..config.policy_keys import DEFAULT_SETTINGS
 from . import policy_forms as cli
 from . import policy_values as v
 from .policy_forms import CliForm
@@ -48,6 +53,11 @@ class Policy:
         return self.namespace_path if target == NAMESPACE and self.namespace_path else self.path
 
 
+def fallbacks(*keys: str) -> Mapping[str, str]:
+    """The broker-config fallbacks of ``keys`` (``config.policy_keys.DEFAULT_SETTINGS``)."""
+    return {key: DEFAULT_SETTINGS[key] for key in keys}
+
+
 def _lag(verb: str, what: str) -> CliForm:
     return CliForm(verb, cli.lag_args(what), cli.lag_seconds, cli.render_seconds, namespace_set_method="PUT")
 
@@ -59,10 +69,10 @@ def _toggle(verb: str, what: str, render: Callable[[Any], str] = cli.not_set_or)
 POLICIES: tuple[Policy, ...] = (
     Policy(
         "compactionThreshold",
-        (v.COMPACTION_THRESHOLD,),
+        (pk.COMPACTION_THRESHOLD,),
         v.threshold,
-        v.single(v.COMPACTION_THRESHOLD),
-        {v.COMPACTION_THRESHOLD: "brokerServiceCompactionThresholdInBytes"},
+        v.single(pk.COMPACTION_THRESHOLD),
+        fallbacks(pk.COMPACTION_THRESHOLD),
         "integer",
         "backlog size in bytes that triggers automatic compaction (0 disables)",
         cli=CliForm(
@@ -75,23 +85,20 @@ POLICIES: tuple[Policy, ...] = (
     ),
     Policy(
         "retention",
-        (v.RETENTION_TIME_MINUTES, v.RETENTION_SIZE_MB),
+        (pk.RETENTION_TIME_MINUTES, pk.RETENTION_SIZE_MB),
         v.retention,
         v.render_retention,
-        {
-            v.RETENTION_TIME_MINUTES: "defaultRetentionTimeInMinutes",
-            v.RETENTION_SIZE_MB: "defaultRetentionSizeInMB",
-        },
+        fallbacks(pk.RETENTION_TIME_MINUTES, pk.RETENTION_SIZE_MB),
         "object",
         "retention of acknowledged messages: retentionTimeInMinutes, retentionSizeInMB",
         cli=CliForm("retention", cli.retention_args, cli.retention_body, cli.render_retention),
     ),
     Policy(
         "compactionStrategy",
-        (v.COMPACTION_STRATEGY,),
+        (pk.COMPACTION_STRATEGY,),
         v.strategy,
-        v.single(v.COMPACTION_STRATEGY),
-        {v.COMPACTION_STRATEGY: "topicCompactionStrategy"},
+        v.single(pk.COMPACTION_STRATEGY),
+        fallbacks(pk.COMPACTION_STRATEGY),
         "string",
         "compaction strategy: keep-latest, keep-first, event-time or a class the operator allowed",
         cli=CliForm(
@@ -103,51 +110,51 @@ POLICIES: tuple[Policy, ...] = (
     ),
     Policy(
         "compactionRetainNullKey",
-        (v.RETAIN_NULL_KEY,),
+        (pk.RETAIN_NULL_KEY,),
         v.retain_null_key,
-        v.single(v.RETAIN_NULL_KEY),
-        {v.RETAIN_NULL_KEY: "topicCompactionRetainNullKey"},
+        v.single(pk.RETAIN_NULL_KEY),
+        fallbacks(pk.RETAIN_NULL_KEY),
         "boolean",
         "whether compaction keeps keyless messages",
         cli=CliForm("retain-null-key", cli.null_key_args, cli.retain_flag, cli.render_bool),
     ),
     Policy(
         "compactionRetentionMode",
-        (v.COMPACTION_RETENTION_MODE,),
+        (pk.COMPACTION_RETENTION_MODE,),
         v.retention_mode,
-        v.single(v.COMPACTION_RETENTION_MODE),
-        {v.COMPACTION_RETENTION_MODE: "topicCompactionRetentionMode"},
+        v.single(pk.COMPACTION_RETENTION_MODE),
+        fallbacks(pk.COMPACTION_RETENTION_MODE),
         "string",
         "retention-bounded or keep-until-tombstone",
     ),
     # ours (Pulsar has no time-based compaction; see compaction.lag)
     Policy(
-        v.COMPACTION_MAX_LAG,
-        (v.COMPACTION_MAX_LAG,),
-        v.seconds(v.COMPACTION_MAX_LAG),
-        v.single(v.COMPACTION_MAX_LAG),
-        {v.COMPACTION_MAX_LAG: "brokerServiceCompactionMaxLagInSeconds"},
+        pk.COMPACTION_MAX_LAG,
+        (pk.COMPACTION_MAX_LAG,),
+        v.seconds(pk.COMPACTION_MAX_LAG),
+        v.single(pk.COMPACTION_MAX_LAG),
+        fallbacks(pk.COMPACTION_MAX_LAG),
         "integer",
         "compact when the oldest uncompacted message is older than this many seconds (0 disables)",
         cli=_lag("compaction-max-lag", "compact once the oldest uncompacted message is this old"),
     ),
     Policy(
-        v.COMPACTION_MIN_LAG,
-        (v.COMPACTION_MIN_LAG,),
-        v.seconds(v.COMPACTION_MIN_LAG),
-        v.single(v.COMPACTION_MIN_LAG),
-        {v.COMPACTION_MIN_LAG: "brokerServiceCompactionMinLagInSeconds"},
+        pk.COMPACTION_MIN_LAG,
+        (pk.COMPACTION_MIN_LAG,),
+        v.seconds(pk.COMPACTION_MIN_LAG),
+        v.single(pk.COMPACTION_MIN_LAG),
+        fallbacks(pk.COMPACTION_MIN_LAG),
         "integer",
         "messages younger than this many seconds are not compacted yet (0: none held back)",
         cli=_lag("compaction-min-lag", "leave messages younger than this uncompacted"),
     ),
     # ours: Kafka's delete.retention.ms and PIP-252's key time-to-live (keep-latest only)
     Policy(
-        v.COMPACTION_TOMBSTONE_RETENTION,
-        (v.COMPACTION_TOMBSTONE_RETENTION,),
-        v.seconds(v.COMPACTION_TOMBSTONE_RETENTION),
-        v.single(v.COMPACTION_TOMBSTONE_RETENTION),
-        {v.COMPACTION_TOMBSTONE_RETENTION: "topicCompactionTombstoneRetentionSeconds"},
+        pk.COMPACTION_TOMBSTONE_RETENTION,
+        (pk.COMPACTION_TOMBSTONE_RETENTION,),
+        v.seconds(pk.COMPACTION_TOMBSTONE_RETENTION),
+        v.single(pk.COMPACTION_TOMBSTONE_RETENTION),
+        fallbacks(pk.COMPACTION_TOMBSTONE_RETENTION),
         "integer",
         "keep tombstones in the compacted view until they are this many seconds old (0: drop at once)",
         cli=_lag(
@@ -155,11 +162,11 @@ POLICIES: tuple[Policy, ...] = (
         ),
     ),
     Policy(
-        v.COMPACTED_VIEW_KEY_TTL,
-        (v.COMPACTED_VIEW_KEY_TTL,),
-        v.seconds(v.COMPACTED_VIEW_KEY_TTL),
-        v.single(v.COMPACTED_VIEW_KEY_TTL),
-        {v.COMPACTED_VIEW_KEY_TTL: "topicCompactedViewKeyTtlSeconds"},
+        pk.COMPACTED_VIEW_KEY_TTL,
+        (pk.COMPACTED_VIEW_KEY_TTL,),
+        v.seconds(pk.COMPACTED_VIEW_KEY_TTL),
+        v.single(pk.COMPACTED_VIEW_KEY_TTL),
+        fallbacks(pk.COMPACTED_VIEW_KEY_TTL),
         "integer",
         "drop a key from the compacted view once its latest message is this many seconds old (0: never)",
         cli=_lag(
@@ -168,21 +175,21 @@ POLICIES: tuple[Policy, ...] = (
     ),
     Policy(
         "deduplicationEnabled",
-        (v.DEDUP_KEY,),
-        v.boolean(v.DEDUP_KEY, "deduplication"),
-        v.single(v.DEDUP_KEY),
-        {v.DEDUP_KEY: "brokerDeduplicationEnabled"},
+        (pk.DEDUPLICATION_ENABLED,),
+        v.boolean(pk.DEDUPLICATION_ENABLED, "deduplication"),
+        v.single(pk.DEDUPLICATION_ENABLED),
+        fallbacks(pk.DEDUPLICATION_ENABLED),
         "boolean",
         "message deduplication by producer name and sequence id",
         namespace_path="deduplication",
         cli=_toggle("deduplication", "message deduplication", cli.render_bool),
     ),
     Policy(
-        v.STRATEGY_KEY,
-        (v.STRATEGY_KEY,),
+        pk.SCHEMA_COMPATIBILITY_STRATEGY,
+        (pk.SCHEMA_COMPATIBILITY_STRATEGY,),
         v.schema_strategy,
-        v.single(v.STRATEGY_KEY),
-        {v.STRATEGY_KEY: "schemaCompatibilityStrategy"},
+        v.single(pk.SCHEMA_COMPATIBILITY_STRATEGY),
+        fallbacks(pk.SCHEMA_COMPATIBILITY_STRATEGY),
         "string",
         "schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD, FORWARD, FULL, "
         "BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, FULL_TRANSITIVE",
@@ -196,21 +203,21 @@ POLICIES: tuple[Policy, ...] = (
         ),
     ),
     Policy(
-        v.AUTO_UPDATE_KEY,
-        (v.AUTO_UPDATE_KEY,),
-        v.boolean(v.AUTO_UPDATE_KEY, v.AUTO_UPDATE_KEY),
-        v.single(v.AUTO_UPDATE_KEY),
-        {v.AUTO_UPDATE_KEY: "isAllowAutoUpdateSchemaEnabled"},
+        pk.SCHEMA_AUTO_UPDATE,
+        (pk.SCHEMA_AUTO_UPDATE,),
+        v.boolean(pk.SCHEMA_AUTO_UPDATE, pk.SCHEMA_AUTO_UPDATE),
+        v.single(pk.SCHEMA_AUTO_UPDATE),
+        fallbacks(pk.SCHEMA_AUTO_UPDATE),
         "boolean",
         "whether producers may register new schema versions",
         cli=_toggle("is-allow-auto-update-schema", "schema auto update"),
     ),
     # ours (Pulsar has none): the table the compacted view is re-exported to after each compaction
     Policy(
-        v.EXPORT_KEY,
-        (v.EXPORT_KEY,),
+        pk.COMPACTED_EXPORT,
+        (pk.COMPACTED_EXPORT,),
         v.export,
-        v.single(v.EXPORT_KEY),
+        v.single(pk.COMPACTED_EXPORT),
         {},
         "object",
         "re-export the compacted view after every compaction, under the broker's compactedExportRoot: "
@@ -219,11 +226,11 @@ POLICIES: tuple[Policy, ...] = (
         cli=CliForm("compacted-export", cli.export_args, cli.export_body, cli.render_export),
     ),
     Policy(
-        v.VALIDATION_KEY,
-        (v.VALIDATION_KEY,),
-        v.boolean(v.VALIDATION_KEY, v.VALIDATION_KEY),
-        v.single(v.VALIDATION_KEY),
-        {v.VALIDATION_KEY: "isSchemaValidationEnforced"},
+        pk.SCHEMA_VALIDATION_ENFORCED,
+        (pk.SCHEMA_VALIDATION_ENFORCED,),
+        v.boolean(pk.SCHEMA_VALIDATION_ENFORCED, pk.SCHEMA_VALIDATION_ENFORCED),
+        v.single(pk.SCHEMA_VALIDATION_ENFORCED),
+        fallbacks(pk.SCHEMA_VALIDATION_ENFORCED),
         "boolean",
         "whether producers without a schema are refused on topics that have one",
         cli=_toggle("schema-validation-enforce", "schema validation"),

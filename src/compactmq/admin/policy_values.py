@@ -18,24 +18,16 @@ from typing import Any, Callable, Mapping
 from ..config import RETENTION_MODES, parse_bool
 from ..errors import InvalidInput, PreconditionFailed
 
-# Metadata-store keys. They are the broker's own constants (storage.policy_keys, broker.dedup,
-# broker.schema_compat, compaction.hooks), spelled out so that importing the declarations loads
-# no storage code; tests/admin/test_policy_declarations.py proves each equals its constant.
-COMPACTION_THRESHOLD = "compactionThreshold"
-RETENTION_TIME_MINUTES = "retentionTimeInMinutes"
-RETENTION_SIZE_MB = "retentionSizeInMB"
-COMPACTION_STRATEGY = "compactionStrategy"
-RETAIN_NULL_KEY = "retainNullKey"
-COMPACTION_RETENTION_MODE = "compactionRetentionMode"
-COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
-COMPACTION_MIN_LAG = "compactionMinLagSeconds"
-COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
-COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
-DEDUP_KEY = "deduplicationEnabled"
-STRATEGY_KEY = "schemaCompatibilityStrategy"
-AUTO_UPDATE_KEY = "isAllowAutoUpdateSchema"
-VALIDATION_KEY = "schemaValidationEnforced"
-EXPORT_KEY = "compactedExport"
+from ..config.policy_keys import (  # the metadata-store keys, declared once (stdlib only)
+    COMPACTED_EXPORT,
+    COMPACTION_RETENTION_MODE,
+    COMPACTION_STRATEGY,
+    COMPACTION_THRESHOLD,
+    RETAIN_NULL_KEY,
+    RETENTION_SIZE_MB,
+    RETENTION_TIME_MINUTES,
+    SCHEMA_COMPATIBILITY_STRATEGY,
+)
 
 Parse = Callable[[Any], dict[str, Any]]
 Render = Callable[[Mapping[str, Any]], Any]
@@ -50,10 +42,10 @@ def _int_body(body: Any, what: str) -> int:
 
 
 def threshold(body: Any) -> dict[str, Any]:
-    value = _int_body(body, "compactionThreshold")
+    value = _int_body(body, COMPACTION_THRESHOLD)
     if value < 0:
         raise PreconditionFailed(
-            f"compactionThreshold must be 0 (disabled) or a number of bytes, not {value}"
+            f"{COMPACTION_THRESHOLD} must be 0 (disabled) or a number of bytes, not {value}"
         )
     return {COMPACTION_THRESHOLD: value}
 
@@ -75,7 +67,7 @@ def retention(body: Any) -> dict[str, Any]:
         )
     out = {}
     for field, key in (
-        ("retentionTimeInMinutes", RETENTION_TIME_MINUTES),
+        ("retentionTimeInMinutes", RETENTION_TIME_MINUTES),  # the body's field names are Pulsar's
         ("retentionSizeInMB", RETENTION_SIZE_MB),
     ):
         if field not in body:
@@ -141,7 +133,7 @@ def schema_strategy(body: Any) -> dict[str, Any]:
     from ..broker.schema_compat import check_strategy
 
     try:
-        return {STRATEGY_KEY: check_strategy(body)}
+        return {SCHEMA_COMPATIBILITY_STRATEGY: check_strategy(body)}
     except ValueError as e:
         raise PreconditionFailed(str(e)) from None
 
@@ -149,7 +141,7 @@ def schema_strategy(body: Any) -> dict[str, Any]:
 def export(body: Any) -> dict[str, Any]:
     from ..compaction.hooks import parse_export_policy
 
-    return {EXPORT_KEY: parse_export_policy(body)}
+    return {COMPACTED_EXPORT: parse_export_policy(body)}
 
 
 def single(key: str) -> Render:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -18,6 +18,9 @@ from ..errors import StorageError
 from . import http_limits
 from .app import build_app
 from .metrics import TrafficSampler
+
+if TYPE_CHECKING:
+    from ..broker.server import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ async def _start_site(runner: web.AppRunner, host: str, port: int, ssl_context: 
 
 
 async def start(
-    service: Any,
+    service: BrokerService,
     host: str,
     port: int | None,
     ssl_context: ssl.SSLContext | None = None,

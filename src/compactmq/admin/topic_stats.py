@@ -14,7 +14,7 @@ is computed in ``ctx.run_blocking``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -26,6 +26,12 @@ from .access import LOOKUP
 from .common import Context, query_flag
 from .router import Router
 from .topic_lookup import TOPIC, partition_names, persistent_name, topic_kind, topic_name
+
+if TYPE_CHECKING:
+    from ..broker.connection import ServerConnection
+    from ..broker.producers import Producer
+    from ..broker.subscriptions import Subscription
+    from ..broker.topics import Topic
 
 
 def add_routes(router: Router) -> None:
@@ -83,11 +89,11 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         # the last run in this broker: reason, outcome, the topics that shared its job, its job
         # group, milliseconds per phase (the monitor's queue / begin / after around the run's
         # steps) and of the engine's split of its step (driver, jobs, other)
-        "lastCompactionRun": ctx.monitor.last_run(topic) if ctx.monitor is not None else None,
+        "lastCompactionRun": ctx.monitor.last_run(topic),
     }
 
 
-def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
+def _stats_blocking(ctx: Context, topic: str, loaded: Topic | None) -> dict[str, Any]:
     ml = ctx.storage.open_managed_ledger(topic, create=False)
     traffic = ctx.sampler.topic(topic)
     state = ctx.compaction_state(topic)
@@ -114,7 +120,7 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
         cursor = ml.get_cursor(name)
         sub = live_subs.get(name)
         if cursor is None and sub is not None:
-            cursor = getattr(sub, "cursor", None)
+            cursor = sub.cursor
         consumers = []
         if sub is not None:
             for c in list(sub.consumers):
@@ -122,12 +128,12 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
                     {
                         "consumerName": c.name,
                         "msgOutCounter": c.messages_out,
-                        "availablePermits": getattr(c.permits, "available", 0),
-                        "readCompacted": bool(getattr(c, "read_compacted", False)),
+                        "availablePermits": c.permits.available,
+                        "readCompacted": bool(c.read_compacted),
                         "address": _address(c.connection),
                         # counted on Shared and Key_Shared subscriptions (see broker/limits.py)
-                        "unackedMessages": getattr(c, "unacked_messages", 0),
-                        "blockedConsumerOnUnackedMsgs": bool(getattr(c, "blocked_on_unacked", False)),
+                        "unackedMessages": c.unacked_messages,
+                        "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked,
                     }
                 )
         backlog = cursor.backlog() if cursor is not None else 0
@@ -167,31 +173,31 @@ def _stats_blocking(ctx: Context, topic: str, loaded: Any) -> dict[str, Any]:
     }
 
 
-def _access_mode(p) -> str:
+def _access_mode(p: Producer) -> str:
     from ..broker.producers import ACCESS_MODE_NAMES
 
-    return ACCESS_MODE_NAMES.get(getattr(p, "access_mode", 0), "Shared")
+    return ACCESS_MODE_NAMES.get(p.access_mode, "Shared")
 
 
-def _sub_type(sub) -> str | None:
-    if sub is None or getattr(sub, "sub_type", None) is None:
+def _sub_type(sub: Subscription | None) -> str | None:
+    if sub is None or sub.sub_type is None:
         return None
     from ..broker.subscriptions import SUB_TYPE_NAMES
 
     return SUB_TYPE_NAMES.get(sub.sub_type)
 
 
-def _address(conn) -> str | None:
-    peer = getattr(conn, "peer", None) or getattr(conn, "remote_address", None)
-    return str(peer) if peer else None
+def _address(conn: ServerConnection) -> str | None:
+    """The client's address ("?" before the socket reported one, as the broker logs it)."""
+    return str(conn.peer) if conn.peer else None
 
 
-def _unacked_stats(sub: Any) -> dict[str, Any]:
+def _unacked_stats(sub: Subscription | None) -> dict[str, Any]:
     """A subscription's unacknowledged messages and whether they stopped its dispatcher."""
-    pending = getattr(getattr(sub, "dispatcher", None), "pending", None)
+    pending = sub.dispatcher.pending if sub is not None and sub.dispatcher is not None else None
     return {
-        "unackedMessages": getattr(pending, "total", 0),
-        "blockedSubscriptionOnUnackedMsgs": bool(getattr(pending, "blocked", False)),
+        "unackedMessages": pending.total if pending is not None else 0,
+        "blockedSubscriptionOnUnackedMsgs": bool(pending.blocked) if pending is not None else False,
     }
 
 

@@ -141,7 +141,7 @@ async def create_topic(ctx: Context, request: web.Request, **path: str) -> Any:
 
 async def _delete_one(ctx: Context, topic: str, force: bool) -> None:
     monitor = ctx.monitor
-    if monitor is not None and monitor.is_running(topic):
+    if monitor.is_running(topic):
         raise Conflict(f"a compaction of {topic} is running; delete it when the compaction ends")
     loaded = ctx.service.topics.loaded.get(topic)
     if loaded is not None and not force:
@@ -154,9 +154,8 @@ async def _delete_one(ctx: Context, topic: str, force: bool) -> None:
             )
     await ctx.service.topics.unload(topic)
     await ctx.run_blocking(ctx.storage.delete_managed_ledger, topic)
-    if monitor is not None:
-        monitor.stats.pop(topic, None)
-        monitor.forget(topic)
+    monitor.stats.pop(topic, None)
+    monitor.forget(topic)
     ctx.sampler.forget(topic)
 
 
@@ -250,15 +249,6 @@ async def delete_partitioned_topic(ctx: Context, request: web.Request, **path: s
 # --- compaction -----------------------------------------------------------------------------------
 
 
-def _monitor(ctx: Context):
-    monitor = ctx.monitor
-    if monitor is None:
-        from ..errors import ServiceNotReady
-
-        raise ServiceNotReady("compaction is not available in this broker")
-    return monitor
-
-
 async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str, Any, int | None]:
     """(topic, compaction monitor, ``topic_kind``: partitions, 0 or None) for a compaction request on ``path``."""
     tn = topic_name(domain, **path)
@@ -267,7 +257,7 @@ async def _compaction_target(ctx: Context, domain: str, path: dict) -> tuple[str
             f"{tn}: compaction applies only to persistent topics (a non-persistent topic stores nothing)"
         )
     topic = str(tn)
-    monitor = _monitor(ctx)
+    monitor = ctx.monitor
     return topic, monitor, await _kind(ctx, topic)
 
 

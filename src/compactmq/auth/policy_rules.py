@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..compaction.hooks import POLICY_KEY as EXPORT_KEY
 from ..compaction.hooks import export_location, export_namespace_location, parse_export_policy
 from ..compaction.strategies import allowed_strategy_classes, check_strategy_name
+from ..config import policy_keys as pk
 from ..errors import InvalidConfiguration, InvalidInput, PreconditionFailed
 from ..storage.offload.blobstore import check_location_allowed, location_from_settings
 
@@ -93,22 +93,22 @@ def _scalar(value: Any, target: Target) -> Any:
 
 
 _SCALAR_KEYS = (
-    "compactionThreshold",
-    "retentionTimeInMinutes",
-    "retentionSizeInMB",
-    "retainNullKey",  # the compactionRetainNullKey policy
-    "compactionRetentionMode",
-    "compactionMaxLagSeconds",
-    "compactionMinLagSeconds",
-    "compactionTombstoneRetentionSeconds",
-    "compactedViewKeyTtlSeconds",
-    "deduplicationEnabled",
-    "schemaCompatibilityStrategy",
-    "isAllowAutoUpdateSchema",
-    "schemaValidationEnforced",
-    "offloadThreshold",
-    "offloadThresholdInSeconds",
-    "offloadDeletionLagMs",
+    pk.COMPACTION_THRESHOLD,
+    pk.RETENTION_TIME_MINUTES,
+    pk.RETENTION_SIZE_MB,
+    pk.RETAIN_NULL_KEY,
+    pk.COMPACTION_RETENTION_MODE,
+    pk.COMPACTION_MAX_LAG,
+    pk.COMPACTION_MIN_LAG,
+    pk.COMPACTION_TOMBSTONE_RETENTION,
+    pk.COMPACTED_VIEW_KEY_TTL,
+    pk.DEDUPLICATION_ENABLED,
+    pk.SCHEMA_COMPATIBILITY_STRATEGY,
+    pk.SCHEMA_AUTO_UPDATE,
+    pk.SCHEMA_VALIDATION_ENFORCED,
+    pk.OFFLOAD_THRESHOLD,
+    pk.OFFLOAD_THRESHOLD_SECONDS,
+    pk.OFFLOAD_DELETION_LAG,
 )
 for _key in _SCALAR_KEYS:
     _register(
@@ -136,7 +136,7 @@ def _auto_topic_creation(value: Any, target: Target) -> Any:
 
 
 _register(
-    "autoTopicCreation",
+    pk.AUTO_TOPIC_CREATION,
     NOTHING,
     "allow flag, topic type and a partition count bounded by maxNumPartitionsPerPartitionedTopic",
     _auto_topic_creation,
@@ -154,7 +154,7 @@ def _strategy(value: Any, target: Target) -> str:
 
 
 _register(
-    "compactionStrategy",
+    pk.COMPACTION_STRATEGY,
     IMPORT,
     "keep-latest, keep-first, event-time, or a class named in topicCompactionStrategyAllowedClasses "
     "(or the broker's own topicCompactionStrategy); checked as a string, nothing is imported",
@@ -185,7 +185,7 @@ def _export(value: Any, target: Target) -> dict[str, Any]:
 
 
 _register(
-    EXPORT_KEY,
+    pk.COMPACTED_EXPORT,
     PATH,
     "written only at <compactedExportRoot or an allowed object-store root>/<encoded domain/tenant/"
     "namespace/topic>, derived and realpath-checked; no root configured: refused",
@@ -236,7 +236,7 @@ def _offload(value: Any, target: Target) -> dict[str, Any]:
 
 
 _register(
-    "offloadPolicies",
+    pk.OFFLOAD_POLICIES,
     NETWORK,
     "driver, bucket or fileSystemURI and endpoint must be the broker's own offload location or one "
     "listed in managedLedgerOffloadAllowedLocations; credentials are never accepted",

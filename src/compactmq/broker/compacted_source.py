@@ -53,12 +53,11 @@ topic reads the compacted view from its first entry. The topic's mode is cached 
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..compaction import RETENTION_BOUNDED, CommittedView, RetentionFilter, TopicCompactionService
-from ..errors import ServiceNotReady, StorageError
+from ..errors import StorageError
 from ..protocol import batch as batch_codec
 from ..protocol import frames
 from ..protocol import pulsar_pb2 as pb
@@ -197,7 +196,7 @@ class TopicViews:
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
-        self.clock: Callable[[], float] = getattr(topic.service, "clock", None) or time.monotonic
+        self.clock: Callable[[], float] = topic.service.clock
         self._service: Optional[TopicCompactionService] = None
         self._mode: Optional[str] = None
         self._mode_at = 0.0
@@ -207,10 +206,7 @@ class TopicViews:
     def service(self) -> TopicCompactionService:
         """The topic's ``TopicCompactionService`` (from the compaction monitor's factory)."""
         if self._service is None:
-            monitor = self.topic.service.compaction_monitor
-            if monitor is None:  # the broker builds it before its ports listen
-                raise ServiceNotReady("the broker's compaction monitor is not running yet")
-            self._service = monitor.service_of(self.topic.name)
+            self._service = self.topic.service.compaction_monitor.service_of(self.topic.name)
         return self._service
 
     # --- the view in force (blocking: run in the thread pool) ------------------------------

@@ -44,6 +44,7 @@ from ..config import int_setting
 from ..errors import CompactMQError
 from ..naming import TopicName
 from ..compaction.state import RUNNING
+from ..config.policy_keys import DEFAULT_SETTINGS
 from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,10 @@ class DueCheck:
         """``state_of(topic)``: the topic's compaction state, from its compaction service."""
         self.storage = storage
         self.state_of = state_of
-        self.default_threshold = int(config["brokerServiceCompactionThresholdInBytes"])
-        self.default_max_lag = int_setting(config, "brokerServiceCompactionMaxLagInSeconds")
-        self.default_min_lag = int_setting(config, "brokerServiceCompactionMinLagInSeconds")
+        # the broker settings the policies fall back to (declared in config.policy_keys)
+        self.default_threshold = int_setting(config, DEFAULT_SETTINGS[COMPACTION_THRESHOLD])
+        self.default_max_lag = int_setting(config, DEFAULT_SETTINGS[COMPACTION_MAX_LAG])
+        self.default_min_lag = int_setting(config, DEFAULT_SETTINGS[COMPACTION_MIN_LAG])
 
     def threshold_of(self, topic: str) -> int:
         value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)

@@ -37,6 +37,7 @@ from .flow import ReadPauser
 from .handlers import CommandHandler
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..auth import Principal
     from ..storage.position import Position
     from .producers import Producer
     from .server import BrokerService
@@ -74,7 +75,7 @@ class ServerConnection(asyncio.Protocol):
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._liveness: list[asyncio.Future] = []
         # who the client is (auth.Principal, set at CONNECT) and the refresh state (security)
-        self.principal = None
+        self.principal: Principal | None = None
         self.supports_auth_refresh = False
         self.auth_refresh_pending = False
         # frames that arrived while CONNECT was being authenticated off the loop (security)

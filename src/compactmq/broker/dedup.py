@@ -35,6 +35,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..config import policy_keys
 from ..protocol.batch import message_count
 from ..protocol.frames import parse_metadata
 from ..storage.position import Position
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DEDUP_CURSOR = "pulsar.dedup"
-POLICY_KEY = "deduplicationEnabled"
+POLICY_KEY = policy_keys.DEDUPLICATION_ENABLED
 NEW, DUPLICATE, UNKNOWN = "new", "duplicate", "unknown"
 # entries read per call while replaying the tail after the snapshot
 REPLAY_CHUNK = 1000
@@ -133,7 +134,7 @@ class Deduplication:
 
     async def _policy(self) -> bool:
         topic = self.topic
-        default = bool(topic.service.config["brokerDeduplicationEnabled"])
+        default = bool(topic.service.config[policy_keys.DEFAULT_SETTINGS[POLICY_KEY]])
         value = await topic.run_blocking(
             topic.service.storage.policies.effective_policy, topic.name, POLICY_KEY, default
         )

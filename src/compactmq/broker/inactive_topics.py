@@ -122,8 +122,7 @@ class InactiveTopicSweeper:
                 log.warning("inactive topic %s: %s", name, exc)
 
     def _compacting(self, name: str) -> bool:
-        monitor = self.service.compaction_monitor
-        return monitor is not None and monitor.is_running(name)
+        return self.service.compaction_monitor.is_running(name)
 
     def _may_delete(self, topic: "Topic") -> bool:
         tn = topic.topic_name

@@ -177,21 +177,21 @@ async def lookup_topic(
     """
     tn = TopicName.parse(topic)
     await check_namespace(service, tn)
-    cluster = getattr(service, "cluster", None)
-    if cluster is not None:
-        return await cluster.lookup(tn, listener_name, authoritative)
+    if service.cluster is not None:
+        return await service.cluster.lookup(tn, listener_name, authoritative)
     return own_answer(service, listener_name)
 
 
 def own_answer(service: "BrokerService", listener_name: str | None) -> LookupAnswer:
     """This broker's URLs through the listener ``listener_name``."""
-    listeners = getattr(service, "listeners", None) or Listeners(
+    # the advertised listeners, once BrokerServer.start bound the ports (the URLs alone before)
+    listeners = service.listeners or Listeners(
         Listener(
             "",
             service.broker_url,
-            getattr(service, "broker_url_tls", None) or "",
+            service.broker_url_tls or "",
             service.web_url or "",
-            getattr(service, "web_url_tls", None) or "",
+            service.web_url_tls or "",
         )
     )
     chosen = listeners.select(listener_name)

@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..config import policy_keys
 from ..errors import InvalidInput, TopicNotFound
 from ..naming import TopicName
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
 
-POLICY_KEY = "autoTopicCreation"  # metadata-store key of the namespace policy
+POLICY_KEY = policy_keys.AUTO_TOPIC_CREATION  # metadata-store key of the namespace policy
 PARTITIONED, NON_PARTITIONED = "partitioned", "non-partitioned"
 TOPIC_TYPES = (NON_PARTITIONED, PARTITIONED)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable
 
+from ..config import policy_keys
 from ..errors import IncompatibleSchema
 
 STRATEGIES = (
@@ -48,14 +49,13 @@ STRATEGIES = (
 DEFAULT_STRATEGY = "FULL"
 UNDEFINED = "UNDEFINED"  # the namespace policy's "not set" value in Pulsar
 
-# Policy keys (Pulsar's REST path names) and the broker.conf keys they default to.
-STRATEGY_KEY = "schemaCompatibilityStrategy"
-AUTO_UPDATE_KEY = "isAllowAutoUpdateSchema"
-VALIDATION_KEY = "schemaValidationEnforced"
+# Policy keys (Pulsar's REST path names) and the broker.conf keys they default to: declared in
+# config.policy_keys
+STRATEGY_KEY = policy_keys.SCHEMA_COMPATIBILITY_STRATEGY
+AUTO_UPDATE_KEY = policy_keys.SCHEMA_AUTO_UPDATE
+VALIDATION_KEY = policy_keys.SCHEMA_VALIDATION_ENFORCED
 CONFIG_KEYS = {
-    STRATEGY_KEY: "schemaCompatibilityStrategy",
-    AUTO_UPDATE_KEY: "isAllowAutoUpdateSchemaEnabled",
-    VALIDATION_KEY: "isSchemaValidationEnforced",
+    key: policy_keys.DEFAULT_SETTINGS[key] for key in (STRATEGY_KEY, AUTO_UPDATE_KEY, VALIDATION_KEY)
 }
 
 # Schema.Type wire numbers and Pulsar's SchemaType names (REST bodies use the names).

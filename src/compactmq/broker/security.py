@@ -38,7 +38,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..auth import SLOW_METHODS, Principal, off_loop, tls
 from ..errors import AuthenticationFailed, ServerError
@@ -68,8 +68,8 @@ def connect(conn: ServerConnection, cmd: pb.CommandConnect, accept: Callable[[Pr
     """Authenticate a CONNECT: ``accept(principal)`` answers CONNECTED; a failure is refused
     here (ERROR AuthenticationError, close). Tokens and certificates are checked at once;
     passwords off the event loop (see ``SLOW_METHODS``), the connection's input held meanwhile."""
-    authentication = getattr(conn.service, "authentication", None)
-    if authentication is None or not authentication.enabled:
+    authentication = conn.service.authentication
+    if not authentication.enabled:
         accept(UNAUTHENTICATED)
         return
     conn.supports_auth_refresh = cmd.feature_flags.supports_auth_refresh
@@ -120,8 +120,8 @@ def refuse(conn: ServerConnection, exc: AuthenticationFailed, request_id: int = 
 
 def on_auth_response(conn: ServerConnection, cmd: pb.CommandAuthResponse) -> None:
     """A client's fresh credential after AUTH_CHALLENGE: keep the connection or close it."""
-    authentication = getattr(conn.service, "authentication", None)
-    if authentication is None or not authentication.enabled:
+    authentication = conn.service.authentication
+    if not authentication.enabled:
         return  # nothing was asked
     old = conn.principal or UNAUTHENTICATED
     data = cmd.response
@@ -149,7 +149,7 @@ class CredentialRefresher:
 
     def start(self) -> None:
         authentication = self.service.authentication
-        if authentication is not None and authentication.enabled:
+        if authentication.enabled:
             self._task = self.service.state.spawn(self._loop())
 
     async def _loop(self) -> None:
@@ -199,8 +199,8 @@ async def authorize(conn: ServerConnection, action: str, topic: str, subscriptio
     roles (the namespace's ``subscription_auth_roles``). A topic of a namespace that does not
     exist is ``NamespaceNotFound`` (TopicNotFound) first, whoever asks: Pulsar reads the
     namespace's policies to decide, and answers "Namespace not found" without them."""
-    authorization: Any = getattr(conn.service, "authorization", None)
-    if authorization is None or not authorization.enabled:
+    authorization = conn.service.authorization
+    if not authorization.enabled:
         return
     tn = TopicName.parse(topic)  # InvalidTopicName before any lookup of grants
     name = str(tn)
@@ -223,8 +223,8 @@ async def authorize(conn: ServerConnection, action: str, topic: str, subscriptio
 
 async def authorize_namespace(conn: ServerConnection, namespace: str) -> None:
     """GET_TOPICS_OF_NAMESPACE: listing needs what a lookup of a topic there would need."""
-    authorization: Any = getattr(conn.service, "authorization", None)
-    if authorization is None or not authorization.enabled:
+    authorization = conn.service.authorization
+    if not authorization.enabled:
         return
     role = conn.principal.role if conn.principal is not None else None
     await conn.service.run_blocking(authorization.check_namespace_lookup, role, namespace)

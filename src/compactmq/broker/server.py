@@ -15,10 +15,13 @@ Shutdown runs in a fixed order (``BrokerServer.shutdown``):
 Storage is synchronous: every call goes through ``run_blocking`` (a thread pool executor),
 never on the event loop.
 
-The web service (admin REST API and /metrics) is an adapter one layer up, so the broker never
-imports it: the entry point (``cli/standalone.py``) hands ``BrokerServer`` a *web-service
-starter*, ``async start(service, host, port, ssl_context=None)`` returning an object with
-``async close()``. Without one the broker serves the binary protocol only.
+The entry point (``cli/standalone.build_server``) builds what the broker is made of and hands
+it in: the opened storage, the authentication and the adapters' post-compaction hooks to
+``BrokerService``; the service, the TLS context and the web service to ``BrokerServer``. The web
+service (admin REST API and /metrics) is an adapter one layer up, so the broker never imports
+it: it is a *web-service starter*, ``async start(service, host, port, ssl_context=None)``
+returning an object with ``async close()``. Without one the broker serves the binary protocol
+only.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from ..auth import AuthenticationService, tls
 from ..auth.authorization import AuthorizationService
@@ -41,7 +44,6 @@ from ..errors import InvalidConfiguration, StorageError
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
-from .default_namespace import ensure_default_namespace
 from .entry_cache import EntryCacheManager
 from .inactive_topics import InactiveTopicSweeper
 from .latest_values import LatestValues
@@ -50,10 +52,12 @@ from .schema_registry import SchemaRegistry
 from .topic_ownership import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled
+from .compaction_monitor import CompactionMonitor
 
 if TYPE_CHECKING:
     from ..storage import Storage
-    from .compaction_monitor import CompactionMonitor
+    from .entry_source import EntrySource
+    from .topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +81,19 @@ TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
 # How long shutdown waits for in-flight work before closing storage anyway.
 SHUTDOWN_GRACE_SECONDS = 10.0
 
-# async start(service, host, port, ssl_context=None) -> object with async close()
-WebServiceStarter = Callable[..., Awaitable[Any]]
+
+class RunningWebService(Protocol):
+    """What a web-service starter returns: the ports it bound (None: that port is off) and how
+    to stop it (``admin.server.WebService`` is the one the entry point hands in)."""
+
+    port: int | None
+    tls_port: int | None
+
+    async def close(self) -> None: ...
+
+
+# async start(service, host, port, ssl_context=None, tls_port=None) -> RunningWebService
+WebServiceStarter = Callable[..., Awaitable[RunningWebService]]
 
 
 def _wildcard_advertised_host() -> str:
@@ -177,9 +192,26 @@ def _entry_cache_manager(config: Config) -> EntryCacheManager:
 
 
 class BrokerService:
-    """What every connection shares: config, storage, topics, schemas, the thread pool."""
+    """What every connection shares: config, storage, topics, schemas, the thread pool.
 
-    def __init__(self, config: Config, storage: Storage, broker_url: str, web_url: str | None = None) -> None:
+    Collaborators from outside the broker -- the opened ``storage``, the ``authentication`` built
+    from the config, the ``post_compaction_hooks`` of the adapters -- are handed in by the entry
+    point (``cli/standalone.py``). The broker's own parts (topics, schemas, the compaction
+    monitor, the timers) are built here, so every attribute exists, typed, from construction on;
+    only the addresses (``broker_url`` ... ``listeners``) and ``cluster`` are filled in by
+    ``BrokerServer.start``, once the ports they name are bound.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        broker_url: str = "",
+        web_url: str | None = None,
+        *,
+        authentication: AuthenticationService | None = None,
+        post_compaction_hooks: Sequence[PostCompactionHook] = (),
+    ) -> None:
         self.config = config
         self.storage = storage
         self.broker_url = broker_url
@@ -189,7 +221,8 @@ class BrokerService:
         self.web_url_tls: str | None = None
         self.listeners: Listeners | None = None  # advertised addresses (lookup), set at start
         self.cluster_name = str(setting(config, "clusterName"))
-        # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker
+        # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker.
+        # Set by BrokerServer.start after the ports are bound: its broker id is the web URL.
         self.cluster: ClusterService | None = None
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
@@ -206,26 +239,28 @@ class BrokerService:
         grouped = config.get("objectLedgerStorageUrl") and config.get("objectLedgerGroupFlushEnabled")
         threads = STORAGE_THREADS_OBJECT_LEDGERS if grouped else STORAGE_THREADS
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
+        # who clients are (compactmq.auth); a disabled service (no providers) when none is given
+        self.authentication: AuthenticationService = (
+            authentication if authentication is not None else AuthenticationService(enabled=False)
+        )
+        # what a role may do: checks run only with authorizationEnabled; the admin API stores
+        # grants through it either way
+        self.authorization = AuthorizationService(config, storage.resources)
         self.topics = TopicManager(self)
         self.schemas = SchemaRegistry(self)
         # the latest value of a key (GET .../latest/{key}): tail key indexes under one bound
         self.latest_values = LatestValues.from_config(config)
         # read-compacted subscriptions: Topic -> EntrySource (issue 5); None reads the topic
-        self.compacted_source_factory: Callable[[Any], Any] | None = compacted_source.factory
+        self.compacted_source_factory: Callable[[Topic], EntrySource] | None = compacted_source.factory
         self.shutting_down = False
+        # compaction.hooks.PostCompactionHook: what the adapters run after a committed compaction
+        self.post_compaction_hooks: tuple[PostCompactionHook, ...] = tuple(post_compaction_hooks)
         # runs compactions and serves each topic's compaction service (read-compacted readers,
-        # stats): built by BrokerServer.start before the ports listen, started after
-        self.compaction_monitor: CompactionMonitor | None = None
-        self.post_compaction_hooks: tuple = ()  # compaction.hooks.PostCompactionHook, wired in by the entry point
+        # stats); BrokerServer.start starts it after the ports listen
+        self.compaction_monitor = CompactionMonitor(self)
         self.housekeeping = Housekeeping(self)
         self.inactive_topics = InactiveTopicSweeper(self)
-        # who clients are and what they may do (compactmq.auth); set by BrokerServer.start.
-        # None (a service built by hand in tests) means no authentication and no checks.
-        self.authentication: AuthenticationService | None = None
-        # what a role may do: checks run only with authorizationEnabled; the admin API stores
-        # grants through it either way
-        self.authorization = AuthorizationService(config, storage.resources)
-        self.credential_refresher: security.CredentialRefresher | None = None
+        self.credential_refresher = security.CredentialRefresher(self)
         self.started_ms = int(time.time() * 1000)
 
     def run_blocking(self, fn: Callable, *args) -> asyncio.Future:
@@ -234,74 +269,60 @@ class BrokerService:
         return loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
 
+def check_ports(config: Config) -> None:
+    """``InvalidConfiguration`` when a port pair (plain, TLS) is off altogether: the entry point
+    asks before storage opens, so the error is one line and nothing was started."""
+    for name, plain, secure in (
+        ("brokerServicePort", config["brokerServicePort"], tls.broker_port_tls(config)),
+        ("webServicePort", config["webServicePort"], tls.web_port_tls(config)),
+    ):
+        if plain is None and secure is None:
+            raise InvalidConfiguration(
+                f"{name} is empty and {name}Tls is not set: set one of them "
+                f"(an empty {name} turns the plain port off, for a TLS-only broker)"
+            )
+
+
 class BrokerServer:
     """Listens on the binary port, and on its TLS twin when ``brokerServicePortTls`` is set; hands
     the web port(s) to the web service, when given one. As in Pulsar, an empty
     ``brokerServicePort`` / ``webServicePort`` turns the plain port off (a TLS-only broker); lookups
-    then answer an empty plain URL beside the TLS one."""
+    then answer an empty plain URL beside the TLS one.
+
+    Its collaborators are built by the entry point (``cli/standalone.build_server``) and handed
+    in: the ``service`` (with its storage open), the TLS ``ssl_context`` of the TLS ports, the
+    ``web_service`` starter. The server owns them from then on: ``shutdown`` (or a failed
+    ``start``) closes the service's storage."""
 
     def __init__(
         self,
-        config: Config,
+        service: BrokerService,
         *,
-        storage: Storage | None = None,
-        host: str | None = None,
-        port: int | None = None,
-        web_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         web_service: WebServiceStarter | None = None,
-        post_compaction_hooks: Sequence[PostCompactionHook] = (),
     ) -> None:
-        self.config = config
-        self._post_compaction_hooks = tuple(post_compaction_hooks)
-        self.host = host or config["bindAddress"]
-        self.port = config["brokerServicePort"] if port is None else port
-        self.web_port = config["webServicePort"] if web_port is None else web_port
+        config = self.config = service.config
+        self.service = service
+        self.host: str = config["bindAddress"]
+        self.port: int | None = config["brokerServicePort"]
+        self.web_port: int | None = config["webServicePort"]
         self.port_tls = tls.broker_port_tls(config)
         self.web_port_tls = tls.web_port_tls(config)
-        self._storage = storage
-        self.service: BrokerService | None = None
+        if (self.port_tls is not None or self.web_port_tls is not None) and ssl_context is None:
+            raise InvalidConfiguration("a TLS port is set but no TLS context was built for it")
         self._servers: list[asyncio.AbstractServer] = []
         self._web_service = web_service
-        self._web: Any = None
-        self._ssl_context: ssl.SSLContext | None = None
+        self._web: RunningWebService | None = None
+        self._ssl_context = ssl_context
         self._stopped = asyncio.Event()
 
     async def start(self) -> None:
-        # bad TLS or authentication keys and files are a one-line error before storage opens
-        self._ssl_context = tls.server_context(self.config)
-        for name, plain, secure in (
-            ("brokerServicePort", self.port, self.port_tls),
-            ("webServicePort", self.web_port, self.web_port_tls),
-        ):
-            if plain is None and secure is None:
-                raise InvalidConfiguration(
-                    f"{name} is empty and {name}Tls is not set: set one of them "
-                    f"(an empty {name} turns the plain port off, for a TLS-only broker)"
-                )
-        authentication = AuthenticationService.from_config(self.config)
-        loop = asyncio.get_running_loop()
-        if self._storage is None:
-            from ..storage import Storage
-
-            # public/default is created below, as a Pulsar standalone creates it
-            opener = functools.partial(Storage, self.config.data_dir, self.config, bootstrap_defaults=False)
-            self._storage = await loop.run_in_executor(None, opener)
-        await loop.run_in_executor(
-            None, ensure_default_namespace, self._storage.resources, self.config, authentication
-        )
+        check_ports(self.config)
         listeners_from_config(self.config, "pulsar://127.0.0.1:1", None)  # bad settings fail before binding
         advertised = self.config["advertisedAddress"] or self.host
         if advertised in ("0.0.0.0", "::", ""):
             advertised = _wildcard_advertised_host()
-        service = BrokerService(self.config, self._storage, "", None)
-        service.authentication = authentication
-        service.credential_refresher = security.CredentialRefresher(service)
-        from .compaction_monitor import CompactionMonitor
-
-        # before the ports listen: a read-compacted reader's first subscribe asks the monitor
-        service.post_compaction_hooks = self._post_compaction_hooks
-        service.compaction_monitor = monitor = CompactionMonitor(service)
-        self.service = service
+        service = self.service
         try:
             if self.port is not None:
                 self.port = await self._listen(self.port, None)
@@ -310,7 +331,7 @@ class BrokerServer:
         except BaseException:
             for server in self._servers:
                 server.close()
-            await asyncio.get_running_loop().run_in_executor(None, self._storage.close)
+            await asyncio.get_running_loop().run_in_executor(None, service.storage.close)
             raise
         service.broker_url = f"pulsar://{advertised}:{self.port}" if self.port is not None else ""
         if self.port_tls is not None:
@@ -320,7 +341,7 @@ class BrokerServer:
             self.config, service.broker_url, service.web_url, service.broker_url_tls
         )
         try:
-            await monitor.start()
+            await service.compaction_monitor.start()
             service.housekeeping.start()
             service.inactive_topics.start()
             interval_ms = int_setting(self.config, "managedLedgerCacheEvictionIntervalMs")
@@ -342,7 +363,9 @@ class BrokerServer:
 
     async def _join_cluster(self) -> None:
         """Register in the cluster when the metadata store is shared (``broker.cluster``); last,
-        so that no bundle is assigned here before every URL this broker advertises is bound."""
+        so that no bundle is assigned here before every URL this broker advertises is bound.
+        Built here rather than by the entry point: the broker's id in the cluster is the web URL
+        it bound, known only now."""
         if not cluster_enabled(self.config):
             return
         service = self.service
@@ -393,8 +416,8 @@ class BrokerServer:
                 tls_port=self.web_port_tls,
             )
         # the ports bound (a configured 0 means any free port)
-        self.web_port = getattr(self._web, "port", self.web_port)
-        self.web_port_tls = getattr(self._web, "tls_port", self.web_port_tls)
+        self.web_port = self._web.port
+        self.web_port_tls = self._web.tls_port
 
     @property
     def urls(self) -> tuple[str, str]:
@@ -411,7 +434,7 @@ class BrokerServer:
     async def shutdown(self) -> None:
         """The fixed shutdown order (see the module notes)."""
         service = self.service
-        if service is None or service.shutting_down:
+        if service.shutting_down:
             return
         service.shutting_down = True
         loop = asyncio.get_running_loop()
@@ -437,8 +460,7 @@ class BrokerServer:
         await service.housekeeping.close()
         await service.inactive_topics.close()
         await service.tail_cache_budget.close()
-        if service.credential_refresher is not None:
-            await service.credential_refresher.close()
+        await service.credential_refresher.close()
         # 4. close connections, let in-flight tasks finish
         for conn in list(service.state.connections):
             conn.close()
@@ -448,8 +470,7 @@ class BrokerServer:
             for t in still:
                 t.cancel()
         # compactions stop (their Spark jobs cancelled, ERROR recorded) while storage is still open
-        if service.compaction_monitor is not None:
-            await service.compaction_monitor.close()
+        await service.compaction_monitor.close()
         # 5. storage last
         await loop.run_in_executor(None, service.storage.close)
         service.executor.shutdown(wait=True)

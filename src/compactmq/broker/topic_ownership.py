@@ -264,7 +264,7 @@ class TopicManager:
             await topic.close()
             await self.service.run_blocking(topic.ledger.close)
             monitor = self.service.compaction_monitor
-            if monitor is not None and not monitor.is_running(key):
+            if not monitor.is_running(key):
                 monitor.forget(key)  # its compaction service, made again on demand
         finally:
             del self._unloading[key]
@@ -277,9 +277,8 @@ class TopicManager:
         await self.service.run_blocking(self.service.storage.delete_managed_ledger, name)
         await self.service.run_blocking(self.service.schemas.topic_deleted, name)
         monitor = self.service.compaction_monitor
-        if monitor is not None:
-            monitor.stats.pop(name, None)
-            monitor.forget(name)
+        monitor.stats.pop(name, None)
+        monitor.forget(name)
         for listener in list(self.deleted_listeners):
             listener(name)
 

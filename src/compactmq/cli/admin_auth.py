@@ -191,4 +191,5 @@ def ssl_context(
 
 
 def _ssl_reason(e: Exception) -> str:
+    # an OSError has strerror, an ssl.SSLError reason, anything else its message
     return getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e)

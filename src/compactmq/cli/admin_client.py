@@ -47,17 +47,17 @@ class AdminClient:
     def from_args(cls, args: argparse.Namespace) -> AdminClient:
         """The client the global options describe (admin URL, credentials, TLS)."""
         auth = client_auth(
-            getattr(args, "auth_plugin", None),
-            getattr(args, "auth_params", None),
-            getattr(args, "tls_cert_file", None),
-            getattr(args, "tls_key_file", None),
+            args.auth_plugin,
+            args.auth_params,
+            args.tls_cert_file,
+            args.tls_key_file,
         )
         tls = None
         if args.admin_url.lower().startswith("https://"):
             tls = ssl_context(
-                getattr(args, "tls_trust_cert_path", None),
-                getattr(args, "tls_allow_insecure", False),
-                getattr(args, "tls_enable_hostname_verification", False),
+                args.tls_trust_cert_path,
+                args.tls_allow_insecure,
+                args.tls_enable_hostname_verification,
                 auth,
             )
         elif auth.method == "tls":
@@ -138,6 +138,7 @@ class AdminClient:
 
 
 def _tls_reason(e: ssl.SSLError) -> str:
+    # verify_message only on SSLCertVerificationError, reason only on some SSLErrors
     return getattr(e, "verify_message", None) or getattr(e, "reason", None) or type(e).__name__
 
 

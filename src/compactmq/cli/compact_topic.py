@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     result = _compact(config, topics, ProgressLine(topic, enabled=not args.quiet))[0]
     if isinstance(result, Exception):
         raise result
-    Output(getattr(args, "output", "text")).result(_body(result), _text)
+    Output(args.output).result(_body(result), _text)
     return 0
 
 
@@ -262,7 +262,7 @@ def _run_partitioned(args: argparse.Namespace, config, topic: str, topics: list[
         "removedEventCount": sum(b["removedEventCount"] for b in ok),
         "durationMs": max((b["durationMs"] for b in ok), default=0),
     }
-    Output(getattr(args, "output", "text")).result(body, _partitioned_text)
+    Output(args.output).result(body, _partitioned_text)
     return 1 if failed else 0
 
 

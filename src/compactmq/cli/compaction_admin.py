@@ -93,9 +93,9 @@ def _compact(a, c: AdminClient, out: Output) -> int:
 def _compaction_status(a, c: AdminClient, out: Output) -> int:
     if a.wait_complete:
         status = wait_for_compaction(c, a.topic, out)
-        if not getattr(a, "per_partition", False):
+        if not a.per_partition:
             return _finish_status(status, out)
-    query = "?perPartition=true" if getattr(a, "per_partition", False) else ""
+    query = "?perPartition=true" if a.per_partition else ""
     return _finish_status(c.request("GET", f"{topic_path(a.topic)}/compaction{query}") or {}, out)
 
 

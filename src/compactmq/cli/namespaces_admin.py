@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from ..admin.policies import CliForm
+from ..config import policy_keys
 from .admin_client import namespace_path, run_command
 
 
@@ -50,7 +51,7 @@ def _auto_topic_creation_args(p: argparse.ArgumentParser) -> None:
 #: policies only a namespace has (pulsar-admin's verbs and flags)
 NAMESPACE_POLICIES = (
     (
-        "autoTopicCreation",
+        policy_keys.AUTO_TOPIC_CREATION,  # its REST path is its key
         CliForm(
             "auto-topic-creation",
             _auto_topic_creation_args,

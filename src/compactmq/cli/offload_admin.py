@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from ..config import policy_keys  # a policy's REST path under a namespace is its key
 from ..errors import InvalidInput
 from ..admin.policy_forms import CliForm
 from .admin_client import AdminClient, namespace_path, topic_path
@@ -84,9 +85,9 @@ def _set_threshold(a, c: AdminClient, out: Output) -> int:
         raise InvalidInput("give --size and/or --time")
     ns = namespace_path(a.namespace)
     if a.size is not None:
-        c.request("PUT", f"{ns}/offloadThreshold", parse_size(a.size))
+        c.request("PUT", f"{ns}/{policy_keys.OFFLOAD_THRESHOLD}", parse_size(a.size))
     if a.time is not None:
-        c.request("PUT", f"{ns}/offloadThresholdInSeconds", parse_duration_seconds(a.time))
+        c.request("PUT", f"{ns}/{policy_keys.OFFLOAD_THRESHOLD_SECONDS}", parse_duration_seconds(a.time))
     out.done(f"offload threshold set on {a.namespace}")
     return 0
 
@@ -99,7 +100,7 @@ def _policies_body(a) -> dict[str, Any]:
         ("endpoint", "s3ManagedLedgerOffloadServiceEndpoint"),
         ("fs_uri", "fileSystemURI"),
     ):
-        if getattr(a, attr):
+        if getattr(a, attr):  # attr: one of the dests above, each defined by the parser
             body[key] = getattr(a, attr)
     if a.driver.lower() in ("google-cloud-storage", "gcs") and a.bucket:
         body["gcsManagedLedgerOffloadBucket"] = body.pop("s3ManagedLedgerOffloadBucket")
@@ -153,7 +154,7 @@ def _offload_policies_args(p) -> None:
 #: the namespace-level offload policies with pulsar-admin's set-/get-/remove- (or clear-) verbs
 OFFLOAD_POLICIES = (
     (
-        "offloadDeletionLagMs",
+        policy_keys.OFFLOAD_DELETION_LAG,  # its REST path is its key
         CliForm(
             "offload-deletion-lag",
             _deletion_lag_args,
@@ -169,7 +170,7 @@ OFFLOAD_POLICIES = (
         ),
     ),
     (
-        "offloadPolicies",
+        policy_keys.OFFLOAD_POLICIES,
         CliForm(
             "offload-policies",
             _offload_policies_args,
@@ -214,6 +215,8 @@ def add_commands(topics, namespaces) -> None:
     p.set_defaults(func=_run(_set_threshold))
     p = namespaces.add_parser("get-offload-threshold", help="the namespace's offload threshold in bytes")
     p.add_argument("namespace")
-    p.set_defaults(func=_get("offloadThreshold", lambda b: "not set" if b is None else f"{b} bytes"))
+    p.set_defaults(
+        func=_get(policy_keys.OFFLOAD_THRESHOLD, lambda b: "not set" if b is None else f"{b} bytes")
+    )
 
     add_policy_commands(namespaces, "namespace", namespace_path, OFFLOAD_POLICIES)

@@ -29,6 +29,7 @@ def _render_permissions(body: Any) -> str:
 def add_permission_commands(sub, target: str, path_of: Callable[[str], str]) -> None:
     """pulsar-admin's ``grant-permission``, ``revoke-permission`` and ``permissions``."""
 
+    # getattr(a, target): the positional argument these commands define ("topic" or "namespace")
     def role_path(a) -> str:
         return f"{path_of(getattr(a, target))}/permissions/{urllib.parse.quote(a.role, safe='')}"
 

@@ -31,6 +31,7 @@ def add_policy_commands(
         p.add_argument(target)
         form.add_args(p)
 
+        # getattr(a, target): the positional argument this command defined ("topic" or "namespace")
         def set_policy(a, c, o, form=form, suffix=suffix) -> None:
             path = f"{path_of(getattr(a, target))}/{suffix}"
             c.request(getattr(form, set_method_attr), path, form.body_from_args(a))

@@ -6,6 +6,9 @@ Configuration comes from ``compactmq.config.load_config`` (defaults < ``--config
 known key is a one-line error before anything starts; keys compactmq does not know are listed
 once, on one warning line (with a "did you mean" for near misses), and the broker starts. The broker binds 127.0.0.1 unless told otherwise, prints one ready line
 with its URLs (``pulsar+ssl://`` and ``https://`` too when TLS ports are set), uses uvloop when it is installed, and shuts down in order on SIGINT/SIGTERM.
+``build_server`` is where the broker is put together: it builds every collaborator the broker is
+given (TLS context, authentication, storage, the adapters' web service and post-compaction hooks)
+-- the one place adapters are wired into the broker; the test harness starts brokers through it.
 After the ready line, with ``compactionSparkWarmup`` (the default), the compaction factory warms
 its engine in the background (``compaction.jobs.warmup``: the first compaction then finds Spark
 started and warm).
@@ -15,15 +18,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import describe_unknown_keys, load_config, parse_override
+from ..config import Config, describe_unknown_keys, load_config, parse_override
 from ..storage.modes import PRIVATE_UMASK
+
+if TYPE_CHECKING:
+    from ..broker.server import BrokerServer
 
 
 def add_parser(subparsers) -> None:
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # what this process and its children (SQLite, pyarrow, Spark) create is owner-only
     os.umask(PRIVATE_UMASK)
     logging.basicConfig(
+        # the operator's --log-level name, looked up among logging's levels (INFO for anything else)
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
@@ -107,13 +115,44 @@ def run(args: argparse.Namespace) -> int:
     return runner(_serve(config)) or 0
 
 
-async def _serve(config) -> int:
+async def build_server(config: Config) -> BrokerServer:
+    """The broker and every collaborator it is given, built here (the one place that wires the
+    adapters into the broker, as the layers want): the TLS context and the authentication
+    (bad settings or key files are a one-line error before storage opens), the storage with the
+    default namespace, the ``BrokerService``, and the ``BrokerServer`` with the web service. The
+    server is not started; it owns the storage from here on (a failed start closes it)."""
     from ..admin.server import start as start_web  # the web adapter, wired in here (layers)
-    from ..broker import gc_policy
-    from ..broker.server import BrokerServer
+    from ..auth import AuthenticationService, tls
+    from ..broker.default_namespace import ensure_default_namespace
+    from ..broker.server import BrokerServer, BrokerService, check_ports
     from ..spark.auto_export import export_after_compaction  # the compactedExport policy (adapter)
+    from ..storage import Storage
 
-    server = BrokerServer(config, web_service=start_web, post_compaction_hooks=[export_after_compaction])
+    ssl_context = tls.server_context(config)
+    check_ports(config)
+    authentication = AuthenticationService.from_config(config)
+    loop = asyncio.get_running_loop()
+    # public/default is created below, as a Pulsar standalone creates it
+    opener = functools.partial(Storage, config.data_dir, config, bootstrap_defaults=False)
+    storage = await loop.run_in_executor(None, opener)
+    try:
+        await loop.run_in_executor(None, ensure_default_namespace, storage.resources, config, authentication)
+        service = BrokerService(
+            config,
+            storage,
+            authentication=authentication,
+            post_compaction_hooks=(export_after_compaction,),
+        )
+    except BaseException:
+        await loop.run_in_executor(None, storage.close)
+        raise
+    return BrokerServer(service, ssl_context=ssl_context, web_service=start_web)
+
+
+async def _serve(config: Config) -> int:
+    from ..broker import gc_policy
+
+    server = await build_server(config)
     await server.start()
     gc_policy.apply()  # the startup heap frozen, a larger young generation (see gc_policy)
     loop = asyncio.get_running_loop()
@@ -138,7 +177,7 @@ async def _serve(config) -> int:
     return 0
 
 
-def _start_warmup(server) -> None:
+def _start_warmup(server: BrokerServer) -> None:
     """``compactionSparkWarmup``: have the compaction factory warm its engine in the background
     (the Spark one starts its session and runs a scratch compaction), after the ready line, so
     readiness never waits for it; a factory that cannot load is the first run's error, not this."""

@@ -34,9 +34,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from ..config import policy_keys
 from ..errors import InvalidConfiguration, InvalidInput
 
-POLICY_KEY = "compactedExport"
+POLICY_KEY = policy_keys.COMPACTED_EXPORT
 EXPORT_FORMATS = ("parquet", "delta", "iceberg")
 EXPORT_VIEWS = ("compacted", "latest")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -39,6 +39,7 @@ from .cursors import CursorRegistry
 from .ledger_metadata import LedgerMetadata, StoredCursor
 from .ledger_state import LedgerList, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage, LocalLedgerStorage, fsync_dir, write_file_atomically
+from ..config.policy_keys import DEFAULT_SETTINGS, RETENTION_SIZE_MB, RETENTION_TIME_MINUTES
 from .policy_keys import COMPACTION_CURSOR
 from .offload.state import OffloadState
 from .position import LedgerInfo, Position
@@ -83,7 +84,10 @@ class ManagedLedger:
         if offloader is not None:  # Pulsar checks its offload threshold on rollover
             appender.on_rollover = lambda: offloader.maybe_auto_offload(self)
         self._cursors = CursorRegistry(self, state, store)
-        defaults = (int(config["defaultRetentionTimeInMinutes"]), int(config["defaultRetentionSizeInMB"]))
+        defaults = (
+            int(config[DEFAULT_SETTINGS[RETENTION_TIME_MINUTES]]),
+            int(config[DEFAULT_SETTINGS[RETENTION_SIZE_MB]]),
+        )
         self._retention = RetentionTrimmer(
             state, storage, store, self._cursors, reader.next_position, self._offload, defaults, clock
         )

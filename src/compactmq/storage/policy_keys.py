@@ -1,24 +1,37 @@
 """The keys of namespace and topic policies, and the name of the compaction cursor.
 
-Policies are JSON values under these keys in the policy resources (``resources.policies``); the
-names are the ones Pulsar's admin API uses where it has one. They lived in the old SQLite
-metadata class; they are plain names, so they sit here, where every layer may import them.
+The policy keys are declared once, in ``compactmq.config.policy_keys`` (with the broker setting
+each falls back to); they are re-exported here for the storage code that reads them.
 """
 
 from __future__ import annotations
 
-RETENTION_TIME_MINUTES = "retentionTimeInMinutes"
-RETENTION_SIZE_MB = "retentionSizeInMB"
-COMPACTION_THRESHOLD = "compactionThreshold"
-COMPACTION_STRATEGY = "compactionStrategy"
-RETAIN_NULL_KEY = "retainNullKey"
-COMPACTION_RETENTION_MODE = "compactionRetentionMode"
-# time-based compaction (ours: Pulsar has no such policy; Kafka's max/min.compaction.lag.ms)
-COMPACTION_MAX_LAG = "compactionMaxLagSeconds"
-COMPACTION_MIN_LAG = "compactionMinLagSeconds"
-# ours: Kafka's delete.retention.ms, and PIP-252's per-key time-to-live of the compacted view
-COMPACTION_TOMBSTONE_RETENTION = "compactionTombstoneRetentionSeconds"
-COMPACTED_VIEW_KEY_TTL = "compactedViewKeyTtlSeconds"
+from ..config.policy_keys import (
+    COMPACTED_VIEW_KEY_TTL,
+    COMPACTION_MAX_LAG,
+    COMPACTION_MIN_LAG,
+    COMPACTION_RETENTION_MODE,
+    COMPACTION_STRATEGY,
+    COMPACTION_THRESHOLD,
+    COMPACTION_TOMBSTONE_RETENTION,
+    RETAIN_NULL_KEY,
+    RETENTION_SIZE_MB,
+    RETENTION_TIME_MINUTES,
+)
+
+__all__ = [
+    "COMPACTED_VIEW_KEY_TTL",
+    "COMPACTION_CURSOR",
+    "COMPACTION_MAX_LAG",
+    "COMPACTION_MIN_LAG",
+    "COMPACTION_RETENTION_MODE",
+    "COMPACTION_STRATEGY",
+    "COMPACTION_THRESHOLD",
+    "COMPACTION_TOMBSTONE_RETENTION",
+    "RETAIN_NULL_KEY",
+    "RETENTION_SIZE_MB",
+    "RETENTION_TIME_MINUTES",
+]
 
 #: the durable cursor compaction keeps on each topic (Pulsar's ``__compaction``)
 COMPACTION_CURSOR = "__compaction"

@@ -107,7 +107,7 @@ class ClusterService:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        if getattr(self.service.storage, "object_store", None) is None:
+        if self.service.storage.object_store is None:
             log.warning(
                 "cluster mode without objectLedgerStorageUrl: topic data stays on this broker's "
                 "disk and does NOT follow ownership (a topic that moves loses its earlier entries "
@@ -405,9 +405,9 @@ class ClusterService:
         return None if found is None else found[0]
 
 
-async def check_topic_owned(service: Any, tn: TopicName) -> None:
+async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
     """``ServiceNotReady`` unless this broker owns the bundle of ``tn`` (no-op on one broker)."""
-    cluster = getattr(service, "cluster", None)
+    cluster = service.cluster
     if cluster is None or await cluster.owns(tn):
         return
     raise ServiceNotReady(

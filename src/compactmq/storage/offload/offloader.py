@@ -47,6 +47,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol
 
+from ...config import policy_keys
 from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
 from .. import ledger_file as lf
 from ..position import LedgerInfo, Position
@@ -64,10 +65,10 @@ FAULT_POINTS = ("after-data", "after-index", "after-commit", "after-local-delete
 DEAD_DELETE_FAULT = "before-dead-delete"
 
 # namespace policy keys (Pulsar's admin names)
-OFFLOAD_THRESHOLD = "offloadThreshold"
-OFFLOAD_THRESHOLD_SECONDS = "offloadThresholdInSeconds"
-OFFLOAD_DELETION_LAG = "offloadDeletionLagMs"
-OFFLOAD_POLICIES = "offloadPolicies"
+OFFLOAD_THRESHOLD = policy_keys.OFFLOAD_THRESHOLD
+OFFLOAD_THRESHOLD_SECONDS = policy_keys.OFFLOAD_THRESHOLD_SECONDS
+OFFLOAD_DELETION_LAG = policy_keys.OFFLOAD_DELETION_LAG
+OFFLOAD_POLICIES = policy_keys.OFFLOAD_POLICIES
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 MAX_CACHED_INDEXES = 64
@@ -165,28 +166,17 @@ class LedgerOffloader:
         ns = self._policies(topic)
         pol = ns.get(OFFLOAD_POLICIES) or {}
 
-        def pick(ns_key, pol_key, conf_key):
+        def pick(ns_key, pol_key):
+            """The namespace's own policy, else its offloadPolicies field, else the broker's."""
             for value in (ns.get(ns_key), pol.get(pol_key)):
                 if value is not None:
                     return int(value)
-            return int(self.config[conf_key])
+            return int(self.config[policy_keys.DEFAULT_SETTINGS[ns_key]])
 
         return {
-            "thresholdBytes": pick(
-                OFFLOAD_THRESHOLD,
-                "managedLedgerOffloadThresholdInBytes",
-                "managedLedgerOffloadAutoTriggerSizeThresholdBytes",
-            ),
-            "thresholdSeconds": pick(
-                OFFLOAD_THRESHOLD_SECONDS,
-                "managedLedgerOffloadThresholdInSeconds",
-                "managedLedgerOffloadThresholdInSeconds",
-            ),
-            "deletionLagMs": pick(
-                OFFLOAD_DELETION_LAG,
-                "managedLedgerOffloadDeletionLagInMillis",
-                "managedLedgerOffloadDeletionLagMs",
-            ),
+            "thresholdBytes": pick(OFFLOAD_THRESHOLD, "managedLedgerOffloadThresholdInBytes"),
+            "thresholdSeconds": pick(OFFLOAD_THRESHOLD_SECONDS, "managedLedgerOffloadThresholdInSeconds"),
+            "deletionLagMs": pick(OFFLOAD_DELETION_LAG, "managedLedgerOffloadDeletionLagInMillis"),
         }
 
     def _alive(self, rec: OffloadRecord) -> bool:
