@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import time
+
+import pulsar
 import urllib.request
 
 import pytest
@@ -113,6 +115,13 @@ def test_existing_broker_metrics_keep_their_names(broker):
         assert m[f"pulsar_producers_count{{{labels}}}"] == 1
         assert m[f"pulsar_in_messages_total{{{labels}}}"] == 1
         assert 'pulsar_topics_count{cluster="standalone",namespace="public/default"}' in m
+        consumer = client.subscribe(topic, "names", initial_position=pulsar.InitialPosition.Earliest)
+        consumer.acknowledge(consumer.receive(5000))
+        m = scrape(broker)
+        assert m[f"pulsar_out_messages_total{{{labels}}}"] == 1
+        # the entry sent: the one-byte payload and its metadata (it was counted as 0 before)
+        assert m[f"pulsar_out_bytes_total{{{labels}}}"] > 1
+        consumer.close()
         producer.close()
     finally:
         client.close()

@@ -6,7 +6,7 @@ Broker metrics: ``pulsar_topics_count`` (per namespace), and per topic
 ``pulsar_producers_count``, ``pulsar_consumers_count``, ``pulsar_subscriptions_count``,
 ``pulsar_rate_in`` / ``pulsar_rate_out`` (messages/s), ``pulsar_throughput_in`` /
 ``pulsar_throughput_out`` (bytes/s), ``pulsar_in_messages_total`` / ``pulsar_in_bytes_total`` /
-``pulsar_out_messages_total``, ``pulsar_storage_size`` (bytes), ``pulsar_msg_backlog``.
+``pulsar_out_messages_total`` / ``pulsar_out_bytes_total``, ``pulsar_storage_size`` (bytes), ``pulsar_msg_backlog``.
 
 Compaction metrics (per topic): ``pulsar_compaction_removed_event_count``,
 ``pulsar_compaction_succeed_count``, ``pulsar_compaction_failed_count``,
@@ -156,8 +156,7 @@ class TrafficSampler:
                     for c in list(sub.consumers):
                         key = ("c", c.serial)
                         present.add(key)
-                        # a Consumer counts messages out, not bytes (yet): bytes out read 0
-                        out_bytes = 0
+                        out_bytes = c.bytes_out
                         msgs, nbytes = self._seen.get(key, (0, 0))
                         t.msg_out += c.messages_out - msgs
                         t.bytes_out += out_bytes - nbytes
@@ -254,6 +253,7 @@ BROKER_FAMILIES = (
     ("pulsar_in_messages_total", "counter", "messages published to the topic since the broker started"),
     ("pulsar_in_bytes_total", "counter", "bytes published to the topic since the broker started"),
     ("pulsar_out_messages_total", "counter", "messages dispatched from the topic since the broker started"),
+    ("pulsar_out_bytes_total", "counter", "bytes dispatched from the topic since the broker started"),
     ("pulsar_storage_size", "gauge", "bytes the topic's ledgers hold"),
     ("pulsar_msg_backlog", "gauge", "entries not yet acknowledged, summed over durable subscriptions"),
 )
@@ -405,6 +405,7 @@ def _add_topic_metrics(families: dict, ctx: Any, cluster: str, name: str, topic:
     f["pulsar_in_messages_total"].add(labels, t.msg_in if t else 0)
     f["pulsar_in_bytes_total"].add(labels, t.bytes_in if t else 0)
     f["pulsar_out_messages_total"].add(labels, t.msg_out if t else 0)
+    f["pulsar_out_bytes_total"].add(labels, t.bytes_out if t else 0)
     f["pulsar_storage_size"].add(labels, size)
     f["pulsar_msg_backlog"].add(labels, backlog)
 

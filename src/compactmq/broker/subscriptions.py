@@ -115,6 +115,7 @@ class Consumer:
         self.permits = PermitWindow()
         self.closed = False
         self.messages_out = 0
+        self.bytes_out = 0  # entry bytes sent (``pulsar_out_bytes_total``, ``bytesOutCounter``)
         # messages sent and not acknowledged, and whether that reached the limit (``limits``)
         self.unacked_messages = 0
         self.blocked_on_unacked = False
@@ -144,6 +145,7 @@ class Consumer:
     ) -> None:
         self.permits.consume(messages)
         self.messages_out += messages
+        self.bytes_out += len(entry)
         self.connection.send_message(
             self.consumer_id,
             position,
