@@ -20,7 +20,7 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
   what compaction has not read.
 * **What does the next job take?** (``take_job``.) Runs wait in *units* (one topic, or the
   partitions of a partitioned topic, which are never split). A job takes the waiting units in
-  order -- manual triggers first, then the most overdue, then the first queued (``unit_order``)
+  order -- manual triggers first, then the one that fell due first (the most overdue), then the first queued (``unit_order``)
   -- as long as they fit its bounds: a number of topics and a number of backlog bytes. The
   first unit always goes, whatever its size, so nothing waits forever. A topic whose last run
   failed runs *alone*: a failure of the Spark job fails every topic in it, so a topic that
@@ -59,6 +59,10 @@ class DueCheck:
         self.default_threshold = int(config["brokerServiceCompactionThresholdInBytes"])
         self.default_max_lag = int_setting(config, "brokerServiceCompactionMaxLagInSeconds")
         self.default_min_lag = int_setting(config, "brokerServiceCompactionMinLagInSeconds")
+        #: the last ``due_topics``' timeline of each topic it found due: ``(publish time of its
+        #: oldest uncompacted message, when it fell due, in ms; its maximum lag)`` -- the monitor
+        #: keeps them on the run (``RunProgress``), so a run's lag at commit can be told
+        self.timeline: dict[str, tuple[Optional[int], int, int]] = {}
 
     def threshold_of(self, topic: str) -> int:
         value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
@@ -97,6 +101,7 @@ class DueCheck:
         share one job instead of drifting into jobs that alternate, each waiting for the other."""
         due = []
         joining = []
+        self.timeline = {}
         for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
@@ -120,6 +125,7 @@ class DueCheck:
                         watch.wake_at(topic, (now_ms + retry_ms) / 1000)
                 elif found is not None:
                     due.append((topic, *found))
+                    self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
                     continue
                 if max_lag > 0 and join_ms > 0 and found is None:
                     soon = overdue(
@@ -127,6 +133,7 @@ class DueCheck:
                     )
                     if soon is not None:
                         joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
+                        self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
                 if watch is not None and found is None:
                     later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
                     if later is not None:
@@ -177,6 +184,16 @@ def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int
     return None if why is None else (why, priority, max(0, backlog))
 
 
+def fell_due(ml, horizon, max_lag: int, now_ms: int, lead_ms: int) -> tuple[Optional[int], int]:
+    """``(publish time of the oldest uncompacted message, when the topic fell due)`` in ms: by
+    age, its maximum lag less ``lead_ms`` after that message (later than now for a topic that
+    joins a job early); by size (or with no uncompacted message), now."""
+    oldest = oldest_uncompacted_publish_ms(ml, horizon)
+    if max_lag <= 0 or oldest is None:
+        return oldest, now_ms
+    return oldest, oldest + max_lag * 1000 - lead_ms
+
+
 def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int, lead_ms: int = 0) -> Optional[int]:
     """When a topic that is not due now may become due with no append (ms), or None: its
     oldest uncompacted message reaching the maximum lag (less ``lead_ms``), or the first message
@@ -198,10 +215,23 @@ def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int, lead_ms: 
 
 
 def unit_order(unit: Sequence[Any]) -> tuple:
-    """Manual triggers first, then the most overdue unit, then the first queued (``RunProgress``
-    fields ``reason``, ``priority``, ``seq``)."""
+    """Manual triggers first, then the earliest *deadline*, then the furthest past its policy,
+    then the first queued (``RunProgress`` fields ``reason``, ``priority``, ``seq`` and its
+    ``deadline()``).
+
+    A deadline is a time, so units queued by different checks compare: a run of a topic with a
+    maximum lag must commit by its oldest uncompacted message's publish time plus that lag; any
+    other run was due when its check found it. (A priority is a ratio taken at its check: a
+    topic queued when it was barely due would otherwise wait behind every topic a later check
+    found further past its lag, job after job; and when it fell due depends on the lead of its
+    check, which moves.)"""
     manual = any(run.reason == "manual" for run in unit)
-    return (not manual, -max(run.priority for run in unit), min(run.seq for run in unit))
+    return (
+        not manual,
+        min(run.deadline() for run in unit),
+        -max(run.priority for run in unit),
+        min(run.seq for run in unit),
+    )
 
 
 def take_job(pending: list, max_topics: int, max_bytes: int) -> tuple[list, list]:
@@ -235,6 +265,7 @@ def ensure_compaction_cursor(ml) -> None:
 __all__ = [
     "DueCheck",
     "ensure_compaction_cursor",
+    "fell_due",
     "lag_lead_ms",
     "next_look_ms",
     "overdue",
