@@ -171,3 +171,28 @@ def test_many_lag_topics_under_a_timed_engine_split_jobs_and_fail_alone(env):  #
     states = states_of(service.storage)
     assert all(states.get(t).status == SUCCESS for t in topics if t != topics[7])
     assert monitor.records.stats[topics[7]].failed_count >= 1
+
+
+def test_a_check_of_many_topics_reads_each_topic_s_policies_once(env):  # noqa: F811
+    """The check's metadata reads grow with the topics it looks at, a few each -- its namespace's
+    policies are read once per check, not once per topic and policy key."""
+    service, monitor, _ = env(compactionMonitorFullScanIntervalInSeconds=3600)
+    store = service.storage.metadata_store
+    topics = [f"persistent://{NS}/check-{i:03d}" for i in range(200)]
+    service.storage.policies.set_namespace_policy(NS, COMPACTION_MAX_LAG, 3600)
+    for t in topics:
+        service.storage.topic_metadata.create_topic(t)
+        service.storage.open_managed_ledger(t).append_many([b"x" * 10])
+    monitor.service_of(topics[0])  # the factory's own first reads are not the check's
+    reads: list[str] = []
+    get = store.get
+    store.get = lambda path, *a, **kw: reads.append(path) or get(path, *a, **kw)
+    try:
+        assert monitor._due_topics(set(), topics) == []  # an hour's lag: nothing due
+    finally:
+        store.get = get
+    namespace_reads = [p for p in reads if p.endswith("/public/default")]
+    assert namespace_reads, sorted(set(reads))[:5]  # the path this test takes for a namespace
+    assert len(namespace_reads) <= 1, namespace_reads
+    assert len(reads) <= 3 * len(topics) + 5, len(reads)
+    monitor.watch.full_scan_soon()

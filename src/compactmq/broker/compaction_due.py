@@ -77,6 +77,30 @@ class DueCheck:
     def min_lag_of(self, topic: str) -> int:
         return lag_seconds_setting(self.storage.policies, topic, COMPACTION_MIN_LAG, self.default_min_lag)
 
+    def settings_of(self, topic: str, namespaces: dict[str, dict]) -> tuple[int, int, int]:
+        """``(threshold, max lag, min lag)`` of ``topic`` (``threshold_of``, ``max_lag_of``,
+        ``min_lag_of``) from ONE read of its policies; its namespace's policies are read once
+        per check (``namespaces``: what this check has read so far)."""
+        policies = self.storage.policies
+        own = policies.get_topic_policies(topic)
+        ns_name = TopicName.parse(topic).namespace_name
+        ns = namespaces.get(ns_name)
+        if ns is None:
+            try:
+                ns = policies.get_namespace_policies(ns_name)
+            except CompactMQError:  # a namespace deleted meanwhile: no policies
+                ns = {}
+            namespaces[ns_name] = ns
+
+        def value(key: str, default: Any) -> Any:
+            return own[key] if key in own else ns.get(key, default)
+
+        return (
+            _whole(value(COMPACTION_THRESHOLD, self.default_threshold)),
+            max(0, _whole(value(COMPACTION_MAX_LAG, self.default_max_lag))),
+            max(0, _whole(value(COMPACTION_MIN_LAG, self.default_min_lag))),
+        )
+
     def due_topics(
         self,
         busy: set[str],
@@ -102,14 +126,14 @@ class DueCheck:
         due = []
         joining = []
         self.timeline = {}
+        namespaces: dict[str, dict] = {}  # the namespaces' policies, read once per check
         for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
                     continue
                 if watch is not None:
                     watch.looked_at(topic)
-                threshold = self.threshold_of(topic)
-                max_lag = self.max_lag_of(topic)
+                threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
                 lead = lag_lead_ms(max_lag, lead_ms)
                 if watch is not None:
                     watch.lag_policy(topic, (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None)
@@ -118,7 +142,6 @@ class DueCheck:
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
                 state = self.state_of(topic)
-                min_lag = self.min_lag_of(topic)
                 found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms, lead)
                 if found is not None and state.status == RUNNING and running_elsewhere(topic):
                     if watch is not None:
@@ -141,6 +164,15 @@ class DueCheck:
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
         return due + joining if due else due
+
+
+def _whole(value: Any) -> int:
+    """A stored policy as a whole number; one that is not a number reads as 0 (off), as
+    ``compaction.lag.lag_seconds_setting`` and ``DueCheck.threshold_of`` read it."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 #: at most this share of a maximum lag is spent waiting for a run: a topic is due once its oldest
