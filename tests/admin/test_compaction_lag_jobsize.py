@@ -196,3 +196,25 @@ def test_a_check_of_many_topics_reads_each_topic_s_policies_once(env):  # noqa: 
     assert len(namespace_reads) <= 1, namespace_reads
     assert len(reads) <= 3 * len(topics) + 5, len(reads)
     monitor.watch.full_scan_soon()
+
+
+def test_an_append_to_a_topic_only_time_makes_due_is_left_to_its_timer():
+    from compactmq.broker.compaction_watch import DueWatch
+
+    watch = DueWatch(full_scan_seconds=100, clock=lambda: 0.0)
+    assert watch.take(0.0) is None  # the first check reads everything
+    lag_only, sized = "persistent://t/n/lag-only", "persistent://t/n/sized"
+    watch.lag_policy(lag_only, 4.0, time_only=True)
+    watch.lag_policy(sized, 4.0, time_only=False)  # a threshold too: an append may make it due
+    watch.touch(lag_only)
+    watch.touch(sized)
+    assert watch.take(1.0) == [sized]
+    assert watch.next_timer() == 4.0  # the append started lag-only's timer (and sized's)
+    watch.touch(lag_only)  # more appends: still nothing to look at before the timer
+    assert watch.take(2.0) == []
+    watch.run_ended(lag_only)  # the end of a run is always looked at
+    assert watch.take(3.0) == [lag_only]
+    assert watch.take(4.0) == [lag_only, sized]  # the timers
+    watch.lag_policy(lag_only, 4.0, time_only=False)  # a threshold was set since
+    watch.touch(lag_only)
+    assert watch.take(5.0) == [lag_only]

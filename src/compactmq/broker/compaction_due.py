@@ -136,7 +136,11 @@ class DueCheck:
                 threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
                 lead = lag_lead_ms(max_lag, lead_ms)
                 if watch is not None:
-                    watch.lag_policy(topic, (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None)
+                    watch.lag_policy(
+                        topic,
+                        (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None,
+                        time_only=threshold <= 0 and min_lag <= 0,
+                    )
                 if threshold <= 0 and max_lag <= 0:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)

@@ -57,6 +57,10 @@ class JobSizer:
         self.bound = max(1, int(bound))
         self._jobs: collections.deque[tuple[int, float]] = collections.deque(maxlen=kept)
         self.last_cap: Optional[int] = None  # the last cap below the bound (tests and metrics)
+        #: with jobs split, the model's longest wait (``wait_seconds``): the monitor's lead is at
+        #: least that, so every lag topic is queued as soon as its run ends and the queue's
+        #: deadline order is the round-robin (a topic queued late loses its turn to later ones)
+        self.last_wait = 0.0
 
     def observe(self, topics: int, seconds: float) -> None:
         """A job of ``topics`` topics took ``seconds`` (from its start to its last commit)."""
@@ -93,14 +97,15 @@ class JobSizer:
             return self.bound
         k_min = max(1, math.ceil(lag_topics / self.bound))
         if wait_seconds(m, lag_topics, k_min) <= SPLIT_SHARE * max_lag:  # the largest jobs keep it
-            self.last_cap = None
+            self.last_cap, self.last_wait = None, 0.0
             return self.bound
         best = min(range(k_min, lag_topics + 1), key=lambda k: (wait_seconds(m, lag_topics, k), k))
         if wait_seconds(m, lag_topics, best) > SPLIT_GAIN * wait_seconds(m, lag_topics, k_min):
-            self.last_cap = None  # not worth more jobs' fixed costs: the model may be off by that
+            self.last_cap, self.last_wait = None, 0.0  # not worth more jobs' fixed costs
             return self.bound
         cap = min(self.bound, max(1, math.ceil(lag_topics / best)))
         self.last_cap = cap if cap < self.bound else None
+        self.last_wait = wait_seconds(m, lag_topics, best)
         return cap
 
 

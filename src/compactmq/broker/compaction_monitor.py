@@ -407,7 +407,7 @@ class CompactionMonitor(RunWorker):
             run = self._runs.pop(topic, None)
             if run is not None and run.max_lag > 0:
                 self._lag_topics[topic] = (self.clock(), run.max_lag)
-            self.watch.touch(topic)  # a failed run is retried, a backlog that grew meanwhile seen
+            self.watch.run_ended(topic)  # a failed run is retried, a backlog that grew meanwhile seen
         if self._closing:
             return
         self._pump()  # the triggers that arrived meanwhile: the next job
@@ -428,7 +428,8 @@ class CompactionMonitor(RunWorker):
         # the jobs already waiting go first (a topic due now is, at best, of the same priority)
         waiting = sum(len(unit) for unit in self._pending)
         wait += -(-waiting // self._job_cap) * run / self.max_runs
-        return wait + run + LAG_SLACK_SECONDS
+        # lag topics' jobs split round-robin: a run queued now commits within the model's wait
+        return max(wait + run, self.sizer.last_wait) + LAG_SLACK_SECONDS
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
