@@ -19,6 +19,7 @@ check), and the process's CPU seconds.
     .venv/bin/python bench/lag_schedule_bench.py [--topics 100] [--max-lag 5] [--seconds 30]
     .venv/bin/python bench/lag_schedule_bench.py --topics 200 --max-lag 3 --seconds 15 --out /tmp/x.json
     .venv/bin/python bench/lag_schedule_bench.py --engine timed --fixed 0.3 --per-topic 0.025
+    .venv/bin/python bench/lag_schedule_bench.py --scaling 50 100 200 --out /tmp/scaling.json
 
 ``--engine timed``: jobs that take ``--fixed + --per-topic x topics`` seconds (a sleep) and commit
 the horizon they read at their start (``tests/admin/timed_engine.py``): the monitor's scheduling
@@ -230,6 +231,70 @@ async def run_bench(args) -> dict:
     }
 
 
+def scaling(counts: list[int]) -> list[dict]:
+    """For each count N: N topics of 60 messages, then one full check of the monitor and ONE
+    joint job of all N through it (``_run_together_blocking``: begin, the factory's
+    ``compact_together`` with small runs in-process, each topic's outcome), twice (the second
+    an incremental run); CPU seconds and metadata-store calls per topic. Flat per-topic figures
+    as N grows: nothing in them is O(topics^2)."""
+    from compactmq.broker.compaction_monitor import CompactionMonitor
+    from compactmq.broker.compaction_runs import RunProgress
+    from compactmq.config import load_config
+    from compactmq.storage import COMPACTION_THRESHOLD, Storage
+    from many_topics_bench import batched_entries
+
+    rows = []
+    for n in counts:
+        d = tempfile.mkdtemp(prefix="lag-scaling-")
+        config = load_config(
+            overrides={
+                "dataDir": os.path.join(d, "data"),
+                "compactionInProcessMaxBytes": 8 << 20,
+                "compactionJointMaxTopics": n,
+                "managedLedgerSyncData": False,
+            }
+        )
+        storage = Storage(os.path.join(d, "data"), config)
+        broker = Broker(storage, config)
+        monitor = CompactionMonitor(broker)
+        topics = [f"persistent://{NS}/scale-{i:05d}" for i in range(n)]
+        storage.policies.set_namespace_policy(NS, COMPACTION_THRESHOLD, 1)
+        calls = count_store_calls(storage.metadata_store)
+        row: dict = {"topics": n}
+        try:
+            for rnd in ("first", "incremental"):
+                now = int(time.time() * 1000)
+                entries = batched_entries(60, 50, now)
+                for t in topics:
+                    if rnd == "first":
+                        storage.topic_metadata.create_topic(t)
+                    storage.open_managed_ledger(t).append_many(entries, [now] * len(entries))
+                before, c0, w0 = sum(calls.values()), cpu_seconds(), time.perf_counter()
+                due = monitor._due_topics(set(), None)
+                check = (cpu_seconds() - c0, time.perf_counter() - w0, sum(calls.values()) - before)
+                runs = [RunProgress(t, "bench", queued_at=time.time()) for t, *_ in due]
+                before, c0, w0 = sum(calls.values()), cpu_seconds(), time.perf_counter()
+                monitor._run_together_blocking(runs)
+                job = (cpu_seconds() - c0, time.perf_counter() - w0, sum(calls.values()) - before)
+                ok = sum(1 for t in topics if (monitor.last_run(t) or {}).get("status") == "SUCCESS")
+                row[rnd] = {
+                    "due": len(due),
+                    "succeeded": ok,
+                    "check_cpu_ms_per_topic": round(check[0] * 1000 / n, 2),
+                    "check_store_calls_per_topic": round(check[2] / n, 1),
+                    "job_seconds": round(job[1], 2),
+                    "job_cpu_ms_per_topic": round(job[0] * 1000 / n, 2),
+                    "job_store_calls_per_topic": round(job[2] / n, 1),
+                }
+                print(f"scaling {n} {rnd}: {row[rnd]}", file=sys.stderr)
+        finally:
+            broker.executor.shutdown(wait=True)
+            storage.close()
+            shutil.rmtree(d, ignore_errors=True)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=100)
@@ -251,12 +316,21 @@ def main(argv=None) -> int:
     ap.add_argument("--per-topic", type=float, default=0.025, help="timed engine: seconds per topic")
     ap.add_argument("--no-split", action="store_true", help="one job of every due lag topic (the old rule)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "lag_schedule.json"))
+    ap.add_argument(
+        "--scaling",
+        type=int,
+        nargs="*",
+        default=None,
+        help="instead: one full check and one joint job of N topics for each N (e.g. 50 100 200): "
+        "CPU and metadata-store calls per topic (``scaling``)",
+    )
     args = ap.parse_args(argv)
-    result = {
-        "benchmark": "lag_schedule",
-        "machine": {"cpus": os.cpu_count()},
-        "run": asyncio.run(run_bench(args)),
-    }
+    result: dict = {"benchmark": "lag_schedule", "machine": {"cpus": os.cpu_count()}}
+    if args.scaling:
+        result["scaling"] = scaling(args.scaling)
+    else:
+        result["run"] = asyncio.run(run_bench(args))
+    result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

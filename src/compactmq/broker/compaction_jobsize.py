@@ -45,6 +45,11 @@ SPLIT_SHARE = 0.8
 #: fitted to noisy timings; a small gain is not worth more fixed costs)
 SPLIT_GAIN = 0.85
 
+#: the least fixed cost of a job ``cap`` assumes: the monitor's own work per job (taking it, the
+#: check after it) is not in the jobs' lengths, and a fit to noisy timings may say 0, which
+#: would split the topics into jobs of one
+MIN_FIXED_SECONDS = 0.05
+
 #: jobs the model is fitted to
 JOBS_KEPT = 12
 
@@ -95,6 +100,7 @@ class JobSizer:
         m = self.model()
         if m is None or lag_topics <= 1 or max_lag <= 0:
             return self.bound
+        m = (max(m[0], MIN_FIXED_SECONDS), m[1])  # a job is never free, whatever the fit says
         k_min = max(1, math.ceil(lag_topics / self.bound))
         if wait_seconds(m, lag_topics, k_min) <= SPLIT_SHARE * max_lag:  # the largest jobs keep it
             self.last_cap, self.last_wait = None, 0.0
