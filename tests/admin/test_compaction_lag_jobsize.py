@@ -98,13 +98,17 @@ def test_waiting_runs_go_by_deadline_not_by_the_priority_of_their_check():
 
 
 def test_the_monitor_caps_a_job_while_lag_topics_wait(env):  # noqa: F811
-    _, monitor, _ = env(compactionJointMaxTopics=100)
+    _, monitor, _ = env(compactionJointMaxTopics=100, compactionJointLagSplit=True)
     for n in (10, 100):
         monitor.sizer.observe(n, 0.1 + 0.02 * n)
-    monitor._pending = [
-        [_run(f"persistent://{NS}/w{i}", oldest_ms=1_000_000 + i, max_lag=5, seq=i)] for i in range(100)
-    ]
-    monitor._runs = {u[0].topic: u[0] for u in monitor._pending}
+
+    def wait_all():
+        monitor._pending = [
+            [_run(f"persistent://{NS}/w{i}", oldest_ms=1_000_000 + i, max_lag=5, seq=i)] for i in range(100)
+        ]
+        monitor._runs = {u[0].topic: u[0] for u in monitor._pending}
+
+    wait_all()
     job = monitor._take_job()
     assert len(job) == monitor._job_cap < 100
     assert [r.topic for r in job] == [f"persistent://{NS}/w{i}" for i in range(len(job))]  # oldest first
@@ -112,7 +116,15 @@ def test_the_monitor_caps_a_job_while_lag_topics_wait(env):  # noqa: F811
     monitor._pending = [[_run(f"persistent://{NS}/s{i}", reason="backlog", seq=i)] for i in range(100)]
     monitor._runs = {u[0].topic: u[0] for u in monitor._pending}
     assert len(monitor._take_job()) == 100
+    monitor.lag_split = False  # compactionJointLagSplit off (the default): the configured bound
+    wait_all()
+    assert len(monitor._take_job()) == 100
     monitor._pending, monitor._runs = [], {}
+
+
+def test_the_lag_split_is_off_by_default(env):  # noqa: F811
+    _, monitor, _ = env()
+    assert monitor.lag_split is False
 
 
 def test_a_lag_run_records_its_timeline_and_its_lag_at_commit(env):  # noqa: F811
@@ -147,6 +159,7 @@ def test_many_lag_topics_under_a_timed_engine_split_jobs_and_fail_alone(env):  #
         brokerServiceCompactionMonitorIntervalInSeconds=1,
         compactionMonitorFullScanIntervalInSeconds=3600,
         compactionJointMaxTopics=100,
+        compactionJointLagSplit=True,
     )
     timed = TimedFactory(service.storage, fixed=0.02, per_topic=0.03)
     monitor._factory = timed

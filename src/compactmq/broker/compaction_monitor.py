@@ -19,8 +19,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   its own. Order: manual triggers first,
   then the earliest deadline (a lag topic's oldest uncompacted message plus its maximum lag; else
   when it fell due), then the most overdue, then the first queued. While topics with a maximum
-  lag wait, a job takes at most as many as keeps their lags lowest when jobs run back to back
-  (``compaction_jobsize``: a model of a job's length learned from the last jobs). A trigger
+  lag wait, with ``compactionJointLagSplit`` a job takes at most as many as keeps their lags
+  lowest when jobs run back to back (``compaction_jobsize``: a model of a job's length learned
+  from the last jobs; the model is learned either way). A trigger
   that finds a worker free starts at once, alone: nothing waits to be gathered.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
@@ -80,7 +81,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..config import int_setting
+from ..config import bool_setting, int_setting
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
@@ -140,6 +141,7 @@ class CompactionMonitor(RunWorker):
         self._pending: list[list[RunProgress]] = []  # units waiting for a worker (``_pump``)
         # topics per job while lag topics wait: learned from the last jobs (``compaction_jobsize``)
         self.sizer = JobSizer(self.max_job_topics)
+        self.lag_split = bool_setting(self.config, "compactionJointLagSplit")
         self._job_cap = self.max_job_topics  # the bound the last job was taken with
         self._lag_topics: dict[str, tuple[float, int]] = {}  # lag topic -> (its last commit, max lag)
         self._active = 0  # jobs in the worker pool
@@ -373,7 +375,7 @@ class CompactionMonitor(RunWorker):
         """The next job's runs (``compaction_due.take_job``): while topics with a maximum lag
         wait, at most as many as keeps their lags lowest (``compaction_jobsize``)."""
         self._job_cap = self.max_job_topics
-        if any(run.max_lag > 0 for unit in self._pending for run in unit):
+        if self.lag_split and any(run.max_lag > 0 for unit in self._pending for run in unit):
             # the lag topics in the cycle: waiting or running, or committed within two of their lags
             now = self.clock()
             for topic, (at, lag) in list(self._lag_topics.items()):
