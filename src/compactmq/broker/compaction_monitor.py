@@ -407,7 +407,7 @@ class CompactionMonitor(RunWorker):
             self.sizer.observe(size, time.monotonic() - started)
         for topic in topics:
             run = self._runs.pop(topic, None)
-            if run is not None and run.max_lag > 0:
+            if self.lag_split and run is not None and run.max_lag > 0:  # pruned by _take_job
                 self._lag_topics[topic] = (self.clock(), run.max_lag)
             self.watch.run_ended(topic)  # a failed run is retried, a backlog that grew meanwhile seen
         if self._closing:
@@ -460,6 +460,7 @@ class CompactionMonitor(RunWorker):
 
     def forget(self, topic: str) -> None:
         """A deleted topic: drop its service."""
+        self._lag_topics.pop(topic, None)
         service = self._services.pop(topic, None)
         if service is not None:
             service.close()
