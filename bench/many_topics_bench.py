@@ -175,6 +175,7 @@ def start_broker(mode: str, data_dir: str, args):
         "defaultRetentionSizeInMB=-1",
         f"brokerServiceCompactionMonitorIntervalInSeconds={args.interval}",
         *MODES[mode](args.max_topics),
+        f"compactionJointLagSplit={'true' if args.lag_split else 'false'}",
     ]
     broker = StandaloneBroker(data_dir, overrides)
     try:
@@ -453,6 +454,11 @@ def main(argv=None) -> int:
     ap.add_argument("--lag-seconds", type=float, default=30, help="how long the lag runs publish")
     ap.add_argument("--rate", type=float, default=20, help="messages/s per topic in the lag runs")
     ap.add_argument(
+        "--lag-split",
+        action="store_true",
+        help="compactionJointLagSplit=true: lag topics' joint jobs split round-robin by the learned model",
+    )
+    ap.add_argument(
         "--publish",
         choices=["client", "direct"],
         default="client",
@@ -477,6 +483,7 @@ def main(argv=None) -> int:
             "spark_master": args.master,
             "modes": args.modes,
             "publish": args.publish,
+            "lag_split": args.lag_split,
             "target_seconds_1000_topics": 60,
         },
         "runs": [],

@@ -20,7 +20,7 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
   what compaction has not read.
 * **What does the next job take?** (``take_job``.) Runs wait in *units* (one topic, or the
   partitions of a partitioned topic, which are never split). A job takes the waiting units in
-  order -- manual triggers first, then the most overdue, then the first queued (``unit_order``)
+  order -- manual triggers first, then the one that fell due first (the most overdue), then the first queued (``unit_order``)
   -- as long as they fit its bounds: a number of topics and a number of backlog bytes. The
   first unit always goes, whatever its size, so nothing waits forever. A topic whose last run
   failed runs *alone*: a failure of the Spark job fails every topic in it, so a topic that
@@ -61,6 +61,10 @@ class DueCheck:
         self.default_threshold = int_setting(config, DEFAULT_SETTINGS[COMPACTION_THRESHOLD])
         self.default_max_lag = int_setting(config, DEFAULT_SETTINGS[COMPACTION_MAX_LAG])
         self.default_min_lag = int_setting(config, DEFAULT_SETTINGS[COMPACTION_MIN_LAG])
+        #: the last ``due_topics``' timeline of each topic it found due: ``(publish time of its
+        #: oldest uncompacted message, when it fell due, in ms; its maximum lag)`` -- the monitor
+        #: keeps them on the run (``RunProgress``), so a run's lag at commit can be told
+        self.timeline: dict[str, tuple[Optional[int], int, int]] = {}
 
     def threshold_of(self, topic: str) -> int:
         value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
@@ -74,6 +78,30 @@ class DueCheck:
 
     def min_lag_of(self, topic: str) -> int:
         return lag_seconds_setting(self.storage.policies, topic, COMPACTION_MIN_LAG, self.default_min_lag)
+
+    def settings_of(self, topic: str, namespaces: dict[str, dict]) -> tuple[int, int, int]:
+        """``(threshold, max lag, min lag)`` of ``topic`` (``threshold_of``, ``max_lag_of``,
+        ``min_lag_of``) from ONE read of its policies; its namespace's policies are read once
+        per check (``namespaces``: what this check has read so far)."""
+        policies = self.storage.policies
+        own = policies.get_topic_policies(topic)
+        ns_name = TopicName.parse(topic).namespace_name
+        ns = namespaces.get(ns_name)
+        if ns is None:
+            try:
+                ns = policies.get_namespace_policies(ns_name)
+            except CompactMQError:  # a namespace deleted meanwhile: no policies
+                ns = {}
+            namespaces[ns_name] = ns
+
+        def value(key: str, default: Any) -> Any:
+            return own[key] if key in own else ns.get(key, default)
+
+        return (
+            _whole(value(COMPACTION_THRESHOLD, self.default_threshold)),
+            max(0, _whole(value(COMPACTION_MAX_LAG, self.default_max_lag))),
+            max(0, _whole(value(COMPACTION_MIN_LAG, self.default_min_lag))),
+        )
 
     def due_topics(
         self,
@@ -99,29 +127,34 @@ class DueCheck:
         share one job instead of drifting into jobs that alternate, each waiting for the other."""
         due = []
         joining = []
+        self.timeline = {}
+        namespaces: dict[str, dict] = {}  # the namespaces' policies, read once per check
         for topic in self.storage.topics() if topics is None else topics:
             try:
                 if not TopicName.parse(topic).persistent or topic in busy:
                     continue
                 if watch is not None:
                     watch.looked_at(topic)
-                threshold = self.threshold_of(topic)
-                max_lag = self.max_lag_of(topic)
+                threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
                 lead = lag_lead_ms(max_lag, lead_ms)
                 if watch is not None:
-                    watch.lag_policy(topic, (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None)
+                    watch.lag_policy(
+                        topic,
+                        (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None,
+                        time_only=threshold <= 0 and min_lag <= 0,
+                    )
                 if threshold <= 0 and max_lag <= 0:
                     continue
                 ml = self.storage.open_managed_ledger(topic, create=False)
                 ensure_compaction_cursor(ml)
                 state = self.state_of(topic)
-                min_lag = self.min_lag_of(topic)
                 found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms, lead)
                 if found is not None and state.status == RUNNING and running_elsewhere(topic):
                     if watch is not None:
                         watch.wake_at(topic, (now_ms + retry_ms) / 1000)
                 elif found is not None:
                     due.append((topic, *found))
+                    self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
                     continue
                 if max_lag > 0 and join_ms > 0 and found is None:
                     soon = overdue(
@@ -129,6 +162,7 @@ class DueCheck:
                     )
                     if soon is not None:
                         joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
+                        self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
                 if watch is not None and found is None:
                     later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
                     if later is not None:
@@ -136,6 +170,15 @@ class DueCheck:
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
                 log.debug("threshold check of %s skipped: %s", topic, e)
         return due + joining if due else due
+
+
+def _whole(value: Any) -> int:
+    """A stored policy as a whole number; one that is not a number reads as 0 (off), as
+    ``compaction.lag.lag_seconds_setting`` and ``DueCheck.threshold_of`` read it."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 #: at most this share of a maximum lag is spent waiting for a run: a topic is due once its oldest
@@ -179,6 +222,16 @@ def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int
     return None if why is None else (why, priority, max(0, backlog))
 
 
+def fell_due(ml, horizon, max_lag: int, now_ms: int, lead_ms: int) -> tuple[Optional[int], int]:
+    """``(publish time of the oldest uncompacted message, when the topic fell due)`` in ms: by
+    age, its maximum lag less ``lead_ms`` after that message (later than now for a topic that
+    joins a job early); by size (or with no uncompacted message), now."""
+    oldest = oldest_uncompacted_publish_ms(ml, horizon)
+    if max_lag <= 0 or oldest is None:
+        return oldest, now_ms
+    return oldest, oldest + max_lag * 1000 - lead_ms
+
+
 def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int, lead_ms: int = 0) -> Optional[int]:
     """When a topic that is not due now may become due with no append (ms), or None: its
     oldest uncompacted message reaching the maximum lag (less ``lead_ms``), or the first message
@@ -200,10 +253,23 @@ def next_look_ms(ml, horizon, max_lag: int, min_lag: int, now_ms: int, lead_ms: 
 
 
 def unit_order(unit: Sequence[Any]) -> tuple:
-    """Manual triggers first, then the most overdue unit, then the first queued (``RunProgress``
-    fields ``reason``, ``priority``, ``seq``)."""
+    """Manual triggers first, then the earliest *deadline*, then the furthest past its policy,
+    then the first queued (``RunProgress`` fields ``reason``, ``priority``, ``seq`` and its
+    ``deadline()``).
+
+    A deadline is a time, so units queued by different checks compare: a run of a topic with a
+    maximum lag must commit by its oldest uncompacted message's publish time plus that lag; any
+    other run was due when its check found it. (A priority is a ratio taken at its check: a
+    topic queued when it was barely due would otherwise wait behind every topic a later check
+    found further past its lag, job after job; and when it fell due depends on the lead of its
+    check, which moves.)"""
     manual = any(run.reason == "manual" for run in unit)
-    return (not manual, -max(run.priority for run in unit), min(run.seq for run in unit))
+    return (
+        not manual,
+        min(run.deadline() for run in unit),
+        -max(run.priority for run in unit),
+        min(run.seq for run in unit),
+    )
 
 
 def take_job(pending: list, max_topics: int, max_bytes: int) -> tuple[list, list]:
@@ -237,6 +303,7 @@ def ensure_compaction_cursor(ml) -> None:
 __all__ = [
     "DueCheck",
     "ensure_compaction_cursor",
+    "fell_due",
     "lag_lead_ms",
     "next_look_ms",
     "overdue",

@@ -17,7 +17,11 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   the triggers that arrive while every worker is busy, are compacted by one Spark job each
   batch, paying a job's fixed cost once; each topic still locks, plans, commits and fails on
   its own. Order: manual triggers first,
-  then the most overdue (backlog / threshold, lag / max lag), then the first queued. A trigger
+  then the earliest deadline (a lag topic's oldest uncompacted message plus its maximum lag; else
+  when it fell due), then the most overdue, then the first queued. While topics with a maximum
+  lag wait, with ``compactionJointLagSplit`` a job takes at most as many as keeps their lags
+  lowest when jobs run back to back (``compaction_jobsize``: a model of a job's length learned
+  from the last jobs; the model is learned either way). A trigger
   that finds a worker free starts at once, alone: nothing waits to be gathered.
 * **Status.** The persisted status (NOT_RUN / RUNNING / SUCCESS / ERROR, last error, timestamps)
   lives in the metadata store's compaction state, written by the compaction run itself, so it
@@ -50,6 +54,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   as old as the run already). With a ``compactionMinLagSeconds`` only what is older than the
   minimum lag counts: a topic whose uncompacted messages are all younger is not due, by size or
   by age (a run could not move its horizon).
+* **Each run's timeline** (``RunProgress``: when its topic fell due, was checked, queued, started
+  and committed, and when its oldest uncompacted message was published) is in its last run
+  (``timelineMs``, ``lagAtCommitMs``), so which term of a lag overshoots can be told.
 * **Statistics** for ``/metrics`` (Pulsar's compaction metric names), one summary log line per
   run, and each topic's last run here (the topic stats' ``lastCompactionRun``): ``compaction_stats``.
 * **One job in a worker thread** (begin each run, compact, record each outcome on its own) is
@@ -74,12 +81,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..config import int_setting
+from ..config import bool_setting, int_setting
 from ..errors import CompactMQError, Conflict, NotAllowed, ServiceNotReady, TopicNotFound
 from ..naming import TopicName
 from ..compaction.state import ERROR, RUNNING, states_of
 from ..compaction.tiered import attach as attach_tiered
 from ..compaction.tiered import sweep_all_view_orphans
+from .compaction_jobsize import JobSizer
 from .compaction_due import DueCheck, ensure_compaction_cursor, lag_lead_ms, overdue, take_job
 from .compaction_runs import RunProgress, RunWorker
 from .compaction_stats import RunRecords, TopicCompactionStats
@@ -131,6 +139,11 @@ class CompactionMonitor(RunWorker):
         self.max_job_topics = max(1, int_setting(self.config, "compactionJointMaxTopics"))
         self.max_job_bytes = max(1, int_setting(self.config, "compactionJointMaxBytes"))
         self._pending: list[list[RunProgress]] = []  # units waiting for a worker (``_pump``)
+        # topics per job while lag topics wait: learned from the last jobs (``compaction_jobsize``)
+        self.sizer = JobSizer(self.max_job_topics)
+        self.lag_split = bool_setting(self.config, "compactionJointLagSplit")
+        self._job_cap = self.max_job_topics  # the bound the last job was taken with
+        self._lag_topics: dict[str, tuple[float, int]] = {}  # lag topic -> (its last commit, max lag)
         self._active = 0  # jobs in the worker pool
         self._seq = 0  # arrival order, the last tie-break of priorities
         self.jobs_started = 0  # jobs handed to the worker pool (tests and metrics)
@@ -147,6 +160,7 @@ class CompactionMonitor(RunWorker):
         self.watch.on_timer = self._timer_started
         self._job_seconds: collections.deque[float] = collections.deque(maxlen=JOB_TIMES_KEPT)
         self._job_started: dict[int, float] = {}  # id of a job's future -> when it started
+        self._job_size: dict[int, int] = {}  # id of a job's future -> its topics
         self._sleep_until: float | None = None  # when the check loop wakes next (``_check_loop``)
         self._check_now = False  # a policy change or a lag topic's run ended: check at once
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -353,12 +367,24 @@ class CompactionMonitor(RunWorker):
                 fut = loop.run_in_executor(self._executor, self._run_together_blocking, runs)
             self._futures.add(fut)
             self._job_started[id(fut)] = time.monotonic()
+            self._job_size[id(fut)] = len(runs)
             topics = [run.topic for run in runs]
             fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
 
     def _take_job(self) -> list[RunProgress]:
-        """The next job's runs (``compaction_due.take_job``)."""
-        job, self._pending = take_job(self._pending, self.max_job_topics, self.max_job_bytes)
+        """The next job's runs (``compaction_due.take_job``): while topics with a maximum lag
+        wait, at most as many as keeps their lags lowest (``compaction_jobsize``)."""
+        self._job_cap = self.max_job_topics
+        if self.lag_split and any(run.max_lag > 0 for unit in self._pending for run in unit):
+            # the lag topics in the cycle: waiting or running, or committed within two of their lags
+            now = self.clock()
+            for topic, (at, lag) in list(self._lag_topics.items()):
+                if now - at > 2 * lag:
+                    del self._lag_topics[topic]
+            lags = {t: r.max_lag for t, r in self._runs.items() if r.max_lag > 0}
+            lags.update((t, lag) for t, (_, lag) in self._lag_topics.items() if t not in lags)
+            self._job_cap = self.sizer.cap(len(lags), min(lags.values()))
+        job, self._pending = take_job(self._pending, self._job_cap, self.max_job_bytes)
         return job
 
     def _running_elsewhere(self, topic: str) -> bool:
@@ -375,11 +401,15 @@ class CompactionMonitor(RunWorker):
         self._futures.discard(fut)
         self._active -= 1
         started = self._job_started.pop(id(fut), None)
+        size = self._job_size.pop(id(fut), len(topics))
         if started is not None:
             self._job_seconds.append(time.monotonic() - started)
+            self.sizer.observe(size, time.monotonic() - started)
         for topic in topics:
-            self._runs.pop(topic, None)
-            self.watch.touch(topic)  # a failed run is retried, a backlog that grew meanwhile seen
+            run = self._runs.pop(topic, None)
+            if self.lag_split and run is not None and run.max_lag > 0:  # pruned by _take_job
+                self._lag_topics[topic] = (self.clock(), run.max_lag)
+            self.watch.run_ended(topic)  # a failed run is retried, a backlog that grew meanwhile seen
         if self._closing:
             return
         self._pump()  # the triggers that arrived meanwhile: the next job
@@ -399,8 +429,9 @@ class CompactionMonitor(RunWorker):
             wait = max(0.0, min(started + run - now for started in self._job_started.values()))
         # the jobs already waiting go first (a topic due now is, at best, of the same priority)
         waiting = sum(len(unit) for unit in self._pending)
-        wait += -(-waiting // self.max_job_topics) * run / self.max_runs
-        return wait + run + LAG_SLACK_SECONDS
+        wait += -(-waiting // self._job_cap) * run / self.max_runs
+        # lag topics' jobs split round-robin: a run queued now commits within the model's wait
+        return max(wait + run, self.sizer.last_wait) + LAG_SLACK_SECONDS
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
@@ -429,6 +460,7 @@ class CompactionMonitor(RunWorker):
 
     def forget(self, topic: str) -> None:
         """A deleted topic: drop its service."""
+        self._lag_topics.pop(topic, None)
         service = self._services.pop(topic, None)
         if service is not None:
             service.close()
@@ -522,8 +554,10 @@ class CompactionMonitor(RunWorker):
         busy = set(self._runs)
         lead_ms = int(self.lag_lead_seconds() * 1000)
         join_ms = int(max(self._job_seconds, default=0.0) * 1000)  # one job's length
-        topics = self.watch.take(self.clock(), join_ms / 1000)
+        checked = self.clock()
+        topics = self.watch.take(checked, join_ms / 1000)
         due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
+        timeline = self._due.timeline
         self.checks += 1
         if self._closing:
             return []
@@ -532,6 +566,9 @@ class CompactionMonitor(RunWorker):
             if topic in self._runs:  # triggered by hand while the check looked
                 continue
             run = self._progress(topic, reason, priority, size)
+            run.checked_at = checked
+            run.oldest_ms, due_ms, run.max_lag = timeline.get(topic, (None, int(checked * 1000), 0))
+            run.due_at = due_ms / 1000
             self._runs[topic] = run
             self._pending.append([run])
             triggered.append(topic)

@@ -58,6 +58,28 @@ class RunProgress:
     seq: int = 0  # arrival order in this monitor
     alone: bool = False  # its last run here failed: it gets a job of its own (``compaction_due``)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (``last_run``)
+    # its timeline (clock seconds), for the lag bound: the check that found it due started at
+    # ``checked_at``; by its policy it fell due at ``due_at`` (a maximum lag less the lead); its
+    # oldest uncompacted message then was published at ``oldest_ms``; the job recorded its
+    # outcome at ``committed_at`` (so that message waited ``committed_at - oldest_ms / 1000``)
+    checked_at: float | None = None
+    due_at: float | None = None
+    oldest_ms: int | None = None
+    max_lag: int = 0
+    committed_at: float | None = None
+
+    def deadline(self) -> float:
+        """When it must commit by: with a maximum lag, its oldest uncompacted message's publish
+        time plus that lag; else when it fell due (``compaction_due.unit_order``)."""
+        if self.max_lag > 0 and self.oldest_ms is not None:
+            return self.oldest_ms / 1000 + self.max_lag
+        return self.due_at if self.due_at is not None else self.queued_at
+
+    def lag_at_commit(self) -> float | None:
+        """Seconds its oldest uncompacted message waited for this run's commit (None: unknown)."""
+        if self.committed_at is None or self.oldest_ms is None:
+            return None
+        return max(0.0, self.committed_at - self.oldest_ms / 1000)
 
     def update(self, phase: str, processed: int, total: int, now: float) -> None:
         if phase != self.phase:
@@ -137,7 +159,9 @@ class RunWorker:
                     b.service.close()
                 except Exception:  # pragma: no cover
                     log.exception("closing the compaction service of %s failed", run.topic)
+        committed = self.clock()  # every run of the job committed by now
         for (run, b), outcome in zip(begun, outcomes):
+            run.committed_at = committed
             mark = time.perf_counter()
             if isinstance(outcome, BaseException):
                 self._failed(run, outcome)
@@ -221,11 +245,23 @@ class RunWorker:
         live_after = ml.size_after(result.horizon) if result.horizon is not None else 0
         bytes_in = prev_size + max(0, live_before - live_after)
         try:
-            bytes_out = max(0, self.service_of(topic).stats().size_bytes) if result.horizon is not None else 0
+            bytes_out = self._view_bytes(topic, result) if result.horizon is not None else 0
         except CompactMQError:
             bytes_out = 0
         self.records.succeeded(topic, run.reason, result, bytes_in, bytes_out)
         self._after_compaction(topic, result)
+
+    def _view_bytes(self, topic: str, result: Any) -> int:
+        """The size of the view ``result`` committed: what its run recorded with the commit (the
+        state's details, one metadata read), else the view's own size (opening it: its chain and
+        key sidecar, about 5 ms a topic -- in a joint job of many topics, one after another)."""
+        state = self.service_of(topic).state()
+        view = result.compacted_ledger_id
+        mine = view is not None and getattr(state, "details_of", None) == view
+        recorded = (getattr(state, "details", None) or {}).get("bytes") if mine else None
+        if isinstance(recorded, int) and recorded >= 0:
+            return recorded
+        return max(0, self.service_of(topic).stats().size_bytes)
 
     def _after_compaction(self, topic: str, result: Any) -> None:
         """Run the post-compaction hooks (``compaction.hooks``): a failing one is logged, never

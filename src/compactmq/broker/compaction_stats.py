@@ -47,6 +47,8 @@ class RunRecords:
     def __init__(self) -> None:
         self.stats: dict[str, TopicCompactionStats] = {}
         self.last_runs: dict[str, dict[str, Any]] = {}  # topic -> its last run here
+        self.lag_runs = 0  # successful runs of topics with a maximum lag (tests and benchmarks)
+        self.lag_runs_over_policy = 0  # ... whose oldest message waited longer than the max lag
 
     def failed(self, topic: str, elapsed_ms: int) -> None:
         """Count a failed run of ``elapsed_ms``."""
@@ -100,7 +102,14 @@ class RunRecords:
             "jobGroup": None if failed else _job_of(outcome),
             "queuedAt": int(run.queued_at * 1000),
             "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
+            "timelineMs": _timeline(run),
         }
+        lag = run.lag_at_commit() if not failed else None
+        if lag is not None:
+            self.last_runs[run.topic]["lagAtCommitMs"] = int(lag * 1000)
+            if run.max_lag > 0:
+                self.lag_runs += 1
+                self.lag_runs_over_policy += lag > run.max_lag
         split = getattr(outcome, "engine_seconds", None)
         if callable(split):
             self.last_runs[run.topic]["sparkMs"] = split  # asked of the engine when someone looks
@@ -126,6 +135,23 @@ class RunRecords:
                 last.pop("sparkMs")
             self.last_runs[topic] = last
         return last
+
+
+def _timeline(run: Any) -> dict[str, Optional[int]]:
+    """When the run's topic fell due, was checked, queued, started and committed (epoch ms of the
+    monitor's clock), and when its oldest uncompacted message was published."""
+
+    def ms(t: Optional[float]) -> Optional[int]:
+        return None if t is None else int(t * 1000)
+
+    return {
+        "oldestPublished": run.oldest_ms,
+        "due": ms(run.due_at),
+        "checked": ms(run.checked_at),
+        "queued": ms(run.queued_at),
+        "started": ms(run.started_at),
+        "committed": ms(run.committed_at),
+    }
 
 
 def _job_of(result: Any) -> Optional[str]:

@@ -6,7 +6,10 @@ every interval costs a broker with thousands of mostly idle topics thousands of 
 a minute for nothing. A topic's answer can only change when
 
 * it was **appended to** (its backlog grew): the broker's topics tell this module after each
-  append (``TopicManager.appended_listeners``);
+  append (``TopicManager.appended_listeners``) -- unless only time can make it due (a maximum
+  lag, no threshold, no minimum lag: an append does not change its oldest uncompacted message,
+  its timer says when to look; with many such topics published to all the time, a check would
+  otherwise read every one of them);
 * one of its **policies changed** (``compactionThreshold``, ``compactionMaxLagSeconds``,
   ``compactionMinLagSeconds`` on the topic, its partitioned topic or its namespace): the admin
   API tells the broker's topics, which tell this module (``TopicManager.policy_listeners``);
@@ -52,6 +55,7 @@ class DueWatch:
         #: have to wake earlier than it planned)
         self.on_timer: Optional[Callable[[float], None]] = None
         self._lag_delay: dict[str, float] = {}  # topics with a max lag: seconds from an append to due
+        self._time_only: set[str] = set()  # ... of which only time makes due: appends need no look
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
         self._timers: list[tuple[float, str]] = []  # (when, topic), a heap; stale ones skipped
@@ -64,11 +68,21 @@ class DueWatch:
     # --- sources of change --------------------------------------------------------------------
 
     def touch(self, topic: str) -> None:
-        """``topic`` changed (an append, the end of a run): the next check looks at it; a topic
-        with a maximum lag and no timer gets one (``lag_policy``)."""
+        """``topic`` was appended to: the next check looks at it; a topic with a maximum lag and
+        no timer gets one (``lag_policy``). A topic only time can make due (a maximum lag, no
+        threshold, no minimum lag) is not looked at for an append: its timer says when."""
+        self._touched(topic, append=True)
+
+    def run_ended(self, topic: str) -> None:
+        """A run of ``topic`` ended: the next check looks at it (a failed run is retried, a
+        backlog that grew meanwhile seen)."""
+        self._touched(topic, append=False)
+
+    def _touched(self, topic: str, append: bool) -> None:
         started = None
         with self._lock:
-            self._dirty.add(topic)
+            if not (append and topic in self._time_only):
+                self._dirty.add(topic)
             delay = self._lag_delay.get(topic)
             if delay is not None and topic not in self._timer_at:
                 started = self.clock() + delay
@@ -77,14 +91,19 @@ class DueWatch:
         if started is not None and self.on_timer is not None:
             self.on_timer(started)
 
-    def lag_policy(self, topic: str, delay: Optional[float]) -> None:
+    def lag_policy(self, topic: str, delay: Optional[float], time_only: bool = False) -> None:
         """(the check) ``topic`` falls due ``delay`` seconds after its oldest uncompacted message
-        was published (its maximum lag less a run's lead), None: it has no maximum lag."""
+        was published (its maximum lag less a run's lead), None: it has no maximum lag.
+        ``time_only``: nothing but time can make it due (no threshold, no minimum lag)."""
         with self._lock:
             if delay is None:
                 self._lag_delay.pop(topic, None)
             else:
                 self._lag_delay[topic] = max(0.0, delay)
+            if time_only and delay is not None:
+                self._time_only.add(topic)
+            else:
+                self._time_only.discard(topic)
 
     def has_lag(self, topic: str) -> bool:
         """Whether the last check of ``topic`` found a maximum lag."""
@@ -117,6 +136,7 @@ class DueWatch:
             self._dirty.discard(topic)
             self._timer_at.pop(topic, None)
             self._lag_delay.pop(topic, None)
+            self._time_only.discard(topic)
             try:
                 ns = TopicName.parse(topic).namespace_name
             except Exception:  # noqa: BLE001 - not a topic name: nothing of it is kept

@@ -195,10 +195,23 @@ class LatestTable:
 
     LOAD = 0.6
 
+    #: the smallest table a first chunk gets: a small run (the many small topics of a joint job
+    #: or the in-process engine) then fills a few KiB instead of the full ``capacity``
+    MIN_SLOTS = 1 << 10
+
     def __init__(self, lib, capacity: int = 1 << 17):
         self.lib = lib
         self.count = 0
-        self.table = self._empty(capacity)
+        self.capacity = capacity
+        self.table = self._empty(0)  # sized at the first chunk: at most ``capacity``
+
+    def _first(self, n: int) -> None:
+        """Size the table for a first chunk of ``n`` rows: ``capacity`` slots, or fewer when a
+        quarter of them would hold it (a larger group still grows by doubling)."""
+        slots = self.MIN_SLOTS
+        while slots < self.capacity and 4 * n > self.LOAD * slots:
+            slots *= 2
+        self.table = self._empty(min(slots, self.capacity) if self.capacity > 0 else slots)
 
     @staticmethod
     def _empty(slots: int) -> np.ndarray:
@@ -210,6 +223,8 @@ class LatestTable:
         n = len(pos)
         if not n:
             return
+        if not len(self.table):
+            self._first(n)
         slots = len(self.table)
         if self.count + n > self.LOAD * slots:
             while self.count + n > self.LOAD * slots:
