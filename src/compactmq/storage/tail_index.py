@@ -1,0 +1,187 @@
+"""The open ledger's index, with memory that does not grow with the entries written.
+
+While a ledger is written, the broker keeps each entry's record offset and publish time (8
+bytes each) so that reads of the ledger need no scan. Held in memory as a growing array, that
+is 16 bytes per entry until the ledger rolls over -- and a ledger rolls only once it is older
+than ``managedLedgerMinLedgerRolloverTimeMinutes`` (10 minutes by default), so at 20 k msg/s a
+topic would hold ~190 MB of index, and every busy topic that stays loaded keeps its share:
+resident memory grew round after round.
+
+``SpillingColumn`` is one such column (offsets, or publish times). Values are appended to an
+in-memory tail; each time the tail holds ``CHUNK`` values, that chunk is written (one
+``pwrite``, native int64) to an anonymous temporary file beside the ledgers and dropped from
+memory. Reading a value or a range finds it in the tail or reads its chunk back (``pread``; the
+page cache usually has it), keeping the last few chunks read in a small cache. So a column
+costs at most the tail plus ``CACHED_CHUNKS`` chunks of memory however long the ledger grows,
+and appending costs one write per ``CHUNK`` entries.
+
+Nothing here is durable, nor needs to be: the file has no name (``tempfile.TemporaryFile``),
+disappears with the process, and a ledger left open by a crash is recovered by scanning its
+records (``recovery``), exactly as before. When the ledger is sealed the appender turns the
+column into one numpy array (``to_numpy``) to write the ledger's index file, then closes it.
+
+Callers use a column like the ``array('q')`` it replaces, under the ledger list's lock:
+``len``, ``append``, ``frombytes`` (native int64 bytes), ``col[i]`` (negative too),
+``col[a:b]`` (an int64 numpy array), ``del col[k:]`` (cut back after a failed write), and
+``np.asarray(col)``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from array import array
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+# values per spilled chunk (32 KiB of int64); the tail never holds more than this
+CHUNK = 4096
+# chunks read back that stay in memory (readers of a ledger mostly move forward)
+CACHED_CHUNKS = 2
+_ITEM = 8
+
+
+class SpillingColumn:
+    """An append-only int64 column whose full chunks live in an anonymous file (see the
+    module docstring). Not thread-safe: the ledger list's lock covers every use."""
+
+    __slots__ = ("_dir", "_fd", "_spilled", "_tail", "_cache")
+
+    def __init__(self, spill_dir: str | None = None) -> None:
+        self._dir = spill_dir
+        self._fd = -1  # the spill file, opened at the first full chunk
+        self._spilled = 0  # values in the file (a multiple of CHUNK)
+        self._tail = array("q")
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def __len__(self) -> int:
+        return self._spilled + len(self._tail)
+
+    @property
+    def spilled(self) -> int:
+        """Values held in the file rather than in memory."""
+        return self._spilled
+
+    # --- appending -------------------------------------------------------------------------
+
+    def append(self, value: int) -> None:
+        tail = self._tail
+        tail.append(value)
+        if len(tail) >= CHUNK:
+            self._spill()
+
+    def frombytes(self, data: bytes) -> None:
+        """Append native int64 values given as bytes (``array.frombytes``)."""
+        self._tail.frombytes(data)
+        if len(self._tail) >= CHUNK:
+            self._spill()
+
+    def _spill(self) -> None:
+        tail = self._tail
+        full = len(tail) // CHUNK * CHUNK
+        if self._fd < 0:
+            f = tempfile.TemporaryFile(dir=self._dir)
+            self._fd = os.dup(f.fileno())  # an fd for pread/pwrite, no Python buffering
+            f.close()
+        data = memoryview(tail)[:full].tobytes()
+        offset = self._spilled * _ITEM
+        while data:
+            n = os.pwrite(self._fd, data, offset)
+            data, offset = data[n:], offset + n
+        self._spilled += full
+        del tail[:full]
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step != 1:
+                raise ValueError("SpillingColumn slices take no step")
+            return self._range(start, max(start, stop))
+        n = len(self)
+        i = int(key)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("SpillingColumn index out of range")
+        if i >= self._spilled:
+            return self._tail[i - self._spilled]
+        return int(self._chunk(i // CHUNK)[i % CHUNK])
+
+    def _range(self, lo: int, hi: int) -> np.ndarray:
+        """Values ``[lo, hi)`` as a new int64 array."""
+        parts = []
+        i = lo
+        while i < hi and i < self._spilled:
+            c = i // CHUNK
+            upto = min(hi, (c + 1) * CHUNK)
+            parts.append(self._chunk(c)[i - c * CHUNK : upto - c * CHUNK])
+            i = upto
+        if i < hi:
+            t = self._spilled
+            parts.append(np.frombuffer(self._tail, dtype=np.int64)[i - t : hi - t])
+        if not parts:
+            return np.zeros(0, np.int64)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+    def _chunk(self, c: int) -> np.ndarray:
+        cache = self._cache
+        chunk = cache.get(c)
+        if chunk is not None:
+            cache.move_to_end(c)
+            return chunk
+        want = CHUNK * _ITEM
+        raw = b""
+        while len(raw) < want:
+            got = os.pread(self._fd, want - len(raw), c * want + len(raw))
+            if not got:
+                raise OSError(f"spilled index chunk {c} is short ({len(raw)} of {want} bytes)")
+            raw += got
+        chunk = np.frombuffer(raw, dtype=np.int64)
+        cache[c] = chunk
+        while len(cache) > CACHED_CHUNKS:
+            cache.popitem(last=False)
+        return chunk
+
+    def to_numpy(self) -> np.ndarray:
+        """Every value, as one int64 array (sealing writes the ledger's index from it)."""
+        return self._range(0, len(self))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    # --- cutting back and closing ----------------------------------------------------------
+
+    def __delitem__(self, key: Any) -> None:
+        """Only ``del col[k:]``: drop the values from ``k`` on (a write that failed)."""
+        if not isinstance(key, slice) or key.stop is not None or key.step is not None:
+            raise TypeError("SpillingColumn supports only del col[k:]")
+        k = key.indices(len(self))[0]
+        if k >= self._spilled:
+            del self._tail[k - self._spilled :]
+            return
+        c = k // CHUNK  # bring chunk c back into the tail, then cut
+        kept = self._chunk(c)[: k - c * CHUNK]
+        self._tail = array("q", kept.tobytes())
+        self._spilled = c * CHUNK
+        self._cache.clear()
+        os.ftruncate(self._fd, self._spilled * _ITEM)
+
+    def close(self) -> None:
+        """Release the spill file and the cached chunks (the column stays readable from
+        nothing: use ``to_numpy`` first)."""
+        self._cache.clear()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
