@@ -96,6 +96,11 @@ class SpillingColumn:
     # --- reading ---------------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Any:
+        if key.__class__ is int and key >= 0:  # the common case first: one value
+            s = self._spilled
+            if key >= s:
+                return self._tail[key - s]  # IndexError past the end, like an array
+            return self._chunk(key // CHUNK).item(key % CHUNK)
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
             if step != 1:
