@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from compactmq.storage import tail_index
-from compactmq.storage.tail_index import SpillingColumn
+from compactmq.storage.tail_index import SpillingColumn, column_pair
 
 
 @pytest.fixture
@@ -91,3 +91,20 @@ def test_reopen_after_close(open_storage, small_chunks):
     want = [b"a%d" % i for i in range(21)] + [b"c%d" % i for i in range(19)]
     assert [d for _, d in ml.read_entries(first[0], 100)] == want
     assert ml.last_position() == more[-1]
+
+
+def test_a_ledgers_two_columns_share_one_file(tmp_path, small_chunks):
+    offs, pts = column_pair(str(tmp_path))
+    for i in range(40):
+        offs.append(1000 + i)
+        pts.append(-i)
+    del offs[11:]  # a cut of one column leaves the other's chunks alone
+    offs.frombytes(array("q", range(5000, 5029)).tobytes())
+    assert offs[:].tolist() == list(range(1000, 1011)) + list(range(5000, 5029))
+    assert pts[:].tolist() == [-i for i in range(40)]
+    fd = offs._file.fd
+    assert fd >= 0 and pts._file is offs._file
+    offs.close()
+    os.fstat(fd)  # still open: publish times use it
+    pts.close()
+    assert offs._file.fd == -1  # closed with the last column

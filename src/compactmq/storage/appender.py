@@ -54,7 +54,7 @@ from .ledger_metadata import LedgerMetadata
 from .ledger_state import MiB, LedgerList, LedgerState, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage
 from .position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
-from .tail_index import SpillingColumn
+from .tail_index import SpillingColumn, column_pair
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -339,7 +339,7 @@ class Appender:
         writer = self._storage.create(ledger_id)
         led = LedgerState(ledger_id, LEDGER_OPEN, now)
         spill_dir = getattr(self._storage, "directory", None)  # beside the ledgers (tail_index)
-        led.offsets, led.publish_times = SpillingColumn(spill_dir), SpillingColumn(spill_dir)
+        led.offsets, led.publish_times = column_pair(spill_dir)  # one spill file between them
         led.writer = writer
         led.seq_base = self._ledgers.written_seq
         self._ledgers.add(led)

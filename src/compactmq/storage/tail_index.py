@@ -43,15 +43,57 @@ CACHED_CHUNKS = 2
 _ITEM = 8
 
 
+class SpillFile:
+    """The anonymous file the columns of one ledger share (one file descriptor per spilled
+    ledger, not one per column): column ``lane`` of ``lanes`` keeps its chunk ``c`` at chunk
+    slot ``c * lanes + lane``. Opened at the first spill, closed when every column let go."""
+
+    __slots__ = ("_dir", "fd", "_users")
+
+    def __init__(self, spill_dir: str | None = None, users: int = 1) -> None:
+        self._dir = spill_dir
+        self.fd = -1
+        self._users = users
+
+    def open(self) -> int:
+        if self.fd < 0:
+            f = tempfile.TemporaryFile(dir=self._dir)
+            self.fd = os.dup(f.fileno())  # an fd for pread/pwrite, no Python buffering
+            f.close()
+        return self.fd
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users <= 0 and self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+def column_pair(spill_dir: str | None = None) -> tuple["SpillingColumn", "SpillingColumn"]:
+    """Two columns (a ledger's offsets and publish times) sharing one spill file."""
+    f = SpillFile(spill_dir, users=2)
+    return SpillingColumn(file=f, lane=0, lanes=2), SpillingColumn(file=f, lane=1, lanes=2)
+
+
 class SpillingColumn:
     """An append-only int64 column whose full chunks live in an anonymous file (see the
     module docstring). Not thread-safe: the ledger list's lock covers every use."""
 
-    __slots__ = ("_dir", "_fd", "_spilled", "_tail", "_cache")
+    __slots__ = ("_file", "_lane", "_lanes", "_spilled", "_tail", "_cache", "_closed")
 
-    def __init__(self, spill_dir: str | None = None) -> None:
-        self._dir = spill_dir
-        self._fd = -1  # the spill file, opened at the first full chunk
+    def __init__(
+        self, spill_dir: str | None = None, *, file: SpillFile | None = None, lane: int = 0, lanes: int = 1
+    ) -> None:
+        self._file = file if file is not None else SpillFile(spill_dir)
+        self._lane, self._lanes = lane, lanes
+        self._closed = False
         self._spilled = 0  # values in the file (a multiple of CHUNK)
         self._tail = array("q")
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -81,17 +123,20 @@ class SpillingColumn:
     def _spill(self) -> None:
         tail = self._tail
         full = len(tail) // CHUNK * CHUNK
-        if self._fd < 0:
-            f = tempfile.TemporaryFile(dir=self._dir)
-            self._fd = os.dup(f.fileno())  # an fd for pread/pwrite, no Python buffering
-            f.close()
-        data = memoryview(tail)[:full].tobytes()
-        offset = self._spilled * _ITEM
-        while data:
-            n = os.pwrite(self._fd, data, offset)
-            data, offset = data[n:], offset + n
-        self._spilled += full
+        fd = self._file.open()
+        raw = memoryview(tail)[:full].tobytes()
+        for k in range(0, full, CHUNK):  # each chunk to its slot
+            data = raw[k * _ITEM : (k + CHUNK) * _ITEM]
+            offset = self._slot(self._spilled // CHUNK)
+            while data:
+                n = os.pwrite(fd, data, offset)
+                data, offset = data[n:], offset + n
+            self._spilled += CHUNK
         del tail[:full]
+
+    def _slot(self, c: int) -> int:
+        """File offset of this column's chunk ``c``."""
+        return (c * self._lanes + self._lane) * CHUNK * _ITEM
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -141,7 +186,7 @@ class SpillingColumn:
         want = CHUNK * _ITEM
         raw = b""
         while len(raw) < want:
-            got = os.pread(self._fd, want - len(raw), c * want + len(raw))
+            got = os.pread(self._file.fd, want - len(raw), self._slot(c) + len(raw))
             if not got:
                 raise OSError(f"spilled index chunk {c} is short ({len(raw)} of {want} bytes)")
             raw += got
@@ -173,20 +218,12 @@ class SpillingColumn:
         kept = self._chunk(c)[: k - c * CHUNK]
         self._tail = array("q", kept.tobytes())
         self._spilled = c * CHUNK
-        self._cache.clear()
-        os.ftruncate(self._fd, self._spilled * _ITEM)
+        self._cache.clear()  # the file keeps the old chunks' bytes: overwritten by the next spill
 
     def close(self) -> None:
-        """Release the spill file and the cached chunks (the column stays readable from
-        nothing: use ``to_numpy`` first)."""
+        """Release the spill file (once every column sharing it did) and the cached chunks;
+        read what you need (``to_numpy``) first."""
         self._cache.clear()
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        if getattr(self, "_fd", -1) >= 0:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+        if not self._closed:
+            self._closed = True
+            self._file.release()
