@@ -13,7 +13,8 @@ in-memory tail; each time the tail holds ``CHUNK`` values, that chunk is written
 memory. Reading a value or a range finds it in the tail or reads its chunk back (``pread``; the
 page cache usually has it), keeping the last few chunks read in a small cache. So a column
 costs at most the tail plus ``CACHED_CHUNKS`` chunks of memory however long the ledger grows,
-and appending costs one write per ``CHUNK`` entries.
+and appending costs one write per ``CHUNK`` entries. A ledger's two columns share one file
+(``column_pair``, ``SpillFile``): one file descriptor per open ledger that has spilled.
 
 Nothing here is durable, nor needs to be: the file has no name (``tempfile.TemporaryFile``),
 disappears with the process, and a ledger left open by a crash is recovered by scanning its
