@@ -16,7 +16,10 @@ import threading
 import time
 
 from compactmq.config import load_config
-from compactmq.storage import Storage
+from compactmq.storage import Storage, tail_index
+
+# small spill chunks, so that kills also land while the open ledger's index spills to its file
+tail_index.CHUNK = 16
 
 TOPIC = "persistent://public/default/crash"
 THREADS = 3  # thread 0 uses append_many, the others append

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import threading
 import time
-from array import array
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
@@ -55,6 +54,7 @@ from .ledger_metadata import LedgerMetadata
 from .ledger_state import MiB, LedgerList, LedgerState, os_errors_as_storage_errors
 from .ledger_storage import LedgerStorage
 from .position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
+from .tail_index import SpillingColumn, column_pair
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -338,7 +338,8 @@ class Appender:
         """Create a ledger already recorded OPEN, and make it current."""
         writer = self._storage.create(ledger_id)
         led = LedgerState(ledger_id, LEDGER_OPEN, now)
-        led.offsets, led.publish_times = array("q"), array("q")
+        spill_dir = getattr(self._storage, "directory", None)  # beside the ledgers (tail_index)
+        led.offsets, led.publish_times = column_pair(spill_dir)  # one spill file between them
         led.writer = writer
         led.seq_base = self._ledgers.written_seq
         self._ledgers.add(led)
@@ -446,5 +447,10 @@ class Appender:
 
 
 def _frozen(values) -> np.ndarray:
-    """A sealed ledger's growing ``array('q')`` as an immutable-sized int64 numpy array."""
+    """A sealed ledger's growing column (``SpillingColumn``, or an ``array('q')``) as one
+    int64 numpy array; a column's spill file is released."""
+    if isinstance(values, SpillingColumn):
+        out = values.to_numpy()
+        values.close()
+        return out
     return np.frombuffer(values, dtype=np.int64).copy() if len(values) else np.zeros(0, np.int64)
