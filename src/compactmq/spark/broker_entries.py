@@ -22,17 +22,20 @@ socket per task:
 5. stop at the split's end id or the last id, CLOSE_CONSUMER, close the socket.
 
 A compacted entry may hold ``compacted_out`` placeholders; the broker sends the entry as stored and
-``parse_entries`` skips them, as the client would. Only what needs nothing more than a plain TCP
-connection is read this way: a ``pulsar+ssl://`` URL, an authentication plugin or TLS options, or a
-broker that redirects the lookup make ``open_reader`` raise ``Unsupported`` before anything is
+``parse_entries`` skips them, as the client would. A ``pulsar+ssl://`` URL, TLS options and token,
+basic or TLS authentication are applied here (``broker_connect``: the same ``pulsar.client.*``
+options as the official client, credentials never in an error); another authentication plugin or
+a broker that redirects the lookup make ``open_reader`` raise ``Unsupported`` before anything is
 read, and the caller reads the split with the official client instead (``source.read_split_batches``).
+A broker that refuses the credential or the role fails the read with one line naming the options
+to set (``BrokerReadError``), as the official client path would.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
-import socket
+import ssl
 import uuid
 from collections.abc import Iterator
 
@@ -42,44 +45,27 @@ from ..errors import CompactMQError
 from ..protocol import commands
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.frames import FrameDecoder, encode_command, metadata_fields
+from .broker_connect import Connection, Unsupported, connection
 from .plan import Split
 
 CHUNK_ENTRIES = 2048
 CHUNK_BYTES = 4 << 20
 PERMITS = 20_000  # messages granted at a time (a batch entry counts as its messages)
-TIMEOUT_S = 60.0  # no frame for this long while messages are due: the read fails (never ends short)
 T = pb.BaseCommand.Type
-
-
-class Unsupported(CompactMQError):
-    """This connection needs more than this reader speaks (TLS, authentication, a redirect)."""
+CLIENT_VERSION = "compactmq-spark"
 
 
 class BrokerReadError(CompactMQError):
     """The broker refused or broke off the read."""
 
 
-def _address(service_url: str) -> tuple[str, int]:
-    if not service_url.startswith("pulsar://"):
-        raise Unsupported(f"{service_url}: only pulsar:// is read as entries")
-    rest = service_url[len("pulsar://") :].rstrip("/")
-    if "," in rest:
-        rest = rest.split(",", 1)[0]
-    host, _, port = rest.rpartition(":")
-    return (host or rest, int(port) if port.isdigit() else 6650)
-
-
 class EntryReader:
     """One non-durable subscription read as raw entries over one socket."""
 
-    def __init__(self, service_url: str, client_options: dict, topic: str, start: tuple, compacted: bool):
-        if client_options:
-            raise Unsupported(
-                "pulsar.client.* options (authentication, TLS) are read with the official client"
-            )
-        self.address = _address(service_url)
+    def __init__(self, conn: Connection, topic: str, start: tuple, compacted: bool):
+        self.conn = conn
         self.topic = topic
-        self.sock = socket.create_connection(self.address, timeout=TIMEOUT_S)
+        self.sock = conn.open()
         self.decoder = FrameDecoder(64 << 20)
         self.pending: collections.deque = collections.deque()
         self.start = (int(start[0]), int(start[1]))
@@ -104,38 +90,75 @@ class EntryReader:
             self.pending.extend(self.decoder.feed(data))
         return self.pending.popleft()
 
+    def control(self, cmd) -> bool:
+        """Answer a frame that is no reply (PING, AUTH_CHALLENGE); False: not one of those."""
+        if cmd.type == T.PING:
+            self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
+        elif cmd.type == T.AUTH_CHALLENGE:  # an expiring credential: send it again (as the client)
+            self.send(
+                pb.BaseCommand(
+                    type=T.AUTH_RESPONSE,
+                    authResponse=pb.CommandAuthResponse(
+                        client_version=CLIENT_VERSION,
+                        protocol_version=commands.PROTOCOL_VERSION,
+                        response=pb.AuthData(
+                            auth_method_name=self.conn.method or "none", auth_data=self.conn.credential
+                        ),
+                    ),
+                )
+            )
+        elif cmd.type != T.ACTIVE_CONSUMER_CHANGE:
+            return False
+        return True
+
+    def refused(self, code: int, message: str, what: str) -> BrokerReadError:
+        """One line for a refusal, naming the options to set (and never the credential)."""
+        name = pb.ServerError.Name(code) if code in pb.ServerError.values() else str(code)
+        hint = ""
+        if code == pb.AuthenticationError:
+            hint = (
+                " (check pulsar.client.authParams)"
+                if self.conn.method
+                else " (the broker requires authentication: set pulsar.client.authPluginClassName "
+                "and pulsar.client.authParams)"
+            )
+        elif code == pb.AuthorizationError:
+            hint = " (the role needs the consume permission on the topic's namespace)"
+        return BrokerReadError(self.conn.scrub(f"{self.topic}: {what} refused: {name} {message}{hint}"))
+
     def answer(self, request_id: int, *types: int):
         """The reply to request ``request_id`` (PINGs answered, anything else unexpected)."""
         while True:
             frame = self.next_frame()
             cmd = frame.command
-            if cmd.type == T.PING:
-                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
-                continue
             if cmd.type == T.ERROR and cmd.error.request_id == request_id:
-                raise BrokerReadError(
-                    f"{self.topic}: {pb.ServerError.Name(cmd.error.error)} {cmd.error.message}"
-                )
+                raise self.refused(cmd.error.error, cmd.error.message, T.Name(types[0]))
             if cmd.type in types:
                 return cmd
-            if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
-                continue
-            raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
+            if not self.control(cmd):
+                raise BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
+
+    def _connect(self) -> None:
+        connect = pb.CommandConnect(
+            client_version=CLIENT_VERSION,
+            protocol_version=commands.PROTOCOL_VERSION,
+            feature_flags=pb.FeatureFlags(supports_auth_refresh=True),
+        )
+        if self.conn.method:
+            connect.auth_method_name = self.conn.method
+            connect.auth_data = self.conn.credential
+        self.send(pb.BaseCommand(type=T.CONNECT, connect=connect))
+        cmd = self.next_frame().command
+        while cmd.type == T.AUTH_CHALLENGE or cmd.type == T.PING:
+            self.control(cmd)
+            cmd = self.next_frame().command
+        if cmd.type == T.ERROR:
+            raise self.refused(cmd.error.error, cmd.error.message, "CONNECT")
+        if cmd.type != T.CONNECTED:
+            raise Unsupported(f"{self.topic}: CONNECT answered {T.Name(cmd.type)}")
 
     def _handshake(self, start: tuple, compacted: bool) -> None:
-        self.send(
-            pb.BaseCommand(
-                type=T.CONNECT,
-                connect=pb.CommandConnect(
-                    client_version="compactmq-spark", protocol_version=commands.PROTOCOL_VERSION
-                ),
-            )
-        )
-        frame = self.next_frame()
-        if frame.command.type != T.CONNECTED:
-            raise Unsupported(
-                f"{self.topic}: CONNECT answered {pb.BaseCommand.Type.Name(frame.command.type)}"
-            )
+        self._connect()
         rid = next(self.ids)
         self.send(
             pb.BaseCommand(
@@ -144,6 +167,8 @@ class EntryReader:
             )
         )
         lookup = self.answer(rid, T.LOOKUP_RESPONSE).lookupTopicResponse
+        if lookup.response == pb.CommandLookupTopicResponse.Failed:
+            raise self.refused(lookup.error, lookup.message, "LOOKUP")
         if lookup.response != pb.CommandLookupTopicResponse.Connect or lookup.proxy_through_service_url:
             raise Unsupported(f"{self.topic}: the lookup redirects (read with the official client)")
         rid = next(self.ids)
@@ -190,15 +215,14 @@ class EntryReader:
         while True:
             frame = self.next_frame()
             cmd = frame.command
-            if cmd.type == T.PING:
-                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
-                continue
             if cmd.type != T.MESSAGE:
-                if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
+                if self.control(cmd):
                     continue
                 if cmd.type == T.CLOSE_CONSUMER:
                     raise BrokerReadError(f"{self.topic}: the broker closed the consumer")
-                raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
+                if cmd.type == T.ERROR:
+                    raise self.refused(cmd.error.error, cmd.error.message, "the read")
+                raise BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
             mid = cmd.message.message_id
             pos = (commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
             if pos >= end:
@@ -246,10 +270,16 @@ def open_reader(split: Split, service_url: str, client_options: dict) -> EntryRe
     """A reader positioned at the split's start (``Unsupported``: read it with the official client)."""
     start, _ = bounds(split)
     compacted = split.kind == "compacted" and split.view != "raw"
+    conn = connection(service_url, client_options)
     try:
-        return EntryReader(service_url, client_options, split.topic, start, compacted)
+        return EntryReader(conn, split.topic, start, compacted)
+    except ssl.SSLCertVerificationError as e:
+        raise BrokerReadError(
+            f"broker {conn.host}:{conn.port}: the TLS certificate was refused ({e.verify_message}; "
+            "check pulsar.client.tlsTrustCertsFilePath and tlsHostnameVerificationEnable)"
+        ) from None
     except OSError as e:
-        raise BrokerReadError(f"broker {service_url}: {e}") from None
+        raise BrokerReadError(conn.scrub(f"broker {conn.host}:{conn.port}: {e}")) from None
 
 
 def read_split_columns(reader: EntryReader, split: Split, properties: bool = True) -> Iterator:
