@@ -14,11 +14,12 @@ socket per task:
    ``read_compacted`` for a compacted split;
 3. GET_LAST_MESSAGE_ID: the last message this consumer can receive (for a read-compacted consumer,
    the broker answers the last one of its view), so the read knows when it has everything;
-4. FLOW permits, then MESSAGE frames: their entries are gathered into chunks of up to
-   ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries`` call;
-   permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as the
-   broker counts them) and handed back ``PERMITS`` at a time once half are used, so the broker
-   keeps a chunk or more in flight while one is parsed (TCP's window bounds the rest);
+4. FLOW permits, then MESSAGE frames, received in bulk (``entry_stream``: frames walked in one
+   receive buffer, no object per message): their entries are gathered into chunks of up to
+   ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries``
+   call; permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as
+   the broker counts them) in a window of ``PERMITS`` sized for throughput, topped up once half
+   are used (the broker's write buffer and TCP's window bound what is in flight);
 5. stop at the split's end id or the last id, CLOSE_CONSUMER, close the socket.
 
 A compacted entry may hold ``compacted_out`` placeholders; the broker sends the entry as stored and
@@ -39,18 +40,19 @@ import ssl
 import uuid
 from collections.abc import Iterator
 
-import numpy as np
-
 from ..errors import CompactMQError
 from ..protocol import commands
 from ..protocol import pulsar_pb2 as pb
-from ..protocol.frames import FrameDecoder, encode_command, metadata_fields
+from ..protocol.frames import FrameDecoder, encode_command
 from .broker_connect import Connection, Unsupported, connection
+from .entry_stream import Chunk, EntryStream
 from .plan import Split
 
 CHUNK_ENTRIES = 2048
 CHUNK_BYTES = 4 << 20
-PERMITS = 20_000  # messages granted at a time (a batch entry counts as its messages)
+# messages granted at a time (a batch entry counts as its messages): a window for throughput, the
+# broker's write buffer bounds what is in flight (see entry_stream)
+PERMITS = 1_000_000
 T = pb.BaseCommand.Type
 CLIENT_VERSION = "compactmq-spark"
 
@@ -202,39 +204,29 @@ class EntryReader:
             )
         )
 
-    def entries(self, stop: tuple) -> Iterator[tuple[int, int, bytes]]:
-        """``(ledger, entry, bytes)`` from the start until ``stop`` (exclusive, ``(ledger, entry)``)
-        or the last receivable entry, whichever comes first."""
+    def chunks(self, stop: tuple) -> Iterator[Chunk]:
+        """``entry_stream.Chunk`` s of the entries from the start until ``stop`` (exclusive,
+        ``(ledger, entry)``) or the last receivable entry, whichever comes first."""
         if self.last is None:
             return
         end = min(tuple(stop), (self.last[0], self.last[1] + 1))
         if max(self.start, (0, 0)) >= end:
             return
-        self.flow(PERMITS)
-        granted = PERMITS
-        while True:
-            frame = self.next_frame()
-            cmd = frame.command
-            if cmd.type != T.MESSAGE:
-                if self.control(cmd):
-                    continue
-                if cmd.type == T.CLOSE_CONSUMER:
-                    raise BrokerReadError(f"{self.topic}: the broker closed the consumer")
-                if cmd.type == T.ERROR:
-                    raise self.refused(cmd.error.error, cmd.error.message, "the read")
-                raise BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
-            mid = cmd.message.message_id
-            pos = (commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
-            if pos >= end:
-                return
-            yield pos[0], pos[1], frame.entry
-            # the broker counts a permit per message: a batch entry uses as many as it holds
-            granted -= messages_in(frame.entry)
-            if granted < PERMITS // 2:  # top the window back up to PERMITS (it may be negative)
-                self.flow(PERMITS - granted)
-                granted = PERMITS
-            if (pos[0], pos[1] + 1) >= end:
-                return
+        while self.pending:  # frames that came with the handshake's answers (a PING, say)
+            cmd = self.pending.popleft().command
+            if not self.control(cmd):
+                raise self._unexpected(cmd)
+        # the handshake's decoder may hold the start of a frame: the stream goes on from there
+        leftover = bytes(self.decoder._buffer)  # noqa: SLF001
+        stream = EntryStream(self.sock, leftover, self.control, self._unexpected, self.flow)
+        yield from stream.chunks(end, PERMITS, CHUNK_ENTRIES, CHUNK_BYTES)
+
+    def _unexpected(self, cmd) -> BrokerReadError:
+        if cmd.type == T.CLOSE_CONSUMER:
+            return BrokerReadError(f"{self.topic}: the broker closed the consumer")
+        if cmd.type == T.ERROR:
+            return self.refused(cmd.error.error, cmd.error.message, "the read")
+        return BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
 
     def close(self) -> None:
         try:
@@ -244,14 +236,6 @@ class EntryReader:
             pass
         finally:
             self.sock.close()
-
-
-def messages_in(entry: bytes) -> int:
-    """Messages of an entry as the broker counts permits (a batch: its ``num_messages_in_batch``)."""
-    try:
-        return max(1, int(metadata_fields(entry).num_messages_in_batch))
-    except CompactMQError:  # an entry that does not parse: parse_entries will say so
-        return 1
 
 
 def bounds(split: Split) -> tuple[tuple, tuple]:
@@ -285,35 +269,26 @@ def open_reader(split: Split, service_url: str, client_options: dict) -> EntryRe
 def read_split_columns(reader: EntryReader, split: Split, properties: bool = True) -> Iterator:
     """``entry_columns.MessageColumns`` of the split, chunk by chunk, within its bounds (without
     the properties when ``properties`` is False)."""
-    import functools
-
-    from . import entry_columns
-
-    parse_entries = functools.partial(entry_columns.parse_entries, properties=properties)
+    from .entry_columns import parse_entries
 
     _, stop = bounds(split)
     try:
-        chunk: list = []
-        size = 0
-        for item in reader.entries(stop):
-            chunk.append(item)
-            size += len(item[2])
-            if len(chunk) >= CHUNK_ENTRIES or size >= CHUNK_BYTES:
-                yield _parsed(chunk, split, parse_entries)
-                chunk, size = [], 0
-        if chunk:
-            yield _parsed(chunk, split, parse_entries)
+        for c in reader.chunks(stop):
+            cols = parse_entries(
+                c.data,
+                c.offsets,
+                c.lengths,
+                c.ledger_ids,
+                c.entry_ids,
+                split.start_time,
+                split.end_time,
+                properties=properties,
+            )
+            keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
+            yield cols if keep.all() else cols.take(keep)
+    except OSError as e:  # a timeout, a reset, a broken stream
+        raise BrokerReadError(
+            reader.conn.scrub(f"{split.topic}: reading from the broker failed: {e}")
+        ) from None
     finally:
         reader.close()
-
-
-def _parsed(chunk: list, split: Split, parse_entries):
-    lids = np.fromiter((c[0] for c in chunk), np.int64, len(chunk))
-    eids = np.fromiter((c[1] for c in chunk), np.int64, len(chunk))
-    lens = np.fromiter((len(c[2]) for c in chunk), np.int64, len(chunk))
-    offs = np.zeros(len(chunk), np.int64)
-    np.cumsum(lens[:-1], out=offs[1:])
-    buf = np.frombuffer(b"".join(c[2] for c in chunk), np.uint8)
-    cols = parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
-    keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
-    return cols if keep.all() else cols.take(keep)
