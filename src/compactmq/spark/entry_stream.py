@@ -23,13 +23,16 @@ import struct
 from collections.abc import Callable, Iterator
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from ..errors import CompactMQError
-from ..protocol import commands, wire
+from ..protocol import wire
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.frames import decode_command, metadata_fields
 
 _U32 = struct.Struct(">I")
+_SIGN, _WRAP = 1 << 63, 1 << 64
+_scan_metadata = wire.IMPLEMENTATION.scan_metadata  # the C scanner when built: no object
 MESSAGE = pb.BaseCommand.MESSAGE
 RECV_BYTES = 8 << 20  # the receive buffer's starting size (it grows for a larger frame)
 MAX_FRAME = 256 << 20  # a larger frame is a broken stream (the broker's limit is ~5 MB)
@@ -39,11 +42,13 @@ def messages_in(buf, start: int, end: int) -> int:
     """Messages of the entry ``buf[start:end]`` as the broker counts permits (a batch: its
     ``num_messages_in_batch``), read off the wire; an entry that does not parse counts 1
     (``parse_entries`` says what is wrong with it)."""
-    bounds = wire.metadata_bounds(memoryview(buf)[start:end])
-    if bounds is not None:
-        fields = wire.scan_metadata(buf, start + bounds[0], start + bounds[1])
-        if fields is not None:
-            return max(1, int(fields.num_messages_in_batch))
+    at = start + 6 if end - start >= 6 and buf[start] == 0x0E and buf[start + 1] == 0x01 else start
+    if end - at >= 4:
+        (size,) = _U32.unpack_from(buf, at)
+        if size <= end - at - 4:
+            fields = _scan_metadata(buf, at + 4, at + 4 + size)  # a tuple, in MetadataFields' order
+            if fields is not None:
+                return max(1, int(fields[1]))  # num_messages_in_batch
     try:
         return max(1, int(metadata_fields(bytes(buf[start:end])).num_messages_in_batch))
     except CompactMQError:
@@ -76,6 +81,9 @@ class EntryStream:
         self.buf[: len(leftover)] = leftover
         self.filled = len(leftover)
         self.pos = 0  # the first byte not yet walked
+        self.cmd = pb.BaseCommand()  # reused for every MESSAGE command
+        self.permits = self.granted = 0
+        self.done = False
 
     def _receive(self, compact: bool) -> None:
         """More bytes at ``filled``; with ``compact``, the walked ones dropped first (and the
@@ -95,49 +103,67 @@ class EntryStream:
     def chunks(self, end: tuple, permits: int, chunk_entries: int, chunk_bytes: int) -> Iterator[Chunk]:
         """Chunks of the entries before ``end`` (``(ledger, entry)``, exclusive), the last one
         included; permits granted ``permits`` at a time."""
+        self.permits = self.granted = permits
         self.flow(permits)
-        granted = permits
-        done = False
-        while not done:
-            starts: list = []
-            lens: list = []
-            lids: list = []
-            eids: list = []
-            first = -1  # where the chunk's bytes start in ``buf``
-            while not done and len(starts) < chunk_entries and (first < 0 or self.pos - first < chunk_bytes):
-                frame = self._frame()
-                if frame is None:
-                    # more bytes after the chunk's own; a full buffer is compacted (which moves
-                    # them) only once they are handed on
-                    if first >= 0 and self.filled == len(self.buf):
-                        break
-                    self._receive(compact=first < 0)
-                    continue
-                cmd_start, cmd_end, frame_end = frame
-                with memoryview(self.buf) as view:
-                    cmd = decode_command(view[cmd_start:cmd_end])
-                if cmd.type != MESSAGE or cmd_end == frame_end:
-                    if not self.control(cmd):
-                        raise self.fail(cmd)
-                    continue
-                mid = cmd.message.message_id
-                pos = (commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
-                if pos >= end:
-                    done = True
+        self.done = False
+        while not self.done:
+            chunk = self._collect((int(end[0]), int(end[1])), chunk_entries, chunk_bytes)
+            if chunk is not None:
+                yield chunk
+
+    def _collect(self, end: tuple[int, int], chunk_entries: int, chunk_bytes: int) -> Chunk | None:
+        """The next chunk (None: none before ``end``); sets ``done`` at the end. The hot loop:
+        per entry, a parse of the small MESSAGE command into one reused object, its permits off
+        the wire, four appends."""
+        starts: list = []
+        lens: list = []
+        lids: list = []
+        eids: list = []
+        first = -1  # where the chunk's bytes start in ``buf``
+        buf, cmd = self.buf, self.cmd
+        end_l, end_e = end
+        while len(starts) < chunk_entries and (first < 0 or self.pos - first < chunk_bytes):
+            frame = self._frame()
+            if frame is None:
+                # more bytes after the chunk's own; a full buffer is compacted (which moves
+                # them) only once they are handed on
+                if first >= 0 and self.filled == len(buf):
                     break
-                if first < 0:
-                    first = cmd_end
-                starts.append(cmd_end)
-                lens.append(frame_end - cmd_end)
-                lids.append(pos[0])
-                eids.append(pos[1])
-                granted -= messages_in(self.buf, cmd_end, frame_end)
-                if granted < permits // 2:  # top the window back up (it may be negative)
-                    self.flow(permits - granted)
-                    granted = permits
-                done = (pos[0], pos[1] + 1) >= end
-            if starts:
-                yield self._chunk(first, starts, lens, lids, eids)
+                self._receive(compact=first < 0)
+                continue
+            cmd_start, cmd_end, frame_end = frame
+            try:
+                cmd.ParseFromString(buf[cmd_start:cmd_end])
+            except DecodeError:
+                raise ConnectionError("an undecodable command from the broker") from None
+            if cmd.type != MESSAGE or cmd_end == frame_end or not cmd.message.HasField("message_id"):
+                full = decode_command(bytes(buf[cmd_start:cmd_end]))  # validated, as any other frame
+                if not self.control(full):
+                    raise self.fail(full)
+                continue
+            mid = cmd.message.message_id
+            lid, eid = mid.ledgerId, mid.entryId
+            if lid >= _SIGN:  # unsigned on the wire
+                lid -= _WRAP
+            if eid >= _SIGN:
+                eid -= _WRAP
+            if lid > end_l or (lid == end_l and eid >= end_e):
+                self.done = True
+                break
+            if first < 0:
+                first = cmd_end
+            starts.append(cmd_end)
+            lens.append(frame_end - cmd_end)
+            lids.append(lid)
+            eids.append(eid)
+            self.granted -= messages_in(buf, cmd_end, frame_end)
+            if self.granted < self.permits // 2:  # top the window back up (it may be negative)
+                self.flow(self.permits - self.granted)
+                self.granted = self.permits
+            if lid > end_l or (lid == end_l and eid + 1 >= end_e):
+                self.done = True
+                break
+        return self._chunk(first, starts, lens, lids, eids) if starts else None
 
     def _frame(self) -> tuple[int, int, int] | None:
         """``(command start, command end, frame end)`` of the next complete frame, walked past;
