@@ -28,7 +28,8 @@ Reads go through the broker (``service.url`` and, for splitting by ledger and sc
 that reads compaction's output), ``entry_columns`` and ``arrow_columns`` (entries straight to
 Arrow columns: the direct path's raw and compacted splits), ``messages`` and ``values`` (entries
 to rows, then Arrow: ``latest`` and the official client's path), ``broker_entries`` (whole entries
-through the broker, parsed as columns), ``pushdown`` (filters Spark pushes) and ``prune`` (what
+through the broker, parsed as columns; ``entry_stream`` receives them in bulk, ``broker_connect``
+opens its TLS and authenticated connection), ``pushdown`` (filters Spark pushes) and ``prune`` (what
 they let the planner skip), ``source``
 (the batch reader), ``stream`` (the streaming reader), ``writer`` (batch and streaming writes),
 ``export`` (the compacted view as a Parquet / Delta / Iceberg table).

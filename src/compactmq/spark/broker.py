@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 from ..errors import CompactMQError, InvalidConfiguration, TopicNotFound
 from .messages import Message
-from .options import admin_headers, admin_ssl_context, client_kwargs
+from .options import ClientOptions, admin_headers, admin_ssl_context, client_kwargs
 from .plan import Layout, Split
 from .values import TopicSchema
 
@@ -66,7 +66,7 @@ class BrokerBackend:
     def __init__(self, service_url: str, admin_url: str | None, client_options: dict):
         self.service_url = service_url
         self.admin_url = admin_url.rstrip("/") if admin_url else None
-        self.client_options = dict(client_options)
+        self.client_options = ClientOptions(client_options)  # its repr hides authParams
         self.headers = admin_headers(client_options)
         self.ssl_context = admin_ssl_context(client_options)
         self._client = None

@@ -14,72 +14,60 @@ socket per task:
    ``read_compacted`` for a compacted split;
 3. GET_LAST_MESSAGE_ID: the last message this consumer can receive (for a read-compacted consumer,
    the broker answers the last one of its view), so the read knows when it has everything;
-4. FLOW permits, then MESSAGE frames: their entries are gathered into chunks of up to
-   ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries`` call;
-   permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as the
-   broker counts them) and handed back ``PERMITS`` at a time once half are used, so the broker
-   keeps a chunk or more in flight while one is parsed (TCP's window bounds the rest);
+4. FLOW permits, then MESSAGE frames, received in bulk (``entry_stream``: frames walked in one
+   receive buffer, no object per message): their entries are gathered into chunks of up to
+   ``CHUNK_ENTRIES`` entries / ``CHUNK_BYTES`` bytes, and each chunk is one ``parse_entries``
+   call; permits are counted per message (a batch entry uses its ``num_messages_in_batch``, as
+   the broker counts them) in a window of ``PERMITS`` sized for throughput, topped up once half
+   are used (the broker's write buffer and TCP's window bound what is in flight);
 5. stop at the split's end id or the last id, CLOSE_CONSUMER, close the socket.
 
 A compacted entry may hold ``compacted_out`` placeholders; the broker sends the entry as stored and
-``parse_entries`` skips them, as the client would. Only what needs nothing more than a plain TCP
-connection is read this way: a ``pulsar+ssl://`` URL, an authentication plugin or TLS options, or a
-broker that redirects the lookup make ``open_reader`` raise ``Unsupported`` before anything is
+``parse_entries`` skips them, as the client would. A ``pulsar+ssl://`` URL, TLS options and token,
+basic or TLS authentication are applied here (``broker_connect``: the same ``pulsar.client.*``
+options as the official client, credentials never in an error); another authentication plugin or
+a broker that redirects the lookup make ``open_reader`` raise ``Unsupported`` before anything is
 read, and the caller reads the split with the official client instead (``source.read_split_batches``).
+A broker that refuses the credential or the role fails the read with one line naming the options
+to set (``BrokerReadError``), as the official client path would.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
-import socket
+import ssl
 import uuid
 from collections.abc import Iterator
-
-import numpy as np
 
 from ..errors import CompactMQError
 from ..protocol import commands
 from ..protocol import pulsar_pb2 as pb
-from ..protocol.frames import FrameDecoder, encode_command, metadata_fields
+from ..protocol.frames import FrameDecoder, encode_command
+from .broker_connect import Connection, Unsupported, connection
+from .entry_stream import Chunk, EntryStream
 from .plan import Split
 
 CHUNK_ENTRIES = 2048
 CHUNK_BYTES = 4 << 20
-PERMITS = 20_000  # messages granted at a time (a batch entry counts as its messages)
-TIMEOUT_S = 60.0  # no frame for this long while messages are due: the read fails (never ends short)
+# messages granted at a time (a batch entry counts as its messages): a window for throughput, the
+# broker's write buffer bounds what is in flight (see entry_stream)
+PERMITS = 1_000_000
 T = pb.BaseCommand.Type
-
-
-class Unsupported(CompactMQError):
-    """This connection needs more than this reader speaks (TLS, authentication, a redirect)."""
+CLIENT_VERSION = "compactmq-spark"
 
 
 class BrokerReadError(CompactMQError):
     """The broker refused or broke off the read."""
 
 
-def _address(service_url: str) -> tuple[str, int]:
-    if not service_url.startswith("pulsar://"):
-        raise Unsupported(f"{service_url}: only pulsar:// is read as entries")
-    rest = service_url[len("pulsar://") :].rstrip("/")
-    if "," in rest:
-        rest = rest.split(",", 1)[0]
-    host, _, port = rest.rpartition(":")
-    return (host or rest, int(port) if port.isdigit() else 6650)
-
-
 class EntryReader:
     """One non-durable subscription read as raw entries over one socket."""
 
-    def __init__(self, service_url: str, client_options: dict, topic: str, start: tuple, compacted: bool):
-        if client_options:
-            raise Unsupported(
-                "pulsar.client.* options (authentication, TLS) are read with the official client"
-            )
-        self.address = _address(service_url)
+    def __init__(self, conn: Connection, topic: str, start: tuple, compacted: bool):
+        self.conn = conn
         self.topic = topic
-        self.sock = socket.create_connection(self.address, timeout=TIMEOUT_S)
+        self.sock = conn.open()
         self.decoder = FrameDecoder(64 << 20)
         self.pending: collections.deque = collections.deque()
         self.start = (int(start[0]), int(start[1]))
@@ -104,38 +92,75 @@ class EntryReader:
             self.pending.extend(self.decoder.feed(data))
         return self.pending.popleft()
 
+    def control(self, cmd) -> bool:
+        """Answer a frame that is no reply (PING, AUTH_CHALLENGE); False: not one of those."""
+        if cmd.type == T.PING:
+            self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
+        elif cmd.type == T.AUTH_CHALLENGE:  # an expiring credential: send it again (as the client)
+            self.send(
+                pb.BaseCommand(
+                    type=T.AUTH_RESPONSE,
+                    authResponse=pb.CommandAuthResponse(
+                        client_version=CLIENT_VERSION,
+                        protocol_version=commands.PROTOCOL_VERSION,
+                        response=pb.AuthData(
+                            auth_method_name=self.conn.method or "none", auth_data=self.conn.credential
+                        ),
+                    ),
+                )
+            )
+        elif cmd.type != T.ACTIVE_CONSUMER_CHANGE:
+            return False
+        return True
+
+    def refused(self, code: int, message: str, what: str) -> BrokerReadError:
+        """One line for a refusal, naming the options to set (and never the credential)."""
+        name = pb.ServerError.Name(code) if code in pb.ServerError.values() else str(code)
+        hint = ""
+        if code == pb.AuthenticationError:
+            hint = (
+                " (check pulsar.client.authParams)"
+                if self.conn.method
+                else " (the broker requires authentication: set pulsar.client.authPluginClassName "
+                "and pulsar.client.authParams)"
+            )
+        elif code == pb.AuthorizationError:
+            hint = " (the role needs the consume permission on the topic's namespace)"
+        return BrokerReadError(self.conn.scrub(f"{self.topic}: {what} refused: {name} {message}{hint}"))
+
     def answer(self, request_id: int, *types: int):
         """The reply to request ``request_id`` (PINGs answered, anything else unexpected)."""
         while True:
             frame = self.next_frame()
             cmd = frame.command
-            if cmd.type == T.PING:
-                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
-                continue
             if cmd.type == T.ERROR and cmd.error.request_id == request_id:
-                raise BrokerReadError(
-                    f"{self.topic}: {pb.ServerError.Name(cmd.error.error)} {cmd.error.message}"
-                )
+                raise self.refused(cmd.error.error, cmd.error.message, T.Name(types[0]))
             if cmd.type in types:
                 return cmd
-            if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
-                continue
-            raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
+            if not self.control(cmd):
+                raise BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
+
+    def _connect(self) -> None:
+        connect = pb.CommandConnect(
+            client_version=CLIENT_VERSION,
+            protocol_version=commands.PROTOCOL_VERSION,
+            feature_flags=pb.FeatureFlags(supports_auth_refresh=True),
+        )
+        if self.conn.method:
+            connect.auth_method_name = self.conn.method
+            connect.auth_data = self.conn.credential
+        self.send(pb.BaseCommand(type=T.CONNECT, connect=connect))
+        cmd = self.next_frame().command
+        while cmd.type == T.AUTH_CHALLENGE or cmd.type == T.PING:
+            self.control(cmd)
+            cmd = self.next_frame().command
+        if cmd.type == T.ERROR:
+            raise self.refused(cmd.error.error, cmd.error.message, "CONNECT")
+        if cmd.type != T.CONNECTED:
+            raise Unsupported(f"{self.topic}: CONNECT answered {T.Name(cmd.type)}")
 
     def _handshake(self, start: tuple, compacted: bool) -> None:
-        self.send(
-            pb.BaseCommand(
-                type=T.CONNECT,
-                connect=pb.CommandConnect(
-                    client_version="compactmq-spark", protocol_version=commands.PROTOCOL_VERSION
-                ),
-            )
-        )
-        frame = self.next_frame()
-        if frame.command.type != T.CONNECTED:
-            raise Unsupported(
-                f"{self.topic}: CONNECT answered {pb.BaseCommand.Type.Name(frame.command.type)}"
-            )
+        self._connect()
         rid = next(self.ids)
         self.send(
             pb.BaseCommand(
@@ -144,6 +169,8 @@ class EntryReader:
             )
         )
         lookup = self.answer(rid, T.LOOKUP_RESPONSE).lookupTopicResponse
+        if lookup.response == pb.CommandLookupTopicResponse.Failed:
+            raise self.refused(lookup.error, lookup.message, "LOOKUP")
         if lookup.response != pb.CommandLookupTopicResponse.Connect or lookup.proxy_through_service_url:
             raise Unsupported(f"{self.topic}: the lookup redirects (read with the official client)")
         rid = next(self.ids)
@@ -177,40 +204,29 @@ class EntryReader:
             )
         )
 
-    def entries(self, stop: tuple) -> Iterator[tuple[int, int, bytes]]:
-        """``(ledger, entry, bytes)`` from the start until ``stop`` (exclusive, ``(ledger, entry)``)
-        or the last receivable entry, whichever comes first."""
+    def chunks(self, stop: tuple) -> Iterator[Chunk]:
+        """``entry_stream.Chunk`` s of the entries from the start until ``stop`` (exclusive,
+        ``(ledger, entry)``) or the last receivable entry, whichever comes first."""
         if self.last is None:
             return
         end = min(tuple(stop), (self.last[0], self.last[1] + 1))
         if max(self.start, (0, 0)) >= end:
             return
-        self.flow(PERMITS)
-        granted = PERMITS
-        while True:
-            frame = self.next_frame()
-            cmd = frame.command
-            if cmd.type == T.PING:
-                self.send(pb.BaseCommand(type=T.PONG, pong=pb.CommandPong()))
-                continue
-            if cmd.type != T.MESSAGE:
-                if cmd.type in (T.ACTIVE_CONSUMER_CHANGE,):
-                    continue
-                if cmd.type == T.CLOSE_CONSUMER:
-                    raise BrokerReadError(f"{self.topic}: the broker closed the consumer")
-                raise BrokerReadError(f"{self.topic}: unexpected {pb.BaseCommand.Type.Name(cmd.type)}")
-            mid = cmd.message.message_id
-            pos = (commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
-            if pos >= end:
-                return
-            yield pos[0], pos[1], frame.entry
-            # the broker counts a permit per message: a batch entry uses as many as it holds
-            granted -= messages_in(frame.entry)
-            if granted < PERMITS // 2:  # top the window back up to PERMITS (it may be negative)
-                self.flow(PERMITS - granted)
-                granted = PERMITS
-            if (pos[0], pos[1] + 1) >= end:
-                return
+        while self.pending:  # frames that came with the handshake's answers (a PING, say)
+            cmd = self.pending.popleft().command
+            if not self.control(cmd):
+                raise self._unexpected(cmd)
+        # the handshake's decoder may hold the start of a frame: the stream goes on from there
+        leftover = bytes(self.decoder._buffer)  # noqa: SLF001
+        stream = EntryStream(self.sock, leftover, self.control, self._unexpected, self.flow)
+        yield from stream.chunks(end, PERMITS, CHUNK_ENTRIES, CHUNK_BYTES)
+
+    def _unexpected(self, cmd) -> BrokerReadError:
+        if cmd.type == T.CLOSE_CONSUMER:
+            return BrokerReadError(f"{self.topic}: the broker closed the consumer")
+        if cmd.type == T.ERROR:
+            return self.refused(cmd.error.error, cmd.error.message, "the read")
+        return BrokerReadError(f"{self.topic}: unexpected {T.Name(cmd.type)}")
 
     def close(self) -> None:
         try:
@@ -220,14 +236,6 @@ class EntryReader:
             pass
         finally:
             self.sock.close()
-
-
-def messages_in(entry: bytes) -> int:
-    """Messages of an entry as the broker counts permits (a batch: its ``num_messages_in_batch``)."""
-    try:
-        return max(1, int(metadata_fields(entry).num_messages_in_batch))
-    except CompactMQError:  # an entry that does not parse: parse_entries will say so
-        return 1
 
 
 def bounds(split: Split) -> tuple[tuple, tuple]:
@@ -246,44 +254,41 @@ def open_reader(split: Split, service_url: str, client_options: dict) -> EntryRe
     """A reader positioned at the split's start (``Unsupported``: read it with the official client)."""
     start, _ = bounds(split)
     compacted = split.kind == "compacted" and split.view != "raw"
+    conn = connection(service_url, client_options)
     try:
-        return EntryReader(service_url, client_options, split.topic, start, compacted)
+        return EntryReader(conn, split.topic, start, compacted)
+    except ssl.SSLCertVerificationError as e:
+        raise BrokerReadError(
+            f"broker {conn.host}:{conn.port}: the TLS certificate was refused ({e.verify_message}; "
+            "check pulsar.client.tlsTrustCertsFilePath and tlsHostnameVerificationEnable)"
+        ) from None
     except OSError as e:
-        raise BrokerReadError(f"broker {service_url}: {e}") from None
+        raise BrokerReadError(conn.scrub(f"broker {conn.host}:{conn.port}: {e}")) from None
 
 
 def read_split_columns(reader: EntryReader, split: Split, properties: bool = True) -> Iterator:
     """``entry_columns.MessageColumns`` of the split, chunk by chunk, within its bounds (without
     the properties when ``properties`` is False)."""
-    import functools
-
-    from . import entry_columns
-
-    parse_entries = functools.partial(entry_columns.parse_entries, properties=properties)
+    from .entry_columns import parse_entries
 
     _, stop = bounds(split)
     try:
-        chunk: list = []
-        size = 0
-        for item in reader.entries(stop):
-            chunk.append(item)
-            size += len(item[2])
-            if len(chunk) >= CHUNK_ENTRIES or size >= CHUNK_BYTES:
-                yield _parsed(chunk, split, parse_entries)
-                chunk, size = [], 0
-        if chunk:
-            yield _parsed(chunk, split, parse_entries)
+        for c in reader.chunks(stop):
+            cols = parse_entries(
+                c.data,
+                c.offsets,
+                c.lengths,
+                c.ledger_ids,
+                c.entry_ids,
+                split.start_time,
+                split.end_time,
+                properties=properties,
+            )
+            keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
+            yield cols if keep.all() else cols.take(keep)
+    except OSError as e:  # a timeout, a reset, a broken stream
+        raise BrokerReadError(
+            reader.conn.scrub(f"{split.topic}: reading from the broker failed: {e}")
+        ) from None
     finally:
         reader.close()
-
-
-def _parsed(chunk: list, split: Split, parse_entries):
-    lids = np.fromiter((c[0] for c in chunk), np.int64, len(chunk))
-    eids = np.fromiter((c[1] for c in chunk), np.int64, len(chunk))
-    lens = np.fromiter((len(c[2]) for c in chunk), np.int64, len(chunk))
-    offs = np.zeros(len(chunk), np.int64)
-    np.cumsum(lens[:-1], out=offs[1:])
-    buf = np.frombuffer(b"".join(c[2] for c in chunk), np.uint8)
-    cols = parse_entries(buf, offs, lens, lids, eids, split.start_time, split.end_time)
-    keep = cols.within(split.start_id, split.end_id, split.start_time, split.end_time)
-    return cols if keep.all() else cols.take(keep)

@@ -46,6 +46,29 @@ ALIASES = {
 MessageIdTuple = tuple
 
 
+#: pulsar.client.* options whose values are secrets (lower case): never shown
+SECRET_OPTIONS = frozenset({"authparams"})
+
+
+class ClientOptions(dict):
+    """The ``pulsar.client.*`` options (without the prefix): a dict whose ``repr`` (and so its
+    ``str``, a ``ReadOptions``' repr, a Spark input partition's repr) shows ``authParams`` and
+    any other secret as ``***``. The values themselves are unchanged: the clients need them."""
+
+    def __repr__(self) -> str:
+        return repr(redacted(self))
+
+    __str__ = __repr__
+
+
+def redacted(client: Mapping[str, Any]) -> dict:
+    """``client`` with every secret value replaced by ``***`` (for messages and reprs)."""
+    return {
+        k: "***" if str(k).lower() in SECRET_OPTIONS or "password" in str(k).lower() else v
+        for k, v in client.items()
+    }
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     topics: tuple = ()
@@ -63,7 +86,7 @@ class ReadOptions:
     min_partitions: int = 0
     max_records_per_partition: int = 0
     max_offsets_per_trigger: int = 0
-    client: dict = field(default_factory=dict)  # pulsar.client.* without the prefix
+    client: dict = field(default_factory=ClientOptions)  # pulsar.client.* without the prefix
     direct: bool = True  # read files when the data directory is visible
     # dotted strategy classes a topic's compactionStrategy policy may make this read import
     # (view=latest); built-ins are always allowed, any other name is refused (docs/security.md)
@@ -208,7 +231,9 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool = False) -
     service_url = o.get("service.url") or None
     if not data_dir and not service_url:
         raise InvalidConfiguration("set service.url (the broker) or path (a data directory to read directly)")
-    client = {k[len("pulsar.client.") :]: v for k, v in o.items() if k.startswith("pulsar.client.")}
+    client = ClientOptions(
+        (k[len("pulsar.client.") :], v) for k, v in o.items() if k.startswith("pulsar.client.")
+    )
     starting = parse_offsets(
         "startingOffsets", o.get("startingoffsets"), "latest" if streaming else "earliest"
     )
