@@ -332,3 +332,96 @@ def test_a_read_of_only_acknowledged_entries_does_not_stall_dispatch():
         assert positions(conn) == list(range(600, 800))
 
     asyncio.run(run())
+
+
+class GatedSource(ListSource):
+    """A source whose reads wait for ``gate``: a read in flight while consumers come and go.
+    ``entered`` is set once a read waits."""
+
+    def __init__(self, entries):
+        super().__init__(entries)
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.reads = 0
+
+    async def read(self, start, max_entries):
+        self.reads += 1
+        self.entered.set()
+        await self.gate.wait()
+        return await super().read(start, max_entries)
+
+
+class ByConsumerSource(GatedSource):
+    """As ``CompactedEntrySource.wanted()`` does: what a read returns depends on whether the
+    active consumer (when the read starts) reads compacted."""
+
+    def __init__(self, raw, compacted):
+        super().__init__(raw)
+        self.compacted = ListSource(compacted)
+        self.sub = None
+
+    async def read(self, start, max_entries):
+        active = self.sub.dispatcher.active
+        if active is not None and active.read_compacted:
+            return await self.compacted.read(start, max_entries)
+        return await super().read(start, max_entries)
+
+
+def _compacted_view():
+    # the "compacted view": entries 1 and 3 of the raw topic survive
+    return [(Position(1, 1), entry(1)), (Position(1, 3), entry(3))]
+
+
+def test_a_read_in_flight_for_a_plain_consumer_that_left_is_not_served_to_a_read_compacted_one():
+    """The race of a read-compacted consumer joining an unconsumed subscription: the plain
+    consumer's raw read is still in flight when it closes and the read-compacted consumer joins
+    (switching the source); that read must be dropped, not delivered to the newcomer."""
+
+    async def run():
+        raw = GatedSource([entry(i) for i in range(5)])
+        topic = FakeTopic(raw)
+        sub = Subscription(topic, "s", FakeCursor(), durable=True, source=raw)
+        plain = Consumer(sub, FakeConnection(), 0, "plain")
+        sub.add_consumer(plain, EXCLUSIVE)
+        plain.flow(100)
+        await asyncio.wait_for(raw.entered.wait(), 5)  # the raw read is in flight
+        sub.remove_consumer(plain)
+        compacted = ListSource([])
+        compacted.entries = _compacted_view()
+        sub.source = compacted  # what compacted_source.attach does
+        sub.dispatcher.set_source(compacted)
+        conn = FakeConnection()
+        newcomer = Consumer(sub, conn, 1, "rc", read_compacted=True)
+        sub.add_consumer(newcomer, EXCLUSIVE)
+        newcomer.flow(100)
+        raw.gate.set()
+        await settle(topic)
+        assert positions(conn) == [1, 3]
+
+    asyncio.run(run())
+
+
+def test_a_read_in_flight_for_the_old_active_consumer_is_dropped_when_the_active_one_changes():
+    """A subscription whose source chooses by consumer (read compacted or not): a read made for
+    a plain consumer that left does not reach the read-compacted consumer that took over."""
+
+    async def run():
+        source = ByConsumerSource([entry(i) for i in range(5)], [])
+        source.compacted.entries = _compacted_view()
+        topic = FakeTopic(source)
+        sub = Subscription(topic, "s", FakeCursor(), durable=True, source=source)
+        source.sub = sub
+        plain = Consumer(sub, FakeConnection(), 0, "plain")
+        sub.add_consumer(plain, EXCLUSIVE)
+        plain.flow(100)
+        await asyncio.wait_for(source.entered.wait(), 5)
+        sub.remove_consumer(plain)
+        conn = FakeConnection()
+        newcomer = Consumer(sub, conn, 1, "rc", read_compacted=True)
+        sub.add_consumer(newcomer, EXCLUSIVE)
+        newcomer.flow(100)
+        source.gate.set()
+        await settle(topic)
+        assert positions(conn) == [1, 3]
+
+    asyncio.run(run())

@@ -759,3 +759,56 @@ def test_read_compacted_consumer_joining_an_existing_subscription(broker, client
     c = client.subscribe(topic, "used", initial_position=Earliest, is_read_compacted=True)
     rest = drain(c)
     assert [(m.partition_key(), m.data()) for m in rest] == items[5:]
+
+
+class HeldReads:
+    """Holds the in-process broker's reads of ``topic``'s raw entries (its ``LedgerEntrySource``)
+    until ``release()``: a read stays in flight while consumers come and go. ``entered`` is set
+    when a read waits. The broker's loop awaits the gate in its thread pool, so it keeps serving."""
+
+    def __init__(self, broker, topic: str) -> None:
+        import asyncio
+        import threading
+
+        self.topic = broker.server.service.topics.loaded[topic]
+        self.source = self.topic.source
+        self.entered = threading.Event()
+        self._gate = threading.Event()
+        original = self.source.read
+
+        async def held(start, max_entries):
+            self.entered.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._gate.wait, 30)
+            return await original(start, max_entries)
+
+        self.source.read = held
+
+    def release(self) -> None:
+        self._gate.set()
+        del self.source.read  # the class's method again
+
+    def active_permits(self, subscription: str) -> int:
+        dispatcher = self.topic.subscriptions[subscription].dispatcher
+        active = getattr(dispatcher, "active", None)
+        return active.permits.available if active is not None else 0
+
+
+def test_read_compacted_consumer_joining_while_a_raw_read_is_in_flight(broker, client, topic, spark_ready):
+    """The interleaving a loaded CI machine hit: the plain consumer's raw read of the whole topic
+    is still in flight when it closes and a read-compacted consumer joins the subscription and
+    grants permits. That read must be dropped, not delivered: the newcomer gets the compacted view."""
+    items = kv(10, 3) + [("k0", b"")]
+    produce(client, topic, items, batching=False)
+    compact(broker, topic)
+    held = HeldReads(broker, topic)
+    try:
+        plain = client.subscribe(topic, "fresh", initial_position=Earliest)
+        assert held.entered.wait(10), "the plain consumer's read did not start"
+        plain.close()
+        c = client.subscribe(topic, "fresh", initial_position=Earliest, is_read_compacted=True)
+        wait_until(lambda: held.active_permits("fresh") > 0, timeout=10, what="the newcomer's permits")
+    finally:
+        held.release()
+    got = drain(c)
+    assert apply({}, got) == latest(items) and len(got) == len(latest(items))
+    c.close()

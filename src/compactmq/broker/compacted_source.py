@@ -536,7 +536,9 @@ def attach(subscription: "Subscription") -> CompactedEntrySource:
     source = CompactedEntrySource(subscription.topic, subscription=subscription, late=True)
     subscription.source = source
     if subscription.dispatcher is not None:
-        subscription.dispatcher.source = source
+        # drops a raw read still in flight for a plain consumer that has left: it must not
+        # reach the read-compacted consumer
+        subscription.dispatcher.set_source(source)
     return source
 
 

@@ -15,7 +15,11 @@ left, socket writable). When the source has nothing more, the pass ends; the top
 dispatchers of its subscriptions after each append, a FLOW or an ACK wakes this one.
 
 ``rewind()`` / ``seek()`` bump an *epoch*: a pass that awaited a read started before the bump
-drops what it read, so a seek never leaks entries from the old position.
+drops what it read, so a seek never leaks entries from the old position. So do a change of
+source (``set_source``: a read-compacted consumer joins a subscription that read the topic) and
+a change of the active Exclusive/Failover consumer: a read is chosen for the consumer it was
+started for (a plain consumer reads the raw topic, a read-compacted one the compacted view, and
+the read is sized by its permits), so what it returns must not go to the next one.
 
 Delivery rules per subscription type (the pure choice of a consumer lives in ``selectors``):
 
@@ -157,6 +161,12 @@ class Dispatcher:
         if positions is None:
             positions = [p for p, c in self.pending.items() if c is consumer]
         self._reclaim(consumer, positions)
+
+    def set_source(self, source: EntrySource) -> None:
+        """Read from ``source`` from now on; a read in flight from the old one is dropped (the
+        read position stays, so the new source serves it)."""
+        self.source = source
+        self.epoch += 1
 
     def rewind(self, position: Position) -> None:
         """Restart reading at ``position``; everything pending is forgotten (it is re-read)."""
@@ -364,6 +374,9 @@ class SingleActiveDispatcher(Dispatcher):
                 newcomer.notify_active(False)
             return
         self.active = new
+        # a read in flight was made for the old active consumer (its source: raw topic or
+        # compacted view; its permits): drop it, the next pass reads again for the new one
+        self.epoch += 1
         if self.failover:
             if old is not None:
                 old.notify_active(False)
