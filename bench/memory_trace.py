@@ -4,9 +4,13 @@ Runs ``compactmq standalone`` under a small launcher (this file with ``--serve``
 SIGUSR2 with ``gc.collect()``, ``malloc_trim(0)`` (glibc gives freed memory back) and, with
 ``--tracemalloc DEPTH``, a tracemalloc snapshot. The driver publishes and consumes on
 ``--topics`` topics (one producer, one acknowledging Shared consumer each, batching off) in
-``--phases`` phases of ``--seconds``; after each phase it prints the broker's RSS, the RSS
-after the trim, and Python's allocated blocks; at the end, the lines whose Python memory grew
-most between the first and the last snapshot.
+``--phases`` phases of ``--seconds``; with ``--rounds`` it runs ``vs_pulsar_lite``'s rounds
+instead (two fresh topics a round, ``--messages`` each, batching off and on, each read back by a
+durable subscription). After each phase it prints the broker's RSS, the RSS after the trim
+(with RssAnon/RssFile and the thread count) and Python's allocated blocks; at the end, what grew
+from the third snapshot (or the first) to the last: gc-tracked objects per type (a weak
+reference with the type it points to, or ``dead``), resident KiB per mapping (smaps) and, with
+tracemalloc, the lines whose Python memory grew most. ``--json`` writes all of it.
 
 Reading it: allocated blocks flat while RSS-after-trim grows means the C heap (a native
 library, allocator arenas) or the size of a few large Python buffers (tracemalloc names them);
@@ -15,6 +19,8 @@ memory the allocator kept, which it reuses.
 
     .venv/bin/python bench/memory_trace.py --phases 5 --seconds 8                  # ~1.5 min
     .venv/bin/python bench/memory_trace.py --phases 5 --seconds 8 --tracemalloc 1  # slower broker
+    .venv/bin/python bench/memory_trace.py --rounds --phases 10 --messages 20000 \
+        --override brokerDeleteInactiveTopicsFrequencySeconds=10 --json out.json   # ~1.5 min
 """
 
 from __future__ import annotations
@@ -32,9 +38,19 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+
+
+def _kind(o: object) -> str:
+    """An object's type; for a weak reference, the type it refers to too."""
+    kind = f"{type(o).__module__}.{type(o).__qualname__}"
+    if type(o) is weakref.ReferenceType:
+        target = o()  # type: ignore[operator]
+        kind += f"->{type(target).__qualname__ if target is not None else 'dead'}"
+    return kind
 
 
 def serve(argv: list[str]) -> None:
@@ -54,7 +70,7 @@ def serve(argv: list[str]) -> None:
         if depth:  # before the trim: what the snapshot itself allocates is given back too
             tracemalloc.take_snapshot().dump(os.path.join(snap_dir, f"snap_{count[0]}.pickle"))
         libc.malloc_trim(0)
-        kinds = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+        kinds = collections.Counter(_kind(o) for o in gc.get_objects())
         with open(os.path.join(snap_dir, f"types_{count[0]}.json"), "w") as f:
             json.dump(kinds, f)
         with open(os.path.join(snap_dir, f"blocks_{count[0]}"), "w") as f:
@@ -65,8 +81,9 @@ def serve(argv: list[str]) -> None:
     runpy.run_module("compactmq.cli.main", run_name="__main__")
 
 
-def _measure(broker, tmp: str, k: int) -> str:
-    """RSS, then SIGUSR2 (collect, snapshot, trim), RSS after the trim and Python's blocks."""
+def _measure(broker, tmp: str, k: int, rows: list) -> str:
+    """RSS, then SIGUSR2 (collect, snapshot, trim), RSS after the trim and Python's blocks;
+    the figures are appended to ``rows`` and returned as one line of text."""
     from memory_bench import rss_bytes
 
     rss = rss_bytes(broker.pid) / 2**20
@@ -77,12 +94,18 @@ def _measure(broker, tmp: str, k: int) -> str:
         time.sleep(0.2)
     time.sleep(0.5)
     trimmed = rss_bytes(broker.pid) / 2**20
-    kinds = _status(broker.pid, ("RssAnon", "RssFile", "RssShmem"))
+    kinds = _status(broker.pid, ("RssAnon", "RssFile", "RssShmem", "Threads"))
     Path(tmp, f"maps_{k}.json").write_text(json.dumps(_rss_by_mapping(broker.pid)))
+    row = {"k": k, "rss_mib": round(rss, 1), "rss_after_trim_mib": round(trimmed, 1)}
+    threads = kinds.pop("Threads", 0)
+    row.update({f"{name}_mib": round(kib / 1024, 1) for name, kib in kinds.items()})
+    row["threads"] = threads
+    row["python_blocks"] = int(blocks.read_text())
+    rows.append(row)
     return (
         f"RSS {rss:.1f} MiB, after trim {trimmed:.1f} MiB ("
         + ", ".join(f"{name} {kib / 1024:.1f}" for name, kib in kinds.items())
-        + f"), Python blocks {blocks.read_text()}"
+        + f"), Python blocks {row['python_blocks']}, threads {threads}"
     )
 
 
@@ -111,7 +134,7 @@ def _rss_by_mapping(pid: int) -> dict[str, int]:
     return dict(out)
 
 
-def _steady(client, broker, tmp: str, args) -> None:
+def _steady(client, broker, tmp: str, args, rows: list) -> None:
     """The same ``--topics`` topics in every phase, for ``--seconds`` each."""
     from memory_bench import Traffic
 
@@ -125,12 +148,13 @@ def _steady(client, broker, tmp: str, args) -> None:
         traffic.wait_received()
         time.sleep(2)
         print(
-            f"phase {k}: {sent} messages, received {traffic.received}, {_measure(broker, tmp, k)}", flush=True
+            f"phase {k}: {sent} messages, received {traffic.received}, {_measure(broker, tmp, k, rows)}",
+            flush=True,
         )
     traffic.close()
 
 
-def _rounds(client, broker, tmp: str, args) -> None:
+def _rounds(client, broker, tmp: str, args, rows: list) -> None:
     """``vs_pulsar_lite``'s rounds: per round two fresh topics, ``--messages`` published with
     batching off to one and on to the other, each read back by a new durable subscription."""
     from broker_bench import consume, publish
@@ -145,24 +169,49 @@ def _rounds(client, broker, tmp: str, args) -> None:
                 raise SystemExit(f"{len(failures)} sends failed")
             consume(client, topic, args.messages)()
         time.sleep(args.settle)
-        print(f"round {k}: {_measure(broker, tmp, k)}", flush=True)
+        print(f"round {k}: {_measure(broker, tmp, k, rows)}", flush=True)
 
 
-def _diff_types(tmp: str, first: int, last: int) -> None:
+def _diff_types(tmp: str, first: int, last: int) -> dict:
     a = json.loads(Path(tmp, f"types_{first}.json").read_text())
     b = json.loads(Path(tmp, f"types_{last}.json").read_text())
     grew = sorted(((b.get(t, 0) - a.get(t, 0), t) for t in set(a) | set(b)), reverse=True)
     print(f"gc-tracked objects that grew most, snapshot {first} to {last}:")
-    for n, t in grew[:15]:
-        if n > 0:
-            print(f"  {t}: +{n} ({b.get(t, 0)})")
+    objects = {t: n for n, t in grew[:15] if n > 0}
+    for t, n in objects.items():
+        print(f"  {t}: +{n} ({b.get(t, 0)})")
     a = json.loads(Path(tmp, f"maps_{first}.json").read_text())
     b = json.loads(Path(tmp, f"maps_{last}.json").read_text())
     grew = sorted(((b.get(m, 0) - a.get(m, 0), m) for m in set(a) | set(b)), reverse=True)
     print(f"resident KiB per mapping that grew most, snapshot {first} to {last}:")
-    for n, m in grew[:8]:
-        if n > 0:
-            print(f"  {m}: +{n} ({b.get(m, 0)})")
+    mappings = {m: n for n, m in grew[:8] if n > 0}
+    for m, n in mappings.items():
+        print(f"  {m}: +{n} ({b.get(m, 0)})")
+    return {"objects": objects, "resident_kib_per_mapping": mappings}
+
+
+def _write_json(args, rows: list[dict], first: int, grew: dict) -> None:
+    import platform
+
+    out = {
+        "benchmark": "memory_trace",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mode": "rounds" if args.rounds else "steady",
+        "messages_per_topic": args.messages if args.rounds else None,
+        "settle_seconds": args.settle,
+        "overrides": args.override,
+        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX"),
+        "note": args.note,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_1m": os.getloadavg()[0],
+        },
+        "measurements": rows,
+        f"grew_from_{first}_to_{args.phases}": grew,
+    }
+    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.json}")
 
 
 def main() -> None:
@@ -175,6 +224,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after a round before measuring")
     ap.add_argument("--tracemalloc", type=int, default=0, help="frames per trace (0: off)")
     ap.add_argument("--override", action="append", default=[], help="broker config key=value")
+    ap.add_argument("--json", help="write the measurements and what grew to this JSON file")
+    ap.add_argument("--note", default="", help="a note stored in the JSON")
     args = ap.parse_args()
     sys.path.insert(0, str(BENCH))
     from memory_bench import _client
@@ -192,11 +243,13 @@ def main() -> None:
             if b"ready" not in broker.stdout.readline():
                 raise SystemExit("broker did not start")
             client = _client(f"pulsar://127.0.0.1:{port}")
-            (_rounds if args.rounds else _steady)(client, broker, tmp, args)
+            rows: list[dict] = []
+            (_rounds if args.rounds else _steady)(client, broker, tmp, args, rows)
             client.close()
             first = min(3, args.phases)
-            if args.phases >= 2:
-                _diff_types(tmp, first, args.phases)
+            grew = _diff_types(tmp, first, args.phases) if args.phases >= 2 else {}
+            if args.json:
+                _write_json(args, rows, first, grew)
             if args.tracemalloc and args.phases >= 2:
                 import tracemalloc
 
