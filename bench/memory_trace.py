@@ -53,6 +53,19 @@ def _kind(o: object) -> str:
     return kind
 
 
+def _sqlite_memory_used() -> int:
+    """Bytes SQLite's allocator holds in this process (its page caches, statements), or -1 where
+    the sqlite3 module does not use a shared ``libsqlite3`` that ctypes can ask."""
+    import _sqlite3  # noqa: F401 - loads the library the broker's connections use
+
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")
+    except OSError:
+        return -1
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    return int(lib.sqlite3_memory_used())
+
+
 def serve(argv: list[str]) -> None:
     """The launcher: the standalone broker with a SIGUSR2 handler (see the module docstring)."""
     import tracemalloc
@@ -73,6 +86,8 @@ def serve(argv: list[str]) -> None:
         kinds = collections.Counter(_kind(o) for o in gc.get_objects())
         with open(os.path.join(snap_dir, f"types_{count[0]}.json"), "w") as f:
             json.dump(kinds, f)
+        with open(os.path.join(snap_dir, f"sqlite_{count[0]}"), "w") as f:
+            f.write(str(_sqlite_memory_used()))
         with open(os.path.join(snap_dir, f"blocks_{count[0]}"), "w") as f:
             f.write(str(sys.getallocatedblocks()))
 
@@ -101,11 +116,14 @@ def _measure(broker, tmp: str, k: int, rows: list) -> str:
     row.update({f"{name}_mib": round(kib / 1024, 1) for name, kib in kinds.items()})
     row["threads"] = threads
     row["python_blocks"] = int(blocks.read_text())
+    sqlite_used = int(Path(tmp, f"sqlite_{k}").read_text())
+    row["sqlite_memory_used_mib"] = round(sqlite_used / 2**20, 2) if sqlite_used >= 0 else None
     rows.append(row)
     return (
         f"RSS {rss:.1f} MiB, after trim {trimmed:.1f} MiB ("
         + ", ".join(f"{name} {kib / 1024:.1f}" for name, kib in kinds.items())
-        + f"), Python blocks {row['python_blocks']}, threads {threads}"
+        + f"), Python blocks {row['python_blocks']}, threads {threads}, "
+        + f"SQLite {row['sqlite_memory_used_mib']} MiB"
     )
 
 
