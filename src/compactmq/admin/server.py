@@ -35,6 +35,9 @@ class WebService:
         self.tls_port = tls_port
 
     async def close(self) -> None:
+        listeners = self.sampler.service.topics.deleted_listeners
+        if self.sampler.forget in listeners:
+            listeners.remove(self.sampler.forget)
         await self.sampler.stop()
         await self.runner.cleanup()
 
@@ -80,6 +83,9 @@ async def start(
         await runner.cleanup()
         raise
     sampler.start()
+    # a topic the broker deletes by itself (inactive_topics) takes its traffic counters along:
+    # kept, they would grow with every topic the broker ever served
+    service.topics.deleted_listeners.append(sampler.forget)
     log.info(
         "web service (admin REST API, /metrics) on %s: %s%s",
         host,
