@@ -52,23 +52,30 @@ def _port_taken(text: str) -> bool:
     return "address already in use" in text.lower()
 
 
+#: settings a test may give a port from ``free_port`` alone: picked again with the others on a
+#: retry, so a fixture reads them back from ``overrides`` after ``start`` (never keeps its own copy)
+REPICKED_PORT_KEYS = ("brokerServicePortTls", "webServicePortTls")
+
+
 def _start_on_free_ports(broker, start_once, timeout: float) -> None:
     """``start_once(timeout)``, again on fresh ports when a picked port was taken meanwhile
-    (the module docstring): only on a first start, and only while no configured value names the
-    ports."""
+    (the module docstring): only on a first start, and only while no other configured value
+    names the ports (``REPICKED_PORT_KEYS`` holding a bare port are picked again too)."""
     for attempt in range(PORT_ATTEMPTS):
         try:
             return start_once(timeout)
         except PortTaken:
-            ports = (str(broker.port), str(broker.web_port))
+            repicked = [k for k in REPICKED_PORT_KEYS if str(broker.overrides.get(k, "")).isdigit()]
+            ports = (str(broker.port), str(broker.web_port), *(str(broker.overrides[k]) for k in repicked))
+            others = [v for k, v in broker.overrides.items() if k not in repicked]
             named = [
-                v
-                for v in [*broker.overrides.values(), *getattr(broker, "extra_args", [])]
-                if any(p in str(v) for p in ports)
+                v for v in [*others, *getattr(broker, "extra_args", [])] if any(p in str(v) for p in ports)
             ]
             if broker.started_once or named or attempt == PORT_ATTEMPTS - 1:
                 raise
             broker.port, broker.web_port = free_port(), free_port()
+            for k in repicked:
+                broker.overrides[k] = str(free_port())
 
 
 class BrokerProcess:

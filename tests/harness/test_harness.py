@@ -115,3 +115,31 @@ def test_a_port_the_configuration_names_is_not_moved(tmp_path):
         broker.overrides["internalListenerName"] = "internal"
         with pytest.raises(RuntimeError, match="(?i)address already in use"):
             broker.start()
+
+
+def test_a_tls_port_given_alone_is_picked_again_and_read_back(tmp_path):
+    from harness.broker import free_port
+    from security.helpers import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        taker.listen()
+        taken = taker.getsockname()[1]
+        broker = InProcessBroker(tmp_path / "data")
+        broker.overrides.update(
+            {
+                "brokerServicePortTls": str(taken),
+                "webServicePortTls": str(free_port()),
+                "tlsCertificateFilePath": str(pki.server.cert),
+                "tlsKeyFilePath": str(pki.server.key),
+            }
+        )
+        broker.start()
+        try:
+            port = int(broker.overrides["brokerServicePortTls"])
+            assert port != taken and broker.alive()
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass  # the broker listens where its settings now say
+        finally:
+            broker.stop()

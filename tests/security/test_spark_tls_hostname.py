@@ -47,8 +47,8 @@ def misnamed(tmp_path_factory, pki):
             "brokerClientAuthenticationParameters": f"token:{token}",
         },
     )
-    broker.start()
-    yield broker, tls_port, token
+    broker.start()  # on a retry the port was picked again: read it back
+    yield broker, int(broker.overrides["brokerServicePortTls"]), token
     broker.stop()
 
 

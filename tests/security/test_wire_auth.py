@@ -49,7 +49,6 @@ class Secured:
         self.secret = secret_key()
         (directory / "secret.key").write_bytes(self.secret)
         self.htpasswd = htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
-        self.tls_port = free_port()
         self.broker = BrokerProcess(
             directory / "data",
             {
@@ -62,13 +61,18 @@ class Secured:
                 "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
                 "brokerClientAuthenticationParameters": "token:" + mint_token("admin", self.secret),
                 "basicAuthConf": str(htpasswd),
-                "brokerServicePortTls": str(self.tls_port),
+                "brokerServicePortTls": str(free_port()),
                 "tlsCertificateFilePath": str(pki.server.cert),
                 "tlsKeyFilePath": str(pki.server.key),
                 "tlsTrustCertsFilePath": str(pki.ca.cert_path),
                 **extra,
             },
         )
+
+    @property
+    def tls_port(self) -> int:
+        """Read from the broker's settings: a start that found the port taken picked another."""
+        return int(self.broker.overrides["brokerServicePortTls"])
 
     def token(self, role: str, **kw) -> str:
         return mint_token(role, self.secret, **kw)

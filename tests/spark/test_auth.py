@@ -320,7 +320,8 @@ def tls_broker(tmp_path_factory):
             "tlsTrustCertsFilePath": str(pki.ca.cert_path),
         },
     )
-    b.start()
+    b.start()  # on a retry the ports were picked again: read them back
+    port, web = b.overrides["brokerServicePortTls"], b.overrides["webServicePortTls"]
     yield {
         "service.url": f"pulsar+ssl://localhost:{port}",
         "admin.url": f"https://localhost:{web}",

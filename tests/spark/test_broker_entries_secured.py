@@ -65,7 +65,8 @@ def secured(tmp_path_factory):
             "tlsTrustCertsFilePath": str(pki.ca.cert_path),
         },
     )
-    broker.start()
+    broker.start()  # on a retry the ports were picked again: read them back
+    port, web = broker.overrides["brokerServicePortTls"], broker.overrides["webServicePortTls"]
     ctx = ssl.create_default_context(cafile=str(pki.ca.cert_path))
     req = urllib.request.Request(
         f"https://localhost:{web}/admin/v2/namespaces/public/default/permissions/alice",
