@@ -4,9 +4,10 @@
 # tests exits non-zero (pytest's exit code 5), so an empty run never passes silently.
 # The run is spread over COMPACTMQ_TEST_WORKERS pytest-xdist workers (default 4 on CI's 2 cores:
 # the suite mostly waits -- on brokers, clients, timers -- so two more workers fill the cores
-# the first two leave idle; each holds a SparkSession of 1 GiB heap at most; 0 runs in this process), one test module at a time per worker (--dist loadfile: a module's broker
+# the first two leave idle; 0 runs in this process), one test module at a time per worker (--dist loadfile: a module's broker
 # starts once) in the order tests/conftest.py gives, JVM-starting modules first
-# (--no-loadscope-reorder). Arguments given here come later and win, e.g. `-n 0`.
+# (--no-loadscope-reorder); the modules that need a SparkSession (1 GiB heap at most) run in
+# "lanes" on half the workers, so only those start one (tests/harness/spark_lanes.py). Arguments given here come later and win, e.g. `-n 0`.
 # A test whose worker process died under it (the official client's C++ library has segfaulted
 # in Client.close, pulsar-client-cpp#550) is run once more, alone, in one process -- only when
 # every failure of the run was such a crash; any ordinary failure fails the run as it is.

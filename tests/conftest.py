@@ -11,13 +11,18 @@ Two things here keep the default run short (CI has two cores and a time limit):
   brokers that compact, ``compact-topic`` and crash children: they inherit the environment) runs
   with the C1 compiler only and the serial collector. These JVMs live seconds to minutes on small
   data, where C2's compile threads and the parallel collector cost more CPU than they win back:
-  start-up plus a first job takes about half the CPU. Production keeps the JVM's defaults.
+  start-up plus a first job takes about half the CPU. They also map Spark's classes from a
+  class-data-sharing archive that ``scripts/setup.sh`` records once per virtualenv
+  (``harness.jvm_archive``): a session's start and first job take about 5 s of JVM CPU less.
+  Production keeps the JVM's defaults.
 - ledgers roll as soon as they reach the entry/size limits a test sets: the test process's
   default ``managedLedgerMinLedgerRolloverTimeMinutes`` is 0 (set below; test brokers get it as
   an override in ``broker/conftest.py``), as Pulsar's own tests set it. Production keeps
   Pulsar's 10 minutes; the tests of the minimum itself set it explicitly.
 - the run is split over pytest-xdist workers by module (``scripts/test.sh``: ``--dist loadfile``,
-  so a module's broker is started once, and ``--no-loadscope-reorder``). A worker takes the next
+  so a module's broker is started once, and ``--no-loadscope-reorder``), except that the modules
+  that start a JVM in the test process run in "Spark lanes" on half the workers
+  (``harness.spark_lanes``), so only those start a session JVM. A worker takes the next
   module in the queue when it is done with one, so the queue is longest first (LPT): the modules
   of ``LONG_MODULES`` (measured seconds) by weight, then the other modules that start a JVM, then
   the rest; the workers then finish within a short module of each other. A module missing
@@ -30,9 +35,11 @@ import os
 
 import pytest
 
-#: JVM flags for the short-lived Spark drivers of the test run (see the module docstring)
-TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTS)
+from harness import jvm_archive, spark_lanes
+
+#: JVM flags for the short-lived Spark drivers of the test run (see the module docstring), with
+#: the class-data-sharing archive of Spark's classes when setup.sh made one (``harness.jvm_archive``)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_archive.jvm_opts())
 
 
 def _roll_ledgers_at_once_in_tests() -> None:
@@ -131,6 +138,47 @@ def pytest_collection_modifyitems(config, items):
 
     # stable: the order within a module, and among the modules of one rank, stays the collection's
     items.sort(key=queue_order)
+    _tell_the_controller_the_spark_modules(config, items, spark_modules)
+
+
+def _tell_the_controller_the_spark_modules(config, items, spark_modules) -> None:
+    """An xdist worker writes its Spark modules, in queue order, for the controller's lanes."""
+    path = getattr(config, "workerinput", {}).get(spark_lanes.SPARK_MODULES_KEY)
+    if path:
+        ordered = dict.fromkeys(item.nodeid.split("::", 1)[0] for item in items)
+        spark_lanes.write_spark_modules(path, [m for m in ordered if m in spark_modules])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The controller names the file each worker writes its Spark modules to."""
+    node.workerinput[spark_lanes.SPARK_MODULES_KEY] = _spark_modules_file(node.config)
+
+
+def _spark_modules_file(config) -> str:
+    if not hasattr(config, "_compactmq_spark_modules_file"):
+        import tempfile
+
+        config._compactmq_spark_modules_file = os.path.join(tempfile.mkdtemp(prefix="cmq-lanes-"), "spark")
+    return config._compactmq_spark_modules_file
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_compactmq_spark_modules_file", None)
+    if path:
+        import shutil
+
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` keeps the Spark modules on few workers (``harness.spark_lanes``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return spark_lanes.SparkLaneScheduling(
+        config, log, modules_file=_spark_modules_file(config), weights=LONG_MODULES
+    )
 
 
 @pytest.fixture(scope="session")
