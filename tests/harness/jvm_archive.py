@@ -68,8 +68,8 @@ def jvm_opts() -> str:
 #: closes (Spark's gateway server), so the script closes it and waits for the JVM
 _RECORD = """
 from pyspark import SparkContext
-from compactmq.compaction.spark.session import TEST_CONF, get_session
-from compactmq.compaction.spark.warmup import warm_up
+from compactmq.compaction.jobs.session import TEST_CONF, get_session
+from compactmq.compaction.jobs.warmup import warm_up
 warm_up(TEST_CONF)
 proc = SparkContext._gateway.proc
 get_session(TEST_CONF).stop()
