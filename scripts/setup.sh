@@ -4,7 +4,6 @@
 #   - Apache ZooKeeper for the metadata-store tests (Debian's `zookeeper` package, only when its
 #     jar is missing and ZOOKEEPER_JAR names no other; the tests start their own server from it)
 #   - a virtualenv in .venv with compactmq and its test dependencies
-#   - a class-data-sharing archive of Spark's classes for the test run's JVMs (in .venv)
 # Re-running is cheap: pip is skipped while pyproject.toml is unchanged.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,10 +48,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install -q -e ".[test,fast,spark]"
     echo "$want" > "$stamp"
 fi
-# the test JVMs map Spark's classes from a class-data-sharing archive instead of loading them
-# again each time (tests/harness/jvm_archive.py): recorded once per Java and PySpark, ~40 s of CPU
-# the first time, about 4 s of CPU saved on each of the test run's Spark JVMs
-say "test JVMs' class archive: $(.venv/bin/python tests/harness/jvm_archive.py 2>&1 | tail -1)"
 scan="$(.venv/bin/python -c 'from compactmq.compaction import native; print(native.describe())' 2>/dev/null)"
 say "compaction entry scan: ${scan:-unknown}"
 say "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

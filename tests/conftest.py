@@ -12,7 +12,7 @@ Two things here keep the default run short (CI has two cores and a time limit):
   with the C1 compiler only and the serial collector. These JVMs live seconds to minutes on small
   data, where C2's compile threads and the parallel collector cost more CPU than they win back:
   start-up plus a first job takes about half the CPU. They also map Spark's classes from a
-  class-data-sharing archive that ``scripts/setup.sh`` records once per virtualenv
+  class-data-sharing archive that ``scripts/test.sh`` records once per virtualenv
   (``harness.jvm_archive``): a session's start and first job take about 5 s of JVM CPU less.
   Production keeps the JVM's defaults.
 - ledgers roll as soon as they reach the entry/size limits a test sets: the test process's
@@ -38,7 +38,7 @@ import pytest
 from harness import jvm_archive, spark_lanes
 
 #: JVM flags for the short-lived Spark drivers of the test run (see the module docstring), with
-#: the class-data-sharing archive of Spark's classes when setup.sh made one (``harness.jvm_archive``)
+#: the class-data-sharing archive of Spark's classes when scripts/test.sh made one (``harness.jvm_archive``)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_archive.jvm_opts())
 
 

@@ -8,7 +8,7 @@ JVM loaded in an archive when it exits (``-XX:ArchiveClassesAtExit``); a later J
 ``-XX:SharedArchiveFile`` maps them in ready to use. Measured on the 2-core CI machine: a session
 start plus a first small job took 10.2 s of JVM CPU without the archive and 5.4 s with it.
 
-``scripts/setup.sh`` makes the archive once per virtualenv (``python tests/harness/jvm_archive.py``:
+``scripts/test.sh`` makes the archive once per virtualenv (``python tests/harness/jvm_archive.py``:
 one JVM that starts the test profile's session and runs the compaction warm-up's scratch run,
 the path the tests' runs take, then exits and writes the archive); ``tests/conftest.py`` adds
 ``-XX:SharedArchiveFile`` to the test JVMs' options when the archive for this Java and this
