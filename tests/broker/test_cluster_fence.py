@@ -115,14 +115,19 @@ def test_a_lease_asks_the_store_once_per_term_and_a_revoke_ends_it(stores):
     assert lease.store_checks == 1
 
 
-@pytest.mark.parametrize("group_flush", [False, True], ids=["per-ledger", "group-flush"])
-def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_path, group_flush):
+@pytest.mark.parametrize(
+    "group_flush, shared",
+    [(False, False), (True, False), (True, True)],
+    ids=["per-ledger", "group-flush", "group-flush-shared"],
+)
+def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_path, group_flush, shared):
     """Storage level, two 'brokers' (two ``Storage`` over one memory store and one object store):
     A owns the topic and writes; its session ends without it noticing; B takes the bundle and
     recovers the topic; A appends on (nothing acknowledged, no ledger-list commit); a third
     opener sees exactly A's acknowledged entries and B's, and A's late objects are gone. With
-    the group flush, A's late bytes go to a shared object whose range commit its fence refuses
-    (the object is deleted at once)."""
+    the group flush, A's lone appends are its ledger's own flush objects, as without it; with
+    even a lone flush in a shared object (``shared``), A's late bytes go to a shared object whose
+    range commit its fence refuses (the object is deleted at once)."""
     from compactmq.config import load_config
     from compactmq.errors import CompactMQError
     from compactmq.storage.engine import Storage
@@ -144,12 +149,16 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
         fence_a, fence_b = _take_in_turn(sessions)
         a = Storage(tmp_path / "a", config)
         a.fence_provider = lambda t: fence_a[0]
+        if shared:
+            a._group().solo = False
         ml_a = a.open_managed_ledger(topic)
         sub_a = ml_a.open_cursor("sub", True, "earliest")  # created: stored at once
         acked = [ml_a.append(b"a%d" % i) for i in range(5)]
         sessions[0].close()  # A's session ends; A does not know
         b = Storage(tmp_path / "b", config)
         b.fence_provider = lambda t: fence_b()
+        if shared:
+            b._group().solo = False
         ml_b = b.open_managed_ledger(topic)  # recovery: A's ledger sealed at 5 entries
         b_pos = [ml_b.append(b"b%d" % i) for i in range(3)]
         wait_merges()
@@ -160,7 +169,7 @@ def test_a_zombie_owner_writes_nothing_visible_and_its_objects_are_swept(tmp_pat
         sub_a.ack_cumulative(acked[-1])
         a.topic_metadata.flush_cursors(topic)  # the zombie's ack: refused (logged), not written
         first = objects / "ledgers" / "persistent" / "public" / "default" / "zombie" / f"{acked[0][0]:012d}"
-        if group_flush:  # A's late group object: its commit refused, so deleted at once; A's
+        if shared:  # A's late group object: its commit refused, so deleted at once; A's
             # earlier ones: deleted by B once B's merge of A's ledger left them unnamed
             assert a._group_flush is not None and a._group_flush.groups_written >= 2
             mine = objects / "groups" / f"{a._group_flush.incarnation:019d}"

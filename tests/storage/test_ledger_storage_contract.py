@@ -36,7 +36,7 @@ def _object(tmp_path, topic, request):
 
 
 def _object_group(tmp_path, topic, request):
-    """The same, every flush through a group flush (one shared object per interval, ranges
+    """The same, every flush through a group flush (one shared object per write, ranges
     committed in a metadata store): each reopen is a new client, group and store session."""
     server = request.getfixturevalue("seaweedfs")
     loc = OffloadLocation("s3", server.create_bucket("contract"), "us-east-1", server.endpoint, tmp_path.name)
@@ -44,7 +44,8 @@ def _object_group(tmp_path, topic, request):
 
     def make() -> ObjectLedgerStorage:
         store = BlobStore(loc)
-        group = GroupFlush(store, create_metadata_store(name, data_dir=tmp_path), interval_ms=1)
+        # solo off: even a lone flush goes to a shared object (solo, it is the "object" path)
+        group = GroupFlush(store, create_metadata_store(name, data_dir=tmp_path), solo=False)
         return ObjectLedgerStorage(store, topic, ObjectLedgerSettings(flush_interval_ms=1), group=group)
 
     return make

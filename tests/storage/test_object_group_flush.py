@@ -1,8 +1,9 @@
 """The group flush (``object_group_flush``) against SeaweedFS and a real metadata store (SQLite).
 
-Many topics' flushes in one interval are ONE object PUT (counted by the process's blob-store
-counter, ``compactmq_object_store_puts_total``) and read back through their range records by a
-new process's view; a member whose ownership fence fails is refused while the others commit;
+Many topics' flushes waiting while a write is in flight are ONE object PUT (counted by the
+process's blob-store counter, ``compactmq_object_store_puts_total``) and read back through their
+range records by a new process's view; a lone flush is the ledger's own object, with no
+metadata-store write and no wait; the next group's PUT runs during the previous commit; a member whose ownership fence fails is refused while the others commit;
 a seal merges a ledger's ranges into its own object and the shared object goes once no ledger
 names it. Objects are listed with boto3, not through the code under test.
 """
@@ -10,11 +11,12 @@ names it. Objects are listed with boto3, not through the code under test.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from compactmq.storage import ledger_file as lf
-from compactmq.storage import object_group_flush, object_ledger_writer
+from compactmq.storage import object_group_flush, object_ledger_writer, object_ledgers
 from compactmq.storage.metadata_store import Check, create_metadata_store
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
@@ -37,11 +39,11 @@ def place(seaweedfs, tmp_path):
     meta.close()
 
 
-def _storages(loc, meta, topics, interval_ms=300, fences=None):
+def _storages(loc, meta, topics, interval_ms=300, fences=None, solo=True, max_bytes=4 * 1024 * 1024):
     """A storage per topic, all over one client and one group flush (as in one broker)."""
     store = BlobStore(loc)
-    group = GroupFlush(store, meta, interval_ms=interval_ms)
-    settings = ObjectLedgerSettings(flush_interval_ms=interval_ms)
+    group = GroupFlush(store, meta, solo=solo)
+    settings = ObjectLedgerSettings(flush_interval_ms=interval_ms, flush_max_bytes=max_bytes)
     fences = fences or {}
     out = []
     for t in topics:
@@ -50,6 +52,21 @@ def _storages(loc, meta, topics, interval_ms=300, fences=None):
             st.fence = fences[t]
         out.append(st)
     return group, out
+
+
+def _gather(monkeypatch, group, n: int) -> None:
+    """The group's PUT stage takes its next batch only once ``n`` flushes wait -- as when they
+    arrive while a write is in flight -- so a test knows which flushes share an object."""
+    real, held = group._ready, [True]
+
+    def ready() -> bool:
+        if held[0]:
+            if len(group._pending) < n:
+                return False
+            held[0] = False
+        return real()
+
+    monkeypatch.setattr(group, "_ready", ready)
 
 
 def _record(entry_id: int, data: bytes) -> bytes:
@@ -81,23 +98,143 @@ def _write_and_sync_all(storages, ledger_id: int) -> tuple[list, list[bytes], di
     return writers, datas, errors | {-1: OBJECT_COUNTERS.snapshot()["puts"] - before}  # type: ignore[dict-item]
 
 
-def test_flushes_of_many_topics_in_one_interval_are_one_object_put(place):
+def test_flushes_waiting_while_a_write_is_in_flight_are_one_object_put(place, monkeypatch):
+    """The first flush finds nothing else waiting: written at once, alone, as the ledger's own
+    object. The seven that come during its PUT wait for it, then go as ONE shared object."""
     server, loc, meta = place
-    group, storages = _storages(loc, meta, TOPICS)
-    writers, datas, errors = _write_and_sync_all(storages, 5)
-    puts = errors.pop(-1)
-    assert errors == {}
-    assert puts == 1, f"{len(TOPICS)} topics' syncs made {puts} object writes"
-    assert group.groups_written == 1
+    # flushes asked directly (a sync's without its linger); the background flusher's are a minute away
+    group, storages = _storages(loc, meta, TOPICS, interval_ms=60_000)
+    real_put, in_put = object_ledgers.put_object, threading.Event()
+
+    def slow_first_put(store, key, data):
+        if f"/f-{lf.FILE_HEADER_SIZE:016d}-" in key:  # the lone flush: the others come meanwhile
+            in_put.set()
+            wait_until(lambda: len(group._pending) == len(TOPICS) - 1, timeout=30, what="7 flushes waiting")
+        real_put(store, key, data)
+
+    monkeypatch.setattr(object_ledgers, "put_object", slow_first_put)
+    writers = [st.create(5) for st in storages]
+    datas = [_record(0, b"topic-%d" % i) for i in range(len(writers))]
+    for w, rec in zip(writers, datas):
+        w.write(rec, lf.FILE_HEADER_SIZE)
+    before = OBJECT_COUNTERS.snapshot()["puts"]
+    threads = [threading.Thread(target=w.flush, args=(w.written_end,)) for w in writers]
+    threads[0].start()
+    assert in_put.wait(30)
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(60)
+    puts = OBJECT_COUNTERS.snapshot()["puts"] - before
+    assert all(w.durable_end == w.written_end for w in writers)
+    assert puts == 2, f"{len(TOPICS)} topics' syncs made {puts} object writes"
+    assert (group.solo_written, group.groups_written) == (1, 1)
     shared = server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")
     assert len(shared) == 1
     # a new process's view (new client, new group over the same metadata store) reads every
-    # topic's bytes through its range record
+    # topic's bytes: the lone one from its own object, the others through their range records
     _, fresh = _storages(loc, meta, TOPICS)
     for st, data in zip(fresh, datas):
         assert st.read_all(5)[lf.FILE_HEADER_SIZE :] == data
         assert st.read_range(5, lf.FILE_HEADER_SIZE + 2, lf.FILE_HEADER_SIZE + 9) == data[2:9]
-    assert len(meta.get_children(f"{RANGES_ROOT}/{storages[0].topic_path}/000000000005")) == 1
+    records = [len(meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000005")) for st in storages]
+    assert sorted(records) == [0] + [1] * (len(TOPICS) - 1)
+    for w in writers:
+        w.close()
+
+
+def test_a_lone_flush_is_the_ledgers_own_object_and_writes_nothing_to_the_metadata_store(place, monkeypatch):
+    """A lone producer pays what it pays without the group: one PUT, no metadata commit (the
+    fence's lease is checked), and no waiting -- the writer's own linger ended at once
+    (``objectLedgerFlushMaxBytes`` reached), and the group adds no timer of its own: with a
+    one-minute interval the sync still returns at once."""
+    server, loc, meta = place
+    group, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=60_000, max_bytes=16)
+    leases = []
+    st.ownership_check = lambda: leases.append(1)
+    w = st.create(11)
+    commits = []
+    real_commit = meta.commit
+    monkeypatch.setattr(meta, "commit", lambda ops: commits.append(ops) or real_commit(ops))
+    rec = _record(0, b"alone, at once")
+    before = OBJECT_COUNTERS.snapshot()["puts"]
+    t0 = time.monotonic()
+    w.write(rec, lf.FILE_HEADER_SIZE)  # the background flusher may take it first: the same
+    w.sync()
+    assert time.monotonic() - t0 < 30  # the old group waited its interval: 60 s here
+    assert OBJECT_COUNTERS.snapshot()["puts"] - before == 1
+    assert commits == [] and leases == [1]
+    assert (group.solo_written, group.groups_written) == (1, 0)
+    assert w.layout.parts[-1][2].startswith("f-")
+    assert server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/") == []
+    _, (fresh,) = _storages(loc, meta, TOPICS[:1])
+    assert fresh.read_all(11) == lf.encode_file_header(11) + rec
+    w.close()
+
+
+def test_a_lone_flush_whose_fence_failed_is_never_acknowledged(place):
+    """Alone, the flush is checked against its fence after its PUT, as without a group: a
+    topic another broker took fails the sync (``Fenced``), and the writer refuses every later
+    sync -- the new owner's recovery then seals the ledger without these bytes."""
+    _server, loc, meta = place
+    meta.put("/fence-solo", b"")
+    fence = Fence(checks=(Check("/fence-solo", 0),), epoch=3, what="bundle solo")
+    group, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=0, fences={TOPICS[0]: fence})
+    w = st.create(12)
+    w.write(_record(0, b"owned"), lf.FILE_HEADER_SIZE)
+    w.sync()  # the fence holds: acknowledged
+    meta.put("/fence-solo", b"taken")  # another broker took the bundle
+    w.write(_record(1, b"zombie"), w.written_end)
+    with pytest.raises(OSError) as got:
+        w.sync()
+    assert "epoch 3 is over" in str(got.value)
+    assert (group.solo_written, group.groups_written) == (1, 0)  # the zombie's: not written
+    with pytest.raises(OSError):
+        w.sync()
+    w.abandon()
+
+
+def test_the_next_group_is_written_while_the_previous_commits(place, monkeypatch):
+    """Pipelining: a group's PUT does not wait for the previous group's metadata commit, and
+    no member is answered before its own group committed."""
+    _server, loc, meta = place
+    group, storages = _storages(loc, meta, TOPICS[:4], interval_ms=0, solo=False)
+    release, entered = threading.Event(), threading.Event()
+    real_commit = meta.commit
+
+    def held_commit(ops):
+        if not entered.is_set() and any(GROUPS_ROOT in getattr(op, "path", "") for op in ops):
+            entered.set()
+            assert release.wait(30)
+        return real_commit(ops)
+
+    monkeypatch.setattr(meta, "commit", held_commit)
+    writers = [st.create(13) for st in storages]
+    done: dict[int, BaseException | None] = {}
+
+    def sync(i: int) -> None:
+        writers[i].write(_record(0, b"t%d" % i), lf.FILE_HEADER_SIZE)
+        try:
+            writers[i].sync()
+            done[i] = None
+        except BaseException as e:
+            done[i] = e
+
+    first = threading.Thread(target=sync, args=(0,))
+    first.start()
+    assert entered.wait(30)  # group 1 written, its commit held
+    others = [threading.Thread(target=sync, args=(i,)) for i in (1, 2, 3)]
+    for t in others:
+        t.start()
+    wait_until(lambda: group.groups_written >= 2, timeout=30, what="group 2 written during group 1's commit")
+    assert done == {}  # nobody answered: group 1 is not committed, group 2 waits behind it
+    release.set()
+    for t in [first, *others]:
+        t.join(60)
+    assert done == {0: None, 1: None, 2: None, 3: None}
+    _, fresh = _storages(loc, meta, TOPICS[:4])
+    for i, st in enumerate(fresh):
+        assert st.read_all(13)[lf.FILE_HEADER_SIZE :] == _record(0, b"t%d" % i)
     for w in writers:
         w.close()
 
@@ -109,7 +246,7 @@ def test_a_member_whose_fence_failed_is_refused_and_the_others_commit(place):
     fence_a = Fence(checks=(Check("/fence-a", 0),), epoch=3, what="bundle a")
     fence_b = Fence(checks=(Check("/fence-b", 0),), epoch=3, what="bundle b")
     fences = {TOPICS[0]: fence_a, TOPICS[1]: fence_b, TOPICS[2]: fence_b}
-    _, storages = _storages(loc, meta, TOPICS[:3], fences=fences)
+    _, storages = _storages(loc, meta, TOPICS[:3], fences=fences, solo=False)
     meta.put("/fence-a", b"taken")  # another broker took bundle a: version 1
     writers, datas, errors = _write_and_sync_all(storages, 6)
     errors.pop(-1)
@@ -123,9 +260,10 @@ def test_a_member_whose_fence_failed_is_refused_and_the_others_commit(place):
         w.close()
 
 
-def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place):
+def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place, monkeypatch):
     server, loc, meta = place
     group, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
+    _gather(monkeypatch, group, 2)
     writers, datas, errors = _write_and_sync_all(storages, 7)
     errors.pop(-1)
     assert errors == {}
@@ -148,7 +286,7 @@ def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place
 def test_a_ledger_being_written_folds_its_ranges_so_few_records_stay(place, monkeypatch):
     server, loc, meta = place
     monkeypatch.setattr(object_ledger_writer, "FOLD_RANGES", 4)
-    _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=0)
+    _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=0, solo=False)
     w = st.create(8)
     end, recs = lf.FILE_HEADER_SIZE, []
     for i in range(10):  # ten syncs, each its own group: folds after the 4th and the 8th
@@ -177,11 +315,12 @@ def test_a_ledger_being_written_folds_its_ranges_so_few_records_stay(place, monk
     w.close()
 
 
-def test_a_new_process_deletes_the_shared_object_once_its_merges_left_it_unnamed(place):
+def test_a_new_process_deletes_the_shared_object_once_its_merges_left_it_unnamed(place, monkeypatch):
     """After a failover the new owner merges ledgers another process wrote: the reference
     count lives in the metadata store, so the shared object still goes with the last range."""
     server, loc, meta = place
-    _, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
+    group, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
+    _gather(monkeypatch, group, 2)
     writers, datas, errors = _write_and_sync_all(storages, 9)
     errors.pop(-1)
     assert errors == {}
@@ -203,10 +342,11 @@ def test_a_group_holds_at_most_max_group_members_the_rest_go_in_the_next(place, 
     server, loc, meta = place
     monkeypatch.setattr(object_group_flush, "MAX_GROUP_MEMBERS", 3)
     group, storages = _storages(loc, meta, TOPICS)
+    _gather(monkeypatch, group, len(TOPICS))  # all come at once
     writers, datas, errors = _write_and_sync_all(storages, 10)
     puts = errors.pop(-1)
     assert errors == {}
-    assert puts == group.groups_written >= 3  # 8 members: 3 + 3 + 2 when all came at once
+    assert puts == group.groups_written == 3  # 8 members: 3 + 3 + 2
     sizes = [len(meta.get_children(f"{GROUPS_ROOT}/{g}")) for g in meta.get_children(GROUPS_ROOT)]
     assert sum(sizes) == len(TOPICS) and max(sizes) == 3
     _, fresh = _storages(loc, meta, TOPICS)

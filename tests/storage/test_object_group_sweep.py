@@ -57,7 +57,7 @@ def _groups(server, loc) -> list[str]:
 
 def _committed_ledger(store, meta, ledger_id=5):
     """A real group flush commits one ledger's record; returns (storage, group, object key, bytes)."""
-    group = GroupFlush(store, meta, interval_ms=20)
+    group = GroupFlush(store, meta, solo=False)  # a lone flush in a shared object too
     st = ObjectLedgerStorage(store, TOPIC, ObjectLedgerSettings(flush_interval_ms=20), epoch=2, group=group)
     w = st.create(ledger_id)
     rec = lf.encode_record_header(0, 1000, b"kept") + b"kept"
@@ -171,6 +171,7 @@ def test_a_broker_sweeps_from_its_maintenance_and_cleans_up_a_deleted_topic(tmp_
     s = Storage(tmp_path / "broker", config)
     try:
         topic = "persistent://public/default/swept"
+        s._group().solo = False  # the lone append into a shared object too
         ml = s.open_managed_ledger(topic)
         ml.append(b"one")
         named = sorted(p for p in (objects / GROUPS_PREFIX).rglob("*") if p.is_file())

@@ -400,9 +400,7 @@ class Storage:
         with self._lock:
             if self._group_flush is None:
                 s = self._object_settings
-                self._group_flush = GroupFlush(
-                    self.object_store, self.metadata_store, s.flush_interval_ms, s.flush_max_bytes
-                )
+                self._group_flush = GroupFlush(self.object_store, self.metadata_store, s.flush_max_bytes)
             return self._group_flush
 
     def topics(self) -> list[str]:

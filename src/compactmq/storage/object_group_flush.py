@@ -3,24 +3,37 @@
 Without it, each object ledger's writer (``object_ledger_writer.ObjectLedgerWriter``) writes its own
 flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
 ``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
-writer's flush instead *joins the group*: a daemon thread collects every flush asked for within
-``objectLedgerFlushIntervalMillis`` of the first (or until ``objectLedgerFlushMaxBytes`` wait),
-and then
+writer's flush instead *joins the group*: a daemon thread (the *PUT stage*) takes every flush
+waiting -- at once when nothing is being written (a flush never waits for a timer: the writer's
+own linger, ``objectLedgerFlushIntervalMillis``, already ran), else as soon as the write in
+flight is done, so flushes group by themselves while the store is busy, as one ledger's
+appends do during its PUT. What it took it writes one of two ways:
 
-1. writes their bytes, one after the other, as ONE shared object
-   ``groups/<incarnation:019d>/<counter:016d>`` -- ``incarnation`` a random 62-bit integer drawn
-   when the process starts (the broker's identity for keys: two processes never share one),
-   ``counter`` counting this process's groups, so a key never repeats and no write replaces
-   another (pyarrow's S3 client cannot make a conditional PUT);
-2. commits, in ONE metadata-store ``commit`` (a ZooKeeper ``multi``), one *range record* per
-   member ledger -- ``<RANGES_ROOT>/<topic>/<ledger_id:012d>/<start:016d>-e<epoch:010d>``,
-   value ``{"end", "key", "offset", "member"}``: ledger bytes ``[start, end)`` are the shared
-   object's bytes from ``offset`` -- and per member an empty key
-   ``<GROUPS_ROOT>/<incarnation>-<counter>/<member:06d>`` (the object's reference count, which
-   every process can read), together with the version checks of every member's ownership fence
-   (``resources.fence``). A member whose fence fails is told ``Fenced`` and the commit is tried
-   again without it, so a zombie's bytes never become visible and never hold up the others;
-3. only then answers each member (its flush returns: the entries may be acknowledged).
+* **alone** (one flush waiting, ``solo``): as the ledger's own flush object, then the ownership
+  fence's lease is checked -- exactly the per-ledger path (``ObjectLedgerStorage.write_flush``
+  without a group): one PUT, no metadata-store write, so a lone producer pays nothing for the
+  group. Its guarantees are that path's: nothing is acknowledged once the fence is lost, and a
+  new owner's recovery seals the ledger, so a zombie's later objects are never part of it;
+* **as a group** (several flushes):
+
+  1. their bytes, one after the other, as ONE shared object
+     ``groups/<incarnation:019d>/<counter:016d>`` -- ``incarnation`` a random 62-bit integer
+     drawn when the process starts (the broker's identity for keys: two processes never share
+     one), ``counter`` counting this process's groups, so a key never repeats and no write
+     replaces another (pyarrow's S3 client cannot make a conditional PUT);
+  2. (the *commit stage*, its own thread: the next group's PUT runs meanwhile) in ONE
+     metadata-store ``commit`` (a ZooKeeper ``multi``), one *range record* per member ledger --
+     ``<RANGES_ROOT>/<topic>/<ledger_id:012d>/<start:016d>-e<epoch:010d>``, value ``{"end",
+     "key", "offset", "member"}``: ledger bytes ``[start, end)`` are the shared object's bytes
+     from ``offset`` -- and per member an empty key ``<GROUPS_ROOT>/<incarnation>-<counter>/
+     <member:06d>`` (the object's reference count, which every process can read), together with
+     the version checks of every member's ownership fence (``resources.fence``). A member whose
+     fence fails is told ``Fenced`` and the commit is tried again without it, so a zombie's bytes
+     never become visible and never hold up the others;
+  3. only then answers each member (its flush returns: the entries may be acknowledged).
+
+  At most ``PIPELINE`` groups are past their PUT and not yet committed, so a slow metadata
+  store makes groups larger, not more numerous.
 
 Reading: a ledger's layout (``object_layout.resolve_layout``) chains its own objects and its
 range records (``ranges``); a range's part name is ``g:<epoch>:<offset>:<member>:<key>``
@@ -39,9 +52,8 @@ the last release and the object's delete; it removes both once older than a grac
 group's commit creates its group node only if new, so a commit that comes after the sweep
 decided fails rather than naming a deleted object).
 
-Thread safety: ``flush`` from any thread (it blocks until its group committed); one daemon thread
-writes groups one at a time, so under load everything asked during one group's write goes into
-the next (the group grows with the store's latency, as one ledger's flushes do).
+Thread safety: ``flush`` from any thread (it blocks until its bytes are durable and visible);
+the PUT stage writes one object at a time, the commit stage commits one group at a time.
 """
 
 from __future__ import annotations
@@ -50,7 +62,7 @@ import json
 import logging
 import secrets
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import CompactMQError, StorageError
@@ -71,6 +83,9 @@ GROUPS_PREFIX = "groups"
 MAX_GROUP_MEMBERS = 256
 #: attempts of one group's commit (each without the members whose fence failed)
 COMMIT_ATTEMPTS = 4
+#: groups past their PUT and not yet committed, at most: the PUT stage writes the next group
+#: while one commits, then waits -- a slow metadata store makes groups larger, not more
+PIPELINE = 1
 
 
 @dataclass
@@ -82,6 +97,9 @@ class _Member:
     epoch: int
     data: bytes
     fence: Fence
+    #: writes the bytes as the ledger's own flush object, fence checked; returns its part name
+    #: (used when the member is alone: ``GroupFlush.solo``); None: always in a shared object
+    solo: Callable[[], str] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     name: str = ""  # the part name, once committed
     error: BaseException | None = None
@@ -89,6 +107,16 @@ class _Member:
     @property
     def record_path(self) -> str:
         return record_path(self.topic_path, self.ledger_id, self.start, self.epoch)
+
+
+@dataclass
+class _Group:
+    """A shared object written and waiting for (or in) its commit."""
+
+    key: str
+    counter: int
+    members: list[_Member]
+    offsets: list[int]
 
 
 def record_path(topic_path: str, ledger_id: int, start: int, epoch: int) -> str:
@@ -109,88 +137,133 @@ def member_path(key: str, member: int) -> str:
     return f"{group_node(key)}/{int(member):06d}"
 
 
+def _answer(members: list[_Member], e: BaseException) -> None:
+    """Every member not answered yet gets ``e`` (whatever happened, each must be answered)."""
+    for m in members:
+        if not m.done.is_set():
+            m.error = e if isinstance(e, CompactMQError) else StorageError(str(e))
+            m.done.set()
+
+
 class GroupFlush:
-    """The process's group flush over ``store`` and ``metadata`` (see the module docstring)."""
+    """The process's group flush over ``store`` and ``metadata`` (see the module docstring).
+    ``max_bytes`` bounds one shared object (a flush bigger than it is a group of its own);
+    ``solo`` False puts even a lone flush in a shared object (tests of the shared path)."""
 
     def __init__(
         self,
         store: BlobStore,
         metadata: MetadataStore,
-        interval_ms: int = 5,
         max_bytes: int = 4 * 1024 * 1024,
         incarnation: int | None = None,
+        solo: bool = True,
     ) -> None:
         self.store = store
         self.metadata = metadata
-        self.interval_s = max(0, int(interval_ms)) / 1000
         self.max_bytes = max(1, int(max_bytes))
         self.incarnation = secrets.randbits(62) if incarnation is None else int(incarnation)
+        self.solo = solo
         self._counter = 0
         self._cond = threading.Condition()
         self._pending: list[_Member] = []
-        self._pending_bytes = 0
-        self._due = 0.0  # when the oldest pending flush has waited the interval
-        self._thread: threading.Thread | None = None
-        self.groups_written = 0  # tests, stats
+        self._committing: list[_Group] = []  # written, waiting for (or in) their commit
+        self._in_flight: set[int] = set()  # counters of groups being written or committed
+        self._threads: list[threading.Thread] = []
+        self.groups_written = 0  # shared objects written (tests, stats)
+        self.solo_written = 0  # flushes written alone, as the ledger's own object (tests, stats)
 
     @property
     def counter(self) -> int:
-        """The counter of the group being written (or the last written): the orphan sweep
-        leaves this process's groups from it on alone."""
-        return self._counter
+        """The counter of the oldest group being written or committed (else the last one): the
+        orphan sweep leaves this process's groups from it on alone."""
+        with self._cond:
+            return min(self._in_flight, default=self._counter)
 
     # --- writing ---------------------------------------------------------------------------
 
     def flush(
-        self, topic_path: str, ledger_id: int, start: int, end: int, epoch: int, data: bytes, fence: Fence
+        self,
+        topic_path: str,
+        ledger_id: int,
+        start: int,
+        end: int,
+        epoch: int,
+        data: bytes,
+        fence: Fence,
+        solo: Callable[[], str] | None = None,
     ) -> str:
-        """Make ledger bytes ``[start, end)`` durable as part of the next group; returns the
-        part name (``g:...``) once the group's object is written and its range committed.
-        Raises ``Fenced`` when the member's fence failed, ``StorageError`` when the write or
-        the commit failed."""
-        m = _Member(topic_path, ledger_id, start, end, epoch, data, fence or NO_FENCE)
+        """Make ledger bytes ``[start, end)`` durable and visible -- alone through ``solo`` when
+        nothing else waits, else as part of the next group; returns the part name (``f-...``,
+        or ``g:...`` once the group's object is written and its range committed). Raises
+        ``Fenced`` when the member's fence failed, ``StorageError`` when the write or the
+        commit failed."""
+        m = _Member(topic_path, ledger_id, start, end, epoch, data, fence or NO_FENCE, solo)
         with self._cond:
-            if not self._pending:
-                self._due = time.monotonic() + self.interval_s
             self._pending.append(m)
-            self._pending_bytes += len(data)
             self._cond.notify_all()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="object-group-flush", daemon=True)
-                self._thread.start()
+            if not self._threads:
+                for target, name in ((self._put_stage, "put"), (self._commit_stage, "commit")):
+                    t = threading.Thread(target=target, name=f"object-group-{name}", daemon=True)
+                    self._threads.append(t)
+                    t.start()
         m.done.wait()
         if m.error is not None:
             raise m.error
         return m.name
 
-    def _run(self) -> None:
+    def _ready(self) -> bool:
+        """The PUT stage may take the flushes waiting (called holding ``_cond``)."""
+        return bool(self._pending) and len(self._committing) <= PIPELINE
+
+    def _take(self) -> list[_Member]:
+        """The flushes of the next write (holding ``_cond``): every one waiting, up to
+        ``MAX_GROUP_MEMBERS`` and ``max_bytes`` (at least one); the rest go in the next."""
+        n, size = 0, 0
+        while n < min(len(self._pending), MAX_GROUP_MEMBERS):
+            size += len(self._pending[n].data)
+            if n and size > self.max_bytes:
+                break
+            n += 1
+        batch, self._pending = self._pending[:n], self._pending[n:]
+        return batch
+
+    def _put_stage(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._pending:
-                        remaining = self._due - time.monotonic()
-                        if remaining <= 0 or self._pending_bytes >= self.max_bytes:
-                            break
-                        self._cond.wait(remaining)
-                    else:
-                        self._cond.wait()
-                batch, self._pending = self._pending[:MAX_GROUP_MEMBERS], self._pending[MAX_GROUP_MEMBERS:]
-                self._pending_bytes = sum(len(m.data) for m in self._pending)
-                self._due = time.monotonic()  # what is left over goes in the next group at once
-                self._counter += 1
-                key = f"{GROUPS_PREFIX}/{self.incarnation:019d}/{self._counter:016d}"
+                while not self._ready():
+                    self._cond.wait()
+                batch = self._take()
+                alone = len(batch) == 1 and self.solo and batch[0].solo is not None
+                if not alone:
+                    self._counter += 1
+                    counter = self._counter
+                    self._in_flight.add(counter)
             try:
-                self._write_group(key, batch)
+                if alone:
+                    self._write_alone(batch[0])
+                else:
+                    self._put_group(counter, batch)
             except BaseException as e:  # every member must be answered, whatever happened
-                for m in batch:
-                    if not m.done.is_set():
-                        m.error = e if isinstance(e, CompactMQError) else StorageError(str(e))
-                        m.done.set()
+                _answer(batch, e)
+                if not alone:
+                    with self._cond:
+                        self._in_flight.discard(counter)
 
-    def _write_group(self, key: str, batch: list[_Member]) -> None:
-        """Write one group: the shared object, then the records (see the module docstring)."""
+    def _write_alone(self, m: _Member) -> None:
+        """A lone flush: the ledger's own object, its fence checked (the per-ledger path)."""
+        if not self._refuse_early(m):
+            assert m.solo is not None
+            m.name = m.solo()
+            self.solo_written += 1
+            m.done.set()
+
+    def _put_group(self, counter: int, batch: list[_Member]) -> None:
+        """Write one group's shared object, then hand it to the commit stage."""
+        key = f"{GROUPS_PREFIX}/{self.incarnation:019d}/{counter:016d}"
         live = [m for m in batch if not self._refuse_early(m)]
         if not live:
+            with self._cond:
+                self._in_flight.discard(counter)
             return
         offsets, pos = [], 0
         for m in live:
@@ -202,11 +275,28 @@ class GroupFlush:
         self.groups_written += 1
         for i, (m, off) in enumerate(zip(live, offsets)):
             m.name = part_name(m.epoch, off, i, key)
-        committed = self._commit(key, live, offsets)
-        if not committed:
-            self._delete_quietly(key)
-        for m in live:
-            m.done.set()
+        with self._cond:
+            self._committing.append(_Group(key, counter, live, offsets))
+            self._cond.notify_all()
+
+    def _commit_stage(self) -> None:
+        while True:
+            with self._cond:
+                while not self._committing:
+                    self._cond.wait()
+                group = self._committing[0]
+            try:
+                if not self._commit(group.key, group.members, group.offsets):
+                    self._delete_quietly(group.key)
+                for m in group.members:
+                    m.done.set()
+            except BaseException as e:  # every member must be answered, whatever happened
+                _answer(group.members, e)
+            finally:
+                with self._cond:
+                    self._committing.pop(0)
+                    self._in_flight.discard(group.counter)
+                    self._cond.notify_all()
 
     @staticmethod
     def _refuse_early(m: _Member) -> bool:

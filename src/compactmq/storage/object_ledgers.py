@@ -19,9 +19,11 @@ interval, or as soon as ``objectLedgerFlushMaxBytes`` wait, so memory per ledger
 ``close`` writes what is still buffered (as a file's page cache would reach the disk), no more.
 
 With a group flush (``object_group_flush``, ``objectLedgerGroupFlushEnabled``; the storage's
-``group``), a flush writes no object of its own: it joins the process's next group -- ONE
-shared object for every ledger (of every topic) with bytes due in that interval, their ranges
-then committed in the metadata store under each topic's ownership fence, in one commit. The
+``group``), a flush joins the process's next group -- ONE shared object for every ledger (of
+every topic) with bytes waiting while the previous group was written, their ranges then
+committed in the metadata store under each topic's ownership fence, in one commit; a flush
+that finds nothing else waiting is written at once as the ledger's own flush object, as
+without a group (``_write_own_flush``), so a lone producer pays no metadata-store write. The
 layout then names ranges of shared objects too (``object_layout.shared_part``), read by ranged
 GETs; the merge on seal copies them into the ledger's merged object and drops the records.
 
@@ -149,10 +151,28 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         """Make ledger bytes ``[start, end)`` durable and visible; returns the layout's part
         name: a flush object of the ledger's own, or (group flush) a range of a shared one."""
         if self.group is not None:
-            return self.group.flush(self.topic_path, ledger_id, start, end, self.epoch, data, self.fence)
+            return self.group.flush(
+                self.topic_path,
+                ledger_id,
+                start,
+                end,
+                self.epoch,
+                data,
+                self.fence,
+                lambda: self._write_own_flush(ledger_id, start, end, data),
+            )
+        return self._write_own_flush(ledger_id, start, end, data)
+
+    def _write_own_flush(self, ledger_id: int, start: int, end: int, data: bytes) -> str:
+        """Bytes ``[start, end)`` as a flush object of the ledger's own, acknowledged only while
+        this process still owns the topic: the fence's lease (``ownership_check``), else -- a
+        storage given only a fence -- the fence itself, asked of the group's store."""
         key = self.flush_key(ledger_id, start, end)
         self.put_object(key, data)
-        self.check_owned()  # a zombie's bytes are never acknowledged (fence)
+        if self.ownership_check is not None or self.group is None:
+            self.check_owned()  # a zombie's bytes are never acknowledged (fence)
+        else:
+            self.fence.verify(self.group.metadata)
         return key.rsplit("/", 1)[1]
 
     def part_location(self, ledger_id: int, name: str) -> tuple[str, int]:
