@@ -44,6 +44,7 @@ step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and 
     .venv/bin/python bench/cluster_bench.py --quick   # about 1 to 2 minutes: 20,000 messages, 3 kills
     .venv/bin/python bench/cluster_bench.py           # about 4-5 minutes: 200,000 messages, 10 kills
     .venv/bin/python bench/cluster_bench.py --quick --group-flush   # the cluster with the group flush
+    .venv/bin/python bench/cluster_bench.py --quick --compare-group-flush   # publish only: off, then on
 """
 
 from __future__ import annotations
@@ -363,10 +364,18 @@ def single_node(tmp: Path, p: dict, size: int) -> dict:
 
 
 def cluster(
-    tmp: Path, p: dict, size: int, session_ms: int, spread_bundles: int, group_flush: bool = False
+    tmp: Path,
+    p: dict,
+    size: int,
+    session_ms: int,
+    spread_bundles: int,
+    group_flush: bool = False,
+    publish_only: bool = False,
 ) -> dict:
     log(f"cluster: ZooKeeper, SeaweedFS, 3 brokers (group flush {'on' if group_flush else 'off'})")
-    zk = ZooKeeperServer(tmp / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
+    zk = ZooKeeperServer(
+        tmp / f"zk{int(group_flush)}", find_classpath() or sys.exit("ZooKeeper not installed")
+    ).start()
     s3 = start_seaweedfs()
     brokers: list[BrokerProcess] = []
     try:
@@ -379,9 +388,10 @@ def cluster(
             "loadBalancerReportUpdateMinIntervalMillis": "300",
             "objectLedgerGroupFlushEnabled": str(group_flush).lower(),
         }
+        tag = "gf" if group_flush else "b"
         for i in range(3):
-            (tmp / f"b{i}").mkdir()
-            brokers.append(BrokerProcess(tmp / f"b{i}" / "data", overrides))
+            (tmp / f"{tag}{i}").mkdir()
+            brokers.append(BrokerProcess(tmp / f"{tag}{i}" / "data", overrides))
         for b in brokers:
             b.start(START_TIMEOUT_S)
         out: dict = {"session_timeout_ms": session_ms, "load_average_at_start": load()}
@@ -389,6 +399,8 @@ def cluster(
         out["stored_after_publish"] = stored_objects(s3, bucket, prefix)
         out["stored_after_unload"] = sealed_objects(brokers, s3, bucket, prefix)
         log(f"  stored: {out['stored_after_publish']} / sealed: {out['stored_after_unload']}")
+        if publish_only:  # --compare-group-flush: no spread, no failover
+            return out
         ns = f"public/spread{spread_bundles}"
         http_json(
             f"{brokers[0].web_url}/admin/v2/namespaces/{ns}",
@@ -425,10 +437,20 @@ def main() -> None:
         action="store_true",
         help="objectLedgerGroupFlushEnabled=true on the cluster (one object write per interval per broker)",
     )
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "cluster.json"))
+    ap.add_argument(
+        "--compare-group-flush",
+        action="store_true",
+        help="only the cluster's publish phases, group flush off then on, back to back (writes "
+        "cluster_<mode>_gf_compare.json unless --out)",
+    )
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
     mode = "quick" if a.quick else "full"
     p = MODES[mode]
+    if a.compare_group_flush:
+        compare_group_flush(a, mode, p)
+        return
+    a.out = a.out or str(ROOT / "bench" / "results" / "cluster.json")
     started, load_before = time.monotonic(), load()
     with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{uuid.uuid4().hex[:6]}-") as tmp:
         single = single_node(Path(tmp), p, a.size)
@@ -473,6 +495,47 @@ def main() -> None:
         log(f"no plot: {e}")
         return
     plot.plot_cluster(plt, results, out.stem)
+
+
+def compare_group_flush(a: argparse.Namespace, mode: str, p: dict) -> None:
+    """The cluster's publish phases with ``objectLedgerGroupFlushEnabled`` off, then on, in one
+    run (a loaded machine moves between two runs more than the two set-ups differ): each
+    phase's figures and the on/off ratios."""
+    started, load_before = time.monotonic(), load()
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{uuid.uuid4().hex[:6]}-") as tmp:
+        for name, on in (("off", False), ("on", True)):
+            runs[name] = cluster(Path(tmp), p, a.size, a.session_ms, a.spread_bundles, on, publish_only=True)
+    off, on = runs["off"], runs["on"]
+
+    def ratio(phase: str, key: str) -> float | None:
+        x, y = off[phase].get(key), on[phase].get(key)
+        return round(y / x, 3) if x and y is not None else None
+
+    results = {
+        "mode": mode,
+        "params": {**p, "message_bytes": a.size, "brokers": 3, "session_timeout_ms": a.session_ms},
+        "group_flush_off": off,
+        "group_flush_on": on,
+        "on_vs_off": {
+            "throughput_msgs_ratio": ratio("throughput", "msgs_per_s"),
+            "many_topics_msgs_ratio": ratio("many_topics", "msgs_per_s"),
+            "many_topics_object_writes_ratio": ratio("many_topics", "object_writes"),
+            "many_topics_messages_per_write_ratio": ratio("many_topics", "messages_per_object_write"),
+            "throughput_object_writes_ratio": ratio("throughput", "object_writes"),
+            "latency_p50_ratio": ratio("latency", "p50_ms"),
+            "latency_p99_ratio": ratio("latency", "p99_ms"),
+            "latency_mean_ratio": ratio("latency", "mean_ms"),
+        },
+        "load_average_before": load_before,
+        "load_average_after": load(),
+        "cpus": os.cpu_count(),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    out = Path(a.out or ROOT / "bench" / "results" / f"cluster_{mode}_gf_compare.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results["on_vs_off"], indent=2))
 
 
 if __name__ == "__main__":

@@ -54,19 +54,19 @@ def _storages(loc, meta, topics, interval_ms=300, fences=None, solo=True, max_by
     return group, out
 
 
-def _gather(monkeypatch, group, n: int) -> None:
-    """The group's PUT stage takes its next batch only once ``n`` flushes wait -- as when they
-    arrive while a write is in flight -- so a test knows which flushes share an object."""
-    real, held = group._ready, [True]
+def _gather(group, n: int) -> None:
+    """As if a write were in flight until ``n`` flushes wait (they wait for it), then done: the
+    group's PUT stage takes the ``n`` at once -- so a test knows which flushes share an object."""
+    with group._cond:
+        group._busy = True
 
-    def ready() -> bool:
-        if held[0]:
-            if len(group._pending) < n:
-                return False
-            held[0] = False
-        return real()
+    def write_done() -> None:
+        wait_until(lambda: len(group._pending) >= n, timeout=60, what=f"{n} flushes waiting")
+        with group._cond:
+            group._busy = False
+            group._cond.notify_all()
 
-    monkeypatch.setattr(group, "_ready", ready)
+    threading.Thread(target=write_done, daemon=True).start()
 
 
 def _record(entry_id: int, data: bytes) -> bytes:
@@ -194,6 +194,46 @@ def test_a_lone_flush_whose_fence_failed_is_never_acknowledged(place):
     w.abandon()
 
 
+def test_a_ledger_of_own_objects_and_shared_ranges_reads_back_and_merges_whole(place, monkeypatch):
+    """Lone flushes (own objects) and grouped ones (shared ranges) alternate in one ledger: a
+    new process reads it whole, and its seal's merge takes both kinds and drops its records."""
+    server, loc, meta = place
+    group, (a, b) = _storages(loc, meta, TOPICS[:2], interval_ms=60_000)
+    wa, wb = a.create(14), b.create(14)
+    recs = []
+
+    def append(i: int) -> None:
+        recs.append(_record(i, b"a-%d" % i))
+        wa.write(recs[-1], wa.written_end)
+
+    append(0)
+    wa.flush(wa.written_end)  # alone
+    append(1)
+    wb.write(_record(0, b"b-0"), lf.FILE_HEADER_SIZE)
+    _gather(group, 2)
+    both = [threading.Thread(target=w.flush, args=(w.written_end,)) for w in (wa, wb)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(60)
+    append(2)
+    wa.flush(wa.written_end)  # alone again
+    assert [n[:2] for _s, _e, n in wa.layout.parts] == ["f-", "f-", "g:", "f-"]  # header first
+    assert (group.solo_written, group.groups_written) == (2, 1)
+    whole = lf.encode_file_header(14) + b"".join(recs)
+    _, (fresh, _) = _storages(loc, meta, TOPICS[:2])
+    assert fresh.read_all(14) == whole
+    wa.close()
+    scan = lf.scan_records(whole, verify_crc=True)
+    a.write_index(14, lf.encode_index(14, scan.offsets, scan.publish_times, scan.valid_end))
+    assert a.wait_merged(timeout=30)
+    assert meta.get_children(f"{RANGES_ROOT}/{a.topic_path}/000000000014") == []
+    assert len(server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")) == 1  # b's range names it
+    _, (fresh, _) = _storages(loc, meta, TOPICS[:2])
+    assert fresh.read_all(14) == whole
+    wb.close()
+
+
 def test_the_next_group_is_written_while_the_previous_commits(place, monkeypatch):
     """Pipelining: a group's PUT does not wait for the previous group's metadata commit, and
     no member is answered before its own group committed."""
@@ -263,7 +303,7 @@ def test_a_member_whose_fence_failed_is_refused_and_the_others_commit(place):
 def test_a_seal_merges_the_ranges_and_the_shared_object_goes_with_the_last(place, monkeypatch):
     server, loc, meta = place
     group, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
-    _gather(monkeypatch, group, 2)
+    _gather(group, 2)
     writers, datas, errors = _write_and_sync_all(storages, 7)
     errors.pop(-1)
     assert errors == {}
@@ -320,7 +360,7 @@ def test_a_new_process_deletes_the_shared_object_once_its_merges_left_it_unnamed
     count lives in the metadata store, so the shared object still goes with the last range."""
     server, loc, meta = place
     group, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
-    _gather(monkeypatch, group, 2)
+    _gather(group, 2)
     writers, datas, errors = _write_and_sync_all(storages, 9)
     errors.pop(-1)
     assert errors == {}
@@ -342,7 +382,7 @@ def test_a_group_holds_at_most_max_group_members_the_rest_go_in_the_next(place, 
     server, loc, meta = place
     monkeypatch.setattr(object_group_flush, "MAX_GROUP_MEMBERS", 3)
     group, storages = _storages(loc, meta, TOPICS)
-    _gather(monkeypatch, group, len(TOPICS))  # all come at once
+    _gather(group, len(TOPICS))  # all come at once
     writers, datas, errors = _write_and_sync_all(storages, 10)
     puts = errors.pop(-1)
     assert errors == {}

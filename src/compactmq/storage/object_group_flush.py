@@ -3,13 +3,14 @@
 Without it, each object ledger's writer (``object_ledger_writer.ObjectLedgerWriter``) writes its own
 flush object per flush: with 30 topics publishing, 30 PUTs per flush interval. With a
 ``GroupFlush`` (one per process and object store; ``objectLedgerGroupFlushEnabled``), a
-writer's flush instead *joins the group*: a daemon thread (the *PUT stage*) takes every flush
-waiting -- at once when nothing is being written (a flush never waits for a timer: the writer's
-own linger, ``objectLedgerFlushIntervalMillis``, already ran), else as soon as the write in
-flight is done, so flushes group by themselves while the store is busy, as one ledger's
-appends do during its PUT. What it took it writes one of two ways:
+writer's flush instead *joins the group*. One write is in flight at a time: a flush that finds
+none and nothing else waiting is written at once by its own thread; flushes that come during a
+write wait for it, then a daemon thread (the *PUT stage*) takes every one waiting. Nothing
+waits for a timer (the writer's own linger, ``objectLedgerFlushIntervalMillis``, already ran):
+flushes group by themselves while the store is busy, as one ledger's appends do during its
+PUT. What is taken is written one of two ways:
 
-* **alone** (one flush waiting, ``solo``): as the ledger's own flush object, then the ownership
+* **alone** (one flush, ``solo``): as the ledger's own flush object, then the ownership
   fence's lease is checked -- exactly the per-ledger path (``ObjectLedgerStorage.write_flush``
   without a group): one PUT, no metadata-store write, so a lone producer pays nothing for the
   group. Its guarantees are that path's: nothing is acknowledged once the fence is lost, and a
@@ -166,6 +167,7 @@ class GroupFlush:
         self._counter = 0
         self._cond = threading.Condition()
         self._pending: list[_Member] = []
+        self._busy = False  # a write (PUT) is in flight: flushes asked meanwhile wait for it
         self._committing: list[_Group] = []  # written, waiting for (or in) their commit
         self._in_flight: set[int] = set()  # counters of groups being written or committed
         self._threads: list[threading.Thread] = []
@@ -199,21 +201,41 @@ class GroupFlush:
         commit failed."""
         m = _Member(topic_path, ledger_id, start, end, epoch, data, fence or NO_FENCE, solo)
         with self._cond:
-            self._pending.append(m)
-            self._cond.notify_all()
-            if not self._threads:
-                for target, name in ((self._put_stage, "put"), (self._commit_stage, "commit")):
-                    t = threading.Thread(target=target, name=f"object-group-{name}", daemon=True)
-                    self._threads.append(t)
-                    t.start()
+            # nothing written, nothing waiting: this thread writes it alone, now (no hand-off to
+            # the PUT stage: a lone producer's flush is the per-ledger path, to the thread);
+            # flushes that come meanwhile wait for it, as for any write in flight
+            alone = self.solo and solo is not None and not self._busy and not self._pending
+            if alone:
+                self._busy = True
+            else:
+                self._pending.append(m)
+                self._cond.notify_all()
+                self._start_threads()
+        if alone:
+            try:
+                self._write_alone(m)
+            except BaseException as e:
+                _answer([m], e)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
         m.done.wait()
         if m.error is not None:
             raise m.error
         return m.name
 
+    def _start_threads(self) -> None:
+        if not self._threads:
+            for target, name in ((self._put_stage, "put"), (self._commit_stage, "commit")):
+                t = threading.Thread(target=target, name=f"object-group-{name}", daemon=True)
+                self._threads.append(t)
+                t.start()
+
     def _ready(self) -> bool:
-        """The PUT stage may take the flushes waiting (called holding ``_cond``)."""
-        return bool(self._pending) and len(self._committing) <= PIPELINE
+        """The PUT stage may take the flushes waiting (called holding ``_cond``): no write in
+        flight, and at most ``PIPELINE`` groups waiting for their commit."""
+        return bool(self._pending) and not self._busy and len(self._committing) <= PIPELINE
 
     def _take(self) -> list[_Member]:
         """The flushes of the next write (holding ``_cond``): every one waiting, up to
@@ -233,6 +255,7 @@ class GroupFlush:
                 while not self._ready():
                     self._cond.wait()
                 batch = self._take()
+                self._busy = True
                 alone = len(batch) == 1 and self.solo and batch[0].solo is not None
                 if not alone:
                     self._counter += 1
@@ -248,6 +271,9 @@ class GroupFlush:
                 if not alone:
                     with self._cond:
                         self._in_flight.discard(counter)
+            finally:
+                with self._cond:
+                    self._busy = False
 
     def _write_alone(self, m: _Member) -> None:
         """A lone flush: the ledger's own object, its fence checked (the per-ledger path)."""
