@@ -50,6 +50,7 @@ step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -363,6 +364,39 @@ def single_node(tmp: Path, p: dict, size: int) -> dict:
         broker.stop()
 
 
+def start_cluster(stack: contextlib.ExitStack, tmp: Path, session_ms: int, group_flush: bool):
+    """ZooKeeper, a SeaweedFS bucket and three brokers, stopped when ``stack`` closes; returns
+    (brokers, s3 server, bucket, key prefix)."""
+    log(f"cluster: ZooKeeper, SeaweedFS, 3 brokers (group flush {'on' if group_flush else 'off'})")
+    tag = "gf" if group_flush else "b"
+    zk = ZooKeeperServer(tmp / f"zk-{tag}", find_classpath() or sys.exit("ZooKeeper not installed")).start()
+    stack.callback(zk.stop)
+    s3 = start_seaweedfs()
+    stack.callback(stop_seaweedfs, s3)
+    brokers: list[BrokerProcess] = []
+
+    def stop_brokers() -> None:
+        for b in brokers:
+            b.stop(signal.SIGKILL)  # nothing of the cluster is kept
+
+    stack.callback(stop_brokers)
+    bucket = s3.create_bucket(BUCKET)
+    prefix = uuid.uuid4().hex[:8]
+    overrides = {
+        "metadataStoreUrl": f"zk:{zk.hosts}/bench",
+        "objectLedgerStorageUrl": f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={s3.endpoint}",
+        "metadataStoreSessionTimeoutMillis": str(session_ms),
+        "loadBalancerReportUpdateMinIntervalMillis": "300",
+        "objectLedgerGroupFlushEnabled": str(group_flush).lower(),
+    }
+    for i in range(3):
+        (tmp / f"{tag}{i}").mkdir()
+        brokers.append(BrokerProcess(tmp / f"{tag}{i}" / "data", overrides))
+    for b in brokers:
+        b.start(START_TIMEOUT_S)
+    return brokers, s3, bucket, prefix
+
+
 def cluster(
     tmp: Path,
     p: dict,
@@ -370,37 +404,14 @@ def cluster(
     session_ms: int,
     spread_bundles: int,
     group_flush: bool = False,
-    publish_only: bool = False,
 ) -> dict:
-    log(f"cluster: ZooKeeper, SeaweedFS, 3 brokers (group flush {'on' if group_flush else 'off'})")
-    zk = ZooKeeperServer(
-        tmp / f"zk{int(group_flush)}", find_classpath() or sys.exit("ZooKeeper not installed")
-    ).start()
-    s3 = start_seaweedfs()
-    brokers: list[BrokerProcess] = []
-    try:
-        bucket = s3.create_bucket(BUCKET)
-        prefix = uuid.uuid4().hex[:8]
-        overrides = {
-            "metadataStoreUrl": f"zk:{zk.hosts}/bench",
-            "objectLedgerStorageUrl": f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={s3.endpoint}",
-            "metadataStoreSessionTimeoutMillis": str(session_ms),
-            "loadBalancerReportUpdateMinIntervalMillis": "300",
-            "objectLedgerGroupFlushEnabled": str(group_flush).lower(),
-        }
-        tag = "gf" if group_flush else "b"
-        for i in range(3):
-            (tmp / f"{tag}{i}").mkdir()
-            brokers.append(BrokerProcess(tmp / f"{tag}{i}" / "data", overrides))
-        for b in brokers:
-            b.start(START_TIMEOUT_S)
+    with contextlib.ExitStack() as stack:
+        brokers, s3, bucket, prefix = start_cluster(stack, tmp, session_ms, group_flush)
         out: dict = {"session_timeout_ms": session_ms, "load_average_at_start": load()}
         out.update(publish_phases(brokers, p, size, counted_by(brokers)))
         out["stored_after_publish"] = stored_objects(s3, bucket, prefix)
         out["stored_after_unload"] = sealed_objects(brokers, s3, bucket, prefix)
         log(f"  stored: {out['stored_after_publish']} / sealed: {out['stored_after_unload']}")
-        if publish_only:  # --compare-group-flush: no spread, no failover
-            return out
         ns = f"public/spread{spread_bundles}"
         http_json(
             f"{brokers[0].web_url}/admin/v2/namespaces/{ns}",
@@ -419,11 +430,6 @@ def cluster(
             "load_average_1m": load(),
         }
         return out
-    finally:
-        for b in brokers:
-            b.stop(signal.SIGKILL)  # nothing of the cluster is kept
-        stop_seaweedfs(s3)
-        zk.stop()
 
 
 def main() -> None:
@@ -443,6 +449,7 @@ def main() -> None:
         help="only the cluster's publish phases, group flush off then on, back to back (writes "
         "cluster_<mode>_gf_compare.json unless --out)",
     )
+    ap.add_argument("--on-first", action="store_true", help="with --compare-group-flush: on, then off")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     mode = "quick" if a.quick else "full"
@@ -497,15 +504,90 @@ def main() -> None:
     plot.plot_cluster(plt, results, out.stem)
 
 
+def latency_interleaved(clusters: dict[str, list[BrokerProcess]], n: int, size: int, block: int = 25) -> dict:
+    """A lone producer on each cluster (batching off, synchronous sends), taking turns in blocks
+    of ``block`` sends, ``n`` each: both see the same moments of a loaded machine."""
+    clients = {name: new_client(brokers) for name, brokers in clusters.items()}
+    try:
+        topic = f"bench-interleaved-{uuid.uuid4().hex[:6]}"
+        producers = {name: c.create_producer(topic, batching_enabled=False) for name, c in clients.items()}
+        payload = b"y" * size
+        times: dict[str, list[float]] = {name: [] for name in clusters}
+        for producer in producers.values():
+            producer.send(payload)  # the connection and the topic's load
+        while any(len(t) < n for t in times.values()):
+            for name, producer in producers.items():
+                for _ in range(min(block, n - len(times[name]))):
+                    t0 = time.perf_counter()
+                    producer.send(payload)
+                    times[name].append((time.perf_counter() - t0) * 1000)
+        for producer in producers.values():
+            producer.close()
+    finally:
+        for c in clients.values():
+            c.close()
+    out = {
+        name: {
+            "sends": len(t),
+            "block": block,
+            "p50_ms": round(percentile(t, 50), 3),
+            "p99_ms": round(percentile(t, 99), 3),
+            "mean_ms": round(statistics.fmean(t), 3),
+            "max_ms": round(max(t), 3),
+            "load_average_1m": load(),
+        }
+        for name, t in times.items()
+    }
+    log(f"  latency, interleaved: {json.dumps(out)}")
+    return out
+
+
+def throughput_interleaved(
+    clusters: dict[str, list[BrokerProcess]], n: int, size: int, turns: int = 3
+) -> dict:
+    """``publish_throughput`` on each cluster in turn, ``turns`` times (a fresh topic each):
+    the median and every run's messages/s."""
+    clients = {name: new_client(brokers) for name, brokers in clusters.items()}
+    runs: dict[str, list[int]] = {name: [] for name in clusters}
+    try:
+        for turn in range(turns):
+            for name, client in clients.items():
+                topic = f"bench-tput-turn{turn}-{uuid.uuid4().hex[:6]}"
+                runs[name].append(publish_throughput(client, topic, n, size)["msgs_per_s"])
+    finally:
+        for c in clients.values():
+            c.close()
+    out = {
+        name: {"median_msgs_per_s": statistics.median(r), "msgs_per_s": r, "load_average_1m": load()}
+        for name, r in runs.items()
+    }
+    log(f"  throughput, interleaved: {json.dumps(out)}")
+    return out
+
+
 def compare_group_flush(a: argparse.Namespace, mode: str, p: dict) -> None:
     """The cluster's publish phases with ``objectLedgerGroupFlushEnabled`` off, then on, in one
-    run (a loaded machine moves between two runs more than the two set-ups differ): each
-    phase's figures and the on/off ratios."""
+    run (a loaded machine moves between two runs more than the two set-ups differ): both
+    clusters run at once; first a lone producer on each takes turns (``latency_interleaved``),
+    then each cluster's phases one after the other; each phase's figures and the on/off ratios."""
     started, load_before = time.monotonic(), load()
-    runs = {}
+    runs: dict[str, dict] = {}
+    order = (("on", True), ("off", False)) if a.on_first else (("off", False), ("on", True))
     with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{uuid.uuid4().hex[:6]}-") as tmp:
-        for name, on in (("off", False), ("on", True)):
-            runs[name] = cluster(Path(tmp), p, a.size, a.session_ms, a.spread_bundles, on, publish_only=True)
+        with contextlib.ExitStack() as stack:
+            clusters = {name: start_cluster(stack, Path(tmp), a.session_ms, on) for name, on in order}
+            both = {name: c[0] for name, c in clusters.items()}
+            interleaved = latency_interleaved(both, p["latency_sends"], a.size)
+            tput_turns = throughput_interleaved(both, p["messages"], a.size)
+            for name, _on in order:
+                brokers, s3, bucket, prefix = clusters[name]
+                log(f"publish phases, group flush {name}")
+                runs[name] = {"load_average_at_start": load()}
+                runs[name].update(publish_phases(brokers, p, a.size, counted_by(brokers)))
+                runs[name]["latency_interleaved"] = interleaved[name]
+                runs[name]["throughput_interleaved"] = tput_turns[name]
+                runs[name]["stored_after_publish"] = stored_objects(s3, bucket, prefix)
+                runs[name]["stored_after_unload"] = sealed_objects(brokers, s3, bucket, prefix)
     off, on = runs["off"], runs["on"]
 
     def ratio(phase: str, key: str) -> float | None:
@@ -514,7 +596,13 @@ def compare_group_flush(a: argparse.Namespace, mode: str, p: dict) -> None:
 
     results = {
         "mode": mode,
-        "params": {**p, "message_bytes": a.size, "brokers": 3, "session_timeout_ms": a.session_ms},
+        "params": {
+            **p,
+            "message_bytes": a.size,
+            "brokers": 3,
+            "session_timeout_ms": a.session_ms,
+            "order": "on, off" if a.on_first else "off, on",
+        },
         "group_flush_off": off,
         "group_flush_on": on,
         "on_vs_off": {
@@ -526,6 +614,10 @@ def compare_group_flush(a: argparse.Namespace, mode: str, p: dict) -> None:
             "latency_p50_ratio": ratio("latency", "p50_ms"),
             "latency_p99_ratio": ratio("latency", "p99_ms"),
             "latency_mean_ratio": ratio("latency", "mean_ms"),
+            "interleaved_latency_p50_ratio": ratio("latency_interleaved", "p50_ms"),
+            "interleaved_latency_p99_ratio": ratio("latency_interleaved", "p99_ms"),
+            "interleaved_latency_mean_ratio": ratio("latency_interleaved", "mean_ms"),
+            "interleaved_throughput_median_ratio": ratio("throughput_interleaved", "median_msgs_per_s"),
         },
         "load_average_before": load_before,
         "load_average_after": load(),

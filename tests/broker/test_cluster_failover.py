@@ -343,15 +343,15 @@ def test_sigkill_of_the_owner_loses_nothing_acknowledged(cluster):
 
 
 @pytest.fixture(scope="module")
-def group_cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
-    """The same cluster with the group flush on (``objectLedgerGroupFlushEnabled``): each broker
-    writes one shared object per flush interval, ranges committed in ZooKeeper."""
+def per_ledger_cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
+    """The same cluster with the group flush off (``objectLedgerGroupFlushEnabled=false``; on by
+    default): each ledger's flush is an object of its own, never a shared one."""
     url = f"s3://{seaweedfs.create_bucket(BUCKET)}/{uuid.uuid4().hex[:10]}?region=us-east-1&endpoint={seaweedfs.endpoint}"
     brokers = start_cluster(
         tmp_path_factory,
         zookeeper,
         objectLedgerStorageUrl=url,
-        objectLedgerGroupFlushEnabled="true",
+        objectLedgerGroupFlushEnabled="false",
         metadataStoreSessionTimeoutMillis=str(SESSION_TIMEOUT_MS),
         brokerDeduplicationEnabled="true",
         managedLedgerDefaultMarkDeleteRateLimit="0",
@@ -362,8 +362,8 @@ def group_cluster(tmp_path_factory, zookeeper, seaweedfs):  # noqa: F811
 
 
 @pytest.mark.slow  # a second cluster (about a minute): run with -m slow
-def test_sigkill_of_the_owner_loses_nothing_with_the_group_flush(group_cluster):
-    got = _failover(group_cluster, _kill)
+def test_sigkill_of_the_owner_loses_nothing_with_per_ledger_objects(per_ledger_cluster):
+    got = _failover(per_ledger_cluster, _kill)
     assert got["new_owner"] is not got["owner"]
     got["owner"].start()
 

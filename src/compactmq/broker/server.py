@@ -64,17 +64,14 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
-# The same with ledgers in an object store and the group flush on (``objectLedgerStorageUrl``,
-# ``objectLedgerGroupFlushEnabled``): a topic's append holds its thread until its entries are
-# durable -- the flush interval, the group's object PUT and its metadata commit, all waits on
-# the network, no CPU. With 8 threads, 8 topics publish at a time (at most 8 ranges per group)
-# and the others queue: 30 topics publishing on one broker (bench/cluster_bench.py's many-topics
-# phase) found all 8 threads in a PUT or a fence check and the process at 15 % of one core.
-# Not (yet) for the per-ledger path, the default: with 64 threads the slow chaos test of
-# test_cluster_failover failed 3 runs of 3 on a machine at load ~35 -- but with 8 it failed 1 of
-# 2 and main's code 1 of 1 there too, so that test is flaky under such load; 64 for every
-# object-store broker waits for a chaos run on a quiet machine.
-STORAGE_THREADS_OBJECT_LEDGERS = 64
+# The same 8 with ledgers in an object store, group flush on or off: an append holds its thread
+# for the flush interval and its write (one PUT alone; with others, the write in flight, the
+# group's PUT and its metadata commit). 64 threads were tried with the group flush when a group
+# waited an interval of its own and a ZooKeeper write per flush; since it does not
+# (storage/object_group_flush.py), 8 threads group as well (bench/cluster_bench.py
+# --compare-group-flush: 30 topics, 74 messages per object write with 8, 83-87 with 64), and 64
+# for every object-store broker waited for a chaos run on a quiet machine (the slow chaos test
+# of test_cluster_failover failed under load ~35 with either count).
 # Recently published entries kept in memory for consumers that keep up, per topic (in all:
 # managedLedgerCacheSizeMB, whose default is in config).
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
@@ -236,9 +233,7 @@ class BrokerService:
         self.connection_counter = ConnectionCounter(
             {k: int_setting(config, k) for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")}
         )
-        grouped = config.get("objectLedgerStorageUrl") and config.get("objectLedgerGroupFlushEnabled")
-        threads = STORAGE_THREADS_OBJECT_LEDGERS if grouped else STORAGE_THREADS
-        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
+        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
         # who clients are (compactmq.auth); a disabled service (no providers) when none is given
         self.authentication: AuthenticationService = (
             authentication if authentication is not None else AuthenticationService(enabled=False)

@@ -242,10 +242,12 @@ SETTINGS: dict[str, Setting] = {
     ),
     "objectLedgerGroupFlushEnabled": _s(
         bool,
-        False,
-        "write the flushes of every topic's object ledger due in one flush interval as ONE shared "
-        "object, their ranges committed in the metadata store (one object write per interval, "
-        "not one per topic); off: one object per ledger per flush",
+        True,
+        "on (the default, chosen by bench/cluster_bench.py --compare-group-flush): flushes of "
+        "several topics' object ledgers asked while an object write is in flight go together as "
+        "ONE shared object, their ranges committed in the metadata store; a flush with nothing "
+        "else waiting is its ledger's own object at once, so a lone producer pays no extra wait "
+        "and no metadata write; off: one object per ledger per flush, written side by side",
     ),
     "objectLedgerTailCacheBytes": _s(
         int, 1024 * 1024, "bytes of a ledger being written kept in memory after their flush, for reads"
