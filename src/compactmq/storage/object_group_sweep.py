@@ -14,8 +14,8 @@ an object nobody will ever delete:
 object only when BOTH hold:
 
 * it is older than ``grace_s`` (``ORPHAN_GRACE_S`` by default, 10 minutes): far longer than a
-  live broker's group is in flight (one flush interval, one PUT, one metadata commit -- seconds
-  at worst), and longer than any metadata-store session (``metadataStoreSessionTimeoutMillis``,
+  live broker's group is in flight (the write before it, one PUT, one metadata commit --
+  seconds at worst), and longer than any metadata-store session (``metadataStoreSessionTimeoutMillis``,
   30 s by default), past which a paused broker's commit fails on its ownership fence anyway.
   The sweeping process's own in-flight group (``GroupFlush``, passed as ``own``) is skipped
   whatever its age;

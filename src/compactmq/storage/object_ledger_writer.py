@@ -8,8 +8,9 @@ calls back into its storage for every object write (``write_flush``, ``put_objec
 place.
 
 Buffering. ``write`` appends to ``buf`` (ledger bytes ``[mem_start, written_end)``); a *flush*
-writes every byte after ``durable_end`` as one object (or, with a group flush, one range of the
-process's next shared object) and returns once it is durable. ``sync`` first lingers up to
+writes every byte after ``durable_end`` as one object (or, with a group flush and other
+ledgers' flushes waiting, one range of the process's next shared object) and returns once it is
+durable. ``sync`` first lingers up to
 ``objectLedgerFlushIntervalMillis`` after the oldest unflushed byte (or until
 ``objectLedgerFlushMaxBytes`` wait), so appends meanwhile share the write; flushes of one ledger
 run one at a time under ``_flush_lock``, so everything written during one PUT goes into the
