@@ -24,8 +24,8 @@ and on the cluster only:
 * **object writes**: what the brokers actually PUT -- each broker's
   ``compactmq_object_store_puts_total`` (``/metrics``; counted by ``offload.blobstore`` on every
   completed upload) before and after each publish phase, summed over the brokers, per second of
-  the phase (with ``--group-flush``: one shared object per interval per broker, the ledgers'
-  ranges in it committed in ZooKeeper); and **objects per GB** stored: the bucket as
+  the phase (with the group flush, the default: flushes of several topics that wait during a
+  write share one object, their ranges committed in ZooKeeper); and **objects per GB** stored: the bucket as
   SeaweedFS lists it (boto3, not the code under test) after publishing, then again after
   every namespace is unloaded (the ledgers sealed and their flush objects merged; shared
   objects counted as ``group_shared``). GB = 10^9 bytes;
@@ -43,8 +43,8 @@ step (``os.getloadavg``). Writes ``bench/results/cluster.json`` (``--out``) and 
 
     .venv/bin/python bench/cluster_bench.py --quick   # about 1 to 2 minutes: 20,000 messages, 3 kills
     .venv/bin/python bench/cluster_bench.py           # about 4-5 minutes: 200,000 messages, 10 kills
-    .venv/bin/python bench/cluster_bench.py --quick --group-flush   # the cluster with the group flush
-    .venv/bin/python bench/cluster_bench.py --quick --compare-group-flush   # publish only: off, then on
+    .venv/bin/python bench/cluster_bench.py --quick --no-group-flush   # the cluster without the group flush
+    .venv/bin/python bench/cluster_bench.py --quick --compare-group-flush   # publish only, both clusters at once: off vs on
 """
 
 from __future__ import annotations
@@ -440,8 +440,10 @@ def main() -> None:
     ap.add_argument("--spread-bundles", type=int, default=16, help="bundles of the second spread namespace")
     ap.add_argument(
         "--group-flush",
-        action="store_true",
-        help="objectLedgerGroupFlushEnabled=true on the cluster (one object write per interval per broker)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="objectLedgerGroupFlushEnabled on the cluster (the default; --no-group-flush: one object per "
+        "ledger per flush)",
     )
     ap.add_argument(
         "--compare-group-flush",
