@@ -268,6 +268,7 @@ def test_the_next_group_is_written_while_the_previous_commits(place, monkeypatch
         t.start()
     wait_until(lambda: group.groups_written >= 2, timeout=30, what="group 2 written during group 1's commit")
     assert done == {}  # nobody answered: group 1 is not committed, group 2 waits behind it
+    assert group.counter == 1  # the orphan sweep leaves groups 1 and on alone: both in flight
     release.set()
     for t in [first, *others]:
         t.join(60)
