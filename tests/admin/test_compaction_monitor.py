@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from types import SimpleNamespace
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,10 @@ class FakeService:
         self.storage = storage
         self.config = config
         self.shutting_down = False
+        # the broker's topics as the monitor sees them (who hears of appends and policy
+        # changes) and the adapters' hooks after a commit: none here
+        self.topics = SimpleNamespace(appended_listeners=[], policy_listeners=[])
+        self.post_compaction_hooks: tuple = ()
         self.executor = ThreadPoolExecutor(4)
 
     def run_blocking(self, fn, *args):

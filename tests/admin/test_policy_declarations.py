@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import pytest
 
-from compactmq.admin.policies import NAMESPACE, POLICIES, TOPIC, cli_forms
+from compactmq.admin.policies import NAMESPACE, POLICIES, TOPIC, cli_forms, rest_path
 from compactmq.auth.policy_rules import RULES
 from compactmq.config import policy_keys as pk
 from compactmq.config.keys import SETTINGS
@@ -91,3 +92,13 @@ def test_importing_the_declarations_loads_no_broker_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_rest_path_names_the_policy_that_stores_a_key():
+    """What the Spark data source asks the admin API for (``spark.broker``): Pulsar's REST names,
+    which differ from the stored key where Pulsar's do."""
+    assert rest_path(pk.COMPACTION_STRATEGY) == "compactionStrategy"
+    assert rest_path(pk.RETAIN_NULL_KEY) == "compactionRetainNullKey"
+    assert rest_path(pk.RETENTION_SIZE_MB) == "retention"
+    with pytest.raises(KeyError):
+        rest_path("noSuchPolicyKey")

@@ -66,6 +66,24 @@ def test_many_frames_in_one_feed_and_split_across_feeds():
     assert got[-1].entry == entry
 
 
+def test_take_unread_hands_over_a_partial_frame_and_empties_the_decoder():
+    first, second = F.encode_command(C.ping()), F.encode_command(C.flow(1, 1000))
+    for tail in (second[:3], second[:9]):  # cut in the size field, then in the command
+        dec = F.FrameDecoder()
+        assert [f.command for f in dec.feed(first + tail)] == [C.ping()]
+        assert dec.take_unread() == tail
+        assert dec.buffered == 0 and dec.take_unread() == b""
+        # the decoder goes on as if new: a whole frame fed after it decodes alone
+        assert [f.command for f in dec.feed(second)] == [C.flow(1, 1000)]
+    # across feeds: the tail kept in the buffer is what is handed over, once
+    dec = F.FrameDecoder()
+    assert dec.feed(second[:2]) == [] and dec.feed(second[2:5]) == []
+    assert dec.take_unread() == second[:5]
+    dec = F.FrameDecoder()
+    dec.feed(first)
+    assert dec.take_unread() == b""  # nothing left over after whole frames
+
+
 def test_decoder_fed_one_byte_at_a_time_matches_whole_feed():
     stream = b"".join(f["raw"] for f in real_client_frames())
     whole = F.FrameDecoder(verify_checksums=True).feed(stream)

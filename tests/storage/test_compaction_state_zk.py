@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from types import SimpleNamespace
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,10 @@ class BrokerShim:
         self.storage = storage
         self.config = config
         self.shutting_down = False
+        # the broker's topics as the monitor sees them (who hears of appends and policy
+        # changes) and the adapters' hooks after a commit: none here
+        self.topics = SimpleNamespace(appended_listeners=[], policy_listeners=[])
+        self.post_compaction_hooks: tuple = ()
         self.executor = ThreadPoolExecutor(2)
 
     def run_blocking(self, fn, *args):

@@ -238,6 +238,15 @@ POLICIES: tuple[Policy, ...] = (
 )
 
 
+def rest_path(key: str, policies: tuple[Policy, ...] = POLICIES) -> str:
+    """The REST path suffix of the policy that stores ``key`` (a ``config.policy_keys`` name):
+    for a client of the admin API that reads a policy by its key (``spark.broker``)."""
+    for p in policies:
+        if key in p.keys:
+            return p.path
+    raise KeyError(f"no policy stores {key!r}")
+
+
 def cli_forms(target: str, policies: tuple[Policy, ...] = POLICIES) -> list[tuple[str, CliForm]]:
     """(REST path suffix, CLI form) of each policy settable on ``target`` that has CLI verbs."""
     return [(p.path_for(target), p.cli) for p in policies if p.cli is not None and target in p.scopes]

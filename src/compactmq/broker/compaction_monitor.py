@@ -178,10 +178,9 @@ class CompactionMonitor(RunWorker):
     async def start(self) -> None:
         await self.service.run_blocking(self._reconcile_interrupted_runs)
         if self.interval > 0:
-            topics = getattr(self.service, "topics", None)
-            if topics is not None:  # appends and policy changes make a topic worth a look
-                topics.appended_listeners.append(self.watch.touch)
-                topics.policy_listeners.append(self._policies_changed)
+            topics = self.service.topics  # appends and policy changes make a topic worth a look
+            topics.appended_listeners.append(self.watch.touch)
+            topics.policy_listeners.append(self._policies_changed)
             self._wake = asyncio.Event()
             self._loop = asyncio.get_running_loop()
             self._check_task = self._loop.create_task(self._check_loop())
@@ -190,10 +189,10 @@ class CompactionMonitor(RunWorker):
         """Stop checking, cancel running Spark jobs, wait (bounded) for runs to record their end."""
         self._closing = True
         await stop_task(self._check_task)
-        topics = getattr(self.service, "topics", None)
+        topics = self.service.topics
         for listeners, fn in (
-            (getattr(topics, "appended_listeners", []), self.watch.touch),
-            (getattr(topics, "policy_listeners", []), self._policies_changed),
+            (topics.appended_listeners, self.watch.touch),
+            (topics.policy_listeners, self._policies_changed),
         ):
             if fn in listeners:
                 listeners.remove(fn)

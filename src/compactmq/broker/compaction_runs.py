@@ -166,7 +166,7 @@ class RunWorker:
             if isinstance(outcome, BaseException):
                 self._failed(run, outcome)
             else:
-                run.phases.update(getattr(outcome, "step_seconds", None) or {})
+                run.phases.update(outcome.step_seconds or {})
                 self._succeeded(run, b, outcome)
             run.phases["after"] = time.perf_counter() - mark
             self._record_last_run(run, outcome)
@@ -266,7 +266,7 @@ class RunWorker:
     def _after_compaction(self, topic: str, result: Any) -> None:
         """Run the post-compaction hooks (``compaction.hooks``): a failing one is logged, never
         turned into a failed compaction (the view is committed already)."""
-        for hook in getattr(self.service, "post_compaction_hooks", ()):
+        for hook in self.service.post_compaction_hooks:
             try:
                 hook(self.storage, self.service.config, topic, result)
             except Exception as e:  # noqa: BLE001 - an adapter's failure is its own

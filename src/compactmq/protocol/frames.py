@@ -157,6 +157,15 @@ class FrameDecoder:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
 
+    def take_unread(self) -> bytes:
+        """The bytes received but not yet part of a complete frame, handed over and forgotten:
+        for a reader that goes on decoding the stream by other means (``spark.broker_entries``
+        reads entries straight off the socket once the handshake is done) and must start from
+        where this decoder stopped. The decoder is left empty, as if new."""
+        unread = bytes(self._buffer)
+        self._buffer = bytearray()
+        return unread
+
     def feed(self, data: bytes) -> list["Frame | SendFrame"]:
         if self._error is not None:
             raise self._error

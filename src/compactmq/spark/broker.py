@@ -32,6 +32,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
+from ..admin.policies import rest_path
+from ..config import policy_keys as pk
 from ..errors import CompactMQError, InvalidConfiguration, TopicNotFound
 from .messages import Message
 from .options import ClientOptions, admin_headers, admin_ssl_context, client_kwargs
@@ -266,7 +268,8 @@ class BrokerBackend:
 
     def _compaction_policies(self, topic: str) -> dict:
         out = {}
-        for key, name in (("strategy", "compactionStrategy"), ("retain_null_key", "compactionRetainNullKey")):
+        for key, policy in (("strategy", pk.COMPACTION_STRATEGY), ("retain_null_key", pk.RETAIN_NULL_KEY)):
+            name = rest_path(policy)
             try:
                 value = self._get(self._rest(topic) + f"/{name}?applied=true")
             except Forbidden:

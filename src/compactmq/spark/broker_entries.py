@@ -217,7 +217,7 @@ class EntryReader:
             if not self.control(cmd):
                 raise self._unexpected(cmd)
         # the handshake's decoder may hold the start of a frame: the stream goes on from there
-        leftover = bytes(self.decoder._buffer)  # noqa: SLF001
+        leftover = self.decoder.take_unread()
         stream = EntryStream(self.sock, leftover, self.control, self._unexpected, self.flow)
         yield from stream.chunks(end, PERMITS, CHUNK_ENTRIES, CHUNK_BYTES)
 

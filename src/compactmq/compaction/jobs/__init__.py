@@ -61,6 +61,7 @@ class SparkEngine:
 
     def run(self, plan, strategy, report) -> list[dict]:
         from . import inprocess, pipeline
+        from .joint_plan import JointPlan
 
         if inprocess.suits(plan, self.in_process_max_bytes):  # small: no Spark job at all
             self._local = inprocess.InProcessEngine()
@@ -76,11 +77,8 @@ class SparkEngine:
                 from . import lookup_job
 
                 parts = lookup_job.run(self.spark, plan, job.counters[0], job.keyless[0])
-            else:
-                survivors = pipeline.survivors(
-                    self.spark, plan, strategy, counter=job.counters[0], keyless_counter=job.keyless[0]
-                )
-                parts = pipeline.copy_survivors(survivors, plan)
+            else:  # a joint job of one member (``joint_plan``)
+                (parts,) = pipeline.compact(self.spark, JointPlan.of([plan]), strategy, job)
         sc = self.spark.sparkContext
         self.last_stats = {
             "messages_read": job.counters[0].value,

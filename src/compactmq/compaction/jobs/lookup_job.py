@@ -34,6 +34,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     from pyspark.sql import functions as F
 
     from . import pipeline
+    from .joint_plan import JointPlan
 
     fresh = lookup_run.new_groups(plan)
     marked = marker_positions(plan)
@@ -52,6 +53,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
                 yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema())
 
         return pipeline.collect_parts(spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL))
+    own = JointPlan.of([plan])  # a job of one member (``joint_plan``)
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
     ddl = lookup_run.ROW_DDL + ", route int"
     markers = spark.createDataFrame(
@@ -63,7 +65,7 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     )
     rows = markers
     if fresh:
-        packed = pipeline.read_rows(spark, plan, counter, keyless_counter, groups=fresh, packed=True)
+        packed = pipeline.read_rows(spark, own, [counter], [keyless_counter], packed=True, groups=fresh)
         latest = packed.groupBy("h1", "h2").agg(F.max("p2").alias("p2"))
 
         def look_up(batches):
@@ -83,7 +85,8 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         # one lookup task per core: each loads the sidecar's rows once (``lookup_run.old_rows``)
         cores = max(1, int(spark.sparkContext.defaultParallelism))
         rows = latest.coalesce(cores).mapInArrow(look_up, ddl).unionByName(markers)
-    return pipeline.copy_survivors(rows, plan, counter, keyless_counter)
+    (parts,) = pipeline.copy_survivors(rows, own, [counter], [keyless_counter])
+    return parts
 
 
 def fused_parts(

@@ -1,4 +1,8 @@
-"""The Spark side of a compaction run: ``DataFrame -> DataFrame`` functions and two thin jobs.
+"""The Spark side of a compaction run: ``DataFrame -> DataFrame`` functions over a joint plan.
+
+Every job computes a ``joint_plan.JointPlan``: a single topic's run is the joint plan of its one
+plan (its own numbering, its own hashes), several topics compacted together (``multi``) are the
+members of one; ``compact`` runs both phases of either, inside the job shell ``job.spark_job``.
 
 Phase one reads rows ``(h1, h2, pos, flags[, et])`` -- a 128-bit key hash, the packed position,
 tombstone/keyless flags -- produced by Python workers (``mapInArrow`` over one input row per
@@ -40,8 +44,11 @@ import numpy as np
 from .. import entry_scan as es
 from .. import tasks
 from ..plan import COMPACTED, RunPlan
+from .joint_plan import JointPlan, relabel, unsalt
 
 _POS_SHIFT = es.ENTRY_BITS + es.BATCH_BITS
+# larger than any packed position, so "tombstones from here" keeps none
+_NEVER = 1 << (es.ORDINAL_BITS + _POS_SHIFT)
 
 
 def row_schema(with_et: bool, packed: bool) -> str:
@@ -51,32 +58,37 @@ def row_schema(with_et: bool, packed: bool) -> str:
     return "h1 long, h2 long, pos long, flags byte" + (", et long" if with_et else "")
 
 
-def read_rows(spark, plan: RunPlan, counter=None, keyless_counter=None, groups=None, packed=False):
-    """Phase-one rows of every group (of ``groups`` when given), parsed in Python workers (one
-    task per group). ``counter`` (a Spark accumulator) adds up the messages parsed,
-    ``keyless_counter`` the keyless messages retained (they all survive).
+def read_rows(
+    spark, joint: JointPlan, counters=None, keyless_counters=None, packed=False, n_tasks=None, groups=None
+):
+    """Phase-one rows of every group of every plan of ``joint`` (of the joint groups ``groups``
+    when given), parsed in Python workers: ``n_tasks`` tasks (default: one per group), each
+    parsing a contiguous run of groups, each group with its own plan, its rows relabelled into
+    the joint numbering (``joint_plan.relabel``). ``counters[i]`` (a Spark accumulator) adds up
+    plan ``i``'s messages parsed, ``keyless_counters[i]`` its keyless messages retained (they
+    all survive).
 
     ``packed`` (keep-latest): rows ``h1, h2, p2``, position and tombstone bit in one long
     (``(pos << 1) | tomb``), the one value keep-latest aggregates. Packed by the worker, the JVM
     converts three columns instead of four and projects nothing before the shuffle (given the
     expression inside the aggregate instead, Spark shuffled ``pos`` and ``tomb`` apart)."""
-    with_et = plan.strategy == "event-time"
+    plans, offsets, owners = joint.plans, joint.offsets, joint.owners
+    with_et = joint.plan.strategy == "event-time"
     schema = row_schema(with_et, packed)
 
     def parse(batches):
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                group = index if groups is None else groups[index]
+                i, local = owners[index if groups is None else groups[index]]
                 stats: dict = {}
-                for rows in tasks.group_rows(plan, group, stats):
-                    yield tasks.rows_to_arrow(rows, with_et, packed)
-                if counter is not None:
-                    counter.add(stats.get("messages", 0))
-                if keyless_counter is not None:
-                    keyless_counter.add(stats.get("keyless", 0))
+                for rows in tasks.group_rows(plans[i], local, stats):
+                    yield tasks.rows_to_arrow(relabel(rows, i, offsets[i]), with_et, packed)
+                for counts, key in ((counters, "messages"), (keyless_counters, "keyless")):
+                    if counts is not None and counts[i] is not None:
+                        counts[i].add(stats.get(key, 0))
 
-    n = len(plan.groups) if groups is None else len(groups)
-    return spark.range(0, n, 1, n).mapInArrow(parse, schema)
+    n = len(owners) if groups is None else len(groups)
+    return spark.range(0, n, 1, min(n, n_tasks or n)).mapInArrow(parse, schema)
 
 
 def with_key_hash(rows):
@@ -112,6 +124,39 @@ def keep_latest(packed, drop_before: int = 0, tombstones_from=None):
         .agg(F.expr("max(p2) AS p2"))
         .where(live)
         .selectExpr("shiftright(p2, 1) AS pos", "h1", "h2", *(["p2 & 1 AS tomb"] if kept else []))
+    )
+
+
+def keep_latest_joint(packed, joint: JointPlan):
+    """keep-latest over the joint ``packed`` rows, each plan with its own key TTL and tombstone
+    cuts (a plan of its own: ``keep_latest`` with its cuts)."""
+    from pyspark.sql import functions as F
+
+    plans = joint.plans
+    if len(plans) == 1:
+        return keep_latest(packed, plans[0].drop_before, plans[0].tombstones_from)
+    if all(p.drop_before == 0 and p.tombstones_from is None for p in plans):
+        return keep_latest(packed)
+    pos = F.shiftright("p2", 1)
+    tomb = F.col("p2").bitwiseAND(F.lit(1)) == 1
+    live = None
+    for i, p in enumerate(plans):
+        base = joint.base(i)
+        keep_tomb = _NEVER if p.tombstones_from is None else p.tombstones_from + base
+        drop_before = p.drop_before + base if p.drop_before else 0
+        rule = (~tomb | (pos >= F.lit(int(keep_tomb)))) & (pos >= F.lit(int(drop_before)))
+        live = (
+            F.when(pos < F.lit(joint.end(i)), rule)
+            if live is None
+            else live.when(pos < F.lit(joint.end(i)), rule)
+        )
+    assert live is not None
+    kept = any(p.tombstones_from is not None for p in plans)  # a tombstone may survive
+    return (
+        packed.groupBy("h1", "h2")
+        .agg(F.max("p2").alias("p2"))
+        .where(live.otherwise(False))
+        .select(pos.alias("pos"), "h1", "h2", *tomb_column(kept))
     )
 
 
@@ -185,36 +230,48 @@ def user_strategy(keyed, plan: RunPlan, strategy):
     return keyed.repartition("h1", "h2").sortWithinPartitions("h1", "h2", "pos").mapInArrow(fold, "pos long")
 
 
-def survivors(spark, plan: RunPlan, strategy, counter=None, keyless_counter=None):
-    """Phase one: the packed positions of the surviving messages (``pos``); for the built-in
-    strategies also their key hash (and tombstone bit where tombstones may survive, event time
-    for event-time): what phase two writes into the new view's key sidecar (``view_keys``), so
-    the next run need not parse the view."""
-    if plan.strategy == "keep-latest":
-        packed = read_rows(spark, plan, counter, keyless_counter, packed=True)
-        return keep_latest(packed, plan.drop_before, plan.tombstones_from)
-    keyed = with_key_hash(read_rows(spark, plan, counter, keyless_counter))
-    if plan.strategy == "keep-first":
+def survivors(spark, joint: JointPlan, strategy, counters=None, keyless_counters=None, n_tasks=None):
+    """Phase one: the (joint) packed positions of the surviving messages (``pos``); for the
+    built-in strategies also their key hash (and tombstone bit where tombstones may survive,
+    event time for event-time): what phase two writes into the new view's key sidecar
+    (``view_keys``), so the next run need not parse the view."""
+    name = joint.plan.strategy
+    if name == "keep-latest":
+        packed = read_rows(spark, joint, counters, keyless_counters, True, n_tasks)
+        return keep_latest_joint(packed, joint)
+    keyed = with_key_hash(read_rows(spark, joint, counters, keyless_counters, n_tasks=n_tasks))
+    if name == "keep-first":
         return keep_first(keyed)
-    if plan.strategy == "event-time":
+    if name == "event-time":
         return event_time(keyed)
-    return user_strategy(keyed, plan, strategy)
+    return user_strategy(keyed, joint.plan, strategy)
 
 
-def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
-    """Phase two: survivors to their group's task, in position order; each writes a part file.
+def compact(spark, joint: JointPlan, strategy, job, n_tasks=None) -> list[list[dict]]:
+    """Both phases of ``joint`` in the Spark job ``job`` (``job.spark_job``: its counters, one
+    pair per plan): the part descriptions of each plan, by group."""
+    found = survivors(spark, joint, strategy, job.counters, job.keyless, n_tasks)
+    return copy_survivors(found, joint, n_tasks=n_tasks)
 
-    Rows with a ``kind`` column are a lookup run's (``compaction.lookup_run``): an old group's task
-    gets the positions superseded in it (and a marker row, so it runs at all) and retires them
-    (``lookup_run.retire_group``, counting its live rows into ``counter`` and its retained keyless
-    messages into ``keyless_counter``); a new group's task copies its survivors."""
+
+def copy_survivors(
+    survivors_df, joint: JointPlan, counters=None, keyless_counters=None, n_tasks=None
+) -> list[list[dict]]:
+    """Phase two: survivors to their group's task (``n_tasks`` tasks, default one per group;
+    fewer take contiguous runs of groups), which copies each of its groups with its plan into a
+    part file (``copy_joint``). Returns the part descriptions of each plan, by group.
+
+    Rows with a ``kind`` column are a lookup run's (``compaction.lookup_run``, a plan of its
+    own), routed already (a ``route`` column): an old group's task gets the positions superseded
+    in it (and a marker row, so it runs at all) and retires them (``lookup_run.retire_group``,
+    counting its live rows into ``counters`` and its retained keyless messages into
+    ``keyless_counters``); a new group's task copies its survivors."""
     from pyspark.sql import functions as F
 
-    n = max(1, len(plan.groups))
-    table = plan.group_of_ordinal()
+    n = max(1, len(joint.owners))
     routed = "route" in survivors_df.columns  # the rows come routed (``routes``)
     if routed:
-        route = F.col("route")
+        parts_n, route = n, F.col("route")
     else:
         # Hash partitioning by the group number would put several groups in one task (0 and 1
         # both land in partition 1 of 2), serialising phase two. Instead each group gets a key
@@ -222,8 +279,9 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
         # expression of the partitioning only: the shuffled rows are the survivors' columns,
         # nothing more, and the task finds each row's group from its position; nor does Spark
         # sort them (``gather_sorted``).
-        keys = partition_keys(survivors_df.sparkSession, n)
-        route = route_column(keys, table)
+        parts_n = min(n, n_tasks or n)
+        keys = packed_routes(partition_keys(survivors_df.sparkSession, parts_n), n)
+        route = route_column(keys, joint.plan.group_of_ordinal())
     key_cols = key_columns(survivors_df)
     kinds = ["kind"] if "kind" in survivors_df.columns else []
 
@@ -233,11 +291,39 @@ def copy_survivors(survivors_df, plan: RunPlan, counter=None, keyless_counter=No
         arrays = gather_sorted(batches, ["pos", *key_cols, *kinds])
         if arrays is None:
             return
-        out = copy_groups(plan, arrays, key_cols, counter, keyless_counter)
-        yield pa.RecordBatch.from_pylist(out, schema=part_schema())
+        out = copy_joint(joint, arrays, key_cols, counters, keyless_counters)
+        yield pa.RecordBatch.from_pylist(out, schema=part_schema(("plan", pa.int32())))
 
     columns = ["pos", *key_cols, *kinds, *(["route"] if routed else [])]
-    return collect_parts(survivors_df.select(*columns).repartition(n, route).mapInArrow(copy, PART_DDL))
+    rows = survivors_df.select(*columns).repartition(parts_n, route)
+    parts: list[list[dict]] = [[] for _ in joint.plans]
+    for d in collect_parts(rows.mapInArrow(copy, "plan int, " + PART_DDL)):
+        parts[d.pop("plan")].append(d)
+    return parts
+
+
+def copy_joint(
+    joint: JointPlan, arrays: dict, key_cols: list[str], counters=None, keyless_counters=None
+) -> list:
+    """Phase two of one task's rows (``arrays``: numpy columns sorted by joint position) over the
+    plans of ``joint``: each plan's rows -- a contiguous run, its positions being a range -- are
+    turned back into the plan's own numbering (positions; key hashes, ``joint_plan.unsalt``)
+    and copied by ``copy_groups``. Each part description says its ``plan``."""
+    pos = arrays["pos"]
+    out = []
+    for i, plan in enumerate(joint.plans):
+        lo, hi = np.searchsorted(pos, [joint.base(i), joint.end(i)]).tolist()
+        if lo == hi:
+            continue
+        mine = {c: a[lo:hi] for c, a in arrays.items()}
+        if i:
+            mine["pos"] = mine["pos"] - np.int64(joint.base(i))
+            if "h1" in mine:
+                mine["h1"] = unsalt(mine["h1"], mine["h2"], mine["pos"], i)
+        counter = None if counters is None else counters[i]
+        keyless = None if keyless_counters is None else keyless_counters[i]
+        out.extend(dict(part, plan=i) for part in copy_groups(plan, mine, key_cols, counter, keyless))
+    return out
 
 
 def collect_parts(parts_df) -> list[dict]:
@@ -327,23 +413,27 @@ def gather_sorted(batches, cols: list[str]):
     return {c: a[order] for c, a in arrays.items()}
 
 
-def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: list[str], h1=None) -> dict:
-    """Copy one group's survivors (``arrays[...][m]``, positions in ``plan``'s own numbering)
-    into its part file, with its key sidecar when there are key columns (``h1`` overrides the
-    hashes, e.g. unsalted), and count the tombstones it keeps (only keep-latest with tombstone
-    retention keeps any)."""
+def copy_part(plan: RunPlan, group: int, positions, arrays: dict, m, key_cols: list[str]) -> dict:
+    """Copy one group's survivors (``arrays[...][m]``, positions and key hashes in ``plan``'s
+    own numbering) into its part file, with its key sidecar when there are key columns, and
+    count the tombstones it keeps (only keep-latest with tombstone retention keeps any)."""
     keys = None
     if "h1" in key_cols:
         keys = {c: arrays[c][m] for c in key_cols}
         if "tomb" not in keys:  # no survivor can be a tombstone (``tomb_column``)
             keys["tomb"] = np.zeros(len(positions), np.int64)
-        if h1 is not None:
-            keys["h1"] = h1
     part = tasks.copy_group(plan, group, positions, keys)
     part.setdefault("dropped", b"")
     part.setdefault("masks", b"")
     part["tombstones"] = int(arrays["tomb"][m].sum()) if "tomb" in arrays else 0
     return part
+
+
+def packed_routes(keys: list[int], n: int) -> list[int]:
+    """The partition key of each of ``n`` groups when ``len(keys)`` tasks take them in
+    contiguous runs (as ``spark.range`` hands phase one its groups)."""
+    count = max(1, len(keys))
+    return [keys[g * count // n] for g in range(n)]
 
 
 def route_column(keys: list[int], table: list[int]):
