@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -65,6 +66,20 @@ class StandaloneBroker:
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
 
-    def stop(self, timeout: float = 60) -> None:
+    def stop(self, timeout: float = 60) -> float:
+        """Stop the broker (SIGTERM, a graceful shutdown); returns the seconds it took.
+
+        A shutdown that outlasts ``timeout`` is reported on stderr and the process is killed, so
+        one slow shutdown never loses the figures a long benchmark has already measured."""
+        began = time.monotonic()
         self.proc.terminate()
-        self.proc.wait(timeout)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(
+                f"[bench] broker pid {self.proc.pid} still shutting down after {timeout:.0f} s: killed",
+                file=sys.stderr,
+            )
+            self.proc.kill()
+            self.proc.wait()
+        return time.monotonic() - began
