@@ -279,7 +279,7 @@ def one_mode(mode: str, count: int, args) -> dict:
         return row
     finally:
         client.close()
-        broker.stop()
+        log(f"broker shut down in {broker.stop():.1f} s")
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -429,7 +429,7 @@ def lag_mode(mode: str, count: int, args) -> dict:
         return row
     finally:
         client.close()
-        broker.stop()
+        log(f"broker shut down in {broker.stop():.1f} s")
         shutil.rmtree(d, ignore_errors=True)
 
 
