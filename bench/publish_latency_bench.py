@@ -11,6 +11,10 @@ merged before the percentiles are taken. Brokers run with their defaults
     .venv/bin/python bench/publish_latency_bench.py --before-src /tmp/before/src --seconds 60
     .venv/bin/python bench/publish_latency_bench.py --pulsar-lite /path/to/pulsar-lite
 
+On a machine others load heavily, the brokers fall behind a fixed rate and every figure is
+the backlog; ``chrt -r 1`` (the real-time round-robin class, which the kernel caps at 95 % of
+the CPU) in front of the command keeps the run ahead of that load -- both sides alike.
+
 ``--before-src``: a second compactmq from another checkout's ``src`` (label ``before``);
 ``--pulsar-lite``: the pulsar-lite binary too (label ``pulsar-lite``). The fdatasync floor of
 the file system (one small append + fdatasync) is taken before each slice. Writes
