@@ -47,6 +47,7 @@ The writer of a ledger is closed only after the last sync running on it (``sync_
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -73,6 +74,8 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_CONCURRENT_SYNCS = 2
 
 _new_tuple = tuple.__new__
+_from_bytes = int.from_bytes
+_BYTEORDER = sys.byteorder  # frame_records gives publish times as native int64 bytes
 
 # Entries at least this large (on average, for a batch) go to the ledger as separate header and
 # entry buffers (``LedgerWriter.write_parts``: pwritev, no copy); smaller ones are joined into
@@ -286,9 +289,9 @@ class Appender:
         led.offsets.frombytes(offsets)
         led.publish_times.frombytes(times)
         led.data_end = end
-        if first == 0:
-            led.first_pt = led.publish_times[0]
-        led.last_pt = led.publish_times[-1]
+        if first == 0:  # from the framed bytes: no Python call into the column
+            led.first_pt = _from_bytes(times[:8], _BYTEORDER, signed=True)
+        led.last_pt = _from_bytes(times[-8:], _BYTEORDER, signed=True)
         led.count = first + n
         led.size += end - start - RECORD_HEADER_SIZE * n
         seq = s.written_seq + n
