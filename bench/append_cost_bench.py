@@ -7,6 +7,8 @@ them do more. Timings on a shared machine are noise; these counts are not:
 - ``bytecodes``: Python bytecode instructions executed during one call (``f_trace_opcodes``);
 - ``best_us``: best-of-``--repeat`` wall time per call, for orientation only.
 
+``try_write_many`` (the broker's write on its event loop; its sync runs apart, in
+``sync_written``) is measured too when the checkout has it.
 Each is measured with ``managedLedgerSyncData`` off (pure Python work) and on (group commit
 and one fdatasync per call when alone), on a warm ledger large enough not to roll over.
 ``--src`` measures another checkout's ``src`` (e.g. an export of ``main``), and ``--label``
@@ -90,10 +92,14 @@ def measure(sync: bool, repeat: int) -> dict:
                 ml.append_many(batch)
                 ml.append(b"y" * 100)
             out = {}
-            for name, fn in (
+            calls = [
                 ("append_many_10x100B", lambda: ml.append_many(batch)),
                 ("append_100B", lambda: ml.append(b"y" * 100)),
-            ):
+            ]
+            if hasattr(ml, "try_write_many"):  # the broker's write on its event loop (pipelined commit)
+                times = [None] * len(batch)
+                calls.append(("try_write_many_10x100B", lambda: ml.try_write_many(batch, times)))
+            for name, fn in calls:
                 out[name] = {
                     **counts(fn),
                     "best_us": best_us(fn, repeat if not sync else 2, 200 if not sync else 20),

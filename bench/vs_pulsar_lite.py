@@ -182,8 +182,12 @@ def _pct(values: list[float], q: float) -> float:
     return round(values[min(len(values) - 1, int(q * len(values)))], 3)
 
 
-def run_latency(label: str, broker, rate: int, seconds: float, size: int) -> dict:
-    """Fixed-rate publish with a consumer attached; latencies in milliseconds."""
+def run_latency(
+    label: str, broker, rate: int, seconds: float, size: int, samples: dict | None = None
+) -> dict:
+    """Fixed-rate publish with a consumer attached; latencies in milliseconds. ``samples``:
+    a dict whose lists ``publish_ms`` / ``publish_to_consume_ms`` get every measurement too
+    (a caller merging several runs)."""
     import pulsar
 
     client = _client(broker.url)
@@ -236,6 +240,9 @@ def run_latency(label: str, broker, rate: int, seconds: float, size: int) -> dic
     client.close()
     if failures or not ok:
         raise SystemExit(f"{label}: latency run failed ({len(failures)} send errors, all received: {ok})")
+    if samples is not None:
+        samples.setdefault("publish_ms", []).extend(publish_ms)
+        samples.setdefault("publish_to_consume_ms", []).extend(e2e_ms)
     out = {
         "rate_target": rate,
         "rate_achieved": round(total / sent_secs),

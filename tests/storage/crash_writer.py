@@ -6,7 +6,9 @@ process that already imported the storage starts in milliseconds.
 
 It appends from several threads (one with ``append_many``) and reports every acknowledgement
 by appending a fixed-size record to an ack file AFTER the call returned, so the parent knows a
-lower bound of what was acknowledged when the kill landed.
+lower bound of what was acknowledged when the kill landed. One more thread uses the broker's
+pipelined commit (``write_many``, never waiting) while another syncs it (``sync_written``) and
+acknowledges, as the broker's receipts do, only entries a finished sync covered.
 """
 
 import hashlib
@@ -23,6 +25,7 @@ tail_index.CHUNK = 16
 
 TOPIC = "persistent://public/default/crash"
 THREADS = 3  # thread 0 uses append_many, the others append
+PIPELINED = THREADS  # the thread id of the pipelined writer (write_many + sync_written)
 BATCH = 8
 MAX_PER_THREAD = 150  # per round, so the data (and the test) stays small
 OVERRIDES = {
@@ -60,6 +63,7 @@ def run(data_dir: str, round_no: int, ack_path: str) -> None:
 
         os.write(1, b"ready\n")  # recovered and open: the parent starts its kill timer
         threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        threads += _pipelined(ml, round_no, ack_fd)
         for th in threads:
             th.start()
         for th in threads:
@@ -72,6 +76,41 @@ def run(data_dir: str, round_no: int, ack_path: str) -> None:
         os.write(1, b"failed\n")
     finally:
         os._exit(0)
+
+
+def _pipelined(ml, round_no: int, ack_fd: int) -> list[threading.Thread]:
+    """A writer that never waits for a sync (``write_many``) and a syncer that acknowledges
+    what each sync covered (``sync_written`` and its ``on_durable``), as the broker does."""
+    written: list[tuple[int, int]] = []  # (seq, entries of this thread written up to it)
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def ack(durable: int) -> None:
+        with lock:
+            upto = [n for seq, n in written if seq <= durable]
+            del written[: len(upto)]
+        if upto:
+            os.write(ack_fd, ACK.pack(round_no, PIPELINED, upto[-1]))
+
+    def writer() -> None:
+        i = 0
+        while i < MAX_PER_THREAD:
+            n = 1 + i % 3
+            _, _, seq = ml.write_many([payload(round_no, PIPELINED, i + k) for k in range(n)])
+            i += n
+            with lock:
+                written.append((seq, i))
+        done.set()
+
+    def syncer() -> None:
+        while True:
+            finished = done.is_set()
+            ack(ml.sync_written(ack))
+            if finished:
+                return
+            time.sleep(0.0005)
+
+    return [threading.Thread(target=writer), threading.Thread(target=syncer)]
 
 
 def write_and_exit(data_dir: str, n: int) -> None:

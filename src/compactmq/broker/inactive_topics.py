@@ -47,7 +47,7 @@ DELETE_MODES = (DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_U
 
 def is_active(topic: "Topic") -> bool:
     """Someone uses the topic now (producers, consumers, waiters, writes in flight)."""
-    if topic.producers or topic.waiting_producers or topic._queue or topic._append_task is not None:
+    if topic.producers or topic.waiting_producers or topic.publishing:
         return True
     return any(sub.consumers for sub in topic.subscriptions.values())
 

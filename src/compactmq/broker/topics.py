@@ -3,16 +3,25 @@
 How a topic object is found and closed is ``topic_ownership`` (``TopicManager``):
 ``await service.topics.get_topic(name, create=...)`` returns the loaded ``Topic``.
 
-Publishing is group commit on two levels: every SEND that arrives while an append is running
-waits in the topic's queue, and the next append takes the whole queue in one
-``ManagedLedger.append_many`` call (one write, one fsync); appends of one topic never overlap,
-so positions follow arrival order and SEND_RECEIPTs go out in order. The receipts of a durable
-batch are written to the socket as soon as the batch is answered (``ServerState.flush_writes``).
+Publishing is a pipelined group commit. The SENDs of one read from the socket are queued and
+written together, in arrival order, as soon as the current callback ends
+(``ManagedLedger.try_write_many``: on the loop itself when the write cannot block -- a local
+ledger file, its lock free, no rollover due, a batch of at most
+``appender.INLINE_WRITE_MAX_BYTES`` -- else in a pool thread, the rest of the queue waiting for
+it). Writing never waits for a sync: one pool thread per topic syncs (``sync_written``) while
+the loop goes on writing, each sync covering every record written before it started, and tells
+the loop after each sync how far the ledger is durable. Only then are the receipts of the
+batches it covered written -- in order, as the positions follow arrival order -- and sent at
+once (``ServerState.flush_writes``). A batch whose write failed is answered with its error in
+its place in that order; a failed sync fails every batch it did not make durable (the ledger is
+fenced and the topic reloaded), and the receipts of batches already durable stand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -36,6 +45,8 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
+
+_new_tuple = tuple.__new__
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
@@ -63,8 +74,16 @@ class Topic:
         self.source = LedgerEntrySource(self, service.run_blocking)
         self.last_sequence_ids: dict[str, int] = {}
         self.dedup = Deduplication(self)
+        # publishing (see the module docstring): SENDs not yet written; written batches
+        # waiting for their sync, as (seq, batch, entries, ledger id, first entry id) --
+        # entries None for a batch whose write failed (the error in place of the ledger id)
         self._queue: list[tuple[bytes, int, PublishCallback]] = []
-        self._append_task: asyncio.Task | None = None
+        self._unsynced: collections.deque[tuple[int, list, list[bytes], int, int]] = collections.deque()
+        self._written_seq = 0  # the ledger's seq of the last record this topic wrote
+        self._write_scheduled = False
+        self._writing = False  # a pool thread writes a batch (the queue waits for it)
+        self._syncing = False  # a pool thread runs ManagedLedger.sync_written
+        self._idle_waiters: list[asyncio.Future] = []
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
@@ -91,56 +110,152 @@ class Topic:
             callback(None, StorageError(f"topic {self.name} is closing"))
             return
         self._queue.append((entry, publish_time_ms, callback))
-        if self._append_task is None:
-            self._append_task = self.spawn(self._append_loop())
+        if not self._write_scheduled:
+            self._schedule_write()
 
     def publish_marker(self, callback: PublishCallback) -> None:
         """Call ``callback(None, None)`` once every SEND queued before it is persisted or
         failed: the answer to a duplicate of a message still being written keeps its place in
         the order of receipts (see ``dedup``)."""
-        if self._append_task is None and not self._queue:
+        if not self.publishing:
             callback(None, None)
             return
         self._queue.append((None, 0, callback))  # type: ignore[arg-type]
-        if self._append_task is None:
-            self._append_task = self.spawn(self._append_loop())
+        if not self._write_scheduled:
+            self._schedule_write()
 
-    async def _append_loop(self) -> None:
-        try:
-            while self._queue:
-                batch = self._take_batch()
-                entries = [e for e, _, _ in batch if e is not None]
-                times = [t for e, t, _ in batch if e is not None]
-                try:
-                    positions = (
-                        await self.run_blocking(self.ledger.append_many, entries, times) if entries else []
-                    )
-                except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
-                    err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
-                    log.error("append to %s failed: %s", self.name, exc)
-                    for _, _, cb in batch:
-                        cb(None, err)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-                    self._reload_if_fenced()
+    @property
+    def publishing(self) -> bool:
+        """SENDs are queued, being written, or written and waiting for their sync."""
+        return bool(self._queue or self._unsynced or self._writing or self._syncing)
+
+    def _schedule_write(self) -> None:
+        # after the current callback: the other SENDs of this read join the same write
+        self._write_scheduled = True
+        asyncio.get_running_loop().call_soon(self._write_queued)
+
+    def _write_queued(self) -> None:
+        """Write what is queued (on the loop when the ledger can take it at once, else in
+        the pool, the rest of the queue waiting for that write), and start the sync."""
+        self._write_scheduled = False
+        while self._queue and not self._writing:
+            batch = self._take_batch()
+            entries = [e for e, _, _ in batch if e is not None]
+            if not entries:  # markers only: answered after what was written before them
+                self._unsynced.append((self._written_seq, batch, entries, 0, 0))
+                continue
+            times = [t for e, t, _ in batch if e is not None]
+            try:
+                written = self.ledger.try_write_many(entries, times)
+            except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+                self._write_failed(batch, exc)
+                continue
+            if written is None:  # it could block: a pool thread writes, the queue waits for it
+                self._writing = True
+                fut = self.run_blocking(self.ledger.write_many, entries, times)
+                fut.add_done_callback(functools.partial(self._written_in_pool, batch, entries))
+                break
+            self._written(batch, entries, *written)
+        self._release(self.ledger.durable_seq)
+
+    def _written_in_pool(self, batch: list, entries: list[bytes], fut: asyncio.Future) -> None:
+        self._writing = False
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            self._write_failed(batch, exc)
+        else:
+            self._written(batch, entries, *fut.result())
+        self._write_queued()
+
+    def _written(self, batch: list, entries: list[bytes], ledger_id: int, first: int, seq: int) -> None:
+        """A batch is written: its receipts wait for the sync that covers ``seq``."""
+        self._unsynced.append((seq, batch, entries, ledger_id, first))
+        self._written_seq = seq
+        if not self._syncing and self.ledger.durable_seq < seq:
+            self._start_sync()
+
+    def _start_sync(self) -> None:
+        """One pool thread syncs until nothing written is left unsynced, telling the loop
+        after each sync (``ManagedLedger.sync_written``): while it syncs, the loop goes on
+        writing, and the next sync covers those writes (the pipelined commit)."""
+        self._syncing = True
+        loop = asyncio.get_running_loop()
+        fut = self.run_blocking(
+            self.ledger.sync_written, functools.partial(loop.call_soon_threadsafe, self._release)
+        )
+        fut.add_done_callback(self._sync_done)
+
+    def _sync_done(self, fut: asyncio.Future) -> None:
+        self._syncing = False
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._release(fut.result())
+            if self._unsynced and self._unsynced[-1][0] > self.ledger.durable_seq:
+                self._start_sync()  # written after the syncer's last look
+            return
+        # the sync failed: what it did not make durable fails, in order (the ledger is fenced)
+        self._release(self.ledger.durable_seq)
+        err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
+        log.error("sync of %s failed: %s", self.name, exc)
+        unsynced, self._unsynced = self._unsynced, collections.deque()
+        for _, batch, entries, failed, _ in unsynced:
+            for _, _, cb in batch:
+                cb(None, err if entries is not None else failed)
+        self.service.state.flush_writes()
+        self._reload_if_fenced()
+        self._maybe_idle()
+
+    def _write_failed(self, batch: list, exc: BaseException) -> None:
+        """A write failed: its batch fails in its place in the order of answers (after the
+        batches written before it); a fenced ledger gets the topic reloaded."""
+        err = exc if isinstance(exc, CompactMQError) else StorageError(f"append failed: {exc}")
+        log.error("append to %s failed: %s", self.name, exc)
+        self._unsynced.append((self._written_seq, batch, None, err, 0))  # type: ignore[arg-type]
+        self._release(self.ledger.durable_seq)
+        self._reload_if_fenced()
+
+    def _release(self, durable: int) -> None:
+        """Answer, in order, every written batch up to the durable seq ``durable``; then the
+        receipts leave at once, the tail cache takes the entries, readers wake."""
+        unsynced = self._unsynced
+        if not unsynced or unsynced[0][0] > durable:
+            return
+        positions: list[Position] = []
+        cached: list[bytes] = []
+        while unsynced and unsynced[0][0] <= durable:
+            _, batch, entries, ledger_id, first = unsynced.popleft()
+            if entries is None:  # a batch whose write failed (_write_failed): ledger_id is the error
+                for _, _, cb in batch:
+                    cb(None, ledger_id)
+                continue
+            entry_id = first
+            for entry, _, cb in batch:
+                if entry is None:  # a marker (publish_marker)
+                    cb(None, None)
                     continue
-                stored = iter(positions)  # storage returns Positions
-                for entry, _, cb in batch:
-                    if entry is None:  # a marker (publish_marker)
-                        cb(None, None)
-                        continue
-                    pos = next(stored)
-                    self.last_position = pos
-                    cb(pos, None)
-                self.service.state.flush_writes()  # receipts leave now, not after the next poll
-                self._cache(positions, entries)
-                for listener in self.service.topics.appended_listeners:
-                    listener(self.name)
-                for sub in list(self.subscriptions.values()):
-                    if sub.dispatcher is not None:
-                        sub.dispatcher.wake()
-        finally:
-            self._append_task = None
+                pos = _new_tuple(Position, (ledger_id, entry_id))
+                entry_id += 1
+                positions.append(pos)
+                cb(pos, None)
+            cached += entries
+        if positions:
+            self.last_position = positions[-1]
+        self.service.state.flush_writes()  # receipts leave now, not after the next poll
+        self._cache(positions, cached)
+        if positions:
+            for listener in self.service.topics.appended_listeners:
+                listener(self.name)
+            for sub in list(self.subscriptions.values()):
+                if sub.dispatcher is not None:
+                    sub.dispatcher.wake()
+        self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self._idle_waiters and not self.publishing:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _reload_if_fenced(self) -> None:
         """A write or sync failed: if the ledger now refuses appends, the topic manager unloads
@@ -161,6 +276,10 @@ class Topic:
             cache.extend(zip(positions, entries))
 
     def _take_batch(self) -> list:
+        queue = self._queue
+        if len(queue) == 1:  # one SEND per socket read (a modest rate): no counting
+            self._queue = []
+            return queue
         n = 0
         size = 0
         for entry, _, _ in self._queue:
@@ -177,8 +296,10 @@ class Topic:
 
     async def drain(self) -> None:
         """Wait until every queued SEND is persisted (or failed)."""
-        while self._append_task is not None:
-            await asyncio.shield(self._append_task)
+        while self.publishing:
+            fut = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(fut)
+            await fut
 
     # --- producers ---------------------------------------------------------------------------
 

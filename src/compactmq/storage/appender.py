@@ -15,6 +15,12 @@ One writer per topic per data directory (the Storage holds a lock file).
   ``MAX_CONCURRENT_SYNCS`` run), after waiting at most ``managedLedgerGroupCommitMaxDelayMicros``
   for appenders that are part-way through writing; one sync then covers every record written
   before it started, and every appender waiting on those records returns with it.
+* Pipelined commit (the broker's path): ``write_many`` writes and returns the records' ``seq``
+  without waiting; ``sync_written``, in a worker thread, syncs until every record written is
+  durable -- the caller goes on writing meanwhile, and each sync covers all written before it
+  started -- and reports ``durable_seq`` after each sync. ``try_write_many`` is ``write_many``
+  for an event loop: it returns None instead of waiting for the lock, rolling over, or writing
+  more than ``INLINE_WRITE_MAX_BYTES`` or to a writer whose writes may block.
 * Readers see an entry only once it is durable (``LedgerList.visible``).
 * Rollover, checked before each append and on the broker's timer, by Pulsar's rule
   (``ManagedLedgerImpl.currentLedgerIsFull``): the ledger is full when it holds
@@ -41,6 +47,7 @@ The writer of a ledger is closed only after the last sync running on it (``sync_
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -67,6 +74,8 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_CONCURRENT_SYNCS = 2
 
 _new_tuple = tuple.__new__
+_from_bytes = int.from_bytes
+_BYTEORDER = sys.byteorder  # frame_records gives publish times as native int64 bytes
 
 # Entries at least this large (on average, for a batch) go to the ledger as separate header and
 # entry buffers (``LedgerWriter.write_parts``: pwritev, no copy); smaller ones are joined into
@@ -74,6 +83,10 @@ _new_tuple = tuple.__new__
 # the joined bytes costs 20-40 % less than pwritev of the parts (the kernel and os.pwritev pay
 # per buffer), the two are even near 4-8 KiB, and from 64 KiB on pwritev saves 25-40 %.
 VECTORED_WRITE_MIN_BYTES = 8192
+
+# The most a write on the broker's event loop may carry (``try_write_many``): a pwrite of this
+# much into the page cache takes tens of microseconds; larger batches go to a worker thread.
+INLINE_WRITE_MAX_BYTES = 256 * 1024
 
 
 class Appender:
@@ -179,6 +192,50 @@ class Appender:
         return self._append(list(entries), list(publish_times_ms))
 
     def _append(self, datas: list[bytes], pts: list[int | None]) -> list[Position]:
+        lid, first, seq = self._write(datas, pts)
+        if self._sync_data:
+            self._make_durable(seq)
+        return [_new_tuple(Position, (lid, e)) for e in range(first, first + len(datas))]  # no call per entry
+
+    # --- pipelined commit: write now, sync in a worker ---------------------------------------
+
+    def write_many(
+        self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
+    ) -> tuple[int, int, int]:
+        """Write entries in order with one write, without waiting for a sync: ``(ledger_id,
+        first_entry_id, seq)``. They are durable (and visible) once ``durable_seq >= seq``;
+        ``sync_written`` gets them there."""
+        if publish_times_ms is None:
+            publish_times_ms = [None] * len(entries)
+        elif len(publish_times_ms) != len(entries):
+            raise ValueError("write_many: one publish time per entry")
+        return self._write(list(entries), list(publish_times_ms))
+
+    def try_write_many(self, entries: list[bytes], publish_times_ms: list[int | None]):
+        """``write_many`` only if it cannot block for long, else None (nothing written): the
+        ledger's lock is free now, its writer takes quick writes (``LedgerWriter.inline_writes``:
+        a local file, whose pwrite lands in the page cache), no rollover is due, and the batch
+        is at most ``INLINE_WRITE_MAX_BYTES``. The broker's event loop calls this, and hands
+        the batch to a worker thread (``write_many``) when it says None. Errors as
+        ``write_many``. Not counted in ``_writers_in_flight``: it never waits, so a sync leader
+        has nothing to wait for."""
+        lock = self._lock
+        if not lock.acquire(False):
+            return None
+        try:
+            s = self._ledgers
+            led = s.current
+            if led is None or s.fenced is not None or s.closed or s.read_only:
+                return None  # the blocking path says why
+            writer = led.writer
+            now = self._clock()
+            if not writer.inline_writes or (led.count and self._is_full(led, now)):
+                return None
+            return self._write_locked(s, led, entries, publish_times_ms, now, INLINE_WRITE_MAX_BYTES)
+        finally:
+            lock.release()
+
+    def _write(self, datas: list[bytes], pts: list[int | None]) -> tuple[int, int, int]:
         track = self._track
         if track:  # lets a sync leader wait for appenders that are mid-write (group commit)
             with self.sync_cond:
@@ -192,44 +249,90 @@ class Appender:
                 self._maybe_rollover_locked(now)
                 led = s.current
                 assert led is not None
-                first = led.count
-                start = led.data_end
-                # one call frames every record: headers (CRC32C), offsets, publish times
-                framed = frame_records(datas, pts, now, first, start, lf.MAX_ENTRY_SIZE)
-                if framed is None:
-                    self._refuse_oversized(datas)
-                parts, offsets, times, end = framed
-                n = len(datas)
-                try:
-                    if end - start < VECTORED_WRITE_MIN_BYTES * n:
-                        led.writer.write(b"".join(parts), start)
-                    else:
-                        led.writer.write_parts(parts, start, end - start)
-                except OSError as e:
-                    self._undo_write_locked(led, first, start)
-                    raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
-                led.offsets.frombytes(offsets)
-                led.publish_times.frombytes(times)
-                led.data_end = end
-                if first == 0:
-                    led.first_pt = led.publish_times[0]
-                led.last_pt = led.publish_times[-1]
-                led.count = first + n
-                led.size += end - start - RECORD_HEADER_SIZE * n
-                seq = s.written_seq + len(datas)
-                s.written_seq = seq
-                lid = led.ledger_id
-                if not self._sync_data:  # nothing to wait for: visible as soon as written
-                    s.durable_seq = seq
+                return self._write_locked(s, led, datas, pts, now, None)  # type: ignore[return-value]
         finally:
             if track:  # inlined _writer_left(): one Python call less per append
                 with self.sync_cond:
                     self._writers_in_flight -= 1
                     if self._writers_in_flight == 0:
                         self.sync_cond.notify_all()
-        if self._sync_data:
-            self._make_durable(seq)
-        return [_new_tuple(Position, (lid, e)) for e in range(first, first + n)]  # no call per entry
+
+    def _write_locked(
+        self,
+        s: LedgerList,
+        led: LedgerState,
+        datas: list[bytes],
+        pts: list[int | None],
+        now: int,
+        max_bytes: int | None,
+    ) -> tuple[int, int, int] | None:
+        """Frame and write ``datas`` at the end of ``led`` (the lock held); None, with nothing
+        written, when they come to more than ``max_bytes``."""
+        first = led.count
+        start = led.data_end
+        # one call frames every record: headers (CRC32C), offsets, publish times
+        framed = frame_records(datas, pts, now, first, start, lf.MAX_ENTRY_SIZE)
+        if framed is None:
+            self._refuse_oversized(datas)
+        parts, offsets, times, end = framed
+        if max_bytes is not None and end - start > max_bytes:
+            return None
+        n = len(datas)
+        try:
+            if end - start < VECTORED_WRITE_MIN_BYTES * n:
+                led.writer.write(b"".join(parts), start)
+            else:
+                led.writer.write_parts(parts, start, end - start)
+        except OSError as e:
+            self._undo_write_locked(led, first, start)
+            raise StorageError(f"{self.topic}: append to ledger {led.ledger_id} failed: {e}") from e
+        led.offsets.frombytes(offsets)
+        led.publish_times.frombytes(times)
+        led.data_end = end
+        if first == 0:  # from the framed bytes: no Python call into the column
+            led.first_pt = _from_bytes(times[:8], _BYTEORDER, signed=True)
+        led.last_pt = _from_bytes(times[-8:], _BYTEORDER, signed=True)
+        led.count = first + n
+        led.size += end - start - RECORD_HEADER_SIZE * n
+        seq = s.written_seq + n
+        s.written_seq = seq
+        if not self._sync_data:  # nothing to wait for: visible as soon as written
+            s.durable_seq = seq
+        return led.ledger_id, first, seq
+
+    @property
+    def durable_seq(self) -> int:
+        """Records known durable (``write_many``'s ``seq`` is durable once this reaches it)."""
+        return self._ledgers.durable_seq
+
+    def sync_written(self, on_durable: Callable[[int], None] | None = None) -> int:
+        """Make every record written so far durable, and go on syncing while more is written
+        (the pipelined commit: the caller goes on writing while this runs in a worker thread,
+        and each sync covers everything written before it started). After a sync it led that
+        left records behind, ``on_durable(durable_seq)`` (outside every lock); returns the
+        durable seq once nothing written is left unsynced. ``StorageError`` when a sync
+        failed (the managed ledger is fenced: nothing written after ``durable_seq`` will ever
+        be durable in it) or the ledger is fenced or closed."""
+        cond = self.sync_cond
+        s = self._ledgers
+        with cond:
+            while True:
+                if s.fenced is not None:
+                    raise StorageError(f"{self.topic}: sync failed, entries not durable: {s.fenced}")
+                seq = s.written_seq
+                if s.durable_seq >= seq:
+                    return s.durable_seq
+                if seq <= self._sync_target or self._syncs_in_flight >= MAX_CONCURRENT_SYNCS:
+                    cond.wait()  # a running sync covers it, or enough are running
+                    continue
+                self._lead_sync_locked()
+                if on_durable is not None and s.fenced is None and s.durable_seq < s.written_seq:
+                    durable = s.durable_seq
+                    cond.release()
+                    try:
+                        on_durable(durable)
+                    finally:
+                        cond.acquire()
 
     def _refuse_oversized(self, datas: list[bytes]) -> None:
         for data in datas:
@@ -276,32 +379,38 @@ class Appender:
                 if seq <= self._sync_target or self._syncs_in_flight >= MAX_CONCURRENT_SYNCS:
                     cond.wait()  # a running sync covers us, or enough are running
                     continue
-                # Leader of a new sync: take the slot first (others may run while we wait), then
-                # let appenders that are mid-write join this sync (bounded wait).
-                self._syncs_in_flight += 1
-                if self._group_delay_s > 0 and self._writers_in_flight:
-                    deadline = time.monotonic() + self._group_delay_s
-                    while self._writers_in_flight:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        cond.wait(remaining)
-                # Everything written up to here is covered: records before `target` are in the
-                # ledger current below, or in one sealed (fully synced) before it became current.
-                target = s.written_seq
-                self._sync_target = max(self._sync_target, target)
-                ok = False
-                cond.release()
-                try:
-                    ok = self._sync_current()
-                except OSError as e:
-                    s.fenced = e
-                finally:
-                    cond.acquire()
-                    self._syncs_in_flight -= 1
-                    if ok and target > s.durable_seq:
-                        s.durable_seq = target
-                    cond.notify_all()
+                self._lead_sync_locked()
+
+    def _lead_sync_locked(self) -> None:
+        """Run one sync as its leader (``sync_cond`` held on entry and on return, released
+        during the sync). Takes the slot first (others may run while we wait), then lets
+        appenders that are mid-write join this sync (bounded wait). A failed sync fences."""
+        cond = self.sync_cond
+        s = self._ledgers
+        self._syncs_in_flight += 1
+        if self._group_delay_s > 0 and self._writers_in_flight:
+            deadline = time.monotonic() + self._group_delay_s
+            while self._writers_in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                cond.wait(remaining)
+        # Everything written up to here is covered: records before `target` are in the
+        # ledger current below, or in one sealed (fully synced) before it became current.
+        target = s.written_seq
+        self._sync_target = max(self._sync_target, target)
+        ok = False
+        cond.release()
+        try:
+            ok = self._sync_current()
+        except OSError as e:
+            s.fenced = e
+        finally:
+            cond.acquire()
+            self._syncs_in_flight -= 1
+            if ok and target > s.durable_seq:
+                s.durable_seq = target
+            cond.notify_all()
 
     def _sync_current(self) -> bool:
         """Sync the current ledger; False when it cannot be trusted (fenced)."""

@@ -57,6 +57,10 @@ class LedgerWriter(ABC):
     ``truncate`` come from one thread at a time; ``sync`` may run at the same time as them and
     as other syncs; ``close`` never runs during a sync (the managed ledger defers it)."""
 
+    #: ``write`` returns in microseconds (a local file: into the page cache), so the broker's
+    #: event loop may call it (``Appender.try_write_many``); False sends writes to a thread.
+    inline_writes = False
+
     @abstractmethod
     def write(self, data: bytes, offset: int) -> None:
         """Place ``data`` at ``offset`` (the end of what was written so far)."""
@@ -185,6 +189,8 @@ def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
 
 class LocalLedgerWriter(LedgerWriter):
     """One ledger file open for appending. No lock: ``write`` is the append hot path."""
+
+    inline_writes = True
 
     def __init__(self, fd: int):
         self._fd = fd

@@ -97,6 +97,7 @@ class ManagedLedger:
         # the hot calls go straight to their part: no extra Python call per append or read
         self.append = appender.append  # type: ignore[method-assign]
         self.append_many = appender.append_many  # type: ignore[method-assign]
+        self.try_write_many = appender.try_write_many  # type: ignore[method-assign]
         self.read_entry = reader.read_entry  # type: ignore[method-assign]
         self.read_entries = reader.read_entries  # type: ignore[method-assign]
         self.next_position = reader.next_position  # type: ignore[method-assign]
@@ -134,6 +135,26 @@ class ManagedLedger:
     ) -> list[Position]:
         """Append entries in order with one write and one sync (``Appender.append_many``)."""
         return self._appender.append_many(entries, publish_times_ms)
+
+    def write_many(
+        self, entries: Sequence[bytes], publish_times_ms: Sequence[int | None] | None = None
+    ) -> tuple[int, int, int]:
+        """Write entries without waiting for a sync: ``(ledger_id, first_entry_id, seq)``,
+        durable once ``durable_seq >= seq`` (``Appender.write_many``; the pipelined commit)."""
+        return self._appender.write_many(entries, publish_times_ms)
+
+    def try_write_many(self, entries: list[bytes], publish_times_ms: list[int | None]):
+        """``write_many`` if it cannot block for long, else None (``Appender.try_write_many``)."""
+        return self._appender.try_write_many(entries, publish_times_ms)
+
+    def sync_written(self, on_durable: Callable[[int], None] | None = None) -> int:
+        """Sync until everything written is durable (``Appender.sync_written``)."""
+        return self._appender.sync_written(on_durable)
+
+    @property
+    def durable_seq(self) -> int:
+        """Records written since open that are durable (compare with ``write_many``'s seq)."""
+        return self._ledgers.durable_seq
 
     def maybe_rollover(self) -> bool:
         """Roll the current ledger if it is past a limit; True when it rolled."""
