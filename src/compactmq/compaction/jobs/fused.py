@@ -99,14 +99,20 @@ def keep_latest_parts(
 def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
     """``plan`` (one that ``suits``) as one task of one Spark job; the part descriptions, by
     group, as ``pipeline.collect_parts`` returns them."""
+    return one_task(spark, lambda: keep_latest_parts(plan, counter, keyless_counter))
+
+
+def one_task(spark, body: Callable[[], list]) -> list[dict]:
+    """``body()`` (part descriptions) run by ONE task of a plain RDD job: a handful of JVM round
+    trips, where a DataFrame's ``mapInArrow`` and ``toArrow`` cost some forty to build, plan and
+    collect; the parts normalized and by group, as ``pipeline.collect_parts`` returns them."""
     from .inprocess import normalized
 
     def whole_run(_):
-        return keep_latest_parts(plan, counter, keyless_counter)
+        return body()
 
     # ``range`` makes its one partition on the executor (nothing is serialised to the JVM)
-    parts = spark.sparkContext.range(0, 1, 1, 1).mapPartitions(whole_run).collect()
-    return normalized(parts)
+    return normalized(spark.sparkContext.range(0, 1, 1, 1).mapPartitions(whole_run).collect())
 
 
-__all__ = ["FUSED_MAX_BYTES", "keep_latest_parts", "run", "suits"]
+__all__ = ["FUSED_MAX_BYTES", "keep_latest_parts", "one_task", "run", "suits"]
