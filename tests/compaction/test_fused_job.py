@@ -20,9 +20,8 @@ from harness.wait import wait_until
 
 from . import entries as E
 from .reference import ReferenceCompactor
-from .test_inprocess_engine import _expect, _open, _set_policy, _view, topic_spec
-
-pytestmark = pytest.mark.spark
+from compactmq.compaction.jobs.inprocess import InProcessEngine, plan_bytes
+from .test_inprocess_engine import BIG, _expect, _open, _set_policy, _view, topic_spec
 
 
 def _counts(sc, group: str) -> dict:
@@ -51,6 +50,7 @@ def _small_topic(ml) -> None:
     ml.append_many(entries)
 
 
+@pytest.mark.spark
 def test_a_small_run_is_one_spark_job_of_one_task_and_writes_the_pipelines_view(spark, tmp_path):
     storage, factory = _open(str(tmp_path), managedLedgerMaxEntriesPerLedger=50000)
     pipeline.partition_keys(spark, 1)  # the pipeline's first run would otherwise ask Spark once
@@ -86,6 +86,7 @@ def test_a_small_run_is_one_spark_job_of_one_task_and_writes_the_pipelines_view(
     assert counts["pipeline"] == {"jobs": 2, "stages": 2, "tasks": 2}
 
 
+@pytest.mark.spark
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(specs=st.lists(topic_spec, min_size=1, max_size=2))
 def test_fused_runs_match_the_reference(spark, specs):
@@ -125,3 +126,37 @@ def test_fused_runs_match_the_reference(spark, specs):
         factory.close()
         storage.close()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_what_runs_as_one_task(tmp_path):
+    """One group of a combining keep-latest full run within the bound; not another strategy, not
+    two groups, not a lookup run, not over the bound, never with the bound 0. No Spark starts:
+    the plan is the one the in-process engine is handed."""
+    storage, factory = _open(str(tmp_path))
+    topic = "persistent://public/default/one-task"
+    seen = []
+
+    class Probe(InProcessEngine):
+        def run(self, plan, strategy, report):
+            seen.append(plan)
+            return super().run(plan, strategy, report)
+
+    try:
+        ml = storage.open_managed_ledger(topic)
+        ml.append_many([E.single(f"k{i}", b"x" * 100) for i in range(20)], [1000] * 20)
+        service = factory.new_service(topic)
+        service.compact(engine=Probe())
+        ml.append_many([E.single("k1", b"y")], [2000])
+        service.compact(engine=Probe())  # the second run: a lookup run
+        service.close()
+    finally:
+        factory.close()
+        storage.close()
+    plan, lookup = seen
+    assert len(plan.groups) == 1 and not plan.is_lookup_run and lookup.is_lookup_run
+    size = plan_bytes(plan)
+    assert size is not None and size >= 20 * 100
+    assert fused.suits(plan) and fused.suits(plan, size) and not fused.suits(plan, size - 1)
+    assert not fused.suits(plan, 0) and not fused.suits(lookup, BIG)
+    assert not fused.suits(type(plan)(**{**plan.__dict__, "strategy": "keep-first"}), BIG)
+    assert not fused.suits(type(plan)(**{**plan.__dict__, "groups": [[0], [1]]}), BIG)
