@@ -17,7 +17,6 @@ from ...config import int_setting
 from .. import CompactionProgress, CompactionServiceFactory
 from ..service import LedgerCompactionService
 from . import timeline
-from .fused import FUSED_MAX_BYTES
 from .session import get_session
 
 
@@ -39,7 +38,9 @@ class SparkEngine:
         #: plans reading at most this many bytes run without a Spark job (``inprocess``)
         self.in_process_max_bytes = in_process_max_bytes
         #: one-group keep-latest runs reading at most this many bytes are one Spark task (``fused``)
-        self.fused_max_bytes = FUSED_MAX_BYTES if fused_max_bytes is None else fused_max_bytes
+        if fused_max_bytes is None:
+            from .fused import FUSED_MAX_BYTES as fused_max_bytes  # numpy and the scanner: not at import
+        self.fused_max_bytes = fused_max_bytes
         self.last_stats: dict = {}
         self._spark = None
         self._group: Optional[str] = None
