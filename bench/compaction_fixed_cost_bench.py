@@ -18,6 +18,8 @@ median share of each phase, and the load average before and after (the machine i
     .venv/bin/python bench/compaction_fixed_cost_bench.py [--rounds 15] [--messages 10000] [--keys 1000]
     .venv/bin/python bench/compaction_fixed_cost_bench.py --quick     # 5 rounds
     .venv/bin/python bench/compaction_fixed_cost_bench.py --compare   # Spark job vs in-process, one run
+    .venv/bin/python bench/compaction_fixed_cost_bench.py --compare-fused  # three-stage job vs one task
+    .venv/bin/python bench/compaction_fixed_cost_bench.py --compare-src /tmp/main/src  # before/after
 
 ``--in-process-max-bytes N`` sets the broker's ``compactionInProcessMaxBytes`` (small keep-latest
 runs without a Spark job, ``compaction/jobs/inprocess.py``); ``--compare`` runs a broker with
@@ -156,6 +158,18 @@ def main(argv=None) -> int:
         help="two brokers one after the other in the same run: every run a Spark job, then small "
         "runs in-process (--in-process-max-bytes, default 8388608); both in the JSON",
     )
+    ap.add_argument(
+        "--compare-src",
+        default="",
+        help="a before/after run: a broker from this other checkout's src directory (e.g. main's, "
+        "made with `git archive main src`), then one from this tree, every run a Spark job",
+    )
+    ap.add_argument(
+        "--compare-fused",
+        action="store_true",
+        help="two brokers of this tree: compactionSparkFusedMaxBytes=0 (every run the three-stage "
+        "job), then the default (a small run one Spark task)",
+    )
     ap.add_argument("--quick", action="store_true", help="5 rounds")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compaction_fixed_cost.json"))
     args = ap.parse_args(argv)
@@ -175,7 +189,15 @@ def main(argv=None) -> int:
             "target_median_seconds": 0.25,
         },
     }
-    if args.compare:
+    if args.compare_src:
+        before = run_config(args, 0, src=os.path.abspath(args.compare_src))
+        result["configs"] = [{"label": "before", "src": args.compare_src, **before}]
+        result["configs"].append({"label": "after", "src": "src", **run_config(args, 0)})
+    elif args.compare_fused:
+        off = run_config(args, 0, ["compactionSparkFusedMaxBytes=0"])
+        result["configs"] = [{"label": "three-stage job", **off}]
+        result["configs"].append({"label": "one task (default)", **run_config(args, 0)})
+    elif args.compare:
         small = args.in_process_max_bytes or 8 * 1024 * 1024
         result["configs"] = [run_config(args, 0), run_config(args, small)]
     else:
@@ -198,9 +220,10 @@ def summary(result: dict) -> dict:
     return out
 
 
-def run_config(args, in_process_max_bytes: int) -> dict:
-    """One warm broker with ``compactionInProcessMaxBytes=in_process_max_bytes``: its rounds,
-    median, minimum and median phase shares."""
+def run_config(args, in_process_max_bytes: int, extra: tuple = (), src: str | None = None) -> dict:
+    """One warm broker with ``compactionInProcessMaxBytes=in_process_max_bytes`` and the ``extra``
+    overrides, from this tree or ``src`` (another checkout's src directory): its rounds, median,
+    minimum and median phase shares."""
     import pulsar
 
     from standalone import StandaloneBroker
@@ -213,8 +236,9 @@ def run_config(args, in_process_max_bytes: int) -> dict:
         "defaultRetentionTimeInMinutes=-1",
         "defaultRetentionSizeInMB=-1",
         f"compactionInProcessMaxBytes={in_process_max_bytes}",
+        *extra,
     ]
-    broker = StandaloneBroker(os.path.join(d, "data"), overrides)
+    broker = StandaloneBroker(os.path.join(d, "data"), overrides, src=src)
     client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
         result["warmup_state"] = wait_warm(broker.admin_url)
@@ -233,6 +257,8 @@ def run_config(args, in_process_max_bytes: int) -> dict:
     result["median_seconds"] = round(statistics.median(xs), 4)
     result["min_seconds"] = round(min(xs), 4)
     result["median_phase_share"] = shares(result["rounds"])
+    jobs = [r["spark_jobs"] for r in result["rounds"] if r["spark_jobs"] is not None]
+    result["median_spark_jobs"] = statistics.median(jobs) if jobs else None
     log(f"compactionInProcessMaxBytes={in_process_max_bytes}: median {result['median_seconds']} s")
     return result
 

@@ -118,6 +118,7 @@ def _user_strategy_by_value():
     chain_runs=st.sampled_from([2, 3, 8]),
     stale=st.sampled_from([0.25, 0.95]),
     steps=st.lists(step, min_size=3, max_size=10),
+    fused=st.booleans(),
 )
 @example(  # surely a chain of lookup runs: a key overwritten, one deleted, one kept
     strategy="keep-latest",
@@ -133,9 +134,10 @@ def _user_strategy_by_value():
         ("append", [E.single("a", b"4"), E.single("b", b"")]),
         ("compact",),
     ],
+    fused=True,
 )
 def test_spark_service_matches_reference(
-    spark, strategy, retain, mode, per_ledger, by_policy, chain_runs, stale, steps
+    spark, strategy, retain, mode, per_ledger, by_policy, chain_runs, stale, steps, fused
 ):
     from compactmq.compaction.jobs import SparkCompactionService
 
@@ -150,6 +152,8 @@ def test_spark_service_matches_reference(
         "compactionChainMaxStaleRatio": stale,
         # a policy may name the user class only when the operator allowed it (docs/security.md)
         "topicCompactionStrategyAllowedClasses": USER,
+        # a small keep-latest full run is one Spark task (``jobs.fused``) or the three-stage job
+        "compactionSparkFusedMaxBytes": 64 << 20 if fused else 0,
     }
     if not by_policy:
         overrides["topicCompactionStrategy"] = name
@@ -300,10 +304,12 @@ def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, shape):
         assert runs == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 1]
 
 
-def test_key_ttl_and_tombstone_retention_match_reference(spark):
+@pytest.mark.parametrize("fused", [True, False], ids=["one-task", "three-stage"])
+def test_key_ttl_and_tombstone_retention_match_reference(spark, fused):
     """keep-latest with ``compactedViewKeyTtlSeconds`` and ``compactionTombstoneRetentionSeconds``
     (policies): old keys leave the view, young tombstones stay in it, over two incremental runs;
-    the cut is the first entry published less than the setting ago, for the model as well."""
+    the cut is the first entry published less than the setting ago, for the model as well. The
+    full run is one Spark task (``jobs.fused``) or the three-stage job."""
     import time
 
     from compactmq.compaction.jobs import SparkCompactionService
@@ -314,6 +320,7 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark):
             "managedLedgerMaxEntriesPerLedger": 3,
             "managedLedgerSyncData": False,
             "topicCompactionRetainNullKey": True,
+            "compactionSparkFusedMaxBytes": 64 << 20 if fused else 0,
         }
     )
     with _fresh_storage(cfg, "cmq-parity-ttl-") as storage:

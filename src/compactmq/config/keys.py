@@ -374,6 +374,14 @@ SETTINGS: dict[str, Setting] = {
         "saving a job's fixed cost (about 0.3 s warm; 8388608 suits topics of ~50 k small "
         "messages); 0: every run is a Spark job",
     ),
+    "compactionSparkFusedMaxBytes": _s(
+        int,
+        64 * 1024 * 1024,
+        "a keep-latest full run of one group (a topic under ~20 k entries) reading at most this "
+        "many bytes (its live ledgers, whole) runs on Spark as ONE task of one job, without the "
+        "shuffles of the three-stage job (the same view; a small run's fixed cost about halves); "
+        "0: every run takes the three-stage job",
+    ),
     "compactionMonitorFullScanIntervalInSeconds": _s(
         int,
         300,

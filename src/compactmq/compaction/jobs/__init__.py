@@ -31,11 +31,16 @@ class SparkEngine:
         spark_conf: Optional[Mapping[str, str]] = None,
         poll_seconds: float = 0.5,
         in_process_max_bytes: int = 0,
+        fused_max_bytes: Optional[int] = None,
     ):
         self.spark_conf = dict(spark_conf or {})
         self.poll_seconds = poll_seconds
         #: plans reading at most this many bytes run without a Spark job (``inprocess``)
         self.in_process_max_bytes = in_process_max_bytes
+        #: one-group keep-latest runs reading at most this many bytes are one Spark task (``fused``)
+        if fused_max_bytes is None:
+            from .fused import FUSED_MAX_BYTES as fused_max_bytes  # numpy and the scanner: not at import
+        self.fused_max_bytes = fused_max_bytes
         self.last_stats: dict = {}
         self._spark = None
         self._group: Optional[str] = None
@@ -60,7 +65,7 @@ class SparkEngine:
         return self.spark.sparkContext.defaultParallelism
 
     def run(self, plan, strategy, report) -> list[dict]:
-        from . import inprocess, pipeline
+        from . import fused, inprocess, pipeline
         from .joint_plan import JointPlan
 
         if inprocess.suits(plan, self.in_process_max_bytes):  # small: no Spark job at all
@@ -77,6 +82,8 @@ class SparkEngine:
                 from . import lookup_job
 
                 parts = lookup_job.run(self.spark, plan, job.counters[0], job.keyless[0])
+            elif fused.suits(plan, self.fused_max_bytes):  # one group: one task, no shuffle
+                parts = fused.run(self.spark, plan, job.counters[0], job.keyless[0])
             else:  # a joint job of one member (``joint_plan``)
                 (parts,) = pipeline.compact(self.spark, JointPlan.of([plan]), strategy, job)
         sc = self.spark.sparkContext
@@ -175,7 +182,8 @@ class SparkCompactionService(LedgerCompactionService):
 
     def engine(self) -> SparkEngine:
         small = int_setting(self.config, "compactionInProcessMaxBytes")
-        return SparkEngine(self.spark_conf, in_process_max_bytes=small)
+        fused = int_setting(self.config, "compactionSparkFusedMaxBytes")
+        return SparkEngine(self.spark_conf, in_process_max_bytes=small, fused_max_bytes=fused)
 
 
 class SparkCompactionServiceFactory(CompactionServiceFactory):

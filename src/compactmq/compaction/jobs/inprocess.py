@@ -20,7 +20,8 @@ segments, key sidecar and part descriptions):
 * a full keep-latest run: every group through ``tasks.group_rows`` (the parsing task's body,
   with its map-side combiner) into one ``LatestCombiner`` (what Spark's ``max(p2)`` aggregate
   computes), the key TTL and tombstone cuts of ``pipeline.keep_latest`` applied with numpy,
-  then ``pipeline.copy_groups`` (the phase-two task's body) over the survivors in position order;
+  then ``pipeline.copy_groups`` (the phase-two task's body) over the survivors in position order
+  (``fused.keep_latest_parts``, also the body of the one task that runs a small run on Spark);
 * a lookup run (``compaction.lookup_run``): ``lookup_job.fused_parts``, the body of the one task that
   runs a small lookup run on Spark.
 
@@ -44,17 +45,12 @@ import threading
 import time
 from typing import Optional
 
-import numpy as np
-
 from ... import errors
 from .. import CompactionProgress
 from .. import chain
 from .. import lookup_run
-from .. import entry_scan as es
-from .. import message_rows as mr
-from .. import tasks
 from ..plan import COMPACTED, RunPlan
-from . import lookup_job, pipeline
+from . import fused, lookup_job, pipeline
 
 
 class Count:
@@ -144,35 +140,16 @@ class InProcessEngine:
 
     def _keep_latest(self, plan: RunPlan, report, counter: Count, keyless: Count) -> list[dict]:
         """Phase one over every group into one table of the latest row per key, the plan's
-        cuts, then phase two of every group with survivors."""
-        combiner = mr.LatestCombiner()
+        cuts, then phase two of every group with survivors (``fused.keep_latest_parts``: the body
+        of the one task that runs a small run on Spark)."""
         done = 0
-        for g in range(len(plan.groups)):
-            self._check()
-            stats: dict = {}
-            for rows in tasks.group_rows(plan, g, stats):
-                combiner.add(rows)
-            counter.add(stats.get("messages", 0))
-            keyless.add(stats.get("keyless", 0))
+
+        def after_group(g: int) -> None:
+            nonlocal done
             done += sum(plan.segments[o].est_entries for o in plan.groups[g])
             report(CompactionProgress("phase-one", done, plan.estimated_entries))
-        latest = combiner.rows()
-        tomb = (latest.flags & es.FLAG_TOMBSTONE) != 0
-        live = ~tomb
-        if plan.tombstones_from is not None:
-            live |= latest.pos >= np.int64(plan.tombstones_from)
-        if plan.drop_before:
-            live &= latest.pos >= np.int64(plan.drop_before)
-        keep = np.flatnonzero(live)
-        arrays = {"pos": latest.pos[keep], "h1": latest.h1[keep], "h2": latest.h2[keep]}
-        key_cols = ["h1", "h2"]
-        if plan.tombstones_from is not None:  # a tombstone may survive (``pipeline.tomb_column``)
-            arrays["tomb"] = tomb[keep].astype(np.int64)
-            key_cols.append("tomb")
-        order = es.position_order(arrays["pos"])
-        arrays = {c: a[order] for c, a in arrays.items()}
-        self._check()
-        return pipeline.copy_groups(plan, arrays, key_cols, counter, keyless)
+
+        return fused.keep_latest_parts(plan, counter, keyless, check=self._check, after_group=after_group)
 
 
 def normalized(parts: list[dict]) -> list[dict]:

@@ -44,15 +44,11 @@ def run(spark, plan: RunPlan, counter=None, keyless_counter=None) -> list[dict]:
         return _split(spark, plan, fresh, counter, keyless_counter)
     if plan.combine and new_entries <= FUSED_MAX_ENTRIES:
         # few new messages: ONE task parses them all, combines them to one row per key, looks
-        # those up and writes every group's part: no aggregate and no shuffle, one stage
-        def whole_run(batches):
-            import pyarrow as pa
+        # those up and writes every group's part: no aggregate and no shuffle, one stage, of a
+        # plain RDD job (no SQL planning or Arrow conversions on the driver: ``fused.one_task``)
+        from .fused import one_task
 
-            for _ in batches:
-                out = fused_parts(plan, fresh, marked, counter, keyless_counter)
-                yield pa.RecordBatch.from_pylist(out, schema=pipeline.part_schema())
-
-        return pipeline.collect_parts(spark.range(0, 1, 1, 1).mapInArrow(whole_run, pipeline.PART_DDL))
+        return one_task(spark, lambda: fused_parts(plan, fresh, marked, counter, keyless_counter))
     own = JointPlan.of([plan])  # a job of one member (``joint_plan``)
     keys = pipeline.partition_keys(spark, max(1, len(plan.groups)))
     ddl = lookup_run.ROW_DDL + ", route int"

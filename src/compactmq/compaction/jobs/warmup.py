@@ -12,12 +12,14 @@ compaction factory for it). The thread
 1. obtains the SparkSession with the broker's ``spark.*`` settings (``session.get_session``: the
    same ``getOrCreate`` a run uses, so the run reuses it);
 2. compacts a small scratch topic (single messages, a batch, a tombstone) written to a temporary
-   directory of its own with ``SparkCompactionService.compact()``: the very path a run takes,
+   directory of its own with ``SparkCompactionService.compact()``: the very path a run takes
+   (a small run's one task, ``fused``; then again through the three-stage pipeline),
    phase one (``mapInArrow`` parsing in Python workers, the keep-latest aggregate) and phase two
    (the shuffle of survivors, the part writers), so the plan's generated code and the workers'
    imports are ready;
 3. runs one task per core that imports what a run's tasks import, then a shuffle, so every Python
-   worker Spark will reuse is started and warm, not only the one the scratch run used.
+   worker Spark will reuse is started and warm, not only the one the scratch run used; then the
+   same as an RDD job (a small run's one task, ``fused``: Spark keeps those workers apart).
 
 The broker's readiness never waits for it, and a failure (no Java, a bad ``spark.master``) only
 logs a warning: the first run then starts Spark as it would without the warm-up. The state
@@ -78,12 +80,22 @@ def _warm_workers(spark) -> int:
         for batch in batches:
             yield pa.RecordBatch.from_pydict({"id": batch.column(0), "one": [1] * batch.num_rows})
 
+    def touch_rdd(ids):
+        from compactmq.compaction import entry_scan, native, tasks  # noqa: F401
+
+        native.library()
+        return [sum(1 for _ in ids)]
+
     from pyspark.sql import functions as F
 
     rows = spark.range(0, n, 1, n).mapInArrow(touch, "id long, one long")
-    return int(
+    warmed = int(
         rows.groupBy((F.col("id") % n).alias("g")).agg(F.sum("one").alias("s")).agg(F.sum("s")).first()[0]
     )
+    # a one-task run (``fused``) is an RDD job, whose Python workers Spark keeps apart from the
+    # SQL ones (their environments differ): those are started and warmed too
+    spark.sparkContext.range(0, n, 1, n).mapPartitions(touch_rdd).sum()
+    return warmed
 
 
 class EngineWarmup:
@@ -164,10 +176,18 @@ def warm_up(spark_conf: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
         cfg = load_config(overrides={"managedLedgerSyncData": False})
         storage = Storage(scratch, cfg)
         try:
-            ml = storage.open_managed_ledger(SCRATCH_TOPIC)
-            ml.append_many(_scratch_entries())
-            ml.rollover()  # a run reads sealed ledgers only
-            SparkCompactionService(storage, SCRATCH_TOPIC, cfg, spark_conf=spark_conf).compact()
+            # twice: a small topic's run is one task (``fused``), a larger one's the three-stage
+            # pipeline, whose plan's generated code is warmed by the second
+            for fused_max_bytes in (None, 0):
+                topic = SCRATCH_TOPIC + ("" if fused_max_bytes is None else "-pipeline")
+                ml = storage.open_managed_ledger(topic)
+                ml.append_many(_scratch_entries())
+                ml.rollover()  # a run reads sealed ledgers only
+                service = SparkCompactionService(storage, topic, cfg, spark_conf=spark_conf)
+                engine = service.engine()
+                if fused_max_bytes is not None:
+                    engine.fused_max_bytes = fused_max_bytes
+                service.compact(engine=engine)
         finally:
             storage.close()
     finally:
