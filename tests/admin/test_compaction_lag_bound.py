@@ -230,3 +230,18 @@ def test_an_append_to_a_busy_topic_starts_no_lag_timer():
     assert watch.take(0.0) == [topic]
     watch.touch(topic)  # not busy: the append starts its timer
     assert watch.next_timer() == 0.0
+
+
+def test_a_floor_that_moves_around_the_policy_warns_once(caplog):
+    bound = LagBound()
+    caplog.set_level(logging.INFO, logger="compactmq.broker.compaction_monitor")
+    topic = "persistent://t/n/edge"
+    for floor in (6.0, 4.0, 6.5, 4.5, 7.0):  # the wait for a worker comes and goes
+        bound.judge({topic: 5}, floor)
+    lines = [(r.levelno, r.message.split(":")[0]) for r in caplog.records]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO]
+    assert bound.unkeepable() == [topic]  # the status follows the last check
+    bound.judge({topic: 4}, 7.0)  # a new policy, still too short: told again
+    assert [r.levelno for r in caplog.records][-1] == logging.WARNING
+    bound.judge({topic: 0}, 7.0)  # the policy removed: nothing kept of the topic
+    assert bound.bound_of(topic) is None and bound.unkeepable() == []

@@ -85,6 +85,7 @@ class LagBound:
         self.last_floor = 0.0  # the floor at the last check (metrics)
         self._topics: dict[str, TopicBound] = {}  # lag topics, as the last check of each saw them
         self._warned: dict[str, int] = {}  # topic -> the maximum lag a WARN line was logged for
+        self._kept_again: set[str] = set()  # ... and an INFO line said it is kept again
 
     # --- what the monitor measures --------------------------------------------------------------
 
@@ -124,8 +125,9 @@ class LagBound:
 
     def judge(self, max_lags: dict[str, int], floor: float) -> list[str]:
         """Record the topics a check looked at (``topic -> maximum lag`` seconds, 0: none) against
-        the ``floor`` then; WARN once per topic and policy that cannot be kept (a topic is told
-        again only when its policy changes). Returns the topics warned about now."""
+        the ``floor`` then; WARN once per topic and policy that cannot be kept, and say at INFO,
+        once, when it is kept again (a floor that moves around the policy logs no more: a topic
+        is told again only when its policy changes). Returns the topics warned about now."""
         self.last_floor = floor
         warned = []
         for topic, max_lag in max_lags.items():
@@ -135,18 +137,19 @@ class LagBound:
             bound = TopicBound(int(max_lag), float(floor))
             self._topics[topic] = bound
             if bound.kept:
-                if topic in self._warned:
+                if topic in self._warned and topic not in self._kept_again:
                     log.info(
                         "compaction of %s keeps its max lag of %d s again (a run commits within %.1f s)",
                         topic,
                         max_lag,
                         floor,
                     )
-                    self._warned.pop(topic)
+                    self._kept_again.add(topic)
                 continue
             if self._warned.get(topic) == max_lag:
                 continue
             self._warned[topic] = max_lag
+            self._kept_again.discard(topic)
             warned.append(topic)
             log.warning(
                 "compaction of %s cannot keep its max lag of %d s: a message published just after a "
@@ -172,6 +175,7 @@ class LagBound:
         """The topic no longer has a maximum lag, or was deleted."""
         self._topics.pop(topic, None)
         self._warned.pop(topic, None)
+        self._kept_again.discard(topic)
 
 
 __all__ = ["KEPT", "LagBound", "MARGIN_SECONDS", "MARGIN_SHARE", "TopicBound"]
