@@ -34,7 +34,16 @@ figures).
 until everything is compacted. Each topic's compaction lag is read from /metrics every
 ``LAG_SAMPLE_SECONDS``; from those samples, each message's wait until a committed view held it
 (``message_waits``). The JSON's ``lag_runs`` give p50 / p99 / max of the waits of the messages
-sent after the first max-lag period, ``within_policy``, and the largest lag gauge seen.
+sent after the first max-lag period, ``within_policy``, and the largest lag gauge seen; from the
+broker's own counters (``lag_bound``, absent from brokers older than them) the runs of lag topics,
+those whose oldest message waited past the policy, the longest such wait (exact: each run's
+timeline, not a sample) and the least lag the monitor said it could keep.
+``--before-src DIR``: each lag run is made twice in one invocation, first with the broker from
+another checkout's ``src`` (say the branch's base, ``git archive``-ed or copied), then with this
+one, rows labelled ``before`` and ``after``:
+
+    .venv/bin/python bench/many_topics_bench.py --topics --lag-topics 100 --modes joint \
+        --max-lag 15 --lag-seconds 60 --before-src /tmp/base/src --out bench/results/many_topics_lag_bound.json
 """
 
 from __future__ import annotations
@@ -162,8 +171,9 @@ def ingest_direct(data_dir: str, topics: list[str], n: int, keys: int) -> None:
         storage.close()
 
 
-def start_broker(mode: str, data_dir: str, args):
-    """A warm ``compactmq standalone`` of ``mode`` on ``data_dir`` and an official client of it."""
+def start_broker(mode: str, data_dir: str, args, src: str | None = None):
+    """A warm ``compactmq standalone`` of ``mode`` on ``data_dir`` and an official client of it
+    (``src``: the broker from another checkout's ``src`` directory)."""
     import pulsar
 
     from standalone import StandaloneBroker
@@ -177,7 +187,7 @@ def start_broker(mode: str, data_dir: str, args):
         *MODES[mode](args.max_topics),
         f"compactionJointLagSplit={'true' if args.lag_split else 'false'}",
     ]
-    broker = StandaloneBroker(data_dir, overrides)
+    broker = StandaloneBroker(data_dir, overrides, src=src)
     try:
         client = pulsar.Client(broker.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
         wait_warm(broker.admin_url)
@@ -381,13 +391,37 @@ def wait_stats(sent_at: list[float], samples: dict, settled: float, max_lag: flo
     }
 
 
-def lag_mode(mode: str, count: int, args) -> dict:
+LAG_BOUND_RE = re.compile(
+    r"^(compactmq_compaction_(?:lag_runs_total|lag_runs_over_policy_total|lag_at_commit_max_seconds|"
+    r"max_lag_floor_seconds))\{[^}]*\} ([0-9.eE+-]+)$",
+    re.M,
+)
+UNKEEPABLE_RE = re.compile(r"^pulsar_compaction_max_lag_unkeepable\{[^}]*\} 1$", re.M)
+
+
+def lag_bound(metrics: str) -> dict | None:
+    """The broker's own account of the lag bound (``compactmq_compaction_lag_*``), None from a
+    broker without those metrics."""
+    found = {name: float(v) for name, v in LAG_BOUND_RE.findall(metrics)}
+    if not found:
+        return None
+    return {
+        "lag_runs": int(found.get("compactmq_compaction_lag_runs_total", 0)),
+        "lag_runs_over_policy": int(found.get("compactmq_compaction_lag_runs_over_policy_total", 0)),
+        "lag_at_commit_max_seconds": found.get("compactmq_compaction_lag_at_commit_max_seconds"),
+        "floor_seconds_at_end": found.get("compactmq_compaction_max_lag_floor_seconds"),
+        "topics_unkeepable_at_end": len(UNKEEPABLE_RE.findall(metrics)),
+    }
+
+
+def lag_mode(mode: str, count: int, args, src: str | None = None, label: str | None = None) -> dict:
     """``count`` topics published to continuously (--rate messages/s each, batched) for
     --lag-seconds, with a namespace ``compactionMaxLagSeconds`` of --max-lag (``publish_and_sample``);
     each message's wait until a committed view held it, after the first max-lag period:
-    p50 / p99 / max against the policy (``wait_stats``)."""
+    p50 / p99 / max against the policy (``wait_stats``). ``src``: the broker from another
+    checkout (``label``: what the row calls it)."""
     d = tempfile.mkdtemp(prefix=f"many-topics-lag-{mode}-")
-    broker, client = start_broker(mode, os.path.join(d, "data"), args)
+    broker, client = start_broker(mode, os.path.join(d, "data"), args, src=src)
     topics = [f"persistent://{NS}/lag-{i:05d}" for i in range(count)]
     try:
         producers = [
@@ -408,6 +442,7 @@ def lag_mode(mode: str, count: int, args) -> dict:
         w = wait_stats(sent_at, samples, wall0 + args.max_lag + args.interval, args.max_lag)
         row = {
             "mode": mode,
+            "broker": label or "this checkout",
             "topics": count,
             "max_lag_policy_seconds": args.max_lag,
             "publish_seconds": args.lag_seconds,
@@ -420,11 +455,12 @@ def lag_mode(mode: str, count: int, args) -> dict:
             "runs_per_topic": round(runs, 1),
             "seconds_per_run_cycle": round(wall / runs, 2) if runs else None,
             "broker_process_cpu_seconds_per_wall_second": round(cpu / wall, 2),  # not its JVM
+            "lag_bound": lag_bound(metrics),
             "load_average_1m": os.getloadavg()[0],
         }
         log(
-            f"lag {mode} x {count}: message wait p50 {w['p50']} s, p99 {w['p99']} s, max {w['max']} s "
-            f"(policy {args.max_lag} s)"
+            f"lag {mode} x {count} ({row['broker']}): message wait p50 {w['p50']} s, p99 {w['p99']} s, "
+            f"max {w['max']} s (policy {args.max_lag} s); broker: {row['lag_bound']}"
         )
         return row
     finally:
@@ -459,6 +495,11 @@ def main(argv=None) -> int:
         help="compactionJointLagSplit=true: lag topics' joint jobs split round-robin by the learned model",
     )
     ap.add_argument(
+        "--before-src",
+        help="lag runs: first with the broker from this checkout's src directory (rows 'before'), "
+        "then this one ('after')",
+    )
+    ap.add_argument(
         "--publish",
         choices=["client", "direct"],
         default="client",
@@ -484,6 +525,10 @@ def main(argv=None) -> int:
             "modes": args.modes,
             "publish": args.publish,
             "lag_split": args.lag_split,
+            "max_lag_seconds": args.max_lag,
+            "lag_publish_seconds": args.lag_seconds,
+            "lag_rate_per_topic": args.rate,
+            "before_src": args.before_src,
             "target_seconds_1000_topics": 60,
         },
         "runs": [],
@@ -493,7 +538,12 @@ def main(argv=None) -> int:
             result["runs"].append(one_mode(mode, count, args))
     for count in args.lag_topics:
         for mode in args.modes:
-            result.setdefault("lag_runs", []).append(lag_mode(mode, count, args))
+            if args.before_src:
+                result.setdefault("lag_runs", []).append(
+                    lag_mode(mode, count, args, args.before_src, "before")
+                )
+            label = "after" if args.before_src else None
+            result.setdefault("lag_runs", []).append(lag_mode(mode, count, args, label=label))
     result["machine"]["load_average_at_end"] = list(os.getloadavg())
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

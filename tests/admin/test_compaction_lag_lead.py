@@ -1,6 +1,7 @@
 """A maximum lag is a bound on when a message is in a committed view, not on when its run starts:
-the monitor makes a lag topic due ``lag_lead_seconds`` early (the longest recent job, the wait for
-a busy worker, a slack; at most 80 % of the lag), and its check loop wakes at the watch's lag
+the monitor makes a lag topic due ``lag_lead_seconds`` early (the check's latency, the wait for a
+busy worker, the longest recent job, a margin: ``compaction_lagbound``; at most the whole lag),
+and its check loop wakes at the watch's lag
 timers -- an append to a lag topic starts one -- instead of waiting for the interval. Fake
 compaction factory: no Spark, no sockets."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from compactmq.broker.compaction_due import lag_lead_ms
-from compactmq.broker.compaction_monitor import LAG_SLACK_SECONDS
+from compactmq.broker.compaction_lagbound import MARGIN_SECONDS, MARGIN_SHARE
 from compactmq.storage import COMPACTION_MAX_LAG
 
 from .test_compaction_monitor import env, wait_idle  # noqa: F401 - env: a fixture
@@ -17,9 +18,13 @@ from .test_compaction_monitor import env, wait_idle  # noqa: F401 - env: a fixtu
 TOPIC = "persistent://public/default/lead"
 
 
-def test_lead_is_capped_at_most_of_the_lag():
+def _lead(terms: float) -> float:
+    return terms * (1 + MARGIN_SHARE) + MARGIN_SECONDS
+
+
+def test_lead_is_capped_at_the_lag():
     assert lag_lead_ms(10, 4_250) == 4_250
-    assert lag_lead_ms(10, 100_000) == 8_000  # a run slower than the lag: due at a fifth of it
+    assert lag_lead_ms(10, 100_000) == 10_000  # a run slower than the lag: due whenever anything waits
     assert lag_lead_ms(0, 4_250) == 0  # no max lag, no lead
     assert lag_lead_ms(10, -5) == 0
 
@@ -31,14 +36,14 @@ def test_a_lag_topic_is_due_a_run_s_length_before_its_max_lag(env):  # noqa: F81
     service.storage.policies.set_topic_policy(TOPIC, COMPACTION_MAX_LAG, 10)
     service.storage.open_managed_ledger(TOPIC).append_many([b"x" * 10] * 3, [int(now[0] * 1000)] * 3)
     monitor._job_seconds.append(4.0)  # the last jobs took up to 4 s
-    assert monitor.lag_lead_seconds() == 4.0 + LAG_SLACK_SECONDS
+    assert monitor.lag_lead_seconds() == _lead(4.0) == 4.65
     factory.release.set()
 
     async def run():
-        now[0] += 5.5  # 5.5 + 4.25 < 10: a run started now would commit before the bound
+        now[0] += 5.3  # 5.3 + 4.65 < 10: a run started now would commit before the bound
         assert await monitor.check_once() == []
         assert monitor.watch.waiting == 1  # woken when it is due, not at the 10 s bound
-        now[0] += 0.3  # 5.8 + 4.25 > 10
+        now[0] += 0.1  # 5.4 + 4.65 > 10
         assert await monitor.check_once() == [TOPIC]
         await wait_idle(monitor, TOPIC)
         status = monitor.last_run(TOPIC)
@@ -98,13 +103,13 @@ def test_lag_topics_about_to_fall_due_join_the_job_of_a_due_one(env):  # noqa: F
         service.storage.policies.set_topic_policy(topic, COMPACTION_MAX_LAG, 10)
     service.storage.open_managed_ledger(early).append_many([b"x" * 10], [int(now[0] * 1000)])
     service.storage.open_managed_ledger(late).append_many([b"x" * 10], [int(now[0] * 1000) + 2000])
-    monitor._job_seconds.append(4.0)  # lead 4.25 s; a topic due within one more job joins
+    monitor._job_seconds.append(4.0)  # lead 4.65 s; a topic due within one more job joins
     factory.release.set()
 
     async def run():
-        now[0] += 5.5  # early: 5.5 + 4.25 < 10; late would join, but nothing is due
+        now[0] += 5.3  # early: 5.3 + 4.65 < 10; late would join, but nothing is due
         assert await monitor.check_once() == []
-        now[0] += 0.3  # early is due; late (3.8 s old) would be due within 4 s: it comes along
+        now[0] += 0.1  # early is due; late (3.4 s old) would be due within 4 s: it comes along
         assert await monitor.check_once() == [early, late]
         await wait_idle(monitor, early)
         await wait_idle(monitor, late)
@@ -127,8 +132,8 @@ def test_take_ahead_hands_timers_about_to_fall_due_and_the_check_rearms_them():
     assert watch.take(10.0, ahead=5.0) == ["persistent://t/n/soon"]  # within a job's length
     assert watch.next_timer() == 30.0
     watch.lag_policy("persistent://t/n/lagged", 4.0)
-    watch.touch("persistent://t/n/lagged")  # an append: due 4 s after it at the latest
-    assert watch.next_timer() == 4.0
+    watch.touch("persistent://t/n/lagged")  # an append: looked at now (its message may be older)
+    assert watch.next_timer() == 0.0
     watch.lag_policy("persistent://t/n/lagged", None)
     assert not watch.has_lag("persistent://t/n/lagged")
 
@@ -138,8 +143,8 @@ def test_the_lead_counts_the_jobs_already_waiting(env):  # noqa: F811
 
     service, monitor, factory = env(compactionJointMaxTopics=2)
     monitor._job_seconds.append(2.0)
-    assert monitor.lag_lead_seconds() == 2.0 + LAG_SLACK_SECONDS
+    assert monitor.lag_lead_seconds() == _lead(2.0)
     # five runs waiting for the one worker: three jobs of at most two topics go first
     monitor._pending = [[RunProgress(f"persistent://public/default/w{i}", "manual", 0.0)] for i in range(5)]
-    assert monitor.lag_lead_seconds() == 3 * 2.0 + 2.0 + LAG_SLACK_SECONDS
+    assert monitor.lag_lead_seconds() == _lead(3 * 2.0 + 2.0)
     monitor._pending = []

@@ -150,6 +150,7 @@ def test_tenants_namespaces_and_topics(cli):
         "lastCompactionPhaseTimesInMillis",
         "lastCompactionJob",  # ours: the Spark job group of the last run
         "lastCompactionRun",  # ours (issue 30): the last run in this broker, its job's topics
+        "maxLag",  # ours (issue 30): with a compactionMaxLagSeconds, whether the monitor keeps it
     }
     assert "ledgers" in as_json(cli("topics", "stats-internal", t, output="json"))
     fails(cli("namespaces", "delete", "clitenant/ns1"), "HTTP 409")

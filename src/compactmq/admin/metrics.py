@@ -22,10 +22,16 @@ Ours, named in Pulsar's style (Pulsar has no such metrics): ``pulsar_compaction_
 compacted: what ``compactionMaxLagSeconds`` bounds), ``pulsar_compaction_last_phase_seconds``
 (wall time of each phase of the last run that committed the view, label ``phase``),
 ``pulsar_compaction_last_job_topics`` (topics that shared the Spark job of the topic's last run
-in this broker: the monitor's joint jobs), and the broker-wide ``compactmq_compaction_running``,
-``compactmq_compaction_jobs_total``, ``compactmq_compaction_monitor_checks_total`` and
+in this broker: the monitor's joint jobs), ``pulsar_compaction_max_lag_unkeepable`` (1 when the
+monitor's last check of the topic found its ``compactionMaxLagSeconds`` below the least lag it
+can keep: ``broker.compaction_lagbound``), and the broker-wide ``compactmq_compaction_running``,
+``compactmq_compaction_jobs_total``, ``compactmq_compaction_monitor_checks_total``,
 ``compactmq_compaction_engine_warm`` (1 once the background warm-up of ``compactionSparkWarmup``
-finished; label ``state``: off, warming, warm or failed). Object storage (every store of the
+finished; label ``state``: off, warming, warm or failed), ``compactmq_compaction_max_lag_floor_seconds``
+(that least lag, at the last check), ``compactmq_compaction_lag_runs_total`` /
+``compactmq_compaction_lag_runs_over_policy_total`` (successful runs of topics with a maximum lag,
+and those whose oldest message waited longer than it) and
+``compactmq_compaction_lag_at_commit_max_seconds`` (the longest such wait since the start). Object storage (every store of the
 process: ``objectLedgerStorageUrl`` ledgers and views, tiered offload), counted where the
 objects are written (``offload.blobstore.OBJECT_COUNTERS``): ``compactmq_object_store_puts_total``
 (objects written, one per completed upload), ``compactmq_object_store_put_bytes_total`` and
@@ -276,6 +282,11 @@ COMPACTION_FAMILIES = (
         "gauge",
         "topics that shared the Spark job of the last run in this broker (1: alone; 0: none yet)",
     ),
+    (
+        "pulsar_compaction_max_lag_unkeepable",
+        "gauge",
+        "1: the topic's compactionMaxLagSeconds is below the least lag the monitor can keep now",
+    ),
 )
 
 
@@ -445,6 +456,8 @@ def _add_compaction_metrics(families: dict, ctx: Any, cluster: str, loaded: dict
             f["pulsar_compaction_last_phase_seconds"].add({**labels, "phase": str(phase)}, float(seconds))
         last = monitor.last_runs.get(name)
         f["pulsar_compaction_last_job_topics"].add(labels, len(last["jobTopics"]) if last else 0)
+        bound = monitor.max_lag_status(name)
+        f["pulsar_compaction_max_lag_unkeepable"].add(labels, 0 if bound is None or bound["keepable"] else 1)
 
 
 def _monitor_families(cluster: str, monitor: Any) -> list[_Family]:
@@ -471,7 +484,43 @@ def _monitor_families(cluster: str, monitor: Any) -> list[_Family]:
         {"cluster": cluster, "state": (warmup or {}).get("state", "off")},
         1 if (warmup or {}).get("state") == "warm" else 0,
     )
-    return [running, checks, jobs, warm]
+    return [running, checks, jobs, warm, *_lag_families(cluster, monitor)]
+
+
+def _lag_families(cluster: str, monitor: Any) -> list[_Family]:
+    """compactmq's own families about keeping maximum lags (``broker.compaction_lagbound``)."""
+    records = monitor.records
+    out = []
+    for name, kind, help_, value in (
+        (
+            "compactmq_compaction_max_lag_floor_seconds",
+            "gauge",
+            "the least compactionMaxLagSeconds the monitor could keep at its last check",
+            round(monitor.lag_bound.last_floor, 3),
+        ),
+        (
+            "compactmq_compaction_lag_runs_total",
+            "counter",
+            "successful compactions of topics with a maximum lag",
+            records.lag_runs,
+        ),
+        (
+            "compactmq_compaction_lag_runs_over_policy_total",
+            "counter",
+            "... whose oldest uncompacted message waited longer than the maximum lag for the commit",
+            records.lag_runs_over_policy,
+        ),
+        (
+            "compactmq_compaction_lag_at_commit_max_seconds",
+            "gauge",
+            "the longest an oldest uncompacted message waited for a commit since the broker started",
+            records.lag_at_commit_max,
+        ),
+    ):
+        fam = _Family(name, kind, help_)
+        fam.add({"cluster": cluster}, value)
+        out.append(fam)
+    return out
 
 
 def _object_store_families(cluster: str) -> list[_Family]:

@@ -90,6 +90,9 @@ def _compaction_stats(ctx: Context, topic: str, ml: Any, state: Any) -> dict[str
         # group, milliseconds per phase (the monitor's queue / begin / after around the run's
         # steps) and of the engine's split of its step (driver, jobs, other)
         "lastCompactionRun": ctx.monitor.last_run(topic),
+        # with a maximum lag: the policy, the least lag the monitor could keep at its last check
+        # of the topic, and whether the policy is kept (broker.compaction_lagbound)
+        "maxLag": ctx.monitor.max_lag_status(topic),
     }
 
 

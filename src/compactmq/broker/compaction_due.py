@@ -65,6 +65,9 @@ class DueCheck:
         #: oldest uncompacted message, when it fell due, in ms; its maximum lag)`` -- the monitor
         #: keeps them on the run (``RunProgress``), so a run's lag at commit can be told
         self.timeline: dict[str, tuple[Optional[int], int, int]] = {}
+        #: the maximum lag (seconds, 0: none) of every topic the last ``due_topics`` looked at:
+        #: the monitor holds them against the least lag it can keep (``compaction_lagbound``)
+        self.max_lags: dict[str, int] = {}
 
     def threshold_of(self, topic: str) -> int:
         value = self.storage.policies.effective_policy(topic, COMPACTION_THRESHOLD, self.default_threshold)
@@ -128,6 +131,7 @@ class DueCheck:
         due = []
         joining = []
         self.timeline = {}
+        self.max_lags = {}
         namespaces: dict[str, dict] = {}  # the namespaces' policies, read once per check
         for topic in self.storage.topics() if topics is None else topics:
             try:
@@ -136,6 +140,7 @@ class DueCheck:
                 if watch is not None:
                     watch.looked_at(topic)
                 threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
+                self.max_lags[topic] = max_lag
                 lead = lag_lead_ms(max_lag, lead_ms)
                 if watch is not None:
                     watch.lag_policy(
@@ -181,17 +186,14 @@ def _whole(value: Any) -> int:
         return 0
 
 
-#: at most this share of a maximum lag is spent waiting for a run: a topic is due once its oldest
-#: uncompacted message is at least (1 - this) x its maximum lag old, however slow runs are
-MAX_LEAD_SHARE = 0.8
-
-
 def lag_lead_ms(max_lag: int, lead_ms: int) -> int:
     """How long before its maximum lag (seconds) a topic is due: the time a run started now takes
-    to commit (``lead_ms``, the monitor's estimate), at most ``MAX_LEAD_SHARE`` of the lag."""
+    to commit (``lead_ms``, the monitor's estimate: ``compaction_lagbound``), at most the whole
+    lag -- a run slower than the lag leaves the topic due whenever a message is uncompacted, so
+    its runs go back to back (the monitor warns that the lag cannot be kept)."""
     if max_lag <= 0:
         return 0
-    return int(min(max(0, lead_ms), MAX_LEAD_SHARE * max_lag * 1000))
+    return int(min(max(0, lead_ms), max_lag * 1000))
 
 
 def overdue(ml, horizon, threshold: int, max_lag: int, min_lag: int, now_ms: int, lead_ms: int = 0):

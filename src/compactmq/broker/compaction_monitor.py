@@ -46,9 +46,13 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   whose oldest uncompacted message is older than its ``compactionMaxLagSeconds`` (topic policy,
   else namespace policy, else ``brokerServiceCompactionMaxLagInSeconds``; 0 disables) is
   compacted whatever its backlog. A maximum lag is a bound on when a message is in a committed
-  view, so a topic falls due that much *earlier*: the *lead* (``lag_lead_seconds``), the time a
-  run started now takes to commit -- the wait for a busy worker and the longest of the last
-  jobs -- plus a slack, at most 80 % of the lag. The check does not wait for the interval to
+  view, which the monitor keeps rather than waits for: a topic falls due that much *earlier*,
+  the *lead* (``lag_lead_seconds``, ``compaction_lagbound``): the time a run queued now takes to
+  commit -- the check's measured latency, the wait for a busy worker and the longest of the last
+  jobs -- with a margin, at most the whole lag. When a topic's lag is below the least the
+  monitor can keep (a message published just after a run read the topic waits for that run,
+  then the lead), it says so once per topic (a WARN line, ``max_lag_status``, a metric) and
+  runs the topic back to back. The check does not wait for the interval to
   find such a topic: the watch's lag timers wake the check loop (an append to a lag topic
   starts one), and so does the end of a run of a lag topic (what was published meanwhile is
   as old as the run already). With a ``compactionMinLagSeconds`` only what is older than the
@@ -88,6 +92,7 @@ from ..compaction.state import ERROR, RUNNING, states_of
 from ..compaction.tiered import attach as attach_tiered
 from ..compaction.tiered import sweep_all_view_orphans
 from .compaction_jobsize import JobSizer
+from .compaction_lagbound import LagBound, TopicBound
 from .compaction_due import DueCheck, ensure_compaction_cursor, lag_lead_ms, overdue, take_job
 from .compaction_runs import RunProgress, RunWorker
 from .compaction_stats import RunRecords, TopicCompactionStats
@@ -112,12 +117,8 @@ SHUTDOWN_WAIT_SECONDS = 20.0
 # (a namespace's threshold and lag, a partitioned topic's partitions) are checked together.
 POLICY_CHECK_DELAY_SECONDS = 0.05
 
-# A topic with a maximum lag falls due this long before it, besides the time a run takes
-# (``lag_lead_seconds``): the check, the queue and the commit's own latency.
-LAG_SLACK_SECONDS = 0.25
-
 # The time a run takes is estimated from the longest of the last this many jobs (conservative:
-# a lag bound is a promise about every message).
+# a lag bound is a promise about every message); the check's latency likewise.
 JOB_TIMES_KEPT = 5
 
 
@@ -158,7 +159,10 @@ class CompactionMonitor(RunWorker):
             lambda: self.clock(),
         )
         self.watch.on_timer = self._timer_started
-        self._job_seconds: collections.deque[float] = collections.deque(maxlen=JOB_TIMES_KEPT)
+        # the terms of a lag topic's lead, and which lag topics are below the least lag kept
+        self.lag_bound = LagBound(JOB_TIMES_KEPT)
+        self._job_seconds: collections.deque[float] = self.lag_bound.job_seconds
+        self._check_late = 0.0  # how late the check loop woke for the check about to run
         self._job_started: dict[int, float] = {}  # id of a job's future -> when it started
         self._job_size: dict[int, int] = {}  # id of a job's future -> its topics
         self._sleep_until: float | None = None  # when the check loop wakes next (``_check_loop``)
@@ -347,6 +351,7 @@ class CompactionMonitor(RunWorker):
         pool (no await in between, so no other trigger can slip in)."""
         for run in runs:
             self._runs[run.topic] = run
+            self.watch.busy(run.topic)
         self._pending.append(runs)
         self._pump()
 
@@ -402,7 +407,7 @@ class CompactionMonitor(RunWorker):
         started = self._job_started.pop(id(fut), None)
         size = self._job_size.pop(id(fut), len(topics))
         if started is not None:
-            self._job_seconds.append(time.monotonic() - started)
+            self.lag_bound.job_ended(time.monotonic() - started)
             self.sizer.observe(size, time.monotonic() - started)
         for topic in topics:
             run = self._runs.pop(topic, None)
@@ -416,21 +421,36 @@ class CompactionMonitor(RunWorker):
             # what was published during the run is as old as the run already: look at once
             self._request_check()
 
-    def lag_lead_seconds(self) -> float:
-        """How long before its maximum lag a topic is due (``compaction_due.lag_lead_ms``): the
-        time a run started now takes to commit -- the wait for a busy worker and for the jobs
-        already waiting, then the run itself, each job as long as the longest of the last ones --
-        and ``LAG_SLACK_SECONDS``."""
-        run = max(self._job_seconds, default=0.0)
+    def _worker_wait(self) -> float:
+        """How long a run queued now waits for a worker: the rest of the soonest-ending job in
+        flight when every worker is busy, then the jobs already waiting, each job as long as the
+        longest of the last ones."""
+        run = self.lag_bound.run()
         wait = 0.0
         if self._active >= self.max_runs and self._job_started:
             now = time.monotonic()
             wait = max(0.0, min(started + run - now for started in self._job_started.values()))
         # the jobs already waiting go first (a topic due now is, at best, of the same priority)
         waiting = sum(len(unit) for unit in self._pending)
-        wait += -(-waiting // self._job_cap) * run / self.max_runs
-        # lag topics' jobs split round-robin: a run queued now commits within the model's wait
-        return max(wait + run, self.sizer.last_wait) + LAG_SLACK_SECONDS
+        return wait + -(-waiting // self._job_cap) * run / self.max_runs
+
+    def lag_lead_seconds(self) -> float:
+        """How long before its maximum lag a topic is due (``compaction_due.lag_lead_ms``): the
+        time a run queued now takes to commit -- the check's latency, the wait for a worker, the
+        run itself -- with a margin (``compaction_lagbound.LagBound.lead``); with the lag topics'
+        jobs split round-robin, at least the model's round."""
+        return self.lag_bound.lead(self._worker_wait(), self.sizer.last_wait)
+
+    def lag_floor_seconds(self) -> float:
+        """The least maximum lag the monitor keeps now (``compaction_lagbound``): below it a lag
+        topic's runs go back to back and it is reported."""
+        return self.lag_bound.floor(self._worker_wait(), self.sizer.last_wait)
+
+    def max_lag_status(self, topic: str) -> Optional[dict[str, Any]]:
+        """The topic stats' ``compaction.maxLag``: its maximum lag, the least lag the monitor
+        kept at its last check, and whether the policy is kept (None: no maximum lag seen)."""
+        bound: Optional[TopicBound] = self.lag_bound.bound_of(topic)
+        return None if bound is None else bound.as_json()
 
     # --- one run (worker thread) ----------------------------------------------------------------
 
@@ -460,6 +480,7 @@ class CompactionMonitor(RunWorker):
     def forget(self, topic: str) -> None:
         """A deleted topic: drop its service."""
         self._lag_topics.pop(topic, None)
+        self.lag_bound.forget(topic)
         service = self._services.pop(topic, None)
         if service is not None:
             service.close()
@@ -535,6 +556,8 @@ class CompactionMonitor(RunWorker):
                 await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
             elif self.clock() < until:
                 continue  # an earlier timer was started: sleep until it instead
+            else:  # woken for a timer or the interval: how late counts in the check's latency
+                self._check_late = max(0.0, self.clock() - until)
             if self.clock() >= next_tick:
                 next_tick = self.clock() + self.interval
             try:
@@ -551,8 +574,10 @@ class CompactionMonitor(RunWorker):
         if self._closing or self.service.shutting_down:
             return []
         busy = set(self._runs)
+        late, self._check_late = self._check_late, 0.0
         lead_ms = int(self.lag_lead_seconds() * 1000)
-        join_ms = int(max(self._job_seconds, default=0.0) * 1000)  # one job's length
+        floor = self.lag_floor_seconds()
+        join_ms = int(self.lag_bound.run() * 1000)  # one job's length
         checked = self.clock()
         topics = self.watch.take(checked, join_ms / 1000)
         due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
@@ -560,6 +585,7 @@ class CompactionMonitor(RunWorker):
         self.checks += 1
         if self._closing:
             return []
+        self.lag_bound.judge(self._due.max_lags, floor)
         triggered = []
         for topic, reason, priority, size in due:
             if topic in self._runs:  # triggered by hand while the check looked
@@ -569,9 +595,11 @@ class CompactionMonitor(RunWorker):
             run.oldest_ms, due_ms, run.max_lag = timeline.get(topic, (None, int(checked * 1000), 0))
             run.due_at = due_ms / 1000
             self._runs[topic] = run
+            self.watch.busy(topic)
             self._pending.append([run])
             triggered.append(topic)
         self._pump()  # no await since the check: every due topic waits together
+        self.lag_bound.check_ended(late + self.clock() - checked)
         return triggered
 
     def _due_topics(

@@ -49,6 +49,7 @@ class RunRecords:
         self.last_runs: dict[str, dict[str, Any]] = {}  # topic -> its last run here
         self.lag_runs = 0  # successful runs of topics with a maximum lag (tests and benchmarks)
         self.lag_runs_over_policy = 0  # ... whose oldest message waited longer than the max lag
+        self.lag_at_commit_max = 0.0  # ... the longest any oldest message waited (seconds)
 
     def failed(self, topic: str, elapsed_ms: int) -> None:
         """Count a failed run of ``elapsed_ms``."""
@@ -110,6 +111,7 @@ class RunRecords:
             if run.max_lag > 0:
                 self.lag_runs += 1
                 self.lag_runs_over_policy += lag > run.max_lag
+                self.lag_at_commit_max = max(self.lag_at_commit_max, lag)
         split = getattr(outcome, "engine_seconds", None)
         if callable(split):
             self.last_runs[run.topic]["sparkMs"] = split  # asked of the engine when someone looks

@@ -17,11 +17,17 @@ a minute for nothing. A topic's answer can only change when
   oldest uncompacted message will be older than its maximum lag (less the time a run takes to
   commit: ``compaction_due.lag_lead_ms``), or when held-back messages age past the minimum lag,
   and this module wakes it then (a heap of timers). An append to a topic with a maximum lag and
-  no timer starts one at once (``lag_policy``: the append's message is its oldest uncompacted
-  one), so the first message after a run is not left waiting for the next interval's check;
-  the monitor's check loop sleeps only until the earliest timer (``next_timer``, ``on_timer``);
+  no timer starts one that fires at once: the check it wakes reads the publish time of the
+  topic's oldest uncompacted message -- which may be well before the append (a producer's
+  batching or clock, a backfill), so a timer counted from the append could fire after the
+  topic fell due -- and sets the exact timer. So the first message after a run is not left
+  waiting for the next interval's check, and later appends find the timer set; the monitor's
+  check loop sleeps only until the earliest timer (``next_timer``, ``on_timer``);
 * a **run of it ended** (a failed run is retried at the next check while still due; a run may
   leave a backlog that arrived while it ran), or a compact-topic job of another process held it.
+  While a run of a topic is queued or running (``busy``) an append starts no lag timer for it:
+  the check skips a busy topic, and the end of its run is looked at anyway (a timer per append
+  would wake the check loop for nothing, once a lag topic's lead is as long as its lag).
 
 ``take(now)`` hands the check those topics, each once; everything else is skipped at no cost.
 Two safety nets: the first check after start looks at every topic (nothing is known yet), and
@@ -56,6 +62,7 @@ class DueWatch:
         self.on_timer: Optional[Callable[[float], None]] = None
         self._lag_delay: dict[str, float] = {}  # topics with a max lag: seconds from an append to due
         self._time_only: set[str] = set()  # ... of which only time makes due: appends need no look
+        self._busy: set[str] = set()  # a run of it is queued or running: appends start no timer
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
         self._timers: list[tuple[float, str]] = []  # (when, topic), a heap; stale ones skipped
@@ -69,13 +76,21 @@ class DueWatch:
 
     def touch(self, topic: str) -> None:
         """``topic`` was appended to: the next check looks at it; a topic with a maximum lag and
-        no timer gets one (``lag_policy``). A topic only time can make due (a maximum lag, no
-        threshold, no minimum lag) is not looked at for an append: its timer says when."""
+        no timer gets one that fires at once (the check sets the exact one: module notes). A
+        topic only time can make due (a maximum lag, no threshold, no minimum lag) is not looked
+        at for an append otherwise: its timer says when."""
         self._touched(topic, append=True)
+
+    def busy(self, topic: str) -> None:
+        """A run of ``topic`` was queued: until it ends, appends start no lag timer for it."""
+        with self._lock:
+            self._busy.add(topic)
 
     def run_ended(self, topic: str) -> None:
         """A run of ``topic`` ended: the next check looks at it (a failed run is retried, a
         backlog that grew meanwhile seen)."""
+        with self._lock:
+            self._busy.discard(topic)
         self._touched(topic, append=False)
 
     def _touched(self, topic: str, append: bool) -> None:
@@ -84,8 +99,10 @@ class DueWatch:
             if not (append and topic in self._time_only):
                 self._dirty.add(topic)
             delay = self._lag_delay.get(topic)
-            if delay is not None and topic not in self._timer_at:
-                started = self.clock() + delay
+            if delay is not None and topic not in self._timer_at and topic not in self._busy:
+                # an append: look now (its message may be older than the append); a run's end:
+                # the topic is looked at anyway, the timer is for a check that cannot take it
+                started = self.clock() if append else self.clock() + delay
                 self._timer_at[topic] = started
                 heapq.heappush(self._timers, (started, topic))
         if started is not None and self.on_timer is not None:
@@ -137,6 +154,7 @@ class DueWatch:
             self._timer_at.pop(topic, None)
             self._lag_delay.pop(topic, None)
             self._time_only.discard(topic)
+            self._busy.discard(topic)
             try:
                 ns = TopicName.parse(topic).namespace_name
             except Exception:  # noqa: BLE001 - not a topic name: nothing of it is kept

@@ -1,0 +1,181 @@
+"""Keeping a maximum lag: how early a lag topic must be queued, and whether its policy can be kept.
+
+``compactionMaxLagSeconds`` (``compaction.lag``) bounds when a message is in a committed view.
+The compaction monitor keeps it as a bound, not as a trigger point: a run queued now commits
+after
+
+    check   the check's latency: from the moment the topic falls due (the check loop wakes at
+            its lag timer) to its run being queued -- the longest of the last checks' (how late
+            the loop woke, plus how long the check took);
+  + wait    the wait for a worker: the rest of the job in flight and the jobs already waiting
+            (the monitor works it out at each check: ``CompactionMonitor.lag_lead_seconds``);
+  + run     its own job, as long as the longest of the last jobs (a lag bound is a promise
+            about every message: the longest, not the mean).
+
+So a topic falls due when its oldest uncompacted message is ``max lag - lead`` old, with the
+*lead* ``(check + wait + run) x (1 + MARGIN_SHARE) + MARGIN_SECONDS`` (``lead``). Not earlier:
+a run started sooner commits a view the next one replaces, and pays a job's fixed cost for it.
+With the lag topics' jobs split round-robin (``compactionJointLagSplit``, ``compaction_jobsize``)
+the lead is at least the model's round (``split_wait``), so each lag topic is queued as soon as
+its run ends and the deadline order is the round-robin.
+
+The bound cannot always be kept. A message published just after its topic's run read the
+ledger is not in that run's view: it waits for that run to end (``run``), and only then can the
+topic fall due for it. So the least maximum lag the monitor keeps -- its *floor* -- is
+``run + lead`` (``floor``); with split jobs, the model's round with its margin, when larger.
+A topic whose maximum lag is below the floor cannot be kept: the monitor says so -- one WARN
+line per topic and policy (``judge``: not one per check), the per-topic gauge
+``pulsar_compaction_max_lag_unkeepable``, the broker's ``compactmq_compaction_max_lag_floor_seconds``
+and the topic stats' ``compaction.maxLag`` -- and keeps compacting it: its lead is then its
+whole lag (``compaction_due.lag_lead_ms`` caps it there), so it is due whenever a message is
+uncompacted and its runs go back to back, the least lag the machine gives it.
+
+The check interval (``brokerServiceCompactionMonitorIntervalInSeconds``, 60 s by default) is
+not a term of the lead: the watch's lag timers wake the check loop when a topic falls due
+(``compaction_watch``), so the latency that counts is the check's own, measured.
+
+Plain bookkeeping over numbers the monitor hands in (seconds); no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+log = logging.getLogger("compactmq.broker.compaction_monitor")  # operators grep the monitor's lines
+
+#: the lead is this much longer than its terms add up to (jobs and checks vary from one to the next)
+MARGIN_SHARE = 0.1
+
+#: ... and this many seconds: the commit's own latency, the loop's wake-up
+MARGIN_SECONDS = 0.25
+
+#: jobs and checks remembered: the longest of the last this many is the estimate
+KEPT = 5
+
+
+@dataclass(frozen=True)
+class TopicBound:
+    """A lag topic as its last check saw it: its maximum lag and the floor then (seconds)."""
+
+    max_lag: int
+    floor: float
+
+    @property
+    def kept(self) -> bool:
+        return self.max_lag >= self.floor
+
+    def as_json(self) -> dict:
+        """The topic stats' ``compaction.maxLag``."""
+        return {
+            "policySeconds": self.max_lag,
+            "floorSeconds": round(self.floor, 3),
+            "keepable": self.kept,
+        }
+
+
+class LagBound:
+    """The terms of the lead, the floor, and which lag topics are below it (module notes)."""
+
+    def __init__(self, kept: int = KEPT) -> None:
+        self.job_seconds: collections.deque[float] = collections.deque(maxlen=kept)
+        self.check_seconds: collections.deque[float] = collections.deque(maxlen=kept)
+        self.last_floor = 0.0  # the floor at the last check (metrics)
+        self._topics: dict[str, TopicBound] = {}  # lag topics, as the last check of each saw them
+        self._warned: dict[str, int] = {}  # topic -> the maximum lag a WARN line was logged for
+        self._kept_again: set[str] = set()  # ... and an INFO line said it is kept again
+
+    # --- what the monitor measures --------------------------------------------------------------
+
+    def job_ended(self, seconds: float) -> None:
+        """A job took ``seconds`` from its hand-over to the worker pool to its last commit."""
+        if seconds >= 0:
+            self.job_seconds.append(float(seconds))
+
+    def check_ended(self, seconds: float) -> None:
+        """A check queued its due topics ``seconds`` after it should have started."""
+        if seconds >= 0:
+            self.check_seconds.append(float(seconds))
+
+    def run(self) -> float:
+        """One job's length: the longest of the last ones (0 before the first)."""
+        return max(self.job_seconds, default=0.0)
+
+    def check(self) -> float:
+        """The check's latency: the longest of the last checks' (0 before the first)."""
+        return max(self.check_seconds, default=0.0)
+
+    # --- the model ------------------------------------------------------------------------------
+
+    def lead(self, wait: float, split_wait: float = 0.0) -> float:
+        """How long before its maximum lag a topic must be queued (module notes): ``wait`` for a
+        worker, then a job; with split lag jobs, at least their round ``split_wait``."""
+        terms = max(self.check() + max(0.0, wait) + self.run(), self.check() + max(0.0, split_wait))
+        return terms * (1 + MARGIN_SHARE) + MARGIN_SECONDS
+
+    def floor(self, wait: float, split_wait: float = 0.0) -> float:
+        """The least maximum lag kept: the run that just missed a message, then the lead; with
+        split lag jobs, their round (which holds the missed run already), when larger."""
+        plain = self.run() + self.lead(wait)
+        return max(plain, self.lead(0.0, split_wait)) if split_wait > 0 else plain
+
+    # --- the topics -----------------------------------------------------------------------------
+
+    def judge(self, max_lags: dict[str, int], floor: float) -> list[str]:
+        """Record the topics a check looked at (``topic -> maximum lag`` seconds, 0: none) against
+        the ``floor`` then; WARN once per topic and policy that cannot be kept, and say at INFO,
+        once, when it is kept again (a floor that moves around the policy logs no more: a topic
+        is told again only when its policy changes). Returns the topics warned about now."""
+        self.last_floor = floor
+        warned = []
+        for topic, max_lag in max_lags.items():
+            if max_lag <= 0:
+                self.forget(topic)
+                continue
+            bound = TopicBound(int(max_lag), float(floor))
+            self._topics[topic] = bound
+            if bound.kept:
+                if topic in self._warned and topic not in self._kept_again:
+                    log.info(
+                        "compaction of %s keeps its max lag of %d s again (a run commits within %.1f s)",
+                        topic,
+                        max_lag,
+                        floor,
+                    )
+                    self._kept_again.add(topic)
+                continue
+            if self._warned.get(topic) == max_lag:
+                continue
+            self._warned[topic] = max_lag
+            self._kept_again.discard(topic)
+            warned.append(topic)
+            log.warning(
+                "compaction of %s cannot keep its max lag of %d s: a message published just after a "
+                "run read the topic waits for that run and the next, about %.1f s with the last jobs "
+                "(%.1f s each); its runs go back to back. Raise compactionMaxLagSeconds, or make jobs "
+                "shorter (fewer topics per job: compactionJointMaxTopics, compactionJointLagSplit)",
+                topic,
+                max_lag,
+                floor,
+                self.run(),
+            )
+        return warned
+
+    def bound_of(self, topic: str) -> Optional[TopicBound]:
+        """The topic's maximum lag and the floor as its last check saw them (None: no max lag)."""
+        return self._topics.get(topic)
+
+    def unkeepable(self) -> list[str]:
+        """The lag topics whose last check found their maximum lag below the floor."""
+        return [t for t, b in self._topics.items() if not b.kept]
+
+    def forget(self, topic: str) -> None:
+        """The topic no longer has a maximum lag, or was deleted."""
+        self._topics.pop(topic, None)
+        self._warned.pop(topic, None)
+        self._kept_again.discard(topic)
+
+
+__all__ = ["KEPT", "LagBound", "MARGIN_SECONDS", "MARGIN_SHARE", "TopicBound"]
