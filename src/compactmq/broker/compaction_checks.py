@@ -1,0 +1,192 @@
+"""The compaction monitor's periodic check: when it runs and what it queues.
+
+A ``DueChecks`` is the half of ``CompactionMonitor`` (``compaction_monitor``) that decides WHEN
+to look for due topics and queues what it finds; the other half (``compaction_runs.RunWorker``
+and the monitor itself) admits, groups and runs them. The check loop (``_check_loop``) sleeps
+until the earliest of three things:
+
+* the configured interval (``brokerServiceCompactionMonitorIntervalInSeconds``);
+* the earliest lag timer of the watch (``compaction_watch.DueWatch``): an append to a topic with
+  a maximum lag starts a timer at the moment the topic falls due, so a max lag is kept without
+  checking every topic every interval;
+* a request to check at once: a policy changed over REST (``_policies_changed``), or a run of a
+  lag topic ended.
+
+Policy changes made together are checked together: the check starts
+``POLICY_CHECK_DELAY_SECONDS`` after the first. A check (``check_once``) reads only the topics
+the watch says changed (every topic at the first check and every full-scan interval), asks
+``compaction_due.DueCheck`` which are due in a worker thread, and appends each due topic as a
+unit of its own to the monitor's pending list; the monitor's pump then groups waiting units into
+joint jobs. How late the loop woke and how long the check took feed the lag model
+(``compaction_lagbound.LagBound``), which moves a lag topic's due time earlier by the time a run
+needs, so its commit lands within the policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from .compaction_due import lag_lead_ms, overdue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compaction_due import DueCheck
+    from .compaction_lagbound import LagBound
+    from .compaction_runs import RunProgress
+    from .compaction_watch import DueWatch
+
+log = logging.getLogger("compactmq.broker.compaction_monitor")
+
+# After a policy change the check starts this much later, so that policies set one after another
+# (a namespace's threshold and lag, a partitioned topic's partitions) are checked together.
+POLICY_CHECK_DELAY_SECONDS = 0.05
+
+
+class DueChecks:
+    """The periodic check of ``CompactionMonitor`` (a mixin: it uses the monitor's clock, watch,
+    lag model, pending list and pump)."""
+
+    service: Any
+    clock: Callable[[], float]
+    interval: float
+    watch: "DueWatch"
+    lag_bound: "LagBound"
+    checks: int
+    _due: "DueCheck"
+    _runs: dict[str, "RunProgress"]
+    _pending: list[list["RunProgress"]]
+    _closing: bool
+    _wake: Optional[asyncio.Event]
+    _loop: Optional[asyncio.AbstractEventLoop]
+    _check_now: bool
+    _check_late: float
+    _sleep_until: Optional[float]
+
+    def _progress(self, topic: str, reason: str, priority: float = 0.0, size: int = 0) -> "RunProgress":
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def _pump(self) -> None:
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def _running_elsewhere(self, topic: str) -> bool:
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def lag_lead_seconds(self) -> float:
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def lag_floor_seconds(self) -> float:
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def _policies_changed(self, name: str) -> None:
+        """(event loop) A topic or namespace policy changed through the admin API: the topics it
+        concerns are looked at, by a check that starts now rather than at the next interval (a
+        threshold or lag just set makes its topics due at once)."""
+        self.watch.policies_changed(name)
+        self._request_check()
+
+    def _request_check(self) -> None:
+        """(event loop) Check now rather than at the next interval or timer."""
+        self._check_now = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def _timer_started(self, when: float) -> None:
+        """(``DueWatch.on_timer``) An append started a lag timer: the check loop wakes at
+        ``when`` if it was going to sleep past it."""
+        if self._wake is not None and self._loop is not None:
+            if self._sleep_until is None or when < self._sleep_until:
+                self._sleep_until = when
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _check_loop(self) -> None:
+        """A check every interval, at the earliest lag timer of the watch, and at once after a
+        policy change or the end of a run of a topic with a maximum lag."""
+        assert self._wake is not None
+        next_tick = self.clock() + self.interval
+        while not self._closing:
+            now = self.clock()
+            until = next_tick
+            timer = self.watch.next_timer()
+            if timer is not None:
+                until = min(until, timer)
+            self._sleep_until = until
+            try:
+                # at least 10 ms: a timer the check cannot take (the broker shutting down) never spins
+                await asyncio.wait_for(self._wake.wait(), max(0.01, until - now))
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            self._sleep_until = None
+            if self._check_now:
+                self._check_now = False
+                await asyncio.sleep(POLICY_CHECK_DELAY_SECONDS)  # changes made together, checked together
+            elif self.clock() < until:
+                continue  # an earlier timer was started: sleep until it instead
+            else:  # woken for a timer or the interval: how late counts in the check's latency
+                self._check_late = max(0.0, self.clock() - until)
+            if self.clock() >= next_tick:
+                next_tick = self.clock() + self.interval
+            try:
+                await self.check_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("compaction threshold check failed")
+
+    async def check_once(self) -> list[str]:
+        """Queue every topic due for compaction among those that changed since the last check
+        (``compaction_watch``; every topic at the first check and every full-scan interval);
+        returns them."""
+        if self._closing or self.service.shutting_down:
+            return []
+        busy = set(self._runs)
+        late, self._check_late = self._check_late, 0.0
+        lead_ms = int(self.lag_lead_seconds() * 1000)
+        floor = self.lag_floor_seconds()
+        join_ms = int(self.lag_bound.run() * 1000)  # one job's length
+        checked = self.clock()
+        topics = self.watch.take(checked, join_ms / 1000)
+        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
+        timeline = self._due.timeline
+        self.checks += 1
+        if self._closing:
+            return []
+        self.lag_bound.judge(self._due.max_lags, floor)
+        triggered = []
+        for topic, reason, priority, size in due:
+            if topic in self._runs:  # triggered by hand while the check looked
+                continue
+            run = self._progress(topic, reason, priority, size)
+            run.checked_at = checked
+            run.oldest_ms, due_ms, run.max_lag = timeline.get(topic, (None, int(checked * 1000), 0))
+            run.due_at = due_ms / 1000
+            self._runs[topic] = run
+            self.watch.busy(topic)
+            self._pending.append([run])
+            triggered.append(topic)
+        self._pump()  # no await since the check: every due topic waits together
+        self.lag_bound.check_ended(late + self.clock() - checked)
+        return triggered
+
+    def _due_topics(
+        self, busy: set[str], topics: Optional[list[str]] = None, lead_ms: int = 0, join_ms: int = 0
+    ) -> list[tuple[str, str, float, int]]:
+        """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``) among
+        ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now."""
+        return self._due.due_topics(
+            busy,
+            int(self.clock() * 1000),
+            self._running_elsewhere,
+            topics=topics,
+            watch=self.watch,
+            retry_ms=int(max(1.0, self.interval) * 1000),
+            lead_ms=lead_ms,
+            join_ms=join_ms,
+        )
+
+    def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:
+        """Why the topic is due for compaction, or None when it is not."""
+        lead = lag_lead_ms(max_lag, int(self.lag_lead_seconds() * 1000))
+        found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000), lead)
+        return None if found is None else found[0]
