@@ -86,3 +86,29 @@ def test_a_topic_whose_change_cannot_be_batched_is_written_alone(tmp_path, clock
             assert sum(li.entry_count for li in ledgers) == len(written[topic])
     finally:
         again.close()
+
+
+def test_pending_cursor_positions_join_the_close_commit(tmp_path, clock):
+    """Positions held back by the mark-delete rate limit are written at close, in the same
+    commit as the ledgers, and a reopen finds every cursor where it was acknowledged."""
+    topics = [f"persistent://public/default/acked-{i}" for i in range(20)]
+    st = Storage(tmp_path / "data", load_config(), clock=clock)  # the default rate: 1 write/s
+    acked = {}
+    for topic in topics:
+        ml = st.open_managed_ledger(topic)
+        positions = [ml.append(b"m%d" % j) for j in range(4)]
+        cursor = ml.open_cursor("sub")
+        cursor.ack_cumulative(positions[0])  # written at once (the rate allows it)
+        cursor.ack_cumulative(positions[2])  # held back: pending until the close
+        acked[topic] = positions[2]
+    counts = _count_writes(st.metadata_store)
+    st.close()
+    assert counts == {"put": 0, "commit": 1, "delete": 0}
+
+    again = Storage(tmp_path / "data", load_config(), clock=clock)
+    try:
+        for topic in topics:
+            ml = again.open_managed_ledger(topic)
+            assert ml.open_cursor("sub").mark_delete_position == acked[topic]
+    finally:
+        again.close()
