@@ -569,9 +569,13 @@ class Storage:
         with self.topic_metadata.shared_batch():
             if len(mls) == 1:
                 close(mls[0])
-            else:
+                return
+            try:
                 with ThreadPoolExecutor(min(CLOSE_THREADS, len(mls)), thread_name_prefix="ml-close") as pool:
                     list(pool.map(close, mls))
+            except RuntimeError:  # the interpreter is exiting: no new threads; close here
+                for ml in mls:
+                    close(ml)  # a managed ledger's close is idempotent
 
     def __enter__(self) -> "Storage":
         return self
