@@ -2,11 +2,24 @@
 (not one metadata-store transaction per topic), and a reopen finds every ledger recorded
 CLOSED with its entries (nothing to recover)."""
 
+import uuid
+
+import pytest
+
 from compactmq.config import load_config
 from compactmq.storage import Storage
 from compactmq.storage.position import LEDGER_CLOSED, Position
 
 TOPICS = 60
+
+
+@pytest.fixture(params=["sqlite", "zk"])
+def config(request):
+    """The embedded store, and a real ZooKeeper (a commit is one multi request there)."""
+    url = ""
+    if request.param == "zk":
+        url = f"zk:{request.getfixturevalue('zookeeper').hosts}/c{uuid.uuid4().hex[:12]}"
+    return load_config(overrides={"metadataStoreUrl": url, "metadataStoreOperationTimeoutSeconds": 10})
 
 
 def _count_writes(store):
@@ -34,9 +47,9 @@ def _fill(st, topics):
     return written
 
 
-def test_closing_many_topics_makes_a_constant_number_of_transactions(tmp_path, clock):
+def test_closing_many_topics_makes_a_constant_number_of_transactions(tmp_path, clock, config):
     topics = [f"persistent://public/default/close-{i}" for i in range(TOPICS)]
-    st = Storage(tmp_path / "data", load_config(), clock=clock)
+    st = Storage(tmp_path / "data", config, clock=clock)
     written = _fill(st, topics)
     counts = _count_writes(st.metadata_store)
     st.close()
@@ -44,7 +57,7 @@ def test_closing_many_topics_makes_a_constant_number_of_transactions(tmp_path, c
     assert counts == {"put": 0, "commit": 1, "delete": 0}
     assert st.topic_metadata.last_batch_commits == 1
 
-    again = Storage(tmp_path / "data", load_config(), clock=clock)
+    again = Storage(tmp_path / "data", config, clock=clock)
     try:
         for topic in topics:
             ledgers = again.topic_metadata.ledgers(topic)
@@ -56,11 +69,11 @@ def test_closing_many_topics_makes_a_constant_number_of_transactions(tmp_path, c
         again.close()
 
 
-def test_a_topic_whose_change_cannot_be_batched_is_written_alone(tmp_path, clock):
+def test_a_topic_whose_change_cannot_be_batched_is_written_alone(tmp_path, clock, config):
     """A topic whose value moved under the batch (another writer) loses nothing: the chunk
     fails as a whole and every topic of it is written on its own, by compare-and-set."""
     topics = [f"persistent://public/default/moved-{i}" for i in range(8)]
-    st = Storage(tmp_path / "data", load_config(), clock=clock)
+    st = Storage(tmp_path / "data", config, clock=clock)
     written = _fill(st, topics)
     store = st.metadata_store
     real_commit = store.commit
@@ -78,7 +91,7 @@ def test_a_topic_whose_change_cannot_be_batched_is_written_alone(tmp_path, clock
     st.close()
     assert moved
 
-    again = Storage(tmp_path / "data", load_config(), clock=clock)
+    again = Storage(tmp_path / "data", config, clock=clock)
     try:
         for topic in topics:
             ledgers = again.topic_metadata.ledgers(topic)
@@ -88,11 +101,11 @@ def test_a_topic_whose_change_cannot_be_batched_is_written_alone(tmp_path, clock
         again.close()
 
 
-def test_pending_cursor_positions_join_the_close_commit(tmp_path, clock):
+def test_pending_cursor_positions_join_the_close_commit(tmp_path, clock, config):
     """Positions held back by the mark-delete rate limit are written at close, in the same
     commit as the ledgers, and a reopen finds every cursor where it was acknowledged."""
     topics = [f"persistent://public/default/acked-{i}" for i in range(20)]
-    st = Storage(tmp_path / "data", load_config(), clock=clock)  # the default rate: 1 write/s
+    st = Storage(tmp_path / "data", config, clock=clock)  # the default rate: 1 write/s
     acked = {}
     for topic in topics:
         ml = st.open_managed_ledger(topic)
@@ -105,7 +118,7 @@ def test_pending_cursor_positions_join_the_close_commit(tmp_path, clock):
     st.close()
     assert counts == {"put": 0, "commit": 1, "delete": 0}
 
-    again = Storage(tmp_path / "data", load_config(), clock=clock)
+    again = Storage(tmp_path / "data", config, clock=clock)
     try:
         for topic in topics:
             ml = again.open_managed_ledger(topic)
