@@ -72,6 +72,21 @@ class CursorWriter:
             self._write_locked()
             return True
 
+    def pending_write(self) -> tuple[Json, int] | None:
+        """The pending info and the version it must replace, for a batched write
+        (``close_batch``); ``written`` is told when the batch committed it."""
+        with self._lock:
+            return None if self._pending is None else (self._pending, self.version)
+
+    def written(self, info: Json, version: int) -> None:
+        """A batch committed ``info`` at ``version`` (a newer pending info stays pending)."""
+        with self._lock:
+            if self._pending is info:
+                self._pending = None
+            self.version = version
+            self.writes += 1
+            self._next_write = self._clock() + self._interval
+
     @property
     def pending(self) -> bool:
         return self._pending is not None

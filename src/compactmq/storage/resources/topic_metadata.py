@@ -58,9 +58,10 @@ from typing import Any, Mapping
 
 from ...errors import AlreadyExists, MetadataError, NotFound, TopicNotFound
 from ...naming import TopicName
-from ..metadata_store import NEW, BadVersion, StoreUnavailable
+from ..metadata_store import NEW, BadVersion, Put, StoreUnavailable
 from ..position import LEDGER_CLOSED, LEDGER_OPEN, LedgerInfo, Position
-from .base import Json
+from .base import Json, dumps
+from .close_batch import BatchItem, apply_ledger_ops, write_ledger_changes
 from .cursor_writer import DEFAULT_RATE_PER_S, CursorWriter
 from .fence import NO_FENCE, Fence, Fenced, fenced_update
 from .ledger_ids import LedgerIdResources
@@ -173,6 +174,9 @@ class TopicMetadata:
         self._ledger_topic: dict[int, str] = {}
         self._writers: dict[tuple[str, str], CursorWriter] = {}
         self._local = threading.local()
+        #: the changes of every thread while ``shared_batch`` is open (guarded by ``_lock``)
+        self._shared: dict[str, list[Op]] | None = None
+        self._shared_writers: list[CursorWriter] = []
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         #: topic -> the fence its commits carry (``Storage`` sets it; single node: none)
@@ -307,21 +311,67 @@ class TopicMetadata:
         for topic, ops in batch.items():
             self._write_ledgers(topic, ops)
 
+    @contextmanager
+    def shared_batch(self) -> Iterator[int]:
+        """Closing many topics at once: the ledger-list changes of EVERY thread (outside a
+        ``transaction``) are held until exit, then written in a few multi-key commits
+        (``close_batch``). Yields nothing useful; ``last_batch_commits`` tells how many commits
+        the last batch made. Until exit a change is not in the store: use it only where a
+        crash meanwhile is harmless (a ledger left OPEN is recovered at the next open)."""
+        with self._lock:
+            if self._shared is not None:
+                raise RuntimeError("a shared batch is already open")
+            self._shared = {}
+            self._shared_writers = []
+        try:
+            yield 0
+        finally:
+            with self._lock:
+                changes, self._shared = self._shared, None
+                writers, self._shared_writers = self._shared_writers, []
+            cursors = [item for item in map(self._cursor_item, writers) if item is not None]
+            self.last_batch_commits = write_ledger_changes(
+                self._ml.store, changes or {}, self._write_ledgers, self._fenced, cursors
+            )
+
+    def _cursor_item(self, writer: CursorWriter) -> BatchItem | None:
+        """A cursor's pending position as a batch write; None when it has none, or when it
+        must be written alone (now): a new cursor, or one under an ownership fence."""
+        got = writer.pending_write()
+        if got is None:
+            return None
+        fence = writer.fence()
+        if got[1] == NEW or fence.checks or fence.lost:
+            self._guarded(writer, writer.flush)
+            return None
+        info, version = got
+        path = self._ml._cursor_path(writer.topic, writer.cursor)
+        return BatchItem(
+            Put(path, dumps(info), version),
+            lambda stat: writer.written(info, stat.version),
+            lambda: self._guarded(writer, writer.flush),
+        )
+
+    last_batch_commits = 0
+
+    def _fenced(self, topic: str) -> bool:
+        fence = self.fence_for(topic)
+        return bool(fence.checks or fence.lost)
+
     def _change(self, topic: str, op: Op) -> None:
         batch = getattr(self._local, "batch", None)
         if batch is not None:
             batch.setdefault(topic, []).append(op)
-        else:
-            self._write_ledgers(topic, [op])
+            return
+        with self._lock:
+            shared = self._shared
+            if shared is not None:
+                shared.setdefault(topic, []).append(op)
+                return
+        self._write_ledgers(topic, [op])
 
     def _write_ledgers(self, topic: str, ops: list[Op]) -> None:
-        def apply(info: Json) -> Json:
-            ledgers = list(info.get("ledgerInfo", []))
-            for op in ops:
-                ledgers = op(ledgers)
-            return {**info, "ledgerInfo": ledgers}
-
-        self._update_info(topic, apply)
+        self._update_info(topic, lambda info: apply_ledger_ops(info, ops))
 
     def _update_info(self, topic: str, fn: Callable[[Json], Json]) -> Json:
         path = managed_ledger_path(TopicName.parse(topic))
@@ -409,6 +459,9 @@ class TopicMetadata:
             if topic is not None:  # the managed ledger closed: its writers go with it
                 for key in [k for k in self._writers if k[0] == topic]:
                     del self._writers[key]
+            if self._shared is not None:  # many topics closing: written with the batch
+                self._shared_writers.extend(writers)
+                return
         for writer in writers:
             self._guarded(writer, writer.flush)
 
