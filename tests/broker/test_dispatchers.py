@@ -99,6 +99,10 @@ class FakeConnection:
     def send_message(self, consumer_id, position, partition, redelivery_count, ack_set, data):
         self.sent.append((consumer_id, position, redelivery_count, ack_set, data))
 
+    def send_messages(self, consumer_id, partition, items):
+        for position, redelivery_count, ack_set, data in items:
+            self.send_message(consumer_id, position, partition, redelivery_count, ack_set, data)
+
     def send_active_consumer_change(self, consumer_id, is_active):
         self.active_changes.append((consumer_id, is_active))
 
@@ -425,3 +429,48 @@ def test_a_read_in_flight_for_the_old_active_consumer_is_dropped_when_the_active
         assert positions(conn) == [1, 3]
 
     asyncio.run(run())
+
+
+def batch_entry(i: int, n: int) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i, num_messages_in_batch=n)
+    return frames.build_entry(md, b"%d" % i)
+
+
+def test_exclusive_run_spends_permits_per_message_and_skips_acknowledged_entries():
+    async def run():
+        # entries 0..5 of 3 messages each; 0 and 1 acknowledged before the consumer comes
+        topic, sub, (c,), (conn,) = setup([batch_entry(i, 3) for i in range(6)], EXCLUSIVE)
+        sub.ack_individual([(Position(1, 0), None), (Position(1, 1), None)])
+        c.flow(4)  # two batch entries: the second one opens with one permit left
+        await settle(topic)
+        assert positions(conn) == [2, 3]
+        assert c.permits.available == -2 and c.messages_out == 6 and c.unacked_messages == 6
+        assert sub.dispatcher.read_position == Position(1, 4)
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == [2, 3, 4, 5]
+        assert c.bytes_out == sum(len(s[4]) for s in conn.sent)
+
+    asyncio.run(run())
+
+
+def test_bulk_acknowledgement_gives_messages_back_and_unblocks_once():
+    from compactmq.broker.limits import PendingAcks
+
+    woke = []
+    pending = PendingAcks(per_consumer=4, on_unblock=lambda: woke.append(1))
+
+    class C:
+        unacked_messages = 0
+        blocked_on_unacked = False
+
+    a, b = C(), C()
+    pending.add(Position(1, 0), a, 3)
+    pending.add(Position(1, 1), a, 1)
+    pending.add(Position(1, 2), b, 1)
+    assert a.blocked_on_unacked and pending.total == 5
+    pending.forget_many([Position(1, 0), Position(1, 1), Position(1, 9)])  # 1:9 was never sent
+    assert a.unacked_messages == 0 and not a.blocked_on_unacked and woke == [1]
+    assert pending.total == 1 and list(pending) == [Position(1, 2)] and not pending.counts
+    pending.forget_many([Position(1, 2)])
+    assert b.unacked_messages == 0 and pending.total == 0 and not pending

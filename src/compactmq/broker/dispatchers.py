@@ -73,6 +73,12 @@ def next_position(position: Position) -> Position:
 NONE_KEY = b"NONE_KEY"
 
 
+def entry_messages(entry: bytes) -> int:
+    """Messages in an entry (its batch size, 1 when it is not a batch), from its metadata."""
+    md = metadata_fields(entry)
+    return md.num_messages_in_batch if md.has_num_messages_in_batch else 1
+
+
 def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     """(messages in the entry, sticky key, deliver-at time in ms or 0) from its metadata.
 
@@ -142,10 +148,14 @@ class Dispatcher:
     # --- acknowledgements and redelivery -----------------------------------------------------
 
     def acknowledged(self, positions) -> None:
-        for p in positions:
-            self.pending.pop(p, None)
-            self.replay.pop(p, None)
-            self.delayed.pop(p, None)
+        # one ACK command carries many positions (the client groups them): forgotten in bulk
+        self.pending.forget_many(positions)
+        if self.replay:
+            for p in positions:
+                self.replay.pop(p, None)
+        if self.delayed:
+            for p in positions:
+                self.delayed.pop(p, None)
 
     def acknowledged_up_to(self, position: Position) -> None:
         for p in [p for p in self.pending if p <= position]:
@@ -405,20 +415,42 @@ class SingleActiveDispatcher(Dispatcher):
         return a if a is not None and a.can_take() else None
 
     def _deliver_new(self, entries) -> int:
-        sent = 0
-        horizon = self.subscription.ack_horizon()
+        """The entries in order to the active consumer while it has permits, as one run: the
+        frames are queued together (``Consumer.deliver_many``) and the read position moves once.
+        Nothing here awaits, so the consumer's state cannot change during the loop except by
+        what the loop itself does (permits spent, the unacknowledged limit reached)."""
+        sub = self.subscription
+        horizon = sub.ack_horizon()
+        consumer = self.active
+        if consumer is not None and not consumer.can_take():
+            consumer = None
+        permits = consumer.permits.available if consumer is not None else 0
+        pending = self.pending
+        ack_set_of = sub.ack_set_of
+        redelivery_count = sub.redelivery_count
+        items: list = []
+        used = messages = nbytes = 0
+        last = None
         for position, entry in entries:
-            if position <= horizon and self.subscription.is_acknowledged(position):
-                self.read_position = next_position(position)
+            if position <= horizon and sub.is_acknowledged(position):
+                last = position
                 continue
-            consumer = self._choose(position, b"")
-            if consumer is None:
+            if consumer is None or used >= permits or consumer.blocked_on_unacked:
                 break  # keep order: resume from this entry when permits come back
-            self.read_position = next_position(position)
-            n, _, _ = entry_info(entry)  # Exclusive/Failover ignore delays, as in Pulsar
-            self._send(consumer, position, entry, n)
-            sent += 1
-        return sent
+            last = position
+            n = entry_messages(entry)  # Exclusive/Failover ignore delays, as in Pulsar
+            ack_set = ack_set_of(position)
+            # a partly acknowledged batch counts only its messages still unacknowledged
+            pending.add(position, consumer, min(n, bit_count(ack_set)) if ack_set else n)
+            items.append((position, redelivery_count(position), ack_set, entry))
+            used += n if n > 1 else 1
+            messages += n
+            nbytes += len(entry)
+        if last is not None:
+            self.read_position = next_position(last)
+        if items:
+            consumer.deliver_many(items, used, messages, nbytes)  # type: ignore[union-attr]
+        return len(items)
 
 
 class SharedDispatcher(Dispatcher):

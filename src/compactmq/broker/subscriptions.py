@@ -155,6 +155,15 @@ class Consumer:
             entry,
         )
 
+    def deliver_many(self, items: list, permits: int, messages: int, nbytes: int) -> None:
+        """``deliver`` for a run of entries ((position, redelivery count, ack_set, entry)) that
+        cost ``permits`` permits (as ``PermitWindow.consume`` counts them) and hold ``messages``
+        messages and ``nbytes`` bytes: one call and one queued write for a permit window."""
+        self.permits.available -= permits
+        self.messages_out += messages
+        self.bytes_out += nbytes
+        self.connection.send_messages(self.consumer_id, self.subscription.topic.partition_index, items)
+
     def notify_active(self, is_active: bool) -> None:
         if not self.closed:
             self.connection.send_active_consumer_change(self.consumer_id, is_active)
@@ -301,8 +310,9 @@ class Subscription:
                 self._schedule_flush()
             return
         self._acked.update(whole)
-        for p in whole:
-            self.redeliveries.pop(p, None)
+        if self.redeliveries:
+            for p in whole:
+                self.redeliveries.pop(p, None)
         if self.dispatcher is not None:
             self.dispatcher.acknowledged(whole)
         self._schedule_flush()
