@@ -474,3 +474,16 @@ def test_bulk_acknowledgement_gives_messages_back_and_unblocks_once():
     assert pending.total == 1 and list(pending) == [Position(1, 2)] and not pending.counts
     pending.forget_many([Position(1, 2)])
     assert b.unacked_messages == 0 and pending.total == 0 and not pending
+
+
+def test_individual_acks_of_an_ack_command_read_positions_and_ack_sets():
+    from compactmq.broker.consumer_commands import _individual_acks
+
+    cmd = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+    cmd.message_id.add(ledgerId=5, entryId=7)
+    cmd.message_id.add(ledgerId=5, entryId=8, ack_set=[0b101, 0])
+    cmd.message_id.add(ledgerId=2**64 - 1, entryId=2**64 - 1)  # -1:-1 on the wire
+    cmd = pb.CommandAck.FromString(cmd.SerializeToString())
+    acks = _individual_acks(cmd.message_id)
+    assert acks == [(Position(5, 7), None), (Position(5, 8), [0b101, 0]), (Position(-1, -1), None)]
+    assert all(type(p) is Position for p, _ in acks)
