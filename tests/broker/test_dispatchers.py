@@ -487,3 +487,88 @@ def test_individual_acks_of_an_ack_command_read_positions_and_ack_sets():
     acks = _individual_acks(cmd.message_id)
     assert acks == [(Position(5, 7), None), (Position(5, 8), [0b101, 0]), (Position(-1, -1), None)]
     assert all(type(p) is Position for p, _ in acks)
+
+
+class StorageSource(ListSource):
+    """A source whose reads count as storage reads (the dispatcher reads ahead of them)."""
+
+    def __init__(self, entries):
+        super().__init__(entries)
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, start, max_entries):
+        self.reads.append((start[1], max_entries))
+        await asyncio.sleep(0)  # a storage read hops off the loop
+        return await super().read(start, max_entries)
+
+    def reads_storage(self, start):
+        return True
+
+
+def storage_setup(n, sub_type, permits):
+    source = StorageSource([entry(i) for i in range(n)])
+    topic = FakeTopic(source)
+    sub = Subscription(topic, "s", FakeCursor(), durable=True, source=source)
+    conn = FakeConnection()
+    c = Consumer(sub, conn, 0, "c0")
+    sub.add_consumer(c, sub_type)
+    c.flow(permits)
+    return source, topic, sub, c, conn
+
+
+def test_exclusive_keeps_what_it_read_past_its_permits_and_reads_ahead_when_all_is_sent():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, EXCLUSIVE, permits=3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2]
+        # a read for 3 permits, all sent: the next entries are read ahead, before any FLOW
+        assert source.reads == [(0, 3), (3, 500)]
+        c.flow(4)
+        await settle(topic)
+        assert positions(conn) == list(range(7))
+        assert source.reads == [(0, 3), (3, 500)]  # served from the read-ahead, kept past permits
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == list(range(10))
+        # the pass that finds the end reads as before; nothing is read ahead past the end
+        assert source.reads == [(0, 3), (3, 500), (10, 97)]
+
+    asyncio.run(run())
+
+
+def test_a_rewind_or_acknowledgement_never_sends_read_ahead_entries_twice_or_out_of_order():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, EXCLUSIVE, permits=3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2]
+        # entries 3 and 4 acknowledged (by another path) while they sit in the read-ahead
+        sub.ack_cumulative(Position(1, 4))
+        c.flow(2)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6]
+        # a redelivery rewinds to the first unacknowledged entry: the kept entries are dropped
+        sub.redeliver(c, None)
+        c.flow(2)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6, 5, 6]
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6, 5, 6, 7, 8, 9]
+
+    asyncio.run(run())
+
+
+def test_shared_keeps_the_read_ahead_beyond_its_permits_out_of_the_replay_set():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, SHARED, permits=2)
+        await settle(topic)
+        assert positions(conn) == [0, 1]
+        c.flow(3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 3, 4]
+        assert not sub.dispatcher.replay  # entries read ahead wait in the read-ahead, not replay
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == list(range(10))
+
+    asyncio.run(run())
