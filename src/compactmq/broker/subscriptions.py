@@ -284,6 +284,14 @@ class Subscription:
         return next_position(self.mark_delete_position())
 
     def ack_individual(self, acks: list[tuple[Position, list[int] | None]]) -> None:
+        if not self.batch_remaining and not self._batch_acked:
+            # the common case: no batch partly acknowledged, and none of these ids is a batch
+            # index ack, so every position is acknowledged whole (the loop below would agree)
+            whole = [position for position, ack_set in acks if not ack_set]
+            if len(whole) == len(acks):
+                if whole:
+                    self._ack_whole(whole)
+                return
         whole = []
         for position, ack_set in acks:
             if ack_set:
@@ -309,6 +317,9 @@ class Subscription:
             if self._batch_dirty:
                 self._schedule_flush()
             return
+        self._ack_whole(whole)
+
+    def _ack_whole(self, whole: list[Position]) -> None:
         self._acked.update(whole)
         if self.redeliveries:
             for p in whole:
