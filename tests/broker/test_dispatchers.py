@@ -99,6 +99,10 @@ class FakeConnection:
     def send_message(self, consumer_id, position, partition, redelivery_count, ack_set, data):
         self.sent.append((consumer_id, position, redelivery_count, ack_set, data))
 
+    def send_messages(self, consumer_id, partition, items):
+        for position, redelivery_count, ack_set, data in items:
+            self.send_message(consumer_id, position, partition, redelivery_count, ack_set, data)
+
     def send_active_consumer_change(self, consumer_id, is_active):
         self.active_changes.append((consumer_id, is_active))
 
@@ -423,5 +427,148 @@ def test_a_read_in_flight_for_the_old_active_consumer_is_dropped_when_the_active
         source.gate.set()
         await settle(topic)
         assert positions(conn) == [1, 3]
+
+    asyncio.run(run())
+
+
+def batch_entry(i: int, n: int) -> bytes:
+    md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i, num_messages_in_batch=n)
+    return frames.build_entry(md, b"%d" % i)
+
+
+def test_exclusive_run_spends_permits_per_message_and_skips_acknowledged_entries():
+    async def run():
+        # entries 0..5 of 3 messages each; 0 and 1 acknowledged before the consumer comes
+        topic, sub, (c,), (conn,) = setup([batch_entry(i, 3) for i in range(6)], EXCLUSIVE)
+        sub.ack_individual([(Position(1, 0), None), (Position(1, 1), None)])
+        c.flow(4)  # two batch entries: the second one opens with one permit left
+        await settle(topic)
+        assert positions(conn) == [2, 3]
+        assert c.permits.available == -2 and c.messages_out == 6 and c.unacked_messages == 6
+        assert sub.dispatcher.read_position == Position(1, 4)
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == [2, 3, 4, 5]
+        assert c.bytes_out == sum(len(s[4]) for s in conn.sent)
+
+    asyncio.run(run())
+
+
+def test_bulk_acknowledgement_gives_messages_back_and_unblocks_once():
+    from compactmq.broker.limits import PendingAcks
+
+    woke = []
+    pending = PendingAcks(per_consumer=4, on_unblock=lambda: woke.append(1))
+
+    class C:
+        unacked_messages = 0
+        blocked_on_unacked = False
+
+    a, b = C(), C()
+    pending.add(Position(1, 0), a, 3)
+    pending.add(Position(1, 1), a, 1)
+    pending.add(Position(1, 2), b, 1)
+    assert a.blocked_on_unacked and pending.total == 5
+    pending.forget_many([Position(1, 0), Position(1, 1), Position(1, 9)])  # 1:9 was never sent
+    assert a.unacked_messages == 0 and not a.blocked_on_unacked and woke == [1]
+    assert pending.total == 1 and list(pending) == [Position(1, 2)] and not pending.counts
+    pending.forget_many([Position(1, 2)])
+    assert b.unacked_messages == 0 and pending.total == 0 and not pending
+
+
+def test_individual_acks_of_an_ack_command_read_positions_and_ack_sets():
+    from compactmq.broker.consumer_commands import _individual_acks
+
+    cmd = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+    cmd.message_id.add(ledgerId=5, entryId=7)
+    cmd.message_id.add(ledgerId=5, entryId=8, ack_set=[0b101, 0])
+    cmd.message_id.add(ledgerId=2**64 - 1, entryId=2**64 - 1)  # -1:-1 on the wire
+    cmd = pb.CommandAck.FromString(cmd.SerializeToString())
+    acks = _individual_acks(cmd.message_id)
+    assert acks == [(Position(5, 7), None), (Position(5, 8), [0b101, 0]), (Position(-1, -1), None)]
+    assert all(type(p) is Position for p, _ in acks)
+
+
+class StorageSource(ListSource):
+    """A source whose reads count as storage reads (the dispatcher reads ahead of them)."""
+
+    def __init__(self, entries):
+        super().__init__(entries)
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, start, max_entries):
+        self.reads.append((start[1], max_entries))
+        await asyncio.sleep(0)  # a storage read hops off the loop
+        return await super().read(start, max_entries)
+
+    def reads_storage(self, start):
+        return True
+
+
+def storage_setup(n, sub_type, permits):
+    source = StorageSource([entry(i) for i in range(n)])
+    topic = FakeTopic(source)
+    sub = Subscription(topic, "s", FakeCursor(), durable=True, source=source)
+    conn = FakeConnection()
+    c = Consumer(sub, conn, 0, "c0")
+    sub.add_consumer(c, sub_type)
+    c.flow(permits)
+    return source, topic, sub, c, conn
+
+
+def test_exclusive_keeps_what_it_read_past_its_permits_and_reads_ahead_when_all_is_sent():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, EXCLUSIVE, permits=3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2]
+        # a read for 3 permits, all sent: the next entries are read ahead, before any FLOW
+        assert source.reads == [(0, 3), (3, 500)]
+        c.flow(4)
+        await settle(topic)
+        assert positions(conn) == list(range(7))
+        assert source.reads == [(0, 3), (3, 500)]  # served from the read-ahead, kept past permits
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == list(range(10))
+        # the pass that finds the end reads as before; nothing is read ahead past the end
+        assert source.reads == [(0, 3), (3, 500), (10, 97)]
+
+    asyncio.run(run())
+
+
+def test_a_rewind_or_acknowledgement_never_sends_read_ahead_entries_twice_or_out_of_order():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, EXCLUSIVE, permits=3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2]
+        # entries 3 and 4 acknowledged (by another path) while they sit in the read-ahead
+        sub.ack_cumulative(Position(1, 4))
+        c.flow(2)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6]
+        # a redelivery rewinds to the first unacknowledged entry: the kept entries are dropped
+        sub.redeliver(c, None)
+        c.flow(2)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6, 5, 6]
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 5, 6, 5, 6, 7, 8, 9]
+
+    asyncio.run(run())
+
+
+def test_shared_keeps_the_read_ahead_beyond_its_permits_out_of_the_replay_set():
+    async def run():
+        source, topic, sub, c, conn = storage_setup(10, SHARED, permits=2)
+        await settle(topic)
+        assert positions(conn) == [0, 1]
+        c.flow(3)
+        await settle(topic)
+        assert positions(conn) == [0, 1, 2, 3, 4]
+        assert not sub.dispatcher.replay  # entries read ahead wait in the read-ahead, not replay
+        c.flow(100)
+        await settle(topic)
+        assert positions(conn) == list(range(10))
 
     asyncio.run(run())

@@ -252,6 +252,28 @@ class ServerConnection(asyncio.Protocol):
         )
         self.write(entry)
 
+    def send_messages(self, consumer_id: int, partition: int, items) -> None:
+        """MESSAGE frames for ``items`` ((position, redelivery count, ack_set, entry), in order)
+        queued in one go: the dispatch of a permit window costs one append per frame part and
+        one flush, not a ``write`` call per part."""
+        if self.closed or not items:
+            return
+        header = wire.message_frame_header
+        out: list[bytes] = []
+        append = out.append
+        for position, redelivery_count, ack_set, entry in items:
+            append(
+                header(
+                    consumer_id, position[0], position[1], partition, redelivery_count, ack_set, len(entry)
+                )
+            )
+            append(entry)
+        self._out.extend(out)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+            self._unflushed.append(self)
+
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self.send_command(commands.active_consumer_change(consumer_id, is_active))
 

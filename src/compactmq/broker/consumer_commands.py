@@ -132,7 +132,7 @@ class ConsumerCommands:
                     elif position.entry_id > 0:  # Pulsar: mark-delete up to the entry before the batch
                         sub.ack_cumulative(Position(position.ledger_id, position.entry_id - 1))
             else:
-                acks = [(_position(m), list(m.ack_set) or None) for m in cmd.message_id]
+                acks = _individual_acks(cmd.message_id)
                 if not batch_index:  # Pulsar keeps no partial batch acks then: the batch stays whole
                     acks = [(p, None) for p, ack_set in acks if not (ack_set and any(ack_set))]
                 sub.ack_individual(acks)
@@ -263,6 +263,28 @@ BATCH_INDEX_ACK_KEY = "acknowledgmentAtBatchIndexLevelEnabled"
 
 def _position(mid: pb.MessageIdData) -> Position:
     return Position(commands.to_signed64(mid.ledgerId), commands.to_signed64(mid.entryId))
+
+
+_INT64_MAX = 2**63 - 1
+_new_tuple = tuple.__new__
+
+
+def _individual_acks(message_ids) -> list[tuple[Position, list[int] | None]]:
+    """(position, ack_set or None) of each id of an ACK command. The client groups up to
+    thousands of individual acknowledgements in one command, so this loop is written for speed:
+    a Position is built as the tuple it is (``Position(...)`` goes through a Python-level
+    ``__new__``) unless an id has the sign bit set (-1: "none"), which ``_position`` reads."""
+    out: list[tuple[Position, list[int] | None]] = []
+    append = out.append
+    for m in message_ids:
+        ledger, entry = m.ledgerId, m.entryId
+        if ledger <= _INT64_MAX and entry <= _INT64_MAX:
+            position = _new_tuple(Position, (ledger, entry))
+        else:
+            position = _position(m)
+        ack_set = m.ack_set
+        append((position, list(ack_set) if ack_set else None))
+    return out
 
 
 def _initial_position(cmd: pb.CommandSubscribe, durable: bool) -> Any:

@@ -73,6 +73,12 @@ def next_position(position: Position) -> Position:
 NONE_KEY = b"NONE_KEY"
 
 
+def entry_messages(entry: bytes) -> int:
+    """Messages in an entry (its batch size, 1 when it is not a batch), from its metadata."""
+    md = metadata_fields(entry)
+    return md.num_messages_in_batch if md.has_num_messages_in_batch else 1
+
+
 def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     """(messages in the entry, sticky key, deliver-at time in ms or 0) from its metadata.
 
@@ -95,6 +101,30 @@ def entry_info(entry: bytes) -> tuple[int, bytes, int]:
     return n, key, (md.deliver_at_time if md.has_deliver_at_time else 0)
 
 
+class _ReadAhead:
+    """Entries a dispatcher read from storage ahead of its permits (``entries``), or the read
+    started for them (``task``, its result is the entries or None), from ``start`` on."""
+
+    __slots__ = ("epoch", "source", "start", "entries", "task")
+
+    def __init__(self, epoch: int, source: EntrySource, start: Position, entries, task) -> None:
+        self.epoch = epoch
+        self.source = source
+        self.start = start
+        self.entries = entries
+        self.task = task
+
+
+async def _read_quietly(source: EntrySource, start: Position, subscription) -> list | None:
+    """A read started ahead; None when it fails (the pass that wants it reads again and meets
+    the error itself, so nothing is lost or reported twice)."""
+    try:
+        return await source.read(start, MAX_ENTRIES_PER_READ)
+    except Exception:
+        log.debug("read-ahead of %s at %s failed", subscription, start, exc_info=True)
+        return None
+
+
 class Dispatcher:
     """Common machinery; subclasses decide who gets an entry."""
 
@@ -113,6 +143,8 @@ class Dispatcher:
         # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
         self.delayed: dict[Position, tuple[int, int]] = {}
         self._delay_timer: asyncio.TimerHandle | None = None
+        # entries read from storage and not sent yet, or a storage read started ahead
+        self._ahead: _ReadAhead | None = None
 
     counts_unacked = False  # Shared and Key_Shared stop at maxUnackedMessages*, as Pulsar's do
 
@@ -129,6 +161,8 @@ class Dispatcher:
         """The consumer left: what it had not acknowledged is delivered again."""
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        if not self.consumers:
+            self._ahead = None  # nobody to read for: give the entries back
         self._reclaim(consumer, [p for p, c in self.pending.items() if c is consumer])
 
     def _reclaim(self, consumer: "Consumer", positions) -> None:
@@ -142,10 +176,14 @@ class Dispatcher:
     # --- acknowledgements and redelivery -----------------------------------------------------
 
     def acknowledged(self, positions) -> None:
-        for p in positions:
-            self.pending.pop(p, None)
-            self.replay.pop(p, None)
-            self.delayed.pop(p, None)
+        # one ACK command carries many positions (the client groups them): forgotten in bulk
+        self.pending.forget_many(positions)
+        if self.replay:
+            for p in positions:
+                self.replay.pop(p, None)
+        if self.delayed:
+            for p in positions:
+                self.delayed.pop(p, None)
 
     def acknowledged_up_to(self, position: Position) -> None:
         for p in [p for p in self.pending if p <= position]:
@@ -167,6 +205,7 @@ class Dispatcher:
         read position stays, so the new source serves it)."""
         self.source = source
         self.epoch += 1
+        self._ahead = None
 
     def rewind(self, position: Position) -> None:
         """Restart reading at ``position``; everything pending is forgotten (it is re-read)."""
@@ -175,6 +214,7 @@ class Dispatcher:
         self.replay.clear()
         self.delayed.clear()  # re-read entries are delayed again if still not due
         self.read_position = position
+        self._ahead = None
         self.wake()
 
     # --- the dispatch pass -------------------------------------------------------------------
@@ -189,6 +229,7 @@ class Dispatcher:
     def close(self) -> None:
         self.closed = True
         self.epoch += 1
+        self._ahead = None
         if self._delay_timer is not None:
             self._delay_timer.cancel()
             self._delay_timer = None
@@ -256,16 +297,62 @@ class Dispatcher:
             return sent
         epoch = self.epoch
         want = self._read_size()
-        entries = await self.source.read(self.read_position, want)
+        entries = await self._read(want)
         if epoch != self.epoch or self.closed:
             return sent + 1  # state changed under us: go round again
         if not entries:
             return sent
         before = self.read_position
-        sent += self._deliver_new(entries)
+        sent += self._deliver_new(entries[:want])
+        self._read_ahead(entries)
         # entries skipped (acknowledged, delayed, parked for a busy Key_Shared consumer) are
         # progress too: the next read starts after them, so keep going
         return sent + (1 if self.read_position != before else 0)
+
+    # --- read-ahead (storage reads only) -------------------------------------------------------
+    #
+    # A read from storage (not the tail cache) hops to the thread pool; a consumer catching up
+    # would otherwise wait for that hop after every FLOW. So what a pass read and could not
+    # send (no permits left) is kept, and when it sent everything a read of the next entries is
+    # started at once. Both belong to the epoch and source they were read for (a seek, rewind,
+    # change of source or of active consumer drops them) and start at or before the read
+    # position (entries before it are skipped, so nothing is sent twice and order holds). At
+    # most one read's worth (``MAX_ENTRIES_PER_READ`` / ``MAX_BYTES_PER_READ``) is held per
+    # dispatcher, and only while it has consumers.
+
+    async def _read(self, want: int) -> list:
+        start = self.read_position
+        ahead, self._ahead = self._ahead, None
+        if (
+            ahead is not None
+            and ahead.epoch == self.epoch
+            and ahead.source is self.source
+            and ahead.start <= start
+        ):
+            entries = ahead.entries
+            if entries is None and ahead.task is not None:
+                entries = await ahead.task
+                if ahead.epoch != self.epoch or self.closed:
+                    return []  # the caller sees the epoch change and goes round again
+            if entries:
+                entries = [e for e in entries if e[0] >= start] if entries[0][0] < start else entries
+                if entries:
+                    return entries
+        return await self.source.read(start, want)
+
+    def _read_ahead(self, entries: list) -> None:
+        source = self.source
+        if self.closed or not self.consumers or not source.reads_storage(entries[0][0]):
+            return
+        position = self.read_position
+        if entries[-1][0] >= position:  # read and not sent: keep for the next pass
+            left = [e for e in entries if e[0] >= position]
+            self._ahead = _ReadAhead(self.epoch, source, position, left, None)
+            return
+        last = source.last_position()
+        if last is not None and last >= position and source.reads_storage(position):
+            task = self.subscription.spawn(_read_quietly(source, position, self.subscription))
+            self._ahead = _ReadAhead(self.epoch, source, position, None, task)
 
     def _read_size(self) -> int:
         pending = self.pending
@@ -358,6 +445,8 @@ class SingleActiveDispatcher(Dispatcher):
     def remove_consumer(self, consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        if not self.consumers:
+            self._ahead = None  # nobody to read for: give the entries back
         had_pending = any(c is consumer for c in self.pending.values())
         if consumer is self.active:
             self.active = None
@@ -405,20 +494,42 @@ class SingleActiveDispatcher(Dispatcher):
         return a if a is not None and a.can_take() else None
 
     def _deliver_new(self, entries) -> int:
-        sent = 0
-        horizon = self.subscription.ack_horizon()
+        """The entries in order to the active consumer while it has permits, as one run: the
+        frames are queued together (``Consumer.deliver_many``) and the read position moves once.
+        Nothing here awaits, so the consumer's state cannot change during the loop except by
+        what the loop itself does (permits spent, the unacknowledged limit reached)."""
+        sub = self.subscription
+        horizon = sub.ack_horizon()
+        consumer = self.active
+        if consumer is not None and not consumer.can_take():
+            consumer = None
+        permits = consumer.permits.available if consumer is not None else 0
+        pending = self.pending
+        ack_set_of = sub.ack_set_of
+        redelivery_count = sub.redelivery_count
+        items: list = []
+        used = messages = nbytes = 0
+        last = None
         for position, entry in entries:
-            if position <= horizon and self.subscription.is_acknowledged(position):
-                self.read_position = next_position(position)
+            if position <= horizon and sub.is_acknowledged(position):
+                last = position
                 continue
-            consumer = self._choose(position, b"")
-            if consumer is None:
+            if consumer is None or used >= permits or consumer.blocked_on_unacked:
                 break  # keep order: resume from this entry when permits come back
-            self.read_position = next_position(position)
-            n, _, _ = entry_info(entry)  # Exclusive/Failover ignore delays, as in Pulsar
-            self._send(consumer, position, entry, n)
-            sent += 1
-        return sent
+            last = position
+            n = entry_messages(entry)  # Exclusive/Failover ignore delays, as in Pulsar
+            ack_set = ack_set_of(position)
+            # a partly acknowledged batch counts only its messages still unacknowledged
+            pending.add(position, consumer, min(n, bit_count(ack_set)) if ack_set else n)
+            items.append((position, redelivery_count(position), ack_set, entry))
+            used += n if n > 1 else 1
+            messages += n
+            nbytes += len(entry)
+        if last is not None:
+            self.read_position = next_position(last)
+        if items:
+            consumer.deliver_many(items, used, messages, nbytes)  # type: ignore[union-attr]
+        return len(items)
 
 
 class SharedDispatcher(Dispatcher):

@@ -49,6 +49,12 @@ class EntrySource(abc.ABC):
     def last_position(self) -> Position | None:
         """Position of the last entry this source can deliver, None when there is none."""
 
+    def reads_storage(self, start: Position) -> bool:
+        """Whether a read at ``start`` leaves the event loop (a storage read in the thread pool).
+        A dispatcher reads ahead only from such a source: the entries it keeps are the ones it
+        read, and the next read is started before permits ask for it (``dispatchers``)."""
+        return False
+
 
 class LedgerEntrySource(EntrySource):
     """The live topic: tail cache first, managed ledger (in the thread pool) otherwise."""
@@ -86,3 +92,6 @@ class LedgerEntrySource(EntrySource):
 
     def last_position(self) -> Position | None:
         return self._topic.last_position
+
+    def reads_storage(self, start: Position) -> bool:
+        return not self._topic.tail_cache.covers(start)

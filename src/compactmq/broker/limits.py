@@ -62,6 +62,9 @@ def bit_count(ack_set: list[int]) -> int:
     return sum(bin(w & 0xFFFFFFFFFFFFFFFF).count("1") for w in ack_set)
 
 
+_MISSING = object()
+
+
 class PendingAcks(dict):
     """position -> consumer for entries sent and not yet acknowledged, counting messages.
 
@@ -147,6 +150,30 @@ class PendingAcks(dict):
             woke = True
         if woke and self.on_unblock is not None:
             self.on_unblock()
+
+    def forget_many(self, positions: Any) -> None:
+        """``pop(p, None)`` for each of ``positions``, giving messages back once per consumer
+        (an ACK command of a thousand positions wakes the dispatcher at most once)."""
+        given: dict[Any, int] = {}
+        counts = self.counts
+        pop = dict.pop
+        missing = _MISSING
+        removed = 0
+        for position in positions:
+            consumer = pop(self, position, missing)
+            if consumer is missing:
+                continue
+            n = counts.pop(position, 1) if counts else 1
+            removed += n
+            given[consumer] = given.get(consumer, 0) + n
+        if not given:
+            return
+        self.total -= removed
+        if not dict.__len__(self):
+            dict.clear(self)  # give the table back, as ``_forget`` does
+            counts.clear()
+        for consumer, n in given.items():
+            self._give_back(consumer, n)
 
     def __setitem__(self, position: Any, consumer: Any) -> None:
         self.add(position, consumer, 1)

@@ -155,6 +155,15 @@ class Consumer:
             entry,
         )
 
+    def deliver_many(self, items: list, permits: int, messages: int, nbytes: int) -> None:
+        """``deliver`` for a run of entries ((position, redelivery count, ack_set, entry)) that
+        cost ``permits`` permits (as ``PermitWindow.consume`` counts them) and hold ``messages``
+        messages and ``nbytes`` bytes: one call and one queued write for a permit window."""
+        self.permits.available -= permits
+        self.messages_out += messages
+        self.bytes_out += nbytes
+        self.connection.send_messages(self.consumer_id, self.subscription.topic.partition_index, items)
+
     def notify_active(self, is_active: bool) -> None:
         if not self.closed:
             self.connection.send_active_consumer_change(self.consumer_id, is_active)
@@ -275,6 +284,14 @@ class Subscription:
         return next_position(self.mark_delete_position())
 
     def ack_individual(self, acks: list[tuple[Position, list[int] | None]]) -> None:
+        if not self.batch_remaining and not self._batch_acked:
+            # the common case: no batch partly acknowledged, and none of these ids is a batch
+            # index ack, so every position is acknowledged whole (the loop below would agree)
+            whole = [position for position, ack_set in acks if not ack_set]
+            if len(whole) == len(acks):
+                if whole:
+                    self._ack_whole(whole)
+                return
         whole = []
         for position, ack_set in acks:
             if ack_set:
@@ -300,9 +317,13 @@ class Subscription:
             if self._batch_dirty:
                 self._schedule_flush()
             return
+        self._ack_whole(whole)
+
+    def _ack_whole(self, whole: list[Position]) -> None:
         self._acked.update(whole)
-        for p in whole:
-            self.redeliveries.pop(p, None)
+        if self.redeliveries:
+            for p in whole:
+                self.redeliveries.pop(p, None)
         if self.dispatcher is not None:
             self.dispatcher.acknowledged(whole)
         self._schedule_flush()
