@@ -29,11 +29,8 @@ Delivery rules per subscription type (the pure choice of a consumer lives in ``s
   active Failover consumer changes, the old one gets ACTIVE_CONSUMER_CHANGE(false), the new one
   (true), and dispatch rewinds so the new one starts at the first unacknowledged entry.
 - ``SharedDispatcher``: round robin; redelivered entries go to whoever has permits.
-- ``KeySharedDispatcher``: one consumer per key. An entry whose consumer has no permit goes to
-  the replay set, and so does every later entry with the same key hash until the older ones are
-  sent, so a key stays in order. A consumer that joins while entries are pending only receives
-  entries older than its join position until everything before that position is acknowledged
-  (otherwise a key moved to it could overtake its own unacknowledged past).
+- ``KeySharedDispatcher`` (module ``key_shared_dispatcher``): one consumer per key, each key
+  kept in order (the rules are in that module).
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ from ..protocol.frames import metadata_fields
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
 from .limits import PendingAcks, bit_count, unacked_limits
-from .selectors import FailoverSelector, HashRingSelector, RoundRobinSelector, StickyRangeSelector, key_hash
+from .selectors import FailoverSelector, RoundRobinSelector
 
 if TYPE_CHECKING:  # pragma: no cover
     from .subscriptions import Consumer, Subscription
@@ -542,102 +539,3 @@ class SharedDispatcher(Dispatcher):
 
     def _choose(self, position, key):
         return self.selector.select(self.consumers, self._can_take)
-
-
-class KeySharedDispatcher(Dispatcher):
-    delays_delivery = True
-    counts_unacked = True
-
-    def __init__(self, subscription, source, read_position, sticky: bool = False):
-        super().__init__(subscription, source, read_position)
-        self.sticky = sticky
-        self.selector = StickyRangeSelector() if sticky else HashRingSelector()
-        # consumer -> position it joined at, while older entries are still unacknowledged
-        self.joined_at: dict[Consumer, Position] = {}
-        self.hashes: dict[Position, int] = {}  # key hash of each pending entry
-
-    def add_consumer(self, consumer) -> None:
-        self.selector.add(consumer)  # raises ConsumerAssignError before anything changes
-        super().add_consumer(consumer)
-        if (self.pending or self.replay) and not getattr(consumer, "allow_out_of_order", False):
-            self.joined_at[consumer] = self.read_position
-
-    def remove_consumer(self, consumer) -> None:
-        self.selector.remove(consumer)
-        self.joined_at.pop(consumer, None)
-        super().remove_consumer(consumer)
-
-    def _release_joined(self) -> None:
-        if not self.joined_at:
-            return
-        oldest = min(list(self.pending) + list(self.replay), default=None)
-        for consumer, at in list(self.joined_at.items()):
-            if oldest is None or oldest >= at:
-                del self.joined_at[consumer]
-                self.wake()
-
-    def _hash_of(self, key: bytes) -> int:
-        return key_hash(key)
-
-    def _choose(self, position, key):
-        consumer = self.selector.select(key)
-        if consumer is None or not self._can_take(consumer):
-            return None
-        at = self.joined_at.get(consumer)
-        if at is not None and position >= at:
-            return None
-        return consumer
-
-    def _deliver_new(self, entries) -> int:
-        sent = 0
-        waiting = set(self.replay.values())
-        horizon = self.subscription.ack_horizon()
-        for position, entry in entries:
-            self.read_position = next_position(position)
-            if position <= horizon and self.subscription.is_acknowledged(position):
-                continue
-            n, key, deliver_at = entry_info(entry)
-            h = key_hash(key)
-            if deliver_at and deliver_at > self.now_ms():
-                self._delay(position, deliver_at, h)
-                continue
-            # an older entry of this key waits in the replay set: this one waits behind it
-            consumer = None if h in waiting else self._choose(position, key)
-            if consumer is None:
-                self.replay[position] = h
-                waiting.add(h)
-                continue
-            self._send(consumer, position, entry, n, h)
-            sent += 1
-        return sent
-
-    def _send(self, consumer, position, entry, messages, h=0) -> None:
-        self.hashes[position] = h
-        super()._send(consumer, position, entry, messages)
-
-    def acknowledged(self, positions) -> None:
-        positions = list(positions)
-        for p in positions:
-            self.hashes.pop(p, None)
-        if not self.hashes:
-            self.hashes = {}  # an emptied dict gives its table back
-        super().acknowledged(positions)
-        self._release_joined()
-
-    def acknowledged_up_to(self, position) -> None:
-        for p in [p for p in self.hashes if p <= position]:
-            del self.hashes[p]
-        super().acknowledged_up_to(position)
-        self._release_joined()
-
-    def rewind(self, position) -> None:
-        self.hashes.clear()
-        super().rewind(position)
-
-    def _reclaim(self, consumer, positions) -> None:
-        for p in positions:
-            if self.pending.get(p) is consumer:
-                del self.pending[p]
-                self.replay[p] = self.hashes.pop(p, 0)
-                self.subscription.count_redelivery(p)
-        self.wake()

@@ -30,14 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConsumerBusy
 from ..storage.position import Position
-from .dispatchers import (
-    Dispatcher,
-    KeySharedDispatcher,
-    SharedDispatcher,
-    SingleActiveDispatcher,
-    next_position,
-)
+from .dispatchers import Dispatcher, SharedDispatcher, SingleActiveDispatcher, next_position
 from .entry_source import EntrySource
+from .key_shared_dispatcher import KeySharedDispatcher
 from .flow import PermitWindow
 from .limits import bit_count
 
