@@ -20,6 +20,13 @@ cd "$root"
 # the first time, about 4 s of CPU saved on each of the test run's Spark JVMs (the broker's own
 # quick start never needs it, so setup.sh does not make it)
 echo "[test] test JVMs' class archive: $(.venv/bin/python tests/harness/jvm_archive.py 2>&1 | tail -1)"
+# bytecode: every process of the run (the xdist workers, the ~150+ broker and other subprocesses, the
+# Spark Python workers) imports compactmq; with PYTHONDONTWRITEBYTECODE set (as on CI) none of them
+# finds a .pyc in a fresh clone and each compiles src/ again, about 1 s of CPU a process, and each
+# worker rewrites the tests' asserts again (pytest only reads its cache then). So the run writes
+# bytecode (__pycache__ is ignored by git), compiled once here before the workers start.
+unset PYTHONDONTWRITEBYTECODE
+.venv/bin/python -m compileall -q src tests >/dev/null
 workers="${COMPACTMQ_TEST_WORKERS:-4}"
 report="$(mktemp -d)/junit.xml"
 rc=0
