@@ -20,6 +20,7 @@ wrote those ports into the broker's configuration (an advertised listener names 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -142,7 +143,9 @@ class BrokerProcess:
             line = self.proc.stdout.readline()
             if b"ready" in line:
                 return
-            if not line and self.proc.poll() is not None:
+            if not line:  # end of its stdout: the broker is exiting; its status tells why
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(10)
                 break
         tail = self.log_path.read_bytes()[log_start:].decode(errors="replace")
         if self.proc.poll() is not None and _port_taken(tail):
