@@ -22,6 +22,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import children  # tests/ is on sys.path in a test run
+except ImportError:  # imported as tests.storage.metadata_store.zk_server by a bench script
+    from tests import children
+
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 
 
@@ -72,7 +77,10 @@ class ZooKeeperServer:
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", self.classpath,
              "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # dies with the thread that started it: a worker that crashed (the official client's
+            # C++ library in ``Client.close``) never tears its session fixtures down, and its
+            # ZooKeeper used to live on as an orphan
+            **children.keep(stdout=log, stderr=subprocess.STDOUT),
         )  # fmt: skip
         log.close()
         deadline = time.monotonic() + timeout
