@@ -25,7 +25,7 @@ A lookup run has its own one-task shape (``lookup_job``); other strategies keep 
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -51,6 +51,35 @@ def suits(plan: RunPlan, max_bytes: int = FUSED_MAX_BYTES) -> bool:
     return size is not None and size <= max_bytes
 
 
+def latest_of_groups(
+    plan: RunPlan,
+    groups: Iterable[int],
+    counter=None,
+    keyless_counter=None,
+    *,
+    check: Callable[[], None] = lambda: None,
+    after_group: Optional[Callable[[int], None]] = None,
+):
+    """The groups ``groups`` of ``plan`` parsed and combined, in the calling thread, into one row
+    per key (its latest message, tombstones included: ``message_rows.LatestCombiner``); each
+    group's parsed messages counted into ``counter`` and its retained keyless ones into
+    ``keyless_counter``. ``check`` is called before each group (it raises to stop),
+    ``after_group`` after it."""
+    combiner = mr.LatestCombiner()
+    for g in groups:
+        check()
+        stats: dict = {}
+        for rows in tasks.group_rows(plan, g, stats):
+            combiner.add(rows)
+        if counter is not None:
+            counter.add(stats.get("messages", 0))
+        if keyless_counter is not None:
+            keyless_counter.add(stats.get("keyless", 0))
+        if after_group is not None:
+            after_group(g)
+    return combiner.rows()
+
+
 def keep_latest_parts(
     plan: RunPlan,
     counter=None,
@@ -63,19 +92,9 @@ def keep_latest_parts(
     into the latest row per key, the plan's cuts, phase two of every group with survivors; the
     part descriptions (not normalized: ``inprocess.normalized``). ``check`` is called between
     steps (it raises to stop), ``after_group`` after each group is parsed."""
-    combiner = mr.LatestCombiner()
-    for g in range(len(plan.groups)):
-        check()
-        stats: dict = {}
-        for rows in tasks.group_rows(plan, g, stats):
-            combiner.add(rows)
-        if counter is not None:
-            counter.add(stats.get("messages", 0))
-        if keyless_counter is not None:
-            keyless_counter.add(stats.get("keyless", 0))
-        if after_group is not None:
-            after_group(g)
-    latest = combiner.rows()
+    latest = latest_of_groups(
+        plan, range(len(plan.groups)), counter, keyless_counter, check=check, after_group=after_group
+    )
     tomb = (latest.flags & es.FLAG_TOMBSTONE) != 0
     live = ~tomb
     if plan.tombstones_from is not None:

@@ -121,19 +121,9 @@ def new_latest(plan: RunPlan, fresh: list[int], counter=None, keyless_counter=No
     """In one task: the new groups ``fresh`` parsed and combined to one row per key (its latest
     message, tombstones included); the messages parsed counted into ``counter``, the retained
     keyless ones into ``keyless_counter``."""
-    from .. import message_rows as mr
-    from .. import tasks
+    from .fused import latest_of_groups
 
-    stats: dict = {}
-    combiner = mr.LatestCombiner()
-    for g in fresh:
-        for part in tasks.group_rows(plan, g, stats):
-            combiner.add(part)
-    if counter is not None:
-        counter.add(stats.get("messages", 0))
-    if keyless_counter is not None:
-        keyless_counter.add(stats.get("keyless", 0))
-    return combiner.rows()
+    return latest_of_groups(plan, fresh, counter, keyless_counter)
 
 
 def _split(spark, plan: RunPlan, fresh: list[int], counter=None, keyless_counter=None) -> list[dict]:
