@@ -144,6 +144,7 @@ class Dispatcher:
         self._ahead: _ReadAhead | None = None
 
     counts_unacked = False  # Shared and Key_Shared stop at maxUnackedMessages*, as Pulsar's do
+    keeps_key_order = False  # Key_Shared: entries of a key waiting for replay hold back later ones
 
     def _unacked_limits(self, subscription) -> tuple[int, int]:
         config = getattr(getattr(getattr(subscription, "topic", None), "service", None), "config", None)
@@ -390,22 +391,29 @@ class Dispatcher:
         return sent
 
     def _deliver_new(self, entries) -> int:
-        """Deliver freshly read entries; subclasses override when order forbids skipping."""
+        """Deliver freshly read entries (Shared, Key_Shared; Exclusive/Failover override it, as
+        their order forbids skipping). An entry no consumer can take now goes to the replay set;
+        with ``keeps_key_order`` (Key_Shared), so does every later entry of a key hash already
+        waiting there, so a key never overtakes its own past."""
         sent = 0
+        waiting = set(self.replay.values()) if self.keeps_key_order else None
         horizon = self.subscription.ack_horizon()
         for position, entry in entries:
             self.read_position = next_position(position)
             if position <= horizon and self.subscription.is_acknowledged(position):
                 continue
             n, key, deliver_at = entry_info(entry)
+            h = self._hash_of(key)
             if deliver_at and self.delays_delivery and deliver_at > self.now_ms():
-                self._delay(position, deliver_at, self._hash_of(key))
+                self._delay(position, deliver_at, h)
                 continue
-            consumer = self._choose(position, key)
+            consumer = None if waiting is not None and h in waiting else self._choose(position, key)
             if consumer is None:
-                self.replay[position] = self._hash_of(key)
+                self.replay[position] = h
+                if waiting is not None:
+                    waiting.add(h)
                 continue
-            self._send(consumer, position, entry, n)
+            self._send(consumer, position, entry, n, h)
             sent += 1
         return sent
 

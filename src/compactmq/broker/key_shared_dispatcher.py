@@ -6,8 +6,8 @@ a hash ring (``AUTO_SPLIT``) or the consumers' declared ranges (``STICKY``), fro
 Two rules keep a key in order:
 
 * an entry whose consumer has no permit goes to the replay set, and so does every later entry
-  with the same key hash until the older ones are sent (``_deliver_new`` keeps the hashes
-  waiting in the replay set);
+  with the same key hash until the older ones are sent (the base ``_deliver_new`` with
+  ``keeps_key_order``);
 * a consumer that joins while entries are pending or waiting receives only entries older than
   its join position until everything before that position is acknowledged (``joined_at``);
   otherwise a key moved to it could overtake its own unacknowledged past. A consumer that allows
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..storage.position import Position
-from .dispatchers import Dispatcher, entry_info, next_position
+from .dispatchers import Dispatcher
 from .selectors import HashRingSelector, StickyRangeSelector, key_hash
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class KeySharedDispatcher(Dispatcher):
     delays_delivery = True
     counts_unacked = True
+    keeps_key_order = True  # the base ``_deliver_new`` holds back later entries of a waiting key
 
     def __init__(self, subscription, source, read_position, sticky: bool = False):
         super().__init__(subscription, source, read_position)
@@ -74,29 +75,6 @@ class KeySharedDispatcher(Dispatcher):
         if at is not None and position >= at:
             return None
         return consumer
-
-    def _deliver_new(self, entries) -> int:
-        sent = 0
-        waiting = set(self.replay.values())
-        horizon = self.subscription.ack_horizon()
-        for position, entry in entries:
-            self.read_position = next_position(position)
-            if position <= horizon and self.subscription.is_acknowledged(position):
-                continue
-            n, key, deliver_at = entry_info(entry)
-            h = key_hash(key)
-            if deliver_at and deliver_at > self.now_ms():
-                self._delay(position, deliver_at, h)
-                continue
-            # an older entry of this key waits in the replay set: this one waits behind it
-            consumer = None if h in waiting else self._choose(position, key)
-            if consumer is None:
-                self.replay[position] = h
-                waiting.add(h)
-                continue
-            self._send(consumer, position, entry, n, h)
-            sent += 1
-        return sent
 
     def _send(self, consumer, position, entry, messages, h=0) -> None:
         self.hashes[position] = h
