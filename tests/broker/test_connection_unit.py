@@ -55,12 +55,18 @@ class FakeTopic:
 
     def __init__(self):
         self.waiting = []
+        self.runs = []
         self.last_sequence_ids = {}
         self.dedup = SimpleNamespace(
             enabled=False, failed=lambda name: None, entry_persisted=lambda pos: None
         )
 
     def publish(self, entry, publish_time, callback):
+        self.waiting.append(callback)
+
+    def publish_run(self, entries, publish_times, callback):
+        # a run's callback takes the position of its first entry (one per SEND read here)
+        self.runs.append(len(entries))
         self.waiting.append(callback)
 
     def remove_producer(self, producer):

@@ -58,7 +58,9 @@ class ServerConnection(asyncio.Protocol):
         self.peer = "?"
         # small frames until CONNECT succeeds (admission.PREAUTH_MAX_FRAME_SIZE), then this
         self._max_frame_size = frames.max_frame_size_for(service.config["maxMessageSize"])
-        self.decoder = frames.FrameDecoder(min(admission.PREAUTH_MAX_FRAME_SIZE, self._max_frame_size))
+        self.decoder = frames.FrameDecoder(
+            min(admission.PREAUTH_MAX_FRAME_SIZE, self._max_frame_size), send_runs=True
+        )
         self._admitted_ip: str | None = None  # counted by service.connection_counter
         self._handshake_handle: asyncio.TimerHandle | None = None
         self._preauth_charged = 0  # bytes of partial frames charged to the pre-CONNECT budget

@@ -59,8 +59,15 @@ class CommandHandler(ProducerCommands, ConsumerCommands):
 
     # --- dispatch and error boundary ---------------------------------------------------------
 
-    def handle(self, frame: "frames.Frame | frames.SendFrame") -> None:
-        if frame.__class__ is frames.SendFrame:  # the hot path: a plain SEND read off the wire
+    def handle(self, frame: "frames.Frame | frames.SendFrame | frames.SendRun") -> None:
+        if frame.__class__ is frames.SendRun:  # the hot path: plain SENDs of one producer
+            try:
+                self.on_send_run(frame)  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - error boundary of these commands
+                for one in frame.frames():  # type: ignore[union-attr]
+                    self._answer_error(one, one.send, exc)
+            return
+        if frame.__class__ is frames.SendFrame:  # a plain SEND read off the wire
             try:
                 self.on_send(frame.send, frame)  # type: ignore[union-attr]
             except Exception as exc:  # noqa: BLE001 - error boundary of one command

@@ -263,6 +263,22 @@ class NonPersistentTopic(Topic):
         if self.closed:
             callback(None, StorageError(f"topic {self.name} is closing"))
             return
+        callback(self._offer(entry), None)
+
+    def publish_run(self, entries: list[bytes], publish_times_ms: list[int], callback) -> None:
+        """As ``Topic.publish_run``: the entries get consecutive ids, one callback."""
+        if self.closed:
+            callback(None, StorageError(f"topic {self.name} is closing"))
+            return
+        first = None
+        for entry in entries:
+            position = self._offer(entry)
+            if first is None:
+                first = position
+        callback(first, None)
+
+    def _offer(self, entry: bytes) -> Position:
+        """Give ``entry`` the next id and to the subscriptions' dispatchers."""
         position = Position(0, next(self._ids))
         self.last_position = position
         messages, key, _ = entry_info(entry)
@@ -271,7 +287,7 @@ class NonPersistentTopic(Topic):
         for sub in list(self.subscriptions.values()):
             if sub.dispatcher is not None:
                 sub.dispatcher.offer(position, entry, messages, key)
-        callback(position, None)
+        return position
 
     def publish_marker(self, callback) -> None:
         callback(None, None)

@@ -143,6 +143,32 @@ class ProducerCommands:
             entry, publish_time, _PendingReceipt(self.conn, producer, sequence_id, highest, last_seq, size)
         )
 
+    def on_send_run(self, run: frames.SendRun) -> None:
+        """Plain SENDs of one producer, read in one go (``frames.SendRun``): their checksums
+        are verified, and they are queued as one run with one receipt object, which writes
+        all their receipts at once. With deduplication on, or no such producer, each SEND
+        takes ``on_send`` as before."""
+        producer = self.producers.get(run.producer_id)
+        topic = producer.topic if producer is not None else None
+        if producer is None or producer.closed or topic.dedup.enabled:  # type: ignore[union-attr]
+            handle = self.handle  # type: ignore[attr-defined]
+            for frame in run.frames():
+                handle(frame)
+            return
+        times = run.publish_times
+        if 0 in times:  # no publish time from the producer: now, as on_send does
+            now = int(time.time() * 1000)
+            times = [t or now for t in times]
+        size = run.size
+        self.conn.reads.add(size)
+        producer.messages_in += run.messages
+        producer.bytes_in += size
+        topic.publish_run(  # type: ignore[union-attr]
+            run.entries,
+            times,
+            _RunReceipts(self.conn, producer, run.receipts, run.last_sequence_id, size),
+        )
+
     def _answer_duplicate(
         self, producer: Producer, sequence_id: int, highest: int | None, last_seq: int
     ) -> None:
@@ -235,5 +261,47 @@ class _PendingReceipt:
                 position[1],  # type: ignore[index]
                 topic.partition_index,
                 self.highest,
+            )
+        )
+
+
+class _RunReceipts:
+    """The answers to a run of SENDs (``on_send_run``), called by the topic once with the
+    position of the run's first entry (the others follow it, one entry id apart) or with the
+    error that failed them all: one receipt write (``wire.send_receipt_frames``) for the run."""
+
+    __slots__ = ("conn", "producer", "receipts", "last_seq", "size")
+
+    def __init__(
+        self, conn: "ServerConnection", producer: Producer, receipts: bytes, last_seq: int, size: int
+    ) -> None:
+        self.conn = conn
+        self.producer = producer
+        self.receipts = receipts
+        self.last_seq = last_seq
+        self.size = size
+
+    def __call__(self, position: Position | None, exc: BaseException | None) -> None:
+        conn, producer = self.conn, self.producer
+        conn.reads.release(self.size)
+        topic = producer.topic
+        if exc is not None:
+            topic.dedup.failed(producer.name)
+            code = exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError
+            text = str(exc)
+            for sequence_id, _ in wire.receipt_fields(self.receipts):
+                conn.send_command(commands.send_error(producer.producer_id, sequence_id, code, text))
+            return
+        seqs = topic.last_sequence_ids
+        if seqs.get(producer.name, -1) < self.last_seq:
+            seqs[producer.name] = self.last_seq
+        ledger_id, first = position  # type: ignore[misc]
+        dedup = topic.dedup
+        if dedup.enabled:  # turned on while the run was being written: count each entry
+            for i in range(len(self.receipts) // 16):
+                dedup.entry_persisted(Position(ledger_id, first + i))
+        conn.write(
+            wire.send_receipt_frames(
+                producer.producer_id, topic.partition_index, ledger_id, first, self.receipts
             )
         )

@@ -113,6 +113,20 @@ class Topic:
         if not self._write_scheduled:
             self._schedule_write()
 
+    def publish_run(
+        self, entries: list[bytes], publish_times_ms: list[int], callback: PublishCallback
+    ) -> None:
+        """``publish`` for consecutive entries of one producer, with one callback for all of
+        them: ``callback(position of the first, None)`` once all are persisted -- they are
+        written together, so the others follow it one entry id apart -- or ``callback(None,
+        error)``. A run is never split between two writes."""
+        if self.closed:
+            callback(None, StorageError(f"topic {self.name} is closing"))
+            return
+        self._queue.append((entries, publish_times_ms, callback))  # type: ignore[arg-type]
+        if not self._write_scheduled:
+            self._schedule_write()
+
     def publish_marker(self, callback: PublishCallback) -> None:
         """Call ``callback(None, None)`` once every SEND queued before it is persisted or
         failed: the answer to a duplicate of a message still being written keeps its place in
@@ -140,11 +154,10 @@ class Topic:
         self._write_scheduled = False
         while self._queue and not self._writing:
             batch = self._take_batch()
-            entries = [e for e, _, _ in batch if e is not None]
+            entries, times = _entries_of(batch)
             if not entries:  # markers only: answered after what was written before them
                 self._unsynced.append((self._written_seq, batch, entries, 0, 0))
                 continue
-            times = [t for e, t, _ in batch if e is not None]
             try:
                 written = self.ledger.try_write_many(entries, times)
             except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
@@ -192,6 +205,10 @@ class Topic:
             self._release(fut.result())
             if self._unsynced and self._unsynced[-1][0] > self.ledger.durable_seq:
                 self._start_sync()  # written after the syncer's last look
+            else:
+                # the loop may have answered everything already (``_write_queued`` releases up
+                # to the durable seq it reads): then only this sync kept the topic publishing
+                self._maybe_idle()
             return
         # the sync failed: what it did not make durable fails, in order (the ledger is fenced)
         self._release(self.ledger.durable_seq)
@@ -232,6 +249,12 @@ class Topic:
             for entry, _, cb in batch:
                 if entry is None:  # a marker (publish_marker)
                     cb(None, None)
+                    continue
+                if entry.__class__ is list:  # a run (publish_run): one callback
+                    n = len(entry)
+                    positions += [_new_tuple(Position, (ledger_id, i)) for i in range(entry_id, entry_id + n)]
+                    cb(_new_tuple(Position, (ledger_id, entry_id)), None)
+                    entry_id += n
                     continue
                 pos = _new_tuple(Position, (ledger_id, entry_id))
                 entry_id += 1
@@ -280,16 +303,23 @@ class Topic:
         if len(queue) == 1:  # one SEND per socket read (a modest rate): no counting
             self._queue = []
             return queue
-        n = 0
+        n = 0  # items taken
+        count = 0  # entries and markers taken
         size = 0
         for entry, _, _ in self._queue:
             if entry is None:
                 n += 1
+                count += 1
                 continue
-            if n and (n >= MAX_APPEND_BATCH_ENTRIES or size + len(entry) > MAX_APPEND_BATCH_BYTES):
+            if entry.__class__ is list:  # a run: taken whole (publish_run)
+                k, nbytes = len(entry), sum(map(len, entry))
+            else:
+                k, nbytes = 1, len(entry)
+            if n and (count >= MAX_APPEND_BATCH_ENTRIES or size + nbytes > MAX_APPEND_BATCH_BYTES):
                 break
             n += 1
-            size += len(entry)
+            count += k
+            size += nbytes
         batch = self._queue[:n]
         del self._queue[:n]
         return batch
@@ -507,6 +537,28 @@ class Topic:
             except Exception:
                 log.exception("closing %s failed", sub)
         self.tail_cache.clear()  # give its bytes back to the broker-wide budget
+
+
+def _entries_of(batch: list) -> tuple[list[bytes], list[int]]:
+    """The entries of a batch taken from the queue and their publish times, in order (markers
+    have none; a run gives all of its own)."""
+    if len(batch) == 1:
+        entry, t, _ = batch[0]
+        if entry is None:
+            return [], []
+        return (entry, t) if entry.__class__ is list else ([entry], [t])
+    entries: list[bytes] = []
+    times: list[int] = []
+    for entry, t, _ in batch:
+        if entry is None:
+            continue
+        if entry.__class__ is list:
+            entries += entry
+            times += t
+        else:
+            entries.append(entry)
+            times.append(t)
+    return entries, times
 
 
 def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):

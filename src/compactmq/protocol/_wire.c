@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* bump when a function's arguments or results change: wire.py refuses a stale build */
-#define WIRE_ABI 3
+#define WIRE_ABI 4
 
 static inline int rd_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *p, uint64_t *v) {
     uint64_t r = 0;
@@ -63,36 +63,46 @@ static int get_span(PyObject *args, Py_buffer *view, Py_ssize_t *start, Py_ssize
     return 0;
 }
 
-/* decode_send(buf, start, end) -> (producer_id, sequence_id, num_messages, highest) | None */
-static PyObject *decode_send(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, end;
-    if (get_span(args, &view, &start, &end)) return NULL;
-    const uint8_t *b = view.buf;
+/* the fields of a plain SEND in the BaseCommand at b[start:end]: 1, or 0 when not that shape */
+static int send_fields(const uint8_t *b, Py_ssize_t start, Py_ssize_t end, uint64_t *pid_out, uint64_t *seq_out,
+                       int64_t *num_out, uint64_t *highest_out) {
     uint64_t size, v, pid = 0, seq = 0, highest = 0;
     int64_t num = 1;
     int have = 0;
     Py_ssize_t p = start + 3;
-    if (end - start < 4 || b[start] != 0x08 || b[start + 1] != 6 || b[start + 2] != 0x32) goto refuse;
-    if (rd_varint(b, end, &p, &size) || size != (uint64_t)(end - p)) goto refuse;
+    if (end - start < 4 || b[start] != 0x08 || b[start + 1] != 6 || b[start + 2] != 0x32) return 0;
+    if (rd_varint(b, end, &p, &size) || size != (uint64_t)(end - p)) return 0;
     while (p < end) {
         uint8_t tag = b[p++];
-        if (rd_varint(b, end, &p, &v)) goto refuse;
+        if (rd_varint(b, end, &p, &v)) return 0;
         switch (tag) {
             case 0x08: pid = v; have |= 1; break;
             case 0x10: seq = v; have |= 2; break;
             case 0x18: num = as_int32(v); break;
             case 0x30: highest = v; break;
-            default: goto refuse;
+            default: return 0;
         }
     }
-    if (have != 3) goto refuse;
+    if (have != 3) return 0;
+    *pid_out = pid;
+    *seq_out = seq;
+    *num_out = num;
+    *highest_out = highest;
+    return 1;
+}
+
+/* decode_send(buf, start, end) -> (producer_id, sequence_id, num_messages, highest) | None */
+static PyObject *decode_send(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end;
+    if (get_span(args, &view, &start, &end)) return NULL;
+    uint64_t pid, seq, highest;
+    int64_t num;
+    int ok = send_fields(view.buf, start, end, &pid, &seq, &num, &highest);
     PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
     return Py_BuildValue("(KKLK)", (unsigned long long)pid, (unsigned long long)seq, (long long)num,
                          (unsigned long long)highest);
-refuse:
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
 }
 
 /* MessageMetadata field number -> accepted wire type (0 varint, 2 length), -1 not accepted */
@@ -266,32 +276,152 @@ static PyObject *py_crc32c(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(c);
 }
 
+/* the publish time of the entry at b[0:n] when it carries magic, a matching CRC and metadata
+   of a shape the scanner accepts: 1; 0 otherwise; -1 with an exception set */
+static int checked_pt(const uint8_t *b, Py_ssize_t n, uint64_t *publish_time) {
+    Py_ssize_t start, end;
+    if (n < 10 || b[0] != 0x0e || b[1] != 0x01) return 0;
+    uint32_t carried = ((uint32_t)b[2] << 24) | ((uint32_t)b[3] << 16) | ((uint32_t)b[4] << 8) | b[5];
+    if (crc32c(b + 6, n - 6) != carried) return 0;
+    if (md_bounds(b, n, &start, &end)) return 0;
+    PyObject *out = scan_md(b, start, end, publish_time);
+    if (out == NULL) return -1;
+    int ok = out != Py_None;
+    Py_DECREF(out);
+    return ok;
+}
+
 /* checked_publish_time(entry) -> the publish time of a SEND's entry that carries magic and a
    matching CRC and whose metadata the scanner accepts; None otherwise (no checksum, a mismatch,
    another shape: the caller takes the general path, which adds the checksum or raises) */
 static PyObject *checked_publish_time(PyObject *self, PyObject *arg) {
     Py_buffer view;
-    Py_ssize_t start, end;
     uint64_t publish_time = 0;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *b = view.buf;
-    Py_ssize_t n = view.len;
-    PyObject *out = NULL;
-    if (n < 10 || b[0] != 0x0e || b[1] != 0x01) goto refuse;
-    uint32_t carried = ((uint32_t)b[2] << 24) | ((uint32_t)b[3] << 16) | ((uint32_t)b[4] << 8) | b[5];
-    if (crc32c(b + 6, n - 6) != carried) goto refuse;
-    if (md_bounds(b, n, &start, &end)) goto refuse;
-    out = scan_md(b, start, end, &publish_time);
-    if (out == NULL || out == Py_None) {
-        PyBuffer_Release(&view);
-        return out;
-    }
-    Py_DECREF(out);
+    int ok = checked_pt(view.buf, view.len, &publish_time);
     PyBuffer_Release(&view);
+    if (ok < 0) return NULL;
+    if (!ok) Py_RETURN_NONE;
     return PyLong_FromUnsignedLongLong(publish_time);
-refuse:
+}
+
+static inline uint32_t rd_be32(const uint8_t *b) {
+    return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
+}
+
+static inline void wr_le64(uint8_t *o, uint64_t v) {
+    for (int i = 0; i < 8; i++) { o[i] = (uint8_t)v; v >>= 8; }
+}
+
+static inline uint64_t rd_le64(const uint8_t *b) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | b[i];
+    return v;
+}
+
+/* split_sends(buf, pos, end, max_frame_size) -> (next_pos, producer_id, entries, publish_times,
+ *   receipts, messages, size, last_sequence_id) | None
+ * The run of complete frames from buf[pos:end] that are plain SENDs of one producer whose entries
+ * carry magic, a matching CRC and plain metadata (what decode_send and checked_publish_time both
+ * accept); it stops before the first frame that is not (or is partial, or breaks the size rules:
+ * the general path then reads it and raises or answers as before). None when the first frame is
+ * not such a SEND. receipts: 16 bytes per message (sequence_id, highest_sequence_id; u64 little
+ * endian) for send_receipt_frames; messages: the sum of num_messages; size: the entries' bytes;
+ * last_sequence_id: the largest of the messages' last sequence ids (highest_sequence_id when
+ * sent, else sequence_id + max(num_messages, 1) - 1; a frame where that passes 2**64 - 1 ends
+ * the run). */
+static PyObject *split_sends(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, end, max_frame;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &pos, &end, &max_frame)) return NULL;
+    if (pos < 0 || end > view.len || pos > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "span outside the buffer");
+        return NULL;
+    }
+    const uint8_t *b = view.buf;
+    PyObject *entries = NULL, *times = NULL, *receipts = NULL;
+    uint8_t stack[16 * 256];
+    uint8_t *meta = stack;
+    Py_ssize_t cap = 256, count = 0, size = 0;
+    uint64_t first_pid = 0, last_seq = 0;
+    int64_t messages = 0;
+    while (end - pos >= 4) {
+        uint32_t total = rd_be32(b + pos);
+        if ((Py_ssize_t)total > max_frame || total < 4 || (Py_ssize_t)total > end - pos - 4) break;
+        Py_ssize_t fstart = pos + 4, fend = fstart + (Py_ssize_t)total;
+        uint32_t cmd_size = rd_be32(b + fstart);
+        Py_ssize_t cs = fstart + 4;
+        if ((Py_ssize_t)cmd_size >= fend - cs) break; /* no entry after the command, or too long */
+        Py_ssize_t ce = cs + (Py_ssize_t)cmd_size;
+        uint64_t pid, seq, highest, pt = 0;
+        int64_t num;
+        if (!send_fields(b, cs, ce, &pid, &seq, &num, &highest)) break;
+        if (count && pid != first_pid) break;
+        int ok = checked_pt(b + ce, fend - ce, &pt);
+        if (ok < 0) goto fail;
+        if (!ok) break;
+        uint64_t last = highest;
+        if (!highest) {
+            uint64_t extra = num > 1 ? (uint64_t)(num - 1) : 0;
+            if (seq > UINT64_MAX - extra) break; /* past 64 bits: the general path keeps Python's ints */
+            last = seq + extra;
+        }
+        if (entries == NULL) {
+            entries = PyList_New(0);
+            times = PyList_New(0);
+            if (entries == NULL || times == NULL) goto fail;
+        }
+        PyObject *entry = PyBytes_FromStringAndSize((const char *)b + ce, fend - ce);
+        if (entry == NULL) goto fail;
+        int err = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (err) goto fail;
+        PyObject *t = PyLong_FromUnsignedLongLong(pt);
+        if (t == NULL) goto fail;
+        err = PyList_Append(times, t);
+        Py_DECREF(t);
+        if (err) goto fail;
+        if (count == cap) {
+            uint8_t *bigger = PyMem_Malloc((size_t)cap * 2 * 16);
+            if (bigger == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(bigger, meta, (size_t)count * 16);
+            if (meta != stack) PyMem_Free(meta);
+            meta = bigger;
+            cap *= 2;
+        }
+        wr_le64(meta + 16 * count, seq);
+        wr_le64(meta + 16 * count + 8, highest);
+        if (!count || last > last_seq) last_seq = last;
+        first_pid = pid;
+        count++;
+        messages += num;
+        size += fend - ce;
+        pos = fend;
+    }
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    if (!count) {
+        if (meta != stack) PyMem_Free(meta);
+        Py_RETURN_NONE;
+    }
+    receipts = PyBytes_FromStringAndSize((const char *)meta, count * 16);
+    if (meta != stack) PyMem_Free(meta);
+    if (receipts == NULL) {
+        Py_DECREF(entries);
+        Py_DECREF(times);
+        return NULL;
+    }
+    return Py_BuildValue("(nKNNNLnK)", pos, (unsigned long long)first_pid, entries, times, receipts,
+                         (long long)messages, size, (unsigned long long)last_seq);
+fail:
+    PyBuffer_Release(&view);
+    if (meta != stack) PyMem_Free(meta);
+    Py_XDECREF(entries);
+    Py_XDECREF(times);
+    return NULL;
 }
 
 static inline void put_u32(uint8_t *out, uint32_t v) {
@@ -318,20 +448,10 @@ static Py_ssize_t message_id(uint8_t *out, uint64_t ledger, uint64_t entry, int6
     return n;
 }
 
-/* send_receipt_frame(producer_id, sequence_id, ledger_id, entry_id, partition, highest|None) */
-static PyObject *send_receipt_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "send_receipt_frame takes 6 arguments");
-        return NULL;
-    }
-    uint64_t pid, seq, ledger, entry, highest = 0;
-    if (u64_of(args[0], &pid) || u64_of(args[1], &seq) || u64_of(args[2], &ledger) || u64_of(args[3], &entry))
-        return NULL;
-    long partition = PyLong_AsLong(args[4]);
-    if (partition == -1 && PyErr_Occurred()) return NULL;
-    int has_highest = args[5] != Py_None;
-    if (has_highest && u64_of(args[5], &highest)) return NULL;
-    uint8_t mid[40], inner[100], out[120];
+/* a framed SEND_RECEIPT at out (room for 120 bytes); its length */
+static Py_ssize_t receipt(uint8_t *out, uint64_t pid, uint64_t seq, uint64_t ledger, uint64_t entry, long partition,
+                          int has_highest, uint64_t highest) {
+    uint8_t mid[40], inner[100];
     Py_ssize_t m = message_id(mid, ledger, entry, (int64_t)(int32_t)partition, 0, 0);
     Py_ssize_t n = 0;
     inner[n++] = 0x08;
@@ -355,7 +475,62 @@ static PyObject *send_receipt_frame(PyObject *self, PyObject *const *args, Py_ss
     c += n;
     put_u32(out, (uint32_t)(c - 4));
     put_u32(out + 4, (uint32_t)(c - 8));
+    return c;
+}
+
+/* send_receipt_frame(producer_id, sequence_id, ledger_id, entry_id, partition, highest|None) */
+static PyObject *send_receipt_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "send_receipt_frame takes 6 arguments");
+        return NULL;
+    }
+    uint64_t pid, seq, ledger, entry, highest = 0;
+    if (u64_of(args[0], &pid) || u64_of(args[1], &seq) || u64_of(args[2], &ledger) || u64_of(args[3], &entry))
+        return NULL;
+    long partition = PyLong_AsLong(args[4]);
+    if (partition == -1 && PyErr_Occurred()) return NULL;
+    int has_highest = args[5] != Py_None;
+    if (has_highest && u64_of(args[5], &highest)) return NULL;
+    uint8_t out[120];
+    Py_ssize_t c = receipt(out, pid, seq, ledger, entry, partition, has_highest, highest);
     return PyBytes_FromStringAndSize((const char *)out, c);
+}
+
+/* send_receipt_frames(producer_id, partition, ledger_id, first_entry_id, receipts) -> bytes: the
+   SEND_RECEIPTs of a run (receipts as split_sends gives them: a highest_sequence_id of 0 is not
+   sent), the i-th for entry first_entry_id + i, one after the other */
+static PyObject *send_receipt_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "send_receipt_frames takes 5 arguments");
+        return NULL;
+    }
+    uint64_t pid, ledger, first;
+    if (u64_of(args[0], &pid) || u64_of(args[2], &ledger) || u64_of(args[3], &first)) return NULL;
+    long partition = PyLong_AsLong(args[1]);
+    if (partition == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (view.len % 16) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "receipts: 16 bytes per message");
+        return NULL;
+    }
+    Py_ssize_t count = view.len / 16;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 120);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    const uint8_t *m = view.buf;
+    Py_ssize_t c = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t seq = rd_le64(m + 16 * i), highest = rd_le64(m + 16 * i + 8);
+        c += receipt(o + c, pid, seq, ledger, first + (uint64_t)i, partition, highest != 0, highest);
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, c) < 0) return NULL;
+    return out;
 }
 
 /* message_frame_header(consumer_id, ledger_id, entry_id, partition, redelivery_count, ack_set,
@@ -568,6 +743,9 @@ static PyMethodDef methods[] = {
      "the headers, offsets and publish times of a run of ledger records"},
     {"send_receipt_frame", (PyCFunction)(void (*)(void))send_receipt_frame, METH_FASTCALL,
      "a framed SEND_RECEIPT"},
+    {"send_receipt_frames", (PyCFunction)(void (*)(void))send_receipt_frames, METH_FASTCALL,
+     "the framed SEND_RECEIPTs of a run of SENDs"},
+    {"split_sends", split_sends, METH_VARARGS, "a run of plain, checksummed SENDs of one producer, or None"},
     {"message_frame_header", (PyCFunction)(void (*)(void))message_frame_header, METH_FASTCALL,
      "the framed head of a MESSAGE"},
     {NULL, NULL, 0, NULL},

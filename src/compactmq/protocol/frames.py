@@ -71,6 +71,7 @@ _MAGIC_CRC = struct.Struct(">HI")
 _MAGIC_SIZE = struct.Struct(">HI")
 
 _HEADER_SIZE = 4  # the total_size field itself
+_split_sends = wire.split_sends
 _MIN_TOTAL_SIZE = 4  # a frame holds at least command_size
 
 # BaseCommand.Type value -> name of the BaseCommand field holding that command (the field
@@ -142,13 +143,24 @@ class FrameDecoder:
             :func:`max_frame_size_for`.
         verify_checksums: also verify the CRC of every checksummed entry and raise
             ChecksumError (fatal, like any decoder error). Off by default; see the module notes.
+        send_runs: hand consecutive plain SENDs of one producer over as one :class:`SendRun`
+            (read by :func:`wire.split_sends`) instead of a :class:`SendFrame` each; the frames
+            a run stops before are decoded one by one as usual. Ignored with
+            ``verify_checksums``.
     """
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, verify_checksums: bool = False):
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        *,
+        verify_checksums: bool = False,
+        send_runs: bool = False,
+    ):
         if max_frame_size < 8:
             raise ValueError("max_frame_size must leave room for the size fields")
         self.max_frame_size = max_frame_size
         self.verify_checksums = verify_checksums
+        self.send_runs = send_runs
         self._buffer = bytearray()
         self._error: ProtocolError | None = None
 
@@ -166,46 +178,81 @@ class FrameDecoder:
         self._buffer = bytearray()
         return unread
 
-    def feed(self, data: bytes) -> list["Frame | SendFrame"]:
+    def feed(self, data: bytes) -> list["Frame | SendFrame | SendRun"]:
         if self._error is not None:
             raise self._error
-        # Frames are cut straight out of ``data`` when nothing is pending (the usual case): only
-        # the tail of a partial frame is kept in the buffer, so bytes are not copied twice.
-        if self._buffer:
-            buf: bytes | bytearray = self._buffer
-            buf += data
-        else:
-            buf = data if data.__class__ is bytes else bytes(data)
-        frames: list[Frame | SendFrame] = []
-        pos = 0
-        end = len(buf)
+        # Frames are cut straight out of ``data``: a frame left partial by the previous call is
+        # completed with just the bytes it lacks, so the rest of ``data`` is never copied into a
+        # buffer (and a SendRun may keep ``data`` itself, which nothing mutates).
+        frames: list[Frame | SendFrame | SendRun] = []
+        buf = data if data.__class__ is bytes else bytes(data)
         try:
-            while end - pos >= _HEADER_SIZE:
-                (total,) = _U32.unpack_from(buf, pos)
-                if total > self.max_frame_size:
-                    raise _protocol_error(
-                        f"frame of {total} bytes exceeds the limit of {self.max_frame_size} bytes",
-                        server_error=ServerError.NotAllowedError,
-                    )
-                if total < _MIN_TOTAL_SIZE:
-                    raise _protocol_error(f"frame size {total} is too small to hold a command")
-                if end - pos - _HEADER_SIZE < total:
-                    break  # wait for the rest of the frame
-                start = pos + _HEADER_SIZE
-                pos = start + total
-                frames.append(self._decode_frame(buf, start, pos))
+            pos = self._complete_pending(buf, frames) if self._buffer else 0
+            if pos is None:
+                return frames  # all of ``data`` went into the partial frame
+            pos = self._split(buf, pos, frames)
         except ProtocolError as err:
             # Frames decoded before the bad one are dropped with the stream: the connection
             # is closing and nothing after a framing error can be trusted.
             self._error = err
             self._buffer = bytearray()
             raise
-        if buf.__class__ is bytes:
-            if pos < end:
-                self._buffer = bytearray(memoryview(buf)[pos:])
-        elif pos:  # a bytearray (``__class__ is`` above, for speed, is a check mypy cannot narrow)
-            del buf[:pos]  # type: ignore[union-attr]
+        if pos < len(buf):
+            self._buffer = bytearray(memoryview(buf)[pos:])
         return frames
+
+    def _complete_pending(self, data: bytes, frames: list) -> int | None:
+        """Add to the partial frame held back the bytes of ``data`` it lacks; decode it once
+        whole. Returns where the rest of ``data`` starts, or None when all of it was taken."""
+        pending = self._buffer
+        at = 0
+        if len(pending) < _HEADER_SIZE:
+            at = min(len(data), _HEADER_SIZE - len(pending))
+            pending += data[:at]
+            if len(pending) < _HEADER_SIZE:
+                return None
+        (total,) = _U32.unpack_from(pending, 0)
+        self._check_total(total)
+        missing = _HEADER_SIZE + total - len(pending)
+        take = min(missing, len(data) - at)
+        pending += data[at : at + take]
+        if take < missing:
+            return None
+        self._buffer = bytearray()
+        frame = bytes(pending)
+        self._split(frame, 0, frames)  # exactly this one frame
+        return at + take
+
+    def _check_total(self, total: int) -> None:
+        if total > self.max_frame_size:
+            raise _protocol_error(
+                f"frame of {total} bytes exceeds the limit of {self.max_frame_size} bytes",
+                server_error=ServerError.NotAllowedError,
+            )
+        if total < _MIN_TOTAL_SIZE:
+            raise _protocol_error(f"frame size {total} is too small to hold a command")
+
+    def _split(self, buf: bytes, pos: int, frames: list) -> int:
+        """Decode the complete frames of ``buf`` from ``pos`` into ``frames``; returns where the
+        first incomplete one starts (``len(buf)`` when none is)."""
+        end = len(buf)
+        runs = self.send_runs and not self.verify_checksums
+        max_frame_size = self.max_frame_size
+        while end - pos >= _HEADER_SIZE:
+            if runs:
+                run = _split_sends(buf, pos, end, max_frame_size)
+                if run is not None:
+                    frames.append(SendRun(buf, pos, run))
+                    pos = run[0]
+                    continue
+            (total,) = _U32.unpack_from(buf, pos)
+            self._check_total(total)
+            if end - pos - _HEADER_SIZE < total:
+                break  # wait for the rest of the frame
+            start = pos + _HEADER_SIZE
+            pos = start + total
+            frames.append(self._decode_frame(buf, start, pos))
+        return pos
 
     def _decode_frame(self, buf: bytes | bytearray, start: int, end: int) -> "Frame | SendFrame":
         (cmd_size,) = _U32.unpack_from(buf, start)
@@ -270,6 +317,67 @@ class SendFrame:
 
     def body(self) -> pb.CommandSend:
         return self.command.send
+
+
+class SendRun:
+    """Consecutive plain SENDs of one producer, read in one call (:func:`wire.split_sends`):
+    the per-message work of the hot path done once per run. ``entries`` and ``publish_times``
+    (0 when the producer set none) in order; ``receipts`` for :func:`wire.send_receipt_frames`;
+    ``messages`` the sum of the SENDs' ``num_messages``; ``size`` the entries' bytes;
+    ``last_sequence_id`` the largest last sequence id among them. Every entry carries a
+    matching checksum. ``frames()`` gives the same SENDs as the :class:`SendFrame` objects the
+    decoder would have made one by one, for the paths that take them one at a time."""
+
+    __slots__ = (
+        "_buf",
+        "_start",
+        "end",
+        "producer_id",
+        "entries",
+        "publish_times",
+        "receipts",
+        "messages",
+        "size",
+        "last_sequence_id",
+    )
+    type = BaseCommand.SEND
+    type_name = "SEND"
+
+    def __init__(self, buf: bytes, start: int, run: tuple) -> None:
+        self._buf = buf
+        self._start = start
+        (
+            self.end,
+            self.producer_id,
+            self.entries,
+            self.publish_times,
+            self.receipts,
+            self.messages,
+            self.size,
+            self.last_sequence_id,
+        ) = run
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def frames(self) -> list["SendFrame"]:
+        out: list[SendFrame] = []
+        pos, buf = self._start, self._buf
+        while pos < self.end:
+            (total,) = _U32.unpack_from(buf, pos)
+            (cmd_size,) = _U32.unpack_from(buf, pos + 4)
+            cmd_start = pos + 8
+            cmd_end = cmd_start + cmd_size
+            pos += _HEADER_SIZE + total
+            send = wire.decode_send(buf, cmd_start, cmd_end)
+            assert send is not None  # split_sends accepted it
+            out.append(SendFrame(send, buf[cmd_end:pos], buf[cmd_start:cmd_end]))
+        return out
+
+    @property
+    def command(self) -> pb.BaseCommand:
+        """The first SEND's command (a run refused as a whole is answered about it)."""
+        return self.frames()[0].command
 
 
 def decode_command(data: bytes | memoryview) -> pb.BaseCommand:

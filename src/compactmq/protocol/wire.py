@@ -41,6 +41,7 @@ import crc32c as _crc32c
 _MASK64 = (1 << 64) - 1
 _SIZES = struct.Struct(">II")
 _U32 = struct.Struct(">I")
+_RECEIPT = struct.Struct("<QQ")  # a run's receipt fields per message: sequence id, highest (0: none)
 
 # BaseCommand.Type values and their field numbers (equal; see pulsar.proto)
 SEND = 6
@@ -49,7 +50,7 @@ MESSAGE = 9
 
 _VARINT, _LEN = 0, 2
 
-ABI = 3  # WIRE_ABI in _wire.c
+ABI = 4  # WIRE_ABI in _wire.c
 
 
 def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -405,6 +406,69 @@ def metadata_bounds(entry, offset: int = 0) -> tuple[int, int] | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Runs of SENDs: many frames in one call, their receipts in one call
+# ---------------------------------------------------------------------------------------------
+
+
+def _py_split_sends(buf, pos: int, end: int, max_frame_size: int) -> tuple | None:
+    """The run of plain SENDs of one producer at ``buf[pos:end]`` (see :func:`split_sends`)."""
+    entries: list[bytes] = []
+    times: list[int] = []
+    receipts: list[bytes] = []
+    producer_id = last_seq = 0
+    messages = size = 0
+    while end - pos >= 4:
+        (total,) = _U32.unpack_from(buf, pos)
+        if total > max_frame_size or total < 4 or total > end - pos - 4:
+            break  # the general path raises, or waits for the rest of the frame
+        start = pos + 4
+        frame_end = start + total
+        (cmd_size,) = _U32.unpack_from(buf, start)
+        cmd_start = start + 4
+        if cmd_size >= frame_end - cmd_start:
+            break  # no entry after the command (or a command longer than its frame)
+        cmd_end = cmd_start + cmd_size
+        fields = _py_decode_send(buf, cmd_start, cmd_end)
+        if fields is None or (entries and fields[0] != producer_id):
+            break
+        entry = bytes(buf[cmd_end:frame_end])
+        publish_time = _py_checked_publish_time(entry)
+        if publish_time is None:
+            break
+        pid, seq, num, highest = fields
+        last = highest if highest else seq + max(num, 1) - 1
+        if last > _MASK64:
+            break  # past 64 bits: the general path keeps Python's ints
+        if not entries or last > last_seq:
+            last_seq = last
+        producer_id = pid
+        entries.append(entry)
+        times.append(publish_time)
+        receipts.append(_RECEIPT.pack(seq, highest))
+        messages += num
+        size += len(entry)
+        pos = frame_end
+    if not entries:
+        return None
+    return pos, producer_id, entries, times, b"".join(receipts), messages, size, last_seq
+
+
+def _py_send_receipt_frames(
+    producer_id: int, partition: int, ledger_id: int, first_entry_id: int, receipts
+) -> bytes:
+    """The SEND_RECEIPTs of a run, one after the other (see :func:`send_receipt_frames`)."""
+    return b"".join(
+        _py_send_receipt_frame(producer_id, seq, ledger_id, first_entry_id + i, partition, highest or None)
+        for i, (seq, highest) in enumerate(_RECEIPT.iter_unpack(receipts))
+    )
+
+
+def receipt_fields(receipts: bytes) -> list[tuple[int, int | None]]:
+    """(sequence_id, highest_sequence_id or None) of each message of a run's ``receipts``."""
+    return [(seq, highest or None) for seq, highest in _RECEIPT.iter_unpack(receipts)]
+
+
+# ---------------------------------------------------------------------------------------------
 # The two implementations, and the one in use
 # ---------------------------------------------------------------------------------------------
 
@@ -416,6 +480,8 @@ PYTHON = SimpleNamespace(
     checked_publish_time=_py_checked_publish_time,
     send_receipt_frame=_py_send_receipt_frame,
     message_frame_header=_py_message_frame_header,
+    split_sends=_py_split_sends,
+    send_receipt_frames=_py_send_receipt_frames,
 )
 
 
@@ -437,6 +503,8 @@ def _load_native() -> SimpleNamespace | None:
         crc32c=_wire.crc32c,
         send_receipt_frame=_wire.send_receipt_frame,
         message_frame_header=_wire.message_frame_header,
+        split_sends=_wire.split_sends,
+        send_receipt_frames=_wire.send_receipt_frames,
         # ledger records (storage.ledger_file holds their format and the Python twins)
         record_header=_wire.record_header,
         frame_records=_wire.frame_records,
@@ -461,6 +529,25 @@ send_receipt_frame = IMPLEMENTATION.send_receipt_frame
 """``send_receipt_frame(producer_id, sequence_id, ledger_id, entry_id, partition=-1,
 highest_sequence_id=None)``: a framed SEND_RECEIPT, byte for byte what
 ``encode_command(commands.send_receipt(...))`` writes."""
+
+split_sends = IMPLEMENTATION.split_sends
+"""``split_sends(buf, pos, end, max_frame_size)``: the run of complete frames from ``buf[pos:end]``
+that are plain SENDs (what :func:`decode_send` accepts) of one producer, each entry carrying
+magic, a matching CRC and metadata of a plain shape (what :func:`checked_publish_time`
+accepts), as ``(next_pos, producer_id, entries, publish_times, receipts, messages, size,
+last_sequence_id)``; None when the first frame is not such a SEND. The run stops before the
+first frame that is not (another command, another producer, a partial frame, a frame over
+``max_frame_size``, a checksum that does not match): the general path reads that one, and
+raises or answers exactly as it would have. ``entries`` are copies (bytes), ``publish_times``
+the metadata's (0 when the producer set none); ``receipts`` 16 bytes per message for
+:func:`send_receipt_frames`; ``messages`` the sum of ``num_messages``; ``size`` the entries'
+bytes; ``last_sequence_id`` the largest last sequence id of the run (``highest_sequence_id``
+when sent, else ``sequence_id + max(num_messages, 1) - 1``)."""
+
+send_receipt_frames = IMPLEMENTATION.send_receipt_frames
+"""``send_receipt_frames(producer_id, partition, ledger_id, first_entry_id, receipts)``: the
+framed SEND_RECEIPTs of a run whose entries have the ids ``first_entry_id, +1, ...``, one after
+the other; byte for byte the ``send_receipt_frame`` of each."""
 
 message_frame_header = IMPLEMENTATION.message_frame_header
 """``message_frame_header(consumer_id, ledger_id, entry_id, partition, redelivery_count, ack_set,
