@@ -6,7 +6,10 @@ topic (a retried request gets the same answer; an exclusive claim held by a sile
 taken over, see ``peer_liveness``; WaitForExclusive answers "not ready" first). SEND is the hot
 path: the entry's checksum is verified, deduplication decides, and the topic persists it; the
 receipt (``_PendingReceipt``) is written when the entry is persisted, or a SEND_ERROR when it
-failed.
+failed. The SENDs of one producer that a socket read brings together arrive as a
+``frames.SendRun`` (checksums verified while decoding): ``on_send_run`` queues them as one run
+(``Topic.publish_run``) with one ``_RunReceipts``, which writes all their receipts in one go;
+with deduplication on they go one by one through ``on_send``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ Who checks what:
   a known type with its command set and complete, an entry exactly where one belongs. Any
   failure is a :class:`~compactmq.errors.ProtocolError` (the stream can no longer be trusted,
   the connection closes) and the decoder stays failed.
+* With ``send_runs`` (the broker's connections) consecutive plain SENDs of one producer come
+  out as one :class:`SendRun` (:func:`wire.split_sends`), whose entries' checksums are already
+  verified; a frame the run cannot take is decoded alone, as below.
 * It does not verify entry checksums by default: the broker calls :func:`ensure_checksummed` on
   each SEND entry, so a corrupt message gets a SEND_ERROR (ChecksumError) while the connection
   stays up, which is how Pulsar brokers answer it and how the client expects it.
