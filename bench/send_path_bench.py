@@ -1,0 +1,218 @@
+"""The broker's work per published message on the SEND path, in process: figures that hold up
+on a busy machine.
+
+A real ``BrokerService`` over a real ``Storage`` (fsync on, the default) with a
+``ServerConnection`` whose transport only counts bytes; a producer attached with PRODUCER; then
+``--messages`` plain SENDs (100 B payloads, metadata as the official client writes it) fed to
+``data_received`` ``B`` at a time, for B in ``--per-read`` (how many SENDs one socket read
+brings: 1 on an idle broker, tens to hundreds under load). The loop turns between reads and
+the topic is drained every 20 reads. Per message:
+
+- ``loop_cpu_us``: CPU time of the event-loop thread (``time.thread_time``; the sync runs in a
+  pool thread and is not counted), median of 3 runs;
+- ``python_calls``: Python function calls (cProfile's count, built-ins included) -- exact,
+  whatever the load.
+
+``--main-src DIR`` runs the same in a child process with ``PYTHONPATH=DIR`` (another checkout's
+``src``) for before/after figures in one run.
+
+    .venv/bin/python bench/send_path_bench.py --main-src /tmp/main/src
+Writes bench/results/send_path.json (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountingTransport:
+    def __init__(self) -> None:
+        self.written = 0
+        self.closed = False
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 1234)
+
+    def write(self, data) -> None:
+        self.written += len(data)
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.written += len(chunk)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def _send(seq: int, payload: bytes) -> bytes:
+    from compactmq.protocol import frames
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    md = pb.MessageMetadata(producer_name="bench-0-1", sequence_id=seq, publish_time=1_795_000_000_000 + seq)
+    body = pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1)
+    return frames.encode_with_entry(
+        pb.BaseCommand(type=pb.BaseCommand.SEND, send=body), frames.build_entry(md, payload)
+    )
+
+
+async def _one(service, name: str, per_read: int, n: int, profile: bool) -> tuple[float, float]:
+    from compactmq.broker.connection import ServerConnection
+    from compactmq.protocol import frames
+    from compactmq.protocol import pulsar_pb2 as pb
+
+    conn = ServerConnection(service)
+    conn.connection_made(CountingTransport())
+    connect = pb.CommandConnect(client_version="bench", protocol_version=21)
+    conn.data_received(frames.encode_command(pb.BaseCommand(type=pb.BaseCommand.CONNECT, connect=connect)))
+    producer = pb.CommandProducer(topic=name, producer_id=1, request_id=1)
+    conn.data_received(frames.encode_command(pb.BaseCommand(type=pb.BaseCommand.PRODUCER, producer=producer)))
+    while 1 not in conn.handler.producers:
+        await asyncio.sleep(0.005)
+    topic = conn.handler.producers[1].topic
+    sends = [_send(seq, b"x" * 100) for seq in range(n)]
+    reads = [b"".join(sends[i : i + per_read]) for i in range(0, n, per_read)]
+    prof = cProfile.Profile() if profile else None
+    began = time.thread_time()
+    if prof is not None:
+        prof.enable()
+    for i, data in enumerate(reads):
+        conn.data_received(data)
+        await asyncio.sleep(0)  # the loop turns: the write, and the sync's answers
+        if i % 20 == 19:
+            await topic.drain()
+    await topic.drain()
+    if prof is not None:
+        prof.disable()
+    cpu = time.thread_time() - began
+    conn.close()
+    calls = pstats.Stats(prof).total_calls if prof is not None else 0  # type: ignore[attr-defined]
+    return cpu / n * 1e6, calls / n
+
+
+def measure(per_reads: list[int], n: int) -> dict:
+    from compactmq.broker.default_namespace import ensure_default_namespace
+    from compactmq.broker.server import BrokerService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(overrides={"managedLedgerSyncData": True})
+        storage = Storage(os.path.join(tmp, "data"), cfg)
+        ensure_default_namespace(storage.resources, cfg, None)
+        service = BrokerService(cfg, storage, "pulsar://127.0.0.1:1")
+
+        async def run() -> None:
+            k = 0
+            for per_read in per_reads:
+
+                def topic() -> str:
+                    nonlocal k
+                    k += 1
+                    return f"persistent://public/default/send-path-{per_read}-{k}"
+
+                await _one(service, topic(), per_read, 1000, False)  # warm-up
+                cpus = [(await _one(service, topic(), per_read, n, False))[0] for _ in range(3)]
+                _, calls = await _one(service, topic(), per_read, max(1000, n // 4), True)
+                out[str(per_read)] = {
+                    "loop_cpu_us": round(statistics.median(cpus), 2),
+                    "loop_cpu_us_runs": [round(c, 2) for c in cpus],
+                    "python_calls": round(calls, 1),
+                }
+            await service.topics.close_all()
+
+        try:
+            import uvloop
+
+            uvloop.run(run())
+        except ImportError:
+            asyncio.run(run())
+        service.executor.shutdown()
+        storage.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=20_000, help="messages per run (default 20,000)")
+    ap.add_argument("--per-read", default="1,10,100", help="SENDs per socket read (default 1,10,100)")
+    ap.add_argument("--main-src", help="also measure this checkout's src directory (label 'main')")
+    ap.add_argument("--out", help="JSON path (default bench/results/send_path.json)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    per_reads = [int(x) for x in args.per_read.split(",")]
+    if args.child:
+        print(json.dumps(measure(per_reads, args.messages)))
+        return 0
+    labels = {"compactmq": str(ROOT / "src")}
+    if args.main_src:
+        labels["main"] = args.main_src
+    results: dict = {}
+    for label, src in labels.items():
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--messages",
+                str(args.messages),
+                "--per-read",
+                args.per_read,
+            ],
+            env={**os.environ, "PYTHONPATH": src},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results[label] = json.loads(child.stdout.strip().splitlines()[-1])
+        print(label, json.dumps(results[label]), flush=True)
+    out = {
+        "benchmark": "send_path",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "messages": args.messages,
+        "payload_bytes": 100,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        },
+        "notes": "in process: BrokerService + Storage (fsync on), SENDs fed per_read at a time to "
+        "ServerConnection.data_received; loop_cpu_us = event-loop thread CPU per message (median of 3), "
+        "python_calls = cProfile calls per message",
+        "per_read": results,
+    }
+    path = Path(args.out) if args.out else ROOT / "bench" / "results" / "send_path.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
