@@ -144,7 +144,10 @@ def test_the_lead_counts_the_jobs_already_waiting(env):  # noqa: F811
     service, monitor, factory = env(compactionJointMaxTopics=2)
     monitor._job_seconds.append(2.0)
     assert monitor.lag_lead_seconds() == _lead(2.0)
-    # five runs waiting for the one worker: three jobs of at most two topics go first
+    # five runs waiting for the one worker: two jobs of two go first, the third has room for it
     monitor._pending = [[RunProgress(f"persistent://public/default/w{i}", "manual", 0.0)] for i in range(5)]
+    assert monitor.lag_lead_seconds() == _lead(2 * 2.0 + 2.0)
+    # six: three full jobs go first
+    monitor._pending.append([RunProgress("persistent://public/default/w5", "manual", 0.0)])
     assert monitor.lag_lead_seconds() == _lead(3 * 2.0 + 2.0)
     monitor._pending = []
