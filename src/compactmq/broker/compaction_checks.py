@@ -140,7 +140,9 @@ class DueChecks:
             elif self.clock() < until:
                 continue  # an earlier timer was started: sleep until it instead
             else:  # woken for a timer or the interval: how late counts in the check's latency
-                self._check_late = max(0.0, self.clock() - until)
+                # (from when it was asked to wake: a lag topic's due time may have moved into the
+                # past, a job having started; that is not the loop's latency)
+                self._check_late = max(0.0, self.clock() - max(until, now))
             if self.clock() >= next_tick:
                 next_tick = self.clock() + self.interval
             try:
@@ -168,6 +170,7 @@ class DueChecks:
         self.checks += 1
         if self._closing:
             return []
+        self._settle_queue(busy)
         self.lag_bound.judge(self._due.max_lags, self.lag_floor_seconds())  # the queue as read now
         triggered = []
         for topic, reason, priority, size in due:
@@ -185,6 +188,17 @@ class DueChecks:
         self._pump()  # no await since the check: every due topic waits together
         self.lag_bound.check_ended(late + self.clock() - checked)
         return triggered
+
+    def _settle_queue(self, busy: set[str]) -> None:
+        """(event loop) Runs triggered by hand while the check read the topics: the check may
+        have put their deadlines back in the lag queue; a running one is not in it, a queued one
+        is marked so."""
+        for topic in set(self._runs) - busy:
+            if topic in self.lag_queue:
+                if any(run.topic == topic for unit in self._pending for run in unit):
+                    self.lag_queue.queued(topic)
+                else:
+                    self.lag_queue.remove(topic)
 
     def _due_topics(
         self,

@@ -48,7 +48,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   compacted whatever its backlog. A maximum lag is a bound on when a message is in a committed
   view, which the monitor keeps rather than waits for: a topic falls due that much *earlier*,
   the *lead* (``lag_lead_seconds``, ``compaction_lagbound``): the time a run queued now takes to
-  commit -- the check's measured latency, the wait for a busy worker and the longest of the last
+  commit -- the check's measured latency, the wait for a busy worker, the jobs of the lag topics
+  with earlier deadlines (``compaction_lagqueue``: the topics before it in deadline order, by the
+  jobs' bounds and the workers; when a topic is due so are those) and the longest of the last
   jobs -- with a margin, at most the whole lag. When a topic's lag is below the least the
   monitor can keep (a message published just after a run read the topic waits for that run,
   then the lead), it says so once per topic (a WARN line, ``max_lag_status``, a metric) and
