@@ -9,6 +9,9 @@ until the earliest of three things:
 * the earliest lag timer of the watch (``compaction_watch.DueWatch``): an append to a topic with
   a maximum lag starts a timer at the moment the topic falls due, so a max lag is kept without
   checking every topic every interval;
+* the next lag topic due by the queue ahead of it (``compaction_lagqueue.LagQueue.next_due``):
+  a topic's lead grows with the lag topics whose deadlines come before its own, which its
+  timer, set when it was last read, does not know of;
 * a request to check at once: a policy changed over REST (``_policies_changed``), or a run of a
   lag topic ended.
 
