@@ -9,6 +9,9 @@ until the earliest of three things:
 * the earliest lag timer of the watch (``compaction_watch.DueWatch``): an append to a topic with
   a maximum lag starts a timer at the moment the topic falls due, so a max lag is kept without
   checking every topic every interval;
+* the next lag topic due by the queue ahead of it (``compaction_lagqueue.LagQueue.next_due``):
+  a topic's lead grows with the lag topics whose deadlines come before its own, which its
+  timer, set when it was last read, does not know of;
 * a request to check at once: a policy changed over REST (``_policies_changed``), or a run of a
   lag topic ended.
 
@@ -33,6 +36,7 @@ from .compaction_due import lag_lead_ms, overdue
 if TYPE_CHECKING:  # pragma: no cover
     from .compaction_due import DueCheck
     from .compaction_lagbound import LagBound
+    from .compaction_lagqueue import LagPlan, LagQueue
     from .compaction_runs import RunProgress
     from .compaction_watch import DueWatch
 
@@ -52,6 +56,7 @@ class DueChecks:
     interval: float
     watch: "DueWatch"
     lag_bound: "LagBound"
+    lag_queue: "LagQueue"
     checks: int
     _due: "DueCheck"
     _runs: dict[str, "RunProgress"]
@@ -77,6 +82,15 @@ class DueChecks:
 
     def lag_floor_seconds(self) -> float:
         raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def lag_plan(self) -> "LagPlan":
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
+    def _rearm(self) -> None:
+        """(event loop) The lag queue's next due time may be earlier than the check loop sleeps
+        until: it works its sleep out again (no check unless one is due)."""
+        if self._wake is not None:
+            self._wake.set()
 
     def _policies_changed(self, name: str) -> None:
         """(event loop) A topic or namespace policy changed through the admin API: the topics it
@@ -110,6 +124,11 @@ class DueChecks:
             timer = self.watch.next_timer()
             if timer is not None:
                 until = min(until, timer)
+            queued = (
+                self.lag_queue.next_due(int(now * 1000), self.lag_plan()) if len(self.lag_queue) else None
+            )
+            if queued is not None:  # the lag queue's next topic due by its rank
+                until = min(until, queued / 1000)
             self._sleep_until = until
             try:
                 # at least 10 ms: a timer the check cannot take (the broker shutting down) never spins
@@ -124,7 +143,9 @@ class DueChecks:
             elif self.clock() < until:
                 continue  # an earlier timer was started: sleep until it instead
             else:  # woken for a timer or the interval: how late counts in the check's latency
-                self._check_late = max(0.0, self.clock() - until)
+                # (from when it was asked to wake: a lag topic's due time may have moved into the
+                # past, a job having started; that is not the loop's latency)
+                self._check_late = max(0.0, self.clock() - max(until, now))
             if self.clock() >= next_tick:
                 next_tick = self.clock() + self.interval
             try:
@@ -142,17 +163,18 @@ class DueChecks:
             return []
         busy = set(self._runs)
         late, self._check_late = self._check_late, 0.0
-        lead_ms = int(self.lag_lead_seconds() * 1000)
-        floor = self.lag_floor_seconds()
+        plan = self.lag_plan()
+        lead_ms = int(plan.lead_of_jobs(plan.ahead // plan.per_job) * 1000)
         join_ms = int(self.lag_bound.run() * 1000)  # one job's length
         checked = self.clock()
         topics = self.watch.take(checked, join_ms / 1000)
-        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms)
+        due = await self.service.run_blocking(self._due_topics, busy, topics, lead_ms, join_ms, plan)
         timeline = self._due.timeline
         self.checks += 1
         if self._closing:
             return []
-        self.lag_bound.judge(self._due.max_lags, floor)
+        self._settle_queue(busy)
+        self.lag_bound.judge(self._due.max_lags, self.lag_floor_seconds())  # the queue as read now
         triggered = []
         for topic, reason, priority, size in due:
             if topic in self._runs:  # triggered by hand while the check looked
@@ -163,17 +185,36 @@ class DueChecks:
             run.due_at = due_ms / 1000
             self._runs[topic] = run
             self.watch.busy(topic)
+            self.lag_queue.queued(topic)
             self._pending.append([run])
             triggered.append(topic)
         self._pump()  # no await since the check: every due topic waits together
         self.lag_bound.check_ended(late + self.clock() - checked)
         return triggered
 
+    def _settle_queue(self, busy: set[str]) -> None:
+        """(event loop) Runs triggered by hand while the check read the topics: the check may
+        have put their deadlines back in the lag queue; a running one is not in it, a queued one
+        is marked so."""
+        for topic in set(self._runs) - busy:
+            if topic in self.lag_queue:
+                if any(run.topic == topic for unit in self._pending for run in unit):
+                    self.lag_queue.queued(topic)
+                else:
+                    self.lag_queue.remove(topic)
+
     def _due_topics(
-        self, busy: set[str], topics: Optional[list[str]] = None, lead_ms: int = 0, join_ms: int = 0
+        self,
+        busy: set[str],
+        topics: Optional[list[str]] = None,
+        lead_ms: int = 0,
+        join_ms: int = 0,
+        plan: Optional["LagPlan"] = None,
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due (``compaction_due``) among
-        ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now."""
+        ``topics`` (None: all), leaving out those a ``compact-topic`` job compacts right now;
+        with a lag ``plan`` (the monitor's ``lag_plan``), each lag topic's lead is its rank's in
+        the lag queue, and the topics before a due one come along."""
         return self._due.due_topics(
             busy,
             int(self.clock() * 1000),
@@ -183,6 +224,7 @@ class DueChecks:
             retry_ms=int(max(1.0, self.interval) * 1000),
             lead_ms=lead_ms,
             join_ms=join_ms,
+            plan=plan,
         )
 
     def _why_due(self, ml, horizon, threshold: int, max_lag: int, min_lag: int) -> str | None:

@@ -31,7 +31,7 @@ The compaction monitor (``compaction_monitor``) asks this module two questions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from ..compaction.lag import (
     compaction_lag_ms,
@@ -46,6 +46,9 @@ from ..naming import TopicName
 from ..compaction.state import RUNNING
 from ..config.policy_keys import DEFAULT_SETTINGS
 from ..storage import COMPACTION_CURSOR, COMPACTION_MAX_LAG, COMPACTION_MIN_LAG, COMPACTION_THRESHOLD
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compaction_lagqueue import LagPlan
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,7 @@ class DueCheck:
         retry_ms: int = 60_000,
         lead_ms: int = 0,
         join_ms: int = 0,
+        plan: Optional["LagPlan"] = None,
     ) -> list[tuple[str, str, float, int]]:
         """``(topic, why, priority, backlog bytes)`` of every topic due, by size or by age, but
         those in ``busy`` and those ``running_elsewhere`` (a ``compact-topic`` job) says are.
@@ -124,57 +128,125 @@ class DueCheck:
         the storage. ``watch`` (a ``DueWatch``) learns each topic looked at and when to look at
         a topic that is not due yet again: when its lags say it may become due
         (``next_look_ms``), or after ``retry_ms`` when another process is compacting it.
-        ``lead_ms``: how long before its maximum lag a topic is due (``lag_lead_ms``).
+        ``lead_ms``: how long before its maximum lag a topic is due (``lag_lead_ms``); with a
+        ``plan`` (``compaction_lagqueue``) each lag topic's lead is that of its rank in deadline
+        order instead, the deadlines read are kept in the plan's queue, and the topics before a
+        due one in deadline order are read and due with it.
         ``join_ms``: when some topic is due, a topic with a maximum lag that would fall due within
         this long comes along (its priority below 1), so lag topics that fall due a little apart
         share one job instead of drifting into jobs that alternate, each waiting for the other."""
-        due = []
-        joining = []
         self.timeline = {}
         self.max_lags = {}
         namespaces: dict[str, dict] = {}  # the namespaces' policies, read once per check
+        read = []
         for topic in self.storage.topics() if topics is None else topics:
+            entry = self._read(topic, busy, watch, namespaces, plan)
+            if entry is not None:
+                read.append(entry)
+        cut = None
+        if plan is not None:
+            seen = {entry[0] for entry in read}
+            for topic in plan.queue.due(now_ms, plan):  # before a due one: read them too
+                if topic in seen:
+                    continue
+                entry = self._read(topic, busy, watch, namespaces, plan)
+                if entry is not None:
+                    read.append(entry)
+                elif topic in plan.queue:  # busy meanwhile: its run's end is looked at anyway
+                    plan.queue.hold(topic, now_ms + retry_ms)
+            cut = plan.queue.cut(now_ms, plan)  # the prefix's deadlines as they are now
+        due: list = []
+        joining: list = []
+        for entry in read:
             try:
-                if not TopicName.parse(topic).persistent or topic in busy:
-                    continue
-                if watch is not None:
-                    watch.looked_at(topic)
-                threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
-                self.max_lags[topic] = max_lag
-                lead = lag_lead_ms(max_lag, lead_ms)
-                if watch is not None:
-                    watch.lag_policy(
-                        topic,
-                        (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None,
-                        time_only=threshold <= 0 and min_lag <= 0,
-                    )
-                if threshold <= 0 and max_lag <= 0:
-                    continue
-                ml = self.storage.open_managed_ledger(topic, create=False)
-                ensure_compaction_cursor(ml)
-                state = self.state_of(topic)
-                found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms, lead)
-                if found is not None and state.status == RUNNING and running_elsewhere(topic):
-                    if watch is not None:
-                        watch.wake_at(topic, (now_ms + retry_ms) / 1000)
-                elif found is not None:
-                    due.append((topic, *found))
-                    self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
-                    continue
-                if max_lag > 0 and join_ms > 0 and found is None:
-                    soon = overdue(
-                        ml, state.horizon, 0, max_lag, min_lag, now_ms, lag_lead_ms(max_lag, lead + join_ms)
-                    )
-                    if soon is not None:
-                        joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
-                        self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
-                if watch is not None and found is None:
-                    later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
-                    if later is not None:
-                        watch.wake_at(topic, later / 1000)
+                lead = lead_ms if plan is None else _lead_in_plan(plan, entry[0], cut, now_ms)
+                self._decide(entry, now_ms, running_elsewhere, watch, retry_ms, lead, join_ms, due, joining)
             except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
-                log.debug("threshold check of %s skipped: %s", topic, e)
+                log.debug("threshold check of %s skipped: %s", entry[0], e)
+            if plan is not None and entry[0] not in self.timeline and _through(plan, entry[0], cut):
+                plan.queue.hold(entry[0], now_ms + retry_ms)  # the queue said due, the topic is not
         return due + joining if due else due
+
+    def _read(self, topic: str, busy: set[str], watch: Any, namespaces: dict, plan: Optional["LagPlan"]):
+        """``(topic, ledger, state, threshold, max lag, min lag)`` of a topic the check looks at,
+        None for one it skips; a lag topic's deadline goes into ``plan``'s queue."""
+        try:
+            if not TopicName.parse(topic).persistent or topic in busy:
+                return None
+            if watch is not None:
+                watch.looked_at(topic)
+            threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
+            self.max_lags[topic] = max_lag
+            if threshold <= 0 and max_lag <= 0:
+                if watch is not None:
+                    watch.lag_policy(topic, None)
+                if plan is not None:
+                    plan.queue.remove(topic)
+                return None
+            ml = self.storage.open_managed_ledger(topic, create=False)
+            ensure_compaction_cursor(ml)
+            state = self.state_of(topic)
+            if plan is not None:
+                oldest = oldest_uncompacted_publish_ms(ml, state.horizon) if max_lag > 0 else None
+                if oldest is None:
+                    plan.queue.remove(topic)
+                else:
+                    size = ml.size_after(state.horizon) if state.horizon is not None else ml.total_size()
+                    plan.queue.set(topic, oldest + max_lag * 1000, size)
+            return topic, ml, state, threshold, max_lag, min_lag
+        except CompactMQError as e:  # a topic deleted meanwhile, a damaged one: skip it
+            log.debug("threshold check of %s skipped: %s", topic, e)
+            if plan is not None:
+                plan.queue.remove(topic)
+            return None
+
+    def _decide(
+        self, entry, now_ms, running_elsewhere, watch, retry_ms, lead_ms, join_ms, due, joining
+    ) -> None:
+        """Append the topic of ``entry`` (``_read``) to ``due`` or ``joining`` when it is, and
+        tell the ``watch`` when to look at it again."""
+        topic, ml, state, threshold, max_lag, min_lag = entry
+        lead = lag_lead_ms(max_lag, lead_ms)
+        if watch is not None:
+            watch.lag_policy(
+                topic,
+                (max_lag * 1000 - lead) / 1000 if max_lag > 0 else None,
+                time_only=threshold <= 0 and min_lag <= 0,
+            )
+        found = overdue(ml, state.horizon, threshold, max_lag, min_lag, now_ms, lead)
+        if found is not None and state.status == RUNNING and running_elsewhere(topic):
+            if watch is not None:
+                watch.wake_at(topic, (now_ms + retry_ms) / 1000)
+        elif found is not None:
+            due.append((topic, *found))
+            self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
+            return
+        if max_lag > 0 and join_ms > 0 and found is None:
+            soon = overdue(
+                ml, state.horizon, 0, max_lag, min_lag, now_ms, lag_lead_ms(max_lag, lead + join_ms)
+            )
+            if soon is not None:
+                joining.append((topic, f"joins a job, {soon[0]}", 0.0, soon[2]))  # after the due
+                self.timeline[topic] = (*fell_due(ml, state.horizon, max_lag, now_ms, lead), max_lag)
+        if watch is not None and found is None:
+            later = next_look_ms(ml, state.horizon, max_lag, min_lag, now_ms, lead)
+            if later is not None:
+                watch.wake_at(topic, later / 1000)
+
+
+def _through(plan: "LagPlan", topic: str, cut) -> bool:
+    """Whether ``topic`` is in ``plan``'s queue at or before the ``cut`` (``LagQueue.cut``)."""
+    deadline = plan.queue.deadline_of(topic)
+    return cut is not None and deadline is not None and (deadline, topic) <= cut
+
+
+def _lead_in_plan(plan: "LagPlan", topic: str, cut, now_ms: int) -> int:
+    """A lag topic's lead (ms): that of its rank; through the ``cut``, at least up to its
+    deadline (it is due with the topics after it: ``compaction_lagqueue``)."""
+    lead = plan.lead_ms(topic)
+    if _through(plan, topic, cut):
+        lead = max(lead, int(plan.queue.deadline_of(topic) or 0) - now_ms + 1)
+    return lead
 
 
 def _whole(value: Any) -> int:

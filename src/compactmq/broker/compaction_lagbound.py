@@ -7,8 +7,9 @@ after
     check   the check's latency: from the moment the topic falls due (the check loop wakes at
             its lag timer) to its run being queued -- the longest of the last checks' (how late
             the loop woke, plus how long the check took);
-  + wait    the wait for a worker: the rest of the job in flight and the jobs already waiting
-            (the monitor works it out at each check: ``CompactionMonitor.lag_lead_seconds``);
+  + wait    the wait for a worker: the rest of the job in flight, then the jobs of every run
+            that goes before it -- manual and size-triggered runs waiting, and the lag topics
+            with earlier deadlines (``compaction_lagqueue``: the queue ahead of the topic);
   + run     its own job, as long as the longest of the last jobs (a lag bound is a promise
             about every message: the longest, not the mean).
 
@@ -21,8 +22,10 @@ its run ends and the deadline order is the round-robin.
 
 The bound cannot always be kept. A message published just after its topic's run read the
 ledger is not in that run's view: it waits for that run to end (``run``), and only then can the
-topic fall due for it. So the least maximum lag the monitor keeps -- its *floor* -- is
-``run + lead`` (``floor``); with split jobs, the model's round with its margin, when larger.
+topic fall due for it, behind every other lag topic. So the least maximum lag the monitor
+keeps -- its *floor* -- is ``run + lead`` with the wait of the last topic in the lag queue
+(``floor``, ``compaction_lagqueue.LagPlan.floor``); with split jobs, the model's round with its
+margin, when larger.
 A topic whose maximum lag is below the floor cannot be kept: the monitor says so -- one WARN
 line per topic and policy (``judge``: not one per check), the per-topic gauge
 ``pulsar_compaction_max_lag_unkeepable``, the broker's ``compactmq_compaction_max_lag_floor_seconds``
@@ -153,9 +156,9 @@ class LagBound:
             warned.append(topic)
             log.warning(
                 "compaction of %s cannot keep its max lag of %d s: a message published just after a "
-                "run read the topic waits for that run and the next, about %.1f s with the last jobs "
-                "(%.1f s each); its runs go back to back. Raise compactionMaxLagSeconds, or make jobs "
-                "shorter (fewer topics per job: compactionJointMaxTopics, compactionJointLagSplit)",
+                "run read the topic waits for that run, then for the jobs of every lag topic before "
+                "it, about %.1f s with the last jobs (%.1f s each); its runs go back to back. Raise "
+                "compactionMaxLagSeconds, put fewer topics under it, or make jobs shorter",
                 topic,
                 max_lag,
                 floor,

@@ -48,7 +48,9 @@ One ``CompactionMonitor`` per broker (``BrokerService.compaction_monitor``). It 
   compacted whatever its backlog. A maximum lag is a bound on when a message is in a committed
   view, which the monitor keeps rather than waits for: a topic falls due that much *earlier*,
   the *lead* (``lag_lead_seconds``, ``compaction_lagbound``): the time a run queued now takes to
-  commit -- the check's measured latency, the wait for a busy worker and the longest of the last
+  commit -- the check's measured latency, the wait for a busy worker, the jobs of the lag topics
+  with earlier deadlines (``compaction_lagqueue``: the topics before it in deadline order, by the
+  jobs' bounds and the workers; when a topic is due so are those) and the longest of the last
   jobs -- with a margin, at most the whole lag. When a topic's lag is below the least the
   monitor can keep (a message published just after a run read the topic waits for that run,
   then the lead), it says so once per topic (a WARN line, ``max_lag_status``, a metric) and
@@ -93,6 +95,7 @@ from ..compaction.tiered import attach as attach_tiered
 from ..compaction.tiered import sweep_all_view_orphans
 from .compaction_jobsize import JobSizer
 from .compaction_lagbound import LagBound, TopicBound
+from .compaction_lagqueue import LagPlan, LagQueue
 from .compaction_due import DueCheck, ensure_compaction_cursor, take_job
 from .compaction_checks import DueChecks
 from .compaction_runs import RunProgress, RunWorker
@@ -159,6 +162,8 @@ class CompactionMonitor(RunWorker, DueChecks):
         # the terms of a lag topic's lead, and which lag topics are below the least lag kept
         self.lag_bound = LagBound(JOB_TIMES_KEPT)
         self._job_seconds: collections.deque[float] = self.lag_bound.job_seconds
+        # the lag topics not running, in deadline order: the queue ahead of each (``lag_plan``)
+        self.lag_queue = LagQueue()
         self._check_late = 0.0  # how late the check loop woke for the check about to run
         self._job_started: dict[int, float] = {}  # id of a job's future -> when it started
         self._job_size: dict[int, int] = {}  # id of a job's future -> its topics
@@ -349,6 +354,7 @@ class CompactionMonitor(RunWorker, DueChecks):
         for run in runs:
             self._runs[run.topic] = run
             self.watch.busy(run.topic)
+            self.lag_queue.queued(run.topic)
         self._pending.append(runs)
         self._pump()
 
@@ -360,6 +366,8 @@ class CompactionMonitor(RunWorker, DueChecks):
         loop = asyncio.get_running_loop()
         while self._pending and self._active < self.max_runs and not self._closing:
             runs = self._take_job()
+            for run in runs:  # in flight: no longer ahead of the lag topics waiting
+                self.lag_queue.remove(run.topic)
             self._active += 1
             self.jobs_started += 1
             if len(runs) == 1:
@@ -371,6 +379,8 @@ class CompactionMonitor(RunWorker, DueChecks):
             self._job_size[id(fut)] = len(runs)
             topics = [run.topic for run in runs]
             fut.add_done_callback(lambda f, topics=topics: self._run_done(topics, f))
+            if len(self.lag_queue):
+                self._rearm()  # the waiting lag topics now wait for this job too: sleep less
 
     def _take_job(self) -> list[RunProgress]:
         """The next job's runs (``compaction_due.take_job``): while topics with a maximum lag
@@ -418,30 +428,47 @@ class CompactionMonitor(RunWorker, DueChecks):
             # what was published during the run is as old as the run already: look at once
             self._request_check()
 
-    def _worker_wait(self) -> float:
-        """How long a run queued now waits for a worker: the rest of the soonest-ending job in
-        flight when every worker is busy, then the jobs already waiting, each job as long as the
-        longest of the last ones."""
+    def _inflight_wait(self) -> float:
+        """How long a run queued now waits for a worker to free, when every worker is busy: the
+        rest of the soonest-ending job in flight, as long as the longest of the last ones."""
+        if self._active < self.max_runs or not self._job_started:
+            return 0.0
         run = self.lag_bound.run()
-        wait = 0.0
-        if self._active >= self.max_runs and self._job_started:
-            now = time.monotonic()
-            wait = max(0.0, min(started + run - now for started in self._job_started.values()))
-        # the jobs already waiting go first (a topic due now is, at best, of the same priority)
-        waiting = sum(len(unit) for unit in self._pending)
-        return wait + -(-waiting // self._job_cap) * run / self.max_runs
+        now = time.monotonic()
+        return max(0.0, min(started + run - now for started in self._job_started.values()))
+
+    def lag_plan(self) -> LagPlan:
+        """The queue ahead of each lag topic now (``compaction_lagqueue``): the lag topics in
+        deadline order, the runs waiting that go before all of them, topics per job (the bound
+        the last job was taken with, and the bytes bound over the queue's mean backlog), the
+        workers, the wait for a busy one."""
+        others = sum(1 for unit in self._pending for run in unit if run.topic not in self.lag_queue)
+        return LagPlan(
+            self.lag_queue,
+            self.lag_bound,
+            per_job=LagPlan.per_job_of(self.lag_queue, self._job_cap, self.max_job_bytes),
+            slots=self.max_runs,
+            inflight=self._inflight_wait(),
+            ahead=others,
+            split_wait=self.sizer.last_wait,
+        )
 
     def lag_lead_seconds(self) -> float:
-        """How long before its maximum lag a topic is due (``compaction_due.lag_lead_ms``): the
-        time a run queued now takes to commit -- the check's latency, the wait for a worker, the
-        run itself -- with a margin (``compaction_lagbound.LagBound.lead``); with the lag topics'
-        jobs split round-robin, at least the model's round."""
-        return self.lag_bound.lead(self._worker_wait(), self.sizer.last_wait)
+        """How long before its maximum lag a topic at the head of the lag queue is due
+        (``compaction_due.lag_lead_ms``): the time a run queued now takes to commit -- the
+        check's latency, the wait for a worker and the jobs of the runs already waiting that go
+        first, the run itself -- with a margin (``compaction_lagbound.LagBound.lead``); with the
+        lag topics' jobs split round-robin, at least the model's round. A topic further back
+        waits for the jobs of the lag topics before it too (``lag_plan``)."""
+        plan = self.lag_plan()
+        return plan.lead_of_jobs(plan.ahead // plan.per_job)
 
     def lag_floor_seconds(self) -> float:
-        """The least maximum lag the monitor keeps now (``compaction_lagbound``): below it a lag
-        topic's runs go back to back and it is reported."""
-        return self.lag_bound.floor(self._worker_wait(), self.sizer.last_wait)
+        """The least maximum lag the monitor keeps now (``compaction_lagqueue.LagPlan.floor``),
+        for every lag topic in the cycle (waiting, queued or running): below it a lag topic's
+        runs go back to back and it is reported."""
+        running = sum(1 for t, r in self._runs.items() if r.max_lag > 0 and t not in self.lag_queue)
+        return self.lag_plan().floor(len(self.lag_queue) + running)
 
     def max_lag_status(self, topic: str) -> Optional[dict[str, Any]]:
         """The topic stats' ``compaction.maxLag``: its maximum lag, the least lag the monitor
@@ -478,6 +505,7 @@ class CompactionMonitor(RunWorker, DueChecks):
         """A deleted topic: drop its service."""
         self._lag_topics.pop(topic, None)
         self.lag_bound.forget(topic)
+        self.lag_queue.remove(topic)
         service = self._services.pop(topic, None)
         if service is not None:
             service.close()

@@ -1,0 +1,219 @@
+"""The queue ahead of a lag topic (``compaction_lagqueue``): a topic is due a lead before its
+deadline that counts the jobs of every lag topic with an earlier deadline, and then so is every
+topic before it; the floor counts the same queue, so a policy that cannot be kept for the whole
+set is reported. Explicit times and a simulated worker pool (no clock, no Spark), and one check
+of a real monitor on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactmq.broker.compaction_due import take_job
+from compactmq.broker.compaction_lagbound import MARGIN_SECONDS, MARGIN_SHARE, LagBound
+from compactmq.broker.compaction_lagqueue import LagPlan, LagQueue
+from compactmq.broker.compaction_runs import RunProgress
+from compactmq.storage import COMPACTION_MAX_LAG
+
+from .test_compaction_monitor import env, wait_idle  # noqa: F401 - env: a fixture
+
+
+def _lead(terms: float) -> float:
+    return terms * (1 + MARGIN_SHARE) + MARGIN_SECONDS
+
+
+def _bound(job_seconds: float) -> LagBound:
+    bound = LagBound()
+    bound.job_ended(job_seconds)
+    return bound
+
+
+def _wave(n: int, deadline_ms: int) -> LagQueue:
+    queue = LagQueue()
+    for i in range(n):
+        queue.set(f"persistent://t/n/w{i:04d}", deadline_ms)
+    return queue
+
+
+def test_a_wave_of_1000_is_due_ten_jobs_before_its_deadline():
+    length = 2.0
+    queue = _wave(1000, 1_000_000)
+    plan = LagPlan(queue, _bound(length), per_job=100)
+    first, last = "persistent://t/n/w0000", "persistent://t/n/w0999"
+    assert queue.rank(first) == 0 and queue.rank(last) == 999
+    assert plan.lead_ms(first) == int(_lead(length) * 1000)  # its own job
+    assert plan.lead_ms(last) == int(_lead(10 * length) * 1000)  # nine jobs ahead, then its own
+    due_at = 1_000_000 - int(_lead(10 * length) * 1000)
+    assert queue.next_due(0, plan) == due_at
+    assert queue.cut(due_at - 1, plan) is None and queue.due(due_at - 1, plan) == []
+    # the last falls due, and every topic before it comes along: the order of the jobs is kept
+    assert queue.cut(due_at, plan) == (1_000_000, last)
+    assert len(queue.due(due_at, plan)) == 1000
+    # two workers: the nine jobs ahead run in five rounds
+    two = LagPlan(queue, _bound(length), per_job=100, slots=2)
+    assert two.lead_ms(last) == int(_lead(5 * length) * 1000)
+    # a job in flight on every worker: the rest of it first
+    busy = LagPlan(queue, _bound(length), per_job=100, inflight=1.5)
+    assert busy.lead_ms(first) == int(_lead(1.5 + length) * 1000)
+
+
+def test_runs_waiting_that_go_first_and_the_bytes_bound_push_the_queue_back():
+    queue = LagQueue()
+    for i in range(10):
+        queue.set(f"persistent://t/n/b{i}", 100_000 + i, size=1_000)
+    assert LagPlan.per_job_of(queue, 100, 10_000_000) == 100
+    assert LagPlan.per_job_of(queue, 100, 3_000) == 3  # three of the mean backlog fill a job's bytes
+    plan = LagPlan(queue, _bound(1.0), per_job=3, ahead=2)  # two manual runs go before them all
+    assert plan.lead_ms("persistent://t/n/b0") == int(_lead(1.0) * 1000)  # shares their job
+    assert plan.lead_ms("persistent://t/n/b1") == int(_lead(2.0) * 1000)
+    assert plan.lead_ms("persistent://t/n/b9") == int(_lead(4.0) * 1000)
+
+
+def test_the_floor_rises_with_the_queue():
+    length = 3.0
+    plan = LagPlan(LagQueue(), _bound(length), per_job=100)
+    floors = [plan.floor(n) for n in (1, 100, 101, 200, 201, 1000)]
+    assert floors[0] == floors[1] == pytest.approx(length + _lead(length))  # one job of all
+    assert floors[2] == floors[3] == pytest.approx(length + _lead(2 * length))
+    assert floors[4] > floors[3]
+    assert floors[5] == pytest.approx(length + _lead(10 * length))
+    # two workers halve the rounds
+    assert LagPlan(LagQueue(), _bound(length), per_job=100, slots=2).floor(1000) == pytest.approx(
+        length + _lead(5 * length)
+    )
+
+
+def test_queued_running_and_held_topics():
+    queue = _wave(3, 50_000)
+    plan = LagPlan(queue, _bound(1.0), per_job=1)
+    a, b, c = (f"persistent://t/n/w{i:04d}" for i in range(3))
+    assert queue.due(50_000, plan) == [a, b, c]
+    queue.queued(a)
+    assert queue.due(50_000, plan) == [b, c]  # a waits for a worker already
+    assert queue.rank(b) == 1  # ... and is still ahead of b
+    queue.remove(a)  # its job started: in flight, no longer ahead
+    assert queue.rank(b) == 0
+    queue.hold(c, 60_000)  # the check found c not due (a minimum lag holds it back)
+    assert queue.due(50_000, plan) == [b]
+    assert queue.next_due(50_000, plan) == 50_000 - plan.lead_ms(b)
+    queue.queued(b)
+    assert queue.next_due(50_000, plan) == 60_000  # only the hold's end is left
+    queue.set(c, 70_000)  # a new deadline ends the hold
+    assert queue.due(70_000, plan) == [c]
+
+
+def simulate(n: int, policy: float, length: float, per_job: int, slots: int, spread: float, seed: int):
+    """N lag topics published to all the time, compacted by the monitor's rules on a simulated
+    worker pool whose jobs take ``length`` seconds: returns ``(the floor, the longest lag at
+    commit)`` (seconds). A run reads its topics when its job starts; the next message of each
+    comes a millisecond later."""
+    rng = random.Random(seed)
+    bound = _bound(length)
+    queue = LagQueue()
+    oldest = {f"persistent://t/n/s{i:04d}": int(rng.uniform(0, spread) * 1000) for i in range(n)}
+    for topic, at in oldest.items():
+        queue.set(topic, at + int(policy * 1000))
+    pending: list[list[RunProgress]] = []
+    running: list[tuple[int, int, list[RunProgress]]] = []  # (end ms, start ms, runs)
+    now, worst, seq = 0, 0.0, 0
+
+    def plan() -> LagPlan:
+        inflight = min(e for e, _, _ in running) - now if len(running) >= slots else 0
+        return LagPlan(queue, bound, per_job=per_job, slots=slots, inflight=inflight / 1000)
+
+    end_ms = int((spread + 3 * policy) * 1000)
+    while now < end_ms:
+        for topic in queue.due(now, plan()):  # the check
+            seq += 1
+            # deadline(): its oldest message plus the lag
+            run = RunProgress(topic, "lag", now / 1000, seq=seq, max_lag=policy, oldest_ms=oldest[topic])  # type: ignore[arg-type]
+            queue.queued(topic)
+            pending.append([run])
+        while pending and len(running) < slots:  # the pump
+            job, pending = take_job(pending, per_job, 1 << 60)
+            for run in job:
+                queue.remove(run.topic)
+            running.append((now + int(length * 1000), now, job))
+        events = [e for e, _, _ in running]
+        due = queue.next_due(now, plan())
+        if due is not None:
+            events.append(max(due, now + 1))
+        now = min(events)
+        for job_end, started, job in [r for r in running if r[0] <= now]:  # commits
+            running.remove((job_end, started, job))
+            for run in job:
+                worst = max(worst, (job_end - oldest[run.topic]) / 1000)
+                oldest[run.topic] = started + 1
+                queue.set(run.topic, oldest[run.topic] + int(policy * 1000))
+    return LagPlan(queue, bound, per_job=per_job, slots=slots).floor(n), worst
+
+
+def test_a_simulated_wave_of_1000_keeps_a_policy_above_its_floor():
+    floor, _ = simulate(1000, 1000.0, 2.0, 100, 1, 0.0, 0)
+    assert floor == pytest.approx(2.0 + _lead(10 * 2.0))
+    policy = int(floor) + 1
+    assert simulate(1000, policy, 2.0, 100, 1, 0.0, 0)[1] <= policy
+    # a lead of one job (the old rule) misses it: the last of ten jobs commits nine jobs late
+    assert 2.0 + _lead(2.0) < policy
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    length=st.floats(0.2, 5.0),
+    per_job=st.integers(1, 150),
+    slots=st.integers(1, 3),
+    spread=st.floats(0.0, 1.0),
+    above=st.floats(1.0, 3.0),
+    seed=st.integers(0, 1000),
+)
+def test_no_topic_commits_past_a_policy_above_the_floor(n, length, per_job, slots, spread, above, seed):
+    floor, _ = simulate(n, 1000.0, length, per_job, slots, 0.0, 0)
+    policy = floor * above
+    floor_then, worst = simulate(n, policy, length, per_job, slots, spread * policy, seed)
+    assert floor_then == pytest.approx(floor)
+    assert worst <= policy, (floor, policy, worst)
+
+
+def test_a_check_makes_a_wave_due_by_the_queue_ahead(env):  # noqa: F811
+    """A real monitor on a fake clock: 25 lag topics of one deadline, jobs of 10 known to take
+    2 s: nothing is due until the last is three jobs from its deadline; then all 25 are, in one
+    check, and the floor the topics are held to counts the three jobs."""
+    service, monitor, factory = env(
+        compactionJointMaxTopics=10, compactionMonitorFullScanIntervalInSeconds=3600
+    )
+    now = [7_000_000.0]
+    monitor.clock = lambda: now[0]
+    topics = [f"persistent://public/default/q{i:02d}" for i in range(25)]
+    for topic in topics:
+        service.storage.policies.set_topic_policy(topic, COMPACTION_MAX_LAG, 30)
+        service.storage.open_managed_ledger(topic).append_many([b"x" * 10], [int(now[0] * 1000)])
+    monitor._job_seconds.append(2.0)
+    deadline = now[0] + 30
+    factory.release.set()
+
+    async def run():
+        assert await monitor.check_once() == []  # the first check reads every topic
+        assert len(monitor.lag_queue) == 25
+        assert monitor.max_lag_status(topics[0])["floorSeconds"] == pytest.approx(
+            2.0 + _lead(3 * 2.0), abs=1e-3
+        )
+        plan = monitor.lag_plan()
+        assert monitor.lag_queue.next_due(int(now[0] * 1000), plan) == int(deadline * 1000) - int(
+            _lead(3 * 2.0) * 1000
+        )
+        now[0] = deadline - _lead(3 * 2.0) - 0.01
+        assert await monitor.check_once() == []
+        now[0] += 0.02
+        due = await monitor.check_once()
+        assert sorted(due) == topics  # the last is due, and the 24 before it with it
+        for topic in topics:
+            await wait_idle(monitor, topic)
+        assert monitor.watch.full_checks == 1  # the later checks read only the queue's due topics
+        await monitor.close()
+
+    asyncio.run(run())
