@@ -29,3 +29,19 @@ def test_the_cap_is_set_on_glibc():
 
 def test_an_operators_malloc_arena_max_wins():
     assert _apply({**os.environ, "MALLOC_ARENA_MAX": "4"}) == "False"
+
+
+def test_the_standalone_broker_trims_even_under_an_operators_arena_cap():
+    """``apply`` lets ``malloc_policy.trim`` give freed memory back (after the inactive-topic
+    sweep unloads topics), whoever set the arena cap; ``trim`` then calls ``malloc_trim``."""
+    code = (
+        "from compactmq.broker import malloc_policy as m; a = m.apply(); "
+        "m.trim(); print(a, m.TRIM_ENABLED, m.trims)"
+    )
+    for env, applied in (({}, "True"), ({"MALLOC_ARENA_MAX": "4"}, "False")):
+        base = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [applied, "True", "1"]

@@ -21,6 +21,10 @@ closed (the current ledger sealed; the next use reopens it, as after a restart).
 compactmq's own rule: Pulsar keeps idle topics loaded, but a Python broker that keeps ten
 thousand idle topics in memory keeps their indexes, cursors and tail caches too. Retention of an
 unloaded topic waits for its next load (Pulsar's retention too runs on loaded topics only).
+
+A sweep that unloaded or deleted topics then hands the memory they held back to the system
+(``malloc_policy.trim``, in the pool): freed C heap stays resident otherwise, and a broker that
+serves a stream of new topics would keep each round's high-water mark.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CompactMQError, InvalidConfiguration
-from .dedup import DEDUP_CURSOR
+from . import malloc_policy
 from .background import stop_task
+from .dedup import DEDUP_CURSOR
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
@@ -98,7 +103,13 @@ class InactiveTopicSweeper:
         await stop_task(task)
 
     async def run_once(self) -> None:
-        """Delete or unload every topic inactive for long enough."""
+        """Delete or unload every topic inactive for long enough, then give the memory back."""
+        gone = self.deleted + self.unloaded
+        await self._sweep()
+        if self.deleted + self.unloaded != gone and not self.service.shutting_down:
+            await self.service.run_blocking(malloc_policy.trim)
+
+    async def _sweep(self) -> None:
         service = self.service
         now = self.clock()
         for name, topic in list(service.topics.loaded.items()):
