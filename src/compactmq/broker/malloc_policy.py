@@ -26,6 +26,16 @@ at the cost of a page fault. The inactive-topic sweep calls ``trim`` after it un
 deleted topics (the moment a broker has just freed a topic's worth of memory), so a broker
 that serves a stream of new topics stays flat instead of keeping each round's high-water mark.
 
+Large blocks in their own mappings (``MMAP_THRESHOLD``). glibc serves a block of 128 KiB or
+more from a mapping of its own, unmapped when freed; but each time it frees such a block it
+raises that threshold to the block's size (up to 32 MiB), so after the first few, buffers of
+MiBs come from the heap and stay resident once freed. A ledger's seal turns its index (16 bytes
+an entry: MiBs for a busy topic) into arrays and frees them, and a read batch can be MiBs: the
+10-minute soak's first rollover left tens of MiB resident. Setting the threshold (1 MiB) turns
+the adjustment off, so such blocks go back to the system as soon as they are freed; smaller
+ones (socket buffers, 256 KiB) stay in the heap and are reused. ``MALLOC_MMAP_THRESHOLD_`` in
+the environment wins.
+
 Only the standalone process applies this (``cli.standalone``); brokers embedded in another
 process (tests, tools) leave that process's allocator alone: ``trim`` does nothing there
 unless ``apply`` ran (or ``TRIM_ENABLED`` is set).
@@ -41,6 +51,9 @@ import platform
 
 ARENAS = 2
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+M_MMAP_THRESHOLD = -3
+#: blocks this large or larger get their own mapping, given back to the system when freed
+MMAP_THRESHOLD = 1 << 20
 
 
 #: whether ``trim`` gives memory back in this process (set by ``apply``: the standalone broker)
@@ -67,6 +80,8 @@ def apply() -> bool:
     if libc is None:
         return False
     TRIM_ENABLED = True
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
     try:
