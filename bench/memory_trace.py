@@ -244,6 +244,24 @@ def _rounds(client, broker, tmp: str, args, rows: list) -> None:
         print(f"round {k}: {_measure(broker, tmp, k, rows)}", flush=True)
 
 
+def _fresh(client, broker, tmp: str, args, rows: list) -> None:
+    """``memory_bench --mode rounds``: per round ``--topics`` fresh topics, one producer and one
+    acknowledging Shared consumer each (attached while publishing), ``--messages`` per topic."""
+    from memory_bench import Traffic
+
+    for k in range(1, args.phases + 1):
+        prefix = uuid.uuid4().hex[:6]
+        topics = [f"persistent://public/default/fresh-{k}-{prefix}-{i}" for i in range(args.topics)]
+        traffic = Traffic(client, topics, 1, 100)
+        traffic.publish(per_producer=args.messages)
+        traffic.wait_received()
+        traffic.close()
+        if traffic.received != traffic.sent:
+            raise SystemExit(f"round {k}: sent {traffic.sent}, received {traffic.received}")
+        time.sleep(args.settle)
+        print(f"round {k}: {_measure(broker, tmp, k, rows)}", flush=True)
+
+
 def _diff_types(tmp: str, first: int, last: int) -> dict:
     a = json.loads(Path(tmp, f"types_{first}.json").read_text())
     b = json.loads(Path(tmp, f"types_{last}.json").read_text())
@@ -268,7 +286,7 @@ def _write_json(args, rows: list[dict], first: int, grew: dict) -> None:
     out = {
         "benchmark": "memory_trace",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "mode": "rounds" if args.rounds else "steady",
+        "mode": "fresh" if args.fresh else "rounds" if args.rounds else "steady",
         "messages_per_topic": args.messages if args.rounds else None,
         "settle_seconds": args.settle,
         "overrides": args.override,
@@ -292,6 +310,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--topics", type=int, default=10)
     ap.add_argument("--rounds", action="store_true", help="vs_pulsar_lite's rounds of fresh topics")
+    ap.add_argument("--fresh", action="store_true", help="memory_bench's rounds (--topics new topics each)")
     ap.add_argument("--messages", type=int, default=20_000, help="messages per topic with --rounds")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after a round before measuring")
     ap.add_argument("--tracemalloc", type=int, default=0, help="frames per trace (0: off)")
@@ -317,7 +336,7 @@ def main() -> None:
                 raise SystemExit("broker did not start")
             client = _client(f"pulsar://127.0.0.1:{port}")
             rows: list[dict] = []
-            (_rounds if args.rounds else _steady)(client, broker, tmp, args, rows)
+            (_fresh if args.fresh else _rounds if args.rounds else _steady)(client, broker, tmp, args, rows)
             client.close()
             first = min(3, args.phases)
             grew = _diff_types(tmp, first, args.phases) if args.phases >= 2 else {}
