@@ -22,6 +22,9 @@ compactmq's own rule: Pulsar keeps idle topics loaded, but a Python broker that 
 thousand idle topics in memory keeps their indexes, cursors and tail caches too. Retention of an
 unloaded topic waits for its next load (Pulsar's retention too runs on loaded topics only).
 
+Each sweep also drops the in-memory indexes of sealed ledgers that no read used since the
+previous sweep (``ManagedLedger.release_idle_indexes``) in the topics it keeps loaded.
+
 A sweep that unloaded or deleted topics then hands the memory they held back to the system
 (``malloc_policy.trim``, in the pool): freed C heap stays resident otherwise, and a broker that
 serves a stream of new topics would keep each round's high-water mark.
@@ -68,6 +71,16 @@ def _deletable(ledger: Any, metadata: Any, mode: str) -> bool:
     return not cursors and not stored
 
 
+def _release_idle_indexes(ledgers: list, idle_s: float) -> None:
+    """Runs in the pool: sealed ledgers' indexes no read used for ``idle_s`` leave memory (a
+    loaded topic kept the index of every sealed ledger a reader had passed, 16 bytes an entry)."""
+    for ledger in ledgers:
+        try:
+            ledger.release_idle_indexes(idle_s)
+        except CompactMQError as exc:
+            log.debug("idle indexes of %s: %s", getattr(ledger, "topic", ledger), exc)
+
+
 class InactiveTopicSweeper:
     """The periodic sweep (see the module notes); ``run_once`` is what the timer calls."""
 
@@ -106,6 +119,13 @@ class InactiveTopicSweeper:
         """Delete or unload every topic inactive for long enough, then give the memory back."""
         gone = self.deleted + self.unloaded
         await self._sweep()
+        ledgers = [
+            t.ledger
+            for t in self.service.topics.loaded.values()
+            if not t.closed and hasattr(getattr(t, "ledger", None), "release_idle_indexes")
+        ]
+        if ledgers and not self.service.shutting_down:
+            await self.service.run_blocking(_release_idle_indexes, ledgers, self.frequency)
         if self.deleted + self.unloaded != gone and not self.service.shutting_down:
             await self.service.run_blocking(malloc_policy.trim)
 
