@@ -13,7 +13,8 @@ RSS from ``/proc/<pid>/status`` every ``--sample`` seconds while the official cl
   sockets, nothing else); the figures of merit are KiB per connection and connections per MiB.
 - ``soak``: ``--soak-producers`` producers and as many consumers (Shared, acknowledging) on
   ``--soak-topics`` topics for ``--soak-seconds``; the figure of merit is the RSS growth over the
-  last half of the run (flat: a few percent).
+  last half of the run (flat: a few percent), first to last sample and along a fitted line; the
+  plot shades that half.
 
 ``--compare SRC`` runs the same scenarios first against another checkout's ``src`` directory
 (for example a ``git worktree`` of main), in the same invocation, so before and after share the
@@ -216,12 +217,16 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
     soak = [(t, m) for t, m, phase in sampler.samples if phase == "soak" and start <= t <= end]
     half = [m for t, m in soak if t >= start + (end - start) / 2]
     growth = (half[-1] - half[0]) / half[0] if len(half) >= 2 else None
+    fitted = _fitted_growth([(t, m) for t, m in soak if t >= start + (end - start) / 2])
     row = {
         "seconds": round(end - start, 1),
         "rss_mib_first": soak[0][1] if soak else None,
         "rss_mib_last": soak[-1][1] if soak else None,
         "rss_mib_max": max((m for _, m in soak), default=None),
         "growth_last_half": round(growth, 4) if growth is not None else None,
+        "growth_last_half_fitted": round(fitted, 4) if fitted is not None else None,
+        "last_half_from_s": round(start + (end - start) / 2, 1),
+        "last_half_to_s": round(end, 1),
         "msgs_per_s": round(traffic.sent / max(1e-9, end - start)),
         "broker_cpu_us_per_msg": round(cpu / max(1, traffic.sent) * 1e6, 1),
         "bytes_per_msg_growth": round((soak[-1][1] - soak[0][1]) * 2**20 / max(1, traffic.sent), 1)
@@ -231,6 +236,21 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
     }
     print(json.dumps({"soak": row}), flush=True)
     return row
+
+
+def _fitted_growth(samples: list[tuple[float, float]]) -> float | None:
+    """Growth over ``samples`` along their least-squares line (end over start of the line),
+    less sensitive than the first and last sample to the allocator's momentary swings."""
+    if len(samples) < 3:
+        return None
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mm = sum(m for _, m in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    slope = sum((t - mt) * (m - mm) for t, m in samples) / var if var else 0.0
+    first = mm + slope * (samples[0][0] - mt)
+    last = mm + slope * (samples[-1][0] - mt)
+    return (last - first) / first if first else None
 
 
 def run_idle(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
@@ -340,7 +360,12 @@ def plot(results: list[dict], path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for res in results:
         ts = [t for t, _, _ in res["rss_samples"]]
-        ax1.plot(ts, [m for _, m, _ in res["rss_samples"]], label=res["label"])
+        label = res["label"]
+        soak = res.get("soak")
+        if soak and soak.get("growth_last_half") is not None:
+            label += f" (soak: {soak['growth_last_half']:+.1%} over the last half)"
+            ax1.axvspan(soak["last_half_from_s"], soak["last_half_to_s"], alpha=0.08)
+        ax1.plot(ts, [m for _, m, _ in res["rss_samples"]], label=label)
         if res.get("rounds"):
             ax2.plot(
                 [r["round"] for r in res["rounds"]],
@@ -350,7 +375,7 @@ def plot(results: list[dict], path: Path) -> None:
             )
     ax1.set_xlabel("seconds")
     ax1.set_ylabel("broker RSS (MiB)")
-    ax1.set_title("RSS over the run (rounds, then soak)")
+    ax1.set_title("RSS over the run (rounds, then soak; shaded: the soak's last half)")
     ax1.legend()
     ax2.set_xlabel("round (fresh topics each)")
     ax2.set_ylabel("broker RSS after the round (MiB)")

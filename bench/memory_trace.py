@@ -66,6 +66,36 @@ def _sqlite_memory_used() -> int:
     return int(lib.sqlite3_memory_used())
 
 
+def _pymalloc_stats(path: str) -> None:
+    """``sys._debugmallocstats()`` (pymalloc's arenas, pools and blocks; it prints to the C
+    stderr) written to ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _pymalloc_figures(text: str) -> dict:
+    """Arenas held and the bytes in used / free blocks, from ``_debugmallocstats``' text."""
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        name = name.strip()
+        value = value.strip().replace(",", "")
+        if name == "# arenas allocated current":
+            out["pymalloc_arenas"] = int(value)
+        elif name.startswith("# bytes in allocated blocks"):
+            out["pymalloc_used_mib"] = round(int(value) / 2**20, 1)
+        elif name.startswith("# bytes in available blocks"):
+            out["pymalloc_free_mib"] = round(int(value) / 2**20, 1)
+    return out
+
+
 def serve(argv: list[str]) -> None:
     """The launcher: the standalone broker with a SIGUSR2 handler (see the module docstring)."""
     import tracemalloc
@@ -83,6 +113,7 @@ def serve(argv: list[str]) -> None:
         if depth:  # before the trim: what the snapshot itself allocates is given back too
             tracemalloc.take_snapshot().dump(os.path.join(snap_dir, f"snap_{count[0]}.pickle"))
         libc.malloc_trim(0)
+        _pymalloc_stats(os.path.join(snap_dir, f"pymalloc_{count[0]}.txt"))
         kinds = collections.Counter(_kind(o) for o in gc.get_objects())
         with open(os.path.join(snap_dir, f"types_{count[0]}.json"), "w") as f:
             json.dump(kinds, f)
@@ -116,6 +147,8 @@ def _measure(broker, tmp: str, k: int, rows: list) -> str:
     row.update({f"{name}_mib": round(kib / 1024, 1) for name, kib in kinds.items()})
     row["threads"] = threads
     row["python_blocks"] = int(blocks.read_text())
+    row.update(_pymalloc_figures(Path(tmp, f"pymalloc_{k}.txt").read_text()))
+    row.update(_broker_figures(broker.web_port))
     sqlite_used = int(Path(tmp, f"sqlite_{k}").read_text())
     row["sqlite_memory_used_mib"] = round(sqlite_used / 2**20, 2) if sqlite_used >= 0 else None
     rows.append(row)
@@ -123,8 +156,29 @@ def _measure(broker, tmp: str, k: int, rows: list) -> str:
         f"RSS {rss:.1f} MiB, after trim {trimmed:.1f} MiB ("
         + ", ".join(f"{name} {kib / 1024:.1f}" for name, kib in kinds.items())
         + f"), Python blocks {row['python_blocks']}, threads {threads}, "
-        + f"SQLite {row['sqlite_memory_used_mib']} MiB"
+        + f"SQLite {row['sqlite_memory_used_mib']} MiB, managed ledgers open {row.get('pulsar_ml_count')}, "
+        + f"pymalloc arenas {row.get('pymalloc_arenas')} (used {row.get('pymalloc_used_mib')} MiB, "
+        + f"free {row.get('pymalloc_free_mib')} MiB), "
+        + f"entry cache {row.get('pulsar_ml_cache_used_size', 0) / 2**20:.1f} MiB"
     )
+
+
+#: the broker's own figures read from /metrics at each measurement
+BROKER_FIGURES = ("pulsar_ml_count", "pulsar_ml_cache_used_size", "pulsar_ml_cache_entries")
+
+
+def _broker_figures(web_port: int) -> dict:
+    """The broker's ``BROKER_FIGURES`` from its ``/metrics`` (summed over labels)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    out: dict = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in BROKER_FIGURES:
+            out[name] = out.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 def _status(pid: int, names: tuple[str, ...]) -> dict[str, int]:
@@ -190,6 +244,24 @@ def _rounds(client, broker, tmp: str, args, rows: list) -> None:
         print(f"round {k}: {_measure(broker, tmp, k, rows)}", flush=True)
 
 
+def _fresh(client, broker, tmp: str, args, rows: list) -> None:
+    """``memory_bench --mode rounds``: per round ``--topics`` fresh topics, one producer and one
+    acknowledging Shared consumer each (attached while publishing), ``--messages`` per topic."""
+    from memory_bench import Traffic
+
+    for k in range(1, args.phases + 1):
+        prefix = uuid.uuid4().hex[:6]
+        topics = [f"persistent://public/default/fresh-{k}-{prefix}-{i}" for i in range(args.topics)]
+        traffic = Traffic(client, topics, 1, 100)
+        traffic.publish(per_producer=args.messages)
+        traffic.wait_received()
+        traffic.close()
+        if traffic.received != traffic.sent:
+            raise SystemExit(f"round {k}: sent {traffic.sent}, received {traffic.received}")
+        time.sleep(args.settle)
+        print(f"round {k}: {_measure(broker, tmp, k, rows)}", flush=True)
+
+
 def _diff_types(tmp: str, first: int, last: int) -> dict:
     a = json.loads(Path(tmp, f"types_{first}.json").read_text())
     b = json.loads(Path(tmp, f"types_{last}.json").read_text())
@@ -214,7 +286,7 @@ def _write_json(args, rows: list[dict], first: int, grew: dict) -> None:
     out = {
         "benchmark": "memory_trace",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "mode": "rounds" if args.rounds else "steady",
+        "mode": "fresh" if args.fresh else "rounds" if args.rounds else "steady",
         "messages_per_topic": args.messages if args.rounds else None,
         "settle_seconds": args.settle,
         "overrides": args.override,
@@ -238,6 +310,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--topics", type=int, default=10)
     ap.add_argument("--rounds", action="store_true", help="vs_pulsar_lite's rounds of fresh topics")
+    ap.add_argument("--fresh", action="store_true", help="memory_bench's rounds (--topics new topics each)")
     ap.add_argument("--messages", type=int, default=20_000, help="messages per topic with --rounds")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after a round before measuring")
     ap.add_argument("--tracemalloc", type=int, default=0, help="frames per trace (0: off)")
@@ -257,12 +330,13 @@ def main() -> None:
             cmd += ["--config-override", override]
         env = {**os.environ, "MEMORY_TRACE_DIR": tmp, "MEMORY_TRACE_DEPTH": str(args.tracemalloc)}
         broker = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env)
+        broker.web_port = web  # type: ignore[attr-defined]
         try:
             if b"ready" not in broker.stdout.readline():
                 raise SystemExit("broker did not start")
             client = _client(f"pulsar://127.0.0.1:{port}")
             rows: list[dict] = []
-            (_rounds if args.rounds else _steady)(client, broker, tmp, args, rows)
+            (_fresh if args.fresh else _rounds if args.rounds else _steady)(client, broker, tmp, args, rows)
             client.close()
             first = min(3, args.phases)
             grew = _diff_types(tmp, first, args.phases) if args.phases >= 2 else {}

@@ -504,16 +504,20 @@ class Appender:
         with self.sync_cond:
             s.durable_seq = max(s.durable_seq, s.written_seq)
             self.sync_cond.notify_all()
-        led.offsets = _frozen(led.offsets)
-        led.publish_times = _frozen(led.publish_times)
+        offsets, publish_times = _frozen(led.offsets), _frozen(led.publish_times)
         if led.count:
             self._storage.write_index(
-                led.ledger_id, lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end)
+                led.ledger_id, lf.encode_index(led.ledger_id, offsets, publish_times, led.data_end)
             )
+            # the index leaves memory with the seal (16 bytes an entry: a 10-minute ledger of a
+            # busy topic is hundreds of MB); a reader of the sealed ledger loads it from the
+            # file just written (IndexCache.ensure), as after a restart
+            led.offsets = led.publish_times = None
+        else:
+            led.offsets, led.publish_times = offsets, publish_times
         led.state = LEDGER_CLOSED
         led.closed_ms = now
         s.current = None
-        self._indexes.touch(led)
         return s.info(led, led.count)
 
     def _rollover_locked(self, now: int) -> None:

@@ -191,6 +191,11 @@ class ManagedLedger:
     def publish_time_of(self, position: Position) -> int | None:
         return self._reader.publish_time_of(position)
 
+    def release_idle_indexes(self, idle_s: float) -> int:
+        """Drop the in-memory indexes of sealed ledgers no read used for ``idle_s`` seconds."""
+        with self._lock:
+            return self._indexes.drop_idle(idle_s)
+
     def ledgers(self) -> list[LedgerInfo]:
         return self._reader.ledgers()
 

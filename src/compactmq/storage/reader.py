@@ -8,7 +8,8 @@ entries by ``ledger_file.split_records`` (no per-entry read).
 Indexes (``IndexCache``): the current ledger's record offsets and publish times grow in
 memory as it is written; a sealed ledger's are loaded from its index on first use, and at most
 ``MAX_LOADED_INDEXES`` stay in memory (16 bytes per entry each; a 50000-entry ledger is
-800 KB), least recently used dropped first. A missing or damaged index is taken from the
+800 KB), least recently used dropped first, and one no read used for a while is dropped by
+``drop_idle`` (the broker's inactive-topic sweep calls it). A missing or damaged index is taken from the
 object store (an offloaded ledger) or rebuilt by scanning the ledger (and written again).
 
 Offloaded ledgers whose local copy is gone are read from the object store
@@ -21,6 +22,7 @@ cursor parked there reads new entries as they come; ``previous_position`` is its
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -42,22 +44,40 @@ MAX_LOADED_INDEXES = 16
 class IndexCache:
     """Which sealed ledgers have their index in memory (see the module docstring)."""
 
-    def __init__(self, ledgers: LedgerList, storage: LedgerStorage, offloader: Any):
+    def __init__(self, ledgers: LedgerList, storage: LedgerStorage, offloader: Any, clock=time.monotonic):
         self._ledgers = ledgers
         self._storage = storage
         self._offloader = offloader  # storage.offload.LedgerOffloader, or None
-        self._loaded: OrderedDict[int, None] = OrderedDict()
+        self._clock = clock
+        self._loaded: OrderedDict[int, float] = OrderedDict()  # ledger id -> last used
 
     def touch(self, led: LedgerState) -> None:
         """Mark a sealed ledger's in-memory index as just used; drop the least recently used
         ones past ``MAX_LOADED_INDEXES`` (they reload from their index)."""
-        self._loaded[led.ledger_id] = None
+        self._loaded[led.ledger_id] = self._clock()
         self._loaded.move_to_end(led.ledger_id)
         while len(self._loaded) > MAX_LOADED_INDEXES:
             old_id, _ = self._loaded.popitem(last=False)
             old = self._ledgers.by_id.get(old_id)
             if old is not None and old is not self._ledgers.current and old is not led:
                 old.offsets = old.publish_times = None
+
+    def drop_idle(self, idle_s: float) -> int:
+        """Drop the sealed indexes no read used for ``idle_s`` seconds (caller holds the lock):
+        a reader that passed a sealed ledger leaves 16 bytes an entry behind otherwise, for as
+        long as the topic is loaded. Returns how many were dropped."""
+        deadline = self._clock() - idle_s
+        dropped = 0
+        while self._loaded:
+            ledger_id, used = next(iter(self._loaded.items()))
+            if used > deadline:
+                break
+            self._loaded.popitem(last=False)
+            led = self._ledgers.by_id.get(ledger_id)
+            if led is not None and led is not self._ledgers.current and led.offsets is not None:
+                led.offsets = led.publish_times = None
+                dropped += 1
+        return dropped
 
     def ensure(self, led: LedgerState) -> None:
         """Have ``led``'s offsets and publish times in memory (caller holds the lock)."""
