@@ -153,7 +153,10 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
 def summary(runs: list[dict], variants: list[tuple[str, str, bool]]) -> dict:
     out = {}
     for label, src, gf in variants:
-        mine = [r for r in runs if r["variant"] == label]
+        mine = [r for r in runs if r["variant"] == label and "error" not in r]
+        if not mine:
+            out[label] = {"src": src, "group_flush": gf, "runs": 0}
+            continue
         med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
         out[label] = {
             "src": src,
@@ -169,12 +172,16 @@ def summary(runs: list[dict], variants: list[tuple[str, str, bool]]) -> dict:
             "load_average_1m": [r["load_average_1m"] for r in mine],
         }
     first = variants[0][0]
+    ok = {(r["variant"], r["round"]): r["msgs_per_s"] for r in runs if "error" not in r}
+    rounds = sorted({r["round"] for r in runs})
     for label in out:
-        base = [r["msgs_per_s"] for r in runs if r["variant"] == first]
-        mine = [r["msgs_per_s"] for r in runs if r["variant"] == label]
         # per round, this variant against the first (same moments of the machine)
-        out[label]["vs_first_per_round"] = [round(m / b, 3) for m, b in zip(mine, base)]
-        out[label]["vs_first_median"] = round(statistics.median(out[label]["vs_first_per_round"]), 3)
+        ratios = [
+            round(ok[label, n] / ok[first, n], 3) for n in rounds if (label, n) in ok and (first, n) in ok
+        ]
+        out[label]["vs_first_per_round"] = ratios
+        out[label]["vs_first_median"] = round(statistics.median(ratios), 3) if ratios else None
+        out[label]["failed_runs"] = sum(1 for r in runs if r["variant"] == label and "error" in r)
     return out
 
 
@@ -203,7 +210,12 @@ def main() -> None:
         for rnd in range(a.rounds):
             order = variants if rnd % 2 == 0 else variants[::-1]  # no variant always first
             for v in order:
-                r = one_run(zk, s3, bucket, tmp, v, a, rnd)
+                try:
+                    r = one_run(zk, s3, bucket, tmp, v, a, rnd)
+                except Exception as e:  # noqa: BLE001 - a run that failed is recorded, not fatal
+                    # (at load 20 a 3 s ZooKeeper session can expire mid-run: bundles move)
+                    r = {"variant": v[0], "round": rnd, "error": f"{type(e).__name__}: {e}"[:300]}
+                    r["load_average_1m"] = cb.load()
                 runs.append(r)
                 cb.log(f"  {json.dumps(r)}")
     runs.sort(key=lambda r: (r["round"], [v[0] for v in variants].index(r["variant"])))
