@@ -121,27 +121,20 @@ class ClusterService:
 
     async def release_all(self) -> None:
         """Graceful shutdown: leave the cluster (so no bundle is assigned here), then unload
-        every owned bundle so its clients move to other brokers -- all bundles at once, each
-        closing its topics at once (their seals are waits on the stores, overlapped on the
-        storage threads): one bundle after the other, a broker's stop took the sum of every
-        seal, and past the shutdown's grace period the bundles left waited for the session's
-        end. Each bundle keeps its own order: topics closed, then its fence revoked, then its
-        ownership key released."""
+        every owned bundle so its clients move to other brokers."""
         if self.closing:
             return
         self.closing = True
         await self.service.run_blocking(self.membership.close)
         for watch in list(self._owner_watches.values()):
             watch.cancel()
-        await asyncio.gather(*(self._unload_at_shutdown(b) for b in sorted(self.owned)))
+        for bundle in sorted(self.owned):
+            try:
+                await self.unload_bundle(bundle)
+            except Exception:  # noqa: BLE001 - the key goes with the session anyway
+                log.exception("unloading bundle %s at shutdown failed", bundle)
         if self._task is not None:
             self._task.cancel()
-
-    async def _unload_at_shutdown(self, bundle: Bundle) -> None:
-        try:
-            await self.unload_bundle(bundle)
-        except Exception:  # noqa: BLE001 - the key goes with the session anyway
-            log.exception("unloading bundle %s at shutdown failed", bundle)
 
     def _session_event(self, event: SessionEvent) -> None:
         """Store notification thread: a lost session took every ephemeral key with it."""
@@ -379,23 +372,18 @@ class ClusterService:
                 log.warning("loading %s after taking bundle %s failed: %s", name, bundle, exc)
 
     async def _close_topics(self, bundle: Bundle) -> None:
-        """Close (and seal) every loaded topic of ``bundle``, side by side."""
         topics = self.service.topics
         boundaries = await self.boundaries(bundle.namespace)
-        names = [
-            name
-            for name, topic in list(topics.loaded.items())
-            if topic.topic_name.namespace_name == bundle.namespace
-            and bundle_of(bundle.namespace, boundaries, name) == bundle
-        ]
-
-        async def close(name: str) -> None:
-            try:
-                await topics.unload(name, close_ledger=True)
-            except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
-                log.exception("unloading %s failed", name)
-
-        await asyncio.gather(*(close(n) for n in names))
+        for name, topic in list(topics.loaded.items()):
+            tn = topic.topic_name
+            if (
+                tn.namespace_name == bundle.namespace
+                and bundle_of(tn.namespace_name, boundaries, name) == bundle
+            ):
+                try:
+                    await topics.unload(name, close_ledger=True)
+                except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
+                    log.exception("unloading %s failed", name)
 
     def fence_for(self, topic: str) -> Fence:
         """The fence of ``topic``'s bundle while this broker owns it; a lost fence otherwise
