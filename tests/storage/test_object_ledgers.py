@@ -425,3 +425,41 @@ def test_a_sealed_ledger_left_unmerged_is_merged_at_the_next_open(place):
     assert again.wait_merged(timeout=30)
     assert _kinds(server, loc, 11) == ["i", "m"]
     assert again.read_all(11) == st.read_all(11)
+
+
+def test_writes_go_in_at_once_while_a_flush_is_in_flight(place, open_storage, monkeypatch):
+    """The broker's loop writes SENDs to an object ledger at once (``try_write_many``), even
+    while a flush's PUT is in flight; they become visible only after a later sync flushed
+    them -- so the next flush carries everything written during the PUT."""
+    _, loc = place
+    ml = _ml_opener(open_storage, loc, objectLedgerFlushIntervalMillis=0)()
+    real = object_ledgers.put_object
+    started, gate = threading.Event(), threading.Event()
+    flushed: list[bytes] = []
+
+    def held(store, key, data):
+        if "/f-" in key:
+            flushed.append(bytes(data))
+            if len(flushed) == 1:
+                started.set()
+                assert gate.wait(20)
+        real(store, key, data)
+
+    monkeypatch.setattr(object_ledgers, "put_object", held)
+    try:
+        assert ml.try_write_many([b"a"], [None]) is not None  # no rollover due: written here
+        syncer = threading.Thread(target=ml.sync_written)
+        syncer.start()
+        assert started.wait(10)
+        written = [ml.try_write_many([b"w%d" % i], [None]) for i in range(3)]  # during the PUT
+        assert all(w is not None for w in written)
+        assert ml.durable_seq < written[-1][2]  # written, not acknowledged: not durable yet
+        gate.set()
+        syncer.join(20)
+        assert ml.sync_written() == written[-1][2]
+        got = [d for _, d in ml.read_entries(ml.first_position(), 10)]
+        assert got == [b"a", b"w0", b"w1", b"w2"]
+        assert len(flushed) == 2 and all(b"w%d" % i in flushed[1] for i in range(3))  # one flush
+    finally:
+        gate.set()
+        ml.close()

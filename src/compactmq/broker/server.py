@@ -64,14 +64,18 @@ log = logging.getLogger(__name__)
 # Threads for storage calls: appends of different topics, reads and cursor writes run side by
 # side; SQLite and fsync release the GIL.
 STORAGE_THREADS = 8
-# The same 8 with ledgers in an object store, group flush on or off: an append holds its thread
-# for the flush interval and its write (one PUT alone; with others, the write in flight, the
-# group's PUT and its metadata commit). 64 threads were tried with the group flush when a group
-# waited an interval of its own and a ZooKeeper write per flush; since it does not
-# (storage/object_group_flush.py), 8 threads group as well (bench/cluster_bench.py
-# --compare-group-flush: 30 topics, 74 messages per object write with 8, 83-87 with 64), and 64
-# for every object-store broker waited for a chaos run on a quiet machine (the slow chaos test
-# of test_cluster_failover failed under load ~35 with either count).
+# With ledgers in an object store (``objectLedgerStorageUrl``), group flush on or off: a topic's
+# sync holds its thread for the flush interval and its write (one PUT alone; in a group, the
+# write in flight, the group's PUT and its metadata commit) -- waits on the network, no CPU --
+# while the broker's loop goes on writing its SENDs into the ledger's buffer (object ledgers
+# take writes on the loop). With 8 threads at most 8 topics of a broker flush at a time and a
+# group has at most 8 members; the others wait a whole write for a thread. 30 topics on 3
+# brokers (bench/cluster_many_ab.py, cluster_many_candidates_1.json, interleaved, load 11-25):
+# group flush on, 78 messages per object write with 8 threads, 91 with 64, and 1.32 against
+# 1.63 times the throughput of the head before (median of per-round ratios), at the same CPU
+# per message. 64 was the count for the group flush before stop 37; the slow chaos test of
+# test_cluster_failover was seen failing under load ~35 with 8 and with 64 alike.
+STORAGE_THREADS_OBJECT_LEDGERS = 64
 # Recently published entries kept in memory for consumers that keep up, per topic (in all:
 # managedLedgerCacheSizeMB, whose default is in config).
 TAIL_CACHE_BYTES_PER_TOPIC = 32 * 1024 * 1024
@@ -233,7 +237,8 @@ class BrokerService:
         self.connection_counter = ConnectionCounter(
             {k: int_setting(config, k) for k in ("brokerMaxConnections", "brokerMaxConnectionsPerIp")}
         )
-        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="storage")
+        threads = STORAGE_THREADS_OBJECT_LEDGERS if config.get("objectLedgerStorageUrl") else STORAGE_THREADS
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
         # who clients are (compactmq.auth); a disabled service (no providers) when none is given
         self.authentication: AuthenticationService = (
             authentication if authentication is not None else AuthenticationService(enabled=False)

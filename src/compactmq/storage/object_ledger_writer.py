@@ -55,6 +55,15 @@ FOLD_BYTES = 1024 * 1024
 class ObjectLedgerWriter(LedgerWriter):
     """Appends to one ledger as flush objects (see the module docstring)."""
 
+    #: ``write`` only appends to ``buf`` (under ``_cond``, never held across a PUT), so the
+    #: broker's event loop writes SENDs here at once (``Appender.try_write_many``) while a
+    #: flush is in flight. Without it every batch waited for a storage thread, and those were
+    #: all held by syncs waiting on their PUTs: the writes of the next flush came late and
+    #: flushes carried fewer entries (bench/cluster_many_ab.py: 30 topics, 24 -> 38 messages
+    #: per object write, group flush off; 57 -> 81 on). Durability is unchanged: an entry is
+    #: acknowledged only after a sync that started after its write has flushed it.
+    inline_writes = True
+
     def __init__(self, storage: "ObjectLedgerStorage", ledger_id: int, layout: Layout):
         self._storage = storage
         self.ledger_id = ledger_id

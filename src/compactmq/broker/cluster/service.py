@@ -174,6 +174,11 @@ class ClusterService:
                 await asyncio.wait_for(self._wake.wait(), self.report_interval)
             except asyncio.TimeoutError:
                 pass
+            if self.closing:
+                # ends by itself: release_all's cancel can be lost (Python 3.11's wait_for
+                # returns the wake-up its unloads set instead of raising the cancel), and the
+                # shutdown then waited its 2 s for this task on every graceful stop
+                return
             self._wake.clear()
             load = self._load()
             if (load == last and not self._force_report) or self.membership.closed:
