@@ -16,6 +16,7 @@ from compactmq.broker.default_namespace import ensure_default_namespace
 from compactmq.broker.server import BrokerService
 from compactmq.config import load_config
 from compactmq.protocol import frames, wire
+from compactmq.protocol import entries
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage
 from tests.protocol import client_commands as commands
@@ -71,7 +72,7 @@ def make_service(tmp_path, **overrides):
 
 def send(pid: int, seq: int, payload: bytes, *, corrupt: bool = False) -> bytes:
     md = pb.MessageMetadata(producer_name="runner", sequence_id=seq, publish_time=1000 + seq)
-    entry = bytearray(frames.build_entry(md, payload))
+    entry = bytearray(entries.build_entry(md, payload))
     if corrupt:
         entry[-1] ^= 1
     return frames.encode_with_entry(commands.send(pid, seq), bytes(entry))
@@ -131,7 +132,7 @@ def test_a_read_of_sends_is_written_and_answered_as_one_by_one(tmp_path, impl):
         topic = await service.topics.get_topic(name)
         assert topic.last_sequence_ids == {"runner": 59}
         stored = [await service.run_blocking(topic.ledger.read_entry, pos) for pos in ids]
-        assert [frames.parse_entry(e)[1] for e in stored] == [p for s, p in enumerate(payloads) if s != 25]
+        assert [entries.parse_entry(e)[1] for e in stored] == [p for s, p in enumerate(payloads) if s != 25]
         producer = conn.handler.producers[1]
         assert producer.messages_in == 59 and conn.reads.pending == 0
         await service.topics.close_all()

@@ -11,6 +11,7 @@ from compactmq.errors import MalformedEntry
 from compactmq.protocol import batch as B
 from compactmq.protocol import compression as Z
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import real_client_frames
@@ -37,7 +38,7 @@ def test_real_client_batches(name):
     (f,) = [f for f in real_client_frames() if f["scenario"] == f"batch-{name}" and f["type"] == "SEND"]
     (frame,) = F.FrameDecoder(verify_checksums=True).feed(f["raw"])
     assert frame.command.send.num_messages == 3
-    md, payload = F.parse_entry(frame.entry)
+    md, payload = E.parse_entry(frame.entry)
     assert B.is_batch(md) and md.num_messages_in_batch == 3
     assert md.compression == CODEC_OF_SCENARIO[name]
     # The client puts the first message's key on the batch's MessageMetadata as well.
@@ -63,8 +64,8 @@ def test_encode_decode_every_codec(codec):
     payload = B.encode_batch_payload(md, items)
     assert md.num_messages_in_batch == 3
     assert md.HasField("uncompressed_size") == (codec != Z.NONE)
-    entry = F.build_entry(md, payload)
-    got_md, got_payload = F.parse_entry(entry)
+    entry = E.build_entry(md, payload)
+    got_md, got_payload = E.parse_entry(entry)
     decoded = B.decode_batch(got_md, got_payload)
     assert [(i.meta.partition_key, i.payload) for i in decoded] == [
         (i.meta.partition_key, i.payload) for i in items

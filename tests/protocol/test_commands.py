@@ -7,6 +7,7 @@ import pytest
 from compactmq.errors import ConsumerBusy, ServerError
 from tests.protocol import client_commands as C
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 T = pb.BaseCommand
@@ -75,7 +76,7 @@ def test_builders_make_complete_commands_that_frame(name):
     assert cmd.IsInitialized()
     if ctype in (T.SEND, T.MESSAGE):
         md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0)
-        data = F.encode_with_entry(cmd, F.build_entry(md, b"x"))
+        data = F.encode_with_entry(cmd, E.build_entry(md, b"x"))
     else:
         data = F.encode_command(cmd)
     (frame,) = F.FrameDecoder().feed(data)

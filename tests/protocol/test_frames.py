@@ -9,6 +9,7 @@ import pytest
 from compactmq.errors import ChecksumError, MalformedEntry, ProtocolError, ServerError
 from tests.protocol import client_commands as C
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import ALL_TYPES, minimal_command, real_client_frames
@@ -35,7 +36,7 @@ def _frame_bytes(cmd_bytes: bytes, rest: bytes = b"") -> bytes:
 def test_every_command_kind_round_trips(command_type):
     cmd = minimal_command(command_type)
     if command_type in ENTRY_TYPES:
-        entry = F.build_entry(_metadata(), b"payload")
+        entry = E.build_entry(_metadata(), b"payload")
         data = F.encode_with_entry(cmd, entry)
     else:
         entry = None
@@ -50,7 +51,7 @@ def test_every_command_kind_round_trips(command_type):
 
 def test_many_frames_in_one_feed_and_split_across_feeds():
     cmds = [C.ping(), C.pong(), C.flow(1, 1000), C.success(9)]
-    entry = F.build_entry(_metadata(partition_key="k"), b"v")
+    entry = E.build_entry(_metadata(partition_key="k"), b"v")
     stream = b"".join(F.encode_command(c) for c in cmds) + F.encode_with_entry(C.send(0, 1), entry)
     dec = F.FrameDecoder()
     assert [f.command for f in dec.feed(stream)] == cmds + [C.send(0, 1)]
@@ -128,18 +129,18 @@ def test_ping_frame_bytes():
 
 def test_send_frame_layout():
     md = _metadata(partition_key="k")
-    entry = F.build_entry(md, b"hello")
+    entry = E.build_entry(md, b"hello")
     data = F.encode_with_entry(C.send(1, 2), entry)
     cmd = C.send(1, 2).SerializeToString()
     md_bytes = md.SerializeToString()
     after_crc = struct.pack(">I", len(md_bytes)) + md_bytes + b"hello"
-    assert entry == struct.pack(">HI", 0x0E01, F.crc32c(after_crc)) + after_crc
+    assert entry == struct.pack(">HI", 0x0E01, E.crc32c(after_crc)) + after_crc
     assert data == struct.pack(">II", 4 + len(cmd) + len(entry), len(cmd)) + cmd + entry
 
 
 def test_crc32c_is_castagnoli():
     # The standard check value of CRC-32C.
-    assert F.crc32c(b"123456789") == 0xE3069283
+    assert E.crc32c(b"123456789") == 0xE3069283
 
 
 def test_real_client_frames_decode():
@@ -159,9 +160,9 @@ def test_real_client_nobatch_send():
     for i, f in enumerate(sends):
         (frame,) = F.FrameDecoder().feed(f["raw"])
         assert frame.command.send.producer_id == 0 and frame.command.send.sequence_id == i
-        assert F.is_checksummed(frame.entry)
-        assert F.ensure_checksummed(frame.entry) is frame.entry
-        md, payload = F.parse_entry(frame.entry)
+        assert E.is_checksummed(frame.entry)
+        assert E.ensure_checksummed(frame.entry) is frame.entry
+        md, payload = E.parse_entry(frame.entry)
         assert payload == f"m{i}".encode()
         assert md.partition_key == f"k{i}"
         assert md.event_time == 1000 + i
@@ -202,7 +203,7 @@ def test_over_limit_frame_is_refused_from_its_header():
 def test_default_limit_follows_max_message_size():
     assert F.DEFAULT_MAX_FRAME_SIZE == 5 * 1024 * 1024 + F.FRAME_HEADROOM
     assert F.max_frame_size_for(1 << 20) == (1 << 20) + F.FRAME_HEADROOM
-    big = F.build_entry(_metadata(), b"x" * (5 * 1024 * 1024))  # a maximal message fits
+    big = E.build_entry(_metadata(), b"x" * (5 * 1024 * 1024))  # a maximal message fits
     assert len(F.FrameDecoder().feed(F.encode_with_entry(C.send(0, 0), big))) == 1
 
 
@@ -265,7 +266,7 @@ def test_ping_without_its_empty_command_is_accepted():
 
 
 def test_bad_entry_checksum_when_decoder_verifies():
-    entry = bytearray(F.build_entry(_metadata(), b"hello"))
+    entry = bytearray(E.build_entry(_metadata(), b"hello"))
     entry[-1] ^= 0xFF
     data = F.encode_with_entry(C.send(4, 8), bytes(entry))
     assert F.FrameDecoder().feed(data)[0].entry == bytes(entry)  # default: left to the broker
@@ -288,31 +289,31 @@ def test_encoding_an_incomplete_command_is_our_fault():
 def test_build_and_parse_entry():
     md = _metadata(partition_key="key", event_time=5)
     md.properties.add(key="a", value="b")
-    entry = F.build_entry(md, b"\x00payload")
-    got_md, payload = F.parse_entry(entry)
+    entry = E.build_entry(md, b"\x00payload")
+    got_md, payload = E.parse_entry(entry)
     assert got_md == md and payload == b"\x00payload"
-    assert F.parse_metadata(entry) == md
-    assert F.verify_checksum(entry) is True
+    assert E.parse_metadata(entry) == md
+    assert E.verify_checksum(entry) is True
 
 
 def test_unchecksummed_entry_gets_magic_and_crc():
     md = _metadata()
-    entry = F.build_entry(md, b"x")
+    entry = E.build_entry(md, b"x")
     bare = entry[6:]
-    assert not F.is_checksummed(bare)
-    assert F.verify_checksum(bare) is False
-    assert F.ensure_checksummed(bare) == entry
-    assert F.parse_entry(bare) == (md, b"x")
+    assert not E.is_checksummed(bare)
+    assert E.verify_checksum(bare) is False
+    assert E.ensure_checksummed(bare) == entry
+    assert E.parse_entry(bare) == (md, b"x")
 
 
 def test_checksum_mismatch():
-    entry = bytearray(F.build_entry(_metadata(), b"hello"))
+    entry = bytearray(E.build_entry(_metadata(), b"hello"))
     entry[-1] ^= 0x01  # a payload byte
     with pytest.raises(ChecksumError):
-        F.ensure_checksummed(bytes(entry))
+        E.ensure_checksummed(bytes(entry))
     with pytest.raises(ChecksumError):
-        F.parse_entry(bytes(entry))
-    F.parse_entry(bytes(entry), verify_checksum=False)  # the caller vouched for it
+        E.parse_entry(bytes(entry))
+    E.parse_entry(bytes(entry), verify_checksum=False)  # the caller vouched for it
 
 
 @pytest.mark.parametrize(
@@ -328,16 +329,16 @@ def test_checksum_mismatch():
 )
 def test_malformed_entries(entry):
     with pytest.raises(MalformedEntry):
-        F.parse_entry(F.ensure_checksummed(entry) if len(entry) >= 4 and entry[:2] != b"\x0e\x01" else entry)
+        E.parse_entry(E.ensure_checksummed(entry) if len(entry) >= 4 and entry[:2] != b"\x0e\x01" else entry)
 
 
 def test_broker_entry_metadata_prefix_is_skipped():
-    entry = F.build_entry(_metadata(), b"v")
+    entry = E.build_entry(_metadata(), b"v")
     bem = pb.BrokerEntryMetadata(broker_timestamp=123, index=4).SerializeToString()
     prefixed = struct.pack(">HI", 0x0E02, len(bem)) + bem + entry
-    got, rest = F.strip_broker_entry_metadata(prefixed)
+    got, rest = E.strip_broker_entry_metadata(prefixed)
     assert got.broker_timestamp == 123 and rest == entry
-    assert F.parse_entry(prefixed)[1] == b"v"
-    assert F.strip_broker_entry_metadata(entry) == (None, entry)
+    assert E.parse_entry(prefixed)[1] == b"v"
+    assert E.strip_broker_entry_metadata(entry) == (None, entry)
     with pytest.raises(MalformedEntry):
-        F.strip_broker_entry_metadata(struct.pack(">HI", 0x0E02, 50) + b"x")
+        E.strip_broker_entry_metadata(struct.pack(">HI", 0x0E02, 50) + b"x")

@@ -16,6 +16,7 @@ from compactmq.protocol import batch as B
 from tests.protocol import client_commands as C
 from compactmq.protocol import compression as Z
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import ALL_TYPES, minimal_command, real_client_frames
@@ -33,7 +34,7 @@ def _valid_stream() -> bytes:
         for t in ALL_TYPES
         if t not in (pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE)
     ]
-    parts.append(F.encode_with_entry(C.send(0, 1), F.build_entry(md, b"v")))
+    parts.append(F.encode_with_entry(C.send(0, 1), E.build_entry(md, b"v")))
     return b"".join(parts)
 
 
@@ -113,7 +114,7 @@ def test_corrupted_valid_streams(stream, flips, verify):
 def test_random_entries(data, verify):
     for candidate in (data, b"\x0e\x01" + data, b"\x0e\x02" + data):
         try:
-            md, payload = F.parse_entry(candidate, verify_checksum=verify)
+            md, payload = E.parse_entry(candidate, verify_checksum=verify)
         except OURS:
             continue
         try:
@@ -121,7 +122,7 @@ def test_random_entries(data, verify):
         except OURS:
             pass
     try:
-        F.ensure_checksummed(data)
+        E.ensure_checksummed(data)
     except OURS:
         pass
 
@@ -161,7 +162,7 @@ def test_batch_round_trip(records, codec):
     ]
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0, compression=codec)
     payload = B.encode_batch_payload(md, items)
-    got_md, got_payload = F.parse_entry(F.build_entry(md, payload))
+    got_md, got_payload = E.parse_entry(E.build_entry(md, payload))
     decoded = B.decode_batch(got_md, got_payload)
     assert [(d.meta.partition_key, d.meta.compacted_out, d.payload) for d in decoded] == [
         (i.meta.partition_key, i.meta.compacted_out, i.payload) for i in items

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from compactmq.protocol import commands, wire
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import real_client_frames
@@ -39,7 +40,7 @@ def send_frame(
     if highest is not None:
         body.highest_sequence_id = highest
     md = pb.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=publish_time)
-    entry = F.build_entry(md, payload)
+    entry = E.build_entry(md, payload)
     if not checksummed:
         entry = entry[6:]
     return F.encode_with_entry(pb.BaseCommand(type=pb.BaseCommand.SEND, send=body), entry)

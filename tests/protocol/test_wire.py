@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from compactmq.errors import MalformedEntry
 from compactmq.protocol import commands, wire
 from compactmq.protocol import frames as F
+from compactmq.protocol import entries as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import real_client_frames
@@ -32,7 +33,7 @@ def _send_bytes(**fields) -> bytes:
 
 
 def _fields_of_pb(entry: bytes) -> dict:
-    return {k: getattr(wire.fields_of(F.parse_metadata(entry)), k) for k in wire.MetadataFields.__slots__}
+    return {k: getattr(wire.fields_of(E.parse_metadata(entry)), k) for k in wire.MetadataFields.__slots__}
 
 
 def _fields(md) -> dict:
@@ -92,7 +93,7 @@ def test_sends_of_other_shapes_go_to_protobuf(fields):
     data = _send_bytes(producer_id=1, sequence_id=2, **fields)
     for impl in IMPLS:
         assert impl.decode_send(data, 0, len(data)) is None
-    entry = F.build_entry(pb.MessageMetadata(producer_name="p", sequence_id=2, publish_time=5), b"x")
+    entry = E.build_entry(pb.MessageMetadata(producer_name="p", sequence_id=2, publish_time=5), b"x")
     frame_bytes = struct.pack(">II", 4 + len(data) + len(entry), len(data)) + data + entry
     (frame,) = F.FrameDecoder().feed(frame_bytes)
     assert isinstance(frame, F.Frame) and frame.command.send.producer_id == 1
@@ -141,7 +142,7 @@ def test_real_client_entries_scan_like_protobuf(impl):
         scanned = impl.scan_metadata(entry, start, end)
         assert scanned is not None  # properties, keys, event time, batches: all plain shapes
         assert _fields(wire.MetadataFields(*scanned)) == _fields_of_pb(entry)
-        assert F.publish_time_of(entry) == F.parse_metadata(entry).publish_time
+        assert E.publish_time_of(entry) == E.parse_metadata(entry).publish_time
 
 
 @both
@@ -169,8 +170,8 @@ def test_scan_metadata_matches_protobuf(impl, publish_time, batch, key, b64, ord
         md.deliver_at_time = deliver_at
     for k, v in props:
         md.properties.add(key=k, value=v)
-    entry = F.build_entry(md, b"payload")
-    assert _fields(F.metadata_fields(entry)) == _fields_of_pb(entry)
+    entry = E.build_entry(md, b"payload")
+    assert _fields(E.metadata_fields(entry)) == _fields_of_pb(entry)
     start, end = wire.metadata_bounds(entry)
     scanned = impl.scan_metadata(entry, start, end)
     assert scanned is not None and _fields(wire.MetadataFields(*scanned)) == _fields_of_pb(entry)
@@ -184,16 +185,16 @@ def _raw_entry(metadata_bytes: bytes) -> bytes:
 def test_metadata_of_other_shapes_goes_to_protobuf(impl):
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
     md.encryption_keys.add(key="k", value=b"v")
-    entry = F.build_entry(md, b"x")
+    entry = E.build_entry(md, b"x")
     start, end = wire.metadata_bounds(entry)
     assert impl.scan_metadata(entry, start, end) is None
-    assert F.metadata_fields(entry).publish_time == 2  # read through protobuf instead
+    assert E.metadata_fields(entry).publish_time == 2  # read through protobuf instead
     # an unknown field, and publish_time with the wrong wire type: protobuf decides
     base = md.__class__(producer_name="p", sequence_id=1, publish_time=2).SerializeToString()
     for extra in (b"\xa8\x06\x01", b"\x1a\x01x", b"\x32\x02\xff\xfe"):  # last: key not UTF-8
         entry = _raw_entry(base + extra)
         assert impl.scan_metadata(entry, 4, len(entry) - 7) is None
-        assert _fields(F.metadata_fields(entry)) == _fields_of_pb(entry)
+        assert _fields(E.metadata_fields(entry)) == _fields_of_pb(entry)
 
 
 @pytest.mark.parametrize(
@@ -210,9 +211,9 @@ def test_malformed_metadata_raises_as_before(metadata_bytes):
     for impl in IMPLS:
         assert impl.scan_metadata(entry, 4, len(entry) - 7) is None
     with pytest.raises(MalformedEntry):
-        F.parse_metadata(entry)
+        E.parse_metadata(entry)
     with pytest.raises(MalformedEntry):
-        F.metadata_fields(entry)
+        E.metadata_fields(entry)
 
 
 # --- SEND_RECEIPT and MESSAGE -------------------------------------------------------------------
@@ -288,7 +289,7 @@ def test_scan_entry_and_checked_publish_time(impl):
     md = pb.MessageMetadata(
         producer_name="p", sequence_id=1, publish_time=1_700_000_000_123, partition_key="k"
     )
-    entry = F.build_entry(md, b"payload" * 20)
+    entry = E.build_entry(md, b"payload" * 20)
     assert wire.MetadataFields(*impl.scan_entry(entry)).partition_key == "k"
     assert impl.checked_publish_time(entry) == 1_700_000_000_123
     unchecksummed = entry[6:]
@@ -303,17 +304,17 @@ def test_scan_entry_and_checked_publish_time(impl):
 
 def test_checksummed_with_publish_time_answers_as_the_two_steps():
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=42)
-    entry = F.build_entry(md, b"x")
-    assert F.checksummed_with_publish_time(entry) == (entry, 42)
-    assert F.checksummed_with_publish_time(entry[6:]) == (entry, 42)  # checksum added
-    with pytest.raises(F.ChecksumError):
-        F.checksummed_with_publish_time(entry[:-1] + b"y")
+    entry = E.build_entry(md, b"x")
+    assert E.checksummed_with_publish_time(entry) == (entry, 42)
+    assert E.checksummed_with_publish_time(entry[6:]) == (entry, 42)  # checksum added
+    with pytest.raises(E.ChecksumError):
+        E.checksummed_with_publish_time(entry[:-1] + b"y")
     with pytest.raises(MalformedEntry):
-        F.checksummed_with_publish_time(_raw_entry(b"\x0a\x01p\x10\x01"))  # no publish time
+        E.checksummed_with_publish_time(_raw_entry(b"\x0a\x01p\x10\x01"))  # no publish time
 
 
 @settings(max_examples=100, deadline=None)
 @given(data=st.binary(max_size=300))
 def test_native_crc32c_is_the_castagnoli_crc(data):
     if wire.NATIVE is not None:
-        assert wire.NATIVE.crc32c(data) == F.crc32c(data)
+        assert wire.NATIVE.crc32c(data) == E.crc32c(data)

@@ -12,7 +12,8 @@ import pytest
 
 from compactmq.protocol import commands
 from compactmq.protocol import pulsar_pb2 as pb
-from compactmq.protocol.frames import build_entry, encode_command, encode_with_entry
+from compactmq.protocol.frames import encode_command, encode_with_entry
+from compactmq.protocol.entries import build_entry
 from compactmq.spark import entry_stream
 from compactmq.spark.entry_stream import EntryStream, messages_in
 

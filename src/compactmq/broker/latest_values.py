@@ -57,7 +57,8 @@ from ..compaction.entry_scan import FLAG_KEYLESS, FLAG_TOMBSTONE, hash_key_py, s
 from ..compaction.key_index import rows_of_entries
 from ..errors import CompactMQError
 from ..protocol import batch as batch_codec
-from ..protocol import compression, frames
+from ..protocol import compression
+from ..protocol import entries
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
 from .compacted_source import views_of
@@ -94,7 +95,7 @@ class LatestMessage:
 def decode_message(entry: bytes, batch_index: int) -> tuple[Optional[bytes], LatestMessage]:
     """The message at ``batch_index`` of ``entry`` (``(key, message)``; the key is None when the
     message has none). An encrypted entry is one message, its payload left as stored."""
-    md, payload = frames.parse_entry(entry, verify_checksum=False)
+    md, payload = entries.parse_entry(entry, verify_checksum=False)
     outer_key = md.partition_key.encode() if md.HasField("partition_key") else None
     if md.encryption_keys:
         msg = LatestMessage(
