@@ -62,7 +62,7 @@ def test_writes_during_a_sync_are_covered_by_the_next_and_each_sync_is_reported(
     assert seq == 3 and ml.durable_seq == 0
     gate.set()
     syncer.join(10)
-    assert reported == [1]  # a's sync left b and c behind: reported, then synced on
+    assert reported == [1, 3]  # each sync reported: a's (b and c left behind), then theirs
     assert result == [3] and ml.durable_seq == 3
 
 
