@@ -245,3 +245,25 @@ def test_a_floor_that_moves_around_the_policy_warns_once(caplog):
     assert [r.levelno for r in caplog.records][-1] == logging.WARNING
     bound.judge({topic: 0}, 7.0)  # the policy removed: nothing kept of the topic
     assert bound.bound_of(topic) is None and bound.unkeepable() == []
+
+
+def test_hundreds_of_topics_becoming_unkeepable_at_once_log_a_few_lines_and_a_sum(caplog):
+    """A namespace policy shared by 200 topics falls below the floor at one check: five topics are
+    named, one line counts the other 195, and every one of them is still reported unkeepable."""
+    from compactmq.broker.compaction_lagbound import LOG_LINES_PER_CHECK
+
+    bound = LagBound()
+    caplog.set_level(logging.INFO, logger="compactmq.broker.compaction_monitor")
+    topics = {f"persistent://t/n/many-{i}": 30 for i in range(200)}
+    assert len(bound.judge(topics, 45.0)) == 200
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == LOG_LINES_PER_CHECK + 1
+    assert warnings[-1].startswith(f"{200 - LOG_LINES_PER_CHECK} more topics cannot keep their max lag")
+    assert sorted(bound.unkeepable()) == sorted(topics)
+    caplog.clear()
+    assert bound.judge(topics, 45.0) == []  # told once: the next check logs nothing
+    assert caplog.records == []
+    bound.judge(topics, 20.0)  # kept again, all of them: the same few lines and a sum
+    infos = [r.message for r in caplog.records if r.levelno == logging.INFO]
+    assert len(infos) == LOG_LINES_PER_CHECK + 1 and infos[-1].startswith("195 more topics keep")
+    assert bound.unkeepable() == []

@@ -58,6 +58,10 @@ MARGIN_SECONDS = 0.25
 #: jobs and checks remembered: the longest of the last this many is the estimate
 KEPT = 5
 
+#: topics named one by one in the log per check (WARN: cannot keep; INFO: kept again), the rest
+#: summed up in one line -- each topic stays listed in its stats and in the unkeepable metric
+LOG_LINES_PER_CHECK = 5
+
 
 @dataclass(frozen=True)
 class TopicBound:
@@ -132,7 +136,8 @@ class LagBound:
         once, when it is kept again (a floor that moves around the policy logs no more: a topic
         is told again only when its policy changes). Returns the topics warned about now."""
         self.last_floor = floor
-        warned = []
+        warned: list[tuple[str, int]] = []
+        kept_again: list[tuple[str, int]] = []
         for topic, max_lag in max_lags.items():
             if max_lag <= 0:
                 self.forget(topic)
@@ -141,19 +146,22 @@ class LagBound:
             self._topics[topic] = bound
             if bound.kept:
                 if topic in self._warned and topic not in self._kept_again:
-                    log.info(
-                        "compaction of %s keeps its max lag of %d s again (a run commits within %.1f s)",
-                        topic,
-                        max_lag,
-                        floor,
-                    )
+                    kept_again.append((topic, max_lag))
                     self._kept_again.add(topic)
                 continue
             if self._warned.get(topic) == max_lag:
                 continue
             self._warned[topic] = max_lag
             self._kept_again.discard(topic)
-            warned.append(topic)
+            warned.append((topic, max_lag))
+        self._log_kept_again(kept_again, floor)
+        self._log_unkeepable(warned, floor)
+        return [topic for topic, _ in warned]
+
+    def _log_unkeepable(self, warned: list[tuple[str, int]], floor: float) -> None:
+        """One WARN line per topic, at most ``LOG_LINES_PER_CHECK`` of them, then one line for the
+        rest: a namespace policy that hundreds of topics share becomes unkeepable at one check."""
+        for topic, max_lag in warned[:LOG_LINES_PER_CHECK]:
             log.warning(
                 "compaction of %s cannot keep its max lag of %d s: a message published just after a "
                 "run read the topic waits for that run, then for the jobs of every lag topic before "
@@ -164,7 +172,28 @@ class LagBound:
                 floor,
                 self.run(),
             )
-        return warned
+        if len(warned) > LOG_LINES_PER_CHECK:
+            log.warning(
+                "%d more topics cannot keep their max lag (floor %.1f s); each is listed in "
+                "pulsar_compaction_max_lag_unkeepable and in its topic stats (compaction.maxLag)",
+                len(warned) - LOG_LINES_PER_CHECK,
+                floor,
+            )
+
+    def _log_kept_again(self, kept_again: list[tuple[str, int]], floor: float) -> None:
+        for topic, max_lag in kept_again[:LOG_LINES_PER_CHECK]:
+            log.info(
+                "compaction of %s keeps its max lag of %d s again (a run commits within %.1f s)",
+                topic,
+                max_lag,
+                floor,
+            )
+        if len(kept_again) > LOG_LINES_PER_CHECK:
+            log.info(
+                "%d more topics keep their max lag again (floor %.1f s)",
+                len(kept_again) - LOG_LINES_PER_CHECK,
+                floor,
+            )
 
     def bound_of(self, topic: str) -> Optional[TopicBound]:
         """The topic's maximum lag and the floor as its last check saw them (None: no max lag)."""
