@@ -12,13 +12,11 @@ import asyncio
 import pytest
 
 from compactmq.broker.connection import ServerConnection
-from compactmq.broker.default_namespace import ensure_default_namespace
-from compactmq.broker.server import BrokerService
-from compactmq.config import load_config
 from compactmq.protocol import frames, wire
 from compactmq.protocol import entries
 from compactmq.protocol import pulsar_pb2 as pb
-from compactmq.storage import Storage
+from tests.harness.service import close_service
+from tests.harness.service import make_service as harness_service
 from tests.protocol import client_commands as commands
 
 T = pb.BaseCommand
@@ -64,10 +62,7 @@ def impl(request, monkeypatch):
 
 
 def make_service(tmp_path, **overrides):
-    cfg = load_config(overrides={"managedLedgerSyncData": True, "keepAliveIntervalSeconds": 0, **overrides})
-    storage = Storage(str(tmp_path / "data"), cfg)
-    ensure_default_namespace(storage.resources, cfg, None)
-    return BrokerService(cfg, storage, "pulsar://127.0.0.1:1"), storage
+    return harness_service(tmp_path / "data", keepAliveIntervalSeconds=0, **overrides)
 
 
 def send(pid: int, seq: int, payload: bytes, *, corrupt: bool = False) -> bytes:
@@ -106,8 +101,7 @@ def run(service, storage, scenario) -> None:
     try:
         asyncio.run(scenario())
     finally:
-        service.executor.shutdown()
-        storage.close()
+        close_service(service, storage)
 
 
 def test_a_read_of_sends_is_written_and_answered_as_one_by_one(tmp_path, impl):

@@ -14,24 +14,17 @@ import os
 
 import pytest
 
-from compactmq.broker.default_namespace import ensure_default_namespace
-from compactmq.broker.server import BrokerService
-from compactmq.config import load_config
 from compactmq.errors import StorageError
-from compactmq.storage import Storage
+from tests.harness.service import close_service, make_service
 
 TOPIC = "persistent://public/default/ownership-failed-write"
 
 
 @pytest.fixture
 def service(tmp_path):
-    cfg = load_config(overrides={"managedLedgerSyncData": True})
-    storage = Storage(str(tmp_path / "data"), cfg)
-    ensure_default_namespace(storage.resources, cfg, None)
-    service = BrokerService(cfg, storage, "pulsar://127.0.0.1:1")
+    service, storage = make_service(tmp_path / "data")
     yield service
-    service.executor.shutdown()
-    storage.close()
+    close_service(service, storage)
 
 
 def _publish(topic, payload: bytes) -> asyncio.Future:
