@@ -198,17 +198,26 @@ def _open_ledger_file(data_dir: str) -> str:
         return ml.ledger_path(ml.ledgers()[-1].ledger_id)
 
 
+def _records_end(path: str) -> int:
+    """Where the records of a ledger left open end. The writer keeps zeros written ahead of
+    them (``LocalLedgerWriter``), so a crash leaves a zero-filled tail: the file is longer."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    scan = lf.scan_records(buf, verify_crc=True)
+    assert scan.torn and len(buf) > scan.valid_end and not any(buf[scan.valid_end :])
+    return scan.valid_end
+
+
 @pytest.mark.parametrize("cut", [1, 5, 23, 24, 30, -1])
 def test_torn_tail_is_cut_back_to_last_good_entry(tmp_path, cut, fork_server):
     data_dir = str(tmp_path / "data")
     fork_server.run_to_end("write_and_exit", data_dir, 5)
     path = _open_ledger_file(data_dir)
-    size = os.path.getsize(path)
+    size = _records_end(path)  # the crash left the writer's zeros ahead after the records
     last_len = len(b"entry-4" * 5) + lf.RECORD_HEADER_SIZE
     with open(path, "r+b") as f:
-        if cut == -1:  # a whole record of garbage (zeros) after the last one
-            f.seek(size)
-            f.write(b"\0" * 64)
+        if cut == -1:  # zeros after the last record, as the writer leaves them: cut to the records
+            pass
         else:  # the last record cut short
             f.truncate(size - last_len + cut)
     with Storage(data_dir, load_config()) as st:
@@ -223,10 +232,11 @@ def test_flipped_bit_in_last_record_is_treated_as_torn(tmp_path, fork_server):
     data_dir = str(tmp_path / "data")
     fork_server.run_to_end("write_and_exit", data_dir, 3)
     path = _open_ledger_file(data_dir)
+    end = _records_end(path)
     with open(path, "r+b") as f:
-        f.seek(-2, os.SEEK_END)
+        f.seek(end - 2)
         b = f.read(1)
-        f.seek(-2, os.SEEK_END)
+        f.seek(end - 2)
         f.write(bytes([b[0] ^ 0x10]))
     with Storage(data_dir, load_config()) as st:
         ml = st.open_managed_ledger(TOPIC)
@@ -251,7 +261,8 @@ def test_read_only_open_reads_past_nothing_and_repairs_nothing(tmp_path, fork_se
     data_dir = str(tmp_path / "data")
     fork_server.run_to_end("write_and_exit", data_dir, 3)
     path = _open_ledger_file(data_dir)
-    with open(path, "ab") as f:
+    with open(path, "r+b") as f:
+        f.seek(_records_end(path))
         f.write(lf.encode_record(3, 0, b"half written")[:-4])
     size = os.path.getsize(path)
     with Storage(data_dir, load_config(), read_only=True) as st:
