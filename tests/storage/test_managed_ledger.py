@@ -629,3 +629,66 @@ def test_a_sealed_index_no_read_used_for_a_while_leaves_memory(open_storage):
     assert sealed.offsets is None and sealed.publish_times is None
     assert state.current.offsets is not None  # the open ledger's columns are never dropped
     assert [d for _, d in ml.read_entries(ps[0], 200)] == [b"m%d" % i for i in range(150)]
+
+
+def test_a_stale_ledger_list_at_recovery_deletes_no_committed_ledger(open_storage, monkeypatch):
+    """Recovery's first read of the ledger list may be stale (a ZooKeeper read served before the
+    last commit reached it, or a broker paused between its read and its work). A ledger committed
+    but missing from that read is not an orphan: its bytes must survive. Orphans are deleted only
+    after recovery's own commit, against the list as it reads then (issue 26's chaos test lost
+    acknowledged messages when a lapsed broker deleted ledgers it had not seen)."""
+    import os
+
+    from compactmq.storage.resources.topic_metadata import TopicMetadata
+
+    st = open_storage(managedLedgerMaxEntriesPerLedger=2, managedLedgerMinLedgerRolloverTimeMinutes=0)
+    ml = st.open_managed_ledger("t")
+    ps = [ml.append(b"entry-%d" % i) for i in range(5)]
+    last = max(p.ledger_id for p in ps)
+    st.close()
+
+    real = TopicMetadata.ledgers
+    reads = []
+
+    def stale_first(self, topic):
+        got = real(self, topic)
+        reads.append(topic)
+        return [i for i in got if i.ledger_id != last] if len(reads) == 1 else got
+
+    monkeypatch.setattr(TopicMetadata, "ledgers", stale_first)
+    cfg = {"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMinLedgerRolloverTimeMinutes": 0}
+    st = open_storage(**cfg)
+    ml = st.open_managed_ledger("t")
+    assert len(reads) >= 2  # the orphan check read the list again after the commit
+    assert os.path.exists(ml.ledger_path(last))
+    st.close()
+    monkeypatch.setattr(TopicMetadata, "ledgers", real)
+    # the next open, reading the list as committed, serves every acknowledged entry
+    ml = open_storage(**cfg).open_managed_ledger("t")
+    assert [ml.read_entry(p) for p in ps] == [b"entry-%d" % i for i in range(5)]
+
+
+def test_an_orphan_made_during_recovery_by_another_owner_is_left_alone(open_storage, monkeypatch):
+    """Bytes that appear after recovery listed the store (the next owner's new ledger, when this
+    broker was paused past its session) are not this recovery's to delete."""
+    import os
+
+    from compactmq.storage import recovery
+
+    st = open_storage()
+    ml = st.open_managed_ledger("t")
+    ml.append(b"a")
+    path_of = ml.ledger_path
+    st.close()
+    late = path_of(777777)
+    # the late ledger's bytes appear between recovery's listing and its deletes
+    real_remove = recovery._remove_orphans
+
+    def appear_then_remove(storage, unlisted, metadata, topic):
+        with open(late, "wb") as f:
+            f.write(b"another owner's ledger")
+        return real_remove(storage, unlisted, metadata, topic)
+
+    monkeypatch.setattr(recovery, "_remove_orphans", appear_then_remove)
+    open_storage().open_managed_ledger("t")
+    assert os.path.exists(late)

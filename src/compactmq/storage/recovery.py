@@ -39,7 +39,9 @@ def recover(
     topic = ledgers.topic
     now = clock()
     infos = metadata.ledgers(topic)
-    _remove_orphans(storage, {i.ledger_id for i in infos})
+    storage.discard_partial_writes()
+    # bytes no listed ledger owns: listed now, deleted only once our commit went through
+    unlisted = storage.list() - {i.ledger_id for i in infos}
     gone: list[int] = []
     closing: list[LedgerInfo] = []
     for info in infos:
@@ -65,6 +67,7 @@ def recover(
         new_id = metadata.add_ledger(topic, now)
     for ledger_id in gone:
         storage.delete(ledger_id)
+    _remove_orphans(storage, unlisted, metadata, topic)
     appender.start_ledger(new_id, now)
 
 
@@ -105,10 +108,24 @@ def _recover_open_ledger(
     return led
 
 
-def _remove_orphans(storage: LedgerStorage, known: set[int]) -> None:
-    """Bytes of ledgers the metadata store does not know, and half-written files, go."""
-    storage.discard_partial_writes()
-    for ledger_id in storage.list() - known:
+def _remove_orphans(storage: LedgerStorage, unlisted: set[int], metadata: LedgerMetadata, topic: str) -> None:
+    """Delete the bytes of ledgers no committed ledger list names: a crash between creating a
+    ledger and recording it, or a fenced owner's ledger that never became visible.
+
+    Only after this broker's own commit went through, and only ledgers that existed before it
+    (``unlisted``: listed before the commit) and are still missing from the list as it reads
+    after the commit. Deleting them before the commit, as this once did, could delete live data
+    in a cluster: a broker whose session had lapsed (a zombie, paused mid-recovery) would list
+    ledgers the next owner had created and committed since its own read, and delete them -- the
+    commit that follows fails on the ownership fence, but the bytes were already gone (issue 26's
+    chaos test lost acknowledged messages that way). A commit under the fence proves this broker
+    owned the topic at that moment; ledgers created later by another owner are not in
+    ``unlisted``; and the list read after the commit includes every ledger committed before it
+    (the commit itself was a read-modify-write of that list), so a stale first read cannot make a
+    committed ledger look orphaned."""
+    if not unlisted:
+        return
+    for ledger_id in unlisted - {i.ledger_id for i in metadata.ledgers(topic)}:
         storage.delete(ledger_id)
 
 
