@@ -384,6 +384,7 @@ def _final_compaction(cluster: list[BrokerProcess], topic: str) -> dict:
     return _compact_on_owner(cluster, topic)[1]
 
 
+@pytest.mark.timeout(int(DURATION_S) + 1200)  # the chaos, the recovery, the drain, 30 final runs
 def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_in_broker):
     print(f"chaos seed {SEED}, {DURATION_S:.0f} s (COMPACTMQ_CHAOS_SEED / COMPACTMQ_CHAOS_SECONDS)")
     rng = random.Random(SEED)
@@ -399,6 +400,7 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
     t0 = time.monotonic()
     try:
         chaos.run(DURATION_S)
+        chaos_s = time.monotonic() - t0
         counts = [sum(len(a) for a in p.acked.values()) for p in producers]
         wait_until(
             lambda: all(sum(len(a) for a in p.acked.values()) > c + 6 for p, c in zip(producers, counts)),
@@ -408,7 +410,7 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
     finally:
         for p in producers:
             p.stop()
-    chaos_s = time.monotonic() - t0
+    recovery_s = time.monotonic() - t0 - chaos_s
     acked = {t: a for p in producers for t, a in p.acked.items()}
     failed = [f for p in producers for f in p.failed]
     _publish_once_on_each(client, topics)
@@ -442,7 +444,8 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
     redelivered = sum(sum(c.got[t].values()) for c in consumers for t in c.topics) - total
     monitor_runs = sum(len(r) for r in watch.runs.values())
     print(
-        f"chaos seed {SEED}: {chaos_s:.0f} s, {total} acknowledged on {len(topics)} topics, "
+        f"chaos seed {SEED}: {chaos_s:.0f} s of chaos, every producer acknowledged again "
+        f"{recovery_s:.0f} s later, {total} acknowledged on {len(topics)} topics, "
         f"actions {dict(chaos.actions)} ({' '.join(chaos.log)}), "
         f"at least {monitor_runs} compaction runs committed during the chaos "
         f"(on {sum(1 for r in watch.runs.values() if r)} topics), "
