@@ -402,11 +402,20 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
         chaos.run(DURATION_S)
         chaos_s = time.monotonic() - t0
         counts = [sum(len(a) for a in p.acked.values()) for p in producers]
-        wait_until(
-            lambda: all(sum(len(a) for a in p.acked.values()) > c + 6 for p, c in zip(producers, counts)),
-            timeout=120,
-            what="every producer acknowledged again after the chaos",
-        )
+
+        def stalled() -> list[str]:
+            return [
+                f"thread {p.n} {p.topics}"
+                for p, c in zip(producers, counts)
+                if sum(len(a) for a in p.acked.values()) <= c + 6
+            ]
+
+        try:
+            wait_until(lambda: not stalled(), timeout=120, what="every producer acknowledged again")
+        except AssertionError:
+            raise AssertionError(
+                f"producer threads {stalled()} acknowledged 6 or fewer in the 120 s after the chaos (seed {SEED})"
+            ) from None
     finally:
         for p in producers:
             p.stop()
