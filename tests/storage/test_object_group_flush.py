@@ -395,3 +395,34 @@ def test_a_group_holds_at_most_max_group_members_the_rest_go_in_the_next(place, 
         assert st.read_all(10)[lf.FILE_HEADER_SIZE :] == data
     for w in writers:
         w.close()
+
+
+def test_a_commit_lost_on_the_connection_keeps_the_object_its_records_may_name(place, monkeypatch):
+    """ZooKeeper applied the group's commit, then the connection dropped before the answer
+    (ConnectionLoss: outcome unknown). The flushes fail (nothing acknowledged), but the records
+    are there and name the shared object, so it must stay: deleting it (as before) made the
+    ledgers it holds unreadable and their topics unloadable on every broker (the chaos test,
+    tests/broker/test_cluster_chaos.py, found it). A new process reads every topic's bytes."""
+    from compactmq.storage.metadata_store import StoreUnavailable
+
+    server, loc, meta = place
+    group, storages = _storages(loc, meta, TOPICS[:2], interval_ms=100)
+    real_commit = meta.commit
+
+    def applied_then_lost(ops):
+        real_commit(ops)
+        if any(getattr(op, "path", "").startswith(GROUPS_ROOT) for op in ops):
+            raise StoreUnavailable("ZooKeeper connection lost: ConnectionLoss")
+
+    monkeypatch.setattr(meta, "commit", applied_then_lost)
+    _gather(group, 2)
+    writers, datas, errors = _write_and_sync_all(storages, 8)
+    errors.pop(-1)
+    assert set(errors) == {0, 1}, errors  # not acknowledged
+    monkeypatch.setattr(meta, "commit", real_commit)
+    assert len(server.keys(BUCKET, f"{loc.prefix}/{GROUPS_PREFIX}/")) == 1  # the object stayed
+    _, fresh = _storages(loc, meta, TOPICS[:2])
+    for st, data in zip(fresh, datas):
+        assert st.read_all(8)[lf.FILE_HEADER_SIZE :] == data  # readable: its records name it
+    for w in writers:
+        w.abandon()

@@ -312,8 +312,8 @@ class GroupFlush:
                     self._cond.wait()
                 group = self._committing[0]
             try:
-                if not self._commit(group.key, group.members, group.offsets):
-                    self._delete_quietly(group.key)
+                if self._commit(group.key, group.members, group.offsets) == []:
+                    self._delete_quietly(group.key)  # surely not committed: nobody names it
                 for m in group.members:
                     m.done.set()
             except BaseException as e:  # every member must be answered, whatever happened
@@ -332,9 +332,14 @@ class GroupFlush:
             return True
         return False
 
-    def _commit(self, key: str, members: list[_Member], offsets: list[int]) -> list[_Member]:
+    def _commit(self, key: str, members: list[_Member], offsets: list[int]) -> list[_Member] | None:
         """Commit the members' range records with their fences' checks; a member whose fence
-        fails gets ``Fenced`` and the rest are tried again. Returns the members committed."""
+        fails gets ``Fenced`` and the rest are tried again. Returns the members committed, or
+        None when the outcome is unknown: a commit that failed on the connection (ZooKeeper's
+        ConnectionLoss, a timeout) may have been applied, its records naming the object, so the
+        object must stay -- deleting it made every ledger it holds unreadable, the topic
+        unloadable on any broker (the chaos test found it). Its members are answered with the
+        error (nothing acknowledged); if the commit did not land, the orphan sweep deletes it."""
         todo = [(i, m, off) for i, (m, off) in enumerate(zip(members, offsets))]
         for _ in range(COMMIT_ATTEMPTS):
             if not todo:
@@ -362,7 +367,8 @@ class GroupFlush:
             except CompactMQError as e:
                 for _i, m, _off in todo:
                     m.error = e
-                return []
+                log.warning("group object %s: commit outcome unknown, the object stays: %s", key, e)
+                return None
         for _i, m, _off in todo:
             m.error = StorageError(f"group {key}: commit kept failing on fences")
         return []
