@@ -195,7 +195,7 @@ def _digits(values: np.ndarray) -> np.ndarray:
 
 
 def self_test() -> None:
-    from compactmq.protocol.entries import parse_entry
+    from compactmq.protocol.entry_format import parse_entry
     from compactmq.protocol.batch import decode_batch
 
     # the column-wise builder makes the same bytes as the one-at-a-time one (all shapes)

@@ -137,7 +137,7 @@ def batched_entries(n: int, keys: int, publish_ms: int) -> list[bytes]:
     """The stored entries the client's batching makes of ``n`` 100-byte messages over ``keys``
     keys: batches of up to 1,000 messages (``MessageMetadata.num_messages_in_batch``)."""
     from compactmq.protocol import pulsar_pb2 as pb
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
 
     payload = b"x" * 100
     out = []

@@ -50,7 +50,7 @@ TOPIC = "persistent://public/default/object-chain-bench"
 
 def _entry(key: str, value: bytes) -> bytes:
     from compactmq.protocol import pulsar_pb2 as pb
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
 
     md = pb.MessageMetadata(producer_name="bench", sequence_id=0, publish_time=1000, partition_key=key)
     return build_entry(md, value)

@@ -33,7 +33,7 @@ def log(msg: str) -> None:
 def prepare(work: str, partitions: int, messages: int, keys: int) -> str:
     from compactmq.config import load_config
     from compactmq.protocol import pulsar_pb2 as pb
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
     from compactmq.storage import Storage
 
     src = os.path.join(work, f"src-{partitions}-{messages}")

@@ -72,13 +72,13 @@ class CountingTransport:
 
 def _send(seq: int, payload: bytes) -> bytes:
     from compactmq.protocol import frames
-    from compactmq.protocol import entries
+    from compactmq.protocol import entry_format
     from compactmq.protocol import pulsar_pb2 as pb
 
     md = pb.MessageMetadata(producer_name="bench-0-1", sequence_id=seq, publish_time=1_795_000_000_000 + seq)
     body = pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1)
     return frames.encode_with_entry(
-        pb.BaseCommand(type=pb.BaseCommand.SEND, send=body), entries.build_entry(md, payload)
+        pb.BaseCommand(type=pb.BaseCommand.SEND, send=body), entry_format.build_entry(md, payload)
     )
 
 

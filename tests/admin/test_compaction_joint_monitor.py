@@ -210,7 +210,7 @@ def test_triggers_during_a_joint_job_are_honoured_by_the_next(env):  # noqa: F81
 def _keyed(storage, topic, published_ms, keys):
     """Two values of each of ``keys`` keys, published at ``published_ms``."""
     from compactmq.protocol import pulsar_pb2 as pb
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
 
     entries = []
     for round_ in range(2):

@@ -58,7 +58,7 @@ def _arrow(service, monitor, seconds: float = 0.0) -> SlowArrowFactory:
 
 def _append(storage, topic, published_ms: int, key: str = "k") -> None:
     from compactmq.protocol import pulsar_pb2 as pb
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
 
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=published_ms, partition_key=key)
     storage.open_managed_ledger(topic).append_many([build_entry(md, b"v")], [published_ms])

@@ -48,7 +48,7 @@ from compactmq.compaction.state import advance_hold, states_of
 from compactmq.errors import CompactionError, CompactMQError, Conflict
 from compactmq.naming import canonical
 from compactmq.protocol import batch as batch_codec
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage.position import EARLIEST, Position
 
@@ -135,7 +135,7 @@ def load_view(path: str, view_id: int, horizon=None) -> Optional[ArrowView]:
 def messages(entry: bytes) -> tuple[pb.MessageMetadata, list, bool]:
     """(metadata, [(index, key or None, tombstone, placeholder)], whole) of one entry; ``whole``:
     judged as one message (encrypted: it cannot be opened)."""
-    metadata, payload = entries.parse_entry(entry, verify_checksum=False)
+    metadata, payload = entry_format.parse_entry(entry, verify_checksum=False)
     key = metadata.partition_key if metadata.HasField("partition_key") else None
     if metadata.encryption_keys:
         return metadata, [(0, key, len(payload) == 0, False)], True
@@ -149,14 +149,14 @@ def messages(entry: bytes) -> tuple[pb.MessageMetadata, list, bool]:
 
 def rewrite(entry: bytes, keep: set) -> bytes:
     """``entry`` with the batch messages whose index is not in ``keep`` turned into placeholders."""
-    metadata, payload = entries.parse_entry(entry, verify_checksum=False)
+    metadata, payload = entry_format.parse_entry(entry, verify_checksum=False)
     items = batch_codec.decode_batch(metadata, payload)
     if all(i in keep or it.meta.compacted_out for i, it in enumerate(items)):
         return entry
     items = [it if i in keep else batch_codec.compacted_out(it.meta) for i, it in enumerate(items)]
     out = pb.MessageMetadata()
     out.CopyFrom(metadata)
-    return entries.build_entry(out, batch_codec.encode_batch_payload(out, items))
+    return entry_format.build_entry(out, batch_codec.encode_batch_payload(out, items))
 
 
 class _FileLock:

@@ -638,7 +638,7 @@ def test_close_while_subscribe_is_running_leaks_no_consumer(broker, topic):
 
 
 def test_bad_checksum_gets_send_error_and_connection_stays(broker):
-    from compactmq.protocol import entries
+    from compactmq.protocol import entry_format
     from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
@@ -646,15 +646,15 @@ def test_bad_checksum_gets_send_error_and_connection_stays(broker):
     wire.send(commands.producer(f"persistent://public/default/raw-{time.monotonic_ns()}", 1, 1))
     wire.expect(pb.BaseCommand.PRODUCER_SUCCESS)
     md = pb.MessageMetadata(producer_name="raw", sequence_id=0, publish_time=int(time.time() * 1000))
-    entry = bytearray(entries.build_entry(md, b"payload"))
+    entry = bytearray(entry_format.build_entry(md, b"payload"))
     entry[-1] ^= 0xFF  # corrupt the payload: the CRC no longer matches
     wire.send(commands.send(1, 0), bytes(entry))
     reply = wire.recv()
     assert reply.type == pb.BaseCommand.SEND_ERROR
     assert reply.send_error.error == pb.ChecksumError
-    wire.send(commands.send(1, 1), entries.build_entry(md, b"fine"))
+    wire.send(commands.send(1, 1), entry_format.build_entry(md, b"fine"))
     assert wire.recv().type == pb.BaseCommand.SEND_RECEIPT
-    wire.send(commands.send(99, 2), entries.build_entry(md, b"no producer"))
+    wire.send(commands.send(99, 2), entry_format.build_entry(md, b"no producer"))
     assert wire.recv().type == pb.BaseCommand.SEND_ERROR
     wire.send(commands.flow(12345, 10))  # unknown consumer: ignored, connection stays
     wire.send(commands.ping())

@@ -12,7 +12,7 @@ from compactmq.broker.producers import Producer
 from compactmq.broker.server import ServerState
 from compactmq.config import load_config
 from compactmq.protocol import frames
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from tests.protocol import client_commands as commands
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage.position import Position
@@ -105,7 +105,7 @@ def test_publish_backpressure_pauses_and_resumes_the_socket():
         topic = FakeTopic()
         conn.handler.producers[1] = Producer(topic, conn, 1, "p")
         md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
-        entry = entries.build_entry(md, b"x" * 600)
+        entry = entry_format.build_entry(md, b"x" * 600)
         conn.data_received(frames.encode_with_entry(commands.send(1, 0), entry))
         assert not transport.paused
         conn.data_received(frames.encode_with_entry(commands.send(1, 1), entry))
@@ -159,7 +159,7 @@ def test_flush_writes_sends_receipts_before_the_loop_turn_ends():
         topic = FakeTopic()
         conn.handler.producers[1] = Producer(topic, conn, 1, "p")
         md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
-        entry = entries.build_entry(md, b"x" * 10)
+        entry = entry_format.build_entry(md, b"x" * 10)
         for seq in range(3):
             conn.data_received(frames.encode_with_entry(commands.send(1, seq), entry))
         for i, cb in enumerate(topic.waiting):

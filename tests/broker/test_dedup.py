@@ -81,7 +81,7 @@ def test_batches_are_deduplicated_by_highest_sequence_id(broker):
     # the official client numbers batches itself, so a batch is resent on the wire as a client
     # resends one after reconnecting: SEND with sequence_id, num_messages, highest_sequence_id
     from compactmq.protocol import batch
-    from compactmq.protocol import entries
+    from compactmq.protocol import entry_format
     from tests.protocol import client_commands as commands
     from compactmq.protocol import pulsar_pb2 as pb
 
@@ -109,7 +109,7 @@ def test_batches_are_deduplicated_by_highest_sequence_id(broker):
         )
         cmd = commands.send(1, first, n)
         cmd.send.highest_sequence_id = first + n - 1
-        wire.send(cmd, entries.build_entry(md, batch.encode_batch(items)))
+        wire.send(cmd, entry_format.build_entry(md, batch.encode_batch(items)))
         receipt = wire.expect(pb.BaseCommand.SEND_RECEIPT).send_receipt
         assert receipt.sequence_id == first and receipt.highest_sequence_id == first + n - 1
         return commands.message_id_tuple(receipt.message_id)

@@ -9,7 +9,7 @@ import pytest
 from compactmq.broker.entry_source import EntrySource
 from compactmq.broker.subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Consumer, Subscription
 from compactmq.errors import ConsumerBusy
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage.position import Position
 
@@ -20,7 +20,7 @@ def entry(i: int, key: str | None = None, deliver_at: int = 0) -> bytes:
         md.partition_key = key
     if deliver_at:
         md.deliver_at_time = deliver_at
-    return entries.build_entry(md, b"%d" % i)
+    return entry_format.build_entry(md, b"%d" % i)
 
 
 class ListSource(EntrySource):
@@ -433,7 +433,7 @@ def test_a_read_in_flight_for_the_old_active_consumer_is_dropped_when_the_active
 
 def batch_entry(i: int, n: int) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i, num_messages_in_batch=n)
-    return entries.build_entry(md, b"%d" % i)
+    return entry_format.build_entry(md, b"%d" % i)
 
 
 def test_exclusive_run_spends_permits_per_message_and_skips_acknowledged_entries():

@@ -24,7 +24,7 @@ from compactmq.compaction import load_factory
 from compactmq.config import load_config
 from compactmq.naming import TopicName
 from compactmq.protocol import batch as batch_codec
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.storage import Storage
 from compactmq.storage.position import Position
@@ -60,7 +60,7 @@ def message(key, value: bytes, i: int) -> bytes:
     if key is not None:
         md.partition_key = key
     md.properties.add(key="i", value=str(i))
-    return entries.build_entry(md, value)
+    return entry_format.build_entry(md, value)
 
 
 def batch(messages, i: int, codec: int) -> bytes:
@@ -72,7 +72,7 @@ def batch(messages, i: int, codec: int) -> bytes:
         items.append(batch_codec.BatchItem(meta, value))
     md = pb.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1000 + i, compression=codec)
     md.num_messages_in_batch = len(items)
-    return entries.build_entry(md, batch_codec.encode_batch_payload(md, items))
+    return entry_format.build_entry(md, batch_codec.encode_batch_payload(md, items))
 
 
 def replay(service, ml) -> dict:
@@ -86,7 +86,7 @@ def replay(service, ml) -> dict:
         start = Position(view.horizon[0], view.horizon[1] + 1)
     entries += ml.read_entries(start, 1 << 30)
     for pos, entry in entries:
-        md, payload = entries.parse_entry(entry)
+        md, payload = entry_format.parse_entry(entry)
         items = batch_codec.decode_batch(md, payload)
         for index, (meta, data) in enumerate(items):
             if meta.compacted_out or not meta.HasField("partition_key"):

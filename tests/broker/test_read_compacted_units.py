@@ -11,7 +11,7 @@ from compactmq.compaction.compacted_ledger import CompactedLedgerReader
 from compactmq.compaction.compacted_writer import CompactedLedgerWriter
 from compactmq.compaction.service import LedgerView
 from compactmq.protocol import batch as batch_codec
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.protocol.commands import indexes_from_ack_set
 from compactmq.storage.position import Position
@@ -19,7 +19,7 @@ from compactmq.storage.position import Position
 
 def single(key: str, payload: bytes) -> bytes:
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key=key)
-    return entries.build_entry(md, payload)
+    return entry_format.build_entry(md, payload)
 
 
 def batch(messages, codec=pb.NONE) -> bytes:
@@ -31,11 +31,11 @@ def batch(messages, codec=pb.NONE) -> bytes:
             meta.compacted_out = True
         items.append(batch_codec.BatchItem(meta, m[1]))
     md = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, compression=codec)
-    return entries.build_entry(md, batch_codec.encode_batch_payload(md, items))
+    return entry_format.build_entry(md, batch_codec.encode_batch_payload(md, items))
 
 
 def items_of(entry: bytes):
-    md, payload = entries.parse_entry(entry)  # the CRC must hold after a rewrite
+    md, payload = entry_format.parse_entry(entry)  # the CRC must hold after a rewrite
     return md, batch_codec.decode_batch(md, payload)
 
 

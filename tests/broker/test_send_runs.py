@@ -13,7 +13,7 @@ import pytest
 
 from compactmq.broker.connection import ServerConnection
 from compactmq.protocol import frames, wire
-from compactmq.protocol import entries
+from compactmq.protocol import entry_format
 from compactmq.protocol import pulsar_pb2 as pb
 from tests.harness.service import close_service
 from tests.harness.service import make_service as harness_service
@@ -67,7 +67,7 @@ def make_service(tmp_path, **overrides):
 
 def send(pid: int, seq: int, payload: bytes, *, corrupt: bool = False) -> bytes:
     md = pb.MessageMetadata(producer_name="runner", sequence_id=seq, publish_time=1000 + seq)
-    entry = bytearray(entries.build_entry(md, payload))
+    entry = bytearray(entry_format.build_entry(md, payload))
     if corrupt:
         entry[-1] ^= 1
     return frames.encode_with_entry(commands.send(pid, seq), bytes(entry))
@@ -126,7 +126,9 @@ def test_a_read_of_sends_is_written_and_answered_as_one_by_one(tmp_path, impl):
         topic = await service.topics.get_topic(name)
         assert topic.last_sequence_ids == {"runner": 59}
         stored = [await service.run_blocking(topic.ledger.read_entry, pos) for pos in ids]
-        assert [entries.parse_entry(e)[1] for e in stored] == [p for s, p in enumerate(payloads) if s != 25]
+        assert [entry_format.parse_entry(e)[1] for e in stored] == [
+            p for s, p in enumerate(payloads) if s != 25
+        ]
         producer = conn.handler.producers[1]
         assert producer.messages_in == 59 and conn.reads.pending == 0
         await service.topics.close_all()

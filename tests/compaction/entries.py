@@ -6,7 +6,7 @@ import struct
 
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.protocol.compression import compress
-from compactmq.protocol.entries import build_entry
+from compactmq.protocol.entry_format import build_entry
 
 
 def single(

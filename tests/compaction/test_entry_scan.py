@@ -146,7 +146,7 @@ def test_rebuild_batch_with_placeholders(path, codec):
         (3, "a", b"", True),
         (4, "c", b"C" * 50, False),
     ]
-    from compactmq.protocol.entries import parse_entry
+    from compactmq.protocol.entry_format import parse_entry
 
     parse_entry(bytes(out[0]), verify_checksum=True)  # checksum recomputed
     # a second rewrite of the rewritten batch keeps placeholders and drops one more

@@ -11,7 +11,7 @@ from compactmq.errors import MalformedEntry
 from compactmq.protocol import batch as B
 from compactmq.protocol import compression as Z
 from compactmq.protocol import frames as F
-from compactmq.protocol import entries as E
+from compactmq.protocol import entry_format as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import real_client_frames

@@ -9,7 +9,7 @@ import pytest
 from compactmq.errors import ChecksumError, MalformedEntry, ProtocolError, ServerError
 from tests.protocol import client_commands as C
 from compactmq.protocol import frames as F
-from compactmq.protocol import entries as E
+from compactmq.protocol import entry_format as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import ALL_TYPES, minimal_command, real_client_frames

@@ -16,7 +16,7 @@ from compactmq.protocol import batch as B
 from tests.protocol import client_commands as C
 from compactmq.protocol import compression as Z
 from compactmq.protocol import frames as F
-from compactmq.protocol import entries as E
+from compactmq.protocol import entry_format as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import ALL_TYPES, minimal_command, real_client_frames

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from compactmq.protocol import commands, wire
 from compactmq.protocol import frames as F
-from compactmq.protocol import entries as E
+from compactmq.protocol import entry_format as E
 from compactmq.protocol import pulsar_pb2 as pb
 
 from .helpers import real_client_frames

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.protocol.compression import compress
-from compactmq.protocol.entries import build_entry
+from compactmq.protocol.entry_format import build_entry
 from compactmq.spark import values as V
 from compactmq.spark.arrow_columns import record_batch
 from compactmq.spark.entry_columns import parse_entries, repeated_fields
@@ -284,7 +284,7 @@ def test_keys_and_properties_that_are_not_utf8_get_replacement_characters():
     them as a string); the columnar scan decodes it as a string value is decoded."""
     import pyarrow as pa
 
-    from compactmq.protocol.entries import build_entry
+    from compactmq.protocol.entry_format import build_entry
 
     md = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=5)
     kv = pb.KeyValue(key="p", value="v").SerializeToString().replace(b"\x12\x01v", b"\x12\x02\xc3(")

@@ -13,7 +13,7 @@ import pytest
 from compactmq.protocol import commands
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.protocol.frames import encode_command, encode_with_entry
-from compactmq.protocol.entries import build_entry
+from compactmq.protocol.entry_format import build_entry
 from compactmq.spark import entry_stream
 from compactmq.spark.entry_stream import EntryStream, messages_in
 

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from ..compaction import RETENTION_BOUNDED, CommittedView, RetentionFilter, TopicCompactionService
 from ..errors import StorageError
 from ..protocol import batch as batch_codec
-from ..protocol import entries
+from ..protocol import entry_format
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
 from .entry_source import Entry, EntrySource
@@ -93,7 +93,7 @@ def last_message(view: CommittedView) -> Optional[tuple[int, int, int]]:
 
 def delivery_mask(entry: bytes) -> Optional[list[int]]:
     """The ack_set that hides the ``compacted_out`` records of a batch entry (None: no such record)."""
-    metadata, payload = entries.parse_entry(entry, verify_checksum=False)
+    metadata, payload = entry_format.parse_entry(entry, verify_checksum=False)
     if not batch_codec.is_batch(metadata):
         return None
     items = batch_codec.decode_batch(metadata, payload)
@@ -109,7 +109,7 @@ def for_delivery(entry: bytes) -> tuple[bytes, Optional[list[int]]]:
     never complete the batch (the consumer would get it again after a reconnect).
     Placeholders before a survivor stay, hidden by the bitset.
     """
-    metadata, payload = entries.parse_entry(entry, verify_checksum=False)
+    metadata, payload = entry_format.parse_entry(entry, verify_checksum=False)
     if not batch_codec.is_batch(metadata) or metadata.encryption_keys:
         return entry, None
     items = batch_codec.decode_batch(metadata, payload)
@@ -120,7 +120,7 @@ def for_delivery(entry: bytes) -> tuple[bytes, Optional[list[int]]]:
         items = items[:keep]
         trimmed = pb.MessageMetadata()
         trimmed.CopyFrom(metadata)
-        entry = entries.build_entry(trimmed, batch_codec.encode_batch_payload(trimmed, items))
+        entry = entry_format.build_entry(trimmed, batch_codec.encode_batch_payload(trimmed, items))
     return entry, batch_codec.delivery_ack_set(items)
 
 
@@ -142,7 +142,7 @@ def prepare_for_delivery(entries: list[Entry]) -> tuple[list[Entry], dict]:
 
 def last_batch_index(entry: bytes) -> int:
     """Batch index of the last message of ``entry`` that a consumer receives (-1: not a batch)."""
-    metadata, payload = entries.parse_entry(entry, verify_checksum=False)
+    metadata, payload = entry_format.parse_entry(entry, verify_checksum=False)
     if not batch_codec.is_batch(metadata):
         return -1
     items = batch_codec.decode_batch(metadata, payload)
@@ -156,7 +156,7 @@ def message_count(entry: bytes) -> int:
     """Messages an entry holds (batch records, placeholders included: what the dispatcher
     charges against a consumer's permits for it)."""
     try:
-        md = entries.parse_metadata(entry)
+        md = entry_format.parse_metadata(entry)
     except Exception:  # a damaged entry is the client's to report (see prepare_for_delivery)
         return 1
     return batch_codec.message_count(md)

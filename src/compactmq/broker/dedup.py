@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import policy_keys
 from ..protocol.batch import message_count
-from ..protocol.entries import parse_metadata
+from ..protocol.entry_format import parse_metadata
 from ..storage.position import Position
 
 if TYPE_CHECKING:  # pragma: no cover

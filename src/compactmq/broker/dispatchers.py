@@ -41,7 +41,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ..protocol.entries import metadata_fields
+from ..protocol.entry_format import metadata_fields
 from ..storage.position import Position
 from .entry_source import MAX_ENTRIES_PER_READ, EntrySource
 from .limits import PendingAcks, bit_count, unacked_limits

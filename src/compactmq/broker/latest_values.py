@@ -58,7 +58,7 @@ from ..compaction.key_index import rows_of_entries
 from ..errors import CompactMQError
 from ..protocol import batch as batch_codec
 from ..protocol import compression
-from ..protocol import entries
+from ..protocol import entry_format
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
 from .compacted_source import views_of
@@ -95,7 +95,7 @@ class LatestMessage:
 def decode_message(entry: bytes, batch_index: int) -> tuple[Optional[bytes], LatestMessage]:
     """The message at ``batch_index`` of ``entry`` (``(key, message)``; the key is None when the
     message has none). An encrypted entry is one message, its payload left as stored."""
-    md, payload = entries.parse_entry(entry, verify_checksum=False)
+    md, payload = entry_format.parse_entry(entry, verify_checksum=False)
     outer_key = md.partition_key.encode() if md.HasField("partition_key") else None
     if md.encryption_keys:
         msg = LatestMessage(

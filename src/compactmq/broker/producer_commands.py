@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CompactMQError, InvalidInput, NotAllowed, ServerError
 from ..naming import TopicName
 from ..protocol import commands, frames, wire
-from ..protocol import entries
+from ..protocol import entry_format
 from ..protocol import pulsar_pb2 as pb
 from ..storage.position import Position
 from . import security
@@ -128,7 +128,7 @@ class ProducerCommands:
         if producer is None or producer.closed:
             raise NotAllowed(f"producer {cmd.producer_id} is not attached on this connection")
         # ChecksumError, MalformedEntry (undecodable metadata) -> SEND_ERROR, stay up
-        entry, publish_time = entries.checksummed_with_publish_time(frame.entry)
+        entry, publish_time = entry_format.checksummed_with_publish_time(frame.entry)
         publish_time = publish_time or int(time.time() * 1000)
         num = cmd.num_messages  # default 1
         sequence_id = cmd.sequence_id

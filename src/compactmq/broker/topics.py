@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CompactMQError, NotAllowed, StorageError
 from ..naming import TopicName
-from ..protocol.entries import parse_metadata
+from ..protocol.entry_format import parse_metadata
 from ..storage.position import Position
 from .dedup import Deduplication
 from .entry_cache import slowest_active_read

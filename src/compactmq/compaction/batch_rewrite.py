@@ -22,7 +22,7 @@ import struct
 
 import numpy as np
 
-from ..protocol.entries import MAGIC
+from ..protocol.entry_format import MAGIC
 from . import native
 from .entry_scan import (
     MD_UNCOMPRESSED_SIZE,

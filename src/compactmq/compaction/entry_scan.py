@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import CompactionError, UnreadableEntry
 from ..protocol.commands import to_signed64
-from ..protocol.entries import MAGIC
+from ..protocol.entry_format import MAGIC
 from . import native
 
 # MessageMetadata field numbers (our pulsar.proto)

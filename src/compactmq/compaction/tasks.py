@@ -272,10 +272,10 @@ def decode_messages(entry: bytes, ledger_id: int, entry_id: int) -> list:
     """Every message of a stored entry as ``strategies.Message`` (the protocol package's own
     decoder; the slow path). An encrypted entry cannot be opened: it is one message, as stored."""
     from ..protocol import batch as batch_codec
-    from ..protocol import entries
+    from ..protocol import entry_format
     from .strategies import Message
 
-    md, payload = entries.parse_entry(entry, verify_checksum=False)
+    md, payload = entry_format.parse_entry(entry, verify_checksum=False)
     if len(md.encryption_keys):
         key = md.partition_key if md.HasField("partition_key") else None
         props = {kv.key: kv.value for kv in md.properties}

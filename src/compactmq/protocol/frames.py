@@ -7,7 +7,7 @@ Wire layout (all integers big-endian)::
 
 ``total_size`` counts every byte after itself. Only SEND (client to broker) and MESSAGE (broker
 to client) carry an entry; what an entry holds and how its checksum is checked is
-:mod:`compactmq.protocol.entries`.
+:mod:`compactmq.protocol.entry_format`.
 
 Who checks what:
 
@@ -19,7 +19,7 @@ Who checks what:
   out as one :class:`SendRun` (:func:`wire.split_sends`), whose entries' checksums are already
   verified; a frame the run cannot take is decoded alone, as below.
 * It does not verify entry checksums by default: the broker calls
-  ``entries.ensure_checksummed`` on each SEND entry, so a corrupt message gets a SEND_ERROR
+  ``entry_format.ensure_checksummed`` on each SEND entry, so a corrupt message gets a SEND_ERROR
   (ChecksumError) while the connection stays up, which is how Pulsar brokers answer it and how
   the client expects it.
 """
@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from compactmq.errors import ProtocolError, ServerError
 from compactmq.protocol import pulsar_pb2 as pb
 from compactmq.protocol import wire
-from compactmq.protocol.entries import verify_if_checksummed
+from compactmq.protocol.entry_format import verify_if_checksummed
 
 BaseCommand = pb.BaseCommand
 MessageMetadata = pb.MessageMetadata

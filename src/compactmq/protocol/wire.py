@@ -526,7 +526,7 @@ _scan_entry = IMPLEMENTATION.scan_entry
 checked_publish_time = IMPLEMENTATION.checked_publish_time
 """``checked_publish_time(entry)``: the publish time of a SEND's entry when it carries magic
 and a matching CRC and its metadata is of a plain shape, in one pass; None otherwise, and the
-caller takes the general path (``entries.ensure_checksummed``, ``entries.publish_time_of``),
+caller takes the general path (``entry_format.ensure_checksummed``, ``entry_format.publish_time_of``),
 which adds the checksum or raises the exact error."""
 
 send_receipt_frame = IMPLEMENTATION.send_receipt_frame

@@ -29,7 +29,7 @@ from ..errors import CompactMQError
 from ..protocol import wire
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.frames import decode_command
-from ..protocol.entries import metadata_fields
+from ..protocol.entry_format import metadata_fields
 
 _U32 = struct.Struct(">I")
 _SIGN, _WRAP = 1 << 63, 1 << 64

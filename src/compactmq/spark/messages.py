@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.batch import decode_batch, is_batch
-from ..protocol.entries import parse_entry
+from ..protocol.entry_format import parse_entry
 
 
 class Message(NamedTuple):

@@ -45,7 +45,7 @@ def _scratch_entries() -> list[bytes]:
     """A few stored entries covering what the scanner distinguishes: keyed single messages, a
     batch, a keyless message and a tombstone."""
     from ...protocol import pulsar_pb2 as pb
-    from ...protocol.entries import build_entry
+    from ...protocol.entry_format import build_entry
 
     out = []
     for i in range(16):
