@@ -94,7 +94,7 @@ def test_fused_runs_match_the_reference(spark, specs):
     engine's property (``test_inprocess_engine``)."""
     topics = [f"persistent://public/default/fused-{i}" for i in range(len(specs))]
     now = int(time.time() * 1000)
-    times = [now - 300_000, now - 100_000, now]
+    times = [now - 3_000_000, now - 1_000_000, now]
     d = tempfile.mkdtemp(prefix="cmq-fused-")
     storage, factory = _open(d)
     try:

@@ -38,7 +38,11 @@ entries = st.lists(entry, min_size=0, max_size=6)
 # per topic: its policy, round one (old), round two's old part, round two's young part
 topic_spec = st.tuples(st.sampled_from(["none", "ttl", "min-lag"]), entries, entries, entries)
 
-TTL_S, MIN_LAG_S = 200, 50
+# Publish times sit far from every cut: a young message stays younger than the minimum lag for
+# 500 s after the test starts (at 50 s, a loaded CI machine reached the second round after the
+# young messages had come of age, so the runs and the model, which look at the clock a few
+# seconds apart, disagreed about them).
+TTL_S, MIN_LAG_S = 2000, 500
 
 
 def _view(service):
@@ -84,7 +88,7 @@ def _expect(model, policy, ml, now_ms, appended):
 def test_joint_and_single_runs_match_each_other_and_the_reference(spark, specs):
     topics = [f"persistent://public/default/joint-{i}" for i in range(len(specs))]
     now = int(time.time() * 1000)
-    times = [now - 300_000, now - 100_000, now]  # round one; round two old; round two young
+    times = [now - 3_000_000, now - 1_000_000, now]  # round one; round two old; round two young
     dirs = [tempfile.mkdtemp(prefix="cmq-joint-topics-") for _ in range(2)]
     opened = [_open(d) for d in dirs]
     try:

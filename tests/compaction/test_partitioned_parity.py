@@ -157,13 +157,13 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         {"managedLedgerMaxEntriesPerLedger": 3, "topicCompactionRetainNullKey": True}
     )
     try:
-        storage.policies.set_topic_policy(_partition(0), COMPACTED_VIEW_KEY_TTL, 50)
-        storage.policies.set_topic_policy(_partition(0), COMPACTION_TOMBSTONE_RETENTION, 50)
+        storage.policies.set_topic_policy(_partition(0), COMPACTED_VIEW_KEY_TTL, 500)
+        storage.policies.set_topic_policy(_partition(0), COMPACTION_TOMBSTONE_RETENTION, 500)
         ledgers = [storage.open_managed_ledger(_partition(i)) for i in range(PARTITIONS)]
         services = [factory.new_service(_partition(i)) for i in range(PARTITIONS)]
         models = [ReferenceCompactor("keep-latest", True, "retention-bounded") for _ in range(PARTITIONS)]
         now = int(time.time() * 1000)
-        old, young = now - 100_000, now
+        old, young = now - 1_000_000, now  # far from the 500 s TTL: a slow run cannot move the cut
         history = [
             (E.single("a", b"a1"), old),
             (E.single("b", b"b1"), old),
@@ -176,7 +176,7 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         ]
         for ml in ledgers[:2]:
             ml.append_many([e for e, _ in history], [t for _, t in history])
-        cut = tuple(ledgers[0].find_position_by_publish_time(now - 50_000))
+        cut = tuple(ledgers[0].find_position_by_publish_time(now - 500_000))
         models[0].drop_before = models[0].tombstones_from = cut
         assert _compact_all(factory, services, ledgers, models) == 1
         views = [{m[1] for _, msgs in _actual_view(s) for m in msgs if not m[4]} for s in services]
