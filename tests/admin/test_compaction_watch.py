@@ -242,6 +242,14 @@ def _monitor(data_dir, full_scan: int, now: list):
         _AGAIN(0, 15),  # at exactly 60 s the messages count
     ]
 )
+# a run ends (its timer guessed from the end: 29.75 s on), the next check finds nothing
+# uncompacted; then a message published 2 s before the append: due 1 s before that timer
+@example(
+    rounds=[
+        [("append", 0, 1, 30), ("policy", None, "max-lag", 30), *_AGAIN(0, 1)],
+        [("append", 0, 1, 2), *_AGAIN(0, 28)],
+    ]
+)
 def test_checks_of_changed_topics_find_what_full_checks_find(rounds):
     """Two brokers' monitors over the same history (fake compaction: a run commits the topic's
     last entry): one told of appends and policy changes as the broker tells it, checking only
