@@ -37,6 +37,23 @@ def test_take_hands_each_changed_topic_once_and_timers_when_due():
     assert watch.full_checks == 2
 
 
+def test_a_read_drops_the_timer_guessed_at_a_run_end_so_the_next_append_looks_at_once():
+    now = [10.0]
+    watch = DueWatch(full_scan_seconds=100, clock=lambda: now[0])
+    topic = "persistent://t/n/lagged"
+    watch.take(0.0)
+    watch.lag_policy(topic, 29.75, time_only=True)  # what a check of it said: only time makes it due
+    watch.busy(topic)
+    watch.run_ended(topic)  # a guess: a message published from now on is due 29.75 s on
+    assert watch.next_timer() == 39.75
+    assert watch.take(11.0) == [topic]  # the end of its run is looked at
+    watch.reading(topic)  # ... and the check found nothing uncompacted: it sets no timer
+    assert watch.next_timer() is None and watch.waiting == 0
+    now[0] = 11.0
+    watch.touch(topic)  # a message published before the run ended may be due before 39.75
+    assert watch.next_timer() == 11.0 and watch.take(11.0) == [topic]
+
+
 def test_policy_changes_reach_the_namespace_topics_and_partitions():
     watch = DueWatch(full_scan_seconds=100)
     watch.take(0.0)
@@ -240,6 +257,14 @@ def _monitor(data_dir, full_scan: int, now: list):
             *_AGAIN(0, 45),
         ],
         _AGAIN(0, 15),  # at exactly 60 s the messages count
+    ]
+)
+# a run ends (its timer guessed from the end: 29.75 s on), the next check finds nothing
+# uncompacted; then a message published 2 s before the append: due 1 s before that timer
+@example(
+    rounds=[
+        [("append", 0, 1, 30), ("policy", None, "max-lag", 30), *_AGAIN(0, 1)],
+        [("append", 0, 1, 2), *_AGAIN(0, 28)],
     ]
 )
 def test_checks_of_changed_topics_find_what_full_checks_find(rounds):

@@ -174,7 +174,7 @@ class DueCheck:
             if not TopicName.parse(topic).persistent or topic in busy:
                 return None
             if watch is not None:
-                watch.looked_at(topic)
+                watch.reading(topic)  # its timer goes: _decide sets the one its ledger calls for
             threshold, max_lag, min_lag = self.settings_of(topic, namespaces)
             self.max_lags[topic] = max_lag
             if threshold <= 0 and max_lag <= 0:

@@ -22,7 +22,12 @@ a minute for nothing. A topic's answer can only change when
   batching or clock, a backfill), so a timer counted from the append could fire after the
   topic fell due -- and sets the exact timer. So the first message after a run is not left
   waiting for the next interval's check, and later appends find the timer set; the monitor's
-  check loop sleeps only until the earliest timer (``next_timer``, ``on_timer``);
+  check loop sleeps only until the earliest timer (``next_timer``, ``on_timer``). A check that
+  reads a topic drops its timer first and sets the one the ledger calls for (``reading``), as a
+  full check does for every topic: a timer guessed earlier -- at a run's end, counted from the
+  end -- would otherwise outlive a read that found nothing uncompacted, and the first append
+  after it, of a message published before the end, would find it set and wait for it, past the
+  time the message makes the topic due;
 * a **run of it ended** (a failed run is retried at the next check while still due; a run may
   leave a backlog that arrived while it ran), or a compact-topic job of another process held it.
   While a run of a topic is queued or running (``busy``) an append starts no lag timer for it:
@@ -193,6 +198,17 @@ class DueWatch:
             return
         with self._lock:
             self._by_namespace.setdefault(ns, set()).add(topic)
+
+    def reading(self, topic: str) -> None:
+        """The check is about to read ``topic``'s ledger: ``looked_at``, and its timer goes --
+        the check sets the one what it reads calls for (``wake_at``), as a full check does for
+        every topic. A timer set before may be later than the topic's oldest uncompacted message
+        makes it due (the guess at a run's end counts from the end, not from a message published
+        earlier), and while it lives an append starts no timer of its own (module notes). An
+        append after this call starts one that fires at once, so none is lost to the read."""
+        self.looked_at(topic)
+        with self._lock:
+            self._timer_at.pop(topic, None)  # its heap entry is stale now: skipped
 
     def policies_changed(self, name: str) -> None:
         """The policies of ``name`` changed: a namespace (``tenant/ns``: every topic of it the
