@@ -133,6 +133,7 @@ def test_a_known_job_keeps_the_policy_while_producers_publish(env):  # noqa: F81
         for i in range(3):  # the first job also pays for the factory's first use: forgotten
             if i == 1:
                 monitor.lag_bound.job_seconds.clear()
+                monitor.lag_bound.job_sizes.clear()
             await monitor.trigger_together(topics)
             for t in topics:
                 await wait_idle(monitor, t)
@@ -200,6 +201,7 @@ def test_a_policy_shorter_than_the_floor_is_reported_once_and_runs_back_to_back(
         assert len(warnings()) == 1
         # a policy the monitor can keep: said once at INFO; a new short policy is warned again
         monitor.lag_bound.job_seconds.clear()
+        monitor.lag_bound.job_sizes.clear()  # the job that ran here: forgotten too
         service.storage.policies.set_topic_policy(TOPIC, COMPACTION_MAX_LAG, 60)
         _append(service.storage, TOPIC, int(now[0] * 1000))
         assert await monitor.check_once() == []

@@ -86,6 +86,9 @@ class DueChecks:
     def lag_plan(self) -> "LagPlan":
         raise NotImplementedError  # pragma: no cover - the monitor's
 
+    def lag_floor_measured(self) -> bool:
+        raise NotImplementedError  # pragma: no cover - the monitor's
+
     def _rearm(self) -> None:
         """(event loop) The lag queue's next due time may be earlier than the check loop sleeps
         until: it works its sleep out again (no check unless one is due)."""
@@ -174,7 +177,8 @@ class DueChecks:
         if self._closing:
             return []
         self._settle_queue(busy)
-        self.lag_bound.judge(self._due.max_lags, self.lag_floor_seconds())  # the queue as read now
+        if self.lag_floor_measured():  # not from a size of job never seen yet (the first wave)
+            self.lag_bound.judge(self._due.max_lags, self.lag_floor_seconds())  # the queue as read now
         triggered = []
         for topic, reason, priority, size in due:
             if topic in self._runs:  # triggered by hand while the check looked

@@ -10,8 +10,19 @@ after
   + wait    the wait for a worker: the rest of the job in flight, then the jobs of every run
             that goes before it -- manual and size-triggered runs waiting, and the lag topics
             with earlier deadlines (``compaction_lagqueue``: the queue ahead of the topic);
-  + run     its own job, as long as the longest of the last jobs (a lag bound is a promise
-            about every message: the longest, not the mean).
+  + run     its own job, as long as the longest of the last jobs of its size (a lag bound is
+            a promise about every message: the longest, not the mean).
+
+A job's length grows with its topics, so a job is remembered with its size (``job_ended``) and
+the length of a job of ``n`` topics (``run(n)``, ``job_length``) is the longest of the recent
+jobs of about that size -- of the smallest size seen that is at least ``n``, up to twice that --
+or, when every job seen was smaller, the largest ones scaled up in proportion (a job's fixed cost
+is not paid again per topic, so that bounds it from above). The longest job of any size would
+make a wave of 1,000 topics wait behind ten estimates of the warm-up's one-topic job: measured,
+the first wave after a start was queued with a lead of ten jobs of two topics and committed nine
+jobs of 100 late (900 runs, 12 s past a 60 s policy). A floor from a length scaled up more than
+twice is not judged (``measured``): it would report a policy as unkeepable only until the first
+job of the size ran.
 
 So a topic falls due when its oldest uncompacted message is ``max lag - lead`` old, with the
 *lead* ``(check + wait + run) x (1 + MARGIN_SHARE) + MARGIN_SECONDS`` (``lead``). Not earlier:
@@ -58,6 +69,10 @@ MARGIN_SECONDS = 0.25
 #: jobs and checks remembered: the longest of the last this many is the estimate
 KEPT = 5
 
+#: jobs remembered with their sizes (``job_length``): enough that a size met every few jobs
+#: (the last job of a wave, smaller than the others) is still known
+SIZED_KEPT = 12
+
 #: topics named one by one in the log per check (WARN: cannot keep; INFO: kept again), the rest
 #: summed up in one line -- each topic stays listed in its stats and in the unkeepable metric
 LOG_LINES_PER_CHECK = 5
@@ -88,6 +103,8 @@ class LagBound:
 
     def __init__(self, kept: int = KEPT) -> None:
         self.job_seconds: collections.deque[float] = collections.deque(maxlen=kept)
+        #: (topics, seconds) of the last jobs whose size the monitor told (``job_length``)
+        self.job_sizes: collections.deque[tuple[int, float]] = collections.deque(maxlen=SIZED_KEPT)
         self.check_seconds: collections.deque[float] = collections.deque(maxlen=kept)
         self.last_floor = 0.0  # the floor at the last check (metrics)
         self._topics: dict[str, TopicBound] = {}  # lag topics, as the last check of each saw them
@@ -96,19 +113,33 @@ class LagBound:
 
     # --- what the monitor measures --------------------------------------------------------------
 
-    def job_ended(self, seconds: float) -> None:
-        """A job took ``seconds`` from its hand-over to the worker pool to its last commit."""
+    def job_ended(self, seconds: float, topics: Optional[int] = None) -> None:
+        """A job (of ``topics`` topics, when told) took ``seconds`` from its hand-over to the
+        worker pool to its last commit."""
         if seconds >= 0:
             self.job_seconds.append(float(seconds))
+            if topics is not None and topics > 0:
+                self.job_sizes.append((int(topics), float(seconds)))
 
     def check_ended(self, seconds: float) -> None:
         """A check queued its due topics ``seconds`` after it should have started."""
         if seconds >= 0:
             self.check_seconds.append(float(seconds))
 
-    def run(self) -> float:
-        """One job's length: the longest of the last ones (0 before the first)."""
-        return max(self.job_seconds, default=0.0)
+    def run(self, topics: Optional[int] = None) -> float:
+        """One job's length (module notes): of ``topics`` topics, from the recent jobs of about
+        that size (``job_length``); with no size, or no job's size told, the longest of the last
+        jobs (0 before the first)."""
+        if topics is None or not self.job_sizes:
+            return max(self.job_seconds, default=0.0)
+        return job_length(self.job_sizes, topics)[0]
+
+    def measured(self, topics: Optional[int] = None) -> bool:
+        """Whether ``run(topics)`` comes from jobs of at least half that size (a floor from a
+        length scaled up further is not judged: module notes)."""
+        if topics is None or not self.job_sizes:
+            return True
+        return job_length(self.job_sizes, topics)[1]
 
     def check(self) -> float:
         """The check's latency: the longest of the last checks' (0 before the first)."""
@@ -116,16 +147,18 @@ class LagBound:
 
     # --- the model ------------------------------------------------------------------------------
 
-    def lead(self, wait: float, split_wait: float = 0.0) -> float:
+    def lead(self, wait: float, split_wait: float = 0.0, topics: Optional[int] = None) -> float:
         """How long before its maximum lag a topic must be queued (module notes): ``wait`` for a
-        worker, then a job; with split lag jobs, at least their round ``split_wait``."""
-        terms = max(self.check() + max(0.0, wait) + self.run(), self.check() + max(0.0, split_wait))
+        worker, then a job (of ``topics`` topics); with split lag jobs, at least their round
+        ``split_wait``."""
+        terms = max(self.check() + max(0.0, wait) + self.run(topics), self.check() + max(0.0, split_wait))
         return terms * (1 + MARGIN_SHARE) + MARGIN_SECONDS
 
-    def floor(self, wait: float, split_wait: float = 0.0) -> float:
-        """The least maximum lag kept: the run that just missed a message, then the lead; with
-        split lag jobs, their round (which holds the missed run already), when larger."""
-        plain = self.run() + self.lead(wait)
+    def floor(self, wait: float, split_wait: float = 0.0, topics: Optional[int] = None) -> float:
+        """The least maximum lag kept: the run (a job of ``topics`` topics) that just missed a
+        message, then the lead; with split lag jobs, their round (which holds the missed run
+        already), when larger."""
+        plain = self.run(topics) + self.lead(wait, topics=topics)
         return max(plain, self.lead(0.0, split_wait)) if split_wait > 0 else plain
 
     # --- the topics -----------------------------------------------------------------------------
@@ -210,4 +243,19 @@ class LagBound:
         self._kept_again.discard(topic)
 
 
-__all__ = ["KEPT", "LagBound", "MARGIN_SECONDS", "MARGIN_SHARE", "TopicBound"]
+def job_length(jobs, topics: int) -> tuple[float, bool]:
+    """``(seconds, measured)``: how long a job of ``topics`` topics takes, from ``jobs``
+    ``(topics, seconds)`` (not empty), and whether jobs of at least half that size were seen
+    (module notes). The longest of the jobs of the smallest size seen that is at least
+    ``topics``, up to twice that size; when every job was smaller, the longest of the largest
+    ones (at least half the largest size) scaled up in proportion."""
+    n = max(1, int(topics))
+    sizes = [m for m, _ in jobs if m >= n]
+    if sizes:
+        least = min(sizes)
+        return max(s for m, s in jobs if least <= m <= 2 * least), True
+    top = max(m for m, _ in jobs)
+    return max(s * n / m for m, s in jobs if 2 * m >= top), 2 * top >= n
+
+
+__all__ = ["KEPT", "LagBound", "SIZED_KEPT", "job_length", "MARGIN_SECONDS", "MARGIN_SHARE", "TopicBound"]

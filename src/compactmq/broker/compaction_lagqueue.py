@@ -36,8 +36,8 @@ A topic the check found not due although the queue said it was (a minimum lag ho
 messages back, another process compacts it) is *held* until the time the check gives, so it
 neither wakes the check loop again at once nor pulls the topics before it into a job.
 
-Plain bookkeeping over numbers (deadlines in ms of the monitor's clock); one lock, because the
-check reads and updates the queue in a worker thread while the event loop starts jobs.
+Plain bookkeeping over numbers (deadlines in ms of the monitor's clock); one (reentrant) lock,
+because the check reads and updates the queue in a worker thread while the event loop starts jobs.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ class LagQueue:
     """The lag topics that are not running, in deadline order (module notes)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # reentrant: the plan's lead, asked while the lock is held (``_blocks``), reads the
+        # queue's length (a job's size: ``LagPlan.job_topics``)
+        self._lock = threading.RLock()
         self._order: list[Key] = []  # (deadline ms, topic), sorted
         self._deadline: dict[str, int] = {}
         self._bytes: dict[str, int] = {}
@@ -218,10 +220,18 @@ class LagPlan:
         by_bytes = int(max_bytes // mean) if mean > 0 else max_topics
         return max(1, min(int(max_topics), by_bytes))
 
+    def job_topics(self, topics: Optional[int] = None) -> int:
+        """Topics in one job of the queue: ``per_job``, or all of them when fewer wait (the runs
+        that go first and the lag topics in the queue, or ``topics``)."""
+        waiting = self.ahead + len(self.queue) if topics is None else topics
+        return max(1, min(self.per_job, waiting))
+
     def lead_of_jobs(self, jobs: int) -> float:
-        """Seconds a run takes to commit when ``jobs`` jobs go before its own."""
+        """Seconds a run takes to commit when ``jobs`` jobs go before its own (each as long as
+        a job of the queue's size: ``LagBound.run``)."""
         rounds = max(0, jobs) // self.slots
-        return self.bound.lead(self.inflight + rounds * self.bound.run(), self.split_wait)
+        size = self.job_topics()
+        return self.bound.lead(self.inflight + rounds * self.bound.run(size), self.split_wait, size)
 
     def lead_ms_of_jobs(self, jobs: int) -> int:
         return int(self.lead_of_jobs(jobs) * 1000)
@@ -235,7 +245,12 @@ class LagPlan:
         run that missed a message, then the lead of the last topic in the queue (no worker busy:
         the missed run has just ended)."""
         rounds = (max(0, topics - 1) // self.per_job) // self.slots
-        return self.bound.floor(rounds * self.bound.run(), self.split_wait)
+        size = self.job_topics(topics)
+        return self.bound.floor(rounds * self.bound.run(size), self.split_wait, size)
+
+    def floor_measured(self, topics: int) -> bool:
+        """Whether ``floor(topics)`` comes from jobs of about that size (``LagBound.measured``)."""
+        return self.bound.measured(self.job_topics(topics))
 
 
 __all__ = ["LAST", "LagPlan", "LagQueue"]

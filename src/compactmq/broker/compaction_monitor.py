@@ -414,7 +414,7 @@ class CompactionMonitor(RunWorker, DueChecks):
         started = self._job_started.pop(id(fut), None)
         size = self._job_size.pop(id(fut), len(topics))
         if started is not None:
-            self.lag_bound.job_ended(time.monotonic() - started)
+            self.lag_bound.job_ended(time.monotonic() - started, size)
             self.sizer.observe(size, time.monotonic() - started)
         for topic in topics:
             run = self._runs.pop(topic, None)
@@ -430,12 +430,17 @@ class CompactionMonitor(RunWorker, DueChecks):
 
     def _inflight_wait(self) -> float:
         """How long a run queued now waits for a worker to free, when every worker is busy: the
-        rest of the soonest-ending job in flight, as long as the longest of the last ones."""
+        rest of the soonest-ending job in flight, as long as the last jobs of its size."""
         if self._active < self.max_runs or not self._job_started:
             return 0.0
-        run = self.lag_bound.run()
         now = time.monotonic()
-        return max(0.0, min(started + run - now for started in self._job_started.values()))
+        return max(
+            0.0,
+            min(
+                started + self.lag_bound.run(self._job_size.get(job)) - now
+                for job, started in self._job_started.items()
+            ),
+        )
 
     def lag_plan(self) -> LagPlan:
         """The queue ahead of each lag topic now (``compaction_lagqueue``): the lag topics in
@@ -467,8 +472,17 @@ class CompactionMonitor(RunWorker, DueChecks):
         """The least maximum lag the monitor keeps now (``compaction_lagqueue.LagPlan.floor``),
         for every lag topic in the cycle (waiting, queued or running): below it a lag topic's
         runs go back to back and it is reported."""
+        return self.lag_plan().floor(self._lag_topics_in_cycle())
+
+    def lag_floor_measured(self) -> bool:
+        """Whether the floor comes from jobs of about the queue's size (``LagBound.measured``):
+        one scaled up from much smaller jobs (the warm-up's, after a start) is not judged."""
+        return self.lag_plan().floor_measured(self._lag_topics_in_cycle())
+
+    def _lag_topics_in_cycle(self) -> int:
+        """The lag topics waiting, queued or running."""
         running = sum(1 for t, r in self._runs.items() if r.max_lag > 0 and t not in self.lag_queue)
-        return self.lag_plan().floor(len(self.lag_queue) + running)
+        return len(self.lag_queue) + running
 
     def max_lag_status(self, topic: str) -> Optional[dict[str, Any]]:
         """The topic stats' ``compaction.maxLag``: its maximum lag, the least lag the monitor
