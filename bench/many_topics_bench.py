@@ -301,10 +301,21 @@ SUCCEEDED_RE = re.compile(
 )
 
 
-def lags(admin_url: str) -> dict[str, float]:
-    """``pulsar_compaction_lag_seconds`` of every topic, from ``/metrics``."""
+FLOOR_RE = re.compile(r"^compactmq_compaction_max_lag_floor_seconds\{[^}]*\} ([0-9.eE+-]+)$", re.M)
+
+
+def lags(admin_url: str, seen: dict | None = None) -> dict[str, float]:
+    """``pulsar_compaction_lag_seconds`` of every topic, from ``/metrics``; ``seen`` gets the
+    broker's floor (``compactmq_compaction_max_lag_floor_seconds``, the largest seen) and its
+    lag topics' successful runs so far (``runs``)."""
     _, body = http("GET", admin_url + "/metrics")
-    return {t: float(v) for t, v in LAG_RE.findall(body.decode())}
+    text = body.decode()
+    if seen is not None:
+        floor = FLOOR_RE.search(text)
+        if floor:
+            seen["floor_max"] = max(seen.get("floor_max", 0.0), float(floor.group(1)))
+        seen["runs"] = statistics.mean([int(float(v)) for v in SUCCEEDED_RE.findall(text)] or [0])
+    return {t: float(v) for t, v in LAG_RE.findall(text)}
 
 
 def message_waits(sent: list[float], samples: list[tuple[float, float]]) -> list[float]:
@@ -340,6 +351,7 @@ def publish_and_sample(admin_url: str, producers: list, topics: list[str], args)
     samples: dict[str, list[tuple[float, float]]] = {t: [] for t in topics}
     next_sample = t0
     drain_until = None  # after publishing: sample until every message is committed
+    seen = args.seen  # the floor and runs read with the lags (``lags``)
     while True:
         now = time.perf_counter()
         if now - t0 < args.lag_seconds:
@@ -353,9 +365,13 @@ def publish_and_sample(admin_url: str, producers: list, topics: list[str], args)
         if now >= next_sample:
             next_sample = now + LAG_SAMPLE_SECONDS
             wall = time.time()
-            for t, lag in lags(admin_url).items():
+            for t, lag in lags(admin_url, seen).items():
                 if t in samples:
                     samples[t].append((wall, lag))
+            if drain_until is None:  # while publishing, after the first max lag: the steady state
+                if "settled_runs" not in seen and now - t0 >= args.max_lag:
+                    seen["settled_runs"], seen["settled_seconds"] = seen.get("runs", 0), now - t0
+                seen["publishing_runs"], seen["publishing_seconds"] = seen.get("runs", 0), now - t0
             if drain_until is not None and (
                 now > drain_until or all(s and s[-1][1] == 0 for s in samples.values())
             ):
@@ -414,6 +430,14 @@ def lag_bound(metrics: str) -> dict | None:
     }
 
 
+def _steady_cycle(seen: dict) -> float | None:
+    """Seconds per run of a lag topic while publishing, from the first max lag on."""
+    runs = seen.get("publishing_runs", 0) - seen.get("settled_runs", 0)
+    if "settled_runs" not in seen or runs <= 0:
+        return None
+    return round((seen["publishing_seconds"] - seen["settled_seconds"]) / runs, 2)
+
+
 def lag_mode(mode: str, count: int, args, src: str | None = None, label: str | None = None) -> dict:
     """``count`` topics published to continuously (--rate messages/s each, batched) for
     --lag-seconds, with a namespace ``compactionMaxLagSeconds`` of --max-lag (``publish_and_sample``);
@@ -433,6 +457,7 @@ def lag_mode(mode: str, count: int, args, src: str | None = None, label: str | N
         if status >= 300:
             raise RuntimeError(f"policy refused: {status} {body!r}")
         t0, wall0, cpu0 = time.perf_counter(), time.time(), broker.cpu()
+        args.seen = seen = {}
         sent_at, samples = publish_and_sample(broker.admin_url, producers, topics, args)
         for p in producers:
             p.close()
@@ -454,6 +479,10 @@ def lag_mode(mode: str, count: int, args, src: str | None = None, label: str | N
             # plus a check's latency, so the policy holds when a cycle's run is under half of it
             "runs_per_topic": round(runs, 1),
             "seconds_per_run_cycle": round(wall / runs, 2) if runs else None,
+            # while publishing, from the first max lag on (the wall time above includes the
+            # first wave's wait for its deadline, the drain and the last runs)
+            "seconds_per_run_cycle_publishing": _steady_cycle(seen),
+            "floor_seconds_max_seen": seen.get("floor_max"),
             "broker_process_cpu_seconds_per_wall_second": round(cpu / wall, 2),  # not its JVM
             "lag_bound": lag_bound(metrics),
             "load_average_1m": os.getloadavg()[0],

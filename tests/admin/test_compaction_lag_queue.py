@@ -7,6 +7,7 @@ of a real monitor on a fake clock."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Optional
 
@@ -305,7 +306,45 @@ def test_a_check_makes_a_wave_due_by_the_queue_ahead(env):  # noqa: F811
         assert sorted(due) == topics  # the last is due, and the 24 before it with it
         for topic in topics:
             await wait_idle(monitor, topic)
+        # what the check counted for each run, in its last run
+        first, last = monitor.last_run(topics[0])["lagPlan"], monitor.last_run(topics[-1])["lagPlan"]
+        assert first["rank"] == 0 and first["jobsAhead"] == 0 and first["jobMs"] == 2000
+        assert last["rank"] == 24 and last["jobsAhead"] == 2 and last["perJob"] == 10
+        assert last["leadMs"] == int(_lead(3 * 2.0) * 1000) and last["workers"] == 1
         assert monitor.watch.full_checks == 1  # the later checks read only the queue's due topics
         await monitor.close()
 
     asyncio.run(run())
+
+
+def test_a_job_with_runs_past_their_policy_is_told_once_a_minute(caplog):
+    """The worst late run of a job at WARN, with its timeline and what its check counted; not
+    again within LATE_LOG_SECONDS, nor for a topic whose policy is below the floor (reported)."""
+    from compactmq.broker.compaction_runs import RunWorker
+
+    worker = RunWorker()
+    worker.lag_bound = LagBound()  # type: ignore[attr-defined]
+    caplog.set_level(logging.DEBUG, logger="compactmq.broker.compaction_monitor")
+
+    def run(topic: str, committed: float) -> RunProgress:
+        r = RunProgress(topic, "lag", 100.0, max_lag=5, oldest_ms=98_000, due_at=99.0)
+        r.checked_at, r.started_at, r.committed_at = 99.5, 101.0, committed
+        r.lag_plan = {"rank": 3, "leadMs": 1500}
+        return r
+
+    def told(level: int) -> list[str]:
+        return [r.message for r in caplog.records if r.levelno == level and "past their max lag" in r.message]
+
+    worker._report_late([run("persistent://t/n/a", 102.0), run("persistent://t/n/b", 104.5)])
+    assert len(told(logging.WARNING)) == 1
+    line = told(logging.WARNING)[0]
+    assert "1 of the 2 runs" in line and "persistent://t/n/b" in line and "6.5 s" in line
+    assert "started +3.0 s" in line and "'rank': 3" in line
+    worker._report_late([run("persistent://t/n/c", 105.0)])  # within the minute: DEBUG
+    assert len(told(logging.WARNING)) == 1 and len(told(logging.DEBUG)) == 1
+    worker._late_logged_at = float("-inf")
+    worker.lag_bound.judge({"persistent://t/n/d": 5}, 9.0)  # below the floor: reported already
+    worker._report_late([run("persistent://t/n/d", 105.0)])
+    assert len(told(logging.WARNING)) == 1 and len(told(logging.DEBUG)) == 2
+    worker._report_late([run("persistent://t/n/e", 102.0)])  # within its policy: nothing
+    assert len(told(logging.DEBUG)) == 2

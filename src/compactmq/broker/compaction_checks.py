@@ -186,6 +186,8 @@ class DueChecks:
             run = self._progress(topic, reason, priority, size)
             run.checked_at = checked
             run.oldest_ms, due_ms, run.max_lag = timeline.get(topic, (None, int(checked * 1000), 0))
+            if run.max_lag > 0:
+                run.lag_plan = lag_decision(plan, topic)
             run.due_at = due_ms / 1000
             self._runs[topic] = run
             self.watch.busy(topic)
@@ -236,3 +238,24 @@ class DueChecks:
         lead = lag_lead_ms(max_lag, int(self.lag_lead_seconds() * 1000))
         found = overdue(ml, horizon, threshold, max_lag, min_lag, int(self.clock() * 1000), lead)
         return None if found is None else found[0]
+
+
+def lag_decision(plan: "LagPlan", topic: str) -> dict[str, Any]:
+    """What the check counted when it queued a lag topic (its last run's ``lagPlan``): its rank
+    in deadline order, the runs that went first, the jobs before its own, topics per job, the
+    workers, the wait for a busy one, one job's length and the lead (module notes of
+    ``compaction_lagqueue``), so a run that commits past its policy tells which term was short."""
+    rank = plan.queue.rank(topic)
+    size = plan.job_topics()
+    return {
+        "rank": rank,
+        "ahead": plan.ahead,
+        "jobsAhead": (plan.ahead + rank) // plan.per_job,
+        "perJob": plan.per_job,
+        "jobTopics": size,
+        "workers": plan.slots,
+        "inflightMs": int(plan.inflight * 1000),
+        "jobMs": int(plan.bound.run(size) * 1000),
+        "checkMs": int(plan.bound.check() * 1000),
+        "leadMs": plan.lead_ms(topic),
+    }

@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("compactmq.broker.compaction_monitor")  # operators grep the monitor's lines
 
+#: runs committed past their maximum lag are told at WARN at most this often (``_report_late``)
+LATE_LOG_SECONDS = 60.0
+
 
 @dataclass
 class RunProgress:
@@ -67,6 +70,8 @@ class RunProgress:
     oldest_ms: int | None = None
     max_lag: int = 0
     committed_at: float | None = None
+    #: for a lag topic, what its check counted (``compaction_checks.lag_decision``)
+    lag_plan: Optional[dict[str, Any]] = None
 
     def deadline(self) -> float:
         """When it must commit by: with a maximum lag, its oldest uncompacted message's publish
@@ -119,6 +124,7 @@ class RunWorker:
     clock: Callable[[], float]
     _closing: bool
     _running: dict[str, "TopicCompactionService"]
+    _late_logged_at: float = float("-inf")  # when a late run was last told at WARN
 
     def factory(self) -> Any:  # pragma: no cover - the monitor's
         raise NotImplementedError
@@ -170,6 +176,48 @@ class RunWorker:
                 self._succeeded(run, b, outcome)
             run.phases["after"] = time.perf_counter() - mark
             self._record_last_run(run, outcome)
+        self._report_late([run for run, _ in begun])
+
+    def _report_late(self, runs: list[RunProgress]) -> None:
+        """Runs of a job that committed past their maximum lag: one WARN line for the worst, at
+        most one every ``LATE_LOG_SECONDS`` (the rest at DEBUG), with its timeline and what its
+        check counted -- unless its policy is below the floor, which was reported already."""
+        late = [
+            (lag, run)
+            for run in runs
+            if run.max_lag > 0 and (lag := run.lag_at_commit()) and lag > run.max_lag
+        ]
+        if not late:
+            return
+        lag, worst = max(late, key=lambda item: item[0])
+        bound = getattr(self, "lag_bound", None)
+        topic_bound = bound.bound_of(worst.topic) if bound is not None else None
+        now = time.monotonic()
+        warn = (topic_bound is None or topic_bound.kept) and now >= self._late_logged_at + LATE_LOG_SECONDS
+        if warn:
+            self._late_logged_at = now
+        oldest = (worst.oldest_ms or 0) / 1000
+
+        def at(t: Optional[float]) -> str:
+            return "?" if t is None else f"{t - oldest:+.1f}"
+
+        log.log(
+            logging.WARNING if warn else logging.DEBUG,
+            "%d of the %d runs of a compaction job committed past their max lag; the worst, %s, "
+            "%.1f s after its oldest uncompacted message (max lag %d s): due %s s, checked %s s, "
+            "queued %s s, started %s s, committed %s s after that message; its check counted %s",
+            len(late),
+            len(runs),
+            worst.topic,
+            lag,
+            worst.max_lag,
+            at(worst.due_at),
+            at(worst.checked_at),
+            at(worst.queued_at),
+            at(worst.started_at),
+            at(worst.committed_at),
+            worst.lag_plan,
+        )
 
     def _record_last_run(self, run: RunProgress, outcome: Any) -> None:
         self.records.record_last_run(run, outcome)

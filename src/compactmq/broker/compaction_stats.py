@@ -105,6 +105,8 @@ class RunRecords:
             "phasesMs": {k: round(v * 1000, 1) for k, v in run.phases.items()},
             "timelineMs": _timeline(run),
         }
+        if getattr(run, "lag_plan", None):
+            self.last_runs[run.topic]["lagPlan"] = dict(run.lag_plan)
         lag = run.lag_at_commit() if not failed else None
         if lag is not None:
             self.last_runs[run.topic]["lagAtCommitMs"] = int(lag * 1000)
