@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactmq.broker.compaction_due import take_job
-from compactmq.broker.compaction_lagbound import MARGIN_SECONDS, MARGIN_SHARE, LagBound, job_length
+from compactmq.broker.compaction_lagbound import (
+    MARGIN_SECONDS,
+    MARGIN_SHARE,
+    UNKNOWN_JOB_SECONDS,
+    LagBound,
+    job_length,
+)
 from compactmq.broker.compaction_lagqueue import LagPlan, LagQueue
 from compactmq.broker.compaction_runs import RunProgress
 from compactmq.storage import COMPACTION_MAX_LAG
@@ -260,6 +266,8 @@ def test_a_job_s_length_by_its_topics():
     assert job_length(jobs, 2) == (0.85, True)
     assert job_length(jobs, 150) == (pytest.approx(3.5 * 1.5), True)  # scaled up from the largest
     assert job_length([(2, 0.85)], 100) == (pytest.approx(42.5), False)  # from a much smaller job
+    assert LagBound().run(5) == UNKNOWN_JOB_SECONDS and not LagBound().measured(5)  # no job yet
+    assert LagBound().run() == 0.0  # no size asked: as before
     bound = LagBound()
     bound.job_ended(2.0)  # no size told: the longest of the last ones, whatever the size
     assert bound.run(100) == 2.0 and bound.measured(100)
@@ -348,3 +356,17 @@ def test_a_job_with_runs_past_their_policy_is_told_once_a_minute(caplog):
     assert len(told(logging.WARNING)) == 1 and len(told(logging.DEBUG)) == 2
     worker._report_late([run("persistent://t/n/e", 102.0)])  # within its policy: nothing
     assert len(told(logging.DEBUG)) == 2
+
+
+def test_the_checks_of_one_wave_tell_an_unkeepable_policy_once(caplog):
+    """1,000 topics of one namespace policy are read by ten checks: the first names five and
+    sums the rest; the next nine, within LOG_QUIET_SECONDS, log at DEBUG; another policy is told."""
+    bound = LagBound()
+    caplog.set_level(logging.DEBUG, logger="compactmq.broker.compaction_monitor")
+    for block in range(10):
+        bound.judge({f"persistent://t/n/w{block}-{i}": 30 for i in range(100)}, 45.0)
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 6 and warnings[-1].startswith("95 more topics cannot keep")
+    assert len(bound.unkeepable()) == 1000  # every one of them in its stats and the metric
+    bound.judge({"persistent://t/n/other": 20}, 45.0)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 7

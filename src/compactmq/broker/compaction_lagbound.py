@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -76,6 +77,16 @@ SIZED_KEPT = 12
 #: topics named one by one in the log per check (WARN: cannot keep; INFO: kept again), the rest
 #: summed up in one line -- each topic stays listed in its stats and in the unkeepable metric
 LOG_LINES_PER_CHECK = 5
+
+#: after topics of one maximum lag were told unkeepable, more of that lag within this many seconds
+#: are told at DEBUG: 1,000 topics of a namespace policy are read by ten checks of a wave, and
+#: one WARN of five names and a sum says it (each topic is in its stats and the metric)
+LOG_QUIET_SECONDS = 60.0
+
+#: the length of a job while no job was seen (``run``): unknown, so a lag topic is queued as soon
+#: as it has an uncompacted message -- counting 0 s would queue the first wave after a start at
+#: its deadline -- and no floor is judged (``measured``)
+UNKNOWN_JOB_SECONDS = 1e6
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,7 @@ class LagBound:
         self._topics: dict[str, TopicBound] = {}  # lag topics, as the last check of each saw them
         self._warned: dict[str, int] = {}  # topic -> the maximum lag a WARN line was logged for
         self._kept_again: set[str] = set()  # ... and an INFO line said it is kept again
+        self._told_at: dict[int, float] = {}  # maximum lag -> when topics of it were last told unkeepable
 
     # --- what the monitor measures --------------------------------------------------------------
 
@@ -130,6 +142,8 @@ class LagBound:
         """One job's length (module notes): of ``topics`` topics, from the recent jobs of about
         that size (``job_length``); with no size, or no job's size told, the longest of the last
         jobs (0 before the first)."""
+        if topics is not None and not self.job_sizes and not self.job_seconds:
+            return UNKNOWN_JOB_SECONDS
         if topics is None or not self.job_sizes:
             return max(self.job_seconds, default=0.0)
         return job_length(self.job_sizes, topics)[0]
@@ -137,6 +151,8 @@ class LagBound:
     def measured(self, topics: Optional[int] = None) -> bool:
         """Whether ``run(topics)`` comes from jobs of at least half that size (a floor from a
         length scaled up further is not judged: module notes)."""
+        if topics is not None and not self.job_sizes and not self.job_seconds:
+            return False
         if topics is None or not self.job_sizes:
             return True
         return job_length(self.job_sizes, topics)[1]
@@ -193,7 +209,18 @@ class LagBound:
 
     def _log_unkeepable(self, warned: list[tuple[str, int]], floor: float) -> None:
         """One WARN line per topic, at most ``LOG_LINES_PER_CHECK`` of them, then one line for the
-        rest: a namespace policy that hundreds of topics share becomes unkeepable at one check."""
+        rest: a namespace policy that hundreds of topics share becomes unkeepable at one check.
+        Topics of a maximum lag told within ``LOG_QUIET_SECONDS`` go to DEBUG."""
+        now = time.monotonic()
+        quiet = [
+            (t, lag)
+            for t, lag in warned
+            if now - self._told_at.get(lag, -LOG_QUIET_SECONDS) < LOG_QUIET_SECONDS
+        ]
+        if quiet:
+            log.debug("%d more topics cannot keep their max lag (floor %.1f s)", len(quiet), floor)
+        warned = [item for item in warned if item not in quiet]
+        self._told_at.update((lag, now) for _, lag in warned)
         for topic, max_lag in warned[:LOG_LINES_PER_CHECK]:
             log.warning(
                 "compaction of %s cannot keep its max lag of %d s: a message published just after a "
