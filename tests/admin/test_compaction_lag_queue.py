@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from compactmq.broker.compaction_due import take_job
 from compactmq.broker.compaction_lagbound import (
     MARGIN_SECONDS,
+    LOG_QUIET_SECONDS,
     MARGIN_SHARE,
     UNKNOWN_JOB_SECONDS,
     LagBound,
@@ -370,3 +371,9 @@ def test_the_checks_of_one_wave_tell_an_unkeepable_policy_once(caplog):
     assert len(bound.unkeepable()) == 1000  # every one of them in its stats and the metric
     bound.judge({"persistent://t/n/other": 20}, 45.0)
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 7
+    # the window runs from the last topic told, not the first: a wave longer than it is one WARN
+    told = bound._told_at[30]
+    bound._told_at[30] = told - LOG_QUIET_SECONDS + 1
+    bound.judge({"persistent://t/n/late-0": 30}, 45.0)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 7
+    assert bound._told_at[30] > told - LOG_QUIET_SECONDS + 1

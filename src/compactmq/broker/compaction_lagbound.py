@@ -79,8 +79,10 @@ SIZED_KEPT = 12
 LOG_LINES_PER_CHECK = 5
 
 #: after topics of one maximum lag were told unkeepable, more of that lag within this many seconds
-#: are told at DEBUG: 1,000 topics of a namespace policy are read by ten checks of a wave, and
-#: one WARN of five names and a sum says it (each topic is in its stats and the metric)
+#: of the last are told at DEBUG: 1,000 topics of a namespace policy are read by the checks of a
+#: wave, one job's worth each, and one WARN of five names and a sum says it (each topic is in its
+#: stats and the metric); measured, with jobs of 15 s, a window from the first WARN alone let a
+#: second one through a minute later, in the same wave
 LOG_QUIET_SECONDS = 60.0
 
 #: the length of a job while no job was seen (``run``): unknown, so a lag topic is queued as soon
@@ -219,8 +221,8 @@ class LagBound:
         ]
         if quiet:
             log.debug("%d more topics cannot keep their max lag (floor %.1f s)", len(quiet), floor)
+        self._told_at.update((lag, now) for _, lag in warned)  # quiet ones too: one wave, one WARN
         warned = [item for item in warned if item not in quiet]
-        self._told_at.update((lag, now) for _, lag in warned)
         for topic, max_lag in warned[:LOG_LINES_PER_CHECK]:
             log.warning(
                 "compaction of %s cannot keep its max lag of %d s: a message published just after a "
