@@ -230,9 +230,9 @@ def test_a_wave_after_a_small_warm_up_job_is_led_by_jobs_of_its_own_size():
         assert simulate(1000, 60, 0.8, 100, slots, spread, 1, per_topic=0.025, warm=(2, 0.85))[1] <= 60
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
-    n=st.integers(50, 1000),
+    n=st.integers(50, 300),
     fixed=st.floats(0.2, 2.0),
     per_topic=st.floats(0.001, 0.05),
     per_job=st.sampled_from([25, 50, 100]),
