@@ -37,7 +37,10 @@ until everything is compacted. Each topic's compaction lag is read from /metrics
 sent after the first max-lag period, ``within_policy``, and the largest lag gauge seen; from the
 broker's own counters (``lag_bound``, absent from brokers older than them) the runs of lag topics,
 those whose oldest message waited past the policy, the longest such wait (exact: each run's
-timeline, not a sample) and the least lag the monitor said it could keep.
+timeline, not a sample) and the least lag the monitor said it could keep -- at the end
+(``floor_seconds_at_end``: after the drain, with the queue empty) and the largest read while
+publishing (``floor_seconds_max_seen``); ``seconds_per_run_cycle_publishing`` is a lag topic's
+time between runs while publishing, after the first max lag.
 ``--before-src DIR``: each lag run is made twice in one invocation, first with the broker from
 another checkout's ``src`` (say the branch's base, ``git archive``-ed or copied), then with this
 one, rows labelled ``before`` and ``after``:
