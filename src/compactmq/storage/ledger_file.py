@@ -438,8 +438,9 @@ def encode_index(ledger_id: int, offsets, publish_times, data_end: int) -> bytes
     return head + struct.pack(">I", crc32c(head)) + body
 
 
-def decode_index(buf: bytes | memoryview) -> LedgerIndex:
-    """``StorageError`` when the bytes are not a complete, intact index."""
+def decode_index_header(buf: bytes | memoryview) -> tuple[int, int, int, int]:
+    """(ledger_id, entry_count, data_end, body_crc) of an index's header (its first
+    ``INDEX_HEADER_SIZE`` bytes); ``StorageError`` when they are not an intact header."""
     mv = memoryview(buf).cast("B")
     if len(mv) < INDEX_HEADER_SIZE:
         raise StorageError("index file too short")
@@ -448,6 +449,13 @@ def decode_index(buf: bytes | memoryview) -> LedgerIndex:
     (head_crc,) = struct.unpack_from(">I", mv, _INDEX_HEADER.size)
     if magic != INDEX_MAGIC or head_crc != crc32c(head) or version != FORMAT_VERSION:
         raise StorageError("not a compactmq ledger index (bad magic, version or checksum)")
+    return ledger_id, n, data_end, body_crc
+
+
+def decode_index(buf: bytes | memoryview) -> LedgerIndex:
+    """``StorageError`` when the bytes are not a complete, intact index."""
+    mv = memoryview(buf).cast("B")
+    ledger_id, n, data_end, body_crc = decode_index_header(mv)
     body = mv[INDEX_HEADER_SIZE:]
     if len(body) != 16 * n or crc32c(body) != body_crc:
         raise StorageError(f"index of ledger {ledger_id} is damaged")

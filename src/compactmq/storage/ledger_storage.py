@@ -14,6 +14,7 @@ ledger id, for one topic:
 * ``read_all`` / ``read_range`` read a ledger's bytes (a whole ledger for recovery scans, a
   range of records for readers); ``cut`` shortens a ledger nobody writes (a torn tail);
 * ``write_index`` / ``read_index`` keep the index beside the ledger (opaque bytes here);
+  ``read_index_range`` reads a piece of it (``ranged_index_reads``: cheaply, for local files);
 * ``exists``, ``list``, ``delete``, ``discard_partial_writes`` serve recovery and retention;
 * ``location`` names a ledger for a process that is not this broker (a Spark task), the only
   place a path (or, for another implementation, a URI) comes out.
@@ -131,6 +132,18 @@ class LedgerStorage(ABC):
     @abstractmethod
     def read_index(self, ledger_id: int) -> bytes | None:
         """A ledger's index bytes; None when there is none or it cannot be read."""
+
+    #: ``read_index_range`` costs one small read (a local file), so readers read a sealed
+    #: ledger's index piece by piece (``sealed_index``) instead of loading it whole
+    ranged_index_reads = False
+
+    def read_index_range(self, ledger_id: int, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of a ledger's index, short at its end;
+        ``OSError`` when there is none. This default reads the whole index."""
+        blob = self.read_index(ledger_id)
+        if blob is None:
+            raise FileNotFoundError(f"ledger {ledger_id} has no index")
+        return blob[offset : offset + length]
 
     @abstractmethod
     def exists(self, ledger_id: int) -> bool:
@@ -362,6 +375,21 @@ class LocalLedgerStorage(LedgerStorage):
                 return f.read()
         except OSError:
             return None
+
+    ranged_index_reads = True
+
+    def read_index_range(self, ledger_id: int, offset: int, length: int) -> bytes:
+        fd = os.open(lf.index_path_for(self.path(ledger_id)), os.O_RDONLY)
+        try:
+            out = os.pread(fd, length, offset)
+            while out and len(out) < length:  # a short read before the end: read on
+                more = os.pread(fd, length - len(out), offset + len(out))
+                if not more:
+                    break
+                out += more
+            return out
+        finally:
+            os.close(fd)
 
     def exists(self, ledger_id: int) -> bool:
         with self._lock:
