@@ -156,3 +156,30 @@ def test_a_damaged_sealed_index_is_rebuilt(open_storage):
     assert [d for _, d in ml.read_entries(ps[0], 100)] == [b"%d" % i for i in range(40)]
     with open(idx, "rb") as f:
         assert lf.decode_index(f.read()).ledger_id == ps[0].ledger_id  # written again, intact
+
+
+def test_sealing_a_long_ledger_copies_its_index_once(open_storage):
+    """Every busy topic rolls over at about the same time (they were created together, and
+    the minimum rollover time is the same); the seal used to make five whole copies of the
+    index (80 bytes an entry) on its way to the file. Now the index bytes are the one copy."""
+    import tracemalloc
+
+    n = 200_000
+    ml = open_storage(
+        managedLedgerSyncData=False, managedLedgerMaxEntriesPerLedger=2 * n
+    ).open_managed_ledger("t")
+    for k in range(0, n, 5000):
+        ml.append_many([b"x"] * 5000)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        assert ml.rollover()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    # 16 bytes an entry plus the pieces in flight (~1 MiB); it was 64 bytes an entry
+    assert 16 * n <= peak <= 16 * n + 3 * 2**20, f"{peak} bytes at the seal of {n} entries"
+    (sealed,) = [led for led in ml._ledgers.ledgers if led.state == "CLOSED"]
+    assert sealed.count == n and sealed.offsets is None
+    assert ml.read_entry((sealed.ledger_id, n - 1)) == b"x"

@@ -126,7 +126,7 @@ class LedgerStorage(ABC):
         """Durably shorten a ledger that nobody writes to ``end`` bytes (a torn tail)."""
 
     @abstractmethod
-    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+    def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         """Store a ledger's index, replacing any: a crash leaves the old one or the new one."""
 
     @abstractmethod
@@ -180,7 +180,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+def _pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
     """One ``pwrite`` of joined bytes: measured 2.5x cheaper per call than ``pwritev`` of
     header + entry buffers, and the join costs less than the difference for entry sizes up
     to megabytes."""
@@ -189,7 +189,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         _finish_write(fd, data, offset, done)
 
 
-def _finish_write(fd: int, data: bytes, offset: int, done: int) -> None:
+def _finish_write(fd: int, data: bytes | bytearray, offset: int, done: int) -> None:
     view = memoryview(data)
     while done < len(data):
         n = os.pwrite(fd, view[done:], offset + done)
@@ -198,7 +198,7 @@ def _finish_write(fd: int, data: bytes, offset: int, done: int) -> None:
         done += n
 
 
-def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
+def write_file_atomically(path: str, data: bytes | bytearray, sync: bool = True) -> None:
     """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -366,7 +366,7 @@ class LocalLedgerStorage(LedgerStorage):
         finally:
             os.close(fd)
 
-    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+    def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         write_file_atomically(lf.index_path_for(self.path(ledger_id)), data, sync=durable)
 
     def read_index(self, ledger_id: int) -> bytes | None:

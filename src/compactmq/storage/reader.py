@@ -405,11 +405,15 @@ def _first_at_or_after(publish_times: Any, n: int, ts_ms: int) -> int | None:
 def _fit(led: LedgerState, e: int, n: int, budget: int, may_stop_at_zero: bool) -> tuple[int, int]:
     """How many of ``led``'s entries from ``e`` (at most ``n``) fit in ``budget`` bytes, and
     their bytes; the first always fits unless ``may_stop_at_zero``."""
-    take, used = 0, 0
-    while take < n:
-        size = led.end_of(e + take) - int(led.offsets[e + take]) - lf.RECORD_HEADER_SIZE
-        if used + size > budget and (take > 0 or may_stop_at_zero):
-            break
-        used += size
-        take += 1
-    return take, used
+    if n <= 0:
+        return 0, 0
+    # one slice of the index and numpy, not two index lookups per entry (a sealed ledger's
+    # index is a ``sealed_index.SealedColumn``, whose lookups are Python calls)
+    bounds = np.empty(n + 1, np.int64)
+    bounds[:n] = led.offsets[e : e + n]
+    bounds[n] = led.end_of(e + n - 1)
+    used_upto = np.cumsum(np.diff(bounds) - lf.RECORD_HEADER_SIZE)
+    take = int(np.searchsorted(used_upto, budget, side="right"))  # the first take fit
+    if take == 0 and not may_stop_at_zero:
+        take = 1
+    return take, int(used_upto[take - 1]) if take else 0
