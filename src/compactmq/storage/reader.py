@@ -67,8 +67,9 @@ class IndexCache:
 
     def drop_idle(self, idle_s: float) -> int:
         """Drop the sealed indexes no read used for ``idle_s`` seconds (caller holds the lock):
-        a reader that passed a sealed ledger leaves 16 bytes an entry behind otherwise, for as
-        long as the topic is loaded. Returns how many were dropped."""
+        a reader that passed a sealed ledger leaves its index behind otherwise, for as long as
+        the topic is loaded (a few pieces, ``sealed_index``; 16 bytes an entry where the index
+        had to be loaded whole). Returns how many were dropped."""
         deadline = self._clock() - idle_s
         dropped = 0
         while self._loaded:
