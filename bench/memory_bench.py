@@ -210,7 +210,10 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
     cpu0 = broker.cpu()
     traffic.publish(until=time.monotonic() + args.soak_seconds)
     end = time.monotonic() - sampler.t0
-    traffic.wait_received()
+    behind_at_end = traffic.sent - traffic.received
+    drain0 = time.monotonic()
+    traffic.wait_received(args.drain_timeout)
+    drain = time.monotonic() - drain0
     cpu = broker.cpu() - cpu0
     traffic.close()
     client.close()
@@ -232,6 +235,8 @@ def run_soak(broker: StandaloneBroker, sampler: RssSampler, args) -> dict:
         "bytes_per_msg_growth": round((soak[-1][1] - soak[0][1]) * 2**20 / max(1, traffic.sent), 1)
         if soak
         else None,
+        "behind_at_end": behind_at_end,
+        "drain_seconds": round(drain, 1),
         **traffic.summary(),
     }
     print(json.dumps({"soak": row}), flush=True)
@@ -348,7 +353,7 @@ def run_broker(label: str, src: str | None, args) -> dict:
         return result
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, note: str = "") -> None:
     try:
         import matplotlib
 
@@ -357,7 +362,12 @@ def plot(results: list[dict], path: Path) -> None:
     except ImportError:
         print('no plot: matplotlib is missing (pip install -e ".[bench]")')
         return
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    with_rounds = any(res.get("rounds") for res in results)
+    if with_rounds:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    else:  # a soak alone: one panel
+        fig, ax1 = plt.subplots(1, 1, figsize=(8, 4.5))
+        ax2 = None
     for res in results:
         ts = [t for t, _, _ in res["rss_samples"]]
         label = res["label"]
@@ -366,7 +376,7 @@ def plot(results: list[dict], path: Path) -> None:
             label += f" (soak: {soak['growth_last_half']:+.1%} over the last half)"
             ax1.axvspan(soak["last_half_from_s"], soak["last_half_to_s"], alpha=0.08)
         ax1.plot(ts, [m for _, m, _ in res["rss_samples"]], label=label)
-        if res.get("rounds"):
+        if res.get("rounds") and ax2 is not None:
             ax2.plot(
                 [r["round"] for r in res["rounds"]],
                 [r["rss_mib"] for r in res["rounds"]],
@@ -375,12 +385,15 @@ def plot(results: list[dict], path: Path) -> None:
             )
     ax1.set_xlabel("seconds")
     ax1.set_ylabel("broker RSS (MiB)")
-    ax1.set_title("RSS over the run (rounds, then soak; shaded: the soak's last half)")
+    ax1.set_title(
+        "RSS over the run (rounds, then soak; shaded: the soak's last half)" + (f"\n{note}" if note else ""),
+        fontsize=10,
+    )
     ax1.legend()
-    ax2.set_xlabel("round (fresh topics each)")
-    ax2.set_ylabel("broker RSS after the round (MiB)")
-    ax2.set_title("RSS per round")
-    if any(res.get("rounds") for res in results):
+    if ax2 is not None:
+        ax2.set_xlabel("round (fresh topics each)")
+        ax2.set_ylabel("broker RSS after the round (MiB)")
+        ax2.set_title("RSS per round")
         ax2.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -412,6 +425,12 @@ def main() -> None:
     ap.add_argument("--soak-seconds", type=float, default=600)
     ap.add_argument("--soak-topics", type=int, default=10)
     ap.add_argument("--soak-producers", type=int, default=20)
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60,
+        help="seconds the soak waits, once publishing stops, for consumers to receive everything",
+    )
     ap.add_argument("--sample", type=float, default=0.5, help="seconds between RSS samples")
     ap.add_argument("--quick", action="store_true", help="4 rounds of 20,000 messages, a 25 s soak")
     ap.add_argument("--override", action="append", default=[], help="broker config key=value (repeatable)")
@@ -436,7 +455,7 @@ def main() -> None:
     }
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}")
-    plot(runs, out.with_suffix(".png"))
+    plot(runs, out.with_suffix(".png"), " ".join(args.override))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """A loaded topic does not keep the indexes of sealed ledgers its readers have passed.
 
-Reading a sealed ledger loads its whole index (16 bytes an entry); the 10-minute soak of issue
+Reading a sealed ledger loaded its whole index (16 bytes an entry); the 10-minute soak of issue
 28 gained ~67 MiB at its first rollover that way (10 topics of ~450 k entries) and kept it
-while the topics stayed loaded. The inactive-topic sweep now drops, in the topics it keeps,
-every sealed index no read used since the previous sweep. In-process broker, a one-second
+while the topics stayed loaded. A read now keeps a few pieces of it (``storage.sealed_index``,
+tested in tests/storage/test_sealed_index.py), and the inactive-topic sweep drops, in the
+topics it keeps, every sealed index no read used since the previous sweep. In-process broker, a one-second
 sweep, ledgers of 20 entries, the official client; the topic stays active (its producer stays)."""
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ def _deletable(ledger: Any, metadata: Any, mode: str) -> bool:
 
 def _release_idle_indexes(ledgers: list, idle_s: float) -> None:
     """Runs in the pool: sealed ledgers' indexes no read used for ``idle_s`` leave memory (a
-    loaded topic kept the index of every sealed ledger a reader had passed, 16 bytes an entry)."""
+    loaded topic kept the index of every sealed ledger a reader had passed: a few pieces of it
+    since ``storage.sealed_index``, 16 bytes an entry where an index is loaded whole)."""
     for ledger in ledgers:
         try:
             ledger.release_idle_indexes(idle_s)

@@ -29,8 +29,8 @@ that serves a stream of new topics stays flat instead of keeping each round's hi
 Large blocks in their own mappings (``MMAP_THRESHOLD``). glibc serves a block of 128 KiB or
 more from a mapping of its own, unmapped when freed; but each time it frees such a block it
 raises that threshold to the block's size (up to 32 MiB), so after the first few, buffers of
-MiBs come from the heap and stay resident once freed. A ledger's seal turns its index (16 bytes
-an entry: MiBs for a busy topic) into arrays and frees them, and a read batch can be MiBs: the
+MiBs come from the heap and stay resident once freed. A ledger's seal encodes its index (16 bytes
+an entry: MiBs for a busy topic) into one buffer and frees it, and a read batch can be MiBs: the
 10-minute soak's first rollover left tens of MiB resident. Setting the threshold (1 MiB) turns
 the adjustment off, so such blocks go back to the system as soon as they are freed; smaller
 ones (socket buffers, 256 KiB) stay in the heap and are reused. ``MALLOC_MMAP_THRESHOLD_`` in

@@ -506,17 +506,20 @@ class Appender:
         with self.sync_cond:
             s.durable_seq = max(s.durable_seq, s.written_seq)
             self.sync_cond.notify_all()
-        offsets, publish_times = _frozen(led.offsets), _frozen(led.publish_times)
         if led.count:
-            self._storage.write_index(
-                led.ledger_id, lf.encode_index(led.ledger_id, offsets, publish_times, led.data_end)
-            )
-            # the index leaves memory with the seal (16 bytes an entry: a 10-minute ledger of a
-            # busy topic is hundreds of MB); a reader of the sealed ledger loads it from the
-            # file just written (IndexCache.ensure), as after a restart
+            # encoded piece by piece from the columns (most of them in their spill file): the
+            # index bytes are the only copy made (16 bytes an entry, ~15 MiB for a 10-minute
+            # ledger of a busy topic, and every busy topic rolls at about the same time)
+            index = lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end)
+            _release(led.offsets)
+            _release(led.publish_times)
+            self._storage.write_index(led.ledger_id, index)
+            del index
+            # the index leaves memory with the seal; a reader of the sealed ledger reads it
+            # from the file just written (IndexCache.ensure, sealed_index), as after a restart
             led.offsets = led.publish_times = None
         else:
-            led.offsets, led.publish_times = offsets, publish_times
+            led.offsets, led.publish_times = _frozen(led.offsets), _frozen(led.publish_times)
         led.state = LEDGER_CLOSED
         led.closed_ms = now
         s.current = None
@@ -559,6 +562,12 @@ class Appender:
             # told their entries are durable
             self.fence(e)
             raise
+
+
+def _release(values) -> None:
+    """Close a sealed ledger's growing column (a ``SpillingColumn`` lets its spill file go)."""
+    if isinstance(values, SpillingColumn):
+        values.close()
 
 
 def _frozen(values) -> np.ndarray:

@@ -14,6 +14,7 @@ ledger id, for one topic:
 * ``read_all`` / ``read_range`` read a ledger's bytes (a whole ledger for recovery scans, a
   range of records for readers); ``cut`` shortens a ledger nobody writes (a torn tail);
 * ``write_index`` / ``read_index`` keep the index beside the ledger (opaque bytes here);
+  ``read_index_range`` reads a piece of it (``ranged_index_reads``: cheaply, for local files);
 * ``exists``, ``list``, ``delete``, ``discard_partial_writes`` serve recovery and retention;
 * ``location`` names a ledger for a process that is not this broker (a Spark task), the only
   place a path (or, for another implementation, a URI) comes out.
@@ -125,12 +126,24 @@ class LedgerStorage(ABC):
         """Durably shorten a ledger that nobody writes to ``end`` bytes (a torn tail)."""
 
     @abstractmethod
-    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+    def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         """Store a ledger's index, replacing any: a crash leaves the old one or the new one."""
 
     @abstractmethod
     def read_index(self, ledger_id: int) -> bytes | None:
         """A ledger's index bytes; None when there is none or it cannot be read."""
+
+    #: ``read_index_range`` costs one small read (a local file), so readers read a sealed
+    #: ledger's index piece by piece (``sealed_index``) instead of loading it whole
+    ranged_index_reads = False
+
+    def read_index_range(self, ledger_id: int, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of a ledger's index, short at its end;
+        ``OSError`` when there is none. This default reads the whole index."""
+        blob = self.read_index(ledger_id)
+        if blob is None:
+            raise FileNotFoundError(f"ledger {ledger_id} has no index")
+        return blob[offset : offset + length]
 
     @abstractmethod
     def exists(self, ledger_id: int) -> bool:
@@ -167,7 +180,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+def _pwrite_all(fd: int, data: bytes | bytearray, offset: int) -> None:
     """One ``pwrite`` of joined bytes: measured 2.5x cheaper per call than ``pwritev`` of
     header + entry buffers, and the join costs less than the difference for entry sizes up
     to megabytes."""
@@ -176,7 +189,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         _finish_write(fd, data, offset, done)
 
 
-def _finish_write(fd: int, data: bytes, offset: int, done: int) -> None:
+def _finish_write(fd: int, data: bytes | bytearray, offset: int, done: int) -> None:
     view = memoryview(data)
     while done < len(data):
         n = os.pwrite(fd, view[done:], offset + done)
@@ -185,7 +198,7 @@ def _finish_write(fd: int, data: bytes, offset: int, done: int) -> None:
         done += n
 
 
-def write_file_atomically(path: str, data: bytes, sync: bool = True) -> None:
+def write_file_atomically(path: str, data: bytes | bytearray, sync: bool = True) -> None:
     """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -353,7 +366,7 @@ class LocalLedgerStorage(LedgerStorage):
         finally:
             os.close(fd)
 
-    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+    def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         write_file_atomically(lf.index_path_for(self.path(ledger_id)), data, sync=durable)
 
     def read_index(self, ledger_id: int) -> bytes | None:
@@ -362,6 +375,21 @@ class LocalLedgerStorage(LedgerStorage):
                 return f.read()
         except OSError:
             return None
+
+    ranged_index_reads = True
+
+    def read_index_range(self, ledger_id: int, offset: int, length: int) -> bytes:
+        fd = os.open(lf.index_path_for(self.path(ledger_id)), os.O_RDONLY)
+        try:
+            out = os.pread(fd, length, offset)
+            while out and len(out) < length:  # a short read before the end: read on
+                more = os.pread(fd, length - len(out), offset + len(out))
+                if not more:
+                    break
+                out += more
+            return out
+        finally:
+            os.close(fd)
 
     def exists(self, ledger_id: int) -> bool:
         with self._lock:

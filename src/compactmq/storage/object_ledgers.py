@@ -208,7 +208,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         if self.group is not None:
             self.group.release(self.topic_path, ledger_id)
 
-    def put_object(self, key: str, data: bytes) -> None:
+    def put_object(self, key: str, data: bytes | bytearray) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
         stop a process in the middle of one)."""
         put_object(self.store, key, data)
@@ -304,7 +304,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             out.append(self.store.read_range(key, base + a - start, b - a))  # one ranged GET
         return b"".join(out)
 
-    def write_index(self, ledger_id: int, data: bytes, durable: bool = True) -> None:
+    def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         """Seal: write the index (an object write replaces the old index whole: a crash
         leaves one or the other; always durable), then have the flush objects merged in the
         background -- the seal runs under the managed ledger's lock, a merge reads and writes
@@ -394,6 +394,6 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             self._layouts.clear()
 
 
-def put_object(store: BlobStore, key: str, data: bytes) -> None:
+def put_object(store: BlobStore, key: str, data: bytes | bytearray) -> None:
     """Write ``data`` as the object ``key``: one upload, published only when complete."""
-    store.put(key, [data])
+    store.put(key, [memoryview(data)])

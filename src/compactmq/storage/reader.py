@@ -5,12 +5,14 @@ many of their entries a reader may see (only durable ones: see ``ledger_state``)
 come from the ``LedgerStorage`` as one ranged read per ledger touched, then are split into
 entries by ``ledger_file.split_records`` (no per-entry read).
 
-Indexes (``IndexCache``): the current ledger's record offsets and publish times grow in
-memory as it is written; a sealed ledger's are loaded from its index on first use, and at most
-``MAX_LOADED_INDEXES`` stay in memory (16 bytes per entry each; a 50000-entry ledger is
-800 KB), least recently used dropped first, and one no read used for a while is dropped by
-``drop_idle`` (the broker's inactive-topic sweep calls it). A missing or damaged index is taken from the
-object store (an offloaded ledger) or rebuilt by scanning the ledger (and written again).
+Indexes (``IndexCache``): the current ledger's record offsets and publish times grow as it is
+written (``tail_index``: spilled to a file in pieces); a sealed ledger's are opened from its
+index on first use -- read piece by piece from the index file where the storage allows it
+(``sealed_index``: at most 128 KiB per ledger, however long), else loaded whole (16 bytes an
+entry) -- and at most ``MAX_LOADED_INDEXES`` stay open, least recently used dropped first; one
+no read used for a while is dropped by ``drop_idle`` (the broker's inactive-topic sweep calls
+it). A missing or damaged index is taken from the object store (an offloaded ledger) or rebuilt
+by scanning the ledger (and written again).
 
 Offloaded ledgers whose local copy is gone are read from the object store
 (``offload.state``); that ranged read runs outside the lock, so appends and local reads go on
@@ -30,6 +32,7 @@ import numpy as np
 
 from ..errors import NotFound, StorageError
 from . import ledger_file as lf
+from . import sealed_index
 from .ledger_state import LedgerList, LedgerState, os_errors_as_storage_errors, position
 from .ledger_storage import LedgerStorage
 from .position import EARLIEST, LEDGER_CLOSED, LedgerInfo, Position
@@ -64,8 +67,9 @@ class IndexCache:
 
     def drop_idle(self, idle_s: float) -> int:
         """Drop the sealed indexes no read used for ``idle_s`` seconds (caller holds the lock):
-        a reader that passed a sealed ledger leaves 16 bytes an entry behind otherwise, for as
-        long as the topic is loaded. Returns how many were dropped."""
+        a reader that passed a sealed ledger leaves its index behind otherwise, for as long as
+        the topic is loaded (a few pieces, ``sealed_index``; 16 bytes an entry where the index
+        had to be loaded whole). Returns how many were dropped."""
         deadline = self._clock() - idle_s
         dropped = 0
         while self._loaded:
@@ -85,12 +89,30 @@ class IndexCache:
             self.touch(led)
         if led.offsets is not None:
             return
+        columns = self._sealed_columns(led)
+        if columns is not None:
+            led.offsets, led.publish_times, led.data_end = columns
+            return
         index = self._stored_index(led)
         if index is None and led.offload is not None:
             index = self._offloader.index(led.offload).ledger_index
         if index is None:
             index = self._rebuild(led)
         led.offsets, led.publish_times, led.data_end = index.offsets, index.publish_times, index.data_end
+
+    def _sealed_columns(self, led: LedgerState) -> tuple[Any, Any, int] | None:
+        """A sealed ledger's index as ``sealed_index`` columns read from its index file, when
+        the storage reads pieces of an index cheaply; None otherwise (or a missing, damaged
+        index), for the whole-index load."""
+        storage = self._storage
+        if not storage.ranged_index_reads or led.local_gone or led is self._ledgers.current:
+            return None
+        ledger_id = led.ledger_id
+        return sealed_index.open_columns(
+            lambda offset, length: storage.read_index_range(ledger_id, offset, length),
+            ledger_id,
+            led.count,
+        )
 
     def _stored_index(self, led: LedgerState) -> lf.LedgerIndex | None:
         blob = self._storage.read_index(led.ledger_id)
@@ -297,14 +319,9 @@ class Reader:
                 ):
                     continue
                 self._indexes.ensure(led)
-                pts = (
-                    np.asarray(led.publish_times[:n], dtype=np.int64)
-                    if not isinstance(led.publish_times, np.ndarray)
-                    else led.publish_times[:n]
-                )
-                hits = np.flatnonzero(pts >= ts_ms)
-                if len(hits):
-                    return Position(led.ledger_id, int(hits[0]))
+                hit = _first_at_or_after(led.publish_times, n, ts_ms)
+                if hit is not None:
+                    return Position(led.ledger_id, hit)
             last = self.last_position()
             return self.next_position(last) if last is not None else self.next_position(EARLIEST)
 
@@ -369,14 +386,35 @@ class Reader:
             return sum(self._ledgers.visible(led) for led in self._ledgers.ledgers)
 
 
+# publish times searched per step (a sealed ledger's are read piece by piece, never whole)
+_SEARCH_STEP = 1 << 16
+
+
+def _first_at_or_after(publish_times: Any, n: int, ts_ms: int) -> int | None:
+    """The first of the ``n`` first ``publish_times`` at or after ``ts_ms``, or None."""
+    if isinstance(publish_times, np.ndarray):
+        hits = np.flatnonzero(publish_times[:n] >= ts_ms)
+        return int(hits[0]) if len(hits) else None
+    for lo in range(0, n, _SEARCH_STEP):
+        pts = np.asarray(publish_times[lo : min(n, lo + _SEARCH_STEP)], dtype=np.int64)
+        hits = np.flatnonzero(pts >= ts_ms)
+        if len(hits):
+            return lo + int(hits[0])
+    return None
+
+
 def _fit(led: LedgerState, e: int, n: int, budget: int, may_stop_at_zero: bool) -> tuple[int, int]:
     """How many of ``led``'s entries from ``e`` (at most ``n``) fit in ``budget`` bytes, and
     their bytes; the first always fits unless ``may_stop_at_zero``."""
-    take, used = 0, 0
-    while take < n:
-        size = led.end_of(e + take) - int(led.offsets[e + take]) - lf.RECORD_HEADER_SIZE
-        if used + size > budget and (take > 0 or may_stop_at_zero):
-            break
-        used += size
-        take += 1
-    return take, used
+    if n <= 0:
+        return 0, 0
+    # one slice of the index and numpy, not two index lookups per entry (a sealed ledger's
+    # index is a ``sealed_index.SealedColumn``, whose lookups are Python calls)
+    bounds = np.empty(n + 1, np.int64)
+    bounds[:n] = led.offsets[e : e + n]
+    bounds[n] = led.end_of(e + n - 1)
+    used_upto = np.cumsum(np.diff(bounds) - lf.RECORD_HEADER_SIZE)
+    take = int(np.searchsorted(used_upto, budget, side="right"))  # the first take fit
+    if take == 0 and not may_stop_at_zero:
+        take = 1
+    return take, int(used_upto[take - 1]) if take else 0

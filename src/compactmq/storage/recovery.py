@@ -105,6 +105,8 @@ def _recover_open_ledger(
     storage.write_index(
         led.ledger_id, lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end)
     )
+    if storage.ranged_index_reads:  # readers read the index just written piece by piece
+        led.offsets = led.publish_times = None
     return led
 
 

@@ -131,6 +131,8 @@ class OffloadState:
             if led is None or led.offload is None or led.local_gone or self._ledgers.read_only:
                 return False
             led.local_gone = True
+            if led is not self._ledgers.current:  # an index read from the local file goes too
+                led.offsets = led.publish_times = None
         self._storage.delete(ledger_id, durable=True)
         return True
 
