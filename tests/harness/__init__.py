@@ -1,7 +1,8 @@
 """What the integration tests share, in one place: a newcomer writing a test starts here.
 
 - ``harness.broker``: a real standalone broker as a subprocess on free ports (``BrokerProcess``),
-  ``free_port``, ``make_client`` (the official ``pulsar.Client`` with its C++ logging turned down).
+  ``free_port``, ``make_client`` (the official ``pulsar.Client`` with its C++ logging turned down),
+  ``StandaloneInHome`` (a standalone started from a home directory's own configuration file).
 - ``harness.fixtures``: the pytest fixtures built on it (``broker``, ``client``, ``topic``,
   ``compaction_factory``); a package's ``conftest.py`` imports the ones it wants.
 - ``harness.http``: the admin REST API as a test sees it (``Http``, ``rest``, ``ok``, ``web``),
