@@ -226,6 +226,21 @@ def make_client(url: str, **kw):
     return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **kw)
 
 
+def drain_acked(consumer, quiet_ms: int) -> list[bytes]:
+    """The payloads of everything ``consumer`` receives until nothing comes for ``quiet_ms``,
+    each acknowledged as it comes."""
+    import pulsar
+
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(quiet_ms)
+        except pulsar.Timeout:
+            return got
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+
+
 class InProcessBroker:
     """The same broker as ``BrokerProcess`` (``BrokerServer`` with the web adapter and the
     post-compaction hooks ``compactmq standalone`` wires in), run on an event loop thread of the
