@@ -56,7 +56,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -78,6 +77,7 @@ from cluster_setup import (  # noqa: E402  (puts src/, tests/ and bench/ on sys.
     write_results,
 )
 from harness.broker import BrokerProcess  # noqa: E402
+from harness.http import object_store_counters  # noqa: E402
 
 MODES = {
     "quick": {
@@ -228,13 +228,7 @@ def publish_phases(brokers: list[BrokerProcess], p: dict, size: int, counted=Non
 
 def object_counters(b: BrokerProcess) -> dict[str, int]:
     """The broker's ``compactmq_object_store_*`` counters from its ``/metrics``."""
-    with urllib.request.urlopen(f"{b.web_url}/metrics", timeout=60) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        for name in ("puts", "put_bytes", "deletes"):
-            if line.startswith(f"compactmq_object_store_{name}_total{{"):
-                out[name] = int(float(line.rsplit(" ", 1)[1]))
+    out = object_store_counters(b)
     if len(out) != 3:
         raise SystemExit(f"broker {b.web_url} exports no compactmq_object_store_* counters")
     return out
