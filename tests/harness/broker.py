@@ -208,12 +208,7 @@ class StandaloneInHome:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        children.stop(self.proc, 30)
         self.proc.stdout.close()
         self.proc = None
 
