@@ -88,14 +88,7 @@ def test_compaction_of_a_non_persistent_topic_is_refused(broker):
 
 
 def _received_topics(consumer, timeout_ms: int = 500) -> set[str]:
-    seen = set()
-    while True:
-        try:
-            msg = consumer.receive(timeout_ms)
-        except pulsar.Timeout:
-            return seen
-        seen.add(msg.topic_name())
-        consumer.acknowledge(msg)
+    return set(drain_acked(consumer, timeout_ms, lambda msg: msg.topic_name()))
 
 
 def test_regex_subscription_modes_and_a_topic_created_later(broker):

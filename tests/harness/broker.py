@@ -221,9 +221,9 @@ def make_client(url: str, **kw):
     return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **kw)
 
 
-def drain_acked(consumer, quiet_ms: int) -> list[bytes]:
-    """The payloads of everything ``consumer`` receives until nothing comes for ``quiet_ms``,
-    each acknowledged as it comes."""
+def drain_acked(consumer, quiet_ms: int, what=lambda msg: msg.data()) -> list:
+    """``what`` (the payload) of everything ``consumer`` receives until nothing comes for
+    ``quiet_ms``, each message acknowledged as it comes."""
     import pulsar
 
     got = []
@@ -232,7 +232,7 @@ def drain_acked(consumer, quiet_ms: int) -> list[bytes]:
             msg = consumer.receive(quiet_ms)
         except pulsar.Timeout:
             return got
-        got.append(msg.data())
+        got.append(what(msg))
         consumer.acknowledge(msg)
 
 
