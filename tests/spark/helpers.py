@@ -157,3 +157,25 @@ def produce_prices(client, topic, n: int = 40) -> None:
         )
     producer.flush()
     producer.close()
+
+
+def meta_fields() -> list:
+    """The source's metadata columns, as Spark fields, in their order after the value's."""
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, TimestampType
+
+    return [
+        StructField("__key", StringType()),
+        StructField("__topic", StringType()),
+        StructField("__messageId", BinaryType()),
+        StructField("__publishTime", TimestampType()),
+        StructField("__eventTime", TimestampType()),
+        StructField("__messageProperties", MapType(StringType(), StringType())),
+    ]
+
+
+def source_schema():
+    """The source's Spark schema of a topic without a schema: the value as bytes, then the
+    metadata columns."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    return StructType([StructField("value", BinaryType()), *meta_fields()])
