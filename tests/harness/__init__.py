@@ -8,6 +8,7 @@
 - ``harness.http``: the admin REST API as a test sees it (``Http``, ``rest``, ``ok``, ``web``),
   and the admin-stats questions tests ask of a broker (``subscription_stats``, ``wait_backlog``...).
 - ``harness.wait``: ``wait_until``, the ONE polling loop (a test never writes its own).
+- ``harness.sockets``: ``closed_by_peer``, which raw sockets a broker closed, and when.
 - ``harness.cli``: the ``compactmq`` command run in this process through ``main(argv)``, its
   stdout, stderr and exit status captured as a subprocess would have them (``run_cli``,
   ``admin_cli``): starting a Python process per command costs a second of CPU and proves nothing
