@@ -52,27 +52,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import signal
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pulsar  # noqa: E402
 from cluster_failover_bench import measure_failovers  # noqa: E402
+from cluster_setup import (  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
+    ROOT,
+    START_TIMEOUT_S,
+    cluster_overrides,
+    http_json,
+    load,
+    log,
+    new_client,
+    start_brokers,
+    start_stores,
+    write_results,
+)
 from harness.broker import BrokerProcess  # noqa: E402
-from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
-from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
+from harness.http import object_store_counters  # noqa: E402
 
 MODES = {
     "quick": {
@@ -93,31 +98,6 @@ MODES = {
     },
 }
 BUCKET = "cluster-bench"
-START_TIMEOUT_S = 120.0  # a broker's start on a loaded machine
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def http_json(url: str, method: str = "GET", body: object = None) -> object:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        raw = resp.read()
-    return json.loads(raw) if raw else None
-
-
-def new_client(brokers: list[BrokerProcess]):
-    url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
-    return pulsar.Client(
-        url, connection_timeout_ms=5000, operation_timeout_seconds=60,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )  # fmt: skip
 
 
 # --- publishing ------------------------------------------------------------------------------
@@ -248,13 +228,7 @@ def publish_phases(brokers: list[BrokerProcess], p: dict, size: int, counted=Non
 
 def object_counters(b: BrokerProcess) -> dict[str, int]:
     """The broker's ``compactmq_object_store_*`` counters from its ``/metrics``."""
-    with urllib.request.urlopen(f"{b.web_url}/metrics", timeout=60) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        for name in ("puts", "put_bytes", "deletes"):
-            if line.startswith(f"compactmq_object_store_{name}_total{{"):
-                out[name] = int(float(line.rsplit(" ", 1)[1]))
+    out = object_store_counters(b)
     if len(out) != 3:
         raise SystemExit(f"broker {b.web_url} exports no compactmq_object_store_* counters")
     return out
@@ -369,31 +343,13 @@ def start_cluster(stack: contextlib.ExitStack, tmp: Path, session_ms: int, group
     (brokers, s3 server, bucket, key prefix)."""
     log(f"cluster: ZooKeeper, SeaweedFS, 3 brokers (group flush {'on' if group_flush else 'off'})")
     tag = "gf" if group_flush else "b"
-    zk = ZooKeeperServer(tmp / f"zk-{tag}", find_classpath() or sys.exit("ZooKeeper not installed")).start()
-    stack.callback(zk.stop)
-    s3 = start_seaweedfs()
-    stack.callback(stop_seaweedfs, s3)
-    brokers: list[BrokerProcess] = []
-
-    def stop_brokers() -> None:
-        for b in brokers:
-            b.stop(signal.SIGKILL)  # nothing of the cluster is kept
-
-    stack.callback(stop_brokers)
+    zk, s3 = start_stores(stack, tmp / f"zk-{tag}")
     bucket = s3.create_bucket(BUCKET)
     prefix = uuid.uuid4().hex[:8]
-    overrides = {
-        "metadataStoreUrl": f"zk:{zk.hosts}/bench",
-        "objectLedgerStorageUrl": f"s3://{bucket}/{prefix}?region=us-east-1&endpoint={s3.endpoint}",
-        "metadataStoreSessionTimeoutMillis": str(session_ms),
-        "loadBalancerReportUpdateMinIntervalMillis": "300",
-        "objectLedgerGroupFlushEnabled": str(group_flush).lower(),
-    }
-    for i in range(3):
-        (tmp / f"{tag}{i}").mkdir()
-        brokers.append(BrokerProcess(tmp / f"{tag}{i}" / "data", overrides))
-    for b in brokers:
-        b.start(START_TIMEOUT_S)
+    overrides = cluster_overrides(
+        zk, s3, bucket, "bench", prefix, session_ms, objectLedgerGroupFlushEnabled=str(group_flush).lower()
+    )
+    brokers = start_brokers(stack, [tmp / f"{tag}{i}" / "data" for i in range(3)], overrides)
     return brokers, s3, bucket, prefix
 
 
@@ -485,14 +441,9 @@ def main() -> None:
             "latency_p50_ratio": round(clustered["latency"]["p50_ms"] / single["latency"]["p50_ms"], 2),
             "latency_p99_ratio": round(clustered["latency"]["p99_ms"] / single["latency"]["p99_ms"], 2),
         },
-        "load_average_before": load_before,
-        "load_average_after": load(),
-        "cpus": os.cpu_count(),
-        "seconds": round(time.monotonic() - started, 1),
     }
+    write_results(a.out, results, started, load_before)
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     try:
         import matplotlib
@@ -621,14 +572,10 @@ def compare_group_flush(a: argparse.Namespace, mode: str, p: dict) -> None:
             "interleaved_latency_mean_ratio": ratio("latency_interleaved", "mean_ms"),
             "interleaved_throughput_median_ratio": ratio("throughput_interleaved", "median_msgs_per_s"),
         },
-        "load_average_before": load_before,
-        "load_average_after": load(),
-        "cpus": os.cpu_count(),
-        "seconds": round(time.monotonic() - started, 1),
     }
-    out = Path(a.out or ROOT / "bench" / "results" / f"cluster_{mode}_gf_compare.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(
+        a.out or ROOT / "bench" / "results" / f"cluster_{mode}_gf_compare.json", results, started, load_before
+    )
     print(json.dumps(results["on_vs_off"], indent=2))
 
 

@@ -20,6 +20,7 @@ the run (timings on a shared machine are noisy: the session timeout is the floor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -27,32 +28,17 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import cluster_setup as cs  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
 import pulsar  # noqa: E402
+from cluster_setup import ROOT, log  # noqa: E402
 from harness.broker import BrokerProcess  # noqa: E402
-from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
-from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
 
 TOPIC = "persistent://public/default/failover-bench"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def owner(brokers: list[BrokerProcess], topic: str = TOPIC) -> BrokerProcess:
-    asker = next(b for b in brokers if b.alive())
-    url = f"{asker.web_url}/lookup/v2/topic/persistent/{topic.split('://', 1)[1]}"
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        http_url = json.loads(resp.read())["httpUrl"]
-    return next(b for b in brokers if b.web_url == http_url)
 
 
 def read_all(client, topic: str = TOPIC) -> list[bytes]:
@@ -68,11 +54,7 @@ def measure_failovers(brokers: list[BrokerProcess], kills: int, topic: str = TOP
     """``kills`` times: SIGKILL the owner of ``topic`` (deduplication on for it), time the next
     synchronous send, start the killed broker again; then read the topic back (lost, duplicated).
     ``brokers`` are running ``BrokerProcess``es of one cluster (``cluster_bench`` passes its own)."""
-    url = "pulsar://" + ",".join(f"127.0.0.1:{b.port}" for b in brokers)
-    client = pulsar.Client(
-        url, connection_timeout_ms=2000, operation_timeout_seconds=60,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )  # fmt: skip
+    client = cs.new_client(brokers, connection_timeout_ms=2000)
     producer = client.create_producer(topic, producer_name="bench", send_timeout_millis=120000)
     sent = 0
     for _ in range(20):
@@ -80,7 +62,7 @@ def measure_failovers(brokers: list[BrokerProcess], kills: int, topic: str = TOP
         sent += 1
     times = []
     for k in range(kills):
-        victim = owner(brokers, topic)
+        victim = cs.owner(brokers, topic)
         t0 = time.monotonic()
         victim.stop(signal.SIGKILL)
         producer.send(b"m-%d" % sent)
@@ -104,29 +86,14 @@ def measure_failovers(brokers: list[BrokerProcess], kills: int, topic: str = TOP
 
 
 def run(tmp: str, kills: int, session_ms: int) -> dict:
-    zk = ZooKeeperServer(Path(tmp) / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
-    s3 = start_seaweedfs()
-    brokers: list[BrokerProcess] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        zk, s3 = cs.start_stores(stack, Path(tmp) / "zk")
         bucket = s3.create_bucket("failover-bench")
-        overrides = {
-            "metadataStoreUrl": f"zk:{zk.hosts}/bench",
-            "objectLedgerStorageUrl": f"s3://{bucket}/b?region=us-east-1&endpoint={s3.endpoint}",
-            "metadataStoreSessionTimeoutMillis": str(session_ms),
-            "brokerDeduplicationEnabled": "true",
-            "loadBalancerReportUpdateMinIntervalMillis": "300",
-        }
-        for i in range(3):
-            (Path(tmp) / f"b{i}").mkdir()
-            brokers.append(BrokerProcess(Path(tmp) / f"b{i}" / "data", overrides))
-        for b in brokers:
-            b.start()
+        overrides = cs.cluster_overrides(
+            zk, s3, bucket, "bench", "b", session_ms, brokerDeduplicationEnabled="true"
+        )
+        brokers = cs.start_brokers(stack, [Path(tmp) / f"b{i}" / "data" for i in range(3)], overrides)
         return {"session_timeout_ms": session_ms, **measure_failovers(brokers, kills)}
-    finally:
-        for b in brokers:
-            b.stop(signal.SIGKILL)
-        stop_seaweedfs(s3)
-        zk.stop()
 
 
 def main() -> None:

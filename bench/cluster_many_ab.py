@@ -30,30 +30,19 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster_bench as cb  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
-from harness.broker import BrokerProcess  # noqa: E402
-from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
-from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+import cluster_bench as cb  # noqa: E402
+import cluster_setup as cs  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
+from cluster_setup import ROOT  # noqa: E402
+from standalone import cpu_seconds  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, str, bool]:
@@ -95,23 +84,16 @@ def probe(client, n: int, size: int) -> float:
 def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, run: int) -> dict:
     label, src, gf = variant
     tag = f"r{run}-{label}"
-    overrides = {
-        "metadataStoreUrl": f"zk:{zk.hosts}/ab-{tag}",
-        "objectLedgerStorageUrl": f"s3://{bucket}/{tag}?region=us-east-1&endpoint={s3.endpoint}",
-        "metadataStoreSessionTimeoutMillis": "3000",
-        "loadBalancerReportUpdateMinIntervalMillis": "300",
-        "objectLedgerGroupFlushEnabled": str(gf).lower(),
-    }
+    overrides = cs.cluster_overrides(
+        zk, s3, bucket, f"ab-{tag}", tag, 3000, objectLedgerGroupFlushEnabled=str(gf).lower()
+    )
     os.environ["PYTHONPATH"] = src  # BrokerProcess passes os.environ on
-    brokers = [BrokerProcess(tmp / tag / f"b{i}" / "data", overrides) for i in range(3)]
-    try:
-        for b in brokers:
-            b.data_dir.parent.mkdir(parents=True)
-            b.start(cb.START_TIMEOUT_S)
-        client = cb.new_client(brokers)
+    with contextlib.ExitStack() as stack:
+        brokers = cs.start_brokers(stack, [tmp / tag / f"b{i}" / "data" for i in range(3)], overrides)
+        client = cs.new_client(brokers)
         try:
             ns = f"public/many{run}"
-            cb.http_json(
+            cs.http_json(
                 f"{brokers[0].web_url}/admin/v2/namespaces/{ns}", "PUT", {"bundles": {"numBundles": 16}}
             )
             probe_p50 = probe(client, a.probe_sends, a.size)
@@ -127,9 +109,6 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
             after = [cb.object_counters(b) for b in brokers]
         finally:
             client.close()
-    finally:
-        for b in brokers:
-            b.stop(signal.SIGKILL)
     puts = sum(x["puts"] - y["puts"] for x, y in zip(after, before))
     secs = got["seconds"]
     return {
@@ -146,7 +125,7 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
         # the object store's (the weed process: master, volume, filer, S3 gateway) and ZooKeeper's
         "seaweedfs_cpu_per_s": round((store1[0] - store0[0]) / secs, 3),
         "zookeeper_cpu_per_s": round((store1[1] - store0[1]) / secs, 3),
-        "load_average_1m": cb.load(),
+        "load_average_1m": cs.load(),
     }
 
 
@@ -197,27 +176,19 @@ def main() -> None:
     a = ap.parse_args()
     variants = [parse_variant(v) for v in a.variant]
     trees = {label: which_tree(src) for label, src, _ in variants}
-    cb.log(f"trees: {json.dumps(trees)}")
-    started, load_before = time.monotonic(), cb.load()
-    runs: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="cluster-many-ab-") as tmpdir, contextlib.ExitStack() as stack:
-        tmp = Path(tmpdir)
-        zk = ZooKeeperServer(tmp / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
-        stack.callback(zk.stop)
-        s3 = start_seaweedfs()
-        stack.callback(stop_seaweedfs, s3)
-        bucket = s3.create_bucket("cluster-many-ab")
-        for rnd in range(a.rounds):
-            order = variants if rnd % 2 == 0 else variants[::-1]  # no variant always first
-            for v in order:
-                try:
-                    r = one_run(zk, s3, bucket, tmp, v, a, rnd)
-                except Exception as e:  # noqa: BLE001 - a run that failed is recorded, not fatal
-                    # (at load 20 a 3 s ZooKeeper session can expire mid-run: bundles move)
-                    r = {"variant": v[0], "round": rnd, "error": f"{type(e).__name__}: {e}"[:300]}
-                    r["load_average_1m"] = cb.load()
-                runs.append(r)
-                cb.log(f"  {json.dumps(r)}")
+    cs.log(f"trees: {json.dumps(trees)}")
+    started, load_before = time.monotonic(), cs.load()
+
+    def one_run_or_error(zk, s3, bucket: str, tmp: Path, v: tuple[str, str, bool], rnd: int) -> dict:
+        try:
+            return one_run(zk, s3, bucket, tmp, v, a, rnd)
+        except Exception as e:  # noqa: BLE001 - a run that failed is recorded, not fatal
+            # (at load 20 a 3 s ZooKeeper session can expire mid-run: bundles move)
+            r = {"variant": v[0], "round": rnd, "error": f"{type(e).__name__}: {e}"[:300]}
+            r["load_average_1m"] = cs.load()
+            return r
+
+    runs = cs.interleaved_runs("cluster-many-ab", variants, a.rounds, one_run_or_error)
     runs.sort(key=lambda r: (r["round"], [v[0] for v in variants].index(r["variant"])))
     results = {
         "what": "cluster_bench's many-topics phase alone, variants interleaved (bench/cluster_many_ab.py)",
@@ -232,14 +203,8 @@ def main() -> None:
         "trees": trees,
         "summary": summary(runs, variants),
         "runs": runs,
-        "load_average_before": load_before,
-        "load_average_after": cb.load(),
-        "cpus": os.cpu_count(),
-        "seconds": round(time.monotonic() - started, 1),
     }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    cs.write_results(a.out, results, started, load_before)
     print(json.dumps(results["summary"], indent=2))
 
 

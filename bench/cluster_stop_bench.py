@@ -22,47 +22,29 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster_bench as cb  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
+import cluster_setup as cs  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
 from cluster_many_ab import parse_variant, which_tree  # noqa: E402
-from harness.broker import BrokerProcess  # noqa: E402
-from seaweedfs_server import start_seaweedfs, stop_seaweedfs  # noqa: E402
-from storage.metadata_store.zk_server import ZooKeeperServer, find_classpath  # noqa: E402
-
-
-def owner_port(brokers: list[BrokerProcess], topic: str) -> int:
-    answer = cb.http_json(f"{brokers[0].web_url}/lookup/v2/topic/{topic.replace('://', '/')}")
-    return urlsplit(answer["httpUrl"]).port  # type: ignore[index]
 
 
 def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, run: int) -> dict:
     label, src, _ = variant
     tag = f"r{run}-{label}"
-    overrides = {
-        "metadataStoreUrl": f"zk:{zk.hosts}/stop-{tag}",
-        "objectLedgerStorageUrl": f"s3://{bucket}/{tag}?region=us-east-1&endpoint={s3.endpoint}",
-        "metadataStoreSessionTimeoutMillis": "30000",  # only the stop's own release frees bundles
-        "loadBalancerReportUpdateMinIntervalMillis": "300",
-    }
+    # a 30 s session: only the stop's own release frees bundles
+    overrides = cs.cluster_overrides(zk, s3, bucket, f"stop-{tag}", tag, 30000)
     os.environ["PYTHONPATH"] = src
-    brokers = [BrokerProcess(tmp / tag / f"b{i}" / "data", overrides) for i in range(3)]
-    try:
-        for b in brokers:
-            b.data_dir.parent.mkdir(parents=True)
-            b.start(cb.START_TIMEOUT_S)
+    with contextlib.ExitStack() as stack:
+        brokers = cs.start_brokers(stack, [tmp / tag / f"b{i}" / "data" for i in range(3)], overrides)
         ns = f"public/stop{run}"
-        cb.http_json(
+        cs.http_json(
             f"{brokers[0].web_url}/admin/v2/namespaces/{ns}", "PUT", {"bundles": {"numBundles": a.bundles}}
         )
         topics = [f"persistent://{ns}/t{i}" for i in range(a.topics)]
-        client = cb.new_client(brokers)
+        client = cs.new_client(brokers)
         try:
             producers = [client.create_producer(t, batching_enabled=False) for t in topics]
             for p in producers:
@@ -70,7 +52,7 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
                     p.send_async(b"s" * 100, None)
             for p in producers:
                 p.flush()
-            owners = {t: owner_port(brokers, t) for t in topics}
+            owners = {t: cs.owner(brokers, t).web_port for t in topics}
             by_port = {b.web_port: b for b in brokers}
             port = max(by_port, key=lambda q: sum(1 for o in owners.values() if o == q))
             leaving = by_port[port]
@@ -86,9 +68,6 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
                 p.close()
         finally:
             client.close()
-    finally:
-        for b in brokers:
-            b.stop(signal.SIGKILL)
     return {
         "variant": label,
         "round": run,
@@ -96,7 +75,7 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
         "stop_seconds": round(stop_s, 3),
         "exit_code": rc,
         "all_moved_seconds": round(moved_s, 3),
-        "load_average_1m": cb.load(),
+        "load_average_1m": cs.load(),
     }
 
 
@@ -111,21 +90,14 @@ def main() -> None:
     a = ap.parse_args()
     variants = [parse_variant(v if v.endswith((":on", ":off")) else v + ":on") for v in a.variant]
     trees = {label: which_tree(src) for label, src, _ in variants}
-    cb.log(f"trees: {json.dumps(trees)}")
-    started, load_before = time.monotonic(), cb.load()
-    runs: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="cluster-stop-") as tmpdir, contextlib.ExitStack() as stack:
-        tmp = Path(tmpdir)
-        zk = ZooKeeperServer(tmp / "zk", find_classpath() or sys.exit("ZooKeeper not installed")).start()
-        stack.callback(zk.stop)
-        s3 = start_seaweedfs()
-        stack.callback(stop_seaweedfs, s3)
-        bucket = s3.create_bucket("cluster-stop")
-        for rnd in range(a.rounds):
-            for v in variants if rnd % 2 == 0 else variants[::-1]:
-                r = one_run(zk, s3, bucket, tmp, v, a, rnd)
-                runs.append(r)
-                cb.log(f"  {json.dumps(r)}")
+    cs.log(f"trees: {json.dumps(trees)}")
+    started, load_before = time.monotonic(), cs.load()
+    runs = cs.interleaved_runs(
+        "cluster-stop",
+        variants,
+        a.rounds,
+        lambda zk, s3, bucket, tmp, v, rnd: one_run(zk, s3, bucket, tmp, v, a, rnd),
+    )
     summary = {}
     for label, _src, _ in variants:
         mine = [r for r in runs if r["variant"] == label]
@@ -141,14 +113,8 @@ def main() -> None:
         "trees": trees,
         "summary": summary,
         "runs": runs,
-        "load_average_before": load_before,
-        "load_average_after": cb.load(),
-        "cpus": os.cpu_count(),
-        "seconds": round(time.monotonic() - started, 1),
     }
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    cs.write_results(a.out, results, started, load_before)
     print(json.dumps(summary, indent=2))
 
 

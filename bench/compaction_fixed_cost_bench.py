@@ -59,15 +59,20 @@ def http(method: str, url: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def produce(client, topic: str, n: int, keys: int) -> None:
+def produce(client, topic: str, n: int, keys: int) -> float:
+    """``n`` 100-byte messages over ``keys`` keys, batched; answers the seconds from the first
+    send to the last receipt (the producer's creation and close not counted)."""
     producer = client.create_producer(
         topic, batching_enabled=True, batching_max_messages=1000, block_if_queue_full=True
     )
     payload = b"x" * 100
+    t0 = time.perf_counter()
     for i in range(n):
         producer.send_async(payload, None, partition_key=f"key-{i % keys:07d}")
     producer.flush()
+    secs = time.perf_counter() - t0
     producer.close()
+    return secs
 
 
 def trigger_to_success(admin_url: str, rest: str, poll: float, timeout: float = 300) -> tuple[float, dict]:
@@ -88,13 +93,18 @@ def trigger_to_success(admin_url: str, rest: str, poll: float, timeout: float = 
         time.sleep(poll)
 
 
+def warm_state(admin_url: str) -> str:
+    """The compaction engine's warm-up state as the broker's ``/metrics`` say it."""
+    _, body = http("GET", admin_url + "/metrics")
+    m = WARM_RE.search(body.decode())
+    return m.group(1) if m else "unknown"
+
+
 def wait_warm(admin_url: str, limit: float = 600) -> str:
     t0 = time.perf_counter()
     state = "unknown"
     while time.perf_counter() - t0 < limit:
-        _, body = http("GET", admin_url + "/metrics")
-        m = WARM_RE.search(body.decode())
-        state = m.group(1) if m else "unknown"
+        state = warm_state(admin_url)
         if state not in ("warming", "cold", "unknown"):
             return state
         time.sleep(0.5)

@@ -22,33 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
+import compaction_fixed_cost_bench as fixed_cost  # noqa: E402
+from compaction_fixed_cost_bench import log, warm_state  # noqa: E402
+
 TOPIC = "persistent://public/default/first-trigger"
 REST_TOPIC = "/admin/v2/persistent/public/default/first-trigger"
-WARM_RE = re.compile(r'^compactmq_compaction_engine_warm\{[^}]*state="(\w+)"\} \d+$', re.M)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def http(method: str, url: str) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def produce(url: str, n: int, keys: int) -> float:
@@ -56,41 +43,14 @@ def produce(url: str, n: int, keys: int) -> float:
 
     client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
     try:
-        producer = client.create_producer(
-            TOPIC, batching_enabled=True, batching_max_messages=1000, block_if_queue_full=True
-        )
-        payload = b"x" * 100
-        t0 = time.perf_counter()
-        for i in range(n):
-            producer.send_async(payload, None, partition_key=f"key-{i % keys:07d}")
-        producer.flush()
-        return time.perf_counter() - t0
+        return fixed_cost.produce(client, TOPIC, n, keys)
     finally:
         client.close()
 
 
-def warm_state(admin_url: str) -> str:
-    _, body = http("GET", admin_url + "/metrics")
-    m = WARM_RE.search(body.decode())
-    return m.group(1) if m else "unknown"
-
-
-def trigger_to_success(admin_url: str, timeout: float = 900) -> tuple[float, dict]:
-    t0 = time.perf_counter()
-    status, body = http("PUT", admin_url + REST_TOPIC + "/compaction")
-    if status >= 300:
-        raise RuntimeError(f"trigger refused: {status} {body!r}")
-    while True:
-        _, body = http("GET", admin_url + REST_TOPIC + "/compaction")
-        st = json.loads(body)
-        if st.get("status") in ("SUCCESS", "ERROR"):
-            secs = time.perf_counter() - t0
-            if st["status"] != "SUCCESS":
-                raise RuntimeError(f"compaction failed: {st}")
-            return secs, st
-        if time.perf_counter() - t0 > timeout:
-            raise RuntimeError("compaction did not end")
-        time.sleep(0.05)
+def trigger_to_success(admin_url: str) -> tuple[float, dict]:
+    """The PUT of the compaction to SUCCESS, polled every 50 ms, for at most 15 minutes."""
+    return fixed_cost.trigger_to_success(admin_url, REST_TOPIC, poll=0.05, timeout=900)
 
 
 def one_round(mode: str, args) -> dict:

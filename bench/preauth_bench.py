@@ -33,7 +33,6 @@ import base64
 import json
 import os
 import platform
-import selectors
 import socket
 import struct
 import sys
@@ -44,6 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from standalone import ROOT, StandaloneBroker as Broker  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+from harness.sockets import closed_by_peer  # noqa: E402
 
 import jwt  # noqa: E402
 import pulsar  # noqa: E402
@@ -123,23 +125,7 @@ def open_held(port: int, count: int, mode: str, partial_bytes: int) -> list[sock
 
 def wait_closed(socks: list[socket.socket], opened_at: float, limit: float, deadline: float) -> dict:
     """Wait up to ``limit`` seconds for the broker to close ``socks``: how many it did, when."""
-    selector = selectors.DefaultSelector()
-    for s in socks:
-        s.setblocking(False)
-        selector.register(s, selectors.EVENT_READ)
-    open_ = set(socks)
-    closed_after: list[float] = []
-    while open_ and time.monotonic() - opened_at < limit:
-        for key, _ in selector.select(timeout=0.2):
-            sock = key.fileobj
-            try:
-                data = sock.recv(65536)
-            except (ConnectionResetError, BlockingIOError):
-                data = b""
-            if not data:
-                selector.unregister(sock)
-                open_.discard(sock)
-                closed_after.append(time.monotonic() - opened_at)
+    closed_after, open_ = closed_by_peer(socks, opened_at, limit)
     for s in socks:
         s.close()
     return {

@@ -25,24 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spark_source_bench import source_schema  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "persistent://public/default/spark-source-bench"
-
-
-def spark_fields():
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
-
-    return StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
 
 
 def time_read(data_dir: str, view: str, columnar: bool, repeat: int) -> tuple[list[float], int]:
@@ -57,7 +44,7 @@ def time_read(data_dir: str, view: str, columnar: bool, repeat: int) -> tuple[li
         splits, args = plan_read(opts, backend), backend_args(backend, opts)
     finally:
         backend.close()
-    schema, ts = spark_fields(), topic_schema(opts)
+    schema, ts = source_schema(), topic_schema(opts)
     runs, rows = [], 0
     for _ in range(repeat):
         t0 = time.perf_counter()

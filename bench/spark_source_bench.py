@@ -66,6 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from read_compacted_bench import RETENTION_OVERRIDES, compact, publish
 from standalone import ROOT, StandaloneBroker
 
+sys.path.insert(0, str(ROOT))
+from tests.spark.helpers import source_schema  # noqa: E402  (the source's schema, as the tests build it)
+
 
 def scan(df) -> tuple[float, int]:
     t0 = time.perf_counter()
@@ -474,24 +477,13 @@ def cond_filters(name: str, keys: list, w_lo: int, part: int) -> list:
 def decoded(data_dir: str, topic: str, view: str, filters: list) -> dict:
     """Messages the source decodes (and rows it returns) with and without ``filters``, read in
     this process (a Spark task's counts stay in its worker)."""
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
 
     from compactmq.spark import pushdown
     from compactmq.spark.options import parse_read_options
     from compactmq.spark.source import CompactMQFilteringReader, topic_schema
 
     opts = parse_read_options({"topic": topic, "view": view, "path": data_dir})
-    schema = StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
+    schema = source_schema()
     out = {}
     for label, fs in (("full", []), ("pushed", filters)):
         reader = CompactMQFilteringReader(opts, schema, topic_schema(opts))

@@ -38,3 +38,13 @@ def keep(**kw) -> dict:
     kw.setdefault("stdin", subprocess.DEVNULL)
     kw["preexec_fn"] = _die_with_parent
     return kw
+
+
+def stop(proc: subprocess.Popen, grace: float) -> int:
+    """SIGTERM ``proc``, SIGKILL it if it has not exited ``grace`` seconds later; its exit status."""
+    proc.terminate()
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

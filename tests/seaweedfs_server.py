@@ -172,12 +172,7 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
 def stop_seaweedfs(server: SeaweedFS) -> None:
     """Stop the server (its volume server waits 10 s on SIGTERM for a master that is going
     too: the data is throwaway, so after 2 s it is killed) and remove its directory."""
-    server.process.terminate()
-    try:
-        server.process.wait(2)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+    children.stop(server.process, 2)
     shutil.rmtree(server.directory, ignore_errors=True)
     # the gRPC servers also listen on Unix sockets named after their ports in the temp dir
     # (no flag moves them); a killed server leaves them behind

@@ -1,11 +1,20 @@
 """What the admin and CLI end-to-end tests share: a broker subprocess with a short compaction
 monitor interval and the test Spark profile, a tiny HTTP client, and helpers to publish keyed
-messages with the official client and to wait for a compaction status."""
+messages with the official client and to wait for a compaction status.
+
+A module imports the fixtures it shares from here: ``http`` (an ``Http`` of the module's
+``broker``) and ``topic`` (a fresh topic named after the test); ``open_gate`` and
+``start_gated_broker`` build a broker whose compaction runs a test can hold part-way (the Arrow
+test factory's gate, ``broker/arrow_compaction.py``)."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from compactmq.compaction.jobs.session import TEST_CONF
 
@@ -41,6 +50,38 @@ def start_broker(
     b = InProcessBroker(data_dir, settings) if in_process else process(data_dir, settings)
     b.start(timeout=60)
     return b
+
+
+def open_gate(tmp_path_factory) -> Path:
+    """The file whose absence holds the Arrow test factory's compaction runs (open: it exists)."""
+    path = tmp_path_factory.mktemp("gate") / "open"
+    path.touch()
+    return path
+
+
+def start_gated_broker(data_dir: Path, gate: Path, **overrides: str) -> BrokerProcess:
+    """A broker subprocess compacting with the test suite's Arrow factory (no JVM), its runs held
+    part-way while ``gate`` is missing. The gate is set in the environment of this start only: a
+    ``restart()`` later runs ungated."""
+    from broker.arrow_compaction import GATE_ENV
+    from broker.factories import ARROW_FACTORY
+
+    with pytest.MonkeyPatch.context() as mp:  # the broker subprocess inherits the environment
+        mp.setenv(GATE_ENV, str(gate))
+        return start_broker(data_dir, compactionServiceFactoryClassName=ARROW_FACTORY, **overrides)
+
+
+@pytest.fixture(scope="module")
+def http(broker) -> Http:
+    """The admin REST API of the module's broker."""
+    return Http(web_url(broker))
+
+
+@pytest.fixture
+def topic(request) -> str:
+    """A fresh topic named after the test (characters a topic name cannot hold made ``-``)."""
+    name = re.sub(r"[^\w-]", "-", request.node.name)
+    return f"persistent://public/default/{name}-{time.monotonic_ns() % 10**9}"
 
 
 def monitor_checks(http: Http) -> int:

@@ -13,7 +13,6 @@ The tests run in file order and share the broker; the restart test comes last.""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,12 @@ pytest.importorskip("pulsar")
 
 from .harness import (  # noqa: E402
     Http,
+    http,  # noqa: F401 - a fixture
+    open_gate,
     poke_policy,
     publish,
-    start_broker,
+    start_gated_broker,
+    topic,  # noqa: F401 - a fixture
     topic_path,
     wait_monitor_checks,
     wait_status,
@@ -39,35 +41,14 @@ NS = "/admin/v2/namespaces"
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory) -> Path:
-    """The file whose absence holds the module broker's compaction runs (open: it exists)."""
-    path = tmp_path_factory.mktemp("gate") / "open"
-    path.touch()
-    return path
+    return open_gate(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, gate):
-    from broker.arrow_compaction import GATE_ENV
-    from broker.factories import ARROW_FACTORY
-
-    with pytest.MonkeyPatch.context() as mp:  # the broker subprocess inherits the environment
-        mp.setenv(GATE_ENV, str(gate))
-        b = start_broker(
-            tmp_path_factory.mktemp("admin") / "data", compactionServiceFactoryClassName=ARROW_FACTORY
-        )
+    b = start_gated_broker(tmp_path_factory.mktemp("admin") / "data", gate)
     yield b
     b.stop()
-
-
-@pytest.fixture(scope="module")
-def http(broker):
-    return Http(web_url(broker))
-
-
-@pytest.fixture
-def topic(request):
-    name = re.sub(r"[^\w-]", "-", request.node.name)
-    return f"persistent://public/default/{name}-{time.monotonic_ns() % 10**9}"
 
 
 # --- tenants and namespaces ---------------------------------------------------------------------
@@ -432,17 +413,13 @@ def test_status_survives_restart(broker, http, topic):
     assert http.ok("GET", topic_path(failing) + "/compaction") == error
 
 
-def test_run_cut_short_by_a_crash_is_error_after_restart(tmp_path, monkeypatch, topic):
+def test_run_cut_short_by_a_crash_is_error_after_restart(tmp_path, topic):
     """SIGKILL while a compaction runs leaves RUNNING in the store; the restarted broker finds
     nobody holding the topic's lock and records the run as ERROR (the old view stays in force).
     The run is held part-way by the test factory's gate, so the kill always lands inside it."""
     import signal
 
-    from broker.arrow_compaction import GATE_ENV
-    from broker.factories import ARROW_FACTORY
-
-    monkeypatch.setenv(GATE_ENV, str(tmp_path / "never-created"))
-    broker = start_broker(tmp_path / "data", compactionServiceFactoryClassName=ARROW_FACTORY)
+    broker = start_gated_broker(tmp_path / "data", tmp_path / "never-created")  # the restart: ungated
     try:
         http = Http(web_url(broker))
         path = topic_path(topic)
@@ -458,7 +435,6 @@ def test_run_cut_short_by_a_crash_is_error_after_restart(tmp_path, monkeypatch, 
 
         wait_until(in_phase_one, 60, "the run to reach phase-one")
         broker.stop(signal.SIGKILL)
-        monkeypatch.delenv(GATE_ENV)
         broker.start(timeout=60)
         body = http.ok("GET", path + "/compaction")
         assert body["status"] == "ERROR" and "interrupted" in body["lastError"], body

@@ -28,6 +28,7 @@ from harness.cli import CliResult, run_cli
 
 from .harness import (
     Http,
+    http,  # noqa: F401 - a fixture
     publish,
     start_broker,
     topic_path,
@@ -50,11 +51,6 @@ def broker(tmp_path_factory, compaction_factory):  # noqa: F811
     )
     yield b
     b.stop()
-
-
-@pytest.fixture(scope="module")
-def http(broker):
-    return Http(web_url(broker))
 
 
 def cli(broker, *args: str) -> CliResult:

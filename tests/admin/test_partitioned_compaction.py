@@ -7,7 +7,6 @@ One broker (one JVM) for the module; the tests run in file order."""
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -17,7 +16,15 @@ pytest.importorskip("pulsar")
 from harness.broker import make_client  # noqa: E402
 from harness.cli import CliResult, run_cli  # noqa: E402
 
-from .harness import Http, poke_policy, start_broker, topic_path, wait_status, web_url  # noqa: E402
+from .harness import (  # noqa: E402
+    http,  # noqa: F401 - a fixture
+    poke_policy,
+    start_broker,
+    topic,  # noqa: F401 - a fixture
+    topic_path,
+    wait_status,
+    web_url,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -30,17 +37,6 @@ def broker(tmp_path_factory):
     b = start_broker(tmp_path_factory.mktemp("partitioned") / "data", in_process=True)
     yield b
     b.stop()
-
-
-@pytest.fixture(scope="module")
-def http(broker):
-    return Http(web_url(broker))
-
-
-@pytest.fixture
-def topic(request):
-    name = re.sub(r"[^\w-]", "-", request.node.name)
-    return f"persistent://public/default/{name}-{time.monotonic_ns() % 10**9}"
 
 
 def _produce_per_partition(broker, topic: str, rounds: int, tag: str) -> dict:

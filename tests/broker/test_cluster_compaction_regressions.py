@@ -38,6 +38,7 @@ import pytest
 pulsar = pytest.importorskip("pulsar")
 
 from compactmq.storage.engine import topic_relpath  # noqa: E402
+from harness.broker import drain_acked  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
@@ -207,17 +208,6 @@ def read_compacted(client, topic: str) -> list[tuple[str, bytes]]:
     return out
 
 
-def drain(consumer, quiet_ms: int = 3000) -> list[bytes]:
-    got = []
-    while True:
-        try:
-            msg = consumer.receive(quiet_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(msg.data())
-        consumer.acknowledge(msg)
-
-
 def trigger(cluster: Cluster, topic: str, via: BrokerProcess | None = None) -> BrokerProcess:
     """``PUT .../compaction`` on the owner (urllib follows a 307 for GET only)."""
     owner = cluster.owner(topic, via)
@@ -269,7 +259,7 @@ def test_topic_moved_during_compaction_commits_nothing_and_loses_nothing(cluster
     consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
     before = published(300)
     send(client, topic, before)
-    assert drain(consumer) == [v for _, v in before]
+    assert drain_acked(consumer, 3000) == [v for _, v in before]
     wait_until(lambda: backlog(cluster, topic, "sub") == 0, 30, "every acknowledgement persisted")
     a = cluster.owner(topic)
     b = cluster.other(a)
@@ -283,7 +273,7 @@ def test_topic_moved_during_compaction_commits_nothing_and_loses_nothing(cluster
         after = published(12, "after", keys=3)  # k0..k2 only: k3..k5 keep their last value
         send(client, topic, after)
         # the subscription goes on on B: the new messages, once, none of those acknowledged on A
-        assert drain(consumer) == [v for _, v in after]
+        assert drain_acked(consumer, 3000) == [v for _, v in after]
     finally:
         cluster.open_gate()  # A's run goes on under an ownership it lost
     # it must not commit (the fence) and must not leave its objects behind
@@ -295,7 +285,7 @@ def test_topic_moved_during_compaction_commits_nothing_and_loses_nothing(cluster
     view_id, _ = view_of(cluster, topic)
     assert cluster.only_view(topic, view_id), cluster.view_objects(topic)
     assert latest(read_compacted(client, topic)) == latest(before + after)
-    assert drain(consumer, 1500) == []  # no redelivery loop
+    assert drain_acked(consumer, 1500) == []  # no redelivery loop
     consumer.close()
 
 

@@ -168,35 +168,23 @@ def test_a_topic_whose_write_failed_reloads_and_loses_nothing(tmp_path):
     assert got == [b"m%d" % i for i in range(7)]
 
 
-def _object_counters(broker) -> dict[str, int]:
-    import urllib.request
-
-    with urllib.request.urlopen(f"{broker.web_url}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        for name in ("puts", "put_bytes", "deletes"):
-            if line.startswith(f"compactmq_object_store_{name}_total{{"):
-                out[name] = int(float(line.rsplit(" ", 1)[1]))
-    return out
-
-
 def test_metrics_count_the_objects_the_broker_writes(tmp_path):
     """``compactmq_object_store_*_total`` count what the broker really wrote: the counters
     agree with the objects the store holds (listed on disk, not through the code under test)."""
     pytest.importorskip("pulsar")
     from harness.broker import BrokerProcess, make_client
+    from harness.http import object_store_counters
 
     store = tmp_path / "objects"
     broker = BrokerProcess(tmp_path / "data", {"objectLedgerStorageUrl": f"file://{store}"})
     broker.start()
     try:
-        assert _object_counters(broker) == {"puts": 0, "put_bytes": 0, "deletes": 0}
+        assert object_store_counters(broker) == {"puts": 0, "put_bytes": 0, "deletes": 0}
         client = make_client(broker.url)
         producer = client.create_producer(f"{TOPIC}-counted", batching_enabled=False)
         for i in range(10):
             producer.send(b"m%d" % i)  # acknowledged once durable: one flush object each
-        counters = _object_counters(broker)
+        counters = object_store_counters(broker)
         files = [f for f in store.rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files)
         client.close()

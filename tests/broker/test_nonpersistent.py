@@ -12,6 +12,8 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from harness.broker import drain_acked  # noqa: E402
+
 from .conftest import make_client  # noqa: E402
 from .rest import cli, ok, rest, wait_until  # noqa: E402
 
@@ -24,17 +26,6 @@ def unique(name: str) -> str:
     return f"{name}-{time.monotonic_ns()}"
 
 
-def drain(consumer, timeout_ms: int = 300) -> list[bytes]:
-    out = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_ms)
-        except pulsar.Timeout:
-            return out
-        out.append(msg.data())
-        consumer.acknowledge(msg)
-
-
 def test_only_connected_consumers_get_messages_and_nothing_is_stored(broker):
     name = unique("np")
     topic = f"non-persistent://public/default/{name}"
@@ -45,7 +36,7 @@ def test_only_connected_consumers_get_messages_and_nothing_is_stored(broker):
         consumer = client.subscribe(topic, "live", initial_position=Earliest)
         for i in range(5):
             producer.send(f"m{i}".encode())
-        assert drain(consumer, 2000) == [f"m{i}".encode() for i in range(5)]
+        assert drain_acked(consumer, 2000) == [f"m{i}".encode() for i in range(5)]
         listed = ok(rest(broker, "GET", "/admin/v2/non-persistent/public/default"))
         assert topic in listed
         assert not [t for t in ok(rest(broker, "GET", "/admin/v2/persistent/public/default")) if name in t]
@@ -56,7 +47,7 @@ def test_only_connected_consumers_get_messages_and_nothing_is_stored(broker):
         consumer.close()
         late = client.subscribe(topic, "late", initial_position=Earliest)
         producer.send(b"after")
-        assert drain(late, 2000) == [b"after"]  # nothing older was kept for it
+        assert drain_acked(late, 2000) == [b"after"]  # nothing older was kept for it
         late.close()
         producer.close()
         # unused now: no longer listed, and nothing of it is on the persistent side either
@@ -82,7 +73,7 @@ def test_full_receiver_queue_drops_and_counts(broker):
         stats = ok(rest(broker, "GET", f"/admin/v2/non-persistent/public/default/{name}/stats"))
         sub = stats["subscriptions"]["slow"]
         assert stats["msgDropRate"] > 0 and sub["msgDropRate"] > 0 and sub["consumers"][0]["msgDropRate"] > 0
-        got = drain(consumer, 1000)
+        got = drain_acked(consumer, 1000)
         assert 5 <= len(got) < sent
         assert got[:5] == [f"m{i}".encode() for i in range(5)]  # what it had room for, in order
     finally:
@@ -97,14 +88,7 @@ def test_compaction_of_a_non_persistent_topic_is_refused(broker):
 
 
 def _received_topics(consumer, timeout_ms: int = 500) -> set[str]:
-    seen = set()
-    while True:
-        try:
-            msg = consumer.receive(timeout_ms)
-        except pulsar.Timeout:
-            return seen
-        seen.add(msg.topic_name())
-        consumer.acknowledge(msg)
+    return set(drain_acked(consumer, timeout_ms, lambda msg: msg.topic_name()))
 
 
 def test_regex_subscription_modes_and_a_topic_created_later(broker):
@@ -187,7 +171,7 @@ def test_shared_and_key_shared_spread_messages_over_connected_consumers(broker, 
         producer = client.create_producer(topic, batching_enabled=False)
         for i in range(40):
             producer.send(f"m{i}".encode(), partition_key=f"k{i % 8}")
-        got_a, got_b = drain(a, 1000), drain(b, 1000)
+        got_a, got_b = drain_acked(a, 1000), drain_acked(b, 1000)
         assert sorted(got_a + got_b) == sorted(f"m{i}".encode() for i in range(40))  # each once
         assert got_a and got_b
         if sub_type == pulsar.ConsumerType.KeyShared:  # a key goes to one consumer only

@@ -153,6 +153,14 @@ def compacted_reader(client, topic, start=None, **kw):
     )
 
 
+def subscribe_compacted(client, topic: str, batching: bool):
+    """Subscription ``s`` reading the compacted view from the earliest position, batch-index
+    acknowledgements on with ``batching``."""
+    return client.subscribe(
+        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
+    )
+
+
 def drain(consumer, timeout_ms=500, first_ms=10_000) -> list:
     """Receive until ``timeout_ms`` pass without a message; the first may take ``first_ms`` (a
     loaded machine can be slow to deliver it). Expecting nothing: pass ``first_ms`` too."""
@@ -520,9 +528,7 @@ def test_durable_consumer_across_a_new_compaction_misses_no_delete(
     more = [(f"k{i}", b"") for i in range(0, 40, 2)] + [("k99", b"")]
     produce(client, topic, more, batching)
     compact(broker, topic)
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     rest = drain(c)
     records = as_records(seen + rest)
     assert_increasing(records)
@@ -537,26 +543,20 @@ def test_reconnect_after_acks_in_the_compacted_range(broker, client, topic, spar
     items = kv(20, 3)
     produce(client, topic, items, batching)
     compact(broker, topic)
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     got = drain(c)
     assert len(got) == 20
     acked = got[::2]  # individual acks with gaps, all inside the compacted range
     for m in acked:
         c.acknowledge(m)
     c.close()
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     again = drain(c)
     assert as_records(again) == as_records(got[1::2])
     for m in again:
         c.acknowledge(m)
     c.close()
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     assert drain(c, 300, 300) == []
 
 
@@ -566,15 +566,11 @@ def test_reconnect_after_cumulative_ack_in_the_compacted_range(broker, client, t
     items = kv(20, 3)
     produce(client, topic, items, batching)
     compact(broker, topic)
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     got = drain(c)
     c.acknowledge_cumulative(got[9])
     c.close()
-    c = client.subscribe(
-        topic, "s", initial_position=Earliest, is_read_compacted=True, batch_index_ack_enabled=batching
-    )
+    c = subscribe_compacted(client, topic, batching)
     assert as_records(drain(c)) == as_records(got[10:])
 
 
@@ -619,6 +615,20 @@ def test_restart_keeps_the_view_and_horizon(broker, topic, spark_ready, batching
         client.close()
 
 
+def _assert_resumes_after_restart(broker, topic, seen, items) -> None:
+    """Restart the broker; subscription ``s`` (read-compacted), which acknowledged ``seen``,
+    resumes after them in order, and what it saw and reads now leaves the latest of ``items``."""
+    broker.restart()
+    client = make_client(broker.url)
+    try:
+        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
+        rest = drain(c)
+        assert_increasing(as_records(seen + rest))
+        assert apply(apply({}, seen), rest) == latest(items)
+    finally:
+        client.close()
+
+
 def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_topic(
     broker, topic, spark_ready
 ):
@@ -636,15 +646,7 @@ def test_durable_subscription_part_way_through_a_replaced_view_resumes_from_the_
     produce(client, topic, more, False)
     compact(broker, topic)
     client.close()
-    broker.restart()
-    client = make_client(broker.url)
-    try:
-        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
-        rest = drain(c)
-        assert_increasing(as_records(seen + rest))
-        assert apply(apply({}, seen), rest) == latest(items + more)
-    finally:
-        client.close()
+    _assert_resumes_after_restart(broker, topic, seen, items + more)
 
 
 def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_restart(
@@ -663,15 +665,7 @@ def test_durable_subscription_that_started_on_the_topic_stays_on_it_after_a_rest
     produce(client, topic, more, False)
     compact(broker, topic)
     client.close()
-    broker.restart()
-    client = make_client(broker.url)
-    try:
-        c = client.subscribe(topic, "s", initial_position=Earliest, is_read_compacted=True)
-        rest = drain(c)
-        assert_increasing(as_records(seen + rest))
-        assert apply(apply({}, seen), rest) == latest(items + more)
-    finally:
-        client.close()
+    _assert_resumes_after_restart(broker, topic, seen, items + more)
 
 
 def test_cumulative_ack_of_a_batch_whose_tail_is_compacted_out_acknowledges_it(

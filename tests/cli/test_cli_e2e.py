@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("pulsar")
 
-from admin.harness import poke_policy, publish, start_broker  # noqa: E402
+from admin.harness import open_gate, poke_policy, publish, start_gated_broker  # noqa: E402
 from harness.cli import CliResult, admin_cli  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 
@@ -30,22 +30,12 @@ NS = "public/default"
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory) -> Path:
-    """The file whose absence holds the module broker's compaction runs (open: it exists)."""
-    path = tmp_path_factory.mktemp("gate") / "open"
-    path.touch()
-    return path
+    return open_gate(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, gate):
-    from broker.arrow_compaction import GATE_ENV
-    from broker.factories import ARROW_FACTORY
-
-    with pytest.MonkeyPatch.context() as mp:  # the broker subprocess inherits the environment
-        mp.setenv(GATE_ENV, str(gate))
-        b = start_broker(
-            tmp_path_factory.mktemp("cli") / "data", compactionServiceFactoryClassName=ARROW_FACTORY
-        )
+    b = start_gated_broker(tmp_path_factory.mktemp("cli") / "data", gate)
     yield b
     b.stop()
 

@@ -38,7 +38,7 @@ pulsar = pytest.importorskip("pulsar")
 from admin.harness import Http, publish, start_broker, topic_path, wait_status, web_url  # noqa: E402
 from broker.arrow_compaction import GATE_ENV  # noqa: E402
 from broker.factories import ARROW_FACTORY  # noqa: E402
-from harness.broker import make_client  # noqa: E402
+from harness.broker import drain_acked, make_client  # noqa: E402
 from harness.http import wait_backlog  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 
@@ -110,18 +110,6 @@ def read_compacted(client, topic: str, timeout_ms: int = 3000) -> dict[str, byte
     return out
 
 
-def drain(consumer, quiet_ms: int = 1500) -> list[bytes]:
-    """Everything the consumer receives until nothing comes for ``quiet_ms`` (acked at once)."""
-    got = []
-    while True:
-        try:
-            msg = consumer.receive(quiet_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(msg.data())
-        consumer.acknowledge(msg)
-
-
 def compaction(http: Http, topic: str) -> dict:
     return http.ok("GET", topic_path(topic) + "/compaction")
 
@@ -166,7 +154,7 @@ def test_topic_unloaded_during_compaction_loses_and_repeats_nothing(broker, http
         consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Exclusive)
         # more entries than the test service reads at once: the run is held with more to read
         publish(broker, topic, 600, KEYS, batching=False)
-        assert drain(consumer) == [v for _, v in published(600)]
+        assert drain_acked(consumer, 1500) == [v for _, v in published(600)]
         wait_backlog(broker, topic, "sub", 0)  # the broker has every acknowledgement
         start_held_run(http, topic)
         unload(http, topic)  # the topic closes under the run and loads again on the next request
@@ -177,7 +165,7 @@ def test_topic_unloaded_during_compaction_loses_and_repeats_nothing(broker, http
         history = published(600) + published(12, "after", keys=3)
         assert read_compacted(client, topic) == expected_view(history)
         # the rest, once, in order: nothing acknowledged before the unload comes again, no loss
-        assert drain(consumer) == [v for _, v in published(12, "after", keys=3)]
+        assert drain_acked(consumer, 1500) == [v for _, v in published(12, "after", keys=3)]
     finally:
         client.close()
 

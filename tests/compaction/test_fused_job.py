@@ -21,7 +21,8 @@ from harness.wait import wait_until
 from . import entries as E
 from .reference import ReferenceCompactor
 from compactmq.compaction.jobs.inprocess import InProcessEngine, plan_bytes
-from .test_inprocess_engine import BIG, _expect, _open, _set_policy, _view, topic_spec
+from .policy_topics import append_parts, expected_view, open_store, set_policy, topic_spec, view_of
+from .test_inprocess_engine import BIG
 
 
 def _counts(sc, group: str) -> dict:
@@ -52,7 +53,7 @@ def _small_topic(ml) -> None:
 
 @pytest.mark.spark
 def test_a_small_run_is_one_spark_job_of_one_task_and_writes_the_pipelines_view(spark, tmp_path):
-    storage, factory = _open(str(tmp_path), managedLedgerMaxEntriesPerLedger=50000)
+    storage, factory = open_store(str(tmp_path), managedLedgerMaxEntriesPerLedger=50000)
     pipeline.partition_keys(spark, 1)  # the pipeline's first run would otherwise ask Spark once
     model = ReferenceCompactor("keep-latest")
     views, counts = {}, {}
@@ -68,11 +69,11 @@ def test_a_small_run_is_one_spark_job_of_one_task_and_writes_the_pipelines_view(
                 engine.fused_max_bytes = 0
             result = service.compact(engine=engine)
             counts[shape] = _counts(spark.sparkContext, result.job)
-            views[shape] = [m for _, m in _view(service)]
+            views[shape] = [m for _, m in view_of(service)]
             if shape == "fused":
                 everything = ml.read_entries(ml.first_position(), 10**6)
                 model.compact([(tuple(p), b) for p, b in everything], tuple(ml.first_position()))
-                assert _view(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
+                assert view_of(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
             service.close()
     finally:
         factory.close()
@@ -96,19 +97,15 @@ def test_fused_runs_match_the_reference(spark, specs):
     now = int(time.time() * 1000)
     times = [now - 3_000_000, now - 1_000_000, now]
     d = tempfile.mkdtemp(prefix="cmq-fused-")
-    storage, factory = _open(d)
+    storage, factory = open_store(d)
     try:
         models = [ReferenceCompactor("keep-latest") for _ in topics]
         appended: list = [[] for _ in topics]
         for topic, spec in zip(topics, specs):
             storage.open_managed_ledger(topic)
-            _set_policy(storage, topic, spec[0])
+            set_policy(storage, topic, spec[0])
         for parts in ((1,), (2, 3)):
-            for i, (topic, spec) in enumerate(zip(topics, specs)):
-                for part in parts:
-                    batch, t = spec[part], times[part - 1]
-                    got = storage.open_managed_ledger(topic).append_many(batch, [t] * len(batch))
-                    appended[i].extend((tuple(p), b, t) for p, b in zip(got, batch))
+            append_parts(storage, topics, specs, parts, times, appended)
             for i, topic in enumerate(topics):
                 service = factory.new_service(topic)
                 try:
@@ -116,10 +113,8 @@ def test_fused_runs_match_the_reference(spark, specs):
                     if result.job is not None:  # a run that had work: one job of one task
                         assert _counts(spark.sparkContext, result.job)["jobs"] == 1
                     ml = storage.open_managed_ledger(topic, create=False)
-                    _expect(models[i], specs[i][0], ml, int(time.time() * 1000), appended[i])
-                    first = ml.first_position()
-                    expected = [(tuple(p), m) for p, m in models[i].view(first and tuple(first))]
-                    assert _view(service) == expected, (topic, specs[i][0])
+                    expected = expected_view(models[i], specs[i][0], ml, int(time.time() * 1000), appended[i])
+                    assert view_of(service) == expected, (topic, specs[i][0])
                 finally:
                     service.close()
     finally:
@@ -132,7 +127,7 @@ def test_what_runs_as_one_task(tmp_path):
     """One group of a combining keep-latest full run within the bound; not another strategy, not
     two groups, not a lookup run, not over the bound, never with the bound 0. No Spark starts:
     the plan is the one the in-process engine is handed."""
-    storage, factory = _open(str(tmp_path))
+    storage, factory = open_store(str(tmp_path))
     topic = "persistent://public/default/one-task"
     seen = []
 

@@ -16,29 +16,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compactmq.compaction.jobs import SparkEngine, local_parallelism
 from compactmq.compaction.jobs.inprocess import InProcessEngine, plan_bytes, suits
-from compactmq.config import load_config
-from compactmq.storage import (
-    COMPACTED_VIEW_KEY_TTL,
-    COMPACTION_MIN_LAG,
-    COMPACTION_TOMBSTONE_RETENTION,
-    Storage,
-)
 
 from . import entries as E
+from .policy_topics import append_parts, expected_view, open_store, set_policy, topic_spec, view_of
 from .reference import ReferenceCompactor
 
-keys = st.sampled_from(["a", "b", "c", "d", "a", None])
-payloads = st.one_of(st.just(b""), st.binary(min_size=1, max_size=4))
-message = st.tuples(keys, payloads, st.just(0))
-entry = st.one_of(
-    st.builds(lambda m: E.single(m[0], m[1]), message),
-    st.builds(lambda ms: E.batch(ms), st.lists(message, min_size=1, max_size=4)),
-)
-entries = st.lists(entry, min_size=0, max_size=6)
-# its policy, round one (old), round two's old part, round two's young part
-topic_spec = st.tuples(st.sampled_from(["none", "ttl", "min-lag"]), entries, entries, entries)
-
-TTL_S, MIN_LAG_S = 2000, 500  # far from every publish time: see test_joint_topics_parity
 BIG = 1 << 30
 
 
@@ -54,37 +36,6 @@ class Recording(InProcessEngine):
         return super().run(plan, strategy, report)
 
 
-def _open(data_dir: str, **overrides):
-    from compactmq.compaction import load_factory
-
-    cfg = load_config(
-        overrides={"managedLedgerSyncData": False, "managedLedgerMaxEntriesPerLedger": 3, **overrides}
-    )
-    storage = Storage(data_dir, cfg)
-    return storage, load_factory(cfg, storage)
-
-
-def _view(service):
-    return [(tuple(p), E.decode(b)[1]) for p, b in service.read_compacted_entries((-1, -1), 10**9)]
-
-
-def _set_policy(storage, topic, policy):
-    if policy == "ttl":
-        storage.policies.set_topic_policy(topic, COMPACTED_VIEW_KEY_TTL, TTL_S)
-        storage.policies.set_topic_policy(topic, COMPACTION_TOMBSTONE_RETENTION, TTL_S)
-    elif policy == "min-lag":
-        storage.policies.set_topic_policy(topic, COMPACTION_MIN_LAG, MIN_LAG_S)
-
-
-def _expect(model, policy, ml, now_ms, appended):
-    readable = [(p, b) for p, b, t in appended if policy != "min-lag" or t < now_ms - MIN_LAG_S * 1000]
-    if policy == "ttl":
-        cut = tuple(ml.find_position_by_publish_time(now_ms - TTL_S * 1000))
-        model.drop_before = model.tombstones_from = cut
-    first = ml.first_position()
-    model.compact(readable, first and tuple(first))
-
-
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(specs=st.lists(topic_spec, min_size=1, max_size=3))
 def test_in_process_runs_match_the_reference(specs):
@@ -92,29 +43,23 @@ def test_in_process_runs_match_the_reference(specs):
     now = int(time.time() * 1000)
     times = [now - 3_000_000, now - 1_000_000, now]  # round one; round two old; round two young
     d = tempfile.mkdtemp(prefix="cmq-inprocess-")
-    storage, factory = _open(d)
+    storage, factory = open_store(d)
     engine = Recording()
     try:
         models = [ReferenceCompactor("keep-latest") for _ in topics]
         appended: list = [[] for _ in topics]
         for topic, spec in zip(topics, specs):
             storage.open_managed_ledger(topic)
-            _set_policy(storage, topic, spec[0])
+            set_policy(storage, topic, spec[0])
         for rnd, parts in ((0, (1,)), (1, (2, 3))):
-            for i, (topic, spec) in enumerate(zip(topics, specs)):
-                for part in parts:
-                    batch, t = spec[part], times[part - 1]
-                    got = storage.open_managed_ledger(topic).append_many(batch, [t] * len(batch))
-                    appended[i].extend((tuple(p), b, t) for p, b in zip(got, batch))
+            append_parts(storage, topics, specs, parts, times, appended)
             for i, topic in enumerate(topics):
                 service = factory.new_service(topic)
                 try:
                     result = service.compact(engine=engine)
                     ml = storage.open_managed_ledger(topic, create=False)
-                    _expect(models[i], specs[i][0], ml, int(time.time() * 1000), appended[i])
-                    first = ml.first_position()
-                    expected = [(tuple(p), m) for p, m in models[i].view(first and tuple(first))]
-                    assert _view(service) == expected, (rnd, topic, specs[i][0])
+                    expected = expected_view(models[i], specs[i][0], ml, int(time.time() * 1000), appended[i])
+                    assert view_of(service) == expected, (rnd, topic, specs[i][0])
                     h = service.get_last_compacted_position()
                     assert (tuple(h) if h else None) == models[i].horizon
                     assert result.job is None  # no Spark job group
@@ -129,7 +74,7 @@ def test_in_process_runs_match_the_reference(specs):
 def test_second_run_extends_the_chain_as_a_delta_run(tmp_path):
     """A run after a run: the in-process engine takes the lookup-run shape (``lookup_job.fused_parts``)
     and the view stays the reference's."""
-    storage, factory = _open(str(tmp_path))
+    storage, factory = open_store(str(tmp_path))
     topic = "persistent://public/default/delta"
     model = ReferenceCompactor("keep-latest")
     appended = []
@@ -145,7 +90,7 @@ def test_second_run_extends_the_chain_as_a_delta_run(tmp_path):
             try:
                 service.compact(engine=engine)
                 model.compact(appended, tuple(ml.first_position()))
-                assert _view(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
+                assert view_of(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
             finally:
                 service.close()
         # the first writes a chain, the second extends it (the third may rewrite it: the merge policy)
@@ -158,7 +103,7 @@ def test_second_run_extends_the_chain_as_a_delta_run(tmp_path):
 def test_the_default_engine_runs_small_plans_in_process_and_large_ones_on_spark(tmp_path):
     """``compactionInProcessMaxBytes`` routes a run by the bytes it reads; with a local master
     planning asks no SparkSession, so a small run starts no JVM."""
-    storage, factory = _open(str(tmp_path), compactionInProcessMaxBytes=BIG)
+    storage, factory = open_store(str(tmp_path), compactionInProcessMaxBytes=BIG)
     topic = "persistent://public/default/routed"
     try:
         ml = storage.open_managed_ledger(topic)
@@ -178,7 +123,7 @@ def test_the_default_engine_runs_small_plans_in_process_and_large_ones_on_spark(
 
 
 def test_what_suits_the_in_process_engine(tmp_path):
-    storage, factory = _open(str(tmp_path))
+    storage, factory = open_store(str(tmp_path))
     topic = "persistent://public/default/suits"
     try:
         ml = storage.open_managed_ledger(topic)
@@ -220,7 +165,7 @@ def test_a_joint_run_compacts_small_topics_in_process_each_failing_alone(tmp_pat
     refuse) leaves the others committed."""
     from compactmq.storage import COMPACTION_RETENTION_MODE
 
-    storage, factory = _open(str(tmp_path), compactionInProcessMaxBytes=BIG)
+    storage, factory = open_store(str(tmp_path), compactionInProcessMaxBytes=BIG)
     topics = [f"persistent://public/default/joint-small-{i}" for i in range(4)]
     bad = topics[2]
     models = {}
@@ -243,7 +188,7 @@ def test_a_joint_run_compacts_small_topics_in_process_each_failing_alone(tmp_pat
             model, appended = models[topic]
             ml = storage.open_managed_ledger(topic, create=False)
             model.compact(appended, tuple(ml.first_position()))
-            assert _view(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
+            assert view_of(service) == [(tuple(p), m) for p, m in model.view(tuple(ml.first_position()))]
             service.close()
     finally:
         factory.close()

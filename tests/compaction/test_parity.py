@@ -25,6 +25,7 @@ from compactmq.compaction.state import states_of
 
 from . import entries as E
 from . import user_strategy
+from .policy_topics import view_of
 from .reference import ReferenceCompactor
 
 pytestmark = pytest.mark.spark
@@ -86,13 +87,6 @@ def _has_sidecar(storage) -> bool:
     state = states_of(storage).get(TOPIC)
     d = view_keys.local_dir(topic_dir(storage.data_dir, TOPIC), state.compacted_ledger_id)
     return os.path.isdir(d)
-
-
-def _actual_view(service):
-    out = []
-    for pos, blob in service.read_compacted_entries((-1, -1), 10**9):
-        out.append((tuple(pos), E.decode(blob)[1]))
-    return out
 
 
 def _expected(model, first):
@@ -177,7 +171,7 @@ def test_spark_service_matches_reference(
                 model.compact([(tuple(p), b) for p, b in everything], first and tuple(first))
                 service.compact()
                 first = ml.first_position()
-                assert _actual_view(service) == _expected(model, first and tuple(first))
+                assert view_of(service) == _expected(model, first and tuple(first))
                 h = service.get_last_compacted_position()
                 assert (tuple(h) if h else None) == model.horizon
                 if h is not None:  # a built-in strategy leaves a sidecar for the next run; an
@@ -292,7 +286,7 @@ def test_many_incremental_runs_chain_then_merge(spark, monkeypatch, shape):
             service.compact()
             # planned from the previous chain's manifest alone: its index was never merged
             assert not [p for p in opened if p.endswith(".compacted")]
-            assert _actual_view(service) == _expected(model, tuple(ml.first_position()))
+            assert view_of(service) == _expected(model, tuple(ml.first_position()))
             _check_chain(storage, service, 3)
             reader = service.compacted_ledger()
             runs.append(reader.manifest.runs)
@@ -356,8 +350,8 @@ def test_key_ttl_and_tombstone_retention_match_reference(spark, fused):
             everything = ml.read_entries(ml.first_position(), 10**6)
             model.compact([(tuple(p), b) for p, b in everything], tuple(ml.first_position()))
             service.compact()
-            assert _actual_view(service) == _expected(model, tuple(ml.first_position()))
-        keys = {m[1] for _, msgs in _actual_view(service) for m in msgs if not m[4]}
+            assert view_of(service) == _expected(model, tuple(ml.first_position()))
+        keys = {m[1] for _, msgs in view_of(service) for m in msgs if not m[4]}
         assert keys == {"a", "b", "d", "g", "h", "i"}  # b, d, i as young tombstones; c, e, f, keyless: old
 
 
@@ -433,7 +427,7 @@ def _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombston
                 if first is None:  # retention emptied the topic: the view empties too
                     model.compact([], None)
                     service.compact()
-                    assert _actual_view(service) == []
+                    assert view_of(service) == []
                     continue
                 cut = tuple(ml.find_position_by_publish_time(now - 3_600_000))
                 model.drop_before = cut if ttl else None
@@ -442,7 +436,7 @@ def _ttl_and_tombstones_chain(SparkCompactionService, retain, ttl, keep_tombston
                 model.compact([(tuple(p), b) for p, b in everything], tuple(first))
                 service.compact()
                 first = ml.first_position()
-                assert _actual_view(service) == _expected(model, first and tuple(first))
+                assert view_of(service) == _expected(model, first and tuple(first))
 
 
 batched_step = st.one_of(

@@ -25,6 +25,7 @@ from compactmq.compaction.state import SUCCESS, states_of
 
 from . import entries as E
 from . import user_strategy
+from .policy_topics import view_of
 from .reference import ReferenceCompactor
 
 pytestmark = pytest.mark.spark
@@ -56,10 +57,6 @@ step = st.one_of(
 
 def _partition(i: int) -> str:
     return f"{BASE}-partition-{i}"
-
-
-def _actual_view(service):
-    return [(tuple(p), E.decode(b)[1]) for p, b in service.read_compacted_entries((-1, -1), 10**9)]
 
 
 def _expected(model, first):
@@ -96,7 +93,7 @@ def _compact_all(factory, services, ledgers, models):
         assert not isinstance(outcome, Exception), outcome
     for service, ml, model in zip(services, ledgers, models):
         first = ml.first_position()
-        assert _actual_view(service) == _expected(model, first and tuple(first))
+        assert view_of(service) == _expected(model, first and tuple(first))
         h = service.get_last_compacted_position()
         assert (tuple(h) if h else None) == model.horizon
     return factory.joint_jobs - jobs
@@ -179,7 +176,7 @@ def test_one_job_group_with_per_partition_ttl_and_tombstone_retention(spark):
         cut = tuple(ledgers[0].find_position_by_publish_time(now - 500_000))
         models[0].drop_before = models[0].tombstones_from = cut
         assert _compact_all(factory, services, ledgers, models) == 1
-        views = [{m[1] for _, msgs in _actual_view(s) for m in msgs if not m[4]} for s in services]
+        views = [{m[1] for _, msgs in view_of(s) for m in msgs if not m[4]} for s in services]
         assert views == [{"a", "b", "e", "g", "h"}, {"a", "f", "g", "h", None}, set()]
         groups = {s.stats().last_run_job for s in services[:2]}
         assert len(groups) == 1 and None not in groups
@@ -223,7 +220,7 @@ def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spa
         for ml in ledgers:
             ml.append_many([E.single(k, b"1" + k.encode()) for k in "abc"])
         assert _compact_all(factory, services, ledgers, models) == 1
-        before = [_actual_view(s) for s in services]
+        before = [view_of(s) for s in services]
         for ml in ledgers:
             ml.append_many([E.single("a", b"2a"), E.single("b", b"")])
         fail["on"] = True
@@ -232,16 +229,16 @@ def test_a_partition_whose_commit_fails_keeps_its_view_and_the_others_commit(spa
         assert factory.joint_jobs == jobs + 1
         assert isinstance(outcomes[1], CompactionError) and "the disk is full" in str(outcomes[1])
         assert not isinstance(outcomes[0], Exception) and not isinstance(outcomes[2], Exception)
-        assert _actual_view(services[1]) == before[1]  # its previous view stays in force
+        assert view_of(services[1]) == before[1]  # its previous view stays in force
         state = states_of(storage).get(_partition(1))
         assert state.status == ERROR and "the disk is full" in (state.last_error or "")
         for i in (0, 2):
-            keys = [(m[1], m[2]) for _, msgs in _actual_view(services[i]) for m in msgs if not m[4]]
+            keys = [(m[1], m[2]) for _, msgs in view_of(services[i]) for m in msgs if not m[4]]
             assert keys == [("c", b"1c"), ("a", b"2a")]
         # the next run of partition 1 alone catches up
         fail["on"] = False
         services[1].compact()
-        assert [(m[1], m[2]) for _, msgs in _actual_view(services[1]) for m in msgs if not m[4]] == [
+        assert [(m[1], m[2]) for _, msgs in view_of(services[1]) for m in msgs if not m[4]] == [
             ("c", b"1c"),
             ("a", b"2a"),
         ]

@@ -18,25 +18,22 @@ rewritten to it. Fixed ports and the ``0.0.0.0`` bind come from the standalone's
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from broker.conftest import free_port  # tests/ is on sys.path
+from harness.broker import StandaloneInHome
 from security.adminhttp import HttpAs
 from security.helpers import APR1, file_url, make_pki, mint_token, secret_key, write_htpasswd
 
-import children  # tests/ is on sys.path
 
 DATA = Path(__file__).parent / "data"
 BASIC_USER, BASIC_PASSWORD = "admin", "123456"  # upstream's .htpasswd
 
 
-class UpstreamCi:
+class UpstreamCi(StandaloneInHome):
     def __init__(self, home: Path) -> None:
         self.home = home
         conf_dir = home / "test-conf"
@@ -62,7 +59,6 @@ class UpstreamCi:
             for name in ("--broker-port", "--web-port", "--broker-port-tls", "--web-port-tls")
         }
         self.log_path = home / "standalone.log"
-        self.proc: subprocess.Popen | None = None
 
     # --- the broker ----------------------------------------------------------------------------
 
@@ -78,35 +74,7 @@ class UpstreamCi:
         cmd += ["--bind", "127.0.0.1", "--config-override", "compactionSparkWarmup=false"]
         for flag, port in self.ports.items():
             cmd += [flag, str(port)]
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PULSAR_EXTRA_OPTS": "-Dpulsar.auth.basic.conf=test-conf/.htpasswd",
-        }
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, **children.keep(cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if "ready" in line:
-                return
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError(f"standalone did not start; log: {self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
-        self.proc = None
+        self.launch(cmd, {"PULSAR_EXTRA_OPTS": "-Dpulsar.auth.basic.conf=test-conf/.htpasswd"}, timeout)
 
     # --- what the CI script and the tests use ---------------------------------------------------
 

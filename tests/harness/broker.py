@@ -176,12 +176,64 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
+class StandaloneInHome:
+    """``compactmq standalone`` started as an operator starts it: from a home directory holding
+    its configuration file, which is the test's subject (``tests/compat``'s upstream CI set-up,
+    ``tests/security``'s standalone.conf). A subclass prepares ``home`` and ``log_path`` and
+    calls ``launch`` with the command line; ``stop`` is SIGTERM, then SIGKILL after 30 s."""
+
+    home: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    #: the line the broker printed when it was ready
+    ready_line = ""
+
+    def launch(self, cmd: list[str], extra_env: dict[str, str], timeout: float) -> None:
+        """Run ``cmd`` in ``home`` (stderr to ``log_path``) until it prints ``ready``."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra_env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, **children.keep(cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if "ready" in line:
+                self.ready_line = line
+                return
+            if not line and self.proc.poll() is not None:
+                break
+        raise RuntimeError(f"standalone did not start; log: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        children.stop(self.proc, 30)
+        self.proc.stdout.close()
+        self.proc = None
+
+
 def make_client(url: str, **kw):
     """The official client, its C++ logging at warnings, a 15 s operation timeout by default."""
     import pulsar
 
     kw.setdefault("operation_timeout_seconds", 15)
     return pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn), **kw)
+
+
+def drain_acked(consumer, quiet_ms: int, what=lambda msg: msg.data()) -> list:
+    """``what`` (the payload) of everything ``consumer`` receives until nothing comes for
+    ``quiet_ms``, each message acknowledged as it comes."""
+    import pulsar
+
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(quiet_ms)
+        except pulsar.Timeout:
+            return got
+        got.append(what(msg))
+        consumer.acknowledge(msg)
 
 
 class InProcessBroker:

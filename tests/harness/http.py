@@ -8,7 +8,8 @@ Two shapes, both kept because both read well where they are used:
 - ``rest(broker, method, path, body)`` and ``ok(result)``: the same as functions of a broker.
 
 ``subscription_stats``, ``wait_backlog`` and ``wait_unacked`` ask a broker's topic stats about a
-subscription, the way a test waits for acknowledgements the client sends in groups.
+subscription, the way a test waits for acknowledgements the client sends in groups;
+``object_store_counters`` reads what the broker says it wrote to its object store.
 """
 
 from __future__ import annotations
@@ -121,3 +122,16 @@ def wait_backlog(broker, topic: str, subscription: str, backlog: int, timeout: f
         timeout,
         f"the backlog of {subscription} to be {backlog}",
     )
+
+
+def object_store_counters(broker) -> dict[str, int]:
+    """The broker's ``compactmq_object_store_{puts,put_bytes,deletes}_total`` from its ``/metrics``
+    (those it exports: none before it has an object store)."""
+    with urllib.request.urlopen(f"{web(broker)}/metrics", timeout=60) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        for name in ("puts", "put_bytes", "deletes"):
+            if line.startswith(f"compactmq_object_store_{name}_total{{"):
+                out[name] = int(float(line.rsplit(" ", 1)[1]))
+    return out

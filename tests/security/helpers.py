@@ -348,3 +348,32 @@ def write_htpasswd(
 def htpasswd_base64(path: str | os.PathLike) -> str:
     """The file's content in base64: the inline form of ``basicAuthConf``."""
     return base64.b64encode(Path(path).read_bytes()).decode()
+
+
+#: authentication by token, basic and TLS client certificate, in the order a broker tries them
+EVERY_PROVIDER = ",".join(
+    f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
+)
+
+
+def every_provider_settings(
+    secret_path: Path, secret: bytes, htpasswd: Path, pki: Pki, tls_port: int
+) -> dict:
+    """A broker's settings with authentication by every provider and authorization on: ``admin``
+    the superuser, tokens signed with ``secret`` (stored at ``secret_path``), basic users from
+    ``htpasswd``, TLS on the binary port ``tls_port`` with ``pki``'s server certificate."""
+    return {
+        "authenticationEnabled": "true",
+        "authorizationEnabled": "true",
+        "authenticationProviders": EVERY_PROVIDER,
+        "superUserRoles": "admin",
+        "tokenSecretKey": file_url(secret_path),
+        # the broker's own admin client is a superuser: it creates public/default (as on Pulsar)
+        "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        "brokerClientAuthenticationParameters": "token:" + mint_token("admin", secret),
+        "basicAuthConf": str(htpasswd),
+        "brokerServicePortTls": str(tls_port),
+        "tlsCertificateFilePath": str(pki.server.cert),
+        "tlsKeyFilePath": str(pki.server.key),
+        "tlsTrustCertsFilePath": str(pki.ca.cert_path),
+    }

@@ -6,11 +6,12 @@ bounded in size.
 from __future__ import annotations
 
 import json
-import selectors
 import socket
 import time
 
 import pytest
+
+from harness.sockets import closed_by_peer  # tests/ is on sys.path
 
 from .adminhttp import start_secured_broker
 
@@ -69,22 +70,7 @@ def test_200_half_sent_requests_are_closed_by_the_deadline(secured):
             s = open_raw(secured.broker.web_port)
             s.sendall(b"GET /admin/v2/tenants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
             socks.append(s)
-        started = time.monotonic()
-        selector = selectors.DefaultSelector()
-        for s in socks:
-            s.setblocking(False)
-            selector.register(s, selectors.EVENT_READ)
-        open_ = set(socks)
-        while open_ and time.monotonic() - started < HEADER_TIMEOUT + 8:
-            for key, _ in selector.select(timeout=0.5):
-                sock = key.fileobj
-                try:
-                    data = sock.recv(65536)
-                except (ConnectionResetError, BlockingIOError):
-                    data = b""
-                if not data:
-                    selector.unregister(sock)
-                    open_.discard(sock)
+        _, open_ = closed_by_peer(socks, time.monotonic(), HEADER_TIMEOUT + 8)
         assert not open_, f"{len(open_)} half-sent requests still open after {HEADER_TIMEOUT + 8} s"
     finally:
         for s in socks:

@@ -18,21 +18,18 @@ granted.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import ssl
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from broker.conftest import free_port, make_client  # tests/ is on sys.path
+from harness.broker import StandaloneInHome
 from harness.cli import run_cli
 
 from .adminhttp import HttpAs
 from .helpers import write_htpasswd
-import children  # tests/ is on sys.path
 
 pulsar = pytest.importorskip("pulsar")
 
@@ -201,7 +198,7 @@ def compactmq(*args: str, cwd: Path) -> str:
     return proc.stdout
 
 
-class Standalone:
+class Standalone(StandaloneInHome):
     """PULSAR_HOME-like directory with conf/standalone.conf, and the broker started from it."""
 
     def __init__(self, home: Path, pki) -> None:
@@ -239,8 +236,6 @@ class Standalone:
         )
         (home / "conf" / "standalone.conf").write_text(conf)
         self.log_path = home / "standalone.log"
-        self.proc: subprocess.Popen | None = None
-        self.ready_line = ""
 
     def token(self, role: str) -> str:
         return compactmq(
@@ -254,37 +249,8 @@ class Standalone:
         ).strip()
 
     def start(self, timeout: float = 60.0) -> None:
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PULSAR_EXTRA_OPTS": "-Xmx1g -Dpulsar.auth.basic.conf=conf/.htpasswd",
-        }
         cmd = [sys.executable, "-m", "compactmq.cli.main", "standalone", "--config", "conf/standalone.conf"]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, **children.keep(cwd=self.home, stdout=subprocess.PIPE, stderr=log, env=env)
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if "ready" in line:
-                self.ready_line = line
-                return
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError(f"standalone did not start; log: {self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
-        self.proc = None
+        self.launch(cmd, {"PULSAR_EXTRA_OPTS": "-Xmx1g -Dpulsar.auth.basic.conf=conf/.htpasswd"}, timeout)
 
     # --- how to reach it ---------------------------------------------------------------------
 

@@ -28,11 +28,8 @@ from compactmq.protocol import pulsar_pb2 as pb
 
 from broker.conftest import BrokerProcess, free_port, make_client  # tests/ is on sys.path
 
-from .helpers import file_url, mint_token, rsa_key_pair, secret_key, write_htpasswd
+from .helpers import every_provider_settings, file_url, mint_token, rsa_key_pair, secret_key, write_htpasswd
 
-PROVIDERS = ",".join(
-    f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
-)
 PASSWORDS = {"alice": "alice-pw-1", "bob": "bob-pw-2", "carol": "carol-pw-3"}
 # bcrypt cost 13: a few hundred milliseconds per check, long enough to see whether the broker
 # keeps serving other connections meanwhile (htpasswd -B -C 13)
@@ -49,25 +46,8 @@ class Secured:
         self.secret = secret_key()
         (directory / "secret.key").write_bytes(self.secret)
         self.htpasswd = htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
-        self.broker = BrokerProcess(
-            directory / "data",
-            {
-                "authenticationEnabled": "true",
-                "authorizationEnabled": "true",
-                "authenticationProviders": PROVIDERS,
-                "superUserRoles": "admin",
-                "tokenSecretKey": file_url(directory / "secret.key"),
-                # the broker's own admin client is a superuser: it creates public/default (as on Pulsar)
-                "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
-                "brokerClientAuthenticationParameters": "token:" + mint_token("admin", self.secret),
-                "basicAuthConf": str(htpasswd),
-                "brokerServicePortTls": str(free_port()),
-                "tlsCertificateFilePath": str(pki.server.cert),
-                "tlsKeyFilePath": str(pki.server.key),
-                "tlsTrustCertsFilePath": str(pki.ca.cert_path),
-                **extra,
-            },
-        )
+        settings = every_provider_settings(directory / "secret.key", self.secret, htpasswd, pki, free_port())
+        self.broker = BrokerProcess(directory / "data", {**settings, **extra})
 
     @property
     def tls_port(self) -> int:

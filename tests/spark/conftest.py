@@ -8,8 +8,8 @@ import time
 import weakref
 
 import pytest
-from broker.conftest import make_client
 from harness.broker import InProcessBroker
+from harness.fixtures import client  # noqa: F401 - the module broker's client, closed after each test
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +24,6 @@ def broker(tmp_path_factory):
     b.start()
     yield b
     b.stop()
-
-
-@pytest.fixture
-def client(broker):
-    c = make_client(broker.url)
-    yield c
-    c.close()
 
 
 #: the sessions the ``compactmq`` format is registered in (a replaced session needs it again)

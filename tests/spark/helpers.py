@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import urllib.request
+
 import pulsar
+from pulsar.schema import Float, Integer, Record, String
+
+
+class Price(Record):
+    """The Avro record of the schema tests' topics."""
+
+    symbol = String()
+    price = Float()
+    volume = Integer()
 
 
 def produce(client, topic, items, *, batching=False, compression=None, event_times=None, properties=None):
@@ -90,3 +101,81 @@ def rows_of(df):
         ledger, entry, batch, _ = deserialize_message_id(bytes(r["__messageId"]))
         out.append((r["__key"], bytes(r["value"]) if r["value"] is not None else None, ledger, entry, batch))
     return sorted(out, key=lambda x: x[2:])
+
+
+def create_partitioned(broker, topic, partitions: int) -> None:
+    """Create ``topic`` as a partitioned topic of ``partitions`` partitions (the admin REST API)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions",
+        data=str(partitions).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req).close()
+
+
+def produce_every_kind(broker, client, topic, *, compact_between: bool) -> int:
+    """``topic`` made a 2-partition topic of 300 messages with every kind a column can hold:
+    keyless messages, tombstones, properties (some none), event times (some 0); the first 150
+    batched and ZSTD-compressed, the rest unbatched and LZ4. Both partitions are compacted after
+    the first 150 (``compact_between``: the rest is a tail past the horizon) or after all 300.
+    Answers the number of messages."""
+    create_partitioned(broker, topic, 2)
+    n = 300
+    items = [
+        (None if i % 13 == 4 else f"k{i % 37}", b"" if i % 9 == 2 else f"value-{i}".encode())
+        for i in range(n)
+    ]
+    props = [{"i": str(i), "even": str(i % 2 == 0)} if i % 5 else {} for i in range(n)]
+    event_times = [0 if i % 4 == 0 else 1_700_000_000_000 + i for i in range(n)]
+    halves = (
+        (slice(0, 150), True, pulsar.CompressionType.ZSTD),
+        (slice(150, n), False, pulsar.CompressionType.LZ4),
+    )
+    for half, batching, compression in halves:
+        produce(
+            client,
+            topic,
+            items[half],
+            batching=batching,
+            compression=compression,
+            properties=props[half],
+            event_times=event_times[half],
+        )
+        if (half.stop == n) != compact_between:  # after the first half, or after both
+            for i in range(2):
+                compact(broker, f"{topic}-partition-{i}")
+    return n
+
+
+def produce_prices(client, topic, n: int = 40) -> None:
+    """``n`` ``Price`` records on an Avro topic, batched, keyed by symbol (four of them)."""
+    producer = client.create_producer(topic, schema=pulsar.schema.AvroSchema(Price), batching_enabled=True)
+    for i in range(n):
+        producer.send_async(
+            Price(symbol=f"S{i % 4}", price=10.0 + i, volume=i), None, partition_key=f"S{i % 4}"
+        )
+    producer.flush()
+    producer.close()
+
+
+def meta_fields() -> list:
+    """The source's metadata columns, as Spark fields, in their order after the value's."""
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, TimestampType
+
+    return [
+        StructField("__key", StringType()),
+        StructField("__topic", StringType()),
+        StructField("__messageId", BinaryType()),
+        StructField("__publishTime", TimestampType()),
+        StructField("__eventTime", TimestampType()),
+        StructField("__messageProperties", MapType(StringType(), StringType())),
+    ]
+
+
+def source_schema():
+    """The source's Spark schema of a topic without a schema: the value as bytes, then the
+    metadata columns."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    return StructType([StructField("value", BinaryType()), *meta_fields()])

@@ -28,7 +28,7 @@ import urllib.request
 
 import pytest
 from broker.conftest import BrokerProcess, free_port, make_client  # tests/ is on sys.path
-from security.helpers import file_url, make_pki, mint_token, secret_key, write_htpasswd
+from security.helpers import every_provider_settings, make_pki, mint_token, secret_key, write_htpasswd
 
 from .helpers import produce, read_all, rows_of
 
@@ -37,9 +37,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
 BASIC_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationBasic"
 TLS_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationTls"
-PROVIDERS = ",".join(
-    f"org.apache.pulsar.broker.authentication.AuthenticationProvider{p}" for p in ("Token", "Basic", "Tls")
-)
 PASSWORDS = {"bob": "bob-pw-2"}
 
 
@@ -50,24 +47,11 @@ class SecuredBroker:
         (directory / "secret.key").write_bytes(self.secret)
         htpasswd = write_htpasswd(directory / "htpasswd", PASSWORDS)
         self.tls_port, self.web_tls_port = free_port(), free_port()
+        settings = every_provider_settings(
+            directory / "secret.key", self.secret, htpasswd, self.pki, self.tls_port
+        )
         self.broker = BrokerProcess(
-            directory / "data",
-            {
-                "authenticationEnabled": "true",
-                "authorizationEnabled": "true",
-                "authenticationProviders": PROVIDERS,
-                "superUserRoles": "admin",
-                "tokenSecretKey": file_url(directory / "secret.key"),
-                # the broker's own admin client is a superuser: it creates public/default (as on Pulsar)
-                "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
-                "brokerClientAuthenticationParameters": "token:" + mint_token("admin", self.secret),
-                "basicAuthConf": str(htpasswd),
-                "brokerServicePortTls": str(self.tls_port),
-                "webServicePortTls": str(self.web_tls_port),
-                "tlsCertificateFilePath": str(self.pki.server.cert),
-                "tlsKeyFilePath": str(self.pki.server.key),
-                "tlsTrustCertsFilePath": str(self.pki.ca.cert_path),
-            },
+            directory / "data", {**settings, "webServicePortTls": str(self.web_tls_port)}
         )
 
     @property

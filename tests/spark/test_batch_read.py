@@ -9,7 +9,7 @@ import json
 import pulsar
 import pytest
 
-from .helpers import compact, latest_of, produce, read_all, rows_of
+from .helpers import Price, compact, create_partitioned, latest_of, produce, read_all, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -132,12 +132,7 @@ def test_metadata_columns_and_options(cmq_spark, broker, client, topic):
 
 
 def test_avro_schema_topic_is_typed_columns(cmq_spark, broker, client, topic):
-    from pulsar.schema import AvroSchema, Float, Integer, Record, String
-
-    class Price(Record):
-        symbol = String()
-        price = Float()
-        volume = Integer()
+    from pulsar.schema import AvroSchema
 
     producer = client.create_producer(topic, schema=AvroSchema(Price), batching_enabled=False)
     for i in range(12):
@@ -152,16 +147,8 @@ def test_avro_schema_topic_is_typed_columns(cmq_spark, broker, client, topic):
 
 
 def test_partitioned_topic_and_pattern(cmq_spark, broker, client, topic):
-    import urllib.request
-
+    create_partitioned(broker, topic, 3)
     base = topic.replace("persistent://", "")
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{base}/partitions",
-        data=b"3",
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(req).close()
     items = [(f"k{i % 9}", f"v{i}".encode()) for i in range(90)]
     produce(client, topic, items)
     expected = sorted(read_all(client, topic), key=lambda x: (x[0], x[1]))

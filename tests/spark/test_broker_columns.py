@@ -6,12 +6,9 @@ inside ledgers, and an Avro topic; and a client with options falls back to the o
 
 from __future__ import annotations
 
-import urllib.request
-
-import pulsar
 import pytest
 
-from .helpers import compact, produce
+from .helpers import compact, produce, produce_every_kind, produce_prices
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -53,37 +50,7 @@ def without_batch_size(rows):
 def test_entries_as_columns_equal_the_client_rows_on_a_partitioned_topic(cmq_spark, broker, client, topic):
     from compactmq.spark import pushdown
 
-    base = topic.split("://", 1)[1]
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{base}/partitions",
-        data=b"2",
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(req).close()
-    n = 300
-    items = [
-        (None if i % 13 == 4 else f"k{i % 37}", b"" if i % 9 == 2 else f"value-{i}".encode())
-        for i in range(n)
-    ]
-    props = [{"i": str(i), "even": str(i % 2 == 0)} if i % 5 else {} for i in range(n)]
-    event_times = [0 if i % 4 == 0 else 1_700_000_000_000 + i for i in range(n)]
-    kw = {"compression": pulsar.CompressionType.ZSTD}
-    produce(
-        client, topic, items[:150], batching=True, properties=props[:150], event_times=event_times[:150], **kw
-    )
-    for i in range(2):
-        compact(broker, f"{topic}-partition-{i}")
-    kw = {"compression": pulsar.CompressionType.LZ4}
-    produce(
-        client,
-        topic,
-        items[150:],
-        batching=False,
-        properties=props[150:],
-        event_times=event_times[150:],
-        **kw,
-    )
+    n = produce_every_kind(broker, client, topic, compact_between=True)
     for view in ("raw", "compacted"):
         for extra in ({}, {"minPartitions": "5"}, {"includeTombstones": "true"}):
             got = collect(cmq_spark, broker, topic, True, view=view, **extra)
@@ -110,20 +77,7 @@ def test_entries_as_columns_equal_the_client_rows_on_a_partitioned_topic(cmq_spa
 
 
 def test_entries_as_columns_equal_the_client_rows_on_an_avro_topic(cmq_spark, broker, client, topic):
-    from pulsar.schema import AvroSchema, Float, Integer, Record, String
-
-    class Price(Record):
-        symbol = String()
-        price = Float()
-        volume = Integer()
-
-    producer = client.create_producer(topic, schema=AvroSchema(Price), batching_enabled=True)
-    for i in range(40):
-        producer.send_async(
-            Price(symbol=f"S{i % 4}", price=10.0 + i, volume=i), None, partition_key=f"S{i % 4}"
-        )
-    producer.flush()
-    producer.close()
+    produce_prices(client, topic)
     got = collect(cmq_spark, broker, topic, True)
     assert without_batch_size(got) == without_batch_size(collect(cmq_spark, broker, topic, False))
     assert got == collect(cmq_spark, broker, topic, True, direct=True)

@@ -53,14 +53,14 @@ def arrow_schema_for(schema: TopicSchema):
         BooleanType,
         DoubleType,
         IntegerType,
-        MapType,
         StringType,
         StructField,
         StructType,
-        TimestampType,
     )
 
     from compactmq.spark.values import arrow_schema
+
+    from .helpers import meta_fields
 
     value = {
         V.NONE: [StructField("value", BinaryType())],
@@ -71,15 +71,7 @@ def arrow_schema_for(schema: TopicSchema):
         V.AVRO: [StructField("a", IntegerType()), StructField("b", StringType())],
         V.JSON: [StructField("a", IntegerType()), StructField("b", StringType())],
     }[schema.type]
-    meta = [
-        StructField("__key", StringType()),
-        StructField("__topic", StringType()),
-        StructField("__messageId", BinaryType()),
-        StructField("__publishTime", TimestampType()),
-        StructField("__eventTime", TimestampType()),
-        StructField("__messageProperties", MapType(StringType(), StringType())),
-    ]
-    return arrow_schema(StructType(value + meta)), [f.name for f in value]
+    return arrow_schema(StructType(value + meta_fields())), [f.name for f in value]
 
 
 # --- random entries ---------------------------------------------------------------------------

@@ -4,12 +4,10 @@ compression, properties, event times, keyless messages and tombstones, and an Av
 
 from __future__ import annotations
 
-import urllib.request
-
 import pulsar
 import pytest
 
-from .helpers import compact, produce
+from .helpers import compact, produce, produce_every_kind, produce_prices
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -25,41 +23,7 @@ def collect(spark, broker, topic, columnar: bool, **options):
 
 
 def test_columnar_equals_rows_on_a_partitioned_batched_topic(cmq_spark, broker, client, topic):
-    base = topic.replace("persistent://", "")
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{broker.web_port}/admin/v2/persistent/{base}/partitions",
-        data=b"2",
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(req).close()
-    n = 300
-    items = [
-        (None if i % 13 == 4 else f"k{i % 37}", b"" if i % 9 == 2 else f"value-{i}".encode())
-        for i in range(n)
-    ]
-    props = [{"i": str(i), "even": str(i % 2 == 0)} if i % 5 else {} for i in range(n)]
-    event_times = [0 if i % 4 == 0 else 1_700_000_000_000 + i for i in range(n)]
-    produce(
-        client,
-        topic,
-        items[:150],
-        batching=True,
-        compression=pulsar.CompressionType.ZSTD,
-        properties=props[:150],
-        event_times=event_times[:150],
-    )
-    produce(
-        client,
-        topic,
-        items[150:],
-        batching=False,
-        compression=pulsar.CompressionType.LZ4,
-        properties=props[150:],
-        event_times=event_times[150:],
-    )
-    for i in range(2):
-        compact(broker, f"{topic}-partition-{i}")
+    n = produce_every_kind(broker, client, topic, compact_between=False)
     for view in ("raw", "compacted"):
         for extra in ({}, {"minPartitions": "5"}, {"includeTombstones": "true"}):
             got = collect(cmq_spark, broker, topic, True, view=view, **extra)
@@ -72,20 +36,7 @@ def test_columnar_equals_rows_on_a_partitioned_batched_topic(cmq_spark, broker, 
 
 
 def test_columnar_equals_rows_on_an_avro_topic(cmq_spark, broker, client, topic):
-    from pulsar.schema import AvroSchema, Float, Integer, Record, String
-
-    class Price(Record):
-        symbol = String()
-        price = Float()
-        volume = Integer()
-
-    producer = client.create_producer(topic, schema=AvroSchema(Price), batching_enabled=True)
-    for i in range(40):
-        producer.send_async(
-            Price(symbol=f"S{i % 4}", price=10.0 + i, volume=i), None, partition_key=f"S{i % 4}"
-        )
-    producer.flush()
-    producer.close()
+    produce_prices(client, topic)
     got = collect(cmq_spark, broker, topic, True)
     assert got == collect(cmq_spark, broker, topic, False)
     assert sorted(r["volume"] for r in got) == list(range(40))

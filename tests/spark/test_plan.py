@@ -12,7 +12,7 @@ import pytest
 
 from compactmq.spark import plan as P
 
-from .helpers import compact, produce, read_all
+from .helpers import compact, produce, read_all, source_schema
 
 T = "persistent://public/default/t"
 
@@ -61,7 +61,6 @@ def test_a_view_gathered_at_the_end_of_the_log_is_shared_evenly_through_the_brok
     from compactmq.spark.options import parse_read_options
     from compactmq.spark.source import backend_args, open_backend, plan_read, read_split_batches
     from compactmq.spark.values import TopicSchema
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
 
     # 30 keys written four times, one message per entry: the view is the last 30 of 120 entries
     produce(client, topic, [(f"k{i % 30}", b"v%d" % i) for i in range(120)])
@@ -84,17 +83,7 @@ def test_a_view_gathered_at_the_end_of_the_log_is_shared_evenly_through_the_brok
         args = backend_args(backend)
     finally:
         backend.close()
-    schema = StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
+    schema = source_schema()
     from compactmq.spark.messages import deserialize_message_id
 
     per_split = []

@@ -133,32 +133,15 @@ def test_a_dataframe_filtered_once_still_reads_every_row_after(cmq_spark, broker
 
 def source_rows(broker, topic, view, filters, columnar=True):
     """Rows the source itself returns (before Spark filters again) for pushed ``filters``."""
-    from pyspark.sql.types import (
-        BinaryType,
-        MapType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
     from compactmq.spark.options import parse_read_options
     from compactmq.spark.source import CompactMQFilteringReader, topic_schema
 
     opts = parse_read_options(
         {"topic": topic, "view": view, "path": str(broker.data_dir), "columnar": str(columnar).lower()}
     )
-    schema = StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
+    from .helpers import source_schema
+
+    schema = source_schema()
     reader = CompactMQFilteringReader(opts, schema, topic_schema(opts))
     assert list(reader.pushFilters(filters)) == filters  # all handed back to Spark
     rows = []

@@ -25,6 +25,8 @@ from compactmq.spark.messages import serialize_message_id
 from compactmq.spark.prune import side
 from compactmq.storage import Storage
 
+from .helpers import source_schema
+
 TOPIC = "persistent://public/default/pushdown-topics"
 UTC = dt.timezone.utc
 T0 = 1_700_000_000_000  # ms
@@ -67,23 +69,7 @@ def spark_filter(rows: list, filters: list) -> list:
     return sorted((r for r in rows if all(spark_keeps(r, f) for f in filters)), key=repr)
 
 
-def _schema():
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType, TimestampType
-
-    return StructType(
-        [
-            StructField("value", BinaryType()),
-            StructField("__key", StringType()),
-            StructField("__topic", StringType()),
-            StructField("__messageId", BinaryType()),
-            StructField("__publishTime", TimestampType()),
-            StructField("__eventTime", TimestampType()),
-            StructField("__messageProperties", MapType(StringType(), StringType())),
-        ]
-    )
-
-
-SCHEMA = _schema()  # the source's schema of a topic without a schema
+SCHEMA = source_schema()  # the source's schema of a topic without a schema
 
 
 # --- random topics ----------------------------------------------------------------------------

@@ -19,24 +19,27 @@ def test_advance_counts_entries_over_ledgers():
     assert advance(ledgers, (3, 3, -1), (7, 2, -1), 10) == (7, 2, -1)
 
 
+def batches_to_parquet(df, out, checkpoint) -> list[int]:
+    """Stream ``df`` into parquet files at ``out`` until the query has processed all the input
+    available; the input rows of each micro-batch that had any."""
+    q = df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint).start()
+    try:
+        q.processAllAvailable()
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+
+
 def run_once(spark, broker, topic, out, checkpoint):
-    q = (
+    df = (
         spark.readStream.format("compactmq")
         .option("topic", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "25")
         .load(str(broker.data_dir))
         .selectExpr("__key", "value", "__messageId")
-        .writeStream.format("parquet")
-        .option("path", out)
-        .option("checkpointLocation", checkpoint)
-        .start()
     )
-    try:
-        q.processAllAvailable()
-        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
-    finally:
-        q.stop()
+    return batches_to_parquet(df, out, checkpoint)
 
 
 def test_restart_from_checkpoint_is_exactly_once(cmq_spark, broker, client, topic, tmp_path):
@@ -97,23 +100,15 @@ def test_latest_view_streams_the_state_then_changes(cmq_spark, broker, client, t
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "cp")
 
     def run():
-        q = (
+        df = (
             cmq_spark.readStream.format("compactmq")
             .option("topic", topic)
             .option("view", "latest")
             .option("maxOffsetsPerTrigger", "2")
             .load(str(broker.data_dir))
             .select("__key", "value")
-            .writeStream.format("parquet")
-            .option("path", out)
-            .option("checkpointLocation", checkpoint)
-            .start()
         )
-        try:
-            q.processAllAvailable()
-            return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
-        finally:
-            q.stop()
+        return batches_to_parquet(df, out, checkpoint)
 
     assert run() == [4]  # the latest state in one micro-batch: k1..k4
     changes = [("k1", b"n1"), ("k9", b"n9"), ("k2", b"")]
