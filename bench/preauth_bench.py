@@ -140,6 +140,7 @@ def wait_closed(socks: list[socket.socket], opened_at: float, limit: float, dead
 
 def run(args) -> dict:
     secret = os.urandom(32)
+    token = jwt.encode({"sub": "admin"}, secret, algorithm="HS256")
     with tempfile.TemporaryDirectory(prefix="preauth-bench-") as tmp:
         overrides = [
             "authenticationEnabled=true",
@@ -148,9 +149,12 @@ def run(args) -> dict:
             "superUserRoles=admin",
             "tokenSecretKey=data:;base64," + base64.b64encode(secret).decode(),
             f"keepAliveIntervalSeconds={args.deadline}",
+            # the broker's own admin client creates public/default only with a superuser's
+            # credentials, as a Pulsar standalone does (broker/default_namespace.py)
+            "brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            f"brokerClientAuthenticationParameters=token:{token}",
         ]
         broker = Broker(os.path.join(tmp, "data"), overrides)
-        token = jwt.encode({"sub": "admin"}, secret, algorithm="HS256")
         client = pulsar.Client(
             broker.url,
             authentication=pulsar.AuthenticationToken(token),
