@@ -173,6 +173,8 @@ def measure(per_reads: list[int], n: int) -> dict:
             uvloop.run(run())
         except ImportError:
             asyncio.run(run())
+        if hasattr(service, "sync_threads"):
+            service.sync_threads.shutdown()
         service.executor.shutdown()
         storage.close()
     return out

@@ -192,10 +192,10 @@ class Topic:
         while it syncs, the loop goes on writing, and the next sync covers those writes (the
         pipelined commit)."""
         self._syncing = True
-        self.service.executor.submit(self._sync_in_pool, asyncio.get_running_loop())
+        self.service.sync_threads.submit(self._sync_in_pool, asyncio.get_running_loop())
 
     def _sync_in_pool(self, loop: asyncio.AbstractEventLoop) -> None:
-        """In a pool thread: ``ManagedLedger.sync_written``, the loop told after each sync,
+        """In a sync thread (``sync_threads``): ``ManagedLedger.sync_written``, the loop told after each sync,
         ONE thread hop each -- a sync that left records behind through ``on_durable``
         (``_release``), the last one with the syncer's end (``_sync_done``, which releases
         too). Not through an asyncio future: its result reaches the loop a loop iteration
