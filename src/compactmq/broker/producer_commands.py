@@ -263,7 +263,9 @@ class _Receipts:
         if dedup.enabled:  # count each entry
             for i in range(len(self.receipts) // 16):
                 dedup.entry_persisted(Position(ledger_id, first + i))
-        conn.write(
+        # a persistent topic flushes once it answered what the sync covered (Topic._release)
+        write = conn.write_released if topic.flushes_after_receipts else conn.write
+        write(
             wire.send_receipt_frames(
                 producer.producer_id, topic.partition_index, ledger_id, first, self.receipts
             )

@@ -52,6 +52,10 @@ PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 class Topic:
+    # publish callbacks with a position run in ``_release``, which writes out what they queued
+    # (``ServerState.flush_writes``) before it returns: receipts use ``write_released``
+    flushes_after_receipts = True
+
     def __init__(
         self,
         service: "BrokerService",
@@ -169,7 +173,9 @@ class Topic:
                 fut.add_done_callback(functools.partial(self._written_in_pool, batch, entries))
                 break
             self._written(batch, entries, *written)
-        self._release(self.ledger.durable_seq)
+        unsynced = self._unsynced
+        if unsynced and unsynced[0][0] <= self.ledger.durable_seq:
+            self._release(self.ledger.durable_seq)
 
     def _written_in_pool(self, batch: list, entries: list[bytes], fut: asyncio.Future) -> None:
         self._writing = False
@@ -284,7 +290,8 @@ class Topic:
             for sub in list(self.subscriptions.values()):
                 if sub.dispatcher is not None:
                     sub.dispatcher.wake()
-        self._maybe_idle()
+        if self._idle_waiters:
+            self._maybe_idle()
 
     def _maybe_idle(self) -> None:
         if self._idle_waiters and not self.publishing:
