@@ -157,8 +157,7 @@ class Topic:
         the pool, the rest of the queue waiting for that write), and start the sync."""
         self._write_scheduled = False
         while self._queue and not self._writing:
-            batch = self._take_batch()
-            entries, times = _entries_of(batch)
+            batch, entries, times = self._take_batch()
             if not entries:  # markers only: answered after what was written before them
                 self._unsynced.append((self._written_seq, batch, entries, 0, 0))
                 continue
@@ -318,11 +317,16 @@ class Topic:
         if positions:
             cache.extend(zip(positions, entries))
 
-    def _take_batch(self) -> list:
+    def _take_batch(self) -> tuple[list, list[bytes], list[int]]:
+        """The next batch to write from the queue, with its entries and their publish times in
+        order (markers have none; a run gives all of its own)."""
         queue = self._queue
-        if len(queue) == 1:  # one SEND per socket read (a modest rate): no counting
+        if len(queue) == 1:  # one read's SENDs (a modest rate): no counting
             self._queue = []
-            return queue
+            entry, t, _ = queue[0]
+            if entry is None:
+                return queue, [], []
+            return (queue, entry, t) if entry.__class__ is list else (queue, [entry], [t])
         n = 0  # items taken
         count = 0  # entries and markers taken
         size = 0
@@ -342,7 +346,8 @@ class Topic:
             size += nbytes
         batch = self._queue[:n]
         del self._queue[:n]
-        return batch
+        entries, times = _entries_of(batch)
+        return batch, entries, times
 
     async def drain(self) -> None:
         """Wait until every queued SEND is persisted (or failed)."""
@@ -560,13 +565,8 @@ class Topic:
 
 
 def _entries_of(batch: list) -> tuple[list[bytes], list[int]]:
-    """The entries of a batch taken from the queue and their publish times, in order (markers
-    have none; a run gives all of its own)."""
-    if len(batch) == 1:
-        entry, t, _ = batch[0]
-        if entry is None:
-            return [], []
-        return (entry, t) if entry.__class__ is list else ([entry], [t])
+    """The entries of a batch of several items taken from the queue (``Topic._take_batch``)
+    and their publish times, in order."""
     entries: list[bytes] = []
     times: list[int] = []
     for entry, t, _ in batch:
