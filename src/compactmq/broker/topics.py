@@ -308,7 +308,8 @@ class Topic:
         """Keep what was just appended for the subscriptions reading the tail; drop what every
         one of them has read (``entry_cache``). Nobody reading: nothing is kept."""
         cache = self.tail_cache
-        slowest = slowest_active_read(self.subscriptions.values())
+        subscriptions = self.subscriptions
+        slowest = slowest_active_read(subscriptions.values()) if subscriptions else None
         if slowest is None:
             if len(cache):
                 cache.clear()
