@@ -53,6 +53,7 @@ class FakeTransport:
 class FakeTopic:
     name = "persistent://public/default/t"
     partition_index = -1
+    flushes_after_receipts = False  # the test calls the publish callbacks itself, no flush after
 
     def __init__(self):
         self.waiting = []

@@ -26,5 +26,6 @@ def make_service(data_dir: Path, **overrides) -> tuple[BrokerService, Storage]:
 
 
 def close_service(service: BrokerService, storage: Storage) -> None:
+    service.sync_threads.shutdown()
     service.executor.shutdown()
     storage.close()

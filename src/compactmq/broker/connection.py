@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from ..errors import CompactMQError, ProtocolError, ServerError
 from ..protocol import commands, frames, wire
 from ..protocol import pulsar_pb2 as pb
-from ..protocol.connection import BrokerConnectionState
+from ..protocol.connection import BrokerConnectionState, State
 from . import admission
 from .flow import ReadPauser
 from .handlers import CommandHandler
@@ -49,6 +49,7 @@ _BROKER_REQUEST_ID = commands.to_unsigned64(-1)  # broker-initiated CLOSE_* carr
 _T = pb.BaseCommand
 # Client commands the state table allows in every CONNECTED state (it is checked otherwise).
 _CONNECTED_FAST_PATH = frozenset({_T.SEND, _T.FLOW, _T.ACK, _T.PING, _T.PONG})
+_CONNECTED = State.CONNECTED
 
 
 class ServerConnection(asyncio.Protocol):
@@ -161,7 +162,7 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 return
             # Once connected, the common commands need no trip through the state table.
-            if not (state.connected and frame.type in _CONNECTED_FAST_PATH):
+            if not (state.state is _CONNECTED and frame.type in _CONNECTED_FAST_PATH):
                 if self._held is not None:  # CONNECT still being authenticated: keep the order
                     self._held.append(frame)
                     continue
@@ -220,6 +221,17 @@ class ServerConnection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
             self._unflushed.append(self)  # ServerState.flush_writes may write it out sooner
 
+    def write_released(self, data: bytes) -> None:
+        """``write`` for a caller that runs ``ServerState.flush_writes`` before it returns (a
+        topic answering the SENDs a sync made durable, ``Topic._release``): ``data`` leaves
+        with that flush, and no flush of its own is scheduled for the end of the loop turn."""
+        if self.closed:
+            return
+        out = self._out
+        out.append(data)
+        if len(out) == 1:  # else already listed, or its scheduled flush takes it
+            self._unflushed.append(self)
+
     def flush(self) -> None:
         """Write out what is queued now (one ``writelines``); the scheduled flush then finds
         nothing, or only what was queued after this."""
@@ -229,8 +241,8 @@ class ServerConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._unflushed:  # the others listed have their own _flush scheduled too
-            self._unflushed.clear()
+        if self._unflushed:  # the others listed have their own _flush scheduled too (those
+            self._unflushed.clear()  # write_released lists are flushed before this can run)
         self.flush()
 
     def send_command(self, cmd) -> None:

@@ -259,6 +259,10 @@ class NonPersistentTopic(Topic):
     def __repr__(self) -> str:
         return f"NonPersistentTopic({self.name})"
 
+    # the publish callbacks run inside ``publish``, whose caller flushes nothing: receipts are
+    # written with a flush of their own (``ServerConnection.write``), see ``Topic``
+    flushes_after_receipts = False
+
     def publish(self, entry: bytes, publish_time_ms: int, callback) -> None:
         if self.closed:
             callback(None, StorageError(f"topic {self.name} is closing"))

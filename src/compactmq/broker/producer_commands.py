@@ -5,11 +5,11 @@ state declared below and dispatches the commands here). PRODUCER attaches a ``Pr
 topic (a retried request gets the same answer; an exclusive claim held by a silent peer is
 taken over, see ``peer_liveness``; WaitForExclusive answers "not ready" first). SEND is the hot
 path: the entry's checksum is verified, deduplication decides, and the topic persists it; the
-receipt (``_PendingReceipt``) is written when the entry is persisted, or a SEND_ERROR when it
+receipt (``_Receipts``) is written when the entry is persisted, or a SEND_ERROR when it
 failed. The SENDs of one producer that a socket read brings together arrive as a
 ``frames.SendRun`` (checksums verified while decoding): ``on_send_run`` queues them as one run
-(``Topic.publish_run``) with one ``_RunReceipts``, which writes all their receipts in one go;
-with deduplication on they go one by one through ``on_send``.
+(``Topic.publish_run``) with one ``_Receipts``, which writes all their receipts in one go;
+with deduplication on they go one by one through ``on_send``, each with its own.
 """
 
 from __future__ import annotations
@@ -144,7 +144,9 @@ class ProducerCommands:
         producer.messages_in += num
         producer.bytes_in += size
         topic.publish(
-            entry, publish_time, _PendingReceipt(self.conn, producer, sequence_id, highest, last_seq, size)
+            entry,
+            publish_time,
+            _Receipts(self.conn, producer, wire.pack_receipt(sequence_id, highest), last_seq, size),
         )
 
     def on_send_run(self, run: frames.SendRun) -> None:
@@ -170,7 +172,7 @@ class ProducerCommands:
         topic.publish_run(  # type: ignore[union-attr]
             run.entries,
             times,
-            _RunReceipts(self.conn, producer, run.receipts, run.last_sequence_id, size),
+            _Receipts(self.conn, producer, run.receipts, run.last_sequence_id, size),
         )
 
     def _answer_duplicate(
@@ -218,61 +220,18 @@ class ProducerCommands:
         producer.topic.remove_producer(producer)
 
 
-class _PendingReceipt:
-    """The answer to one SEND, called by the topic once its entry is persisted or failed.
+class _Receipts:
+    """The answers to the SENDs of one ``Topic.publish`` (one SEND, ``on_send``) or
+    ``Topic.publish_run`` (a run, ``on_send_run``): called by the topic once, with the position
+    of the first entry (the others follow it, one entry id apart) or with the error that failed
+    them all. One small object instead of a closure (whose function object and a cell per
+    captured variable cost more to build and to collect); the receipts are encoded on the wire
+    in one call (``wire.send_receipt_frames``) and queued with the other frames of this loop
+    turn, written in one go.
 
-    One small object per message instead of a closure (whose function object and a cell per
-    captured variable cost more to build and to collect); the receipt itself is encoded on the
-    wire directly and queued with the other frames of this loop turn, written in one go.
+    ``receipts``: 16 bytes a SEND, its sequence id and highest sequence id (``frames.SendRun``'s
+    ``receipts``; ``wire.pack_receipt`` for one SEND).
     """
-
-    __slots__ = ("conn", "producer", "sequence_id", "highest", "last_seq", "size")
-
-    def __init__(
-        self,
-        conn: "ServerConnection",
-        producer: Producer,
-        sequence_id: int,
-        highest,
-        last_seq: int,
-        size: int,
-    ) -> None:
-        self.conn = conn
-        self.producer = producer
-        self.sequence_id = sequence_id
-        self.highest = highest
-        self.last_seq = last_seq
-        self.size = size
-
-    def __call__(self, position: Position | None, exc: BaseException | None) -> None:
-        conn, producer = self.conn, self.producer
-        conn.reads.release(self.size)
-        topic = producer.topic
-        if exc is not None:
-            topic.dedup.failed(producer.name)
-            code = exc.server_error if isinstance(exc, CompactMQError) else ServerError.PersistenceError
-            conn.send_command(commands.send_error(producer.producer_id, self.sequence_id, code, str(exc)))
-            return
-        seqs = topic.last_sequence_ids
-        if seqs.get(producer.name, -1) < self.last_seq:
-            seqs[producer.name] = self.last_seq
-        topic.dedup.entry_persisted(position)
-        conn.write(
-            wire.send_receipt_frame(
-                producer.producer_id,
-                self.sequence_id,
-                position[0],  # type: ignore[index]
-                position[1],  # type: ignore[index]
-                topic.partition_index,
-                self.highest,
-            )
-        )
-
-
-class _RunReceipts:
-    """The answers to a run of SENDs (``on_send_run``), called by the topic once with the
-    position of the run's first entry (the others follow it, one entry id apart) or with the
-    error that failed them all: one receipt write (``wire.send_receipt_frames``) for the run."""
 
     __slots__ = ("conn", "producer", "receipts", "last_seq", "size")
 
@@ -301,10 +260,12 @@ class _RunReceipts:
             seqs[producer.name] = self.last_seq
         ledger_id, first = position  # type: ignore[misc]
         dedup = topic.dedup
-        if dedup.enabled:  # turned on while the run was being written: count each entry
+        if dedup.enabled:  # count each entry
             for i in range(len(self.receipts) // 16):
                 dedup.entry_persisted(Position(ledger_id, first + i))
-        conn.write(
+        # a persistent topic flushes once it answered what the sync covered (Topic._release)
+        write = conn.write_released if topic.flushes_after_receipts else conn.write
+        write(
             wire.send_receipt_frames(
                 producer.producer_id, topic.partition_index, ledger_id, first, self.receipts
             )

@@ -49,6 +49,7 @@ from .inactive_topics import InactiveTopicSweeper
 from .latest_values import LatestValues
 from .lookup import Listeners, listeners_from_config
 from .schema_registry import SchemaRegistry
+from .sync_threads import SyncThreads
 from .topic_ownership import TopicManager
 from .background import stop_task
 from .cluster import ClusterService, cluster_enabled
@@ -239,6 +240,8 @@ class BrokerService:
         )
         threads = STORAGE_THREADS_OBJECT_LEDGERS if config.get("objectLedgerStorageUrl") else STORAGE_THREADS
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="storage")
+        # the topics' syncers (Topic._start_sync): as many threads at most, handed over cheaply
+        self.sync_threads = SyncThreads(threads, "sync")
         # who clients are (compactmq.auth); a disabled service (no providers) when none is given
         self.authentication: AuthenticationService = (
             authentication if authentication is not None else AuthenticationService(enabled=False)
@@ -471,7 +474,8 @@ class BrokerServer:
                 t.cancel()
         # compactions stop (their Spark jobs cancelled, ERROR recorded) while storage is still open
         await service.compaction_monitor.close()
-        # 5. storage last
+        # 5. storage last (the syncs handed over end first)
+        await loop.run_in_executor(None, service.sync_threads.shutdown)
         await loop.run_in_executor(None, service.storage.close)
         service.executor.shutdown(wait=True)
         self._stopped.set()

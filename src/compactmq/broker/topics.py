@@ -52,6 +52,10 @@ PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 class Topic:
+    # publish callbacks with a position run in ``_release``, which writes out what they queued
+    # (``ServerState.flush_writes``) before it returns: receipts use ``write_released``
+    flushes_after_receipts = True
+
     def __init__(
         self,
         service: "BrokerService",
@@ -153,8 +157,7 @@ class Topic:
         the pool, the rest of the queue waiting for that write), and start the sync."""
         self._write_scheduled = False
         while self._queue and not self._writing:
-            batch = self._take_batch()
-            entries, times = _entries_of(batch)
+            batch, entries, times = self._take_batch()
             if not entries:  # markers only: answered after what was written before them
                 self._unsynced.append((self._written_seq, batch, entries, 0, 0))
                 continue
@@ -169,7 +172,9 @@ class Topic:
                 fut.add_done_callback(functools.partial(self._written_in_pool, batch, entries))
                 break
             self._written(batch, entries, *written)
-        self._release(self.ledger.durable_seq)
+        unsynced = self._unsynced
+        if unsynced and unsynced[0][0] <= self.ledger.durable_seq:
+            self._release(self.ledger.durable_seq)
 
     def _written_in_pool(self, batch: list, entries: list[bytes], fut: asyncio.Future) -> None:
         self._writing = False
@@ -188,21 +193,34 @@ class Topic:
             self._start_sync()
 
     def _start_sync(self) -> None:
-        """One pool thread syncs until nothing written is left unsynced, telling the loop
-        after each sync (``ManagedLedger.sync_written``): while it syncs, the loop goes on
-        writing, and the next sync covers those writes (the pipelined commit)."""
+        """One pool thread syncs until nothing written is left unsynced (``_sync_in_pool``):
+        while it syncs, the loop goes on writing, and the next sync covers those writes (the
+        pipelined commit)."""
         self._syncing = True
-        loop = asyncio.get_running_loop()
-        fut = self.run_blocking(
-            self.ledger.sync_written, functools.partial(loop.call_soon_threadsafe, self._release)
-        )
-        fut.add_done_callback(self._sync_done)
+        self.service.sync_threads.submit(self._sync_in_pool, asyncio.get_running_loop())
 
-    def _sync_done(self, fut: asyncio.Future) -> None:
+    def _sync_in_pool(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In a sync thread (``sync_threads``): ``ManagedLedger.sync_written``, the loop told after each sync,
+        ONE thread hop each -- a sync that left records behind through ``on_durable``
+        (``_release``), the last one with the syncer's end (``_sync_done``, which releases
+        too). Not through an asyncio future: its result reaches the loop a loop iteration
+        later, and each hop is a wake-up of the loop, which at one or two SENDs a sync is
+        much of the broker's CPU per message."""
+        try:
+            durable = self.ledger.sync_written(functools.partial(loop.call_soon_threadsafe, self._release))
+        except BaseException as exc:  # noqa: BLE001 - the loop must hear about it
+            result: tuple = (None, exc)
+        else:
+            result = (durable, None)
+        try:
+            loop.call_soon_threadsafe(self._sync_done, *result)
+        except RuntimeError:  # the loop is closed: nobody is left to answer
+            pass
+
+    def _sync_done(self, durable: int | None, exc: BaseException | None) -> None:
         self._syncing = False
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is None:
-            self._release(fut.result())
+            self._release(durable)  # type: ignore[arg-type]
             if self._unsynced and self._unsynced[-1][0] > self.ledger.durable_seq:
                 self._start_sync()  # written after the syncer's last look
             else:
@@ -271,7 +289,8 @@ class Topic:
             for sub in list(self.subscriptions.values()):
                 if sub.dispatcher is not None:
                     sub.dispatcher.wake()
-        self._maybe_idle()
+        if self._idle_waiters:
+            self._maybe_idle()
 
     def _maybe_idle(self) -> None:
         if self._idle_waiters and not self.publishing:
@@ -289,7 +308,8 @@ class Topic:
         """Keep what was just appended for the subscriptions reading the tail; drop what every
         one of them has read (``entry_cache``). Nobody reading: nothing is kept."""
         cache = self.tail_cache
-        slowest = slowest_active_read(self.subscriptions.values())
+        subscriptions = self.subscriptions
+        slowest = slowest_active_read(subscriptions.values()) if subscriptions else None
         if slowest is None:
             if len(cache):
                 cache.clear()
@@ -298,11 +318,16 @@ class Topic:
         if positions:
             cache.extend(zip(positions, entries))
 
-    def _take_batch(self) -> list:
+    def _take_batch(self) -> tuple[list, list[bytes], list[int]]:
+        """The next batch to write from the queue, with its entries and their publish times in
+        order (markers have none; a run gives all of its own)."""
         queue = self._queue
-        if len(queue) == 1:  # one SEND per socket read (a modest rate): no counting
+        if len(queue) == 1:  # one read's SENDs (a modest rate): no counting
             self._queue = []
-            return queue
+            entry, t, _ = queue[0]
+            if entry is None:
+                return queue, [], []
+            return (queue, entry, t) if entry.__class__ is list else (queue, [entry], [t])
         n = 0  # items taken
         count = 0  # entries and markers taken
         size = 0
@@ -322,7 +347,8 @@ class Topic:
             size += nbytes
         batch = self._queue[:n]
         del self._queue[:n]
-        return batch
+        entries, times = _entries_of(batch)
+        return batch, entries, times
 
     async def drain(self) -> None:
         """Wait until every queued SEND is persisted (or failed)."""
@@ -540,13 +566,8 @@ class Topic:
 
 
 def _entries_of(batch: list) -> tuple[list[bytes], list[int]]:
-    """The entries of a batch taken from the queue and their publish times, in order (markers
-    have none; a run gives all of its own)."""
-    if len(batch) == 1:
-        entry, t, _ = batch[0]
-        if entry is None:
-            return [], []
-        return (entry, t) if entry.__class__ is list else ([entry], [t])
+    """The entries of a batch of several items taken from the queue (``Topic._take_batch``)
+    and their publish times, in order."""
     entries: list[bytes] = []
     times: list[int] = []
     for entry, t, _ in batch:

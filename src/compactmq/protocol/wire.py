@@ -467,6 +467,12 @@ def _py_send_receipt_frames(
     )
 
 
+def pack_receipt(sequence_id: int, highest_sequence_id: int | None) -> bytes:
+    """The ``receipts`` of one SEND (see :func:`send_receipt_frames`): its sequence id and
+    highest sequence id (None or 0: not sent)."""
+    return _RECEIPT.pack(sequence_id, highest_sequence_id or 0)
+
+
 def receipt_fields(receipts: bytes) -> list[tuple[int, int | None]]:
     """(sequence_id, highest_sequence_id or None) of each message of a run's ``receipts``."""
     return [(seq, highest or None) for seq, highest in _RECEIPT.iter_unpack(receipts)]

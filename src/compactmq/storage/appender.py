@@ -308,11 +308,11 @@ class Appender:
     def sync_written(self, on_durable: Callable[[int], None] | None = None) -> int:
         """Make every record written so far durable, and go on syncing while more is written
         (the pipelined commit: the caller goes on writing while this runs in a worker thread,
-        and each sync covers everything written before it started). After each sync it led,
-        ``on_durable(durable_seq)`` (outside every lock: the broker hands it to its event loop,
-        so receipts leave one thread hop after the sync, the last sync of a run too, without
-        waiting for this call's own result to travel back); returns the durable seq once
-        nothing written is left unsynced. ``StorageError`` when a sync
+        and each sync covers everything written before it started). After a sync it led that
+        left records behind, ``on_durable(durable_seq)`` (outside every lock); returns the
+        durable seq once nothing written is left unsynced -- the last sync's report, which the
+        caller hands on as promptly (the broker: one thread hop per sync, the receipts then
+        leave). ``StorageError`` when a sync
         failed (the managed ledger is fenced: nothing written after ``durable_seq`` will ever
         be durable in it) or the ledger is fenced or closed."""
         cond = self.sync_cond
@@ -328,7 +328,7 @@ class Appender:
                     cond.wait()  # a running sync covers it, or enough are running
                     continue
                 self._lead_sync_locked()
-                if on_durable is not None and s.fenced is None:
+                if on_durable is not None and s.fenced is None and s.durable_seq < s.written_seq:
                     durable = s.durable_seq
                     cond.release()
                     try:

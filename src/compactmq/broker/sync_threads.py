@@ -1,0 +1,78 @@
+"""The threads that run the topics' syncers: a hand-off to another thread that costs next to
+nothing on the event loop.
+
+A topic whose written entries wait for a sync hands ``Topic._sync_in_pool`` to a thread
+(``Topic._start_sync``); on a quiet broker that happens for every read of one or two SENDs.
+``ThreadPoolExecutor.submit`` builds a ``Future`` (with its ``Condition`` and lock), a work
+item and takes a semaphore -- some fifteen Python calls on the loop, and as many in the worker
+to settle the future -- for a result nobody reads: the syncer tells the loop itself
+(``call_soon_threadsafe``). Here a job is a ``(function, argument)`` pair put on a
+``SimpleQueue`` (one C call); each thread takes the next job and runs it.
+
+Threads start on demand, up to ``max_threads`` (the broker's storage thread count: a sync
+holds its thread for the fsync, or for an object store's PUT): one more starts whenever more
+jobs were handed over than threads could be idle. The count of finished jobs that the loop
+reads may lag behind the workers' (each writes its own last figure), so it errs towards
+starting a thread early, never towards leaving a job without one. A job must not raise
+(``Topic._sync_in_pool`` reports every outcome to the loop); one that does is logged and the
+thread goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+_STOP = None
+
+
+class SyncThreads:
+    def __init__(self, max_threads: int, name: str = "sync") -> None:
+        if max_threads < 1:
+            raise ValueError("max_threads must be at least 1")
+        self._max = max_threads
+        self._name = name
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._submitted = 0  # written by the submitting (loop) thread only
+        self._finished = itertools.count(1)  # next() is atomic across threads
+        self._finished_seen = 0  # a worker's last next(): may lag, never leads
+        self._closed = False
+
+    def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run ``fn(arg)`` in one of the threads."""
+        if self._closed:
+            raise RuntimeError("sync threads are shut down")
+        self._submitted += 1
+        self._jobs.put((fn, arg))
+        threads = self._threads
+        if len(threads) < self._max and self._submitted - self._finished_seen > len(threads):
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{len(threads)}", daemon=True)
+            threads.append(thread)
+            thread.start()
+
+    def _work(self) -> None:
+        jobs, finished = self._jobs, self._finished
+        while True:
+            job = jobs.get()
+            if job is _STOP:
+                return
+            fn, arg = job
+            try:
+                fn(arg)
+            except BaseException:  # noqa: BLE001 - the thread serves the next job
+                log.exception("sync job %r failed", fn)
+            self._finished_seen = next(finished)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Let the jobs handed over run to their end, then stop the threads."""
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(_STOP)
+        for thread in self._threads:
+            thread.join(timeout)
