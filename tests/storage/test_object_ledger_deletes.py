@@ -148,3 +148,48 @@ def test_a_stale_merge_deletes_no_newer_merged_object(place, monkeypatch):
     assert newer.rsplit("/", 1)[1] in names
     assert not any(n.startswith("m-") and n.endswith("e0000000001") for n in names)
     assert _storage(loc, meta, epoch=3).read_all(8) == whole[:cut_end]
+
+
+def test_the_offload_orphan_sweep_deletes_no_object_ledger(seaweedfs, tmp_path):
+    """In cluster mode the offload catalog names the object-ledger store (compacted views are
+    written beside the ledgers), so the offloader's start-up sweep of ``ledgers/`` there saw every
+    live ledger object as an orphan of an interrupted offload and deleted it (the chaos test: 651
+    objects at one broker restart). It deletes only keys an offload writes."""
+    import uuid
+
+    from compactmq.config import load_config
+    from compactmq.storage.engine import Storage
+    from compactmq.storage.offload import COMPACTED, OffloadRecord
+    from compactmq.storage.offload.blobstore import open_store
+
+    bucket = seaweedfs.create_bucket("offload-sweep")
+    url = f"s3://{bucket}/{uuid.uuid4().hex[:10]}?region=us-east-1&endpoint={seaweedfs.endpoint}"
+    config = load_config(
+        overrides={
+            "metadataStoreUrl": f"memory:s{uuid.uuid4().hex[:8]}",
+            "objectLedgerStorageUrl": url,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+        }
+    )
+    s = Storage(tmp_path / "broker", config)
+    try:
+        ml = s.open_managed_ledger(TOPIC)
+        positions = [ml.append(b"acked-%d" % i) for i in range(3)]
+        assert s.object_store is not None
+        loc = s.object_store.location
+        store = open_store(loc)
+        ledger_keys = [k for k in store.list("ledgers")]
+        assert ledger_keys
+        # a compacted view's row, as a cluster-mode compaction run publishes it (its objects
+        # live in the object-ledger store's location); and a true offload orphan there
+        view_key = "compacted/persistent/public/default/deletes/000000000077/view.data"
+        store.put(view_key, [b"view"])
+        s.offloader.catalog.add(OffloadRecord(view_key, view_key, COMPACTED, TOPIC, 77, loc, 4, 1, 1))
+        orphan = "ledgers/persistent/public/default/deletes/000000000999-dead.data"
+        store.put(orphan, [b"half an upload"])
+        removed = s.offloader.sweep_orphans()
+        assert removed == [orphan]
+        assert sorted(store.list("ledgers")) == sorted(ledger_keys)
+        assert [d for _, d in ml.read_entries(positions[0], 10)] == [b"acked-%d" % i for i in range(3)]
+    finally:
+        s.close()
