@@ -28,7 +28,6 @@ from .metadata_store.legacy_tables import open_legacy_tables
 from .ledger_storage import LedgerStorage
 from .object_group_flush import GroupFlush
 from .object_group_sweep import SWEEP_INTERVAL_S, sweep_orphan_groups
-from .object_layout import delete_log
 from .object_ledger_upkeep import wait_merges
 from .object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from .object_store_url import KEY as OBJECT_STORE_KEY
@@ -392,7 +391,6 @@ class Storage:
             self.object_store, topic, self._object_settings, fence.epoch, self._group(), fence
         )
         if fence.checks:
-            delete_log.setLevel(logging.INFO)  # cluster mode: every object delete is logged
             session_s = (
                 int(self.config.get("metadataStoreSessionTimeoutMillis") or DEFAULT_SESSION_TIMEOUT_MS) / 1000
             )

@@ -433,7 +433,7 @@ class GroupFlush:
         """Delete the range records of ``(start, part name)`` of one ledger (their bytes are in
         an object of the ledger's own now); shared objects left unnamed go. Under ``fence``
         (a fold): a broker that lost the topic deletes nothing (``Fenced``)."""
-        delete_log.info(
+        delete_log.debug(
             "range records released: topic=%s ledger=%d epoch=%d parts=%s",
             topic_path,
             ledger_id,

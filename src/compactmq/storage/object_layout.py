@@ -111,7 +111,9 @@ def resolve_layout(
 
 #: every object delete of the object ledgers (a ledger's objects, shared group objects), with the
 #: ledger, the reason and the deleting storage's ownership epoch -- so that a delete that removed
-#: bytes a committed ledger list still named can be found in the brokers' logs (issue 26)
+#: bytes a committed ledger list still named can be found in the brokers' logs (issue 26). At
+#: DEBUG (hundreds a minute under load): ``--log-level DEBUG``, or this logger's level set to
+#: DEBUG, shows them
 delete_log = logging.getLogger("compactmq.storage.object_deletes")
 
 
@@ -119,7 +121,7 @@ def delete_object(
     store, key: str, reason: str, topic: str = "", ledger_id: int = -1, epoch: int = -1
 ) -> None:
     """``store.delete(key)``, logged (``delete_log``) with why and under which epoch."""
-    delete_log.info(
+    delete_log.debug(
         "object delete: key=%s topic=%s ledger=%d epoch=%d reason=%s", key, topic, ledger_id, epoch, reason
     )
     store.delete(key)

@@ -163,7 +163,7 @@ class ObjectLedgerUpkeep:
             log.warning("%s: ledger %d has a newer owner's merged object; not merging", self.topic, ledger_id)
             return False
         if objects.get(name) != size:
-            delete_log.info(
+            delete_log.debug(
                 "merged object write: key=%s epoch=%d replaces=%s", key, self.epoch, sorted(objects)
             )
             written = self.store.put(key, chunks)
