@@ -239,3 +239,36 @@ def test_an_unload_writes_held_back_acks_under_the_fence_the_ledger_was_opened_w
             assert (stored[0]["markDeleteLedgerId"], stored[0]["markDeleteEntryId"]) == tuple(positions[-1])
     finally:
         owner.close()
+
+
+def test_a_ledger_left_open_under_an_ownership_that_ended_is_not_served_under_the_next(tmp_path):
+    """A broker lost a bundle (session expired) and its topics' unload failed, so a managed
+    ledger stayed open, bound to that ownership's fence; the broker takes the bundle again under
+    a new epoch. Opening the topic must not hand back the old ledger -- every commit of it fails
+    on the old fence ('ownership epoch N is over', for minutes in the chaos test, producers
+    stalled) -- but recover the topic anew under the new fence."""
+    from compactmq.config import load_config
+    from compactmq.storage.engine import Storage
+
+    topic = "persistent://public/default/reowned"
+    url = f"memory:r{uuid.uuid4().hex[:8]}"
+    config = load_config(overrides={"metadataStoreUrl": url})
+    sessions = [create_metadata_store(url, data_dir=tmp_path) for _ in range(2)]
+    try:
+        fence_a, fence_b = _take_in_turn(sessions)
+        with Storage(tmp_path / "a", config) as storage:
+            current = [fence_a[0]]
+            storage.fence_provider = lambda t: current[0]
+            old = storage.open_managed_ledger(topic)
+            acked = [old.append(b"a%d" % i) for i in range(3)]
+            sessions[0].close()  # the first ownership ends; its ledger is never closed
+            current[0] = fence_b()  # the same broker owns the bundle again, a newer epoch
+            ml = storage.open_managed_ledger(topic)
+            assert ml is not old
+            more = ml.append(b"b0")  # commits (a new ledger) under the new fence
+            got = [d for li in ml.ledgers() for _, d in ml.read_entries((li.ledger_id, 0), li.entry_count)]
+            assert got == [b"a0", b"a1", b"a2", b"b0"]
+            assert more > acked[-1]
+    finally:
+        for s in sessions:
+            s.close()

@@ -463,3 +463,41 @@ def test_writes_go_in_at_once_while_a_flush_is_in_flight(place, open_storage, mo
     finally:
         gate.set()
         ml.close()
+
+
+def test_a_recovery_whose_fenced_commit_fails_deletes_no_object(place, open_storage, monkeypatch):
+    """A broker that lost the topic (paused past its session) and recovers it anyway must
+    delete nothing: its commit fails on the fence, and every delete of recovery -- superseded
+    objects included (``discard_partial_writes``, which once ran first, unfenced) -- comes only
+    after that commit (issue 26)."""
+    from compactmq.storage.resources.fence import Fenced
+    from compactmq.storage.resources.topic_metadata import TopicMetadata
+
+    server, loc = place
+    open_ml = _ml_opener(open_storage, loc)
+    ml = open_ml()
+    positions = ml.append_many([b"acked-%d" % i for i in range(4)])
+    ml.close()  # sealed: index written, merged in the background
+    sealed = positions[0].ledger_id
+    wait_until(lambda: _kinds(server, loc, sealed) == ["i", "m"], timeout=30, what="sealed ledger merged")
+    # a flush object the merge superseded (as a crash between the merged write and the deletes
+    # leaves it): exactly what discard_partial_writes removes -- but only under the fence
+    st = _open(loc)
+    superseded = f"{st.ledger_prefix(sealed)}/f-0000000000000000-0000000000000024-e0000000000"
+    st.store.put(superseded, [lf.encode_file_header(sealed)])
+    before = sorted(server.keys(BUCKET, f"{loc.prefix}/"))
+
+    def fenced(self, *args, **kwargs):
+        raise Fenced("ownership epoch 1 is over")
+
+    monkeypatch.setattr(TopicMetadata, "add_ledger", fenced)
+    with pytest.raises(Fenced):
+        open_ml()
+    assert sorted(server.keys(BUCKET, f"{loc.prefix}/")) == before
+    monkeypatch.undo()
+    ml = open_ml()  # the owner's recovery: its commit goes through, then the superseded goes
+    try:
+        assert [d for _, d in ml.read_entries(positions[0], 100)] == [b"acked-%d" % i for i in range(4)]
+        assert f"{loc.prefix}/{superseded}" not in server.keys(BUCKET, f"{loc.prefix}/")
+    finally:
+        ml.close()

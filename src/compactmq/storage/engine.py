@@ -340,10 +340,11 @@ class Storage:
             if self._closed:
                 raise StorageError("storage is closed")
             ml = self._mls.get(name)
-            if ml is not None and not ml.fenced and not ml.closed:
+            stale = ml is not None and self._bound_to_ended_ownership(name)
+            if ml is not None and not ml.fenced and not ml.closed and not stale:
                 return ml
             if ml is not None:  # a write or sync failed: reopen, which recovers the ledger
-                ml.close()
+                self._close_stale(name, ml) if stale else ml.close()
             if not self.topic_metadata.topic_exists(name):
                 if not create or self.read_only:
                     raise TopicNotFound(f"topic {name} does not exist")
@@ -365,6 +366,27 @@ class Storage:
             )
             self._mls[name] = ml
             return ml
+
+    def _bound_to_ended_ownership(self, topic: str) -> bool:
+        """The open managed ledger of ``topic`` was opened under an ownership that is over (lost,
+        given up, or followed by a newer one of this broker): none of its commits can pass.
+        (Its unload failed -- a close under a lost fence raises -- so it was never forgotten.)"""
+        bound = self._bound_fences.get(topic)
+        if bound is None or not bound.checks:
+            return False
+        current = self.fence_provider(topic)
+        return bound.lost or bound.revoked or current.lost or bound.checks != current.checks
+
+    def _close_stale(self, topic: str, ml: ManagedLedger) -> None:
+        """Close (as far as a lost fence lets it) and forget a ledger of an ended ownership, so
+        that the topic is recovered anew under the current one (caller holds the lock)."""
+        try:
+            ml.close()
+        except Exception as e:  # noqa: BLE001 - a commit under the ended fence fails: expected
+            log.warning("closing %s, opened under an ownership that ended, failed: %s", topic, e)
+        if self._mls.get(topic) is ml:
+            del self._mls[topic]
+        self._bound_fences.pop(topic, None)
 
     def _bind_fence(self, topic: str) -> Fence:
         """The fence a managed ledger being opened writes under, kept until it closes (a

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 
 from ..errors import CompactMQError, StorageError
 from .metadata_store import NEW, BadVersion, Check, Delete, KeyNotFound, MetadataStore, NotEmpty, Op, Put
+from .object_layout import delete_log, delete_object
 from .offload.blobstore import BlobStore
 from .resources.fence import NO_FENCE, Fence, Fenced
 
@@ -313,7 +314,9 @@ class GroupFlush:
                 group = self._committing[0]
             try:
                 if self._commit(group.key, group.members, group.offsets) == []:
-                    self._delete_quietly(group.key)  # surely not committed: nobody names it
+                    self._delete_quietly(
+                        group.key, "group commit refused"
+                    )  # surely not committed: nobody names it
                 for m in group.members:
                     m.done.set()
             except BaseException as e:  # every member must be answered, whatever happened
@@ -385,9 +388,9 @@ class GroupFlush:
                 m.error = Fenced(f"{m.fence.what}: ownership epoch {m.fence.epoch} is over")
         return keep
 
-    def _delete_quietly(self, key: str) -> None:
+    def _delete_quietly(self, key: str, reason: str) -> None:
         try:
-            self.store.delete(key)
+            delete_object(self.store, key, reason)
         except (OSError, CompactMQError) as e:
             log.warning("group object %s: delete failed (an orphan now): %s", key, e)
 
@@ -430,6 +433,13 @@ class GroupFlush:
         """Delete the range records of ``(start, part name)`` of one ledger (their bytes are in
         an object of the ledger's own now); shared objects left unnamed go. Under ``fence``
         (a fold): a broker that lost the topic deletes nothing (``Fenced``)."""
+        delete_log.debug(
+            "range records released: topic=%s ledger=%d epoch=%d parts=%s",
+            topic_path,
+            ledger_id,
+            fence.epoch,
+            [start for start, _n in parts],
+        )
         deletes: list[list[Op]] = []  # per range: its record and its member key, together
         keys = set()
         for start, name in parts:
@@ -483,7 +493,7 @@ class GroupFlush:
         node = group_node(key)
         if self.metadata.get_children(node):
             return
-        self._delete_quietly(key)
+        self._delete_quietly(key, "last range reference released")
         try:
             self.metadata.commit([Delete(node)])
         except CompactMQError:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from ..errors import CompactMQError, StorageError
 from .metadata_store import NEW, BadVersion, MetadataStore, NotEmpty
 from .object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, group_node
+from .object_layout import delete_object
 from .offload.blobstore import BlobStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,7 +128,7 @@ def sweep_orphan_groups(
             continue
         try:
             if _unreferenced(metadata, key, result):
-                store.delete(key)
+                delete_object(store, key, "orphan sweep: unreferenced past the grace")
                 result.deleted.append(key)
         except (OSError, CompactMQError) as e:
             log.warning("orphan sweep: %s left for the next sweep: %s", key, e)

@@ -22,6 +22,7 @@ part name, ``g:<epoch>:<offset>:<member>:<key>``, says where they are: ``shared_
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +51,28 @@ def shared_part(name: str) -> tuple[str, int] | None:
         return None
     _, _epoch, offset, _member, key = name.split(":", 4)
     return key, int(offset)
+
+
+def merged_epoch(name: str) -> int | None:
+    """The epoch of a merged object's name (``m-<size>-e<epoch>``); None for any other name."""
+    m = _MERGED.match(name)
+    return int(m.group(2)) if m else None
+
+
+def covered_unused(layout: Layout, unused: list[str]) -> list[str]:
+    """Of ``unused`` (``resolve_layout``'s), the ledger's own objects another object provably
+    holds: any object beside a merged layout (the merged one of the highest epoch is the ledger),
+    flush objects whose bytes end inside the chain, and objects whose size disagrees with their
+    name (used by no layout ever). A flush object past the chain's end is kept: the chain may
+    end early only in this reader's view (a range record it did not see), and it costs little."""
+    out = []
+    for name in unused:
+        if name.startswith("g:") or name == INDEX_NAME:
+            continue
+        f = _FLUSH.match(name)
+        if layout.merged or f is None or int(f.group(2)) <= layout.end:
+            out.append(name)
+    return out
 
 
 def resolve_layout(
@@ -84,3 +107,21 @@ def resolve_layout(
     return Layout(parts), [n for n in objects if n not in used] + [
         f[3] for f in flushes if f[3].startswith("g:") and f[3] not in used
     ]
+
+
+#: every object delete of the object ledgers (a ledger's objects, shared group objects), with the
+#: ledger, the reason and the deleting storage's ownership epoch -- so that a delete that removed
+#: bytes a committed ledger list still named can be found in the brokers' logs (issue 26). At
+#: DEBUG (hundreds a minute under load): ``--log-level DEBUG``, or this logger's level set to
+#: DEBUG, shows them
+delete_log = logging.getLogger("compactmq.storage.object_deletes")
+
+
+def delete_object(
+    store, key: str, reason: str, topic: str = "", ledger_id: int = -1, epoch: int = -1
+) -> None:
+    """``store.delete(key)``, logged (``delete_log``) with why and under which epoch."""
+    delete_log.debug(
+        "object delete: key=%s topic=%s ledger=%d epoch=%d reason=%s", key, topic, ledger_id, epoch, reason
+    )
+    store.delete(key)

@@ -33,7 +33,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from ..errors import StorageError
-from .object_layout import INDEX_NAME, Layout
+from .object_layout import INDEX_NAME, Layout, delete_log, delete_object, merged_epoch
 from .offload.blobstore import BlobStore
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,11 @@ class ObjectLedgerUpkeep:
 
     # --- the ownership fence ---------------------------------------------------------------
 
+    def delete_key(self, ledger_id: int, name: str, reason: str) -> None:
+        """Delete one object of a ledger (``name`` under its prefix), logged with why."""
+        key = f"{self.ledger_prefix(ledger_id)}/{name}"
+        delete_object(self.store, key, reason, self.topic, ledger_id, self.epoch)
+
     def check_owned(self) -> None:
         if self.ownership_check is not None:
             self.ownership_check()
@@ -144,14 +149,23 @@ class ObjectLedgerUpkeep:
                 return
             self._replace_with_merged(ledger_id, end, [buf[:end]])
 
-    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> None:
+    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> bool:
         """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
-        other data object. Streamed: an upload cut short but completed anyway is no merged
+        other data object; False (nothing written or deleted) when a merged object of a newer
+        epoch exists. Streamed: an upload cut short but completed anyway is no merged
         object (its size disagrees with its key), so the flush objects stay the ledger."""
         objects = self._objects(ledger_id)
         key = self._merged_key(ledger_id, size)
         name = key.rsplit("/", 1)[1]
+        if any((merged_epoch(n) or 0) > self.epoch for n in objects):
+            # a newer owner merged or cut this ledger: its object is the ledger, and this
+            # storage's ownership is over (a zombie's merge) -- write nothing, delete nothing
+            log.warning("%s: ledger %d has a newer owner's merged object; not merging", self.topic, ledger_id)
+            return False
         if objects.get(name) != size:
+            delete_log.debug(
+                "merged object write: key=%s epoch=%d replaces=%s", key, self.epoch, sorted(objects)
+            )
             written = self.store.put(key, chunks)
             if written != size:
                 raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
@@ -160,8 +174,9 @@ class ObjectLedgerUpkeep:
             self._layouts[ledger_id] = layout
         for other in objects:
             if other not in (name, INDEX_NAME):
-                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{other}")
+                self.delete_key(ledger_id, other, f"superseded by merged {name}")
         self.release_shared(ledger_id)  # ranges in shared objects (group flush): records go
+        return True
 
     def merge(self, ledger_id: int) -> bool:
         """Merge a sealed ledger's flush objects into one object (durable before the flush
@@ -174,8 +189,7 @@ class ObjectLedgerUpkeep:
             if layout.merged or not layout.parts:
                 return False
             chunks = (self.read_part(ledger_id, part) for part in layout.parts)
-            self._replace_with_merged(ledger_id, layout.end, chunks)
-            return True
+            return self._replace_with_merged(ledger_id, layout.end, chunks)
 
     def schedule_merge(self, ledger_id: int) -> None:
         """Have the background merger merge a sealed ledger (once, however often asked)."""

@@ -68,6 +68,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -76,7 +77,7 @@ from ..errors import CompactMQError, StorageError
 from . import ledger_file as lf
 from .ledger_storage import LedgerStorage
 from .object_group_flush import GroupFlush
-from .object_layout import INDEX_NAME, Layout, resolve_layout, shared_part
+from .object_layout import INDEX_NAME, Layout, covered_unused, resolve_layout, shared_part
 from .object_ledger_upkeep import ObjectLedgerUpkeep
 from .object_ledger_writer import ObjectLedgerWriter
 from .offload.blobstore import BlobStore
@@ -225,6 +226,17 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         cut = len(base) + 1
         return {i.path[cut:]: int(i.size) for i in infos if i.type == fs.FileType.File}
 
+    def _listing(self, ledger_id: int) -> tuple[dict[str, int], list[tuple[int, int, int, str]]]:
+        """A ledger's range records, THEN its objects (one LIST): a consistent view, since every
+        writer makes an object durable before it drops the records whose bytes it holds (a fold,
+        a merge). Read the other way round, a fold or merge landing between the LIST and the
+        records' read hides both the new object and the records: the ledger looks cut at the
+        first range -- recovery would record fewer entries than were acknowledged, and
+        ``discard_partial_writes`` deleted the live objects "after the gap" (issue 26's chaos
+        test: 'holds no bytes [24, ...)')."""
+        shared = self.shared_ranges(ledger_id)
+        return self._objects(ledger_id), shared
+
     def _layout(self, ledger_id: int, refresh: bool = False) -> Layout:
         with self._lock:
             w = self._writers.get(ledger_id)
@@ -233,7 +245,7 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             return w.layout
         if cached is not None and not refresh:
             return cached
-        layout, _ = resolve_layout(self._objects(ledger_id), self.shared_ranges(ledger_id))
+        layout, _ = resolve_layout(*self._listing(ledger_id))
         with self._lock:
             if layout.parts:
                 self._layouts[ledger_id] = layout
@@ -336,13 +348,15 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
 
     def delete(self, ledger_id: int, durable: bool = False) -> None:
         """Every object of the ledger goes (each delete is durable when it returns)."""
+        caller = sys._getframe(1).f_code
+        reason = f"ledger deleted by {caller.co_filename.rsplit('/', 1)[-1]}:{caller.co_name}"
         with self._lock:
             w = self._writers.pop(ledger_id, None)
         if w is not None:
             w.abandon()
         with self._merge_lock:
             for name in self._objects(ledger_id):
-                self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+                self.delete_key(ledger_id, name, reason)
             self.release_shared(ledger_id)
             # forgotten only now, under the merge lock: a merge that was running when the delete
             # began has cached its merged layout by the time it releases the lock
@@ -352,17 +366,19 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
     def discard_partial_writes(self) -> None:
         """Remove objects no layout uses: flush objects a merge superseded (a crash between
         the merged write and the deletes), damaged objects, merged ones a cut replaced; and
-        schedule the merge of sealed ledgers (an index, no merged object) left unmerged."""
+        schedule the merge of sealed ledgers (an index, no merged object) left unmerged.
+        Only objects another one provably holds go (``object_layout.covered_unused``); recovery
+        calls this only after its fenced commit, so a broker that lost the topic deletes
+        nothing here."""
         for ledger_id in self.list():
             with self._lock:
                 if ledger_id in self._writers:
                     continue
             with self._merge_lock:
-                objects = self._objects(ledger_id)
-                layout, unused = resolve_layout(objects, self.shared_ranges(ledger_id))
-                for name in unused:
-                    if shared_part(name) is None:
-                        self.store.delete(f"{self.ledger_prefix(ledger_id)}/{name}")
+                objects, shared = self._listing(ledger_id)
+                layout, unused = resolve_layout(objects, shared)
+                for name in covered_unused(layout, unused):
+                    self.delete_key(ledger_id, name, "discard_partial_writes: superseded or damaged")
                 if layout.merged and any(shared_part(n) for n in unused):
                     self.release_shared(ledger_id)  # stopped between the merge and the release
                 elif any(shared_part(n) for n in unused):  # stopped between a fold and its release

@@ -39,7 +39,6 @@ def recover(
     topic = ledgers.topic
     now = clock()
     infos = metadata.ledgers(topic)
-    storage.discard_partial_writes()
     # bytes no listed ledger owns: listed now, deleted only once our commit went through
     unlisted = storage.list() - {i.ledger_id for i in infos}
     gone: list[int] = []
@@ -68,6 +67,9 @@ def recover(
     for ledger_id in gone:
         storage.delete(ledger_id)
     _remove_orphans(storage, unlisted, metadata, topic)
+    # superseded objects go only now, as the orphans: a broker paused past its session before
+    # this commit deletes nothing (it once did this first, unfenced)
+    storage.discard_partial_writes()
     appender.start_ledger(new_id, now)
 
 

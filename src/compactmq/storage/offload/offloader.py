@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -87,6 +88,17 @@ class Companion(Protocol):
 
     def delete_local(self, topic: str, lag_ms: int) -> None:
         """Delete local copies offloaded longer than ``lag_ms`` ago."""
+
+
+#: the last part of an offloaded ledger's key (``_offload_one``): ``<ledger id>-<uuid>.data`` or
+#: ``.index``; an object ledger's objects (``object_ledgers``: ``<ledger id>/f-...``, ``m-...``,
+#: ``index``) never match
+_OFFLOAD_NAME = re.compile(r"^[0-9]+-[^/]+\.(data|index)$")
+
+
+def is_offload_key(key: str) -> bool:
+    """True for a key an offload writes (``ledgers/<topic>/<ledger id>-<uuid>.data|.index``)."""
+    return bool(_OFFLOAD_NAME.match(key.rsplit("/", 1)[-1]))
 
 
 def _relpath(topic: str) -> str:
@@ -497,13 +509,18 @@ class LedgerOffloader:
     def sweep_orphans(self) -> list[str]:
         """Delete offloaded ledger objects no catalog row names (a crash between the write and the
         commit). Run when the read-write storage opens, before any offload starts. (Objects of
-        compacted views are the compaction layer's to sweep: ``compaction.tiered``.)"""
+        compacted views are the compaction layer's to sweep: ``compaction.tiered``.)
+
+        Only keys an offload writes (``is_offload_key``): in cluster mode the catalog names the
+        object-ledger store too (compacted views live beside the ledgers), whose ``ledgers/``
+        keys are the live ledgers of every topic -- this sweep once deleted all of them at each
+        broker start (issue 26's chaos test: hundreds of objects, 'ledger N unreadable')."""
         known = self.catalog.known_keys()
         removed = []
         for loc in self.locations():
             store = open_store(loc)
             for key in store.list("ledgers"):
-                if key not in known:
+                if key not in known and is_offload_key(key):
                     store.delete(key)
                     removed.append(key)
         if removed:
