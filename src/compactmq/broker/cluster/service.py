@@ -162,10 +162,12 @@ class ClusterService:
         if event is SessionEvent.SESSION_LOST:
             self._generation += 1  # first: a lookup taking a bundle now records nothing
             generation = self._generation
-            try:  # at once, on this thread: no lease lets an entry through meanwhile
-                for fence in list(self.fences.values()):
-                    fence.revoke()
-            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them all
+            try:  # at once, on this thread: no lease lets an entry through meanwhile (only those
+                # won before: one recorded under the new session must not stay owned but revoked)
+                for bundle, fence in list(self.fences.items()):
+                    if self._won_under.get(bundle, 0) < generation:
+                        fence.revoke()
+            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them
                 pass
             loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost(generation)))
         elif event is SessionEvent.SESSION_REESTABLISHED:
@@ -307,8 +309,11 @@ class ClusterService:
 
     async def _drop_ended(self, bundle: Bundle, fence: Fence) -> None:
         """Give ``bundle`` up when ``fence``, found over by the store, is still its current one."""
-        if self.fences.get(bundle) is not fence or bundle not in self.owned or bundle in self._leaving:
-            return  # an older ownership's fence (its topics reopen under the current one), or leaving
+        if bundle in self._leaving:
+            return
+        if self.fences.get(bundle) is not fence or bundle not in self.owned:
+            await self._close_bound_to(fence)  # an older ownership's: its topics reopen under the current
+            return
         log.warning(
             "broker %s: ownership epoch %d of bundle %s is over in the store; giving the bundle up",
             self.broker_id,
@@ -482,6 +487,17 @@ class ClusterService:
                     await topics.unload(name, close_ledger=True)
                 except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
                     log.exception("unloading %s failed", name)
+
+    async def _close_bound_to(self, fence: Fence) -> None:
+        """Unload the loaded topics whose ledgers commit under ``fence`` (an ownership that is
+        over): a consumer-only topic would otherwise fail its acknowledgements for ever."""
+        topics, storage = self.service.topics, self.service.storage
+        for name in list(topics.loaded):
+            if storage.fence_for(name) is fence:
+                try:
+                    await topics.unload(name, close_ledger=True)
+                except Exception:  # noqa: BLE001 - its close commits under the ended fence
+                    log.warning("unloading %s, opened under an ended ownership, failed", name, exc_info=True)
 
     def fence_for(self, topic: str) -> Fence:
         """The fence of ``topic``'s bundle while this broker owns it; a lost fence otherwise
