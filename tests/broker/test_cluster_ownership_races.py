@@ -176,3 +176,33 @@ def test_an_owner_key_gone_behind_the_brokers_back_makes_it_give_the_bundle_up(b
     publish(broker, fresh)  # its first commit fails on the ended fence; the broker recovers
     assert service.cluster.fence_for(fresh).epoch > epoch
     publish(broker, topic)
+
+
+def test_a_topic_opened_while_its_bundle_changed_ownership_is_not_kept_under_the_old_fence(broker):
+    """The bundle is unloaded and taken again while a topic's ledger opens: the load must not
+    end with the topic serving under the first ownership's (revoked) fence."""
+    topic = f"persistent://public/default/load-race-{uuid.uuid4().hex[:6]}"
+    service = broker.server.service
+    cluster, storage = service.cluster, service.storage
+    bundle, epoch = take(broker, "persistent://public/default/load-race-first")
+    while on_loop(broker, cluster.bundle_of_topic(TopicName.parse(topic))) != bundle:
+        topic = f"persistent://public/default/load-race-{uuid.uuid4().hex[:6]}"
+    opened = storage.open_managed_ledger
+
+    def open_then_move(name, *args):  # the ledger is bound to this ownership; then it ends
+        ml = opened(name, *args)
+        if name == topic:
+            assert on_loop(broker, cluster.unload_bundle(bundle))
+            assert lookup(broker, topic).own
+        return ml
+
+    storage.open_managed_ledger = open_then_move
+    try:
+        on_loop(broker, service.topics.get_topic(topic))
+    except CompactMQError:
+        pass  # refused: the client looks up again
+    finally:
+        storage.open_managed_ledger = opened
+    assert cluster.fence_for(topic).epoch > epoch
+    loaded = service.topics.loaded.get(topic)
+    assert loaded is None or storage.fence_for(topic) is cluster.fence_for(topic)

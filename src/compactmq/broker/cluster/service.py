@@ -528,3 +528,13 @@ async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
         f"Namespace bundle for topic ({tn}) not served by this instance: {cluster.broker_id}. "
         f"Please redo the lookup. Request is denied: namespace={tn.namespace_name}"
     )
+
+
+def check_opened_under_current_ownership(service: "BrokerService", tn: TopicName) -> None:
+    """``ServiceNotReady`` when ``tn``'s managed ledger was opened under an ownership of its
+    bundle that ended while the topic loaded (the bundle was given up and taken again
+    meanwhile): a topic kept so would commit under a revoked fence (no-op on one broker)."""
+    cluster = service.cluster
+    if cluster is None or service.storage.fence_for(str(tn)) is cluster.fence_for(str(tn)):
+        return
+    raise ServiceNotReady(f"the ownership of {tn}'s bundle changed while it loaded; look it up again")
