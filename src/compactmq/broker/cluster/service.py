@@ -275,9 +275,9 @@ class ClusterService:
         unless a session was lost meanwhile or the bundle is being given up (module docstring)."""
         if generation != self._generation or bundle in self._leaving or self.closing:
             fence.revoke()
-            if generation != self._generation and bundle not in self.owned:
+            if (generation != self._generation or self.closing) and bundle not in self.owned:
                 # won under a session that is over, or under the new one by a lookup that cannot
-                # tell: give the key back (if this session holds it) so the next lookup starts clean
+                # tell, or while shutting down: give the key back (if this session holds it)
                 await self.service.run_blocking(
                     self.resources.ownership.release, bundle.namespace, bundle.range
                 )
