@@ -272,3 +272,50 @@ def test_a_ledger_left_open_under_an_ownership_that_ended_is_not_served_under_th
     finally:
         for s in sessions:
             s.close()
+
+
+def test_a_fence_read_across_a_session_expiry_never_holds_under_the_next_owner(zookeeper, tmp_path):  # noqa: F811
+    """``OwnershipResources.fence`` makes two reads (the owner key, the epoch counter). If the
+    owner's session expires between them and another broker takes the bundle, the owner's store
+    reads on under a new session: the fence it returns must not be one that holds under the new
+    owner (the old key's check is 'version 0', which the new owner's key has too)."""
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from compactmq.storage.metadata_store import SessionEvent
+
+    url = f"zk:{zookeeper.hosts}/f{uuid.uuid4().hex[:12]}"
+    a, b = (create_metadata_store(url, data_dir=tmp_path, operation_timeout_s=10) for _ in range(2))
+    try:
+        ra, rb = PulsarResources(a), PulsarResources(b)
+        assert ra.ownership.try_acquire(NS, RANGE, DATA)[1]
+        renewed = threading.Event()
+        a.register_session_listener(lambda e: e is SessionEvent.SESSION_REESTABLISHED and renewed.set())
+        get, reads = a.get, []
+
+        def get_then_lose_the_bundle(path):
+            got = get(path)
+            reads.append(path)
+            if len(reads) == 1:  # between fence()'s reads: a's session ends, b takes the bundle
+                session_id, password = a._zk.client_id
+                thief = KazooClient(hosts=zookeeper.hosts, client_id=(session_id, password))
+                thief.start(timeout=10)
+                thief.stop()
+                thief.close()
+                assert renewed.wait(20), "a's store got no new session"
+                assert rb.ownership.try_acquire(NS, RANGE, DATA)[1]
+            return got
+
+        a.get = get_then_lose_the_bundle
+        try:
+            fence = ra.ownership.fence(NS, RANGE)
+        finally:
+            a.get = get
+        assert len(reads) == 2
+        fb = rb.ownership.fence(NS, RANGE)
+        assert fb is not None and fb.holds(b)
+        assert fence is None or not fence.holds(b), "a zombie's fence holds under the new owner"
+    finally:
+        a.close()
+        b.close()

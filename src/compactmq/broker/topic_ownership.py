@@ -11,7 +11,8 @@ is allowed), this broker owns the topic's bundle (in a cluster), the partition i
 range; then it opens the managed ledger in the thread pool, recovers the producers' last
 sequence ids from the newest entries and the topic epoch, and checks ownership once more -- a
 bundle given up while the topic loaded was not seen by that bundle's unload, so the topic is
-closed again here and the load fails.
+closed again here and the load fails; so is one whose bundle was given up and taken again
+meanwhile (its ledger was opened under the ownership that ended).
 
 Closing: ``unload`` closes a topic (its clients are told to reconnect), with ``close_ledger``
 its managed ledger too (a load of the same name waits for that close, so it never gets the
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
 from ..naming import TopicName
 from ..storage.position import Position
-from .cluster import check_topic_owned
+from .cluster import check_opened_under_current_ownership, check_topic_owned
 from .dedup import entry_sequence
 from .namespaces import check_namespace
 from .nonpersistent import NonPersistentTopics
@@ -171,6 +172,7 @@ class TopicManager:
         await topic.dedup.load()
         try:  # a bundle given up while this topic loaded: its unload did not see it, so close here
             await check_topic_owned(self.service, tn)
+            check_opened_under_current_ownership(self.service, tn)  # ...and taken again meanwhile
         except CompactMQError:
             await topic.close()
             try:

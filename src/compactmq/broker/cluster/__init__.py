@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .bundles import Bundle
-from .service import ClusterService, Decision, check_topic_owned
+from .service import ClusterService, Decision, check_opened_under_current_ownership, check_topic_owned
 
 #: ``metadataStoreUrl`` schemes whose data other processes share
 SHARED_STORE_SCHEMES = ("zk",)
@@ -28,4 +28,11 @@ def cluster_enabled(config: Mapping[str, Any]) -> bool:
     return url.partition(":")[0] in SHARED_STORE_SCHEMES
 
 
-__all__ = ["Bundle", "ClusterService", "Decision", "check_topic_owned", "cluster_enabled"]
+__all__ = [
+    "Bundle",
+    "ClusterService",
+    "Decision",
+    "check_opened_under_current_ownership",
+    "check_topic_owned",
+    "cluster_enabled",
+]

@@ -32,6 +32,21 @@ that creates the owner key; the bundle's ``Fence`` (the owner key at its version
 its version) is kept in ``fences`` and handed to storage through ``fence_for(topic)``, so every
 commit of a topic's ledger list or cursors, and every flush of its ledger objects, fails once
 this broker's ownership of the bundle ended -- whether or not the broker has noticed yet.
+
+A bundle is in ``owned`` only while its fence can hold; three rules keep it so:
+
+* Sessions are counted (``_generation``, +1 at each lost session, on the store's thread before
+  anything else): a lookup that takes a bundle remembers the count it started under, and if a
+  session was lost before it could record the bundle (the lock was won, or its fence read,
+  under a session that is over) it records nothing, releases the key if this session holds it
+  and answers ``ServiceNotReady`` (the client looks up again). A lost session drops only the
+  bundles won before it (``_won_under``), never one taken again under the new session.
+* A bundle being given up (``_leaving``: an unload, or the rule below) is not taken again by a
+  lookup until its key is gone: else the lookup would record the key about to be deleted.
+* A fence the store finds over (``Fence.when_over``: a commit or lease check failed on it) while
+  it is the bundle's current one makes the broker give the bundle up (close its topics, forget
+  it, release the key if still this session's): the next lookup takes it again under a new
+  epoch, rather than every commit failing with "ownership epoch N is over" for ever.
 """
 
 from __future__ import annotations
@@ -91,6 +106,9 @@ class ClusterService:
         )
         self.owned: set[Bundle] = set()
         self.fences: dict[Bundle, Fence] = {}  # of the owned bundles
+        self._generation = 0  # lost sessions so far (the module docstring)
+        self._won_under: dict[Bundle, int] = {}  # owned bundle -> _generation it was taken under
+        self._leaving: set[Bundle] = set()  # being given up: not taken again until the key is gone
         self._boundaries: dict[str, list[int]] = {}
         self._pending: dict[str, dict[Bundle, float]] = {}  # leader: broker -> bundle -> when
         # owners of bundles other brokers hold, kept until a watch says the key changed
@@ -142,12 +160,16 @@ class ClusterService:
         if loop is None or self.closing:
             return
         if event is SessionEvent.SESSION_LOST:
-            try:  # at once, on this thread: no lease lets an entry through meanwhile
-                for fence in list(self.fences.values()):
-                    fence.revoke()
-            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them all
+            self._generation += 1  # first: a lookup taking a bundle now records nothing
+            generation = self._generation
+            try:  # at once, on this thread: no lease lets an entry through meanwhile (only those
+                # won before: one recorded under the new session must not stay owned but revoked)
+                for bundle, fence in list(self.fences.items()):
+                    if self._won_under.get(bundle, 0) < generation:
+                        fence.revoke()
+            except RuntimeError:  # the dict changed while read: _ownership_lost revokes them
                 pass
-            loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost()))
+            loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._ownership_lost(generation)))
         elif event is SessionEvent.SESSION_REESTABLISHED:
             self._force_report = True  # the report loop registers again, load changed or not
             loop.call_soon_threadsafe(self._wake.set)
@@ -156,16 +178,24 @@ class ClusterService:
             except Exception:  # noqa: BLE001
                 log.exception("leader election after a new session failed")
 
-    async def _ownership_lost(self) -> None:
-        lost = list(self.owned)
-        self.owned.clear()
-        for fence in self.fences.values():
-            fence.revoke()  # no lease of it lets another entry through
-        self.fences.clear()
+    async def _ownership_lost(self, generation: int) -> None:
+        """The session counted ``generation`` was lost: every bundle taken before it is gone."""
+        lost = [b for b in self.owned if self._won_under.get(b, 0) < generation]
+        for bundle in lost:
+            self._forget(bundle)
         self._owners.clear()  # a watch may have missed changes while the session was gone
         log.warning("metadata store session lost: %d bundle(s) are no longer owned here", len(lost))
         for bundle in lost:
             await self._close_topics(bundle)
+
+    def _forget(self, bundle: Bundle) -> Fence | None:
+        """No longer owned here; its fence revoked (no lease of it lets another entry through)."""
+        self.owned.discard(bundle)
+        self._won_under.pop(bundle, None)
+        fence = self.fences.pop(bundle, None)
+        if fence is not None:
+            fence.revoke()
+        return fence
 
     async def _report_loop(self) -> None:
         last: dict[str, Any] | None = None
@@ -224,9 +254,12 @@ class ClusterService:
             return Decision(own=True)
         if self.closing:
             raise ServiceNotReady(f"broker {self.broker_id} is shutting down; look up {tn} again")
+        if bundle in self._leaving:
+            raise ServiceNotReady(f"bundle {bundle} is being unloaded; look up {tn} again")
         cached = self._owners.get(bundle)
         if cached is not None:  # owned elsewhere, and no change seen since it was read
             return Decision(own=False, target=cached)
+        generation = self._generation
         decision = await self.service.run_blocking(self._resolve, bundle, authoritative)
         if decision.acquired is not None:
             fence = await self.service.run_blocking(
@@ -234,12 +267,67 @@ class ClusterService:
             )
             if fence is None:  # lost again meanwhile (session expired): look up again
                 raise ServiceNotReady(f"bundle {bundle} changed owner during the lookup; look up {tn} again")
-            self.fences[decision.acquired] = fence
-            self.owned.add(decision.acquired)
-            self._wake.set()
-            log.info("broker %s owns bundle %s (epoch %d)", self.broker_id, decision.acquired, fence.epoch)
-            self.service.state.spawn(self._load_topics(decision.acquired))
+            await self._record(bundle, fence, generation, tn)
         return decision
+
+    async def _record(self, bundle: Bundle, fence: Fence, generation: int, tn: TopicName) -> None:
+        """Own ``bundle`` under ``fence``, taken by a lookup that started at ``generation`` --
+        unless a session was lost meanwhile or the bundle is being given up (module docstring)."""
+        if generation != self._generation or bundle in self._leaving or self.closing:
+            fence.revoke()
+            if (generation != self._generation or self.closing) and bundle not in self.owned:
+                # won under a session that is over, or under the new one by a lookup that cannot
+                # tell, or while shutting down: give the key back (if this session holds it)
+                await self.service.run_blocking(
+                    self.resources.ownership.release, bundle.namespace, bundle.range
+                )
+            log.info(
+                "broker %s: bundle %s taken while its session or ownership ended; dropped",
+                self.broker_id,
+                bundle,
+            )
+            raise ServiceNotReady(f"bundle {bundle} changed owner during the lookup; look up {tn} again")
+        current = self.fences.get(bundle)
+        if bundle in self.owned and current is not None and current.checks == fence.checks:
+            return  # a concurrent lookup recorded this same ownership: keep its fence
+        if current is not None:
+            current.revoke()
+        fence.when_over(lambda: self._fence_over(bundle, fence))
+        self.fences[bundle] = fence
+        self._won_under[bundle] = generation
+        self.owned.add(bundle)
+        self._wake.set()
+        log.info("broker %s owns bundle %s (epoch %d)", self.broker_id, bundle, fence.epoch)
+        self.service.state.spawn(self._load_topics(bundle))
+
+    def _fence_over(self, bundle: Bundle, fence: Fence) -> None:
+        """Any thread: the store found ``fence`` over (``Fence.when_over``)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(lambda: self.service.state.spawn(self._drop_ended(bundle, fence)))
+
+    async def _drop_ended(self, bundle: Bundle, fence: Fence) -> None:
+        """Give ``bundle`` up when ``fence``, found over by the store, is still its current one."""
+        if bundle in self._leaving:
+            return
+        if self.fences.get(bundle) is not fence or bundle not in self.owned:
+            await self._close_bound_to(fence)  # an older ownership's: its topics reopen under the current
+            return
+        log.warning(
+            "broker %s: ownership epoch %d of bundle %s is over in the store; giving the bundle up",
+            self.broker_id,
+            fence.epoch,
+            bundle,
+        )
+        self._leaving.add(bundle)
+        try:
+            self._forget(bundle)
+            await self._close_topics(bundle)
+            await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
+        finally:
+            self._leaving.discard(bundle)
+        self._wake.set()
 
     async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
         from ..lookup import answer_from_data, own_answer
@@ -334,23 +422,28 @@ class ClusterService:
 
     async def unload_bundle(self, bundle: Bundle, destination: str | None = None) -> bool:
         """Give up an owned bundle (False: not owned here, nothing done)."""
-        if bundle not in self.owned:
+        if bundle not in self.owned or bundle in self._leaving:
             return False
-        self.owned.discard(bundle)  # from now on its topics refuse to load here
-        fence = self.fences.get(bundle)  # open topics keep committing under it until they close
-        hint = {"previousOwner": self.broker_id, "destinationBroker": destination}
+        self._leaving.add(bundle)  # no lookup takes it again until its key is gone
         try:
-            await self.service.run_blocking(
-                self.resources.unload_hints.put, bundle.namespace, bundle.range, hint
-            )
-        except MetadataStoreError:
-            log.warning("could not store the unload hint of %s", bundle, exc_info=True)
-        await self._close_topics(bundle)
-        if fence is not None:
-            fence.revoke()  # before the key goes: nothing of this ownership is acknowledged after
-        await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
-        if self.fences.get(bundle) is fence:
-            self.fences.pop(bundle, None)
+            self.owned.discard(bundle)  # from now on its topics refuse to load here
+            fence = self.fences.get(bundle)  # open topics keep committing under it until they close
+            hint = {"previousOwner": self.broker_id, "destinationBroker": destination}
+            try:
+                await self.service.run_blocking(
+                    self.resources.unload_hints.put, bundle.namespace, bundle.range, hint
+                )
+            except MetadataStoreError:
+                log.warning("could not store the unload hint of %s", bundle, exc_info=True)
+            await self._close_topics(bundle)
+            if fence is not None:
+                fence.revoke()  # before the key goes: nothing of this ownership is acknowledged after
+            await self.service.run_blocking(self.resources.ownership.release, bundle.namespace, bundle.range)
+            if self.fences.get(bundle) is fence:
+                self.fences.pop(bundle, None)
+                self._won_under.pop(bundle, None)
+        finally:
+            self._leaving.discard(bundle)
         self._wake.set()
         log.info("broker %s unloaded bundle %s", self.broker_id, bundle)
         return True
@@ -377,10 +470,15 @@ class ClusterService:
                 log.warning("loading %s after taking bundle %s failed: %s", name, bundle, exc)
 
     async def _close_topics(self, bundle: Bundle) -> None:
+        """Unload the bundle's loaded topics -- but not those opened under a newer ownership of
+        it (a lost session's clean-up that runs after the bundle was taken again)."""
         topics = self.service.topics
         boundaries = await self.boundaries(bundle.namespace)
+        current = self.fences.get(bundle) if bundle in self.owned else None
         for name, topic in list(topics.loaded.items()):
             tn = topic.topic_name
+            if current is not None and self.service.storage.fence_for(name) is current:
+                continue
             if (
                 tn.namespace_name == bundle.namespace
                 and bundle_of(tn.namespace_name, boundaries, name) == bundle
@@ -389,6 +487,17 @@ class ClusterService:
                     await topics.unload(name, close_ledger=True)
                 except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
                     log.exception("unloading %s failed", name)
+
+    async def _close_bound_to(self, fence: Fence) -> None:
+        """Unload the loaded topics whose ledgers commit under ``fence`` (an ownership that is
+        over): a consumer-only topic would otherwise fail its acknowledgements for ever."""
+        topics, storage = self.service.topics, self.service.storage
+        for name in list(topics.loaded):
+            if storage.fence_for(name) is fence:
+                try:
+                    await topics.unload(name, close_ledger=True)
+                except Exception:  # noqa: BLE001 - its close commits under the ended fence
+                    log.warning("unloading %s, opened under an ended ownership, failed", name, exc_info=True)
 
     def fence_for(self, topic: str) -> Fence:
         """The fence of ``topic``'s bundle while this broker owns it; a lost fence otherwise
@@ -419,3 +528,13 @@ async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
         f"Namespace bundle for topic ({tn}) not served by this instance: {cluster.broker_id}. "
         f"Please redo the lookup. Request is denied: namespace={tn.namespace_name}"
     )
+
+
+def check_opened_under_current_ownership(service: "BrokerService", tn: TopicName) -> None:
+    """``ServiceNotReady`` when ``tn``'s managed ledger was opened under an ownership of its
+    bundle that ended while the topic loaded (the bundle was given up and taken again
+    meanwhile): a topic kept so would commit under a revoked fence (no-op on one broker)."""
+    cluster = service.cluster
+    if cluster is None or service.storage.fence_for(str(tn)) is cluster.fence_for(str(tn)):
+        return
+    raise ServiceNotReady(f"the ownership of {tn}'s bundle changed while it loaded; look it up again")

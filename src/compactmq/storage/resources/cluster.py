@@ -167,12 +167,19 @@ class OwnershipResources(BaseResources):
 
     def fence(self, namespace: str, bundle_range: str) -> Fence | None:
         """The fence of this session's ownership of the bundle (None: not this session's).
-        Read after the owner key: while this session holds it, no one else bumps the epoch."""
+
+        The counter is read BEFORE the owner key: no other broker can bump the counter while a
+        key of this session is there, so the version read is this ownership's (or, if this
+        session created the key only after the read, an older one: a fence that fails and is
+        given up, never one that holds for someone else). Read the other way round, a session that expired between the reads (and a new session of
+        this broker reading on) could pair its own old key's check (version 0, which the next
+        owner's key also has) with the NEXT owner's counter: a fence that holds under another
+        broker's ownership."""
         path = self._path(namespace, bundle_range)
+        counter = self.store.get(self._epoch_path(namespace, bundle_range))
         got = self.store.get(path)
         if got is None or not got.stat.created_by_self:
             return None
-        counter = self.store.get(self._epoch_path(namespace, bundle_range))
         if counter is None:  # taken before epochs existed: start one under this ownership
             counter_version = self.store.put(self._epoch_path(namespace, bundle_range), b"{}").version
         else:

@@ -40,6 +40,10 @@ other per-topic state (the compaction state) passes its ops through ``fence.comm
 
 ``Fence.revoke()``  this broker gave the ownership up (unload, lost session): from now on the
                     fence fails at once, before any store access
+``Fence.when_over(callback)``  ``callback()`` (on the thread that found out) each time the
+                    STORE says the fence no longer holds -- the owner learns that its
+                    ownership ended even when no session event told it (``broker.cluster`` then
+                    gives the bundle up instead of failing every commit under it for ever)
 ``FenceLease(fence, store, term_s).check()``  ``verify`` at most once per ``term_s`` (below)
 
 ``Fenced`` is a ``MetadataStoreError`` answered as ``ServiceNotReady`` (retriable): a client
@@ -78,10 +82,12 @@ class Fenced(MetadataStoreError):
 
 
 class _Revoked:
-    """The one mutable part of a fence: set once, when this broker gives the ownership up."""
+    """The mutable part of a fence: set once, when this broker gives the ownership up; and who
+    to tell when the store shows the ownership is over."""
 
     def __init__(self) -> None:
         self.flag = False
+        self.on_over: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,16 @@ class Fence:
 
     def revoke(self) -> None:
         self._revoked.flag = True
+
+    def when_over(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` each time a store check finds this fence over (a revoked fence is
+        refused before any store check, so its owner, which gave it up, is not told again)."""
+        self._revoked.on_over = callback
+
+    def _over(self) -> None:
+        callback = self._revoked.on_over
+        if callback is not None:
+            callback()
 
     def commit(self, store: MetadataStore, ops: Sequence[Op]) -> list[Stat | None]:
         """Commit ``ops`` only if the fence holds (see the module docstring)."""
@@ -121,6 +137,7 @@ class Fence:
             store.commit(list(self.checks))
             return True
         except (BadVersion, KeyNotFound):
+            self._over()
             return False
 
     def verify(self, store: MetadataStore) -> None:
