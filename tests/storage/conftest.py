@@ -2,6 +2,8 @@ import pytest
 
 from compactmq.config import load_config
 from compactmq.storage import Storage
+from compactmq.storage.metadata_store import create_metadata_store
+from compactmq.storage.offload.blobstore import OffloadLocation
 
 
 class FakeClock:
@@ -35,6 +37,27 @@ def open_storage(tmp_path, clock):
     yield _open
     for st in opened:
         st.close()
+
+
+@pytest.fixture
+def object_location(seaweedfs, tmp_path):
+    """``object_location(bucket)`` -> an S3 location in the test's SeaweedFS, under a prefix of
+    this test's own (so tests sharing a bucket never see each other's keys)."""
+
+    def _location(bucket: str) -> OffloadLocation:
+        return OffloadLocation(
+            "s3", seaweedfs.create_bucket(bucket), "us-east-1", seaweedfs.endpoint, tmp_path.name
+        )
+
+    return _location
+
+
+@pytest.fixture
+def sqlite_meta(tmp_path):
+    """A real SQLite metadata store in the test's directory, closed at teardown."""
+    meta = create_metadata_store(f"sqlite:{tmp_path / 'meta.db'}", data_dir=tmp_path)
+    yield meta
+    meta.close()
 
 
 # one real ZooKeeper server for every storage test that names it (metadata store, resources)

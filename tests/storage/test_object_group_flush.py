@@ -17,10 +17,10 @@ import pytest
 
 from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_group_flush, object_ledger_writer, object_ledgers
-from compactmq.storage.metadata_store import Check, create_metadata_store
+from compactmq.storage.metadata_store import Check
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
-from compactmq.storage.offload.blobstore import OBJECT_COUNTERS, BlobStore, OffloadLocation
+from compactmq.storage.offload.blobstore import OBJECT_COUNTERS, BlobStore
 from compactmq.storage.resources.fence import Fence, Fenced
 
 from harness.wait import wait_until
@@ -30,13 +30,8 @@ TOPICS = [f"persistent://public/default/group-{i}" for i in range(8)]
 
 
 @pytest.fixture
-def place(seaweedfs, tmp_path):
-    loc = OffloadLocation(
-        "s3", seaweedfs.create_bucket(BUCKET), "us-east-1", seaweedfs.endpoint, tmp_path.name
-    )
-    meta = create_metadata_store(f"sqlite:{tmp_path / 'meta.db'}", data_dir=tmp_path)
-    yield seaweedfs, loc, meta
-    meta.close()
+def place(seaweedfs, object_location, sqlite_meta):
+    return seaweedfs, object_location(BUCKET), sqlite_meta
 
 
 def _storages(loc, meta, topics, interval_ms=300, fences=None, solo=True, max_bytes=4 * 1024 * 1024):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from compactmq.storage import ledger_file as lf
-from compactmq.storage.metadata_store import Delete, create_metadata_store
+from compactmq.storage.metadata_store import Delete
 from compactmq.storage.object_group_flush import (
     GROUPS_PREFIX,
     RANGES_ROOT,
@@ -25,7 +25,7 @@ from compactmq.storage.object_group_flush import (
 )
 from compactmq.storage.object_group_sweep import ORPHAN_GRACE_S, TOMBSTONE, sweep_orphan_groups
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
-from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
+from compactmq.storage.offload.blobstore import BlobStore
 from compactmq.storage.resources.fence import NO_FENCE
 
 BUCKET = "group-sweep"
@@ -40,13 +40,9 @@ def later() -> float:
 
 
 @pytest.fixture
-def place(seaweedfs, tmp_path):
-    loc = OffloadLocation(
-        "s3", seaweedfs.create_bucket(BUCKET), "us-east-1", seaweedfs.endpoint, tmp_path.name
-    )
-    meta = create_metadata_store(f"sqlite:{tmp_path / 'meta.db'}", data_dir=tmp_path)
-    yield seaweedfs, loc, meta, BlobStore(loc)
-    meta.close()
+def place(seaweedfs, object_location, sqlite_meta):
+    loc = object_location(BUCKET)
+    return seaweedfs, loc, sqlite_meta, BlobStore(loc)
 
 
 def _groups(server, loc) -> list[str]:

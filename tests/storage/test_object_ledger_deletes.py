@@ -18,23 +18,17 @@ import pytest
 
 from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_ledger_writer
-from compactmq.storage.metadata_store import create_metadata_store
 from compactmq.storage.object_group_flush import GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
-from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
+from compactmq.storage.offload.blobstore import BlobStore
 
 BUCKET = "object-deletes"
 TOPIC = "persistent://public/default/deletes"
 
 
 @pytest.fixture
-def place(seaweedfs, tmp_path):
-    loc = OffloadLocation(
-        "s3", seaweedfs.create_bucket(BUCKET), "us-east-1", seaweedfs.endpoint, tmp_path.name
-    )
-    meta = create_metadata_store(f"sqlite:{tmp_path / 'meta.db'}", data_dir=tmp_path)
-    yield seaweedfs, loc, meta
-    meta.close()
+def place(seaweedfs, object_location, sqlite_meta):
+    return seaweedfs, object_location(BUCKET), sqlite_meta
 
 
 def _storage(loc, meta, epoch: int, solo: bool = True) -> ObjectLedgerStorage:

@@ -20,7 +20,7 @@ from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_ledgers
 from compactmq.storage.managed_ledger import ManagedLedger
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage, ledgers_prefix
-from compactmq.storage.offload.blobstore import BlobStore, OffloadLocation
+from compactmq.storage.offload.blobstore import BlobStore
 from compactmq.storage.position import Position
 from harness.wait import wait_until
 
@@ -31,12 +31,9 @@ BUCKET = "object-ledgers"
 
 
 @pytest.fixture
-def place(seaweedfs, tmp_path):
+def place(seaweedfs, object_location):
     """(server, location) under a prefix of this test's own."""
-    loc = OffloadLocation(
-        "s3", seaweedfs.create_bucket(BUCKET), "us-east-1", seaweedfs.endpoint, tmp_path.name
-    )
-    return seaweedfs, loc
+    return seaweedfs, object_location(BUCKET)
 
 
 def _open(loc, **settings) -> ObjectLedgerStorage:
