@@ -37,7 +37,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
-from compactmq.storage.engine import topic_relpath  # noqa: E402
+from compactmq.storage.topic_paths import topic_relpath  # noqa: E402
 from harness.broker import drain_acked  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)

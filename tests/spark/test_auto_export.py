@@ -45,7 +45,7 @@ def broker(tmp_path_factory, export_root):
 
 
 def location(root, topic: str) -> str:
-    from compactmq.storage.engine import topic_relpath
+    from compactmq.storage.topic_paths import topic_relpath
 
     return os.path.join(os.path.realpath(root), topic_relpath(topic))
 

@@ -17,7 +17,7 @@ from compactmq.config import load_config
 from compactmq.errors import StorageError
 from compactmq.storage import ManagedLedger
 from compactmq.storage.dir_owner import OWNER_FILE, read_owner
-from compactmq.storage.engine import topic_relpath
+from compactmq.storage.topic_paths import topic_relpath
 
 NS = "persistent://public/default/"
 

@@ -92,7 +92,7 @@ def topic_dir(data_dir, topic: str) -> str:
     """Directory of a topic's compacted ledgers (the storage layout:
     ``{data_dir}/compacted/<domain>/<tenant>/<namespace>/<topic>``)."""
     from ..naming import canonical
-    from ..storage.engine import topic_relpath
+    from ..storage.topic_paths import topic_relpath
 
     return os.path.join(str(data_dir), COMPACTED_DIR, topic_relpath(canonical(topic)))
 

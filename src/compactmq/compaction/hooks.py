@@ -17,7 +17,7 @@ is ours) asks for that table::
 
 Where the table goes is not the user's choice (docs/security.md): it is
 ``<root>/<domain>/<tenant>/<namespace>/<topic>``, each part encoded as the data directory encodes
-it (``storage.engine.topic_relpath``), under the operator's ``compactedExportRoot`` (a local
+it (``storage.topic_paths.topic_relpath``), under the operator's ``compactedExportRoot`` (a local
 directory, resolved with ``realpath``; unset: the policy is refused) or under one of the
 ``compactedExportObjectStoreRoots`` the policy names (Delta only: a Delta commit never deletes
 files). ``export_location`` derives it, for the admin API when a policy is set and again for the
@@ -143,7 +143,7 @@ def export_location(config: Any, topic: str, policy: Mapping[str, Any]) -> str:
     """Where ``topic``'s table is written: ``<root>/<encoded domain/tenant/namespace/topic>``,
     checked with ``realpath`` to stay under the root (a symlink planted in the tree cannot lead
     it out); ``InvalidConfiguration`` when no root applies or the location leaves it."""
-    from ..storage.engine import topic_relpath
+    from ..storage.topic_paths import topic_relpath
 
     root, is_object_store = _root(config, policy)
     return _under(root, topic_relpath(topic), is_object_store)
@@ -151,7 +151,7 @@ def export_location(config: Any, topic: str, policy: Mapping[str, Any]) -> str:
 
 def export_namespace_location(config: Any, namespace: str, policy: Mapping[str, Any]) -> str:
     """The directory a namespace policy's tables go under (each topic's table inside it)."""
-    from ..storage.engine import topic_relpath
+    from ..storage.topic_paths import topic_relpath
 
     root, is_object_store = _root(config, policy)
     rel = os.path.dirname(topic_relpath(f"persistent://{namespace}/x"))

@@ -26,7 +26,7 @@ import uuid
 from typing import Optional
 
 from ..errors import CompactMQError
-from ..storage.engine import topic_relpath
+from ..storage.topic_paths import topic_relpath
 from ..storage.offload import open_store
 from .topic_lock import TopicLock
 from .compacted_ledger import HEADER, compacted_ledger_path, topic_dir

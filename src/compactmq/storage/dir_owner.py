@@ -1,6 +1,6 @@
 """Which topic owns a ledger directory.
 
-A topic's ledger files live in a directory derived from its name (``engine.topic_relpath``).
+A topic's ledger files live in a directory derived from its name (``topic_paths.topic_relpath``).
 Opening a topic deletes the files there that its metadata does not know (orphans of a crash),
 and deleting a topic removes the directory. Both are only right when the directory belongs to
 that topic: were two names ever to map to one directory, opening the second would delete the

@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-import hashlib
 import os
-import re
 import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
-from urllib.parse import quote
 
 from ..config import Config, float_setting, int_setting, load_config
 from ..errors import AlreadyExists, CompactMQError, Conflict, NotFound, StorageError, TopicNotFound
@@ -40,6 +37,7 @@ from .resources.legacy_moves import import_moved
 from .resources.fence import NO_FENCE, Fence, Fenced, FenceLease
 from .resources.topic_metadata import TopicMetadata
 from .seal import SealRequestWatcher, open_ledger_left
+from .topic_paths import topic_relpath
 
 log = logging.getLogger(__name__)
 
@@ -53,39 +51,6 @@ CLOSE_THREADS = 8
 #: with the data directory, a topic's part deleted with the topic. Storage knows nothing of what
 #: they hold; a layer registers its area when it is imported (the compaction layer's views).
 TOPIC_AREAS: set[str] = set()
-
-
-# A name part whose encoding passes this many characters is shortened to its first
-# ``_KEPT_CHARS`` characters, the marker ``~`` and the first 16 hex digits of its SHA-1.
-_MAX_COMPONENT = 200
-_KEPT_CHARS = 150
-_SHORTENED = re.compile(r"^.{%d}~[0-9a-f]{16}$" % _KEPT_CHARS, re.DOTALL)
-
-
-def _path_component(text: str) -> str:
-    """A name part as one safe directory name: percent-encoded (dots too, so '.' and '..'
-    cannot escape), and shortened with a hash when it would pass filesystem limits.
-
-    The mapping is injective. ``quote`` never writes ``%7E`` (``~`` is one of its safe
-    characters) and writes ``%`` only as the start of an escape, so its output names one text.
-    A shortened name has one shape (``_SHORTENED``); a short name that happens to have that
-    shape gets its ``~`` written ``%7E`` instead, which no other name's encoding contains and
-    which no longer has the shape. Every other name maps where it always did, so existing
-    data directories keep opening."""
-    enc = quote(text, safe="-_=:").replace(".", "%2E")
-    if len(enc) > _MAX_COMPONENT:
-        return enc[:_KEPT_CHARS] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
-    if _SHORTENED.match(enc):
-        enc = enc.replace("~", "%7E")
-        if len(enc) > _MAX_COMPONENT:  # many '~': shorten it too (its hash differs from others')
-            return enc[:_KEPT_CHARS] + "~" + hashlib.sha1(text.encode()).hexdigest()[:16]
-    return enc
-
-
-def topic_relpath(topic: str) -> str:
-    """``persistent://t/ns/x`` -> ``persistent/t/ns/x`` (each part encoded)."""
-    tn = TopicName.parse(topic)
-    return os.path.join(*(_path_component(p) for p in (tn.domain, tn.tenant, tn.namespace, tn.local_name)))
 
 
 class Storage:

@@ -46,7 +46,7 @@ Object keys (under the store's prefix), from the encoded topic name and integers
         m-<size:016d>-e<epoch:010d>               the merged ledger: bytes [0, size)
         index                                     the ledger's index (replaced whole)
 
-(each name part percent-encoded as for the local directories: ``engine.topic_relpath``). A
+(each name part percent-encoded as for the local directories: ``topic_paths.topic_relpath``). A
 flush object's key names its range, so one writer never writes a key twice (offsets only grow)
 and an object whose size disagrees with its key (an upload cut short and completed anyway) is
 ignored and later removed. The ``epoch`` is the owner's epoch (0 until cluster mode passes the
@@ -82,6 +82,7 @@ from .object_ledger_upkeep import ObjectLedgerUpkeep
 from .object_ledger_writer import ObjectLedgerWriter
 from .offload.blobstore import BlobStore
 from .resources.fence import NO_FENCE, Fence
+from .topic_paths import topic_relpath
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import Config
@@ -108,8 +109,6 @@ class ObjectLedgerSettings:
 
 def ledgers_prefix(topic: str) -> str:
     """The key prefix of a topic's ledgers: its encoded name, never the name as given."""
-    from .engine import topic_relpath  # engine imports the managed ledger, which imports us
-
     return "ledgers/" + topic_relpath(topic).replace("\\", "/")
 
 

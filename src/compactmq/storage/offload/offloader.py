@@ -52,6 +52,7 @@ from ...config import policy_keys
 from ...errors import CompactMQError, Conflict, InvalidConfiguration, StorageError
 from .. import ledger_file as lf
 from ..position import LedgerInfo, Position
+from ..topic_paths import topic_relpath
 from . import blocks as bk
 from .blobstore import OffloadLocation, check_location_allowed, location_from_settings, open_store
 from ..metadata_store import BadVersion
@@ -102,8 +103,6 @@ def is_offload_key(key: str) -> bool:
 
 
 def _relpath(topic: str) -> str:
-    from ..engine import topic_relpath
-
     return topic_relpath(topic).replace(os.sep, "/")
 
 
