@@ -35,7 +35,8 @@ from .cluster import check_opened_under_current_ownership, check_topic_owned
 from .dedup import entry_sequence
 from .namespaces import check_namespace
 from .nonpersistent import NonPersistentTopics
-from .topics import EPOCH_PROPERTY, Topic
+from .topic_producers import EPOCH_PROPERTY
+from .topics import Topic
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService

@@ -33,9 +33,10 @@ from ..storage.position import Position
 from .dedup import Deduplication
 from .entry_cache import slowest_active_read
 from .entry_source import EntrySource, LedgerEntrySource, TailCache
-from .limits import check_consumers, check_producers
-from .producers import EXCLUSIVE_WITH_FENCING, Producer, ProducerFenced, check_access, check_epoch
+from .limits import check_consumers
+from .producers import Producer
 from .subscriptions import Consumer, CursorView, Subscription
+from .topic_producers import TopicProducers
 
 if TYPE_CHECKING:  # pragma: no cover
     from .server import BrokerService
@@ -51,7 +52,7 @@ _new_tuple = tuple.__new__
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
-class Topic:
+class Topic(TopicProducers):
     # publish callbacks with a position run in ``_release``, which writes out what they queued
     # (``ServerState.flush_writes``) before it returns: receipts use ``write_released``
     flushes_after_receipts = True
@@ -357,86 +358,6 @@ class Topic:
             self._idle_waiters.append(fut)
             await fut
 
-    # --- producers ---------------------------------------------------------------------------
-
-    def add_producer(self, producer: Producer) -> None:
-        """Attach a producer; ProducerBusy / ProducerFenced when its access mode forbids it now,
-        MustWait for a WaitForExclusive producer that joins the queue (see
-        ``wait_for_exclusive``). An exclusive producer is given the next topic epoch
-        (``producer.topic_epoch``; the caller persists it with ``save_epoch``)."""
-        if self.closed:
-            raise StorageError(f"topic {self.name} is closing")
-        check_producers(self.service.config, self.name, len(self.producers))
-        fenced = check_access(
-            list(self.producers.values()), producer.access_mode, producer.name, bool(self._exclusive_waiters)
-        )
-        if producer.exclusive:
-            check_epoch(producer, self.epoch)
-        if producer.access_mode == EXCLUSIVE_WITH_FENCING:
-            waiters, self._exclusive_waiters = self._exclusive_waiters, []
-            for waiting, fut in waiters:
-                if not fut.done():
-                    fut.set_exception(ProducerFenced("Fenced out"))
-        for old in fenced:
-            old.connection.close_producer_by_broker(old)
-        self._take_epoch(producer)
-        self.producers[producer.serial] = producer
-        self.last_active = time.monotonic()
-
-    def _take_epoch(self, producer: Producer) -> None:
-        if producer.exclusive:
-            # the epoch the client brings back when it reconnects, else the next one
-            given = producer.topic_epoch
-            self.epoch = given if given is not None and given >= self.epoch else self.epoch + 1
-            producer.topic_epoch = self.epoch
-
-    async def save_epoch(self) -> None:
-        """Persist the topic epoch (in the topic's properties) before the producer hears of it."""
-        await self.run_blocking(_save_epoch, self.service.storage.topic_metadata, self.name, self.epoch)
-
-    @property
-    def waiting_producers(self) -> int:
-        """WaitForExclusive producers queued for the topic (``waitingPublishers`` in stats)."""
-        return sum(1 for _, fut in list(self._exclusive_waiters) if not fut.done())
-
-    async def wait_for_exclusive(self, producer: Producer) -> None:
-        """Queue a WaitForExclusive producer; returns once it is attached as the only one."""
-        fut = asyncio.get_running_loop().create_future()
-        self._exclusive_waiters.append((producer, fut))
-        try:
-            await fut
-        except BaseException:
-            self._exclusive_waiters = [(p, f) for p, f in self._exclusive_waiters if f is not fut]
-            raise
-
-    def _grant_exclusive(self) -> None:
-        while self._exclusive_waiters and not any(not p.closed for p in self.producers.values()):
-            producer, fut = self._exclusive_waiters.pop(0)
-            if fut.done() or producer.closed or producer.connection.closed:
-                continue
-            try:
-                check_epoch(producer, self.epoch)
-            except ProducerFenced as exc:
-                fut.set_exception(exc)
-                continue
-            self._take_epoch(producer)
-            self.producers[producer.serial] = producer
-            fut.set_result(None)
-
-    def remove_producer(self, producer: Producer) -> None:
-        producer.closed = True
-        self.last_active = time.monotonic()
-        if self.producers.pop(producer.serial, None) is not None:
-            # what a closed producer published still counts in the topic's totals (stats, /metrics)
-            self.closed_producers_in[0] += producer.messages_in
-            self.closed_producers_in[1] += producer.bytes_in
-        if self._exclusive_waiters:
-            for waiting, fut in self._exclusive_waiters:
-                if waiting is producer and not fut.done():
-                    fut.cancel()  # it gave up waiting (closed, or its connection went)
-            self._exclusive_waiters = [(p, f) for p, f in self._exclusive_waiters if not f.done()]
-            self._grant_exclusive()
-
     # --- subscriptions -----------------------------------------------------------------------
 
     def entry_source_for(self, read_compacted: bool) -> EntrySource:
@@ -586,17 +507,3 @@ def _open_cursor(ledger: Any, name: str, durable: bool, initial_position: Any):
     # runs in the thread pool: the cursor and the first snapshot of it
     cursor = ledger.open_cursor(name, durable, initial_position)
     return cursor, CursorView.of(cursor, with_batch_acks=True)
-
-
-EPOCH_PROPERTY = "topicEpoch"
-
-
-def _save_epoch(metadata: Any, topic: str, epoch: int) -> None:
-    """Raise the stored epoch to ``epoch`` (never lower it): one compare-and-set on the topic."""
-
-    def raise_epoch(props: dict[str, Any]) -> dict[str, Any]:
-        if int(props.get(EPOCH_PROPERTY, -1)) < epoch:
-            props[EPOCH_PROPERTY] = epoch
-        return props
-
-    metadata.update_topic_properties(topic, raise_epoch)
