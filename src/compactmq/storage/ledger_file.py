@@ -455,6 +455,35 @@ def encode_index(ledger_id: int, offsets, publish_times, data_end: int) -> bytea
     return out
 
 
+def write_index_to(fd: int, ledger_id: int, offsets, publish_times, data_end: int) -> None:
+    """Write a ledger's index into the empty file ``fd`` piece by piece: the same bytes as
+    ``encode_index``, but no piece larger than ``_ENCODE_STEP`` values is ever in memory, so a
+    seal adds nothing of the ledger's size to the process (the body's checksum is carried from
+    piece to piece, and the header that holds it is written last, at the start)."""
+    n = len(offsets)
+    if len(publish_times) != n:
+        raise ValueError("offsets and publish_times differ in length")
+    body_crc = 0
+    pos = INDEX_HEADER_SIZE
+    for column, dtype in ((offsets, ">u8"), (publish_times, ">i8")):
+        for lo in range(0, n, _ENCODE_STEP):
+            piece = np.asarray(column[lo : min(n, lo + _ENCODE_STEP)], dtype=np.int64).astype(dtype).tobytes()
+            body_crc = crc32c(piece, body_crc)
+            _pwrite_whole(fd, piece, pos)
+            pos += len(piece)
+    head = _INDEX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, 0, ledger_id, n, data_end, body_crc)
+    _pwrite_whole(fd, head + struct.pack(">I", crc32c(head)), 0)
+
+
+def _pwrite_whole(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        if done <= 0:
+            raise OSError("short write")
+        view, offset = view[done:], offset + done
+
+
 def decode_index_header(buf: bytes | memoryview) -> tuple[int, int, int, int]:
     """(ledger_id, entry_count, data_end, body_crc) of an index's header (its first
     ``INDEX_HEADER_SIZE`` bytes); ``StorageError`` when they are not an intact header."""

@@ -42,7 +42,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import StorageError
 from . import dir_owner
@@ -129,6 +129,11 @@ class LedgerStorage(ABC):
     def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         """Store a ledger's index, replacing any: a crash leaves the old one or the new one."""
 
+    def write_index_columns(self, ledger_id: int, offsets, publish_times, data_end: int) -> None:
+        """Store a ledger's index, durably, from its columns (``ledger_file.encode_index``'s
+        arguments); a store that can writes it piece by piece instead of encoding it whole."""
+        self.write_index(ledger_id, lf.encode_index(ledger_id, offsets, publish_times, data_end))
+
     @abstractmethod
     def read_index(self, ledger_id: int) -> bytes | None:
         """A ledger's index bytes; None when there is none or it cannot be read."""
@@ -200,10 +205,15 @@ def _finish_write(fd: int, data: bytes | bytearray, offset: int, done: int) -> N
 
 def write_file_atomically(path: str, data: bytes | bytearray, sync: bool = True) -> None:
     """Write ``path`` so that a crash leaves the old file or the new one (tmp, fsync, rename)."""
+    fill_file_atomically(path, lambda fd: _pwrite_all(fd, data, 0), sync)
+
+
+def fill_file_atomically(path: str, fill: Callable[[int], None], sync: bool = True) -> None:
+    """``write_file_atomically`` for bytes written by ``fill(fd)`` into the new, empty file."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        _pwrite_all(fd, data, 0)
+        fill(fd)
         if sync:
             os.fsync(fd)
     finally:
@@ -368,6 +378,12 @@ class LocalLedgerStorage(LedgerStorage):
 
     def write_index(self, ledger_id: int, data: bytes | bytearray, durable: bool = True) -> None:
         write_file_atomically(lf.index_path_for(self.path(ledger_id)), data, sync=durable)
+
+    def write_index_columns(self, ledger_id: int, offsets, publish_times, data_end: int) -> None:
+        fill_file_atomically(
+            lf.index_path_for(self.path(ledger_id)),
+            lambda fd: lf.write_index_to(fd, ledger_id, offsets, publish_times, data_end),
+        )
 
     def read_index(self, ledger_id: int) -> bytes | None:
         try:

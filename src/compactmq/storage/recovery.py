@@ -104,9 +104,7 @@ def _recover_open_ledger(
         int(scan.publish_times[-1]),
     )
     led.offsets, led.publish_times, led.data_end = scan.offsets, scan.publish_times, scan.valid_end
-    storage.write_index(
-        led.ledger_id, lf.encode_index(led.ledger_id, led.offsets, led.publish_times, led.data_end)
-    )
+    storage.write_index_columns(led.ledger_id, led.offsets, led.publish_times, led.data_end)
     if storage.ranged_index_reads:  # readers read the index just written piece by piece
         led.offsets = led.publish_times = None
     return led
