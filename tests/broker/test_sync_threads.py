@@ -70,3 +70,29 @@ def test_shutdown_lets_handed_over_jobs_finish_and_refuses_new_ones():
     assert done == [1]
     with pytest.raises(RuntimeError):
         pool.submit(lambda _: None, None)
+
+
+def test_a_finished_job_keeps_nothing_alive():
+    """A topic hands its bound ``_sync_in_pool`` over; an idle thread must not hold the last
+    one (an unloaded topic would stay in memory until the thread's next job)."""
+    import gc
+    import weakref
+
+    class Owner:
+        def job(self, done: threading.Event) -> None:
+            done.set()
+
+    pool = SyncThreads(1)
+    owner = Owner()
+    alive = weakref.ref(owner)
+    done = threading.Event()
+    pool.submit(owner.job, done)
+    assert done.wait(5)
+    del owner
+    for _ in range(100):  # the thread drops its references just after the job returns
+        gc.collect()
+        if alive() is None:
+            break
+        threading.Event().wait(0.01)
+    assert alive() is None
+    pool.shutdown(5)

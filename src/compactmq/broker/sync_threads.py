@@ -67,6 +67,9 @@ class SyncThreads:
                 fn(arg)
             except BaseException:  # noqa: BLE001 - the thread serves the next job
                 log.exception("sync job %r failed", fn)
+            # nothing of a finished job stays referenced while the thread waits for the next:
+            # its function is a topic's bound method, which would keep an unloaded topic alive
+            job = fn = arg = None
             self._finished_seen = next(finished)
 
     def shutdown(self, timeout: float | None = None) -> None:
