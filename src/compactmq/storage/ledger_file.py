@@ -455,11 +455,11 @@ def encode_index(ledger_id: int, offsets, publish_times, data_end: int) -> bytea
     return out
 
 
-def write_index_to(fd: int, ledger_id: int, offsets, publish_times, data_end: int) -> None:
-    """Write a ledger's index into the empty file ``fd`` piece by piece: the same bytes as
-    ``encode_index``, but no piece larger than ``_ENCODE_STEP`` values is ever in memory, so a
-    seal adds nothing of the ledger's size to the process (the body's checksum is carried from
-    piece to piece, and the header that holds it is written last, at the start)."""
+def index_pieces(ledger_id: int, offsets, publish_times, data_end: int):
+    """A ledger's index as ``(file offset, bytes)`` pieces to write into an empty file: the
+    same bytes as ``encode_index``, but no piece larger than ``_ENCODE_STEP`` values is ever in
+    memory, so a seal adds nothing of the ledger's size to the process (the body's checksum is
+    carried from piece to piece, and the header that holds it comes last, for offset 0)."""
     n = len(offsets)
     if len(publish_times) != n:
         raise ValueError("offsets and publish_times differ in length")
@@ -469,19 +469,10 @@ def write_index_to(fd: int, ledger_id: int, offsets, publish_times, data_end: in
         for lo in range(0, n, _ENCODE_STEP):
             piece = np.asarray(column[lo : min(n, lo + _ENCODE_STEP)], dtype=np.int64).astype(dtype).tobytes()
             body_crc = crc32c(piece, body_crc)
-            _pwrite_whole(fd, piece, pos)
+            yield pos, piece
             pos += len(piece)
     head = _INDEX_HEADER.pack(INDEX_MAGIC, FORMAT_VERSION, 0, ledger_id, n, data_end, body_crc)
-    _pwrite_whole(fd, head + struct.pack(">I", crc32c(head)), 0)
-
-
-def _pwrite_whole(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.pwrite(fd, view, offset)
-        if done <= 0:
-            raise OSError("short write")
-        view, offset = view[done:], offset + done
+    yield 0, head + struct.pack(">I", crc32c(head))
 
 
 def decode_index_header(buf: bytes | memoryview) -> tuple[int, int, int, int]:

@@ -380,10 +380,11 @@ class LocalLedgerStorage(LedgerStorage):
         write_file_atomically(lf.index_path_for(self.path(ledger_id)), data, sync=durable)
 
     def write_index_columns(self, ledger_id: int, offsets, publish_times, data_end: int) -> None:
-        fill_file_atomically(
-            lf.index_path_for(self.path(ledger_id)),
-            lambda fd: lf.write_index_to(fd, ledger_id, offsets, publish_times, data_end),
-        )
+        def fill(fd: int) -> None:
+            for offset, piece in lf.index_pieces(ledger_id, offsets, publish_times, data_end):
+                _pwrite_all(fd, piece, offset)
+
+        fill_file_atomically(lf.index_path_for(self.path(ledger_id)), fill)
 
     def read_index(self, ledger_id: int) -> bytes | None:
         try:
