@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from compactmq.broker import connection
 from compactmq.broker.connection import ServerConnection
 from compactmq.protocol import frames, wire
 from compactmq.protocol import entry_format
@@ -57,6 +58,7 @@ class RecordingTransport:
 @pytest.fixture(params=IMPLS, ids=lambda i: i.name)
 def impl(request, monkeypatch):
     monkeypatch.setattr(frames, "_split_sends", request.param.split_sends)
+    monkeypatch.setattr(connection, "_split_sends", request.param.split_sends)
     monkeypatch.setattr(wire, "send_receipt_frames", request.param.send_receipt_frames)
     return request.param
 
@@ -216,6 +218,110 @@ def test_drain_returns_when_the_loop_answered_before_the_sync_ended(tmp_path):
         assert not drained.done() and topic.publishing  # the sync has not ended
         leave.set()
         await asyncio.wait_for(drained, 20)
+        await service.topics.close_all()
+
+    run(service, storage, scenario)
+
+
+def test_a_read_of_sends_only_takes_the_direct_path_and_what_follows_a_run_is_read_after(
+    tmp_path, impl, monkeypatch
+):
+    """A read that is nothing but a run (the common read at one SEND a read) goes straight to
+    ``on_send_run``, without the decoder's frame list or the dispatch; a read where the run is
+    followed by other commands or a partial frame has the rest decoded after the run, in order."""
+    service, storage = make_service(tmp_path)
+    name = "persistent://public/default/runs-direct"
+    fed: list[frames.FrameDecoder] = []  # the decoders whose feed ran
+    real_feed = frames.FrameDecoder.feed
+    monkeypatch.setattr(
+        frames.FrameDecoder, "feed", lambda self, data: fed.append(self) or real_feed(self, data)
+    )
+    ping = frames.encode_command(pb.BaseCommand(type=T.PING, ping=pb.CommandPing()))
+
+    async def scenario() -> None:
+        conn, transport = await connect(service, name)
+        fed.clear()
+        for seq in range(3):  # one SEND a read, each answered before the next
+            conn.data_received(send(1, seq, b"a%d" % seq))
+            await until(lambda: len(answers(transport)) == seq + 1, f"answer {seq}")
+        assert conn.decoder not in fed  # never through the connection's decoder
+        third = send(1, 5, b"c")
+        # a run, a PING, a run, then half a SEND whose rest comes with the next read
+        conn.data_received(send(1, 3, b"b") + ping + send(1, 4, b"b") + third[:9])
+        conn.data_received(third[9:])
+        await until(lambda: len(answers(transport)) == 7, "7 answers")
+        out = answers(transport)
+        kinds = [(c.type, c.send_receipt.sequence_id if c.type == T.SEND_RECEIPT else None) for c in out]
+        assert kinds[3] == (T.PONG, None) or kinds[4] == (T.PONG, None)  # the PING answered at once
+        receipts = [c.send_receipt for c in out if c.type == T.SEND_RECEIPT]
+        assert [r.sequence_id for r in receipts] == [0, 1, 2, 3, 4, 5]
+        assert [r.message_id.entryId for r in receipts] == list(range(6))
+        topic = await service.topics.get_topic(name)
+        assert topic.last_sequence_ids == {"runner": 5}
+        stored = [
+            await service.run_blocking(topic.ledger.read_entry, (r.message_id.ledgerId, r.message_id.entryId))
+            for r in receipts
+        ]
+        assert [entry_format.parse_entry(e)[1] for e in stored] == [b"a0", b"a1", b"a2", b"b", b"b", b"c"]
+        assert conn.reads.pending == 0
+        await service.topics.close_all()
+
+    run(service, storage, scenario)
+
+
+def test_a_direct_read_whose_publish_fails_answers_each_send(tmp_path, impl, monkeypatch):
+    """The direct path keeps the error boundary of the dispatch: what ``on_send_run`` raises
+    is a SEND_ERROR for every SEND of the read, and the connection stays."""
+    from compactmq.errors import NotAllowed
+
+    service, storage = make_service(tmp_path)
+    name = "persistent://public/default/runs-direct-error"
+
+    async def scenario() -> None:
+        conn, transport = await connect(service, name)
+        topic = await service.topics.get_topic(name)
+
+        def refuse(entries, times, callback):
+            raise NotAllowed("refused for the test")
+
+        monkeypatch.setattr(topic, "publish_run", refuse)
+        conn.data_received(b"".join(send(1, seq, b"x") for seq in range(3)))
+        await until(lambda: len(answers(transport)) == 3, "3 answers")
+        out = answers(transport)
+        assert [(c.type, c.send_error.sequence_id, c.send_error.error) for c in out] == [
+            (T.SEND_ERROR, seq, pb.NotAllowedError) for seq in range(3)
+        ]
+        assert not transport.closed
+        monkeypatch.undo()
+        transport.out.clear()
+        conn.data_received(send(1, 3, b"y"))
+        await until(lambda: len(answers(transport)) == 1, "the next SEND answered")
+        assert answers(transport)[0].type == T.SEND_RECEIPT
+        await service.topics.close_all()
+
+    run(service, storage, scenario)
+
+
+def test_sends_before_connect_are_refused_and_a_read_of_sends_is_a_sign_of_life(tmp_path, impl):
+    """The direct path holds only once CONNECT succeeded (else the state table refuses the
+    SEND and the connection closes); on it, a read of SENDs answers a liveness check."""
+    service, storage = make_service(tmp_path)
+    name = "persistent://public/default/runs-direct-state"
+
+    async def scenario() -> None:
+        early = ServerConnection(service)
+        early_transport = RecordingTransport()
+        early.connection_made(early_transport)
+        early.data_received(send(1, 0, b"x"))
+        assert early_transport.closed
+        assert [c.type for c in answers(early_transport)] == [T.ERROR]
+
+        conn, transport = await connect(service, name)
+        alive = asyncio.ensure_future(conn.is_alive(20))
+        await asyncio.sleep(0)
+        conn.last_seen = 0.0
+        conn.data_received(send(1, 0, b"x"))
+        assert await alive and conn.last_seen > 0
         await service.topics.close_all()
 
     run(service, storage, scenario)

@@ -139,6 +139,35 @@ def test_the_decoder_answers_a_mixed_stream_in_order(impl):
     assert kinds == ["SendRun", "SendFrame", "SendRun", "Frame", "SendRun"]
 
 
+def test_feed_after_run_gives_what_feed_gives(impl):
+    """The broker's connection reads the run a read starts with itself and hands it to
+    ``feed_after_run``: the frames, the partial frame kept and the errors are ``feed``'s."""
+    flow = F.encode_command(
+        pb.BaseCommand(type=pb.BaseCommand.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=5))
+    )
+    too_big = struct.pack(">I", MAX + 1) + b"\x00" * 8
+    run = send_frame(1, 0) + send_frame(1, 1)
+    for rest in (flow, send_frame(2, 2), flow + send_frame(1, 3)[:7], send_frame(1, 3)[:30]):
+        data = run + rest
+        expected, d = F.FrameDecoder(send_runs=True), F.FrameDecoder(send_runs=True)
+        want = expected.feed(data)
+        got = d.feed_after_run(data, impl.split_sends(data, 0, len(data), MAX))
+        assert [(type(x), x.type, x.entry if not isinstance(x, F.SendRun) else x.entries) for x in got] == [
+            (type(x), x.type, x.entry if not isinstance(x, F.SendRun) else x.entries) for x in want
+        ]
+        assert d.buffered == expected.buffered
+        tail = send_frame(1, 3)
+        assert [f.type for f in d.feed(tail[d.buffered - len(tail) :] if d.buffered else tail)][-1:] == [
+            pb.BaseCommand.SEND
+        ]
+    d = F.FrameDecoder(send_runs=True)
+    with pytest.raises(F.ProtocolError, match="exceeds the limit"):
+        d.feed_after_run(run + too_big, impl.split_sends(run + too_big, 0, len(run + too_big), MAX))
+    assert not d.idle
+    with pytest.raises(F.ProtocolError, match="exceeds the limit"):
+        d.feed(run)  # failed for good, as feed leaves it
+
+
 def test_framing_errors_are_raised_as_before(impl):
     too_big = struct.pack(">I", MAX + 1) + b"\x00" * 8
     for data in (send_frame(1, 0) + too_big, too_big):

@@ -50,6 +50,7 @@ _T = pb.BaseCommand
 # Client commands the state table allows in every CONNECTED state (it is checked otherwise).
 _CONNECTED_FAST_PATH = frozenset({_T.SEND, _T.FLOW, _T.ACK, _T.PING, _T.PONG})
 _CONNECTED = State.CONNECTED
+_split_sends = wire.split_sends
 
 
 class ServerConnection(asyncio.Protocol):
@@ -110,8 +111,39 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        decoder = self.decoder
+        if (
+            self._handshake_handle is None  # connected, or closing: the state says which
+            and self.state.state is _CONNECTED
+            and self._held is None
+            and data.__class__ is bytes
+            and decoder.idle
+        ):
+            # The common read of a producer: nothing but plain SENDs of one producer. They are
+            # read in one C call and handed to the publish path, without frame objects or the
+            # dispatch (handle, _handle_frames); what follows a run is decoded as usual.
+            run = _split_sends(data, 0, len(data), decoder.max_frame_size)
+            if run is not None:
+                if run[0] == len(data):
+                    self.last_seen = self._loop.time()  # a sign of life (_heard, inlined)
+                    if self._liveness:
+                        self._heard()
+                    handler = self.handler
+                    try:
+                        handler.on_send_run(data, 0, run)
+                    except Exception as exc:  # noqa: BLE001 - error boundary of these commands
+                        handler.answer_run_error(data, 0, run, exc)
+                    return
+                try:
+                    frames_in = decoder.feed_after_run(data, run)
+                except ProtocolError as err:
+                    self._protocol_failure(err)
+                    return
+                self._heard()
+                self._handle_frames(frames_in)
+                return
         try:
-            frames_in = self.decoder.feed(data)
+            frames_in = decoder.feed(data)
         except ProtocolError as err:
             self._protocol_failure(err)
             return
@@ -121,13 +153,17 @@ class ServerConnection(asyncio.Protocol):
             return
         if not frames_in:
             return  # part of a frame: not yet a sign of life (a trickling peer stays silent)
+        self._heard()
+        self._handle_frames(frames_in)
+
+    def _heard(self) -> None:
+        """A complete frame arrived: a sign of life (keep-alive, ``is_alive``)."""
         self.last_seen = self._loop.time()
         if self._liveness:
             for fut in self._liveness:
                 if not fut.done():
                     fut.set_result(True)
             self._liveness.clear()
-        self._handle_frames(frames_in)
 
     def handshake_done(self) -> None:
         """CONNECT succeeded: the deadline is off and frames may be as large as messages."""

@@ -61,11 +61,11 @@ class CommandHandler(ProducerCommands, ConsumerCommands):
 
     def handle(self, frame: "frames.Frame | frames.SendFrame | frames.SendRun") -> None:
         if frame.__class__ is frames.SendRun:  # the hot path: plain SENDs of one producer
+            buf, start, run = frame.buf, frame.start, frame.run  # type: ignore[union-attr]
             try:
-                self.on_send_run(frame)  # type: ignore[arg-type]
+                self.on_send_run(buf, start, run)
             except Exception as exc:  # noqa: BLE001 - error boundary of these commands
-                for one in frame.frames():  # type: ignore[union-attr]
-                    self._answer_error(one, one.send, exc)
+                self.answer_run_error(buf, start, run, exc)
             return
         if frame.__class__ is frames.SendFrame:  # a plain SEND read off the wire
             try:
@@ -93,6 +93,11 @@ class CommandHandler(ProducerCommands, ConsumerCommands):
             method(self, body, frame)
         except Exception as exc:  # noqa: BLE001 - error boundary of one command
             self._answer_error(frame, body, exc)
+
+    def answer_run_error(self, buf: bytes, start: int, run: tuple, exc: BaseException) -> None:
+        """``on_send_run`` raised: each SEND of the run gets the error, as one by one."""
+        for one in frames.SendRun(buf, start, run).frames():
+            self._answer_error(one, one.send, exc)
 
     async def _guarded(self, method, body, frame) -> None:
         try:

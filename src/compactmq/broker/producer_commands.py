@@ -149,30 +149,30 @@ class ProducerCommands:
             _Receipts(self.conn, producer, wire.pack_receipt(sequence_id, highest), last_seq, size),
         )
 
-    def on_send_run(self, run: frames.SendRun) -> None:
-        """Plain SENDs of one producer, read in one go (``frames.SendRun``): their checksums
-        are verified, and they are queued as one run with one receipt object, which writes
-        all their receipts at once. With deduplication on, or no such producer, each SEND
-        takes ``on_send`` as before."""
-        producer = self.producers.get(run.producer_id)
+    def on_send_run(self, buf: bytes, start: int, run: tuple) -> None:
+        """Plain SENDs of one producer, read in one go: ``run`` is what ``wire.split_sends``
+        read from ``buf`` at ``start`` (the fields of a ``frames.SendRun``; the connection
+        hands over a read that is nothing else without making one). Their checksums are
+        verified, and they are queued as one run with one receipt object, which writes all
+        their receipts at once. With deduplication on, or no such producer, each SEND takes
+        ``on_send`` as before. The caller answers what this raises (``answer_run_error``)."""
+        _, producer_id, entries, times, receipts, messages, size, last_seq = run
+        producer = self.producers.get(producer_id)
         topic = producer.topic if producer is not None else None
         if producer is None or producer.closed or topic.dedup.enabled:  # type: ignore[union-attr]
             handle = self.handle  # type: ignore[attr-defined]
-            for frame in run.frames():
+            for frame in frames.SendRun(buf, start, run).frames():
                 handle(frame)
             return
-        times = run.publish_times
         if 0 in times:  # no publish time from the producer: now, as on_send does
             now = int(time.time() * 1000)
             times = [t or now for t in times]
-        size = run.size
-        self.conn.reads.add(size)
-        producer.messages_in += run.messages
+        conn = self.conn
+        conn.reads.add(size)
+        producer.messages_in += messages
         producer.bytes_in += size
         topic.publish_run(  # type: ignore[union-attr]
-            run.entries,
-            times,
-            _Receipts(self.conn, producer, run.receipts, run.last_sequence_id, size),
+            entries, times, _Receipts(conn, producer, receipts, last_seq, size)
         )
 
     def _answer_duplicate(

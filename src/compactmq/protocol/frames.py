@@ -152,6 +152,11 @@ class FrameDecoder:
         self._error: ProtocolError | None = None
 
     @property
+    def idle(self) -> bool:
+        """Nothing buffered and not failed: the next ``feed`` starts at a frame boundary."""
+        return not self._buffer and self._error is None
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
@@ -177,16 +182,35 @@ class FrameDecoder:
             pos = self._complete_pending(buf, frames) if self._buffer else 0
             if pos is None:
                 return frames  # all of ``data`` went into the partial frame
+        except ProtocolError as err:
+            self._fail(err)
+            raise
+        return self._feed_from(buf, pos, frames)
+
+    def feed_after_run(self, data: bytes, run: tuple) -> list["Frame | SendFrame | SendRun"]:
+        """``feed(data)`` when the caller already read the run of SENDs ``data`` starts with
+        (``run``: what ``split_sends(data, 0, len(data), max_frame_size)`` returned, not None)
+        and nothing is buffered: the run is not read twice. ``data`` must be ``bytes``."""
+        if self._error is not None:
+            raise self._error
+        assert not self._buffer, "feed_after_run with a partial frame buffered"
+        return self._feed_from(data, run[0], [SendRun(data, 0, run)])
+
+    def _feed_from(self, buf: bytes, pos: int, frames: list) -> list:
+        try:
             pos = self._split(buf, pos, frames)
         except ProtocolError as err:
-            # Frames decoded before the bad one are dropped with the stream: the connection
-            # is closing and nothing after a framing error can be trusted.
-            self._error = err
-            self._buffer = bytearray()
+            self._fail(err)
             raise
         if pos < len(buf):
             self._buffer = bytearray(memoryview(buf)[pos:])
         return frames
+
+    def _fail(self, err: ProtocolError) -> None:
+        # Frames decoded before the bad one are dropped with the stream: the connection is
+        # closing and nothing after a framing error can be trusted.
+        self._error = err
+        self._buffer = bytearray()
 
     def _complete_pending(self, data: bytes, frames: list) -> int | None:
         """Add to the partial frame held back the bytes of ``data`` it lacks; decode it once
@@ -316,8 +340,6 @@ class SendRun:
     decoder would have made one by one, for the paths that take them one at a time."""
 
     __slots__ = (
-        "_buf",
-        "_start",
         "end",
         "producer_id",
         "entries",
@@ -326,13 +348,17 @@ class SendRun:
         "messages",
         "size",
         "last_sequence_id",
+        "buf",
+        "start",
+        "run",
     )
     type = BaseCommand.SEND
     type_name = "SEND"
 
     def __init__(self, buf: bytes, start: int, run: tuple) -> None:
-        self._buf = buf
-        self._start = start
+        self.buf = buf  # the bytes the run was read from, from ``start``
+        self.start = start
+        self.run = run  # what split_sends returned
         (
             self.end,
             self.producer_id,
@@ -349,7 +375,7 @@ class SendRun:
 
     def frames(self) -> list["SendFrame"]:
         out: list[SendFrame] = []
-        pos, buf = self._start, self._buf
+        pos, buf = self.start, self.buf
         while pos < self.end:
             (total,) = _U32.unpack_from(buf, pos)
             (cmd_size,) = _U32.unpack_from(buf, pos + 4)
