@@ -168,7 +168,12 @@ class ProducerCommands:
             now = int(time.time() * 1000)
             times = [t or now for t in times]
         conn = self.conn
-        conn.reads.add(size)
+        reads = conn.reads
+        pending = reads.pending + size
+        if pending > reads.high_water:
+            reads.add(size)  # reading may pause (flow.ReadPauser)
+        else:  # ReadPauser.add, inlined: below the high water nothing else happens
+            reads.pending = pending
         producer.messages_in += messages
         producer.bytes_in += size
         topic.publish_run(  # type: ignore[union-attr]
@@ -246,7 +251,11 @@ class _Receipts:
 
     def __call__(self, position: Position | None, exc: BaseException | None) -> None:
         conn, producer = self.conn, self.producer
-        conn.reads.release(self.size)
+        reads = conn.reads
+        if reads.paused:
+            reads.release(self.size)  # reading may resume (flow.ReadPauser)
+        else:  # ReadPauser.release, inlined: while not paused nothing else happens
+            reads.pending -= self.size
         topic = producer.topic
         if exc is not None:
             topic.dedup.failed(producer.name)

@@ -227,7 +227,8 @@ class Topic(TopicProducers):
             else:
                 # the loop may have answered everything already (``_write_queued`` releases up
                 # to the durable seq it reads): then only this sync kept the topic publishing
-                self._maybe_idle()
+                if self._idle_waiters:
+                    self._maybe_idle()
             return
         # the sync failed: what it did not make durable fails, in order (the ledger is fenced)
         self._release(self.ledger.durable_seq)
@@ -256,8 +257,12 @@ class Topic(TopicProducers):
         unsynced = self._unsynced
         if not unsynced or unsynced[0][0] > durable:
             return
+        # the positions of each entry only for the tail cache, which keeps entries only while
+        # a subscription reads (_cache); else the last one is all that is needed
+        caching = bool(self.subscriptions)
         positions: list[Position] = []
         cached: list[bytes] = []
+        last: tuple[int, int] | None = None
         while unsynced and unsynced[0][0] <= durable:
             _, batch, entries, ledger_id, first = unsynced.popleft()
             if entries is None:  # a batch whose write failed (_write_failed): ledger_id is the error
@@ -271,20 +276,28 @@ class Topic(TopicProducers):
                     continue
                 if entry.__class__ is list:  # a run (publish_run): one callback
                     n = len(entry)
-                    positions += [_new_tuple(Position, (ledger_id, i)) for i in range(entry_id, entry_id + n)]
+                    if caching:
+                        positions += [
+                            _new_tuple(Position, (ledger_id, i)) for i in range(entry_id, entry_id + n)
+                        ]
                     cb(_new_tuple(Position, (ledger_id, entry_id)), None)
                     entry_id += n
                     continue
                 pos = _new_tuple(Position, (ledger_id, entry_id))
                 entry_id += 1
-                positions.append(pos)
+                if caching:
+                    positions.append(pos)
                 cb(pos, None)
-            cached += entries
-        if positions:
-            self.last_position = positions[-1]
+            if entry_id > first:  # entries were written (a batch of markers has none)
+                last = (ledger_id, entry_id - 1)
+                if caching:
+                    cached += entries
+        if last is not None:
+            self.last_position = _new_tuple(Position, last)
         self.service.state.flush_writes()  # receipts leave now, not after the next poll
-        self._cache(positions, cached)
-        if positions:
+        if caching or self.tail_cache.size:  # (an empty cache with nobody reading: nothing to do)
+            self._cache(positions, cached)
+        if last is not None:
             for listener in self.service.topics.appended_listeners:
                 listener(self.name)
             for sub in list(self.subscriptions.values()):
