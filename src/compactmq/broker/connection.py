@@ -122,9 +122,10 @@ class ServerConnection(asyncio.Protocol):
             # The common read of a producer: nothing but plain SENDs of one producer. They are
             # read in one C call and handed to the publish path, without frame objects or the
             # dispatch (handle, _handle_frames); what follows a run is decoded as usual.
-            run = _split_sends(data, 0, len(data), decoder.max_frame_size)
+            size = len(data)
+            run = _split_sends(data, 0, size, decoder.max_frame_size)
             if run is not None:
-                if run[0] == len(data):
+                if run[0] == size:
                     self.last_seen = self._loop.time()  # a sign of life (_heard, inlined)
                     if self._liveness:
                         self._heard()

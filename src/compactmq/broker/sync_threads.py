@@ -51,8 +51,9 @@ class SyncThreads:
         self._submitted += 1
         self._jobs.put((fn, arg))
         threads = self._threads
-        if len(threads) < self._max and self._submitted - self._finished_seen > len(threads):
-            thread = threading.Thread(target=self._work, name=f"{self._name}-{len(threads)}", daemon=True)
+        running = len(threads)
+        if running < self._max and self._submitted - self._finished_seen > running:
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{running}", daemon=True)
             threads.append(thread)
             thread.start()
 
