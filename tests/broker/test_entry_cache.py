@@ -32,6 +32,27 @@ def test_entry_overhead_is_what_python_spends_besides_the_payload():
     assert manager.entries == manager.inserted_entries == 10
 
 
+def test_extend_columns_caches_what_extend_caches():
+    """A topic hands a sync's entries over as two lists (``extend_columns``): the same entries,
+    sizes, counters and evictions as ``extend`` of the pairs."""
+    clock = Clock()
+    per_entry = 100 + ENTRY_OVERHEAD
+    pairs_manager = EntryCacheManager(limit=25 * per_entry, clock=clock)
+    columns_manager = EntryCacheManager(limit=25 * per_entry, clock=clock)
+    by_pairs, by_columns = TailCache(1 << 30, pairs_manager), TailCache(1 << 30, columns_manager)
+    for batch in range(6):
+        positions = [Position(1, batch * 7 + i) for i in range(7)]
+        entries = [b"e" * (90 + i * 3) for i in range(7)]
+        by_pairs.extend(zip(positions, entries))
+        by_columns.extend_columns(positions, entries)
+        assert len(by_columns) == len(by_pairs) and by_columns.size == by_pairs.size
+        for key in ("used", "entries", "inserted_entries", "evicted_entries", "evictions"):
+            assert getattr(columns_manager, key) == getattr(pairs_manager, key), key
+    assert by_columns.read(Position(1, 40), 10) == by_pairs.read(Position(1, 40), 10)
+    by_columns.extend_columns([], [])
+    assert len(by_columns) == len(by_pairs)
+
+
 def test_the_broker_wide_bound_counts_overhead_across_many_topics():
     per_entry = 100 + ENTRY_OVERHEAD
     clock = Clock()

@@ -330,7 +330,7 @@ class Topic(TopicProducers):
             return
         cache.evict_before(slowest)
         if positions:
-            cache.extend(zip(positions, entries))
+            cache.extend_columns(positions, entries)
 
     def _take_batch(self) -> tuple[list, list[bytes], list[int]]:
         """The next batch to write from the queue, with its entries and their publish times in
