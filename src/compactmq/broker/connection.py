@@ -1,7 +1,9 @@
 """The asyncio protocol of one client connection: only an adapter between socket and codec.
 
 Bytes in: ``FrameDecoder`` (sans-I/O) turns them into frames, the connection state table checks
-each is allowed now, ``CommandHandler`` acts on it. Commands out: encoded by the protocol
+each is allowed now, ``CommandHandler`` acts on it. Once connected, a read that is nothing but
+plain SENDs of one producer (a producer's usual read) skips all that: ``wire.split_sends``
+reads it in one call and ``on_send_run`` publishes it. Commands out: encoded by the protocol
 package and written in one batch per event-loop turn (many MESSAGEs and SEND_RECEIPTs become
 one ``write``); a topic that has answered a durable batch writes the receipts out at once
 (``ServerState.flush_writes``) instead of waiting for the end of the turn, which would come
