@@ -158,7 +158,12 @@ class Topic(TopicProducers):
         the pool, the rest of the queue waiting for that write), and start the sync."""
         self._write_scheduled = False
         while self._queue and not self._writing:
-            batch, entries, times = self._take_batch()
+            queue = self._queue
+            if len(queue) == 1 and queue[0][0].__class__ is list:  # one read's run: all of it
+                self._queue = []
+                batch, (entries, times, _) = queue, queue[0]  # (_take_batch's first case, inlined)
+            else:
+                batch, entries, times = self._take_batch()
             if not entries:  # markers only: answered after what was written before them
                 self._unsynced.append((self._written_seq, batch, entries, 0, 0))
                 continue
