@@ -376,6 +376,7 @@ def test_a_check_makes_a_wave_due_by_the_queue_ahead(env):  # noqa: F811
         assert first["rank"] == 0 and first["jobsAhead"] == 0 and first["jobMs"] == 2000
         assert last["rank"] == 24 and last["jobsAhead"] == 2 and last["perJob"] == 10
         assert last["leadMs"] == int(_lead(3 * 2.0) * 1000) and last["workers"] == 1
+        assert last["marginShare"] == MARGIN_SHARE  # one job known: no spread measured
         assert monitor.watch.full_checks == 1  # the later checks read only the queue's due topics
         await monitor.close()
 

@@ -286,8 +286,9 @@ class DueChecks:
 def lag_decision(plan: "LagPlan", topic: str) -> dict[str, Any]:
     """What the check counted when it queued a lag topic (its last run's ``lagPlan``): its rank
     in deadline order, the runs that went first, the jobs before its own, topics per job, the
-    workers, the wait for a busy one, one job's length and the lead (module notes of
-    ``compaction_lagqueue``), so a run that commits past its policy tells which term was short."""
+    workers, the wait for a busy one, one job's length, the lead and its margin (module notes
+    of ``compaction_lagqueue`` and ``compaction_lagbound``), so a run that commits past its
+    policy tells which term was short."""
     rank = plan.queue.rank(topic)
     size = plan.job_topics()
     return {
@@ -301,4 +302,6 @@ def lag_decision(plan: "LagPlan", topic: str) -> dict[str, Any]:
         "jobMs": int(plan.bound.run(size) * 1000),
         "checkMs": int(plan.bound.check() * 1000),
         "leadMs": plan.lead_ms(topic),
+        # the lead's margin: the measured spread of the jobs its length is priced from
+        "marginShare": round(plan.bound.share(size), 3),
     }
