@@ -71,11 +71,14 @@ def test_the_model_lead_and_floor():
         bound.job_ended(s)
     bound.check_ended(0.2)
     assert bound.run() == 3.0 and bound.check() == 0.2  # the longest of the last ones
-    assert bound.lead(1.0) == pytest.approx(_lead(0.2 + 1.0 + 3.0))
+    # the margin: the jobs' measured spread, (3 - 1) / 3 of the longest (at least MARGIN_SHARE)
+    share = 2.0 / 3.0
+    assert bound.share() == pytest.approx(share)
+    assert bound.lead(1.0) == pytest.approx((0.2 + 1.0 + 3.0) * (1 + share) + MARGIN_SECONDS)
     # a message published just after a run read the topic waits for that run, then the lead
-    assert bound.floor(0.0) == pytest.approx(3.0 + _lead(3.2))
+    assert bound.floor(0.0) == pytest.approx(3.0 + 3.2 * (1 + share) + MARGIN_SECONDS)
     # split lag jobs: the model's round holds the missed run already
-    assert bound.floor(0.0, split_wait=20.0) == pytest.approx(_lead(20.2))
+    assert bound.floor(0.0, split_wait=20.0) == pytest.approx(20.2 * (1 + share) + MARGIN_SECONDS)
     for _ in range(5):
         bound.job_ended(0.5)
     assert bound.run() == 0.5  # a slow job is forgotten after KEPT faster ones
