@@ -203,10 +203,21 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                 "%s: dropping ranges of ledger %d failed (dropped at the merge): %s", self.topic, ledger_id, e
             )
 
-    def release_shared(self, ledger_id: int) -> None:
-        """Forget the ledger's ranges in shared objects (merged or deleted)."""
+    def release_shared(self, ledger_id: int, upto: int | None = None) -> None:
+        """Forget the ledger's ranges in shared objects: those ending by ``upto`` (held by a
+        merged object that long), or all of them (None: cut or deleted), under the ownership
+        fence -- a broker that lost the topic drops no record (``Fenced``)."""
         if self.group is not None:
-            self.group.release(self.topic_path, ledger_id)
+            self.group.release(self.topic_path, ledger_id, self.fence, upto)
+
+    def verify_owned(self) -> None:
+        """``Fenced`` unless this process owns the topic now: the fence asked of the metadata
+        store (a commit of its checks, linearizable) -- before anything that supersedes landed
+        bytes (a merged object); without a group, the ownership lease."""
+        if self.group is not None:
+            self.fence.verify(self.group.metadata)
+        else:
+            self.check_owned()
 
     def put_object(self, key: str, data: bytes | bytearray) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
@@ -379,7 +390,9 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                 for name in covered_unused(layout, unused):
                     self.delete_key(ledger_id, name, "discard_partial_writes: superseded or damaged")
                 if layout.merged and any(shared_part(n) for n in unused):
-                    self.release_shared(ledger_id)  # stopped between the merge and the release
+                    # stopped between the merge and the release: the records the merged object
+                    # holds go (one past it stays: a commit that landed late, never superseded)
+                    self.release_shared(ledger_id, layout.end)
                 elif any(shared_part(n) for n in unused):  # stopped between a fold and its release
                     superseded = [
                         (start, n) for start, _e, _ep, n in self.shared_ranges(ledger_id) if n in unused
