@@ -205,6 +205,26 @@ def test_a_cut_under_an_ended_fence_supersedes_and_releases_nothing(place):
     assert _storage(loc, meta, epoch=2).read_all(10) == lf.encode_file_header(10) + b"".join(recs)
 
 
+def test_a_seal_under_an_ended_fence_replaces_no_index(place):
+    """A topic unloaded after its broker's session was lost seals its ledger before the ledger
+    list's commit fails: its index (which replaces the ledger's whole) must not replace the one
+    the next owner's recovery wrote."""
+    _server, loc, meta = place
+    meta.put("/fence-seal", b"")
+    fence = Fence(checks=(Check("/fence-seal", 0),), epoch=1, what="bundle seal")
+    old = _storage(loc, meta, epoch=1, solo=False, fence=fence)
+    w = old.create(12)
+    _append(w, 0)
+    w.close()
+    meta.put("/fence-seal", b"taken")
+    new = _storage(loc, meta, epoch=2)
+    new.write_index(12, b"the new owner's index")
+    with pytest.raises(Fenced):
+        old.write_index(12, b"a zombie's index")
+    assert new.read_index(12) == b"the new owner's index"
+    new.wait_merged(30)
+
+
 def test_the_offload_orphan_sweep_deletes_no_object_ledger(seaweedfs, tmp_path):
     """In cluster mode the offload catalog names the object-ledger store (compacted views are
     written beside the ledgers), so the offloader's start-up sweep of ``ledgers/`` there saw every

@@ -330,7 +330,12 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         """Seal: write the index (an object write replaces the old index whole: a crash
         leaves one or the other; always durable), then have the flush objects merged in the
         background -- the seal runs under the managed ledger's lock, a merge reads and writes
-        the whole ledger. Reads meanwhile use the flush objects, then the merged object."""
+        the whole ledger. Reads meanwhile use the flush objects, then the merged object.
+
+        Under the ownership fence: the index replaces the ledger's whole, and a broker whose
+        ownership ended (a topic unloaded after its session was lost seals before its ledger-list
+        commit fails) would replace the next owner's recovered index with its own view."""
+        self.verify_owned()
         self.put_object(f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}", data)
         with self._lock:
             layout = self._layouts.get(ledger_id)
