@@ -416,6 +416,13 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
             # either way the layout to answer from is the store's, not the cached one
             self.merge(ledger_id)
             layout = self._layout(ledger_id, refresh=True)
+        if not layout.parts:
+            layout = self._layout(ledger_id, refresh=True)
+        if not layout.parts:
+            # no object at all: deleted (a trim, or a new owner's recovery) since the caller
+            # listed it. Said here, once, rather than as a Spark task's FileNotFoundError on the
+            # key prefix: a compaction run planned on that list fails and is tried again
+            raise StorageError(f"{self.topic}: ledger {ledger_id} has no objects (deleted meanwhile?)")
         key = self.ledger_prefix(ledger_id)
         if layout.merged:
             key = f"{key}/{layout.parts[0][2]}"
