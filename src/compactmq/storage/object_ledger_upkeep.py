@@ -191,7 +191,7 @@ class ObjectLedgerUpkeep:
             written = self.store.put(key, chunks)
             if written != size:
                 raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
-        if not cut and any(start <= size < end for start, end, _ep, _n in self.shared_ranges(ledger_id)):
+        if not cut and self._landed_past(ledger_id, size, name if wrote else None):
             log.warning(
                 "%s: ledger %d has a range record past %d bytes that landed during its merge "
                 "(a commit whose outcome was unknown); not merging now",
@@ -211,6 +211,18 @@ class ObjectLedgerUpkeep:
         # ranges in shared objects (group flush): the records this object holds go, fenced
         self.release_shared(ledger_id, None if cut else size)
         return True
+
+    def _landed_past(self, ledger_id: int, size: int, written: str | None) -> bool:
+        """Whether a range record now chains past a merged object of ``size`` bytes (read
+        again after its write). When the records cannot be read, the object just written
+        (``written``) is taken back before the error goes up: unchecked, it must not stay the
+        ledger."""
+        try:
+            return any(start <= size < end for start, end, _ep, _n in self.shared_ranges(ledger_id))
+        except BaseException:
+            if written is not None:
+                self.delete_key(ledger_id, written, "merge could not read the range records again")
+            raise
 
     def merge(self, ledger_id: int) -> bool:
         """Merge a sealed ledger's flush objects into one object (durable before the flush
