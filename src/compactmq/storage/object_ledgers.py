@@ -90,6 +90,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 
+#: how long ``location`` waits for the writer of a ledger sealed during a sync to close
+SEALED_WRITER_WAIT_S = 30.0
+
+
 @dataclass(frozen=True)
 class ObjectLedgerSettings:
     """The three ``objectLedger*`` settings (``config/keys.py`` says what each does)."""
@@ -137,6 +141,10 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
         self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
+        # sealed (index written) while their writer stays open for a sync still in flight (the
+        # appender closes it when that sync ends): merged then; ``location`` waits for it
+        self._sealed_open: set[int] = set()
+        self._writer_gone = threading.Condition(self._lock)
         self._init_upkeep()  # the fence check and the merges (object_ledger_upkeep)
 
     # --- keys and objects ----------------------------------------------------------------
@@ -264,10 +272,16 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         return layout
 
     def writer_closed(self, writer: ObjectLedgerWriter) -> None:
+        merge = False
         with self._lock:
             if self._writers.get(writer.ledger_id) is writer:
                 del self._writers[writer.ledger_id]
                 self._layouts[writer.ledger_id] = writer.layout
+                merge = writer.ledger_id in self._sealed_open
+                self._sealed_open.discard(writer.ledger_id)
+                self._writer_gone.notify_all()
+        if merge:  # sealed while a sync still used the writer: its merge was left for now
+            self.schedule_merge(writer.ledger_id)
 
     # --- LedgerStorage ---------------------------------------------------------------------
 
@@ -340,6 +354,8 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         with self._lock:
             layout = self._layouts.get(ledger_id)
             sealed = ledger_id not in self._writers
+            if not sealed:  # a sync still uses the writer: merged when it closes (writer_closed)
+                self._sealed_open.add(ledger_id)
         if sealed and (layout is None or not layout.merged):
             self.schedule_merge(ledger_id)
 
@@ -367,6 +383,8 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         reason = f"ledger deleted by {caller.co_filename.rsplit('/', 1)[-1]}:{caller.co_name}"
         with self._lock:
             w = self._writers.pop(ledger_id, None)
+            self._sealed_open.discard(ledger_id)
+            self._writer_gone.notify_all()
         if w is not None:
             w.abandon()
         with self._merge_lock:
@@ -409,7 +427,16 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
     def location(self, ledger_id: int) -> str:
         """The URI of a sealed ledger's merged object -- merged now when the merger has not
         got to it, since another process (a Spark task) reads the ledger as one object by URI;
-        for a ledger still being written, the URI of its key prefix (no single object)."""
+        for a ledger still being written, the URI of its key prefix (no single object).
+
+        A ledger sealed here while a sync still used its writer (the appender closes the writer
+        when that sync ends) is waited for, up to ``SEALED_WRITER_WAIT_S``: its key prefix went
+        to a compaction run's Spark task, which failed on FileNotFoundError (the chaos test)."""
+        with self._lock:
+            if ledger_id in self._sealed_open and not self._writer_gone.wait_for(
+                lambda: ledger_id not in self._sealed_open, SEALED_WRITER_WAIT_S
+            ):
+                raise StorageError(f"{self.topic}: ledger {ledger_id} is sealed, its last sync still running")
         layout = self._layout(ledger_id)
         if layout.parts and not layout.merged:
             # merged now, or by the background merger meanwhile (merge() then says False):
