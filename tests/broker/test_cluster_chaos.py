@@ -438,7 +438,8 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
     wholes = {t: _read_topic(client, t) for t in topics}
     for t in topics:
         _check_topic(t, wholes[t], acked[t])
-    assert failed == [], f"{len(failed)} send(s) failed: {failed[:3]}"
+    # sends that failed (never acknowledged: no loss) are judged last, so that a run failing on
+    # them still proves the compacted views too
     engines: Counter = Counter()
     for t in topics:
         whole = wholes[t]
@@ -459,5 +460,7 @@ def test_chaos_with_compaction_loses_nothing_and_compacts_right(cluster, spark_i
         f"at least {monitor_runs} compaction runs committed during the chaos "
         f"(on {sum(1 for r in watch.runs.values() if r)} topics), "
         f"{max(redelivered, 0)} redeliveries, consumer errors {sum(c.errors for c in consumers)}, "
-        f"final runs by engine {dict(engines)}; none lost, none repeated, views equal the reference"
+        f"final runs by engine {dict(engines)}; none lost, none repeated, views equal the reference; "
+        f"{len(failed)} send(s) failed"
     )
+    assert failed == [], f"{len(failed)} send(s) failed (seed {SEED}): {failed[:3]}"

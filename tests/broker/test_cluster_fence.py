@@ -319,3 +319,27 @@ def test_a_fence_read_across_a_session_expiry_never_holds_under_the_next_owner(z
     finally:
         a.close()
         b.close()
+
+
+def test_a_broker_not_yet_in_its_cluster_serves_no_topic(zookeeper, tmp_path):  # noqa: F811
+    """A broker binds its ports before it joins the cluster (its id is the web URL it bound):
+    in between, a client reaching it first (a restart; a multi-host service URL) must not have a
+    topic loaded here -- the storage's default fence, NO_FENCE, served it with unfenced
+    ledger-list commits while its owner wrote it too (the chaos test lost acknowledged
+    messages so). Until the cluster service runs, every topic's fence is lost."""
+    from compactmq.broker.server import BrokerService
+    from compactmq.config import load_config
+    from compactmq.storage import Storage
+
+    url = f"zk:{zookeeper.hosts}/j{uuid.uuid4().hex[:12]}"
+    cfg = load_config(overrides={"metadataStoreUrl": url, "clusterName": "c1"})
+    storage = Storage(str(tmp_path / "b"), cfg)
+    service = BrokerService(cfg, storage, "pulsar://127.0.0.1:1")
+    try:
+        topic = "persistent://public/default/early"
+        assert storage.fence_for(topic).lost
+        with pytest.raises(Fenced):
+            storage.open_managed_ledger(topic)
+    finally:
+        service.executor.shutdown()
+        storage.close()

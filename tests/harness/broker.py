@@ -115,6 +115,10 @@ class BrokerProcess:
             "--log-level",
             "WARNING",
         ]
+        # COMPACTMQ_BROKER_DEBUG_LOGS: comma-separated compactmq loggers every test broker logs at
+        # DEBUG (e.g. compactmq.storage.object_deletes, to follow a chaos run's deletes)
+        for name in filter(None, os.environ.get("COMPACTMQ_BROKER_DEBUG_LOGS", "").split(",")):
+            cmd += ["--debug-log", name.strip()]
         # no background Spark warm-up in test brokers (a JVM each otherwise); a test that wants it
         # sets compactionSparkWarmup=true in its overrides. Ledgers roll by their limits at once
         # (managedLedgerMinLedgerRolloverTimeMinutes=0, as in the test process: tests/conftest.py)

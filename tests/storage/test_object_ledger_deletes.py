@@ -10,6 +10,9 @@ process under test, at the moment the race needs; nothing is stubbed.
 * ``discard_partial_writes`` deletes only objects another object provably holds (inside the
   layout's bytes), never one past a gap -- a view that ends early is not proof.
 * A merge never deletes a merged object of a newer epoch (a new owner's cut), nor writes over it.
+* A merged object supersedes every range record: a range record that lands during a merge (a
+  group commit whose outcome was unknown, then applied) is never superseded nor released, and a
+  broker whose fence is over writes no merged object and releases no record.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_ledger_writer
 from compactmq.storage.object_group_flush import GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
+from compactmq.storage.metadata_store import Check
 from compactmq.storage.offload.blobstore import BlobStore
+from compactmq.storage.resources.fence import NO_FENCE, Fence, Fenced
 
 BUCKET = "object-deletes"
 TOPIC = "persistent://public/default/deletes"
@@ -31,11 +36,12 @@ def place(seaweedfs, object_location, sqlite_meta):
     return seaweedfs, object_location(BUCKET), sqlite_meta
 
 
-def _storage(loc, meta, epoch: int, solo: bool = True) -> ObjectLedgerStorage:
+def _storage(loc, meta, epoch: int, solo: bool = True, fence: Fence = NO_FENCE) -> ObjectLedgerStorage:
     """One broker's storage of TOPIC (its own client and group flush, as another process)."""
     store = BlobStore(loc)
     settings = ObjectLedgerSettings(flush_interval_ms=60_000)
-    return ObjectLedgerStorage(store, TOPIC, settings, epoch=epoch, group=GroupFlush(store, meta, solo=solo))
+    group = GroupFlush(store, meta, solo=solo)
+    return ObjectLedgerStorage(store, TOPIC, settings, epoch=epoch, group=group, fence=fence)
 
 
 def _record(entry_id: int) -> bytes:
@@ -142,6 +148,81 @@ def test_a_stale_merge_deletes_no_newer_merged_object(place, monkeypatch):
     assert newer.rsplit("/", 1)[1] in names
     assert not any(n.startswith("m-") and n.endswith("e0000000001") for n in names)
     assert _storage(loc, meta, epoch=3).read_all(8) == whole[:cut_end]
+
+
+def test_a_range_record_landing_during_a_merge_is_neither_superseded_nor_released(place, monkeypatch):
+    """The chaos test's lost ledger ('ledger 98 holds no bytes [24, 1730)'): a group commit of
+    the ledger's bytes [24, ...) ended on a ConnectionLoss (outcome unknown) and landed; a merge
+    of the same broker, whose view of the ledger was read before the record was there, saw the
+    24-byte header only. It wrote a 24-byte merged object (which every reader takes as the
+    ledger) and released every range record -- the landed one too. The record lands here in the
+    merge's real call, between its read of the layout and its write; the merge takes its object
+    back, releases nothing, and the ledger still holds the bytes."""
+    server, loc, meta = place
+    writer_storage = _storage(loc, meta, epoch=1, solo=False)  # every flush a range record
+    w = writer_storage.create(9)
+    merger = _storage(loc, meta, epoch=1)  # the broker's storage after the topic's reopen
+    acked: list[bytes] = []
+    real = merger._objects
+
+    def listing(ledger_id: int) -> dict[str, int]:
+        if not acked:  # the merge read the (empty) range records: now the commit lands
+            acked.append(_append(w, 0))
+        return real(ledger_id)
+
+    monkeypatch.setattr(merger, "_objects", listing)
+    merged = merger.merge(9)
+    assert acked
+    assert _storage(loc, meta, epoch=2).read_all(9) == lf.encode_file_header(9) + acked[0]
+    assert writer_storage.shared_ranges(9), "the landed range record was released"
+    assert merged is False
+    assert not any(n.startswith("m-") for n in _keys(server, loc, merger, 9))
+    w.close()
+    # the next merge (at the next open) takes the landed bytes in
+    fresh = _storage(loc, meta, epoch=1)
+    assert fresh.merge(9) is True
+    assert fresh.shared_ranges(9) == []
+    assert _storage(loc, meta, epoch=2).read_all(9) == lf.encode_file_header(9) + acked[0]
+
+
+def test_a_cut_under_an_ended_fence_supersedes_and_releases_nothing(place):
+    """Recovery cuts a ledger before its fenced commit: a broker whose ownership ended (a
+    zombie, its view of the ledger stale or torn) must not write a shorter merged object, which
+    every reader would take as the ledger, nor release the new owner's range records."""
+    server, loc, meta = place
+    meta.put("/fence-cut", b"")
+    fence = Fence(checks=(Check("/fence-cut", 0),), epoch=1, what="bundle cut")
+    owner = _storage(loc, meta, epoch=1, solo=False, fence=fence)
+    w = owner.create(10)
+    recs = [_append(w, i) for i in range(2)]
+    w.close()
+    meta.put("/fence-cut", b"taken")  # another broker took the bundle
+    zombie = _storage(loc, meta, epoch=1, solo=False, fence=fence)
+    with pytest.raises(Fenced):
+        zombie.cut(10, lf.FILE_HEADER_SIZE + len(recs[0]))
+    assert not any(n.startswith("m-") for n in _keys(server, loc, owner, 10))
+    assert len(owner.shared_ranges(10)) == 2
+    assert _storage(loc, meta, epoch=2).read_all(10) == lf.encode_file_header(10) + b"".join(recs)
+
+
+def test_a_seal_under_an_ended_fence_replaces_no_index(place):
+    """A topic unloaded after its broker's session was lost seals its ledger before the ledger
+    list's commit fails: its index (which replaces the ledger's whole) must not replace the one
+    the next owner's recovery wrote."""
+    _server, loc, meta = place
+    meta.put("/fence-seal", b"")
+    fence = Fence(checks=(Check("/fence-seal", 0),), epoch=1, what="bundle seal")
+    old = _storage(loc, meta, epoch=1, solo=False, fence=fence)
+    w = old.create(12)
+    _append(w, 0)
+    w.close()
+    meta.put("/fence-seal", b"taken")
+    new = _storage(loc, meta, epoch=2)
+    new.write_index(12, b"the new owner's index")
+    with pytest.raises(Fenced):
+        old.write_index(12, b"a zombie's index")
+    assert new.read_index(12) == b"the new owner's index"
+    new.wait_merged(30)
 
 
 def test_the_offload_orphan_sweep_deletes_no_object_ledger(seaweedfs, tmp_path):

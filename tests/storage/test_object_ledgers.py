@@ -408,6 +408,42 @@ def test_the_location_of_a_sealed_ledger_is_one_readable_object(place):
     assert bytes(open_store(where).read_all(key)) == st.read_all(12)
 
 
+def test_the_location_of_a_ledger_sealed_during_a_sync_is_its_merged_object(place):
+    """The appender seals a ledger while a sync still uses its writer, and closes the writer
+    only when that sync ends: the index is written with the writer still open. A compaction
+    run asking the ledger's location meanwhile gets its merged object once the writer closed,
+    never its key prefix (a Spark task failed on it: FileNotFoundError)."""
+    server, loc = place
+    st = _open(loc, flush_interval_ms=0)
+    w, _, _ = _write_flushes(st, 15, flushes=3)
+    st.write_index(15, b"idx")  # sealed; the writer closes when the sync in flight ends
+    closer = threading.Timer(0.5, w.close)
+    closer.start()
+    try:
+        url = st.location(15)
+    finally:
+        closer.join()
+    assert "/m-" in url
+    assert st.wait_merged(timeout=30)
+    assert _kinds(server, loc, 15) == ["i", "m"]
+
+
+def test_the_location_of_a_deleted_ledger_is_an_error_not_a_key_prefix(place):
+    """A compaction run plans on a ledger list, then asks each ledger's location: one deleted
+    meanwhile (a trim, a new owner's recovery) is a clear StorageError there -- the run fails and
+    is tried again -- not its key prefix, which a Spark task failed to read as FileNotFoundError."""
+    from compactmq.errors import StorageError
+
+    _server, loc = place
+    st = _open(loc, flush_interval_ms=0)
+    w, _, _ = _write_flushes(st, 13, flushes=2)
+    w.close()
+    assert st.exists(13)
+    _open(loc).delete(13)  # another storage of the topic deleted it
+    with pytest.raises(StorageError, match="ledger 13 has no objects"):
+        st.location(13)
+
+
 def test_a_sealed_ledger_left_unmerged_is_merged_at_the_next_open(place):
     """The index was written, the process stopped before its merge: the next open's
     discard_partial_writes (recovery's first step) merges it."""

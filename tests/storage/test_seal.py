@@ -127,6 +127,36 @@ def test_a_read_only_run_plans_over_sealed_ledgers_only(tmp_path):
         writer.close()
 
 
+def test_the_writers_run_plans_no_entry_appended_after_an_empty_rollover(tmp_path):
+    """The broker's own run rolls the current ledger over before it plans; a rollover that finds
+    the current ledger empty seals nothing, and an entry appended right then is in the ledger
+    being written: the plan ends at the last sealed entry, not there (a ledger being written
+    has no single object in cluster mode, and Spark failed to read its key prefix)."""
+    from compactmq.compaction.runner import CompactionRunner
+
+    data = tmp_path / "data"
+    writer = Storage(data, cfg())
+    try:
+        ml = writer.open_managed_ledger(TOPIC)
+        for i in range(3):
+            ml.append(b"s%d" % i)
+        ml.rollover()  # the current ledger is empty now
+        sealed_id = ml.ledgers()[-2].ledger_id
+        runner = CompactionRunner(writer, TOPIC, cfg(), engine=None)
+        run_ml = runner._managed_ledger()
+        real = run_ml.rollover
+
+        def rollover() -> bool:
+            rolled = real()  # nothing to seal
+            ml.append(b"during the plan")  # a producer's entry, right after
+            return rolled
+
+        run_ml.rollover = rollover
+        assert runner._last_sealed(run_ml) == Position(sealed_id, 2)
+    finally:
+        writer.close()
+
+
 def test_a_job_in_another_process_is_answered_through_the_embedded_store(tmp_path):
     data = tmp_path / "data"
     writer = Storage(data, cfg())

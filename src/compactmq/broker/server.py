@@ -41,6 +41,7 @@ from ..auth.authorization import AuthorizationService
 from ..compaction.hooks import PostCompactionHook
 from ..config import Config, int_setting, setting
 from ..errors import InvalidConfiguration, StorageError
+from ..storage.resources.fence import Fence, lost_fence
 from . import compacted_source, security
 from .admission import ConnectionCounter, handshake_deadline_seconds
 from .connection import ServerConnection
@@ -226,6 +227,13 @@ class BrokerService:
         # broker.cluster.ClusterService when metadataStoreUrl is shared (zk:); None on one broker.
         # Set by BrokerServer.start after the ports are bound: its broker id is the web URL.
         self.cluster: ClusterService | None = None
+        if cluster_enabled(config):
+            # until the cluster service runs (after the ports are bound), this broker owns no
+            # bundle: a client reaching it first -- after a restart, with a multi-host service
+            # URL -- is refused (Fenced: ServiceNotReady, retriable). The storage's default,
+            # NO_FENCE, served the topic here with unfenced ledger-list commits while its owner
+            # wrote it too: acknowledged messages were lost (the chaos test, seed 3587397996)
+            storage.fence_provider = _not_joined
         # part of generated producer names: unique per broker run (a restart must not reuse them)
         self.instance_id = os.urandom(3).hex()
         # monotonic seconds for the broker's TTLs (read-compacted settings, reader pins); tests
@@ -479,3 +487,8 @@ class BrokerServer:
         await loop.run_in_executor(None, service.storage.close)
         service.executor.shutdown(wait=True)
         self._stopped.set()
+
+
+def _not_joined(topic: str) -> Fence:
+    """The fence of every topic while this broker has not joined its cluster yet: lost."""
+    return lost_fence(f"topic {topic}: this broker has not joined the cluster yet")

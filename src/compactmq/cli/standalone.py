@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import signal
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,18 @@ def add_parser(subparsers) -> None:
         "e.g. keepAliveIntervalSeconds=10 allowAutoTopicCreation=false",
     )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--debug-log",
+        metavar="LOGGER",
+        action="append",
+        default=[],
+        help="a logger of compactmq's to log at DEBUG whatever --log-level says (repeatable), "
+        "e.g. compactmq.storage.object_deletes",
+    )
     p.set_defaults(func=run)
+
+
+_LOGGER_NAME = re.compile(r"compactmq(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def build_config(args: argparse.Namespace):
@@ -92,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for name in args.debug_log:
+        # only compactmq's own loggers (a dotted name under it): nothing else is asked for
+        if not _LOGGER_NAME.fullmatch(name):
+            raise SystemExit(f"--debug-log: not a compactmq logger name: {name!r}")
+        logging.getLogger(name).setLevel(logging.DEBUG)
     ignored = config.ignored_keys
     if ignored:  # a Pulsar broker.conf/standalone.conf: keys of parts compactmq does not have
         logging.getLogger(__name__).warning(

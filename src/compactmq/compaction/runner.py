@@ -457,10 +457,15 @@ class CompactionRunner:
         """The last position of the topic's sealed ledgers: what a run may read. The broker's own
         storage seals the current ledger first (a rollover); a read-only ``compact-topic`` job had
         it sealed before it started (``storage.seal``), and whatever was appended since lies in
-        the ledger being written, which waits for the next run."""
+        the ledger being written, which waits for the next run.
+
+        Either way the answer is read from the SEALED ledgers, never ``last_position``: a
+        rollover that found the current ledger empty seals nothing, and entries appended right
+        after land in the ledger being written -- a plan reaching into it handed a Spark task
+        that ledger's key prefix in cluster mode (no single object while it is written), which
+        failed the joint run of every topic in it on FileNotFoundError (the chaos test)."""
         if not getattr(self.storage, "read_only", True):
             ml.rollover()
-            return ml.last_position()
         from ..storage.position import LEDGER_CLOSED
 
         for info in reversed(ml.ledgers()):

@@ -413,15 +413,21 @@ class GroupFlush:
             raise StorageError(f"reading the ranges of ledger {ledger_id}: {e}") from e
         return out
 
-    def release(self, topic_path: str, ledger_id: int) -> None:
+    def release(
+        self, topic_path: str, ledger_id: int, fence: Fence = NO_FENCE, upto: int | None = None
+    ) -> None:
         """Delete a ledger's range records (its bytes are in its merged object now, or the
-        ledger is deleted); a shared object no record of this process names any more goes."""
+        ledger is deleted): those ending by ``upto`` (the merged object's size), or all (None);
+        under ``fence`` (a broker that lost the topic deletes nothing: ``Fenced``). A shared
+        object no record names any more goes. A record past ``upto`` stays: a commit that landed
+        after the merge read the ledger holds bytes the merged object does not."""
         base = f"{RANGES_ROOT}/{topic_path}/{int(ledger_id):012d}"
-        self.release_parts(
-            topic_path,
-            ledger_id,
-            [(start, name) for start, _e, _ep, name in self.ranges(topic_path, ledger_id)],
-        )
+        ranges = self.ranges(topic_path, ledger_id)
+        held = [(start, name) for start, end, _ep, name in ranges if upto is None or end <= upto]
+        if held:
+            self.release_parts(topic_path, ledger_id, held, fence)
+        if len(held) < len(ranges):
+            return
         try:
             self.metadata.commit([Delete(base)])
         except CompactMQError:

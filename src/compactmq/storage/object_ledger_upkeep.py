@@ -122,7 +122,13 @@ class ObjectLedgerUpkeep:
     def read_part(self, ledger_id: int, part: tuple[int, int, str]) -> bytes:
         raise NotImplementedError
 
-    def release_shared(self, ledger_id: int) -> None:
+    def release_shared(self, ledger_id: int, upto: int | None = None) -> None:
+        raise NotImplementedError
+
+    def shared_ranges(self, ledger_id: int) -> list[tuple[int, int, int, str]]:
+        raise NotImplementedError
+
+    def verify_owned(self) -> None:
         raise NotImplementedError
 
     # --- the ownership fence ---------------------------------------------------------------
@@ -142,18 +148,32 @@ class ObjectLedgerUpkeep:
         return f"{self.ledger_prefix(ledger_id)}/m-{size:016d}-e{self.epoch:010d}"
 
     def cut(self, ledger_id: int, end: int) -> None:
-        """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object."""
+        """Shorten a ledger nobody writes: its first ``end`` bytes become one merged object.
+        Under the ownership fence (recovery cuts before its fenced commit: a broker that lost
+        the topic must not supersede the next owner's ledger with its own shorter view)."""
         with self._merge_lock:
             buf = self.read_all(ledger_id)
             if buf is None or len(buf) <= end:
                 return
-            self._replace_with_merged(ledger_id, end, [buf[:end]])
+            self._replace_with_merged(ledger_id, end, [buf[:end]], cut=True)
 
-    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable) -> bool:
+    def _replace_with_merged(self, ledger_id: int, size: int, chunks: Iterable, cut: bool = False) -> bool:
         """Write ``chunks`` (``size`` bytes) as the ledger's merged object, then delete every
         other data object; False (nothing written or deleted) when a merged object of a newer
-        epoch exists. Streamed: an upload cut short but completed anyway is no merged
-        object (its size disagrees with its key), so the flush objects stay the ledger."""
+        epoch exists, or (a merge) when a range record past ``size`` appeared meanwhile.
+        Streamed: an upload cut short but completed anyway is no merged object (its size
+        disagrees with its key), so the flush objects stay the ledger.
+
+        A merged object IS the ledger for every reader, so it supersedes every range record: it
+        is written only while this storage's ownership fence holds (``verify_owned``), and after
+        the write the ledger's records are read again -- a group commit whose outcome was
+        unknown (ZooKeeper's ConnectionLoss) may land after the layout was read, naming bytes
+        past ``size`` that an entry may count on; a merge then takes its object back and leaves
+        everything as it was (merged again at the next open, with those bytes). Only records the
+        merged object holds are released, under the fence (a cut, which decides the ledger's
+        end, releases them all) -- never, as once, every record of the ledger unfenced: a merge
+        of a view that missed one removed the bytes ``[24, 1730)`` of a ledger recovery had
+        recorded (issue 26's chaos test)."""
         objects = self._objects(ledger_id)
         key = self._merged_key(ledger_id, size)
         name = key.rsplit("/", 1)[1]
@@ -162,21 +182,47 @@ class ObjectLedgerUpkeep:
             # storage's ownership is over (a zombie's merge) -- write nothing, delete nothing
             log.warning("%s: ledger %d has a newer owner's merged object; not merging", self.topic, ledger_id)
             return False
-        if objects.get(name) != size:
+        self.verify_owned()  # a broker that lost the topic writes no merged object
+        wrote = objects.get(name) != size
+        if wrote:
             delete_log.debug(
                 "merged object write: key=%s epoch=%d replaces=%s", key, self.epoch, sorted(objects)
             )
             written = self.store.put(key, chunks)
             if written != size:
                 raise StorageError(f"{self.topic}: merging ledger {ledger_id}: {written} of {size} bytes")
+        if not cut and self._landed_past(ledger_id, size, name if wrote else None):
+            log.warning(
+                "%s: ledger %d has a range record past %d bytes that landed during its merge "
+                "(a commit whose outcome was unknown); not merging now",
+                self.topic,
+                ledger_id,
+                size,
+            )
+            if wrote:
+                self.delete_key(ledger_id, name, "merge found a range record landed past it")
+            return False
         layout = Layout([(0, size, name)], True)
         with self._lock:
             self._layouts[ledger_id] = layout
         for other in objects:
             if other not in (name, INDEX_NAME):
                 self.delete_key(ledger_id, other, f"superseded by merged {name}")
-        self.release_shared(ledger_id)  # ranges in shared objects (group flush): records go
+        # ranges in shared objects (group flush): the records this object holds go, fenced
+        self.release_shared(ledger_id, None if cut else size)
         return True
+
+    def _landed_past(self, ledger_id: int, size: int, written: str | None) -> bool:
+        """Whether a range record now chains past a merged object of ``size`` bytes (read
+        again after its write). When the records cannot be read, the object just written
+        (``written``) is taken back before the error goes up: unchecked, it must not stay the
+        ledger."""
+        try:
+            return any(start <= size < end for start, end, _ep, _n in self.shared_ranges(ledger_id))
+        except BaseException:
+            if written is not None:
+                self.delete_key(ledger_id, written, "merge could not read the range records again")
+            raise
 
     def merge(self, ledger_id: int) -> bool:
         """Merge a sealed ledger's flush objects into one object (durable before the flush

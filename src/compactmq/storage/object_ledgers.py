@@ -90,6 +90,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 
+#: how long ``location`` waits for the writer of a ledger sealed during a sync to close
+SEALED_WRITER_WAIT_S = 30.0
+
+
 @dataclass(frozen=True)
 class ObjectLedgerSettings:
     """The three ``objectLedger*`` settings (``config/keys.py`` says what each does)."""
@@ -137,6 +141,10 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         self._lock = threading.Lock()
         self._writers: dict[int, ObjectLedgerWriter] = {}
         self._layouts: dict[int, Layout] = {}  # ledgers nobody writes here, as last listed
+        # sealed (index written) while their writer stays open for a sync still in flight (the
+        # appender closes it when that sync ends): merged then; ``location`` waits for it
+        self._sealed_open: set[int] = set()
+        self._writer_gone = threading.Condition(self._lock)
         self._init_upkeep()  # the fence check and the merges (object_ledger_upkeep)
 
     # --- keys and objects ----------------------------------------------------------------
@@ -203,10 +211,21 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                 "%s: dropping ranges of ledger %d failed (dropped at the merge): %s", self.topic, ledger_id, e
             )
 
-    def release_shared(self, ledger_id: int) -> None:
-        """Forget the ledger's ranges in shared objects (merged or deleted)."""
+    def release_shared(self, ledger_id: int, upto: int | None = None) -> None:
+        """Forget the ledger's ranges in shared objects: those ending by ``upto`` (held by a
+        merged object that long), or all of them (None: cut or deleted), under the ownership
+        fence -- a broker that lost the topic drops no record (``Fenced``)."""
         if self.group is not None:
-            self.group.release(self.topic_path, ledger_id)
+            self.group.release(self.topic_path, ledger_id, self.fence, upto)
+
+    def verify_owned(self) -> None:
+        """``Fenced`` unless this process owns the topic now: the fence asked of the metadata
+        store (a commit of its checks, linearizable) -- before anything that supersedes landed
+        bytes (a merged object); without a group, the ownership lease."""
+        if self.group is not None:
+            self.fence.verify(self.group.metadata)
+        else:
+            self.check_owned()
 
     def put_object(self, key: str, data: bytes | bytearray) -> None:
         """One object write, durable when it returns (a module function, so a crash test can
@@ -253,10 +272,16 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         return layout
 
     def writer_closed(self, writer: ObjectLedgerWriter) -> None:
+        merge = False
         with self._lock:
             if self._writers.get(writer.ledger_id) is writer:
                 del self._writers[writer.ledger_id]
                 self._layouts[writer.ledger_id] = writer.layout
+                merge = writer.ledger_id in self._sealed_open
+                self._sealed_open.discard(writer.ledger_id)
+                self._writer_gone.notify_all()
+        if merge:  # sealed while a sync still used the writer: its merge was left for now
+            self.schedule_merge(writer.ledger_id)
 
     # --- LedgerStorage ---------------------------------------------------------------------
 
@@ -319,11 +344,18 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         """Seal: write the index (an object write replaces the old index whole: a crash
         leaves one or the other; always durable), then have the flush objects merged in the
         background -- the seal runs under the managed ledger's lock, a merge reads and writes
-        the whole ledger. Reads meanwhile use the flush objects, then the merged object."""
+        the whole ledger. Reads meanwhile use the flush objects, then the merged object.
+
+        Under the ownership fence: the index replaces the ledger's whole, and a broker whose
+        ownership ended (a topic unloaded after its session was lost seals before its ledger-list
+        commit fails) would replace the next owner's recovered index with its own view."""
+        self.verify_owned()
         self.put_object(f"{self.ledger_prefix(ledger_id)}/{INDEX_NAME}", data)
         with self._lock:
             layout = self._layouts.get(ledger_id)
             sealed = ledger_id not in self._writers
+            if not sealed:  # a sync still uses the writer: merged when it closes (writer_closed)
+                self._sealed_open.add(ledger_id)
         if sealed and (layout is None or not layout.merged):
             self.schedule_merge(ledger_id)
 
@@ -351,6 +383,8 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
         reason = f"ledger deleted by {caller.co_filename.rsplit('/', 1)[-1]}:{caller.co_name}"
         with self._lock:
             w = self._writers.pop(ledger_id, None)
+            self._sealed_open.discard(ledger_id)
+            self._writer_gone.notify_all()
         if w is not None:
             w.abandon()
         with self._merge_lock:
@@ -379,7 +413,9 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
                 for name in covered_unused(layout, unused):
                     self.delete_key(ledger_id, name, "discard_partial_writes: superseded or damaged")
                 if layout.merged and any(shared_part(n) for n in unused):
-                    self.release_shared(ledger_id)  # stopped between the merge and the release
+                    # stopped between the merge and the release: the records the merged object
+                    # holds go (one past it stays: a commit that landed late, never superseded)
+                    self.release_shared(ledger_id, layout.end)
                 elif any(shared_part(n) for n in unused):  # stopped between a fold and its release
                     superseded = [
                         (start, n) for start, _e, _ep, n in self.shared_ranges(ledger_id) if n in unused
@@ -391,13 +427,29 @@ class ObjectLedgerStorage(ObjectLedgerUpkeep, LedgerStorage):
     def location(self, ledger_id: int) -> str:
         """The URI of a sealed ledger's merged object -- merged now when the merger has not
         got to it, since another process (a Spark task) reads the ledger as one object by URI;
-        for a ledger still being written, the URI of its key prefix (no single object)."""
+        for a ledger still being written, the URI of its key prefix (no single object).
+
+        A ledger sealed here while a sync still used its writer (the appender closes the writer
+        when that sync ends) is waited for, up to ``SEALED_WRITER_WAIT_S``: its key prefix went
+        to a compaction run's Spark task, which failed on FileNotFoundError (the chaos test)."""
+        with self._lock:
+            if ledger_id in self._sealed_open and not self._writer_gone.wait_for(
+                lambda: ledger_id not in self._sealed_open, SEALED_WRITER_WAIT_S
+            ):
+                raise StorageError(f"{self.topic}: ledger {ledger_id} is sealed, its last sync still running")
         layout = self._layout(ledger_id)
         if layout.parts and not layout.merged:
             # merged now, or by the background merger meanwhile (merge() then says False):
             # either way the layout to answer from is the store's, not the cached one
             self.merge(ledger_id)
             layout = self._layout(ledger_id, refresh=True)
+        if not layout.parts:
+            layout = self._layout(ledger_id, refresh=True)
+        if not layout.parts:
+            # no object at all: deleted (a trim, or a new owner's recovery) since the caller
+            # listed it. Said here, once, rather than as a Spark task's FileNotFoundError on the
+            # key prefix: a compaction run planned on that list fails and is tried again
+            raise StorageError(f"{self.topic}: ledger {ledger_id} has no objects (deleted meanwhile?)")
         key = self.ledger_prefix(ledger_id)
         if layout.merged:
             key = f"{key}/{layout.parts[0][2]}"

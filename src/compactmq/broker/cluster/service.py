@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import InvalidConfiguration, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
-from ...storage.resources.fence import Fence, lost_fence
+from ...storage.resources.fence import Fence, Fenced, lost_fence
 from .bundles import Bundle, all_bundles, bundle_of, stored_boundaries
 from .membership import Membership, broker_id_of, registration_data
 
@@ -483,10 +483,21 @@ class ClusterService:
                 tn.namespace_name == bundle.namespace
                 and bundle_of(tn.namespace_name, boundaries, name) == bundle
             ):
-                try:
-                    await topics.unload(name, close_ledger=True)
-                except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
-                    log.exception("unloading %s failed", name)
+                await self._unload_quietly(name)
+
+    async def _unload_quietly(self, name: str) -> None:
+        """Unload one topic of a bundle given up; its close committing under the ended fence
+        (``Fenced``: the ownership is over, the next owner's recovery seals its ledger) or
+        without the store is one line, not a traceback -- it is the expected end of a lost
+        session. Anything else is logged whole; one topic never keeps the others loaded."""
+        try:
+            await self.service.topics.unload(name, close_ledger=True)
+        except (Fenced, MetadataStoreError) as e:
+            log.warning(
+                "unloading %s: its ledger was not sealed here (the next owner recovers it): %s", name, e
+            )
+        except Exception:  # noqa: BLE001 - one topic does not keep the others loaded
+            log.exception("unloading %s failed", name)
 
     async def _close_bound_to(self, fence: Fence) -> None:
         """Unload the loaded topics whose ledgers commit under ``fence`` (an ownership that is
@@ -494,10 +505,7 @@ class ClusterService:
         topics, storage = self.service.topics, self.service.storage
         for name in list(topics.loaded):
             if storage.fence_for(name) is fence:
-                try:
-                    await topics.unload(name, close_ledger=True)
-                except Exception:  # noqa: BLE001 - its close commits under the ended fence
-                    log.warning("unloading %s, opened under an ended ownership, failed", name, exc_info=True)
+                await self._unload_quietly(name)
 
     def fence_for(self, topic: str) -> Fence:
         """The fence of ``topic``'s bundle while this broker owns it; a lost fence otherwise
