@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
 
+# At most this many records written and not yet durable are synced on the loop itself
+# (``Topic._sync``); more go to a sync thread, and the loop goes on reading while it syncs.
+INLINE_SYNC_MAX_RECORDS = 8
+
 _new_tuple = tuple.__new__
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
@@ -190,8 +194,29 @@ class Topic(TopicProducers):
         """A batch is written: its receipts wait for the sync that covers ``seq``."""
         self._unsynced.append((seq, batch, entries, ledger_id, first))
         self._written_seq = seq
-        if not self._syncing and self.ledger.durable_seq < seq:
-            self._start_sync()
+        if not self._syncing:
+            durable = self.ledger.durable_seq
+            if durable < seq:
+                self._sync(seq - durable)
+
+    def _sync(self, records: int) -> None:
+        """Make what is written durable: on the loop itself when it is a few records and
+        nothing else wants the loop (``try_sync_written``, ``SyncThreads.claim_inline``: no
+        thread hop, the receipts leave at once), else in a sync thread (``_start_sync``)."""
+        if records <= INLINE_SYNC_MAX_RECORDS and self.service.sync_threads.claim_inline(
+            asyncio.get_running_loop()
+        ):
+            self._syncing = True
+            try:
+                durable = self.ledger.try_sync_written()
+            except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+                self._sync_done(None, exc)
+                return
+            if durable is not None:
+                self._sync_done(durable, None)
+                return
+            self._syncing = False
+        self._start_sync()
 
     def _start_sync(self) -> None:
         """One pool thread syncs until nothing written is left unsynced (``_sync_in_pool``):
