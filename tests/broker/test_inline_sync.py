@@ -167,3 +167,26 @@ async def _until(predicate, timeout: float = 20.0) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.005)
+
+
+def test_a_slow_inline_sync_pauses_inline_syncs(monkeypatch):
+    from compactmq.broker import sync_threads
+
+    pool = SyncThreads(1)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S / 2)  # quick: inline syncs go on
+        assert pool.claim_inline(loop)
+        await asyncio.sleep(0)
+        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S * 2)  # slow: paused
+        assert not pool.claim_inline(loop)
+        monkeypatch.setattr(sync_threads, "INLINE_SYNC_PAUSE_S", 0.0)
+        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S * 2)
+        await asyncio.sleep(0.01)
+        assert pool.claim_inline(loop)  # the pause is over
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.shutdown(10)

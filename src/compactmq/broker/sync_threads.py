@@ -23,7 +23,9 @@ Inline syncs: a topic with a lone small write may sync it on the loop itself
 receipt's time beside the fdatasync). ``claim_inline`` says whether it may: only when no job
 waits for or runs in these threads (a busy broker syncs side by side in them) and no other
 inline sync ran in this turn of the loop (the loop blocks for at most one sync a turn, so a
-thousand quiet topics do not line their syncs up on it).
+thousand quiet topics do not line their syncs up on it). A slow inline sync (a busy or
+network disk: over ``INLINE_SYNC_SLOW_S``) stops inline syncs for ``INLINE_SYNC_PAUSE_S``, so
+a slow disk stalls the loop for at most one sync a pause.
 """
 
 from __future__ import annotations
@@ -32,9 +34,15 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
+
+#: an inline sync that took longer than this pauses inline syncs ...
+INLINE_SYNC_SLOW_S = 0.002
+#: ... for this long (every sync goes to a thread meanwhile)
+INLINE_SYNC_PAUSE_S = 1.0
 
 _STOP = None
 
@@ -52,11 +60,14 @@ class SyncThreads:
         self._finished_seen = 0  # a worker's last next(): may lag, never leads
         self._closed = False
         self._inline_turn = False  # an inline sync ran in this loop turn (claim_inline)
+        self._inline_paused_until = 0.0  # monotonic time: a slow inline sync (inline_took)
         self.inline = True  # False: every sync in a thread (tests that hold a sync in flight)
 
     def claim_inline(self, loop) -> bool:
         """May the caller (on ``loop``) run a sync itself now? See the module docstring."""
         if self._inline_turn or self._submitted != self._finished_seen or not self.inline:
+            return False
+        if self._inline_paused_until and time.monotonic() < self._inline_paused_until:
             return False
         self._inline_turn = True
         loop.call_soon(self._next_turn)  # runs in the loop's next turn
@@ -64,6 +75,11 @@ class SyncThreads:
 
     def _next_turn(self) -> None:
         self._inline_turn = False
+
+    def inline_took(self, seconds: float) -> None:
+        """An inline sync took ``seconds``: a slow one pauses inline syncs (module docstring)."""
+        if seconds > INLINE_SYNC_SLOW_S:
+            self._inline_paused_until = time.monotonic() + INLINE_SYNC_PAUSE_S
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         """Run ``fn(arg)`` in one of the threads."""
