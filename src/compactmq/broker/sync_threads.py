@@ -24,7 +24,7 @@ receipt's time beside the fdatasync). ``claim_inline`` says whether it may: only
 waits for or runs in these threads (a busy broker syncs side by side in them) and no other
 inline sync ran in this turn of the loop (the loop blocks for at most one sync a turn, so a
 thousand quiet topics do not line their syncs up on it). A slow inline sync (a busy or
-network disk: over ``INLINE_SYNC_SLOW_S``) stops inline syncs for ``INLINE_SYNC_PAUSE_S``, so
+network disk: over ``INLINE_SYNC_SLOW_S``, 1 ms) stops inline syncs for ``INLINE_SYNC_PAUSE_S``, so
 a slow disk stalls the loop for at most one sync a pause.
 """
 
@@ -40,7 +40,7 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 #: an inline sync that took longer than this pauses inline syncs ...
-INLINE_SYNC_SLOW_S = 0.002
+INLINE_SYNC_SLOW_S = 0.001
 #: ... for this long (every sync goes to a thread meanwhile)
 INLINE_SYNC_PAUSE_S = 1.0
 

@@ -51,7 +51,7 @@ MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
 
 # At most this many records written and not yet durable are synced on the loop itself
 # (``Topic._sync``); more go to a sync thread, and the loop goes on reading while it syncs.
-INLINE_SYNC_MAX_RECORDS = 8
+INLINE_SYNC_MAX_RECORDS = 2
 
 _new_tuple = tuple.__new__
 
