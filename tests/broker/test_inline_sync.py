@@ -169,20 +169,25 @@ async def _until(predicate, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_a_slow_inline_sync_pauses_inline_syncs(monkeypatch):
+def test_slow_inline_syncs_pause_inline_syncs_a_lone_slow_one_does_not(monkeypatch):
     from compactmq.broker import sync_threads
 
     pool = SyncThreads(1)
+    slow = sync_threads.INLINE_SYNC_SLOW_S
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S / 2)  # quick: inline syncs go on
+        for _ in range(20):
+            pool.inline_took(slow / 4)  # quick: inline syncs go on
+        pool.inline_took(slow * 4)  # one slow sync among quick ones: they still go on
         assert pool.claim_inline(loop)
         await asyncio.sleep(0)
-        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S * 2)  # slow: paused
+        for _ in range(20):  # the disk stays slow: paused
+            pool.inline_took(slow * 2)
         assert not pool.claim_inline(loop)
         monkeypatch.setattr(sync_threads, "INLINE_SYNC_PAUSE_S", 0.0)
-        pool.inline_took(sync_threads.INLINE_SYNC_SLOW_S * 2)
+        for _ in range(20):
+            pool.inline_took(slow * 2)
         await asyncio.sleep(0.01)
         assert pool.claim_inline(loop)  # the pause is over
 
