@@ -25,7 +25,12 @@ TOPIC = "persistent://public/default/inline-sync"
 
 
 @pytest.fixture
-def service(tmp_path):
+def service(tmp_path, monkeypatch):
+    from compactmq.broker import sync_threads
+
+    # a loaded test machine has slow fdatasyncs: they must not pause the inline path here
+    # (the pause has its own test below)
+    monkeypatch.setattr(sync_threads, "INLINE_SYNC_SLOW_S", 3600.0)
     service, storage = make_service(tmp_path / "data")
     yield service
     close_service(service, storage)
@@ -94,7 +99,8 @@ def test_more_records_or_a_second_topic_in_the_same_turn_sync_in_a_thread(servic
         first.publish_run([b"r%d" % i for i in range(n)], [1] * n, done)
         await fut
         assert len(disk.threads) == 1 and disk.threads[0] is not loop_thread
-        await asyncio.sleep(0.05)  # the sync thread has reported its job done
+        threads = service.sync_threads
+        await _until(lambda: threads._finished_seen == threads._submitted)  # its job is done
         # two topics written in one loop turn: the first syncs on the loop, the second in a thread
         del disk.threads[:]
         fut1, done1 = _answer(answers, disk)
@@ -124,7 +130,7 @@ def test_a_failed_inline_sync_fails_the_send_and_the_topic_is_reloaded(service, 
             await fut
         assert disk.threads == [threading.current_thread()] * 2  # both synced on the loop
         assert first.ledger.fenced  # nothing written after the failure will be called durable
-        monkeypatch.undo()
+        monkeypatch.setattr(os, "fdatasync", disk._real)  # the disk is well again
         await _until(lambda: topics.loaded.get(TOPIC) is not first and first.closed)
         second = await topics.get_topic(TOPIC)
         fut, done = _answer([], disk)
