@@ -385,6 +385,57 @@ def _latency_of(label: str, broker, args, seconds: float, tmp: str) -> dict:
     return out
 
 
+def _interleaved_latency(brokers: dict, args, seconds: float, tmp: str) -> dict:
+    """``--latency-segments``: each broker's latency run cut into segments, the brokers taking
+    turns (the order reversed every other segment), so load on a shared machine hits them
+    alike; percentiles over every segment's measurements, the broker CPU and the fdatasync
+    floor as the median of the segments', each segment's own figures kept beside them."""
+    k = args.latency_segments
+    samples: dict[str, dict] = {label: {} for label in brokers}
+    segments: dict[str, list] = {label: [] for label in brokers}
+    failed: dict[str, str] = {}
+    for seg in range(k):
+        order = list(brokers.items()) if seg % 2 == 0 else list(reversed(brokers.items()))
+        for label, broker in order:
+            if label in failed:
+                continue
+            floor = fdatasync_floor(tmp)
+            say(f"latency segment {seg + 1}/{k}: {label} for {seconds / k:g} s (fdatasync floor now {floor})")
+            try:
+                out = run_latency(label, broker, args.rate, seconds / k, args.size, samples[label])
+            except (SystemExit, Exception) as exc:  # noqa: BLE001 - recorded; the others still run
+                say(f"{label}: latency run failed: {exc}")
+                failed[label] = str(exc)
+                continue
+            out["fdatasync_floor_ms"] = floor
+            segments[label].append(out)
+    result: dict[str, dict] = {}
+    for label in brokers:
+        if label in failed:
+            result[label] = {"error": failed[label], "segments": segments[label]}
+            continue
+        pub, e2e = samples[label]["publish_ms"], samples[label]["publish_to_consume_ms"]
+        segs = segments[label]
+        result[label] = {
+            "rate_target": args.rate,
+            "seconds": seconds,
+            "segments_count": k,
+            "messages": sum(s["messages"] for s in segs),
+            "broker_cpu_us_per_msg": statistics.median(s["broker_cpu_us_per_msg"] for s in segs),
+            "publish_ms": {"p50": _pct(pub, 0.5), "p99": _pct(pub, 0.99), "p999": _pct(pub, 0.999)},
+            "publish_to_consume_ms": {
+                "p50": _pct(e2e, 0.5),
+                "p99": _pct(e2e, 0.99),
+                "p999": _pct(e2e, 0.999),
+            },
+            "fdatasync_floor_ms": {
+                q: statistics.median(s["fdatasync_floor_ms"][q] for s in segs) for q in ("p50", "p99")
+            },
+            "segments": segs,
+        }
+    return result
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 rounds of 20,000 messages, 10 s of latency")
@@ -397,6 +448,13 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--no-rounds", action="store_true", help="skip the rounds (throughput, CPU, RSS)")
     ap.add_argument("--no-latency", action="store_true", help="skip the fixed-rate latency run")
+    ap.add_argument(
+        "--latency-segments",
+        type=int,
+        default=1,
+        help="cut each broker's latency run into this many segments, the brokers taking turns "
+        "(A/B on a shared machine; default 1: one run each, one after the other; no --strace)",
+    )
     ap.add_argument(
         "--strace",
         action="store_true",
@@ -432,7 +490,10 @@ def main(argv=None) -> int:
                 say(f"round {r}/{rounds}: {n} messages x {args.size} B per phase")
                 for label, broker in brokers.items():
                     data[label]["rounds"].append(run_round(label, broker, r, n, args.size))
-            for label, broker in ({} if args.no_latency else brokers).items():
+            if not args.no_latency and args.latency_segments > 1:
+                for label, out in _interleaved_latency(brokers, args, latency_seconds, tmp).items():
+                    data[label]["latency"] = out
+            for label, broker in ({} if args.no_latency or args.latency_segments > 1 else brokers).items():
                 data[label]["latency"] = _latency_of(label, broker, args, latency_seconds, tmp)
         finally:
             for broker in brokers.values():

@@ -24,6 +24,9 @@ TOPIC = "persistent://public/default/pipelined-commit"
 @pytest.fixture
 def service(tmp_path):
     service, storage = make_service(tmp_path / "data")
+    # these tests hold syncs in flight in a sync thread: no sync on the loop itself (the
+    # inline path has its own tests, test_inline_sync)
+    service.sync_threads.inline = False
     yield service
     close_service(service, storage)
 

@@ -194,6 +194,7 @@ def test_drain_returns_when_the_loop_answered_before_the_sync_ended(tmp_path):
 
     async def scenario() -> None:
         topic = await service.topics.get_topic("persistent://public/default/runs-drain")
+        service.sync_threads.inline = False  # the sync below runs in a thread (held there)
         ledger = topic.ledger
         real = ledger.sync_written
         loop = asyncio.get_running_loop()

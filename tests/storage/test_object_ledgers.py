@@ -481,6 +481,7 @@ def test_writes_go_in_at_once_while_a_flush_is_in_flight(place, open_storage, mo
     monkeypatch.setattr(object_ledgers, "put_object", held)
     try:
         assert ml.try_write_many([b"a"], [None]) is not None  # no rollover due: written here
+        assert ml.try_sync_written() is None  # a PUT is never made on the broker's loop
         syncer = threading.Thread(target=ml.sync_written)
         syncer.start()
         assert started.wait(10)

@@ -141,3 +141,39 @@ def test_sync_off_makes_writes_durable_at_once(open_storage, monkeypatch):
     monkeypatch.setattr(os, "fdatasync", lambda fd: pytest.fail("no sync with managedLedgerSyncData=false"))
     _, _, seq = ml.try_write_many([b"a"], [None])
     assert ml.durable_seq == seq and ml.sync_written() == seq
+
+
+def test_try_sync_written_syncs_here_unless_a_sync_runs(open_storage, monkeypatch):
+    st = open_storage(managedLedgerSyncData=True)
+    ml = st.open_managed_ledger(TOPIC)
+    ml.write_many([b"a"])
+    assert ml.try_sync_written() == 1 and ml.durable_seq == 1  # synced on this thread
+    assert ml.try_sync_written() == 1  # nothing left: no sync
+    started, gate = _gated_sync(monkeypatch)
+    ml.write_many([b"b"])
+    syncer = threading.Thread(target=ml.sync_written)
+    syncer.start()
+    assert started.wait(10)
+    ml.write_many([b"c"])
+    assert ml.try_sync_written() is None and ml.durable_seq == 1  # a sync runs: left to it
+    gate.set()
+    syncer.join(10)
+    assert ml.durable_seq == 3
+
+
+def test_a_failed_try_sync_written_fences(open_storage, monkeypatch):
+    st = open_storage(managedLedgerSyncData=True)
+    ml = st.open_managed_ledger(TOPIC)
+    ml.write_many([b"a"])
+    assert ml.try_sync_written() == 1
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    ml.write_many([b"b"])
+    with pytest.raises(StorageError):
+        ml.try_sync_written()
+    assert ml.fenced and ml.durable_seq == 1
+    with pytest.raises(StorageError):
+        ml.try_sync_written()

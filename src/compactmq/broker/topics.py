@@ -10,7 +10,9 @@ ledger file, its lock free, no rollover due, a batch of at most
 ``appender.INLINE_WRITE_MAX_BYTES`` -- else in a pool thread, the rest of the queue waiting for
 it). Writing never waits for a sync: one pool thread per topic syncs (``sync_written``) while
 the loop goes on writing, each sync covering every record written before it started, and tells
-the loop after each sync how far the ledger is durable. Only then are the receipts of the
+the loop after each sync how far the ledger is durable. A lone small write on a quiet broker
+is synced on the loop itself instead (``_sync``, ``SyncThreads.claim_inline``): the same
+fdatasync without the two thread hops, which at a modest rate were much of a receipt's time. Only then are the receipts of the
 batches it covered written -- in order, as the positions follow arrival order -- and sent at
 once (``ServerState.flush_writes``). A batch whose write failed is answered with its error in
 its place in that order; a failed sync fails every batch it did not make durable (the ledger is
@@ -46,6 +48,10 @@ log = logging.getLogger(__name__)
 # One append_many call takes at most this much: bounds the latency of the entries behind it.
 MAX_APPEND_BATCH_ENTRIES = 2000
 MAX_APPEND_BATCH_BYTES = 8 * 1024 * 1024
+
+# At most this many records written and not yet durable are synced on the loop itself
+# (``Topic._sync``); more go to a sync thread, and the loop goes on reading while it syncs.
+INLINE_SYNC_MAX_RECORDS = 2
 
 _new_tuple = tuple.__new__
 
@@ -195,8 +201,30 @@ class Topic(TopicProducers):
         """A batch is written: its receipts wait for the sync that covers ``seq``."""
         self._unsynced.append((seq, batch, entries, ledger_id, first))
         self._written_seq = seq
-        if not self._syncing and self.ledger.durable_seq < seq:
-            self._start_sync()
+        if not self._syncing:
+            durable = self.ledger.durable_seq
+            if durable < seq:
+                self._sync(seq - durable)
+
+    def _sync(self, records: int) -> None:
+        """Make what is written durable: on the loop itself when it is a few records and
+        nothing else wants the loop (``try_sync_written``, ``SyncThreads.claim_inline``: no
+        thread hop, the receipts leave at once), else in a sync thread (``_start_sync``)."""
+        threads = self.service.sync_threads
+        if records <= INLINE_SYNC_MAX_RECORDS and threads.claim_inline(asyncio.get_running_loop()):
+            self._syncing = True
+            began = time.monotonic()
+            try:
+                durable = self.ledger.try_sync_written()
+            except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+                self._sync_done(None, exc)
+                return
+            threads.inline_took(time.monotonic() - began)
+            if durable is not None:
+                self._sync_done(durable, None)
+                return
+            self._syncing = False
+        self._start_sync()
 
     def _start_sync(self) -> None:
         """One pool thread syncs until nothing written is left unsynced (``_sync_in_pool``):

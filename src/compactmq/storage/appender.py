@@ -336,6 +336,40 @@ class Appender:
                     finally:
                         cond.acquire()
 
+    def try_sync_written(self) -> int | None:
+        """One sync of everything written, on the calling thread, only if nothing makes it
+        wait: no sync running (a running sync's thread covers what follows), no appender
+        part-way through writing (group commit would wait for it), both locks free now, and a
+        current ledger whose sync is a local fdatasync (``LedgerWriter.inline_syncs``). For an
+        event loop with a lone small write to make durable: the sync costs what a worker's
+        would, without the two thread hops. Returns the durable seq (all written is durable),
+        or None with nothing done (sync in a worker, ``sync_written``). ``StorageError`` as
+        ``sync_written`` when the sync failed or the ledger is fenced."""
+        cond = self.sync_cond
+        if not cond.acquire(False):
+            return None
+        try:
+            s = self._ledgers
+            if s.fenced is not None:
+                raise StorageError(f"{self.topic}: sync failed, entries not durable: {s.fenced}")
+            if s.durable_seq >= s.written_seq:
+                return s.durable_seq
+            led = s.current
+            if (
+                self._syncs_in_flight
+                or self._writers_in_flight
+                or led is None
+                or not getattr(led.writer, "inline_syncs", False)
+                or not _free_now(self._lock)
+            ):
+                return None
+            self._lead_sync_locked()
+            if s.fenced is not None:
+                raise StorageError(f"{self.topic}: sync failed, entries not durable: {s.fenced}")
+            return s.durable_seq
+        finally:
+            cond.release()
+
     def _refuse_oversized(self, datas: list[bytes]) -> None:
         for data in datas:
             if len(data) > lf.MAX_ENTRY_SIZE:
@@ -561,6 +595,14 @@ class Appender:
             # told their entries are durable
             self.fence(e)
             raise
+
+
+def _free_now(lock) -> bool:
+    """Nobody holds ``lock`` right now (an ``RLock`` has no ``locked()`` before Python 3.14)."""
+    if not lock.acquire(False):
+        return False
+    lock.release()
+    return True
 
 
 def _release(values) -> None:

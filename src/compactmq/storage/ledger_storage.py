@@ -73,6 +73,10 @@ class LedgerWriter(ABC):
     #: ``write`` returns in microseconds (a local file: into the page cache), so the broker's
     #: event loop may call it (``Appender.try_write_many``); False sends writes to a thread.
     inline_writes = False
+    #: ``sync`` is a local ``fdatasync`` (a fraction of a millisecond on a quiet disk), so a
+    #: lone small write may be synced on the event loop (``Appender.try_sync_written``);
+    #: False (an object store's PUT) always syncs in a thread.
+    inline_syncs = False
 
     @abstractmethod
     def write(self, data: bytes, offset: int) -> None:
@@ -242,6 +246,7 @@ class LocalLedgerWriter(LedgerWriter):
     idle topic's ledger carries at most ``ZERO_AHEAD_MIN`` of them."""
 
     inline_writes = True
+    inline_syncs = True
 
     def __init__(self, fd: int, end: int = 0):
         self._fd = fd

@@ -151,6 +151,11 @@ class ManagedLedger:
         """Sync until everything written is durable (``Appender.sync_written``)."""
         return self._appender.sync_written(on_durable)
 
+    def try_sync_written(self) -> int | None:
+        """One sync on the calling thread if nothing makes it wait, else None
+        (``Appender.try_sync_written``)."""
+        return self._appender.try_sync_written()
+
     @property
     def durable_seq(self) -> int:
         """Records written since open that are durable (compare with ``write_many``'s seq)."""
