@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -309,3 +310,50 @@ def test_a_client_reaching_a_broker_before_it_joined_its_cluster_waits_for_the_j
         b.stop()
     assert topic not in unfenced, f"{topic} was loaded before the join (the send took {took:.1f} s)"
     assert took < delay + 1.5, f"the first send took {took:.1f} s after the port opened"
+
+
+def test_a_lookup_tries_again_while_the_store_is_briefly_unavailable(broker, monkeypatch):
+    """A broker resumed after a freeze past its session answered its first lookups with
+    "ZooKeeper connection lost (/admin/policies/...): SessionExpiredError" (retriable: the
+    namespace check) until its new session was up -- each one doubling the client's backoff
+    (the chaos test). A lookup now tries a retriable store failure again, its namespace check
+    and the ownership reads alike, within ``SETTLE_SECONDS``, and answers once the store is back."""
+    from compactmq.broker import handlers, namespaces
+    from compactmq.storage.metadata_store import StoreUnavailable
+
+    topic = f"persistent://public/default/store-away-{uuid.uuid4().hex[:6]}"
+    cluster = broker.server.service.cluster
+    ownership = cluster.resources.ownership
+    facts, owner, lookup_topic = namespaces._namespace_facts, ownership.owner, handlers.lookup_topic
+    failures, refused = Counter(), []
+
+    looking_up = [0]  # the namespace check of a LOOKUP (PARTITIONED_METADATA reads it too)
+
+    def away_twice(name, real):
+        def call(*args):
+            if failures[name] < 2 and looking_up[0]:
+                failures[name] += 1
+                raise StoreUnavailable(f"ZooKeeper connection lost ({name}, test): SessionExpiredError")
+            return real(*args)
+
+        return call
+
+    async def counting_lookup(*args):  # what the client's LOOKUP gets
+        looking_up[0] += 1
+        try:
+            return await lookup_topic(*args)
+        except CompactMQError as exc:
+            refused.append(exc)
+            raise
+        finally:
+            looking_up[0] -= 1
+
+    monkeypatch.setattr(namespaces, "_namespace_facts", away_twice("namespace", facts))
+    monkeypatch.setattr(handlers, "lookup_topic", counting_lookup)
+    ownership.owner = away_twice("owner", owner)
+    try:
+        publish(broker, topic)
+    finally:
+        ownership.owner = owner
+    assert failures == {"namespace": 2, "owner": 2}
+    assert not refused, f"lookups refused while the store was away: {refused}"

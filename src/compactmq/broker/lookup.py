@@ -177,10 +177,10 @@ async def lookup_topic(
     ``InvalidTopicName``, ``NamespaceNotFound`` (TopicNotFound) or ``ListenerNotFound``.
     """
     tn = TopicName.parse(topic)
-    await check_namespace(service, tn)
     cluster = await joined_cluster(service)  # a broker not in its cluster yet waits for the join
-    if cluster is not None:
-        return await cluster.lookup(tn, listener_name, authoritative)
+    if cluster is not None:  # the namespace check too is tried again while the store is away
+        return await cluster.lookup(tn, listener_name, authoritative, lambda: check_namespace(service, tn))
+    await check_namespace(service, tn)
     return own_answer(service, listener_name)
 
 

@@ -27,7 +27,8 @@ attempt (100 ms, 200 ms, ... up to 60 s) and is reset only by a success, so each
 refusal during a handoff costs the client twice the wait of the one before; a few in a row cost
 a send tens of seconds. A lookup therefore does not refuse a bundle in flux at once: while the
 bundle is being unloaded here it waits for the unload to end, and a retriable failure (the
-bundle taken under a session that just ended, a store call failing) is tried again, up to
+bundle taken under a session that just ended, a store call failing -- as on a broker resumed
+after a freeze past its session, until its new session is up) is tried again, up to
 ``SETTLE_SECONDS``; then it answers the real owner (Connect / Redirect). Only once that bound
 passed is the client refused. A broker that has not joined its cluster yet (``joined_cluster``)
 makes lookups and topic loads wait for the join the same way. The waits decide nothing
@@ -66,9 +67,9 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...errors import InvalidConfiguration, ServiceNotReady
+from ...errors import CompactMQError, InvalidConfiguration, ServerError, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
 from ...storage.resources.fence import Fence, Fenced, lost_fence
@@ -88,8 +89,10 @@ PENDING_ASSIGNMENT_SECONDS = 30.0
 #: refused (module docstring, "Waiting out a handoff"); well under the client's 30 s operation
 #: timeout
 SETTLE_SECONDS = 5.0
-#: pause between two looks at a bundle in flux
+#: pause between two looks at a bundle in flux (doubling, up to the next, between two attempts
+#: that failed: a store that is down is not asked a hundred times a second per lookup)
 SETTLE_POLL_SECONDS = 0.05
+SETTLE_MAX_PAUSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -349,26 +352,40 @@ class ClusterService:
             self._leaving.discard(bundle)
         self._wake.set()
 
-    async def settled_decision(self, tn: TopicName, authoritative: bool) -> Decision:
-        """``decide``, waiting out a bundle in flux for up to ``SETTLE_SECONDS`` (module
-        docstring, "Waiting out a handoff"): the retriable refusal only once that bound passed."""
+    async def settled_decision(
+        self, tn: TopicName, authoritative: bool, check: Callable[[], Awaitable[Any]] | None = None
+    ) -> Decision:
+        """``decide`` (after ``check``, e.g. the namespace's existence, in each attempt), waiting
+        out a bundle in flux for up to ``SETTLE_SECONDS`` (module docstring, "Waiting out a
+        handoff"): a retriable refusal only once that bound passed; any other error at once."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        bundle = await self.bundle_of_topic(tn)
+        pause = SETTLE_POLL_SECONDS
         while True:
-            while bundle in self._leaving and not self.closing and time.monotonic() < deadline:
-                await asyncio.sleep(SETTLE_POLL_SECONDS)
             try:
+                if check is not None:
+                    await check()
+                bundle = await self.bundle_of_topic(tn)
+                while bundle in self._leaving and not self.closing and time.monotonic() < deadline:
+                    await asyncio.sleep(SETTLE_POLL_SECONDS)
                 return await self.decide(tn, authoritative)
-            except (ServiceNotReady, MetadataStoreError) as exc:
-                if self.closing or time.monotonic() >= deadline:
+            except CompactMQError as exc:
+                retriable = exc.server_error is ServerError.ServiceNotReady
+                if not retriable or self.closing or time.monotonic() + pause >= deadline:
                     raise
                 log.debug("lookup of %s: %s; trying again", tn, exc)
-            await asyncio.sleep(SETTLE_POLL_SECONDS)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, SETTLE_MAX_PAUSE_SECONDS)
 
-    async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
+    async def lookup(
+        self,
+        tn: TopicName,
+        listener: str | None,
+        authoritative: bool,
+        check: Callable[[], Awaitable[Any]] | None = None,
+    ) -> "LookupAnswer":
         from ..lookup import answer_from_data, own_answer
 
-        decision = await self.settled_decision(tn, authoritative)
+        decision = await self.settled_decision(tn, authoritative, check)
         if decision.own or decision.target is None:
             return own_answer(self.service, listener)
         return answer_from_data(decision.target, listener, decision.redirect, decision.authoritative)
