@@ -16,7 +16,9 @@ client publishes to the bundle's topics within a bounded time.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections import Counter
 
 import pytest
 
@@ -206,3 +208,152 @@ def test_a_topic_opened_while_its_bundle_changed_ownership_is_not_kept_under_the
     assert cluster.fence_for(topic).epoch > epoch
     loaded = service.topics.loaded.get(topic)
     assert loaded is None or storage.fence_for(topic) is cluster.fence_for(topic)
+
+
+def test_a_lookup_during_an_unload_waits_for_it_rather_than_burning_the_clients_backoff(broker):
+    """The official client's reconnect backoff doubles after every failed attempt (100 ms up to
+    60 s, reset only on success): each retriable refusal of a lookup during a handoff costs it
+    twice the wait of the one before, and a few in a row cost a send tens of seconds (the chaos
+    test's 60 s send timeout). A lookup that arrives while the bundle is being unloaded waits
+    for the unload to finish, then answers the new owner: the handoff costs one reconnect."""
+    topic = f"persistent://public/default/unload-wait-{uuid.uuid4().hex[:6]}"
+    cluster = broker.server.service.cluster
+    bundle, _ = take(broker, topic)
+    ownership = cluster.resources.ownership
+    release, lookup_once = ownership.release, cluster.lookup
+    refused: list = []
+    hold = 3.5  # the key's deletion is slow (a loaded store): the bundle stays in flux this long
+
+    def slow_release(*args):
+        time.sleep(hold)
+        return release(*args)
+
+    async def counting_lookup(*args):
+        try:
+            return await lookup_once(*args)
+        except CompactMQError as exc:
+            refused.append(exc)
+            raise
+
+    client = make_client(broker.url, operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, send_timeout_millis=30_000)
+        producer.send(b"before")
+        ownership.release, cluster.lookup = slow_release, counting_lookup
+        started = time.monotonic()
+        unload = asyncio.run_coroutine_threadsafe(cluster.unload_bundle(bundle), broker._loop)
+        wait_until(lambda: bundle not in cluster.owned, timeout=10, what="the unload to start")
+        producer.send(b"after")
+        took = time.monotonic() - started
+        assert unload.result(20)
+    finally:
+        ownership.release, cluster.lookup = release, lookup_once
+        client.close()
+    assert not refused, f"{len(refused)} lookups refused during the handoff; the send took {took:.1f} s"
+    assert took < hold + 3, f"the first send after the unload took {took:.1f} s"
+
+
+def test_a_client_reaching_a_broker_before_it_joined_its_cluster_waits_for_the_join(
+    tmp_path,
+    zookeeper,  # noqa: F811
+    monkeypatch,
+):
+    """A restarted broker binds its ports before it joins its cluster; a client that reaches it
+    in between (a multi-host service URL) was refused (the topic's fence is lost until the join:
+    ServiceNotReady) and, its backoff doubling at each refusal, came back only seconds after the
+    join. Its lookup now waits for the join and then answers: no topic is ever loaded here
+    before it (the fence stays), and the first send follows the join at once."""
+    import socket
+    import threading
+
+    from compactmq.broker import server as server_module
+    from compactmq.broker.cluster import ClusterService
+
+    delay = 4.0  # the join is slow (a loaded store); under SETTLE_SECONDS
+    start, not_joined = ClusterService.start, server_module._not_joined
+    unfenced: list[str] = []
+
+    async def slow_start(self):
+        await asyncio.sleep(delay)
+        await start(self)
+
+    def counting_not_joined(topic: str):
+        unfenced.append(topic)
+        return not_joined(topic)
+
+    monkeypatch.setattr(ClusterService, "start", slow_start)
+    monkeypatch.setattr(server_module, "_not_joined", counting_not_joined)
+    b = InProcessBroker(
+        tmp_path / "data",
+        {"metadataStoreUrl": f"zk:{zookeeper.hosts}/r{uuid.uuid4().hex[:10]}"},
+    )
+    starting = threading.Thread(target=b.start, daemon=True)
+    starting.start()
+
+    def accepting() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", b.port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    topic = f"persistent://public/default/early-{uuid.uuid4().hex[:6]}"
+    try:
+        wait_until(accepting, timeout=30, what="the broker's binary port")
+        opened = time.monotonic()
+        publish(b, topic)
+        took = time.monotonic() - opened
+        starting.join(30)
+        assert b.server.service.cluster is not None
+    finally:
+        starting.join(30)
+        b.stop()
+    assert topic not in unfenced, f"{topic} was loaded before the join (the send took {took:.1f} s)"
+    assert took < delay + 1.5, f"the first send took {took:.1f} s after the port opened"
+
+
+def test_a_lookup_tries_again_while_the_store_is_briefly_unavailable(broker, monkeypatch):
+    """A broker resumed after a freeze past its session answered its first lookups with
+    "ZooKeeper connection lost (/admin/policies/...): SessionExpiredError" (retriable: the
+    namespace check) until its new session was up -- each one doubling the client's backoff
+    (the chaos test). A lookup now tries a retriable store failure again, its namespace check
+    and the ownership reads alike, within ``SETTLE_SECONDS``, and answers once the store is back."""
+    from compactmq.broker import handlers, namespaces
+    from compactmq.storage.metadata_store import StoreUnavailable
+
+    topic = f"persistent://public/default/store-away-{uuid.uuid4().hex[:6]}"
+    cluster = broker.server.service.cluster
+    ownership = cluster.resources.ownership
+    facts, owner, lookup_topic = namespaces._namespace_facts, ownership.owner, handlers.lookup_topic
+    failures, refused = Counter(), []
+
+    looking_up = [0]  # the namespace check of a LOOKUP (PARTITIONED_METADATA reads it too)
+
+    def away_twice(name, real):
+        def call(*args):
+            if failures[name] < 2 and looking_up[0]:
+                failures[name] += 1
+                raise StoreUnavailable(f"ZooKeeper connection lost ({name}, test): SessionExpiredError")
+            return real(*args)
+
+        return call
+
+    async def counting_lookup(*args):  # what the client's LOOKUP gets
+        looking_up[0] += 1
+        try:
+            return await lookup_topic(*args)
+        except CompactMQError as exc:
+            refused.append(exc)
+            raise
+        finally:
+            looking_up[0] -= 1
+
+    monkeypatch.setattr(namespaces, "_namespace_facts", away_twice("namespace", facts))
+    monkeypatch.setattr(handlers, "lookup_topic", counting_lookup)
+    ownership.owner = away_twice("owner", owner)
+    try:
+        publish(broker, topic)
+    finally:
+        ownership.owner = owner
+    assert failures == {"namespace": 2, "owner": 2}
+    assert not refused, f"lookups refused while the store was away: {refused}"

@@ -259,7 +259,7 @@ async def redirect_to_owner(ctx: Context, request: web.Request, pattern: str, ca
         f"{captures['domain']}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}"
     )
     authoritative = request.query.get("authoritative", "false").lower() == "true"
-    decision = await cluster.decide(tn, authoritative)
+    decision = await cluster.settled_decision(tn, authoritative)  # a bundle in flux: waits a little
     if decision.own or decision.target is None:
         return None
     return redirect(request, decision.target, decision.authoritative if decision.redirect else True)

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from ..errors import CompactMQError, InvalidConfiguration, ServerError
 from ..naming import TopicName
+from .cluster import joined_cluster
 from .namespaces import check_namespace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -176,9 +177,10 @@ async def lookup_topic(
     ``InvalidTopicName``, ``NamespaceNotFound`` (TopicNotFound) or ``ListenerNotFound``.
     """
     tn = TopicName.parse(topic)
+    cluster = await joined_cluster(service)  # a broker not in its cluster yet waits for the join
+    if cluster is not None:  # the namespace check too is tried again while the store is away
+        return await cluster.lookup(tn, listener_name, authoritative, lambda: check_namespace(service, tn))
     await check_namespace(service, tn)
-    if service.cluster is not None:
-        return await service.cluster.lookup(tn, listener_name, authoritative)
     return own_answer(service, listener_name)
 
 

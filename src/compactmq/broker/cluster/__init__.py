@@ -16,7 +16,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .bundles import Bundle
-from .service import ClusterService, Decision, check_opened_under_current_ownership, check_topic_owned
+from .service import (
+    ClusterService,
+    Decision,
+    check_opened_under_current_ownership,
+    check_topic_owned,
+    joined_cluster,
+)
 
 #: ``metadataStoreUrl`` schemes whose data other processes share
 SHARED_STORE_SCHEMES = ("zk",)
@@ -35,4 +41,5 @@ __all__ = [
     "check_opened_under_current_ownership",
     "check_topic_owned",
     "cluster_enabled",
+    "joined_cluster",
 ]

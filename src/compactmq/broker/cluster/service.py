@@ -22,6 +22,18 @@ Lookup (binary ``LOOKUP``, HTTP ``/lookup/v2``, the admin API's 307), with Pulsa
 A producer or consumer on a topic whose bundle this broker does not own is refused with
 ``ServiceNotReady`` (``check_topic_owned``, called where a topic loads); the client looks up again.
 
+Waiting out a handoff: the official client's reconnect backoff doubles after every failed
+attempt (100 ms, 200 ms, ... up to 60 s) and is reset only by a success, so each retriable
+refusal during a handoff costs the client twice the wait of the one before; a few in a row cost
+a send tens of seconds. A lookup therefore does not refuse a bundle in flux at once: while the
+bundle is being unloaded here it waits for the unload to end, and a retriable failure (the
+bundle taken under a session that just ended, a store call failing -- as on a broker resumed
+after a freeze past its session, until its new session is up) is tried again, up to
+``SETTLE_SECONDS``; then it answers the real owner (Connect / Redirect). Only once that bound
+passed is the client refused. A broker that has not joined its cluster yet (``joined_cluster``)
+makes lookups and topic loads wait for the join the same way. The waits decide nothing
+themselves: every answer still comes from ``decide`` and its rules below.
+
 Unloading a bundle (admin call, graceful shutdown) marks it not owned, closes its loaded topics
 (clients are told to reconnect and look up again) and deletes the ownership key. When the store
 session is lost (the broker was cut off or paused past the session timeout) every bundle is gone
@@ -55,9 +67,9 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...errors import InvalidConfiguration, ServiceNotReady
+from ...errors import CompactMQError, InvalidConfiguration, ServerError, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
 from ...storage.resources.fence import Fence, Fenced, lost_fence
@@ -72,6 +84,15 @@ log = logging.getLogger(__name__)
 
 #: seconds an assignment made by the leader counts toward its broker before a report shows it
 PENDING_ASSIGNMENT_SECONDS = 30.0
+#: seconds a lookup (or a topic load) waits for a bundle in flux -- being unloaded, taken under a
+#: session that just ended, a store call failing, the broker not joined yet -- before it is
+#: refused (module docstring, "Waiting out a handoff"); well under the client's 30 s operation
+#: timeout
+SETTLE_SECONDS = 5.0
+#: pause between two looks at a bundle in flux (doubling, up to the next, between two attempts
+#: that failed: a store that is down is not asked a hundred times a second per lookup)
+SETTLE_POLL_SECONDS = 0.05
+SETTLE_MAX_PAUSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -120,6 +141,7 @@ class ClusterService:
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closing = False
+        self.joined = False  # start() done: this broker may own bundles
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -136,6 +158,7 @@ class ClusterService:
         await self.service.run_blocking(self.membership.elect)
         self.store.register_session_listener(self._session_event)
         self._task = self.service.state.spawn(self._report_loop())
+        self.joined = True
 
     async def release_all(self) -> None:
         """Graceful shutdown: leave the cluster (so no bundle is assigned here), then unload
@@ -329,10 +352,40 @@ class ClusterService:
             self._leaving.discard(bundle)
         self._wake.set()
 
-    async def lookup(self, tn: TopicName, listener: str | None, authoritative: bool) -> "LookupAnswer":
+    async def settled_decision(
+        self, tn: TopicName, authoritative: bool, check: Callable[[], Awaitable[Any]] | None = None
+    ) -> Decision:
+        """``decide`` (after ``check``, e.g. the namespace's existence, in each attempt), waiting
+        out a bundle in flux for up to ``SETTLE_SECONDS`` (module docstring, "Waiting out a
+        handoff"): a retriable refusal only once that bound passed; any other error at once."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        pause = SETTLE_POLL_SECONDS
+        while True:
+            try:
+                if check is not None:
+                    await check()
+                bundle = await self.bundle_of_topic(tn)
+                while bundle in self._leaving and not self.closing and time.monotonic() < deadline:
+                    await asyncio.sleep(SETTLE_POLL_SECONDS)
+                return await self.decide(tn, authoritative)
+            except CompactMQError as exc:
+                retriable = exc.server_error is ServerError.ServiceNotReady
+                if not retriable or self.closing or time.monotonic() + pause >= deadline:
+                    raise
+                log.debug("lookup of %s: %s; trying again", tn, exc)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, SETTLE_MAX_PAUSE_SECONDS)
+
+    async def lookup(
+        self,
+        tn: TopicName,
+        listener: str | None,
+        authoritative: bool,
+        check: Callable[[], Awaitable[Any]] | None = None,
+    ) -> "LookupAnswer":
         from ..lookup import answer_from_data, own_answer
 
-        decision = await self.decide(tn, authoritative)
+        decision = await self.settled_decision(tn, authoritative, check)
         if decision.own or decision.target is None:
             return own_answer(self.service, listener)
         return answer_from_data(decision.target, listener, decision.redirect, decision.authoritative)
@@ -527,9 +580,33 @@ class ClusterService:
         return None if found is None else found[0]
 
 
-async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
-    """``ServiceNotReady`` unless this broker owns the bundle of ``tn`` (no-op on one broker)."""
+async def joined_cluster(service: "BrokerService") -> ClusterService | None:
+    """This broker's cluster service once it has joined its cluster; None on one broker.
+
+    The broker binds its ports before it joins (its id is the web URL it bound): a lookup or a
+    topic load that arrives in between -- a restarted broker, a multi-host service URL -- waits
+    for the join up to ``SETTLE_SECONDS`` instead of being refused at once (module docstring,
+    "Waiting out a handoff"); ``ServiceNotReady`` (retriable) once that bound passed."""
+    from . import cluster_enabled  # the package imports this module: no cycle at call time
+
     cluster = service.cluster
+    if cluster is not None and cluster.joined:
+        return cluster
+    if cluster is None and not cluster_enabled(service.config):
+        return None
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while cluster is None or not cluster.joined:
+        if service.shutting_down or time.monotonic() >= deadline:
+            raise ServiceNotReady("this broker has not joined its cluster yet; look the topic up again")
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+        cluster = service.cluster
+    return cluster
+
+
+async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
+    """``ServiceNotReady`` unless this broker owns the bundle of ``tn`` (no-op on one broker;
+    waits for the join on a broker that has not joined its cluster yet: ``joined_cluster``)."""
+    cluster = await joined_cluster(service)
     if cluster is None or await cluster.owns(tn):
         return
     raise ServiceNotReady(
