@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -177,3 +178,87 @@ def test_a_failed_try_sync_written_fences(open_storage, monkeypatch):
     assert ml.fenced and ml.durable_seq == 1
     with pytest.raises(StorageError):
         ml.try_sync_written()
+
+
+class _Clock:
+    """A stand-in for the ``time`` module in the appender: ``monotonic()`` is what the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_busy_topic_spaces_its_syncs_and_a_quiet_one_does_not(open_storage, monkeypatch):
+    """``appender.BUSY_SYNC_RATE``: once records arrive faster than that between syncs, a
+    pipelined sync starts no sooner than ``managedLedgerGroupCommitMaxDelayMicros`` after the
+    last one started (it waits that long for more to join it); once they slow down, a sync
+    starts at once again, however close together the writes are."""
+    st = open_storage(managedLedgerSyncData=True, managedLedgerGroupCommitMaxDelayMicros=1000)
+    ml = st.open_managed_ledger(TOPIC)
+    clock = _Clock()
+    monkeypatch.setattr(appender_mod, "time", clock)
+    cond = ml._appender.sync_cond
+    real_wait = cond.wait
+    waits: list[float | None] = []
+
+    def wait(timeout=None):
+        waits.append(timeout)
+        clock.now += timeout  # the wait runs its course on the test's clock
+        return real_wait(0)
+
+    monkeypatch.setattr(cond, "wait", wait)
+    # 10 records every 0.4 ms: 25,000 a second
+    for _ in range(20):
+        clock.now += 0.0004
+        _, _, seq = ml.write_many([b"x"] * 10)
+        assert ml.sync_written() == seq and ml.durable_seq == seq
+    assert len(waits) >= 12  # the moving average passes the rate within a few syncs ...
+    assert waits == [pytest.approx(0.0006)] * len(waits)  # ... then each waits out its 1 ms
+    # 1 record every 0.4 ms: 2,500 a second
+    waits.clear()
+    for i in range(20):
+        clock.now += 0.0004
+        _, _, seq = ml.write_many([b"y"])
+        before = len(waits)
+        assert ml.sync_written() == seq
+        if i >= 12:  # the average has come down: no sync waits any more
+            assert len(waits) == before
+    assert ml.durable_seq == seq
+
+
+def test_spaced_syncs_cover_more_records_each(open_storage, monkeypatch):
+    """On a quick disk (a sync of ~0.1 ms here), a topic written to as fast as a thread can
+    write is synced about once per ``managedLedgerGroupCommitMaxDelayMicros`` (1 ms) rather
+    than back to back, and every record still ends up durable."""
+    st = open_storage(managedLedgerSyncData=True, managedLedgerGroupCommitMaxDelayMicros=1000)
+    ml = st.open_managed_ledger(TOPIC)
+    syncs = []
+
+    def quick_sync(fd):  # a quick disk: the sync releases the GIL as a real one does
+        syncs.append(fd)
+        time.sleep(0.0001)
+
+    monkeypatch.setattr(os, "fdatasync", quick_sync)
+    stop = threading.Event()
+    result: list[int] = []
+
+    def syncer():
+        while not stop.is_set() or ml.durable_seq < ml._ledgers.written_seq:
+            result.append(ml.sync_written())
+            time.sleep(0)
+
+    thread = threading.Thread(target=syncer)
+    began = time.monotonic()
+    thread.start()
+    seq = 0
+    for _ in range(3000):
+        _, _, seq = ml.write_many([b"z"] * 5)
+        time.sleep(0)
+    stop.set()
+    thread.join(30)
+    elapsed = time.monotonic() - began
+    assert ml.durable_seq == seq == 15000
+    # back to back, a 0.1 ms sync would run some 10 times a millisecond
+    assert len(syncs) <= elapsed / 0.001 + 5, (len(syncs), elapsed)

@@ -95,6 +95,9 @@ class Topic(TopicProducers):
         self._writing = False  # a pool thread writes a batch (the queue waits for it)
         self._syncing = False  # a pool thread runs ManagedLedger.sync_written
         self._idle_waiters: list[asyncio.Future] = []
+        # the loop publishing runs on, looked up once: asyncio.get_running_loop() makes a getpid
+        # system call each time (its fork check), which was one more per socket read
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
         self._exclusive_waiters: list[tuple[Producer, asyncio.Future]] = []
@@ -157,7 +160,16 @@ class Topic(TopicProducers):
     def _schedule_write(self) -> None:
         # after the current callback: the other SENDs of this read join the same write
         self._write_scheduled = True
-        asyncio.get_running_loop().call_soon(self._write_queued)
+        loop = self._loop  # (_running_loop, inlined: this runs once a socket read)
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(self._write_queued)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _write_queued(self) -> None:
         """Write what is queued (on the loop when the ledger can take it at once, else in
@@ -211,7 +223,7 @@ class Topic(TopicProducers):
         nothing else wants the loop (``try_sync_written``, ``SyncThreads.claim_inline``: no
         thread hop, the receipts leave at once), else in a sync thread (``_start_sync``)."""
         threads = self.service.sync_threads
-        if records <= INLINE_SYNC_MAX_RECORDS and threads.claim_inline(asyncio.get_running_loop()):
+        if records <= INLINE_SYNC_MAX_RECORDS and threads.claim_inline(self._running_loop()):
             self._syncing = True
             began = time.monotonic()
             try:
@@ -231,7 +243,7 @@ class Topic(TopicProducers):
         while it syncs, the loop goes on writing, and the next sync covers those writes (the
         pipelined commit)."""
         self._syncing = True
-        self.service.sync_threads.submit(self._sync_in_pool, asyncio.get_running_loop())
+        self.service.sync_threads.submit(self._sync_in_pool, self._running_loop())
 
     def _sync_in_pool(self, loop: asyncio.AbstractEventLoop) -> None:
         """In a sync thread (``sync_threads``): ``ManagedLedger.sync_written``, the loop told after each sync,
