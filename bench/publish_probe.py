@@ -362,6 +362,12 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated labels to run (this, main, plite)")
     ap.add_argument("--override", action="append", default=[], help="config override for 'this'")
     ap.add_argument("--nosync", action="store_true", help="also this checkout with managedLedgerSyncData=false")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="LABEL=key=value[,key=value]: also this checkout with these config overrides",
+    )
     ap.add_argument("--data-root", help="where the brokers' data directories go (default: the temp dir)")
     ap.add_argument("--name", default="", help="suffix of the result file")
     args = ap.parse_args()
@@ -374,6 +380,9 @@ def main() -> None:
             brokers["nosync"] = StandaloneBroker(
                 os.path.join(workdir, "nosync"), [*args.override, "managedLedgerSyncData=false"]
             )
+        for variant in args.variant:  # LABEL=key=value[,key=value...]: this checkout, other settings
+            label, _, settings = variant.partition("=")
+            brokers[label] = StandaloneBroker(os.path.join(workdir, label), [*args.override, *settings.split(",")])
         if args.main_src:
             brokers["main"] = StandaloneBroker(os.path.join(workdir, "main"), src=args.main_src)
         if args.pulsar_lite:

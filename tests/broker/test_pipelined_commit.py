@@ -224,3 +224,36 @@ def test_a_batch_the_loop_cannot_write_at_once_goes_to_the_pool_in_order(service
         await service.topics.close_all()
 
     asyncio.run(scenario())
+
+
+def test_publishing_looks_its_event_loop_up_once(service, monkeypatch):
+    """``asyncio.get_running_loop()`` makes a getpid system call each time (its fork check);
+    a topic asked it once a socket read (``_schedule_write``) and once a sync. It keeps its
+    loop instead."""
+    from compactmq.broker import topics as topics_mod
+
+    real = asyncio.get_running_loop
+    calls: list[int] = []
+
+    class CountingAsyncio:
+        def __getattr__(self, name):
+            return getattr(asyncio, name)
+
+        @staticmethod
+        def get_running_loop():
+            calls.append(1)
+            return real()
+
+    monkeypatch.setattr(topics_mod, "asyncio", CountingAsyncio())
+
+    async def scenario() -> None:
+        topic = await service.topics.get_topic(TOPIC)
+        calls.clear()
+        for i in range(20):  # each SEND in a loop turn of its own, each with its own sync
+            fut = real().create_future()
+            topic.publish(b"m%d" % i, 1, lambda pos, err, fut=fut: fut.set_result(pos))
+            await fut
+        assert len(calls) <= 1
+        await service.topics.close_all()
+
+    asyncio.run(scenario())

@@ -211,7 +211,10 @@ SETTINGS: dict[str, Setting] = {
     ),
     "managedLedgerSyncData": _s(bool, True, "fsync before acknowledging an append (journalSyncData)"),
     "managedLedgerGroupCommitMaxDelayMicros": _s(
-        int, 1000, "longest an append waits to share an fsync with others (group commit)"
+        int,
+        1000,
+        "longest an append waits to share an fsync with others (group commit); also the least spacing "
+        "of a busy topic's syncs (storage.appender.BUSY_SYNC_RATE)",
     ),
     "managedLedgerDefaultMarkDeleteRateLimit": _s(
         float, 1.0, "most cursor positions written to the metadata store per second per cursor (0: every ack)"

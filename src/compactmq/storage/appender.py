@@ -20,7 +20,9 @@ One writer per topic per data directory (the Storage holds a lock file).
   durable -- the caller goes on writing meanwhile, and each sync covers all written before it
   started -- and reports ``durable_seq`` after each sync. ``try_write_many`` is ``write_many``
   for an event loop: it returns None instead of waiting for the lock, rolling over, or writing
-  more than ``INLINE_WRITE_MAX_BYTES`` or to a writer whose writes may block.
+  more than ``INLINE_WRITE_MAX_BYTES`` or to a writer whose writes may block. A busy topic's
+  pipelined syncs are spaced ``managedLedgerGroupCommitMaxDelayMicros`` apart
+  (``BUSY_SYNC_RATE``), so that each covers more records.
 * Readers see an entry only once it is durable (``LedgerList.visible``).
 * Rollover, checked before each append and on the broker's timer, by Pulsar's rule
   (``ManagedLedgerImpl.currentLedgerIsFull``): the ledger is full when it holds
