@@ -124,7 +124,7 @@ def thread_delta(before: dict, after: dict, messages: int, pid: int) -> dict:
     are told apart by their rank when they all share it, as a C++ library's threads do)."""
     groups: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0, 0, 0])
     for tid, (name, ns, vol, invol) in sorted(after.items()):
-        ns0, vol0, invol0 = (before[tid][1:] if tid in before else (0, 0, 0))
+        ns0, vol0, invol0 = before[tid][1:] if tid in before else (0, 0, 0)
         key = "main" if tid == pid else re.sub(r"\d+", "N", name)
         if key == "python" and ns - ns0 > 0:  # the client library's threads: one line each
             key = f"python-{tid - pid}"
@@ -187,7 +187,20 @@ SIZE_CALLS = ("read", "recvfrom", "write", "writev", "sendto", "sendmsg", "pwrit
 def perf_sizes(pid: int, seconds: float, workdir: str) -> subprocess.Popen:
     data = os.path.join(workdir, f"sizes-{pid}-{time.monotonic_ns()}.data")
     events = [f"syscalls:sys_exit_{s}" for s in SIZE_CALLS if _event_ok(f"syscalls:sys_exit_{s}")]
-    cmd = ["perf", "record", "-q", "-o", data, "-e", ",".join(events), "-p", str(pid), "--", "sleep", str(seconds)]
+    cmd = [
+        "perf",
+        "record",
+        "-q",
+        "-o",
+        data,
+        "-e",
+        ",".join(events),
+        "-p",
+        str(pid),
+        "--",
+        "sleep",
+        str(seconds),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc.data = data  # type: ignore[attr-defined]
     return proc
@@ -254,7 +267,9 @@ class PulsarLite:
         self.proc.wait(30)
 
 
-def probe(label: str, broker, n: int, size: int, warm: float, window: float, sizes: bool, workdir: str) -> dict:
+def probe(
+    label: str, broker, n: int, size: int, warm: float, window: float, sizes: bool, workdir: str
+) -> dict:
     import pulsar
 
     client = pulsar.Client(
@@ -283,7 +298,11 @@ def probe(label: str, broker, n: int, size: int, warm: float, window: float, siz
         time.sleep(window)
         b1, c1, a1, t1 = threads_of(bpid), threads_of(cpid), acked[0], time.perf_counter()
         msgs = max(1, a1 - a0)
-        found["window"] = {"messages": a1 - a0, "seconds": round(t1 - t0, 3), "msgs_per_s": round(msgs / (t1 - t0))}
+        found["window"] = {
+            "messages": a1 - a0,
+            "seconds": round(t1 - t0, 3),
+            "msgs_per_s": round(msgs / (t1 - t0)),
+        }
         found["broker_threads"] = thread_delta(b0, b1, msgs, bpid)
         found["client_threads"] = thread_delta(c0, c1, msgs, cpid)
         found["broker_syscalls_per_msg"] = perf_counts(pb, msgs)
@@ -361,7 +380,9 @@ def main() -> None:
     ap.add_argument("--pulsar-lite", help="also run this pulsar-lite binary")
     ap.add_argument("--only", help="comma-separated labels to run (this, main, plite)")
     ap.add_argument("--override", action="append", default=[], help="config override for 'this'")
-    ap.add_argument("--nosync", action="store_true", help="also this checkout with managedLedgerSyncData=false")
+    ap.add_argument(
+        "--nosync", action="store_true", help="also this checkout with managedLedgerSyncData=false"
+    )
     ap.add_argument(
         "--variant",
         action="append",
@@ -382,7 +403,9 @@ def main() -> None:
             )
         for variant in args.variant:  # LABEL=key=value[,key=value...]: this checkout, other settings
             label, _, settings = variant.partition("=")
-            brokers[label] = StandaloneBroker(os.path.join(workdir, label), [*args.override, *settings.split(",")])
+            brokers[label] = StandaloneBroker(
+                os.path.join(workdir, label), [*args.override, *settings.split(",")]
+            )
         if args.main_src:
             brokers["main"] = StandaloneBroker(os.path.join(workdir, "main"), src=args.main_src)
         if args.pulsar_lite:
@@ -393,7 +416,16 @@ def main() -> None:
         for r in range(args.rounds):
             for label in results:
                 results[label].append(
-                    probe(label, brokers[label], args.messages, args.size, args.warm, args.window, args.sizes, workdir)
+                    probe(
+                        label,
+                        brokers[label],
+                        args.messages,
+                        args.size,
+                        args.warm,
+                        args.window,
+                        args.sizes,
+                        workdir,
+                    )
                 )
     finally:
         for b in brokers.values():
