@@ -16,6 +16,13 @@ after a freeze past its session, until its new session is up) is tried again, up
 passed is the client refused. A broker that has not joined its cluster yet (``joined_cluster``)
 makes lookups and topic loads wait for the join the same way.
 
+A broker whose metadata store connection is down cannot answer (every store call would wait up
+to the store's operation timeout, 30 s, longer than the client waits for a lookup). Its lookups
+do not call the store then: they wait for the connection to come back (a broker resumed after a
+freeze reconnects within moments) for up to ``SETTLE_DISCONNECTED_SECONDS``, and are then
+refused: the client looks up again, through the next broker of its service URL. A broker cut
+off from the store for good thus costs a client one short wait, not its operation timeout.
+
 The waits decide nothing themselves: every answer still comes from ``ClusterService.decide``
 and the lookup rules in ``service``.
 """
@@ -44,6 +51,10 @@ SETTLE_SECONDS = 5.0
 #: that failed: a store that is down is not asked a hundred times a second per lookup)
 SETTLE_POLL_SECONDS = 0.05
 SETTLE_MAX_PAUSE_SECONDS = 0.5
+#: seconds a lookup waits for this broker's metadata store connection to come back (module
+#: docstring); shorter than ``SETTLE_SECONDS``: a broker cut off from the store may stay so,
+#: and the next broker the client asks can answer
+SETTLE_DISCONNECTED_SECONDS = 2.0
 
 
 async def settled_decision(
@@ -55,10 +66,15 @@ async def settled_decision(
     """``cluster.decide`` (after ``check``, e.g. the namespace's existence, in each attempt),
     waiting out a bundle in flux for up to ``SETTLE_SECONDS`` (module docstring): a retriable
     refusal only once that bound passed; any other error at once."""
-    deadline = time.monotonic() + SETTLE_SECONDS
+    start = time.monotonic()
+    deadline = start + SETTLE_SECONDS
     pause = SETTLE_POLL_SECONDS
     while True:
         try:
+            if not cluster.store.connected:
+                if time.monotonic() >= start + SETTLE_DISCONNECTED_SECONDS:
+                    deadline = 0.0  # refused now, without waiting the store's operation timeout
+                raise ServiceNotReady(f"broker {cluster.broker_id} has no metadata store connection")
             if check is not None:
                 await check()
             bundle = await cluster.bundle_of_topic(tn)
