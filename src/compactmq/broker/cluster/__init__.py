@@ -18,7 +18,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .bundles import Bundle
-from .service import ClusterService, Decision, check_opened_under_current_ownership, check_topic_owned
+from .service import (
+    ClusterService,
+    Decision,
+    check_opened_under_current_ownership,
+    check_topic_owned,
+    load_failed_on_lost_ownership,
+)
 from .settle import joined_cluster, settled_decision
 
 #: ``metadataStoreUrl`` schemes whose data other processes share
@@ -39,5 +45,6 @@ __all__ = [
     "check_topic_owned",
     "cluster_enabled",
     "joined_cluster",
+    "load_failed_on_lost_ownership",
     "settled_decision",
 ]

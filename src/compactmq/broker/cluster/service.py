@@ -60,7 +60,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...errors import InvalidConfiguration, ServiceNotReady
+from ...errors import InvalidConfiguration, ServerError, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
 from ...storage.resources.fence import Fence, Fenced, lost_fence
@@ -563,3 +563,29 @@ def check_opened_under_current_ownership(service: "BrokerService", tn: TopicName
     if cluster is None or service.storage.fence_for(str(tn)) is cluster.fence_for(str(tn)):
         return
     raise ServiceNotReady(f"the ownership of {tn}'s bundle changed while it loaded; look it up again")
+
+
+def load_failed_on_lost_ownership(service: "BrokerService", tn: TopicName, exc: BaseException) -> bool:
+    """Whether a failed load of ``tn`` failed because this broker's hold on it ended or its
+    metadata store was away -- a retriable condition (the client looks up again and finds the
+    owner, or this broker once its store is back) even when a storage layer wrapped it in a
+    ``StorageError`` (PersistenceError on the wire, which the client does not retry): a
+    retriable store error (``Fenced``, ``StoreUnavailable``) anywhere in the exception's
+    causes, or, in a cluster, the bundle no longer owned here, the ledger's fence over or the
+    store disconnected. A disk error or a damaged ledger on a broker that still owns the topic
+    is neither: it stays what it is."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if getattr(cause, "server_error", None) is ServerError.ServiceNotReady:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    cluster = service.cluster
+    if cluster is None:
+        return False
+    if not cluster.store.connected or cluster.closing:
+        return True
+    fence = service.storage.fence_for(str(tn))
+    current = cluster.fence_for(str(tn))
+    return current.lost or current.revoked or fence.lost or fence.revoked or fence is not current
