@@ -24,9 +24,7 @@ write to tell it) would wait on A for as long as the cut lasts.
 
 from __future__ import annotations
 
-import select
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -36,6 +34,7 @@ import pytest
 
 pulsar = pytest.importorskip("pulsar")
 
+from harness.sockets import CuttableProxy  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
@@ -144,74 +143,6 @@ def test_clients_of_a_broker_whose_session_ended_move_to_the_new_owner_at_once(c
         if owner is not None and owner.alive():
             owner.proc.send_signal(signal.SIGCONT)
         client.close()
-
-
-class CuttableProxy:
-    """A TCP proxy to ``target`` (host, port) on a port of its own; ``cut()`` closes every
-    connection through it and refuses new ones (closed at once) until ``restore()``."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.cut_off = False
-        self.pairs: list[tuple[socket.socket, socket.socket]] = []
-        self.lock = threading.Lock()
-        self.stopping = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stopping:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.cut_off:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.pairs.append((client, upstream))
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        peers = {a: b, b: a}
-        try:
-            while not self.cut_off:
-                ready, _, _ = select.select([a, b], [], [], 0.2)
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    peers[sock].sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (a, b):
-                sock.close()
-
-    def cut(self) -> None:
-        self.cut_off = True
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-        for pair in pairs:
-            for sock in pair:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def restore(self) -> None:
-        self.cut_off = False
-
-    def close(self) -> None:
-        self.stopping = True
-        self.cut()
-        self.listener.close()
 
 
 def test_a_broker_cut_off_from_zookeeper_past_its_session_lets_its_clients_go(tmp_path_factory, zookeeper):  # noqa: F811

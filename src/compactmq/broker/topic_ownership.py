@@ -42,7 +42,12 @@ from ..errors import (
 )
 from ..naming import TopicName
 from ..storage.position import Position
-from .cluster import check_opened_under_current_ownership, check_topic_owned, load_failed_on_lost_ownership
+from .cluster import (
+    check_opened_under_current_ownership,
+    check_topic_owned,
+    load_failed_on_lost_ownership,
+    store_reachable,
+)
 from .dedup import entry_sequence
 from .namespaces import check_namespace
 from .nonpersistent import NonPersistentTopics
@@ -157,6 +162,7 @@ class TopicManager:
         if self.service.shutting_down:
             raise StorageError("broker is shutting down")
         storage = self.service.storage
+        await store_reachable(self.service)  # in a cluster: no store call waits out a cut-off store
         auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
         await check_topic_owned(self.service, tn)  # in a cluster: ServiceNotReady unless owned here
         allowed = create and auto.allowed

@@ -25,7 +25,7 @@ from .service import (
     check_topic_owned,
     load_failed_on_lost_ownership,
 )
-from .settle import joined_cluster, settled_decision
+from .settle import joined_cluster, settled_decision, store_reachable
 
 #: ``metadataStoreUrl`` schemes whose data other processes share
 SHARED_STORE_SCHEMES = ("zk",)
@@ -47,4 +47,5 @@ __all__ = [
     "joined_cluster",
     "load_failed_on_lost_ownership",
     "settled_decision",
+    "store_reachable",
 ]

@@ -21,7 +21,9 @@ to the store's operation timeout, 30 s, longer than the client waits for a looku
 do not call the store then: they wait for the connection to come back (a broker resumed after a
 freeze reconnects within moments) for up to ``SETTLE_DISCONNECTED_SECONDS``, and are then
 refused: the client looks up again, through the next broker of its service URL. A broker cut
-off from the store for good thus costs a client one short wait, not its operation timeout.
+off from the store for good thus costs a client one short wait, not its operation timeout. A
+topic load there (a client sent by a broker that still read this one's ownership key, before
+ZooKeeper expired the session) waits and is refused the same way (``store_reachable``).
 
 The waits decide nothing themselves: every answer still comes from ``ClusterService.decide``
 and the lookup rules in ``service``.
@@ -111,3 +113,17 @@ async def joined_cluster(service: "BrokerService") -> "ClusterService | None":
         await asyncio.sleep(SETTLE_POLL_SECONDS)
         cluster = service.cluster
     return cluster
+
+
+async def store_reachable(service: "BrokerService") -> None:
+    """In a cluster: return once this broker's metadata store connection is up, waiting up to
+    ``SETTLE_DISCONNECTED_SECONDS``; ``ServiceNotReady`` after (module docstring). No-op on one
+    broker (the embedded stores are always up)."""
+    store = service.storage.metadata_store
+    if store.connected or service.cluster is None:
+        return
+    deadline = time.monotonic() + SETTLE_DISCONNECTED_SECONDS
+    while not store.connected:
+        if service.shutting_down or time.monotonic() >= deadline:
+            raise ServiceNotReady("this broker has no metadata store connection; look the topic up again")
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
