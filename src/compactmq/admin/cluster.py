@@ -38,6 +38,7 @@ from ..broker.cluster.bundles import (
     parse_range,
     stored_boundaries,
 )
+from ..broker.cluster.settle import settled_decision
 from ..errors import NotFound, PreconditionFailed, ServiceNotReady
 from ..naming import TopicName
 from .common import Context
@@ -259,7 +260,7 @@ async def redirect_to_owner(ctx: Context, request: web.Request, pattern: str, ca
         f"{captures['domain']}://{captures['tenant']}/{captures['namespace']}/{captures['topic']}"
     )
     authoritative = request.query.get("authoritative", "false").lower() == "true"
-    decision = await cluster.settled_decision(tn, authoritative)  # a bundle in flux: waits a little
+    decision = await settled_decision(cluster, tn, authoritative)  # a bundle in flux: waits a little
     if decision.own or decision.target is None:
         return None
     return redirect(request, decision.target, decision.authoritative if decision.redirect else True)

@@ -12,7 +12,11 @@ range; then it opens the managed ledger in the thread pool, recovers the produce
 sequence ids from the newest entries and the topic epoch, and checks ownership once more -- a
 bundle given up while the topic loaded was not seen by that bundle's unload, so the topic is
 closed again here and the load fails; so is one whose bundle was given up and taken again
-meanwhile (its ledger was opened under the ownership that ended).
+meanwhile (its ledger was opened under the ownership that ended). A load that fails with a
+``StorageError`` because the ownership ended or the metadata store was away meanwhile (a
+storage layer may wrap a ``Fenced`` or ``StoreUnavailable``) is answered ``ServiceNotReady``,
+which the client retries with a lookup, not PersistenceError, which fails a first create
+(``cluster.load_failed_on_lost_ownership``); a disk error or a damaged ledger stays one.
 
 Closing: ``unload`` closes a topic (its clients are told to reconnect), with ``close_ledger``
 its managed ledger too (a load of the same name waits for that close, so it never gets the
@@ -28,10 +32,22 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import CompactMQError, InvalidTopicName, NotAllowed, StorageError, TopicNotFound
+from ..errors import (
+    CompactMQError,
+    InvalidTopicName,
+    NotAllowed,
+    ServiceNotReady,
+    StorageError,
+    TopicNotFound,
+)
 from ..naming import TopicName
 from ..storage.position import Position
-from .cluster import check_opened_under_current_ownership, check_topic_owned
+from .cluster import (
+    check_opened_under_current_ownership,
+    check_topic_owned,
+    load_failed_on_lost_ownership,
+    store_reachable,
+)
 from .dedup import entry_sequence
 from .namespaces import check_namespace
 from .nonpersistent import NonPersistentTopics
@@ -146,6 +162,7 @@ class TopicManager:
         if self.service.shutting_down:
             raise StorageError("broker is shutting down")
         storage = self.service.storage
+        await store_reachable(self.service)  # in a cluster: no store call waits out a cut-off store
         auto = await check_namespace(self.service, tn)  # NamespaceNotFound: never create a tenant
         await check_topic_owned(self.service, tn)  # in a cluster: ServiceNotReady unless owned here
         allowed = create and auto.allowed
@@ -162,15 +179,19 @@ class TopicManager:
                 raise NotAllowed(f"{tn} is a partitioned topic: use its partitions")
         try:
             ledger = await self.service.run_blocking(storage.open_managed_ledger, str(tn), allowed)
+            last, newest = await self.service.run_blocking(_topic_facts, ledger)
+            topic = Topic(self.service, tn, ledger, last, newest)
+            topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
+            topic.epoch = await self.service.run_blocking(
+                load_epoch, self.service.storage.topic_metadata, str(tn)
+            )
+            await topic.dedup.load()
         except TopicNotFound:
             raise TopicNotFound(f"topic {tn} does not exist (allowAutoTopicCreation is off)") from None
-        last, newest = await self.service.run_blocking(_topic_facts, ledger)
-        topic = Topic(self.service, tn, ledger, last, newest)
-        topic.last_sequence_ids = await self.service.run_blocking(recover_sequence_ids, ledger)
-        topic.epoch = await self.service.run_blocking(
-            load_epoch, self.service.storage.topic_metadata, str(tn)
-        )
-        await topic.dedup.load()
+        except StorageError as exc:  # PersistenceError, unless the ownership or the store went
+            if not load_failed_on_lost_ownership(self.service, tn, exc):
+                raise
+            raise ServiceNotReady(f"loading {tn} failed as its ownership or store went: {exc}") from exc
         try:  # a bundle given up while this topic loaded: its unload did not see it, so close here
             await check_topic_owned(self.service, tn)
             check_opened_under_current_ownership(self.service, tn)  # ...and taken again meanwhile

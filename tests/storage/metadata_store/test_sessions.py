@@ -158,3 +158,36 @@ def test_zk_chroots_are_separate_and_created(zookeeper, tmp_path):
         assert not two.exists("/k") and two.get_children("/") == []
         assert root.get("/c1/deep/k").value == b"1"
         assert "zookeeper" not in root.get_children("/")  # the server's own subtree is hidden
+
+
+def test_zk_store_cut_off_past_its_session_declares_it_lost_and_comes_back(zookeeper, tmp_path):
+    """kazoo hears of an expired session only from the server, once it reaches one again; a
+    store cut off from ZooKeeper (a network partition) declares the session lost itself after
+    the session timeout, as Pulsar's session watcher does, so its owner stops serving what the
+    server already handed to others. Once the cut ends: a new session, reported."""
+    from harness.sockets import CuttableProxy
+
+    host, port = zookeeper.hosts.split(",")[0].rsplit(":", 1)
+    proxy = CuttableProxy((host, int(port)))
+    store = create_metadata_store(
+        f"zk:127.0.0.1:{proxy.port}/cut", data_dir=tmp_path, session_timeout_ms=2000
+    )
+    try:
+        events = Events()
+        store.register_session_listener(events)
+        assert store.connected
+        proxy.cut()
+        cut = time.monotonic()
+        events.wait_for(SessionEvent.CONNECTION_LOST, timeout=10)
+        assert not store.connected
+        events.wait_for(SessionEvent.SESSION_LOST, timeout=10)
+        lost_after = time.monotonic() - cut
+        assert 1.5 < lost_after < 6, f"declared lost {lost_after:.1f} s after the cut"
+        proxy.restore()
+        events.wait_for(SessionEvent.SESSION_REESTABLISHED, timeout=20)
+        assert store.connected
+        assert events.seen.count(SessionEvent.SESSION_LOST) == 1  # kazoo's own LOST: not again
+        store.put("/after", b"x")
+    finally:
+        store.close()
+        proxy.close()

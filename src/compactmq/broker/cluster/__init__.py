@@ -8,6 +8,8 @@ it and ``clusterName`` form a cluster. With the embedded default (one broker) no
 * ``membership``  this broker's ephemeral registration and load report; the leader election
 * ``service``     ``ClusterService``: owned bundles, lookup decisions (Connect / Redirect),
                   assignment by the leader to the least-loaded broker, unload, shutdown
+* ``settle``      waiting out a handoff: a lookup or topic load meeting a bundle in flux (or a
+                  broker not joined yet) waits up to ``SETTLE_SECONDS`` before a refusal
 The store paths are written in ``storage.resources.cluster``; nothing here sees one.
 """
 
@@ -21,8 +23,9 @@ from .service import (
     Decision,
     check_opened_under_current_ownership,
     check_topic_owned,
-    joined_cluster,
+    load_failed_on_lost_ownership,
 )
+from .settle import joined_cluster, settled_decision, store_reachable
 
 #: ``metadataStoreUrl`` schemes whose data other processes share
 SHARED_STORE_SCHEMES = ("zk",)
@@ -42,4 +45,7 @@ __all__ = [
     "check_topic_owned",
     "cluster_enabled",
     "joined_cluster",
+    "load_failed_on_lost_ownership",
+    "settled_decision",
+    "store_reachable",
 ]

@@ -22,17 +22,8 @@ Lookup (binary ``LOOKUP``, HTTP ``/lookup/v2``, the admin API's 307), with Pulsa
 A producer or consumer on a topic whose bundle this broker does not own is refused with
 ``ServiceNotReady`` (``check_topic_owned``, called where a topic loads); the client looks up again.
 
-Waiting out a handoff: the official client's reconnect backoff doubles after every failed
-attempt (100 ms, 200 ms, ... up to 60 s) and is reset only by a success, so each retriable
-refusal during a handoff costs the client twice the wait of the one before; a few in a row cost
-a send tens of seconds. A lookup therefore does not refuse a bundle in flux at once: while the
-bundle is being unloaded here it waits for the unload to end, and a retriable failure (the
-bundle taken under a session that just ended, a store call failing -- as on a broker resumed
-after a freeze past its session, until its new session is up) is tried again, up to
-``SETTLE_SECONDS``; then it answers the real owner (Connect / Redirect). Only once that bound
-passed is the client refused. A broker that has not joined its cluster yet (``joined_cluster``)
-makes lookups and topic loads wait for the join the same way. The waits decide nothing
-themselves: every answer still comes from ``decide`` and its rules below.
+A lookup does not refuse a bundle in flux at once: it waits out the handoff a little
+(``settle``: ``settled_decision``, ``joined_cluster``).
 
 Unloading a bundle (admin call, graceful shutdown) marks it not owned, closes its loaded topics
 (clients are told to reconnect and look up again) and deletes the ownership key. When the store
@@ -69,12 +60,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ...errors import CompactMQError, InvalidConfiguration, ServerError, ServiceNotReady
+from ...errors import InvalidConfiguration, ServerError, ServiceNotReady
 from ...naming import TopicName
 from ...storage.metadata_store import MetadataStoreError, SessionEvent
 from ...storage.resources.fence import Fence, Fenced, lost_fence
 from .bundles import Bundle, all_bundles, bundle_of, stored_boundaries
 from .membership import Membership, broker_id_of, registration_data
+from .settle import joined_cluster, settled_decision
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..lookup import LookupAnswer
@@ -84,15 +76,6 @@ log = logging.getLogger(__name__)
 
 #: seconds an assignment made by the leader counts toward its broker before a report shows it
 PENDING_ASSIGNMENT_SECONDS = 30.0
-#: seconds a lookup (or a topic load) waits for a bundle in flux -- being unloaded, taken under a
-#: session that just ended, a store call failing, the broker not joined yet -- before it is
-#: refused (module docstring, "Waiting out a handoff"); well under the client's 30 s operation
-#: timeout
-SETTLE_SECONDS = 5.0
-#: pause between two looks at a bundle in flux (doubling, up to the next, between two attempts
-#: that failed: a store that is down is not asked a hundred times a second per lookup)
-SETTLE_POLL_SECONDS = 0.05
-SETTLE_MAX_PAUSE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -269,6 +252,10 @@ class ClusterService:
     async def owns(self, tn: TopicName) -> bool:
         return await self.bundle_of_topic(tn) in self.owned
 
+    def leaving(self, bundle: Bundle) -> bool:
+        """Whether ``bundle`` is being given up here (its key not yet gone)."""
+        return bundle in self._leaving
+
     # --- lookup ------------------------------------------------------------------------------
 
     async def decide(self, tn: TopicName, authoritative: bool) -> Decision:
@@ -352,30 +339,6 @@ class ClusterService:
             self._leaving.discard(bundle)
         self._wake.set()
 
-    async def settled_decision(
-        self, tn: TopicName, authoritative: bool, check: Callable[[], Awaitable[Any]] | None = None
-    ) -> Decision:
-        """``decide`` (after ``check``, e.g. the namespace's existence, in each attempt), waiting
-        out a bundle in flux for up to ``SETTLE_SECONDS`` (module docstring, "Waiting out a
-        handoff"): a retriable refusal only once that bound passed; any other error at once."""
-        deadline = time.monotonic() + SETTLE_SECONDS
-        pause = SETTLE_POLL_SECONDS
-        while True:
-            try:
-                if check is not None:
-                    await check()
-                bundle = await self.bundle_of_topic(tn)
-                while bundle in self._leaving and not self.closing and time.monotonic() < deadline:
-                    await asyncio.sleep(SETTLE_POLL_SECONDS)
-                return await self.decide(tn, authoritative)
-            except CompactMQError as exc:
-                retriable = exc.server_error is ServerError.ServiceNotReady
-                if not retriable or self.closing or time.monotonic() + pause >= deadline:
-                    raise
-                log.debug("lookup of %s: %s; trying again", tn, exc)
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, SETTLE_MAX_PAUSE_SECONDS)
-
     async def lookup(
         self,
         tn: TopicName,
@@ -385,7 +348,7 @@ class ClusterService:
     ) -> "LookupAnswer":
         from ..lookup import answer_from_data, own_answer
 
-        decision = await self.settled_decision(tn, authoritative, check)
+        decision = await settled_decision(self, tn, authoritative, check)
         if decision.own or decision.target is None:
             return own_answer(self.service, listener)
         return answer_from_data(decision.target, listener, decision.redirect, decision.authoritative)
@@ -580,29 +543,6 @@ class ClusterService:
         return None if found is None else found[0]
 
 
-async def joined_cluster(service: "BrokerService") -> ClusterService | None:
-    """This broker's cluster service once it has joined its cluster; None on one broker.
-
-    The broker binds its ports before it joins (its id is the web URL it bound): a lookup or a
-    topic load that arrives in between -- a restarted broker, a multi-host service URL -- waits
-    for the join up to ``SETTLE_SECONDS`` instead of being refused at once (module docstring,
-    "Waiting out a handoff"); ``ServiceNotReady`` (retriable) once that bound passed."""
-    from . import cluster_enabled  # the package imports this module: no cycle at call time
-
-    cluster = service.cluster
-    if cluster is not None and cluster.joined:
-        return cluster
-    if cluster is None and not cluster_enabled(service.config):
-        return None
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while cluster is None or not cluster.joined:
-        if service.shutting_down or time.monotonic() >= deadline:
-            raise ServiceNotReady("this broker has not joined its cluster yet; look the topic up again")
-        await asyncio.sleep(SETTLE_POLL_SECONDS)
-        cluster = service.cluster
-    return cluster
-
-
 async def check_topic_owned(service: "BrokerService", tn: TopicName) -> None:
     """``ServiceNotReady`` unless this broker owns the bundle of ``tn`` (no-op on one broker;
     waits for the join on a broker that has not joined its cluster yet: ``joined_cluster``)."""
@@ -623,3 +563,29 @@ def check_opened_under_current_ownership(service: "BrokerService", tn: TopicName
     if cluster is None or service.storage.fence_for(str(tn)) is cluster.fence_for(str(tn)):
         return
     raise ServiceNotReady(f"the ownership of {tn}'s bundle changed while it loaded; look it up again")
+
+
+def load_failed_on_lost_ownership(service: "BrokerService", tn: TopicName, exc: BaseException) -> bool:
+    """Whether a failed load of ``tn`` failed because this broker's hold on it ended or its
+    metadata store was away -- a retriable condition (the client looks up again and finds the
+    owner, or this broker once its store is back) even when a storage layer wrapped it in a
+    ``StorageError`` (PersistenceError on the wire, which the client does not retry): a
+    retriable store error (``Fenced``, ``StoreUnavailable``) anywhere in the exception's
+    causes, or, in a cluster, the bundle no longer owned here, the ledger's fence over or the
+    store disconnected. A disk error or a damaged ledger on a broker that still owns the topic
+    is neither: it stays what it is."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if getattr(cause, "server_error", None) is ServerError.ServiceNotReady:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    cluster = service.cluster
+    if cluster is None:
+        return False
+    if not cluster.store.connected or cluster.closing:
+        return True
+    fence = service.storage.fence_for(str(tn))
+    current = cluster.fence_for(str(tn))
+    return current.lost or current.revoked or fence.lost or fence.revoked or fence is not current

@@ -305,6 +305,12 @@ class MetadataStore(abc.ABC):
     def register_session_listener(self, listener: SessionListener) -> None:
         """Call ``listener(SessionEvent)`` on the notification thread when the session changes."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the store is reachable now (False while a shared store's connection is down:
+        a call would wait up to the operation timeout). The embedded stores always are."""
+        return True
+
     @abc.abstractmethod
     def close(self) -> None:
         """End the session (its ephemeral keys are deleted) and release everything. Idempotent."""

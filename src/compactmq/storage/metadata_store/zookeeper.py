@@ -24,6 +24,13 @@ Mapping of the contract onto ZooKeeper
 * Sessions: kazoo's states map onto ``SessionEvent`` (SUSPENDED -> ConnectionLost, CONNECTED ->
   Reconnected, LOST -> SessionLost then SessionReestablished once kazoo has a new session, after
   which the watches are armed again). kazoo reconnects by itself for as long as the store is open.
+  kazoo learns that its session expired only from the server, once it reaches one again; a
+  process cut off from ZooKeeper (while its own clients still reach it) would go on believing in
+  its ephemeral keys for as long as the cut lasts, though the server dropped them a session
+  timeout after it last heard from it. So, as Pulsar's session watcher does, a connection lost
+  for ``metadataStoreSessionTimeoutMillis`` is declared SessionLost here (``_declare_lost``); if
+  kazoo then gets the same session back after all, that is SessionReestablished too (the keys
+  still held are found again as this session's).
 """
 
 from __future__ import annotations
@@ -107,7 +114,10 @@ class ZKMetadataStore(MetadataStore):
         self._notifier = Notifier(f"zk:{hosts}{chroot}")
         self._closed = False
         self._state_lock = threading.Lock()
-        self._was_lost = False
+        self._was_lost = False  # SessionLost published; SessionReestablished on the next connect
+        self._session_timeout_s = session_timeout_ms / 1000
+        self._suspensions = 0  # connections lost so far: a timer declares only its own one lost
+        self._lost_timer: threading.Timer | None = None
         self._watch_states: list[_WatchState] = []
         self._zk = KazooClient(
             hosts=hosts, timeout=session_timeout_ms / 1000, connection_retry={"max_tries": -1}
@@ -309,11 +319,15 @@ class ZKMetadataStore(MetadataStore):
         with self._state_lock:
             if state == KazooState.SUSPENDED:
                 self._notifier.publish_session(SessionEvent.CONNECTION_LOST)
+                self._start_lost_timer()
             elif state == KazooState.LOST:
-                self._was_lost = True
-                if not self._closed:
-                    self._notifier.publish_session(SessionEvent.SESSION_LOST)
+                self._suspensions += 1  # kazoo said it: no timer declares it again
+                if not self._was_lost:
+                    self._was_lost = True
+                    if not self._closed:
+                        self._notifier.publish_session(SessionEvent.SESSION_LOST)
             elif state == KazooState.CONNECTED:
+                self._suspensions += 1  # connected again: the pending timer declares nothing
                 if self._was_lost:
                     self._was_lost = False
                     self._notifier.publish_session(SessionEvent.SESSION_REESTABLISHED)
@@ -321,10 +335,40 @@ class ZKMetadataStore(MetadataStore):
                 else:
                     self._notifier.publish_session(SessionEvent.RECONNECTED)
 
+    def _start_lost_timer(self) -> None:
+        """(Under ``_state_lock``.) Declare the session lost if this disconnection lasts the
+        session timeout (module docstring, "Sessions")."""
+        self._suspensions += 1
+        if self._was_lost or self._closed:
+            return
+        timer = threading.Timer(self._session_timeout_s, self._declare_lost, (self._suspensions,))
+        timer.daemon = True
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
+        self._lost_timer = timer
+        timer.start()
+
+    def _declare_lost(self, suspension: int) -> None:
+        """Timer thread: still disconnected since ``suspension`` began, a session timeout later:
+        the server has expired the session (or will before anyone could act on its keys)."""
+        with self._state_lock:
+            if suspension != self._suspensions or self._was_lost or self._closed:
+                return
+            self._was_lost = True
+            log.warning(
+                "ZooKeeper unreachable for the session timeout (%g s): the session is lost",
+                self._session_timeout_s,
+            )
+            self._notifier.publish_session(SessionEvent.SESSION_LOST)
+
     def _rearm_all(self) -> None:
         self._watch_states = [state for state in self._watch_states if not state.watch.cancelled]
         for state in self._watch_states:
             state.arm()
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._zk.connected) and not self._closed
 
     @property
     def session_id(self) -> int | None:
@@ -336,6 +380,8 @@ class ZKMetadataStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
         try:
             self._zk.stop()  # closes the session: the server deletes its ephemeral znodes now
         finally:
