@@ -136,6 +136,7 @@ class Dispatcher:
         self.epoch = 0
         self._task: asyncio.Task | None = None
         self._dirty = False
+        self._passing_now = False  # _pass_now runs (a wake meanwhile only marks it dirty)
         self.closed = False
         # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
         self.delayed: dict[Position, tuple[int, int]] = {}
@@ -221,8 +222,45 @@ class Dispatcher:
         if self.closed:
             return
         self._dirty = True
-        if self._task is None:
+        if self._task is None and not self._passing_now:
             self._task = self.subscription.spawn(self._run())
+
+    def appended(self) -> None:
+        """The topic appended entries (``Topic._release``): send them now, in this loop turn,
+        when that needs no wait (``_pass_now``), else ``wake`` as for any other change."""
+        if self.closed:
+            return
+        if self._task is None and not self._passing_now and self._pass_now():
+            return
+        self.wake()
+
+    def _pass_now(self) -> bool:
+        """``_run`` without a task, for the common case of a consumer keeping up: no replay,
+        nothing read ahead, and the new entries in memory (``EntrySource.read_now``). A task
+        costs a loop turn before its first step, and its MESSAGEs another before they are
+        written; at one message a sync that was most of the dispatch's cost. Returns False,
+        having sent what it could, when the rest needs a wait (the task goes on from there).
+        A ``wake`` during the pass (from what a delivery sets off) makes it go round again."""
+        self._passing_now = True
+        try:
+            while True:
+                if self.replay or self._ahead is not None:
+                    return False
+                self._dirty = False
+                if not self._any_consumer_ready():
+                    return not self._dirty
+                want = self._read_size()
+                entries = self.source.read_now(self.read_position, want)
+                if entries is None:
+                    return False
+                if not entries:
+                    return not self._dirty
+                before = self.read_position
+                sent = self._deliver_new(entries[:want])
+                if not sent and self.read_position == before and not self._dirty:
+                    return True
+        finally:
+            self._passing_now = False
 
     def close(self) -> None:
         self.closed = True

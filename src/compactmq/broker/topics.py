@@ -333,11 +333,18 @@ class Topic(TopicProducers):
         if last is not None:
             for listener in self.service.topics.appended_listeners:
                 listener(self.name)
-            for sub in list(self.subscriptions.values()):
-                if sub.dispatcher is not None:
-                    sub.dispatcher.wake()
+            self._dispatch_appended()
         if self._idle_waiters:
             self._maybe_idle()
+
+    def _dispatch_appended(self) -> None:
+        """Readers get what was just appended: each dispatcher sends from the tail cache in
+        this loop turn when it can (``Dispatcher.appended``), and those MESSAGEs are written
+        now, right after the receipts, instead of a loop turn or two later."""
+        for sub in list(self.subscriptions.values()):
+            if sub.dispatcher is not None:
+                sub.dispatcher.appended()
+        self.service.state.flush_writes()
 
     def _maybe_idle(self) -> None:
         if self._idle_waiters and not self.publishing:
