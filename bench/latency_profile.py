@@ -163,6 +163,7 @@ def _no_mark() -> None:
 
 
 _closed_mark = _no_mark
+KEEP_PROFILES: str | None = None
 DRIVERS = {"open": run_latency, "closed": run_closed}
 
 
@@ -236,6 +237,10 @@ def phase_profile(b: Broker, rate: int, seconds: float) -> dict:
         time.sleep(0.1)
     time.sleep(0.5)
     n = out["messages"]
+    if KEEP_PROFILES:
+        import shutil
+
+        shutil.copy(b.profile_out, os.path.join(KEEP_PROFILES, os.path.basename(b.profile_out)))
     stats = pstats.Stats(b.profile_out)
     parts: dict[str, list[float]] = {}
     rows = []
@@ -270,7 +275,10 @@ def main(argv=None) -> int:
         default="closed",
         help="closed: each message alone (load-independent); open: the fixed-rate run of vs_pulsar_lite",
     )
+    ap.add_argument("--keep-profiles", help="copy each broker's cProfile stats (<label>.prof) into this directory")
     args = ap.parse_args(argv)
+    global KEEP_PROFILES
+    KEEP_PROFILES = args.keep_profiles
     global DRIVER
     DRIVER = DRIVERS[args.driver]
     phases = args.phases.split(",")

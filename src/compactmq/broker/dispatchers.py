@@ -257,7 +257,11 @@ class Dispatcher:
                     return not self._dirty
                 before = self.read_position
                 sent = self._deliver_new(entries[:want])
-                if not sent and self.read_position == before and not self._dirty:
+                if not self._dirty and (
+                    (not sent and self.read_position == before)
+                    # the cache had fewer than asked for and all went: nothing is left to read
+                    or (len(entries) < want and self.read_position > entries[-1][0] and not self.replay)
+                ):
                     return True
         finally:
             self._passing_now = False
