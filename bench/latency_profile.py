@@ -45,9 +45,31 @@ RESULTS = ROOT / "bench" / "results"
 # files); the first match wins
 PARTS = (
     ("ack", ("consumer_commands.py", "cursor", "limits.py", "acks")),
-    ("dispatch", ("dispatchers.py", "subscriptions.py", "entry_source.py", "entry_cache.py", "flow.py", "selectors.py")),
+    (
+        "dispatch",
+        (
+            "dispatchers.py",
+            "subscriptions.py",
+            "entry_source.py",
+            "entry_cache.py",
+            "flow.py",
+            "selectors.py",
+        ),
+    ),
     ("sync", ("appender.py", "sync_threads.py", "ledger_file.py", "ledger_storage.py", "managed_ledger.py")),
-    ("send", ("producer_commands.py", "producers.py", "topics.py", "topic_producers.py", "connection.py", "handlers.py", "frames.py", "wire")),
+    (
+        "send",
+        (
+            "producer_commands.py",
+            "producers.py",
+            "topics.py",
+            "topic_producers.py",
+            "connection.py",
+            "handlers.py",
+            "frames.py",
+            "wire",
+        ),
+    ),
 )
 
 
@@ -257,7 +279,9 @@ def phase_profile(b: Broker, rate: int, seconds: float) -> dict:
         "by_part_calls_per_msg": {k: round(v[0] / n, 1) for k, v in sorted(parts.items())},
         "by_part_profiled_us_per_msg": {k: round(v[1] / n * 1e6, 1) for k, v in sorted(parts.items())},
         "top_calls_per_msg": [(name, round(nc / n, 2), round(tt / n * 1e6, 2)) for nc, tt, name in rows[:40]],
-        "top_time_per_msg": [(name, round(nc / n, 2), round(tt / n * 1e6, 2)) for nc, tt, name in by_time[:40]],
+        "top_time_per_msg": [
+            (name, round(nc / n, 2), round(tt / n * 1e6, 2)) for nc, tt, name in by_time[:40]
+        ],
     }
 
 
@@ -275,14 +299,21 @@ def main(argv=None) -> int:
         default="closed",
         help="closed: each message alone (load-independent); open: the fixed-rate run of vs_pulsar_lite",
     )
-    ap.add_argument("--keep-profiles", help="copy each broker's cProfile stats (<label>.prof) into this directory")
+    ap.add_argument(
+        "--keep-profiles", help="copy each broker's cProfile stats (<label>.prof) into this directory"
+    )
     args = ap.parse_args(argv)
     global KEEP_PROFILES
     KEEP_PROFILES = args.keep_profiles
     global DRIVER
     DRIVER = DRIVERS[args.driver]
     phases = args.phases.split(",")
-    result: dict = {"driver": args.driver, "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "rate": args.rate, "seconds": args.seconds}
+    result: dict = {
+        "driver": args.driver,
+        "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "rate": args.rate,
+        "seconds": args.seconds,
+    }
     with tempfile.TemporaryDirectory(prefix="latprof-") as tmp:
         srcs = {"this": None} | ({"main": args.main_src} if args.main_src else {})
         brokers = {
@@ -302,7 +333,10 @@ def main(argv=None) -> int:
             for label, b in brokers.items():
                 if "syscalls" in phases:
                     result[label]["syscalls"] = phase_syscalls(b, args.rate, args.seconds, tmp)
-                    print(f"[{time.strftime('%H:%M:%S')}] {label} syscalls: {result[label]['syscalls']}", flush=True)
+                    print(
+                        f"[{time.strftime('%H:%M:%S')}] {label} syscalls: {result[label]['syscalls']}",
+                        flush=True,
+                    )
                 if "profile" in phases:
                     result[label]["profile"] = phase_profile(b, args.rate, args.seconds)
                     print(f"[{time.strftime('%H:%M:%S')}] {label} profile:", flush=True)

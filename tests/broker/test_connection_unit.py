@@ -192,7 +192,9 @@ def test_output_queued_while_the_caller_flushes_now_schedules_no_flush():
         real = loop.call_soon
         loop.call_soon = lambda cb, *a, **kw: (scheduled.append(cb), real(cb, *a, **kw))[1]
         state = conn.service.state
-        entry = entry_format.build_entry(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x")
+        entry = entry_format.build_entry(
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
+        )
         state.flushing_now = True
         try:
             conn.send_messages(7, -1, [(Position(3, 0), 0, None, entry)])
@@ -203,7 +205,10 @@ def test_output_queued_while_the_caller_flushes_now_schedules_no_flush():
         assert state.unflushed == [conn]  # listed once
         state.flush_writes()
         got = replies(transport)
-        assert [(c.message.message_id.ledgerId, c.message.message_id.entryId) for c in got] == [(3, 0), (3, 1)]
+        assert [(c.message.message_id.ledgerId, c.message.message_id.entryId) for c in got] == [
+            (3, 0),
+            (3, 1),
+        ]
         conn.send_messages(7, -1, [(Position(3, 2), 0, None, entry)])  # outside: a flush as before
         assert len(scheduled) == 1
         del loop.call_soon

@@ -31,7 +31,9 @@ def task_runs(monkeypatch):
 
 
 @pytest.mark.parametrize("sub_type", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared])
-def test_a_consumer_keeping_up_gets_each_message_without_a_dispatcher_task(client, topic, task_runs, sub_type):
+def test_a_consumer_keeping_up_gets_each_message_without_a_dispatcher_task(
+    client, topic, task_runs, sub_type
+):
     consumer = client.subscribe(topic, "now", consumer_type=sub_type, receiver_queue_size=1000)
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"first")  # the FLOW of the new consumer may have started a task: settle
@@ -71,8 +73,12 @@ def test_shared_messages_of_a_consumer_that_left_are_replayed_and_none_lost(clie
     """A Shared consumer that closes with messages unacknowledged: they go to the replay set,
     which the dispatcher task sends to the other consumer; new appends keep coming the
     immediate way meanwhile."""
-    leaving = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=20)
-    staying = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=20)
+    leaving = client.subscribe(
+        topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=20
+    )
+    staying = client.subscribe(
+        topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=20
+    )
     producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=1000)
     n = 200
     for i in range(n):
