@@ -11,8 +11,11 @@ Exclusive and Failover deliver at once (Pulsar does the same).
 
 A dispatch pass runs as one task at a time (``wake()`` starts it or marks it dirty): replay
 first, then new entries from the source, as long as some consumer can take a message (permits
-left, socket writable). When the source has nothing more, the pass ends; the topic wakes the
-dispatchers of its subscriptions after each append, a FLOW or an ACK wakes this one.
+left, socket writable). When the source has nothing more, the pass ends; a FLOW or an ACK
+wakes the dispatcher. After each append the topic calls ``appended()`` instead: when the pass
+needs no wait (no replay, nothing read ahead, the new entries in the tail cache:
+``EntrySource.read_now``) it runs at once, without a task (``_pass_now``), so the MESSAGEs leave
+in the loop turn of the receipts; otherwise it is a ``wake()``.
 
 ``rewind()`` / ``seek()`` bump an *epoch*: a pass that awaited a read started before the bump
 drops what it read, so a seek never leaks entries from the old position. So do a change of
