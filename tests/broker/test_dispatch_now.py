@@ -128,3 +128,32 @@ def test_a_consumer_catching_up_from_storage_while_appends_go_on_gets_all_in_ord
     assert got == list(range(total))
     producer.close()
     consumer.close()
+
+
+def test_a_failing_immediate_pass_spoils_nothing_else(client, topic, monkeypatch):
+    """An error in the pass run from the topic's release is logged, as the task's would be:
+    the other subscriptions of the topic still get their messages, and the failing one gets
+    them through its task's ordinary pass."""
+    real = dispatchers.Dispatcher._pass_now
+
+    def failing_for_a(self):
+        if self.subscription.name == "a":
+            raise RuntimeError("dispatch broke")
+        return real(self)
+
+    monkeypatch.setattr(dispatchers.Dispatcher, "_pass_now", failing_for_a)
+    a = client.subscribe(topic, "a")  # first in the topic's subscriptions
+    b = client.subscribe(topic, "b")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(b"%d" % i)
+    for consumer in (b, a):
+        got = []
+        for _ in range(20):
+            msg = consumer.receive(5_000)
+            got.append(int(msg.data()))
+            consumer.acknowledge(msg)
+        assert got == list(range(20))
+    producer.close()
+    a.close()
+    b.close()

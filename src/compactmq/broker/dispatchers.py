@@ -233,8 +233,13 @@ class Dispatcher:
         when that needs no wait (``_pass_now``), else ``wake`` as for any other change."""
         if self.closed:
             return
-        if self._task is None and not self._passing_now and self._pass_now():
-            return
+        if self._task is None and not self._passing_now:
+            try:
+                if self._pass_now():
+                    return
+            except Exception:  # an error boundary, as in the task: the topic's release and
+                # the other subscriptions go on, and the task's ordinary pass tries again
+                log.exception("dispatcher of %s failed", self.subscription)
         self.wake()
 
     def _pass_now(self) -> bool:
