@@ -175,3 +175,44 @@ def test_flush_writes_sends_receipts_before_the_loop_turn_ends():
         assert conn.service.state.unflushed == [conn]
 
     asyncio.run(run())
+
+
+def test_output_queued_while_the_caller_flushes_now_schedules_no_flush():
+    """``ServerState.flushing_now`` (a topic sending what it appended, then ``flush_writes``):
+    MESSAGEs queued meanwhile only list the connection; no flush callback is scheduled for the
+    end of the turn (which cost the loop a turn per message), and ``flush_writes`` writes them."""
+
+    async def run():
+        conn, transport = make_connection(high_water=100_000)
+        conn.data_received(frames.encode_command(commands.connect()))
+        await asyncio.sleep(0)
+        replies(transport)
+        loop = asyncio.get_running_loop()
+        scheduled = []
+        real = loop.call_soon
+        loop.call_soon = lambda cb, *a, **kw: (scheduled.append(cb), real(cb, *a, **kw))[1]
+        state = conn.service.state
+        entry = entry_format.build_entry(
+            pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1), b"x"
+        )
+        state.flushing_now = True
+        try:
+            conn.send_messages(7, -1, [(Position(3, 0), 0, None, entry)])
+            conn.send_messages(7, -1, [(Position(3, 1), 0, None, entry)])
+        finally:
+            state.flushing_now = False
+        assert scheduled == []
+        assert state.unflushed == [conn]  # listed once
+        state.flush_writes()
+        got = replies(transport)
+        assert [(c.message.message_id.ledgerId, c.message.message_id.entryId) for c in got] == [
+            (3, 0),
+            (3, 1),
+        ]
+        conn.send_messages(7, -1, [(Position(3, 2), 0, None, entry)])  # outside: a flush as before
+        assert len(scheduled) == 1
+        del loop.call_soon
+        await asyncio.sleep(0)
+        assert [c.message.message_id.entryId for c in replies(transport)] == [2]
+
+    asyncio.run(run())

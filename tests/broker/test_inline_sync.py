@@ -201,3 +201,35 @@ def test_slow_inline_syncs_pause_inline_syncs_a_lone_slow_one_does_not(monkeypat
         asyncio.run(scenario())
     finally:
         pool.shutdown(10)
+
+
+def test_publishing_asks_asyncio_for_the_loop_once_per_topic(service, monkeypatch):
+    """``asyncio.get_running_loop`` makes a getpid system call each time; the publish path
+    (``_schedule_write``, ``_sync``, ``_start_sync``) asked up to 3 times a message. The topic
+    keeps the loop once it has it (``Topic._bind_loop``)."""
+    import types
+
+    from compactmq.broker import topics
+
+    calls = []
+
+    def counting():
+        calls.append(1)
+        return asyncio.get_running_loop()
+
+    proxy = types.SimpleNamespace(**{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")})
+    proxy.get_running_loop = counting
+
+    async def scenario() -> None:
+        topic = await service.topics.get_topic(TOPIC)
+        monkeypatch.setattr(topics, "asyncio", proxy)
+        disk = Disk(monkeypatch)
+        answers: list = []
+        for i in range(5):
+            fut, done = _answer(answers, disk)
+            topic.publish(b"m%d" % i, 1, done)
+            await fut
+        assert len(answers) == 5
+        assert len(calls) <= 1
+
+    asyncio.run(scenario())

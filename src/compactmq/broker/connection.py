@@ -76,6 +76,7 @@ class ServerConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._unflushed = service.state.unflushed
+        self._server_state = service.state
         self._loop = asyncio.get_event_loop()
         self.last_seen = 0.0
         self._keepalive_handle: asyncio.TimerHandle | None = None
@@ -256,9 +257,7 @@ class ServerConnection(asyncio.Protocol):
             return
         self._out.append(data)
         if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-            self._unflushed.append(self)  # ServerState.flush_writes may write it out sooner
+            self._queued(1)
 
     def write_released(self, data: bytes) -> None:
         """``write`` for a caller that runs ``ServerState.flush_writes`` before it returns (a
@@ -323,9 +322,20 @@ class ServerConnection(asyncio.Protocol):
             append(entry)
         self._out.extend(out)
         if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-            self._unflushed.append(self)
+            self._queued(len(out))
+
+    def _queued(self, added: int) -> None:
+        """``added`` parts were queued and no flush is scheduled: schedule one for the end of
+        the loop turn (``ServerState.flush_writes`` may write them out sooner), unless the code
+        running now flushes before it returns (``ServerState.flushing_now``), which needs the
+        connection listed only (once: a longer queue was listed with its first part)."""
+        if self._server_state.flushing_now:
+            if len(self._out) == added:
+                self._unflushed.append(self)
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush)
+        self._unflushed.append(self)
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         self.send_command(commands.active_consumer_change(consumer_id, is_active))

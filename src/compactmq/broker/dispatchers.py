@@ -11,8 +11,11 @@ Exclusive and Failover deliver at once (Pulsar does the same).
 
 A dispatch pass runs as one task at a time (``wake()`` starts it or marks it dirty): replay
 first, then new entries from the source, as long as some consumer can take a message (permits
-left, socket writable). When the source has nothing more, the pass ends; the topic wakes the
-dispatchers of its subscriptions after each append, a FLOW or an ACK wakes this one.
+left, socket writable). When the source has nothing more, the pass ends; a FLOW or an ACK
+wakes the dispatcher. After each append the topic calls ``appended()`` instead: when the pass
+needs no wait (no replay, nothing read ahead, the new entries in the tail cache:
+``EntrySource.read_now``) it runs at once, without a task (``_pass_now``), so the MESSAGEs leave
+in the loop turn of the receipts; otherwise it is a ``wake()``.
 
 ``rewind()`` / ``seek()`` bump an *epoch*: a pass that awaited a read started before the bump
 drops what it read, so a seek never leaks entries from the old position. So do a change of
@@ -136,6 +139,7 @@ class Dispatcher:
         self.epoch = 0
         self._task: asyncio.Task | None = None
         self._dirty = False
+        self._passing_now = False  # _pass_now runs (a wake meanwhile only marks it dirty)
         self.closed = False
         # delayed delivery (Shared and Key_Shared only): position -> (deliver at ms, key hash)
         self.delayed: dict[Position, tuple[int, int]] = {}
@@ -221,8 +225,54 @@ class Dispatcher:
         if self.closed:
             return
         self._dirty = True
-        if self._task is None:
+        if self._task is None and not self._passing_now:
             self._task = self.subscription.spawn(self._run())
+
+    def appended(self) -> None:
+        """The topic appended entries (``Topic._release``): send them now, in this loop turn,
+        when that needs no wait (``_pass_now``), else ``wake`` as for any other change."""
+        if self.closed:
+            return
+        if self._task is None and not self._passing_now:
+            try:
+                if self._pass_now():
+                    return
+            except Exception:  # an error boundary, as in the task: the topic's release and
+                # the other subscriptions go on, and the task's ordinary pass tries again
+                log.exception("dispatcher of %s failed", self.subscription)
+        self.wake()
+
+    def _pass_now(self) -> bool:
+        """``_run`` without a task, for the common case of a consumer keeping up: no replay,
+        nothing read ahead, and the new entries in memory (``EntrySource.read_now``). A task
+        costs a loop turn before its first step, and its MESSAGEs another before they are
+        written; at one message a sync that was most of the dispatch's cost. Returns False,
+        having sent what it could, when the rest needs a wait (the task goes on from there).
+        A ``wake`` during the pass (from what a delivery sets off) makes it go round again."""
+        self._passing_now = True
+        try:
+            while True:
+                if self.replay or self._ahead is not None:
+                    return False
+                self._dirty = False
+                if not self._any_consumer_ready():
+                    return not self._dirty
+                want = self._read_size()
+                entries = self.source.read_now(self.read_position, want)
+                if entries is None:
+                    return False
+                if not entries:
+                    return not self._dirty
+                before = self.read_position
+                sent = self._deliver_new(entries[:want])
+                if not self._dirty and (
+                    (not sent and self.read_position == before)
+                    # the cache had fewer than asked for and all went: nothing is left to read
+                    or (len(entries) < want and self.read_position > entries[-1][0] and not self.replay)
+                ):
+                    return True
+        finally:
+            self._passing_now = False
 
     def close(self) -> None:
         self.closed = True

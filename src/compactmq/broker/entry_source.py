@@ -55,6 +55,12 @@ class EntrySource(abc.ABC):
         read, and the next read is started before permits ask for it (``dispatchers``)."""
         return False
 
+    def read_now(self, start: Position, max_entries: int) -> list[Entry] | None:
+        """``read`` when it can be answered without waiting (from memory), else None: a
+        dispatcher then sends what was just appended in the same loop turn, with no task
+        (``Dispatcher.appended``). A source that cannot tell returns None."""
+        return None
+
 
 class LedgerEntrySource(EntrySource):
     """The live topic: tail cache first, managed ledger (in the thread pool) otherwise."""
@@ -76,6 +82,15 @@ class LedgerEntrySource(EntrySource):
         if cache.budget is not None:
             cache.budget.miss(out)
         return out
+
+    def read_now(self, start: Position, max_entries: int) -> list[Entry] | None:
+        cache = self._topic.tail_cache
+        if not cache.covers(start):
+            return None
+        hits = cache.read(start, max_entries)
+        if cache.budget is not None:
+            cache.budget.hit(hits)
+        return hits
 
     async def read_one(self, position: Position) -> bytes | None:
         cache = self._topic.tail_cache

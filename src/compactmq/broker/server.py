@@ -121,6 +121,10 @@ class ServerState:
         # connections with output queued this loop turn (ServerConnection.write); each also
         # has its own flush scheduled, which empties the list (so it never outgrows a turn)
         self.unflushed: list[ServerConnection] = []
+        # True while code that runs ``flush_writes`` before it returns queues output (a topic
+        # sending what it appended, ``Topic._dispatch_appended``): a connection's write then
+        # only joins ``unflushed``, with no flush of its own scheduled (one loop turn less)
+        self.flushing_now = False
 
     def flush_writes(self) -> None:
         """Write out what every connection queued so far, now rather than at the end of the

@@ -95,8 +95,8 @@ class Topic(TopicProducers):
         self._writing = False  # a pool thread writes a batch (the queue waits for it)
         self._syncing = False  # a pool thread runs ManagedLedger.sync_written
         self._idle_waiters: list[asyncio.Future] = []
-        # the loop publishing runs on, looked up once: asyncio.get_running_loop() makes a getpid
-        # system call each time (its fork check), which was one more per socket read
+        # the loop, once publishing starts (``_bind_loop``): asyncio.get_running_loop makes a
+        # getpid system call each time, and the publish path wanted it up to 3 times a message
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sub_lock = asyncio.Lock()
         self._last_batch_memo: tuple[Position, int] | None = None
@@ -160,16 +160,11 @@ class Topic(TopicProducers):
     def _schedule_write(self) -> None:
         # after the current callback: the other SENDs of this read join the same write
         self._write_scheduled = True
-        loop = self._loop  # (_running_loop, inlined: this runs once a socket read)
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        loop.call_soon(self._write_queued)
+        (self._loop or self._bind_loop()).call_soon(self._write_queued)
 
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        return loop
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _write_queued(self) -> None:
         """Write what is queued (on the loop when the ledger can take it at once, else in
@@ -223,7 +218,7 @@ class Topic(TopicProducers):
         nothing else wants the loop (``try_sync_written``, ``SyncThreads.claim_inline``: no
         thread hop, the receipts leave at once), else in a sync thread (``_start_sync``)."""
         threads = self.service.sync_threads
-        if records <= INLINE_SYNC_MAX_RECORDS and threads.claim_inline(self._running_loop()):
+        if records <= INLINE_SYNC_MAX_RECORDS and threads.claim_inline(self._loop or self._bind_loop()):
             self._syncing = True
             began = time.monotonic()
             try:
@@ -243,7 +238,7 @@ class Topic(TopicProducers):
         while it syncs, the loop goes on writing, and the next sync covers those writes (the
         pipelined commit)."""
         self._syncing = True
-        self.service.sync_threads.submit(self._sync_in_pool, self._running_loop())
+        self.service.sync_threads.submit(self._sync_in_pool, self._loop or self._bind_loop())
 
     def _sync_in_pool(self, loop: asyncio.AbstractEventLoop) -> None:
         """In a sync thread (``sync_threads``): ``ManagedLedger.sync_written``, the loop told after each sync,
@@ -345,11 +340,23 @@ class Topic(TopicProducers):
         if last is not None:
             for listener in self.service.topics.appended_listeners:
                 listener(self.name)
-            for sub in list(self.subscriptions.values()):
-                if sub.dispatcher is not None:
-                    sub.dispatcher.wake()
+            self._dispatch_appended()
         if self._idle_waiters:
             self._maybe_idle()
+
+    def _dispatch_appended(self) -> None:
+        """Readers get what was just appended: each dispatcher sends from the tail cache in
+        this loop turn when it can (``Dispatcher.appended``), and those MESSAGEs are written
+        now, right after the receipts, instead of a loop turn or two later."""
+        state = self.service.state
+        state.flushing_now = True
+        try:
+            for sub in list(self.subscriptions.values()):
+                if sub.dispatcher is not None:
+                    sub.dispatcher.appended()
+        finally:
+            state.flushing_now = False
+            state.flush_writes()
 
     def _maybe_idle(self) -> None:
         if self._idle_waiters and not self.publishing:
