@@ -21,6 +21,9 @@ all of them alike:
   fsync-family calls during its run (pulsar-lite 0.2.0 makes none: its receipts do not wait
   for the disk). A broker whose latency run fails has its error recorded; the others go on.
   ``--no-rounds`` / ``--no-latency`` run one part only.
+- ``--variant LABEL=KEY=VALUE[,...]`` adds this checkout's broker with those broker.conf
+  overrides, e.g. ``nosync=managedLedgerSyncData=false``: the same path without its fsync,
+  which tells how much of a latency is the disk and how much the client and the Python path.
 
 Durability: compactmq runs with its defaults, ``managedLedgerSyncData=true`` (an fsync before a
 receipt, shared by the appends of one group commit). pulsar-lite 0.2.0 exposes no sync setting
@@ -462,6 +465,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--pulsar-lite", help="the pulsar-lite binary (default: from the pulsar_lite package)")
     ap.add_argument("--main-src", help="also run compactmq from this checkout's src directory (label 'main')")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=KEY=VALUE[,KEY=VALUE]",
+        help="also run this checkout's compactmq with these broker.conf overrides under LABEL "
+        "(e.g. nosync=managedLedgerSyncData=false: the floor of the path without its fsync)",
+    )
     ap.add_argument("--out", help="JSON path (default bench/results/vs_pulsar_lite[_quick].json)")
     args = ap.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 10)
@@ -483,6 +494,11 @@ def main(argv=None) -> int:
             brokers["compactmq"] = StandaloneBroker(os.path.join(tmp, "compactmq"))
             if args.main_src:
                 brokers["main"] = StandaloneBroker(os.path.join(tmp, "main"), src=args.main_src)
+            for variant in args.variant:
+                label, _, overrides = variant.partition("=")
+                if not label or "=" not in overrides:
+                    ap.error(f"--variant {variant!r}: expected LABEL=KEY=VALUE[,KEY=VALUE]")
+                brokers[label] = StandaloneBroker(os.path.join(tmp, label), overrides.split(","))
             brokers["pulsar-lite"] = PulsarLite(binary, os.path.join(tmp, "pulsar-lite"))
             for label, broker in brokers.items():
                 data[label] = {"rounds": [], "rss_mib_start": rss_mib(broker.proc.pid)}  # type: ignore[attr-defined]
