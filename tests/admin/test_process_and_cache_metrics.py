@@ -84,19 +84,24 @@ def test_the_entry_cache_respects_its_bound_under_many_topics(broker):
             == m["pulsar_ml_cache_inserted_entries_total"] - m["pulsar_ml_cache_evicted_entries_total"]
         )
         assert m["pulsar_ml_count"] >= len(topics)
+        # reads were served from storage and from the cache. The rates are sampled every 2 s
+        # and say nothing of a window with no miss, so they are read while the consumers read
+        # (the early topics' entries were evicted) as well as after: a busy machine can take
+        # longer than a window between the last miss and the end of the reads.
+        missed = []
         for c in consumers:
             got = [c.receive(timeout_millis=10_000) for _ in range(500)]
             assert [int.from_bytes(msg.data()[-4:], "big") for msg in got] == list(range(500))
             for msg in got:
                 c.acknowledge(msg)
-        # reads were served from storage and from the cache; the rates are sampled every 2 s
-        deadline = time.monotonic() + 10
-        while True:
             m = scrape(broker)
-            if m["pulsar_ml_cache_misses_rate"] > 0 or time.monotonic() > deadline:
-                break
+            missed.append((m["pulsar_ml_cache_misses_rate"], m["pulsar_ml_cache_misses_throughput"]))
+        deadline = time.monotonic() + 10
+        while not any(rate > 0 for rate, _ in missed) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert m["pulsar_ml_cache_misses_rate"] > 0 and m["pulsar_ml_cache_misses_throughput"] > 0
+            m = scrape(broker)
+            missed.append((m["pulsar_ml_cache_misses_rate"], m["pulsar_ml_cache_misses_throughput"]))
+        assert any(rate > 0 and throughput > 0 for rate, throughput in missed), missed
         assert m["pulsar_ml_cache_evictions"] > 0
         for c in consumers:
             c.close()
