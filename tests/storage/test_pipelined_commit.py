@@ -13,6 +13,7 @@ import pytest
 
 from compactmq.errors import StorageError
 from compactmq.storage import appender as appender_mod
+from compactmq.storage import group_commit
 
 TOPIC = "persistent://public/default/pipelined"
 
@@ -191,14 +192,14 @@ class _Clock:
 
 
 def test_a_busy_topic_spaces_its_syncs_and_a_quiet_one_does_not(open_storage, monkeypatch):
-    """``appender.BUSY_SYNC_RATE``: once records arrive faster than that between syncs, a
+    """``group_commit.BUSY_SYNC_RATE``: once records arrive faster than that between syncs, a
     pipelined sync starts no sooner than ``managedLedgerGroupCommitMaxDelayMicros`` after the
     last one started (it waits that long for more to join it); once they slow down, a sync
     starts at once again, however close together the writes are."""
     st = open_storage(managedLedgerSyncData=True, managedLedgerGroupCommitMaxDelayMicros=1000)
     ml = st.open_managed_ledger(TOPIC)
     clock = _Clock()
-    monkeypatch.setattr(appender_mod, "time", clock)
+    monkeypatch.setattr(group_commit, "time", clock)
     cond = ml._appender.sync_cond
     real_wait = cond.wait
     waits: list[float | None] = []
