@@ -104,6 +104,12 @@ class ZKMetadataStore(MetadataStore):
     ):
         self._chroot = chroot
         self._timeout = float(operation_timeout_s)
+        #: waits for the server (a call, or calls sent together): tests count a commit's
+        self.round_trips = 0
+        #: keys this store saw exist as a Put's parent (read, or created by its commits), so a
+        #: commit does not ask again (``_Multi``): only ever a guess -- another client may have
+        #: deleted one; the multi then fails on it, and is retried without the guess
+        self._parents = _ParentCache()
         self._notifier = Notifier(f"zk:{hosts}{chroot}")
         self._closed = False
         self._state_lock = threading.Lock()
@@ -139,6 +145,16 @@ class ZKMetadataStore(MetadataStore):
 
     def _call(self, async_result, path: str) -> Any:
         """Wait for one kazoo call and turn its errors into the contract's."""
+        self.round_trips += 1
+        return self._wait(async_result, path)
+
+    def _call_all(self, calls: list[tuple[Any, str]]) -> list[Any]:
+        """Wait for kazoo calls that were all sent before the first wait: ONE round trip to the
+        server (kazoo pipelines them on the session's connection), not one per call."""
+        self.round_trips += 1
+        return [self._wait(async_result, path) for async_result, path in calls]
+
+    def _wait(self, async_result, path: str) -> Any:
         if self._closed:
             raise StoreUnavailable("the metadata store is closed")
         try:
@@ -232,6 +248,7 @@ class ZKMetadataStore(MetadataStore):
         version = -1 if expected_version is None else expected_version
         if version < 0 and expected_version is not None:
             raise BadVersion(f"expected version {expected_version} of {path}: delete needs >= 0 or None")
+        self._parents.forget([path])
         try:
             self._call(self._zk.delete_async(self._full(path), version), path)
         except zke.NoNodeError:
@@ -240,21 +257,34 @@ class ZKMetadataStore(MetadataStore):
             raise BadVersion(f"{path} is not at version {expected_version}") from None
 
     def commit(self, ops) -> list[Stat | None]:
+        return self._commit(ops, stats=True)
+
+    def commit_no_stats(self, ops) -> None:
+        self._commit(ops, stats=False)
+
+    def _commit(self, ops, stats: bool) -> list[Stat | None]:
         ops = check_ops(ops)
         if not ops:
             return []
         for attempt in range(_MULTI_ATTEMPTS):
             multi = _Multi(self)
+            multi.prefetch(ops)
             for i, op in enumerate(ops):
                 multi.add(i, op)
             results = self._call(multi.txn.commit_async(), ops[0].path)
             failed = next((j for j, r in enumerate(results) if isinstance(r, Exception)
                            and not isinstance(r, zke.RolledBackError)), None)  # fmt: skip
             if failed is None:
-                return [self._multi_stat(op, results[multi.index_of[i]]) for i, op in enumerate(ops)]
+                multi.applied()
+                if not stats:
+                    return []
+                return self._multi_stats(ops, [results[multi.index_of[i]] for i in range(len(ops))])
+            multi.failed()
             owner = multi.owners[failed]
             if attempt + 1 < _MULTI_ATTEMPTS and (owner is None or failed in multi.guessed):
-                continue  # a parent create or an unversioned put lost a race: read again, retry
+                # a parent create or an unversioned put lost a race, or a parent this store
+                # remembered was deleted by another client: read again, retry
+                continue
             if owner is None:
                 raise BadVersion(
                     f"a parent in the commit kept being created by another client ({ops[0].path})"
@@ -262,18 +292,32 @@ class ZKMetadataStore(MetadataStore):
             raise self._multi_error(ops[owner], results[failed])
         raise BadVersion("the commit kept losing races to other clients")  # pragma: no cover
 
-    def _multi_stat(self, op, result) -> Stat | None:
-        if not isinstance(op, Put):
-            return None
-        if not isinstance(result, str):  # a set_data answers the new stat
-            return self._stat(op.path, result)
-        # a create inside a multi answers only its path (ZooKeeper has no create2 there): the new
-        # key is at version 0; its times come from a read (or now, if it is already gone)
-        zstat = self._call(self._zk.exists_async(result), op.path)
-        if zstat is not None and zstat.version == 0:
-            return self._stat(op.path, zstat)
-        now = time.time_ns() // 1_000_000
-        return Stat(op.path, 0, now, now, op.ephemeral, op.ephemeral)
+    def _multi_stats(self, ops, results) -> list[Stat | None]:
+        """The caller's stats of a multi that went through. A set_data answers its new stat; a
+        create inside a multi answers only its path (ZooKeeper has no create2 there): the new
+        key is at version 0, its times come from a read (or now, if it is already gone) -- the
+        reads of every create sent together, one round trip for the commit, not one per key."""
+        creates = [
+            i for i, (op, r) in enumerate(zip(ops, results)) if isinstance(op, Put) and isinstance(r, str)
+        ]
+        read = (
+            self._call_all([(self._zk.exists_async(results[i]), ops[i].path) for i in creates])
+            if creates
+            else []
+        )
+        zstats = dict(zip(creates, read))
+        out: list[Stat | None] = []
+        for i, (op, result) in enumerate(zip(ops, results)):
+            if not isinstance(op, Put):
+                out.append(None)
+            elif i not in zstats:
+                out.append(self._stat(op.path, result))
+            elif zstats[i] is not None and zstats[i].version == 0:
+                out.append(self._stat(op.path, zstats[i]))
+            else:
+                now = time.time_ns() // 1_000_000
+                out.append(Stat(op.path, 0, now, now, op.ephemeral, op.ephemeral))
+        return out
 
     def _multi_error(self, op, error: Exception) -> MetadataStoreError:
         if isinstance(op, Delete) and isinstance(error, zke.NoNodeError):
@@ -418,6 +462,30 @@ class _WatchState:
             self._report(NotificationType.CHILDREN_CHANGED)
 
 
+class _ParentCache:
+    """Keys a store saw exist as parents (at most ``limit``; when full it starts again). A hint
+    only: a commit that relied on one and failed forgets it and reads again. Thread-safe."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def has(self, path: str) -> bool:
+        return path in self._keys
+
+    def remember(self, paths) -> None:
+        with self._lock:
+            for p in paths:
+                if len(self._keys) >= self._limit:
+                    self._keys.clear()
+                self._keys.add(p)
+
+    def forget(self, paths) -> None:
+        with self._lock:
+            self._keys.difference_update(paths)
+
+
 class _Multi:
     """One ZooKeeper ``multi`` being built from the caller's ops.
 
@@ -435,13 +503,59 @@ class _Multi:
         self.index_of: dict[int, int] = {}
         self.guessed: set[int] = set()
         self.known: dict[str, bool] = {}
+        self.server: dict[str, Any] = {}  # path -> its stat as read before the multi (None: absent)
+        self.remembered: set[str] = set()  # parents taken from the store's cache, not read
+        self.created: list[str] = []  # parents the multi creates
+        self.deleted: list[str] = []  # keys the multi deletes
 
     def _push(self, owner: int | None) -> None:
         if owner is not None:
             self.index_of[owner] = len(self.owners)
         self.owners.append(owner)
 
+    def prefetch(self, ops) -> None:
+        """Read at once what ``add`` would read one key at a time: each unversioned Put's own
+        key, each Put's parent (unless the store remembers it exists: ``_ParentCache``), then,
+        level by level, the parents of parents found missing. A commit of n puts thus waits
+        for one or two round trips before its multi, or none, not up to 2n in a row (a group
+        flush's commit spent ~90 % of its time in those reads with 30 topics publishing:
+        bench/results/cluster_many_ab_*_clusterperf.json). Only reads move earlier or go: the
+        multi checks what it relies on, as before (a lost race retries the commit)."""
+        own = {op.path for op in ops if isinstance(op, Put) and op.expected_version is None}
+        ask, put_before = set(own), set()
+        for op in ops:
+            parent = parent_of(op.path) if isinstance(op, Put) else "/"
+            if isinstance(op, Put):
+                put_before.add(op.path)
+            if parent == "/" or parent in own or parent in put_before:
+                continue  # the root, a key read anyway, or one an earlier op of the multi makes
+            if self.store._parents.has(parent):
+                self.remembered.add(parent)
+            else:
+                ask.add(parent)
+        while ask:
+            paths = sorted(ask)
+            zk, full = self.store._zk, self.store._full
+            got = self.store._call_all([(zk.exists_async(full(p)), p) for p in paths])
+            self.server.update(zip(paths, got))
+            self.store._parents.remember([p for p, zstat in zip(paths, got) if zstat is not None])
+            ask = {parent_of(p) for p, zstat in zip(paths, got) if zstat is None} - {"/"}
+            ask -= self.server.keys() | self.remembered
+
+    def applied(self) -> None:
+        """The multi went through: its created parents exist, its deleted keys do not."""
+        self.store._parents.forget(self.deleted)
+        self.store._parents.remember(self.created)
+
+    def failed(self) -> None:
+        """The multi failed: the parents taken from the cache are read at the next attempt."""
+        self.store._parents.forget(self.remembered)
+
     def _exists(self, path: str):
+        if path in self.server:
+            return self.server[path]
+        if path in self.remembered:
+            return True
         return self.store._call(self.store._zk.exists_async(self.store._full(path)), path)
 
     def add(self, i: int, op) -> None:
@@ -451,8 +565,10 @@ class _Multi:
         elif isinstance(op, Delete):
             self.txn.delete(full, -1 if op.expected_version is None else op.expected_version)
             self.known[op.path] = False
+            self.deleted.append(op.path)
         else:
-            self._add_parents(op.path)
+            if self._add_parents(op.path):
+                self.guessed.add(len(self.owners))  # under a remembered parent: may be gone
             if op.expected_version == NEW:
                 self.txn.create(full, op.value, ephemeral=op.ephemeral)
             elif op.expected_version is not None:
@@ -467,7 +583,9 @@ class _Multi:
             self.known[op.path] = True
         self._push(i)
 
-    def _add_parents(self, path: str) -> None:
+    def _add_parents(self, path: str) -> bool:
+        """Create the missing parents of ``path`` in the multi; True when the first one that
+        exists was taken from the store's cache of parents (a guess: the multi may fail on it)."""
         missing = []
         parent = parent_of(path)
         while parent != "/":
@@ -477,7 +595,9 @@ class _Multi:
                 break
             missing.append(parent)
             parent = parent_of(parent)
-        for parent in reversed(missing):
-            self.txn.create(self.store._full(parent), b"")
-            self.known[parent] = True
+        for p in reversed(missing):
+            self.txn.create(self.store._full(p), b"")
+            self.known[p] = True
+            self.created.append(p)
             self._push(None)
+        return parent in self.remembered
