@@ -41,7 +41,9 @@ def test_a_commit_of_many_puts_waits_for_a_few_round_trips_not_one_per_key(zk_st
     # reads of the parents and unversioned keys (/groups is missing: one level more), the
     # multi, the created keys' stats: 4 (one key at a time, as before: 66)
     assert waits <= 4, f"a commit of {len(ops)} puts waited {waits} times for ZooKeeper"
-    assert [zk_store.get(f"/ledgers/l{i:02d}/rec").value for i in range(20)] == [b"r%d" % i for i in range(20)]
+    assert [zk_store.get(f"/ledgers/l{i:02d}/rec").value for i in range(20)] == [
+        b"r%d" % i for i in range(20)
+    ]
     assert zk_store.get("/ledgers/l00/old").value == b"v1"
     assert zk_store.get_children("/groups/g1") == [f"{i:06d}" for i in range(20)]
     # the stats are the keys' own: created at version 0, the set at 1, a Check none
