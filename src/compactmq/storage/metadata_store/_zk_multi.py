@@ -55,7 +55,8 @@ class _Multi:
     ZooKeeper's operations do not line up with the caller's: ``owners`` maps each operation to the
     caller's op (None for a parent create), ``index_of`` the other way. ``known`` is the existence
     of paths as the ops so far leave them; ``guessed`` holds operations built from a read (an
-    unversioned put became create or set-at-version) that may lose a race and be retried.
+    unversioned put became create or set-at-version) or from a remembered parent, which may
+    lose a race and be retried.
     """
 
     def __init__(self, store: ZKMetadataStore):

@@ -75,7 +75,8 @@ from kazoo.protocol.states import EventType
 log = logging.getLogger(__name__)
 
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::(\d{1,5}))?")
-#: attempts of a commit whose unversioned puts lost a race to another client
+#: attempts of a commit whose unversioned puts lost a race to another client (or whose
+#: remembered parent another client deleted)
 _MULTI_ATTEMPTS = 5
 
 
