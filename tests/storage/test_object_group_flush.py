@@ -466,3 +466,42 @@ def test_a_group_commit_on_zookeeper_waits_a_few_round_trips_whatever_its_member
             w.close()
     finally:
         meta.close()
+
+
+def test_a_sync_that_folds_does_not_wait_for_the_release_of_the_folded_records(place, monkeypatch):
+    """The records a fold superseded are dropped by a background thread: a sync that folded
+    returns (its entries acknowledged) while that release is still held up -- done in the sync,
+    its round trips held the topic's receipts every FOLD_RANGES flushes, and with 30 topics
+    some topic was always held (bench/results/cluster_many_ab_fix_nofold_clusterperf.json)."""
+    server, loc, meta = place
+    monkeypatch.setattr(object_ledger_writer, "FOLD_RANGES", 2)
+    # flushes asked directly (a sync's, without its linger); the background flusher's are a minute away
+    _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=60_000, solo=False)
+    release_held, released = threading.Event(), threading.Event()
+    real_release = st.release_parts
+
+    def held_release(ledger_id, parts):
+        release_held.wait(60)
+        real_release(ledger_id, parts)
+        released.set()
+
+    monkeypatch.setattr(st, "release_parts", held_release)
+    w = st.create(9)
+    recs = [_record(i, b"entry-%d" % i) for i in range(2)]
+    try:
+        w.write(recs[0], w.written_end)
+        w.flush(w.written_end)
+        w.write(recs[1], w.written_end)
+        second = threading.Thread(target=w.flush, args=(w.written_end,))  # the second range: the fold
+        second.start()
+        second.join(30)
+        assert not second.is_alive(), "the sync that folded waited for the release of the records"
+        assert w.durable_end == w.written_end
+        assert len(meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000009")) == 2  # not yet
+    finally:
+        release_held.set()
+    assert released.wait(30)
+    assert meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000009") == []
+    _, (fresh,) = _storages(loc, meta, TOPICS[:1])
+    assert fresh.read_all(9) == lf.encode_file_header(9) + b"".join(recs)
+    w.close()
