@@ -23,7 +23,9 @@ off), so memory per ledger stays bounded.
 
 Folding (group flush only): every ``FOLD_RANGES`` ranges in shared objects (or ``FOLD_BYTES``),
 the writer rewrites them (still in memory) as one object of the ledger's own and has their
-range records dropped, so a ledger being written names few records in the metadata store.
+range records dropped, so a ledger being written names few records in the metadata store. The
+drop runs on ``_Releaser``'s thread, never in the sync that folded (its round trips held that
+topic's receipts).
 
 Thread safety: ``write``/``truncate`` from one thread at a time, ``sync`` beside them, reads
 from any thread; the fields are guarded by ``_cond``.
