@@ -161,9 +161,11 @@ def publish_latency(client, topic: str, n: int, size: int) -> dict:
     }
 
 
-def publish_many(client, topics: list[str], seconds: float, size: int) -> dict:
+def publish_many(client, topics: list[str], seconds: float, size: int, started=None) -> dict:
     """One producer per topic (batching off, at most 100 messages in flight each), sending in
-    turn for ``seconds``: what the store sees when many topics publish at once."""
+    turn for ``seconds``: what the store sees when many topics publish at once. ``started()``,
+    if given, is called once every producer exists, just before the first send (a caller counts
+    from there, the topics' creation left out)."""
     producers = [
         client.create_producer(t, batching_enabled=False, max_pending_messages=100, block_if_queue_full=True)
         for t in topics
@@ -177,6 +179,8 @@ def publish_many(client, topics: list[str], seconds: float, size: int) -> dict:
         else:
             failures.append(str(res))
 
+    if started is not None:
+        started()
     t0 = time.perf_counter()
     sent = 0
     while time.perf_counter() - t0 < seconds:

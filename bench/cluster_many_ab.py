@@ -18,7 +18,9 @@ Per run: messages/s over the phase, the object writes the brokers counted
 (``compactmq_object_store_puts_total``, summed), messages per object write, the probe's p50
 (``probe_sends`` synchronous sends on a lone topic: the store's PUT + fence round trip), the
 brokers' CPU seconds per second of the phase (``/proc/<pid>/stat``: are they CPU-bound?),
-the client's, SeaweedFS's and ZooKeeper's, and the 1-minute load average.
+the client's, SeaweedFS's and ZooKeeper's, and the 1-minute load average; from the first send
+on (the producers' creation left out), per 1,000 messages: object writes, ZooKeeper write
+transactions (its ``zxid``, from ``srvr``) and requests of any kind.
 
     .venv/bin/python bench/cluster_many_ab.py --rounds 3 \\
         --variant a0=/tmp/bis_a0a39a7/src:off --variant head=.:off --out bench/results/x.json
@@ -43,6 +45,7 @@ import cluster_bench as cb  # noqa: E402
 import cluster_setup as cs  # noqa: E402  (puts src/, tests/ and bench/ on sys.path)
 from cluster_setup import ROOT  # noqa: E402
 from standalone import cpu_seconds  # noqa: E402
+from storage.metadata_store.zk_server import four_letter  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, str, bool]:
@@ -81,6 +84,20 @@ def probe(client, n: int, size: int) -> float:
     return round(statistics.median(times), 2)
 
 
+def zk_counters(zk) -> dict[str, int]:
+    """ZooKeeper's own counts (``srvr``): ``zxid`` grows by one per write transaction (a
+    ``multi`` is one; session creations and expiries count too), ``received`` by one per
+    request of any kind (reads, writes, pings)."""
+    out = {}
+    for line in four_letter(zk.port, b"srvr").decode().splitlines():
+        name, _, value = line.partition(":")
+        if name == "Zxid":
+            out["zxid"] = int(value.strip(), 16)
+        elif name == "Received":
+            out["received"] = int(value.strip())
+    return out
+
+
 def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, run: int) -> dict:
     label, src, gf = variant
     tag = f"r{run}-{label}"
@@ -98,11 +115,18 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
             )
             probe_p50 = probe(client, a.probe_sends, a.size)
             topics = [f"persistent://{ns}/t{i}" for i in range(a.topics)]
+            at_start: dict = {}
+
+            def started() -> None:  # every producer created: count the sending alone
+                at_start["objects"] = [cb.object_counters(b) for b in brokers]
+                at_start["zk"] = zk_counters(zk)
+
             before = [cb.object_counters(b) for b in brokers]
             cpu0 = [cpu_seconds(b.proc.pid) for b in brokers]  # type: ignore[union-attr]
             store0 = (cpu_seconds(s3.process.pid), cpu_seconds(zk.proc.pid))
             me0 = time.process_time()
-            got = cb.publish_many(client, topics, a.seconds, a.size)
+            got = cb.publish_many(client, topics, a.seconds, a.size, started)
+            zk1 = zk_counters(zk)
             cpu1 = [cpu_seconds(b.proc.pid) for b in brokers]  # type: ignore[union-attr]
             store1 = (cpu_seconds(s3.process.pid), cpu_seconds(zk.proc.pid))
             me1 = time.process_time()
@@ -110,6 +134,10 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
         finally:
             client.close()
     puts = sum(x["puts"] - y["puts"] for x, y in zip(after, before))
+    sending_puts = sum(x["puts"] - y["puts"] for x, y in zip(after, at_start["objects"]))
+    txns = zk1["zxid"] - at_start["zk"]["zxid"]
+    requests = zk1["received"] - at_start["zk"]["received"]
+    per_k = 1000 / max(1, got["messages"])
     secs = got["seconds"]
     return {
         "variant": label,
@@ -119,6 +147,11 @@ def one_run(zk, s3, bucket: str, tmp: Path, variant: tuple[str, str, bool], a, r
         "seconds": secs,
         "object_writes": puts,
         "messages_per_object_write": round(got["messages"] / max(1, puts), 1),
+        # from the first send on (the producers' creation left out), per 1,000 messages
+        "object_writes_per_1k": round(sending_puts * per_k, 2),
+        "zk_transactions_per_1k": round(txns * per_k, 2),
+        "zk_requests_per_1k": round(requests * per_k, 2),
+        "zk_transactions_per_s": round(txns / secs, 1),
         "probe_p50_ms": probe_p50,
         "broker_cpu_per_s": round((sum(cpu1) - sum(cpu0)) / secs, 3),  # over the phase (creation incl.)
         "client_cpu_per_s": round((me1 - me0) / secs, 3),
@@ -145,6 +178,10 @@ def summary(runs: list[dict], variants: list[tuple[str, str, bool]]) -> dict:
             "msgs_per_s": [r["msgs_per_s"] for r in mine],
             "object_writes_median": med("object_writes"),
             "messages_per_object_write_median": med("messages_per_object_write"),
+            "object_writes_per_1k_median": med("object_writes_per_1k"),
+            "zk_transactions_per_1k_median": med("zk_transactions_per_1k"),
+            "zk_requests_per_1k_median": med("zk_requests_per_1k"),
+            "zk_transactions_per_s_median": med("zk_transactions_per_s"),
             "probe_p50_ms_median": med("probe_p50_ms"),
             "broker_cpu_per_s_median": med("broker_cpu_per_s"),
             "seaweedfs_cpu_per_s_median": med("seaweedfs_cpu_per_s"),

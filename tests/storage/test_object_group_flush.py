@@ -17,7 +17,7 @@ import pytest
 
 from compactmq.storage import ledger_file as lf
 from compactmq.storage import object_group_flush, object_ledger_writer, object_ledgers
-from compactmq.storage.metadata_store import Check
+from compactmq.storage.metadata_store import Check, create_metadata_store
 from compactmq.storage.object_group_flush import GROUPS_PREFIX, GROUPS_ROOT, RANGES_ROOT, GroupFlush
 from compactmq.storage.object_ledgers import ObjectLedgerSettings, ObjectLedgerStorage
 from compactmq.storage.offload.blobstore import OBJECT_COUNTERS, BlobStore
@@ -421,3 +421,87 @@ def test_a_commit_lost_on_the_connection_keeps_the_object_its_records_may_name(p
         assert st.read_all(8)[lf.FILE_HEADER_SIZE :] == data  # readable: its records name it
     for w in writers:
         w.abandon()
+
+
+def test_a_group_commit_on_zookeeper_waits_a_few_round_trips_whatever_its_members(
+    seaweedfs, object_location, zookeeper, tmp_path
+):
+    """The commit stage commits one group at a time, and the next PUT waits for it: its length
+    bounds a broker's flushes. On ZooKeeper each member's two keys were asked one by one
+    whether they exist, their parents too, and each new key read back for its stat -- about 5
+    round trips a member in a row (~90 % of the commit stage's time with 30 topics publishing,
+    bench/results/cluster_many_ab_*_clusterperf.json). Now the keys are created NEW, the
+    parents the store has seen are not asked again and no stat is read back: a group of 8
+    waits for ZooKeeper once, its multi (before: 42 times)."""
+    meta = create_metadata_store(f"zk:{zookeeper.hosts}/gf{tmp_path.name[-12:]}", data_dir=tmp_path)
+    try:
+        loc = object_location(BUCKET)
+        group, storages = _storages(loc, meta, TOPICS, solo=False, interval_ms=60_000)
+        writers = [st.create(21) for st in storages]
+        datas: list[list[bytes]] = [[] for _ in writers]
+
+        def grouped_flush(entry_id: int) -> int:
+            for i, w in enumerate(writers):
+                datas[i].append(_record(entry_id, b"t%d-%d" % (i, entry_id)))
+                w.write(datas[i][-1], w.written_end)
+            _gather(group, len(writers))
+            before = meta.round_trips
+            threads = [threading.Thread(target=w.flush, args=(w.written_end,)) for w in writers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert all(w.durable_end == w.written_end for w in writers)
+            return meta.round_trips - before
+
+        grouped_flush(0)  # the ledgers' range nodes are created
+        written = group.groups_written
+        waits = grouped_flush(1)
+        assert group.groups_written == written + 1  # one group of all 8
+        assert waits == 1, f"a group commit of {len(writers)} members waited {waits} times for ZooKeeper"
+        _, fresh = _storages(loc, meta, TOPICS)
+        for st, recs in zip(fresh, datas):
+            assert st.read_all(21)[lf.FILE_HEADER_SIZE :] == b"".join(recs)
+        for w in writers:
+            w.close()
+    finally:
+        meta.close()
+
+
+def test_a_sync_that_folds_does_not_wait_for_the_release_of_the_folded_records(place, monkeypatch):
+    """The records a fold superseded are dropped by a background thread: a sync that folded
+    returns (its entries acknowledged) while that release is still held up -- done in the sync,
+    its round trips held the topic's receipts every FOLD_RANGES flushes, and with 30 topics
+    some topic was always held (bench/results/cluster_many_ab_fix_nofold_clusterperf.json)."""
+    server, loc, meta = place
+    monkeypatch.setattr(object_ledger_writer, "FOLD_RANGES", 2)
+    # flushes asked directly (a sync's, without its linger); the background flusher's are a minute away
+    _, (st,) = _storages(loc, meta, TOPICS[:1], interval_ms=60_000, solo=False)
+    release_held, released = threading.Event(), threading.Event()
+    real_release = st.release_parts
+
+    def held_release(ledger_id, parts):
+        release_held.wait(60)
+        real_release(ledger_id, parts)
+        released.set()
+
+    monkeypatch.setattr(st, "release_parts", held_release)
+    w = st.create(9)
+    recs = [_record(i, b"entry-%d" % i) for i in range(2)]
+    try:
+        w.write(recs[0], w.written_end)
+        w.flush(w.written_end)
+        w.write(recs[1], w.written_end)
+        second = threading.Thread(target=w.flush, args=(w.written_end,))  # the second range: the fold
+        second.start()
+        second.join(30)
+        assert not second.is_alive(), "the sync that folded waited for the release of the records"
+        assert w.durable_end == w.written_end
+        assert len(meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000009")) == 2  # not yet
+    finally:
+        release_held.set()
+    assert released.wait(30)
+    assert meta.get_children(f"{RANGES_ROOT}/{st.topic_path}/000000000009") == []
+    _, (fresh,) = _storages(loc, meta, TOPICS[:1])
+    assert fresh.read_all(9) == lf.encode_file_header(9) + b"".join(recs)
+    w.close()

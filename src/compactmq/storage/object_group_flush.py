@@ -354,12 +354,16 @@ class GroupFlush:
             checks: dict[tuple[str, int], Check] = {}
             for i, m, off in todo:
                 value = json.dumps({"end": m.end, "key": key, "offset": off, "member": i}).encode()
-                ops.append(Put(m.record_path, value))
-                ops.append(Put(member_path(key, i), b""))  # the shared object's reference count
+                # both keys are new (a record names its ledger's start and this ownership's
+                # epoch, and a writer whose commit failed flushes that ledger no more; a member
+                # key sits under the group node created here): NEW, so that ZooKeeper is not
+                # asked first whether each exists
+                ops.append(Put(m.record_path, value, expected_version=NEW))
+                ops.append(Put(member_path(key, i), b"", expected_version=NEW))  # the reference count
                 for c in m.fence.checks:
                     checks[(c.path, c.version)] = c
             try:
-                self.metadata.commit([*ops, *checks.values()])
+                self.metadata.commit_no_stats([*ops, *checks.values()])  # no stats: no reads back
                 return [m for _i, m, _off in todo]
             except (BadVersion, KeyNotFound):
                 if self.metadata.exists(group_node(key)):  # swept: the object is gone or going

@@ -293,6 +293,11 @@ class MetadataStore(abc.ABC):
             store is exactly as before the call.
         """
 
+    def commit_no_stats(self, ops: Sequence[Op]) -> None:
+        """``commit`` for a caller that needs no stats: a store may save reads (ZooKeeper reads
+        every key a multi created back for its stat)."""
+        self.commit(ops)
+
     @abc.abstractmethod
     def watch(self, path: str, callback: WatchCallback) -> Watch:
         """Call ``callback(Notification)`` on changes of ``path`` and of its set of children.

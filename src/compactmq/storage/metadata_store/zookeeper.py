@@ -16,7 +16,13 @@ Mapping of the contract onto ZooKeeper
 * ``commit`` is one ZooKeeper ``multi`` (``_Multi``), missing parents created inside it. A ``Put``
   without an expectation becomes ``create`` or a ``set`` at the version just read; if another
   client changed that key (or created a parent) in between, the multi fails and is retried (only
-  that case: an explicit expectation that fails is the caller's answer).
+  that case: an explicit expectation that fails is the caller's answer). What the multi needs to
+  know is read before it all at once (``_Multi.prefetch``: one round trip, a second only for
+  parents of missing parents), and a parent this store has seen exist is not read again
+  (``_ParentCache``, a hint: a multi that fails on one forgets it and is retried with reads).
+  A key the multi creates is read back for its stat (all at once), unless the caller asked
+  ``commit_no_stats``. Reading one key at a time, a commit of n puts waited for up to 3n round
+  trips in a row, which bounded a cluster broker's group flush (bench/README.md, stop 41).
 * Watches: ZooKeeper 3.8's watches are one-shot; each ``watch`` re-arms an ``exists`` watch (data:
   Created/Modified/Deleted) and a ``get_children`` watch (ChildrenChanged) every time one fires;
   what is reported is the difference between the state the last read saw and the new one
@@ -46,7 +52,6 @@ from ...errors import InvalidConfiguration
 from . import (
     NEW,
     BadVersion,
-    Check,
     Delete,
     GetResult,
     InvalidPath,
@@ -63,10 +68,10 @@ from . import (
     Watch,
     check_ops,
     check_value,
-    parent_of,
     validate_path,
 )
 from ._notify import Notifier, _Registered
+from ._zk_multi import _Multi, _ParentCache
 
 # kazoo: when missing, create_metadata_store says which package to install
 from kazoo import exceptions as zke
@@ -77,7 +82,8 @@ from kazoo.protocol.states import EventType
 log = logging.getLogger(__name__)
 
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::(\d{1,5}))?")
-#: attempts of a commit whose unversioned puts lost a race to another client
+#: attempts of a commit whose unversioned puts lost a race to another client (or whose
+#: remembered parent another client deleted)
 _MULTI_ATTEMPTS = 5
 
 
@@ -111,6 +117,12 @@ class ZKMetadataStore(MetadataStore):
     ):
         self._chroot = chroot
         self._timeout = float(operation_timeout_s)
+        #: waits for the server (a call, or calls sent together): tests count a commit's
+        self.round_trips = 0
+        #: keys this store saw exist as a Put's parent (read, or created by its commits), so a
+        #: commit does not ask again (``_Multi``): only ever a guess -- another client may have
+        #: deleted one; the multi then fails on it, and is retried without the guess
+        self._parents = _ParentCache()
         self._notifier = Notifier(f"zk:{hosts}{chroot}")
         self._closed = False
         self._state_lock = threading.Lock()
@@ -149,6 +161,16 @@ class ZKMetadataStore(MetadataStore):
 
     def _call(self, async_result, path: str) -> Any:
         """Wait for one kazoo call and turn its errors into the contract's."""
+        self.round_trips += 1
+        return self._wait(async_result, path)
+
+    def _call_all(self, calls: list[tuple[Any, str]]) -> list[Any]:
+        """Wait for kazoo calls that were all sent before the first wait: ONE round trip to the
+        server (kazoo pipelines them on the session's connection), not one per call."""
+        self.round_trips += 1
+        return [self._wait(async_result, path) for async_result, path in calls]
+
+    def _wait(self, async_result, path: str) -> Any:
         if self._closed:
             raise StoreUnavailable("the metadata store is closed")
         try:
@@ -242,6 +264,7 @@ class ZKMetadataStore(MetadataStore):
         version = -1 if expected_version is None else expected_version
         if version < 0 and expected_version is not None:
             raise BadVersion(f"expected version {expected_version} of {path}: delete needs >= 0 or None")
+        self._parents.forget([path])
         try:
             self._call(self._zk.delete_async(self._full(path), version), path)
         except zke.NoNodeError:
@@ -250,21 +273,34 @@ class ZKMetadataStore(MetadataStore):
             raise BadVersion(f"{path} is not at version {expected_version}") from None
 
     def commit(self, ops) -> list[Stat | None]:
+        return self._commit(ops, stats=True)
+
+    def commit_no_stats(self, ops) -> None:
+        self._commit(ops, stats=False)
+
+    def _commit(self, ops, stats: bool) -> list[Stat | None]:
         ops = check_ops(ops)
         if not ops:
             return []
         for attempt in range(_MULTI_ATTEMPTS):
             multi = _Multi(self)
+            multi.prefetch(ops)
             for i, op in enumerate(ops):
                 multi.add(i, op)
             results = self._call(multi.txn.commit_async(), ops[0].path)
             failed = next((j for j, r in enumerate(results) if isinstance(r, Exception)
                            and not isinstance(r, zke.RolledBackError)), None)  # fmt: skip
             if failed is None:
-                return [self._multi_stat(op, results[multi.index_of[i]]) for i, op in enumerate(ops)]
+                multi.applied()
+                if not stats:
+                    return []
+                return self._multi_stats(ops, [results[multi.index_of[i]] for i in range(len(ops))])
+            multi.failed()
             owner = multi.owners[failed]
             if attempt + 1 < _MULTI_ATTEMPTS and (owner is None or failed in multi.guessed):
-                continue  # a parent create or an unversioned put lost a race: read again, retry
+                # a parent create or an unversioned put lost a race, or a parent this store
+                # remembered was deleted by another client: read again, retry
+                continue
             if owner is None:
                 raise BadVersion(
                     f"a parent in the commit kept being created by another client ({ops[0].path})"
@@ -272,18 +308,32 @@ class ZKMetadataStore(MetadataStore):
             raise self._multi_error(ops[owner], results[failed])
         raise BadVersion("the commit kept losing races to other clients")  # pragma: no cover
 
-    def _multi_stat(self, op, result) -> Stat | None:
-        if not isinstance(op, Put):
-            return None
-        if not isinstance(result, str):  # a set_data answers the new stat
-            return self._stat(op.path, result)
-        # a create inside a multi answers only its path (ZooKeeper has no create2 there): the new
-        # key is at version 0; its times come from a read (or now, if it is already gone)
-        zstat = self._call(self._zk.exists_async(result), op.path)
-        if zstat is not None and zstat.version == 0:
-            return self._stat(op.path, zstat)
-        now = time.time_ns() // 1_000_000
-        return Stat(op.path, 0, now, now, op.ephemeral, op.ephemeral)
+    def _multi_stats(self, ops, results) -> list[Stat | None]:
+        """The caller's stats of a multi that went through. A set_data answers its new stat; a
+        create inside a multi answers only its path (ZooKeeper has no create2 there): the new
+        key is at version 0, its times come from a read (or now, if it is already gone) -- the
+        reads of every create sent together, one round trip for the commit, not one per key."""
+        creates = [
+            i for i, (op, r) in enumerate(zip(ops, results)) if isinstance(op, Put) and isinstance(r, str)
+        ]
+        read = (
+            self._call_all([(self._zk.exists_async(results[i]), ops[i].path) for i in creates])
+            if creates
+            else []
+        )
+        zstats = dict(zip(creates, read))
+        out: list[Stat | None] = []
+        for i, (op, result) in enumerate(zip(ops, results)):
+            if not isinstance(op, Put):
+                out.append(None)
+            elif i not in zstats:
+                out.append(self._stat(op.path, result))
+            elif zstats[i] is not None and zstats[i].version == 0:
+                out.append(self._stat(op.path, zstats[i]))
+            else:
+                now = time.time_ns() // 1_000_000
+                out.append(Stat(op.path, 0, now, now, op.ephemeral, op.ephemeral))
+        return out
 
     def _multi_error(self, op, error: Exception) -> MetadataStoreError:
         if isinstance(op, Delete) and isinstance(error, zke.NoNodeError):
@@ -462,68 +512,3 @@ class _WatchState:
         old, self.children = self.children, new
         if old is not _UNKNOWN and new != old and (old is not None or new > 0):
             self._report(NotificationType.CHILDREN_CHANGED)
-
-
-class _Multi:
-    """One ZooKeeper ``multi`` being built from the caller's ops.
-
-    Missing parents are created inside the multi (so they are all-or-nothing too), which means
-    ZooKeeper's operations do not line up with the caller's: ``owners`` maps each operation to the
-    caller's op (None for a parent create), ``index_of`` the other way. ``known`` is the existence
-    of paths as the ops so far leave them; ``guessed`` holds operations built from a read (an
-    unversioned put became create or set-at-version) that may lose a race and be retried.
-    """
-
-    def __init__(self, store: ZKMetadataStore):
-        self.store = store
-        self.txn = store._zk.transaction()
-        self.owners: list[int | None] = []
-        self.index_of: dict[int, int] = {}
-        self.guessed: set[int] = set()
-        self.known: dict[str, bool] = {}
-
-    def _push(self, owner: int | None) -> None:
-        if owner is not None:
-            self.index_of[owner] = len(self.owners)
-        self.owners.append(owner)
-
-    def _exists(self, path: str):
-        return self.store._call(self.store._zk.exists_async(self.store._full(path)), path)
-
-    def add(self, i: int, op) -> None:
-        full = self.store._full(op.path)
-        if isinstance(op, Check):
-            self.txn.check(full, op.version)
-        elif isinstance(op, Delete):
-            self.txn.delete(full, -1 if op.expected_version is None else op.expected_version)
-            self.known[op.path] = False
-        else:
-            self._add_parents(op.path)
-            if op.expected_version == NEW:
-                self.txn.create(full, op.value, ephemeral=op.ephemeral)
-            elif op.expected_version is not None:
-                self.txn.set_data(full, op.value, op.expected_version)
-            else:
-                self.guessed.add(len(self.owners))
-                zstat = None if self.known.get(op.path) is False else self._exists(op.path)
-                if zstat is None:
-                    self.txn.create(full, op.value, ephemeral=op.ephemeral)
-                else:
-                    self.txn.set_data(full, op.value, zstat.version)
-            self.known[op.path] = True
-        self._push(i)
-
-    def _add_parents(self, path: str) -> None:
-        missing = []
-        parent = parent_of(path)
-        while parent != "/":
-            if parent not in self.known:
-                self.known[parent] = self._exists(parent) is not None
-            if self.known[parent]:
-                break
-            missing.append(parent)
-            parent = parent_of(parent)
-        for parent in reversed(missing):
-            self.txn.create(self.store._full(parent), b"")
-            self.known[parent] = True
-            self._push(None)
