@@ -15,7 +15,6 @@ PersistenceError: retrying it would only hide it.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
@@ -27,7 +26,7 @@ from compactmq.storage import object_group_flush  # noqa: E402
 from compactmq.storage.metadata_store import StoreUnavailable  # noqa: E402
 from compactmq.storage.metadata_store.zookeeper import ZKMetadataStore  # noqa: E402
 from compactmq.storage.object_ledger_upkeep import wait_merges  # noqa: E402
-from harness.broker import InProcessBroker, make_client  # noqa: E402
+from harness.broker import InProcessBroker, make_client, zk_in_process_broker  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.integration
@@ -35,23 +34,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def broker(tmp_path, zookeeper):  # noqa: F811
-    b = InProcessBroker(
-        tmp_path / "data",
-        {
-            "metadataStoreUrl": f"zk:{zookeeper.hosts}/l{uuid.uuid4().hex[:10]}",
-            "metadataStoreSessionTimeoutMillis": "4000",
-            "objectLedgerStorageUrl": f"file://{tmp_path / 'objects'}",
-        },
-    )
-    b.start()
-    try:
+    with zk_in_process_broker(
+        tmp_path / "data", zookeeper.hosts, "l", {"objectLedgerStorageUrl": f"file://{tmp_path / 'objects'}"}
+    ) as b:
         yield b
-    finally:
-        b.stop()
-
-
-def on_loop(b: InProcessBroker, coro, timeout: float = 30):
-    return asyncio.run_coroutine_threadsafe(coro, b._loop).result(timeout)
 
 
 def written_and_unloaded(b: InProcessBroker) -> str:
@@ -65,7 +51,7 @@ def written_and_unloaded(b: InProcessBroker) -> str:
         producer.close()
     finally:
         client.close()
-    on_loop(b, b.server.service.topics.unload(topic, close_ledger=True))
+    b.on_loop(b.server.service.topics.unload(topic, close_ledger=True))
     wait_merges()  # none running: the next read of the ranges is the load's (its recovery)
     return topic
 
@@ -113,7 +99,7 @@ def test_the_failed_load_is_answered_service_not_ready(broker, monkeypatch):
     topic = written_and_unloaded(broker)
     failed = fail_range_reads(monkeypatch, 1)
     with pytest.raises(Exception) as info:
-        on_loop(broker, broker.server.service.topics.get_topic(topic, create=False))
+        broker.on_loop(broker.server.service.topics.get_topic(topic, create=False))
     assert failed, "the load never read the ledger's ranges: the test proves nothing"
     assert getattr(info.value, "server_error", None) is ServerError.ServiceNotReady, repr(info.value)
 
@@ -126,5 +112,5 @@ def test_a_damaged_ledger_stays_a_persistence_error(broker, monkeypatch):
 
     monkeypatch.setattr(object_group_flush.GroupFlush, "ranges", damaged)
     with pytest.raises(StorageError) as info:
-        on_loop(broker, broker.server.service.topics.get_topic(topic, create=False))
+        broker.on_loop(broker.server.service.topics.get_topic(topic, create=False))
     assert info.value.server_error is ServerError.PersistenceError

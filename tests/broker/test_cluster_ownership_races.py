@@ -27,7 +27,7 @@ pulsar = pytest.importorskip("pulsar")
 from compactmq.errors import CompactMQError  # noqa: E402
 from compactmq.naming import TopicName  # noqa: E402
 from compactmq.storage.metadata_store import SessionEvent  # noqa: E402
-from harness.broker import InProcessBroker, make_client  # noqa: E402
+from harness.broker import InProcessBroker, make_client, zk_in_process_broker  # noqa: E402
 from harness.wait import wait_until  # noqa: E402
 from storage.metadata_store.zk_server import zookeeper  # noqa: E402,F401  (tests/ is on sys.path)
 
@@ -36,27 +36,14 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def broker(tmp_path, zookeeper):  # noqa: F811
-    b = InProcessBroker(
-        tmp_path / "data",
-        {
-            "metadataStoreUrl": f"zk:{zookeeper.hosts}/r{uuid.uuid4().hex[:10]}",
-            "metadataStoreSessionTimeoutMillis": "4000",
-            "loadBalancerReportUpdateMinIntervalMillis": "300",
-        },
-    )
-    b.start()
-    try:
+    with zk_in_process_broker(
+        tmp_path / "data", zookeeper.hosts, "r", {"loadBalancerReportUpdateMinIntervalMillis": "300"}
+    ) as b:
         yield b
-    finally:
-        b.stop()
-
-
-def on_loop(b: InProcessBroker, coro, timeout: float = 20):
-    return asyncio.run_coroutine_threadsafe(coro, b._loop).result(timeout)
 
 
 def lookup(b: InProcessBroker, topic: str):
-    return on_loop(b, b.server.service.cluster.decide(TopicName.parse(topic), False))
+    return b.on_loop(b.server.service.cluster.decide(TopicName.parse(topic), False))
 
 
 def serving_again(b: InProcessBroker, topic: str, old_epoch: int) -> bool:
@@ -85,8 +72,8 @@ def take(b: InProcessBroker, topic: str) -> tuple:
     """Own the topic's bundle (a lookup) and load the topic: (bundle, epoch)."""
     cluster = b.server.service.cluster
     assert lookup(b, topic).own
-    on_loop(b, b.server.service.topics.get_topic(topic))
-    bundle = on_loop(b, cluster.bundle_of_topic(TopicName.parse(topic)))
+    b.on_loop(b.server.service.topics.get_topic(topic))
+    bundle = b.on_loop(cluster.bundle_of_topic(TopicName.parse(topic)))
     return bundle, cluster.fences[bundle].epoch
 
 
@@ -107,7 +94,7 @@ def test_a_lookup_during_the_unload_does_not_keep_the_key_being_deleted(broker):
 
     hints.put = put_then_lookup
     try:
-        assert on_loop(broker, cluster.unload_bundle(bundle))
+        assert broker.on_loop(cluster.unload_bundle(bundle))
     finally:
         hints.put = put
     assert during, "the lookup did not run during the unload"
@@ -144,7 +131,7 @@ def test_a_bundle_won_under_a_session_that_expired_meanwhile_is_not_kept(broker,
         expire_session(store, zookeeper.hosts)
         wait_until(lambda: reestablished, timeout=20, what="a new session")
         for _ in range(3):  # the broker's session-loss handling has run on its loop
-            on_loop(broker, asyncio.sleep(0.05))
+            broker.on_loop(asyncio.sleep(0.05))
         return got
 
     ownership.fence = fence_then_expire
@@ -173,7 +160,7 @@ def test_an_owner_key_gone_behind_the_brokers_back_makes_it_give_the_bundle_up(b
     finally:
         other.close()
     fresh = f"persistent://public/default/key-gone-new-{uuid.uuid4().hex[:6]}"
-    while on_loop(broker, service.cluster.bundle_of_topic(TopicName.parse(fresh))) != bundle:
+    while broker.on_loop(service.cluster.bundle_of_topic(TopicName.parse(fresh))) != bundle:
         fresh = f"persistent://public/default/key-gone-new-{uuid.uuid4().hex[:6]}"
     publish(broker, fresh)  # its first commit fails on the ended fence; the broker recovers
     assert service.cluster.fence_for(fresh).epoch > epoch
@@ -187,20 +174,20 @@ def test_a_topic_opened_while_its_bundle_changed_ownership_is_not_kept_under_the
     service = broker.server.service
     cluster, storage = service.cluster, service.storage
     bundle, epoch = take(broker, "persistent://public/default/load-race-first")
-    while on_loop(broker, cluster.bundle_of_topic(TopicName.parse(topic))) != bundle:
+    while broker.on_loop(cluster.bundle_of_topic(TopicName.parse(topic))) != bundle:
         topic = f"persistent://public/default/load-race-{uuid.uuid4().hex[:6]}"
     opened = storage.open_managed_ledger
 
     def open_then_move(name, *args):  # the ledger is bound to this ownership; then it ends
         ml = opened(name, *args)
         if name == topic:
-            assert on_loop(broker, cluster.unload_bundle(bundle))
+            assert broker.on_loop(cluster.unload_bundle(bundle))
             assert lookup(broker, topic).own
         return ml
 
     storage.open_managed_ledger = open_then_move
     try:
-        on_loop(broker, service.topics.get_topic(topic))
+        broker.on_loop(service.topics.get_topic(topic))
     except CompactMQError:
         pass  # refused: the client looks up again
     finally:

@@ -288,6 +288,12 @@ class InProcessBroker:
         _start_on_free_ports(self, self._start_once, timeout)
         self.started_once = True
 
+    def on_loop(self, coro, timeout: float = 30.0):
+        """Run ``coro`` on the broker's event loop and return its result (from the test's thread)."""
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
     def _start_once(self, timeout: float) -> None:
         import asyncio
         import threading
@@ -373,3 +379,24 @@ class InProcessBroker:
 
     def alive(self) -> bool:
         return self.server is not None
+
+
+@contextlib.contextmanager
+def zk_in_process_broker(data_dir: Path, zk_hosts: str, prefix: str, overrides: dict[str, str] | None = None):
+    """An ``InProcessBroker`` on ZooKeeper under a fresh chroot (``/<prefix><random>``, so tests
+    sharing one server see nothing of each other) with a 4 s session, started and stopped."""
+    import uuid
+
+    b = InProcessBroker(
+        data_dir,
+        {
+            "metadataStoreUrl": f"zk:{zk_hosts}/{prefix}{uuid.uuid4().hex[:10]}",
+            "metadataStoreSessionTimeoutMillis": "4000",
+            **(overrides or {}),
+        },
+    )
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
