@@ -1,5 +1,7 @@
 """Pure parts of the broker: permit window, read pausing, consumer selection, tail cache."""
 
+import asyncio
+import socket
 from dataclasses import dataclass, field
 
 import pytest
@@ -170,3 +172,84 @@ def test_tail_caches_share_a_broker_wide_budget():
     assert budget.used <= 10 and len(a) == 4
     a.clear()
     assert budget.used == b.size
+
+
+# --- ReadPauser's hold of a busy connection's reads, on a real loop and socket transport ------
+
+
+class _Sink(asyncio.Protocol):
+    def data_received(self, data):
+        pass
+
+
+def _on_real_transport(check):
+    """Run ``check(loop, transport)`` in a coroutine on a fresh event loop, with the transport of
+    one end of a socket pair (``is_reading`` says whether the loop reads it)."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        transport, _ = await loop.connect_accepted_socket(_Sink, a)
+        try:
+            await check(loop, transport)
+        finally:
+            transport.close()
+            b.close()
+
+    asyncio.run(main())
+
+
+def test_read_pauser_holds_a_busy_connections_reads_for_the_hold_then_reads_again():
+    async def check(loop, transport):
+        r = ReadPauser(transport, high_water=1 << 20, loop=loop, hold_s=0.02)
+        now = loop.time()
+        r.after_sends(now, 1)  # the first read opens a window; nothing is known yet
+        assert transport.is_reading() and not r.held
+        # 600 SENDs in the next 0.051 s: ~11,800 a second, over BUSY_READ_RATE
+        r.after_sends(now + 0.01, 300)
+        r.after_sends(now + 0.051, 300)
+        assert r.busy and r.held and r.holds == 1
+        assert not transport.is_reading()
+        await asyncio.sleep(0.05)
+        assert not r.held and transport.is_reading()
+
+    _on_real_transport(check)
+
+
+def test_read_pauser_never_holds_below_the_busy_rate_or_without_a_hold():
+    async def check(loop, transport):
+        r = ReadPauser(transport, high_water=1 << 20, loop=loop, hold_s=0.02)
+        now = loop.time()
+        for i in range(40):  # 5,000 SENDs a second: a lone producer of the latency run
+            r.after_sends(now + i * 0.01, 50)
+        assert not r.busy and not r.held and r.holds == 0 and transport.is_reading()
+        off = ReadPauser(transport, high_water=1 << 20, loop=loop, hold_s=0.0)
+        for i in range(40):  # 100,000 a second, but the group-commit delay is 0
+            off.after_sends(now + i * 0.01, 1000)
+        assert not off.held and off.holds == 0 and transport.is_reading()
+
+    _on_real_transport(check)
+
+
+def test_read_pauser_resumes_only_when_neither_the_hold_nor_backpressure_stops_reading():
+    async def check(loop, transport):
+        r = ReadPauser(transport, high_water=100, loop=loop, hold_s=0.02)
+        now = loop.time()
+        r.after_sends(now, 1)
+        r.after_sends(now + 0.051, 1000)  # busy: held
+        r.add(150)  # and above the high water
+        assert r.held and r.paused and not transport.is_reading()
+        await asyncio.sleep(0.05)  # the hold ends, the backpressure stays
+        assert not r.held and not transport.is_reading()
+        r.release(120)  # 30 pending, under the low water
+        assert transport.is_reading()
+        # the other way round: backpressure ends while a hold is on
+        r.after_sends(now + 0.2, 2000)  # 2,000 in 0.149 s: still busy
+        assert r.held
+        r.add(150)
+        r.release(150)
+        assert not r.paused and not transport.is_reading()
+        await asyncio.sleep(0.05)
+        assert transport.is_reading()
+
+    _on_real_transport(check)

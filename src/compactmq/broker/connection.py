@@ -106,7 +106,13 @@ class ServerConnection(asyncio.Protocol):
         self._handshake_handle = self._loop.call_later(
             admission.handshake_deadline_seconds(self.service.config), self._handshake_expired
         )
-        self.reads = ReadPauser(transport, self.service.config["maxPendingPublishBytesPerConnection"])
+        config = self.service.config
+        self.reads = ReadPauser(
+            transport,
+            config["maxPendingPublishBytesPerConnection"],
+            self._loop,
+            read_hold_seconds(config),
+        )
         self.last_seen = self._loop.time()
         self.service.state.add_connection(self)
         self._schedule_keepalive()
@@ -137,6 +143,7 @@ class ServerConnection(asyncio.Protocol):
                         handler.on_send_run(data, 0, run)
                     except Exception as exc:  # noqa: BLE001 - error boundary of these commands
                         handler.answer_run_error(data, 0, run, exc)
+                    self.reads.after_sends(self.last_seen, len(run[2]))
                     return
                 try:
                     frames_in = decoder.feed_after_run(data, run)
@@ -221,7 +228,9 @@ class ServerConnection(asyncio.Protocol):
 
     def release_input(self) -> None:
         held, self._held = self._held or [], None
-        if not self.transport.is_closing() and not (self.reads is not None and self.reads.paused):
+        if not self.transport.is_closing() and not (
+            self.reads is not None and (self.reads.paused or self.reads.held)
+        ):
             self.transport.resume_reading()
         self._handle_frames(held)
 
@@ -407,6 +416,14 @@ class ServerConnection(asyncio.Protocol):
         if self.state.connected:
             self.send_command(commands.ping())
         self._schedule_keepalive()
+
+
+def read_hold_seconds(config) -> float:
+    """How long a busy producer connection's reads are held apart (``flow.ReadPauser``): the
+    group-commit delay its topic's syncs are spaced by, when appends are synced at all."""
+    if not config["managedLedgerSyncData"]:
+        return 0.0
+    return max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
 
 
 def _request_id_of(command) -> int | None:

@@ -9,6 +9,16 @@ what it asked for by more than one entry.
 ``ReadPauser`` is the producer side: bytes a connection has sent but storage has not yet
 persisted are counted; above the high-water mark the socket stops being read (TCP then slows the
 client down), below the low-water mark reading resumes. Nothing is buffered without bound.
+It also *holds* a busy producer connection's reads apart: once a connection's plain SENDs
+arrive faster than ``BUSY_READ_RATE`` (counted over ``BUSY_WINDOW_S``), each read of them is
+followed by a pause of the group-commit delay (``managedLedgerGroupCommitMaxDelayMicros``, the
+spacing of a busy topic's syncs), so the next read takes what arrived meanwhile in one go. At
+19 k msg/s a read then takes ~20 SENDs instead of ~5, and the broker pays the wake-up, the read,
+the write to the ledger and the loop turn a fifth as often (at 12,000 msg/s the broker's CPU per
+message fell from 37.6 to 30.3 us, publish p50 1.4-2.3 -> 1.9-3.0 ms). A message the hold keeps
+in the socket would mostly have waited for the topic's next spaced sync anyway; below that rate
+(a lone producer at 5,000 msg/s, every closed-loop client that waits for its receipt) reads
+are never held. Both pauses are kept apart: reading resumes only when neither holds it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,13 @@ from ..errors import InvalidInput
 
 # FLOW carries a uint32; a client asking for more than this in total is broken or hostile.
 MAX_PERMITS = 2**31 - 1
+
+# A connection whose fast-path SENDs (one producer's plain SENDs, a read of nothing else)
+# arrive faster than this many a second, counted over windows of BUSY_WINDOW_S, has its reads
+# held apart (ReadPauser.after_sends). The same rate as the topic's sync spacing
+# (storage.group_commit.BUSY_SYNC_RATE): below it a read is handled as soon as it arrives.
+BUSY_READ_RATE = 10_000.0
+BUSY_WINDOW_S = 0.05
 
 
 class PermitWindow:
@@ -52,27 +69,76 @@ class PermitWindow:
 
 
 class ReadPauser:
-    """Pause reading a transport while too many published bytes wait for storage."""
+    """Pause reading a transport while too many published bytes wait for storage (``add``,
+    ``release``); and hold a busy connection's reads ``hold_s`` apart (``after_sends``), on
+    ``loop``'s timer. ``paused`` and ``held`` are the two reasons; reading resumes when
+    neither holds. ``holds`` counts the holds (for tests and benchmarks)."""
 
-    __slots__ = ("_transport", "high_water", "low_water", "pending", "paused")
+    __slots__ = (
+        "_transport",
+        "high_water",
+        "low_water",
+        "pending",
+        "paused",
+        "held",
+        "_loop",
+        "_hold_s",
+        "_window_start",
+        "_window_sends",
+        "busy",
+        "holds",
+    )
 
-    def __init__(self, transport, high_water: int) -> None:
+    def __init__(self, transport, high_water: int, loop=None, hold_s: float = 0.0) -> None:
         self._transport = transport
         self.high_water = max(1, high_water)
         # Resume at half: avoids flapping pause/resume on every single append.
         self.low_water = self.high_water // 2
         self.pending = 0
         self.paused = False
+        self.held = False
+        self._loop = loop
+        self._hold_s = hold_s if loop is not None else 0.0
+        self._window_start = 0.0
+        self._window_sends = 0
+        self.busy = False
+        self.holds = 0
 
     def add(self, nbytes: int) -> None:
         self.pending += nbytes
         if not self.paused and self.pending > self.high_water:
             self.paused = True
-            self._transport.pause_reading()
+            if not self.held:
+                self._transport.pause_reading()
 
     def release(self, nbytes: int) -> None:
         self.pending -= nbytes
         if self.paused and self.pending <= self.low_water:
             self.paused = False
-            if not self._transport.is_closing():
+            if not self.held and not self._transport.is_closing():
                 self._transport.resume_reading()
+
+    def after_sends(self, now: float, sends: int) -> None:
+        """A read of ``sends`` plain SENDs was handled at ``now`` (the loop's time): count
+        them, and hold reading for ``hold_s`` when the connection is busy (module docstring).
+        Whether it is busy is judged once a window, from the window before."""
+        if not self._hold_s:
+            return
+        counted = self._window_sends + sends
+        elapsed = now - self._window_start
+        if elapsed >= BUSY_WINDOW_S:
+            self.busy = counted >= BUSY_READ_RATE * elapsed
+            self._window_start = now
+            counted = 0
+        self._window_sends = counted
+        if self.busy and not self.held:
+            self.held = True
+            self.holds += 1
+            if not self.paused:
+                self._transport.pause_reading()
+            self._loop.call_later(self._hold_s, self._end_hold)
+
+    def _end_hold(self) -> None:
+        self.held = False
+        if not self.paused and not self._transport.is_closing():
+            self._transport.resume_reading()

@@ -214,7 +214,8 @@ SETTINGS: dict[str, Setting] = {
         int,
         1000,
         "longest an append waits to share an fsync with others (group commit); also the least spacing "
-        "of a busy topic's syncs (storage.group_commit.BUSY_SYNC_RATE)",
+        "of a busy topic's syncs (storage.group_commit.BUSY_SYNC_RATE) and the pause between reads of a "
+        "busy producer connection (broker.flow.BUSY_READ_RATE)",
     ),
     "managedLedgerDefaultMarkDeleteRateLimit": _s(
         float, 1.0, "most cursor positions written to the metadata store per second per cursor (0: every ack)"
