@@ -267,6 +267,29 @@ class PulsarLite:
         self.proc.wait(30)
 
 
+class NullBroker:
+    """``null_broker.py`` (receipts at once, nothing stored): the ceiling any broker could reach."""
+
+    def __init__(self, hold_ms: float = 0.0) -> None:
+        from standalone import free_port
+
+        self.port = free_port()
+        script = str(Path(__file__).resolve().parent / "null_broker.py")
+        self.proc = subprocess.Popen(
+            [sys.executable, script, "--port", str(self.port), "--hold-ms", str(hold_ms)],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        line = self.proc.stdout.readline()
+        if b"ready" not in line:
+            raise RuntimeError(f"null broker did not start: {line!r}")
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
 def probe(
     label: str, broker, n: int, size: int, warm: float, window: float, sizes: bool, workdir: str
 ) -> dict:
@@ -378,6 +401,18 @@ def main() -> None:
     ap.add_argument("--sizes", action="store_true", help="also record read/write sizes (a second window)")
     ap.add_argument("--main-src", help="also run compactmq from this checkout's src (label 'main')")
     ap.add_argument("--pulsar-lite", help="also run this pulsar-lite binary")
+    ap.add_argument(
+        "--null",
+        action="store_true",
+        help="also null_broker.py: receipts at once, nothing stored (the ceiling)",
+    )
+    ap.add_argument(
+        "--null-hold",
+        type=float,
+        action="append",
+        default=[],
+        help="also the null broker holding reads this many ms",
+    )
     ap.add_argument("--only", help="comma-separated labels to run (this, main, plite)")
     ap.add_argument("--override", action="append", default=[], help="config override for 'this'")
     ap.add_argument(
@@ -411,6 +446,10 @@ def main() -> None:
         if args.pulsar_lite:
             os.makedirs(os.path.join(workdir, "plite"))
             brokers["plite"] = PulsarLite(args.pulsar_lite, os.path.join(workdir, "plite"))
+        if args.null:
+            brokers["null"] = NullBroker()
+        for hold in args.null_hold:  # the null broker with its reads held apart
+            brokers[f"null{hold:g}ms"] = NullBroker(hold)
         only = set(args.only.split(",")) if args.only else set(brokers)
         results: dict = {label: [] for label in brokers if label in only}
         for r in range(args.rounds):
