@@ -11,6 +11,7 @@ storage against plain file I/O. A result file that is missing is skipped with a 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -266,6 +267,29 @@ def plot_cluster(plt, d, name: str = "cluster") -> None:
     _save(plt, fig, name)
 
 
+def plot_publish_ceiling(plt, d, name: str = "publish_probe_null_ceiling") -> None:
+    """``publish_probe.py --null --null-hold ...``: the official client's unbatched publish
+    rate against each broker of the run (every round a dot, the median a bar), with the client's
+    CPU per message beside it -- what a broker that stores nothing lets the client reach."""
+    results = d["results"]
+    labels = list(results)
+    rates = [[r["run"]["msgs_per_s"] / 1000 for r in results[k]] for k in labels]
+    client = [[r["client_threads"]["total_cpu_us_per_msg"] for r in results[k]] for k in labels]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, series, title, fmt in (
+        (ax1, rates, "publish, batching off (k msg/s, whole run)", lambda v: f"{v:.1f}"),
+        (ax2, client, "official client's CPU per message (us)", lambda v: f"{v:.0f}"),
+    ):
+        medians = [statistics.median(v) for v in series]
+        _bars(ax, labels, medians, fmt)
+        for i, values in enumerate(series):
+            ax.plot([i] * len(values), values, "k.", markersize=4)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelrotation=20)
+    fig.suptitle("the client's ceiling: a null broker (answers at once, or reads held N ms) and this broker")
+    _save(plt, fig, name)
+
+
 def _save(plt, fig, name: str) -> None:
     fig.tight_layout()
     out = RESULTS / f"{name}.png"
@@ -294,6 +318,7 @@ def main() -> int:
         ("many_topics", plot_many_topics),
         ("spark_source_1m", lambda plt, d: plot_spark_source(plt, d, "spark_source_1m")),
         ("cluster", plot_cluster),
+        ("publish_probe_null_ceiling", plot_publish_ceiling),
     ):
         if only and name not in only:
             continue
