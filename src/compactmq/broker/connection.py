@@ -35,7 +35,7 @@ from ..protocol import commands, frames, wire
 from ..protocol import pulsar_pb2 as pb
 from ..protocol.connection import BrokerConnectionState, State
 from . import admission
-from .flow import ReadPauser
+from .flow import ReadPauser, read_hold_seconds
 from .handlers import CommandHandler
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,9 +228,7 @@ class ServerConnection(asyncio.Protocol):
 
     def release_input(self) -> None:
         held, self._held = self._held or [], None
-        if not self.transport.is_closing() and not (
-            self.reads is not None and (self.reads.paused or self.reads.held)
-        ):
+        if not self.transport.is_closing() and not (self.reads is not None and self.reads.stopped):
             self.transport.resume_reading()
         self._handle_frames(held)
 
@@ -416,14 +414,6 @@ class ServerConnection(asyncio.Protocol):
         if self.state.connected:
             self.send_command(commands.ping())
         self._schedule_keepalive()
-
-
-def read_hold_seconds(config) -> float:
-    """How long a busy producer connection's reads are held apart (``flow.ReadPauser``): the
-    group-commit delay its topic's syncs are spaced by, when appends are synced at all."""
-    if not config["managedLedgerSyncData"]:
-        return 0.0
-    return max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
 
 
 def _request_id_of(command) -> int | None:

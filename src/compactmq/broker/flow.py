@@ -26,6 +26,7 @@ hold runs on the loop's timer, which under uvloop counts whole milliseconds: a d
 from __future__ import annotations
 
 from ..errors import InvalidInput
+from ..storage.group_commit import group_delay_seconds
 
 # FLOW carries a uint32; a client asking for more than this in total is broken or hostile.
 MAX_PERMITS = 2**31 - 1
@@ -36,6 +37,12 @@ MAX_PERMITS = 2**31 - 1
 # (storage.group_commit.BUSY_SYNC_RATE): below it a read is handled as soon as it arrives.
 BUSY_READ_RATE = 10_000.0
 BUSY_WINDOW_S = 0.05
+
+
+def read_hold_seconds(config) -> float:
+    """How long a busy producer connection's reads are held apart (``ReadPauser.after_sends``):
+    the group-commit delay its topic's syncs are spaced by, when appends are synced at all."""
+    return group_delay_seconds(config) if config["managedLedgerSyncData"] else 0.0
 
 
 class PermitWindow:
@@ -105,6 +112,11 @@ class ReadPauser:
         self._window_sends = 0
         self.busy = False
         self.holds = 0
+
+    @property
+    def stopped(self) -> bool:
+        """Reading is stopped for either reason (backpressure or a hold)."""
+        return self.paused or self.held
 
     def add(self, nbytes: int) -> None:
         self.pending += nbytes

@@ -63,6 +63,11 @@ BUSY_SYNC_RATE = 10_000.0
 _SYNC_RATE_WEIGHT = 0.125  # of the newest sync's rate in the moving average (~the last 8)
 
 
+def group_delay_seconds(config: "Config") -> float:
+    """``managedLedgerGroupCommitMaxDelayMicros`` in seconds (a negative value counts as 0)."""
+    return max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
+
+
 class GroupCommit:
     """The sync side of one managed ledger's writer (see the module docstring); the
     ``Appender`` is built on it. Thread-safe."""
@@ -72,7 +77,7 @@ class GroupCommit:
         self._ledgers = ledgers
         self._lock = ledgers.lock
         self._sync_data = bool(config["managedLedgerSyncData"])
-        self._group_delay_s = max(0, int(config["managedLedgerGroupCommitMaxDelayMicros"])) / 1e6
+        self._group_delay_s = group_delay_seconds(config)
         # appenders count themselves in _writers_in_flight (group commit waits for them)
         self._track = self._sync_data and self._group_delay_s > 0
         self.sync_cond = threading.Condition()  # group commit bookkeeping below
