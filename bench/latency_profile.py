@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from standalone import ROOT, CLK_TCK, free_port  # noqa: E402
+from standalone import CLK_TCK, ROOT, StandaloneBroker  # noqa: E402
 from vs_pulsar_lite import run_latency  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -73,37 +73,14 @@ PARTS = (
 )
 
 
-class Broker:
-    def __init__(self, data_dir: str, src: str | None, profile_out: str) -> None:
-        self.port = free_port()
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve().parent / "_profiled_broker.py"),
-            "standalone",
-            "--data-dir",
-            data_dir,
-            "--broker-port",
-            str(self.port),
-            "--web-port",
-            str(free_port()),
-            "--log-level",
-            "WARNING",
-            "--config-override",
-            "compactionSparkWarmup=false",
-        ]
-        env = {**os.environ, "PROFILE_OUT": profile_out}
-        if src:
-            env["PYTHONPATH"] = src
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env)
-        line = self.proc.stdout.readline()
-        if b"ready" not in line:
-            raise RuntimeError(f"broker did not start: {line!r}")
-        self.url = f"pulsar://127.0.0.1:{self.port}"
-        self.profile_out = profile_out
+class Broker(StandaloneBroker):
+    """``StandaloneBroker`` run through ``_profiled_broker.py`` (cProfile on signals), with the
+    per-thread CPU and context-switch readings this benchmark reports."""
 
-    def cpu(self) -> float:
-        u, s = self.cpu_split()
-        return u + s
+    def __init__(self, data_dir: str, src: str | None, profile_out: str) -> None:
+        launcher = [str(Path(__file__).resolve().parent / "_profiled_broker.py")]
+        super().__init__(data_dir, src=src, launcher=launcher, env={"PROFILE_OUT": profile_out})
+        self.profile_out = profile_out
 
     def cpu_split(self) -> tuple[float, float]:
         with open(f"/proc/{self.proc.pid}/stat") as f:
@@ -140,14 +117,6 @@ class Broker:
 
     def threads(self) -> int:
         return len(glob.glob(f"/proc/{self.proc.pid}/task/*"))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def run_closed(label: str, broker, rate: int, seconds: float, size: int) -> dict:

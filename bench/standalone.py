@@ -33,14 +33,22 @@ def cpu_seconds(pid: int) -> float:
 
 
 class StandaloneBroker:
-    def __init__(self, data_dir: str, overrides: Iterable[str] = (), src: str | None = None) -> None:
-        """``src``: run the broker from another checkout's ``src`` directory (before/after runs)."""
+    def __init__(
+        self,
+        data_dir: str,
+        overrides: Iterable[str] = (),
+        src: str | None = None,
+        launcher: Iterable[str] = ("-m", "compactmq.cli.main"),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``src``: run the broker from another checkout's ``src`` directory (before/after runs).
+        ``launcher``: what the interpreter runs, the CLI's arguments following (another script
+        that runs the CLI, e.g. ``_profiled_broker.py``); ``env``: added to the environment."""
         self.data_dir = data_dir
         self.port, self.web_port = free_port(), free_port()
         cmd = [
             sys.executable,
-            "-m",
-            "compactmq.cli.main",
+            *launcher,
             "standalone",
             "--data-dir",
             data_dir,
@@ -55,8 +63,10 @@ class StandaloneBroker:
         # the client benchmarks measure the broker, not a JVM starting beside it
         for override in ["compactionSparkWarmup=false", *overrides]:
             cmd += ["--config-override", override]
-        env = {**os.environ, "PYTHONPATH": src} if src else None
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT, env=env)
+        extra = {**(env or {}), **({"PYTHONPATH": src} if src else {})}
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, **extra} if extra else None
+        )
         line = self.proc.stdout.readline()
         if b"ready" not in line:
             raise RuntimeError(f"broker did not start: {line!r}")
