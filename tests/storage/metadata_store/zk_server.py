@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import children  # tests/ is on sys.path in a test run
+try:  # tests/ is on sys.path in a test run
+    import children
+    from ports import listen_ports
 except ImportError:  # imported as tests.storage.metadata_store.zk_server by a bench script
     from tests import children
+    from tests.ports import listen_ports
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 
@@ -39,9 +41,13 @@ def find_classpath() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a ZooKeeper server: the JVM binds it a second or more after it is picked, so
+    it comes from below the ephemeral range (``tests/ports.py``)."""
+    return listen_ports(1)[0]
+
+
+#: how many ports ``ZooKeeperServer.start`` tries when the one it picked was taken meanwhile
+START_ATTEMPTS = 3
 
 
 def four_letter(port: int, word: bytes = b"ruok") -> bytes:
@@ -51,6 +57,19 @@ def four_letter(port: int, word: bytes = b"ruok") -> bytes:
         while chunk := s.recv(1024):
             out += chunk
         return out
+
+
+def _bound_elsewhere(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
+class _PortTaken(RuntimeError):
+    """ZooKeeper exited because its client port was taken before it bound it."""
 
 
 class ZooKeeperServer:
@@ -65,6 +84,18 @@ class ZooKeeperServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> ZooKeeperServer:
+        """Start the server and wait until it answers ``ruok``; a server that exited because its
+        port was taken meanwhile is started again on a new one, up to ``START_ATTEMPTS`` times."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> ZooKeeperServer:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.workdir / "zoo.cfg"
@@ -86,9 +117,11 @@ class ZooKeeperServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"ZooKeeper exited: {(self.workdir / 'zookeeper.log').read_text()[-2000:]}"
-                )
+                tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-2000:]
+                # its log says nothing of the port (no logging backend on the classpath): that
+                # the port is bound by another now tells why it exited
+                error = _PortTaken if _bound_elsewhere(self.port) else RuntimeError
+                raise error(f"ZooKeeper exited: {tail}")
             try:
                 if four_letter(self.port) == b"imok":
                     return self
