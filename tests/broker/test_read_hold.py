@@ -1,8 +1,10 @@
 """A busy producer connection's reads are held apart (``flow.ReadPauser.after_sends``): the
 messages that wait in the socket meanwhile are published all the same, in order, each receipt
-after its sync. In-process broker (the standalone wiring) and the official client; the busy
-rate is lowered for the test (``flow.BUSY_READ_RATE``, read at each call) so that the hold
-engages on a loaded CI machine too, and the hold made long (50 ms) so that it always matters."""
+after its sync. In-process broker (the standalone wiring), the official client and a raw wire
+producer; the busy rate is lowered for the test (``flow.BUSY_READ_RATE``, read at each call) and
+the messages go in bursts spaced over several of the rate's windows, so that the hold engages
+however the machine's load groups them into reads; the hold is long (50 ms) so that it matters.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +15,17 @@ import pulsar
 import pytest
 
 from compactmq.broker import flow
+from compactmq.protocol import entry_format, frames
+from compactmq.protocol import pulsar_pb2 as pb
 from harness.broker import InProcessBroker, make_client
+from tests.protocol import client_commands as commands
+
+from .test_broker_client import RawClient
 
 MESSAGES = 3000
+BURSTS = 10
+#: longer than flow.BUSY_WINDOW_S: each burst after the first closes a window of the rate
+BURST_GAP_S = 0.06
 
 
 @pytest.fixture
@@ -60,7 +70,10 @@ def test_held_reads_lose_nothing_and_keep_the_order(broker):
 
             return cb
 
+        per_burst = MESSAGES // BURSTS
         for i in range(MESSAGES):
+            if i and i % per_burst == 0:
+                time.sleep(BURST_GAP_S)
             producer.send_async(b"m-%d" % i, receipt(i))
         assert done.wait(60), f"{left[0]} receipts missing"
         assert not failed
@@ -74,3 +87,30 @@ def test_held_reads_lose_nothing_and_keep_the_order(broker):
         assert got == [b"m-%d" % i for i in range(MESSAGES)] + [b"last"]
     finally:
         client.close()
+
+
+def test_reads_that_end_inside_a_frame_are_counted_and_held(broker):
+    """Each burst is written cut inside a SEND, so no read is the fast path's whole run of SENDs:
+    the first starts with a run and ends inside a frame, each later one starts with a frame's
+    rest. Their SENDs count all the same, the reads are held, and every SEND is receipted."""
+    topic = f"persistent://public/default/held-split-{time.monotonic_ns()}"
+    wire = RawClient(broker.port)
+    try:
+        wire.send(commands.producer(topic, 1, 1, producer_name="split"))
+        wire.expect(pb.BaseCommand.PRODUCER_SUCCESS)
+        md = pb.MessageMetadata(producer_name="split", sequence_id=0, publish_time=1)
+        stream = b""
+        for seq in range(MESSAGES):
+            md.sequence_id = seq
+            stream += frames.encode_with_entry(
+                commands.send(1, seq), entry_format.build_entry(md, b"s-%d" % seq)
+            )
+        chunk = len(stream) // BURSTS + 7  # not a multiple of the frame size: cuts inside frames
+        for at in range(0, len(stream), chunk):
+            wire.sock.sendall(stream[at : at + chunk])
+            time.sleep(BURST_GAP_S)
+        got = [wire.expect(pb.BaseCommand.SEND_RECEIPT).send_receipt.sequence_id for _ in range(MESSAGES)]
+        assert got == list(range(MESSAGES))
+        assert _holds(broker) > 0, "reads ending inside a frame were never counted as busy"
+    finally:
+        wire.close()

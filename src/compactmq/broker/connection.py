@@ -53,6 +53,7 @@ _T = pb.BaseCommand
 _CONNECTED_FAST_PATH = frozenset({_T.SEND, _T.FLOW, _T.ACK, _T.PING, _T.PONG})
 _CONNECTED = State.CONNECTED
 _split_sends = wire.split_sends
+_SendRun = frames.SendRun
 
 
 class ServerConnection(asyncio.Protocol):
@@ -152,6 +153,7 @@ class ServerConnection(asyncio.Protocol):
                     return
                 self._heard()
                 self._handle_frames(frames_in)
+                self._count_sends(frames_in)
                 return
         try:
             frames_in = decoder.feed(data)
@@ -166,6 +168,20 @@ class ServerConnection(asyncio.Protocol):
             return  # part of a frame: not yet a sign of life (a trickling peer stays silent)
         self._heard()
         self._handle_frames(frames_in)
+        self._count_sends(frames_in)
+
+    def _count_sends(self, frames_in: list) -> None:
+        """Count a read's SENDs for the read hold (``ReadPauser.after_sends``) when it was not
+        the fast path's whole run: a busy producer's read often ends inside a frame (a large
+        read on a loaded machine), and the read after it starts with that frame's rest."""
+        if self.closed or self.reads is None or self._held is not None or self.state.state is not _CONNECTED:
+            return  # only a connected producer's reads are held (never during authentication)
+        sends = 0
+        for frame in frames_in:
+            if frame.type == _T.SEND:
+                sends += len(frame) if frame.__class__ is _SendRun else 1
+        if sends:
+            self.reads.after_sends(self._loop.time(), sends)
 
     def _heard(self) -> None:
         """A complete frame arrived: a sign of life (keep-alive, ``is_alive``)."""
