@@ -18,7 +18,10 @@ the write to the ledger and the loop turn a fifth as often (at 12,000 msg/s the 
 message fell from 37.6 to 30.3 us, publish p50 1.4-2.3 -> 1.9-3.0 ms). A message the hold keeps
 in the socket would mostly have waited for the topic's next spaced sync anyway; below that rate
 (a lone producer at 5,000 msg/s, a producer that waits for each receipt) reads
-are never held. Both pauses are kept apart: reading resumes only when neither holds it. The
+are never held. Every read of a connected producer counts its SENDs, whichever path decoded
+them: the whole run of the fast path, and a read that ends inside a frame or starts with one's
+rest (the common read of a loaded machine). Both pauses are kept apart: reading resumes only
+when neither holds it. The
 hold runs on the loop's timer, which under uvloop counts whole milliseconds: a delay under
 1 ms holds a read for about one loop turn.
 """
