@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,12 +20,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 import children  # tests/ is on sys.path
+from ports import listen_ports
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server process that binds it a second or more later (an interpreter
+    importing moto): from below the ephemeral range (``tests/ports.py``)."""
+    return listen_ports(1)[0]
 
 
 DUMMY_CREDENTIALS = {
