@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -469,6 +470,7 @@ def main() -> None:
     finally:
         for b in brokers.values():
             b.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # each broker's topics: ~200 MB a run
     out = {
         "benchmark": "publish_probe",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
