@@ -174,7 +174,13 @@ class ServerConnection(asyncio.Protocol):
         """Count a read's SENDs for the read hold (``ReadPauser.after_sends``) when it was not
         the fast path's whole run: a busy producer's read often ends inside a frame (a large
         read on a loaded machine), and the read after it starts with that frame's rest."""
-        if self.closed or self.reads is None or self._held is not None or self.state.state is not _CONNECTED:
+        if (
+            self.closed
+            or self.reads is None
+            or self._held is not None
+            or self.state.state is not _CONNECTED
+            or not self.handler.producers
+        ):
             return  # only a connected producer's reads are held (never during authentication)
         sends = 0
         for frame in frames_in:

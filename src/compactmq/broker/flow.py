@@ -17,12 +17,11 @@ spacing of a busy topic's syncs), so the next read takes what arrived meanwhile 
 the write to the ledger and the loop turn a fifth as often (at 12,000 msg/s the broker's CPU per
 message fell from 37.6 to 30.3 us, publish p50 1.4-2.3 -> 1.9-3.0 ms). A message the hold keeps
 in the socket would mostly have waited for the topic's next spaced sync anyway; below that rate
-(a lone producer at 5,000 msg/s, a producer that waits for each receipt) reads
-are never held. Every read of a connected producer counts its SENDs, whichever path decoded
-them: the whole run of the fast path, and a read that ends inside a frame or starts with one's
-rest (the common read of a loaded machine). Both pauses are kept apart: reading resumes only
-when neither holds it. The
-hold runs on the loop's timer, which under uvloop counts whole milliseconds: a delay under
+(a lone producer at 5,000 msg/s, a producer that waits for each receipt) reads are never held.
+Every read of a connected producer counts its SENDs, whichever path decoded them: the whole run
+of the fast path, and a read that ends inside a frame or starts with one's rest (the common read
+of a loaded machine). Both pauses are kept apart: reading resumes only when neither holds it.
+The hold runs on the loop's timer, which under uvloop counts whole milliseconds: a delay under
 1 ms holds a read for about one loop turn.
 """
 
@@ -34,10 +33,9 @@ from ..storage.group_commit import group_delay_seconds
 # FLOW carries a uint32; a client asking for more than this in total is broken or hostile.
 MAX_PERMITS = 2**31 - 1
 
-# A connection whose fast-path SENDs (one producer's plain SENDs, a read of nothing else)
-# arrive faster than this many a second, counted over windows of BUSY_WINDOW_S, has its reads
-# held apart (ReadPauser.after_sends). The same rate as the topic's sync spacing
-# (storage.group_commit.BUSY_SYNC_RATE): below it a read is handled as soon as it arrives.
+# A connection whose SENDs arrive faster than this many a second, counted over windows of
+# BUSY_WINDOW_S, has its reads held apart (ReadPauser.after_sends). The same rate as the topic's
+# sync spacing (storage.group_commit.BUSY_SYNC_RATE): below it a read is handled at once.
 BUSY_READ_RATE = 10_000.0
 BUSY_WINDOW_S = 0.05
 
