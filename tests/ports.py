@@ -7,8 +7,8 @@ find it taken meanwhile by one of the thousands of connections a test run makes:
 filer died in CI with "address already in use" that way. Ports below the ephemeral range are
 never handed out to outgoing connections, so only another listener can take one; each port is
 checked free by binding it, and all of a call's ports are held open together so none repeats.
-Parallel runs pick at random, and a server that still loses the race is started again by its
-caller on new ports.
+Parallel runs pick at random, and a server that still loses the race is started again on new
+ports (``start_retrying``; its start says so by raising ``PortTaken``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,32 @@ from contextlib import ExitStack
 
 #: the lowest port picked: above the well-known and most registered service ports
 LOWEST = 10_000
+
+#: how many times a server whose picked port was taken meanwhile is started, each on new ports
+START_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """A server could not bind a port picked for it: something took it meanwhile."""
+
+
+def says_port_taken(text: str) -> bool:
+    """Whether a server's error or log says a port it was to bind was taken."""
+    return "address already in use" in text.lower()
+
+
+def start_retrying(start_once, repick=None):
+    """``start_once()``, again after ``repick()`` (new ports; None when ``start_once`` picks its
+    own) each time it raises ``PortTaken``, up to ``START_ATTEMPTS`` starts in all."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return start_once()
+        except PortTaken:
+            if attempt == START_ATTEMPTS:
+                raise
+            if repick is not None:
+                repick()
+    raise AssertionError("unreachable")
 
 
 def ephemeral_low() -> int:

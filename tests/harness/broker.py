@@ -13,7 +13,7 @@ that started it (see ``tests/children.py``).
 Ports are picked free (``free_port``) and bound a moment later by the broker; in between, any
 process of the run may take one (an outgoing connection's local port comes from the same range),
 and more xdist workers make that likelier. A first ``start()`` whose bind fails with "address
-already in use" therefore tries again on fresh ports (``PORT_ATTEMPTS``), unless the test already
+already in use" therefore tries again on fresh ports (``ports.START_ATTEMPTS``), unless the test already
 wrote those ports into the broker's configuration (an advertised listener names them); a
 ``restart()`` keeps its ports, since the test's clients know them.
 """
@@ -30,12 +30,10 @@ import time
 from pathlib import Path
 
 import children  # tests/ is on sys.path
+from ports import START_ATTEMPTS, PortTaken, says_port_taken
 
 #: the repository root: the working directory of every process a test starts
 ROOT = Path(__file__).resolve().parents[2]
-
-#: how many port pairs a broker's first start tries when a picked port was taken meanwhile
-PORT_ATTEMPTS = 3
 
 
 def free_port() -> int:
@@ -43,14 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class PortTaken(RuntimeError):
-    """The broker could not bind a port ``free_port`` picked: something took it meanwhile."""
-
-
-def _port_taken(text: str) -> bool:
-    return "address already in use" in text.lower()
 
 
 #: settings a test may give a port from ``free_port`` alone: picked again with the others on a
@@ -62,7 +52,7 @@ def _start_on_free_ports(broker, start_once, timeout: float) -> None:
     """``start_once(timeout)``, again on fresh ports when a picked port was taken meanwhile
     (the module docstring): only on a first start, and only while no other configured value
     names the ports (``REPICKED_PORT_KEYS`` holding a bare port are picked again too)."""
-    for attempt in range(PORT_ATTEMPTS):
+    for attempt in range(START_ATTEMPTS):
         try:
             return start_once(timeout)
         except PortTaken:
@@ -72,7 +62,7 @@ def _start_on_free_ports(broker, start_once, timeout: float) -> None:
             named = [
                 v for v in [*others, *getattr(broker, "extra_args", [])] if any(p in str(v) for p in ports)
             ]
-            if broker.started_once or named or attempt == PORT_ATTEMPTS - 1:
+            if broker.started_once or named or attempt == START_ATTEMPTS - 1:
                 raise
             broker.port, broker.web_port = free_port(), free_port()
             for k in repicked:
@@ -152,7 +142,7 @@ class BrokerProcess:
                     self.proc.wait(10)
                 break
         tail = self.log_path.read_bytes()[log_start:].decode(errors="replace")
-        if self.proc.poll() is not None and _port_taken(tail):
+        if self.proc.poll() is not None and says_port_taken(tail):
             self.proc.stdout.close()
             self.proc = None
             raise PortTaken(f"broker did not start: {tail[-2000:]}")
@@ -329,7 +319,7 @@ class InProcessBroker:
             server = asyncio.run_coroutine_threadsafe(build_and_start(), self._loop).result(timeout)
         except BaseException as e:
             self._close_loop()
-            if isinstance(e, Exception) and _port_taken(str(e)):
+            if isinstance(e, Exception) and says_port_taken(str(e)):
                 raise PortTaken(str(e)) from e
             raise
         self.server = server

@@ -24,10 +24,10 @@ import pytest
 
 try:  # tests/ is on sys.path in a test run
     import children
-    from ports import listen_ports
+    from ports import PortTaken, listen_ports, start_retrying
 except ImportError:  # imported as tests.storage.metadata_store.zk_server by a bench script
     from tests import children
-    from tests.ports import listen_ports
+    from tests.ports import PortTaken, listen_ports, start_retrying
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 
@@ -44,10 +44,6 @@ def free_port() -> int:
     """A port for a ZooKeeper server: the JVM binds it a second or more after it is picked, so
     it comes from below the ephemeral range (``tests/ports.py``)."""
     return listen_ports(1)[0]
-
-
-#: how many ports ``ZooKeeperServer.start`` tries when the one it picked was taken meanwhile
-START_ATTEMPTS = 3
 
 
 def four_letter(port: int, word: bytes = b"ruok") -> bytes:
@@ -68,10 +64,6 @@ def _bound_elsewhere(port: int) -> bool:
         return False
 
 
-class _PortTaken(RuntimeError):
-    """ZooKeeper exited because its client port was taken before it bound it."""
-
-
 class ZooKeeperServer:
     def __init__(self, workdir: Path, classpath: str):
         self.workdir = workdir
@@ -85,15 +77,11 @@ class ZooKeeperServer:
 
     def start(self, timeout: float = 60) -> ZooKeeperServer:
         """Start the server and wait until it answers ``ruok``; a server that exited because its
-        port was taken meanwhile is started again on a new one, up to ``START_ATTEMPTS`` times."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                return self._start_once(timeout)
-            except _PortTaken:
-                if attempt == START_ATTEMPTS:
-                    raise
-                self.port = free_port()
-        raise AssertionError("unreachable")
+        port was taken meanwhile is started again on a new one (``ports.start_retrying``)."""
+        return start_retrying(lambda: self._start_once(timeout), repick=self._repick)
+
+    def _repick(self) -> None:
+        self.port = free_port()
 
     def _start_once(self, timeout: float) -> ZooKeeperServer:
         data = self.workdir / "data"
@@ -120,7 +108,7 @@ class ZooKeeperServer:
                 tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-2000:]
                 # its log says nothing of the port (no logging backend on the classpath): that
                 # the port is bound by another now tells why it exited
-                error = _PortTaken if _bound_elsewhere(self.port) else RuntimeError
+                error = PortTaken if _bound_elsewhere(self.port) else RuntimeError
                 raise error(f"ZooKeeper exited: {tail}")
             try:
                 if four_letter(self.port) == b"imok":
